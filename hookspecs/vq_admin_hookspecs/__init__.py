@@ -1,0 +1,42 @@
+"""The vq-admin provider contract.
+
+Everything a provider package needs is importable from here::
+
+    from vq_admin_hookspecs import hookimpl, ProviderCommand, RuntimeRequest
+"""
+
+from .markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
+from .records import (
+    FULL_SHA_RE,
+    NAME_RE,
+    SHA256_RE,
+    EvidenceError,
+    HelperIdentity,
+    HelperRequest,
+    ProviderCommand,
+    RuntimeRequest,
+    VerifyReceipt,
+    is_full_sha,
+    parse_single_json_object,
+)
+from .specs import HOOK_NAMES
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROJECT_NAME",
+    "hookimpl",
+    "hookspec",
+    "FULL_SHA_RE",
+    "NAME_RE",
+    "SHA256_RE",
+    "EvidenceError",
+    "HelperIdentity",
+    "HelperRequest",
+    "ProviderCommand",
+    "RuntimeRequest",
+    "VerifyReceipt",
+    "is_full_sha",
+    "parse_single_json_object",
+    "HOOK_NAMES",
+]
+__version__ = "1.0.0"

@@ -1,0 +1,275 @@
+"""Frozen records exchanged between vq-admin and its providers.
+
+Requests go into hooks; :class:`ProviderCommand` comes back out; evidence
+(:class:`VerifyReceipt`, :class:`HelperIdentity`) is parsed strictly from what
+a provider's command printed.  Every record validates itself on construction,
+so a provider that returns something malformed fails at the hook boundary with
+a message naming the field, never later in a lane.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+#: A full git object name: 40 (SHA-1) or 64 (SHA-256) hex digits.
+FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
+#: A SHA-256 digest in lower-case hex.
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+#: Program and host names.
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+#: Environment variable names a provider may set for its command.
+ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+
+#: Largest verify receipt accepted, in bytes of UTF-8.
+MAX_RECEIPT_BYTES = 1 << 20
+
+
+class EvidenceError(ValueError):
+    """Evidence a provider returned is malformed; the message names the field."""
+
+
+def is_full_sha(value: object) -> bool:
+    """True when *value* is a full 40- or 64-digit hex object name."""
+    return isinstance(value, str) and bool(FULL_SHA_RE.match(value))
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class ProviderCommand:
+    """One command a provider wants run, as an argv list (never a shell string).
+
+    vq-admin decides *where* it runs (build host, login host or inside a Slurm
+    allocation), applies the profile's timeout and records its exit status.
+    ``env`` adds environment variables for that command only.
+    """
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        argv = tuple(self.argv)
+        if not argv or not isinstance(argv[0], str) or not argv[0]:
+            raise EvidenceError("ProviderCommand.argv must be a non-empty list of strings")
+        for i, word in enumerate(argv):
+            if not isinstance(word, str):
+                raise EvidenceError(f"ProviderCommand.argv[{i}] is {type(word).__name__}, not str")
+            if "\0" in word or "\n" in word:
+                raise EvidenceError(f"ProviderCommand.argv[{i}] holds a NUL or newline")
+        env = tuple((str(k), str(v)) for k, v in self.env)
+        for name, value in env:
+            if not ENV_NAME_RE.match(name):
+                raise EvidenceError(f"ProviderCommand.env name {name!r} is not a valid variable name")
+            if "\0" in value or "\n" in value:
+                raise EvidenceError(f"ProviderCommand.env[{name}] holds a NUL or newline")
+        object.__setattr__(self, "argv", argv)
+        object.__setattr__(self, "env", env)
+
+
+@dataclass(frozen=True)
+class RuntimeRequest:
+    """What a runtime hook is asked to do.
+
+    ``settings`` holds the profile as configured (command words already split,
+    ``provider_options`` as a table of strings); ``where`` is ``"build-host"``,
+    ``"login-host"`` or ``"allocation"``.  ``source_archive`` is the verified
+    staged archive on the host the command will run on (``None`` for verify).
+    """
+
+    program: str
+    host: str
+    expected_sha: str
+    tag: str | None
+    update_script_args: tuple[str, ...] = ()
+    source_archive: str | None = None
+    where: str = "login-host"
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not is_full_sha(self.expected_sha):
+            raise EvidenceError("RuntimeRequest.expected_sha must be a full SHA")
+        object.__setattr__(self, "expected_sha", self.expected_sha.lower())
+        object.__setattr__(self, "update_script_args", tuple(self.update_script_args))
+        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+
+
+@dataclass(frozen=True)
+class HelperRequest:
+    """What a helper hook is asked to do: install the staged helper source.
+
+    ``stage_dir`` is the verified stage on the host the command runs on; it
+    holds ``source.tar``, ``SOURCE-SHA``, ``SOURCE-TREE-SHA256`` and
+    ``ARCHIVE-SHA256``.
+    """
+
+    host: str
+    expected_sha: str
+    expected_tree_sha256: str
+    stage_dir: str
+    update_script_args: tuple[str, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not is_full_sha(self.expected_sha):
+            raise EvidenceError("HelperRequest.expected_sha must be a full SHA")
+        if not SHA256_RE.match(self.expected_tree_sha256 or ""):
+            raise EvidenceError("HelperRequest.expected_tree_sha256 must be 64 lower-case hex digits")
+        object.__setattr__(self, "expected_sha", self.expected_sha.lower())
+        object.__setattr__(self, "update_script_args", tuple(self.update_script_args))
+        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise EvidenceError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise EvidenceError(f"non-standard JSON constant {name}")
+
+
+def parse_single_json_object(text: str | bytes, what: str) -> dict[str, Any]:
+    """Parse *text* as exactly one JSON object (surrounding whitespace allowed).
+
+    Raises :class:`EvidenceError` for anything else: empty output, two
+    documents, a non-object, duplicate keys, NaN, over-deep nesting, invalid
+    UTF-8, or more than :data:`MAX_RECEIPT_BYTES`.
+    """
+    if isinstance(text, bytes):
+        if len(text) > MAX_RECEIPT_BYTES:
+            raise EvidenceError(f"{what} is larger than {MAX_RECEIPT_BYTES} bytes")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EvidenceError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_RECEIPT_BYTES:
+        raise EvidenceError(f"{what} is larger than {MAX_RECEIPT_BYTES} bytes")
+    stripped = text.strip()
+    if not stripped:
+        raise EvidenceError(f"{what} is empty")
+    decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    try:
+        value, end = decoder.raw_decode(stripped)
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"{what} is not JSON: {exc.msg} at offset {exc.pos}") from None
+    except RecursionError:
+        raise EvidenceError(f"{what} is nested too deeply") from None
+    if stripped[end:].strip():
+        raise EvidenceError(f"{what} holds more than one JSON document")
+    if not isinstance(value, dict):
+        raise EvidenceError(f"{what} is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _field(data: Mapping[str, Any], key: str, types: tuple[type, ...], what: str, required: bool = True) -> Any:
+    if key not in data:
+        if required:
+            raise EvidenceError(f"{what} has no field {key!r}")
+        return None
+    value = data[key]
+    # bool is a subclass of int: never accept true/false where a number is meant.
+    if isinstance(value, bool) and bool not in types:
+        raise EvidenceError(f"{what} field {key!r} is a boolean")
+    if not isinstance(value, types):
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+        raise EvidenceError(f"{what} field {key!r} must be {names}, not {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class VerifyReceipt:
+    """The verify receipt a runtime provider's verify command prints.
+
+    Field meanings are those of CONTRACT section 4.  Parsing checks shape and
+    types only; whether the receipt *proves* the requested identity is decided
+    by vq-admin (``vq_admin.evidence``), which also reads back the SHA-256 of
+    ``active_path`` on the login host itself.
+    """
+
+    program: str
+    source_sha: str
+    tag: str | None
+    healthy: bool
+    activation: str
+    quiescent: bool
+    updater_pid: int | None
+    active_path: str
+    active_path_sha256: str
+    health_detail: str = ""
+
+    WHAT = "verify receipt"
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> "VerifyReceipt":
+        data = parse_single_json_object(text, cls.WHAT)
+        return cls.from_mapping(data)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "VerifyReceipt":
+        w = cls.WHAT
+        return cls(
+            program=_field(data, "program", (str,), w),
+            source_sha=_field(data, "source_sha", (str,), w),
+            tag=_field(data, "tag", (str, type(None)), w),
+            healthy=_field(data, "healthy", (bool,), w),
+            activation=_field(data, "activation", (str,), w),
+            quiescent=_field(data, "quiescent", (bool,), w),
+            updater_pid=_field(data, "updater_pid", (int, type(None)), w),
+            active_path=_field(data, "active_path", (str,), w),
+            active_path_sha256=_field(data, "active_path_sha256", (str,), w),
+            health_detail=_field(data, "health_detail", (str,), w, required=False) or "",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HelperIdentity:
+    """What ``vq-admin-agent identity --json`` reports about the live helper.
+
+    ``record`` is ``"bound"`` when the installed SOURCE-SHA record was written
+    for exactly the files present now, ``"stale"`` when the files changed since,
+    and ``"missing"`` when no record exists.  Only a bound record identifies a
+    source commit.
+    """
+
+    version: str
+    source_sha: str | None
+    tree_sha256: str
+    record: str
+    path: str
+    interpreter: str
+
+    WHAT = "helper identity"
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> "HelperIdentity":
+        data = parse_single_json_object(text, cls.WHAT)
+        w = cls.WHAT
+        ident = cls(
+            version=_field(data, "version", (str,), w),
+            source_sha=_field(data, "source_sha", (str, type(None)), w),
+            tree_sha256=_field(data, "tree_sha256", (str,), w),
+            record=_field(data, "record", (str,), w),
+            path=_field(data, "path", (str,), w),
+            interpreter=_field(data, "interpreter", (str,), w),
+        )
+        if ident.record not in ("bound", "stale", "missing"):
+            raise EvidenceError(f"{w} field 'record' is {ident.record!r}")
+        if not SHA256_RE.match(ident.tree_sha256):
+            raise EvidenceError(f"{w} field 'tree_sha256' is not 64 lower-case hex digits")
+        return ident
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

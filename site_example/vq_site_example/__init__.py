@@ -1,0 +1,11 @@
+"""vq-site-example: an example vq-admin site provider.
+
+Two halves that never import each other's dependencies:
+
+* :mod:`vq_site_example.plugin` runs inside vq-admin on the driver and only
+  turns a runtime request into an argv (it imports ``vq_admin_hookspecs``);
+* :mod:`vq_site_example.cli` (console script ``vq-site-example``) runs on the
+  build and login hosts and uses the standard library only.
+"""
+
+__version__ = "1.0.0"

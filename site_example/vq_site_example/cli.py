@@ -1,0 +1,49 @@
+"""Console script ``vq-site-example``: ``deploy``, ``install`` and ``verify``.
+
+Runs on the build host (deploy/install) and the scheduler login host
+(verify); standard library only.  Exit codes are those of
+:mod:`vq_site_example.errors`: 0 ok, 1 failed, 2 usage, 3 identity
+mismatch, 75 deploy lock held.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import traceback
+from typing import Sequence
+
+from . import args, deploy, verify
+from .errors import EXIT_FAILED, SiteError, failed
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    """Turn SIGTERM/SIGHUP (Slurm time limit, lost session) into a failure, so
+    cleanup runs: this run's partial directory and pid file are removed and
+    ``current`` is left as it was."""
+    raise failed(f"terminated by signal {signum}; current unchanged unless the switch had completed")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one verb; returns (and, as a console script, exits with) its code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns = args.parse(argv)
+        if ns.verb == "verify":
+            return verify.run(ns)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _terminate)
+        return deploy.run(ns)
+    except SiteError as exc:
+        print(f"vq-site-example: error: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("vq-site-example: error: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception:  # an unforeseen failure is a failed step, with its evidence
+        traceback.print_exc()
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

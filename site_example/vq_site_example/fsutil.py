@@ -1,0 +1,127 @@
+"""Small file-system primitives that never follow a symlink we did not create.
+
+* :func:`atomic_write` writes through a fresh temporary file in the same
+  directory and ``os.replace``s it into place, so readers see the old or the
+  new content, never a torn file, and a symlink planted at the target name is
+  replaced, not written through;
+* :func:`read_small` opens with ``O_NOFOLLOW`` and a size cap;
+* :func:`remove_own_tree` removes a directory this process created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tempfile
+
+#: Largest metadata file (SOURCE-SHA, TAG, ...) read back, in bytes.
+SMALL_FILE_LIMIT = 64 * 1024
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory entry change (rename, create) to stable storage."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(directory: str, name: str, data: bytes, mode: int = 0o644) -> str:
+    """Write *data* to ``directory/name`` atomically (temp file + rename).
+
+    Returns the final path.  The temporary file is created with ``O_EXCL`` in
+    the same directory, flushed, given *mode*, then renamed over the target.
+    """
+    final = os.path.join(directory, name)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(directory)
+    return final
+
+
+def atomic_write_text(directory: str, name: str, text: str, mode: int = 0o644) -> str:
+    """:func:`atomic_write` for UTF-8 text."""
+    return atomic_write(directory, name, text.encode("utf-8"), mode)
+
+
+def read_small(path: str, limit: int = SMALL_FILE_LIMIT) -> str:
+    """Read a small regular file as UTF-8 without following a final symlink.
+
+    Raises ``OSError`` when the file is missing, is a symlink (``ELOOP``), is
+    not a regular file, or is larger than *limit*.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise OSError(f"{path} is larger than {limit} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
+
+
+def is_real_dir(path: str) -> bool:
+    """True when *path* is a directory and not a symlink to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of the file at *path*, following symlinks (as ``exec`` does)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_bytes(path: str) -> int:
+    """Sum of ``lstat`` sizes of every file below *path* (symlinks not followed)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+        for name in filenames + dirnames:
+            info = os.lstat(os.path.join(dirpath, name))
+            if not stat.S_ISDIR(info.st_mode):
+                total += info.st_size
+    return total
+
+
+def remove_own_tree(path: str) -> None:
+    """Remove a directory tree this process created (symlinks inside are
+    removed, never followed); entries made read-only are made writable first."""
+
+    def _retry(func, failed_path, _exc):  # type: ignore[no-untyped-def]
+        parent = os.path.dirname(failed_path)
+        if is_real_dir(parent):
+            os.chmod(parent, 0o700)
+        func(failed_path)
+
+    if os.path.lexists(path):
+        if not is_real_dir(path):
+            raise OSError(f"{path} is not a directory; refusing to remove it")
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=_retry)
+        else:
+            shutil.rmtree(path, onerror=_retry)

@@ -1,0 +1,83 @@
+"""The vq-admin provider: turns a runtime request into a ``vq-site-example`` argv.
+
+Selected in the operator configuration with ``provider = "site_example"``
+(entry point ``site_example`` in the group ``vq_admin.providers``) and
+configured by the profile's ``provider_options`` table::
+
+    [hosts.cluster.scheduler_runtime_deployments.vibeqc-release]
+    provider = "site_example"
+    provider_options = { root = "/apps/vibeqc", command = "/site/bin/vq-site-example" }
+
+* ``root`` (required): absolute runtime root on the target hosts;
+* ``command`` (optional, default ``vq-site-example``): the console script on
+  the target hosts; an absolute path is recommended so ``PATH`` on a
+  non-interactive ssh session does not decide what runs.
+
+Only the runtime hooks are implemented; the helper lane hooks are left to a
+separate helper provider, so a profile using this provider for the helper
+lane is refused by vq-admin (exit 2) before anything runs.
+
+This module runs inside vq-admin: it imports ``vq_admin_hookspecs`` only and
+never executes anything itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, hookimpl
+
+DEFAULT_COMMAND = "vq-site-example"
+
+
+def _options(request: RuntimeRequest) -> tuple[str, str]:
+    """``(command, root)`` from ``settings["provider_options"]``; ValueError when invalid."""
+    options: Mapping[str, Any] = request.settings.get("provider_options") or {}
+    if not isinstance(options, Mapping):
+        raise ValueError("provider_options must be a table; provider_options.root (absolute path "
+                         "of the runtime root) is required for provider site_example")
+    root = options.get("root")
+    if not isinstance(root, str) or not root.startswith("/") or "\0" in root or "\n" in root:
+        raise ValueError(f"provider_options.root must be the absolute path of the runtime root "
+                         f"on the target host (got {root!r})")
+    command = options.get("command", DEFAULT_COMMAND)
+    if not isinstance(command, str) or not command.strip() or command != command.strip():
+        raise ValueError(f"provider_options.command must be a non-empty path without surrounding "
+                         f"whitespace (got {command!r})")
+    return command, root
+
+
+def build_argv(verb: str, request: RuntimeRequest) -> list[str]:
+    """The exact argv for *verb* (``deploy``, ``install`` or ``verify``).
+
+    ``[command, verb, "--root", root, *update_script_args (not verify),
+    "--program", P, "--expected-sha", SHA, ["--tag", T], ["--source-archive", PATH (not verify)]]``
+    """
+    command, root = _options(request)
+    argv = [command, verb, "--root", root]
+    if verb != "verify":
+        argv += list(request.update_script_args)
+    argv += ["--program", request.program, "--expected-sha", request.expected_sha]
+    if request.tag is not None:
+        argv += ["--tag", request.tag]
+    if verb != "verify" and request.source_archive is not None:
+        argv += ["--source-archive", request.source_archive]
+    return argv
+
+
+@hookimpl
+def vq_admin_runtime_update(request: RuntimeRequest) -> ProviderCommand:
+    """Build, validate and activate ``request.expected_sha`` under ``root``."""
+    return ProviderCommand(argv=tuple(build_argv("deploy", request)))
+
+
+@hookimpl
+def vq_admin_runtime_install(request: RuntimeRequest) -> ProviderCommand:
+    """First-time installation: as update, creating the root layout if missing."""
+    return ProviderCommand(argv=tuple(build_argv("install", request)))
+
+
+@hookimpl
+def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand:
+    """Read-only: print the verify receipt of what is active under ``root``."""
+    return ProviderCommand(argv=tuple(build_argv("verify", request)))

@@ -1,0 +1,145 @@
+"""``verify``: read-only report of what IS active, as one JSON object on stdout.
+
+The receipt (CONTRACT section 4) is built only from the runtime root, never
+from the request: ``--program``, ``--expected-sha`` and ``--tag`` are
+validated and mentioned in ``health_detail`` but never copied into a field.
+
+* ``source_sha``/``program``/``tag``: the ``SOURCE-SHA``/``PROGRAM``/``TAG``
+  files of the release ``current`` points at (found with ``readlink``);
+* ``activation``: ``"atomic"`` when ``current`` is a symlink to
+  ``releases/<full sha>`` (relative, or absolute below ROOT) and that is a
+  real directory; ``"none"`` when there is no ``current`` or it is not a
+  symlink; ``"unknown"`` when it points anywhere else or dangles;
+* ``healthy``: the release carries ``VALIDATED``, its ``SOURCE-SHA`` equals
+  its directory name, and the launcher runs ``-c pass`` (and
+  ``vq_selftest.py`` when the source has one) with exit 0, all within
+  :data:`HEALTH_TIMEOUT` seconds;
+* ``quiescent``/``updater_pid``: a non-blocking shared flock on
+  ``.deploy.lock``; when it is held, the pid from ``.updater.pid``;
+* ``active_path``: ``ROOT/releases/<sha>/source/.venv/bin/python`` (never via
+  ``current``) and ``active_path_sha256`` the SHA-256 of the file it resolves to.
+
+When nothing is active (no ROOT, no ``current``) verify still prints a
+receipt and exits 0: ``healthy`` false, ``activation`` ``"none"``, empty
+``program``/``source_sha``/``active_path``/``active_path_sha256``.  Exit 2 is
+kept for usage errors, which print nothing on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from typing import Any
+
+from . import build, fsutil
+from .args import FULL_SHA_RE
+from .layout import RELEASES_NAME, Layout, probe_quiescent
+
+#: Seconds all health commands together may take.
+HEALTH_TIMEOUT = 60
+
+
+def _target_sha(lyt: Layout, target: str) -> str | None:
+    """The full SHA when *target* names ``releases/<full sha>`` of this root."""
+    for prefix in (RELEASES_NAME + "/", lyt.releases + "/"):
+        if target.startswith(prefix):
+            name = target[len(prefix):]
+            if FULL_SHA_RE.match(name) and name == name.lower():
+                return name
+    return None
+
+
+def _meta(release: str, name: str, problems: list[str]) -> str | None:
+    try:
+        return fsutil.read_small(os.path.join(release, name)).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"cannot read {name}: {exc}")
+        return None
+
+
+def _health(launcher: str, source: str, problems: list[str], notes: list[str]) -> None:
+    deadline = time.monotonic() + HEALTH_TIMEOUT
+    if not os.path.isfile(launcher):
+        problems.append(f"launcher {launcher} is missing")
+        return
+    try:
+        proc = subprocess.run([launcher, "-c", "pass"], env=build.clean_env(), cwd=source,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=HEALTH_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problems.append(f"launcher -c pass did not run: {exc}")
+        return
+    if proc.returncode != 0:
+        problems.append(f"launcher -c pass exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        return
+    notes.append("launcher -c pass ok")
+    if os.path.isfile(os.path.join(source, build.SELFTEST)):
+        remaining = max(1, int(deadline - time.monotonic()))
+        ok, log, detail = build.validate(launcher, source, remaining)
+        (notes if ok else problems).append(detail if ok else f"{detail}: {' / '.join(log[-3:])[-300:]}")
+
+
+def inspect(lyt: Layout) -> dict[str, Any]:
+    """Build the verify receipt for the runtime root *lyt*."""
+    quiescent, pid = probe_quiescent(lyt)
+    receipt: dict[str, Any] = {
+        "program": "", "source_sha": "", "tag": None, "healthy": False, "activation": "none",
+        "quiescent": quiescent, "updater_pid": pid, "active_path": "", "active_path_sha256": "",
+        "health_detail": "",
+    }
+    problems: list[str] = []
+    notes: list[str] = [] if quiescent else [f"a deploy holds {lyt.lock_path} (pid {pid})"]
+
+    def done() -> dict[str, Any]:
+        receipt["health_detail"] = "; ".join(notes + problems)
+        receipt["healthy"] = not problems and receipt["activation"] == "atomic"
+        return receipt
+
+    if not fsutil.is_real_dir(lyt.root):
+        problems.append(f"nothing active: {lyt.root} is not a real directory")
+        return done()
+    try:
+        target = os.readlink(lyt.current)
+    except FileNotFoundError:
+        problems.append(f"nothing active: {lyt.current} does not exist")
+        return done()
+    except OSError:
+        problems.append(f"{lyt.current} is not a symlink; no atomic activation")
+        return done()
+    sha = _target_sha(lyt, target)
+    release = lyt.release(sha) if sha else ""
+    if sha is None or not fsutil.is_real_dir(release):
+        receipt["activation"] = "unknown"
+        problems.append(f"{lyt.current} -> {target!r} is not a real releases/<full sha> directory")
+        return done()
+    receipt["activation"] = "atomic"
+    notes.append(f"current -> {target}")
+    source_sha = _meta(release, "SOURCE-SHA", problems)
+    receipt["source_sha"] = source_sha or ""
+    receipt["program"] = _meta(release, "PROGRAM", problems) or ""
+    receipt["tag"] = _meta(release, "TAG", problems) or None
+    if source_sha is not None and source_sha != sha:
+        problems.append(f"SOURCE-SHA {source_sha} differs from the release directory name {sha}")
+    validated = _meta(release, "VALIDATED", problems)
+    if validated:
+        notes.append(f"marker: {validated}")
+    launcher = lyt.launcher(sha)
+    receipt["active_path"] = launcher
+    try:
+        receipt["active_path_sha256"] = fsutil.sha256_file(launcher)
+    except OSError as exc:
+        problems.append(f"cannot hash {launcher}: {exc}")
+    _health(launcher, os.path.join(release, "source"), problems, notes)
+    return done()
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Entry point of the ``verify`` verb: print the receipt, exit 0."""
+    receipt = inspect(Layout(ns.root))
+    requested = f"requested {ns.program} {ns.expected_sha} tag {ns.tag or '-'}"
+    receipt["health_detail"] = f"{receipt['health_detail']}; {requested}".lstrip("; ")
+    print(json.dumps(receipt))
+    return 0

@@ -1,0 +1,150 @@
+"""Fresh private directories in scratch space, never through a symlink.
+
+Every directory level below a given root that vq-admin creates is opened with
+``O_NOFOLLOW`` relative to its parent's descriptor, so a symlink planted at
+any of those levels is refused rather than followed, and nothing is written
+through it.  Existing levels must be real directories owned by us; the last
+level (an attempt or stage directory) is always created new, never reused.
+
+Standard library only: this module runs inside ``vq-admin-agent``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(Exception):
+    """A path level is a symlink, not a directory, or not ours."""
+
+
+def _check_dir_fd(fd: int, shown: str) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{shown} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafePath(f"{shown} is owned by uid {st.st_uid}, not by us ({os.geteuid()})")
+
+
+def open_root(root: str) -> int:
+    """Open an existing root directory (which the operator named, so it may be a link)."""
+    if not os.path.isabs(root):
+        raise UnsafePath(f"{root} is not absolute")
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UnsafePath(f"{root} does not exist") from None
+    except NotADirectoryError:
+        raise UnsafePath(f"{root} is not a directory") from None
+
+
+def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
+    """Open ``root/parts[0]/parts[1]/...``, creating missing levels with mode 0700.
+
+    Returns a descriptor of the last level; the caller closes it.  A level
+    that is a symlink (or anything but our own directory) raises
+    :class:`UnsafePath` naming the path.
+    """
+    fd = open_root(root)
+    shown = root.rstrip("/")
+    try:
+        for part in parts:
+            if not part or "/" in part or part in (".", ".."):
+                raise UnsafePath(f"bad path component {part!r}")
+            shown = f"{shown}/{part}"
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                nfd = os.open(part, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if os.path.islink(shown):
+                    raise UnsafePath(f"{shown} is a symlink; refusing to follow it") from None
+                raise UnsafePath(f"{shown}: {exc.strerror}") from None
+            os.close(fd)
+            fd = nfd
+            _check_dir_fd(fd, shown)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def create_fresh(parent_fd: int, prefix: str) -> str:
+    """Create a new directory ``<prefix>.<UTC>.<random>`` (0700) below *parent_fd*."""
+    for _ in range(20):
+        name = f"{prefix}.{utc_stamp()}.{secrets.token_hex(4)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+            return name
+        except FileExistsError:
+            continue
+    raise UnsafePath("could not create a fresh directory name")
+
+
+def write_new_file(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    """Write a file that must not exist yet (``O_EXCL | O_NOFOLLOW``)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@contextmanager
+def opened(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def remove_tree_at(parent_fd: int, name: str) -> int:
+    """Remove directory *name* below *parent_fd* without following symlinks.
+
+    Returns the number of bytes removed (regular files).
+    """
+    removed = 0
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        for entry in os.scandir(fd):
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                removed += remove_tree_at(fd, entry.name)
+            else:
+                if stat.S_ISREG(st.st_mode):
+                    removed += st.st_size
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+    return removed
+
+
+def tree_size_at(parent_fd: int, name: str) -> int:
+    """Bytes of regular files below directory *name* (symlinks not followed)."""
+    total = 0
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        for entry in os.scandir(fd):
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                total += tree_size_at(fd, entry.name)
+            elif stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    finally:
+        os.close(fd)
+    return total

@@ -1,0 +1,150 @@
+"""Source stages on a build host: create, receive, verify, reclaim.
+
+Layout: ``<root>/.vq-admin/stage/<kind>/<name>/stage.<UTC>.<random>/`` holding
+``source.tar`` and the identity files ``SOURCE-SHA``, ``ARCHIVE-SHA256``,
+``SOURCE-TREE-SHA256`` and ``GIT-TREE``.  A stage is verified on the host
+that will use it, against both its identity files and the values the driver
+passes on the command line, before any provider runs.
+
+Reclaim: a successful run's own stage is removed; a failed run's stage is
+marked ``FAILED`` and kept; of the failed stages of one name at most
+``keep_failed`` are kept, the oldest removed first.  Unmarked stages
+(a run still going, or one that crashed) and anything not named
+``stage.*`` are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from . import safedirs
+from .treeid import archive_identity
+
+STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
+KINDS = ("runtime", "helper")
+IDENTITY_FILES = ("SOURCE-SHA", "ARCHIVE-SHA256", "SOURCE-TREE-SHA256", "GIT-TREE")
+ARCHIVE = "source.tar"
+FAILED_MARK = "FAILED"
+
+
+def stage_parts(kind: str, name: str) -> list[str]:
+    if kind not in KINDS:
+        raise safedirs.UnsafePath(f"unknown stage kind {kind!r}")
+    return [".vq-admin", "stage", kind, name]
+
+
+def create(root: str, kind: str, name: str, identity: dict[str, str]) -> dict[str, str]:
+    """Create a fresh stage holding the identity files; return its path."""
+    with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name))) as parent:
+        stage_name = safedirs.create_fresh(parent, "stage")
+        fd = os.open(stage_name, safedirs.DIR_FLAGS, dir_fd=parent)
+        with safedirs.opened(fd):
+            for fname in IDENTITY_FILES:
+                safedirs.write_new_file(fd, fname, (identity[fname] + "\n").encode())
+    path = os.path.join(root, *stage_parts(kind, name), stage_name)
+    return {"stage": path}
+
+
+def _open_stage(stage: str) -> int:
+    parent, name = os.path.split(stage.rstrip("/"))
+    if not STAGE_NAME_RE.match(name) or f"{os.sep}.vq-admin{os.sep}stage{os.sep}" not in parent + os.sep:
+        raise safedirs.UnsafePath(f"{stage} is not a vq-admin stage directory")
+    pfd = safedirs.open_root(parent)
+    try:
+        fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+    except OSError as exc:
+        raise safedirs.UnsafePath(f"{stage}: {exc.strerror}") from None
+    finally:
+        os.close(pfd)
+    return fd
+
+
+def receive(stage: str, stream) -> dict[str, object]:
+    """Write the archive from *stream* into the stage (must not exist yet)."""
+    with safedirs.opened(_open_stage(stage)) as fd:
+        out = os.open(ARCHIVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        size = 0
+        with os.fdopen(out, "wb") as fh:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                fh.write(chunk)
+                size += len(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return {"stage": stage, "bytes": size}
+
+
+def _read_identity_file(fd: int, name: str) -> str | None:
+    try:
+        rfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return None
+    with os.fdopen(rfd, "rb") as fh:
+        return fh.read(4096).decode("utf-8", "replace").strip()
+
+
+def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
+    """Recompute the archive's identity and compare it with files and *expected*.
+
+    *expected* maps identity file names to the driver's values.
+    """
+    with safedirs.opened(_open_stage(stage)) as fd:
+        recorded = {n: _read_identity_file(fd, n) for n in IDENTITY_FILES}
+        st = os.stat(ARCHIVE, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise safedirs.UnsafePath(f"{stage}/{ARCHIVE} is not a regular file")
+    sha = expected["SOURCE-SHA"]
+    algo = "sha256" if len(sha) == 64 else "sha1"
+    mismatches: list[str] = []
+    try:
+        ident = archive_identity(os.path.join(stage, ARCHIVE), algo)
+        computed = {
+            "SOURCE-SHA": ident.commit or "",
+            "ARCHIVE-SHA256": ident.archive_sha256,
+            "SOURCE-TREE-SHA256": ident.tree_sha256,
+            "GIT-TREE": ident.git_tree,
+        }
+    except (ValueError, OSError, EOFError) as exc:
+        computed = {n: "" for n in IDENTITY_FILES}
+        mismatches.append(f"archive unreadable: {exc}")
+    for name in IDENTITY_FILES:
+        want = expected[name]
+        if recorded[name] != want:
+            mismatches.append(f"{name} file holds {recorded[name]!r}, expected {want!r}")
+        if computed[name] != want:
+            mismatches.append(f"{name} of the staged archive is {computed[name]!r}, expected {want!r}")
+    return {"stage": stage, "verified": not mismatches, "mismatches": mismatches, "computed": computed}
+
+
+def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_failed: int) -> dict[str, object]:
+    """Remove a succeeded stage, or mark a failed one and cap the failed ones."""
+    removed: list[str] = []
+    own = os.path.basename(stage.rstrip("/"))
+    if os.path.dirname(stage.rstrip("/")) != os.path.join(root, *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
+        raise safedirs.UnsafePath(f"{stage} is not a stage of {kind} {name} under {root}")
+    with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name), create=False)) as parent:
+        if succeeded:
+            safedirs.remove_tree_at(parent, own)
+            removed.append(own)
+        else:
+            sfd = os.open(own, safedirs.DIR_FLAGS, dir_fd=parent)
+            with safedirs.opened(sfd):
+                try:
+                    safedirs.write_new_file(sfd, FAILED_MARK, b"")
+                except FileExistsError:
+                    pass
+        failed = []
+        for entry in os.scandir(parent):
+            if not STAGE_NAME_RE.match(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                os.stat(f"{entry.name}/{FAILED_MARK}", dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            failed.append(entry.name)
+        failed.sort(key=lambda n: n.split(".")[1], reverse=True)  # newest first by UTC stamp
+        for old in failed[keep_failed:]:
+            safedirs.remove_tree_at(parent, old)
+            removed.append(old)
+    return {"removed": removed}

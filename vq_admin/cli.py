@@ -1,0 +1,117 @@
+"""The argument tree of ``vq admin`` / ``vq-admin``: one small function per verb.
+
+``vq admin ARGS`` and ``vq-admin ARGS`` are the same entry point.  Usage
+errors exit 2 with a message naming the rule; with ``--json`` even a usage
+error prints exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import __version__
+from .outcome import Outcome, UsageError, VqAdminError
+from .output import print_json, safe_text
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one JSON document on stdout") -> None:
+    parser.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="configuration file (default: $VQ_ADMIN_CONFIG, else $XDG_CONFIG_HOME/vq/admin.toml)")
+    parser.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS,
+                        help="driver state directory (default: $VQ_ADMIN_STATE_DIR, else $XDG_STATE_HOME/vq-admin)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
+    parser.add_argument("--version", action="version", version=f"vq-admin {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--state-dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("update", help="update the helper (HOST) or one runtime (PROGRAM HOST)",
+                       description="HOST: the helper lane. PROGRAM HOST: the runtime lane.")
+    p.add_argument("targets", nargs="+", metavar="[PROGRAM] HOST")
+    p.add_argument("--expected-sha", metavar="SHA", help="full commit SHA (40 or 64 hex digits)")
+    p.add_argument("--tag", metavar="TAG", help="the tag the runtime must report (runtime lane)")
+    p.add_argument("--cluster-install", action="store_true", help="run the provider's install instead of its update")
+    p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
+                   help="pass ARG to the provider's update/install command (repeatable, kept in order)")
+    p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    _common(p, "print exactly one JSON document (the receipt) on stdout")
+    p.set_defaults(func="update")
+
+    p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
+    p.add_argument("host", nargs="?", metavar="HOST")
+    _common(p)
+    p.set_defaults(func="status")
+
+    p = sub.add_parser("providers", help="list installed and selected providers")
+    _common(p)
+    p.set_defaults(func="providers")
+
+    p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
+    _common(p)
+    p.set_defaults(func="check")
+
+    p = sub.add_parser("launcher", help="print the verified immutable launcher of a runtime, or refuse")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--expected-sha", metavar="SHA", help="refuse unless the verified launcher is for this SHA")
+    p.add_argument("--path", metavar="PATH", help="refuse unless PATH is exactly the verified launcher")
+    _common(p)
+    p.set_defaults(func="launcher")
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from importlib import import_module
+
+    module = import_module(f".commands.{args.func}", __package__)
+    return module.run(args)
+
+
+def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
+    if args is not None and getattr(args, "func", None) == "update":
+        from .commands.update import error_document
+
+        return error_document(args, error)
+    return {"schema": "vq-admin/error/1", "outcome": error.outcome.value, "exit_code": error.outcome.exit_code,
+            "errors": [error.message]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
+    prog = "vq-admin"
+    if invoked == "vq":
+        prog = "vq admin"
+        if not argv or argv[0] != "admin":
+            print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
+            return Outcome.USAGE.exit_code
+        argv = argv[1:]
+    args = None
+    try:
+        args = build_parser(prog).parse_args(argv)
+        return _dispatch(args)
+    except VqAdminError as exc:
+        if "--json" in argv:
+            print_json(_error_document(args, exc))
+        print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
+        return exc.outcome.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

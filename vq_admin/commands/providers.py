@@ -1,0 +1,46 @@
+"""``vq admin providers``: what is installed, and what the configuration selects.
+
+Installed providers are listed from package metadata without importing them;
+only the ones the configuration selects are loaded (and their hooks shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import load_config
+from ..outcome import UsageError
+from ..output import print_json
+from ..plugins import BUILTIN, Providers, installed_providers
+
+
+def run(args: argparse.Namespace) -> int:
+    selected: list[str] = []
+    config_error = None
+    try:
+        selected = load_config(args.config).provider_names()
+    except UsageError as exc:
+        config_error = exc.message
+    loaded = Providers.load(selected) if selected else Providers.load([])
+    rows = []
+    for name, info in sorted(loaded.info.items()):
+        rows.append({"name": name, "distribution": info.distribution, "version": info.version,
+                     "builtin": info.builtin, "selected": name in selected or not selected and name == BUILTIN,
+                     "loaded": True, "hooks": list(info.hooks)})
+    for name, offers in sorted(installed_providers().items()):
+        if name in loaded.info:
+            continue
+        for offer in offers:
+            rows.append({"name": name, "distribution": offer.distribution, "version": offer.version,
+                         "builtin": False, "selected": False, "loaded": False, "hooks": None})
+    document = {"schema": "vq-admin/providers/1", "providers": rows, "config_error": config_error}
+    if args.json:
+        print_json(document)
+        return 0
+    for row in rows:
+        mark = "*" if row["selected"] else " "
+        hooks = ", ".join(row["hooks"]) if row["hooks"] is not None else "(not loaded: not selected)"
+        print(f"{mark} {row['name']:<16} {row['distribution']} {row['version']}  {hooks}")
+    if config_error:
+        print(f"(configuration not read: {config_error})")
+    return 0

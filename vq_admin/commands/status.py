@@ -1,0 +1,66 @@
+"""``vq admin status [HOST]``: per host and lane, the last outcome, LAST OK and LAST GOOD.
+
+Helper evidence and runtime evidence are shown apart.  Reads the state
+directory only; runs nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..output import print_json, safe_text
+from ..state import StateDir
+
+
+def collect(state: StateDir, host: str | None) -> dict[str, Any]:
+    hosts: dict[str, Any] = {}
+    for name, lane, program in state.lanes():
+        if host and name != host:
+            continue
+        entry = {
+            "last": state.read_record(lane, name, program, "last"),
+            "last_ok": state.read_record(lane, name, program, "last-ok"),
+            "last_good": state.read_record(lane, name, program, "last-good"),
+        }
+        slot = hosts.setdefault(name, {"helper": None, "runtimes": {}})
+        if lane == "helper":
+            slot["helper"] = entry
+        else:
+            slot["runtimes"][program] = entry
+    return {"schema": "vq-admin/status/1", "state_dir": str(state.root), "hosts": hosts}
+
+
+def _identity(record: dict[str, Any] | None) -> str:
+    if not record:
+        return "-"
+    text = f"{record.get('sha')}"
+    if record.get("tag"):
+        text += f" ({record['tag']})"
+    if record.get("launcher"):
+        text += f" {record['launcher']}"
+    return text + f" at {record.get('at')}"
+
+
+def _lines(status: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for host, slot in sorted(status["hosts"].items()):
+        lines.append(f"{host}")
+        entries = ([("helper", slot["helper"])] if slot["helper"] else []) + sorted(slot["runtimes"].items())
+        for label, entry in entries:
+            last = entry["last"] or {}
+            lines.append(f"  {label}: last {last.get('outcome', '-')} at {last.get('at', '-')} (sha {last.get('expected_sha')})")
+            lines.append(f"    LAST OK   {_identity(entry['last_ok'])}")
+            lines.append(f"    LAST GOOD {_identity(entry['last_good'])}")
+    if not lines:
+        lines.append(f"no recorded runs in {status['state_dir']}")
+    return [safe_text(line) for line in lines]
+
+
+def run(args: argparse.Namespace) -> int:
+    status = collect(StateDir(args.state_dir), args.host)
+    if args.json:
+        print_json(status)
+    else:
+        print("\n".join(_lines(status)))
+    return 0

@@ -1,0 +1,48 @@
+"""What one run carries: configuration, state, transports, providers, options."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import Config, HostConfig
+from .plugins import Providers
+from .state import StateDir
+from .transport import Session, Transport
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    json: bool = False
+    dry_run: bool = False
+    force: bool = False
+    cluster_install: bool = False
+    update_script_args: tuple[str, ...] = ()
+    verbose: bool = False
+
+
+@dataclass
+class RunContext:
+    config: Config
+    state: StateDir
+    session: Session
+    providers: Providers
+    options: RunOptions = field(default_factory=RunOptions)
+    narrate: Callable[[str], None] = lambda message: None
+
+    def login(self, host: HostConfig) -> Transport:
+        """The scheduler login host itself (verification always runs here)."""
+        return self.session.for_host(host.transport, host.ssh)
+
+    def remote(self, host: HostConfig, destination: str | None) -> Transport:
+        """*destination* over ssh when set, else the login host."""
+        return self.session.ssh(destination) if destination else self.login(host)
+
+
+def stderr_narrator(enabled: bool) -> Callable[[str], None]:
+    def narrate(message: str) -> None:
+        if enabled:
+            print(f"vq-admin: {message}", file=sys.stderr, flush=True)
+
+    return narrate

@@ -1,0 +1,1 @@
+"""The two maintenance lanes, each a readable sequence of steps."""

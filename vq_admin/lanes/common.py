@@ -1,0 +1,52 @@
+"""What both lanes share: concluding a run into receipt, state and admin log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import RunContext
+from ..outcome import Outcome
+from ..receipt import Receipt
+from ..state import utc_now
+
+
+def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None) -> Receipt:
+    """Finish *receipt*; store it, the lane records and one admin-log line.
+
+    A dry run stores nothing.  *verified* is given only for a verified success
+    and is what LAST OK becomes.
+    """
+    receipt.finish(outcome, utc_now())
+    for step in receipt.plan.steps:
+        if step.status == "planned" and not ctx.options.dry_run:
+            step.status = "skipped"
+    if ctx.options.dry_run:
+        return receipt
+    if receipt.id is None:
+        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    if verified is not None:
+        verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
+    path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
+    summary = {
+        "outcome": outcome.value,
+        "exit_code": outcome.exit_code,
+        "expected_sha": receipt.expected_sha,
+        "tag": receipt.tag,
+        "receipt": receipt.id,
+        "at": receipt.finished_at,
+        "errors": receipt.errors[:5],
+    }
+    if outcome is not Outcome.LOCKED:  # a locked run did nothing: the lane's last outcome stands
+        ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
+    ctx.state.append_log({
+        "at": receipt.finished_at,
+        "lane": receipt.lane,
+        "host": receipt.host,
+        "program": receipt.program,
+        "expected_sha": receipt.expected_sha,
+        "outcome": outcome.value,
+        "exit_code": outcome.exit_code,
+        "receipt": str(path),
+        "errors": receipt.errors[:5],
+    })
+    return receipt

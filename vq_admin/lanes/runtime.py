@@ -1,0 +1,294 @@
+"""The runtime lane: ``vq admin update PROGRAM HOST --expected-sha SHA``.
+
+One update, in order:
+
+1. authority (``managed`` only) and the profile -- before anything runs;
+2. the plan: every step, where it runs, with what argv;
+3. the lane lock (host, program): a second run exits 75 at once;
+4. source: the exact commit in ``source_repo``, its tree and tag;
+5. pre-verify on the login host: if the requested identity is already
+   active and proven, the outcome is ``already-current`` (``--force`` rebuilds);
+6. archive, stage on the build host, verify the stage there (77 on mismatch);
+7. the provider's update (or install) on the build host or in an allocation;
+8. verify on the login host, with vq-admin's own launcher read-back;
+9. an interrupted transport in 7 or 8 is resolved only by a fresh read-only
+   verify: proven -> ``ok``; otherwise ``unknown`` (exit 3), naming what to do;
+10. reclaim the stage, conclude: receipt, LAST OK / LAST GOOD, admin log.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from typing import Any
+
+from vq_admin_hookspecs import RuntimeRequest
+
+from .. import authority, source
+from ..config import HostConfig, RuntimeProfile
+from ..context import RunContext
+from ..outcome import Outcome, Refused, UsageError, VqAdminError
+from ..plan import Step, execute, mark_local
+from ..receipt import Receipt, parse_metrics
+from ..transport import RunResult, Transport, quote_argv
+from .common import conclude
+from .verify import Verification, plan_verify, run_verify
+
+KEEP_FAILED_STAGES = 3
+
+
+class RuntimeUpdate:
+    """One runtime update of one program on one host."""
+
+    def __init__(self, ctx: RunContext, host_name: str, program: str, sha: str, tag: str | None):
+        self.ctx = ctx
+        self.host: HostConfig = authority.runtime_host(ctx.config, host_name)
+        profile = self.host.runtimes.get(program)
+        if profile is None:
+            known = ", ".join(sorted(self.host.runtimes)) or "none"
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+        self.profile: RuntimeProfile = profile
+        if ctx.options.cluster_install and not self._provider_has_install():
+            raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
+                             f"(install_command is not configured)")
+        self.sha = sha
+        self.requested_tag = tag
+        self.receipt = Receipt("runtime", self.host.name, program, sha, tag, _now())
+        self.source: source.SourceIdentity | None = None
+        self.stage_dir: str | None = None
+
+    # -- the plan ---------------------------------------------------------------------
+
+    def request(self, *, archive: str | None, where: str | None = None) -> RuntimeRequest:
+        return RuntimeRequest(
+            program=self.profile.program,
+            host=self.host.name,
+            expected_sha=self.sha,
+            tag=self.receipt.tag,
+            update_script_args=self.ctx.options.update_script_args if archive is not None else (),
+            source_archive=archive,
+            where=where or ("login-host" if archive is None else self.profile.build_place),
+            settings=self.profile.settings(),
+        )
+
+    def build_transport(self) -> Transport:
+        return self.ctx.remote(self.host, self.profile.update_host)
+
+    def agent(self, *args: str) -> list[str]:
+        return [*self.host.agent, *args]
+
+    def stage_root_args(self) -> list[str]:
+        return ["--root", self.host.scratch_root] if self.host.scratch_root else []
+
+    def make_plan(self) -> None:
+        ctx, plan, p = self.ctx, self.receipt.plan, self.profile
+        self.source = source.resolve(p.source_repo, self.sha, self.requested_tag)
+        self.receipt.tag = self.source.tag
+        self.receipt.source = self.source.to_receipt()
+        self.receipt.extra["provider"] = p.provider
+        self.receipt.extra["build_place"] = p.build_place
+        plan.add("source", "local", ["git", "-C", p.source_repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", self.sha],
+                 "archive the exact commit and prove its tree id")
+        self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
+        build = self.build_transport().where
+        ident = ["--sha", self.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
+                 "--git-tree", self.source.git_tree]
+        plan.add("stage-create", build, self.agent("stage-create", *self.stage_root_args(), "--kind", "runtime",
+                                                   "--name", p.program, *ident), "create a fresh stage on the build host")
+        plan.add("stage-receive", build, self.agent("stage-receive", "--stage", "<stage>"), "copy the archive into the stage")
+        plan.add("stage-verify", build, self.agent("stage-verify", "--stage", "<stage>", *ident),
+                 "prove the staged archive's checksum and tree on the build host")
+        deploy = self.deploy_command("<stage>/source.tar")
+        plan.add("deploy", build, deploy.argv, f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}",
+                 dict(deploy.env))
+        self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
+        plan.add("stage-reclaim", build, self.agent("stage-reclaim", *self.stage_root_args(), "--kind", "runtime", "--name",
+                                                    p.program, "--stage", "<stage>", "--outcome", "<success|failed>",
+                                                    "--keep-failed", str(KEEP_FAILED_STAGES)),
+                 "remove this run's stage on success; keep at most 3 failed stages")
+
+    def deploy_command(self, archive: str):
+        request = self.request(archive=archive)
+        if self.ctx.options.cluster_install:
+            return self.ctx.providers.runtime_install(self.profile.provider, request)
+        return self.ctx.providers.runtime_update(self.profile.provider, request)
+
+    def _provider_has_install(self) -> bool:
+        if self.profile.provider != "command":
+            return True
+        return self.profile.install_command is not None
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self) -> Receipt:
+        self.make_plan()
+        if self.ctx.options.dry_run:
+            return conclude(self.ctx, self.receipt, Outcome.OK)
+        pre = self.verify(*self.pre)
+        if pre.interrupted:
+            self.receipt.errors.append(f"pre-verify: {pre.error}")
+            return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
+        if pre.proven and not self.ctx.options.force:
+            self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
+            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
+        self.receipt.verify = {"pre": pre.to_dict()}
+        with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
+            self.archive(workdir)
+            self.stage()
+        result = self.deploy()
+        if result.interrupted:
+            return self.resolve_unknown(f"deploy: {result.describe()}")
+        if result.exit_code != 0:
+            self.receipt.errors.append(f"deploy: the provider exited {result.exit_code}")
+            self.reclaim(success=False)
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        post = self.verify(*self.post)
+        self.receipt.verify["final"] = post.to_dict()
+        if post.interrupted:
+            return self.resolve_unknown(f"verify: {post.error}")
+        if not post.proven:
+            self.receipt.errors.extend(self.verify_errors(post))
+            self.reclaim(success=False)
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        self.reclaim(success=True)
+        return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
+
+    def verify(self, verify_step: Step, readback_step: Step) -> Verification:
+        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
+
+    def archive(self, workdir: str) -> None:
+        step, started = self.receipt.plan.get("source"), time.monotonic()
+        try:
+            self.source = source.make_archive(self.source, workdir)
+        except VqAdminError as exc:
+            mark_local(step, False, started, exc.message)
+            raise
+        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
+        mark_local(step, True, started)
+        self.receipt.source = self.source.to_receipt()
+
+    def stage(self) -> None:
+        plan, build, ident = self.receipt.plan, self.build_transport(), self.source.identity_files()
+        def actual(step: Step) -> list[str]:
+            words = [a.replace("<archive_sha256>", ident["ARCHIVE-SHA256"]).replace("<tree_sha256>", ident["SOURCE-TREE-SHA256"])
+                     for a in step.planned_argv]
+            return [w.replace("<stage>", self.stage_dir) if self.stage_dir else w for w in words]
+        created = execute(plan.get("stage-create"), build, actual(plan.get("stage-create")), timeout=120)
+        self.require(created, "stage-create")
+        self.stage_dir = _json(created).get("stage")
+        if not isinstance(self.stage_dir, str) or not self.stage_dir.startswith("/"):
+            raise VqAdminError(f"stage-create on {build.where} did not name a stage directory")
+        self.receipt.extra["stage"] = {"where": build.where, "dir": self.stage_dir}
+        received = execute(plan.get("stage-receive"), build, actual(plan.get("stage-receive")),
+                           timeout=self.profile.timeout_seconds, stdin=self.source.archive_path)
+        self.require(received, "stage-receive")
+        checked = execute(plan.get("stage-verify"), build, actual(plan.get("stage-verify")), timeout=self.profile.timeout_seconds)
+        if checked.exit_code == 3 and not checked.interrupted:
+            mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
+            self.reclaim(success=False)
+            raise Refused(f"the staged archive on {build.where} does not match {self.sha}: " + "; ".join(map(str, mismatches)))
+        self.require(checked, "stage-verify")
+
+    def require(self, result: RunResult, what: str) -> None:
+        """A staging step must succeed; nothing has been installed yet."""
+        if not result.ok:
+            if self.stage_dir:
+                self.reclaim(success=False)
+            raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]}")
+
+    def deploy(self) -> RunResult:
+        archive = f"{self.stage_dir}/source.tar"
+        command = self.deploy_command(archive)
+        step = self.receipt.plan.get("deploy")
+        self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
+        result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds, env=dict(command.env))
+        self.receipt.deploy = {"exit_code": result.exit_code, "where": step.where, "interrupted": result.interrupted}
+        stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
+        self.receipt.command_output = {
+            "complete": result.interrupted is None and not result.stdout_truncated,
+            "reason": None if result.interrupted is None else "unavailable",
+            "log_dir": None,
+            "observations": 0,
+            "stdout": stdout,
+            "stderr": stderr,
+        }
+        self.receipt.metrics = parse_metrics(stdout, stderr)
+        self.receipt.metrics_complete = self.receipt.command_output["complete"]
+        return result
+
+    def reclaim(self, success: bool) -> None:
+        if not self.stage_dir:
+            return
+        step = self.receipt.plan.get("stage-reclaim")
+        argv = [a.replace("<stage>", self.stage_dir).replace("<success|failed>", "success" if success else "failed")
+                for a in step.planned_argv]
+        result = execute(step, self.build_transport(), argv, timeout=300)
+        if not result.ok:
+            self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.stage_dir} was kept)")
+        self.stage_dir = None
+
+    # -- unknown outcomes -------------------------------------------------------------
+
+    def resolve_unknown(self, what: str) -> Receipt:
+        """An interrupted transport: only a fresh read-only verify decides."""
+        self.receipt.errors.append(what)
+        plan = self.receipt.plan
+        steps = plan_verify(self.ctx, plan, "readback-verify", self.host, self.profile, self.request(archive=None))
+        found = self.verify(*steps)
+        self.receipt.verify["readback"] = found.to_dict()
+        if found.proven:
+            self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and verified")
+            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True, "next_command": None}
+            self.reclaim(success=True)
+            return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
+        detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
+        return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
+
+    def unknown(self, reason: str, *, changed: bool) -> Receipt:
+        command = ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+        self.receipt.readback = {
+            "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
+            "proven": False,
+            "reason": reason,
+            "stage": self.stage_dir,
+            "next_command": quote_argv(command),
+            "advice": (
+                "the build may have finished or may still be running on the build host; rerunning first verifies "
+                "read-only and reports already-current if it completed. Do not start a build by hand."
+                if changed else "nothing was changed by this run; rerun when the login host is reachable"
+            ),
+        }
+        return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
+
+    # -- evidence ---------------------------------------------------------------------
+
+    def verify_errors(self, found: Verification) -> list[str]:
+        errors = [f"verify: {e}" for e in found.failed_checks()]
+        if found.error:
+            errors.insert(0, f"verify: {found.error}")
+        return errors or ["verify: not proven"]
+
+    def verified_identity(self, found: Verification) -> dict[str, Any]:
+        assert found.receipt is not None
+        return {
+            "sha": self.sha,
+            "tag": self.receipt.tag,
+            "launcher": found.receipt.active_path,
+            "launcher_sha256": found.receipt.active_path_sha256,
+        }
+
+
+def _json(result: RunResult) -> dict[str, Any]:
+    try:
+        value = json.loads(result.text())
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _now() -> str:
+    from ..state import utc_now
+
+    return utc_now()

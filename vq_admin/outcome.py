@@ -1,0 +1,66 @@
+"""The closed set of outcomes and their exit codes (CONTRACT section 2).
+
+Scripts switch on the exit code, never on text, so this table is pinned by a
+test; change it only with a new contract version.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"
+    ALREADY_CURRENT = "already-current"
+    FAILED = "failed"
+    USAGE = "usage"
+    UNKNOWN = "unknown"
+    LOCKED = "locked"
+    REFUSED = "refused"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self]
+
+    @property
+    def success(self) -> bool:
+        return self in (Outcome.OK, Outcome.ALREADY_CURRENT)
+
+
+EXIT_CODES: dict[Outcome, int] = {
+    Outcome.OK: 0,
+    Outcome.ALREADY_CURRENT: 0,
+    Outcome.FAILED: 1,
+    Outcome.USAGE: 2,
+    Outcome.UNKNOWN: 3,
+    Outcome.LOCKED: 75,
+    Outcome.REFUSED: 77,
+}
+
+
+class VqAdminError(Exception):
+    """An error that ends a run with a definite outcome and a message."""
+
+    outcome: Outcome = Outcome.FAILED
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(VqAdminError):
+    """Bad command line or invalid configuration; nothing was run (exit 2)."""
+
+    outcome = Outcome.USAGE
+
+
+class Refused(VqAdminError):
+    """A guard refused before any mutation (exit 77)."""
+
+    outcome = Outcome.REFUSED
+
+
+class Locked(VqAdminError):
+    """Another run holds the same lane lock (exit 75)."""
+
+    outcome = Outcome.LOCKED

@@ -1,0 +1,80 @@
+"""What a run prints.
+
+* ``--json``: exactly one JSON document on stdout, on success and on failure;
+  narration goes to stderr.
+* otherwise a short human summary: on stdout when it is a terminal (or with
+  ``--verbose``); nothing at all on success when stdout is not a terminal, so
+  cron mails only on failure; on failure, on stderr.
+
+Text that came from a remote host is escaped before it reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any, TextIO
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str) -> str:
+    """Escape control characters (terminal escape sequences included)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
+    stream.write(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+    stream.flush()
+
+
+def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
+    what = receipt.get("program") or "helper"
+    lines = [f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} (exit {receipt['exit_code']})"]
+    if receipt.get("expected_sha"):
+        lines.append(f"  sha       {receipt['expected_sha']}")
+    if receipt.get("tag"):
+        lines.append(f"  tag       {receipt['tag']}")
+    final = (receipt.get("verify") or {}).get("final") or (receipt.get("verify") or {}).get("readback") or {}
+    vr = final.get("receipt") if isinstance(final, dict) else None
+    if vr and final.get("proven"):
+        lines.append(f"  launcher  {vr['active_path']}")
+        lines.append(f"  sha256    {vr['active_path_sha256']}")
+    deploy = receipt.get("deploy") or {}
+    if deploy.get("exit_code") is not None:
+        lines.append(f"  deploy    exit {deploy['exit_code']}" + (f", job {deploy['job_id']}" if deploy.get("job_id") else ""))
+    for error in receipt.get("errors") or []:
+        lines.append(f"  error     {error}")
+    readback = receipt.get("readback")
+    if readback and readback.get("next_command"):
+        lines.append(f"  next      {readback['next_command']}")
+        if readback.get("advice"):
+            lines.append(f"            {readback['advice']}")
+    if receipt_path:
+        lines.append(f"  receipt   {receipt_path}")
+    return [safe_text(line) for line in lines]
+
+
+def plan_summary(plan: dict[str, Any]) -> list[str]:
+    from .transport import quote_argv
+
+    what = plan.get("program") or "helper"
+    lines = [f"vq-admin: dry run: {plan['lane']} {what} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
+    for i, step in enumerate(plan["steps"], 1):
+        env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
+        lines.append(f"  {i:2d}. {step['name']} [{step['where']}] {step['purpose']}")
+        lines.append(f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}")
+    return [safe_text(line) for line in lines]
+
+
+def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
+    if as_json:
+        print_json(document)
+        return
+    if success:
+        if verbose or sys.stdout.isatty():
+            print("\n".join(lines), flush=True)
+    else:
+        print("\n".join(lines), file=sys.stderr, flush=True)

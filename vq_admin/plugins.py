@@ -1,0 +1,168 @@
+"""The provider plugin manager: configured providers only, checked, typed.
+
+* The built-in ``command`` provider is always registered.
+* A plugin provider is loaded only when the configuration names it, from the
+  entry-point group ``vq_admin.providers``; two distributions offering the
+  same name, or a provider that fails to import, abort with an error naming
+  the entry point and the distribution(s).
+* ``check_pending()`` runs after registration, so a misspelt ``vq_admin_*``
+  hook implementation is an error, not silence.
+* Calls go through :class:`Providers`, a thin typed facade: each call asks
+  exactly one named provider and validates that it returned a
+  :class:`ProviderCommand`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import pluggy
+from vq_admin_hookspecs import (
+    ENTRY_POINT_GROUP,
+    HOOK_NAMES,
+    PROJECT_NAME,
+    EvidenceError,
+    HelperRequest,
+    ProviderCommand,
+    RuntimeRequest,
+)
+from vq_admin_hookspecs import specs as hookspec_module
+
+from .outcome import UsageError
+from .providers import command as command_provider
+
+BUILTIN = "command"
+
+
+class ProviderError(UsageError):
+    """A provider is missing, fails to load, or answered a hook wrongly (exit 2)."""
+
+
+@dataclass(frozen=True)
+class InstalledProvider:
+    name: str
+    distribution: str
+    version: str
+    value: str  # "module:attr" of the entry point
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    name: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+    builtin: bool = False
+
+
+def installed_providers() -> dict[str, list[InstalledProvider]]:
+    """Every provider entry point installed, by name (without loading any)."""
+    found: dict[str, list[InstalledProvider]] = {}
+    for dist in md.distributions():
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP:
+                continue
+            name = dist.metadata["Name"] or "?"
+            item = InstalledProvider(ep.name, name, dist.version or "?", ep.value)
+            if item not in found.setdefault(ep.name, []):
+                found[ep.name].append(item)
+    return found
+
+
+def _entry_point(name: str, offer: InstalledProvider) -> md.EntryPoint:
+    return md.EntryPoint(name=name, value=offer.value, group=ENTRY_POINT_GROUP)
+
+
+@dataclass
+class Providers:
+    """The providers one run may call."""
+
+    pm: pluggy.PluginManager
+    info: dict[str, ProviderInfo] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, names: Iterable[str]) -> "Providers":
+        pm = pluggy.PluginManager(PROJECT_NAME)
+        pm.add_hookspecs(hookspec_module)
+        pm.register(command_provider, name=BUILTIN)
+        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        installed = installed_providers()
+        for name in names:
+            if name == BUILTIN or name in info:
+                continue
+            offers = installed.get(name, [])
+            if not offers:
+                raise ProviderError(
+                    f"provider {name!r} is named in the configuration but no installed distribution offers it "
+                    f"(entry-point group {ENTRY_POINT_GROUP}); see 'vq admin providers'"
+                )
+            if len(offers) > 1:
+                both = ", ".join(f"{o.distribution} {o.version} ({o.value})" for o in offers)
+                raise ProviderError(f"provider {name!r} is offered by more than one distribution: {both}")
+            offer = offers[0]
+            try:
+                plugin = _entry_point(name, offer).load()
+            except Exception as exc:  # a broken provider must name itself
+                raise ProviderError(
+                    f"provider {name!r} (entry point {offer.value} of {offer.distribution} {offer.version}) "
+                    f"failed to load: {type(exc).__name__}: {exc}"
+                ) from None
+            try:
+                pm.register(plugin, name=name)
+            except pluggy.PluginValidationError as exc:
+                raise ProviderError(f"provider {name!r} ({offer.distribution}) is invalid: {exc}") from None
+            info[name] = ProviderInfo(name, offer.distribution, offer.version, _hooks_of(pm, name))
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise ProviderError(f"a provider implements a hook that does not exist: {exc}") from None
+        return cls(pm, info)
+
+    # -- the typed facade ---------------------------------------------------------
+
+    def runtime_update(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_runtime_update", request)
+
+    def runtime_install(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_runtime_install", request)
+
+    def runtime_verify(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_runtime_verify", request)
+
+    def helper_update(self, provider: str, request: HelperRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_helper_update", request)
+
+    def helper_install(self, provider: str, request: HelperRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_helper_install", request)
+
+    def _call(self, provider: str, hook: str, request: object) -> ProviderCommand:
+        plugin = self.pm.get_plugin(provider)
+        if plugin is None:
+            raise ProviderError(f"provider {provider!r} is not loaded")
+        others = [p for name, p in self.pm.list_name_plugin() if name != provider]
+        caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+        try:
+            result = caller(request=request)
+        except (ValueError, KeyError, TypeError, EvidenceError) as exc:
+            raise ProviderError(f"provider {provider!r} could not answer {hook}: {exc}") from None
+        if result is None:
+            raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
+        if not isinstance(result, ProviderCommand):
+            raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, not a ProviderCommand")
+        return result
+
+
+def _hooks_of(pm: pluggy.PluginManager, name: str) -> tuple[str, ...]:
+    plugin = pm.get_plugin(name)
+    callers = pm.get_hookcallers(plugin) or []
+    names = {c.name for c in callers}
+    return tuple(h for h in HOOK_NAMES if h in names)
+
+
+def _own_version() -> str:
+    try:
+        return md.version("vq-admin")
+    except md.PackageNotFoundError:
+        return "?"

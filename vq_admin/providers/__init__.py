@@ -1,0 +1,1 @@
+"""Built-in providers.  Built-ins are providers like any site package."""

@@ -1,0 +1,128 @@
+"""Exact source identity on the driver: commit -> archive, checksums, tree, tag.
+
+The requested full SHA is resolved in the configured checkout (never a branch
+tip), archived with ``git archive``, and the archive's recomputed git tree id
+must equal the commit's tree: an archive altered by export attributes, or a
+repository that lies, is refused before anything is staged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+
+from .agent.treeid import archive_identity
+from .outcome import Refused, UsageError
+from .transport import RunResult, run_local_argv
+
+GIT_TIMEOUT = 600.0
+TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}(?<![./])(?<!\.lock)\Z")
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    repo: str
+    sha: str
+    git_tree: str
+    tag: str | None
+    tags: tuple[str, ...]
+    archive_path: str | None = None
+    archive_sha256: str | None = None
+    tree_sha256: str | None = None
+    archive_bytes: int | None = None
+
+    def identity_files(self) -> dict[str, str]:
+        assert self.archive_sha256 and self.tree_sha256
+        return {
+            "SOURCE-SHA": self.sha,
+            "ARCHIVE-SHA256": self.archive_sha256,
+            "SOURCE-TREE-SHA256": self.tree_sha256,
+            "GIT-TREE": self.git_tree,
+        }
+
+    def to_receipt(self) -> dict[str, object]:
+        data = asdict(self)
+        data.pop("archive_path")
+        data["tags"] = list(self.tags)
+        return data
+
+
+def git(repo: str, *args: str, timeout: float = GIT_TIMEOUT) -> RunResult:
+    argv = ["git", "-C", repo, *args]
+    return run_local_argv(argv, argv, "local", timeout=timeout)
+
+
+def _one_line(result: RunResult) -> str:
+    return result.text().strip()
+
+
+def check_tag_name(tag: str) -> str:
+    if not TAG_RE.match(tag):
+        raise UsageError(f"--tag {tag!r} is not a valid tag name")
+    return tag
+
+
+def resolve(repo: str, sha: str, tag: str | None) -> SourceIdentity:
+    """Resolve *sha* (full, lower case) and its tag in *repo*, read-only."""
+    if not os.path.isdir(repo):
+        raise Refused(f"source repository {repo} does not exist")
+    fmt = git(repo, "rev-parse", "--show-object-format")
+    if not fmt.ok:
+        raise Refused(f"{repo} is not a git repository: {fmt.error_text()}")
+    algo_len = 64 if _one_line(fmt) == "sha256" else 40
+    if len(sha) != algo_len:
+        raise Refused(f"{sha} has {len(sha)} digits but {repo} uses {_one_line(fmt)} object names ({algo_len} digits)")
+    found = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^{{commit}}")
+    if not found.ok or _one_line(found) != sha:
+        raise Refused(f"commit {sha} is not in the source repository {repo} (fetch it there first)")
+    tree = _one_line(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"))
+    listed = git(repo, "tag", "--points-at", sha)
+    tags = tuple(sorted(t for t in listed.text().split() if t))
+    if tag is not None:
+        check_tag_name(tag)
+        at = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/tags/{tag}^{{commit}}")
+        if not at.ok:
+            raise Refused(f"tag {tag} does not exist in {repo}")
+        if _one_line(at) != sha:
+            raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
+    elif len(tags) == 1:
+        tag = tags[0]
+    elif len(tags) > 1:
+        raise UsageError(f"several tags point at {sha} in {repo} ({', '.join(tags)}); name one with --tag")
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
+
+
+def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
+    """Archive the exact commit into *workdir* and prove the archive's tree."""
+    path = os.path.join(workdir, "source.tar")
+    made = git(ident.repo, "archive", "--format=tar", "-o", path, "--end-of-options", ident.sha)
+    if not made.ok:
+        raise Refused(f"git archive {ident.sha} failed in {ident.repo}: {made.error_text()}")
+    algo = "sha256" if len(ident.sha) == 64 else "sha1"
+    computed = archive_identity(path, algo)
+    if computed.git_tree != ident.git_tree:
+        raise Refused(
+            f"the archive of {ident.sha} holds tree {computed.git_tree}, not the commit's tree {ident.git_tree} "
+            "(export-ignore/export-subst attributes alter archives; remove them for this repository)"
+        )
+    if computed.commit != ident.sha:
+        raise Refused(f"the archive of {ident.sha} names commit {computed.commit!r}")
+    return SourceIdentity(
+        repo=ident.repo, sha=ident.sha, git_tree=ident.git_tree, tag=ident.tag, tags=ident.tags,
+        archive_path=path, archive_sha256=computed.archive_sha256, tree_sha256=computed.tree_sha256,
+        archive_bytes=os.path.getsize(path),
+    )
+
+
+def head_commit(repo: str) -> str:
+    """The full SHA of HEAD, refusing a dirty working tree (helper lane)."""
+    status = git(repo, "status", "--porcelain", "--untracked-files=no")
+    if not status.ok:
+        raise Refused(f"{repo} is not a git repository: {status.error_text()}")
+    if status.text().strip():
+        raise Refused(f"{repo} has uncommitted changes; commit them or pass --expected-sha")
+    head = git(repo, "rev-parse", "--verify", "HEAD^{commit}")
+    if not head.ok:
+        raise Refused(f"{repo} has no HEAD commit")
+    return _one_line(head)
