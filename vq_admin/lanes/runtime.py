@@ -32,6 +32,7 @@ from ..outcome import Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, mark_local
 from ..receipt import Receipt, parse_metrics
 from ..transport import RunResult, Transport, quote_argv
+from . import allocation_step, mirror_step
 from .common import conclude
 from .verify import Verification, plan_verify, run_verify
 
@@ -99,9 +100,13 @@ class RuntimeUpdate:
         plan.add("stage-receive", build, self.agent("stage-receive", "--stage", "<stage>"), "copy the archive into the stage")
         plan.add("stage-verify", build, self.agent("stage-verify", "--stage", "<stage>", *ident),
                  "prove the staged archive's checksum and tree on the build host")
+        mirror_step.plan(self)
         deploy = self.deploy_command("<stage>/source.tar")
-        plan.add("deploy", build, deploy.argv, f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}",
-                 dict(deploy.env))
+        purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
+        if p.update_allocation is not None:
+            allocation_step.plan(self, deploy, purpose)
+        else:
+            plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
         plan.add("stage-reclaim", build, self.agent("stage-reclaim", *self.stage_root_args(), "--kind", "runtime", "--name",
                                                     p.program, "--stage", "<stage>", "--outcome", "<success|failed>",
@@ -137,6 +142,7 @@ class RuntimeUpdate:
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             self.archive(workdir)
             self.stage()
+        mirror_step.run(self)
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
@@ -201,6 +207,8 @@ class RuntimeUpdate:
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
+        if self.profile.update_allocation is not None:
+            return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
         result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds, env=dict(command.env))
