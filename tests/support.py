@@ -1,0 +1,123 @@
+"""Test support: real git repositories, configuration files, running the CLI.
+
+Import as ``from support import ...`` (``tests/`` is on ``sys.path`` through
+pytest's rootdir conftest handling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = os.path.dirname(sys.executable)
+AGENT = os.path.join(SCRIPTS, "vq-admin-agent")
+SITE_EXAMPLE = os.path.join(SCRIPTS, "vq-site-example")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(repo: Path | str, *args: str, check: bool = True) -> str:
+    env = dict(os.environ, **GIT_ENV)
+    done = subprocess.run(["git", "-C", str(repo), *args], env=env, check=check, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+class GitRepo:
+    """A real git repository holding a tiny Python 'scientific program'."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        git(self.path, "init", "-q", "-b", "main")
+
+    def commit(self, message: str, files: dict[str, str] | None = None) -> str:
+        files = files or {"vq_selftest.py": f'print("selftest of {message}")\n'}
+        for name, text in files.items():
+            target = self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-q", "--allow-empty", "-m", message)
+        return git(self.path, "rev-parse", "HEAD")
+
+    def tag(self, name: str, sha: str, annotated: bool = False) -> None:
+        if annotated:
+            git(self.path, "tag", "-a", "-m", name, name, sha)
+        else:
+            git(self.path, "tag", name, sha)
+
+
+def write_config(path: Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.stdout)
+
+
+def run_vq(*args: str, config: Path | str | None = None, state: Path | str | None = None,
+           env: dict[str, str] | None = None, timeout: float = 600) -> CliResult:
+    """Run ``vq-admin ARGS`` in a fresh interpreter (as an operator or cron would)."""
+    full_env = dict(os.environ)
+    if config is not None:
+        full_env["VQ_ADMIN_CONFIG"] = str(config)
+    if state is not None:
+        full_env["VQ_ADMIN_STATE_DIR"] = str(state)
+    full_env.update(env or {})
+    done = subprocess.run([sys.executable, "-m", "vq_admin.cli", *args], env=full_env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def site_example_host(name: str, *, root: Path, repo: Path, scratch: Path, transport: str = "local",
+                      ssh: str | None = None, program: str = "vibeqc", extra_host: str = "",
+                      extra_profile: str = "") -> str:
+    """A managed host table whose one profile uses the site_example plugin."""
+    ssh_line = f'ssh = "{ssh}"\n' if ssh else ""
+    return (
+        f'[hosts.{name}]\nfleet_role = "managed"\ntransport = "{transport}"\n{ssh_line}'
+        f'scratch_root = "{scratch}"\nagent = "{AGENT}"\n{extra_host}\n'
+        f'[hosts.{name}.scheduler_runtime_deployments.{program}]\nprovider = "site_example"\n'
+        f'provider_options = {{ root = "{root}", command = "{SITE_EXAMPLE}" }}\n'
+        f'source_repo = "{repo}"\ntimeout_seconds = 600\nverify_timeout_seconds = 120\n{extra_profile}\n'
+    )
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path -> (type, content hash) of everything below *root*, for byte-identity checks."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    root = Path(root)
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_file():
+                out[rel] = "file:" + hashlib.sha256(p.read_bytes()).hexdigest()
+            elif p.is_dir():
+                out[rel] = "dir"
+    return out
