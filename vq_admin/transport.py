@@ -178,12 +178,18 @@ def run_local_argv(
             stdin_arg = stdin_file
         else:
             stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
-        proc = command.popen(
-            stdin=stdin_arg,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
+        try:
+            proc = command.popen(
+                stdin=stdin_arg,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            if stdin_file is not None:
+                stdin_file.close()
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(), time.monotonic() - started)
         interrupted = None
         try:
             if isinstance(stdin, bytes):

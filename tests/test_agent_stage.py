@@ -1,0 +1,122 @@
+"""The agent's staging verbs and tree identity, against real git archives."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+
+import pytest
+
+from support import GitRepo, git
+from vq_admin.agent import safedirs, stage
+from vq_admin.agent.treeid import archive_identity, directory_tree_sha256
+
+
+def archive(repo: GitRepo, sha: str, out) -> str:
+    path = str(out / "source.tar")
+    git(repo.path, "archive", "--format=tar", "-o", path, sha)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["sha1", "sha256"])
+def test_the_recomputed_git_tree_id_equals_gits(tmp_path, fmt):
+    repo_path = tmp_path / "src"
+    repo_path.mkdir()
+    git(repo_path, "init", "-q", f"--object-format={fmt}")
+    repo = GitRepo.__new__(GitRepo)
+    repo.path = repo_path
+    files = {"a/b/c.txt": "x\n", "a.txt": "y\n", "a-b/q": "z\n", "run.sh": "#!/bin/sh\n", "ü.txt": "u\n"}
+    sha = repo.commit("one", files)
+    os.chmod(repo_path / "run.sh", 0o755)
+    os.symlink("a.txt", repo_path / "link")
+    sha = repo.commit("two", {})
+    ident = archive_identity(archive(repo, sha, tmp_path), fmt)
+    assert ident.git_tree == git(repo_path, "rev-parse", f"{sha}^{{tree}}")
+    assert ident.commit == sha and ident.files == 7  # five files, the symlink, vq_selftest.py
+
+
+def test_tree_digest_of_an_unpacked_archive_equals_the_archive_digest(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    (tmp_path / "src" / "bin").mkdir()
+    sha = repo.commit("one", {"pkg/__init__.py": "", "bin/tool": "#!/bin/sh\n"})
+    os.chmod(tmp_path / "src" / "bin" / "tool", 0o755)
+    sha = repo.commit("exec bit", {})
+    path = archive(repo, sha, tmp_path)
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "-xf", path, "-C", str(unpacked)], check=True)
+    assert directory_tree_sha256(str(unpacked)) == archive_identity(path).tree_sha256
+
+
+def make_stage(root, repo, sha, tmp_path):
+    path = archive(repo, sha, tmp_path)
+    ident = archive_identity(path)
+    identity = {"SOURCE-SHA": sha, "ARCHIVE-SHA256": ident.archive_sha256, "SOURCE-TREE-SHA256": ident.tree_sha256,
+                "GIT-TREE": ident.git_tree}
+    created = stage.create(str(root), "runtime", "vibeqc", identity)["stage"]
+    with open(path, "rb") as fh:
+        stage.receive(created, fh)
+    return created, identity
+
+
+def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    created, identity = make_stage(root, repo, sha, tmp_path)
+    assert stage.verify(created, identity)["verified"] is True
+    assert oct(os.stat(created).st_mode & 0o777) == "0o700"
+    with open(os.path.join(created, "source.tar"), "r+b") as fh:
+        fh.seek(700)
+        b = fh.read(1)
+        fh.seek(700)
+        fh.write(bytes([b[0] ^ 1]))
+    result = stage.verify(created, identity)
+    assert result["verified"] is False
+    assert any("ARCHIVE-SHA256 of the staged archive" in m for m in result["mismatches"])
+
+
+def test_receive_never_overwrites(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    created, _ = make_stage(root, repo, sha, tmp_path)
+    with pytest.raises(FileExistsError):
+        stage.receive(created, io.BytesIO(b"other"))
+
+
+@pytest.mark.parametrize("level", [".vq-admin", ".vq-admin/stage", ".vq-admin/stage/runtime"])
+def test_a_planted_symlink_is_refused_and_nothing_is_written_through_it(tmp_path, level):
+    root = tmp_path / "scratch"
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    parent = root / level
+    parent.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, parent)
+    with pytest.raises(safedirs.UnsafePath, match="symlink"):
+        stage.create(str(root), "runtime", "vibeqc", {n: "x" for n in stage.IDENTITY_FILES})
+    assert list(target.iterdir()) == []
+
+
+def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    parent = root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+    failed = []
+    for i in range(5):
+        created, _ = make_stage(root, repo, sha, tmp_path)
+        new_name = f"stage.2026010{i}T000000Z.0000000{i}"
+        os.rename(created, parent / new_name)
+        stage.reclaim(str(root), "runtime", "vibeqc", str(parent / new_name), succeeded=False, keep_failed=3)
+        failed.append(new_name)
+    (parent / "unrelated-file").write_text("keep me")
+    remaining = sorted(p.name for p in parent.iterdir())
+    assert remaining == sorted(failed[2:] + ["unrelated-file"])
+    created, _ = make_stage(root, repo, sha, tmp_path)
+    stage.reclaim(str(root), "runtime", "vibeqc", created, succeeded=True, keep_failed=3)
+    assert sorted(p.name for p in parent.iterdir()) == remaining

@@ -1,0 +1,64 @@
+"""The transport: argv quoted word by word; a transport failure is not a command failure."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from vq_admin.transport import LocalTransport, Session, SshTransport
+
+
+def test_ssh_argv_quotes_each_word_and_never_uses_a_local_shell():
+    t = SshTransport("cluster", "/etc/vq/ssh_config", "/tmp/vqssh-x")
+    argv = t.describe_argv(["/site/deploy", "two words", "it's", "$(rm -rf /)", "a;b"], {"VQ_HELPER_STAGE": "/s t"})
+    assert argv[:3] == ["ssh", "-F", "/etc/vq/ssh_config"]
+    assert "BatchMode=yes" in argv and "ServerAliveInterval=15" in argv and "ControlMaster=auto" in argv
+    assert argv[-3:-1] == ["--", "cluster"]
+    assert shlex.split(argv[-1]) == ["env", "--", "VQ_HELPER_STAGE=/s t", "/site/deploy", "two words", "it's",
+                                      "$(rm -rf /)", "a;b"]
+
+
+def test_a_destination_that_looks_like_an_option_is_rejected():
+    with pytest.raises(ValueError):
+        SshTransport("-oProxyCommand=evil", None, None)
+
+
+def test_ssh_exit_255_is_a_transport_interruption(fp):
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=255, stderr="ssh: connect to host cluster port 22: Connection refused")
+    result = SshTransport("cluster", None, None).run(["/site/verify"], timeout=10)
+    assert result.interrupted == "transport" and result.exit_code == 255
+    assert not result.ok and "interrupted" in result.describe()
+
+
+def test_a_remote_failure_is_the_commands_exit_status(fp):
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=3)
+    result = SshTransport("cluster", None, None).run(["/site/deploy"], timeout=10)
+    assert result.interrupted is None and result.exit_code == 3
+
+
+def test_a_timeout_kills_the_command_and_says_so():
+    result = LocalTransport().run(["sleep", "30"], timeout=0.3)
+    assert result.interrupted == "timeout" and result.exit_code is None
+    assert result.seconds < 10
+
+
+def test_local_commands_get_their_env_and_stdin():
+    result = LocalTransport().run(["sh", "-c", 'printf "%s:" "$FOO"; cat'], timeout=10, env={"FOO": "bar baz"}, stdin=b"in")
+    assert result.ok and result.stdout == b"bar baz:in"
+
+
+def test_a_missing_program_is_exit_127():
+    result = LocalTransport().run(["/nonexistent/program"], timeout=10)
+    assert result.exit_code == 127 and result.interrupted is None
+
+
+def test_session_shares_one_control_directory_and_removes_it():
+    with Session("/etc/ssh_config") as session:
+        a, b = session.ssh("cluster"), session.ssh("cluster-build")
+        assert a.control_dir == b.control_dir and a.control_dir.startswith("/tmp/vqssh-")
+        control = a.control_dir
+    import os
+
+    assert not os.path.exists(control)
