@@ -118,7 +118,8 @@ def test_dry_run_prints_the_plan_and_changes_nothing(demo_site):
     plan = result.json()
     assert plan["schema"] == "vq-admin/plan/1" and plan["dry_run"] is True
     names = [s["name"] for s in plan["steps"]]
-    assert names[:3] == ["source", "pre-verify", "pre-verify-readback"]
+    assert names[:3] == ["pre-verify", "pre-verify-readback", "source"]
+    assert names.index("source") < names.index("stage-create") < names.index("stage-verify") < names.index("deploy")
     assert "deploy" in names and names.index("deploy") < names.index("verify")
     deploy = plan["steps"][names.index("deploy")]
     assert deploy["argv"][1] == "install" and sha in deploy["argv"]
@@ -127,7 +128,8 @@ def test_dry_run_prints_the_plan_and_changes_nothing(demo_site):
     assert not (tmp / "state").exists()
 
 
-def test_two_concurrent_runs_one_runs_the_other_exits_75(tmp_path):
+def slow_site(tmp_path):
+    """A local site whose deploy blocks until a gate file appears (bounded)."""
     repo = GitRepo(tmp_path / "src")
     sha = repo.commit("one")
     gate, started = tmp_path / "gate", tmp_path / "started"
@@ -153,15 +155,28 @@ def test_two_concurrent_runs_one_runs_the_other_exits_75(tmp_path):
         verify_command = "/bin/false"
         source_repo = "{repo.path}"
     """)
+    return sha, config, gate, started
+
+
+def start_update(tmp_path, config, sha):
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))
-    first = subprocess.Popen([sys.executable, "-m", "vq_admin.cli", "update", "vibeqc", "cluster", "--expected-sha",
-                              sha, "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "vq_admin.cli", "update", "vibeqc", "cluster", "--expected-sha",
+                             sha, "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path, proc, what):
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_two_concurrent_runs_one_runs_the_other_exits_75(tmp_path):
+    sha, config, gate, started = slow_site(tmp_path)
+    first = start_update(tmp_path, config, sha)
     try:
-        deadline = time.monotonic() + 60
-        while not started.exists():
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline, "the first run never reached its deploy step"
-            time.sleep(0.02)
+        wait_for(started, first, "the first run never reached its deploy step")
         second = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config,
                         state=tmp_path / "state")
         assert second.exit_code == 75, second.stderr
@@ -175,3 +190,26 @@ def test_two_concurrent_runs_one_runs_the_other_exits_75(tmp_path):
     import json
 
     assert json.loads(out)["deploy"]["exit_code"] == 5
+
+
+def test_sigterm_mid_deploy_is_unknown_with_a_receipt_and_frees_the_lock(tmp_path):
+    import json
+    import signal
+
+    sha, config, gate, started = slow_site(tmp_path)
+    run = start_update(tmp_path, config, sha)
+    try:
+        wait_for(started, run, "the run never reached its deploy step")
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        gate.touch()
+    assert run.returncode == 3, err
+    receipt = json.loads(out)
+    assert receipt["outcome"] == "unknown"
+    assert "SIGTERM during step deploy" in receipt["errors"][-1]
+    assert receipt["readback"]["next_command"] == f"vq admin update vibeqc cluster --expected-sha {sha}"
+    stored = list((tmp_path / "state" / "receipts").glob("*.json"))
+    assert [json.loads(p.read_text())["outcome"] for p in stored] == ["unknown"]
+    again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    assert again.exit_code != 75, "the lane lock outlived the interrupted run"

@@ -156,3 +156,14 @@ def test_force_rebuilds_an_already_current_runtime(site):
     forced = site.update(site.shas[1], "--force")
     assert forced.json()["outcome"] == "ok"
     assert (site.tmp / "deploy-calls").read_text().count("\n") == calls + 1
+
+
+def test_a_build_is_never_started_while_the_provider_reports_one_running(site):
+    calls = (site.tmp / "deploy-calls").read_text()
+    busy = dict(site.good_receipt(site.shas[1]), quiescent=False, updater_pid=31337)
+    (site.tmp / "active.json").write_text(json.dumps(busy))
+    result = site.update(site.shas[2])
+    assert result.exit_code == 75, result.stderr
+    assert "updater_pid 31337" in result.json()["errors"][0]
+    assert (site.tmp / "deploy-calls").read_text() == calls
+    assert site.record("last-ok")["sha"] == site.shas[1]

@@ -64,3 +64,9 @@ class Locked(VqAdminError):
     """Another run holds the same lane lock (exit 75)."""
 
     outcome = Outcome.LOCKED
+
+
+class Interrupted(VqAdminError):
+    """vq-admin itself was interrupted (SIGINT, SIGTERM, SIGHUP) mid-run (exit 3)."""
+
+    outcome = Outcome.UNKNOWN

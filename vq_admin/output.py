@@ -45,6 +45,8 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
         lines.append(f"  deploy    exit {deploy['exit_code']}" + (f", job {deploy['job_id']}" if deploy.get("job_id") else ""))
+    for note in receipt.get("notes") or []:
+        lines.append(f"  note      {note}")
     for error in receipt.get("errors") or []:
         lines.append(f"  error     {error}")
     readback = receipt.get("readback")

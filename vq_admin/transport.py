@@ -199,6 +199,9 @@ def run_local_argv(
         except subprocess.TimeoutExpired:
             interrupted = "timeout"
             _kill_group(proc)
+        except BaseException:  # SIGINT/SIGTERM of vq-admin itself: never leave the child running
+            _kill_group(proc)
+            raise
         finally:
             if stdin_file is not None:
                 stdin_file.close()

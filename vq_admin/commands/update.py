@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from vq_admin_hookspecs import FULL_SHA_RE
+from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 
 from .. import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
 from ..locks import lane_lock
-from ..outcome import Outcome, UsageError, VqAdminError
+from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
 from ..plugins import Providers
 from ..receipt import Receipt
@@ -58,32 +59,85 @@ def run(args: argparse.Namespace) -> int:
     program, host_name = targets
     if sha is None:
         raise UsageError(f"the runtime lane needs --expected-sha; {SHA_RULE}")
+    check_name(program, "PROGRAM")
+    check_name(host_name, "HOST")
     config = load_config(args.config)
-    host = authority.runtime_host(config, host_name)
-    profile = host.runtimes.get(program)
-    providers = Providers.load([profile.provider] if profile else [])
-    state = StateDir(args.state_dir)
     options = options_from(args)
     from ..lanes.runtime import RuntimeUpdate
 
     with Session(config.ssh_config) as session:
-        ctx = RunContext(config, state, session, providers, options, stderr_narrator(options.verbose or sys.stderr.isatty()))
-        lane = RuntimeUpdate(ctx, host_name, program, sha, args.tag)
+        ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
+                         stderr_narrator(options.verbose or sys.stderr.isatty()))
+        try:
+            host = authority.runtime_host(config, host_name)
+            profile = host.runtimes.get(program)
+            ctx.providers = Providers.load([profile.provider] if profile else [])
+            lane = RuntimeUpdate(ctx, host_name, program, sha, args.tag)
+        except VqAdminError as exc:
+            return refuse_early(ctx, Receipt("runtime", host_name, program, sha, args.tag, utc_now()), exc)
         return execute_lane(ctx, lane.receipt, lane.run, ("runtime", host_name, program))
 
 
+def check_name(value: str, what: str) -> str:
+    if not NAME_RE.match(value):
+        raise UsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+    return value
+
+
+def refuse_early(ctx: RunContext, receipt: Receipt, exc: VqAdminError) -> int:
+    """A run that ended before its lane started: receipt and log line, lane records untouched."""
+    receipt.errors.append(exc.message)
+    return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
+
+
 def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None]) -> int:
-    """Run a lane body under its lock; turn every definite error into a receipt."""
+    """Run a lane body under its lock; turn every definite error into a receipt.
+
+    SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
+    receipt: a step may have been under way on a host.
+    """
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        if ctx.options.dry_run:
-            receipt = body()
-        else:
-            with lane_lock(ctx.state.root, *lock_key):
+        try:
+            if ctx.options.dry_run:
                 receipt = body()
+            else:
+                with lane_lock(ctx.state.root, *lock_key):
+                    receipt = body()
+        except KeyboardInterrupt:
+            raise Interrupted("vq-admin received SIGINT") from None
+    except Interrupted as exc:
+        receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
+        receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,
+                            "next_command": rerun_command(receipt),
+                            "advice": "the rerun verifies read-only first and reports already-current if the "
+                                      "interrupted run completed"}
+        receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
         receipt = conclude(ctx, receipt, exc.outcome)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return emit(ctx, receipt)
+
+
+def _current_step(receipt: Receipt) -> str:
+    started = [s.name for s in receipt.plan.steps if s.argv is not None]
+    return started[-1] if started else "(before any step)"
+
+
+def rerun_command(receipt: Receipt) -> str:
+    from ..transport import quote_argv
+
+    words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
+    if receipt.expected_sha:
+        words += ["--expected-sha", receipt.expected_sha]
+    return quote_argv(words)
 
 
 def emit(ctx: RunContext, receipt: Receipt) -> int:

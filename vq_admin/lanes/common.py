@@ -10,11 +10,14 @@ from ..receipt import Receipt
 from ..state import utc_now
 
 
-def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None) -> Receipt:
+def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
+             *, lane_started: bool = True) -> Receipt:
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
-    and is what LAST OK becomes.
+    and is what LAST OK becomes.  A run refused before its lane started
+    (*lane_started* false: no authority, no such profile) gets a receipt and a
+    log line but leaves the lane's records alone.
     """
     receipt.finish(outcome, utc_now())
     for step in receipt.plan.steps:
@@ -26,6 +29,13 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
+        if receipt.lane == "runtime":  # the registry of verified launchers (vq_admin.registry)
+            from .. import registry
+
+            try:
+                receipt.extra["registry"] = registry.record_verified(ctx.state.root, receipt.host, receipt.program, verified)
+            except registry.RegistryError as exc:
+                receipt.extra["registry"] = {"entry": None, "error": str(exc)}
     path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
     summary = {
         "outcome": outcome.value,
@@ -36,7 +46,7 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         "at": receipt.finished_at,
         "errors": receipt.errors[:5],
     }
-    if outcome is not Outcome.LOCKED:  # a locked run did nothing: the lane's last outcome stands
+    if lane_started and outcome is not Outcome.LOCKED:  # a locked run did nothing: the lane's last outcome stands
         ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
     ctx.state.append_log({
         "at": receipt.finished_at,

@@ -8,7 +8,9 @@ One update, in order:
 4. source: the exact commit in ``source_repo``, its tree and tag;
 5. pre-verify on the login host: if the requested identity is already
    active and proven, the outcome is ``already-current`` (``--force`` rebuilds);
-6. archive, stage on the build host, verify the stage there (77 on mismatch);
+   a provider reporting an update still running refuses the build (75);
+6. the push-fed source mirror and the site preparer, when configured;
+   archive, stage on the build host, verify the stage there (77 on mismatch);
 7. the provider's update (or install) on the build host or in an allocation;
 8. verify on the login host, with vq-admin's own launcher read-back;
 9. an interrupted transport in 7 or 8 is resolved only by a fresh read-only
@@ -28,7 +30,7 @@ from vq_admin_hookspecs import RuntimeRequest
 from .. import authority, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
-from ..outcome import Outcome, Refused, UsageError, VqAdminError
+from ..outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, mark_local
 from ..receipt import Receipt, parse_metrics
 from ..transport import RunResult, Transport, quote_argv
@@ -89,9 +91,10 @@ class RuntimeUpdate:
         self.receipt.source = self.source.to_receipt()
         self.receipt.extra["provider"] = p.provider
         self.receipt.extra["build_place"] = p.build_place
+        self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
+        mirror_step.plan(self)  # the feed and the preparer come before anything is staged
         plan.add("source", "local", ["git", "-C", p.source_repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", self.sha],
                  "archive the exact commit and prove its tree id")
-        self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         build = self.build_transport().where
         ident = ["--sha", self.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
                  "--git-tree", self.source.git_tree]
@@ -100,7 +103,6 @@ class RuntimeUpdate:
         plan.add("stage-receive", build, self.agent("stage-receive", "--stage", "<stage>"), "copy the archive into the stage")
         plan.add("stage-verify", build, self.agent("stage-verify", "--stage", "<stage>", *ident),
                  "prove the staged archive's checksum and tree on the build host")
-        mirror_step.plan(self)
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
@@ -139,10 +141,11 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
+        self.require_quiescent(pre)
+        mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             self.archive(workdir)
             self.stage()
-        mirror_step.run(self)
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
@@ -160,6 +163,16 @@ class RuntimeUpdate:
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
+
+    def require_quiescent(self, pre: Verification) -> None:
+        """Never start a build while the provider reports one in progress on the host
+        (e.g. the build an interrupted run left running): exit 75, nothing run."""
+        receipt = pre.receipt
+        if receipt is not None and (receipt.quiescent is not True or receipt.updater_pid is not None):
+            raise Locked(
+                f"{self.profile.program} on {self.host.name} is not quiescent (updater_pid {receipt.updater_pid}): "
+                "an update is still running there; wait for it to end, then rerun (nothing was run)"
+            )
 
     def verify(self, verify_step: Step, readback_step: Step) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
@@ -268,6 +281,9 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
+        for key in ("job_id", "log_dir"):  # an allocation build: the batch job and its retained transcripts
+            if self.receipt.deploy.get(key) is not None:
+                self.receipt.readback[key] = self.receipt.deploy[key]
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     # -- evidence ---------------------------------------------------------------------
