@@ -218,6 +218,14 @@ def _parse_host(name: str, table: Any) -> HostConfig:
     runtimes = {p: _parse_profile(p, t, f"{key}.scheduler_runtime_deployments.{p}") for p, t in profiles_raw.items()}
     if "helper_update_host" in table and "helper_update_command" not in table:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
+    allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
+    if allocated:
+        if "scratch_root" not in table:
+            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation, "
+                                                     "and allocation transcripts live below scratch_root")
+        if any(c in str(table["scratch_root"]) for c in "%\\"):
+            raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
+                                                     "(Slurm expands them in --output/--error file names)")
     return HostConfig(
         name=name,
         fleet_role=role,

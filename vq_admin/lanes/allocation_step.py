@@ -1,24 +1,261 @@
 """The deploy step inside a Slurm allocation (``update_allocation``).
 
-(Issue 3 builds this; until then such a profile is refused before anything runs.)
+The provider's update (or install) runs as a batch job submitted from the
+login host by the scheduler-side helper::
+
+    vq-admin-agent alloc-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
+        --timeout TIMEOUT_SECONDS [--sbatch-arg=ARG]... [--env NAME=VALUE]... -- PROVIDER ARGV...
+
+The driver chooses the attempt name, so it knows the log directory even if
+the connection drops before the agent says anything.  The agent creates the
+attempt fresh, submits ``sbatch --parsable --wait`` with the configured
+``sbatch_args``, reports the job id the moment sbatch prints it, bounds the
+wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
+transcripts, applies retention and streams the settled transcripts back.
+
+A dropped connection is never a failure and never a resubmission: the
+driver runs ``alloc-reconcile`` for the same attempt, which establishes the
+recorded job's end (``scontrol``, else the job completion log) and settles
+and streams the files that job wrote.  When the end cannot be established
+the step reports an interrupted transport, so the lane resolves the outcome
+by read-only verification and, failing that, ends ``unknown`` with the job
+id and log directory in ``readback``.
+
+The deployment's exit status is the job's, preserved exactly: the agent's
+own exit status and ssh's (255 for both a dropped session and an sbatch
+usage error) are never taken for it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import time
+from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..outcome import UsageError
-from ..transport import RunResult
+from ..agent.allocation import new_attempt_name
+from ..outcome import VqAdminError
+from ..plan import Step
+from ..transport import RunResult, quote_argv
+from .allocation_stream import StreamCall, TranscriptSink, stream_call
 
 if TYPE_CHECKING:
     from .runtime import RuntimeUpdate
 
+#: Seconds the driver allows beyond timeout_seconds for settle, retention and streaming.
+MARGIN = 180.0
+#: Seconds a reconcile waits past the original bound, so the agent's own cancel is seen.
+CANCEL_GRACE = 30.0
+RECONCILE_TRIES = 3
+#: Agent exit statuses that mean "refused before anything was submitted".
+REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused"}
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+
+
+def log_dir(update: "RuntimeUpdate", attempt: str) -> str:
+    root = update.host.scratch_root or ""
+    return os.path.join(root, ".vq-admin", "runtime-deploy", update.profile.program, attempt)
+
+
+def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str) -> list[str]:
+    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+    allocation = update.profile.update_allocation
+    assert allocation is not None and update.host.scratch_root
+    argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
+                        "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
+    argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
+    for name, value in command.env:
+        argv += ["--env", f"{name}={value}"]
+    return [*argv, "--", *command.argv]
+
 
 def plan(update: "RuntimeUpdate", command: ProviderCommand, purpose: str) -> None:
-    raise UsageError("update_allocation is not supported by this version yet")
+    """Add the ``deploy`` step: the agent on the login host submits the batch job."""
+    where = update.ctx.login(update.host).where
+    update.receipt.plan.add("deploy", where, run_argv(update, command, "<attempt>"),
+                            f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
 
 
 def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
-    raise UsageError("update_allocation is not supported by this version yet")
+    """Run the deploy step; the result's exit_code is the deployment's exit status."""
+    ctx, receipt = update.ctx, update.receipt
+    login = ctx.login(update.host)
+    if receipt.id is None:  # the transcript copy lives next to the receipt
+        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    attempt = new_attempt_name()
+    directory = log_dir(update, attempt)
+    receipt.deploy = {
+        "build_place": "allocation", "where": login.where, "attempt": attempt, "attempt_dir": directory,
+        "log_dir": directory, "job_id": None, "exit_code": None,
+        "sbatch_args": list(update.profile.update_allocation.sbatch_args),
+    }
+    step = receipt.plan.get("deploy")
+    deadline = time.monotonic() + update.profile.timeout_seconds
+    argv = run_argv(update, command, attempt)
+    ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
+                f"{quote_argv(command.argv)} (transcripts in {directory})")
+    call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
+    receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
+    if not call.complete:
+        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+            _discard(sinks)
+            update.reclaim(success=False)
+            raise VqAdminError(f"deploy: the helper on {login.where} refused before submitting "
+                               f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+        ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
+        call, sinks = _reconcile(update, attempt, deadline, call, sinks)
+    return _conclude(update, command, call, sinks)
+
+
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
+          ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    directory = update.ctx.state.transcript_dir(update.receipt.id)
+    sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
+    step.argv = argv
+    try:
+        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks)
+    except BaseException:
+        _discard(sinks)
+        raise
+    call.step = step
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    if call.complete:
+        step.status = "ok"
+    else:
+        step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
+        step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
+    job = call.records.get("job") or {}
+    if job.get("job_id"):
+        update.receipt.deploy["job_id"] = str(job["job_id"])
+    return call, sinks
+
+
+def _discard(sinks: dict[str, TranscriptSink]) -> None:
+    for sink in sinks.values():
+        sink.discard()
+    for directory in {sink.directory for sink in sinks.values()}:
+        try:
+            directory.rmdir()  # only when nothing else is in it
+        except OSError:
+            pass
+
+
+def _reconcile(update: "RuntimeUpdate", attempt: str, deadline: float, call: StreamCall,
+               sinks: dict[str, TranscriptSink]) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    """Ask the agent for the recorded job's end, retrying a dropped connection a few times."""
+    login = update.ctx.login(update.host)
+    for n in range(1, RECONCILE_TRIES + 1):
+        _discard(sinks)
+        wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE
+        argv = update.agent("alloc-reconcile", "--root", update.host.scratch_root or "", "--program",
+                            update.profile.program, "--attempt", attempt, "--timeout", _seconds(round(wait)))
+        step = update.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
+                                       "establish the batch job's end by its recorded id (never resubmits)")
+        call, sinks = _call(update, step, argv, wait + MARGIN)
+        if call.complete or not (call.interrupted or call.frame_error):
+            break
+        update.ctx.narrate(f"deploy-reconcile: {call.describe()}")
+    return call, sinks
+
+
+def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall,
+              sinks: dict[str, TranscriptSink]) -> RunResult:
+    receipt, where = update.receipt, call.where
+    summary = call.records.get("summary")
+    if summary is None:
+        _discard(sinks)
+        return _unknown(update, command, call, "the helper's report never arrived")
+    deploy = receipt.deploy
+    for key in ("job_id", "exit_code", "sbatch_exit_code", "job_state", "job_exit_code", "end_source",
+                "established", "timed_out", "cancel", "reconciled", "notes"):
+        if summary.get(key) is not None or key not in deploy:
+            deploy[key] = summary.get(key)
+    deploy["retention"] = summary.get("retention")
+    _fill_output(update, summary, call, sinks)
+    if call.complete:  # the step that delivered the report carries the deployment's exit status
+        call.step.exit_code = deploy["exit_code"]
+        if summary.get("established"):
+            call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+        else:
+            call.step.status = "interrupted" if not summary.get("timed_out") else "failed"
+            call.step.detail = "; ".join(summary.get("notes") or []) or "the job's end was not established"
+    if summary.get("submitted") is False:
+        update.reclaim(success=False)
+        raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
+                           f"{' '.join(summary.get('notes') or [])} {(summary.get('sbatch_stderr') or '').strip()[-500:]}")
+    if summary.get("timed_out"):
+        cancel = summary.get("cancel") or {}
+        text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
+                f"({_seconds(update.profile.timeout_seconds)} s)")
+        if cancel.get("ok"):
+            update.reclaim(success=False)
+            raise VqAdminError(f"deploy: {text}; vq-admin cancelled it (scancel exit 0); transcripts in {deploy['log_dir']}")
+        return RunResult(list(command.argv), where, None, stderr=f"{text}; cancelling it failed: {cancel.get('message')}".encode(),
+                         seconds=call.seconds, interrupted="timeout")
+    if not summary.get("established"):
+        return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
+    return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+
+def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str) -> RunResult:
+    deploy = update.receipt.deploy
+    deploy["established"] = False
+    if not update.receipt.command_output:
+        update.receipt.command_output = {"complete": False, "reason": "unavailable", "log_dir": deploy["log_dir"],
+                                         "observations": 0, "stdout": "", "stderr": "",
+                                         "note": "the transcript was not read; it is retained in log_dir"}
+        update.receipt.metrics, update.receipt.metrics_complete = {}, False
+    message = (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be established "
+               f"({why}); log directory {deploy['log_dir']}")
+    return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
+                     interrupted="transport")
+
+
+def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamCall,
+                 sinks: dict[str, TranscriptSink]) -> None:
+    """command_output, metrics and the driver's transcript copy from what arrived."""
+    receipt = update.receipt
+    settle = summary.get("settle") or {}
+    sent = (call.records.get("end") or {}).get("sent") or {}
+    problems = []
+    for name, sink in sinks.items():
+        got = sent.get(name)
+        if not call.ended or got is None:
+            problems.append(f"{name}: the stream was cut before the end")
+        elif got.get("bytes") != sink.bytes or got.get("xxh3") != sink.xxh3:
+            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
+        elif settle.get("settled") and got.get("settled_xxh3") != got.get("xxh3"):
+            problems.append(f"{name}: changed after it had settled")
+    transcript = None
+    if sinks:
+        for sink in sinks.values():
+            path = sink.commit()
+        transcript = str(path.parent)
+    if not summary.get("established") and not summary.get("timed_out"):
+        problems.append("the job's end was not established: its transcript may still grow")
+    complete = bool(settle.get("settled")) and not problems
+    reason = None if complete else settle.get("reason") or ("unavailable" if any("cut" in p or "received" in p
+                                                                              for p in problems) else "unstable")
+    out, err = sinks["stdout"], sinks["stderr"]
+    output: dict[str, Any] = {
+        "complete": complete, "reason": reason, "log_dir": receipt.deploy["log_dir"],
+        "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
+        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
+        "truncated": out.truncated or err.truncated, "transcript": transcript,
+    }
+    if out.truncated or err.truncated:
+        output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"
+    if not complete:
+        output["problems"] = problems
+        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {receipt.deploy['log_dir']} "
+                          "holds what the job wrote; metrics are partial evidence, and an empty metrics object is "
+                          "not proof that no build work occurred")
+        update.ctx.narrate(f"deploy: {output['note']}")
+    receipt.command_output = output
+    metrics = dict(out.metrics)
+    metrics.update(err.metrics)
+    receipt.metrics, receipt.metrics_complete = metrics, complete

@@ -1,0 +1,203 @@
+"""Allocation transcripts: settle latency, memory while settling, retention speed.
+
+``python3 bench/bench_allocation.py [--quick]``; ``main(argv)`` returns rows
+(figure, baseline measured in the same run, ratio):
+
+* settle time of already-stable output, with the rule's real 1 s interval,
+  against the same loop with observations that cost nothing (the rule's
+  floor is 2.0 s: three observations, one second apart);
+* peak RSS of a fresh process settling two 1 GiB transcripts (xxh3-64,
+  streamed), against the peak RSS of the same process idle;
+* peak RSS of the driver receiving those two transcripts through the
+  framed stream into its transcript copy, against the same idle baseline;
+* time to prune 10,000 attempt directories (all but the newest ~100 over
+  the 100 MiB cap), against one ``os.scandir`` walk that stats the same tree,
+  and against ``rm -rf`` of an identical tree (the filesystem's own price
+  for removing that many files and directories).
+
+``--quick`` shrinks the transcripts to 64 MiB and the tree to 1,000 attempts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from common import print_rows, row  # noqa: E402
+
+MiB = 1 << 20
+BLOCK = bytes(range(256)) * 4096  # 1 MiB, not all zeros
+
+CHILD_IDLE = """
+import resource, sys
+from vq_admin.agent import settle, frames
+import xxhash
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+CHILD_IDLE_DRIVER = """
+import resource, sys
+from vq_admin.agent import frames
+from vq_admin.lanes.allocation_stream import TranscriptSink
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+CHILD_SETTLE = """
+import resource, sys
+from vq_admin.agent import settle, frames
+import xxhash
+result = settle.settle(settle.DirectoryObserver(sys.argv[1]), sleep=lambda s: None)
+assert result.settled, result
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+CHILD_RECEIVE = """
+import os, resource, sys, threading
+from pathlib import Path
+from vq_admin.agent import frames
+from vq_admin.lanes.allocation_stream import TranscriptSink
+src = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+r, w = os.pipe()
+writer = frames.FrameWriter(w)
+def send():
+    for kind, name in (("out", "stdout"), ("err", "stderr")):
+        writer.stream_file(kind, src, name, None)
+    writer.record("end", {"sent": {}})
+    os.close(w)
+threading.Thread(target=send, daemon=True).start()
+sinks = {n: TranscriptSink(Path(sys.argv[2]), n) for n in ("stdout", "stderr")}
+with os.fdopen(r, "rb") as stream:
+    assert frames.read_frames(stream, lambda k, v: None, lambda n, c: sinks[n].write(c))
+for s in sinks.values():
+    s.commit()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _child_kib(code: str, *args: str) -> int:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
+                          cwd=str(HERE.parent))
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def _write_transcript(path: Path, size: int) -> None:
+    with open(path, "wb") as fh:
+        for _ in range(size // MiB):
+            fh.write(BLOCK)
+
+
+def bench_settle_latency() -> dict:
+    from vq_admin.agent import settle
+
+    with tempfile.TemporaryDirectory(prefix="vq-bench-settle-") as tmp:
+        (Path(tmp) / "stdout").write_bytes(b"VQ-DEPLOY-METRIC built=1\n" * 1000)
+        (Path(tmp) / "stderr").write_bytes(b"warning\n" * 100)
+        started = time.monotonic()
+        result = settle.settle(settle.DirectoryObserver(tmp))
+        figure = time.monotonic() - started
+        assert result.settled and result.observations == 3
+        fixed = (settle.FileState(1, "a"), settle.FileState(1, "b"))
+        started = time.monotonic()
+        settle.settle(lambda: fixed)
+        baseline = time.monotonic() - started
+    return row("settle, already-stable output (1 s interval)", figure, "s", baseline,
+               "same loop, free observations", target="floor 2.0 s")
+
+
+def bench_memory(size: int) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="vq-bench-mem-") as tmp:
+        attempt = Path(tmp) / "attempt"
+        attempt.mkdir()
+        _write_transcript(attempt / "stdout", size)
+        _write_transcript(attempt / "stderr", size)
+        idle = _child_kib(CHILD_IDLE)
+        settling = _child_kib(CHILD_SETTLE, str(attempt))
+        idle_driver = _child_kib(CHILD_IDLE_DRIVER)
+        receiving = _child_kib(CHILD_RECEIVE, str(attempt), str(Path(tmp) / "copy"))
+        assert (Path(tmp) / "copy" / "stdout").stat().st_size == size
+    label = f"{size // MiB} MiB" if size < 1 << 30 else f"{size >> 30} GiB"
+    return [
+        row(f"agent: peak RSS settling two {label} transcripts", settling / 1024, "MiB", idle / 1024,
+            "same process idle"),
+        row(f"driver: peak RSS receiving two {label} transcripts", receiving / 1024, "MiB", idle_driver / 1024,
+            "same process idle", target="+2 x 16 MiB receipt tails"),
+    ]
+
+
+def _make_tree(parent: Path, attempts: int) -> str:
+    names = []
+    for i in range(attempts):
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(1_700_000_000 + i))
+        name = f"deploy.{stamp}.{i:08x}"
+        d = parent / name
+        d.mkdir()
+        with open(d / "stdout", "wb") as fh:
+            os.truncate(fh.fileno(), MiB)  # 1 MiB each (sparse): ~100 fit under the cap
+        (d / "stderr").write_bytes(b"")
+        (d / "job").write_text(f"{i}\n")
+        names.append(name)
+    return names[-1]
+
+
+def _walk(parent: Path) -> int:
+    total = 0
+    with os.scandir(parent) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as inner:
+                    for f in inner:
+                        total += f.stat(follow_symlinks=False).st_size
+    return total
+
+
+def bench_prune(attempts: int) -> list[dict]:
+    from vq_admin.agent import retention
+
+    with tempfile.TemporaryDirectory(prefix="vq-bench-prune-") as tmp:
+        parent = Path(tmp) / "prog"
+        parent.mkdir()
+        current = _make_tree(parent, attempts)
+        _walk(parent)  # warm the dentry cache for both measurements alike
+        started = time.perf_counter()
+        _walk(parent)
+        baseline = time.perf_counter() - started
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            started = time.perf_counter()
+            result = retention.prune(fd, current)
+            figure = time.perf_counter() - started
+        finally:
+            os.close(fd)
+        kept = len(os.listdir(parent))
+        assert len(result["removed"]) == attempts - kept and kept < 110, (kept, len(result["removed"]))
+        # a second, identical tree removed by rm -rf: what the filesystem itself charges for removal
+        other = Path(tmp) / "other"
+        other.mkdir()
+        _make_tree(other, attempts)
+        started = time.perf_counter()
+        subprocess.run(["rm", "-rf", "--", str(other)], check=True)
+        rm_rf = time.perf_counter() - started
+    name = f"prune {attempts:,} attempt directories ({len(result['removed']):,} removed)"
+    return [row(name, figure, "s", baseline, "os.scandir walk of the same tree"),
+            row(name, figure, "s", rm_rf, "rm -rf of an identical tree")]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="64 MiB transcripts, 1,000 attempts")
+    args, _unknown = parser.parse_known_args(argv)
+    size = 64 * MiB if args.quick else 1 << 30
+    attempts = 1_000 if args.quick else 10_000
+    rows = [bench_settle_latency(), *bench_memory(size), *bench_prune(attempts)]
+    print_rows(rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

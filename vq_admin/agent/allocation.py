@@ -1,0 +1,341 @@
+"""Allocation builds on the login host: attempt directories, the batch job,
+settle, retention, and reconciliation after a dropped connection.
+
+Layout (CONTRACT section 5)::
+
+    <scratch_root>/.vq-admin/runtime-deploy/<program>/
+        .lock                          per-program lock (creation and retention)
+        deploy.<UTC>.<hex>/            one attempt, 0700, created fresh
+            stdout  stderr             the job's transcripts (sbatch --output/--error)
+            job                        the Slurm job id, written the moment sbatch prints it
+            argv.json  job.py          what the job runs (no shell anywhere)
+            .live                      held (shared flock) while a run uses the attempt
+
+Every level the tool creates is opened with ``O_NOFOLLOW`` below its
+parent, so a symlink planted at ``.vq-admin``, ``runtime-deploy``, the
+program directory or the attempt is refused and nothing is written through
+it.  An attempt directory is never reused: creating an existing name fails.
+
+``run`` submits ``sbatch --parsable --wait`` and bounds the wait;
+``reconcile`` never submits: it establishes the end of the job recorded in
+``job`` (``scontrol``, else the job completion log, else ``sacct``).  Both
+then settle the transcripts, apply retention and stream the transcripts
+back (see :mod:`.frames`) while the attempt is still live.
+
+Standard library (+ ``xxhash``): runs inside ``vq-admin-agent``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import secrets
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from . import retention, safedirs, slurmjob
+from .frames import FrameWriter
+from .settle import DirectoryObserver, SettleResult, settle
+
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+LOCK_WAIT = 120.0
+JOB_ID_WAIT = 120.0
+JOB_SCRIPT = """\
+# vq-admin allocation job: run the provider argv recorded in the JSON file
+# named by the first argument, without any shell.
+import json, os, sys
+with open(sys.argv[1], "rb") as fh:
+    spec = json.load(fh)
+env = dict(os.environ)
+env.update(spec["env"])
+sys.stdout.flush()
+try:
+    os.execvpe(spec["argv"][0], spec["argv"], env)
+except OSError as exc:
+    sys.stderr.write("vq-admin job: cannot run %s: %s\\n" % (spec["argv"][0], exc.strerror))
+    sys.exit(127)
+"""
+
+
+class MissingDependency(Exception):
+    """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
+
+
+def require_xxhash() -> None:
+    """Checked before anything is created or submitted: settling needs xxh3-64."""
+    try:
+        import xxhash  # noqa: F401
+    except ImportError:
+        raise MissingDependency(f"the Python module xxhash is not importable by {sys.executable}; install "
+                                "vq-admin with its dependencies on this host (nothing was submitted)") from None
+
+
+def program_parts(program: str) -> list[str]:
+    if not NAME_RE.match(program):
+        raise safedirs.UnsafePath(f"bad program name {program!r}")
+    return [".vq-admin", "runtime-deploy", program]
+
+
+def new_attempt_name() -> str:
+    return f"deploy.{safedirs.utc_stamp()}.{secrets.token_hex(4)}"
+
+
+def check_root(root: str) -> None:
+    """sbatch expands ``%`` patterns (and ``\\``) in --output/--error paths: refuse them."""
+    if "%" in root or "\\" in root:
+        raise safedirs.UnsafePath(f"{root}: '%' and '\\' are not allowed in scratch_root (Slurm expands them in file names)")
+
+
+@contextmanager
+def program_lock(program_fd: int, wait: float = LOCK_WAIT) -> Iterator[None]:
+    """The per-program lock (``<program>/.lock``, kernel flock, never through a symlink)."""
+    fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=program_fd)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"the per-program lock was held for more than {wait:.0f} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Attempt:
+    """An open, live attempt directory (close() releases it)."""
+
+    root: str
+    program: str
+    name: str
+    program_fd: int
+    fd: int
+    live_fd: int
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, *program_parts(self.program), self.name)
+
+    def close(self) -> None:
+        for fd in (self.live_fd, self.fd, self.program_fd):
+            os.close(fd)
+
+    def write_file(self, name: str, data: bytes, mode: int = 0o600) -> None:
+        """Write *name* atomically (temp file + rename) inside the attempt."""
+        tmp = f".tmp.{name}.{secrets.token_hex(4)}"
+        safedirs.write_new_file(self.fd, tmp, data, mode)
+        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.fsync(self.fd)
+
+    def read_job_id(self) -> str | None:
+        try:
+            fd = os.open("job", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            text = fh.read(100).decode("ascii", "replace").strip()
+        return text if text.isdigit() else None
+
+
+def _live_lock(attempt_fd: int, create: bool) -> int:
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(retention.LIVE_LOCK, flags, 0o600, dir_fd=attempt_fd)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def create_attempt(root: str, program: str, name: str | None = None) -> Attempt:
+    """Create a fresh attempt directory (0700) and hold it live."""
+    check_root(root)
+    if name is not None and not retention.ATTEMPT_RE.match(name):
+        raise safedirs.UnsafePath(f"bad attempt name {name!r} (deploy.<yyyymmddTHHMMSSZ>.<hex>)")
+    pfd = safedirs.open_chain(root, program_parts(program))
+    try:
+        with program_lock(pfd):
+            if name is None:
+                name = safedirs.create_fresh(pfd, "deploy")
+            else:
+                try:
+                    os.mkdir(name, 0o700, dir_fd=pfd)
+                except FileExistsError:
+                    raise safedirs.UnsafePath(f"attempt {name} already exists; attempts are never reused") from None
+            fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+            try:
+                live = _live_lock(fd, create=True)
+            except BaseException:
+                os.close(fd)
+                raise
+    except BaseException:
+        os.close(pfd)
+        raise
+    return Attempt(root, program, name, pfd, fd, live)
+
+
+def open_attempt(root: str, program: str, name: str) -> tuple[Attempt, bool, bool]:
+    """Open an existing attempt for reconciliation: ``(attempt, fenced, original_alive)``.
+
+    A missing attempt is created (``fenced``), so an agent whose start was
+    delayed past the drop can no longer submit under that name.
+    """
+    check_root(root)
+    if not retention.ATTEMPT_RE.match(name):
+        raise safedirs.UnsafePath(f"bad attempt name {name!r}")
+    pfd = safedirs.open_chain(root, program_parts(program))
+    try:
+        with program_lock(pfd):
+            fenced = False
+            try:
+                os.mkdir(name, 0o700, dir_fd=pfd)
+                fenced = True
+            except FileExistsError:
+                pass
+            fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+            try:
+                alive = not fenced and retention.is_live(pfd, name)
+                try:
+                    live = _live_lock(fd, create=False)
+                except FileNotFoundError:
+                    live = _live_lock(fd, create=True)
+            except BaseException:
+                os.close(fd)
+                raise
+    except BaseException:
+        os.close(pfd)
+        raise
+    return Attempt(root, program, name, pfd, fd, live), fenced, alive
+
+
+def job_script(python: str | None = None) -> bytes:
+    """The batch script: a fixed Python program (only the interpreter line varies)."""
+    python = python or sys.executable
+    if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
+        python = "/usr/bin/env python3"
+    return f"#!{python}\n{JOB_SCRIPT}".encode()
+
+
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str]) -> list[str]:
+    path = attempt.path
+    return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
+            f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", f"{path}/argv.json"]
+
+
+def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None) -> dict:
+    """Settle, apply retention, stream the transcripts: the common end of run and reconcile.
+
+    A job that was never submitted wrote nothing: its files are observed
+    once, not settled for ten seconds.
+    """
+    kw = dict(settle_kw or {})
+    if summary.get("submitted") is False:
+        kw["max_observations"] = 1
+    result: SettleResult = settle(DirectoryObserver(attempt.path), **kw)
+    summary["settle"] = result.to_dict()
+    with program_lock(attempt.program_fd):
+        summary["retention"] = retention.prune(attempt.program_fd, attempt.name)
+    frames.record("summary", summary)
+    sent = {}
+    for kind, name, state in (("out", "stdout", result.last[0]), ("err", "stderr", result.last[1])):
+        limit = state.size if result.settled else None
+        sent[name] = frames.stream_file(kind, attempt.fd, name, limit)
+        sent[name]["settled_xxh3"] = state.xxh3 if result.settled else None
+    frames.record("end", {"sent": sent})
+    return summary
+
+
+def base_summary(attempt: Attempt) -> dict:
+    return {
+        "attempt": attempt.name, "attempt_dir": attempt.path, "program": attempt.program,
+        "job_id": None, "submitted": None, "sbatch_exit_code": None, "exit_code": None,
+        "job_state": None, "job_exit_code": None, "end_source": None, "established": False,
+        "timed_out": False, "cancel": None, "reconciled": False, "fenced": False, "notes": [],
+        "sbatch_stderr": "",
+    }
+
+
+def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
+        timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
+        settle_kw: dict | None = None) -> dict:
+    """Create the attempt, submit and wait (bounded), then :func:`finish`."""
+    require_xxhash()
+    for key in env:
+        if not ENV_NAME_RE.match(key):
+            raise ValueError(f"bad environment variable name {key!r}")
+    attempt = create_attempt(root, program, attempt_name)
+    try:
+        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+        attempt.write_file("argv.json", json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode())
+        attempt.write_file("job.py", job_script(), 0o700)
+        summary = base_summary(attempt)
+
+        def on_job_id(job_id: str) -> None:
+            try:
+                attempt.write_file("job", f"{job_id}\n".encode())
+            except OSError as exc:
+                summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
+            frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
+
+        sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args), timeout, on_job_id)
+        summary.update(job_id=sub.job_id, submitted=sub.submitted, sbatch_exit_code=sub.sbatch_exit_code,
+                       timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
+        if sub.error:
+            summary["notes"].append(sub.error)
+        if sub.submitted and not sub.timed_out and sub.sbatch_exit_code is not None:
+            summary.update(exit_code=sub.sbatch_exit_code, established=True, end_source="sbatch")
+            how, fields = slurmjob.scontrol_state(sub.job_id, timeout=20.0)  # evidence only; never waited on long
+            if how == "known":
+                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
+        elif sub.timed_out:
+            summary["notes"].append(f"the job did not finish within {timeout:g} s; "
+                                    + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
+                                       else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+        return finish(attempt, frames, summary, settle_kw=settle_kw)
+    finally:
+        attempt.close()
+
+
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
+              settle_kw: dict | None = None, poll: float = 2.0) -> dict:
+    """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
+    require_xxhash()
+    attempt, fenced, alive = open_attempt(root, program, attempt_name)
+    try:
+        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+        summary = base_summary(attempt)
+        summary.update(reconciled=True, fenced=fenced)
+        if fenced:
+            summary["notes"].append("the attempt directory did not exist; it was created now so that a delayed "
+                                    "agent cannot submit under this name")
+            frames.record("summary", summary)
+            frames.record("end", {"sent": {}})
+            return summary
+        deadline = time.monotonic() + timeout
+        id_deadline = min(deadline, time.monotonic() + JOB_ID_WAIT)
+        job_id = attempt.read_job_id()
+        while job_id is None and alive and time.monotonic() < id_deadline:
+            time.sleep(0.5)  # the original agent is alive and may still record the id
+            job_id = attempt.read_job_id()
+        summary["job_id"] = job_id
+        if job_id is None:
+            summary["notes"].append("no job id was recorded in the attempt; the job's end cannot be established")
+        else:
+            summary["submitted"] = True
+            frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
+            search = slurmjob.wait_for_end(job_id, f"vq-deploy-{program}", max(0.0, deadline - time.monotonic()),
+                                           poll=poll)
+            summary["notes"].extend(search.notes)
+            summary["job_state"] = search.last_state
+            if search.end is not None:
+                summary.update(search.end.to_dict(), established=True)
+        return finish(attempt, frames, summary, settle_kw=settle_kw)
+    finally:
+        attempt.close()

@@ -1,0 +1,170 @@
+"""Retention of allocation attempt directories, per program (CONTRACT section 5).
+
+Below ``<scratch_root>/.vq-admin/runtime-deploy/<program>/``, after every run:
+
+* newest first, counting the current attempt first, keep attempts while the
+  running total of their sizes stays within the cap (100 MiB); remove the
+  first attempt that does not fit and every older one;
+* the current attempt is never removed, even when it alone is over the cap;
+* the legacy shared ``deploy.out`` and ``deploy.err`` are removed;
+* nothing else is touched: only directories named ``deploy.<UTC>.<hex>``
+  (never a symlink of that name) and the two legacy names are ever removed,
+  and only below this one program's directory.
+
+"Newest" is the UTC time in the name (``deploy.YYYYmmddTHHMMSSZ.<hex>``);
+attempts of the same second are ordered by name.  An attempt's size is the
+sum of ``st_size`` of the regular files below it (what a reader of its
+transcripts would stream), never following a symlink.
+
+An attempt another run is still using holds a shared ``flock`` on its
+``.live`` file.  Such a live attempt is someone else's current attempt: it
+is skipped (neither counted nor removed), so two runs never prune each
+other's live attempt.  Callers hold the per-program lock around
+:func:`prune`; since ``.live`` is only ever taken under that same lock, an
+attempt found not live stays so until the prune is over.
+
+Standard library only: runs inside ``vq-admin-agent``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import stat
+from typing import Callable, Iterable
+
+from . import safedirs
+
+CAP_BYTES = 100 * 1024 * 1024
+ATTEMPT_RE = re.compile(r"\Adeploy\.(\d{8}T\d{6}Z)\.([0-9a-f]{8,64})\Z")
+LEGACY_FILES = ("deploy.out", "deploy.err")
+LIVE_LOCK = ".live"
+
+
+def newest_first(names: Iterable[str]) -> list[str]:
+    """Attempt names, newest first (by the UTC stamp, then by name)."""
+    def key(name: str) -> tuple[str, str]:
+        m = ATTEMPT_RE.match(name)
+        assert m is not None
+        return m.group(1), name
+
+    return sorted(names, key=key, reverse=True)
+
+
+def choose_removals(current: str, others: Iterable[str], size: Callable[[str], int],
+                    live: Callable[[str], bool] = lambda name: False, cap: int = CAP_BYTES) -> tuple[list[str], int]:
+    """The retention rule as a pure function: ``(names to remove, retained bytes)``.
+
+    *others* are the attempts besides *current*; *size* is asked only for
+    attempts whose size matters (not for those already condemned).
+    """
+    total = size(current)
+    removing = False
+    remove: list[str] = []
+    for name in newest_first(n for n in others if n != current):
+        if live(name):
+            continue
+        if removing:
+            remove.append(name)
+            continue
+        bytes_ = size(name)
+        if total + bytes_ <= cap:
+            total += bytes_
+        else:
+            removing = True
+            remove.append(name)
+    return remove, total
+
+
+def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def is_live(program_fd: int, name: str) -> bool:
+    """True when another process holds the attempt's ``.live`` lock.
+
+    An attempt without a ``.live`` file (a crash before it was made, or a
+    directory of an older version) is not live.
+    """
+    try:
+        afd = os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)
+    except OSError:
+        return False
+    try:
+        lfd = os.open(LIVE_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=afd)
+    except OSError:
+        return False
+    finally:
+        os.close(afd)
+    try:
+        fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lfd)
+    return False
+
+
+def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
+    """Apply the retention rule below the open program directory *program_fd*.
+
+    Returns ``{"removed", "removed_bytes", "legacy_removed", "live_skipped",
+    "retained_bytes", "errors"}``.  A failure to remove one attempt is
+    reported in ``errors`` and does not stop the others.
+    """
+    attempts = []
+    for entry in os.scandir(program_fd):
+        if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False):
+            attempts.append(entry.name)
+    live_skipped: list[str] = []
+
+    def live(name: str) -> bool:
+        if is_live(program_fd, name):
+            live_skipped.append(name)
+            return True
+        return False
+
+    def size(name: str) -> int:
+        try:
+            return safedirs.tree_size_at(program_fd, name)
+        except FileNotFoundError:
+            return 0
+
+    removed: list[str] = []
+    errors: list[str] = []
+    removed_bytes = 0
+    condemned, total = choose_removals(current, attempts, size, live, cap)
+    for name in condemned:
+        try:
+            removed_bytes += safedirs.remove_tree_at(program_fd, name)
+            removed.append(name)
+        except FileNotFoundError:
+            removed.append(name)
+        except OSError as exc:
+            errors.append(f"{name}: {exc.strerror or exc}")
+    legacy = []
+    for name in LEGACY_FILES:
+        st = _lstat(program_fd, name)
+        if st is None:
+            continue
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            try:
+                os.unlink(name, dir_fd=program_fd)
+                legacy.append(name)
+            except OSError as exc:
+                errors.append(f"{name}: {exc.strerror or exc}")
+        else:
+            errors.append(f"{name}: not a file; left in place")
+    return {
+        "removed": removed,
+        "removed_bytes": removed_bytes,
+        "legacy_removed": legacy,
+        "live_skipped": sorted(live_skipped),
+        "retained_bytes": total,
+        "cap_bytes": cap,
+        "errors": errors,
+    }

@@ -1,0 +1,192 @@
+"""Settling an allocation transcript after ``sbatch --wait`` returns.
+
+A batch job's ``stdout`` and ``stderr`` are written on a compute node; the
+login host may see them late (shared-filesystem attribute caches, delayed
+flushes).  The rule, from the product document:
+
+* observe both files at one-second intervals, at most ten observations;
+* an observation is the pair of xxh3-64 checksums (and sizes) of the two
+  files, each streamed in 1 MiB chunks, so memory stays constant whatever
+  their size; each observation opens the files afresh;
+* the transcript has *settled* when three consecutive observations are
+  identical, both files are readable, and together they hold some output.
+
+When it does not settle within ten observations the last observation gives
+the reason: a file missing or unreadable -> ``unavailable``; both files
+empty -> ``empty``; otherwise -> ``unstable``.  This bounded settle handles
+ordinary visibility delays; it cannot certify completeness after arbitrary
+delayed writes.
+
+The loop takes its clock, its sleep and its observation function as
+arguments, so tests drive it deterministically without real sleeps.
+
+Standard library plus ``xxhash`` (imported lazily); runs inside
+``vq-admin-agent``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+CHUNK = 1 << 20
+INTERVAL = 1.0
+MAX_OBSERVATIONS = 10
+REQUIRED_IDENTICAL = 3
+FILES = ("stdout", "stderr")
+REASONS = ("empty", "unavailable", "unstable")
+
+
+@dataclass(frozen=True)
+class FileState:
+    """One file at one observation: its size and xxh3-64, or why it could not be read."""
+
+    size: int | None = None
+    xxh3: str | None = None
+    error: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"size": self.size, "xxh3": self.xxh3, "error": self.error}
+
+
+Observation = tuple[FileState, ...]
+
+
+def _hasher():
+    import xxhash  # lazily: only the settle needs it
+
+    return xxhash.xxh3_64()
+
+
+def hash_fd(fd: int, limit: int | None = None) -> tuple[int, str]:
+    """Stream *fd* from its current offset (at most *limit* bytes): ``(bytes, xxh3-64 hex)``."""
+    h = _hasher()
+    size = 0
+    while limit is None or size < limit:
+        want = CHUNK if limit is None else min(CHUNK, limit - size)
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        h.update(chunk)
+        size += len(chunk)
+    return size, h.hexdigest()
+
+
+def file_state(dir_fd: int, name: str) -> FileState:
+    """Checksum file *name* below *dir_fd* (never through a symlink)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return FileState(error="missing")
+    except OSError as exc:
+        return FileState(error=exc.strerror or str(exc))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return FileState(error="not a regular file")
+        size, digest = hash_fd(fd)
+        return FileState(size=size, xxh3=digest)
+    except OSError as exc:
+        return FileState(error=exc.strerror or str(exc))
+    finally:
+        os.close(fd)
+
+
+class DirectoryObserver:
+    """Observe ``stdout`` and ``stderr`` in *directory*, opening everything afresh each time.
+
+    A missing or unopenable directory makes every file ``unavailable``; the
+    directory itself is opened with ``O_NOFOLLOW``.
+    """
+
+    def __init__(self, directory: str, names: Sequence[str] = FILES):
+        self.directory = directory
+        self.names = tuple(names)
+
+    def __call__(self) -> Observation:
+        try:
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return tuple(FileState(error="directory missing") for _ in self.names)
+        except OSError as exc:
+            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in self.names)
+        try:
+            return tuple(file_state(dfd, name) for name in self.names)
+        finally:
+            os.close(dfd)
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    settled: bool
+    reason: str | None  # None when settled; else one of REASONS
+    observations: int
+    last: Observation
+    seconds: float
+
+    def to_dict(self, names: Sequence[str] = FILES) -> dict[str, object]:
+        return {
+            "settled": self.settled,
+            "reason": self.reason,
+            "observations": self.observations,
+            "seconds": round(self.seconds, 3),
+            "files": {name: state.to_dict() for name, state in zip(names, self.last)},
+        }
+
+
+def has_output(observation: Observation) -> bool:
+    return all(s.readable for s in observation) and sum(s.size or 0 for s in observation) > 0
+
+
+def is_settled(history: Sequence[Observation], required: int = REQUIRED_IDENTICAL) -> bool:
+    """The last *required* observations are identical, readable and hold some output."""
+    if len(history) < required:
+        return False
+    last = history[-required:]
+    return all(o == last[0] for o in last) and has_output(last[0])
+
+
+def classify(observation: Observation) -> str:
+    """Why an unsettled transcript is incomplete, judged on its last observation."""
+    if any(not s.readable for s in observation):
+        return "unavailable"
+    if sum(s.size or 0 for s in observation) == 0:
+        return "empty"
+    return "unstable"
+
+
+def settle(
+    observe: Callable[[], Observation],
+    *,
+    interval: float = INTERVAL,
+    max_observations: int = MAX_OBSERVATIONS,
+    required: int = REQUIRED_IDENTICAL,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SettleResult:
+    """Observe until settled or *max_observations* were made.
+
+    Observation *k* (from 0) starts at ``start + k * interval``; when an
+    observation itself takes longer than the interval the next one starts
+    at once.  Stable output therefore settles after exactly *required*
+    observations, ``(required - 1) * interval`` seconds after the first.
+    """
+    if max_observations < 1 or required < 1:
+        raise ValueError("max_observations and required must be positive")
+    start = clock()
+    history: list[Observation] = []
+    for k in range(max_observations):
+        if k:
+            delay = start + k * interval - clock()
+            if delay > 0:
+                sleep(delay)
+        history.append(tuple(observe()))
+        if is_settled(history, required):
+            return SettleResult(True, None, len(history), history[-1], clock() - start)
+    return SettleResult(False, classify(history[-1]), len(history), history[-1], clock() - start)

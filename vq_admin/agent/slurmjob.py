@@ -1,0 +1,279 @@
+"""One Slurm batch job: submit with ``sbatch --parsable --wait``, bound the
+wait, cancel at the bound; and establish a job's end by its id afterwards.
+
+Facts this relies on (Slurm 22.05): ``--parsable`` prints the job id at
+once, before waiting; ``sbatch --wait`` exits with the job's exit status
+(a cancelled or killed job gives 1, an sbatch usage error 255); while the
+controller is unreachable sbatch retries forever, so the wait needs a bound
+of our own.  A finished job stays in ``scontrol show job`` for MinJobAge
+seconds; after that the job completion log (``jobcomp/filetxt``, path from
+``scontrol show config``) or ``sacct`` tells its end.
+
+Standard library only: runs inside ``vq-admin-agent``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+})
+JOB_ID_RE = re.compile(r"\A(\d+)(?:;\S+)?\Z")
+QUERY_TIMEOUT = 60.0
+CANCEL_GRACE = 15.0
+_FIELD_RE = {
+    "JobId": re.compile(r"(?:^|\s)JobId=(\d+)(?=\s|$)"),
+    "JobState": re.compile(r"(?:^|\s)JobState=([A-Z_]+)"),
+    "ExitCode": re.compile(r"(?:^|\s)ExitCode=(\d+):(\d+)"),
+    "Name": re.compile(r"(?:^|\s)(?:Job)?Name=(\S*)"),
+}
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How a job ended, and which source said so."""
+
+    job_id: str
+    state: str
+    exit_code: int
+    raw_exit: str | None
+    source: str  # scontrol | jobcomp | sacct
+
+    def to_dict(self) -> dict[str, object]:
+        return {"job_state": self.state, "job_exit_code": self.raw_exit, "exit_code": self.exit_code,
+                "end_source": self.source}
+
+
+def wait_status(state: str, status: int | None, signal: int | None) -> int:
+    """The exit status ``sbatch --wait`` gives for a job that ended so.
+
+    A normal exit gives its status; a signal gives 1; a job that did not
+    complete but shows status 0 (cancelled while pending, node failure)
+    gives 1, so no unfinished job ever reads as success.
+    """
+    code = status if (status is not None and not signal) else 1
+    if code == 0 and state != "COMPLETED":
+        return 1
+    return code
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """``JobId``, ``JobState``, ``ExitCode`` (``"3:0"``) and ``Name`` of one record line."""
+    found: dict[str, str] = {}
+    for key, rx in _FIELD_RE.items():
+        m = rx.search(line)
+        if m:
+            found[key] = ":".join(m.groups()) if key == "ExitCode" else m.group(1)
+    return found
+
+
+def _end_from(fields: dict[str, str], job_id: str, source: str) -> JobEnd | None:
+    state = fields.get("JobState", "")
+    if state not in TERMINAL_STATES:
+        return None
+    raw = fields.get("ExitCode")
+    status = signal = None
+    if raw:
+        status, signal = (int(x) for x in raw.split(":"))
+    return JobEnd(job_id, state, wait_status(state, status, signal), raw, source)
+
+
+def _run(argv: Sequence[str], timeout: float = QUERY_TIMEOUT) -> tuple[int | None, str, str]:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        return None, "", f"{argv[0]}: no answer within {timeout:.0f} s"
+    except OSError as exc:
+        return None, "", f"{argv[0]}: {exc.strerror or exc}"
+    return done.returncode, done.stdout, done.stderr
+
+
+def scontrol_state(job_id: str, timeout: float = QUERY_TIMEOUT) -> tuple[str, dict[str, str]]:
+    """``("known", fields)``, ``("gone", {})`` when the record aged out, or ``("unreachable", {"error": ...})``."""
+    code, out, err = _run(["scontrol", "show", "job", "-o", job_id], timeout)
+    if code == 0:
+        for line in out.splitlines():
+            fields = parse_fields(line)
+            if fields.get("JobId") == job_id:
+                return "known", fields
+    if "Invalid job id" in err:
+        return "gone", {}
+    return "unreachable", {"error": (err or out).strip()[-300:]}
+
+
+def jobcomp_path() -> str | None:
+    """``JobCompLoc`` when ``JobCompType`` is ``jobcomp/filetxt``."""
+    code, out, _err = _run(["scontrol", "show", "config"])
+    if code != 0:
+        return None
+    conf = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    conf = {k.strip(): v.strip() for k, v in conf.items()}
+    if conf.get("JobCompType") != "jobcomp/filetxt" or not conf.get("JobCompLoc", "").startswith("/"):
+        return None
+    return conf["JobCompLoc"]
+
+
+def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd | None:
+    """The last completion record of *job_id* (and *job_name*, when given) in the log at *path*."""
+    if not path:
+        return None
+    needle = f"JobId={job_id} "
+    found: dict[str, str] | None = None
+    try:
+        with open(path, "r", errors="replace") as fh:
+            for line in fh:
+                if not line.startswith(needle):
+                    continue
+                fields = parse_fields(line)
+                if job_name is None or fields.get("Name") == job_name:
+                    found = fields
+    except OSError:
+        return None
+    return _end_from(found, job_id, "jobcomp") if found else None
+
+
+def sacct_end(job_id: str) -> JobEnd | None:
+    code, out, _err = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "--format=JobID,State,ExitCode"])
+    if code != 0:
+        return None
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0] == job_id:
+            state = parts[1].split()[0] if parts[1] else ""
+            fields = {"JobState": state, "ExitCode": parts[2]} if re.match(r"\A\d+:\d+\Z", parts[2]) else {"JobState": state}
+            return _end_from(fields, job_id, "sacct")
+    return None
+
+
+@dataclass
+class EndSearch:
+    """What :func:`wait_for_end` found."""
+
+    end: JobEnd | None = None
+    last_state: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None = None
+             ) -> tuple[JobEnd | None, str | None, str | None]:
+    """One look: ``(end, last seen state, note)``.
+
+    ``scontrol`` first; once the record has aged out of it, the job
+    completion log (its path asked once and remembered in *jobcomp*), then
+    ``sacct``.  While the controller does not answer there is nothing more
+    to ask: the end stays unknown.
+    """
+    how, fields = scontrol_state(job_id)
+    if how == "known":
+        return _end_from(fields, job_id, "scontrol"), fields.get("JobState"), None
+    if how == "unreachable":
+        return None, None, f"scontrol: {fields.get('error') or 'no answer'}"
+    if jobcomp is None:
+        jobcomp = []
+    if not jobcomp:
+        jobcomp.append(jobcomp_path())
+    end = jobcomp_end(job_id, job_name, jobcomp[0]) or sacct_end(job_id)
+    if end is not None:
+        return end, end.state, None
+    return None, None, (f"job {job_id} is no longer known to scontrol and no completion record was found "
+                        f"(job completion log: {jobcomp[0] or 'not jobcomp/filetxt'}; sacct: no record)")
+
+
+def wait_for_end(job_id: str, job_name: str | None, timeout: float, *, poll: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> EndSearch:
+    """Look for the job's end until it is found or *timeout* seconds pass."""
+    deadline = clock() + timeout
+    search = EndSearch()
+    jobcomp: list[str | None] = []
+    while True:
+        end, state, note = find_end(job_id, job_name, jobcomp)
+        if end is not None:
+            search.end, search.last_state = end, end.state
+            return search
+        search.last_state = state or search.last_state
+        if note and (not search.notes or search.notes[-1] != note):
+            search.notes.append(note)
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return search
+        sleep(min(poll, remaining))
+
+
+@dataclass
+class Submission:
+    """What ``sbatch --parsable --wait`` did."""
+
+    job_id: str | None = None
+    sbatch_exit_code: int | None = None
+    timed_out: bool = False
+    cancel: dict[str, object] | None = None
+    stderr: str = ""
+    error: str | None = None
+
+    @property
+    def submitted(self) -> bool:
+        return self.job_id is not None
+
+
+def cancel(job_id: str) -> dict[str, object]:
+    code, out, err = _run(["scancel", job_id])
+    return {"job_id": job_id, "exit_code": code, "ok": code == 0, "message": (err or out).strip()[-300:]}
+
+
+def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[str], None]) -> Submission:
+    """Run sbatch; call *on_job_id* the moment it prints the id; bound the wait by *timeout*.
+
+    At the bound the job is cancelled (``scancel``), sbatch is given
+    :data:`CANCEL_GRACE` seconds to notice and is then killed.
+    """
+    result = Submission()
+    with tempfile.TemporaryFile() as errfile:
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errfile)
+        except OSError as exc:
+            result.error = f"{argv[0]}: {exc.strerror or exc}"
+            return result
+        got_id = threading.Event()
+
+        def read_stdout() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                m = JOB_ID_RE.match(raw.decode("utf-8", "replace").strip())
+                if m and result.job_id is None:
+                    result.job_id = m.group(1)
+                    try:
+                        on_job_id(result.job_id)
+                    finally:
+                        got_id.set()
+
+        reader = threading.Thread(target=read_stdout, name="sbatch-stdout", daemon=True)
+        reader.start()
+        try:
+            result.sbatch_exit_code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result.timed_out = True
+            if result.job_id is not None:
+                result.cancel = cancel(result.job_id)
+            else:
+                result.cancel = {"job_id": None, "ok": False, "exit_code": None,
+                                 "message": "sbatch printed no job id before the bound; nothing to cancel"}
+            try:
+                result.sbatch_exit_code = proc.wait(timeout=CANCEL_GRACE if result.cancel["ok"] else 0.1)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                result.sbatch_exit_code = None
+        reader.join(timeout=5)
+        errfile.seek(0)
+        result.stderr = errfile.read()[-4000:].decode("utf-8", "replace")
+    return result

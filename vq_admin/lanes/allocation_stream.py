@@ -1,0 +1,211 @@
+"""Driver side of the agent's framed allocation stream.
+
+:func:`stream_call` runs ``alloc-run`` or ``alloc-reconcile`` through a
+transport and reads its records as they arrive (see
+:mod:`vq_admin.agent.frames`): the job id is known the moment the agent
+reports it, even if the connection drops later.  The transcripts are
+streamed, in constant memory, into the driver's copy next to the receipt
+(:class:`TranscriptSink`), which also checksums them, collects
+``VQ-DEPLOY-METRIC`` lines from the whole stream and keeps the tail that the
+receipt's ``command_output`` carries.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..agent.frames import FrameError, read_frames
+from ..receipt import parse_metrics
+from ..transport import SSH_TRANSPORT_EXIT, Transport
+
+#: How much of each transcript the receipt carries inline (the tail); the
+#: driver's copy next to the receipt always holds all of it.
+TEXT_LIMIT = 16 << 20
+METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
+MAX_METRIC_LINE = 64 << 10
+
+
+class TranscriptSink:
+    """One transcript (``stdout`` or ``stderr``) arriving in chunks.
+
+    Written to a temporary file in *directory* and renamed into place by
+    :meth:`commit`, so the driver's copy is never half-written.
+    """
+
+    def __init__(self, directory: Path, name: str, keep: int = TEXT_LIMIT):
+        import xxhash
+
+        self.directory = Path(directory)
+        self.name = name
+        self.keep = keep
+        self.bytes = 0
+        self._hash = xxhash.xxh3_64()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
+        self._line = bytearray()
+        self._line_dropped = False
+        self.metrics: dict[str, Any] = {}
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._tmp = self.directory / f".tmp.{name}.{secrets.token_hex(4)}"
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._fh = os.fdopen(fd, "wb")
+
+    def write(self, chunk: bytes) -> None:
+        self._fh.write(chunk)
+        self._hash.update(chunk)
+        self.bytes += len(chunk)
+        self._tail.append(chunk)
+        self._tail_bytes += len(chunk)
+        while self._tail and self._tail_bytes - len(self._tail[0]) >= self.keep:
+            self._tail_bytes -= len(self._tail.popleft())
+        self._scan_lines(chunk)
+
+    def _scan_lines(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            piece = chunk[start:] if nl < 0 else chunk[start:nl]
+            if not self._line_dropped:
+                if len(self._line) + len(piece) > MAX_METRIC_LINE:
+                    self._line_dropped, self._line = True, bytearray()
+                elif self._line or piece.startswith(METRIC_PREFIX[: len(piece)]):
+                    self._line += piece
+                else:
+                    self._line_dropped = True
+            if nl < 0:
+                return
+            self._end_line()
+            start = nl + 1
+
+    def _end_line(self) -> None:
+        if not self._line_dropped and self._line.startswith(METRIC_PREFIX):
+            self.metrics.update(parse_metrics(self._line.decode("utf-8", "replace")))
+        self._line, self._line_dropped = bytearray(), False
+
+    @property
+    def xxh3(self) -> str:
+        return self._hash.hexdigest()
+
+    @property
+    def truncated(self) -> bool:
+        return self.bytes > self.keep
+
+    def text(self) -> str:
+        data = b"".join(self._tail)
+        return data[-self.keep:].decode("utf-8", "replace")
+
+    def commit(self) -> Path:
+        """Close and rename into ``<directory>/<name>``; returns the final path."""
+        self._end_line()
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        final = self.directory / self.name
+        os.replace(self._tmp, final)
+        return final
+
+    def discard(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+        try:
+            os.unlink(self._tmp)
+        except FileNotFoundError:
+            pass
+
+
+@dataclass
+class StreamCall:
+    """What one framed agent call delivered."""
+
+    argv: list[str]
+    where: str
+    exit_code: int | None = None
+    interrupted: str | None = None  # None | "transport" | "timeout"
+    seconds: float = 0.0
+    stderr: str = ""
+    records: dict[str, dict] = field(default_factory=dict)
+    ended: bool = False
+    frame_error: str | None = None
+    step: Any = None  # the plan step this call was recorded in
+
+    @property
+    def complete(self) -> bool:
+        """The agent finished and everything it sent arrived."""
+        return self.exit_code == 0 and self.interrupted is None and self.ended and "summary" in self.records
+
+    def describe(self) -> str:
+        if self.interrupted == "timeout":
+            return f"timed out after {self.seconds:.0f} s on {self.where}"
+        if self.interrupted == "transport":
+            tail = self.stderr.strip().splitlines()[-1:] or ["(no message)"]
+            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+        if self.frame_error:
+            return f"unreadable answer from {self.where}: {self.frame_error}"
+        return f"exit status {self.exit_code} on {self.where}"
+
+
+def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
+                sinks: dict[str, TranscriptSink]) -> StreamCall:
+    """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
+
+    The whole call is bounded by *timeout* (the local process group is
+    killed at the bound: ``interrupted = "timeout"``); ssh's own exit 255 is
+    ``interrupted = "transport"``.
+    """
+    argv = [str(a) for a in argv]
+    call = StreamCall(argv, transport.where)
+    full = transport.wrap(argv, {})
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                    start_new_session=True)
+        except OSError as exc:
+            call.exit_code, call.stderr = 127, f"{full[0]}: {exc.strerror or exc}"
+            return call
+        fired = threading.Event()
+
+        def kill() -> None:
+            fired.set()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            call.ended = read_frames(proc.stdout, call.records.__setitem__,
+                                     lambda name, chunk: sinks[name].write(chunk))
+        except FrameError as exc:
+            call.frame_error = str(exc)
+            kill()
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
+            timer.cancel()
+        call.seconds = time.monotonic() - started
+        err.seek(0)
+        call.stderr = err.read()[-(64 << 10):].decode("utf-8", "replace")
+    if call.frame_error is None and fired.is_set():
+        call.interrupted = "timeout"
+    else:
+        call.exit_code = code
+        if transport.transport_exit is not None and code == SSH_TRANSPORT_EXIT:
+            call.interrupted = "transport"
+    return call
+
+
+__all__ = ["StreamCall", "TEXT_LIMIT", "TranscriptSink", "stream_call"]
