@@ -1,0 +1,306 @@
+"""Exact scheduler execution bindings: the queue driver's per-job check.
+
+A registry SHA describes a runtime when it was inspected; a stable launcher
+that follows ``current`` may run another generation after a scheduler wait.
+So a named runtime submission may only run an immutable per-SHA launcher that
+verified deployment evidence (the registry, :mod:`vq_admin.registry`)
+attests, and everything else fails closed::
+
+    from vq_admin.bindings import LauncherRefused, check_pin, resolve_launcher
+
+    binding = resolve_launcher("vibeqc", "cluster", expected_sha=sha)   # at submission
+    pin = binding.pin()                                                 # store with the job
+    check_pin(pin)                                                      # again at dispatch
+
+A refusal raises :class:`LauncherRefused` (exit 77 on the command line) with
+a machine-readable ``code``, a ``reason`` and a ``remedy``; a malformed
+argument raises :class:`BindingUsageError` (a ``ValueError``; exit 2).  No
+call ever substitutes another launcher (a bare interpreter included) for a
+refused one.
+
+Standard library only, and lazily: the configuration (TOML) is read only to
+resolve a host that has no registry evidence under its own name (an alias)
+and for ``check_on_host``; ``subprocess`` is imported only for
+``check_on_host``.  No pluggy, plumbum, filelock or provider is ever imported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import registry
+from .launchers import launcher_problem
+from .outcome import Refused, UsageError
+
+PIN_SCHEMA = "vq-admin/pin/1"
+SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
+_ANY_SHA_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
+_FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
+SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
+
+#: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
+CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
+         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed")
+
+
+class LauncherRefused(Refused):
+    """The binding is refused (exit 77); nothing may be submitted or dispatched with it."""
+
+    def __init__(self, code: str, reason: str, remedy: str):
+        super().__init__(reason)
+        self.code, self.reason, self.remedy = code, reason, remedy
+
+    def __str__(self) -> str:
+        return f"{self.reason} (remedy: {self.remedy})"
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "reason": self.reason, "remedy": self.remedy}
+
+
+class BindingUsageError(UsageError, ValueError):
+    """A malformed argument (a program or host name, an abbreviated SHA): exit 2."""
+
+
+class Binding:
+    """An immutable launcher attested by verified deployment evidence (frozen)."""
+
+    FIELDS = ("launcher", "sha", "launcher_sha256", "host", "program", "receipt", "verified_at", "tag",
+              "latest", "checked_on_host")
+    __slots__ = FIELDS
+
+    def __init__(self, **values: object):
+        for name in self.FIELDS:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Binding is immutable")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Binding) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in self.FIELDS))
+
+    def __repr__(self) -> str:
+        return f"Binding({', '.join(f'{n}={getattr(self, n)!r}' for n in self.FIELDS)})"
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def pin(self) -> dict:
+        """What the driver records with a job, for :func:`check_pin` at dispatch."""
+        return {"schema": PIN_SCHEMA, "program": self.program, "host": self.host, "sha": self.sha,
+                "launcher": self.launcher, "launcher_sha256": self.launcher_sha256, "receipt": self.receipt}
+
+
+# -- the two calls ----------------------------------------------------------------
+
+
+def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None, path: str | None = None,
+                     state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
+                     check_on_host: bool = False, timeout: float = 60.0) -> Binding:
+    """The verified immutable launcher of *program* on *host*, or :class:`LauncherRefused`.
+
+    *expected_sha*: refuse unless evidence exists for exactly this SHA (an
+    older generation that was verified and is still registered resolves; its
+    ``latest`` is false).  Without it, the latest verified SHA.
+    *path*: refuse unless it is exactly the verified launcher.
+    *check_on_host*: re-hash the launcher on the login host and refuse when it
+    differs from the attested SHA-256 (needs the configuration and ssh).
+    """
+    _name(program, "program")
+    _name(host, "host")
+    sha = None
+    if expected_sha is not None:
+        if not isinstance(expected_sha, str) or not _FULL_SHA_RE.match(expected_sha):
+            raise BindingUsageError(f"--expected-sha: {expected_sha!r} is not a full commit SHA; {SHA_RULE}")
+        sha = expected_sha.lower()
+    if path is not None:
+        problem = path_form_problem(path)
+        if problem is not None:
+            raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
+                                  _use_printed(program, host, sha))
+    root = _state_root(state_dir)
+    canonical = _canonical_host(root, program, host, config_path)
+    try:
+        latest = registry.latest_sha(root, canonical, program)
+        wanted = sha or latest
+        entry = registry.lookup(root, canonical, program, wanted) if wanted else None
+    except registry.RegistryError as exc:
+        raise LauncherRefused("evidence-corrupt", f"the verified-launcher registry cannot be trusted: {exc}",
+                              f"inspect the file named (vq-admin never rewrites registry entries), then re-verify: "
+                              f"vq admin update {program} {canonical} --expected-sha SHA --force") from None
+    if entry is None:
+        _refuse_missing(program, host, canonical, sha, latest)
+    if path is not None and path != entry["launcher"]:
+        raise LauncherRefused("path-mismatch",
+                              f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
+                              "an explicit path authenticates nothing",
+                              _use_printed(program, canonical, entry["sha"]))
+    if check_on_host:
+        from .readback import check_launcher_on_host
+
+        check_launcher_on_host(entry, config_path, timeout)
+    return Binding(launcher=entry["launcher"], sha=entry["sha"], launcher_sha256=entry["launcher_sha256"],
+                   host=canonical, program=program, receipt=entry["receipt"], verified_at=entry["verified_at"],
+                   tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=bool(check_on_host))
+
+
+def check_pin(pin: dict | str, *, program: str | None = None, host: str | None = None,
+              state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
+              check_on_host: bool = False, timeout: float = 60.0) -> Binding:
+    """Validate a pin recorded at submission, at dispatch time; fail closed.
+
+    *pin* is what :meth:`Binding.pin` returned (a dict, or its JSON text).
+    Legacy pins written before the registry -- a bare SHA, or a SHA with a
+    launcher through ``current`` or without the full SHA -- are refused with
+    code ``legacy-pin`` and the remedy; so is anything unrecognised.
+    """
+    if isinstance(pin, str):
+        text = pin.strip()
+        if not text.startswith("{"):
+            sha = text.lower() if _FULL_SHA_RE.match(text) else "SHA"
+            raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
+                                  "would run whatever its script names (a stable launcher follows current)",
+                                  _legacy_remedy(program or "PROGRAM", host or "HOST", sha))
+        import json
+
+        try:
+            pin = json.loads(text)
+        except ValueError:
+            pin = None
+    if not isinstance(pin, dict):
+        raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
+                              _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
+    program = _pin_field(pin, "program", program)
+    if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and registry.NAME_RE.match(host)
+            and isinstance(program, str) and registry.NAME_RE.match(program)
+            and _canonical_host(_state_root(state_dir), program, host, config_path) == pin["host"]):
+        host = pin["host"]  # dispatched through an alias of the pinned host
+    host = _pin_field(pin, "host", host)
+    sha = pin.get("sha", pin.get("expected_sha"))
+    remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", sha if isinstance(sha, str) else "SHA")
+    if not program or not host:
+        raise LauncherRefused("legacy-pin", "the pin names no program and host", remedy)
+    if not isinstance(sha, str) or not _FULL_SHA_RE.match(sha):
+        raise LauncherRefused("legacy-pin", f"the pin names no full SHA ({sha!r})", remedy)
+    sha = sha.lower()
+    launcher = pin.get("launcher")
+    problem = launcher_problem(launcher, sha)
+    if problem is None and registry.CONTROL_RE.search(launcher):
+        problem = "launcher path holds a control character"
+    if problem is not None:
+        code = "mutable-launcher" if pin.get("schema") == PIN_SCHEMA else "legacy-pin"
+        raise LauncherRefused(code, f"the pin's launcher is not an immutable per-SHA launcher: {problem}", remedy)
+    try:
+        binding = resolve_launcher(program, host, expected_sha=sha, path=launcher, state_dir=state_dir,
+                                   config_path=config_path, check_on_host=check_on_host, timeout=timeout)
+    except BindingUsageError as exc:
+        raise LauncherRefused("legacy-pin", f"the pin is malformed: {exc.message}", remedy) from None
+    attested = pin.get("launcher_sha256")
+    if attested is not None and attested != binding.launcher_sha256:
+        raise LauncherRefused("pin-mismatch", f"the pin attests launcher SHA-256 {attested!r}, the verified evidence "
+                              f"{binding.launcher_sha256} (receipt {binding.receipt})",
+                              "do not dispatch this job; cancel it and resubmit with the launcher printed by "
+                              f"vq admin launcher {program} {binding.host} --expected-sha {sha}")
+    return binding
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def path_form_problem(path: object) -> str | None:
+    """``None`` when *path* has the form of an immutable per-SHA launcher (for some full SHA)."""
+    if not isinstance(path, str) or not path:
+        return "no launcher path"
+    if registry.CONTROL_RE.search(path):
+        return "launcher path holds a control character"
+    shas = _ANY_SHA_RE.findall(path)
+    if not shas:
+        if "current" in path.split("/"):
+            return launcher_problem(path, "0" * 40)  # names the stable link
+        return (f"launcher {path} is not an immutable per-SHA launcher (a stable wrapper or a bare interpreter: "
+                "no full SHA in it)")
+    problems = [launcher_problem(path, sha) for sha in shas]
+    return None if None in problems else problems[0]
+
+
+def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> None:
+    alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
+    if latest is None:
+        raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
+                              f"deploy and verify it: vq admin update {program} {canonical} --expected-sha {sha or 'SHA'} "
+                              "(when that SHA is already active, this records the evidence without rebuilding)")
+    raise LauncherRefused("sha-mismatch", f"{sha} differs from the verified evidence for {program} on {canonical}{alias}: "
+                          f"the verified launchers are for other SHAs (latest {latest})",
+                          f"submit with the verified SHA {latest}, or deploy and verify {sha}: "
+                          f"vq admin update {program} {canonical} --expected-sha {sha}")
+
+
+def _use_printed(program: str, host: str, sha: str | None) -> str:
+    return (f"use exactly the launcher printed by: vq admin launcher {program} {host} --expected-sha {sha or 'SHA'} "
+            "(never a path through current, a stable wrapper or a bare interpreter)")
+
+
+def _legacy_remedy(program: str, host: str, sha: str) -> str:
+    return (f"re-verify: vq admin update {program} {host} --expected-sha {sha}, then resubmit with the launcher "
+            f"printed by vq admin launcher {program} {host} --expected-sha {sha}")
+
+
+def _pin_field(pin: dict, key: str, given: str | None) -> str | None:
+    value = pin.get(key)
+    if value is not None and given is not None and value != given:
+        raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",
+                              "dispatch the job against the program and host it was pinned to")
+    if value is not None and not isinstance(value, str):
+        raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string", _legacy_remedy("PROGRAM", "HOST", "SHA"))
+    return value if value is not None else given
+
+
+def _name(value: object, what: str) -> None:
+    if not isinstance(value, str) or not registry.NAME_RE.match(value):
+        raise BindingUsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+
+
+def _state_root(state_dir: str | os.PathLike[str] | None) -> str:
+    if state_dir:
+        return os.fspath(state_dir)
+    if os.environ.get("VQ_ADMIN_STATE_DIR"):
+        return os.environ["VQ_ADMIN_STATE_DIR"]
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "vq-admin")
+
+
+def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:
+    """*host* when the registry knows it; otherwise resolved through the configuration (aliases)."""
+    if registry.has_lane(root, host, program):
+        return host
+    from .readback import ConfigUnavailable, host_table
+
+    try:
+        table, _ = host_table(config_path, host)
+    except ConfigUnavailable as exc:
+        raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {host}, and {exc}",
+                              f"deploy and verify it: vq admin update {program} {host} --expected-sha SHA") from None
+    role = table.get("fleet_role")
+    if role == "managed":
+        return host
+    if role == "alias":
+        canonical = table.get("canonical_host")
+        target = None
+        if isinstance(canonical, str) and registry.NAME_RE.match(canonical):
+            try:
+                target, _ = host_table(config_path, canonical)
+            except ConfigUnavailable:
+                target = None
+        if target is not None and target.get("fleet_role") == "managed":
+            return canonical
+        raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
+                              f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
+                              "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")
+    raise LauncherRefused("unmanaged-host", f"{host} has fleet_role {role!r}, which has no runtime maintenance "
+                          "authority, so no runtime evidence can exist for it",
+                          "submit to a managed host (fleet_role = \"managed\")")

@@ -1,0 +1,48 @@
+"""``vq admin references PROGRAM HOST [--json]``: why each generation must be kept.
+
+Lists every verified generation and launcher of PROGRAM on HOST with its
+reasons (``current``, ``last-good``, ``job <id> (<state>)``), reading queued
+and running jobs from the scheduler on the login host.  Read-only.  Exit 0
+with the census, 77 for a host without runtime authority, 1 when the
+scheduler could not be read completely (a provider must then prune nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import authority
+from ..config import load_config
+from ..output import print_json, safe_text
+from ..outcome import Refused
+from ..references import census
+from ..state import StateDir
+from ..transport import Session
+
+
+def _lines(doc: dict) -> list[str]:
+    lines = [f"{doc['program']} on {doc['host']}: {len(doc['generations'])} generations, "
+             f"{doc['jobs_scanned']} queued or running jobs read at {doc['taken_at']}"]
+    for row in doc["generations"]:
+        why = ", ".join(row["reasons"]) if row["reasons"] else "unreferenced"
+        lines.append(f"  {row['sha']}  {row['launcher'] or '-'}")
+        lines.append(f"      keep: {why}")
+    lines += [f"  warning: {w}" for w in doc["warnings"]]
+    return [safe_text(line) for line in lines]
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    host = authority.lookup(config, args.host)
+    if host.fleet_role == "alias":
+        host = authority.lookup(config, host.canonical_host or "")
+    if host.fleet_role != "managed":
+        raise Refused(f"host {host.name} has fleet_role {host.fleet_role!r}: it has no managed runtimes")
+    with Session(config.ssh_config) as session:
+        doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.name, args.program)
+    doc["requested_host"] = args.host
+    if args.json:
+        print_json(doc)
+    else:
+        print("\n".join(_lines(doc)))
+    return 0

@@ -1,0 +1,131 @@
+"""What :mod:`vq_admin.bindings` needs from the configuration, read lazily.
+
+* :func:`host_table`: one host's table of the TOML configuration, for alias
+  resolution (only for a host that has no registry evidence of its own) and
+  for the read-back.  The file must be private (owned by you or root, not
+  writable by group or others), as for every other command.
+* :func:`check_launcher_on_host`: ``--check-on-host``.  Runs the agent's
+  ``hash-file`` on the login host (``ssh -F <ssh_config> <dest> -- <agent>
+  hash-file <launcher>``, or directly for ``transport = "local"``) and refuses
+  unless the file there still has the SHA-256 the registry attests.
+
+Standard library only; ``subprocess`` and ``tomllib`` are imported here, so
+the plain lookup never pays for them.  This does not validate the whole
+configuration (``vq admin check`` does); it reads only the keys it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+
+from .bindings import LauncherRefused
+
+DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
+_cache: dict[tuple, dict] = {}
+
+
+class ConfigUnavailable(Exception):
+    """The configuration cannot answer (missing, unreadable, not private, no such host)."""
+
+
+def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
+    if config_path:
+        return os.fspath(config_path)
+    if os.environ.get("VQ_ADMIN_CONFIG"):
+        return os.environ["VQ_ADMIN_CONFIG"]
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "vq", "admin.toml")
+
+
+def load(config_path: str | os.PathLike[str] | None) -> dict:
+    """The parsed TOML document, cached per (path, inode, size, mtime)."""
+    path = config_path_of(config_path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigUnavailable(f"the configuration {path} cannot be read ({exc.strerror})") from None
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigUnavailable(f"the configuration {path} is not private (owner uid {st.st_uid}, "
+                                f"mode {stat.S_IMODE(st.st_mode):04o}); refusing it")
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _cache:
+        import tomllib
+
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+            raise ConfigUnavailable(f"the configuration {path} is not readable TOML ({exc})") from None
+        _cache.clear()
+        _cache[key] = data
+    return _cache[key]
+
+
+def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict, dict]:
+    """``(hosts.<host> table, whole document)``; :class:`ConfigUnavailable` when absent."""
+    data = load(config_path)
+    hosts = data.get("hosts")
+    table = hosts.get(host) if isinstance(hosts, dict) else None
+    if not isinstance(table, dict):
+        raise ConfigUnavailable(f"{host} is not a host in the configuration {config_path_of(config_path)}")
+    return table, data
+
+
+def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
+    """The argv that reads the launcher's SHA-256 on *host*'s login host."""
+    agent = table.get("agent", "vq-admin-agent")
+    words = shlex.split(agent) if isinstance(agent, str) else []
+    if not words:
+        raise ConfigUnavailable(f"hosts.{host}.agent is not a command")
+    remote = [*words, "hash-file", launcher]
+    if table.get("transport", "ssh") == "local":
+        return remote
+    destination = table.get("ssh", host)
+    if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
+        raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
+    ssh = ["ssh"]
+    if isinstance(data.get("ssh_config"), str):
+        ssh += ["-F", data["ssh_config"]]
+    return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
+
+
+def check_launcher_on_host(entry: dict, config_path: str | os.PathLike[str] | None, timeout: float) -> None:
+    """Refuse unless the launcher on the login host hashes to the attested SHA-256."""
+    host, launcher, attested = entry["host"], entry["launcher"], entry["launcher_sha256"]
+    remedy = (f"check that {host} is reachable and its agent installed (vq admin update {host}); "
+              "the binding stays refused until the read-back succeeds")
+    try:
+        table, data = host_table(config_path, host)
+        argv = hash_argv(table, data, host, launcher)
+    except ConfigUnavailable as exc:
+        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
+    import subprocess
+
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
+    try:
+        answer = json.loads(done.stdout.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        answer = None
+    if not isinstance(answer, dict):
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
+                              f"{tail[0][:300]}", remedy)
+    changed = (f"do not run it: it is not the executable that was verified (receipt {entry['receipt']}); find out who "
+               f"changed it, then deploy a new generation (vq admin update {entry['program']} {host} --expected-sha SHA) "
+               "and resubmit with the launcher vq admin launcher prints")
+    if answer.get("exists") is False:
+        raise LauncherRefused("launcher-changed", f"the verified launcher {launcher} no longer exists on {host}", changed)
+    actual = answer.get("sha256")
+    if done.returncode != 0 or not isinstance(actual, str):
+        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
+    if actual != attested:
+        raise LauncherRefused("launcher-changed", f"{launcher} on {host} now has SHA-256 {actual}; the verified "
+                              f"deployment attested {attested}", changed)
