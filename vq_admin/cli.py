@@ -68,8 +68,39 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--expected-sha", metavar="SHA", help="refuse unless the verified launcher is for this SHA")
     p.add_argument("--path", metavar="PATH", help="refuse unless PATH is exactly the verified launcher")
+    p.add_argument("--pin", metavar="PIN", help="validate a pin recorded at submission (its JSON object, or a legacy "
+                   "bare SHA) at dispatch time; legacy and mutable pins are refused")
+    p.add_argument("--check-on-host", action="store_true",
+                   help="re-hash the launcher on the login host; refuse unless it has the attested SHA-256")
     _common(p)
     p.set_defaults(func="launcher")
+
+    p = sub.add_parser("references", help="why each verified generation and launcher must be kept (current, "
+                       "LAST GOOD, queued or running jobs)")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    _common(p)
+    p.set_defaults(func="references")
+
+    p = sub.add_parser("provider", help="install or test a private site provider command")
+    psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
+    q = psub.add_parser("install", help="install one reviewed site command on a host (old/new hash, interpreter)")
+    q.add_argument("src", metavar="SRC", help="the reviewed file on this machine (never from a product tree or stage)")
+    q.add_argument("--host", required=True, metavar="HOST", help="configured host (managed or helper-only)")
+    q.add_argument("--dest", required=True, metavar="PATH", help="absolute path of the command on that host")
+    q.add_argument("--on", metavar="DEST", help="install on this configured destination of HOST (default: its login host)")
+    q.add_argument("--mode", default="0755", help="octal mode of the installed file (default 0755)")
+    q.add_argument("--dry-run", action="store_true", help="print what would run; run and change nothing")
+    _common(q, "print exactly one JSON document (the install receipt) on stdout")
+    q = psub.add_parser("test", help="run the provider conformance kit against a disposable root")
+    q.add_argument("name", metavar="NAME", help="provider entry-point name")
+    q.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
+                   help="provider_options entry ({root} expands to the disposable root; repeatable)")
+    q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
+                   help="an --update-script-arg value for every deploy (repeatable, kept in order)")
+    q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
+    _common(q, "print exactly one JSON document (the conformance report) on stdout")
+    p.set_defaults(func="provider")
     return parser
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import pluggy
 from vq_admin_hookspecs import (
@@ -118,6 +118,23 @@ class Providers:
             pm.check_pending()
         except pluggy.PluginValidationError as exc:
             raise ProviderError(f"a provider implements a hook that does not exist: {exc}") from None
+        return cls(pm, info)
+
+    @classmethod
+    def from_plugins(cls, plugins: Mapping[str, object]) -> "Providers":
+        """Providers from already-imported plugin objects, by name (tests and the
+        conformance kit); no entry point is loaded.  Checked like :meth:`load`."""
+        pm = pluggy.PluginManager(PROJECT_NAME)
+        pm.add_hookspecs(hookspec_module)
+        pm.register(command_provider, name=BUILTIN)
+        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        for name, plugin in plugins.items():
+            try:
+                pm.register(plugin, name=name)
+                pm.check_pending()
+            except (pluggy.PluginValidationError, ValueError) as exc:
+                raise ProviderError(f"provider {name!r} (in-process plugin) is invalid: {exc}") from None
+            info[name] = ProviderInfo(name, "in-process", "?", _hooks_of(pm, name))
         return cls(pm, info)
 
     # -- the typed facade ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Console script ``vq-site-example``: ``deploy``, ``install`` and ``verify``.
+"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify`` and ``prune``.
 
 Runs on the build host (deploy/install) and the scheduler login host
 (verify); standard library only.  Exit codes are those of
@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Sequence
 
-from . import args, deploy, verify
+from . import args, deploy, retention, verify
 from .errors import EXIT_FAILED, SiteError, failed
 
 
@@ -28,6 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one verb; returns (and, as a console script, exits with) its code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["prune"]:  # retention: vq_site_example.retention
+            return retention.run(argv[1:])
         ns = args.parse(argv)
         if ns.verb == "verify":
             return verify.run(ns)

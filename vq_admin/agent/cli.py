@@ -4,8 +4,13 @@ The driver runs these on a login or build host over ssh.  Each verb prints
 one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
 stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused.
 
-Standard library only, and nothing of the driver side is imported: the agent
-must run on a host that has only this package's files.
+Standard library only (the allocation verbs also use ``xxhash``, imported
+lazily), and nothing of the driver side is imported: the agent must run on a
+host that has only this package's files.
+
+``alloc-run`` and ``alloc-reconcile`` print framed records rather than one
+JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
+``summary`` record was written, whatever the deployment's own exit status.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import os
 import stat
 import sys
 
-from . import safedirs, stage
+from . import allocation, identity, install_file, safedirs, stage
+from .frames import FrameWriter
 from .treeid import file_sha256
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
@@ -85,6 +91,72 @@ def cmd_stage_reclaim(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_identity(args: argparse.Namespace) -> int:
+    """The running helper's identity (see :mod:`.identity`); exit 0 when computed."""
+    found = identity.identity()
+    if args.json:
+        _emit(found)
+    else:
+        print(identity.human(found))
+    return 0
+
+
+def cmd_install_file(args: argparse.Namespace) -> int:
+    """Replace one file atomically from stdin (see :mod:`.install_file`)."""
+    try:
+        mode = int(args.mode, 8)
+    except ValueError:
+        print(f"vq-admin-agent: --mode {args.mode!r} is not an octal mode", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        _emit(install_file.install(args.dest, mode, sys.stdin.buffer))
+    except ValueError as exc:
+        print(f"vq-admin-agent: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite positive number of seconds")
+    return value
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not allocation.ENV_NAME_RE.match(name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def _alloc_verb(body) -> int:
+    """Run an allocation verb; errors go to stderr, which may be gone after a dropped session."""
+    try:
+        body(FrameWriter())
+        return 0
+    except safedirs.UnsafePath as exc:
+        message, code = f"vq-admin-agent: refused: {exc}", EXIT_UNSAFE
+    except allocation.MissingDependency as exc:
+        message, code = f"vq-admin-agent: {exc}", EXIT_USAGE
+    except (OSError, ValueError) as exc:
+        message, code = f"vq-admin-agent: {exc}", EXIT_FAILED
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return code
+
+
+def cmd_alloc_run(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: allocation.run(
+        args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt))
+
+
+def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: allocation.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vq-admin-agent", description="vq scheduler-side helper verbs")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -123,6 +195,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outcome", choices=("success", "failed"), required=True)
     p.add_argument("--keep-failed", type=int, default=3)
     p.set_defaults(func=cmd_stage_reclaim)
+
+    p = sub.add_parser("identity", help="version, source SHA, tree digest, path and interpreter of this helper")
+    p.add_argument("--json", action="store_true", help="print one JSON object (what the driver reads)")
+    p.set_defaults(func=cmd_identity)
+
+    p = sub.add_parser("install-file", help="replace the file at --dest with stdin, atomically")
+    p.add_argument("--dest", required=True, help="absolute path of the file to install")
+    p.add_argument("--mode", default="0755", help="octal file mode (default 0755; no group/other write)")
+    p.set_defaults(func=cmd_install_file)
+
+    p = sub.add_parser("alloc-run", help="run a provider argv as a Slurm batch job in a fresh attempt directory",
+                       description="Create <root>/.vq-admin/runtime-deploy/<program>/<attempt>/, submit "
+                                   "sbatch --parsable --wait, bound the wait, settle the transcripts, apply "
+                                   "retention and stream the result (framed records).")
+    p.add_argument("--root", required=True, help="scratch root (absolute)")
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
+    p.add_argument("--timeout", type=_positive, required=True, help="bound on the wait, in seconds")
+    p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
+    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+                   help="environment for the provider command (repeat)")
+    p.add_argument("command", nargs="+", help="the provider argv, after --")
+    p.set_defaults(func=cmd_alloc_run)
+
+    p = sub.add_parser("alloc-reconcile", help="establish the end of an attempt's recorded job (never submits)")
+    p.add_argument("--root", required=True)
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", required=True)
+    p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the job's end")
+    p.set_defaults(func=cmd_alloc_reconcile)
     return parser
 
 

@@ -1,0 +1,268 @@
+"""Console script ``vq-site-example-helper-update``: install the staged vq helper
+(``vq-admin-agent``) out of place and switch to it atomically.
+
+vq-admin runs it as ``helper_update_command`` (or ``helper_install_command``)
+on ``helper_update_host`` or the login host, with the verified stage in the
+environment::
+
+    VQ_HELPER_STAGE=<stage dir>  VQ_HELPER_EXPECTED_SHA=<full sha>
+    VQ_HELPER_EXPECTED_TREE_SHA256=<64 hex>
+    vq-site-example-helper-update --root ROOT [--install] [--python PATH]
+
+Layout below ROOT (the runtime layout of this package, reused)::
+
+    ROOT/
+      .deploy.lock  .updater.pid     the same lock as the runtime deploys
+      current -> releases/<sha>      the stable link, replaced with rename(2)
+      releases/<sha>/                the unpacked helper archive (the whole
+                                     source tree) plus .vq-admin-source.json
+      releases/.partial.<sha>.<r>/   an installation in progress
+      bin/vq-admin-agent             the entry point operators configure as
+                                     ``agent``: runs the release ``current``
+                                     names, with an interpreter fixed at install
+
+One run, in order: arguments and environment (exit 2); the lock (75); the
+stage identity, before unpacking (3): ``SOURCE-SHA``, ``ARCHIVE-SHA256`` and
+the archive's pax commit (as for runtimes) and ``SOURCE-TREE-SHA256``; then a
+fresh partial directory, the safe unpack, an independent tree digest that
+must equal the expected one (3), the install record bound to that digest, and
+validation: the *new* helper itself must report ``identity`` bound to the
+requested SHA and tree from the partial directory (1).  Only then is the
+partial directory renamed to ``releases/<sha>``, the wrapper written (when it
+differs) and ``current`` switched.  An existing ``releases/<sha>`` is reused
+only when its record and files match; releases are never rewritten or
+removed.  ``--install`` creates ROOT when missing (first installation).
+
+Exit codes: 0 done, 1 failed, 2 usage, 3 identity, 75 locked (as
+``vq-site-example``).  Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+from . import fsutil, layout as lay
+from .args import FULL_SHA_RE
+from .errors import SiteError, failed, identity, usage
+from .identity import VerifiedArchive, check_archive
+from .unpack import extract
+
+RECORD_NAME = ".vq-admin-source.json"
+WRAPPER_NAME = "vq-admin-agent"
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+VALIDATE_TIMEOUT = 120
+#: Runs ``vq_admin.agent`` from the release given as the first argument.
+BOOT = ("import sys; sys.dont_write_bytecode = True; sys.path.insert(0, sys.argv.pop(1)); "
+        "from vq_admin.agent.cli import main; sys.exit(main(sys.argv[1:]))")
+WRAPPER = """#!{python} -I
+# vq-admin-agent: written by vq-site-example-helper-update. It runs the helper
+# release that {current} names (resolved once per run) with a fixed
+# interpreter, writing no bytecode into the release. Do not edit by hand.
+import os
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.realpath({current!r}))
+from vq_admin.agent.cli import main
+
+sys.exit(main())
+"""
+
+
+def _say(text: str) -> None:
+    print(f"vq-site-example-helper-update: {text}", file=sys.stderr, flush=True)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise usage(message)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line; the request itself comes from the environment."""
+    parser = _Parser(prog="vq-site-example-helper-update", allow_abbrev=False)
+    parser.add_argument("--root", required=True, help="absolute helper root")
+    parser.add_argument("--install", action="store_true", help="create ROOT when missing (first installation)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter the wrapper runs (default: the one running this installer)")
+    ns = parser.parse_args(list(argv))
+    for name in ("root", "python"):
+        value = getattr(ns, name)
+        if not os.path.isabs(value) or any(c.isspace() for c in value) or os.path.normpath(value) != value:
+            raise usage(f"--{name} must be an absolute, normalised path without whitespace (got {value!r})")
+    env = os.environ
+    ns.stage = env.get("VQ_HELPER_STAGE", "")
+    ns.sha = env.get("VQ_HELPER_EXPECTED_SHA", "").lower()
+    ns.tree = env.get("VQ_HELPER_EXPECTED_TREE_SHA256", "").lower()
+    if not os.path.isabs(ns.stage):
+        raise usage("VQ_HELPER_STAGE must name the verified stage directory (absolute path)")
+    if not FULL_SHA_RE.match(ns.sha):
+        raise usage("VQ_HELPER_EXPECTED_SHA must be a full commit SHA (40 or 64 hex digits)")
+    if not SHA256_RE.match(ns.tree):
+        raise usage("VQ_HELPER_EXPECTED_TREE_SHA256 must be 64 hex digits")
+    return ns
+
+
+def tree_sha256(root: str, skip: str = RECORD_NAME) -> str:
+    """SHA-256 over the sorted lines ``<git mode> <sha256> <path>\\n`` of every
+    file and symlink below *root* except ``skip`` at the top.
+
+    An independent implementation of the digest vq-admin computes from the
+    archive: if the two ever disagree, installation fails closed.
+    """
+    lines: list[bytes] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        names = list(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            if rel == skip:
+                continue
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                mode, digest = b"120000", hashlib.sha256(os.fsencode(os.readlink(full))).hexdigest()
+            elif stat.S_ISREG(st.st_mode):
+                mode = b"100755" if st.st_mode & 0o100 else b"100644"
+                digest = fsutil.sha256_file(full)
+            else:
+                raise failed(f"{full} is neither a file nor a symlink")
+            lines.append(mode + b" " + digest.encode() + b" " + os.fsencode(rel) + b"\n")
+    lines.sort(key=lambda line: line.split(b" ", 2)[2])
+    return hashlib.sha256(b"".join(lines)).hexdigest()
+
+
+def _stage_tree(stage: str) -> str:
+    try:
+        return fsutil.read_small(os.path.join(stage, "SOURCE-TREE-SHA256"), 4096).strip().lower()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise identity(f"cannot establish the helper's tree identity: {stage}/SOURCE-TREE-SHA256: {exc}") from None
+
+
+def validate(python: str, release: str, sha: str, tree: str) -> dict:
+    """Run the helper in *release* itself: its identity must be bound to *sha* and *tree*."""
+    argv = [python, "-I", "-B", "-c", BOOT, release, "identity", "--json"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise failed(f"the new helper in {release} did not run: {exc}") from None
+    if proc.returncode != 0:
+        raise failed(f"the new helper in {release} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    try:
+        found = json.loads(proc.stdout)
+    except ValueError:
+        raise failed(f"the new helper in {release} printed no identity: {proc.stdout[-300:]!r}") from None
+    want = {"record": "bound", "source_sha": sha, "tree_sha256": tree, "path": os.path.realpath(release)}
+    wrong = {k: found.get(k) for k, v in want.items() if found.get(k) != v}
+    if wrong:
+        raise failed(f"the new helper in {release} does not report the requested identity: {wrong} (wanted {want})")
+    return found
+
+
+def _reuse(lyt: lay.Layout, sha: str, tree: str) -> None:
+    release = lyt.release(sha)
+    if not fsutil.is_real_dir(release):
+        raise failed(f"{release} exists but is not a real directory; not touching it")
+    try:
+        record = json.loads(fsutil.read_small(os.path.join(release, RECORD_NAME)))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise failed(f"{release} exists without a readable {RECORD_NAME} ({exc}); releases are immutable, "
+                     "so it is neither rewritten nor activated: move it aside deliberately") from None
+    actual = tree_sha256(release)
+    if record.get("sha") != sha or record.get("tree_sha256") != tree or actual != tree:
+        raise failed(f"{release} exists but records {record.get('sha')}/{record.get('tree_sha256')} and holds "
+                     f"tree {actual}; the request is {sha}/{tree}; not rewritten, not activated")
+
+
+def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
+    partial: str | None = lay.make_partial(lyt, ns.sha)
+    try:
+        with archive.open_tar() as tar:
+            count = extract(tar, partial)
+        actual = tree_sha256(partial)
+        if actual != ns.tree:
+            raise identity(f"the unpacked helper tree is {actual}, the stage says {ns.tree}; not installed")
+        record = {"schema": "vq-admin/helper-source/1", "sha": ns.sha, "tree_sha256": actual,
+                  "archive_sha256": archive.sha256, "installed_by": "vq-site-example-helper-update",
+                  "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "uid": os.geteuid()}
+        fsutil.atomic_write_text(partial, RECORD_NAME, json.dumps(record, sort_keys=True, indent=2) + "\n")
+        validate(ns.python, partial, ns.sha, ns.tree)
+        _say(f"unpacked {count} members, tree {actual} validated in {partial}")
+        lay.publish(lyt, partial, ns.sha)
+        partial = None
+    finally:
+        if partial is not None:
+            fsutil.remove_own_tree(partial)
+
+
+def write_wrapper(lyt: lay.Layout, python: str) -> str:
+    """Write ``ROOT/bin/vq-admin-agent`` atomically when its content differs."""
+    bindir = os.path.join(lyt.root, "bin")
+    if os.path.islink(bindir):
+        raise failed(f"{bindir} is a symlink; refusing to write through it")
+    os.makedirs(bindir, mode=0o755, exist_ok=True)
+    data = WRAPPER.format(python=python, current=lyt.current).encode()
+    path = os.path.join(bindir, WRAPPER_NAME)
+    try:
+        same = fsutil.read_small(path).encode() == data and os.stat(path).st_mode & 0o777 == 0o755
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if not same:
+        fsutil.atomic_write(bindir, WRAPPER_NAME, data, 0o755)
+    return path
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Install (or reuse) ``releases/<sha>``, validate it, then switch ``current``."""
+    os.umask(0o022)
+    lyt = lay.Layout(ns.root)
+    lay.check_layout(lyt, create=ns.install)
+    started = time.monotonic()
+    with lay.DeployLock(lyt):
+        if _stage_tree(ns.stage) != ns.tree:
+            raise identity(f"{ns.stage}/SOURCE-TREE-SHA256 differs from VQ_HELPER_EXPECTED_TREE_SHA256 {ns.tree}")
+        archive = check_archive(os.path.join(ns.stage, "source.tar"), ns.sha)
+        try:
+            reused = os.path.lexists(lyt.release(ns.sha))
+            if reused:
+                _say(f"releases/{ns.sha} exists; checking it for reuse (never rewritten)")
+                _reuse(lyt, ns.sha, ns.tree)
+                validate(ns.python, lyt.release(ns.sha), ns.sha, ns.tree)
+            else:
+                _install_new(lyt, ns, archive)
+        finally:
+            archive.close()
+        wrapper = write_wrapper(lyt, ns.python)
+        previous = lay.read_current(lyt)
+        lay.switch_current(lyt, ns.sha)
+    print(f"VQ-DEPLOY-METRIC helper_install_seconds={time.monotonic() - started:.3f}")
+    print(f"VQ-DEPLOY-METRIC helper_release_reused={int(reused)}", flush=True)
+    _say(f"current -> releases/{ns.sha} (was {previous or 'absent'}); entry point {wrapper}")
+    return 0
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise failed(f"terminated by signal {signum}; current unchanged unless the switch had completed")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``vq-site-example-helper-update``; returns the exit code."""
+    try:
+        ns = parse(sys.argv[1:] if argv is None else argv)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _terminate)
+        return run(ns)
+    except SiteError as exc:
+        print(f"vq-site-example-helper-update: error: {exc.message}", file=sys.stderr)
+        return exc.code

@@ -1,0 +1,99 @@
+"""The provider conformance kit: site_example passes it; deliberately broken
+providers fail it, each on the check for the rule it breaks, with a report
+that names the check and the reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from vq_admin_hookspecs import ProviderCommand, hookimpl
+
+from support import SITE_EXAMPLE, run_vq
+
+from vq_admin.conformance import run_conformance
+
+MINI = str(Path(__file__).with_name("conformance_mini.py"))
+
+
+class MiniProvider:
+    """An in-process provider plugin around tests/conformance_mini.py."""
+
+    def __init__(self, fault: str = "none", drop_script_args: bool = False):
+        self.fault = fault
+        self.drop_script_args = drop_script_args
+
+    def argv(self, verb: str, request) -> ProviderCommand:
+        root = request.settings["provider_options"]["root"]
+        argv = [sys.executable, MINI, verb, "--root", root, "--fault", self.fault]
+        if verb == "deploy" and not self.drop_script_args:
+            argv += list(request.update_script_args)
+        argv += ["--program", request.program, "--expected-sha", request.expected_sha]
+        if request.source_archive:
+            argv += ["--source-archive", request.source_archive]
+        return ProviderCommand(argv=tuple(argv))
+
+    @hookimpl
+    def vq_admin_runtime_update(self, request):
+        return self.argv("deploy", request)
+
+    @hookimpl
+    def vq_admin_runtime_verify(self, request):
+        return self.argv("verify", request)
+
+
+def kit(tmp_path, **provider) -> "object":
+    return run_conformance("mini", plugin=MiniProvider(**provider), workdir=str(tmp_path))
+
+
+def test_site_example_passes(vq_provider_conformance):
+    report = vq_provider_conformance("site_example", provider_options={"command": SITE_EXAMPLE},
+                                     script_args=("--jobs", "2"))
+    report.assert_ok()
+    names = [c.name for c in report.checks]
+    assert {"current-unchanged-until-validated", "older-kept-after-B", "evidence-A", "argv-shape"} <= set(names)
+
+
+def test_cli_runs_the_kit_and_exits_by_the_verdict():
+    done = run_vq("provider", "test", "site_example", "--option", f"command={SITE_EXAMPLE}", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert done.json()["passed"] is True
+    missing = run_vq("provider", "test", "no-such-provider")
+    assert missing.exit_code == 2 and "no-such-provider" in missing.stderr  # cannot be loaded: usage
+
+
+def test_the_correct_mini_provider_passes(tmp_path):
+    kit(tmp_path).assert_ok()
+
+
+def test_moving_current_before_validation_fails(tmp_path):
+    report = kit(tmp_path, fault="current-first")
+    assert not report.passed
+    check = report.check("current-unchanged-until-validated")
+    assert not check.ok and "during the failed deploy" in check.detail
+    assert not report.check("verify-truthful").ok
+    assert "FAIL current-unchanged-until-validated" in report.text()
+    with pytest.raises(AssertionError, match="current-unchanged-until-validated"):
+        report.assert_ok()
+
+
+def test_deleting_an_older_release_fails(tmp_path):
+    report = kit(tmp_path, fault="delete-old")
+    check = report.check("older-kept-after-B")
+    assert not check.ok and "was removed" in check.detail and "is gone or changed" in check.detail
+    assert report.check("evidence-B").ok  # only the broken rule fails
+
+
+def test_a_short_sha_in_the_receipt_fails(tmp_path):
+    report = kit(tmp_path, fault="short-sha")
+    check = report.check("evidence-A")
+    assert not check.ok and "source_sha" in check.detail and "not a full commit SHA" in check.detail
+    assert not report.passed
+
+
+def test_dropping_script_arguments_fails_the_argv_shape(tmp_path):
+    report = kit(tmp_path, drop_script_args=True)
+    check = report.check("argv-shape")
+    assert not check.ok and "--update-script-arg" in check.detail

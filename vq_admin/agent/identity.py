@@ -1,0 +1,143 @@
+"""``vq-admin-agent identity``: what the running helper *is*, proven from its files.
+
+Definitions (docs/helper-lane.md, "The helper's identity"):
+
+* **tree root**: the directory holding the ``vq_admin`` package this agent
+  was imported from, with symlinks resolved once at start (so a ``current``
+  link switched while the digest runs cannot mix two releases).
+* **install record**: ``<tree root>/.vq-admin-source.json``, written by the
+  helper installer next to the package at install time::
+
+      {"schema": "vq-admin/helper-source/1", "sha": "<full sha>",
+       "tree_sha256": "<64 hex>", ...}
+
+* **tree digest**: with a record present (an installed release, the *release*
+  scope), :func:`~.treeid.directory_tree_sha256` of the whole tree root, the
+  record itself left out.  The helper is installed by unpacking the staged
+  ``git archive`` of the exact commit, so this equals the stage's
+  ``SOURCE-TREE-SHA256`` by construction: both are SHA-256 over the sorted
+  lines ``<git mode> <sha256 of content> <path>`` of every file and symlink,
+  ``__pycache__`` directories and ``*.pyc`` files excluded on the directory
+  side.  Without a record (a development checkout or a pip installation, the
+  *package* scope) only the ``vq_admin`` package directory is digested, since
+  the directory around it is not ours to describe.
+* **record state**: ``bound`` when the record is well formed and its
+  ``tree_sha256`` equals the digest computed now; ``stale`` when the files
+  changed since it was written (or the record is unreadable or malformed);
+  ``missing`` when there is none.  Only a bound record identifies a commit:
+  ``source_sha`` is the record's claim, reported for evidence in every state
+  that has a readable record.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+
+from .treeid import directory_tree_sha256
+
+RECORD_NAME = ".vq-admin-source.json"
+RECORD_SCHEMA = "vq-admin/helper-source/1"
+RECORD_LIMIT = 64 * 1024
+_FULL_SHA = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+
+
+def package_dir() -> str:
+    """The directory of the ``vq_admin`` package this process imported."""
+    import vq_admin
+
+    return os.path.dirname(os.path.abspath(vq_admin.__file__))
+
+
+def read_record(root: str) -> tuple[dict | None, str | None]:
+    """``(record, problem)``: the install record below *root*, never followed
+    through a symlink; ``(None, None)`` when there is none."""
+    path = os.path.join(root, RECORD_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror}"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None, f"{path} is not a regular file"
+        data = fh.read(RECORD_LIMIT + 1)
+    if len(data) > RECORD_LIMIT:
+        return None, f"{path} is larger than {RECORD_LIMIT} bytes"
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"{path} is not JSON: {exc}"
+    if not isinstance(value, dict):
+        return None, f"{path} is not a JSON object"
+    sha, tree = value.get("sha"), value.get("tree_sha256")
+    if not isinstance(sha, str) or not _FULL_SHA.match(sha):
+        return None, f"{path}: 'sha' is not a full lower-case commit SHA"
+    if not isinstance(tree, str) or not _SHA256.match(tree):
+        return None, f"{path}: 'tree_sha256' is not 64 lower-case hex digits"
+    return value, None
+
+
+def make_record(sha: str, tree_sha256: str, **extra: object) -> bytes:
+    """The bytes of an install record (for installers and tests)."""
+    if not _FULL_SHA.match(sha) or not _SHA256.match(tree_sha256):
+        raise ValueError("make_record needs a full lower-case SHA and a 64-hex tree digest")
+    body = {"schema": RECORD_SCHEMA, "sha": sha, "tree_sha256": tree_sha256, **extra}
+    return (json.dumps(body, sort_keys=True, indent=2) + "\n").encode("ascii")
+
+
+def identity() -> dict[str, object]:
+    """The helper identity (hookspecs ``HelperIdentity`` fields plus evidence)."""
+    from .. import __version__
+
+    pkg = package_dir()
+    root = os.path.realpath(os.path.dirname(pkg))
+    present = os.path.lexists(os.path.join(root, RECORD_NAME))
+    problems: list[str] = []
+    if present:
+        scope, path = "release", root
+        digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
+        record, problem = read_record(root)
+        if problem:
+            problems.append(problem)
+    else:
+        scope, path = "package", os.path.realpath(pkg)
+        digest = directory_tree_sha256(path)
+        record = None
+    if not present:
+        state = "missing"
+    elif record is not None and record["tree_sha256"] == digest:
+        state = "bound"
+    else:
+        state = "stale"
+        if record is not None:
+            problems.append(f"the files changed since the record was written: record tree "
+                            f"{record['tree_sha256']}, files now {digest}")
+    return {
+        "version": __version__,
+        "source_sha": record["sha"] if record else None,
+        "tree_sha256": digest,
+        "record": state,
+        "record_tree_sha256": record["tree_sha256"] if record else None,
+        "scope": scope,
+        "path": path,
+        "package": pkg,
+        "interpreter": sys.executable,
+        "python_version": ".".join(map(str, sys.version_info[:3])),
+        "problems": problems,
+    }
+
+
+def human(ident: dict[str, object]) -> str:
+    """The identity as ``key: value`` lines (without ``--json``)."""
+    keys = ("version", "source_sha", "tree_sha256", "record", "scope", "path", "interpreter")
+    lines = [f"{k}: {ident.get(k)}" for k in keys]
+    lines += [f"problem: {p}" for p in ident.get("problems") or []]  # type: ignore[union-attr]
+    return "\n".join(lines)

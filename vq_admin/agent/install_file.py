@@ -1,0 +1,199 @@
+"""``vq-admin-agent install-file``: replace one private site command atomically.
+
+The new content is read from stdin.  It is written to a fresh temporary file
+(``O_EXCL``, never through a symlink) in the destination's directory, given
+its mode, flushed to disk, and only then renamed over the destination: a
+crash at any point leaves the old file or the new one, never a mix (a killed
+run can leave its ``.<name>.vq-install.*`` temporary file behind; it is never
+executed and may be removed by hand).
+
+The answer (one JSON object) carries the old and new SHA-256, the mode, and
+the interpreter mapping of both versions as *this host* resolves it: the
+shebang line, the program it names, and for ``#!/usr/bin/env CMD`` the path
+``CMD`` resolves to on this host's ``PATH`` (realpath included).
+
+Test hook: with ``VQ_ADMIN_TESTING=1`` and
+``VQ_ADMIN_AGENT_CRASH=before-rename`` the agent kills itself with SIGKILL
+between the write and the rename.  Nothing else reads these variables.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import time
+
+from .safedirs import UnsafePath
+
+MAX_BYTES = 16 << 20
+SHEBANG_LIMIT = 512
+
+
+def _env_command(words: list[str]) -> str | None:
+    """The command ``env`` would run from a shebang's words after ``env``."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("-S", "--split-string", "-i", "--ignore-environment", "-"):
+            i += 1
+        elif word in ("-u", "--unset", "-C", "--chdir"):
+            i += 2
+        elif word.startswith("-") or "=" in word:
+            i += 1
+        else:
+            return word
+    return None
+
+
+def interpreter_mapping(content: bytes | None) -> dict[str, object] | None:
+    """How this host would run *content*: its shebang and what it resolves to."""
+    if content is None:
+        return None
+    if not content.startswith(b"#!"):
+        kind = "elf" if content.startswith(b"\x7fELF") else "no-shebang"
+        return {"kind": kind, "shebang": None}
+    line = content[2:SHEBANG_LIMIT].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    words = line.split()
+    if not words:
+        return {"kind": "shebang", "shebang": "#!", "program": None, "problem": "empty shebang"}
+    program = words[0]
+    found: dict[str, object] = {
+        "kind": "shebang",
+        "shebang": "#!" + line,
+        "program": program,
+        "program_exists": os.path.exists(program),
+        "program_resolved": os.path.realpath(program) if os.path.exists(program) else None,
+        "args": words[1:],
+    }
+    if os.path.basename(program) == "env":
+        command = _env_command(words[1:])
+        where = shutil.which(command) if command else None
+        found.update({
+            "command": command,
+            "command_path": where,
+            "command_resolved": os.path.realpath(where) if where else None,
+            "search_path": os.environ.get("PATH", ""),
+        })
+    return found
+
+
+def _read_stdin(stream, limit: int) -> bytes:
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"the new file is larger than {limit} bytes")
+    return data
+
+
+def _old(pfd: int, name: str, shown: str) -> tuple[str | None, bytes | None, int | None]:
+    """``(sha256, first bytes, mode)`` of the file being replaced, or Nones."""
+    try:
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None, None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{shown} is a symlink; renaming over it would replace the link, not its target: "
+                         "give the real path")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{shown} exists and is not a regular file")
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        head = fh.read(SHEBANG_LIMIT)
+        digest.update(head)
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), head, stat.S_IMODE(st.st_mode)
+
+
+#: Files that mark a directory as a staged or installed product archive.
+PRODUCT_MARKERS = ("SOURCE-SHA", "SOURCE-TREE-SHA256", "ARCHIVE-SHA256", ".vq-admin-source.json")
+
+
+def product_tree_problem(directory: str) -> str | None:
+    """Why *directory* (or an ancestor) belongs to a product archive, or None.
+
+    Private site commands never live inside a stage, an installed helper
+    release or a runtime release: those trees are immutable product content.
+    """
+    real = os.path.realpath(directory)
+    if f"{os.sep}.vq-admin{os.sep}stage{os.sep}" in real + os.sep:
+        return f"{directory} lies inside a vq-admin stage"
+    current = real
+    while True:
+        for marker in PRODUCT_MARKERS:
+            if os.path.lexists(os.path.join(current, marker)):
+                return f"{directory} lies inside {current}, which holds {marker} (a staged or installed product archive)"
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def _crash_hook() -> None:
+    if os.environ.get("VQ_ADMIN_TESTING") == "1" and os.environ.get("VQ_ADMIN_AGENT_CRASH") == "before-rename":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(dest: str, mode: int, stream) -> dict[str, object]:
+    """Install the bytes of *stream* at *dest* with *mode*; return the evidence."""
+    if not os.path.isabs(dest) or os.path.normpath(dest) != dest or dest.endswith("/"):
+        raise UnsafePath(f"--dest {dest!r} must be an absolute, normalised file path")
+    if mode & ~0o7777 or mode & 0o022:
+        raise UnsafePath(f"--mode {mode:04o} is refused: group/other write bits are not allowed")
+    parent, name = os.path.split(dest)
+    problem = product_tree_problem(parent) if os.path.isdir(parent) else None
+    if problem:
+        raise UnsafePath(problem + "; install private site commands elsewhere")
+    new = _read_stdin(stream, MAX_BYTES)
+    try:
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafePath(f"{parent}: {exc.strerror} (the directory must exist)") from None
+    try:
+        old_sha, old_head, old_mode = _old(pfd, name, dest)
+        new_sha = hashlib.sha256(new).hexdigest()
+        changed = old_sha != new_sha or old_mode != mode
+        temp = None
+        if changed:
+            temp = f".{name}.vq-install.{secrets.token_hex(6)}"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(new)
+                    fh.flush()
+                    os.fchmod(fh.fileno(), mode)
+                    os.fsync(fh.fileno())
+                _crash_hook()
+                os.replace(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=pfd)
+                except FileNotFoundError:
+                    pass
+                raise
+            os.fsync(pfd)
+    finally:
+        os.close(pfd)
+    return {
+        "dest": dest,
+        "changed": changed,
+        "old_sha256": old_sha,
+        "new_sha256": new_sha,
+        "old_mode": None if old_mode is None else f"{old_mode:04o}",
+        "mode": f"{mode:04o}",
+        "bytes": len(new),
+        "interpreter": interpreter_mapping(new),
+        "old_interpreter": interpreter_mapping(old_head),
+        "user": pwd.getpwuid(os.geteuid()).pw_name,
+        "uid": os.geteuid(),
+        "hostname": socket.gethostname(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

@@ -1,0 +1,96 @@
+"""The provider conformance kit: run a provider's hooks against a disposable
+root with scheduler doubles and check the provider contract.
+
+Used by ``vq admin provider test NAME`` and by the pytest plugin
+:mod:`vq_admin.testing`.  See :mod:`.kit` for the checks and
+docs/provider-maintenance.md for the operator view.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..evidence import Check
+
+SCHEMA = "vq-admin/conformance/1"
+
+
+@dataclass
+class Report:
+    """The named checks of one conformance run."""
+
+    provider: str
+    checks: list[Check] = field(default_factory=list)
+    workdir: str | None = None
+    scheduler_calls: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def check(self, name: str) -> Check:
+        for found in self.checks:
+            if found.name == name:
+                return found
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "provider": self.provider, "passed": self.passed, "error": self.error,
+                "checks": [c.to_dict() for c in self.checks], "workdir": self.workdir,
+                "scheduler_calls": self.scheduler_calls}
+
+    def text(self) -> str:
+        verdict = "PASSED" if self.passed else "FAILED"
+        lines = [f"provider {self.provider}: conformance {verdict} "
+                 f"({len(self.checks) - len(self.failed())} of {len(self.checks)} checks passed)"]
+        if self.error:
+            lines.append(f"  ERROR {self.error}")
+        lines += [f"  {'PASS' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
+        if self.scheduler_calls:
+            lines.append(f"  scheduler doubles called {len(self.scheduler_calls)} times")
+        if self.workdir:
+            lines.append(f"  disposable directory kept: {self.workdir}")
+        return "\n".join(lines)
+
+    def assert_ok(self) -> None:
+        """Raise AssertionError carrying :meth:`text` unless every check passed."""
+        if not self.passed:
+            raise AssertionError(self.text())
+
+
+def run_conformance(name: str, *, plugin: object | None = None, provider_options: Mapping[str, str] | None = None,
+                    script_args: Sequence[str] = (), workdir: str | None = None, keep: bool = False) -> Report:
+    """Run the kit on provider *name* (an installed entry point, or *plugin* given in-process).
+
+    ``provider_options`` default to ``{"root": "{root}"}``; ``{root}`` in any
+    value expands to the disposable runtime root.  The disposable directory is
+    a fresh temporary directory (below *workdir* when given) removed at the
+    end unless *keep*.
+    """
+    from ..plugins import Providers
+    from .kit import Kit
+    from .world import World
+
+    providers = Providers.from_plugins({name: plugin}) if plugin is not None else Providers.load([name])
+    options = {"root": "{root}", **dict(provider_options or {})}
+    base = tempfile.mkdtemp(prefix="vq-conformance-", dir=workdir)
+    report = Report(provider=name)
+    try:
+        world = World(base)
+        report.checks = Kit(providers, name, world, options, script_args).run()
+        report.scheduler_calls = world.scheduler_calls()
+    except Exception as exc:  # the kit's own failure must still produce a report
+        report.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if keep:
+            report.workdir = base
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    return report

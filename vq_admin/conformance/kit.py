@@ -1,0 +1,227 @@
+"""The conformance sequence: one provider, commits A, B, C, a disposable root.
+
+1. ``hooks``: runtime update and verify are implemented (install optional);
+2. ``argv-shape``: the update (and install) argv keeps the given
+   ``--update-script-arg`` words contiguous, in order and unchanged (a word
+   with a space and an empty word included), carries the full SHA and the
+   staged archive path verbatim, and is the same when asked twice;
+3. deploy A (install when offered), then ``evidence-A``: the verify receipt
+   passes every check of CONTRACT section 4, the launcher exists below the
+   disposable root and hashes to what the receipt says;
+4. deploy B, ``evidence-B``, ``separate-runtime`` (B's per-SHA release is
+   not A's) and ``older-kept-after-B`` (A's release and launcher unchanged);
+5. deploy C, whose selftest fails: ``failed-validation-exits-nonzero``,
+   ``current-unchanged-until-validated`` (``root/current`` never pointed at
+   C, sampled every millisecond, and is as before), ``verify-truthful``
+   (verify asked about C reports B, what is active) and
+   ``releases-kept-after-failure``;
+6. deploy A again: ``redeploy-A`` reports A, and ``older-not-rewritten``:
+   A's and B's releases are byte-identical to before.
+
+A check whose prerequisite failed is reported failed with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Mapping, Sequence
+
+from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
+
+from ..evidence import Check, parse_receipt, readback_check, receipt_checks
+from ..plugins import Providers, ProviderError
+from .world import LinkWatcher, World, snapshot
+
+PROGRAM = "vqconf"
+PROBE_ARGS = ("--vq-conformance-probe", "two words", "")
+DEPLOY_TIMEOUT = 1800.0
+VERIFY_TIMEOUT = 600.0
+
+
+class Kit:
+    def __init__(self, providers: Providers, name: str, world: World, options: Mapping[str, str],
+                 script_args: Sequence[str] = ()):
+        self.providers, self.name, self.world = providers, name, world
+        self.options = {k: v.replace("{root}", world.root) for k, v in options.items()}
+        self.script_args = tuple(script_args)
+        self.checks: list[Check] = []
+        self.hooks = providers.info[name].hooks if name in providers.info else ()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def check(self, name: str, ok: bool, detail: str) -> bool:
+        self.checks.append(Check(name, bool(ok), detail))
+        return bool(ok)
+
+    def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
+        settings = {"program": PROGRAM, "provider": self.name, "update_command": None, "install_command": None,
+                    "verify_command": None, "update_host": None, "update_allocation": None,
+                    "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
+                    "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
+                    "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
+        return RuntimeRequest(program=PROGRAM, host="conformance", expected_sha=self.world.sha[label], tag=None,
+                              update_script_args=tuple(args), source_archive=archive,
+                              where="login-host" if archive is None else "build-host", settings=settings)
+
+    def command(self, hook: str, request: RuntimeRequest) -> ProviderCommand:
+        return getattr(self.providers, hook)(self.name, request)
+
+    def deploy(self, label: str, hook: str = "runtime_update") -> tuple[int | None, list[str | None], str]:
+        cmd = self.command(hook, self.request(label, self.world.archive[label], self.script_args))
+        with LinkWatcher(self.world) as watcher:
+            result = self.world.run(cmd, DEPLOY_TIMEOUT)
+        tail = (result.error_text() or result.text()).splitlines()[-3:]
+        return (None if result.interrupted else result.exit_code), watcher.seen, " | ".join(tail)
+
+    def verify(self, label: str) -> tuple[VerifyReceipt | None, list[Check]]:
+        """Verify as the runtime lane would, with the launcher hashed here."""
+        request = self.request(label, None)
+        result = self.world.run(self.command("runtime_verify", request), VERIFY_TIMEOUT)
+        receipt, error = parse_receipt(result.stdout)
+        if receipt is None:
+            return None, [Check("receipt", False, f"verify exited {result.exit_code} and printed no verify "
+                                f"receipt: {error}")]
+        checks = receipt_checks(receipt, PROGRAM, request.expected_sha, None)
+        hashed, problem = _hash(receipt.active_path)
+        checks.append(readback_check(receipt, hashed, problem))
+        path, roots = os.path.normpath(receipt.active_path), {self.world.root, os.path.realpath(self.world.root)}
+        inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
+        checks.append(Check("active_path_below_root", inside,
+                            f"{receipt.active_path} must exist below the disposable root {self.world.root}"))
+        if not receipt.source_sha or len(receipt.source_sha) not in (40, 64):
+            checks.append(Check("full_sha", False, f"source_sha {receipt.source_sha!r} is not a full commit SHA"))
+        return receipt, checks
+
+    def evidence(self, name: str, label: str) -> VerifyReceipt | None:
+        receipt, checks = self.verify(label)
+        bad = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+        self.check(name, receipt is not None and not bad,
+                   "; ".join(bad) if bad else f"verify receipt for {label} passes every check")
+        return receipt if not bad else None
+
+    # -- the sequence ---------------------------------------------------------------------
+
+    def run(self) -> list[Check]:
+        if not self.check_hooks() or not self.check_argv_shape():
+            return self.checks
+        first = "runtime_install" if "vq_admin_runtime_install" in self.hooks else "runtime_update"
+        if first == "runtime_update":
+            os.makedirs(self.world.root, exist_ok=True)
+        code, _, tail = self.deploy("A", first)
+        if not self.check("deploy-A", code == 0, f"{first} of A exited {code}" + (f": {tail}" if code else "")):
+            return self.checks
+        a = self.evidence("evidence-A", "A")
+        if a is None:
+            return self.checks
+        a_dir, a_hash = release_dir(a.active_path, a.source_sha), _digest(a.active_path)
+        a_before = snapshot(a_dir)
+        code, _, tail = self.deploy("B")
+        if not self.check("deploy-B", code == 0, f"update to B exited {code}" + (f": {tail}" if code else "")):
+            return self.checks
+        b = self.evidence("evidence-B", "B")
+        if b is None:
+            return self.checks
+        b_dir = release_dir(b.active_path, b.source_sha)
+        nested = a_dir == b_dir or a_dir.startswith(b_dir + os.sep) or b_dir.startswith(a_dir + os.sep)
+        self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
+        self.check_kept("older-kept-after-B", a_dir, a_before, a.active_path, a_hash)
+        b_before, b_hash, link_before = snapshot(b_dir), _digest(b.active_path), self.world.current()
+        code, seen, tail = self.deploy("C")
+        self.check("failed-validation-exits-nonzero", code not in (0, None),
+                   f"deploying C (its selftest fails) exited {code}: {tail}")
+        c_sha = self.world.sha["C"]
+        moved = [s for s in seen if s is not None and c_sha in s]
+        self.check("current-unchanged-until-validated", not moved and self.world.current() == link_before,
+                   f"current was {link_before!r}; during the failed deploy it took {seen!r}; now "
+                   f"{self.world.current()!r}" if moved or self.world.current() != link_before
+                   else f"current stayed {link_before!r} while C failed validation")
+        receipt, _ = self.verify("C")
+        active = receipt.source_sha if receipt else None
+        self.check("verify-truthful", active == b.source_sha,
+                   f"asked about C after its failed deploy, verify reports {active!r}; active is B {b.source_sha}")
+        self.check_kept("releases-kept-after-failure", a_dir, a_before, a.active_path, a_hash,
+                        (b_dir, b_before, b.active_path, b_hash))
+        code, _, tail = self.deploy("A")
+        ok = code == 0 and self.evidence_ok("A")
+        self.check("redeploy-A", ok, f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
+        self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
+                        (b_dir, b_before, b.active_path, b_hash))
+        return self.checks
+
+    def evidence_ok(self, label: str) -> bool:
+        receipt, checks = self.verify(label)
+        return receipt is not None and all(c.ok for c in checks)
+
+    def check_hooks(self) -> bool:
+        missing = [h for h in ("vq_admin_runtime_update", "vq_admin_runtime_verify") if h not in self.hooks]
+        return self.check("hooks", not missing, f"missing {missing}" if missing else f"implements {list(self.hooks)}")
+
+    def check_argv_shape(self) -> bool:
+        problems: list[str] = []
+        hooks = ["runtime_update"] + (["runtime_install"] if "vq_admin_runtime_install" in self.hooks else [])
+        for hook in hooks:
+            request = self.request("B", self.world.archive["B"], PROBE_ARGS)
+            try:
+                argv, again = self.command(hook, request).argv, self.command(hook, request).argv
+            except ProviderError as exc:
+                problems.append(f"{hook}: {exc.message}")
+                continue
+            if not _contiguous(argv, PROBE_ARGS):
+                problems.append(f"{hook} does not pass the --update-script-arg words {list(PROBE_ARGS)} "
+                                f"contiguously and unchanged: {list(argv)}")
+            for word, what in ((request.expected_sha, "the full SHA"), (request.source_archive, "the staged archive")):
+                if word not in argv:
+                    problems.append(f"{hook} argv does not carry {what} {word} as one word: {list(argv)}")
+            if argv != again:
+                problems.append(f"{hook} answers the same request with different argv")
+        try:
+            verify = self.command("runtime_verify", self.request("B", None)).argv
+            if self.world.sha["B"] not in verify:
+                problems.append(f"verify argv does not carry the full SHA: {list(verify)}")
+        except ProviderError as exc:
+            problems.append(f"runtime_verify: {exc.message}")
+        return self.check("argv-shape", not problems, "; ".join(problems) or
+                          "script arguments kept contiguous and in order; full SHA and archive passed verbatim")
+
+    def check_kept(self, name: str, a_dir: str, a_before: dict[str, str], a_launcher: str, a_hash: str | None,
+                   *others: tuple[str, dict[str, str], str, str | None]) -> None:
+        problems = []
+        for where, before, launcher, digest in ((a_dir, a_before, a_launcher, a_hash), *others):
+            now = snapshot(where)
+            if not now:
+                problems.append(f"{where} was removed")
+            elif now != before:
+                changed = sorted(k for k in set(now) | set(before) if now.get(k) != before.get(k))[:5]
+                problems.append(f"{where} was rewritten ({', '.join(changed)})")
+            if _digest(launcher) != digest:
+                problems.append(f"launcher {launcher} is gone or changed")
+        self.check(name, not problems, "; ".join(problems) or "older releases and launchers are byte-identical")
+
+
+def release_dir(launcher: str, sha: str) -> str:
+    """The per-SHA directory of *launcher*: up to the path component that is the SHA."""
+    parts = launcher.split(os.sep)
+    if sha in parts:
+        return os.sep.join(parts[: parts.index(sha) + 1])
+    return os.path.dirname(launcher)
+
+
+def _contiguous(argv: Sequence[str], words: Sequence[str]) -> bool:
+    n = len(words)
+    return any(tuple(argv[i:i + n]) == tuple(words) for i in range(len(argv) - n + 1))
+
+
+def _digest(path: str) -> str | None:
+    """SHA-256 of the file at *path* (following links, as exec does), or None."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _hash(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """*path* hashed here, in the shape :func:`readback_check` takes."""
+    digest = _digest(path)
+    return ({"sha256": digest}, None) if digest else (None, f"cannot read {path}")

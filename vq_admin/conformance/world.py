@@ -1,0 +1,202 @@
+"""The disposable world a provider is tested in.
+
+Everything lives below one temporary directory::
+
+    repo/            a real git repository: commits A and B (passing selftests)
+                     and C (a selftest that fails on purpose)
+    work/<label>/    the driver-side archive of each commit (vq_admin.source)
+    scratch/         stages made by the real agent verbs (stage-create,
+                     stage-receive, stage-verify) on a local transport
+    root/            the disposable runtime root handed to the provider
+    doubles/         scheduler doubles (sbatch, squeue, scontrol, srun, sacct)
+                     first on PATH; every call is logged, none reaches Slurm
+
+Provider commands run locally through :class:`~vq_admin.transport.LocalTransport`
+as argv lists, with the provider's environment plus ``PATH`` through the
+doubles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from vq_admin_hookspecs import ProviderCommand
+
+from .. import source
+from ..transport import LocalTransport, RunResult
+
+SELFTEST = {
+    "ok": "print('vq conformance selftest {label}: ok')\n",
+    "fail": "import sys\nprint('vq conformance selftest {label}: failing on purpose')\nsys.exit(1)\n",
+}
+COMMITS = (("A", "ok"), ("B", "ok"), ("C", "fail"))
+SCHEDULER_PROGRAMS = ("sbatch", "squeue", "scontrol", "srun", "sacct")
+DOUBLE = """#!{python}
+# Scheduler double written by the vq-admin conformance kit: logs, never reaches Slurm.
+import json, os, subprocess, sys
+name = os.path.basename(sys.argv[0])
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps({{"program": name, "argv": sys.argv[1:]}}) + "\\n")
+code = 0
+if name == "sbatch":
+    wrap = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--wrap=")]
+    script = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if wrap:
+        code = subprocess.call(["/bin/sh", "-c", wrap[0]])
+    elif script:
+        code = subprocess.call(["/bin/sh", script[0]])
+    print("4242" if "--parsable" in sys.argv else "Submitted batch job 4242", flush=True)
+elif name == "scontrol":
+    print("JobId=4242 JobState=COMPLETED ExitCode=0:0")
+sys.exit(code)
+"""
+GIT_ENV = {"GIT_AUTHOR_NAME": "vq conformance", "GIT_AUTHOR_EMAIL": "conformance@vq.invalid",
+           "GIT_COMMITTER_NAME": "vq conformance", "GIT_COMMITTER_EMAIL": "conformance@vq.invalid",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+
+class World:
+    """Repository, stages, disposable root and scheduler doubles below *base*."""
+
+    def __init__(self, base: str):
+        self.base = os.path.abspath(base)
+        self.repo = os.path.join(self.base, "repo")
+        self.scratch = os.path.join(self.base, "scratch")
+        self.root = os.path.join(self.base, "root")
+        self.doubles = os.path.join(self.base, "doubles")
+        self.log = os.path.join(self.base, "scheduler-calls.jsonl")
+        self.sha: dict[str, str] = {}
+        self.archive: dict[str, str] = {}
+        for path in (self.repo, self.scratch, self.doubles):
+            os.makedirs(path, exist_ok=True)
+        self._write_doubles()
+        self._make_commits()
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def _write_doubles(self) -> None:
+        text = DOUBLE.format(python=sys.executable, log=self.log)
+        for name in SCHEDULER_PROGRAMS:
+            path = os.path.join(self.doubles, name)
+            with open(path, "w") as fh:
+                fh.write(text)
+            os.chmod(path, 0o755)
+
+    def _git(self, *args: str) -> str:
+        done = subprocess.run(["git", "-C", self.repo, *args], env=dict(os.environ, **GIT_ENV), check=True,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        return done.stdout.strip()
+
+    def _make_commits(self) -> None:
+        self._git("init", "-q")
+        for label, kind in COMMITS:
+            with open(os.path.join(self.repo, "vq_selftest.py"), "w") as fh:
+                fh.write(SELFTEST[kind].format(label=label))
+            with open(os.path.join(self.repo, "VERSION"), "w") as fh:
+                fh.write(f"conformance {label}\n")
+            self._git("add", "-A")
+            self._git("commit", "-q", "-m", f"conformance commit {label}")
+            self.sha[label] = self._git("rev-parse", "HEAD")
+        for label, sha in self.sha.items():
+            self.archive[label] = self._stage(label, sha)
+
+    def agent(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "vq_admin.agent", *args]
+
+    def _stage(self, label: str, sha: str) -> str:
+        """Archive *sha* and stage it with the real agent verbs; the staged archive path."""
+        work = os.path.join(self.base, "work", label)
+        os.makedirs(work)
+        ident = source.make_archive(source.resolve(self.repo, sha, None), work)
+        files = ident.identity_files()
+        words = ["--sha", sha, "--archive-sha256", files["ARCHIVE-SHA256"], "--tree-sha256",
+                 files["SOURCE-TREE-SHA256"], "--git-tree", ident.git_tree]
+        local = LocalTransport()
+        made = local.run(self.agent("stage-create", "--root", self.scratch, "--kind", "runtime",
+                                    "--name", "conformance", *words), timeout=120)
+        if not made.ok:
+            raise RuntimeError(f"stage-create failed: {made.error_text()}")
+        stage = json.loads(made.text())["stage"]
+        for argv, stdin in ((self.agent("stage-receive", "--stage", stage), ident.archive_path),
+                            (self.agent("stage-verify", "--stage", stage, *words), None)):
+            done = local.run(argv, timeout=600, stdin=stdin)
+            if not done.ok:
+                raise RuntimeError(f"{argv[3]} failed: {done.error_text()} {done.text()}")
+        return os.path.join(stage, "source.tar")
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(self, command: ProviderCommand, timeout: float) -> RunResult:
+        env = dict(command.env)
+        env["PATH"] = self.doubles + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+        return LocalTransport().run(list(command.argv), timeout=timeout, env=env)
+
+    def scheduler_calls(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.log) as fh:
+                return [json.loads(line) for line in fh if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def current(self) -> str | None:
+        try:
+            return os.readlink(os.path.join(self.root, "current"))
+        except OSError:
+            return None
+
+
+class LinkWatcher:
+    """Samples ``root/current`` every millisecond while a command runs."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.seen: list[str | None] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            value = self.world.current()
+            if not self.seen or self.seen[-1] != value:
+                self.seen.append(value)
+            if self._stop.wait(0.001):
+                return
+
+    def __enter__(self) -> "LinkWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        value = self.world.current()
+        if self.seen[-1] != value:
+            self.seen.append(value)
+
+
+def snapshot(path: str) -> dict[str, str]:
+    """Every entry below *path* (``__pycache__`` excluded): type and content hash."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    if not os.path.isdir(path):
+        return out
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, path)
+            st = os.lstat(full)
+            if os.path.islink(full):
+                out[rel] = "link:" + os.readlink(full)
+            elif os.path.isdir(full):
+                out[rel] = f"dir:{st.st_mode & 0o7777:o}"
+            else:
+                with open(full, "rb") as fh:
+                    out[rel] = f"file:{st.st_mode & 0o7777:o}:" + hashlib.sha256(fh.read()).hexdigest()
+    return out

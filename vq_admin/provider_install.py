@@ -1,0 +1,238 @@
+"""``vq admin provider install SRC --host HOST --dest PATH [--on DEST] [--dry-run]``.
+
+Installs one reviewed private site command (a provider script) on a host,
+independently of every product archive:
+
+* **refused (77)** before anything runs when SRC lies inside a product source
+  tree or a staged product archive: this vq-admin checkout, any
+  ``helper_source_repo``/``source_repo``/``feed_source_mirror`` of the
+  configuration, any directory holding a vq-admin source tree, a stage
+  (``.../.vq-admin/stage/...``) or a directory carrying product identity
+  files (``SOURCE-SHA``, ``SOURCE-TREE-SHA256``, ``ARCHIVE-SHA256``,
+  ``.vq-admin-source.json``).  The agent applies the same marker rule to
+  the destination on the host;
+* the host must be ``managed`` or ``helper-only`` (an alias names its
+  canonical host);
+* the copy is made by ``vq-admin-agent install-file`` on the host: temp file
+  in the destination directory, fsync, rename -- a crash leaves the old file;
+* the admin log and an immutable receipt record the old and new SHA-256, the
+  interpreter mapping of both versions on that host, who, where and when;
+* the configuration is never read for writing, never edited: configured
+  command arguments stay exactly as they are.
+
+An interrupted transport is resolved by reading the destination's hash back:
+the new hash proves the install, anything else is ``unknown`` (3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hashlib
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from . import authority
+from .config import Config, HostConfig, load_config
+from .outcome import Outcome, Refused, UsageError
+from .output import print_json, safe_text
+from .state import StateDir, utc_now
+from .transport import RunResult, Session, Transport, quote_argv
+
+MAX_SOURCE_BYTES = 16 << 20
+ROLES = ("managed", "helper-only")
+IDENTITY_MARKERS = ("SOURCE-SHA", "SOURCE-TREE-SHA256", "ARCHIVE-SHA256", ".vq-admin-source.json")
+AGENT_UNSAFE = 4
+
+
+def own_checkout() -> str:
+    """The directory holding this ``vq_admin`` package (a checkout or site-packages)."""
+    import vq_admin
+
+    return os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(vq_admin.__file__))))
+
+
+def product_roots(config: Config) -> list[tuple[str, str]]:
+    """``(path, what)`` of every product tree the configuration and this install know."""
+    own = own_checkout()
+    roots = [(own, "this vq-admin checkout") if _is_source_tree(own)
+             else (os.path.join(own, "vq_admin"), "the installed vq-admin package")]
+    for host in config.hosts.values():
+        if host.helper_source_repo:
+            roots.append((host.helper_source_repo, f"hosts.{host.name}.helper_source_repo"))
+        for program, profile in host.runtimes.items():
+            key = f"hosts.{host.name}.scheduler_runtime_deployments.{program}"
+            if profile.source_repo:
+                roots.append((profile.source_repo, f"{key}.source_repo"))
+            if profile.feed_source_mirror:
+                roots.append((profile.feed_source_mirror, f"{key}.feed_source_mirror"))
+    return [(os.path.realpath(p), what) for p, what in roots]
+
+
+def _is_source_tree(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "vq_admin", "agent", "treeid.py")) and (
+        os.path.exists(os.path.join(path, ".git")) or os.path.isfile(os.path.join(path, "setup.cfg")))
+
+
+def source_refusal(src: str, config: Config) -> str | None:
+    """Why SRC must not be installed as a private site command, or None."""
+    paths = {os.path.abspath(src), os.path.realpath(src)}
+    for path in sorted(paths):
+        if f"{os.sep}.vq-admin{os.sep}stage{os.sep}" in path:
+            return f"{src} lies inside a vq-admin stage ({path}): a staged product archive is not a provider"
+        for root, what in product_roots(config):
+            if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+                return f"{src} lies inside {what} ({root}): product sources never provide site commands"
+        current = os.path.dirname(path)
+        while True:
+            if _is_source_tree(current):
+                return f"{src} lies inside a vq-admin source tree ({current})"
+            for marker in IDENTITY_MARKERS:
+                if os.path.lexists(os.path.join(current, marker)):
+                    return (f"{src} lies inside {current}, which holds {marker}: a staged or installed product "
+                            "archive is not a provider")
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return None
+
+
+def _host(config: Config, name: str) -> HostConfig:
+    host = authority.lookup(config, name)
+    if host.fleet_role not in ROLES:
+        message = f"host {name} has fleet_role {host.fleet_role!r}, which has no provider maintenance authority"
+        if host.fleet_role == "alias":
+            message += f"; it is an alias of {host.canonical_host}: install on {host.canonical_host}"
+        raise Refused(message)
+    return host
+
+
+def _destinations(host: HostConfig) -> list[str]:
+    found = [host.ssh] + [d for d in [host.helper_update_host] if d]
+    found += [p.update_host for p in host.runtimes.values() if p.update_host]
+    return list(dict.fromkeys(found))
+
+
+def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]:
+    dest = args.dest
+    if not dest.startswith("/") or os.path.normpath(dest) != dest or "\n" in dest or "\0" in dest:
+        raise UsageError(f"--dest {dest!r} must be an absolute, normalised path")
+    if args.on is not None and args.on not in _destinations(host):
+        raise UsageError(f"--on {args.on!r} is not a destination of host {host.name} "
+                         f"(configured: {', '.join(_destinations(host))})")
+    if not os.path.isfile(args.src):
+        raise UsageError(f"SRC {args.src} is not a regular file")
+    with open(args.src, "rb") as fh:
+        data = fh.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise UsageError(f"SRC {args.src} is larger than {MAX_SOURCE_BYTES} bytes")
+    return dest, data
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    host = _host(config, args.host)
+    dest, data = _check_args(args, host)
+    refusal = source_refusal(args.src, config)
+    if refusal:
+        raise Refused(refusal)
+    state = StateDir(args.state_dir)
+    argv = [*host.agent, "install-file", "--dest", dest, "--mode", args.mode]
+    receipt: dict[str, Any] = {
+        "schema": "vq-admin/provider-install/1", "host": host.name, "src": os.path.abspath(args.src),
+        "src_sha256": hashlib.sha256(data).hexdigest(), "dest": dest, "mode": args.mode, "argv": argv,
+        "by": {"user": getpass.getuser(), "uid": os.geteuid(), "driver": socket.gethostname()},
+        "started_at": utc_now(), "config": config.path, "config_edited": False, "errors": [],
+    }
+    with Session(config.ssh_config) as session:
+        transport = session.ssh(args.on) if args.on else session.for_host(host.transport, host.ssh)
+        receipt["where"] = transport.where
+        if args.dry_run:
+            receipt.update(dry_run=True, outcome="ok", exit_code=0, transport_argv=transport.describe_argv(argv))
+            _report(args, receipt, [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
+                                    f"  {quote_argv(argv)} < {args.src}"])
+            return 0
+        result = transport.run(argv, timeout=300, stdin=data)
+        outcome = _judge(receipt, result, transport, host, dest)
+    receipt.update(outcome=outcome.value, exit_code=outcome.exit_code, finished_at=utc_now())
+    receipt["id"] = state.new_receipt_id("provider", host.name, None)
+    path = state.store_receipt(receipt["id"], receipt)
+    state.append_log({"at": receipt["finished_at"], "lane": "provider", "host": host.name, "dest": dest,
+                      "where": receipt["where"], "outcome": outcome.value, "exit_code": outcome.exit_code,
+                      "old_sha256": receipt.get("old_sha256"), "new_sha256": receipt.get("new_sha256"),
+                      "interpreter": receipt.get("interpreter"), "by": receipt["by"], "receipt": str(path),
+                      "errors": receipt["errors"][:5]})
+    _report(args, receipt, _summary(receipt, str(path)))
+    return outcome.exit_code
+
+
+def _judge(receipt: dict[str, Any], result: RunResult, transport: Transport, host: HostConfig, dest: str) -> Outcome:
+    receipt["step"] = {"argv": result.argv, "where": result.where, "exit_code": result.exit_code,
+                       "seconds": round(result.seconds, 3), "interrupted": result.interrupted,
+                       "stderr": result.error_text()[-2000:]}
+    if result.ok:
+        try:
+            answer = json.loads(result.text())
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            receipt["errors"].append("install-file printed no JSON object")
+            return Outcome.FAILED
+        receipt.update({k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed", "interpreter",
+                                                   "old_interpreter", "user", "uid", "hostname", "at")})
+        receipt["installed_by"] = {"user": answer.get("user"), "uid": answer.get("uid"), "host": answer.get("hostname")}
+        if answer.get("new_sha256") != receipt["src_sha256"]:
+            receipt["errors"].append(f"the host reports {answer.get('new_sha256')}, SRC is {receipt['src_sha256']}")
+            return Outcome.FAILED
+        return Outcome.OK
+    held = _hash_back(transport, host, dest)
+    receipt["readback"] = {"read": f"hash-file {dest} on {transport.where}", "dest_sha256": held}
+    if result.interrupted:
+        receipt["errors"].append(f"install-file: {result.describe()}")
+        if held == receipt["src_sha256"]:
+            receipt["new_sha256"] = held
+            return Outcome.OK
+        receipt["readback"]["next_command"] = quote_argv(
+            ["vq", "admin", "provider", "install", receipt["src"], "--host", host.name, "--dest", dest])
+        return Outcome.UNKNOWN
+    receipt["errors"].append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
+    receipt["old_sha256"] = held
+    return Outcome.REFUSED if result.exit_code == AGENT_UNSAFE else Outcome.FAILED
+
+
+def _hash_back(transport: Transport, host: HostConfig, dest: str) -> str | None:
+    result = transport.run([*host.agent, "hash-file", dest], timeout=120)
+    try:
+        value = json.loads(result.text()).get("sha256")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _summary(receipt: dict[str, Any], path: str) -> list[str]:
+    interp = receipt.get("interpreter") or {}
+    resolved = interp.get("command_resolved") or interp.get("program_resolved")
+    lines = [f"vq-admin: provider install {receipt['dest']} on {receipt['where']}: {receipt['outcome']} "
+             f"(exit {receipt['exit_code']})",
+             f"  old sha256  {receipt.get('old_sha256') or '-'}",
+             f"  new sha256  {receipt.get('new_sha256') or '-'}"]
+    if interp:
+        lines.append(f"  interpreter {interp.get('shebang') or interp.get('kind')} -> {resolved or '?'}")
+    lines += [f"  error       {e}" for e in receipt["errors"]]
+    lines.append(f"  receipt     {path}")
+    return [safe_text(line) for line in lines]
+
+
+def _report(args: argparse.Namespace, receipt: dict[str, Any], lines: list[str]) -> None:
+    """``--json``: the receipt; else the summary (on success only on a terminal, for cron)."""
+    if args.json:
+        print_json(receipt)
+    elif receipt["exit_code"] == 0:
+        if sys.stdout.isatty() or receipt.get("dry_run"):
+            print("\n".join(lines))
+    else:
+        print("\n".join(lines), file=sys.stderr)
