@@ -99,6 +99,8 @@ BAD = [
      "hosts.cluster.scheduler_runtime_deployments.bad/prog", "must match"),
     ({"hosts": {"cluster": {"fleet_role": "managed"}}, "extra": 1}, "extra", "unknown key"),
     ({"ssh_config": "ssh_config", "hosts": {}}, "ssh_config", "absolute"),
+    ({"hosts": {"cluster": dict(with_profile(feed_source_mirror="/srv/git/m.git")["hosts"]["cluster"], ssh="login:2222")}},
+     "hosts.cluster.ssh", "git cannot use"),
     ({"hosts": []}, "hosts", "table"),
 ]
 

@@ -32,6 +32,10 @@ def _lines(doc: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .update import check_name
+
+    check_name(args.program, "PROGRAM")
+    check_name(args.host, "HOST")
     config = load_config(args.config)
     host = authority.lookup(config, args.host)
     if host.fleet_role == "alias":

@@ -1,7 +1,7 @@
 """The push-fed source mirror feed and the site preparer, as runtime-lane steps.
 
-With ``feed_source_mirror`` set, the plan gains, after staging and before
-the deploy:
+With ``feed_source_mirror`` set, the plan gains, after the read-only
+pre-verify and before anything is staged:
 
 * ``mirror-probe``   (login host)  ``git -C MIRROR rev-parse --is-bare-repository``
 * ``mirror-read``    (driver)      ``git -C SOURCE_REPO ls-remote --refs -- URL REFS...``
@@ -12,9 +12,8 @@ the deploy:
 
 ``REF`` is ``refs/heads/<lane>`` with ``preparer_reads = "lane"`` (the
 default) and ``refs/vq/pins/<sha>`` with ``"pin"``.  A refusal of the feed
-(77), a failed feed or preparer (1) and an unresolved push (3) end the run
-before the deploy; the build stage is reclaimed then, except after an
-interrupted preparer, whose outcome is not known.
+(77), a failed feed or preparer (1) and an unresolved push or an
+interrupted preparer (3) end the run before anything is staged.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..mirror import FeedUnknown
 from ..mirror_feed import Feed
-from ..outcome import VqAdminError
+from ..outcome import Interrupted, VqAdminError
 from ..plan import execute
 from ..transport import RunResult, Transport, quote_argv
 
@@ -129,8 +128,8 @@ def _prepare(update: "RuntimeUpdate", feed: Feed) -> None:
     update.ctx.narrate(f"preparing on {step.where}: {quote_argv(argv)}")
     result = execute(step, update.ctx.login(update.host), argv, timeout=update.profile.timeout_seconds)
     if result.interrupted:
-        raise VqAdminError(f"prepare: {result.describe()}; the preparer may still be running on {step.where}, "
-                           f"and the build stage was kept; rerun the update once it has finished")
+        raise Interrupted(f"prepare: {result.describe()}; the preparer may still be running on {step.where}; "
+                          f"nothing was staged or built; rerun the update once it has finished")
     if result.exit_code != 0:
         update.reclaim(success=False)
         tail = " | ".join(result.error_text().splitlines()[-3:])
