@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from . import faults
 from .transport import RunResult, Transport
 
 
@@ -72,11 +73,13 @@ class Plan:
 def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
             stdin: bytes | str | None = None, env: dict[str, str] | None = None) -> RunResult:
     """Run *argv* for *step* through *transport* and record the result in it."""
+    faults.step_boundary(step.name, "before")
     step.argv = [str(a) for a in argv]
     if env is not None:
         step.env = dict(env)
     result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin)
     record(step, result)
+    faults.step_boundary(step.name, "after")
     return result
 
 
@@ -101,3 +104,4 @@ def mark_local(step: Step, ok: bool, started: float, detail: str | None = None) 
     step.exit_code = 0 if ok else 1
     step.seconds = time.monotonic() - started
     step.detail = detail
+    faults.step_boundary(step.name, "after")

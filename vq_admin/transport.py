@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from plumbum import local
+
+from . import faults
 from plumbum.commands.processes import CommandNotFound
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
@@ -168,6 +170,10 @@ def run_local_argv(
     is ``"transport"``.
     """
     started = time.monotonic()
+    fault = faults.next_call(argv, where) if faults.active() else None
+    if fault == "drop-before":
+        return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
+                         0.0, "transport")
     try:
         command = local[full[0]][full[1:]]
     except CommandNotFound:
@@ -211,8 +217,22 @@ def run_local_argv(
             interrupted = "transport"
         stdout, truncated = _read_capped(out)
         stderr, _ = _read_capped(err)
-    return RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
-                     seconds, interrupted, truncated)
+    result = RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
+                       seconds, interrupted, truncated)
+    return _apply_fault(result, fault, transport_exit) if fault else result
+
+
+def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
+    """A test fault (see :mod:`vq_admin.faults`) after the command really ran."""
+    note = f"vq-admin test fault: {fault}\n".encode()
+    if fault == "drop-after" or (fault == "kill" and transport_exit is not None):
+        return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,
+                         result.seconds, "transport", result.stdout_truncated)
+    if fault == "timeout":
+        return RunResult(result.argv, result.where, None, result.stdout, result.stderr + note,
+                         result.seconds, "timeout", result.stdout_truncated)
+    return RunResult(result.argv, result.where, -9, result.stdout, result.stderr + note, result.seconds, None,
+                     result.stdout_truncated)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

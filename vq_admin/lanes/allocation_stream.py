@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
+from .. import faults
 from ..transport import SSH_TRANSPORT_EXIT, Transport
 
 #: How much of each transcript the receipt carries inline (the tail); the
@@ -166,6 +167,11 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
     call = StreamCall(argv, transport.where)
     full = transport.wrap(argv, {})
     started = time.monotonic()
+    fault = faults.next_call(argv, transport.where) if faults.active() else None
+    if fault == "drop-before":
+        call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
+        call.stderr = "vq-admin test fault: connection dropped before the command ran"
+        return call
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
@@ -205,6 +211,10 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         call.exit_code = code
         if transport.transport_exit is not None and code == SSH_TRANSPORT_EXIT:
             call.interrupted = "transport"
+    if fault in ("drop-after", "kill"):  # a test fault after the call really ran (vq_admin.faults)
+        call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
+    elif fault == "timeout":
+        call.exit_code, call.interrupted = None, "timeout"
     return call
 
 
