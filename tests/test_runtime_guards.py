@@ -213,3 +213,27 @@ def test_sigterm_mid_deploy_is_unknown_with_a_receipt_and_frees_the_lock(tmp_pat
     assert [json.loads(p.read_text())["outcome"] for p in stored] == ["unknown"]
     again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
     assert again.exit_code != 75, "the lane lock outlived the interrupted run"
+
+
+def test_an_internal_error_is_unknown_with_a_receipt_never_a_traceback(demo_site, monkeypatch, capsys):
+    import json
+
+    from vq_admin import cli
+    from vq_admin.lanes.runtime import RuntimeUpdate
+
+    tmp, config, sha = demo_site
+
+    def broken(self):
+        self.make_plan()
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(RuntimeUpdate, "run", broken)
+    monkeypatch.setenv("VQ_ADMIN_CONFIG", str(config))
+    monkeypatch.setenv("VQ_ADMIN_STATE_DIR", str(tmp / "state"))
+    code = cli.main(["update", "vibeqc", "cluster", "--expected-sha", sha, "--json"])
+    out, err = capsys.readouterr()
+    receipt = json.loads(out)
+    assert code == 3 and receipt["outcome"] == "unknown"
+    assert "internal error" in receipt["errors"][0] and "RuntimeError: a bug" in receipt["errors"][0]
+    assert "Traceback" not in err
+    assert (tmp / "state" / "receipts").is_dir()

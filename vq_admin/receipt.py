@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .outcome import Outcome
 from .plan import Plan
+
+if TYPE_CHECKING:
+    from .transport import RunResult
 
 SCHEMA = "vq-admin/receipt/1"
 PLAN_SCHEMA = "vq-admin/plan/1"
@@ -53,6 +56,22 @@ class Receipt:
     errors: list[str] = field(default_factory=list)
     readback: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def record_command(self, result: "RunResult", where: str) -> None:
+        """A provider command run to its end on a fixed host: exit status, output, metrics."""
+        stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
+        complete = result.interrupted is None and not result.stdout_truncated
+        self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
+        self.command_output = {
+            "complete": complete,
+            "reason": None if complete else "unavailable",
+            "log_dir": None,
+            "observations": 0,
+            "stdout": stdout,
+            "stderr": stderr,
+        }
+        self.metrics = parse_metrics(stdout, stderr)
+        self.metrics_complete = complete
 
     def finish(self, outcome: Outcome, finished_at: str) -> "Receipt":
         self.outcome = outcome

@@ -63,8 +63,10 @@ def check_tag_name(tag: str) -> str:
     return tag
 
 
-def resolve(repo: str, sha: str, tag: str | None) -> SourceIdentity:
-    """Resolve *sha* (full, lower case) and its tag in *repo*, read-only."""
+def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
+    """Resolve *sha* (full, lower case) and its tag in *repo*, read-only.
+
+    *with_tags* false (the helper lane) leaves tags out of the identity."""
     if not os.path.isdir(repo):
         raise Refused(f"source repository {repo} does not exist")
     fmt = git(repo, "rev-parse", "--show-object-format")
@@ -77,6 +79,8 @@ def resolve(repo: str, sha: str, tag: str | None) -> SourceIdentity:
     if not found.ok or _one_line(found) != sha:
         raise Refused(f"commit {sha} is not in the source repository {repo} (fetch it there first)")
     tree = _one_line(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"))
+    if not with_tags:
+        return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
     listed = git(repo, "tag", "--points-at", sha)
     tags = tuple(sorted(t for t in listed.text().split() if t))
     if tag is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
 
 from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 
@@ -120,6 +121,13 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
         receipt = conclude(ctx, receipt, exc.outcome)
+    except Exception as exc:  # a bug must still leave a receipt, and is never called a success
+        receipt.errors.append(f"internal error during step {_current_step(receipt)}: {type(exc).__name__}: {exc}; "
+                              "the outcome is unknown (please report this with the receipt)")
+        receipt.extra["traceback"] = traceback.format_exc()
+        receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
+                            "next_command": rerun_command(receipt)}
+        receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -29,9 +29,7 @@ runtime provider for anything and never runs a runtime command.
 
 from __future__ import annotations
 
-import json
 import tempfile
-import time
 from typing import Any
 
 from vq_admin_hookspecs import HelperRequest, ProviderCommand
@@ -39,15 +37,15 @@ from vq_admin_hookspecs import HelperRequest, ProviderCommand
 from .. import authority, source
 from ..config import HostConfig
 from ..context import RunContext
-from ..outcome import Outcome, Refused, UsageError, VqAdminError
-from ..plan import Step, execute, mark_local
-from ..receipt import Receipt, parse_metrics
+from ..outcome import Outcome, UsageError
+from ..plan import execute
+from ..receipt import Receipt
 from ..state import dump_json, utc_now, write_atomic
 from ..transport import RunResult, Transport, quote_argv
 from .common import conclude
+from .staging import SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
 
-KEEP_FAILED_STAGES = 3
 STAGE_NAME = "helper"
 ACTIVATION = "activation.json"
 PLACEHOLDER_TREE = "0" * 64
@@ -65,7 +63,12 @@ class HelperUpdate:
         self.sha = sha
         self.receipt = Receipt("helper", self.host.name, None, sha, None, utc_now())
         self.source: source.SourceIdentity | None = None
-        self.stage_dir: str | None = None
+        self.staging = SourceStage(self.receipt, self.stage_transport(), self.host.agent, self.host.scratch_root,
+                                   "helper", STAGE_NAME, self.host.helper_timeout_seconds)
+
+    @property
+    def stage_dir(self) -> str | None:
+        return self.staging.dir
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -88,41 +91,25 @@ class HelperUpdate:
     def stage_transport(self) -> Transport:
         return self.ctx.remote(self.host, self.host.helper_update_host)
 
-    def agent(self, *args: str) -> list[str]:
-        return [*self.host.agent, *args]
-
-    def root_args(self) -> list[str]:
-        return ["--root", self.host.scratch_root] if self.host.scratch_root else []
-
     def make_plan(self) -> None:
         repo, plan = self.host.helper_source_repo, self.receipt.plan
         if self.sha is None:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
-        self.source = resolve_helper_source(repo, self.sha)
+        self.source = source.resolve(repo, self.sha, None, with_tags=False)
         self.receipt.source = self.source.to_receipt()
         self.receipt.extra["provider"] = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
-        ident = ["--sha", self.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
-                 "--git-tree", self.source.git_tree]
-        plan.add("source", "local", ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", self.sha],
-                 "archive the exact helper commit and prove its tree")
+        self.staging.plan_source(repo, self.sha, "helper")
         plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
-        plan.add("stage-create", build, self.agent("stage-create", *self.root_args(), "--kind", "helper", "--name",
-                                                   STAGE_NAME, *ident), "create a fresh helper stage")
-        plan.add("stage-receive", build, self.agent("stage-receive", "--stage", "<stage>"), "copy the archive into the stage")
-        plan.add("stage-verify", build, self.agent("stage-verify", "--stage", "<stage>", *ident),
-                 "prove the staged archive's checksum and tree where the helper command runs")
+        self.staging.plan_stage(self.source)
         cmd = self.command("<stage>", PLACEHOLDER_TREE)
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, [a.replace(PLACEHOLDER_TREE, "<tree_sha256>") for a in cmd.argv],
                  f"helper provider {self.host.helper_provider}: {verb}", self.helper_env(cmd, "<stage>", "<tree_sha256>"))
         plan.add("readback", login, identity_argv(self.host),
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
-        plan.add("stage-reclaim", build, self.agent("stage-reclaim", *self.root_args(), "--kind", "helper", "--name",
-                                                    STAGE_NAME, "--stage", "<stage>", "--outcome", "<success|failed>",
-                                                    "--keep-failed", str(KEEP_FAILED_STAGES)),
-                 "remove this run's stage on success; keep at most 3 failed stages")
+        self.staging.plan_reclaim()
 
     def helper_env(self, cmd: ProviderCommand, stage: str, tree: str) -> dict[str, str]:
         env = dict(cmd.env)
@@ -136,7 +123,7 @@ class HelperUpdate:
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         with tempfile.TemporaryDirectory(prefix="vq-admin-helper-") as workdir:
-            self.archive(workdir)
+            self.source = self.staging.archive(self.source, workdir)
             pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}
             if pre.interrupted:
@@ -146,7 +133,7 @@ class HelperUpdate:
             if pre.matched and not self.ctx.options.force:
                 self.ctx.narrate(f"helper {self.sha} is already live and bound on {self.host.name}")
                 return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified(pre))
-            self.stage()
+            self.staging.stage()
         result = self.run_command()
         if result.interrupted:
             self.receipt.errors.append(f"helper: {result.describe()}")
@@ -162,74 +149,17 @@ class HelperUpdate:
         assert self.source is not None and self.source.tree_sha256
         return self.source.tree_sha256
 
-    def archive(self, workdir: str) -> None:
-        step, started = self.receipt.plan.get("source"), time.monotonic()
-        try:
-            self.source = source.make_archive(self.source, workdir)
-        except VqAdminError as exc:
-            mark_local(step, False, started, exc.message)
-            raise
-        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
-        mark_local(step, True, started)
-        self.receipt.source = self.source.to_receipt()
-
-    def actual(self, step: Step) -> list[str]:
-        ident = self.source.identity_files()
-        words = [a.replace("<archive_sha256>", ident["ARCHIVE-SHA256"]).replace("<tree_sha256>", self.tree)
-                 for a in step.planned_argv]
-        return [w.replace("<stage>", self.stage_dir) if self.stage_dir else w for w in words]
-
-    def stage(self) -> None:
-        plan, build, timeout = self.receipt.plan, self.stage_transport(), self.host.helper_timeout_seconds
-        created = execute(plan.get("stage-create"), build, self.actual(plan.get("stage-create")), timeout=120)
-        self.require(created, "stage-create")
-        self.stage_dir = _json(created).get("stage")
-        if not isinstance(self.stage_dir, str) or not self.stage_dir.startswith("/"):
-            raise VqAdminError(f"stage-create on {build.where} did not name a stage directory")
-        self.receipt.extra["stage"] = {"where": build.where, "dir": self.stage_dir}
-        received = execute(plan.get("stage-receive"), build, self.actual(plan.get("stage-receive")),
-                           timeout=timeout, stdin=self.source.archive_path)
-        self.require(received, "stage-receive")
-        checked = execute(plan.get("stage-verify"), build, self.actual(plan.get("stage-verify")), timeout=timeout)
-        if checked.exit_code == 3 and not checked.interrupted:
-            mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
-            self.reclaim(success=False)
-            raise Refused(f"the staged helper archive on {build.where} does not match {self.sha}: "
-                          + "; ".join(map(str, mismatches)))
-        self.require(checked, "stage-verify")
-
-    def require(self, result: RunResult, what: str) -> None:
-        """A staging step must succeed; nothing has been installed yet."""
-        if not result.ok:
-            if self.stage_dir:
-                self.reclaim(success=False)
-            raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]}")
-
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
         cmd = self.command(self.stage_dir, self.tree)
         env = self.helper_env(cmd, self.stage_dir, self.tree)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(cmd.argv)}")
         result = execute(step, self.stage_transport(), list(cmd.argv), timeout=self.host.helper_timeout_seconds, env=env)
-        stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
-        self.receipt.deploy = {"exit_code": result.exit_code, "where": step.where, "interrupted": result.interrupted}
-        complete = result.interrupted is None and not result.stdout_truncated
-        self.receipt.command_output = {"complete": complete, "reason": None if complete else "unavailable",
-                                       "log_dir": None, "observations": 0, "stdout": stdout, "stderr": stderr}
-        self.receipt.metrics = parse_metrics(stdout, stderr)
-        self.receipt.metrics_complete = complete
+        self.receipt.record_command(result, step.where)
         return result
 
     def reclaim(self, success: bool) -> None:
-        if not self.stage_dir:
-            return
-        step = self.receipt.plan.get("stage-reclaim")
-        argv = [a.replace("<stage>", self.stage_dir).replace("<success|failed>", "success" if success else "failed")
-                for a in step.planned_argv]
-        result = execute(step, self.stage_transport(), argv, timeout=300)
-        if not result.ok:
-            self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.stage_dir} was kept)")
-        self.stage_dir = None
+        self.staging.reclaim(success)
 
     # -- readback and conclusions ----------------------------------------------------
 
@@ -287,26 +217,3 @@ class HelperUpdate:
                        if changed else "nothing was changed by this run; rerun when the login host is reachable"),
         }
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
-
-
-def resolve_helper_source(repo: str, sha: str) -> source.SourceIdentity:
-    """The commit and tree of *sha* in *repo* (tags are not part of a helper's identity)."""
-    fmt = source.git(repo, "rev-parse", "--show-object-format")
-    if not fmt.ok:
-        raise Refused(f"helper_source_repo {repo} is not a git repository: {fmt.error_text()}")
-    want = 64 if fmt.text().strip() == "sha256" else 40
-    if len(sha) != want:
-        raise Refused(f"{sha} has {len(sha)} digits but {repo} uses {want}-digit object names")
-    found = source.git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^{{commit}}")
-    if not found.ok or found.text().strip() != sha:
-        raise Refused(f"commit {sha} is not in the helper source repository {repo} (fetch it there first)")
-    tree = source.git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}").text().strip()
-    return source.SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
-
-
-def _json(result: RunResult) -> dict[str, Any]:
-    try:
-        value = json.loads(result.text())
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

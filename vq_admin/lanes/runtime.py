@@ -20,9 +20,7 @@ One update, in order:
 
 from __future__ import annotations
 
-import json
 import tempfile
-import time
 from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest
@@ -30,16 +28,14 @@ from vq_admin_hookspecs import RuntimeRequest
 from .. import authority, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
-from ..outcome import Locked, Outcome, Refused, UsageError, VqAdminError
-from ..plan import Step, execute, mark_local
-from ..receipt import Receipt, parse_metrics
+from ..outcome import Locked, Outcome, UsageError
+from ..plan import Step, execute
+from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_step, mirror_step
 from .common import conclude
+from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
-
-KEEP_FAILED_STAGES = 3
-
 
 class RuntimeUpdate:
     """One runtime update of one program on one host."""
@@ -59,7 +55,12 @@ class RuntimeUpdate:
         self.requested_tag = tag
         self.receipt = Receipt("runtime", self.host.name, program, sha, tag, _now())
         self.source: source.SourceIdentity | None = None
-        self.stage_dir: str | None = None
+        self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
+                                   "runtime", program, profile.timeout_seconds)
+
+    @property
+    def stage_dir(self) -> str | None:
+        return self.staging.dir
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -79,10 +80,8 @@ class RuntimeUpdate:
         return self.ctx.remote(self.host, self.profile.update_host)
 
     def agent(self, *args: str) -> list[str]:
+        """The configured agent command with *args* (for steps on the login or build host)."""
         return [*self.host.agent, *args]
-
-    def stage_root_args(self) -> list[str]:
-        return ["--root", self.host.scratch_root] if self.host.scratch_root else []
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
@@ -93,16 +92,9 @@ class RuntimeUpdate:
         self.receipt.extra["build_place"] = p.build_place
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         mirror_step.plan(self)  # the feed and the preparer come before anything is staged
-        plan.add("source", "local", ["git", "-C", p.source_repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", self.sha],
-                 "archive the exact commit and prove its tree id")
+        self.staging.plan_source(p.source_repo, self.sha, "runtime")
+        self.staging.plan_stage(self.source)
         build = self.build_transport().where
-        ident = ["--sha", self.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
-                 "--git-tree", self.source.git_tree]
-        plan.add("stage-create", build, self.agent("stage-create", *self.stage_root_args(), "--kind", "runtime",
-                                                   "--name", p.program, *ident), "create a fresh stage on the build host")
-        plan.add("stage-receive", build, self.agent("stage-receive", "--stage", "<stage>"), "copy the archive into the stage")
-        plan.add("stage-verify", build, self.agent("stage-verify", "--stage", "<stage>", *ident),
-                 "prove the staged archive's checksum and tree on the build host")
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
@@ -110,10 +102,7 @@ class RuntimeUpdate:
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
-        plan.add("stage-reclaim", build, self.agent("stage-reclaim", *self.stage_root_args(), "--kind", "runtime", "--name",
-                                                    p.program, "--stage", "<stage>", "--outcome", "<success|failed>",
-                                                    "--keep-failed", str(KEEP_FAILED_STAGES)),
-                 "remove this run's stage on success; keep at most 3 failed stages")
+        self.staging.plan_reclaim()
 
     def deploy_command(self, archive: str):
         request = self.request(archive=archive)
@@ -144,8 +133,8 @@ class RuntimeUpdate:
         self.require_quiescent(pre)
         mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
-            self.archive(workdir)
-            self.stage()
+            self.source = self.staging.archive(self.source, workdir)
+            self.staging.stage()
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
@@ -177,46 +166,6 @@ class RuntimeUpdate:
     def verify(self, verify_step: Step, readback_step: Step) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
 
-    def archive(self, workdir: str) -> None:
-        step, started = self.receipt.plan.get("source"), time.monotonic()
-        try:
-            self.source = source.make_archive(self.source, workdir)
-        except VqAdminError as exc:
-            mark_local(step, False, started, exc.message)
-            raise
-        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
-        mark_local(step, True, started)
-        self.receipt.source = self.source.to_receipt()
-
-    def stage(self) -> None:
-        plan, build, ident = self.receipt.plan, self.build_transport(), self.source.identity_files()
-        def actual(step: Step) -> list[str]:
-            words = [a.replace("<archive_sha256>", ident["ARCHIVE-SHA256"]).replace("<tree_sha256>", ident["SOURCE-TREE-SHA256"])
-                     for a in step.planned_argv]
-            return [w.replace("<stage>", self.stage_dir) if self.stage_dir else w for w in words]
-        created = execute(plan.get("stage-create"), build, actual(plan.get("stage-create")), timeout=120)
-        self.require(created, "stage-create")
-        self.stage_dir = _json(created).get("stage")
-        if not isinstance(self.stage_dir, str) or not self.stage_dir.startswith("/"):
-            raise VqAdminError(f"stage-create on {build.where} did not name a stage directory")
-        self.receipt.extra["stage"] = {"where": build.where, "dir": self.stage_dir}
-        received = execute(plan.get("stage-receive"), build, actual(plan.get("stage-receive")),
-                           timeout=self.profile.timeout_seconds, stdin=self.source.archive_path)
-        self.require(received, "stage-receive")
-        checked = execute(plan.get("stage-verify"), build, actual(plan.get("stage-verify")), timeout=self.profile.timeout_seconds)
-        if checked.exit_code == 3 and not checked.interrupted:
-            mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
-            self.reclaim(success=False)
-            raise Refused(f"the staged archive on {build.where} does not match {self.sha}: " + "; ".join(map(str, mismatches)))
-        self.require(checked, "stage-verify")
-
-    def require(self, result: RunResult, what: str) -> None:
-        """A staging step must succeed; nothing has been installed yet."""
-        if not result.ok:
-            if self.stage_dir:
-                self.reclaim(success=False)
-            raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]}")
-
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
@@ -225,30 +174,11 @@ class RuntimeUpdate:
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
         result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds, env=dict(command.env))
-        self.receipt.deploy = {"exit_code": result.exit_code, "where": step.where, "interrupted": result.interrupted}
-        stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
-        self.receipt.command_output = {
-            "complete": result.interrupted is None and not result.stdout_truncated,
-            "reason": None if result.interrupted is None else "unavailable",
-            "log_dir": None,
-            "observations": 0,
-            "stdout": stdout,
-            "stderr": stderr,
-        }
-        self.receipt.metrics = parse_metrics(stdout, stderr)
-        self.receipt.metrics_complete = self.receipt.command_output["complete"]
+        self.receipt.record_command(result, step.where)
         return result
 
     def reclaim(self, success: bool) -> None:
-        if not self.stage_dir:
-            return
-        step = self.receipt.plan.get("stage-reclaim")
-        argv = [a.replace("<stage>", self.stage_dir).replace("<success|failed>", "success" if success else "failed")
-                for a in step.planned_argv]
-        result = execute(step, self.build_transport(), argv, timeout=300)
-        if not result.ok:
-            self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.stage_dir} was kept)")
-        self.stage_dir = None
+        self.staging.reclaim(success)
 
     # -- unknown outcomes -------------------------------------------------------------
 
@@ -302,14 +232,6 @@ class RuntimeUpdate:
             "launcher": found.receipt.active_path,
             "launcher_sha256": found.receipt.active_path_sha256,
         }
-
-
-def _json(result: RunResult) -> dict[str, Any]:
-    try:
-        value = json.loads(result.text())
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _now() -> str:

@@ -1,0 +1,140 @@
+"""Exact source staging, shared by both lanes.
+
+One :class:`SourceStage` carries one commit from the driver's checkout to the
+host that will use it:
+
+* ``source``        (driver)  ``git archive`` of the exact commit; its tree id
+  recomputed from the archive must equal the commit's (vq_admin.source);
+* ``stage-create``  a fresh private directory holding the identity files;
+* ``stage-receive`` the archive, streamed in;
+* ``stage-verify``  checksum and tree recomputed *on that host*: a mismatch
+  is refused (77) before any provider runs;
+* ``stage-reclaim`` the run's own stage removed on success; on failure it is
+  marked and kept for forensics, at most ``KEEP_FAILED`` per name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .. import source
+from ..outcome import Refused, VqAdminError
+from ..plan import Plan, Step, execute, mark_local
+from ..receipt import Receipt
+from ..transport import RunResult, Transport
+
+KEEP_FAILED = 3
+STAGE_TIMEOUT = 120.0
+RECLAIM_TIMEOUT = 300.0
+
+
+class SourceStage:
+    def __init__(self, receipt: Receipt, transport: Transport, agent: tuple[str, ...], scratch_root: str | None,
+                 kind: str, name: str, timeout: float):
+        self.receipt = receipt
+        self.transport = transport
+        self.agent = agent
+        self.root_args = ["--root", scratch_root] if scratch_root else []
+        self.kind, self.name, self.timeout = kind, name, timeout
+        self.ident: source.SourceIdentity | None = None
+        self.dir: str | None = None
+
+    @property
+    def plan(self) -> Plan:
+        return self.receipt.plan
+
+    # -- the plan ---------------------------------------------------------------------
+
+    def plan_source(self, repo: str, sha: str, what: str) -> None:
+        self.plan.add("source", "local", ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", sha],
+                      f"archive the exact {what} commit and prove its tree id")
+
+    def plan_stage(self, ident: source.SourceIdentity) -> None:
+        where = self.transport.where
+        words = ["--sha", ident.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
+                 "--git-tree", ident.git_tree]
+        self.plan.add("stage-create", where, [*self.agent, "stage-create", *self.root_args, "--kind", self.kind,
+                                              "--name", self.name, *words], "create a fresh stage")
+        self.plan.add("stage-receive", where, [*self.agent, "stage-receive", "--stage", "<stage>"],
+                      "copy the archive into the stage")
+        self.plan.add("stage-verify", where, [*self.agent, "stage-verify", "--stage", "<stage>", *words],
+                      "prove the staged archive's checksum and tree where it will be used")
+
+    def plan_reclaim(self) -> None:
+        self.plan.add("stage-reclaim", self.transport.where,
+                      [*self.agent, "stage-reclaim", *self.root_args, "--kind", self.kind, "--name", self.name,
+                       "--stage", "<stage>", "--outcome", "<success|failed>", "--keep-failed", str(KEEP_FAILED)],
+                      f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
+
+    # -- the run ----------------------------------------------------------------------
+
+    def archive(self, ident: source.SourceIdentity, workdir: str) -> source.SourceIdentity:
+        step, started = self.plan.get("source"), time.monotonic()
+        try:
+            self.ident = source.make_archive(ident, workdir)
+        except VqAdminError as exc:
+            mark_local(step, False, started, exc.message)
+            raise
+        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
+        mark_local(step, True, started)
+        self.receipt.source = self.ident.to_receipt()
+        return self.ident
+
+    def actual(self, step: Step) -> list[str]:
+        """The step's planned argv with this run's values in place of the placeholders."""
+        assert self.ident is not None
+        files = self.ident.identity_files()
+        words = [a.replace("<archive_sha256>", files["ARCHIVE-SHA256"]).replace("<tree_sha256>", files["SOURCE-TREE-SHA256"])
+                 for a in step.planned_argv]
+        return [w.replace("<stage>", self.dir) if self.dir else w for w in words]
+
+    def stage(self) -> str:
+        """Create, fill and verify the stage; returns its path on the host."""
+        assert self.ident is not None and self.ident.archive_path
+        created = execute(self.plan.get("stage-create"), self.transport, self.actual(self.plan.get("stage-create")),
+                          timeout=STAGE_TIMEOUT)
+        self.require(created, "stage-create")
+        path = _json(created).get("stage")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory")
+        self.dir = path
+        self.receipt.extra["stage"] = {"where": self.transport.where, "dir": path}
+        received = execute(self.plan.get("stage-receive"), self.transport, self.actual(self.plan.get("stage-receive")),
+                           timeout=self.timeout, stdin=self.ident.archive_path)
+        self.require(received, "stage-receive")
+        checked = execute(self.plan.get("stage-verify"), self.transport, self.actual(self.plan.get("stage-verify")),
+                          timeout=self.timeout)
+        if checked.exit_code == 3 and not checked.interrupted:
+            mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
+            self.reclaim(success=False)
+            raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
+                          + "; ".join(map(str, mismatches)))
+        self.require(checked, "stage-verify")
+        return path
+
+    def require(self, result: RunResult, what: str) -> None:
+        """A staging step must succeed; nothing has been installed yet."""
+        if not result.ok:
+            self.reclaim(success=False)
+            raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
+
+    def reclaim(self, success: bool) -> None:
+        if not self.dir:
+            return
+        step = self.plan.get("stage-reclaim")
+        argv = [a.replace("<stage>", self.dir).replace("<success|failed>", "success" if success else "failed")
+                for a in step.planned_argv]
+        result = execute(step, self.transport, argv, timeout=RECLAIM_TIMEOUT)
+        if not result.ok:
+            self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.dir} was kept)")
+        self.dir = None
+
+
+def _json(result: RunResult) -> dict[str, Any]:
+    try:
+        value = json.loads(result.text())
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
