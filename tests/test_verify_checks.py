@@ -167,3 +167,25 @@ def test_a_build_is_never_started_while_the_provider_reports_one_running(site):
     assert "updater_pid 31337" in result.json()["errors"][0]
     assert (site.tmp / "deploy-calls").read_text() == calls
     assert site.record("last-ok")["sha"] == site.shas[1]
+
+
+RECEIPT_KEYS = {"schema", "id", "outcome", "exit_code", "lane", "host", "program", "expected_sha", "tag", "started_at",
+                "finished_at", "steps", "deploy", "command_output", "metrics", "metrics_complete", "verify", "mirror",
+                "source", "errors", "readback"}
+
+
+def test_the_receipt_envelope_is_the_contract(site):
+    """CONTRACT section 6: the versioned envelope; stored copy identical to what --json printed."""
+    sha = site.shas[2]
+    site.prepare(json.dumps(site.good_receipt(sha)))
+    printed = site.update(sha).json()
+    assert RECEIPT_KEYS <= set(printed)
+    assert printed["schema"] == "vq-admin/receipt/1" and printed["exit_code"] == 0
+    for step in printed["steps"]:
+        assert {"name", "where", "argv", "exit_code", "seconds"} <= set(step)
+        assert all(isinstance(word, str) for word in step["argv"])
+    assert {"complete", "reason", "log_dir", "observations"} <= set(printed["command_output"])
+    stored = json.loads((site.state / "receipts" / f"{printed['id']}.json").read_text())
+    assert stored == printed
+    log = [json.loads(line) for line in (site.state / "admin.log").read_text().splitlines()]
+    assert log[-1]["receipt"].endswith(f"{printed['id']}.json") and log[-1]["outcome"] == "ok"
