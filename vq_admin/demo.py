@@ -16,7 +16,9 @@ Then it runs exactly what an operator would::
 
 The first invocation builds, verifies and activates that commit (with
 ``--cluster-install``, since the root does not exist yet); a second
-invocation reports ``already-current`` and builds nothing.
+invocation reports ``already-current`` and builds nothing.  Each run ends
+with ``vq admin status`` and ``vq admin launcher``: the verified immutable
+launcher the queue driver would bind jobs to.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     code = cli_main(command)
     print(f"$ vq admin status {HOST}", flush=True)
     cli_main(["status", HOST])
+    print(f"$ vq admin launcher {PROGRAM} {HOST}    # what the queue driver asks for every job", flush=True)
+    cli_main(["launcher", PROGRAM, HOST])
     if code == 0:
         print("run the demo again: the second run reports already-current and builds nothing.")
     return code
