@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    args = parser.parse_args(argv)
+    args, _unknown = parser.parse_known_args(argv)  # bench/run.py passes every module the same options
     repeat = 3 if args.quick else args.repeat
     from realhosts import SshdServer, remote_path
     from support import GitRepo, site_example_host, write_config

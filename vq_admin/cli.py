@@ -120,6 +120,23 @@ def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dic
             "errors": [error.message]}
 
 
+#: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).
+_DOUBLE_DASH = "\0--"
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, except that ``--option=--`` keeps its value ``--``
+    (Python 3.11's argparse turns it into ``[]``, which no option expects)."""
+    args = parser.parse_args([a[:-2] + _DOUBLE_DASH if a.startswith("--") and a.partition("=")[2] == "--" else a
+                              for a in argv])
+    for key, value in vars(args).items():
+        if value == _DOUBLE_DASH:
+            setattr(args, key, "--")
+        elif isinstance(value, list):
+            setattr(args, key, ["--" if v == _DOUBLE_DASH else v for v in value])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
@@ -132,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     args = None
     try:
-        args = build_parser(prog).parse_args(argv)
+        args = parse(build_parser(prog), argv)
         return _dispatch(args)
     except VqAdminError as exc:
         if "--json" in argv:

@@ -267,7 +267,9 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
 def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
     kind = _git(repo, "cat-file", "-t", "--end-of-options", old)
     if not kind.ok:
-        return "refuse", UNSEEN
+        if kind.interrupted is None and kind.exit_code == 128:  # git: no such object here
+            return "refuse", UNSEEN
+        raise VqAdminError(f"git cat-file -t {old} failed in {repo} ({kind.describe()}): {kind.error_text()[-300:]}")
     if kind.text().strip() != "commit":
         return "refuse", NOT_A_COMMIT.format(type=kind.text().strip())
     forward = _git(repo, "merge-base", "--is-ancestor", old, new)
@@ -276,6 +278,8 @@ def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
     if forward.exit_code != 1:
         raise VqAdminError(f"git merge-base --is-ancestor {old} {new} failed in {repo}: {forward.error_text()}")
     behind = _git(repo, "merge-base", "--is-ancestor", new, old)
+    if behind.interrupted or behind.exit_code not in (0, 1):
+        raise VqAdminError(f"git merge-base --is-ancestor {new} {old} failed in {repo}: {behind.describe()}")
     return "refuse", ADVANCED if behind.exit_code == 0 else DIVERGED
 
 

@@ -16,12 +16,22 @@ import re
 import sys
 from typing import Any, TextIO
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
+#: controls that reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
+CONTINUATION = " " * 12
 
 
 def safe_text(text: str) -> str:
-    """Escape control characters (terminal escape sequences included)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Escape control characters (terminal escape sequences included); tab and newline stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
+
+def _field(name: str, value: object) -> str:
+    """``  name      value``; the lines of a multi-line value are indented under the value."""
+    return f"  {name:<9} " + str(value).replace("\n", "\n" + CONTINUATION)
 
 
 def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
@@ -32,30 +42,31 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
 
 def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
     what = receipt.get("program") or "helper"
-    lines = [f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} (exit {receipt['exit_code']})"]
+    first = f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} (exit {receipt['exit_code']})"
+    lines = [first.replace("\n", "\n" + CONTINUATION)]
     if receipt.get("expected_sha"):
-        lines.append(f"  sha       {receipt['expected_sha']}")
+        lines.append(_field("sha", receipt["expected_sha"]))
     if receipt.get("tag"):
-        lines.append(f"  tag       {receipt['tag']}")
+        lines.append(_field("tag", receipt["tag"]))
     final = (receipt.get("verify") or {}).get("final") or (receipt.get("verify") or {}).get("readback") or {}
     vr = final.get("receipt") if isinstance(final, dict) else None
     if vr and final.get("proven"):
-        lines.append(f"  launcher  {vr['active_path']}")
-        lines.append(f"  sha256    {vr['active_path_sha256']}")
+        lines.append(_field("launcher", vr["active_path"]))
+        lines.append(_field("sha256", vr["active_path_sha256"]))
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
-        lines.append(f"  deploy    exit {deploy['exit_code']}" + (f", job {deploy['job_id']}" if deploy.get("job_id") else ""))
+        lines.append(_field("deploy", f"exit {deploy['exit_code']}" + (f", job {deploy['job_id']}" if deploy.get("job_id") else "")))
     for note in receipt.get("notes") or []:
-        lines.append(f"  note      {note}")
+        lines.append(_field("note", note))
     for error in receipt.get("errors") or []:
-        lines.append(f"  error     {error}")
+        lines.append(_field("error", error))
     readback = receipt.get("readback")
     if readback and readback.get("next_command"):
-        lines.append(f"  next      {readback['next_command']}")
+        lines.append(_field("next", readback["next_command"]))
         if readback.get("advice"):
-            lines.append(f"            {readback['advice']}")
+            lines.append(_field("", readback["advice"]))
     if receipt_path:
-        lines.append(f"  receipt   {receipt_path}")
+        lines.append(_field("receipt", receipt_path))
     return [safe_text(line) for line in lines]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MUL
 
 
 def parse_metrics(*texts: str) -> dict[str, Any]:
-    """``VQ-DEPLOY-METRIC name=value`` lines; numbers become numbers."""
+    """``VQ-DEPLOY-METRIC name=value`` lines; finite numbers become numbers, anything else stays text."""
     metrics: dict[str, Any] = {}
     for text in texts:
         for name, raw in METRIC_RE.findall(text):
@@ -30,6 +31,8 @@ def parse_metrics(*texts: str) -> dict[str, Any]:
                     break
                 except ValueError:
                     continue
+            if isinstance(value, float) and not math.isfinite(value):
+                value = raw  # "nan", "inf", "1e999": JSON has no such number; keep the text
             metrics[name] = value
     return metrics
 

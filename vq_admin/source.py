@@ -13,11 +13,14 @@ import re
 from dataclasses import asdict, dataclass
 
 from .agent.treeid import archive_identity
-from .outcome import Refused, UsageError
+from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
-TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}(?<![./])(?<!\.lock)\Z")
+#: git's ref name rules for refs/tags/<name>, narrowed to a safe alphabet: no "..", "//", "@{",
+#: no component starting with "." or ending with ".lock", no trailing "." or "/".
+TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)"
+                    r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}(?<![./])(?<!\.lock)\Z")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,18 @@ def _one_line(result: RunResult) -> str:
     return result.text().strip()
 
 
+def _checked(result: RunResult, what: str, repo: str) -> str:
+    """The one-line answer of a git read that must succeed (exit 1 with evidence otherwise)."""
+    if not result.ok:
+        raise VqAdminError(f"cannot read {what} in {repo} ({result.describe()}): {result.error_text()[-300:]}")
+    return _one_line(result)
+
+
+def _answered(result: RunResult, code: int) -> bool:
+    """True when git ran to its end and exited *code* (its answer, not a failure to answer)."""
+    return result.interrupted is None and result.exit_code == code
+
+
 def check_tag_name(tag: str) -> str:
     if not TAG_RE.match(tag):
         raise UsageError(f"--tag {tag!r} is not a valid tag name")
@@ -71,21 +86,28 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
         raise Refused(f"source repository {repo} does not exist")
     fmt = git(repo, "rev-parse", "--show-object-format")
     if not fmt.ok:
-        raise Refused(f"{repo} is not a git repository: {fmt.error_text()}")
+        if _answered(fmt, 128):  # git's own answer; a timeout or a killed git proves nothing
+            raise Refused(f"{repo} is not a git repository: {fmt.error_text()}")
+        _checked(fmt, "the object format", repo)
     algo_len = 64 if _one_line(fmt) == "sha256" else 40
     if len(sha) != algo_len:
         raise Refused(f"{sha} has {len(sha)} digits but {repo} uses {_one_line(fmt)} object names ({algo_len} digits)")
     found = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^{{commit}}")
+    if not found.ok and not _answered(found, 1):
+        _checked(found, f"commit {sha}", repo)
     if not found.ok or _one_line(found) != sha:
         raise Refused(f"commit {sha} is not in the source repository {repo} (fetch it there first)")
-    tree = _one_line(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"))
+    tree = _checked(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"), f"the tree of {sha}", repo)
     if not with_tags:
         return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
     listed = git(repo, "tag", "--points-at", sha)
+    _checked(listed, f"the tags at {sha}", repo)  # a failed listing must not read as "no tag"
     tags = tuple(sorted(t for t in listed.text().split() if t))
     if tag is not None:
         check_tag_name(tag)
         at = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/tags/{tag}^{{commit}}")
+        if not at.ok and not _answered(at, 1):
+            _checked(at, f"tag {tag}", repo)
         if not at.ok:
             raise Refused(f"tag {tag} does not exist in {repo}")
         if _one_line(at) != sha:
@@ -101,6 +123,8 @@ def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
     """Archive the exact commit into *workdir* and prove the archive's tree."""
     path = os.path.join(workdir, "source.tar")
     made = git(ident.repo, "archive", "--format=tar", "-o", path, "--end-of-options", ident.sha)
+    if made.interrupted:  # a timed-out or dropped git says nothing about the repository
+        _checked(made, f"the archive of {ident.sha}", ident.repo)
     if not made.ok:
         raise Refused(f"git archive {ident.sha} failed in {ident.repo}: {made.error_text()}")
     algo = "sha256" if len(ident.sha) == 64 else "sha1"

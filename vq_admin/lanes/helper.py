@@ -175,6 +175,7 @@ class HelperUpdate:
             return self.activated(found)
         if interrupted or final.interrupted:
             why = final.error or "; ".join(final.mismatches) or "not proven"
+            self.receipt.errors.append(f"readback: {why}")
             return self.unknown(f"read-back could not prove helper {self.sha} live: {why}", changed=True)
         if final.identity is None:
             self.receipt.errors.append(f"readback: {final.error}")

@@ -1,0 +1,92 @@
+"""A command file another user could have replaced is refused before it runs
+(vq_admin/permissions.py, called by vq_admin.plan.execute for local commands)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from support import AGENT, GitRepo, run_vq, write_config
+from vq_admin.permissions import command_problem
+
+
+def script(path, mode=0o755, text="#!/bin/sh\nexit 0\n"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757, 0o777])
+def test_a_group_or_world_writable_command_file_is_named(tmp_path, mode):
+    cmd = script(tmp_path / "bin" / "deploy", mode)
+    assert command_problem(str(cmd)) == f"command file {cmd} is writable by group or others (mode {mode:04o})"
+
+
+def test_a_writable_directory_above_it_is_named(tmp_path):
+    cmd = script(tmp_path / "site" / "bin" / "deploy")
+    (tmp_path / "site").chmod(0o777)
+    problem = command_problem(str(cmd))
+    assert problem == (f"directory {tmp_path / 'site'} is writable by group or others (mode 0777), "
+                       f"so another user could replace the command {cmd}")
+
+
+def test_a_sticky_directory_is_not_a_problem(tmp_path):
+    cmd = script(tmp_path / "shared" / "deploy")
+    (tmp_path / "shared").chmod(0o1777)  # like /tmp: others cannot rename or remove what they do not own
+    assert command_problem(str(cmd)) is None
+
+
+def test_another_owner_is_named(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file away")
+    cmd = script(tmp_path / "deploy")
+    os.chown(cmd, 4242, 4242)
+    assert command_problem(str(cmd)) == f"command file {cmd} is owned by uid 4242, not by you or root"
+
+
+def test_a_symlink_is_judged_by_its_target_too(tmp_path):
+    target = script(tmp_path / "real" / "deploy", 0o777)
+    link = tmp_path / "bin" / "deploy"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    assert command_problem(str(link)) == (f"command file {target} is writable by group or others (mode 0777) "
+                                          f"(it is what {link} resolves to)")
+
+
+def test_safe_missing_and_relative_commands_pass(tmp_path):
+    assert command_problem(str(script(tmp_path / "deploy", 0o755))) is None
+    assert command_problem(str(tmp_path / "missing")) is None  # running it gives exit 127, as before
+    assert command_problem("git") is None  # found in PATH; not a configured file
+
+
+@pytest.mark.real
+def test_the_runtime_lane_refuses_before_running_it(tmp_path):
+    ran = tmp_path / "ran"
+    verify = script(tmp_path / "site" / "verify", 0o775, f"#!/bin/sh\ntouch {ran}\necho '{{}}'\n")
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    config = write_config(tmp_path / "admin.toml", textwrap.dedent(f"""\
+        [hosts.here]
+        fleet_role = "managed"
+        transport = "local"
+        agent = "{AGENT}"
+        [hosts.here.scheduler_runtime_deployments.vibeqc]
+        update_command = "/bin/true"
+        verify_command = "{verify}"
+        source_repo = "{repo.path}"
+        """))
+    done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    receipt = done.json()
+    assert done.exit_code == 77 and receipt["outcome"] == "refused", done.stdout + done.stderr
+    assert receipt["errors"] == [f"pre-verify: command file {verify} is writable by group or others (mode 0775); "
+                                 "refusing to run it (chmod go-w, or chown it to you or root)"]
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["pre-verify"]["status"] == "failed" and steps["deploy"]["status"] == "skipped"
+    assert not ran.exists(), "the writable command ran"
+
+    verify.chmod(0o755)  # fixed: it runs (and this verify's empty receipt is then a failed verify, not a refusal)
+    again = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    assert ran.exists() and again.json()["outcome"] != "refused", again.stdout
