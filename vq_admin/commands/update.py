@@ -62,21 +62,36 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the runtime lane needs --expected-sha; {SHA_RULE}")
     check_name(program, "PROGRAM")
     check_name(host_name, "HOST")
+
+    def build(ctx: RunContext):
+        from ..lanes.runtime import RuntimeUpdate
+
+        host = authority.runtime_host(ctx.config, host_name)
+        profile = host.runtimes.get(program)
+        ctx.providers = Providers.load([profile.provider] if profile else [])
+        return RuntimeUpdate(ctx, host_name, program, sha, args.tag)
+
+    return run_lane(args, ("runtime", host_name, program), sha, args.tag, build)
+
+
+def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
+             build) -> int:
+    """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
+    providers), then the lane run under its lock *key* = (lane, host, program).
+
+    A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
+    """
     config = load_config(args.config)
     options = options_from(args)
-    from ..lanes.runtime import RuntimeUpdate
-
+    lane_name, host_name, program = key
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
                          stderr_narrator(options.verbose or sys.stderr.isatty()))
         try:
-            host = authority.runtime_host(config, host_name)
-            profile = host.runtimes.get(program)
-            ctx.providers = Providers.load([profile.provider] if profile else [])
-            lane = RuntimeUpdate(ctx, host_name, program, sha, args.tag)
+            lane = build(ctx)
         except VqAdminError as exc:
-            return refuse_early(ctx, Receipt("runtime", host_name, program, sha, args.tag, utc_now()), exc)
-        return execute_lane(ctx, lane.receipt, lane.run, ("runtime", host_name, program))
+            return refuse_early(ctx, Receipt(lane_name, host_name, program, sha, tag, utc_now()), exc)
+        return execute_lane(ctx, lane.receipt, lane.run, key)
 
 
 def check_name(value: str, what: str) -> str:
