@@ -12,8 +12,6 @@ import math
 import os
 import re
 import shlex
-import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
@@ -143,29 +141,58 @@ def default_config_path() -> Path:
     return Path(base) / "vq" / "admin.toml"
 
 
+#: Largest configuration file read (a site's file is a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def check_file_is_private(path: Path, what: str = "configuration file") -> None:
-    """Refuse a file another user could have written (as sshd StrictModes does)."""
-    st = path.stat()
-    if st.st_uid not in (0, os.geteuid()):
-        raise ConfigError("", f"{what} {path} is owned by uid {st.st_uid}, not by you or root; refusing it")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError("", f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); refusing it")
+    """Refuse a file another user could have written, or one below a directory another
+    user could change (the secure-path rule, :mod:`vq_admin.agent.securepath`)."""
+    from .agent.securepath import path_problem
+
+    problem = path_problem(os.path.abspath(path), what=what)
+    if problem:
+        raise ConfigError("", f"{problem}; refusing it")
+
+
+def check_ssh_config(config: "Config") -> None:
+    """Refuse (exit 77) an ``ssh_config`` another user could change: ssh runs its
+    ``Match exec`` and ``ProxyCommand`` lines as the administrator."""
+    if config.ssh_config is None:
+        return
+    from .agent.securepath import path_problem
+    from .outcome import Refused
+
+    if not os.path.lexists(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
+    problem = path_problem(config.ssh_config, what="ssh_config")
+    if problem:
+        raise Refused(f"{problem}; ssh would run commands it names (Match exec, ProxyCommand) as you; refusing it")
+    if not os.path.isfile(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate the configuration; raise :class:`ConfigError` on any fault."""
+    """Read and validate the configuration; raise :class:`ConfigError` on any fault
+    (and :class:`~vq_admin.outcome.Refused` for an ``ssh_config`` others can change)."""
+    from .bounded import InputError, loads_toml, read_regular_file
+
     chosen = Path(path) if path else Path(os.environ.get("VQ_ADMIN_CONFIG") or default_config_path())
     try:
+        if not chosen.exists():
+            raise FileNotFoundError(chosen)
         check_file_is_private(chosen)
-        with open(chosen, "rb") as fh:
-            data = tomllib.load(fh)
+        data = loads_toml(read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES),
+                          f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+    except InputError as exc:
+        raise ConfigError("", str(exc)) from None
     except OSError as exc:
-        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("", f"configuration file {chosen} is not valid TOML: {exc}") from None
-    return parse_config(data, str(chosen))
+        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
+    config = parse_config(data, str(chosen))
+    check_ssh_config(config)
+    return config
 
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
@@ -367,6 +394,9 @@ def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] |
         raise ConfigError(where, f"cannot be split into words: {exc}") from None
     if not words or not words[0]:
         raise ConfigError(where, "must not be empty")
+    if "=" in words[0]:
+        raise ConfigError(where, f"the command word {words[0]!r} contains '=', which env(1) would take for a "
+                                 "variable assignment; name the program without '=' (rename it or use a symlink)")
     return tuple(words)
 
 

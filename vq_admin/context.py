@@ -42,7 +42,10 @@ class RunContext:
 
 def stderr_narrator(enabled: bool) -> Callable[[str], None]:
     def narrate(message: str) -> None:
-        if enabled:
-            print(f"vq-admin: {message}", file=sys.stderr, flush=True)
+        if enabled:  # narration quotes remote stderr: escaped like the summary
+            from .output import CONTINUATION, safe_text
+
+            text = safe_text(message).replace("\n", "\n" + CONTINUATION)
+            print(f"vq-admin: {text}", file=sys.stderr, flush=True)
 
     return narrate
