@@ -24,4 +24,4 @@ def command_problem(argv: Sequence[str] | str) -> str | None:
 
     A single string is taken as one word (the command file itself)."""
     words = [argv] if isinstance(argv, str) else list(argv)
-    return _words_problem(words, what="command")
+    return _words_problem(words)

@@ -172,7 +172,7 @@ def command_problem(words, *, what: str = "command") -> Optional[str]:
     for word in words:
         if not isinstance(word, str) or not word.startswith("/"):
             continue
-        problem = path_problem(word, what=f"{what} word", missing_ok=True)
+        problem = path_problem(word, what=what, missing_ok=True)
         if problem:
             return problem
     return None
