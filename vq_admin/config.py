@@ -418,9 +418,10 @@ def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:
     args = value.get("sbatch_args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}.sbatch_args", "must be a list of strings")
-    for arg in args:
-        if not arg.startswith("-") or "\n" in arg or "\0" in arg:
-            raise ConfigError(f"{where}.sbatch_args", f"{arg!r} is not an sbatch option (each entry starts with '-', e.g. \"--time=04:00:00\")")
-        if arg.split("=", 1)[0] in ("--wait", "-W", "--parsable", "--output", "-o", "--error", "-e", "--wrap"):
-            raise ConfigError(f"{where}.sbatch_args", f"{arg!r} is set by vq-admin itself")
+    from .sbatch_args import sbatch_arg_problem
+
+    for arg in args:  # an allow-list, read the way sbatch's getopt_long reads it (vq_admin/sbatch_args.py)
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(f"{where}.sbatch_args", problem)
     return Allocation(sbatch_args=tuple(args))

@@ -19,6 +19,7 @@ from ..plugins import Providers
 from ..receipt import Receipt
 from ..source import check_tag_name
 from ..state import StateDir, utc_now
+from ..statefs import UnsafeState
 from ..transport import Session
 from ..lanes.common import conclude
 
@@ -126,6 +127,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None
+    except UnsafeState:
+        raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
         receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,

@@ -113,6 +113,9 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
 
 def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    from ..permissions import refuse_if_unsafe
+
+    refuse_if_unsafe(update.ctx.login(update.host), argv, step.name)
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
