@@ -126,13 +126,18 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
                                   _use_printed(program, host, sha))
     root = _state_root(state_dir)
-    canonical = _canonical_host(root, program, host, config_path)
+    canonical = host
     try:
-        latest = registry.latest_sha(root, canonical, program)
-        wanted = sha or latest
-        entry = registry.lookup(root, canonical, program, wanted) if wanted else None
+        latest, entry = registry.resolve(root, host, program, sha)  # one checked walk of the registry
     except registry.RegistryError as exc:
-        raise _corrupt(exc, program, canonical) from None
+        raise _corrupt(exc, program, host) from None
+    if latest is None:  # no evidence under this name: an alias, or nothing yet
+        canonical = _canonical_host(root, program, host, config_path)
+        if canonical != host:
+            try:
+                latest, entry = registry.resolve(root, canonical, program, sha)
+            except registry.RegistryError as exc:
+                raise _corrupt(exc, program, canonical) from None
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
     if path is not None and path != entry["launcher"]:

@@ -12,7 +12,7 @@ Standard library only (the per-job launcher lookup uses it).
 from __future__ import annotations
 
 import json
-from typing import Any
+
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.
 MAX_DEPTH = 64
@@ -26,6 +26,8 @@ class InputError(ValueError):
 
 def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
     """The deepest ``[``/``{`` nesting of JSON *text*, scanning at most until it exceeds *limit*."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper (C-speed fast path)
+        return 0
     depth = deepest = 0
     in_string = escaped = False
     for ch in text:
@@ -51,6 +53,8 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
 
 def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
     """The deepest ``[``/``{`` nesting of TOML *text* outside strings and comments."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper (C-speed fast path)
+        return 0
     depth = deepest = 0
     i, n = 0, len(text)
     while i < n:

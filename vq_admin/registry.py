@@ -252,7 +252,33 @@ def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> boo
 
 def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
     """The SHA of the latest verified deployment, or ``None`` when there is none."""
-    pointer = _read_in_lane(state_root, host, program, "latest.json")
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _latest_at(dfd, state_root, host, program)
+    finally:
+        os.close(dfd)
+
+
+def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
+            ) -> tuple[str | None, dict | None]:
+    """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
+    walk of the directories (the per-job path).  Raises :class:`RegistryError` as
+    :func:`latest_sha` and :func:`lookup` do."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None, None
+    try:
+        latest = _latest_at(dfd, state_root, host, program)
+        wanted = sha or latest
+        return latest, (_lookup_at(dfd, state_root, host, program, wanted) if wanted else None)
+    finally:
+        os.close(dfd)
+
+
+def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
+    pointer = _read_at(dfd, "latest.json", os.path.join(lane_dir(state_root, host, program), "latest.json"))
     if pointer is None:
         return None
     sha = pointer.get("sha")
@@ -261,38 +287,42 @@ def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> s
     return sha
 
 
+def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict | None:
+    path = entry_path(state_root, host, program, sha)
+    entry = _read_at(dfd, sha + ".json", path)
+    if entry is None:
+        return None
+    problem = entry_problem(entry, host, program, sha)
+    if problem is not None:
+        raise RegistryError(f"{path}: {problem}")
+    try:
+        os.stat(os.path.join("conflicts", sha + ".json"), dir_fd=dfd, follow_symlinks=False)
+        conflicted = True
+    except (FileNotFoundError, NotADirectoryError):
+        conflicted = False
+    except OSError:
+        conflicted = True  # cannot prove there is none: fail closed
+    if conflicted:
+        raise RegistryError(
+            f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
+            f"bytes than {path}; the launcher is not immutable")
+    return entry
+
+
 def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
     """The checked entry for (host, program, sha), or ``None`` when none was registered.
 
     Raises :class:`RegistryError` when the entry or a directory above it cannot
     be trusted, is malformed, or a conflicting later attestation exists for the SHA.
     """
-    path = entry_path(state_root, host, program, sha)
+    entry_path(state_root, host, program, sha)  # validates the SHA
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
         return None
     try:
-        entry = _read_at(dfd, sha + ".json", path)
-        if entry is None:
-            return None
-        problem = entry_problem(entry, host, program, sha)
-        if problem is not None:
-            raise RegistryError(f"{path}: {problem}")
-        conflict = conflict_path(path)
-        try:
-            os.stat(os.path.join("conflicts", sha + ".json"), dir_fd=dfd, follow_symlinks=False)
-            conflicted = True
-        except (FileNotFoundError, NotADirectoryError):
-            conflicted = False
-        except OSError:
-            conflicted = True  # cannot prove there is none: fail closed
+        return _lookup_at(dfd, state_root, host, program, sha)
     finally:
         os.close(dfd)
-    if conflicted:
-        raise RegistryError(
-            f"{conflict}: a later verification of {sha} attested a different launcher or different bytes "
-            f"than {path}; the launcher is not immutable")
-    return entry
 
 
 def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict]:

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
-from typing import Iterator, Sequence
+
 
 from .agent.securepath import level_problem, makedirs_private, path_problem
 from .outcome import Refused
@@ -320,7 +319,7 @@ def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
 
 
 def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    tmp = f".tmp.{name}.{secrets.token_hex(6)}"
+    tmp = f".tmp.{name}.{os.urandom(6).hex()}"  # (no `secrets` import: the launcher path imports this module)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         try:

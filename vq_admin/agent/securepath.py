@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional
+# (no typing import: the per-job launcher lookup imports this module; annotations are never evaluated)
 
 
 class Untrusted(Exception):
