@@ -441,6 +441,22 @@ def test_narration_is_escaped(capsys):
     assert err.count("\n") == 2 and "\n            vq-admin: ok" in err  # a continuation, not a line of its own
 
 
+def test_verbose_narration_of_a_run_prints_no_raw_escape_sequence(arena):
+    """A command word and remote stderr carrying terminal escapes reach --verbose narration escaped."""
+    repo = GitRepo(arena / "private" / "repo")
+    sha = repo.commit("A")
+    deploy = arena / "private" / "deploy"
+    deploy.write_text("#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J' >&2\nexit 3\n")
+    deploy.chmod(0o755)
+    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", repo=str(repo.path))
+    done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--verbose", config=config,
+                  state=arena / "private" / "state")
+    clean(done)
+    assert done.exit_code == 1, done.stderr
+    assert "vq-admin: deploying vibeqc" in done.stderr and "\\x1b[31mred" in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+
+
 @pytest.mark.parametrize("arg, reason", [
     ("-o/tmp/x", "set by vq-admin itself"),
     ("--out=/tmp/x", "abbreviates --output"),
