@@ -97,11 +97,11 @@ def _parse_int(literal: str) -> int:
     return int(literal)
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> object:
     raise InputError(f"holds {name}, which is not JSON")
 
 
-def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> Any:
+def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> object:
     """Parse one JSON document of at most *limit* bytes and *max_depth* nesting.
 
     Raises :class:`InputError` ("<what> ...: reason") for anything else."""

@@ -95,7 +95,7 @@ class PrivateTree:
             raise _refuse(self.root, problem)
         return fd
 
-    def open_dir(self, parts: Sequence[str], *, create: bool) -> int | None:
+    def open_dir(self, parts: list[str], *, create: bool) -> int | None:
         """An fd of ``root/parts...`` (caller closes), or ``None`` when a level is missing and not *create*."""
         fd = self._open_root(create)
         if fd is None:
@@ -152,7 +152,7 @@ class PrivateTree:
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
 
-    def ensure_dir(self, parts: Sequence[str]) -> str:
+    def ensure_dir(self, parts: list[str]) -> str:
         """Create ``root/parts`` (every level 0700) after checking each level; its path."""
         fd = self.open_dir(parts, create=True)
         assert fd is not None
@@ -161,7 +161,7 @@ class PrivateTree:
 
     # -- files ------------------------------------------------------------------------
 
-    def read(self, parts: Sequence[str], name: str, *, limit: int = MAX_STATE_FILE) -> bytes | None:
+    def read(self, parts: list[str], name: str, *, limit: int = MAX_STATE_FILE) -> bytes | None:
         """The bytes of ``root/parts/name``; ``None`` when it (or a directory above) does not exist."""
         dfd = self.open_dir(parts, create=False)
         if dfd is None:
@@ -171,19 +171,7 @@ class PrivateTree:
         finally:
             os.close(dfd)
 
-    def exists(self, parts: Sequence[str], name: str) -> bool:
-        dfd = self.open_dir(parts, create=False)
-        if dfd is None:
-            return False
-        try:
-            os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            return True
-        except FileNotFoundError:
-            return False
-        finally:
-            os.close(dfd)
-
-    def write_atomic(self, parts: Sequence[str], name: str, data: bytes, *, exclusive: bool = False) -> str:
+    def write_atomic(self, parts: list[str], name: str, data: bytes, *, exclusive: bool = False) -> str:
         """Temp file (0600, ``O_EXCL|O_NOFOLLOW``), fsync, then rename (or link, when
         *exclusive*: ``FileExistsError`` if *name* exists); fsync of the directory."""
         _plain(name)
@@ -195,7 +183,7 @@ class PrivateTree:
             os.close(dfd)
         return self.path(*parts, name)
 
-    def append(self, parts: Sequence[str], name: str, data: bytes) -> None:
+    def append(self, parts: list[str], name: str, data: bytes) -> None:
         """Append *data* in one write under an exclusive ``flock`` (the admin log)."""
         import fcntl
 
@@ -216,7 +204,7 @@ class PrivateTree:
         finally:
             os.close(fd)
 
-    def open_lock(self, parts: Sequence[str], name: str) -> int:
+    def open_lock(self, parts: list[str], name: str) -> int:
         """An fd of the lock file ``root/parts/name`` (created 0600; never through a symlink)."""
         _plain(name)
         dfd = self.open_dir(parts, create=True)
@@ -227,7 +215,7 @@ class PrivateTree:
         finally:
             os.close(dfd)
 
-    def subdirs(self, parts: Sequence[str]) -> list[str]:
+    def subdirs(self, parts: list[str]) -> list[str]:
         """Names of the real directories (never symlinks) in ``root/parts``, sorted."""
         dfd = self.open_dir(parts, create=False)
         if dfd is None:
@@ -242,15 +230,6 @@ class PrivateTree:
                 if stat.S_ISDIR(st.st_mode):
                     found.append(name)
             return sorted(found)
-        finally:
-            os.close(dfd)
-
-    def names(self, parts: Sequence[str]) -> Iterator[str]:
-        dfd = self.open_dir(parts, create=False)
-        if dfd is None:
-            return iter(())
-        try:
-            return iter(sorted(os.listdir(dfd)))
         finally:
             os.close(dfd)
 
