@@ -70,6 +70,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("--prometheus", action="store_true",
+                   help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
+    p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")
     _common(p)
     p.set_defaults(func="status")
 
