@@ -79,7 +79,8 @@ def test_help_of_every_verb_ends_quietly_on_a_closed_pipe(verb):
                                   ["check", "--json"], ["providers"], ["providers", "--json"], ["history"],
                                   ["update", "vibeqc", "cluster", "--expected-sha", "SHA", "--dry-run"],
                                   ["update", "vibeqc", "cluster", "--expected-sha", "SHA", "--dry-run", "--json"],
-                                  ["launcher", "vibeqc", "cluster", "--json"], ["update", "--bogus", "--json"]],
+                                  ["launcher", "vibeqc", "cluster", "--json"], ["update", "--bogus", "--json"],
+                                  ["completion", "bash"], ["status", "--prometheus"]],
                          ids=" ".join)
 def test_every_verb_ends_quietly_on_a_closed_pipe(site, argv):
     tmp, config, state, sha, env = site

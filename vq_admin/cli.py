@@ -122,6 +122,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
     p.set_defaults(func="provider")
+
+    p = sub.add_parser("completion", help="print the bash or zsh completion script of vq and vq-admin")
+    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
+    p.set_defaults(func="completion")
     _set_top_prog(parser, prog)
     return parser
 
