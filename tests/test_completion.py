@@ -239,3 +239,47 @@ def test_bash_completion_loads_the_installed_file_by_command_name(prefix, config
         """)
     assert tabs(load, ["vq admin up", "vq-admin update ''"], env) == [
         ["update"], ["dotted.prog", "vibeqc-release", "cluster", "login.example"]]
+
+
+# A real interactive zsh on a pseudo-terminal (zsh's own zpty module): compinit autoloads the
+# installed _vq from fpath by its #compdef line, and the Tab is typed.  Each wait is bounded.
+ZSH_DRIVER = r"""
+zmodload zsh/zpty
+zpty z 'TERM=dumb zsh -f -i'
+zpty -w z "PS1='PROMPT> '; fpath=($1 \$fpath); autoload -Uz compinit; compinit -u -D; PATH=$2:\$PATH; print READY"
+out=""
+for i in {1..400}; do
+  zpty -rt z chunk 2>/dev/null && out+=$chunk
+  [[ $out == *READY* ]] && break
+  sleep 0.05
+done
+[[ $out == *READY* ]] || { print "zsh did not start"; exit 2 }
+zpty -w -n z "$3"$'\t'
+out=""
+shift 3
+for i in {1..400}; do
+  zpty -rt z chunk 2>/dev/null && out+=$chunk
+  missing=0
+  for want in "$@"; do [[ $out == *$want* ]] || missing=1; done
+  (( missing )) || break
+  sleep 0.05
+done
+zpty -d z
+print -r -- "$out"
+exit $missing
+"""
+
+
+@pytest.mark.parametrize("typed, shown", [("vq admin up", ["vq admin update "]),
+                                          ("vq-admin up", ["vq-admin update "]),
+                                          ("vq admin status ", ["cluster", "login.example"])],
+                         ids=["vq", "vq-admin", "hosts"])
+def test_zsh_completes_from_the_installed_file(prefix, config_env, tmp_path, typed, shown):
+    _require("zsh", "zsh")
+    driver = tmp_path / "drive.zsh"
+    driver.write_text(ZSH_DRIVER)
+    env = dict(clean_env(prefix), VQ_ADMIN_CONFIG=config_env["VQ_ADMIN_CONFIG"], HOME=str(tmp_path))
+    done = subprocess.run(["zsh", "-f", str(driver), str(prefix / "share" / "zsh" / "site-functions"),
+                           str(prefix / "bin"), typed, *shown], capture_output=True, text=True, timeout=90, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"zsh did not offer {shown} for {typed!r}:\n{done.stdout!r}\n{done.stderr}"
