@@ -46,6 +46,9 @@ def stderr_narrator(enabled: bool) -> Callable[[str], None]:
             from .output import CONTINUATION, safe_text
 
             text = safe_text(message).replace("\n", "\n" + CONTINUATION)
-            print(f"vq-admin: {text}", file=sys.stderr, flush=True)
+            try:
+                print(f"vq-admin: {text}", file=sys.stderr, flush=True)
+            except BrokenPipeError:  # narration is not the record: a closed stderr never ends a run
+                pass
 
     return narrate

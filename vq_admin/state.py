@@ -109,6 +109,13 @@ class StateDir:
     def receipt_path(self, receipt_id: str) -> Path:
         return self.root / "receipts" / f"{receipt_id}.json"
 
+    def read_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+        """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
+        if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
+            return None
+        name = f"{receipt_id}.json"
+        return parse_record(self.tree.read(["receipts"], name), self.tree.path("receipts", name))
+
     def transcript_dir(self, receipt_id: str) -> Path:
         """The transcript directory of a receipt, created (0700, every level checked)."""
         return Path(self.tree.ensure_dir(["receipts", f"{receipt_id}.transcript"]))
