@@ -63,21 +63,41 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
 
     The driver runs this before any configured command runs on this host, with
     every absolute word of those commands (interpreter and script alike).  A
-    word that is not an absolute path is looked up in PATH and not checked; a
-    missing file is refused too (another user might create it before it runs).
+    word that is not an absolute path is looked up in PATH and not checked.  A
+    word naming nothing yet (an output file, say) passes when its existing
+    directories pass and the nearest one is writable by nobody else at all
+    (a sticky ``/tmp`` would let another user create it first).
     """
     checked, refused = [], []
     for path in args.paths:
         if not path.startswith("/"):
             continue
         checked.append(path)
-        problem = securepath.path_problem(path, what="command file")
+        problem = securepath.path_problem(path, what="command file", missing_ok=True)
+        if problem is None and not os.path.lexists(path):
+            problem = _creatable_by_others(path)
         if problem:
             refused.append({"path": path, "problem": problem})
     _emit({"checked": checked, "refused": refused})
     for item in refused:
         print(f"vq-admin-agent: refused: {item['problem']}", file=sys.stderr)
     return EXIT_UNSAFE if refused else 0
+
+
+def _creatable_by_others(path: str) -> str | None:
+    for directory in securepath.ancestors(path):
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot check command file {path}: {exc.strerror}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"command file {path} does not exist and directory {directory} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
+                    f"in a directory only you and root can write")
+        return None
+    return None
 
 
 def cmd_stage_create(args: argparse.Namespace) -> int:

@@ -209,6 +209,12 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
             deploy["tampered"] = refusal[-1]
             receipt.errors.append(f"deploy: batch job {deploy['job_id']} did not run the provider: what it was "
                                   f"given was changed after the run prepared it (tampering): {refusal[-1]}")
+        elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
+            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+            receipt.errors.append(
+                f"deploy: batch job {deploy['job_id']} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+                f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
+                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
     return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
 
 

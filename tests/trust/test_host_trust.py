@@ -1,0 +1,210 @@
+"""Trust boundaries on the login host, attacked for real.
+
+The operator (root here) runs vq-admin against the real loopback sshd and
+the real single-node Slurm; the attacker is the unprivileged local user
+``nobody`` (``setpriv``), acting on the same filesystem.  Each attack asserts
+the exact exit code, that the attacker's marker file does not exist, that no
+verified state was recorded, and that nothing ends in a traceback.
+
+Files the attacker must reach live in an *arena* below /tmp (pytest's own
+directories are private to root).  Every wait is on a condition, with a bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from realhosts.procs import wait_until
+from support import AGENT, GitRepo, git, run_vq, write_config
+
+pytestmark = pytest.mark.real
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+DEPLOY = """\
+import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text(" ".join(sys.argv[2:]))
+sys.exit(0)
+"""
+VERIFY = """\
+import pathlib, sys
+with open(sys.argv[1], "a") as fh:
+    fh.write(" ".join(sys.argv[2:]) + "\\n")
+print("{}")
+sys.exit(1)
+"""
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([*NOBODY, *argv], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"the attacker's {argv} failed: {done.stderr}"
+    return done
+
+
+@pytest.fixture
+def arena():
+    """A directory below /tmp the attacker can traverse (0755, owned by root)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as the unprivileged user nobody")
+    path = Path(tempfile.mkdtemp(prefix="vq-trust-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Site:
+    """A source repository, site scripts, a scratch root and a configuration."""
+
+    def __init__(self, tmp: Path, arena: Path, ssh_config: Path, program: str, *,
+                 scratch: Path | None = None, allocation: str | None = None, update_words: str | None = None):
+        self.tmp, self.arena, self.program = tmp, arena, program
+        self.repo = GitRepo(tmp / "repo")
+        self.sha = self.repo.commit("A")
+        self.state = tmp / "state"
+        self.scratch = scratch or arena / "scratch"
+        self.scratch.mkdir(exist_ok=True)
+        site = arena / "site"
+        site.mkdir(exist_ok=True)
+        self.deployed = arena / "deployed"          # written only if the provider's update runs
+        self.verify_log = arena / "verify.log"      # one line per verify run
+        self.marker = arena / "pwned"               # written only if the attacker's command runs
+        deploy, verify = site / "deploy.py", site / "verify.py"
+        deploy.write_text(DEPLOY)
+        verify.write_text(f"#!{sys.executable}\n{VERIFY}")
+        verify.chmod(0o755)
+        words = update_words or f"{sys.executable} {deploy} {self.deployed}"
+        profile = f"update_allocation = {{ sbatch_args = {allocation} }}\n" if allocation else ""
+        self.config = write_config(tmp / "admin.toml", f"""
+            ssh_config = "{ssh_config}"
+
+            [hosts.cluster]
+            fleet_role = "managed"
+            ssh = "cluster"
+            scratch_root = "{self.scratch}"
+            agent = "{AGENT}"
+
+            [hosts.cluster.scheduler_runtime_deployments.{program}]
+            update_command = "{words}"
+            verify_command = "{verify} {self.verify_log}"
+            source_repo = "{self.repo.path}"
+            timeout_seconds = 300
+            verify_timeout_seconds = 60
+            """ + profile)
+
+    @property
+    def program_dir(self) -> Path:
+        return self.scratch / ".vq-admin" / "runtime-deploy" / self.program
+
+    def update(self, *extra: str, env: dict[str, str] | None = None):
+        result = run_vq("update", self.program, "cluster", "--expected-sha", self.sha, "--json", *extra,
+                        config=self.config, state=self.state, env=env, timeout=400)
+        assert "Traceback" not in result.stderr + result.stdout, result.stderr
+        return result
+
+    def assert_no_verified_state(self) -> None:
+        registry = self.state / "registry"
+        assert not registry.exists() or not any(registry.rglob("*.json")), list(registry.rglob("*"))
+        for path in self.state.rglob("*"):
+            if path.is_file() and path.name in ("last_ok.json", "last-ok.json"):
+                raise AssertionError(f"a verified identity was recorded: {path}")
+
+
+def in_thread(fn):
+    box: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
+    thread.start()
+
+    def join(timeout: float):
+        thread.join(timeout)
+        assert not thread.is_alive(), "the run did not finish in time"
+        return box["result"]
+
+    return join
+
+
+# -- the scratch root ------------------------------------------------------------------
+
+
+def test_group_writable_scratch_root_is_refused_and_nothing_is_created_below_it(tmp_path, arena, real_sshd):
+    proj = arena / "proj"
+    proj.mkdir()
+    os.chown(proj, 0, pwd.getpwnam("nobody").pw_gid)
+    proj.chmod(0o775)  # a normal project directory: group-writable, not sticky
+    site = Site(tmp_path, arena, real_sshd.ssh_config, "trust-scratch", scratch=proj)
+    # the attacker, a member of the group, can write there
+    as_nobody("touch", str(proj / "attacker-was-here"))
+    result = site.update()
+    assert result.exit_code == 77, result.stderr
+    receipt = result.json()
+    assert receipt["outcome"] == "refused"
+    message = " ".join(receipt["errors"])
+    assert f"directory {proj} is group-writable without the sticky bit" in message
+    assert "mode 0775" in message and "owner root (uid 0)" in message and "private directory" in message
+    assert sorted(p.name for p in proj.iterdir()) == ["attacker-was-here"]  # nothing created below it
+    assert not site.deployed.exists()
+    site.assert_no_verified_state()
+
+
+def test_scratch_root_below_a_world_writable_directory_is_refused_by_the_agent(arena):
+    loose = arena / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    scratch = loose / "scratch"
+    scratch.mkdir(mode=0o700)
+    done = subprocess.run([AGENT, "alloc-run", "--root", str(scratch), "--program", "p", "--timeout", "10",
+                           "--", "/bin/true"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4, done.stderr
+    assert f"directory {loose} is group- and other-writable without the sticky bit" in done.stderr
+    assert "Traceback" not in done.stderr and list(scratch.iterdir()) == []
+
+
+# -- configured commands on the remote host ----------------------------------------------
+
+
+def test_interpreter_prefixed_world_writable_script_is_refused_on_the_remote_host(tmp_path, arena, real_sshd):
+    shared = arena / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    script = shared / "deploy.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    site = Site(tmp_path, arena, real_sshd.ssh_config, "trust-cmd", update_words=f"/bin/bash {script}")
+    # the attacker replaces the script the administrator's command names
+    as_nobody("sh", "-c", f"rm -f {script} && printf '#!/bin/sh\\ntouch {site.marker}\\n' > {script}")
+    result = site.update()
+    assert result.exit_code == 77, result.stderr
+    receipt = result.json()
+    message = " ".join(receipt["errors"])
+    assert "scheduler_runtime_deployments.trust-cmd.update_command" in message
+    assert f"file {script} is owned by nobody (uid" in message and "mode 0" in message
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["check-commands"]["argv"][-2:] == ["/bin/bash", str(script)]
+    assert steps["pre-verify"]["status"] == "skipped" and steps["deploy"]["status"] == "skipped"
+    assert not site.marker.exists() and not site.verify_log.exists() and not site.deployed.exists()
+    site.assert_no_verified_state()
+
+
+# -- the tag rule ----------------------------------------------------------------------------
+
+
+def test_an_inferred_tag_that_looks_like_an_option_never_reaches_the_provider(tmp_path, arena, real_sshd):
+    site = Site(tmp_path, arena, real_sshd.ssh_config, "trust-tag")
+    git(site.repo.path, "update-ref", "refs/tags/--help", site.sha)  # git tag refuses the name; a ref does not
+    result = site.update()
+    assert result.exit_code == 77, result.stderr
+    message = " ".join(result.json()["errors"])
+    assert "tag '--help' points at" in message and "not a valid tag name" in message
+    assert not site.verify_log.exists() and not site.deployed.exists()
+    site.assert_no_verified_state()
