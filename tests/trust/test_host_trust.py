@@ -208,3 +208,88 @@ def test_an_inferred_tag_that_looks_like_an_option_never_reaches_the_provider(tm
     assert "tag '--help' points at" in message and "not a valid tag name" in message
     assert not site.verify_log.exists() and not site.deployed.exists()
     site.assert_no_verified_state()
+
+
+# -- the batch job is bound to content ------------------------------------------------------
+
+
+def _held_job(site: Site, cluster) -> tuple[str, Path]:
+    """Wait (bounded) until the run's job is submitted and PENDING (held); its id and attempt directory."""
+    def found():
+        files = [p for p in site.program_dir.glob("deploy.*/job") if p.read_text().strip()]
+        return files[0] if files else None
+
+    job_file = wait_until(found, 120.0, interval=0.05)
+    assert job_file is not None, "the agent never recorded a job id"
+    job_id = job_file.read_text().strip()
+
+    def pending():
+        done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                              env={**os.environ, **cluster.slurm.env}, timeout=30)
+        return "JobState=PENDING" in done.stdout
+
+    assert wait_until(pending, 60.0, interval=0.2), f"job {job_id} never showed as PENDING"
+    return job_id, job_file.parent
+
+
+def _release(cluster, job_id: str) -> None:
+    subprocess.run(["scontrol", "release", job_id], check=True, env={**os.environ, **cluster.slurm.env}, timeout=30)
+
+
+def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, real_cluster):
+    site = Site(tmp_path, arena, real_cluster.sshd.ssh_config, "trust-swap", allocation='["--time=5", "--hold"]')
+    join = in_thread(lambda: site.update())
+    job_id, attempt = _held_job(site, real_cluster)
+    # while the job waits, the scratch root is opened up (say, a project directory made group-writable) ...
+    site.scratch.chmod(0o777)
+    # ... and the attacker renames .vq-admin away and plants their own attempt with their own argv
+    top = site.scratch / ".vq-admin"
+    as_nobody("mv", str(top), str(site.scratch / "moved-away"))
+    planted = site.scratch / ".vq-admin" / "runtime-deploy" / site.program / attempt.name
+    spec = json.dumps({"argv": ["/usr/bin/touch", str(site.marker)], "env": {}})
+    as_nobody("sh", "-c", f"mkdir -p {planted} && chmod 0777 {planted} && printf '%s' '{spec}' > {planted}/argv.json")
+    _release(real_cluster, job_id)
+    result = join(300)
+    assert result.exit_code == 1, result.stderr
+    receipt = result.json()
+    assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
+    assert receipt["deploy"]["job_id"] == job_id and receipt["deploy"]["tampered"]
+    assert any("tamper" in e for e in receipt["errors"]), receipt["errors"]
+    assert not site.marker.exists() and not site.deployed.exists()
+    # the job said why, in the stderr Slurm wrote into the planted directory
+    said = (planted / "stderr").read_text()
+    assert said.startswith("vq-admin job: refused:") and "the provider was not run" in said, said
+    site.assert_no_verified_state()
+
+
+@pytest.mark.parametrize("who", ["nobody", "owner"])
+def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_path, arena, real_cluster):
+    site = Site(tmp_path, arena, real_cluster.sshd.ssh_config, f"trust-tar-{who}",
+                allocation='["--time=5", "--hold"]')
+    join = in_thread(lambda: site.update())
+    job_id, _attempt = _held_job(site, real_cluster)
+    (archive,) = (site.scratch / ".vq-admin" / "stage" / "runtime" / site.program).glob("stage.*/source.tar")
+    before = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if who == "nobody":  # loosened modes (traversable directories, a world-writable file) let another user write it
+        for directory in [archive.parents[i] for i in range(5)]:
+            directory.chmod(0o711)
+        archive.chmod(0o666)
+        as_nobody("sh", "-c", f"printf 'evil' >> {archive}")
+    else:  # the same bytes appended by a process of the operator's own
+        with open(archive, "ab") as fh:
+            fh.write(b"evil")
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() != before
+    _release(real_cluster, job_id)
+    result = join(300)
+    assert result.exit_code == 1, result.stderr
+    receipt = result.json()
+    assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
+    tampered = receipt["deploy"]["tampered"]
+    assert tampered.startswith("vq-admin job: refused:") and str(archive) in tampered
+    if who == "owner":
+        assert f"changed after the run prepared it (sha256 " in tampered and f"expected {before}" in tampered
+    else:
+        assert "writable by nobody else (mode 0666)" in tampered
+    assert any("tampering" in e for e in receipt["errors"]), receipt["errors"]
+    assert not site.deployed.exists()
+    site.assert_no_verified_state()
