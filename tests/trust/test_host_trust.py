@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from realhosts import SshdServer, remote_path
 from realhosts.procs import wait_until
 from support import AGENT, GitRepo, git, run_vq, write_config
 
@@ -292,4 +293,111 @@ def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_p
         assert "writable by nobody else (mode 0666)" in tampered
     assert any("tampering" in e for e in receipt["errors"]), receipt["errors"]
     assert not site.deployed.exists()
+    site.assert_no_verified_state()
+
+
+# -- the mirror --------------------------------------------------------------------------------
+
+
+def _ref_bytes(mirror: Path) -> dict[str, bytes]:
+    """Every ref file and packed-refs of the mirror, byte for byte."""
+    found = {str(p.relative_to(mirror)): p.read_bytes() for p in (mirror / "refs").rglob("*") if p.is_file()}
+    packed = mirror / "packed-refs"
+    if packed.exists():
+        found["packed-refs"] = packed.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("symref", ["refs/heads/release -> refs/tags/stable",
+                                    "refs/remotes/origin/release -> refs/tags/nothere"])
+def test_a_symbolic_ref_in_the_set_refuses_the_feed(symref, tmp_path, real_sshd):
+    from test_mirror_cli import Site as MirrorSite
+
+    site = MirrorSite(tmp_path, real_sshd)
+    site.driver.seed(site.mirror, f"{site.driver.a}:refs/tags/stable")
+    name, target = symref.split(" -> ")
+    git(site.mirror, "symbolic-ref", name, target)
+    before = _ref_bytes(site.mirror)
+    result, receipt = site.update(site.driver.b)
+    assert "Traceback" not in result.stderr
+    assert result.exit_code == 77, (receipt["errors"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]])
+    message = " ".join(receipt["errors"])
+    assert f"{name} is a symbolic ref to {target}" in message and "nothing was pushed" in message
+    assert _ref_bytes(site.mirror) == before  # the tag did not move; nothing was created through the link
+    assert not (site.mirror / "refs" / "tags" / "nothere").exists()
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["mirror-feed"]["status"] == "skipped" and steps["deploy"]["status"] == "skipped"
+    assert site.prepared() is None
+
+
+@pytest.mark.parametrize("lane", ["HEAD", "a/.hidden", "x.lock/y"])
+def test_a_lane_that_is_not_a_branch_name_is_a_configuration_error(lane, tmp_path, real_sshd):
+    from test_mirror_cli import Site as MirrorSite
+
+    site = MirrorSite(tmp_path, real_sshd)
+    site.config.write_text(site.config.read_text().replace('lane = "release"', f'lane = "{lane}"'))
+    result = run_vq("check", config=site.config, state=tmp_path / "state")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "hosts.cluster.scheduler_runtime_deployments.vibeqc.lane" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- the login shell ---------------------------------------------------------------------------
+
+TCSH_USER = "vqtcsh"
+
+
+@pytest.fixture
+def tcsh_account(arena):
+    """A user whose login shell is tcsh, reachable over a real sshd as host ``cluster``.
+
+    sshd reads a user's authorized keys as that user, so this sshd keeps its
+    files in the arena, which the user can traverse.
+    """
+    tcsh = shutil.which("tcsh")
+    if tcsh is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and tcsh is missing (scripts/test.sh installs it)", pytrace=False)
+        pytest.skip("tcsh is not installed (scripts/test.sh installs it)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a user")
+    created = False
+    try:
+        pwd.getpwnam(TCSH_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-d", "/", "-s", tcsh, TCSH_USER], check=True, timeout=60)
+        subprocess.run(["usermod", "-p", "*", TCSH_USER], check=True, timeout=60)
+        created = True
+    assert pwd.getpwnam(TCSH_USER).pw_shell == tcsh
+    server = SshdServer(arena / "sshd", env={"PATH": remote_path()})
+    try:
+        server.start()
+        (server.authorized_dir / TCSH_USER).write_text((server.authorized_dir / "root").read_text())
+        config = arena / "ssh_config_tcsh"
+        config.write_text(server.ssh_config.read_text().replace("User root", f"User {TCSH_USER}"))
+        yield config
+    finally:
+        server.stop()
+        if created:
+            subprocess.run(["userdel", TCSH_USER], timeout=60)
+
+
+def test_a_non_posix_login_shell_is_refused_on_first_contact(tmp_path, arena, tcsh_account):
+    # first: that shell really does read vq-admin's quoting differently
+    login = subprocess.run(["ssh", "-F", str(tcsh_account), "cluster", "--", "echo $shell"],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert login.returncode == 0 and login.stdout.strip().endswith("tcsh"), login
+    probe = subprocess.run(["ssh", "-F", str(tcsh_account), "cluster", "--", "printf '%s|' '!x'"],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert probe.stdout != "!x|" and "Event not found" in probe.stderr, probe
+    site = Site(tmp_path, arena, tcsh_account, "trust-shell")
+    result = site.update()
+    assert result.exit_code == 77, result.stdout
+    receipt = result.json()
+    message = " ".join(receipt["errors"])
+    assert "the login shell on cluster does not parse commands as a POSIX shell does" in message
+    assert "chsh -s /bin/bash" in message and "nothing was run" in message
+    assert all(s["status"] in ("skipped", "failed", "planned") for s in receipt["steps"]), receipt["steps"]
+    assert not site.verify_log.exists() and not site.deployed.exists() and not site.marker.exists()
+    assert not (site.scratch / ".vq-admin").exists()
     site.assert_no_verified_state()
