@@ -163,7 +163,9 @@ class SshTransport(Transport):
         full = [*self.ssh_base(), "--", self.destination, " ".join(shlex.quote(w) for w in SHELL_PROBE)]
         started = time.monotonic()
         try:
-            done = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+            # its own session, like every other ssh: a ControlMaster it starts must not share our process group
+            done = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                                  start_new_session=True)
         except subprocess.TimeoutExpired:
             return RunResult(list(SHELL_PROBE), self.where, None, b"",
                              b"vq-admin: the login shell probe did not answer within 60 s\n",

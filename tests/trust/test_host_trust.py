@@ -251,8 +251,8 @@ def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, re
     as_nobody("sh", "-c", f"mkdir -p {planted} && chmod 0777 {planted} && printf '%s' '{spec}' > {planted}/argv.json")
     _release(real_cluster, job_id)
     result = join(300)
-    assert result.exit_code == 1, result.stderr
     receipt = result.json()
+    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]])[:6000]
     assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
     assert receipt["deploy"]["job_id"] == job_id and receipt["deploy"]["tampered"]
     assert any("tamper" in e for e in receipt["errors"]), receipt["errors"]
@@ -282,8 +282,8 @@ def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_p
     assert hashlib.sha256(archive.read_bytes()).hexdigest() != before
     _release(real_cluster, job_id)
     result = join(300)
-    assert result.exit_code == 1, result.stderr
     receipt = result.json()
+    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]])[:6000]
     assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
     tampered = receipt["deploy"]["tampered"]
     assert tampered.startswith("vq-admin job: refused:") and str(archive) in tampered
