@@ -27,7 +27,8 @@ PREPARER_READS = ("lane", "pin")
 # An ssh destination: never starts with "-" (that would be an ssh option).
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 # A git branch name we are willing to feed: conservative subset of check-ref-format.
-BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
+BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!HEAD\Z)"
+                       r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
 MAX_TIMEOUT = 30 * 24 * 3600.0
 
 
@@ -304,7 +305,8 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         raise ConfigError(f"{key}.prepare_command", "needs feed_source_mirror (the preparer reads the fed mirror)")
     lane = _str(table, "lane", key) or "main"
     if not BRANCH_RE.match(lane):
-        raise ConfigError(f"{key}.lane", f"{lane!r} is not a branch name this tool will feed")
+        raise ConfigError(f"{key}.lane", f"{lane!r} is not a branch name this tool will feed (git "
+                                         "check-ref-format --branch rules, a letter or digit first, and never HEAD)")
     return RuntimeProfile(
         program=program,
         provider=provider,
