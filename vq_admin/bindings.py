@@ -41,7 +41,7 @@ SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and r
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
-         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed")
+         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned")
 
 
 class LauncherRefused(Refused):
@@ -129,6 +129,11 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         latest = registry.latest_sha(root, canonical, program)
         wanted = sha or latest
         entry = registry.lookup(root, canonical, program, wanted) if wanted else None
+    except registry.PrunedError as exc:
+        raise LauncherRefused("pruned", f"{program} on {canonical}: {exc}",
+                              f"bind the job to a kept generation (vq admin launcher {program} {canonical}), or "
+                              f"deploy this one again: vq admin update {program} {canonical} --expected-sha "
+                              f"{wanted}") from None
     except registry.RegistryError as exc:
         raise LauncherRefused("evidence-corrupt", f"the verified-launcher registry cannot be trusted: {exc}",
                               f"inspect the file named (vq-admin never rewrites registry entries), then re-verify: "

@@ -45,6 +45,13 @@ class RegistryError(ValueError):
     """An identity that cannot be registered, or an entry that cannot be trusted."""
 
 
+class PrunedError(RegistryError):
+    """The generation was removed by ``vq admin prune``; its launcher no longer exists."""
+
+
+PRUNED_SCHEMA = "vq-admin/pruned/1"
+
+
 def lane_dir(state_root: str | os.PathLike[str], host: str, program: str) -> str:
     """``<state>/registry/<host>/<program>``; *host* and *program* must be valid names."""
     if not NAME_RE.match(host) or not NAME_RE.match(program):
@@ -56,6 +63,29 @@ def entry_path(state_root: str | os.PathLike[str], host: str, program: str, sha:
     if not SHA_RE.match(sha):
         raise RegistryError(f"{sha!r} is not a full lower-case SHA")
     return os.path.join(lane_dir(state_root, host, program), sha + ".json")
+
+
+def pruned_path(entry: str) -> str:
+    """Where the mark of a pruned generation is kept (``pruned/<sha>.json``, normally absent)."""
+    directory, name = os.path.split(entry)
+    return os.path.join(directory, "pruned", name)
+
+
+def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str, receipt: str, at: str) -> str:
+    """Record that *sha* was removed by a prune (receipt *receipt*); its lookups then refuse."""
+    path = pruned_path(entry_path(state_root, host, program, sha))
+    mark = {"schema": PRUNED_SCHEMA, "host": host, "program": program, "sha": sha, "receipt": receipt,
+            "pruned_at": at}
+    _write(path, encode(mark), exclusive=True)  # a second prune of the same SHA keeps the first mark
+    return path
+
+
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+    """The prune mark of *sha*, or ``None``."""
+    try:
+        return read_entry(pruned_path(entry_path(state_root, host, program, sha)))
+    except RegistryError:
+        return {"receipt": "?", "pruned_at": "?"}
 
 
 def conflict_path(entry: str) -> str:
@@ -168,6 +198,9 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
         if not same:
             conflict = conflict_path(path)
             _write(conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+    mark = pruned_path(path)
+    if os.path.lexists(mark) and conflict is None:  # deployed and verified again after a prune: valid again
+        os.unlink(mark)
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
     _write(os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
     return {"entry": path, "created": created, "conflict": conflict}
@@ -224,6 +257,11 @@ def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str
     problem = entry_problem(entry, host, program, sha)
     if problem is not None:
         raise RegistryError(f"{path}: {problem}")
+    mark = pruned_path(path)
+    if os.path.lexists(mark):
+        found = pruned(state_root, host, program, sha) or {}
+        raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
+                          f"release and launcher {entry['launcher']} were removed")
     conflict = conflict_path(path)
     if os.path.lexists(conflict):
         raise RegistryError(

@@ -108,6 +108,9 @@ class StateDir:
     def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
         path = self.receipt_path(receipt_id)
         write_atomic(path, dump_json(receipt), exclusive=True)
+        from . import history
+
+        history.append(self.root, receipt)  # one line in receipts/index.jsonl, for vq admin history
         return path
 
     # -- per-lane records -----------------------------------------------------------

@@ -157,6 +157,8 @@ def _current_step(receipt: Receipt) -> str:
 def rerun_command(receipt: Receipt) -> str:
     from ..transport import quote_argv
 
+    if "rerun" in receipt.extra:  # rollback and prune name their own verb
+        return quote_argv(receipt.extra["rerun"])
     words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
     if receipt.expected_sha:
         words += ["--expected-sha", receipt.expected_sha]
@@ -178,7 +180,8 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
 
 def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     """The receipt of a run that ended before its lane began."""
-    targets = getattr(args, "targets", None) or []
+    targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
+                                                  if getattr(args, k, None)]  # rollback, prune
     receipt = Receipt(
         lane="runtime" if len(targets) == 2 else "helper",
         host=targets[-1] if targets else "",
