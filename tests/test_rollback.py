@@ -102,6 +102,12 @@ def test_rollback_to_last_good_through_activate(tmp_path, real_sshd):
     releases = tree_digest(w.root / "releases")
     assert (w.record("last-ok")["sha"], w.record("last-good")["sha"]) == (w.b, w.a)
 
+    plan = w.rollback("--dry-run")
+    assert plan.exit_code == 0 and plan.json()["dry_run"] is True, plan.stderr
+    assert [s["name"] for s in plan.json()["steps"]] == ["pre-verify", "pre-verify-readback", "activate", "verify",
+                                                         "verify-readback"]
+    assert w.current() == f"releases/{w.b}" and w.record("last-ok")["sha"] == w.b  # the dry run changed nothing
+
     done = w.rollback()
     receipt = done.json()
     print("\nrollback receipt:\n" + json.dumps(receipt, indent=2, sort_keys=True))
