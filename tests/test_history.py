@@ -106,8 +106,8 @@ def test_reads_only_what_it_prints(tmp_path, monkeypatch):
     root = tmp_path / "state"
     path = history.index_path(root)
     path.parent.mkdir(parents=True)
-    line = json.dumps(history.entry(RUNS[0])) + "\n"
-    path.write_text(line * 50_000)  # about 14 MB of index
+    line = json.dumps(history.entry(RUNS[0]))
+    path.write_text("".join(line.replace("r0001", f"r{i:06d}") + "\n" for i in range(50_000)))  # about 14 MB
     read = []
     real_pread = os.pread
     monkeypatch.setattr(history.os, "pread", lambda fd, n, off: read.append(n) or real_pread(fd, n, off))

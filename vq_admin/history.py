@@ -173,7 +173,11 @@ def runs(state_root: str | os.PathLike[str], host: str | None = None, program: s
     """Up to *limit* runs (None: all), newest first, of *host* (and *program*)."""
     ensure(state_root)
     found: list[dict[str, Any]] = []
+    seen: set[object] = set()
     for item in newest_first(state_root):
+        if item.get("receipt") in seen:  # a receipt stored while the index was being built is listed twice
+            continue
+        seen.add(item.get("receipt"))
         if host is not None and item.get("host") != host:
             continue
         if program is not None and item.get("program") != program:
