@@ -10,13 +10,17 @@ state directory::
     registry/<host>/<program>/conflicts/<full sha>.json
                                                   a later verification of the same SHA
                                                   that attested a different launcher or bytes
+    registry/<host>/<program>/pruned/<full sha>.json
+                                                  ``vq admin prune`` removed the generation;
+                                                  lookups refuse it (PrunedError) until it is
+                                                  deployed and verified again
 
 An entry is created with ``link(2)`` from a fully written temp file, so it is
 never half-written and never replaced: a second verification of the same SHA
 leaves the first entry as it is.  Only ``latest.json`` is ever replaced
 (temp file + ``rename(2)``).  A lookup by (host, program, sha) is one
-``open()`` plus one ``stat()`` in the (normally absent) ``conflicts``
-directory, whatever the number of entries; no directory is ever listed on
+``open()`` plus one ``stat()`` each in the (normally absent) ``pruned`` and
+``conflicts`` directories, whatever the number of entries; no directory is ever listed on
 the lookup path.
 
 This module must stay tiny and import nothing beyond the standard library
