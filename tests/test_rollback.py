@@ -171,6 +171,8 @@ def test_rollback_refusals_run_nothing(tmp_path, real_sshd):
         assert receipt["outcome"] == "refused" and text in receipt["errors"][-1], (label, receipt["errors"])
         assert all(s["status"] in ("planned", "skipped") for s in receipt["steps"]), label
     assert w.vq("rollback", w.program, "cluster", "--to", w.b[:12]).exit_code == 2  # abbreviation: usage
+    listed = w.vq("history", "cluster", w.program, "--json").json()["runs"]
+    assert [(r["verb"], r["outcome"]) for r in listed[:2]] == [("rollback", "refused")] * 2
     assert tree_digest(w.root) == before
     assert w.record("last-ok")["sha"] == w.a and w.current() == f"releases/{w.a}"
 

@@ -25,4 +25,5 @@ def run(args: argparse.Namespace) -> int:
         ctx.providers = Providers.load([profile.provider] if profile else [])
         return RuntimePrune(ctx, host_name, program, args.keep)
 
-    return run_lane(args, ("runtime", host_name, program), None, None, build)
+    return run_lane(args, ("runtime", host_name, program), None, None, build,
+                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep}})

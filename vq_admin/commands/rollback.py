@@ -23,4 +23,5 @@ def run(args: argparse.Namespace) -> int:
         ctx.providers = Providers.load([profile.provider] if profile else [])
         return RuntimeRollback(ctx, host_name, program, to)
 
-    return run_lane(args, ("runtime", host_name, program), to, None, build)
+    return run_lane(args, ("runtime", host_name, program), to, None, build,
+                    early={"rollback": {"from": None, "to": to, "via": None}})

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build) -> int:
+             build, early: dict | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 
@@ -90,7 +90,9 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         try:
             lane = build(ctx)
         except VqAdminError as exc:
-            return refuse_early(ctx, Receipt(lane_name, host_name, program, sha, tag, utc_now()), exc)
+            receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
+            receipt.extra.update(early or {})  # e.g. the "rollback" or "prune" field of a refused rollback or prune
+            return refuse_early(ctx, receipt, exc)
         return execute_lane(ctx, lane.receipt, lane.run, key)
 
 
