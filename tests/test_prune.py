@@ -227,3 +227,51 @@ def test_a_pruned_mark_refuses_the_launcher_until_the_sha_is_verified_again(tmp_
     assert refused.value.code == "pruned" and "r-2" in refused.value.reason
     registry.record_verified(state, "cluster", "vibeqc", dict(verified, receipt="r-3"))  # deployed again
     assert registry.lookup(state, "cluster", "vibeqc", sha)["launcher"] == verified["launcher"]
+
+
+@pytest.mark.parametrize("stdout,problem", [
+    ('{"removed": [], "kept": []} {"removed": []}', "more than one JSON document"),
+    ('{"removed": [], "removed": [], "kept": []}', "appears twice"),
+    ('{"removed": ["' + "A" * 40 + '"], "kept": []}', "full lower-case SHA"),
+    ('{"removed": ["' + "a" * 12 + '"], "kept": []}', "full lower-case SHA"),
+    ('{"removed": ["' + "a" * 40 + '"], "kept": ["' + "a" * 40 + '"]}', "both removed and kept"),
+    ('{"removed": ["' + "a" * 40 + '", "' + "a" * 40 + '"], "kept": []}', "twice"),
+    ('{"kept": []}', "no field 'removed'"),
+    ('{"removed": "all", "kept": []}', "must be list"),
+    ("", "is empty"),
+    ("[]", "not an object"),
+])
+def test_the_prune_report_is_parsed_strictly(stdout, problem):
+    from vq_admin_hookspecs import EvidenceError, PruneReport
+
+    with pytest.raises(EvidenceError, match=problem):
+        PruneReport.parse(stdout)
+
+
+def test_command_provider_argv_for_activate_and_prune():
+    from vq_admin_hookspecs import PruneRequest, RuntimeRequest
+
+    from vq_admin.config import parse_config
+    from vq_admin.plugins import Providers
+
+    def profile(extra: dict):
+        table = {"update_command": "/site/deploy", "verify_command": "/site/verify", "source_repo": "/src", **extra}
+        return parse_config({"hosts": {"cluster": {"fleet_role": "managed", "scheduler_runtime_deployments": {
+            "vibeqc": table}}}}).hosts["cluster"].runtimes["vibeqc"]
+
+    providers = Providers.load([])
+    sha, other = "a" * 40, "b" * 40
+    with_keys = profile({"activate_command": "/site/activate --root '/apps/v i'", "prune_command": "/site/prune -x"})
+    request = RuntimeRequest("vibeqc", "cluster", sha, "v1", settings=with_keys.settings())
+    assert providers.runtime_activate("command", request).argv == (
+        "/site/activate", "--root", "/apps/v i", "--program", "vibeqc", "--expected-sha", sha, "--tag", "v1")
+    prune = providers.runtime_prune("command", PruneRequest("vibeqc", "cluster", (other, sha.upper(), sha),
+                                                            with_keys.settings()))
+    assert prune.argv == ("/site/prune", "-x", "--program", "vibeqc", "--keep", sha, "--keep", other)
+    bare = profile({})
+    assert providers.runtime_activate("command", RuntimeRequest("vibeqc", "cluster", sha, None,
+                                                                settings=bare.settings())) is None
+    from vq_admin.plugins import ProviderError
+
+    with pytest.raises(ProviderError):
+        providers.runtime_prune("command", PruneRequest("vibeqc", "cluster", (sha,), bare.settings()))
