@@ -257,3 +257,25 @@ def test_rollback_on_a_mirror_fed_lane_preparer(tmp_path, real_sshd):
     assert git(mirror, "for-each-ref", "--format=%(refname) %(objectname)") == refs
     assert calls.read_text() == prepared, "the preparer ran for a rollback"
     assert w.current() == f"releases/{w.a}"
+
+
+def test_rollback_through_a_provider_plugins_activate_hook(tmp_path, real_sshd):
+    from support import site_example_host
+
+    repo = GitRepo(tmp_path / "src")
+    a, b = repo.commit("A"), repo.commit("B")
+    root, scratch = tmp_path / "apps", tmp_path / "scratch"
+    scratch.mkdir()
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + site_example_host(
+        "cluster", root=root, repo=repo.path, scratch=scratch, transport="ssh", ssh="cluster"))
+    state = tmp_path / "state"
+    for sha, extra in ((a, ["--cluster-install"]), (b, [])):
+        done = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", *extra, config=config, state=state)
+        assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    done = run_vq("rollback", "vibeqc", "cluster", "--json", config=config, state=state)
+    receipt = done.json()
+    assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert receipt["rollback"] == {"from": b, "to": a, "via": "activate"}
+    activate = next(s for s in receipt["steps"] if s["name"] == "activate")
+    assert activate["argv"][1:4] == ["activate", "--root", str(root)] and activate["status"] == "ok"
+    assert os.readlink(root / "current") == f"releases/{a}"
