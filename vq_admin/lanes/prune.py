@@ -21,7 +21,8 @@ One prune, in order (the same lane entry, lock and key as ``update``):
    (its launcher then refuses with reason ``pruned``);
 7. ``verify``: the active identity is proven again, and ``kept-readback-*``:
    every kept launcher the registry records still exists and hashes to its
-   attested SHA-256 on the login host; otherwise ``failed`` (1), naming it.
+   attested SHA-256 on the login host; otherwise ``failed`` (1), naming it;
+   a read-back whose transport was interrupted is ``unknown`` (3): rerun.
 
 ``--dry-run`` runs the read-only steps 2 and 3, prints the keep set with its
 reasons and the registered generations that would be asked to go, and calls
@@ -219,22 +220,37 @@ class RuntimePrune:
                 failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
         post = self.verify(self.post)
         receipt.verify["final"] = post.to_dict()
-        if not post.proven:
+        unread: list[str] = []
+        if post.interrupted:
+            unread.append(f"verify: {post.error}")
+        elif not post.proven:
             detail = post.error or "; ".join(f"{c.name}: {c.detail}" for c in post.checks if not c.ok) or "not proven"
             failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: {detail}")
-        failures += self.check_kept()
+        kept_failures, kept_unread = self.check_kept()
+        failures += kept_failures
+        unread += kept_unread
         if failures:
-            receipt.errors.extend(failures)
+            receipt.errors.extend(failures + unread)
             return conclude(ctx, receipt, Outcome.FAILED)
+        if unread:  # the prune ran; whether what must stay is intact could not be read back
+            receipt.errors.extend(unread)
+            receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
+                                "proven": False, "next_command": quote_argv(receipt.extra["rerun"]),
+                                "advice": "the transport was interrupted while checking what was kept; rerunning "
+                                          "verifies the active generation and every kept launcher again"}
+            return conclude(ctx, receipt, Outcome.UNKNOWN)
         return conclude(ctx, receipt, Outcome.OK)
 
     def receipt_id(self) -> str:
         self.receipt.id = self.ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
         return self.receipt.id
 
-    def check_kept(self) -> list[str]:
-        """Every kept launcher the registry records must exist and hash to its attested SHA-256."""
-        failures = []
+    def check_kept(self) -> tuple[list[str], list[str]]:
+        """Every kept launcher the registry records must exist and hash to its attested SHA-256.
+
+        Returns ``(failures, unread)``: what is proven broken, and what could not be read back."""
+        failures: list[str] = []
+        unread: list[str] = []
         checked: dict[str, Any] = {}
         root, host, program = self.ctx.state.root, self.host.name, self.profile.program
         for sha in sorted(self.keep):
@@ -254,8 +270,10 @@ class RuntimePrune:
                              timeout=self.profile.verify_timeout_seconds)
             answer = _json(result.stdout)
             if result.interrupted:
-                problem = f"could not be read back: {result.describe()}"
-            elif answer.get("exists") is False:
+                checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
+                unread.append(f"kept {sha}: could not be read back: {result.describe()}")
+                continue
+            if answer.get("exists") is False:
                 problem = f"its launcher {entry['launcher']} no longer exists"
             elif answer.get("sha256") != entry["launcher_sha256"]:
                 problem = (f"its launcher {entry['launcher']} now hashes to {answer.get('sha256') or answer.get('error')}, "
@@ -268,7 +286,7 @@ class RuntimePrune:
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
         self.receipt.extra["prune"]["kept_launchers"] = checked
-        return failures
+        return failures, unread
 
 
 def _json(stdout: bytes) -> dict[str, Any]:
