@@ -275,3 +275,30 @@ def test_command_provider_argv_for_activate_and_prune():
 
     with pytest.raises(ProviderError):
         providers.runtime_prune("command", PruneRequest("vibeqc", "cluster", (sha,), bare.settings()))
+
+
+def test_dropped_transport_during_or_after_the_prune_is_unknown(tmp_path, real_cluster):
+    site = Site(tmp_path, real_cluster, "AB", program="prune-drop")
+    site.deploy_all()
+    log = tmp_path / "calls.jsonl"
+    first = run_vq("prune", "prune-drop", "cluster", "--json", config=site.config, state=site.state,
+                   env={"VQ_ADMIN_TESTING": "1", "VQ_ADMIN_FAULT_LOG": str(log)})
+    assert first.exit_code == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert first.json()["prune"]["removed"] == []  # A is LAST GOOD and recent: nothing to remove
+    step, calls = None, {}  # the external calls of each step, in order
+    for entry in map(json.loads, log.read_text().splitlines()):
+        if entry.get("when") == "before":
+            step = entry["step"]
+        elif "index" in entry:
+            calls.setdefault(step, []).append(entry["index"])
+    prune_call = calls["prune"][0]
+    readback = calls[next(name for name in calls if name.startswith("kept-readback-"))][0]
+    assert readback > prune_call
+    for index in (prune_call, readback):
+        done = run_vq("prune", "prune-drop", "cluster", "--json", config=site.config, state=site.state,
+                      env={"VQ_ADMIN_TESTING": "1", "VQ_ADMIN_FAULT": f"call:{index}:drop-after"})
+        receipt = done.json()
+        assert done.exit_code == 3, (index, done.stdout[-3000:], done.stderr[-2000:])
+        assert receipt["outcome"] == "unknown" and receipt["readback"]["proven"] is False
+        assert receipt["readback"]["next_command"] == "vq admin prune prune-drop cluster --keep 3"
+    assert site.releases() == site.shas("AB")
