@@ -43,6 +43,9 @@ class RunContext:
 def stderr_narrator(enabled: bool) -> Callable[[str], None]:
     def narrate(message: str) -> None:
         if enabled:
-            print(f"vq-admin: {message}", file=sys.stderr, flush=True)
+            try:
+                print(f"vq-admin: {message}", file=sys.stderr, flush=True)
+            except BrokenPipeError:  # narration is not the record: a closed stderr never ends a run
+                pass
 
     return narrate

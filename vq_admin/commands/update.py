@@ -82,6 +82,7 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
     A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
     """
     config = load_config(args.config)
+    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
     options = options_from(args)
     lane_name, host_name, program = key
     with Session(config.ssh_config) as session:
