@@ -103,6 +103,32 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func="references")
 
+    p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    _common(p, "print exactly one JSON document (the receipt) on stdout")
+    p.set_defaults(func="rollback", force=False, cluster_install=False, update_script_arg=[])
+
+    p = sub.add_parser("prune", help="remove generations no job, LAST OK, LAST GOOD or recent run needs")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--keep", metavar="N", type=int, default=3,
+                   help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    _common(p, "print exactly one JSON document (the receipt) on stdout")
+    p.set_defaults(func="prune", force=False, cluster_install=False, update_script_arg=[])
+
+    p = sub.add_parser("history", help="stored runs, newest first")
+    p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("program", nargs="?", metavar="PROGRAM")
+    p.add_argument("--limit", metavar="N", type=int, default=None, help="print at most N runs (default 20)")
+    _common(p, "print one JSON document (schema vq-admin/history/1) on stdout")
+    p.set_defaults(func="history")
+
     p = sub.add_parser("provider", help="install or test a private site provider command")
     psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
     q = psub.add_parser("install", help="install one reviewed site command on a host (old/new hash, interpreter)")
@@ -146,7 +172,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
-    if args is not None and getattr(args, "func", None) == "update":
+    if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 
         return error_document(args, error)

@@ -26,6 +26,7 @@ from vq_admin_hookspecs import (
     EvidenceError,
     HelperRequest,
     ProviderCommand,
+    PruneRequest,
     RuntimeRequest,
 )
 from vq_admin_hookspecs import specs as hookspec_module
@@ -148,13 +149,20 @@ class Providers:
     def runtime_verify(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_runtime_verify", request)
 
+    def runtime_activate(self, provider: str, request: RuntimeRequest) -> ProviderCommand | None:
+        """The activation command, or ``None`` when the provider has none (rollback then updates)."""
+        return self._call(provider, "vq_admin_runtime_activate", request, optional=True)
+
+    def runtime_prune(self, provider: str, request: PruneRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_runtime_prune", request)
+
     def helper_update(self, provider: str, request: HelperRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_helper_update", request)
 
     def helper_install(self, provider: str, request: HelperRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_helper_install", request)
 
-    def _call(self, provider: str, hook: str, request: object) -> ProviderCommand:
+    def _call(self, provider: str, hook: str, request: object, optional: bool = False):
         plugin = self.pm.get_plugin(provider)
         if plugin is None:
             raise ProviderError(f"provider {provider!r} is not loaded")
@@ -164,6 +172,8 @@ class Providers:
             result = caller(request=request)
         except (ValueError, KeyError, TypeError, EvidenceError) as exc:
             raise ProviderError(f"provider {provider!r} could not answer {hook}: {exc}") from None
+        if result is None and optional:
+            return None
         if result is None:
             raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
         if not isinstance(result, ProviderCommand):

@@ -122,6 +122,9 @@ class StateDir:
 
     def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
         self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
+        from . import history
+
+        history.append(self.root, receipt)  # one line in receipts/index.jsonl, for vq admin history
         return self.receipt_path(receipt_id)
 
     # -- per-lane records -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify`` and ``prune``.
+"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify``, ``activate`` and ``prune``.
 
 Runs on the build host (deploy/install) and the scheduler login host
 (verify); standard library only.  Exit codes are those of
@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Sequence
 
-from . import args, deploy, retention, verify
+from . import activate, args, deploy, retention, verify
 from .errors import EXIT_FAILED, SiteError, failed
 
 
@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = args.parse(argv)
         if ns.verb == "verify":
             return verify.run(ns)
+        if ns.verb == "activate":
+            return activate.run(ns)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _terminate)
         return deploy.run(ns)

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build) -> int:
+             build, early: dict | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 
@@ -92,7 +92,9 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         try:
             lane = build(ctx)
         except VqAdminError as exc:
-            return refuse_early(ctx, Receipt(lane_name, host_name, program, sha, tag, utc_now()), exc)
+            receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
+            receipt.extra.update(early or {})  # e.g. the "rollback" or "prune" field of a refused rollback or prune
+            return refuse_early(ctx, receipt, exc)
         return execute_lane(ctx, lane.receipt, lane.run, key)
 
 
@@ -161,6 +163,8 @@ def _current_step(receipt: Receipt) -> str:
 def rerun_command(receipt: Receipt) -> str:
     from ..transport import quote_argv
 
+    if "rerun" in receipt.extra:  # rollback and prune name their own verb
+        return quote_argv(receipt.extra["rerun"])
     words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
     if receipt.expected_sha:
         words += ["--expected-sha", receipt.expected_sha]
@@ -182,7 +186,8 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
 
 def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     """The receipt of a run that ended before its lane began."""
-    targets = getattr(args, "targets", None) or []
+    targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
+                                                  if getattr(args, k, None)]  # rollback, prune
     receipt = Receipt(
         lane="runtime" if len(targets) == 2 else "helper",
         host=targets[-1] if targets else "",

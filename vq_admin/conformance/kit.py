@@ -16,7 +16,10 @@
    (verify asked about C reports B, what is active) and
    ``releases-kept-after-failure``;
 6. deploy A again: ``redeploy-A`` reports A, and ``older-not-rewritten``:
-   A's and B's releases are byte-identical to before.
+   A's and B's releases are byte-identical to before;
+7. when the provider implements them, activation and prune
+   (:mod:`.generations`): ``activate-B``, ``activate-refuses-unbuilt``,
+   ``activate-A``, ``prune-keeps-kept``, ``prune-report-truthful``.
 
 A check whose prerequisite failed is reported failed with the reason.
 """
@@ -147,6 +150,10 @@ class Kit:
         self.check("redeploy-A", ok, f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
         self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
                         (b_dir, b_before, b.active_path, b_hash))
+        if ok:  # activation and prune, when the provider offers them (vq_admin.conformance.generations)
+            from . import generations
+
+            generations.run(self, {"A": a_dir, "B": b_dir})
         return self.checks
 
     def evidence_ok(self, label: str) -> bool:

@@ -199,8 +199,12 @@ class RuntimeUpdate:
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
+    def rerun_argv(self) -> list[str]:
+        """The command that resolves an unknown outcome (a rollback names its own verb)."""
+        return ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        command = ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+        command = self.rerun_argv()
         self.receipt.readback = {
             "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
             "proven": False,
