@@ -62,3 +62,30 @@ def test_session_shares_one_control_directory_and_removes_it():
     import os
 
     assert not os.path.exists(control)
+
+
+def test_an_ssh_client_killed_by_a_signal_is_an_interrupted_transport(fp):
+    """The OOM killer, a logout or a SIGKILL ends the ssh client: -9 is not the remote command's status."""
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=-9)
+    result = SshTransport("cluster", None, None).run(["/site/deploy"], timeout=10)
+    assert result.interrupted == "transport" and result.exit_code == -9
+    assert "killed by SIGKILL" in result.describe() and not result.ok
+
+
+def test_a_local_command_killed_by_a_signal_did_not_choose_its_status():
+    result = LocalTransport().run(["sh", "-c", "kill -KILL $$"], timeout=10)
+    assert result.interrupted == "transport" and result.exit_code == -9
+    assert "killed by SIGKILL" in result.describe()
+
+
+def test_a_remote_exit_status_of_137_stays_the_commands_own(fp):
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=137)
+    result = SshTransport("cluster", None, None).run(["/site/deploy"], timeout=10)
+    assert result.interrupted is None and result.exit_code == 137
+
+
+def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
+    from vq_admin.lanes.allocation_stream import stream_call
+
+    call = stream_call(LocalTransport(), ["sh", "-c", "kill -KILL $$"], timeout=10, sinks={})
+    assert call.interrupted == "transport" and call.exit_code == -9 and "killed by SIGKILL" in call.describe()

@@ -3,10 +3,13 @@
 Two things can go wrong when running a command, and they are kept apart:
 
 * the command ran and exited non-zero: ``exit_code`` holds its status;
-* the transport was interrupted (ssh exited 255, or vq-admin's own timeout
-  fired): ``interrupted`` says which.  The command may still be running, or
-  may have finished, on the far side: that is an *unknown* outcome, resolved
-  only by a read-back, never by guessing.
+* the transport was interrupted (ssh exited 255, the ssh client was killed by
+  a signal -- the OOM killer, a logout that kills the user's processes, a
+  SIGKILL -- or vq-admin's own timeout fired): ``interrupted`` says which.
+  The command may still be running, or may have finished, on the far side:
+  that is an *unknown* outcome, resolved only by a read-back, never by
+  guessing.  A local command killed by a signal did not choose its exit
+  status either, and is classified the same way (:func:`classify_exit`).
 
 Remote commands are argv lists: each word is quoted on its own with
 :func:`shlex.quote` for the remote POSIX shell that sshd always uses, and
@@ -74,8 +77,37 @@ class RunResult:
             return f"timed out after {self.seconds:.0f} s on {self.where}"
         if self.interrupted == "transport":
             tail = self.error_text().splitlines()[-1:] or ["(no message)"]
-            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+            return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         return f"exit status {self.exit_code} on {self.where}"
+
+
+def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
+    """``"transport"`` when *code* is not the command's own exit status, else ``None``.
+
+    Over ssh: exit 255 (ssh's own failures) and any end of the ssh client by a
+    signal (a negative return code: SIGKILL, the OOM killer, a logout).  For
+    a local command, a negative return code (killed by a signal) too: the
+    command did not choose that status, so only a read-back can tell what it
+    did.  Everything else is the command's own exit status.
+    """
+    if code is None:
+        return None
+    if code < 0:
+        return "transport"
+    if transport_exit is not None and code == transport_exit:
+        return "transport"
+    return None
+
+
+def describe_interruption(where: str, code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = "the ssh client" if where != "local" else "the command"
+        return f"{what} for {where} was killed by {name} (its exit status is not the command's)"
+    return f"ssh to {where} was interrupted (exit 255)"
 
 
 class Transport:
@@ -213,8 +245,8 @@ def run_local_argv(
                 stdin_file.close()
         seconds = time.monotonic() - started
         code = proc.returncode
-        if interrupted is None and transport_exit is not None and code == transport_exit:
-            interrupted = "transport"
+        if interrupted is None:
+            interrupted = classify_exit(code, transport_exit)
         stdout, truncated = _read_capped(out)
         stderr, _ = _read_capped(err)
     result = RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
@@ -225,14 +257,16 @@ def run_local_argv(
 def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
     """A test fault (see :mod:`vq_admin.faults`) after the command really ran."""
     note = f"vq-admin test fault: {fault}\n".encode()
-    if fault == "drop-after" or (fault == "kill" and transport_exit is not None):
+    if fault == "drop-after":
         return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,
+                         result.seconds, "transport", result.stdout_truncated)
+    if fault == "kill":  # the local process (ssh client or command) ended by SIGKILL: not the command's status
+        return RunResult(result.argv, result.where, -signal.SIGKILL, result.stdout, result.stderr + note,
                          result.seconds, "transport", result.stdout_truncated)
     if fault == "timeout":
         return RunResult(result.argv, result.where, None, result.stdout, result.stderr + note,
                          result.seconds, "timeout", result.stdout_truncated)
-    return RunResult(result.argv, result.where, -9, result.stdout, result.stderr + note, result.seconds, None,
-                     result.stdout_truncated)
+    return result
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
