@@ -59,7 +59,7 @@ class RunResult:
     stdout: bytes = b""
     stderr: bytes = b""
     seconds: float = 0.0
-    interrupted: str | None = None  # None | "transport" | "timeout"
+    interrupted: str | None = None  # None | "transport" | "timeout" | "job" (ended by a signal or the scheduler)
     stdout_truncated: bool = False
 
     @property
@@ -75,6 +75,8 @@ class RunResult:
     def describe(self) -> str:
         if self.interrupted == "timeout":
             return f"timed out after {self.seconds:.0f} s on {self.where}"
+        if self.interrupted == "job":  # a batch job that ended without choosing its status: the reason is the text
+            return self.error_text() or f"the job on {self.where} ended by a signal"
         if self.interrupted == "transport":
             tail = self.error_text().splitlines()[-1:] or ["(no message)"]
             return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"

@@ -130,6 +130,13 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
+        if pre.not_receipt is not None:
+            # A verifier whose output is not a receipt cannot prove anything afterwards either.  (A
+            # pre-verify that prints nothing and exits non-zero -- nothing installed yet -- proceeds.)
+            self.receipt.errors.append(f"pre-verify: the verifier's output is not a receipt; nothing was run "
+                                       f"({pre.not_receipt['parse_error']}; its output, escaped, is in "
+                                       "verify.pre.output)")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
         mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
@@ -211,7 +218,8 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
-        for key in ("job_id", "log_dir"):  # an allocation build: the batch job and its retained transcripts
+        for key in ("job_id", "job_state", "attempt_dir", "log_dir"):  # an allocation build: the batch job, its final
+            # scheduler state and its retained transcripts
             if self.receipt.deploy.get(key) is not None:
                 self.receipt.readback[key] = self.receipt.deploy[key]
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)

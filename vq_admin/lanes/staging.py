@@ -112,6 +112,11 @@ class SourceStage:
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
         self.require(checked, "stage-verify")
+        verdict = _json(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
+        if verdict.get("verified") is not True or verdict.get("stage") != path or verdict.get("mismatches"):
+            self.reclaim(success=False)
+            raise VqAdminError(f"stage-verify on {self.transport.where} exited 0 without a verdict proving the "
+                               f"stage {path} (answer: {checked.text()[:300]!r}); nothing was installed")
         return path
 
     def require(self, result: RunResult, what: str) -> None:
