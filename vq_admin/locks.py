@@ -38,8 +38,16 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
     try:
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         tmp = path.with_name(path.name + f".holder.{os.getpid()}")
-        tmp.write_text(json.dumps(holder))
-        os.replace(tmp, path.with_name(path.name + ".holder"))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(holder))
+            os.replace(tmp, path.with_name(path.name + ".holder"))
+        except OSError:  # a full state filesystem: no holder record, and never a 0-byte one
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         yield path
     finally:
         lock.release()

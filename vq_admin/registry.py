@@ -158,19 +158,38 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     lookups of that SHA refuse until an operator resolves it.  Raises
     :class:`RegistryError` for an identity that is not an immutable launcher.
     """
+    result, apply = plan_verified(state_root, host, program, verified)
+    apply()
+    return result
+
+
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict):
+    """What :func:`record_verified` will do, decided before anything is written.
+
+    Returns ``(result, apply)``: *result* is the receipt's ``registry``
+    object; ``apply()`` writes the entry (or the conflict) and ``latest.json``.
+    The caller stores the receipt first, so no record ever names a receipt
+    that does not exist (the lane lock keeps the decision valid until then).
+    """
     entry = make_entry(host, program, verified)
     path = entry_path(state_root, host, program, entry["sha"])
-    created = _write(path, encode(entry), exclusive=True)
+    first = read_entry(path)
+    created = first is None
     conflict = None
     if not created:
-        first = read_entry(path)
-        same = first is not None and all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
+        same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-            _write(conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
-    _write(os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
-    return {"entry": path, "created": created, "conflict": conflict}
+
+    def apply() -> None:
+        if created:
+            _write(path, encode(entry), exclusive=True)
+        elif conflict is not None:
+            _write(conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+        _write(os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
+
+    return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
 def read_entry(path: str) -> dict | None:

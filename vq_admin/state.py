@@ -31,6 +31,11 @@ from pathlib import Path
 from typing import Any
 
 
+#: Free space the state directory must have before a run changes anything (receipts with
+#: transcripts are larger; this is the floor that keeps the records of one run writable).
+MIN_FREE_BYTES = 1 << 20
+
+
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "vq-admin"
@@ -91,6 +96,35 @@ class StateDir:
     def __init__(self, root: str | os.PathLike[str] | None = None):
         chosen = root or os.environ.get("VQ_ADMIN_STATE_DIR") or default_state_dir()
         self.root = Path(chosen)
+
+    # -- room to record a run -------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Bytes available to vq-admin in the state directory's filesystem (its nearest existing ancestor)."""
+        probe = self.root
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        st = os.statvfs(probe)
+        return st.f_bavail * st.f_frsize
+
+    def require_free_space(self, minimum: int | None = None) -> None:
+        """Refuse (77) before any mutation when the state filesystem cannot hold a run's records.
+
+        A run that changed a host must be able to store its receipt, the
+        registry entry, LAST OK and the admin log line; below
+        :data:`MIN_FREE_BYTES` nothing is started.
+        """
+        from .outcome import Refused
+
+        minimum = MIN_FREE_BYTES if minimum is None else minimum
+        try:
+            free = self.free_bytes()
+        except OSError as exc:
+            raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); nothing was run") from None
+        if free < minimum:
+            raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
+                          f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
+                          "log); nothing was run: free space there, then rerun")
 
     # -- receipts -------------------------------------------------------------------
 

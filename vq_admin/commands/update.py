@@ -122,6 +122,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
             if ctx.options.dry_run:
                 receipt = body()
             else:
+                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 with lane_lock(ctx.state.root, *lock_key):
                     receipt = body()
         except KeyboardInterrupt:
@@ -170,7 +171,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
         report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
         return 0
     document = receipt.to_dict()
-    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id else None
+    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.extra.get("stored", True) else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
     return outcome.exit_code
