@@ -89,3 +89,43 @@ def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
 
     call = stream_call(LocalTransport(), ["sh", "-c", "kill -KILL $$"], timeout=10, sinks={})
     assert call.interrupted == "transport" and call.exit_code == -9 and "killed by SIGKILL" in call.describe()
+
+
+def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    from vq_admin.transport import sweep_control_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f"vqssh-{dead.pid}-abc").mkdir()
+    (tmp_path / f"vqssh-{dead.pid}-abc" / "sock").write_text("")
+    (tmp_path / f"vqssh-{os.getppid()}-live").mkdir()
+    (tmp_path / "vqssh-legacy-fresh").mkdir()
+    (tmp_path / "other").mkdir()
+    removed = sweep_control_dirs(str(tmp_path))
+    assert removed == [str(tmp_path / f"vqssh-{dead.pid}-abc")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"vqssh-{os.getppid()}-live", "vqssh-legacy-fresh",
+                                                                "other"])
+
+
+def test_temp_files_of_killed_runs_are_swept_from_the_state_directory(tmp_path):
+    import os
+    import subprocess
+
+    from vq_admin.state import StateDir
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    transcript = tmp_path / "receipts" / "r1.transcript"
+    transcript.mkdir(parents=True)
+    (transcript / f".tmp.stdout.{dead.pid}.ab12").write_text("partial")
+    (transcript / f".tmp.stderr.{os.getppid()}.cd34").write_text("a live run's")
+    (transcript / "stdout").write_text("kept")
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"runtime.h.p.lock.holder.{dead.pid}").write_text("")
+    removed = StateDir(tmp_path).sweep_leftovers()
+    assert sorted(removed) == sorted([f"receipts/r1.transcript/.tmp.stdout.{dead.pid}.ab12",
+                                      f"locks/runtime.h.p.lock.holder.{dead.pid}"])
+    assert sorted(p.name for p in transcript.iterdir()) == sorted(["stdout", f".tmp.stderr.{os.getppid()}.cd34"])

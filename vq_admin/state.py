@@ -53,10 +53,49 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def temp_name(name: str) -> str:
+    """``.tmp.<name>.<pid>.<random>``: the pid lets a later run remove what a killed one left."""
+    return f".tmp.{name}.{os.getpid()}.{secrets.token_hex(6)}"
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process *pid* exists and is not a zombie (PID 1 reaps orphans late)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("State:"):
+                    return "Z" not in line.split()[1]
+    except OSError:
+        pass
+    return True
+
+
+#: Temp files without a pid in their name (written by an earlier version) are removed after this long.
+LEGACY_TEMP_AGE = 24 * 3600.0
+
+
+def _temp_owner(name: str) -> int | None:
+    """The pid in a temp file name (``.tmp.<name>.<pid>.<hex>``, ``<lock>.holder.<pid>``), if any."""
+    parts = name.split(".")
+    if ".holder." in name and parts[-1].isdigit():
+        return int(parts[-1])
+    if len(parts) >= 4 and parts[-2].isdigit():
+        return int(parts[-2])
+    return None
+
+
 def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
     """Write *data* to *path* by temp file + rename; *exclusive* never replaces."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.parent / f".tmp.{path.name}.{secrets.token_hex(6)}"
+    tmp = path.parent / temp_name(path.name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -125,6 +164,40 @@ class StateDir:
             raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
                           f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
                           "log); nothing was run: free space there, then rerun")
+
+    # -- leftovers of killed runs ----------------------------------------------------
+
+    def sweep_leftovers(self) -> list[str]:
+        """Remove temp files that killed runs left in the state directory.
+
+        A temp file (``.tmp.*``, including ``receipts/<id>.transcript/.tmp.*``,
+        and a lock's ``.holder.<pid>``) is removed when the process named in it
+        is gone; one without a pid only when older than a day.  Nothing else
+        is touched, symlinks are never followed, and errors are ignored (this
+        is housekeeping, never a reason to fail a run).
+        """
+        removed: list[str] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+            for name in filenames:
+                if not (name.startswith(".tmp.") or ".holder." in name):
+                    continue
+                path = os.path.join(dirpath, name)
+                owner = _temp_owner(name)
+                try:
+                    st = os.lstat(path)
+                    if owner is not None:
+                        stale = owner != os.getpid() and not pid_alive(owner)
+                    else:
+                        stale = now - st.st_mtime > LEGACY_TEMP_AGE
+                    if stale:
+                        os.unlink(path)
+                        removed.append(os.path.relpath(path, self.root))
+                except OSError:
+                    continue
+        return removed
 
     # -- receipts -------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -285,6 +286,68 @@ def _read_capped(fh) -> tuple[bytes, bool]:
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
 
 
+CONTROL_PARENT = "/tmp"
+CONTROL_PREFIX = "vqssh-"
+#: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
+LEGACY_CONTROL_AGE = 3600.0
+
+
+def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
+    """Remove ``/tmp/vqssh-<pid>-*`` directories of this user whose run is gone.
+
+    A killed run cannot close its shared ssh connection or remove its
+    directory.  Removed here: directories owned by us (never a symlink, never
+    another user's) whose pid is no longer alive, and old ones without a pid
+    whose sockets no longer answer.  Removing the socket of a master that is
+    still persisting only ends its reuse; the master exits at ControlPersist.
+    """
+    from .state import pid_alive
+
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and "-" in name[len(CONTROL_PREFIX):]:
+            stale = int(owner) != os.getpid() and not pid_alive(int(owner))
+        else:
+            stale = time.time() - st.st_mtime > LEGACY_CONTROL_AGE and not _answers(path)
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _answers(directory: str) -> bool:
+    """True when a control socket in *directory* still accepts a connection."""
+    import socket
+
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return False
+    for entry in entries:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(os.path.join(directory, entry))
+            return True
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return False
+
+
 @dataclass
 class Session:
     """Transports for one run; ssh connections are shared and closed at the end."""
@@ -300,8 +363,10 @@ class Session:
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
             if self.share_connections and self._control_dir is None:
-                # Short path: a unix socket path must stay under ~100 bytes.
-                self._control_dir = tempfile.mkdtemp(prefix="vqssh-", dir="/tmp")
+                # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
+                # later run remove the directory a killed run left (sweep_control_dirs).
+                sweep_control_dirs()
+                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 

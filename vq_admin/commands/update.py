@@ -124,6 +124,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 with lane_lock(ctx.state.root, *lock_key):
+                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
+from ..state import temp_name
 from .. import faults
 from ..transport import SSH_TRANSPORT_EXIT, Transport, classify_exit, describe_interruption
 
@@ -57,7 +58,7 @@ class TranscriptSink:
         self._line_dropped = False
         self.metrics: dict[str, Any] = {}
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._tmp = self.directory / f".tmp.{name}.{secrets.token_hex(4)}"
+        self._tmp = self.directory / temp_name(name)  # with our pid: a later run removes it if we are killed
         fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._fh = os.fdopen(fd, "wb")
 
