@@ -130,10 +130,10 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
             raise Interrupted("vq-admin received SIGINT") from None
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
-        receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,
-                            "next_command": rerun_command(receipt),
-                            "advice": "the rerun verifies read-only first and reports already-current if the "
-                                      "interrupted run completed"}
+        from ..lanes.interrupt import interrupted_readback
+
+        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)

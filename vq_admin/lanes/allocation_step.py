@@ -38,6 +38,7 @@ from ..agent.allocation import new_attempt_name
 from ..outcome import VqAdminError
 from ..plan import Step
 from ..transport import RunResult, quote_argv
+from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     argv = run_argv(update, command, attempt)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
+    allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
     call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
     receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
     if not call.complete:
@@ -108,7 +110,11 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
                                f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
         ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
         call, sinks = _reconcile(update, attempt, deadline, call, sinks)
-    return _conclude(update, command, call, sinks)
+    result = _conclude(update, command, call, sinks)
+    summary = call.records.get("summary") or {}
+    if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
+        allocation_attempt.clear(update)  # the job's end is known: nothing for a later run to reconcile
+    return result
 
 
 def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float

@@ -32,7 +32,7 @@ from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_step, mirror_step
+from . import allocation_attempt, allocation_step, mirror_step
 from .common import conclude
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -121,6 +121,8 @@ class RuntimeUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
+        if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
+            allocation_attempt.reconcile_previous(self)
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")

@@ -122,7 +122,17 @@ class SourceStage:
     def require(self, result: RunResult, what: str) -> None:
         """A staging step must succeed; nothing has been installed yet."""
         if not result.ok:
+            if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
+                from .interrupt import left_behind
+
+                stage = left_behind(self.receipt)["stage"]
+                self.receipt.extra["interruption"] = {"step": what, "transport": result.describe(),
+                                                      "installed": "nothing", "stage": stage}
             self.reclaim(success=False)
+            if result.interrupted:
+                self.receipt.extra["interruption"]["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
+                raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
+                                   f"installed; {self.receipt.extra['interruption']['stage']}")
             raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:
