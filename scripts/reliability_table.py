@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
-HEADER = ("| lane | call or step | fault | outcome | exit | next run | verdict |\n"
-          "|---|---|---|---|---|---|---|\n")
+HEADER = ("| lane | call or step | fault | expected | outcome | exit | next run | verdict |\n"
+          "|---|---|---|---|---|---|---|---|\n")
 LANES = ("runtime", "helper", "mirror")
 SUBJECTS = {"runtime": "runtime lane", "helper": "helper lane", "mirror": "mirror feed"}
 
@@ -33,7 +33,7 @@ SUBJECTS = {"runtime": "runtime lane", "helper": "helper lane", "mirror": "mirro
 def summary(rows: list[dict]) -> str:
     counts: dict[str, collections.Counter] = {lane: collections.Counter() for lane in LANES}
     for r in rows:
-        counts[r["lane"]][r["line"].split(" | ")[3]] += 1
+        counts[r["lane"]][r["line"].split(" | ")[4]] += 1  # the observed outcome (after "expected")
     outcomes = sorted({o for c in counts.values() for o in c})
     lines = ["| subject | rows | " + " | ".join(outcomes) + " |", "|---|---|" + "---|" * len(outcomes)]
     for lane in LANES:
