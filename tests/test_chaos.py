@@ -364,7 +364,8 @@ def test_scancel_after_the_switch_is_ok_by_readback(tmp_path, real_cluster):
 
 def test_scancel_before_the_switch_is_unknown_with_the_job(tmp_path, real_cluster):
     world, done = _scancel_case(tmp_path, real_cluster, "chaos-scancel-before",
-                                before=f"touch {tmp_path}/marks/started; sleep 60", after="", when="started")
+                                before=f"[ -e {tmp_path}/marks/started ] || {{ touch {tmp_path}/marks/started; sleep 60; }}",
+                                after="", when="started")
     readback = done.receipt["readback"]
     assert readback["job_id"] and readback["log_dir"] and (readback["job_state"] or "").startswith("CANCELLED")
     record("scancel of the build job before current moves", "unknown", done.outcome)

@@ -9,7 +9,7 @@ a dropped connection never reconciled -- the record stays, and the batch job
 is **not** cancelled: it keeps running to its end.
 
 The next run of the lane reads the record first, before its pre-verify, and
-asks the agent (``alloc-reconcile`` with a zero wait: it never submits) for
+asks the agent (``alloc-reconcile`` with a one-second wait: it never submits) for
 that job's end:
 
 * ended: its end state, exit status and transcript settle are recorded in
@@ -59,7 +59,7 @@ def reconcile_previous(update: "RuntimeUpdate") -> None:
     ctx, login = update.ctx, update.ctx.login(update.host)
     attempt = previous["attempt"]
     argv = update.agent("alloc-reconcile", "--root", update.host.scratch_root or "", "--program",
-                        update.profile.program, "--attempt", attempt, "--timeout", "0")
+                        update.profile.program, "--attempt", attempt, "--timeout", "1")
     step = update.receipt.plan.add("previous-attempt", login.where, argv,
                                    "establish the end of the batch job an interrupted run left (never submits)")
     ctx.narrate(f"an interrupted run left the allocation attempt {previous.get('attempt_dir')}; reconciling its job")
