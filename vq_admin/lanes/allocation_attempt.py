@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..outcome import Locked
 from ..state import dump_json, read_json, write_atomic
-from .allocation_stream import TranscriptSink, stream_call
+from .allocation_stream import stream_call
 
 if TYPE_CHECKING:
     from .runtime import RuntimeUpdate
@@ -96,4 +96,4 @@ class _Discard:
         pass
 
 
-__all__ = ["record", "clear", "reconcile_previous", "TranscriptSink"]
+__all__ = ["record", "clear", "reconcile_previous"]

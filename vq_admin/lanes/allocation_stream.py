@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import os
-import secrets
 import signal
 import subprocess
 import tempfile
