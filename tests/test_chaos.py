@@ -267,6 +267,23 @@ def test_a_dropped_session_during_a_fixed_host_build_is_reconciled_by_the_next_r
     clean_after(world, done, converge(world))
 
 
+def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_completes(tmp_path, real_sshd):
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-term-fixed")
+    world.set_deploy(f"touch {tmp_path}/marks/building; sleep 6")
+    vq = world.start()
+    world.mark("building")
+    sent = time.monotonic()
+    vq.send_signal(signal.SIGTERM)
+    done = finish(vq, 30)
+    assert time.monotonic() - sent < 5.0
+    no_false_ok(world, done)
+    readback = done.receipt["readback"]
+    assert "may still be running on cluster-build" in readback["build"] and "stage" in readback["stage"], readback
+    record("SIGTERM of vq during a fixed-host deploy (the build then completes)", "unknown", done.outcome)
+    world.mark("switched", 60)
+    clean_after(world, done, converge(world))
+
+
 # -- SIGTERM of vq while an allocation job waits, and while it runs -------------------------------
 
 
@@ -331,6 +348,28 @@ def test_sigterm_while_the_allocation_job_is_pending(tmp_path, real_cluster):
     observed = _sigterm_case(tmp_path, real_cluster, "chaos-term-pending", pending=True)
     record("SIGTERM of vq while the allocation job is pending behind a blocking job",
            "unknown; next run while pending: locked; after the job: already-current", observed)
+
+
+def test_sigkill_of_vq_while_the_allocation_job_runs_is_reconciled_by_the_next_run(tmp_path, real_cluster):
+    slurm = real_cluster.slurm
+    program = "chaos-kill-vq-alloc"
+    world = World(tmp_path, real_cluster.sshd.ssh_config, program, allocation=True)
+    world.set_deploy(f"touch {tmp_path}/marks/running; sleep 5")
+    vq = world.start()
+    world.mark("running")
+    vq.kill()
+    out, _ = vq.communicate(timeout=30)
+    assert vq.returncode == -signal.SIGKILL and out == ""
+    assert (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
+    job = next((world.scratch / ".vq-admin" / "runtime-deploy" / program).glob("deploy.*/job")).read_text().strip()
+    assert wait_until(lambda: _job_gone(slurm, job), 120), "the job never ended"
+    again = converge(world)
+    assert again.receipt["previous_attempt"]["job_id"] == job
+    assert not (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
+    record("SIGKILL of vq while the allocation job runs", "killed; after the job: already-current",
+           f"killed; after the job: {again.outcome}")
+    clean_after(world, again)
+    assert not list(Path("/tmp").glob(f"vqssh-{vq.pid}-*")), "the killed run's control directory was left"
 
 
 def test_sigterm_while_the_allocation_job_runs(tmp_path, real_cluster):
