@@ -288,7 +288,7 @@ def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_complete
 
 
 def _blocker(slurm) -> str:
-    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}",
+    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null",
                      "--wrap", "sleep 300", check=True)
     job = done.stdout.strip().split(";")[0]
     assert wait_until(lambda: "RUNNING" in slurm.run("scontrol", "show", "job", job).stdout, 30), "blocker not running"
