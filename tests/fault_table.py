@@ -351,8 +351,17 @@ def leaked_masters() -> set[str]:
 
 def close_masters(names: set[str]) -> None:
     """A SIGKILLed run cannot close its shared ssh connection (ControlPersist ends it
-    after 120 s); close and remove those of this test at once."""
+    after 120 s); close and remove those of this test at once.
+
+    Only directories whose run is gone (``vqssh-<pid>-*`` with a dead pid): /tmp is
+    shared, and a live run's directory (another test's, another user's) is never touched.
+    """
+    from vq_admin.state import pid_alive
+
     for name in names:
+        owner = name[len("vqssh-"):].split("-", 1)[0]
+        if not (owner.isdigit() and "-" in name[len("vqssh-"):]) or pid_alive(int(owner)):
+            continue
         directory = Path("/tmp") / name
         for sock in directory.glob("*"):
             subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "unused"], capture_output=True,
