@@ -49,7 +49,7 @@ def world(tmp_path, monkeypatch):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     verify = tmp_path / "verify.py"
-    verify.write_text(f"#!{sys.executable}\nimport sys\nprint('{{}}')\nsys.exit(1)\n")
+    verify.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(1)\n")  # prints nothing: nothing installed yet
     verify.chmod(0o755)
     repo = GitRepo(tmp_path / "repo")
     sha = repo.commit("A")

@@ -44,7 +44,10 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
                          f"({_holder(tree, path)}); nothing was run") from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
+        try:
+            tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
+        except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one
+            pass
         yield path
     finally:
         os.close(fd)  # releases the flock

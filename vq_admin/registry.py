@@ -262,21 +262,40 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     lookups of that SHA refuse until an operator resolves it.  Raises
     :class:`RegistryError` for an identity that is not an immutable launcher.
     """
+    result, apply = plan_verified(state_root, host, program, verified)
+    apply()
+    return result
+
+
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict):
+    """What :func:`record_verified` will do, decided before anything is written.
+
+    Returns ``(result, apply)``: *result* is the receipt's ``registry``
+    object; ``apply()`` writes the entry (or the conflict) and ``latest.json``.
+    The caller stores the receipt first, so no record ever names a receipt
+    that does not exist (the lane lock keeps the decision valid until then).
+    """
     entry = make_entry(host, program, verified)
     path = entry_path(state_root, host, program, entry["sha"])
-    created = _write(state_root, path, encode(entry), exclusive=True)
+    first = _read_in_lane(state_root, host, program, os.path.basename(path))
+    created = first is None
     conflict = None
     if not created:
-        first = _read_in_lane(state_root, host, program, os.path.basename(path))
-        same = first is not None and all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
+        same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
-    if conflict is None:  # deployed and verified again after a prune: valid again
-        _clear_pruned_mark(state_root, host, program, entry["sha"])
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
-    _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
-    return {"entry": path, "created": created, "conflict": conflict}
+
+    def apply() -> None:
+        if created:
+            _write(state_root, path, encode(entry), exclusive=True)
+        elif conflict is not None:
+            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+        if conflict is None:  # deployed and verified again after a prune: valid again
+            _clear_pruned_mark(state_root, host, program, entry["sha"])
+        _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
+
+    return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
 def _parse_entry(data: bytes | None, path: str) -> dict | None:

@@ -81,6 +81,9 @@ def check_tag_name(tag: str) -> str:
 def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
     """Resolve *sha* (full, lower case) and its tag in *repo*, read-only.
 
+    The identity's ``tag`` is the requested one (checked to point at *sha*)
+    or ``None``; ``tags`` lists every tag at *sha*, for the record only.
+
     *with_tags* false (the helper lane) leaves tags out of the identity."""
     if not os.path.isdir(repo):
         raise Refused(f"source repository {repo} does not exist")
@@ -117,10 +120,8 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
             raise Refused(f"tag {tag} does not exist in {repo}")
         if _one_line(at) != sha:
             raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
-    elif len(tags) == 1:
-        tag = tags[0]
-    elif len(tags) > 1:
-        raise UsageError(f"several tags point at {sha} in {repo} ({', '.join(tags)}); name one with --tag")
+    # Without --tag the expected tag is null (CONTRACT section 4): the tags at the SHA in the driver's
+    # checkout are recorded as information (source.tags in the receipt), never inferred and required.
     return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
 
 

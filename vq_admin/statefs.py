@@ -311,8 +311,15 @@ def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
     return fd
 
 
+def temp_name(name: str) -> str:
+    """``.tmp.<name>.<pid>.<random>``: the pid lets a later run remove what a killed one left
+    (:meth:`vq_admin.state.StateDir.sweep_leftovers`).  No ``secrets`` import: the launcher
+    path imports this module."""
+    return f".tmp.{name}.{os.getpid()}.{os.urandom(6).hex()}"
+
+
 def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    tmp = f".tmp.{name}.{os.urandom(6).hex()}"  # (no `secrets` import: the launcher path imports this module)
+    tmp = temp_name(name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         try:

@@ -3,10 +3,13 @@
 Two things can go wrong when running a command, and they are kept apart:
 
 * the command ran and exited non-zero: ``exit_code`` holds its status;
-* the transport was interrupted (ssh exited 255, or vq-admin's own timeout
-  fired): ``interrupted`` says which.  The command may still be running, or
-  may have finished, on the far side: that is an *unknown* outcome, resolved
-  only by a read-back, never by guessing.
+* the transport was interrupted (ssh exited 255, the ssh client was killed by
+  a signal -- the OOM killer, a logout that kills the user's processes, a
+  SIGKILL -- or vq-admin's own timeout fired): ``interrupted`` says which.
+  The command may still be running, or may have finished, on the far side:
+  that is an *unknown* outcome, resolved only by a read-back, never by
+  guessing.  A local command killed by a signal did not choose its exit
+  status either, and is classified the same way (:func:`classify_exit`).
 
 Remote commands are argv lists: each word is quoted on its own with
 :func:`shlex.quote` for a POSIX shell, and nothing is ever interpreted by a
@@ -23,6 +26,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -63,7 +67,7 @@ class RunResult:
     stdout: bytes = b""
     stderr: bytes = b""
     seconds: float = 0.0
-    interrupted: str | None = None  # None | "transport" | "timeout"
+    interrupted: str | None = None  # None | "transport" | "timeout" | "job" (ended by a signal or the scheduler)
     stdout_truncated: bool = False
 
     @property
@@ -79,10 +83,41 @@ class RunResult:
     def describe(self) -> str:
         if self.interrupted == "timeout":
             return f"timed out after {self.seconds:.0f} s on {self.where}"
+        if self.interrupted == "job":  # a batch job that ended without choosing its status: the reason is the text
+            return self.error_text() or f"the job on {self.where} ended by a signal"
         if self.interrupted == "transport":
             tail = self.error_text().splitlines()[-1:] or ["(no message)"]
-            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+            return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         return f"exit status {self.exit_code} on {self.where}"
+
+
+def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
+    """``"transport"`` when *code* is not the command's own exit status, else ``None``.
+
+    Over ssh: exit 255 (ssh's own failures) and any end of the ssh client by a
+    signal (a negative return code: SIGKILL, the OOM killer, a logout).  For
+    a local command, a negative return code (killed by a signal) too: the
+    command did not choose that status, so only a read-back can tell what it
+    did.  Everything else is the command's own exit status.
+    """
+    if code is None:
+        return None
+    if code < 0:
+        return "transport"
+    if transport_exit is not None and code == transport_exit:
+        return "transport"
+    return None
+
+
+def describe_interruption(where: str, code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = "the ssh client" if where != "local" else "the command"
+        return f"{what} for {where} was killed by {name} (its exit status is not the command's)"
+    return f"ssh to {where} was interrupted (exit 255)"
 
 
 class Transport:
@@ -270,8 +305,8 @@ def run_local_argv(
                 stdin_file.close()
         seconds = time.monotonic() - started
         code = proc.returncode
-        if interrupted is None and transport_exit is not None and code == transport_exit:
-            interrupted = "transport"
+        if interrupted is None:
+            interrupted = classify_exit(code, transport_exit)
         stdout, truncated = _read_capped(out)
         stderr, _ = _read_capped(err)
     result = RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
@@ -282,14 +317,16 @@ def run_local_argv(
 def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
     """A test fault (see :mod:`vq_admin.faults`) after the command really ran."""
     note = f"vq-admin test fault: {fault}\n".encode()
-    if fault == "drop-after" or (fault == "kill" and transport_exit is not None):
+    if fault == "drop-after":
         return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,
+                         result.seconds, "transport", result.stdout_truncated)
+    if fault == "kill":  # the local process (ssh client or command) ended by SIGKILL: not the command's status
+        return RunResult(result.argv, result.where, -signal.SIGKILL, result.stdout, result.stderr + note,
                          result.seconds, "transport", result.stdout_truncated)
     if fault == "timeout":
         return RunResult(result.argv, result.where, None, result.stdout, result.stderr + note,
                          result.seconds, "timeout", result.stdout_truncated)
-    return RunResult(result.argv, result.where, -9, result.stdout, result.stderr + note, result.seconds, None,
-                     result.stdout_truncated)
+    return result
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -304,6 +341,68 @@ def _read_capped(fh) -> tuple[bytes, bool]:
     fh.seek(0)
     data = fh.read(CAPTURE_LIMIT + 1)
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
+
+
+CONTROL_PARENT = "/tmp"
+CONTROL_PREFIX = "vqssh-"
+#: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
+LEGACY_CONTROL_AGE = 3600.0
+
+
+def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
+    """Remove ``/tmp/vqssh-<pid>-*`` directories of this user whose run is gone.
+
+    A killed run cannot close its shared ssh connection or remove its
+    directory.  Removed here: directories owned by us (never a symlink, never
+    another user's) whose pid is no longer alive, and old ones without a pid
+    whose sockets no longer answer.  Removing the socket of a master that is
+    still persisting only ends its reuse; the master exits at ControlPersist.
+    """
+    from .state import pid_alive
+
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and "-" in name[len(CONTROL_PREFIX):]:
+            stale = int(owner) != os.getpid() and not pid_alive(int(owner))
+        else:
+            stale = time.time() - st.st_mtime > LEGACY_CONTROL_AGE and not _answers(path)
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _answers(directory: str) -> bool:
+    """True when a control socket in *directory* still accepts a connection."""
+    import socket
+
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return False
+    for entry in entries:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(os.path.join(directory, entry))
+            return True
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return False
 
 
 @dataclass
@@ -321,8 +420,10 @@ class Session:
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
             if self.share_connections and self._control_dir is None:
-                # Short path: a unix socket path must stay under ~100 bytes.
-                self._control_dir = tempfile.mkdtemp(prefix="vqssh-", dir="/tmp")
+                # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
+                # later run remove the directory a killed run left (sweep_control_dirs).
+                sweep_control_dirs()
+                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 

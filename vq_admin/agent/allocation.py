@@ -126,6 +126,10 @@ class MissingDependency(Exception):
     """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
 
 
+#: Seconds the agent looks for a cancelled job's final state after a timeout.
+CANCEL_STATE_WAIT = 10.0
+
+
 def require_xxhash() -> None:
     """Checked before anything is created or submitted: settling needs xxh3-64."""
     try:
@@ -416,10 +420,19 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             how, fields = slurmjob.scontrol_state(sub.job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
                 summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
+            elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
+                end, _, _ = slurmjob.find_end(sub.job_id, f"vq-deploy-{program}")
+                if end is not None:
+                    summary.update(job_state=end.state, job_exit_code=end.raw_exit)
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
                                     + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
                                        else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+            if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
+                search = slurmjob.wait_for_end(sub.job_id, f"vq-deploy-{program}", CANCEL_STATE_WAIT, poll=1.0)
+                summary["job_state"] = search.end.state if search.end else search.last_state
+                if search.end is not None:
+                    summary["job_exit_code"] = search.end.raw_exit
         return finish(attempt, frames, summary, settle_kw=settle_kw)
     finally:
         attempt.close()

@@ -126,7 +126,9 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
             if ctx.options.dry_run:
                 receipt = body()
             else:
+                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 with lane_lock(ctx.state.root, *lock_key):
+                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None
@@ -134,10 +136,10 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
-        receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,
-                            "next_command": rerun_command(receipt),
-                            "advice": "the rerun verifies read-only first and reports already-current if the "
-                                      "interrupted run completed"}
+        from ..lanes.interrupt import interrupted_readback
+
+        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
@@ -178,7 +180,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
         report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
         return 0
     document = receipt.to_dict()
-    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id else None
+    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.extra.get("stored", True) else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
     return outcome.exit_code

@@ -38,6 +38,7 @@ from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt
 from ..outcome import Refused, VqAdminError
 from ..plan import Step
 from ..transport import RunResult, quote_argv
+from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     argv = run_argv(update, command, attempt)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
+    allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
     call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
     receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
     if not call.complete:
@@ -113,7 +115,11 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
                                f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
         ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
         call, sinks = _reconcile(update, attempt, deadline, call, sinks)
-    return _conclude(update, command, call, sinks)
+    result = _conclude(update, command, call, sinks)
+    summary = call.records.get("summary") or {}
+    if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
+        allocation_attempt.clear(update)  # the job's end is known: nothing for a later run to reconcile
+    return result
 
 
 def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
@@ -184,13 +190,15 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
             deploy[key] = summary.get(key)
     deploy["retention"] = summary.get("retention")
     _fill_output(update, summary, call, sinks)
+    signalled = ended_without_choosing(summary)
     if call.complete:  # the step that delivered the report carries the deployment's exit status
         call.step.exit_code = deploy["exit_code"]
-        if summary.get("established"):
+        if summary.get("established") and not signalled:
             call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
         else:
-            call.step.status = "interrupted" if not summary.get("timed_out") else "failed"
-            call.step.detail = "; ".join(summary.get("notes") or []) or "the job's end was not established"
+            call.step.status = "interrupted"
+            call.step.detail = ("; ".join(summary.get("notes") or []) or signalled
+                                or "the job's end was not established")
     if summary.get("submitted") is False:
         update.reclaim(success=False)
         raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
@@ -199,11 +207,13 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
         cancel = summary.get("cancel") or {}
         text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
                 f"({_seconds(update.profile.timeout_seconds)} s)")
-        if cancel.get("ok"):
-            update.reclaim(success=False)
-            raise VqAdminError(f"deploy: {text}; vq-admin cancelled it (scancel exit 0); transcripts in {deploy['log_dir']}")
-        return RunResult(list(command.argv), where, None, stderr=f"{text}; cancelling it failed: {cancel.get('message')}".encode(),
-                         seconds=call.seconds, interrupted="timeout")
+        # The build may have activated before the cancel: only a read-back decides (never "failed").
+        state = deploy.get("job_state") or "not reported by the scheduler"
+        how = ("vq-admin cancelled it (scancel exit 0)" if cancel.get("ok")
+               else f"cancelling it failed: {cancel.get('message')}")
+        return RunResult(list(command.argv), where, None,
+                         stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
+                         .encode(), seconds=call.seconds, interrupted="job")
     if not summary.get("established"):
         return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
     if summary["exit_code"] == JOB_TAMPERED_EXIT:
@@ -218,7 +228,33 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
                 f"deploy: batch job {deploy['job_id']} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
                 f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+    if signalled:  # the job did not choose its exit status: read back before deciding
+        return RunResult(list(command.argv), where, int(summary["exit_code"]),
+                         stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
+                                 f"transcripts in {deploy['log_dir']}").encode(),
+                         seconds=call.seconds, interrupted="job")
     return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+
+#: Slurm end states in which the job did not choose its exit status.
+UNCHOSEN_STATES = ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def ended_without_choosing(summary: dict[str, Any]) -> str | None:
+    """Why the job's exit status is not the deployment's choice, or ``None``.
+
+    A job cancelled, timed out, preempted, killed with its node or by a
+    signal (``ExitCode`` ``N:SIG`` with SIG > 0) may have done anything up to
+    that moment, including the switch of ``current``.
+    """
+    state = str(summary.get("job_state") or "").split(" ")[0].rstrip("+")
+    if state in UNCHOSEN_STATES:
+        return f"ended in state {summary.get('job_state')}"
+    raw = str(summary.get("job_exit_code") or "")
+    status, _, sig = raw.partition(":")
+    if sig.isdigit() and int(sig) > 0:
+        return f"was ended by signal {sig} (ExitCode {raw}, state {summary.get('job_state')})"
+    return None
 
 
 def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str) -> RunResult:

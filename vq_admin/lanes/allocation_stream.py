@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import os
-import secrets
 import signal
 import subprocess
 import tempfile
@@ -26,8 +25,9 @@ from typing import Any, Sequence
 
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
+from ..statefs import temp_name
 from .. import faults
-from ..transport import SSH_TRANSPORT_EXIT, Transport
+from ..transport import SSH_TRANSPORT_EXIT, Transport, classify_exit, describe_interruption
 
 #: How much of each transcript the receipt carries inline (the tail); the
 #: driver's copy next to the receipt always holds all of it.
@@ -57,7 +57,7 @@ class TranscriptSink:
         self._line_dropped = False
         self.metrics: dict[str, Any] = {}
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._tmp = self.directory / f".tmp.{name}.{secrets.token_hex(4)}"
+        self._tmp = self.directory / temp_name(name)  # with our pid: a later run removes it if we are killed
         fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._fh = os.fdopen(fd, "wb")
 
@@ -149,7 +149,7 @@ class StreamCall:
             return f"timed out after {self.seconds:.0f} s on {self.where}"
         if self.interrupted == "transport":
             tail = self.stderr.strip().splitlines()[-1:] or ["(no message)"]
-            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+            return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         if self.frame_error:
             return f"unreadable answer from {self.where}: {self.frame_error}"
         return f"exit status {self.exit_code} on {self.where}"
@@ -198,6 +198,9 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         except FrameError as exc:
             call.frame_error = str(exc)
             kill()
+        except BaseException:  # SIGTERM/SIGINT of vq-admin: end the local ssh at once, never wait for the job
+            kill()
+            raise
         finally:
             proc.stdout.close()
             code = proc.wait()
@@ -209,10 +212,11 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         call.interrupted = "timeout"
     else:
         call.exit_code = code
-        if transport.transport_exit is not None and code == SSH_TRANSPORT_EXIT:
-            call.interrupted = "transport"
-    if fault in ("drop-after", "kill"):  # a test fault after the call really ran (vq_admin.faults)
+        call.interrupted = classify_exit(code, transport.transport_exit)
+    if fault == "drop-after":  # a test fault after the call really ran (vq_admin.faults)
         call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
+    elif fault == "kill":
+        call.exit_code, call.interrupted = -signal.SIGKILL, "transport"
     elif fault == "timeout":
         call.exit_code, call.interrupted = None, "timeout"
     return call

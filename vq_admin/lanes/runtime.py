@@ -32,7 +32,7 @@ from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_step, mirror_step, remote_paths
+from . import allocation_attempt, allocation_step, mirror_step, remote_paths
 from .common import conclude
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -123,6 +123,8 @@ class RuntimeUpdate:
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run(self)
+        if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
+            allocation_attempt.reconcile_previous(self)
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
@@ -132,6 +134,13 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
+        if pre.not_receipt is not None:
+            # A verifier whose output is not a receipt cannot prove anything afterwards either.  (A
+            # pre-verify that prints nothing and exits non-zero -- nothing installed yet -- proceeds.)
+            self.receipt.errors.append(f"pre-verify: the verifier's output is not a receipt; nothing was run "
+                                       f"({pre.not_receipt['parse_error']}; its output, escaped, is in "
+                                       "verify.pre.output)")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
         mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
@@ -217,7 +226,8 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
-        for key in ("job_id", "log_dir"):  # an allocation build: the batch job and its retained transcripts
+        for key in ("job_id", "job_state", "attempt_dir", "log_dir"):  # an allocation build: the batch job, its final
+            # scheduler state and its retained transcripts
             if self.receipt.deploy.get(key) is not None:
                 self.receipt.readback[key] = self.receipt.deploy[key]
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)

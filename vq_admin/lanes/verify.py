@@ -25,6 +25,8 @@ class Verification:
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
     interrupted: bool = False
+    #: set when the verifier printed something that is not one valid receipt (bounded, escaped)
+    not_receipt: dict[str, Any] | None = None
 
     @property
     def proven(self) -> bool:
@@ -41,6 +43,7 @@ class Verification:
             "checks": [c.to_dict() for c in self.checks],
             "error": self.error,
             "interrupted": self.interrupted,
+            **({"output": self.not_receipt} if self.not_receipt else {}),
         }
 
 
@@ -66,6 +69,8 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
         readback_step.status = "skipped"
         return found
     receipt, error = parse_receipt(result.stdout)
+    if receipt is None and result.stdout.strip():
+        found.not_receipt = output_excerpt(result.stdout, error)
     if result.exit_code != 0:
         found.error = f"verify command exited {result.exit_code}: {result.error_text()[-500:]}"
         if receipt is None:
@@ -102,3 +107,16 @@ def _parse_hash(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(value, dict):
         return None, "the agent's hash-file answer is not an object"
     return value, None
+
+
+#: How much of a verifier's unusable output a receipt keeps.
+OUTPUT_EXCERPT = 2048
+
+
+def output_excerpt(stdout: bytes, error: str | None) -> dict[str, Any]:
+    """The verifier's output that is not a receipt, bounded and escaped for the receipt."""
+    head = stdout[:OUTPUT_EXCERPT]
+    return {"bytes": len(stdout), "truncated": len(stdout) > OUTPUT_EXCERPT,
+            "excerpt": head.decode("ascii", "backslashreplace").encode("unicode_escape").decode("ascii")
+            .replace("\\\\x", "\\x"),
+            "parse_error": error}
