@@ -141,7 +141,7 @@ def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_tail(tmp_path)
     path = sink.commit()
     assert sink.metrics == {"files": 12, "ratio": 0.5}
     assert path.read_bytes() == data and sink.bytes == len(data)
-    assert sink.xxh3 == xxhash.xxh3_64(data).hexdigest()
+    assert sink.digest == xxhash.xxh3_64(data).hexdigest() and sink.algorithm == "xxh3_64"
     assert sink.truncated and sink.text() == data[-64:].decode()
     assert [p.name for p in path.parent.iterdir()] == ["stdout"]  # no temp file left behind
 
@@ -163,8 +163,8 @@ def _call(tmp_path, summary: dict, out: bytes, err: bytes, ended: bool = True):
     sinks = {"stdout": TranscriptSink(tmp_path / "t", "stdout"), "stderr": TranscriptSink(tmp_path / "t", "stderr")}
     sinks["stdout"].write(out)
     sinks["stderr"].write(err)
-    sent = {name: {"bytes": len(data), "xxh3": xxhash.xxh3_64(data).hexdigest(),
-                   "settled_xxh3": xxhash.xxh3_64(data).hexdigest() if summary["settle"]["settled"] else None}
+    sent = {name: {"bytes": len(data), "checksum": "xxh3_64", "digest": xxhash.xxh3_64(data).hexdigest(),
+                   "settled_digest": xxhash.xxh3_64(data).hexdigest() if summary["settle"]["settled"] else None}
             for name, data in (("stdout", out), ("stderr", err))}
     records = {"summary": summary, **({"end": {"sent": sent}} if ended else {})}
     call = StreamCall(["agent"], "cluster", exit_code=0, records=records, ended=ended)
@@ -219,7 +219,7 @@ def test_a_stream_cut_before_its_end_is_incomplete(tmp_path):
 def test_a_transcript_changed_after_it_settled_is_unstable(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"abc\n", b"")
-    call.records["end"]["sent"]["stdout"]["settled_xxh3"] = "0" * 16
+    call.records["end"]["sent"]["stdout"]["settled_digest"] = "0" * 16
     allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
     assert stub.receipt.command_output["reason"] == "unstable"
 

@@ -22,7 +22,8 @@ it.  An attempt directory is never reused: creating an existing name fails.
 then settle the transcripts, apply retention and stream the transcripts
 back (see :mod:`.frames`) while the attempt is still live.
 
-Standard library (+ ``xxhash``): runs inside ``vq-admin-agent``.
+Standard library (+ ``xxhash`` when importable): runs inside
+``vq-admin-agent`` on Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from . import retention, safedirs, slurmjob
+from . import checksum, retention, safedirs, slurmjob
 from .frames import FrameWriter
 from .settle import DirectoryObserver, SettleResult, settle
 
@@ -65,15 +66,6 @@ except OSError as exc:
 
 class MissingDependency(Exception):
     """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
-
-
-def require_xxhash() -> None:
-    """Checked before anything is created or submitted: settling needs xxh3-64."""
-    try:
-        import xxhash  # noqa: F401
-    except ImportError:
-        raise MissingDependency(f"the Python module xxhash is not importable by {sys.executable}; install "
-                                "vq-admin with its dependencies on this host (nothing was submitted)") from None
 
 
 def program_parts(program: str) -> list[str]:
@@ -238,7 +230,8 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     kw = dict(settle_kw or {})
     if summary.get("submitted") is False:
         kw["max_observations"] = 1
-    result: SettleResult = settle(DirectoryObserver(attempt.path), **kw)
+    algorithm = checksum.default_algorithm()
+    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
         summary["retention"] = retention.prune(attempt.program_fd, attempt.name)
@@ -246,8 +239,8 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     sent = {}
     for kind, name, state in (("out", "stdout", result.last[0]), ("err", "stderr", result.last[1])):
         limit = state.size if result.settled else None
-        sent[name] = frames.stream_file(kind, attempt.fd, name, limit)
-        sent[name]["settled_xxh3"] = state.xxh3 if result.settled else None
+        sent[name] = frames.stream_file(kind, attempt.fd, name, limit, algorithm)
+        sent[name]["settled_digest"] = state.digest if result.settled else None
     frames.record("end", {"sent": sent})
     return summary
 
@@ -266,7 +259,6 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
         settle_kw: dict | None = None) -> dict:
     """Create the attempt, submit and wait (bounded), then :func:`finish`."""
-    require_xxhash()
     for key in env:
         if not ENV_NAME_RE.match(key):
             raise ValueError(f"bad environment variable name {key!r}")
@@ -306,7 +298,6 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
               settle_kw: dict | None = None, poll: float = 2.0) -> dict:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
-    require_xxhash()
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})

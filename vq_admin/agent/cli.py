@@ -4,9 +4,10 @@ The driver runs these on a login or build host over ssh.  Each verb prints
 one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
 stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused.
 
-Standard library only (the allocation verbs also use ``xxhash``, imported
-lazily), and nothing of the driver side is imported: the agent must run on a
-host that has only this package's files.
+Standard library only, on Python 3.8 and later (the allocation verbs use
+``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
+the driver side is imported: the agent must run on a host that has only this
+package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
 
 ``alloc-run`` and ``alloc-reconcile`` print framed records rather than one
 JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
@@ -98,6 +99,20 @@ def cmd_identity(args: argparse.Namespace) -> int:
         _emit(found)
     else:
         print(identity.human(found))
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
+    from .. import __version__
+    from . import checksum
+
+    _emit({
+        "version": __version__,
+        "python_version": ".".join(map(str, sys.version_info[:3])),
+        "interpreter": sys.executable,
+        "checksum": checksum.default_algorithm(),
+    })
     return 0
 
 
@@ -199,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("identity", help="version, source SHA, tree digest, path and interpreter of this helper")
     p.add_argument("--json", action="store_true", help="print one JSON object (what the driver reads)")
     p.set_defaults(func=cmd_identity)
+
+    p = sub.add_parser("version", help="version, Python and checksum of this helper, as one JSON object")
+    p.set_defaults(func=cmd_version)
 
     p = sub.add_parser("install-file", help="replace the file at --dest with stdin, atomically")
     p.add_argument("--dest", required=True, help="absolute path of the file to install")

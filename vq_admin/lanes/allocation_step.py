@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
+from ..agent import checksum
 from ..agent.allocation import new_attempt_name
 from ..outcome import VqAdminError
 from ..plan import Step
@@ -222,19 +223,27 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
     settle = summary.get("settle") or {}
     sent = (call.records.get("end") or {}).get("sent") or {}
     problems = []
-    for name, sink in sinks.items():
-        got = sent.get(name)
-        if not call.ended or got is None:
-            problems.append(f"{name}: the stream was cut before the end")
-        elif got.get("bytes") != sink.bytes or got.get("xxh3") != sink.xxh3:
-            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-        elif settle.get("settled") and got.get("settled_xxh3") != got.get("xxh3"):
-            problems.append(f"{name}: changed after it had settled")
     transcript = None
     if sinks:
         for sink in sinks.values():
             path = sink.commit()
         transcript = str(path.parent)
+    for name, sink in sinks.items():
+        got = sent.get(name)
+        if not call.ended or got is None:
+            problems.append(f"{name}: the stream was cut before the end")
+            continue
+        # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
+        # older agent sent only an "xxh3" digest.
+        algorithm = got.get("checksum", checksum.XXH3)
+        sent_digest = got.get("digest", got.get("xxh3"))
+        settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
+        if algorithm not in checksum.ALGORITHMS:
+            problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
+        elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
+            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
+        elif settle.get("settled") and settled_digest != sent_digest:
+            problems.append(f"{name}: changed after it had settled")
     if not summary.get("established") and not summary.get("timed_out"):
         problems.append("the job's end was not established: its transcript may still grow")
     complete = bool(settle.get("settled")) and not problems
@@ -246,6 +255,7 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
         "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
         "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
         "truncated": out.truncated or err.truncated, "transcript": transcript,
+        "checksum": settle.get("checksum") or out.algorithm,
     }
     if out.truncated or err.truncated:
         output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"
