@@ -60,6 +60,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.set_defaults(func="providers")
 
     p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
+    p.add_argument("--connect", action="store_true",
+                   help="also reach every configured host (one ssh round trip each, in parallel): agent version, "
+                        "and sinfo where a profile builds in an allocation")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                   help="with --connect: bound on each host's round trip (default 30)")
     _common(p)
     p.set_defaults(func="check")
 

@@ -107,13 +107,41 @@ def cmd_version(args: argparse.Namespace) -> int:
     from .. import __version__
     from . import checksum
 
-    _emit({
+    found = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
         "interpreter": sys.executable,
         "checksum": checksum.default_algorithm(),
-    })
+    }
+    if args.sinfo:
+        found["sinfo"] = _sinfo()
+    _emit(found)
     return 0
+
+
+SINFO_TIMEOUT = 20.0
+
+
+def _sinfo() -> dict:
+    """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
+    import subprocess
+
+    argv = ["sinfo", "-h", "-o", "%t"]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=SINFO_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
+    except OSError as exc:
+        return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
+    states: dict = {}
+    for line in done.stdout.decode("utf-8", "replace").split():
+        states[line] = states.get(line, 0) + 1
+    error = done.stderr.decode("utf-8", "replace").strip()[-300:] or None
+    if done.returncode == 0 and not states:
+        error = "sinfo listed no nodes"
+    return {"argv": argv, "exit_code": done.returncode, "states": states,
+            "error": error if (done.returncode or not states) else None}
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:
@@ -216,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_identity)
 
     p = sub.add_parser("version", help="version, Python and checksum of this helper, as one JSON object")
+    p.add_argument("--sinfo", action="store_true", help="also run 'sinfo -h -o %%t' and report the node states")
     p.set_defaults(func=cmd_version)
 
     p = sub.add_parser("install-file", help="replace the file at --dest with stdin, atomically")
