@@ -104,6 +104,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
+    for option, what in (("--update-command", "update"), ("--install-command", "install"),
+                         ("--verify-command", "verify")):
+        q.add_argument(option, metavar="CMD", help=f"built-in 'command' provider only: the site's {what} command "
+                       "line ({root} expands to the disposable root)")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
     p.set_defaults(func="provider")
     return parser

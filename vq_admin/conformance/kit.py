@@ -19,6 +19,13 @@
    A's and B's releases are byte-identical to before.
 
 A check whose prerequisite failed is reported failed with the reason.
+
+The built-in ``command`` provider is tested with a site's own scripts: the
+kit is given their command lines (``commands``: ``update_command``,
+``install_command``, ``verify_command``; ``{root}`` in a word expands to the
+disposable root) and runs the same sequence through the provider's argv
+shapes (CONTRACT section 4).  Install is exercised only when an
+``install_command`` was given.
 """
 
 from __future__ import annotations
@@ -41,12 +48,21 @@ VERIFY_TIMEOUT = 600.0
 
 class Kit:
     def __init__(self, providers: Providers, name: str, world: World, options: Mapping[str, str],
-                 script_args: Sequence[str] = ()):
+                 script_args: Sequence[str] = (), commands: Mapping[str, Sequence[str]] | None = None):
         self.providers, self.name, self.world = providers, name, world
         self.options = {k: v.replace("{root}", world.root) for k, v in options.items()}
         self.script_args = tuple(script_args)
+        self.commands = {k: tuple(w.replace("{root}", world.root) for w in words)
+                         for k, words in (commands or {}).items() if words}
         self.checks: list[Check] = []
         self.hooks = providers.info[name].hooks if name in providers.info else ()
+
+    @property
+    def offers_install(self) -> bool:
+        """The provider implements install and, for command lines given to the kit, one was given."""
+        if "vq_admin_runtime_install" not in self.hooks:
+            return False
+        return not self.commands or "install_command" in self.commands
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -55,8 +71,10 @@ class Kit:
         return bool(ok)
 
     def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
-        settings = {"program": PROGRAM, "provider": self.name, "update_command": None, "install_command": None,
-                    "verify_command": None, "update_host": None, "update_allocation": None,
+        settings = {"program": PROGRAM, "provider": self.name,
+                    "update_command": self.commands.get("update_command"),
+                    "install_command": self.commands.get("install_command"),
+                    "verify_command": self.commands.get("verify_command"), "update_host": None, "update_allocation": None,
                     "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
                     "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
                     "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
@@ -105,7 +123,7 @@ class Kit:
     def run(self) -> list[Check]:
         if not self.check_hooks() or not self.check_argv_shape():
             return self.checks
-        first = "runtime_install" if "vq_admin_runtime_install" in self.hooks else "runtime_update"
+        first = "runtime_install" if self.offers_install else "runtime_update"
         if first == "runtime_update":
             os.makedirs(self.world.root, exist_ok=True)
         code, _, tail = self.deploy("A", first)
@@ -159,7 +177,7 @@ class Kit:
 
     def check_argv_shape(self) -> bool:
         problems: list[str] = []
-        hooks = ["runtime_update"] + (["runtime_install"] if "vq_admin_runtime_install" in self.hooks else [])
+        hooks = ["runtime_update"] + (["runtime_install"] if self.offers_install else [])
         for hook in hooks:
             request = self.request("B", self.world.archive["B"], PROBE_ARGS)
             try:
