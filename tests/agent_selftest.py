@@ -199,6 +199,9 @@ FAKE_SCONTROL = """#!/bin/sh
 echo "slurm_load_jobs error: Invalid job id specified" >&2
 exit 1
 """
+FAKE_SQUEUE = """#!/bin/sh
+echo "RUNNING|None"
+"""
 
 
 class AllocRun(unittest.TestCase):
@@ -208,24 +211,36 @@ class AllocRun(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             bindir = os.path.join(tmp, "bin")
             os.mkdir(bindir)
-            for name, text in (("sbatch", FAKE_SBATCH.format(python=sys.executable)), ("scontrol", FAKE_SCONTROL)):
+            for name, text in (("sbatch", FAKE_SBATCH.format(python=sys.executable)), ("scontrol", FAKE_SCONTROL),
+                               ("squeue", FAKE_SQUEUE)):
                 with open(os.path.join(bindir, name), "w") as fh:
                     fh.write(text)
                 os.chmod(os.path.join(bindir, name), 0o755)
             root = os.path.join(tmp, "scratch")
             os.mkdir(root, 0o755)
             env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"))
-            job = [sys.executable, "-c", "import sys; print('built ok'); sys.stderr.write('warn\\n'); sys.exit(3)"]
+            job = [sys.executable, "-c", "import sys, time; print('built ok', flush=True); time.sleep(1.5); "
+                   "sys.stderr.write('warn\\n'); sys.exit(3)"]
             done = subprocess.run(agent_argv("alloc-run", "--root", root, "--program", "prog", "--timeout", "60",
-                                             "--", *job), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env, timeout=120)
+                                             "--progress", "1", "--", *job), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, timeout=120)
             self.assertEqual(done.returncode, 0, done.stderr)
-            records, data = {}, {"stdout": b"", "stderr": b""}
+            records, data, progress = {}, {"stdout": b"", "stderr": b""}, []
 
             def on_data(name, chunk):
                 data[name] += chunk
 
-            self.assertTrue(read_frames(io.BytesIO(done.stdout), records.__setitem__, on_data))
+            def on_record(kind, value):
+                records[kind] = value
+                if kind == "progress":
+                    progress.append(value)
+
+            self.assertTrue(read_frames(io.BytesIO(done.stdout), on_record, on_data))
+            waits = [p for p in progress if p["phase"] == "wait"]
+            self.assertTrue(waits, progress)
+            self.assertEqual((waits[0]["job_id"], waits[0]["state"]), ("4242", "RUNNING"))
+            settles = [p["observation"] for p in progress if p["phase"] == "settle"]
+            self.assertEqual(settles, [1, 2, 3])
             summary = records["summary"]
             self.assertEqual(summary["job_id"], "4242")
             self.assertEqual(summary["exit_code"], 3)

@@ -41,7 +41,8 @@ from typing import Iterator, Sequence
 
 from . import checksum, retention, safedirs, slurmjob
 from .frames import FrameWriter
-from .settle import DirectoryObserver, SettleResult, settle
+from .progress import Reporter, settle_record
+from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -221,7 +222,8 @@ def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str]) -> list[str]:
             f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", f"{path}/argv.json"]
 
 
-def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None) -> dict:
+def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None,
+           progress: bool = False) -> dict:
     """Settle, apply retention, stream the transcripts: the common end of run and reconcile.
 
     A job that was never submitted wrote nothing: its files are observed
@@ -231,6 +233,9 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     if summary.get("submitted") is False:
         kw["max_observations"] = 1
     algorithm = checksum.default_algorithm()
+    if progress:
+        limit = kw.get("max_observations", MAX_OBSERVATIONS)
+        kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, limit))
     result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
@@ -257,8 +262,13 @@ def base_summary(attempt: Attempt) -> dict:
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
-        settle_kw: dict | None = None) -> dict:
-    """Create the attempt, submit and wait (bounded), then :func:`finish`."""
+        settle_kw: dict | None = None, progress: float | None = None) -> dict:
+    """Create the attempt, submit and wait (bounded), then :func:`finish`.
+
+    With *progress* (seconds), ``progress`` records report the queue state
+    and the transcript's last line during the wait, and each settle
+    observation (see :mod:`.progress`).
+    """
     for key in env:
         if not ENV_NAME_RE.match(key):
             raise ValueError(f"bad environment variable name {key!r}")
@@ -268,6 +278,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         attempt.write_file("argv.json", json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode())
         attempt.write_file("job.py", job_script(), 0o700)
         summary = base_summary(attempt)
+        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
+                    if progress else None)
 
         def on_job_id(job_id: str) -> None:
             try:
@@ -275,8 +287,14 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
+            if reporter is not None:
+                reporter.start(job_id)
 
-        sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args), timeout, on_job_id)
+        try:
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args), timeout, on_job_id)
+        finally:
+            if reporter is not None:
+                reporter.stop()
         summary.update(job_id=sub.job_id, submitted=sub.submitted, sbatch_exit_code=sub.sbatch_exit_code,
                        timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
         if sub.error:
@@ -290,7 +308,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
                                     + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
                                        else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
-        return finish(attempt, frames, summary, settle_kw=settle_kw)
+        return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
         attempt.close()
 

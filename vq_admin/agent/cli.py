@@ -166,6 +166,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _at_least_one(text: str) -> float:
+    value = _positive(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 second")
+    return value
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not allocation.ENV_NAME_RE.match(name):
@@ -193,7 +200,8 @@ def _alloc_verb(body) -> int:
 
 def cmd_alloc_run(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: allocation.run(
-        args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt))
+        args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt,
+        progress=args.progress))
 
 
 def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
@@ -263,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
     p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
                    help="environment for the provider command (repeat)")
+    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS",
+                   help="report queue state and the transcript's last line every SECONDS (at least 1), and each "
+                        "settle observation, as progress records (for a terminal)")
     p.add_argument("command", nargs="+", help="the provider argv, after --")
     p.set_defaults(func=cmd_alloc_run)
 

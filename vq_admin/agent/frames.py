@@ -13,6 +13,8 @@ exists (before any drop of the connection).  Each record is one line
 ``out N``   followed by exactly N raw bytes of the ``stdout`` transcript
 ``err N``   followed by exactly N raw bytes of the ``stderr`` transcript
 ``end``     JSON: bytes and checksum of everything sent per file; last record
+``progress`` JSON: queue state, transcript's last line, settle observations;
+            only with ``alloc-run --progress`` (see :mod:`.progress`)
 =========  ==================================================================
 
 A stream without ``end`` was cut short.  Writes after the reader has gone
@@ -36,7 +38,7 @@ from . import checksum
 
 CHUNK = 1 << 20
 DATA_KINDS = {"out": "stdout", "err": "stderr"}
-JSON_KINDS = ("attempt", "job", "summary", "end")
+JSON_KINDS = ("attempt", "job", "summary", "end", "progress")
 MAX_LINE = 1 << 20
 
 

@@ -169,6 +169,7 @@ def settle(
     required: int = REQUIRED_IDENTICAL,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    on_observation: Optional[Callable[[int, Sequence[Observation]], None]] = None,
 ) -> SettleResult:
     """Observe until settled or *max_observations* were made.
 
@@ -176,6 +177,8 @@ def settle(
     observation itself takes longer than the interval the next one starts
     at once.  Stable output therefore settles after exactly *required*
     observations, ``(required - 1) * interval`` seconds after the first.
+    *on_observation* (progress on a terminal) is called with the count and
+    the history after each observation.
     """
     if max_observations < 1 or required < 1:
         raise ValueError("max_observations and required must be positive")
@@ -188,6 +191,8 @@ def settle(
             if delay > 0:
                 sleep(delay)
         history.append(tuple(observe()))
+        if on_observation is not None:
+            on_observation(len(history), history)
         if is_settled(history, required):
             return SettleResult(True, None, len(history), history[-1], clock() - start, name)
     return SettleResult(False, classify(history[-1]), len(history), history[-1], clock() - start, name)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
+from .. import progress
 from ..agent import checksum
 from ..agent.allocation import new_attempt_name
 from ..outcome import VqAdminError
@@ -62,12 +63,18 @@ def log_dir(update: "RuntimeUpdate", attempt: str) -> str:
     return os.path.join(root, ".vq-admin", "runtime-deploy", update.profile.program, attempt)
 
 
-def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str) -> list[str]:
-    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
+
+    *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
+    agent then reports the job's state every 10 s for the live line.
+    """
     allocation = update.profile.update_allocation
     assert allocation is not None and update.host.scratch_root
     argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
                         "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
+    if live:
+        argv += ["--progress", str(progress.POLL_SECONDS)]
     argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
     for name, value in command.env:
         argv += ["--env", f"{name}={value}"]
@@ -96,10 +103,13 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     }
     step = receipt.plan.get("deploy")
     deadline = time.monotonic() + update.profile.timeout_seconds
-    argv = run_argv(update, command, attempt)
+    view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
+    argv = run_argv(update, command, attempt, live=view is not None)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
-    call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
+    with progress.live(ctx, view):
+        call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN,
+                            view.on_record if view else None)
     receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
     if not call.complete:
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
@@ -112,13 +122,14 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     return _conclude(update, command, call, sinks)
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
     try:
-        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks)
+        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks,
+                           **({"on_record": on_record} if on_record else {}))
     except BaseException:
         _discard(sinks)
         raise

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..agent import checksum
 from ..agent.frames import FrameError, read_frames
@@ -171,8 +171,11 @@ class StreamCall:
         return f"exit status {self.exit_code} on {self.where}"
 
 
-def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict) -> None:
+def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict,
+               observer: Callable[[str, dict], None] | None = None) -> None:
     call.records[kind] = value
+    if observer is not None:
+        observer(kind, value)
     if kind == "summary":  # the agent names its checksum before the transcripts follow
         algorithm = (value.get("settle") or {}).get("checksum")
         if algorithm in checksum.ALGORITHMS:
@@ -181,7 +184,7 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
 
 
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
-                sinks: dict[str, TranscriptSink]) -> StreamCall:
+                sinks: dict[str, TranscriptSink], on_record: Callable[[str, dict], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     The whole call is bounded by *timeout* (the local process group is
@@ -218,7 +221,7 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         timer.start()
         try:
             assert proc.stdout is not None
-            call.ended = read_frames(proc.stdout, lambda kind, value: _on_record(call, sinks, kind, value),
+            call.ended = read_frames(proc.stdout, lambda kind, value: _on_record(call, sinks, kind, value, on_record),
                                      lambda name, chunk: sinks[name].write(chunk))
         except FrameError as exc:
             call.frame_error = str(exc)
