@@ -233,3 +233,28 @@ def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path
     assert result.interrupted == "transport" and result.exit_code is None
     assert "job 9" in result.error_text() and stub.receipt.deploy["log_dir"] in result.error_text()
     assert stub.receipt.command_output["complete"] is False and stub.receipt.metrics_complete is False
+
+
+def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_path):
+    """An agent on a Python without xxhash names blake2b; the driver checks the digests in it."""
+    import hashlib
+
+    stub, _ = _stub_update(tmp_path)
+    out = b"VQ-DEPLOY-METRIC n=1\n"
+    call, sinks = _call(tmp_path, _summary(0, True, None, 3), out, b"")
+    summary = call.records["summary"]
+    summary["settle"]["checksum"] = "blake2b"
+    for name, data in (("stdout", out), ("stderr", b"")):
+        digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+        call.records["end"]["sent"][name].update(checksum="blake2b", digest=digest, settled_digest=digest)
+    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    output = stub.receipt.command_output
+    assert output["complete"] is True and output["checksum"] == "blake2b", output.get("problems")
+    # a wrong blake2b digest is damage in transit, not a pass
+    stub, _ = _stub_update(tmp_path / "again")
+    call, sinks = _call(tmp_path / "again", _summary(0, True, None, 3), out, b"")
+    call.records["summary"]["settle"]["checksum"] = "blake2b"
+    call.records["end"]["sent"]["stdout"].update(checksum="blake2b", digest="0" * 16, settled_digest="0" * 16)
+    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    assert stub.receipt.command_output["complete"] is False
+    assert any("received" in p for p in stub.receipt.command_output["problems"])
