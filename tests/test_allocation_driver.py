@@ -87,7 +87,9 @@ def test_dry_run_plans_the_agent_submission(world):
     argv = steps["deploy"]["argv"]
     assert argv[:12] == [AGENT, "alloc-run", "--root", str(world.scratch), "--program", "prog", "--attempt",
                          "<attempt>", "--timeout", "120", "--sbatch-arg=--time=10", "--sbatch-arg=--partition=debug"]
-    assert argv[12:15] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
+    assert argv[12:14] == ["--archive", "<stage>/source.tar"] and argv[14] == "--archive-sha256"
+    assert argv[16:19] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
+    assert "--progress" not in argv  # a dry run draws nothing; off a terminal the agent is never asked
     assert steps["deploy"]["where"] == "local" and "Slurm batch job" in steps["deploy"]["purpose"]
     assert not (world.scratch / ".vq-admin").exists()
 
