@@ -189,10 +189,11 @@ import subprocess, sys
 args = sys.argv[1:]
 out = [a.split("=", 1)[1] for a in args if a.startswith("--output=")][0]
 err = [a.split("=", 1)[1] for a in args if a.startswith("--error=")][0]
-script, spec = args[-2], args[-1]
+first = [i for i, a in enumerate(args) if not a.startswith("-")][0]
+script, job_args = args[first], args[first + 1:]
 print("4242", flush=True)
 with open(out, "wb") as o, open(err, "wb") as e:
-    code = subprocess.call([sys.executable, script, spec], stdout=o, stderr=e)
+    code = subprocess.call([sys.executable, "-I", script, *job_args], stdout=o, stderr=e)
 sys.exit(code)
 """
 FAKE_SCONTROL = """#!/bin/sh

@@ -274,7 +274,11 @@ def job_script(python: str | None = None) -> bytes:
         python = "/usr/bin/env python3"
     else:
         python += " -I"  # isolated: no PYTHONPATH, no user site, no script directory on sys.path
-    return f"#!{python}\n{JOB_SCRIPT}".encode()
+    # The job imports the secure-path rule from this same agent, wherever it lives (a pip
+    # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
+    # the interpreter's site-packages may hold.
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return f"#!{python}\nimport sys; sys.path.insert(0, {here!r})\n{JOB_SCRIPT}".encode()
 
 
 @dataclass(frozen=True)
