@@ -254,7 +254,7 @@ def _frames(proc: subprocess.Popen) -> tuple[dict, dict[str, int]]:
     assert read_frames(proc.stdout, records.__setitem__, on_data)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
     for name in sizes:
-        assert records["end"]["sent"][name]["xxh3"] == hashes[name].hexdigest()
+        assert records["end"]["sent"][name]["digest"] == hashes[name].hexdigest()
     return records, sizes
 
 

@@ -81,6 +81,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.set_defaults(func="providers")
 
     p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
+    p.add_argument("--connect", action="store_true",
+                   help="also reach every configured host (one ssh round trip each, in parallel): agent version, "
+                        "and sinfo where a profile builds in an allocation")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                   help="with --connect: bound on each host's round trip (default 30)")
     _common(p)
     p.set_defaults(func="check")
 
@@ -146,6 +151,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
+    for option, what in (("--update-command", "update"), ("--install-command", "install"),
+                         ("--verify-command", "verify")):
+        q.add_argument(option, metavar="CMD", help=f"built-in 'command' provider only: the site's {what} command "
+                       "line ({root} expands to the disposable root)")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
     p.set_defaults(func="provider")
 

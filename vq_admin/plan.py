@@ -72,7 +72,7 @@ class Plan:
 
 
 def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
-            stdin: bytes | str | None = None, env: dict[str, str] | None = None) -> RunResult:
+            stdin: bytes | str | None = None, env: dict[str, str] | None = None, watch=None) -> RunResult:
     """Run *argv* for *step* through *transport* and record the result in it."""
     faults.step_boundary(step.name, "before")
     step.argv = [str(a) for a in argv]
@@ -83,7 +83,8 @@ def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: f
         if problem:  # a command word another user could have replaced is never run (exit 77)
             step.status, step.detail = "failed", problem
             raise Refused(f"{step.name}: {problem}; refusing to run it")
-    result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin)
+    result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin,
+                           **({"watch": watch} if watch is not None else {}))
     record(step, result)
     faults.step_boundary(step.name, "after")
     return result

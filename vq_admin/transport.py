@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from plumbum import local
 
@@ -135,12 +135,18 @@ class Transport:
         timeout: float,
         env: Mapping[str, str] | None = None,
         stdin: bytes | str | None = None,
+        watch: Callable[..., None] | None = None,
     ) -> RunResult:
-        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in."""
+        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in.
+
+        *watch* (progress on a terminal) is called with the file descriptors
+        of the growing stdout and stderr captures once the command started,
+        and with none just before they are closed.
+        """
         argv = [str(a) for a in argv]
         full = self.wrap(argv, env or {})
         return run_local_argv(full, argv, self.where, timeout=timeout, stdin=stdin,
-                              transport_exit=self.transport_exit)
+                              transport_exit=self.transport_exit, watch=watch)
 
     transport_exit: int | None = None
 
@@ -254,6 +260,7 @@ def run_local_argv(
     timeout: float,
     stdin: bytes | str | None = None,
     transport_exit: int | None = None,
+    watch: Callable[..., None] | None = None,
 ) -> RunResult:
     """Run *full* locally (no shell), capturing output through temp files.
 
@@ -289,6 +296,8 @@ def run_local_argv(
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(), time.monotonic() - started)
         interrupted = None
+        if watch is not None:
+            watch(out.fileno(), err.fileno())
         try:
             if isinstance(stdin, bytes):
                 proc.communicate(input=stdin, timeout=timeout)
@@ -301,6 +310,8 @@ def run_local_argv(
             _kill_group(proc)
             raise
         finally:
+            if watch is not None:
+                watch()
             if stdin_file is not None:
                 stdin_file.close()
         seconds = time.monotonic() - started

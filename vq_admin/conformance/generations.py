@@ -40,9 +40,9 @@ TIMEOUT = 600.0
 
 def run(kit: "Kit", dirs: dict[str, str]) -> None:
     """*dirs*: the per-SHA release directory of A and B."""
-    if "vq_admin_runtime_activate" in kit.hooks:
+    if kit.offers("vq_admin_runtime_activate", "activate_command"):
         activation(kit, dirs)
-    if "vq_admin_runtime_prune" in kit.hooks:
+    if kit.offers("vq_admin_runtime_prune", "prune_command"):
         prune(kit, dirs)
 
 

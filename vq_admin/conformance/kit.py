@@ -22,6 +22,13 @@
    ``activate-A``, ``prune-keeps-kept``, ``prune-report-truthful``.
 
 A check whose prerequisite failed is reported failed with the reason.
+
+The built-in ``command`` provider is tested with a site's own scripts: the
+kit is given their command lines (``commands``: ``update_command``,
+``install_command``, ``verify_command``; ``{root}`` in a word expands to the
+disposable root) and runs the same sequence through the provider's argv
+shapes (CONTRACT section 4).  Install is exercised only when an
+``install_command`` was given.
 """
 
 from __future__ import annotations
@@ -44,12 +51,24 @@ VERIFY_TIMEOUT = 600.0
 
 class Kit:
     def __init__(self, providers: Providers, name: str, world: World, options: Mapping[str, str],
-                 script_args: Sequence[str] = ()):
+                 script_args: Sequence[str] = (), commands: Mapping[str, Sequence[str]] | None = None):
         self.providers, self.name, self.world = providers, name, world
         self.options = {k: v.replace("{root}", world.root) for k, v in options.items()}
         self.script_args = tuple(script_args)
+        self.commands = {k: tuple(w.replace("{root}", world.root) for w in words)
+                         for k, words in (commands or {}).items() if words}
         self.checks: list[Check] = []
         self.hooks = providers.info[name].hooks if name in providers.info else ()
+
+    def offers(self, hook: str, command_key: str) -> bool:
+        """The provider implements *hook* and, for command lines given to the kit, *command_key* was given."""
+        if hook not in self.hooks:
+            return False
+        return not self.commands or command_key in self.commands
+
+    @property
+    def offers_install(self) -> bool:
+        return self.offers("vq_admin_runtime_install", "install_command")
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -58,8 +77,10 @@ class Kit:
         return bool(ok)
 
     def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
-        settings = {"program": PROGRAM, "provider": self.name, "update_command": None, "install_command": None,
-                    "verify_command": None, "update_host": None, "update_allocation": None,
+        settings = {"program": PROGRAM, "provider": self.name,
+                    "update_command": self.commands.get("update_command"),
+                    "install_command": self.commands.get("install_command"),
+                    "verify_command": self.commands.get("verify_command"), "update_host": None, "update_allocation": None,
                     "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
                     "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
                     "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
@@ -108,7 +129,7 @@ class Kit:
     def run(self) -> list[Check]:
         if not self.check_hooks() or not self.check_argv_shape():
             return self.checks
-        first = "runtime_install" if "vq_admin_runtime_install" in self.hooks else "runtime_update"
+        first = "runtime_install" if self.offers_install else "runtime_update"
         if first == "runtime_update":
             os.makedirs(self.world.root, exist_ok=True)
         code, _, tail = self.deploy("A", first)
@@ -166,7 +187,7 @@ class Kit:
 
     def check_argv_shape(self) -> bool:
         problems: list[str] = []
-        hooks = ["runtime_update"] + (["runtime_install"] if "vq_admin_runtime_install" in self.hooks else [])
+        hooks = ["runtime_update"] + (["runtime_install"] if self.offers_install else [])
         for hook in hooks:
             request = self.request("B", self.world.archive["B"], PROBE_ARGS)
             try:

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
+from .. import progress
+from ..agent import checksum
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..plan import Step
@@ -62,12 +64,18 @@ def log_dir(update: "RuntimeUpdate", attempt: str) -> str:
     return os.path.join(root, ".vq-admin", "runtime-deploy", update.profile.program, attempt)
 
 
-def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str) -> list[str]:
-    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
+
+    *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
+    agent then reports the job's state every 10 s for the live line.
+    """
     allocation = update.profile.update_allocation
     assert allocation is not None and update.host.scratch_root
     argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
                         "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
+    if live:
+        argv += ["--progress", str(progress.POLL_SECONDS)]
     argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
     # the job runs only the archive that was staged and verified (by content, not by path)
     source = update.source
@@ -100,11 +108,14 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     }
     step = receipt.plan.get("deploy")
     deadline = time.monotonic() + update.profile.timeout_seconds
-    argv = run_argv(update, command, attempt)
+    view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
+    argv = run_argv(update, command, attempt, live=view is not None)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
     allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
-    call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
+    with progress.live(ctx, view):
+        call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN,
+                            view.on_record if view else None)
     receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
     if not call.complete:
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
@@ -122,7 +133,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     return result
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     from ..permissions import refuse_if_unsafe
 
@@ -131,7 +142,8 @@ def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
     try:
-        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks)
+        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks,
+                           **({"on_record": on_record} if on_record else {}))
     except BaseException:
         _discard(sinks)
         raise
@@ -278,19 +290,27 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
     settle = summary.get("settle") or {}
     sent = (call.records.get("end") or {}).get("sent") or {}
     problems = []
-    for name, sink in sinks.items():
-        got = sent.get(name)
-        if not call.ended or got is None:
-            problems.append(f"{name}: the stream was cut before the end")
-        elif got.get("bytes") != sink.bytes or got.get("xxh3") != sink.xxh3:
-            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-        elif settle.get("settled") and got.get("settled_xxh3") != got.get("xxh3"):
-            problems.append(f"{name}: changed after it had settled")
     transcript = None
     if sinks:
         for sink in sinks.values():
             path = sink.commit()
         transcript = str(path.parent)
+    for name, sink in sinks.items():
+        got = sent.get(name)
+        if not call.ended or got is None:
+            problems.append(f"{name}: the stream was cut before the end")
+            continue
+        # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
+        # older agent sent only an "xxh3" digest.
+        algorithm = got.get("checksum", checksum.XXH3)
+        sent_digest = got.get("digest", got.get("xxh3"))
+        settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
+        if algorithm not in checksum.ALGORITHMS:
+            problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
+        elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
+            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
+        elif settle.get("settled") and settled_digest != sent_digest:
+            problems.append(f"{name}: changed after it had settled")
     if not summary.get("established") and not summary.get("timed_out"):
         problems.append("the job's end was not established: its transcript may still grow")
     complete = bool(settle.get("settled")) and not problems
@@ -302,6 +322,7 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
         "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
         "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
         "truncated": out.truncated or err.truncated, "transcript": transcript,
+        "checksum": settle.get("checksum") or out.algorithm,
     }
     if out.truncated or err.truncated:
         output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"

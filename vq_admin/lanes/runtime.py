@@ -25,11 +25,12 @@ from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest
 
-from .. import authority, source
+from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
+from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, allocation_step, mirror_step, remote_paths
@@ -184,7 +185,10 @@ class RuntimeUpdate:
             return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
-        result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds, env=dict(command.env))
+        view = CommandView(f"{self.profile.program}: deploy on {step.where}") if progress.enabled(self.ctx.options.json) else None
+        with progress.live(self.ctx, view):
+            result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds,
+                             env=dict(command.env), watch=view.watch if view else None)
         self.receipt.record_command(result, step.where)
         return result
 
