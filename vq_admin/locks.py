@@ -1,6 +1,6 @@
 """Lane locks: one run per lane (host, and program for the runtime lane).
 
-Kernel locks (filelock's flock) die with their holder, so a crashed run never
+Kernel locks (``flock(2)`` on a file under the state directory) die with their holder, so a crashed run never
 leaves a stale lock behind.  Acquisition never waits: a second run exits 75
 at once, naming the holder recorded next to the lock.  Only the holder
 releases its lock.
@@ -8,6 +8,8 @@ releases its lock.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import socket
@@ -15,8 +17,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-
-from filelock import FileLock, Timeout
 
 from .outcome import Locked
 
@@ -30,10 +30,13 @@ def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Pa
 def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> Iterator[Path]:
     path = lock_path(state_root, lane, host, program)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = FileLock(str(path), timeout=0, mode=0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        lock.acquire()
-    except Timeout:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise
         raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running ({_holder(path)}); nothing was run") from None
     try:
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -42,7 +45,8 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         os.replace(tmp, path.with_name(path.name + ".holder"))
         yield path
     finally:
-        lock.release()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _holder(path: Path) -> str:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata as md
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -59,6 +58,8 @@ class ProviderInfo:
 
 def installed_providers() -> dict[str, list[InstalledProvider]]:
     """Every provider entry point installed, by name (without loading any)."""
+    import importlib.metadata as md
+
     found: dict[str, list[InstalledProvider]] = {}
     for dist in md.distributions():
         for ep in dist.entry_points:
@@ -71,7 +72,9 @@ def installed_providers() -> dict[str, list[InstalledProvider]]:
     return found
 
 
-def _entry_point(name: str, offer: InstalledProvider) -> md.EntryPoint:
+def _entry_point(name: str, offer: InstalledProvider):
+    import importlib.metadata as md
+
     return md.EntryPoint(name=name, value=offer.value, group=ENTRY_POINT_GROUP)
 
 
@@ -88,10 +91,12 @@ class Providers:
         pm.add_hookspecs(hookspec_module)
         pm.register(command_provider, name=BUILTIN)
         info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
-        installed = installed_providers()
+        installed: dict[str, list[InstalledProvider]] | None = None  # read only for a plugin provider
         for name in names:
             if name == BUILTIN or name in info:
                 continue
+            if installed is None:
+                installed = installed_providers()
             offers = installed.get(name, [])
             if not offers:
                 raise ProviderError(
@@ -179,7 +184,7 @@ def _hooks_of(pm: pluggy.PluginManager, name: str) -> tuple[str, ...]:
 
 
 def _own_version() -> str:
-    try:
-        return md.version("vq-admin")
-    except md.PackageNotFoundError:
-        return "?"
+    """vq-admin's own version (the package's, without scanning the installed distributions)."""
+    from . import __version__
+
+    return __version__

@@ -26,10 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from plumbum import local
-
 from . import faults
-from plumbum.commands.processes import CommandNotFound
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -106,6 +103,10 @@ class Transport:
         """The exact local argv that :meth:`run` would execute (for ``--dry-run``)."""
         return self.wrap([str(a) for a in argv], env or {})
 
+    def unshared(self) -> "Transport":
+        """The same place without the run's shared connection (see :meth:`SshTransport.unshared`)."""
+        return self
+
 
 class LocalTransport(Transport):
     """Runs argv directly on this machine (``transport = "local"``)."""
@@ -130,6 +131,7 @@ class SshTransport(Transport):
         self.where = destination
         self.ssh_config = ssh_config
         self.control_dir = control_dir
+        self.shared_used = False  # a command ran over the shared connection: close() stops its master
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]
@@ -147,8 +149,21 @@ class SshTransport(Transport):
         remote = " ".join(shlex.quote(w) for w in words)
         return [*self.ssh_base(), "--", self.destination, remote]
 
+    def run(self, argv: Sequence[str], **kwargs) -> RunResult:  # type: ignore[override]
+        if self.control_dir:
+            self.shared_used = True
+        return super().run(argv, **kwargs)
+
+    def unshared(self) -> "SshTransport":
+        """This destination over a connection of its own, without the shared master.
+
+        For a run's first call, which may be its only one (an already-current
+        update): one ssh process, no master to start, nothing to close."""
+        return SshTransport(self.destination, self.ssh_config, None)
+
     def close(self) -> None:
-        if not self.control_dir:
+        """Stop the shared master, when a command used it (a run that never did starts none)."""
+        if not self.control_dir or not self.shared_used:
             return
         argv = [*self.ssh_base(), "-O", "exit", "--", self.destination]
         run_local_argv(argv, argv, "local", timeout=10)
@@ -174,9 +189,8 @@ def run_local_argv(
     if fault == "drop-before":
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
-    try:
-        command = local[full[0]][full[1:]]
-    except CommandNotFound:
+    program = full[0] if "/" in full[0] else shutil.which(full[0])
+    if program is None:
         return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -185,7 +199,8 @@ def run_local_argv(
         else:
             stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
         try:
-            proc = command.popen(
+            proc = subprocess.Popen(
+                [program, *full[1:]],
                 stdin=stdin_arg,
                 stdout=out,
                 stderr=err,

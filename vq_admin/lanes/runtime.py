@@ -121,7 +121,7 @@ class RuntimeUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
-        pre = self.verify(*self.pre)
+        pre = self.verify(*self.pre, shared=False)  # an already-current run ends here: one ssh round trip
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
@@ -163,8 +163,9 @@ class RuntimeUpdate:
                 "an update is still running there; wait for it to end, then rerun (nothing was run)"
             )
 
-    def verify(self, verify_step: Step, readback_step: Step) -> Verification:
-        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
+    def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
+        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step,
+                          shared=shared)
 
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
