@@ -147,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
             return Outcome.USAGE.exit_code
         argv = argv[1:]
+    if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse (vq_admin.entry)
+        from .entry import launcher
+
+        code = launcher(argv[1:], prog)
+        if code is not None:
+            return code
     args = None
     try:
         args = parse(build_parser(prog), argv)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: vq admin launcher (per job) never imports typing
+    from typing import Any, TextIO
 
 #: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
 #: controls that reorder what a terminal shows.
