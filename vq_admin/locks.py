@@ -12,7 +12,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +38,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
             raise
         raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running ({_holder(path)}); nothing was run") from None
     try:
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         tmp = path.with_name(path.name + f".holder.{os.getpid()}")
         tmp.write_text(json.dumps(holder))
         os.replace(tmp, path.with_name(path.name + ".holder"))

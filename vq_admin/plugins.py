@@ -29,6 +29,8 @@ from vq_admin_hookspecs import (
 )
 from vq_admin_hookspecs import specs as hookspec_module
 
+from .entrypoints import entry_points
+from .entrypoints import load as load_entry_point
 from .outcome import UsageError
 from .providers import command as command_provider
 
@@ -57,25 +59,17 @@ class ProviderInfo:
 
 
 def installed_providers() -> dict[str, list[InstalledProvider]]:
-    """Every provider entry point installed, by name (without loading any)."""
-    import importlib.metadata as md
+    """Every provider entry point installed, by name (without loading any).
 
+    Read from the distributions' metadata files by :mod:`vq_admin.entrypoints`
+    (not ``importlib.metadata``, whose import alone costs more than the rest
+    of an already-current run's imports)."""
     found: dict[str, list[InstalledProvider]] = {}
-    for dist in md.distributions():
-        for ep in dist.entry_points:
-            if ep.group != ENTRY_POINT_GROUP:
-                continue
-            name = dist.metadata["Name"] or "?"
-            item = InstalledProvider(ep.name, name, dist.version or "?", ep.value)
-            if item not in found.setdefault(ep.name, []):
-                found[ep.name].append(item)
+    for ep in entry_points(ENTRY_POINT_GROUP):
+        item = InstalledProvider(ep.name, ep.distribution, ep.version, ep.value)
+        if item not in found.setdefault(ep.name, []):
+            found[ep.name].append(item)
     return found
-
-
-def _entry_point(name: str, offer: InstalledProvider):
-    import importlib.metadata as md
-
-    return md.EntryPoint(name=name, value=offer.value, group=ENTRY_POINT_GROUP)
 
 
 @dataclass
@@ -108,7 +102,7 @@ class Providers:
                 raise ProviderError(f"provider {name!r} is offered by more than one distribution: {both}")
             offer = offers[0]
             try:
-                plugin = _entry_point(name, offer).load()
+                plugin = load_entry_point(offer.value)
             except Exception as exc:  # a broken provider must name itself
                 raise ProviderError(
                     f"provider {name!r} (entry point {offer.value} of {offer.distribution} {offer.version}) "

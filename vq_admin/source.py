@@ -12,7 +12,6 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from .agent.treeid import archive_identity
 from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
 
@@ -184,6 +183,8 @@ def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
         _checked(made, f"the archive of {ident.sha}", ident.repo)
     if not made.ok:
         raise Refused(f"git archive {ident.sha} failed in {ident.repo}: {made.error_text()}")
+    from .agent.treeid import archive_identity  # tarfile: only when an archive is made
+
     algo = "sha256" if len(ident.sha) == 64 else "sha1"
     computed = archive_identity(path, algo)
     if computed.git_tree != ident.git_tree:

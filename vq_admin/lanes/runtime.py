@@ -32,7 +32,6 @@ from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_step, mirror_step
 from .common import conclude
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -91,13 +90,18 @@ class RuntimeUpdate:
         self.receipt.extra["provider"] = p.provider
         self.receipt.extra["build_place"] = p.build_place
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
-        mirror_step.plan(self)  # the feed and the preparer come before anything is staged
+        if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
+            from . import mirror_step
+
+            mirror_step.plan(self)
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
+            from . import allocation_step
+
             allocation_step.plan(self, deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
@@ -131,7 +135,10 @@ class RuntimeUpdate:
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
         self.require_quiescent(pre)
-        mirror_step.run(self)
+        if self.profile.feed_source_mirror is not None:
+            from . import mirror_step
+
+            mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             self.source = self.staging.archive(self.source, workdir)
             self.staging.stage()
@@ -171,6 +178,8 @@ class RuntimeUpdate:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
         if self.profile.update_allocation is not None:
+            from . import allocation_step
+
             return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
