@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: vq admin launcher (per job) never imports typing
+TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
+if TYPE_CHECKING:
     from typing import Any, TextIO
 
 #: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
