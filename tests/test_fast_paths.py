@@ -25,7 +25,7 @@ from vq_admin import registry
 SHA = "a" * 40
 #: What the launcher path may import of vq-admin itself.
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
-                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome", "vq_admin.output"}
+                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"}
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",

@@ -15,7 +15,6 @@ import sys
 
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
 from ..outcome import Outcome, UsageError
-from ..output import print_json, safe_text
 
 
 def run(args) -> int:
@@ -31,6 +30,8 @@ def run(args) -> int:
                                        state_dir=args.state_dir, config_path=args.config,
                                        check_on_host=args.check_on_host)
     except LauncherRefused as exc:
+        from ..output import print_json, safe_text
+
         if args.json:
             print_json({"schema": SCHEMA_LAUNCHER, "outcome": exc.outcome.value, "exit_code": exc.outcome.exit_code,
                         "program": args.program, "host": args.host, "expected_sha": args.expected_sha,
@@ -39,6 +40,8 @@ def run(args) -> int:
         print(f"  remedy: {safe_text(exc.remedy)}", file=sys.stderr, flush=True)
         return exc.outcome.exit_code
     if args.json:
+        from ..output import print_json
+
         print_json({"schema": SCHEMA_LAUNCHER, "outcome": Outcome.OK.value, "exit_code": 0, "requested_host": args.host,
                     **binding.to_dict(), "pin": binding.pin()})
     else:
