@@ -131,7 +131,6 @@ class SshTransport(Transport):
         self.where = destination
         self.ssh_config = ssh_config
         self.control_dir = control_dir
-        self.shared_used = False  # a command ran over the shared connection: close() stops its master
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]
@@ -149,11 +148,6 @@ class SshTransport(Transport):
         remote = " ".join(shlex.quote(w) for w in words)
         return [*self.ssh_base(), "--", self.destination, remote]
 
-    def run(self, argv: Sequence[str], **kwargs) -> RunResult:  # type: ignore[override]
-        if self.control_dir:
-            self.shared_used = True
-        return super().run(argv, **kwargs)
-
     def unshared(self) -> "SshTransport":
         """This destination over a connection of its own, without the shared master.
 
@@ -162,8 +156,7 @@ class SshTransport(Transport):
         return SshTransport(self.destination, self.ssh_config, None)
 
     def close(self) -> None:
-        """Stop the shared master, when a command used it (a run that never did starts none)."""
-        if not self.control_dir or not self.shared_used:
+        if not self.control_dir:
             return
         argv = [*self.ssh_base(), "-O", "exit", "--", self.destination]
         run_local_argv(argv, argv, "local", timeout=10)
@@ -288,8 +281,11 @@ class Session:
         return self.local() if transport == "local" else self.ssh(destination)
 
     def close(self) -> None:
-        for t in self._ssh.values():
-            t.close()
+        """Stop the shared masters; a run that started none (its control directory holds no
+        socket: an already-current run) runs no ``ssh -O exit`` at all."""
+        if self._control_dir and _holds_anything(self._control_dir):
+            for t in self._ssh.values():
+                t.close()
         self._ssh.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
@@ -300,6 +296,13 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _holds_anything(directory: str) -> bool:
+    try:
+        return bool(os.listdir(directory))
+    except OSError:
+        return False
 
 
 def quote_argv(argv: Iterable[str]) -> str:
