@@ -150,3 +150,63 @@ def test_an_already_current_run_is_one_ssh_round_trip(tmp_path, real_sshd):
     steps = {s["name"]: s for s in again.json()["steps"]}
     assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]
     assert steps["pre-verify-readback"]["status"] == "ok" and steps["pre-verify-readback"]["where"] == "cluster"
+
+
+# -- the agent's verify-readback, and a login host whose agent predates it -------------
+
+
+def agent_answer(*argv: str) -> dict:
+    import json
+
+    done = subprocess.run([AGENT, "verify-readback", "--", *argv], capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_verify_readback_hashes_the_launcher_the_receipt_names(tmp_path):
+    import hashlib
+    import json
+
+    launcher = tmp_path / f"vibeqc-{SHA}"
+    launcher.write_bytes(b"#!/bin/sh\n")
+    receipt = json.dumps({"active_path": str(launcher), "note": "caf\u00e9"})
+    answer = agent_answer("sh", "-c", f"printf '%s\\n' '{receipt}'; printf 'warn\\377\\n' >&2; exit 3")
+    assert answer["verify"]["exit_code"] == 3 and json.loads(answer["verify"]["stdout"])["active_path"] == str(launcher)
+    assert answer["verify"]["stderr"].encode("utf-8", "surrogateescape") == b"warn\xff\n"  # bytes survive
+    assert answer["readback"]["sha256"] == hashlib.sha256(b"#!/bin/sh\n").hexdigest()
+    assert answer["readback"]["path"] == str(launcher) and answer["readback_exit"] == 0
+
+
+def test_verify_readback_reads_nothing_back_without_an_absolute_active_path(tmp_path):
+    for out in ("not json", '{"active_path": "relative/python"}', "[1, 2]"):
+        answer = agent_answer("printf", "%s", out)
+        assert answer["readback"] is None and answer["verify"]["stdout"] == out
+    missing = agent_answer(str(tmp_path / "no-such-verify"))
+    assert missing["verify"]["exit_code"] == 127 and missing["readback"] is None
+    gone = agent_answer("printf", '{"active_path": "%s"}' % (tmp_path / "gone"))
+    assert gone["readback"]["exists"] is False and gone["readback_exit"] == 1
+
+
+@pytest.mark.real
+def test_an_agent_without_verify_readback_gets_two_calls(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    old_agent = tmp_path / "old-agent"
+    old_agent.write_text("#!/bin/sh\nif [ \"$1\" = verify-readback ]; then\n"
+                         "  echo \"vq-admin-agent: error: argument verb: invalid choice: 'verify-readback'\" >&2\n"
+                         f"  exit 2\nfi\nexec {AGENT} \"$@\"\n")
+    old_agent.chmod(0o755)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("here", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch")
+    config = write_config(tmp_path / "admin.toml", host.replace(f'agent = "{AGENT}"', f'agent = "{old_agent}"'))
+    first = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--cluster-install", "--json", config=config,
+                   state=tmp_path / "state")
+    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
+    again = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    receipt = again.json()
+    assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["pre-verify"]["argv"][0] == str(SITE_EXAMPLE)  # the verify itself, then hash-file
+    assert steps["pre-verify-readback"]["argv"][:2] == [str(old_agent), "hash-file"]
+    assert receipt["verify"]["final"]["proven"] is True
