@@ -94,7 +94,7 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
         readback_step.status = "skipped"
         return found
     verify = answer["verify"]
-    code, stdout = verify["exit_code"], verify["stdout"].encode("utf-8", "surrogateescape")
+    code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
     if code != 0:
         verify_step.status = "failed"
@@ -106,7 +106,8 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     faults.step_boundary(readback_step.name, "before")
     hashed = answer.get("readback")
     readback_step.argv = [*host.agent, "hash-file", receipt.active_path]
-    readback_step.seconds = answer.get("readback_seconds") or 0.0
+    seconds = answer.get("readback_seconds")
+    readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
     if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
@@ -162,6 +163,10 @@ def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
             and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
         return {}, f"the agent's {VERIFY_READBACK} answer is not a verify-readback object"
+    try:  # the verify's own bytes, as the agent passed them (surrogateescape)
+        answer["stdout_bytes"] = verify["stdout"].encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return {}, f"the agent's {VERIFY_READBACK} answer holds text that is not the verify's output"
     return answer, None
 
 
