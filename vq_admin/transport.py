@@ -152,7 +152,10 @@ class SshTransport(Transport):
         """This destination over a connection of its own, without the shared master.
 
         For a run's first call, which may be its only one (an already-current
-        update): one ssh process, no master to start, nothing to close."""
+        update): one ssh process, no master to start, nothing to close.  Once a
+        master is up (an earlier call of the run started one), the call uses it."""
+        if self.control_dir and _holds_anything(self.control_dir):
+            return self
         return SshTransport(self.destination, self.ssh_config, None)
 
     def close(self) -> None:
