@@ -216,6 +216,18 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
             return Outcome.USAGE.exit_code
         argv = argv[1:]
+    if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse (vq_admin.entry)
+        from .entry import launcher
+
+        try:
+            try:
+                code = launcher(argv[1:], prog)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            return closed_stdout()
+        if code is not None:
+            return code
     try:
         try:
             return _main(prog, argv)  # --help and --version leave through SystemExit

@@ -33,10 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from plumbum import local
-
 from . import faults
-from plumbum.commands.processes import CommandNotFound
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -154,6 +151,10 @@ class Transport:
         """The exact local argv that :meth:`run` would execute (for ``--dry-run``)."""
         return self.wrap([str(a) for a in argv], env or {})
 
+    def unshared(self) -> "Transport":
+        """The same place without the run's shared connection (see :meth:`SshTransport.unshared`)."""
+        return self
+
 
 class LocalTransport(Transport):
     """Runs argv directly on this machine (``transport = "local"``)."""
@@ -245,6 +246,16 @@ class SshTransport(Transport):
         remote = " ".join(shlex.quote(w) for w in words)
         return [*self.ssh_base(), "--", self.destination, remote]
 
+    def unshared(self) -> "SshTransport":
+        """This destination over a connection of its own, without the shared master.
+
+        For a run's first call, which may be its only one (an already-current
+        update): one ssh process, no master to start, nothing to close.  Once a
+        master is up (an earlier call of the run started one), the call uses it."""
+        if self.control_dir and _holds_anything(self.control_dir):
+            return self
+        return SshTransport(self.destination, self.ssh_config, None)
+
     def close(self) -> None:
         if not self.control_dir:
             return
@@ -273,9 +284,8 @@ def run_local_argv(
     if fault == "drop-before":
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
-    try:
-        command = local[full[0]][full[1:]]
-    except CommandNotFound:
+    program = full[0] if "/" in full[0] else shutil.which(full[0])
+    if program is None:
         return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -284,7 +294,8 @@ def run_local_argv(
         else:
             stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
         try:
-            proc = command.popen(
+            proc = subprocess.Popen(
+                [program, *full[1:]],
                 stdin=stdin_arg,
                 stdout=out,
                 stderr=err,
@@ -442,8 +453,11 @@ class Session:
         return self.local() if transport == "local" else self.ssh(destination)
 
     def close(self) -> None:
-        for t in self._ssh.values():
-            t.close()
+        """Stop the shared masters; a run that started none (its control directory holds no
+        socket: an already-current run) runs no ``ssh -O exit`` at all."""
+        if self._control_dir and _holds_anything(self._control_dir):
+            for t in self._ssh.values():
+                t.close()
         self._ssh.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
@@ -454,6 +468,13 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _holds_anything(directory: str) -> bool:
+    try:
+        return bool(os.listdir(directory))
+    except OSError:
+        return False
 
 
 def quote_argv(argv: Iterable[str]) -> str:

@@ -22,9 +22,8 @@ import os
 import stat
 import sys
 
-from . import allocation, identity, install_file, safedirs, securepath, stage
+from . import allocation, identity, install_file, safedirs, securepath, stage, verify_readback
 from .frames import FrameWriter
-from .treeid import file_sha256
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
 
@@ -35,28 +34,14 @@ def _emit(obj: dict) -> None:
 
 
 def cmd_hash_file(args: argparse.Namespace) -> int:
-    path = args.path
-    try:
-        st = os.stat(path)
-        real = os.path.realpath(path)
-        lst = os.lstat(path)
-    except OSError as exc:
-        _emit({"path": path, "exists": False, "error": exc.strerror})
-        return EXIT_FAILED
-    if not stat.S_ISREG(st.st_mode):
-        _emit({"path": path, "exists": True, "regular": False, "error": "not a regular file"})
-        return EXIT_FAILED
-    _emit({
-        "path": path,
-        "exists": True,
-        "regular": True,
-        "is_symlink": stat.S_ISLNK(lst.st_mode),
-        "realpath": real,
-        "size": st.st_size,
-        "executable": bool(st.st_mode & 0o111),
-        "sha256": file_sha256(path),
-    })
-    return 0
+    answer, code = verify_readback.hash_answer(args.path)
+    _emit(answer)
+    return code
+
+
+def cmd_verify_readback(args: argparse.Namespace) -> int:
+    """The read-only verify and the launcher read-back in one call (see :mod:`.verify_readback`)."""
+    return verify_readback.main(args.command)
 
 
 def cmd_check_paths(args: argparse.Namespace) -> int:
@@ -264,6 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(a directory may be if it is sticky).")
     p.add_argument("paths", nargs="*", metavar="PATH", help="the words of the configured commands")
     p.set_defaults(func=cmd_check_paths)
+
+    p = sub.add_parser("verify-readback", help="run the read-only verify command, then hash the launcher its "
+                       "receipt names; one JSON answer",
+                       description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
+                                   "active_path its JSON receipt names and hash that file, as hash-file does.")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
+    p.set_defaults(func=cmd_verify_readback)
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sha", required=True)

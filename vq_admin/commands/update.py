@@ -15,7 +15,6 @@ from ..context import RunContext, RunOptions, stderr_narrator
 from ..locks import lane_lock
 from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
-from ..plugins import Providers
 from ..receipt import Receipt
 from ..source import check_tag_name
 from ..state import StateDir, utc_now
@@ -66,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     def build(ctx: RunContext):
         from ..lanes.runtime import RuntimeUpdate
+        from ..plugins import Providers
 
         host = authority.runtime_host(ctx.config, host_name)
         profile = host.runtimes.get(program)

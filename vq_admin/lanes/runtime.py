@@ -33,7 +33,7 @@ from ..plan import Step, execute
 from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_attempt, allocation_step, mirror_step, remote_paths
+from . import remote_paths
 from .common import conclude
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -93,13 +93,18 @@ class RuntimeUpdate:
         self.receipt.extra["build_place"] = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
-        mirror_step.plan(self)  # the feed and the preparer come before anything is staged
+        if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
+            from . import mirror_step
+
+            mirror_step.plan(self)
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
+            from . import allocation_step
+
             allocation_step.plan(self, deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
@@ -125,8 +130,10 @@ class RuntimeUpdate:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run(self)
         if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
+            from . import allocation_attempt
+
             allocation_attempt.reconcile_previous(self)
-        pre = self.verify(*self.pre)
+        pre = self.verify(*self.pre, shared=False)  # an already-current run ends here: one ssh round trip
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
@@ -143,7 +150,10 @@ class RuntimeUpdate:
                                        "verify.pre.output)")
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
-        mirror_step.run(self)
+        if self.profile.feed_source_mirror is not None:
+            from . import mirror_step
+
+            mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             self.source = self.staging.archive(self.source, workdir)
             self.staging.stage()
@@ -175,13 +185,16 @@ class RuntimeUpdate:
                 "an update is still running there; wait for it to end, then rerun (nothing was run)"
             )
 
-    def verify(self, verify_step: Step, readback_step: Step) -> Verification:
-        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
+    def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
+        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step,
+                          shared=shared)
 
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
         if self.profile.update_allocation is not None:
+            from . import allocation_step
+
             return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
