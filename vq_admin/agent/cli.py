@@ -8,6 +8,9 @@ Standard library only (the allocation verbs also use ``xxhash``, imported
 lazily), and nothing of the driver side is imported: the agent must run on a
 host that has only this package's files.
 
+``lease`` prints one JSON line and then holds the lease until its stdin
+closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
+
 ``alloc-run`` and ``alloc-reconcile`` print framed records rather than one
 JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
 ``summary`` record was written, whatever the deployment's own exit status.
@@ -21,7 +24,7 @@ import os
 import stat
 import sys
 
-from . import allocation, identity, install_file, safedirs, stage
+from . import allocation, identity, install_file, lease, safedirs, stage
 from .frames import FrameWriter
 from .treeid import file_sha256
 
@@ -225,6 +228,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", required=True)
     p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the job's end")
     p.set_defaults(func=cmd_alloc_reconcile)
+
+    p = sub.add_parser("lease", help="hold the host-side lease of one lane until stdin closes (75 when held)",
+                       description="Take an exclusive flock on <root>/.vq-admin/locks/<lane>.<host>[.<program>].lock "
+                                   "(without --root: the agent's state directory), record the holder, print one "
+                                   "JSON line, and hold it until stdin closes. Never waits: exit 75 naming the "
+                                   "holder when another run holds it.")
+    p.add_argument("--root", help="scratch root (absolute); default: the agent's state directory")
+    p.add_argument("--lane", choices=lease.LANES, required=True)
+    p.add_argument("--host", required=True, help="the configured host name")
+    p.add_argument("--program", help="the program (runtime lane only)")
+    p.add_argument("--driver-host", required=True, help="holder record: the driver's host name")
+    p.add_argument("--user", required=True, help="holder record: the user running vq-admin")
+    p.add_argument("--pid", type=int, required=True, help="holder record: the driver's pid")
+    p.add_argument("--since", required=True, help="holder record: when the run started (UTC)")
+    p.add_argument("--run-id", required=True, help="holder record: the run's id")
+    p.set_defaults(func=lease.main_lease)
     return parser
 
 

@@ -12,6 +12,7 @@ from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 from .. import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
+from ..lease import host_lease
 from ..locks import lane_lock
 from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
@@ -111,7 +112,9 @@ def _raise_interrupted(signum, frame):
 
 
 def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None]) -> int:
-    """Run a lane body under its lock; turn every definite error into a receipt.
+    """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
+    a second run from any driver exits 75 naming the holder); turn every definite
+    error into a receipt.
 
     SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
     receipt: a step may have been under way on a host.
@@ -122,7 +125,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
             if ctx.options.dry_run:
                 receipt = body()
             else:
-                with lane_lock(ctx.state.root, *lock_key):
+                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key):
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None

@@ -60,3 +60,17 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         "errors": receipt.errors[:5],
     })
     return receipt
+
+
+#: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
+#: another deploy holds the host.  Nothing was changed by this run.
+PROVIDER_LOCKED_EXIT = 75
+
+
+def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim) -> Receipt:
+    """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
+    reclaimed as not failed (nothing was tried on it)."""
+    receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "
+                          "deploy; nothing was changed by this run; rerun when that deploy has ended")
+    reclaim(success=True)
+    return conclude(ctx, receipt, Outcome.LOCKED)
