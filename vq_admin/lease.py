@@ -193,6 +193,14 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> None:
+    """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
+    host = ctx.config.hosts.get(host_name)
+    if host is not None:
+        argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, "<run id>", receipt.started_at)
+        receipt.extra["lease"] = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
+
+
 @contextmanager
 def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.

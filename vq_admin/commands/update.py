@@ -12,7 +12,7 @@ from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 from .. import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
-from ..lease import host_lease
+from ..lease import host_lease, plan_lease
 from ..locks import lane_lock
 from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
@@ -47,6 +47,11 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 
 def run(args: argparse.Namespace) -> int:
     targets = args.targets
+    if getattr(args, "all", False):
+        return run_fleet(args)
+    for option in ("canary", "parallel", "max_failed"):
+        if getattr(args, option, None) is not None:
+            raise UsageError(f"--{option.replace('_', '-')} belongs to a fleet rollout (update PROGRAM --all)")
     if len(targets) > 2:
         raise UsageError("update takes HOST (helper lane) or PROGRAM HOST (runtime lane)")
     sha = full_sha(args.expected_sha)
@@ -73,6 +78,18 @@ def run(args: argparse.Namespace) -> int:
         return RuntimeUpdate(ctx, host_name, program, sha, args.tag)
 
     return run_lane(args, ("runtime", host_name, program), sha, args.tag, build)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """``update PROGRAM --all``: see :mod:`vq_admin.fleet`."""
+    from ..fleet import run_fleet as fleet
+
+    sha = full_sha(args.expected_sha)
+    if sha is None:
+        raise UsageError(f"a fleet rollout needs --expected-sha; {SHA_RULE}")
+    if args.tag is not None:
+        check_tag_name(args.tag)
+    return fleet(args, check_name(args.targets[0], "PROGRAM"), sha)
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
@@ -123,6 +140,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
     try:
         try:
             if ctx.options.dry_run:
+                plan_lease(ctx, receipt, *lock_key)
                 receipt = body()
             else:
                 with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key):
