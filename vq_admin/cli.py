@@ -59,6 +59,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("--all", action="store_true", help="every host's LAST OK side by side, per program (drift at a glance)")
     _common(p)
     p.set_defaults(func="status")
 

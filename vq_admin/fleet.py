@@ -133,6 +133,7 @@ class Rollout:
         self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
         self._grace_deadline = 0.0
         self._pidfds: dict[int, int] = {}
+        self.order_names: list[str] = []
         self.hosts = select_hosts(config, program)
         self.by_name = {h.name: h for h in self.hosts}
         self.interrupted: str | None = None
@@ -355,10 +356,11 @@ class Rollout:
             "finished_at": utc_now(),
             "interrupted": self.interrupted,
             "hosts": {h.name: h.to_dict() for h in self.hosts},
+            "configuration_order": [h.name for h in self.hosts],
+            "order": self.order_names,
         }
         if self.dry_run:
             doc["dry_run"] = True
-            doc["order"] = self.order_names
             doc["plans"] = {h.name: h.document for h in self.hosts if h.document is not None}
         return doc
 
@@ -389,7 +391,8 @@ def _host_line(host: HostRun) -> str:
 def table(doc: dict[str, Any]) -> list[str]:
     """The final table: one row per configured host."""
     rows = [("HOST", "ROLE", "OUTCOME", "EXIT", "SECONDS", "RECEIPT / REASON")]
-    for name, h in doc["hosts"].items():
+    for name in doc["configuration_order"]:
+        h = doc["hosts"][name]
         code = "-" if h.get("exit_code") is None else str(h["exit_code"])
         seconds = "-" if h.get("seconds") is None else f"{h['seconds']:.1f}"
         detail = h.get("receipt") or h.get("reason") or ""
@@ -416,7 +419,8 @@ def dry_run_lines(doc: dict[str, Any]) -> list[str]:
             lines.extend("   " + line for line in plan_summary(plan))
         else:
             lines.append(f"   {plan.get('outcome', 'no plan')}: {'; '.join(plan.get('errors') or [])}")
-    for name, h in doc["hosts"].items():
+    for name in doc["configuration_order"]:
+        h = doc["hosts"][name]
         if h["outcome"] == "skipped":
             lines.append(f"-  {name}: skipped ({h.get('reason')})")
     return [safe_text(line) for line in lines]
@@ -437,7 +441,7 @@ def store(state: StateDir, doc: dict[str, Any]) -> str:
         "outcome": doc["outcome"],
         "exit_code": doc["exit_code"],
         "receipt": str(path),
-        "hosts": {name: h["outcome"] for name, h in doc["hosts"].items()},
+        "hosts": {name: doc["hosts"][name]["outcome"] for name in doc["configuration_order"]},
         "errors": [],
     })
     return str(path)

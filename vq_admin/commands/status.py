@@ -58,6 +58,13 @@ def _lines(status: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "all", False):
+        from ..outcome import UsageError
+        from .status_all import run as run_all
+
+        if args.host:
+            raise UsageError("status --all shows every host; give HOST or --all, not both")
+        return run_all(args)
     status = collect(StateDir(args.state_dir), args.host)
     if args.json:
         print_json(status)
