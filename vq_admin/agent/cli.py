@@ -2,7 +2,8 @@
 
 The driver runs these on a login or build host over ssh.  Each verb prints
 one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
-stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused.
+stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
+75 (``lease`` only) the lease is held by another run.
 
 Standard library only (the allocation verbs also use ``xxhash``, imported
 lazily), and nothing of the driver side is imported: the agent must run on a
@@ -29,6 +30,8 @@ from .frames import FrameWriter
 from .treeid import file_sha256
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
+#: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
+EXIT_HELD = lease.EXIT_HELD
 
 
 def _emit(obj: dict) -> None:
