@@ -280,7 +280,7 @@ class Rollout:
     def run(self) -> dict[str, Any]:
         order = self.order()
         self.order_names = [h.name for h in order]
-        _preload()
+        _preload(self.config, self.program)
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             queue = list(order)
@@ -473,11 +473,18 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     return doc["exit_code"]
 
 
-def _preload() -> None:
-    """Import what every worker needs once, before forking (each would otherwise pay for it)."""
+def _preload(config: Config, program: str) -> None:
+    """Import what every worker needs once, before forking (each would otherwise pay
+    for it): the lane modules, and the providers the rollout's profiles name."""
     from .commands import update  # noqa: F401
     from .lanes import runtime  # noqa: F401
-    from . import plugins  # noqa: F401
+    from .plugins import Providers
+
+    names = {h.runtimes[program].provider for h in config.hosts.values() if program in h.runtimes}
+    try:
+        Providers.load(sorted(names))
+    except Exception:  # noqa: BLE001 - each worker reports its own provider error in its receipt
+        pass
 
 
 def _read_json(path: str | None) -> dict[str, Any] | None:
