@@ -81,6 +81,8 @@ class Fleet:
                      f'update_command = "{update}"\n'
                      f'verify_command = "{SITE_EXAMPLE} verify --root {root}"\n'
                      f'source_repo = "{self.repo.path}"\ntimeout_seconds = 600\nverify_timeout_seconds = 120\n')
+            if spec.get("allocation"):
+                text += f'update_allocation = {{ sbatch_args = {json.dumps(spec["allocation"])} }}\n'
         self.config = write_config(self.tmp / "admin.toml", text)
 
     def root(self, name: str) -> Path:

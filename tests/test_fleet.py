@@ -188,3 +188,24 @@ def test_dry_run_prints_hosts_in_order_with_their_plans(tmp_path, sshd):
     assert not state.exists() or not list(state.rglob("*.json")), "a dry run stored something"
     doc = fleet_run(f, state, f.a, "--dry-run", "--json").json()
     assert doc["order"] == ["alpha", "beta", "gamma"] and doc["plans"]["alpha"]["lease"]["status"] == "planned"
+
+
+def test_rollout_with_an_allocation_host_over_real_slurm(tmp_path, real_cluster):
+    """One host builds in a real Slurm allocation, one on its login host; both roll out together."""
+    f = Fleet(tmp_path, str(real_cluster.sshd.ssh_config), {
+        "alpha": {"ssh": "cluster", "allocation": ["--time=10"]},
+        "beta": {"ssh": "cluster2"},
+        "alpha-alias": {"role": "alias", "canonical": "alpha", "ssh": "cluster-login"},
+    })
+    state = tmp_path / "state"
+    done = fleet_run(f, state, f.a, "--parallel", "2", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    doc = done.json()
+    assert {n: h["outcome"] for n, h in doc["hosts"].items()} == {"alpha": "ok", "beta": "ok",
+                                                                  "alpha-alias": "skipped"}
+    [alpha] = f.receipts(state, "alpha")
+    assert alpha["deploy"]["job_id"] and alpha["deploy"]["exit_code"] == 0 and alpha["lease"]["held"] is True
+    assert f.receipts(state, "beta")[0]["deploy"].get("job_id") is None
+    assert not f.receipts(state, "alpha-alias")
+    again = fleet_run(f, state, f.a, "--json")
+    assert again.exit_code == 0 and again.json()["outcome"] == "already-current", again.stdout + again.stderr
