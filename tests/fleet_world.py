@@ -73,7 +73,7 @@ class Fleet:
             text += f'transport = "{transport}"\n'
             if transport == "ssh":
                 text += f'ssh = "{spec["ssh"]}"\n'
-            text += f'scratch_root = "{scratch}"\nagent = "{AGENT}"\n'
+            text += f'scratch_root = "{scratch}"\nagent = "{spec.get("agent", AGENT)}"\n'
             update = spec.get("update") or f"{SITE_EXAMPLE} install --root {root}"
             if spec.get("gated"):
                 update = f"{gate} {self.gate} {update}"

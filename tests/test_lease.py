@@ -206,3 +206,43 @@ def test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed(tmp_path):
     assert not list(stages.glob("stage.*")), "the stage was kept as failed"
     # a locked run did nothing: the lane's last outcome is not overwritten
     assert not (tmp_path / "state" / "hosts" / "cluster" / "runtime" / "vibeqc" / "last.json").exists()
+
+
+OLD_AGENT = """\
+#!/bin/sh
+# An agent from before the lease verb: argparse's answer to an unknown verb.
+if [ "$1" = lease ]; then
+    echo "usage: vq-admin-agent [-h] {{hash-file,stage-create}} ..." >&2
+    echo "vq-admin-agent: error: argument verb: invalid choice: 'lease' (choose from 'hash-file', 'stage-create')" >&2
+    exit 2
+fi
+exec {agent} "$@"
+"""
+
+
+def test_an_agent_without_the_lease_verb(tmp_path):
+    old = tmp_path / "old-agent"
+    old.write_text(OLD_AGENT.format(agent=AGENT))
+    old.chmod(0o755)
+    f = Fleet(tmp_path, None, {"cluster": {"transport": "local", "agent": str(old)}})
+    # the runtime lane refuses (nothing runs) and says what to do
+    code, out, err = finish(f.update("cluster", f.a, state=tmp_path / "state"), timeout=120)
+    assert code == 77, out + err
+    receipt = json.loads(out)
+    assert "has no lease verb" in receipt["errors"][-1] and "vq admin update HOST" in receipt["errors"][-1]
+    assert not f.root("cluster").exists()
+
+    # the helper lane is how that agent gets updated: it runs without a lease and says so
+    from vq_admin.config import load_config
+    from vq_admin.context import RunContext
+    from vq_admin.lease import host_lease
+    from vq_admin.receipt import Receipt
+    from vq_admin.state import StateDir
+    from vq_admin.transport import Session
+
+    with Session(None) as session:
+        ctx = RunContext(load_config(f.config), StateDir(tmp_path / "state"), session, None)  # type: ignore[arg-type]
+        receipt = Receipt("helper", "cluster", None, None, None, "2026-01-01T00:00:00Z")
+        with host_lease(ctx, receipt, "helper", "cluster", None) as lease:
+            assert lease is None
+    assert "runs without a lease" in receipt.extra["notes"][0]

@@ -47,6 +47,10 @@ class LeaseUnreachable(VqAdminError):
     outcome = Outcome.UNKNOWN
 
 
+class AgentWithoutLease(Refused):
+    """The login host's agent predates the lease verb (exit 77, except in the helper lane)."""
+
+
 def lease_argv(agent: tuple[str, ...] | list[str], scratch_root: str | None, lane: str, host: str,
                program: str | None, run_id: str, since: str) -> list[str]:
     argv = [*agent, "lease"]
@@ -108,9 +112,11 @@ class Lease:
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
                                    f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
                                    "this run changed nothing")
+        if code == 2 and "invalid choice: 'lease'" in error:
+            raise AgentWithoutLease(f"the agent on {self.where} ({self.argv[0]}) has no lease verb (an older helper); "
+                                    "update the helper first (vq admin update HOST); nothing was run")
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
-                      f"{error or 'no message'} (is the agent on that host new enough to have the lease verb?); "
-                      "nothing was run")
+                      f"{error or 'no message'}; nothing was run")
 
     def release(self) -> None:
         if self.proc is None:
@@ -219,6 +225,16 @@ def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
     receipt.extra["lease"] = lease.record
     try:
         lease.acquire()
+    except AgentWithoutLease as exc:
+        lease.release()
+        if lane != "helper":
+            raise
+        # The helper lane is how an older agent gets the lease verb: it runs without one, and says so.
+        lease.record["note"] = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+        receipt.extra.setdefault("notes", []).append(lease.record["note"])
+        ctx.narrate(lease.record["note"])
+        yield None
+        return
     except BaseException:
         lease.release()
         raise
