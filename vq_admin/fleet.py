@@ -140,7 +140,7 @@ class Rollout:
         self.running: dict[int, HostRun] = {}
         self.failed = 0
         self.terminal = sys.stdout.isatty() and not args.json
-        self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
+        self.tmp = ""  # the workers' output files; created by run()
         self.started_at = utc_now()
         self.dry_run = bool(args.dry_run)
 
@@ -281,6 +281,7 @@ class Rollout:
         order = self.order()
         self.order_names = [h.name for h in order]
         _preload(self.config, self.program)
+        self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             queue = list(order)

@@ -200,6 +200,12 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
 def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     """The receipt of a run that ended before its lane began."""
     targets = getattr(args, "targets", None) or []
+    if getattr(args, "all", False):  # a fleet rollout refused before any host started
+        from ..fleet import SCHEMA
+
+        return {"schema": SCHEMA, "outcome": error.outcome.value, "exit_code": error.outcome.exit_code,
+                "program": targets[0] if targets else None, "expected_sha": getattr(args, "expected_sha", None),
+                "hosts": {}, "errors": [error.message]}
     receipt = Receipt(
         lane="runtime" if len(targets) == 2 else "helper",
         host=targets[-1] if targets else "",
