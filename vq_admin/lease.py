@@ -81,6 +81,9 @@ class Lease:
         self.proc: subprocess.Popen | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr = tempfile.TemporaryFile()
+        self.lost = False
+        self.exit_code: int | None = None
+        self.released_at: str | None = None
 
     def acquire(self, timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any]:
         full = self.transport.wrap(self.argv, {})
@@ -119,19 +122,15 @@ class Lease:
                       f"{error or 'no message'}; nothing was run")
 
     def release(self) -> None:
+        # The receipt (holding self.record) is stored before the lease is released and
+        # never changes afterwards: what happens at release is kept here only.
         if self.proc is None:
             return
-        if self.proc.poll() is not None:
-            self.record["lost"] = True  # the agent ended (dropped connection?) before the run did
-        code = self._end(RELEASE_TIMEOUT)
-        self.record.update(released_at=_now(), exit_code=code)
+        self.lost = self.proc.poll() is not None  # the agent ended (dropped connection?) before the run did
+        self.exit_code = self._end(RELEASE_TIMEOUT)
+        self.released_at = _now()
         self.proc = None
         self._stderr.close()
-
-    @property
-    def lost(self) -> bool:
-        """True when the lease process ended while the run still expected to hold it."""
-        return self.proc is not None and self.proc.poll() is not None
 
     # -- internals ------------------------------------------------------------------
 
