@@ -209,3 +209,29 @@ def test_rollout_with_an_allocation_host_over_real_slurm(tmp_path, real_cluster)
     assert not f.receipts(state, "alpha-alias")
     again = fleet_run(f, state, f.a, "--json")
     assert again.exit_code == 0 and again.json()["outcome"] == "already-current", again.stdout + again.stderr
+
+
+def test_a_host_leased_by_another_administrator_is_locked_in_the_rollout(tmp_path, sshd):
+    import subprocess
+
+    from support import AGENT
+
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts())
+    state = tmp_path / "state"
+    other = subprocess.Popen([AGENT, "lease", "--root", str(f.scratch("beta")), "--lane", "runtime", "--host", "beta",
+                              "--program", f.program, "--driver-host", "admin2", "--user", "bob", "--pid", "4242",
+                              "--since", "2026-11-30T00:00:00Z", "--run-id", "bobs-run"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert json.loads(other.stdout.readline())["held"] is True
+        done = fleet_run(f, state, f.a, "--max-failed", "1", "--json")
+    finally:
+        other.stdin.close()
+        other.wait(timeout=30)
+    assert done.exit_code == 75, done.stdout + done.stderr
+    doc = done.json()
+    assert doc["outcome"] == "locked"
+    assert {n: doc["hosts"][n]["outcome"] for n in ("alpha", "beta", "gamma")} == {
+        "alpha": "ok", "beta": "locked", "gamma": "ok"}
+    assert "bob@admin2 pid 4242" in doc["hosts"]["beta"]["errors"][-1]
+    assert not f.root("beta").exists(), "the leased host was touched"
