@@ -9,7 +9,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-DEBS=(slurmctld slurmd slurm-client munge openssh-server openssh-client git groff-base)
+DEBS=(slurmctld slurmd slurm-client munge openssh-server openssh-client git groff-base man-db bash-completion zsh tcsh)
 POLICY=/usr/sbin/policy-rc.d
 created_policy=0
 

@@ -8,6 +8,7 @@ so "what the filesystem shows at observation k" is exact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -309,11 +310,12 @@ def test_sbatch_gets_parsable_wait_and_the_configured_args(fake_slurm, monkeypat
     d = Path(summary["attempt_dir"])
     logged = (tmp_path / "sbatch.log").read_text().split()
     assert logged == ["--parsable", "--wait", "--job-name=vq-deploy-prog", "--time=04:00:00", "--cpus-per-task=8",
-                      f"--output={d}/stdout", f"--error={d}/stderr", f"{d}/job.py", f"{d}/argv.json"]
+                      f"--output={d}/stdout", f"--error={d}/stderr", f"{d}/job.py", f"{d}/argv.json",
+                      hashlib.sha256((d / "argv.json").read_bytes()).hexdigest()]
     assert json.loads((d / "argv.json").read_text()) == {"argv": ["/site/bin/deploy", "--x"], "env": {"A": "b c"}}
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
     script = (d / "job.py").read_text()
-    assert script.startswith(f"#!{sys.executable}\n") and "subprocess" not in script and "system(" not in script
+    assert script.startswith(f"#!{sys.executable} -I\n") and "subprocess" not in script and "system(" not in script
 
 
 def test_job_script_runs_the_argv_without_a_shell(tmp_path):
@@ -324,9 +326,11 @@ def test_job_script_runs_the_argv_without_a_shell(tmp_path):
     job = tmp_path / "job.py"
     job.write_bytes(allocation.job_script())
     job.chmod(0o700)
-    done = subprocess.run([str(job), str(spec)], capture_output=True, text=True, timeout=60)
+    digest = hashlib.sha256(spec.read_bytes()).hexdigest()
+    done = subprocess.run([str(job), str(spec), digest], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{word}\n{word}\n"
     spec.write_text(json.dumps({"argv": ["/nonexistent/deploy"], "env": {}}))
-    done = subprocess.run([str(job), str(spec)], capture_output=True, text=True, timeout=60)
+    digest = hashlib.sha256(spec.read_bytes()).hexdigest()
+    done = subprocess.run([str(job), str(spec), digest], capture_output=True, text=True, timeout=60)
     assert done.returncode == 127 and "cannot run /nonexistent/deploy" in done.stderr

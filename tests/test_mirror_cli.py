@@ -18,7 +18,7 @@ from vq_admin import mirror
 from vq_admin.mirror_feed import LANE_FED, LANE_LEFT
 
 pytestmark = pytest.mark.real
-MIRROR_STEPS = ["mirror-probe", "mirror-read", "mirror-feed", "mirror-confirm"]
+MIRROR_STEPS = ["mirror-probe", "mirror-symrefs", "mirror-read", "mirror-feed", "mirror-confirm"]
 
 
 class Site:
@@ -76,7 +76,8 @@ def test_feed_runs_before_staging_the_preparer_and_the_deploy(tmp_path, real_ssh
     by_name = steps(receipt)
     for name in MIRROR_STEPS + ["prepare", "deploy"]:
         step = by_name[name]
-        assert step["status"] == "ok" and step["exit_code"] == 0 and isinstance(step["seconds"], float), step
+        code = 1 if name == "mirror-symrefs" else 0  # git symbolic-ref -q: 1 is "not a symbolic ref"
+        assert step["status"] == "ok" and step["exit_code"] == code and isinstance(step["seconds"], float), step
     assert by_name["mirror-probe"]["argv"] == ["git", "-C", str(site.mirror), "rev-parse", "--is-bare-repository"]
     assert by_name["mirror-probe"]["where"] == "cluster"
     ssh_command = shlex.split(by_name["mirror-feed"]["env"]["GIT_SSH_COMMAND"])

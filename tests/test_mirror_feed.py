@@ -101,7 +101,12 @@ class Log:
 
     @property
     def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
+        """Step names in order; the per-ref ``mirror-symrefs`` calls count once."""
+        found: list[str] = []
+        for name, _ in self.calls:
+            if not (found and found[-1] == name == "mirror-symrefs"):
+                found.append(name)
+        return found
 
     def pushes(self) -> list[list[str]]:
         return [argv for name, argv in self.calls if name == "mirror-feed"]
@@ -162,7 +167,7 @@ def test_first_feed_creates_pin_branch_pair_and_tags_at_the_pin(session, bare, d
         "refs/tags/v1": driver.obj("refs/tags/v1"),
     }
     assert git(bare, "cat-file", "-t", "refs/tags/v1") == "tag"  # the annotated tag object itself
-    assert log.names == ["mirror-probe", "mirror-read", "mirror-feed", "mirror-confirm"]
+    assert log.names == ["mirror-probe", "mirror-symrefs", "mirror-read", "mirror-feed", "mirror-confirm"]
     assert len(log.pushes()) == 1
     receipt = feed.to_receipt()
     assert receipt["lane_branch"] == LANE_FED and receipt["push"]["exit_code"] == 0
@@ -231,7 +236,7 @@ def test_branch_advanced_past_the_pin_is_refused_with_the_documented_text(sessio
         ("refs/remotes/origin/release", driver.c, driver.b, mirror.ADVANCED),
     ])
     assert snapshot(bare) == before
-    assert log.pushes() == [] and log.names == ["mirror-probe", "mirror-read"]
+    assert log.pushes() == [] and log.names == ["mirror-probe", "mirror-symrefs", "mirror-read"]
 
 
 def test_branch_at_a_commit_unknown_to_the_driver_is_refused(session, bare, driver):

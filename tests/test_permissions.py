@@ -1,5 +1,7 @@
 """A command file another user could have replaced is refused before it runs
-(vq_admin/permissions.py, called by vq_admin.plan.execute for local commands)."""
+(vq_admin/permissions.py over the one secure-path rule in
+vq_admin/agent/securepath.py, called by vq_admin.plan.execute for local
+commands: every absolute word, interpreter and script alike)."""
 
 from __future__ import annotations
 
@@ -22,15 +24,27 @@ def script(path, mode=0o755, text="#!/bin/sh\nexit 0\n"):
 @pytest.mark.parametrize("mode", [0o775, 0o757, 0o777])
 def test_a_group_or_world_writable_command_file_is_named(tmp_path, mode):
     cmd = script(tmp_path / "bin" / "deploy", mode)
-    assert command_problem(str(cmd)) == f"command file {cmd} is writable by group or others (mode {mode:04o})"
+    who = {0o775: "group-writable", 0o757: "other-writable", 0o777: "group- and other-writable"}[mode]
+    assert command_problem(str(cmd)) == (
+        f"command: file {cmd} is {who} (owner root (uid 0), mode {mode:04o}); another user could change what "
+        f"vq-admin reads or runs there; fix: make it owned by you or root and not writable by others (chmod go-w {cmd})")
 
 
 def test_a_writable_directory_above_it_is_named(tmp_path):
     cmd = script(tmp_path / "site" / "bin" / "deploy")
     (tmp_path / "site").chmod(0o777)
     problem = command_problem(str(cmd))
-    assert problem == (f"directory {tmp_path / 'site'} is writable by group or others (mode 0777), "
-                       f"so another user could replace the command {cmd}")
+    assert problem.startswith(f"command {cmd}: directory {tmp_path / 'site'} is group- and other-writable without "
+                              f"the sticky bit (owner root (uid 0), mode 0777); ")
+    assert f"fix: use a private directory (owned by you, mode 0700) instead, or make {tmp_path / 'site'} " in problem
+
+
+def test_every_absolute_word_is_checked_interpreter_and_script(tmp_path):
+    """``/bin/bash /writable/deploy.sh``: the interpreter is fine, the script is not."""
+    deploy = script(tmp_path / "site" / "deploy.sh", 0o757)
+    problem = command_problem(["/bin/bash", str(deploy), "--flag", "relative/path"])
+    assert problem is not None and problem.startswith(f"command: file {deploy} is other-writable")
+    assert command_problem(["/bin/bash", str(script(tmp_path / "ok" / "deploy.sh"))]) is None
 
 
 def test_a_sticky_directory_is_not_a_problem(tmp_path):
@@ -44,7 +58,8 @@ def test_another_owner_is_named(tmp_path):
         pytest.skip("needs root to give the file away")
     cmd = script(tmp_path / "deploy")
     os.chown(cmd, 4242, 4242)
-    assert command_problem(str(cmd)) == f"command file {cmd} is owned by uid 4242, not by you or root"
+    assert command_problem(str(cmd)).startswith(f"command: file {cmd} is owned by uid 4242, not by you or root "
+                                                "(mode 0755)")
 
 
 def test_a_symlink_is_judged_by_its_target_too(tmp_path):
@@ -52,8 +67,8 @@ def test_a_symlink_is_judged_by_its_target_too(tmp_path):
     link = tmp_path / "bin" / "deploy"
     link.parent.mkdir()
     link.symlink_to(target)
-    assert command_problem(str(link)) == (f"command file {target} is writable by group or others (mode 0777) "
-                                          f"(it is what {link} resolves to)")
+    assert command_problem(str(link)).startswith(f"command {link}: file {target} is group- and other-writable "
+                                                 "(owner root (uid 0), mode 0777)")
 
 
 def test_safe_missing_and_relative_commands_pass(tmp_path):
@@ -81,8 +96,9 @@ def test_the_runtime_lane_refuses_before_running_it(tmp_path):
     done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
     receipt = done.json()
     assert done.exit_code == 77 and receipt["outcome"] == "refused", done.stdout + done.stderr
-    assert receipt["errors"] == [f"pre-verify: command file {verify} is writable by group or others (mode 0775); "
-                                 "refusing to run it (chmod go-w, or chown it to you or root)"]
+    assert receipt["errors"] == [f"pre-verify: command: file {verify} is group-writable (owner root (uid 0), mode 0775); "
+                                 "another user could change what vq-admin reads or runs there; fix: make it owned by "
+                                 f"you or root and not writable by others (chmod go-w {verify}); refusing to run it"]
     steps = {s["name"]: s for s in receipt["steps"]}
     assert steps["pre-verify"]["status"] == "failed" and steps["deploy"]["status"] == "skipped"
     assert not ran.exists(), "the writable command ran"

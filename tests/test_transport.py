@@ -27,14 +27,18 @@ def test_a_destination_that_looks_like_an_option_is_rejected():
 
 def test_ssh_exit_255_is_a_transport_interruption(fp):
     fp.register(["/usr/bin/ssh", fp.any()], returncode=255, stderr="ssh: connect to host cluster port 22: Connection refused")
-    result = SshTransport("cluster", None, None).run(["/site/verify"], timeout=10)
+    t = SshTransport("cluster", None, None)
+    t.shell_checked = True  # the login-shell probe is tested for real in tests/trust/
+    result = t.run(["/site/verify"], timeout=10)
     assert result.interrupted == "transport" and result.exit_code == 255
     assert not result.ok and "interrupted" in result.describe()
 
 
 def test_a_remote_failure_is_the_commands_exit_status(fp):
     fp.register(["/usr/bin/ssh", fp.any()], returncode=3)
-    result = SshTransport("cluster", None, None).run(["/site/deploy"], timeout=10)
+    t = SshTransport("cluster", None, None)
+    t.shell_checked = True
+    result = t.run(["/site/deploy"], timeout=10)
     assert result.interrupted is None and result.exit_code == 3
 
 

@@ -37,6 +37,8 @@ PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
 _ANY_SHA_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
 _FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
+#: Largest pin accepted (a pin is a few hundred characters).
+MAX_PIN_CHARS = 64 * 1024
 SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
@@ -124,15 +126,18 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
                                   _use_printed(program, host, sha))
     root = _state_root(state_dir)
-    canonical = _canonical_host(root, program, host, config_path)
+    canonical = host
     try:
-        latest = registry.latest_sha(root, canonical, program)
-        wanted = sha or latest
-        entry = registry.lookup(root, canonical, program, wanted) if wanted else None
+        latest, entry = registry.resolve(root, host, program, sha)  # one checked walk of the registry
     except registry.RegistryError as exc:
-        raise LauncherRefused("evidence-corrupt", f"the verified-launcher registry cannot be trusted: {exc}",
-                              f"inspect the file named (vq-admin never rewrites registry entries), then re-verify: "
-                              f"vq admin update {program} {canonical} --expected-sha SHA --force") from None
+        raise _corrupt(exc, program, host) from None
+    if latest is None:  # no evidence under this name: an alias, or nothing yet
+        canonical = _canonical_host(root, program, host, config_path)
+        if canonical != host:
+            try:
+                latest, entry = registry.resolve(root, canonical, program, sha)
+            except registry.RegistryError as exc:
+                raise _corrupt(exc, program, canonical) from None
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
     if path is not None and path != entry["launcher"]:
@@ -166,12 +171,13 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
             raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", sha))
-        import json
+        from .bounded import InputError, loads_json
 
         try:
-            pin = json.loads(text)
-        except ValueError:
-            pin = None
+            pin = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
+        except InputError as exc:
+            raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised",
+                                  _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")) from None
     if not isinstance(pin, dict):
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
                               _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
@@ -240,6 +246,12 @@ def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, la
                           f"vq admin update {program} {canonical} --expected-sha {sha}")
 
 
+def _corrupt(exc: Exception, program: str, host: str) -> LauncherRefused:
+    return LauncherRefused("evidence-corrupt", f"the verified-launcher registry cannot be trusted: {exc}",
+                           f"inspect the file named (vq-admin never rewrites registry entries), then re-verify: "
+                           f"vq admin update {program} {host} --expected-sha SHA --force")
+
+
 def _use_printed(program: str, host: str, sha: str | None) -> str:
     return (f"use exactly the launcher printed by: vq admin launcher {program} {host} --expected-sha {sha or 'SHA'} "
             "(never a path through current, a stable wrapper or a bare interpreter)")
@@ -276,8 +288,11 @@ def _state_root(state_dir: str | os.PathLike[str] | None) -> str:
 
 def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:
     """*host* when the registry knows it; otherwise resolved through the configuration (aliases)."""
-    if registry.has_lane(root, host, program):
-        return host
+    try:
+        if registry.has_lane(root, host, program):
+            return host
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
     from .readback import ConfigUnavailable, host_table
 
     try:

@@ -16,9 +16,27 @@ from .outcome import Outcome, UsageError, VqAdminError
 from .output import print_json, safe_text
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Shows ``update``'s targets as ``[PROGRAM] HOST``: one or two words, not a list."""
+
+    def _format_args(self, action, default_metavar):  # type: ignore[override]
+        if action.nargs == "+" and action.metavar == "[PROGRAM] HOST":
+            return action.metavar
+        return super()._format_args(action, default_metavar)
+
+
 class _Parser(argparse.ArgumentParser):
+    #: The top-level prog ("vq admin" or "vq-admin"); main() prints it before every error.
+    top_prog = ""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        # main() already prints "<prog>: usage: "; name only the verb (``update: ...``), never the prog twice.
+        verb = self.prog[len(self.top_prog):].strip() if self.top_prog and self.prog.startswith(self.top_prog) else ""
+        raise UsageError(f"{verb}: {message}" if verb else message)
 
 
 def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one JSON document on stdout") -> None:
@@ -60,6 +78,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("--all", action="store_true", help="every host's LAST OK side by side, per program (drift at a glance)")
+    p.add_argument("--prometheus", action="store_true",
+                   help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
+    p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")
     _common(p)
     p.set_defaults(func="status")
 
@@ -109,7 +130,20 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
     p.set_defaults(func="provider")
+
+    p = sub.add_parser("completion", help="print the bash or zsh completion script of vq and vq-admin")
+    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
+    p.set_defaults(func="completion")
+    _set_top_prog(parser, prog)
     return parser
+
+
+def _set_top_prog(parser: argparse.ArgumentParser, prog: str) -> None:
+    parser.top_prog = prog  # type: ignore[attr-defined]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _set_top_prog(child, prog)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -155,6 +189,16 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
             return Outcome.USAGE.exit_code
         argv = argv[1:]
+    try:
+        try:
+            return _main(prog, argv)  # --help and --version leave through SystemExit
+        finally:
+            sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        return closed_stdout()
+
+
+def _main(prog: str, argv: list[str]) -> int:
     args = None
     try:
         args = parse(build_parser(prog), argv)
@@ -167,6 +211,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+#: The exit status when the reader of stdout went away (``vq admin status | head -1``):
+#: 128 + SIGPIPE, what the shell reports for a program a closed pipe ends (``yes | head -1``).
+EXIT_CLOSED_PIPE = 128 + 13
+
+
+def closed_stdout() -> int:
+    """End quietly after the reader of stdout closed the pipe: no traceback, no second error
+    when Python flushes stdout at exit.  A run's receipt and admin-log line are stored
+    before anything is printed, so the outcome is still on record."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ import math
 import os
 import re
 import shlex
-import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
@@ -29,7 +27,8 @@ PREPARER_READS = ("lane", "pin")
 # An ssh destination: never starts with "-" (that would be an ssh option).
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 # A git branch name we are willing to feed: conservative subset of check-ref-format.
-BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
+BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!HEAD\Z)"
+                       r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
 MAX_TIMEOUT = 30 * 24 * 3600.0
 
 
@@ -143,29 +142,58 @@ def default_config_path() -> Path:
     return Path(base) / "vq" / "admin.toml"
 
 
+#: Largest configuration file read (a site's file is a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def check_file_is_private(path: Path, what: str = "configuration file") -> None:
-    """Refuse a file another user could have written (as sshd StrictModes does)."""
-    st = path.stat()
-    if st.st_uid not in (0, os.geteuid()):
-        raise ConfigError("", f"{what} {path} is owned by uid {st.st_uid}, not by you or root; refusing it")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError("", f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); refusing it")
+    """Refuse a file another user could have written, or one below a directory another
+    user could change (the secure-path rule, :mod:`vq_admin.agent.securepath`)."""
+    from .agent.securepath import path_problem
+
+    problem = path_problem(os.path.abspath(path), what=what)
+    if problem:
+        raise ConfigError("", f"{problem}; refusing it")
+
+
+def check_ssh_config(config: "Config") -> None:
+    """Refuse (exit 77) an ``ssh_config`` another user could change: ssh runs its
+    ``Match exec`` and ``ProxyCommand`` lines as the administrator."""
+    if config.ssh_config is None:
+        return
+    from .agent.securepath import path_problem
+    from .outcome import Refused
+
+    if not os.path.lexists(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
+    problem = path_problem(config.ssh_config, what="ssh_config")
+    if problem:
+        raise Refused(f"{problem}; ssh would run commands it names (Match exec, ProxyCommand) as you; refusing it")
+    if not os.path.isfile(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate the configuration; raise :class:`ConfigError` on any fault."""
+    """Read and validate the configuration; raise :class:`ConfigError` on any fault
+    (and :class:`~vq_admin.outcome.Refused` for an ``ssh_config`` others can change)."""
+    from .bounded import InputError, loads_toml, read_regular_file
+
     chosen = Path(path) if path else Path(os.environ.get("VQ_ADMIN_CONFIG") or default_config_path())
     try:
+        if not chosen.exists():
+            raise FileNotFoundError(chosen)
         check_file_is_private(chosen)
-        with open(chosen, "rb") as fh:
-            data = tomllib.load(fh)
+        data = loads_toml(read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES),
+                          f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+    except InputError as exc:
+        raise ConfigError("", str(exc)) from None
     except OSError as exc:
-        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("", f"configuration file {chosen} is not valid TOML: {exc}") from None
-    return parse_config(data, str(chosen))
+        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
+    config = parse_config(data, str(chosen))
+    check_ssh_config(config)
+    return config
 
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
@@ -277,7 +305,8 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         raise ConfigError(f"{key}.prepare_command", "needs feed_source_mirror (the preparer reads the fed mirror)")
     lane = _str(table, "lane", key) or "main"
     if not BRANCH_RE.match(lane):
-        raise ConfigError(f"{key}.lane", f"{lane!r} is not a branch name this tool will feed")
+        raise ConfigError(f"{key}.lane", f"{lane!r} is not a branch name this tool will feed (git "
+                                         "check-ref-format --branch rules, a letter or digit first, and never HEAD)")
     return RuntimeProfile(
         program=program,
         provider=provider,
@@ -367,6 +396,9 @@ def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] |
         raise ConfigError(where, f"cannot be split into words: {exc}") from None
     if not words or not words[0]:
         raise ConfigError(where, "must not be empty")
+    if "=" in words[0]:
+        raise ConfigError(where, f"the command word {words[0]!r} contains '=', which env(1) would take for a "
+                                 "variable assignment; name the program without '=' (rename it or use a symlink)")
     return tuple(words)
 
 
@@ -388,9 +420,10 @@ def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:
     args = value.get("sbatch_args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}.sbatch_args", "must be a list of strings")
-    for arg in args:
-        if not arg.startswith("-") or "\n" in arg or "\0" in arg:
-            raise ConfigError(f"{where}.sbatch_args", f"{arg!r} is not an sbatch option (each entry starts with '-', e.g. \"--time=04:00:00\")")
-        if arg.split("=", 1)[0] in ("--wait", "-W", "--parsable", "--output", "-o", "--error", "-e", "--wrap"):
-            raise ConfigError(f"{where}.sbatch_args", f"{arg!r} is set by vq-admin itself")
+    from .sbatch_args import sbatch_arg_problem
+
+    for arg in args:  # an allow-list, read the way sbatch's getopt_long reads it (vq_admin/sbatch_args.py)
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(f"{where}.sbatch_args", problem)
     return Allocation(sbatch_args=tuple(args))

@@ -42,7 +42,13 @@ class RunContext:
 
 def stderr_narrator(enabled: bool) -> Callable[[str], None]:
     def narrate(message: str) -> None:
-        if enabled:
-            print(f"vq-admin: {message}", file=sys.stderr, flush=True)
+        if enabled:  # narration quotes remote stderr: escaped like the summary
+            from .output import CONTINUATION, safe_text
+
+            text = safe_text(message).replace("\n", "\n" + CONTINUATION)
+            try:
+                print(f"vq-admin: {text}", file=sys.stderr, flush=True)
+            except BrokenPipeError:  # narration is not the record: a closed stderr never ends a run
+                pass
 
     return narrate

@@ -432,7 +432,11 @@ def store(state: StateDir, doc: dict[str, Any]) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
     path = state.root / "fleet" / f"{doc['id']}.json"
-    write_atomic(path, dump_json(doc), exclusive=True)
+    tree = getattr(state, "tree", None)
+    if tree is not None:  # the private state tree: every level checked, never through a symlink
+        tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)
+    else:
+        write_atomic(path, dump_json(doc), exclusive=True)
     state.append_log({
         "at": doc["finished_at"],
         "lane": "fleet",

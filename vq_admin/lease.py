@@ -86,6 +86,12 @@ class Lease:
         self.released_at: str | None = None
 
     def acquire(self, timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any]:
+        # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
+        probe = getattr(self.transport, "check_login_shell", None)
+        if probe is not None and not getattr(self.transport, "shell_checked", True):
+            failed = probe()
+            if failed is not None:
+                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; this run changed nothing")
         full = self.transport.wrap(self.argv, {})
         started = time.monotonic()
         try:

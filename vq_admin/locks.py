@@ -1,9 +1,14 @@
 """Lane locks: one run per lane (host, and program for the runtime lane).
 
-Kernel locks (filelock's flock) die with their holder, so a crashed run never
+Kernel locks (``flock``) die with their holder, so a crashed run never
 leaves a stale lock behind.  Acquisition never waits: a second run exits 75
 at once, naming the holder recorded next to the lock.  Only the holder
 releases its lock.
+
+The lock file and the holder record live in ``<state>/locks/``, opened
+through :class:`~vq_admin.statefs.PrivateTree` (every level checked, never
+through a symlink, created 0600 whatever the umask); the holder record is
+written to a fresh ``O_CREAT|O_EXCL|O_NOFOLLOW`` temporary file and renamed.
 """
 
 from __future__ import annotations
@@ -16,9 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from filelock import FileLock, Timeout
-
 from .outcome import Locked
+from .state import StateDir
 
 
 def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Path:
@@ -28,26 +32,27 @@ def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Pa
 
 @contextmanager
 def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> Iterator[Path]:
+    import fcntl
+
     path = lock_path(state_root, lane, host, program)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = FileLock(str(path), timeout=0, mode=0o600)
+    tree = StateDir(state_root).tree
+    fd = tree.open_lock(["locks"], path.name)
     try:
-        lock.acquire()
-    except Timeout:
-        raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running ({_holder(path)}); nothing was run") from None
-    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
+                         f"({_holder(tree, path)}); nothing was run") from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tmp = path.with_name(path.name + f".holder.{os.getpid()}")
-        tmp.write_text(json.dumps(holder))
-        os.replace(tmp, path.with_name(path.name + ".holder"))
+        tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
         yield path
     finally:
-        lock.release()
+        os.close(fd)  # releases the flock
 
 
-def _holder(path: Path) -> str:
+def _holder(tree, path: Path) -> str:
     try:
-        info = json.loads(path.with_name(path.name + ".holder").read_text())
+        info = json.loads(tree.read(["locks"], path.name + ".holder", limit=4096) or b"")
         return f"held by pid {info['pid']} on {info['host']} since {info['since']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "holder unknown"

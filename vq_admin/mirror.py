@@ -73,6 +73,14 @@ TAG_ELSEWHERE = "the tag exists at another object; tags are never moved"
 PIN_ELSEWHERE = "the pin ref exists at another commit; pin refs are never moved"
 RACED = "git refused the push ({why}): the mirror changed after vq-admin read it"
 
+#: A ref of the set that is a symbolic ref on the mirror (one line per such ref fills ``{refs}``).
+SYMREF_REFUSAL = (
+    "refused: in the source mirror {mirror} on {where}, {refs}; a push to a symbolic ref would move its "
+    "target, a ref outside the feed, so vq-admin never feeds one; nothing was pushed. The mirror's owner "
+    "replaces the symbolic ref with a plain one (git -C {quoted} symbolic-ref --delete REF), then the update "
+    "runs again."
+)
+
 #: Probe refusals: missing, plain directory, working checkout.
 PROBE_REFUSAL = (
     "refused: the source mirror {mirror} on {where} {problem}. vq-admin feeds only an existing bare "
@@ -183,6 +191,19 @@ def probe_argv(path: str) -> list[str]:
 def probe_env(path: str) -> dict[str, str]:
     """Stop git's repository discovery at *path* (never look in a parent) and keep its messages parseable."""
     return {"GIT_CEILING_DIRECTORIES": posixpath.dirname(path.rstrip("/")) or "/", "LC_ALL": "C"}
+
+
+def symref_argv(path: str, ref: str) -> list[str]:
+    """Read-only, on the login host: is *ref* a symbolic ref in the mirror (dangling ones included)?
+
+    ``git symbolic-ref -q REF`` exits 0 printing the target when it is, 1 when
+    it is not (or does not exist).  A push to a symbolic ref would update its
+    target, a ref outside the set (``refs/heads/release -> refs/tags/stable``
+    moves the tag), so a feed refuses any.
+    """
+    if not ref.startswith("refs/") or len(ref.split()) != 1:
+        raise ValueError(f"not a full ref name: {ref!r}")
+    return ["git", "-C", path, "symbolic-ref", "-q", ref]
 
 
 def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:

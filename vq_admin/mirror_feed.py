@@ -12,12 +12,13 @@ status, seconds) while this module stays independent of lanes::
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from typing import Callable
 
 from .mirror import (
-    PIN_PREFIX, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for, parse_ls_remote, parse_porcelain,
-    probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook,
+    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for, parse_ls_remote, parse_porcelain,
+    probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
 from .transport import LocalTransport, RunResult, Transport
@@ -69,6 +70,10 @@ class Feed:
     def probe_command(self) -> tuple[list[str], dict[str, str]]:
         return probe_argv(self.mirror.path), probe_env(self.mirror.path)
 
+    def symref_commands(self) -> list[list[str]]:
+        """One read-only ``git symbolic-ref -q REF`` per ref of the set, on the login host."""
+        return [symref_argv(self.mirror.path, r.ref) for r in self.refs]
+
     def read_command(self) -> list[str]:
         return read_argv(self.repo, self.mirror, self.refs)
 
@@ -81,6 +86,7 @@ class Feed:
     def feed(self) -> None:
         """Probe, read, decide, push, confirm; raise on anything but a proven feed."""
         self.probe()
+        self.no_symrefs()
         self.read()
         run_test_hook(self.mirror, self.before_push)
         self.push_refs()
@@ -95,6 +101,23 @@ class Feed:
         if why:
             self.push["outcome"] = "not pushed: the mirror is not a bare repository"
             raise Refused(why)
+
+    def no_symrefs(self) -> None:
+        """Refuse (77) when any ref of the set is a symbolic ref on the mirror, dangling or not."""
+        found = []
+        for ref, argv in zip(self.refs, self.symref_commands()):
+            result = self.run("mirror-symrefs", self.login, argv, probe_env(self.mirror.path), 120.0)
+            if result.interrupted or result.exit_code not in (0, 1):
+                raise VqAdminError(f"mirror-symrefs: cannot tell whether {ref.ref} is a symbolic ref in "
+                                   f"{self.mirror.path} ({result.describe()}: {result.error_text()[-300:]}); "
+                                   "nothing was pushed")
+            if result.exit_code == 0:
+                found.append(f"{ref.ref} is a symbolic ref to {result.text().strip() or '(unknown)'}")
+        if found:
+            self.push["outcome"] = "not pushed: a ref of the set is a symbolic ref on the mirror"
+            self.lane_branch = LANE_NOT_FED
+            raise Refused(SYMREF_REFUSAL.format(mirror=self.mirror.path, where=self.mirror.where,
+                                                refs="; ".join(found), quoted=shlex.quote(self.mirror.path)))
 
     def read(self) -> None:
         """Read the mirror's values of the set and decide; refuse before any push."""

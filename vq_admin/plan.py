@@ -78,11 +78,11 @@ def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: f
     step.argv = [str(a) for a in argv]
     if env is not None:
         step.env = dict(env)
-    if isinstance(transport, LocalTransport) and step.argv and step.argv[0].startswith("/"):
-        problem = permissions.command_problem(step.argv[0])
-        if problem:  # a command file another user could have replaced is never run (exit 77)
+    if isinstance(transport, LocalTransport) and step.argv:
+        problem = permissions.command_problem(step.argv)
+        if problem:  # a command word another user could have replaced is never run (exit 77)
             step.status, step.detail = "failed", problem
-            raise Refused(f"{step.name}: {problem}; refusing to run it (chmod go-w, or chown it to you or root)")
+            raise Refused(f"{step.name}: {problem}; refusing to run it")
     result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin)
     record(step, result)
     faults.step_boundary(step.name, "after")

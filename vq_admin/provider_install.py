@@ -124,6 +124,15 @@ def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]
     if args.on is not None and args.on not in _destinations(host):
         raise UsageError(f"--on {args.on!r} is not a destination of host {host.name} "
                          f"(configured: {', '.join(_destinations(host))})")
+    try:
+        mode = int(args.mode, 8)
+    except ValueError:
+        raise UsageError(f"--mode {args.mode!r} is not an octal mode such as 0755") from None
+    if mode < 0 or mode & ~0o777:
+        raise UsageError(f"--mode {args.mode}: setuid, setgid and sticky bits are refused on a site command "
+                         "(it runs as the administrator); use a mode such as 0755")
+    if mode & 0o022:
+        raise UsageError(f"--mode {args.mode}: group/other write bits are refused; use a mode such as 0755")
     if not os.path.isfile(args.src):
         raise UsageError(f"SRC {args.src} is not a regular file")
     with open(args.src, "rb") as fh:
@@ -156,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
             _report(args, receipt, [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
                                     f"  {quote_argv(argv)} < {args.src}"])
             return 0
+        from .permissions import refuse_if_unsafe
+
+        refuse_if_unsafe(transport, argv, "install-file")
         result = transport.run(argv, timeout=300, stdin=data)
         outcome = _judge(receipt, result, transport, host, dest)
     receipt.update(outcome=outcome.value, exit_code=outcome.exit_code, finished_at=utc_now())

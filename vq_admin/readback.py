@@ -20,13 +20,13 @@ import json
 import os
 import re
 import shlex
-import stat
 
 from .bindings import LauncherRefused
 
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
 _cache: dict[tuple, dict] = {}
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigUnavailable(Exception):
@@ -43,24 +43,30 @@ def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
 
 
 def load(config_path: str | os.PathLike[str] | None) -> dict:
-    """The parsed TOML document, cached per (path, inode, size, mtime)."""
+    """The parsed TOML document, cached per (path, inode, size, mtime).
+
+    The file must pass the secure-path rule, be a regular file (a FIFO never
+    blocks) of bounded size and nesting."""
+    from .agent.securepath import path_problem
+    from .bounded import InputError, loads_toml, read_regular_file
+
     path = config_path_of(config_path)
     try:
         st = os.stat(path)
     except OSError as exc:
         raise ConfigUnavailable(f"the configuration {path} cannot be read ({exc.strerror})") from None
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigUnavailable(f"the configuration {path} is not private (owner uid {st.st_uid}, "
-                                f"mode {stat.S_IMODE(st.st_mode):04o}); refusing it")
+    problem = path_problem(os.path.abspath(path), what="configuration file")
+    if problem:
+        raise ConfigUnavailable(f"{problem}; refusing it")
     key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _cache:
-        import tomllib
-
         try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-            raise ConfigUnavailable(f"the configuration {path} is not readable TOML ({exc})") from None
+            data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES),
+                              f"the configuration {path}", limit=MAX_CONFIG_BYTES)
+        except InputError as exc:
+            raise ConfigUnavailable(str(exc)) from None
+        except OSError as exc:
+            raise ConfigUnavailable(f"the configuration {path} is not readable ({exc.strerror or exc})") from None
         _cache.clear()
         _cache[key] = data
     return _cache[key]
@@ -83,13 +89,21 @@ def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
     if not words:
         raise ConfigUnavailable(f"hosts.{host}.agent is not a command")
     remote = [*words, "hash-file", launcher]
+    from .agent.securepath import command_problem, path_problem
+
     if table.get("transport", "ssh") == "local":
+        problem = command_problem(words, what=f"hosts.{host}.agent")
+        if problem:
+            raise ConfigUnavailable(f"{problem}; refusing to run it")
         return remote
     destination = table.get("ssh", host)
     if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
         raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
     ssh = ["ssh"]
     if isinstance(data.get("ssh_config"), str):
+        problem = path_problem(data["ssh_config"], what="ssh_config")
+        if problem:
+            raise ConfigUnavailable(f"{problem}; ssh would run commands it names as you; refusing it")
         ssh += ["-F", data["ssh_config"]]
     return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
 

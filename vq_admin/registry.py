@@ -19,8 +19,18 @@ leaves the first entry as it is.  Only ``latest.json`` is ever replaced
 directory, whatever the number of entries; no directory is ever listed on
 the lookup path.
 
+Reading fails closed (CONTRACT section 10): every level from the state
+directory down to the entry is opened relative to the one above with
+``O_NOFOLLOW`` and checked with ``fstat`` (owned by you or root, not writable
+by group or others), the entry is opened ``O_NONBLOCK`` and must be a regular
+file of at most :data:`MAX_ENTRY_BYTES` (a FIFO never blocks), and anything
+else raises :class:`RegistryError` naming the path, its owner and mode.
+Directories are created 0700 and files 0600 whatever the umask.
+
 This module must stay tiny and import nothing beyond the standard library
-and :mod:`vq_admin.launchers`: the queue driver imports it per job.
+and small stdlib-only modules of this package (:mod:`vq_admin.launchers`,
+:mod:`vq_admin.statefs`, :mod:`vq_admin.bounded`): the queue driver imports
+it per job.
 """
 
 from __future__ import annotations
@@ -29,7 +39,9 @@ import json
 import os
 import re
 
+from .bounded import InputError, loads_json
 from .launchers import launcher_problem
+from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"
@@ -115,34 +127,38 @@ def encode(entry: dict) -> bytes:
     return (json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
-def _write(path: str, data: bytes, *, exclusive: bool) -> bool:
-    """Temp file + fsync, then ``link`` (exclusive: False if *path* exists) or ``rename``."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, create: bool) -> int | None:
+    """An fd of ``registry/<host>/<program>`` with every level checked; ``None`` when missing."""
+    lane_dir(state_root, host, program)  # validates the names
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, path)
-            tmp = ""
-    finally:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        return PrivateTree(state_root).open_dir(["registry", host, program], create=create)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+
+
+def _split(state_root: str | os.PathLike[str], path: str) -> tuple[list[str], str]:
+    """``path`` (below *state_root*) as (directory parts, file name)."""
+    rel = os.path.relpath(path, os.path.abspath(os.fspath(state_root)))
+    parts = rel.split(os.sep)
+    if rel.startswith("..") or not parts:
+        raise RegistryError(f"{path} is not below the state directory {state_root}")
+    return parts[:-1], parts[-1]
+
+
+def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclusive: bool) -> bool:
+    """Temp file (0600, ``O_EXCL|O_NOFOLLOW``) + fsync, then ``link`` (exclusive: False if
+    *path* exists) or ``rename``; every directory level checked and created 0700."""
+    parts, name = _split(state_root, path)
     try:
-        os.fsync(dfd)
+        tree = PrivateTree(state_root)
+        dfd = tree.open_dir(parts, create=True)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+    assert dfd is not None
+    try:
+        write_atomic_at(dfd, name, data, exclusive=exclusive)
+    except FileExistsError:
+        return False
     finally:
         os.close(dfd)
     return True
@@ -160,49 +176,109 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     """
     entry = make_entry(host, program, verified)
     path = entry_path(state_root, host, program, entry["sha"])
-    created = _write(path, encode(entry), exclusive=True)
+    created = _write(state_root, path, encode(entry), exclusive=True)
     conflict = None
     if not created:
-        first = read_entry(path)
+        first = _read_in_lane(state_root, host, program, os.path.basename(path))
         same = first is not None and all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-            _write(conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
-    _write(os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
+    _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
     return {"entry": path, "created": created, "conflict": conflict}
 
 
-def read_entry(path: str) -> dict | None:
-    """The JSON object at *path*; ``None`` when it does not exist.  Raises
-    :class:`RegistryError` when it exists but cannot be read as one object."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+def _parse_entry(data: bytes | None, path: str) -> dict | None:
+    if data is None:
         return None
-    except OSError as exc:
-        raise RegistryError(f"cannot open {path}: {exc.strerror}") from None
     try:
-        data = os.read(fd, MAX_ENTRY_BYTES + 1)
-    finally:
-        os.close(fd)
-    try:
-        value = json.loads(data.decode("ascii")) if len(data) <= MAX_ENTRY_BYTES else None
-    except (UnicodeDecodeError, ValueError):
-        value = None
+        value = loads_json(data, path, limit=MAX_ENTRY_BYTES)
+    except InputError as exc:
+        raise RegistryError(f"{exc}; it is not one JSON object") from None
     if not isinstance(value, dict):
         raise RegistryError(f"{path} is not one JSON object")
     return value
 
 
+def _read_at(dfd: int, name: str, shown: str) -> dict | None:
+    try:
+        data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+    return _parse_entry(data, shown)
+
+
+def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict | None:
+    """``registry/<host>/<program>/<name>``, every level checked; ``None`` when absent."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _read_at(dfd, name, os.path.join(lane_dir(state_root, host, program), name))
+    finally:
+        os.close(dfd)
+
+
+def read_entry(path: str) -> dict | None:
+    """The JSON object at *path*; ``None`` when it does not exist.  Raises
+    :class:`RegistryError` when it exists but cannot be trusted (a symlink, not
+    a regular file, another owner, a loose mode) or read as one object."""
+    try:
+        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RegistryError(f"cannot open {os.path.dirname(path)}: {exc.strerror}") from None
+    try:
+        return _read_at(dfd, os.path.basename(path), path)
+    finally:
+        os.close(dfd)
+
+
 def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> bool:
     """True when any verification of *program* on *host* was ever registered."""
-    return os.path.exists(os.path.join(lane_dir(state_root, host, program), "latest.json"))
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return False
+    try:
+        os.stat("latest.json", dir_fd=dfd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
 
 
 def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
     """The SHA of the latest verified deployment, or ``None`` when there is none."""
-    pointer = read_entry(os.path.join(lane_dir(state_root, host, program), "latest.json"))
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _latest_at(dfd, state_root, host, program)
+    finally:
+        os.close(dfd)
+
+
+def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
+            ) -> tuple[str | None, dict | None]:
+    """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
+    walk of the directories (the per-job path).  Raises :class:`RegistryError` as
+    :func:`latest_sha` and :func:`lookup` do."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None, None
+    try:
+        latest = _latest_at(dfd, state_root, host, program)
+        wanted = sha or latest
+        return latest, (_lookup_at(dfd, state_root, host, program, wanted) if wanted else None)
+    finally:
+        os.close(dfd)
+
+
+def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
+    pointer = _read_at(dfd, "latest.json", os.path.join(lane_dir(state_root, host, program), "latest.json"))
     if pointer is None:
         return None
     sha = pointer.get("sha")
@@ -211,25 +287,42 @@ def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> s
     return sha
 
 
-def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
-    """The checked entry for (host, program, sha), or ``None`` when none was registered.
-
-    Raises :class:`RegistryError` when the entry is malformed or a conflicting
-    later attestation exists for the SHA.
-    """
+def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict | None:
     path = entry_path(state_root, host, program, sha)
-    entry = read_entry(path)
+    entry = _read_at(dfd, sha + ".json", path)
     if entry is None:
         return None
     problem = entry_problem(entry, host, program, sha)
     if problem is not None:
         raise RegistryError(f"{path}: {problem}")
-    conflict = conflict_path(path)
-    if os.path.lexists(conflict):
+    try:
+        os.stat(os.path.join("conflicts", sha + ".json"), dir_fd=dfd, follow_symlinks=False)
+        conflicted = True
+    except (FileNotFoundError, NotADirectoryError):
+        conflicted = False
+    except OSError:
+        conflicted = True  # cannot prove there is none: fail closed
+    if conflicted:
         raise RegistryError(
-            f"{conflict}: a later verification of {sha} attested a different launcher or different bytes "
-            f"than {path}; the launcher is not immutable")
+            f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
+            f"bytes than {path}; the launcher is not immutable")
     return entry
+
+
+def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+    """The checked entry for (host, program, sha), or ``None`` when none was registered.
+
+    Raises :class:`RegistryError` when the entry or a directory above it cannot
+    be trusted, is malformed, or a conflicting later attestation exists for the SHA.
+    """
+    entry_path(state_root, host, program, sha)  # validates the SHA
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _lookup_at(dfd, state_root, host, program, sha)
+    finally:
+        os.close(dfd)
 
 
 def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict]:
@@ -239,18 +332,20 @@ def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list
     per-job lookup.
     """
     directory = lane_dir(state_root, host, program)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
         return []
     found = []
-    for name in names:
-        sha = name[: -len(".json")]
-        if name.endswith(".json") and SHA_RE.match(sha):
-            try:
-                entry = read_entry(os.path.join(directory, name))
-            except RegistryError:
-                continue
-            if entry is not None and entry_problem(entry, host, program, sha) is None:
-                found.append(entry)
+    try:
+        for name in os.listdir(dfd):
+            sha = name[: -len(".json")]
+            if name.endswith(".json") and SHA_RE.match(sha):
+                try:
+                    entry = _read_at(dfd, name, os.path.join(directory, name))
+                except RegistryError:
+                    continue
+                if entry is not None and entry_problem(entry, host, program, sha) is None:
+                    found.append(entry)
+    finally:
+        os.close(dfd)
     return sorted(found, key=lambda e: (e["verified_at"], e["sha"]))

@@ -103,6 +103,11 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
     listed = git(repo, "tag", "--points-at", sha)
     _checked(listed, f"the tags at {sha}", repo)  # a failed listing must not read as "no tag"
     tags = tuple(sorted(t for t in listed.text().split() if t))
+    bad = [t for t in tags if not TAG_RE.match(t)]
+    if bad:  # the same rule as --tag: no inferred value may pose as an option (a tag named "--help")
+        raise Refused(f"tag {bad[0]!r} points at {sha} in {repo} but is not a valid tag name (the rule --tag "
+                      "follows: a letter, digit or '_' first, then letters, digits and ._/+-); vq-admin never "
+                      "passes it to a provider or feeds it to a mirror; delete or rename it there, then rerun")
     if tag is not None:
         check_tag_name(tag)
         at = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/tags/{tag}^{{commit}}")

@@ -22,13 +22,15 @@ directory), so a crash leaves either the old or the new file, never half.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import time
 from pathlib import Path
 from typing import Any
+
+from .bounded import InputError, loads_json
+from .statefs import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
 
 def default_state_dir() -> Path:
@@ -40,57 +42,62 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
-    """Write *data* to *path* by temp file + rename; *exclusive* never replaces."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.parent / f".tmp.{path.name}.{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """Write *data* to *path* by temp file + rename; *exclusive* never replaces.
+
+    Missing directories are created 0700 whatever the umask; the temp file is
+    created 0600 with ``O_EXCL|O_NOFOLLOW``.  Inside the state directory,
+    prefer :class:`StateDir`, which also checks every level."""
+    from .agent.securepath import makedirs_private
+
+    makedirs_private(str(Path(path).parent))
+    dfd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if exclusive:
-            os.link(tmp, path)  # fails if path exists: receipts are immutable
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
+        write_atomic_at(dfd, Path(path).name, data, exclusive=exclusive)
+    finally:
+        os.close(dfd)
 
 
 def dump_json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as fh:
-            value = json.load(fh)
-    except FileNotFoundError:
+def parse_record(data: bytes | None, what: str) -> dict[str, Any] | None:
+    """A state record's JSON object; ``None`` when absent or not one bounded JSON object."""
+    if data is None:
         return None
-    except (OSError, ValueError):
+    try:
+        value = loads_json(data, what, limit=MAX_STATE_FILE)
+    except InputError:
         return None
     return value if isinstance(value, dict) else None
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from any *path* (bounded, never blocking); ``None`` when absent or malformed."""
+    from .bounded import read_regular_file
+
+    try:
+        data = read_regular_file(str(path), "state file", limit=MAX_STATE_FILE)
+    except (OSError, InputError):
+        return None
+    return parse_record(data, str(path))
+
+
 class StateDir:
+    """The driver's state directory; every access goes through :class:`~vq_admin.statefs.PrivateTree`
+    (checked at every level, never following a symlink, created owner-only)."""
+
     def __init__(self, root: str | os.PathLike[str] | None = None):
         chosen = root or os.environ.get("VQ_ADMIN_STATE_DIR") or default_state_dir()
-        self.root = Path(chosen)
+        self.tree = PrivateTree(chosen)
+        self.root = Path(self.tree.root)
+
+    def check(self, *, create: bool = False) -> None:
+        """Refuse (exit 77) now when the state directory cannot be trusted."""
+        fd = self.tree.open_dir([], create=create)
+        if fd is not None:
+            os.close(fd)
 
     # -- receipts -------------------------------------------------------------------
 
@@ -102,45 +109,56 @@ class StateDir:
     def receipt_path(self, receipt_id: str) -> Path:
         return self.root / "receipts" / f"{receipt_id}.json"
 
+    def read_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+        """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
+        if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
+            return None
+        name = f"{receipt_id}.json"
+        return parse_record(self.tree.read(["receipts"], name), self.tree.path("receipts", name))
+
     def transcript_dir(self, receipt_id: str) -> Path:
-        return self.root / "receipts" / f"{receipt_id}.transcript"
+        """The transcript directory of a receipt, created (0700, every level checked)."""
+        return Path(self.tree.ensure_dir(["receipts", f"{receipt_id}.transcript"]))
 
     def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
-        path = self.receipt_path(receipt_id)
-        write_atomic(path, dump_json(receipt), exclusive=True)
-        return path
+        self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
+        return self.receipt_path(receipt_id)
 
     # -- per-lane records -----------------------------------------------------------
 
+    @staticmethod
+    def lane_parts(lane: str, host: str, program: str | None) -> list[str]:
+        return ["hosts", host, "helper"] if lane == "helper" else ["hosts", host, "runtime", program or ""]
+
     def lane_dir(self, lane: str, host: str, program: str | None) -> Path:
-        base = self.root / "hosts" / host
-        return base / "helper" if lane == "helper" else base / "runtime" / (program or "")
+        return self.root.joinpath(*self.lane_parts(lane, host, program))
 
     def read_record(self, lane: str, host: str, program: str | None, which: str) -> dict[str, Any] | None:
-        return read_json(self.lane_dir(lane, host, program) / f"{which}.json")
+        parts = self.lane_parts(lane, host, program)
+        return parse_record(self.tree.read(parts, f"{which}.json"), self.tree.path(*parts, f"{which}.json"))
+
+    def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
+        return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
 
     def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any], verified: dict[str, Any] | None) -> None:
         """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
-        d = self.lane_dir(lane, host, program)
+        parts = self.lane_parts(lane, host, program)
         if verified is not None:
-            previous = read_json(d / "last-ok.json")
+            previous = self.read_record(lane, host, program, "last-ok")
             if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
-                write_atomic(d / "last-good.json", dump_json(previous))
-            write_atomic(d / "last-ok.json", dump_json(verified))
-        write_atomic(d / "last.json", dump_json(summary))
+                self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
+            self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
+        self.tree.write_atomic(parts, "last.json", dump_json(summary))
 
     def lanes(self) -> list[tuple[str, str, str | None]]:
         """Every (host, lane, program) with recorded state, sorted."""
         found: list[tuple[str, str, str | None]] = []
-        hosts = self.root / "hosts"
-        if not hosts.is_dir():
-            return found
-        for host in sorted(p.name for p in hosts.iterdir() if p.is_dir()):
-            if (hosts / host / "helper").is_dir():
+        for host in self.tree.subdirs(["hosts"]):
+            kinds = self.tree.subdirs(["hosts", host])
+            if "helper" in kinds:
                 found.append((host, "helper", None))
-            runtime = hosts / host / "runtime"
-            if runtime.is_dir():
-                for program in sorted(p.name for p in runtime.iterdir() if p.is_dir()):
+            if "runtime" in kinds:
+                for program in self.tree.subdirs(["hosts", host, "runtime"]):
                     found.append((host, "runtime", program))
         return found
 
@@ -148,14 +166,5 @@ class StateDir:
 
     def append_log(self, entry: dict[str, Any]) -> None:
         """Append one JSON line, under an exclusive lock, in one write."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         line = (json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
-        fd = os.open(self.root / "admin.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.tree.append([], "admin.log", line)

@@ -9,8 +9,11 @@ Two things can go wrong when running a command, and they are kept apart:
   only by a read-back, never by guessing.
 
 Remote commands are argv lists: each word is quoted on its own with
-:func:`shlex.quote` for the remote POSIX shell that sshd always uses, and
-nothing is ever interpreted by a local shell.  One :class:`Session` shares one
+:func:`shlex.quote` for a POSIX shell, and nothing is ever interpreted by a
+local shell.  sshd hands the command to the account's login shell, so on
+first contact with a destination a probe proves that shell parses the
+quoting as POSIX sh does; a C shell, fish or anything else is refused (77)
+before any real command is sent.  One :class:`Session` shares one
 ssh connection per destination for the length of a run (ControlMaster).
 """
 
@@ -35,6 +38,10 @@ from plumbum.commands.processes import CommandNotFound
 SSH_TRANSPORT_EXIT = 255
 #: How much of a command's stdout/stderr is kept in memory (the rest is in files).
 CAPTURE_LIMIT = 16 << 20
+
+#: The login-shell probe (see :meth:`SshTransport.check_login_shell`) and what a POSIX shell prints for it.
+SHELL_PROBE = ("printf", "%s|", "a b", "c'd", "e\\\\f", "$HOME", "`x`", "!x", "g\nh", "*", "~", "{a,b}", "^x", "#c")
+SHELL_PROBE_EXPECTED = "".join(f"{w}|" for w in SHELL_PROBE[2:]).encode()
 
 SSH_OPTIONS = (
     "-o", "BatchMode=yes",
@@ -130,6 +137,56 @@ class SshTransport(Transport):
         self.where = destination
         self.ssh_config = ssh_config
         self.control_dir = control_dir
+
+    #: Set once the login shell on the far side has been shown to parse like a POSIX shell.
+    shell_checked: bool = False
+
+    def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+            stdin: bytes | str | None = None) -> RunResult:
+        if not self.shell_checked:
+            failed = self.check_login_shell()
+            if failed is not None:
+                return RunResult([str(a) for a in argv], self.where, failed.exit_code, failed.stdout,
+                                 failed.stderr, failed.seconds, failed.interrupted)
+        return super().run(argv, timeout=timeout, env=env, stdin=stdin)
+
+    def check_login_shell(self) -> RunResult | None:
+        """On first contact, prove the remote login shell parses vq-admin's quoting as POSIX sh does.
+
+        sshd hands every remote command to the account's login shell.  The
+        probe is ``printf`` of words that a C shell, fish or any other
+        non-POSIX shell reads differently (history ``!``, a newline, escapes
+        inside single quotes, globs); anything but the exact words back is
+        refused (exit 77) before any real command is sent.  A transport
+        failure of the probe is returned as the command's result (nothing ran).
+        """
+        full = [*self.ssh_base(), "--", self.destination, " ".join(shlex.quote(w) for w in SHELL_PROBE)]
+        started = time.monotonic()
+        try:
+            # its own session, like every other ssh: a ControlMaster it starts must not share our process group
+            done = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                                  start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return RunResult(list(SHELL_PROBE), self.where, None, b"",
+                             b"vq-admin: the login shell probe did not answer within 60 s\n",
+                             time.monotonic() - started, "timeout")
+        except OSError as exc:
+            return RunResult(list(SHELL_PROBE), self.where, 127, b"", f"ssh: {exc.strerror}\n".encode(), 0.0)
+        if done.returncode == SSH_TRANSPORT_EXIT:
+            return RunResult(list(SHELL_PROBE), self.where, done.returncode, done.stdout, done.stderr,
+                             time.monotonic() - started, "transport")
+        if done.returncode != 0 or done.stdout != SHELL_PROBE_EXPECTED:
+            from .outcome import Refused
+
+            detail = done.stderr.decode("utf-8", "replace").strip().replace("\n", " | ")[-300:]
+            raise Refused(
+                f"the login shell on {self.destination} does not parse commands as a POSIX shell does (vq-admin's "
+                f"quoting probe came back as {done.stdout[:120]!r}, exit {done.returncode}"
+                + (f": {detail}" if detail else "") + "); vq-admin quotes every remote argv for a POSIX shell and "
+                "never sends one that could mean something else there. Give the account a POSIX login shell on "
+                "that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); nothing was run")
+        self.shell_checked = True
+        return None
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]

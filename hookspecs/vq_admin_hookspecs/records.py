@@ -138,6 +138,20 @@ def _reject_constant(name: str) -> Any:
     raise EvidenceError(f"non-standard JSON constant {name}")
 
 
+#: Longest integer literal accepted in evidence, in digits (a pid or a byte count fits).
+MAX_INT_DIGITS = 40
+
+
+class _LongInteger(ValueError):
+    pass
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise _LongInteger(f"holds an integer of {len(literal.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
 def parse_single_json_object(text: str | bytes, what: str) -> dict[str, Any]:
     """Parse *text* as exactly one JSON object (surrounding whitespace allowed).
 
@@ -157,13 +171,20 @@ def parse_single_json_object(text: str | bytes, what: str) -> dict[str, Any]:
     stripped = text.strip()
     if not stripped:
         raise EvidenceError(f"{what} is empty")
-    decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
+                               parse_int=_bounded_int)
     try:
         value, end = decoder.raw_decode(stripped)
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{what} is not JSON: {exc.msg} at offset {exc.pos}") from None
     except RecursionError:
         raise EvidenceError(f"{what} is nested too deeply") from None
+    except _LongInteger as exc:
+        raise EvidenceError(f"{what} {exc}") from None
+    except EvidenceError:
+        raise
+    except ValueError as exc:  # e.g. Python's limit on int conversion: evidence, not a crash
+        raise EvidenceError(f"{what} is not usable JSON: {str(exc).splitlines()[0][:200]}") from None
     if stripped[end:].strip():
         raise EvidenceError(f"{what} holds more than one JSON document")
     if not isinstance(value, dict):

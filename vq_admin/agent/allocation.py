@@ -28,17 +28,19 @@ Standard library (+ ``xxhash``): runs inside ``vq-admin-agent``.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from . import retention, safedirs, slurmjob
+from . import retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
 from .settle import DirectoryObserver, SettleResult, settle
 
@@ -46,21 +48,78 @@ NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
+#: The job's exit status when what it was given is not what the run prepared (nothing ran).
+JOB_TAMPERED_EXIT = 86
+#: The first words of the job's stderr line in that case (the driver looks for it).
+JOB_TAMPERED_MARK = "vq-admin job: refused:"
+#: Largest argv.json the job reads.
+JOB_ARGV_LIMIT = 16 << 20
 JOB_SCRIPT = """\
 # vq-admin allocation job: run the provider argv recorded in the JSON file
-# named by the first argument, without any shell.
-import json, os, sys
-with open(sys.argv[1], "rb") as fh:
-    spec = json.load(fh)
+# named by the first argument, without any shell, but only if that file and
+# the source archive are still exactly what the run prepared:
+#   job.py ATTEMPT/argv.json ARGV_SHA256 [ARCHIVE ARCHIVE_SHA256]
+import hashlib, json, os, stat, sys
+TAMPERED = %(tampered)d
+MARK = %(mark)r
+def refuse(why):
+    sys.stderr.write("%%s %%s; the provider was not run\\n" %% (MARK, why))
+    sys.stderr.flush()
+    sys.exit(TAMPERED)
+try:
+    from vq_admin.agent import securepath
+except ImportError as exc:
+    refuse("cannot import the secure-path rule (%%s) with %%s" %% (exc, sys.executable))
+NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+def open_dir(path, what):
+    problem = securepath.path_problem(path, what=what)
+    if problem:
+        refuse(problem)
+    try:
+        fd = os.open(path, NOFOLLOW | os.O_DIRECTORY)
+    except OSError as exc:
+        refuse("cannot open the %%s %%s without following symlinks: %%s" %% (what, path, exc.strerror))
+    problem = securepath.level_problem(path, os.fstat(fd), is_dir=True)
+    if problem or os.fstat(fd).st_uid != os.geteuid():
+        refuse(problem or "the %%s %%s is not owned by the job's user" %% (what, path))
+    return fd
+def file_digest(path, what, want, keep=False):
+    dfd = open_dir(os.path.dirname(path), what)
+    try:
+        fd = os.open(os.path.basename(path), NOFOLLOW, dir_fd=dfd)
+    except OSError as exc:
+        refuse("cannot open %%s without following symlinks: %%s" %% (path, exc.strerror))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        refuse("%%s is not a regular file owned by the job's user and writable by nobody else (mode %%04o)"
+               %% (path, stat.S_IMODE(st.st_mode)))
+    digest, data = hashlib.sha256(), []
+    with os.fdopen(fd, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+            if keep:
+                data.append(chunk)
+                if sum(map(len, data)) > %(limit)d:
+                    refuse("%%s is larger than %(limit)d bytes" %% path)
+    got = digest.hexdigest()
+    if got != want:
+        refuse("%%s changed after the run prepared it (sha256 %%s, expected %%s)" %% (path, got, want))
+    return b"".join(data)
+if len(sys.argv) not in (3, 5):
+    refuse("called with %%d arguments, not ARGV_JSON ARGV_SHA256 [ARCHIVE ARCHIVE_SHA256]" %% (len(sys.argv) - 1))
+raw = file_digest(sys.argv[1], "attempt directory", sys.argv[2], keep=True)
+if len(sys.argv) == 5:
+    file_digest(sys.argv[3], "stage directory", sys.argv[4])
+spec = json.loads(raw)
 env = dict(os.environ)
 env.update(spec["env"])
 sys.stdout.flush()
 try:
     os.execvpe(spec["argv"][0], spec["argv"], env)
 except OSError as exc:
-    sys.stderr.write("vq-admin job: cannot run %s: %s\\n" % (spec["argv"][0], exc.strerror))
+    sys.stderr.write("vq-admin job: cannot run %%s: %%s\\n" %% (spec["argv"][0], exc.strerror))
     sys.exit(127)
-"""
+""" % {"tampered": JOB_TAMPERED_EXIT, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
 
 
 class MissingDependency(Exception):
@@ -220,13 +279,72 @@ def job_script(python: str | None = None) -> bytes:
     python = python or sys.executable
     if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
         python = "/usr/bin/env python3"
+    else:
+        python += " -I"  # isolated: no PYTHONPATH, no user site, no script directory on sys.path
     return f"#!{python}\n{JOB_SCRIPT}".encode()
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str]) -> list[str]:
+@dataclass(frozen=True)
+class Binding:
+    """What the job must find before it runs the provider: argv.json's and the archive's SHA-256."""
+
+    argv_sha256: str
+    archive: str | None = None
+    archive_sha256: str | None = None
+
+    def job_args(self, attempt_path: str) -> list[str]:
+        args = [f"{attempt_path}/argv.json", self.argv_sha256]
+        if self.archive is not None and self.archive_sha256 is not None:
+            args += [self.archive, self.archive_sha256]
+        return args
+
+
+HEX64_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+
+
+def archive_digest(path: str) -> str:
+    """SHA-256 of a staged archive, opened without following symlinks below a checked directory."""
+    if not path.startswith("/") or not path.endswith("/source.tar") or "\n" in path:
+        raise safedirs.UnsafePath(f"{path} is not a staged source.tar")
+    directory = os.path.dirname(path)
+    problem = securepath.path_problem(directory, what="the stage directory")
+    if problem:
+        raise safedirs.UnsafePath(problem)
+    dfd = os.open(directory, safedirs.DIR_FLAGS)
+    try:
+        fd = os.open("source.tar", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        raise safedirs.UnsafePath(f"{path}: {exc.strerror}") from None
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise safedirs.UnsafePath(f"{path} is not a regular file of ours writable by nobody else")
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> Binding:
+    """The binding for one submission; the archive must already hold what the driver staged."""
+    if archive is None:
+        return Binding(hashlib.sha256(argv_json).hexdigest())
+    if archive_sha256 is None or not HEX64_RE.match(archive_sha256):
+        raise ValueError("--archive needs --archive-sha256 (64 lower-case hex digits)")
+    found = archive_digest(archive)
+    if found != archive_sha256:
+        raise safedirs.UnsafePath(f"{archive} has sha256 {found}, not the staged {archive_sha256}; "
+                                  "it changed after it was verified (nothing was submitted)")
+    return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
+
+
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding | None = None) -> list[str]:
     path = attempt.path
+    job = binding.job_args(path) if binding is not None else [f"{path}/argv.json"]
     return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
-            f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", f"{path}/argv.json"]
+            f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", *job]
 
 
 def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None) -> dict:
@@ -264,16 +382,20 @@ def base_summary(attempt: Attempt) -> dict:
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
-        settle_kw: dict | None = None) -> dict:
+        settle_kw: dict | None = None, archive: str | None = None, archive_sha256: str | None = None) -> dict:
     """Create the attempt, submit and wait (bounded), then :func:`finish`."""
     require_xxhash()
     for key in env:
         if not ENV_NAME_RE.match(key):
             raise ValueError(f"bad environment variable name {key!r}")
+    check_root(root)
+    safedirs.check_scratch(root)
+    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
+    binding = bind(spec, archive, archive_sha256)  # before anything is created: a changed archive is refused
     attempt = create_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
-        attempt.write_file("argv.json", json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode())
+        attempt.write_file("argv.json", spec)
         attempt.write_file("job.py", job_script(), 0o700)
         summary = base_summary(attempt)
 
@@ -284,7 +406,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
 
-        sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args), timeout, on_job_id)
+        sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id)
         summary.update(job_id=sub.job_id, submitted=sub.submitted, sbatch_exit_code=sub.sbatch_exit_code,
                        timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
         if sub.error:

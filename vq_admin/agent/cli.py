@@ -25,7 +25,7 @@ import os
 import stat
 import sys
 
-from . import allocation, identity, install_file, lease, safedirs, stage
+from . import allocation, identity, install_file, lease, safedirs, securepath, stage
 from .frames import FrameWriter
 from .treeid import file_sha256
 
@@ -62,6 +62,48 @@ def cmd_hash_file(args: argparse.Namespace) -> int:
         "sha256": file_sha256(path),
     })
     return 0
+
+
+def cmd_check_paths(args: argparse.Namespace) -> int:
+    """The secure-path rule on every absolute PATH, on this host; exit 4 when one fails it.
+
+    The driver runs this before any configured command runs on this host, with
+    every absolute word of those commands (interpreter and script alike).  A
+    word that is not an absolute path is looked up in PATH and not checked.  A
+    word naming nothing yet (an output file, say) passes when its existing
+    directories pass and the nearest one is writable by nobody else at all
+    (a sticky ``/tmp`` would let another user create it first).
+    """
+    checked, refused = [], []
+    for path in args.paths:
+        if not path.startswith("/"):
+            continue
+        checked.append(path)
+        problem = securepath.path_problem(path, what="command file", missing_ok=True)
+        if problem is None and not os.path.lexists(path):
+            problem = _creatable_by_others(path)
+        if problem:
+            refused.append({"path": path, "problem": problem})
+    _emit({"checked": checked, "refused": refused})
+    for item in refused:
+        print(f"vq-admin-agent: refused: {item['problem']}", file=sys.stderr)
+    return EXIT_UNSAFE if refused else 0
+
+
+def _creatable_by_others(path: str) -> str | None:
+    for directory in securepath.ancestors(path):
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot check command file {path}: {exc.strerror}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"command file {path} does not exist and directory {directory} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
+                    f"in a directory only you and root can write")
+        return None
+    return None
 
 
 def cmd_stage_create(args: argparse.Namespace) -> int:
@@ -156,7 +198,8 @@ def _alloc_verb(body) -> int:
 
 def cmd_alloc_run(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: allocation.run(
-        args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt))
+        args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt,
+        archive=args.archive, archive_sha256=args.archive_sha256))
 
 
 def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
@@ -170,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hash-file", help="SHA-256 of the file at PATH (following symlinks)")
     p.add_argument("path")
     p.set_defaults(func=cmd_hash_file)
+
+    p = sub.add_parser("check-paths", help="refuse (exit 4) a command path another user could change",
+                       description="Check every absolute PATH, and every directory above it, with the "
+                                   "secure-path rule: owned by you or root, not writable by group or others "
+                                   "(a directory may be if it is sticky).")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="the words of the configured commands")
+    p.set_defaults(func=cmd_check_paths)
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sha", required=True)
@@ -222,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
     p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
                    help="environment for the provider command (repeat)")
+    p.add_argument("--archive", metavar="PATH",
+                   help="the staged source.tar the provider reads; the job refuses to run if it changed")
+    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
     p.add_argument("command", nargs="+", help="the provider argv, after --")
     p.set_defaults(func=cmd_alloc_run)
 

@@ -148,7 +148,15 @@ def install(dest: str, mode: int, stream) -> dict[str, object]:
         raise UnsafePath(f"--dest {dest!r} must be an absolute, normalised file path")
     if mode & ~0o7777 or mode & 0o022:
         raise UnsafePath(f"--mode {mode:04o} is refused: group/other write bits are not allowed")
+    if mode & 0o7000:
+        raise UnsafePath(f"--mode {mode:04o} is refused: setuid, setgid and sticky bits are not allowed on a site "
+                         "command (use a mode such as 0755)")
     parent, name = os.path.split(dest)
+    from .securepath import path_problem
+
+    unsafe = path_problem(parent, what="destination directory")
+    if unsafe:
+        raise UnsafePath(f"{unsafe}; the installed command would run as the administrator")
     problem = product_tree_problem(parent) if os.path.isdir(parent) else None
     if problem:
         raise UnsafePath(problem + "; install private site commands elsewhere")

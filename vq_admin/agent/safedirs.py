@@ -18,6 +18,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from . import securepath
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -31,6 +33,29 @@ def _check_dir_fd(fd: int, shown: str) -> None:
         raise UnsafePath(f"{shown} is not a directory")
     if st.st_uid != os.geteuid():
         raise UnsafePath(f"{shown} is owned by uid {st.st_uid}, not by us ({os.geteuid()})")
+    problem = securepath.level_problem(shown, st, is_dir=True)
+    if problem:
+        raise UnsafePath(f"{problem}; another user could change what vq-admin reads or runs there")
+
+
+#: The one directory vq-admin owns below a scratch root.
+TOP = ".vq-admin"
+
+
+def check_scratch(root: str) -> None:
+    """Refuse ``<root>/.vq-admin`` unless it and every directory above it pass the secure-path rule.
+
+    Checked before anything is created or used below a scratch root (stages,
+    allocation attempts, transcripts): a scratch root (or a directory above
+    it) that another user can write lets that user rename ``.vq-admin`` away
+    and plant their own files, whatever happens below it.
+    """
+    if not os.path.isabs(root):
+        raise UnsafePath(f"scratch root {root} is not absolute")
+    problem = securepath.path_problem(os.path.join(root, TOP), what="the scratch directory", missing_ok=True)
+    if problem:
+        raise UnsafePath(f"{problem} (scratch_root must be a private directory: set it to a directory "
+                         f"below {root} that only you and root can change)")
 
 
 def open_root(root: str) -> int:
@@ -52,6 +77,8 @@ def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
     that is a symlink (or anything but our own directory) raises
     :class:`UnsafePath` naming the path.
     """
+    if parts and parts[0] == TOP:
+        check_scratch(root)
     fd = open_root(root)
     shown = root.rstrip("/")
     try:

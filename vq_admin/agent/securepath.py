@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional
+# (no typing import: the per-job launcher lookup imports this module; annotations are never evaluated)
 
 
 class Untrusted(Exception):
@@ -157,3 +157,22 @@ def makedirs_private(path: str) -> None:
                 os.fchmod(fd, 0o700)
         finally:
             os.close(fd)
+
+
+def command_problem(words, *, what: str = "command") -> Optional[str]:
+    """``None`` when every absolute path among *words* (interpreter and script
+    alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
+    the first offender, its owner and mode, and the fix.
+
+    A missing file is judged by the directories above it (someone who can
+    write there could create it); running it then reports the missing file.
+    Bare names (``git``, found in ``PATH``) and relative words are not paths
+    the configuration names and are not checked here.
+    """
+    for word in words:
+        if not isinstance(word, str) or not word.startswith("/"):
+            continue
+        problem = path_problem(word, what=what, missing_ok=True)
+        if problem:
+            return problem
+    return None

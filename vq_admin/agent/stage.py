@@ -19,7 +19,7 @@ import os
 import re
 import stat
 
-from . import safedirs
+from . import safedirs, securepath
 from .treeid import archive_identity
 
 STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
@@ -51,6 +51,9 @@ def _open_stage(stage: str) -> int:
     parent, name = os.path.split(stage.rstrip("/"))
     if not STAGE_NAME_RE.match(name) or f"{os.sep}.vq-admin{os.sep}stage{os.sep}" not in parent + os.sep:
         raise safedirs.UnsafePath(f"{stage} is not a vq-admin stage directory")
+    problem = securepath.path_problem(parent, what="the stage directory")
+    if problem:  # .vq-admin, the scratch root and every directory above: nobody else may change them
+        raise safedirs.UnsafePath(problem)
     pfd = safedirs.open_root(parent)
     try:
         fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)

@@ -7,8 +7,10 @@ directory only; runs nothing anywhere.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from ..outcome import UsageError
 from ..output import print_json, safe_text
 from ..state import StateDir
 
@@ -59,15 +61,33 @@ def _lines(status: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "all", False):
-        from ..outcome import UsageError
         from .status_all import run as run_all
 
-        if args.host:
-            raise UsageError("status --all shows every host; give HOST or --all, not both")
+        if args.host or getattr(args, "prometheus", False) or getattr(args, "textfile", None):
+            raise UsageError("status --all shows every host's LAST OK side by side; not with HOST, --prometheus "
+                             "or --textfile")
         return run_all(args)
-    status = collect(StateDir(args.state_dir), args.host)
+    prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
+    if args.json and (prometheus or textfile):
+        raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
+    state = StateDir(args.state_dir)
+    if prometheus or textfile:
+        from .. import status_metrics
+
+        path = status_metrics.check_textfile(textfile) if textfile else None
+        status = collect(state, args.host)
+        if path:
+            status_metrics.write_textfile(path, status, state)
+        if prometheus:
+            sys.stdout.write(status_metrics.exposition(status, state))
+        return 0
+    status = collect(state, args.host)
     if args.json:
         print_json(status)
+    elif sys.stdout.isatty():
+        from ..status_table import render, use_color
+
+        print("\n".join(render(status, color=use_color(sys.stdout))))
     else:
         print("\n".join(_lines(status)))
     return 0

@@ -20,6 +20,7 @@ from ..plugins import Providers
 from ..receipt import Receipt
 from ..source import check_tag_name
 from ..state import StateDir, utc_now
+from ..statefs import UnsafeState
 from ..transport import Session
 from ..lanes.common import conclude
 
@@ -100,6 +101,7 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
     A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
     """
     config = load_config(args.config)
+    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
     options = options_from(args)
     lane_name, host_name, program = key
     with Session(config.ssh_config) as session:
@@ -147,6 +149,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None
+    except UnsafeState:
+        raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
         receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,

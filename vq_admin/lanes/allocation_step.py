@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..agent.allocation import new_attempt_name
-from ..outcome import VqAdminError
+from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
+from ..outcome import Refused, VqAdminError
 from ..plan import Step
 from ..transport import RunResult, quote_argv
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
@@ -68,6 +68,10 @@ def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str) ->
     argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
                         "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
     argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
+    # the job runs only the archive that was staged and verified (by content, not by path)
+    source = update.source
+    argv += ["--archive", f"{update.stage_dir or '<stage>'}/source.tar",
+             "--archive-sha256", (source.archive_sha256 if source is not None else None) or "<archive_sha256>"]
     for name, value in command.env:
         argv += ["--env", f"{name}={value}"]
     return [*argv, "--", *command.argv]
@@ -104,7 +108,8 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
             _discard(sinks)
             update.reclaim(success=False)
-            raise VqAdminError(f"deploy: the helper on {login.where} refused before submitting "
+            error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
+            raise error(f"deploy: the helper on {login.where} refused before submitting "
                                f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
         ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
         call, sinks = _reconcile(update, attempt, deadline, call, sinks)
@@ -113,6 +118,9 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
 
 def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    from ..permissions import refuse_if_unsafe
+
+    refuse_if_unsafe(update.ctx.login(update.host), argv, step.name)
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
@@ -198,6 +206,18 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
                          seconds=call.seconds, interrupted="timeout")
     if not summary.get("established"):
         return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
+    if summary["exit_code"] == JOB_TAMPERED_EXIT:
+        refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
+        if refusal:  # the job found its argv or archive changed while it waited and ran nothing
+            deploy["tampered"] = refusal[-1]
+            receipt.errors.append(f"deploy: batch job {deploy['job_id']} did not run the provider: what it was "
+                                  f"given was changed after the run prepared it (tampering): {refusal[-1]}")
+        elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
+            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+            receipt.errors.append(
+                f"deploy: batch job {deploy['job_id']} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+                f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
+                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
     return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
 
 

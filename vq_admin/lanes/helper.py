@@ -40,7 +40,7 @@ from ..context import RunContext
 from ..outcome import Outcome, UsageError
 from ..plan import execute
 from ..receipt import Receipt
-from ..state import dump_json, utc_now, write_atomic
+from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
@@ -198,8 +198,7 @@ class HelperUpdate:
             "identity": ident.to_dict(), "reads": len(found.attempts), "agent": list(self.host.agent),
             "read_on": self.ctx.login(self.host).where, "receipt": self.receipt.id, "at": utc_now(),
         }
-        path = self.ctx.state.lane_dir("helper", self.host.name, None) / ACTIVATION
-        write_atomic(path, dump_json(activation))
+        path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
         self.receipt.extra["activation"] = {"path": str(path), **activation}
         self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))

@@ -4,6 +4,8 @@ With ``feed_source_mirror`` set, the plan gains, after the read-only
 pre-verify and before anything is staged:
 
 * ``mirror-probe``   (login host)  ``git -C MIRROR rev-parse --is-bare-repository``
+* ``mirror-symrefs`` (login host)  ``git -C MIRROR symbolic-ref -q REF`` for each ref of the set
+  (any symbolic one refuses the feed, 77)
 * ``mirror-read``    (driver)      ``git -C SOURCE_REPO ls-remote --refs -- URL REFS...``
 * ``mirror-feed``    (driver)      ``git -C SOURCE_REPO push --atomic --porcelain ... -- URL OBJ:REF...``
 * ``mirror-confirm`` (driver)      the same ls-remote, read back after the push
@@ -21,7 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from ..mirror import FeedUnknown
+from ..mirror import FeedUnknown, probe_env
 from ..mirror_feed import Feed
 from ..outcome import Interrupted, VqAdminError
 from ..plan import execute
@@ -56,6 +58,9 @@ def plan(update: "RuntimeUpdate") -> None:
     argv, env = feed.probe_command()
     steps.add("mirror-probe", login.where, argv,
               f"read-only: {p.feed_source_mirror} must already be a bare repository on {where}", env)
+    steps.add("mirror-symrefs", login.where, feed.symref_commands()[0],
+              "read-only, once per ref of the set: none of them may be a symbolic ref on the mirror ("
+              + ", ".join(r.ref for r in feed.refs) + ")", probe_env(p.feed_source_mirror))
     steps.add("mirror-read", "local", feed.read_command(),
               "read the mirror's values of exactly the pin ref, the lane's branch pair and the tags at the pin",
               feed.git_env)
@@ -107,7 +112,11 @@ def run(update: "RuntimeUpdate") -> None:
 def _recorder(update: "RuntimeUpdate"):
     """A feed runner that records every command into its plan step."""
     def run_step(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float) -> RunResult:
-        return execute(update.receipt.plan.get(name), transport, argv, timeout=timeout, env=env)
+        step = update.receipt.plan.get(name)
+        result = execute(step, transport, argv, timeout=timeout, env=env)
+        if name == "mirror-symrefs" and result.interrupted is None and result.exit_code == 1:
+            step.status, step.detail = "ok", None  # git symbolic-ref -q: 1 is "not a symbolic ref", the good answer
+        return result
     return run_step
 
 

@@ -32,7 +32,7 @@ from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_step, mirror_step
+from . import allocation_step, mirror_step, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -90,6 +90,7 @@ class RuntimeUpdate:
         self.receipt.source = self.source.to_receipt()
         self.receipt.extra["provider"] = p.provider
         self.receipt.extra["build_place"] = p.build_place
+        remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         mirror_step.plan(self)  # the feed and the preparer come before anything is staged
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
@@ -121,6 +122,7 @@ class RuntimeUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
+        remote_paths.run(self)
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")

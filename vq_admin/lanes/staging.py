@@ -118,6 +118,8 @@ class SourceStage:
         """A staging step must succeed; nothing has been installed yet."""
         if not result.ok:
             self.reclaim(success=False)
+            if result.interrupted is None and result.exit_code == 4:  # the agent refused an unsafe path
+                raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
             raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:

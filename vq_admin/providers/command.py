@@ -25,6 +25,8 @@ def _words(settings, key: str) -> tuple[str, ...]:
 def _identity_args(request: RuntimeRequest) -> list[str]:
     args = ["--program", request.program, "--expected-sha", request.expected_sha]
     if request.tag is not None:
+        if request.tag.startswith("-") or not request.tag:  # never an option in disguise (CONTRACT 4 keeps "--tag T")
+            raise ValueError(f"tag {request.tag!r} is not a valid tag name")
         args += ["--tag", request.tag]
     return args
 

@@ -1,0 +1,219 @@
+"""What a new operator trips over first: a closed pipe, usage messages, a host typo,
+installation instructions, and docs that must stand alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import SCRIPTS, GitRepo, run_vq, site_example_host, write_config
+from vq_admin.cli import EXIT_CLOSED_PIPE, build_parser
+from vq_admin.state import StateDir
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SHA = "a" * 40
+
+
+def _verbs(parser=None, path=()):
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, child in action.choices.items():
+                yield (*path, name)
+                yield from _verbs(child, (*path, name))
+
+
+def run_closed(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the CLI with stdout a pipe whose reader has already gone (``| head -0``)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "vq_admin.cli", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.fixture
+def site(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    config = write_config(tmp_path / "admin.toml",
+                          site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=scratch)
+                          + '\n[hosts.login2]\nfleet_role = "alias"\ncanonical_host = "cluster"\n')
+    state = tmp_path / "state"
+    StateDir(state).record_run("runtime", "cluster", "vibeqc",
+                               {"outcome": "ok", "exit_code": 0, "expected_sha": sha, "at": "2026-11-30T10:00:00Z"},
+                               {"sha": sha, "tag": None, "at": "2026-11-30T10:00:00Z"})
+    env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state))
+    return tmp_path, config, state, sha, env
+
+
+# -- a closed pipe ---------------------------------------------------------------------
+
+
+def _assert_quiet(done: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert "BrokenPipeError" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("verb", [" ".join(v) for v in _verbs()] + ["", "--version"])
+def test_help_of_every_verb_ends_quietly_on_a_closed_pipe(verb):
+    argv = verb.split() + ([] if verb == "--version" else ["--help"])
+    done = run_closed(argv, dict(os.environ))
+    _assert_quiet(done)
+    # argparse itself ignores a failed write of --help / --version and exits 0; either is quiet.
+    assert done.returncode in (0, EXIT_CLOSED_PIPE), (argv, done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("argv", [["status"], ["status", "--json"], ["status", "cluster"], ["check"],
+                                  ["check", "--json"], ["providers"], ["providers", "--json"], ["history"],
+                                  ["update", "vibeqc", "cluster", "--expected-sha", "SHA", "--dry-run"],
+                                  ["update", "vibeqc", "cluster", "--expected-sha", "SHA", "--dry-run", "--json"],
+                                  ["launcher", "vibeqc", "cluster", "--json"], ["update", "--bogus", "--json"],
+                                  ["completion", "bash"], ["status", "--prometheus"]],
+                         ids=" ".join)
+def test_every_verb_ends_quietly_on_a_closed_pipe(site, argv):
+    tmp, config, state, sha, env = site
+    argv = [sha if a == "SHA" else a for a in argv]
+    if argv[0] not in {v[0] for v in _verbs()}:
+        pytest.skip(f"no verb {argv[0]!r} in this tree")
+    open_pipe = subprocess.run([sys.executable, "-m", "vq_admin.cli", *argv], capture_output=True, text=True,
+                               env=env, stdin=subprocess.DEVNULL, timeout=120)
+    done = run_closed(argv, env)
+    _assert_quiet(done)
+    if open_pipe.stdout:
+        # The control: the same command with a reader exits with its own status; only the closed pipe gives 141.
+        assert open_pipe.returncode != EXIT_CLOSED_PIPE
+        assert done.returncode == EXIT_CLOSED_PIPE, (done.returncode, done.stderr)
+    else:
+        assert done.returncode == open_pipe.returncode
+
+
+def test_a_closed_pipe_after_an_update_leaves_the_receipt_on_record(site):
+    tmp, config, state, sha, env = site
+    done = run_closed(["update", "vibeqc", "cluster", "--expected-sha", sha, "--json"], env)
+    _assert_quiet(done)
+    assert done.returncode == EXIT_CLOSED_PIPE
+    log = [json.loads(line) for line in (state / "admin.log").read_text().splitlines()]
+    assert log[-1]["host"] == "cluster" and Path(log[-1]["receipt"]).is_file()
+
+
+# -- usage messages --------------------------------------------------------------------
+
+
+def test_usage_errors_name_the_program_once():
+    result = run_vq("status", "--bogus")
+    assert result.exit_code == 2
+    assert result.stderr == "vq-admin: usage: unrecognized arguments: --bogus\n"
+    result = run_vq("update", "--bogus")
+    assert result.exit_code == 2
+    assert result.stderr.count("vq-admin") == 1 and "usage: update: " in result.stderr, result.stderr
+
+
+def test_usage_errors_through_the_vq_entry_point():
+    done = subprocess.run([os.path.join(SCRIPTS, "vq"), "admin", "check", "--bogus"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2
+    assert done.stderr == "vq admin: usage: unrecognized arguments: --bogus\n"
+
+
+def test_update_usage_shows_one_or_two_words():
+    result = run_vq("update", "--help")
+    assert result.exit_code == 0
+    usage = " ".join(result.stdout.split("\n\n")[0].split())
+    assert usage.endswith("[PROGRAM] HOST"), usage
+    assert "..." not in usage and "[[PROGRAM]" not in usage, usage
+
+
+def test_configuration_doc_shows_what_the_tool_prints(tmp_path):
+    """The example in docs/configuration.md, "How errors are reported", is the real output."""
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    block = re.search(r"```\n\$ vq admin check\n(.*?)\n\$ echo \$\?\n(\d+)\n```", text, re.S)
+    assert block, "docs/configuration.md lost its '$ vq admin check' example"
+    config = write_config(tmp_path / "admin.toml", """
+        [hosts.cluster]
+        fleet_role = "managed"
+        [hosts.cluster.scheduler_runtime_deployments.vibeqc-release]
+        update_command = "/site/bin/deploy-vibeqc-release"
+        verify_command = "/site/bin/verify-vibeqc-release"
+        source_repo = "/srv/src/vibeqc"
+        timeout_seconds = -1
+        """)
+    done = subprocess.run([os.path.join(SCRIPTS, "vq"), "admin", "check"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL, env=dict(os.environ, VQ_ADMIN_CONFIG=str(config)))
+    assert done.stderr.strip() == block.group(1).strip()
+    assert done.returncode == int(block.group(2))
+
+
+# -- a host typo -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("targets", [["vibeqc", "clustr"], ["clustr"]], ids=["runtime", "helper"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_host_typo_records_nothing(site, targets, as_json):
+    tmp, config, state, sha, env = site
+    before = sorted(p.relative_to(state) for p in state.rglob("*"))
+    log_before = (state / "admin.log").read_bytes() if (state / "admin.log").exists() else b""
+    result = run_vq("update", *targets, "--expected-sha", sha, *(["--json"] if as_json else []), config=config,
+                    state=state)
+    assert result.exit_code == 2
+    assert "'clustr' is not in the configuration" in result.stderr and "cluster" in result.stderr
+    if as_json:
+        assert result.json()["outcome"] == "usage"
+    assert sorted(p.relative_to(state) for p in state.rglob("*")) == before
+    assert not (state / "hosts" / "clustr").exists()
+    assert ((state / "admin.log").read_bytes() if (state / "admin.log").exists() else b"") == log_before
+
+
+def test_a_configured_host_without_authority_is_still_recorded(site):
+    """The control: a refusal of a configured host keeps its receipt and log line."""
+    tmp, config, state, sha, env = site
+    result = run_vq("update", "vibeqc", "login2", "--expected-sha", sha, config=config, state=state)
+    assert result.exit_code == 77
+    log = [json.loads(line) for line in (state / "admin.log").read_text().splitlines()]
+    assert log[-1]["host"] == "login2" and log[-1]["outcome"] == "refused"
+
+
+# -- installation and docs -------------------------------------------------------------
+
+INSTALL = "pip install ./hookspecs ./site_example ."
+
+
+def test_readme_and_operator_guide_give_the_same_installation():
+    for doc in (ROOT / "README.md", DOCS / "operator-guide.md"):
+        text = doc.read_text(encoding="utf-8")
+        assert INSTALL in text, f"{doc.name} does not give '{INSTALL}'"
+        for line in text.splitlines():
+            if re.search(r"\bpip install\b", line) and "-e " in line.split("#")[0]:
+                pytest.fail(f"{doc.name} gives an editable install to operators: {line.strip()}")
+        for part in ("./hookspecs", "./site_example"):
+            assert re.search(re.escape(f"`{part}`") + r"[^\n]*[:,-]", text), f"{doc.name} does not say why {part}"
+
+
+def test_build_output_of_the_sub_distributions_is_ignored():
+    done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "hookspecs/build/lib/x.py",
+                           "site_example/build/lib/x.py"], capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["hookspecs/build/lib/x.py", "site_example/build/lib/x.py"], done.stderr
+
+
+def test_docs_stand_alone():
+    """An operator has the docs, not the specification or the contract they came from."""
+    for doc in sorted(DOCS.glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        for outside in ("outside this tree", "spec/scheduler_runtime_deployment.md", "CONTRACT.md", "CONTRACT section"):
+            assert outside not in text, f"docs/{doc.name} sends the reader to {outside!r}"
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target:
+                continue
+            resolved = (doc.parent / target).resolve()
+            assert resolved.exists() and ROOT in resolved.parents, f"docs/{doc.name} links {target} outside the tree"

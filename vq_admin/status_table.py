@@ -1,0 +1,118 @@
+"""``vq admin status`` at a glance, on a terminal: one table per host.
+
+Rendering only: it takes the document :func:`vq_admin.commands.status.collect`
+builds (the same one ``--json`` prints) and lays it out::
+
+    cluster
+      PROGRAM         LAST OK                      LAST GOOD                    LAST RUN
+      (helper)        1f0c2a9b7e5d  -         3h   -                            ok       3h
+      vibeqc-release  3f2c9d0b8e6a  v1.2.3    2d   9a41c2e17d3b  v1.2.2   30d   failed   5m
+
+A SHA is shortened to 12 hex digits, each time is an age (``45s``, ``5m``,
+``3h``, ``2d``), and a last run that ended ``failed`` or ``unknown`` is
+highlighted (other outcomes but ``ok``/``already-current`` are too, in a
+milder colour).  Colour only on a terminal, and never when ``NO_COLOR`` is
+set (https://no-color.org).  Off a terminal ``status`` prints its full,
+unabbreviated lines instead, for scripts and mail.
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import time
+from typing import Any, Iterator
+
+from .output import safe_text
+
+SHORT_SHA = 12
+RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"
+#: Outcomes shown in red: the run did something and it is not known good.
+ALARM = frozenset({"failed", "unknown"})
+#: Outcomes shown as they are.
+FINE = frozenset({"ok", "already-current"})
+
+
+def use_color(stream) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def age(stamp: Any, now: float) -> str:
+    """``2026-11-30T10:00:00Z`` -> ``3h`` (how long before *now*); ``?`` when unreadable."""
+    if not isinstance(stamp, str):
+        return "-"
+    try:
+        seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return "?"
+    if seconds < 0:
+        return "future"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _short(sha: Any) -> str:
+    return str(sha)[:SHORT_SHA] if sha else "-"
+
+
+def _identity(record: dict[str, Any] | None, now: float) -> tuple[str, str, str]:
+    if not record:
+        return "-", "", ""
+    return _short(record.get("sha")), str(record.get("tag") or "-"), age(record.get("at"), now)
+
+
+def _rows(slot: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    if slot.get("helper"):
+        yield "(helper)", slot["helper"]
+    yield from sorted((slot.get("runtimes") or {}).items())
+
+
+def render(status: dict[str, Any], *, now: float | None = None, color: bool = False) -> list[str]:
+    """The table of every host in *status*, as lines (escape sequences only when *color*)."""
+    now = time.time() if now is None else now
+    hosts = status.get("hosts") or {}
+    if not hosts:
+        return [safe_text(f"no recorded runs in {status.get('state_dir')}")]
+    header = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
+    lines: list[str] = []
+    for host, slot in sorted(hosts.items()):
+        table = [header]
+        outcomes = []
+        for label, entry in _rows(slot):
+            last = entry.get("last") or {}
+            outcome = str(last.get("outcome") or "-")
+            outcomes.append(outcome)
+            table.append((label, *_identity(entry.get("last_ok"), now), *_identity(entry.get("last_good"), now),
+                          outcome, age(last.get("at"), now)))
+        table = [tuple(safe_text(cell) for cell in row) for row in table]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        # A header spans its identity's three cells (sha, tag, age).
+        for start in (1, 4):
+            span = widths[start] + widths[start + 1] + widths[start + 2] + 4
+            if len(header[start]) > span:
+                widths[start] += len(header[start]) - span
+        if lines:
+            lines.append("")
+        lines.append(safe_text(host))
+        for index, row in enumerate(table):
+            if index == 0:
+                cells = [row[0].ljust(widths[0]),
+                         row[1].ljust(widths[1] + widths[2] + widths[3] + 4),
+                         row[4].ljust(widths[4] + widths[5] + widths[6] + 4),
+                         row[7]]
+            else:
+                cells = [row[0].ljust(widths[0]),
+                         f"{row[1].ljust(widths[1])}  {row[2].ljust(widths[2])}  {row[3].rjust(widths[3])}",
+                         f"{row[4].ljust(widths[4])}  {row[5].ljust(widths[5])}  {row[6].rjust(widths[6])}",
+                         f"{row[7].ljust(widths[7])}  {row[8].rjust(widths[8])}"]
+            line = "  " + "  ".join(cells).rstrip()
+            if index and color:
+                outcome = outcomes[index - 1]
+                if outcome in ALARM:
+                    line = f"{RED_BOLD}{line}{RESET}"
+                elif outcome not in FINE:
+                    line = f"{YELLOW}{line}{RESET}"
+            lines.append(line)
+    return lines
