@@ -46,6 +46,7 @@ class Row:
     lane: str
     target: str
     fault: str
+    expected: str = ""
     outcome: str = ""
     exit: int | None = None
     next_run: str = "-"
@@ -57,7 +58,7 @@ class Row:
 
     def cells(self) -> list[str]:
         code = "SIGKILL" if self.exit == KILLED else str(self.exit)
-        return [self.lane, self.target, self.fault, self.outcome, code, self.next_run, self.verdict]
+        return [self.lane, self.target, self.fault, self.expected, self.outcome, code, self.next_run, self.verdict]
 
     def line(self) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in self.cells()) + " |"
@@ -103,6 +104,54 @@ def enumerate_targets(log: Path, modes_for, window=None) -> list[Target]:
         label = f"call {entry['index']} [{open_step or '-'}] {entry['where']}: {what}"
         calls.append(Target(label, f"call:{entry['index']}", modes_for(open_step, entry["where"], what)))
     return calls + steps
+
+
+# -- the one expected outcome of each row ----------------------------------------------
+
+#: Read-only steps before anything changed: an interruption there is unknown ("this run changed nothing").
+READ_ONLY_FIRST = ("pre-verify", "pre-verify-readback", "pre-identity")
+#: Steps that prepare without changing what runs (stages, mirror reads): nothing was installed -> failed.
+NOTHING_INSTALLED = ("stage-create", "stage-receive", "stage-verify", "mirror-probe", "mirror-read")
+#: Steps that change a host: a drop after, a timeout or a kill is resolved by read-back (here: proven -> ok).
+MUTATING = ("deploy", "helper", "mirror-feed")
+#: Steps after the change whose loss the read-back resolves (here: proven -> ok).
+AFTER_CHANGE = ("verify", "verify-readback", "stage-reclaim")
+
+
+def expected_outcome(label: str, fault: str) -> str:
+    """The one acceptable outcome of a row (docs/reliability.md, "One expected outcome per row").
+
+    * vq-admin SIGKILLed at a step boundary: ``killed`` (no receipt; the next run converges);
+    * a driver-side read before any step (git in the checkout) or closing the shared connection:
+      ``failed`` (nothing ran anywhere) and ``ok`` (the work was done) respectively;
+    * the read-only pre-verify (or pre-identity): ``unknown``, "this run changed nothing";
+    * staging and the mirror reads: ``failed``, nothing was installed;
+    * a mutating call: dropped before it ran, ``unknown`` (the read-back cannot prove the new
+      identity; the mirror feed's read-back proves nothing changed, so ``failed`` there); dropped
+      after, timed out or killed, ``ok`` by read-back -- never ``failed``;
+    * the final verify, its hash read-back, stage-reclaim: ``ok`` (resolved by a fresh read-back);
+    * the helper's read-back itself and mirror-confirm: ``unknown`` (the read that would resolve it
+      was the one lost); the preparer: ``unknown`` (it cannot be read back).
+    """
+    if fault in ("sigkill", "sigkill-after"):
+        return "killed"
+    match = re.search(r"\[([^\]]+)\]", label)
+    step = match.group(1) if match else "-"
+    if step == "-":
+        return "ok" if "ssh -O exit" in label else "failed"
+    if step in READ_ONLY_FIRST:
+        return "unknown"
+    if step in NOTHING_INSTALLED:
+        return "failed"
+    if step in MUTATING:
+        if fault == "drop-before":
+            return "failed" if step == "mirror-feed" else "unknown"
+        return "ok"
+    if step in AFTER_CHANGE:
+        return "ok"
+    if step in ("readback", "mirror-confirm", "prepare"):
+        return "unknown"
+    return "?"
 
 
 # -- judging one row --------------------------------------------------------------------
@@ -160,8 +209,14 @@ def judge_printed(world: World, done, lines_before: int, problems: list[str]) ->
     return receipt
 
 
-def judge_outcome(world: World, receipt: dict, before: dict, problems: list[str]) -> None:
+def judge_outcome(world: World, receipt: dict, before: dict, problems: list[str], expected: str | None = None) -> None:
     outcome = receipt["outcome"]
+    if expected is not None and outcome != expected:
+        problems.append(f"expected {expected}, got {outcome}")
+    if outcome == "failed" and any(s.get("status") == "interrupted" for s in receipt.get("steps", [])):
+        text = " ".join(receipt.get("errors") or [])
+        if "interrupted" not in text and "nothing" not in text:
+            problems.append("failed after an interrupted step without saying the transport was interrupted")
     if outcome in ("ok", "already-current"):
         problem = world.active_problem(world.b, receipt)
         if problem:
@@ -207,7 +262,7 @@ def converge(world: World, receipt: dict | None, problems: list[str]) -> str:
 
 
 def run_row(world: World, target: Target, mode: str) -> Row:
-    row = Row(world.lane, target.label, mode)
+    row = Row(world.lane, target.label, mode, expected_outcome(target.label, mode))
     world.reset()
     before = {"current": world.current_sha(), "last-ok": (world.lane_record("last-ok") or {}).get("sha"),
               "last-good": (world.lane_record("last-good") or {}).get("sha")}
@@ -219,6 +274,8 @@ def run_row(world: World, target: Target, mode: str) -> Row:
     receipt = None
     if done.exit_code == KILLED:
         row.outcome = "killed"
+        if row.expected != "killed":
+            row.problems.append(f"expected {row.expected}, got killed")
         if done.stdout:
             row.problems.append("a killed run printed a partial receipt")
         if len(log_lines(world.state)) != lines_before:
@@ -234,7 +291,7 @@ def run_row(world: World, target: Target, mode: str) -> Row:
         receipt = judge_printed(world, done, lines_before, row.problems)
         if receipt is not None:
             row.outcome = receipt["outcome"]
-            judge_outcome(world, receipt, before, row.problems)
+            judge_outcome(world, receipt, before, row.problems, row.expected)
     row.problems.extend(state_problems(world.state))
     if row.outcome in ("killed", "unknown"):
         row.next_run = converge(world, receipt, row.problems)
@@ -260,7 +317,8 @@ def run_table(worlds: list[World], targets: list[Target]) -> list[Row]:
             try:
                 rows[index] = run_row(world, target, mode)
             except Exception as exc:  # a harness failure is a failed row, never a lost one
-                rows[index] = Row(world.lane, target.label, mode, "harness error", None, "-", [repr(exc)])
+                rows[index] = Row(world.lane, target.label, mode, expected_outcome(target.label, mode), "harness error",
+                                  None, "-", [repr(exc)])
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in worlds]
     for t in threads:
@@ -293,8 +351,17 @@ def leaked_masters() -> set[str]:
 
 def close_masters(names: set[str]) -> None:
     """A SIGKILLed run cannot close its shared ssh connection (ControlPersist ends it
-    after 120 s); close and remove those of this test at once."""
+    after 120 s); close and remove those of this test at once.
+
+    Only directories whose run is gone (``vqssh-<pid>-*`` with a dead pid): /tmp is
+    shared, and a live run's directory (another test's, another user's) is never touched.
+    """
+    from vq_admin.state import pid_alive
+
     for name in names:
+        owner = name[len("vqssh-"):].split("-", 1)[0]
+        if not (owner.isdigit() and "-" in name[len("vqssh-"):]) or pid_alive(int(owner)):
+            continue
         directory = Path("/tmp") / name
         for sock in directory.glob("*"):
             subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "unused"], capture_output=True,

@@ -120,3 +120,25 @@ def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
     created, _ = make_stage(root, repo, sha, tmp_path)
     stage.reclaim(str(root), "runtime", "vibeqc", created, succeeded=True, keep_failed=3)
     assert sorted(p.name for p in parent.iterdir()) == remaining
+
+
+def test_reclaim_takes_in_the_unmarked_stages_of_interrupted_runs(tmp_path):
+    """Five interrupted runs left unmarked stages; the next run of the lane marks them failed and keeps 3."""
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    parent = root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+    left = []
+    for i in range(5):
+        created, _ = make_stage(root, repo, sha, tmp_path)
+        left.append(f"stage.2026010{i}T000000Z.0000000{i}")
+        os.rename(created, parent / left[-1])
+    created, _ = make_stage(root, repo, sha, tmp_path)
+    later = parent / "stage.20990101T000000Z.0000000f"  # a later run's stage (not older): never touched
+    later.mkdir()
+    result = stage.reclaim(str(root), "runtime", "vibeqc", created, succeeded=True, keep_failed=3)
+    assert sorted(result["abandoned"]) == left
+    assert sorted(p.name for p in parent.iterdir()) == sorted(left[2:] + [later.name])
+    assert all((parent / n / "FAILED").read_text().startswith("abandoned") for n in left[2:])
+    assert not (later / "FAILED").exists()

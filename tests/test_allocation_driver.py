@@ -49,7 +49,7 @@ def world(tmp_path, monkeypatch):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     verify = tmp_path / "verify.py"
-    verify.write_text(f"#!{sys.executable}\nimport sys\nprint('{{}}')\nsys.exit(1)\n")
+    verify.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(1)\n")  # prints nothing: nothing installed yet
     verify.chmod(0o755)
     repo = GitRepo(tmp_path / "repo")
     sha = repo.commit("A")
@@ -87,7 +87,9 @@ def test_dry_run_plans_the_agent_submission(world):
     argv = steps["deploy"]["argv"]
     assert argv[:12] == [AGENT, "alloc-run", "--root", str(world.scratch), "--program", "prog", "--attempt",
                          "<attempt>", "--timeout", "120", "--sbatch-arg=--time=10", "--sbatch-arg=--partition=debug"]
-    assert argv[12:15] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
+    assert argv[12:14] == ["--archive", "<stage>/source.tar"] and argv[14] == "--archive-sha256"
+    assert argv[16:19] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
+    assert "--progress" not in argv  # a dry run draws nothing; off a terminal the agent is never asked
     assert steps["deploy"]["where"] == "local" and "Slurm batch job" in steps["deploy"]["purpose"]
     assert not (world.scratch / ".vq-admin").exists()
 
@@ -119,7 +121,7 @@ def test_a_symlinked_program_directory_is_refused_through_the_driver(world):
     (world.scratch / ".vq-admin" / "runtime-deploy").mkdir(parents=True)
     os.symlink(elsewhere, world.scratch / ".vq-admin" / "runtime-deploy" / "prog")
     result = update(world)
-    assert result.exit_code == 1, result.stderr + result.stdout
+    assert result.exit_code == 77, result.stderr + result.stdout
     receipt = result.json()
     assert any("refused" in e and "symlink" in e for e in receipt["errors"])
     assert receipt["deploy"]["job_id"] is None and receipt["deploy"]["exit_code"] is None
@@ -141,7 +143,7 @@ def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_tail(tmp_path)
     path = sink.commit()
     assert sink.metrics == {"files": 12, "ratio": 0.5}
     assert path.read_bytes() == data and sink.bytes == len(data)
-    assert sink.xxh3 == xxhash.xxh3_64(data).hexdigest()
+    assert sink.digest == xxhash.xxh3_64(data).hexdigest() and sink.algorithm == "xxh3_64"
     assert sink.truncated and sink.text() == data[-64:].decode()
     assert [p.name for p in path.parent.iterdir()] == ["stdout"]  # no temp file left behind
 
@@ -163,8 +165,8 @@ def _call(tmp_path, summary: dict, out: bytes, err: bytes, ended: bool = True):
     sinks = {"stdout": TranscriptSink(tmp_path / "t", "stdout"), "stderr": TranscriptSink(tmp_path / "t", "stderr")}
     sinks["stdout"].write(out)
     sinks["stderr"].write(err)
-    sent = {name: {"bytes": len(data), "xxh3": xxhash.xxh3_64(data).hexdigest(),
-                   "settled_xxh3": xxhash.xxh3_64(data).hexdigest() if summary["settle"]["settled"] else None}
+    sent = {name: {"bytes": len(data), "checksum": "xxh3_64", "digest": xxhash.xxh3_64(data).hexdigest(),
+                   "settled_digest": xxhash.xxh3_64(data).hexdigest() if summary["settle"]["settled"] else None}
             for name, data in (("stdout", out), ("stderr", err))}
     records = {"summary": summary, **({"end": {"sent": sent}} if ended else {})}
     call = StreamCall(["agent"], "cluster", exit_code=0, records=records, ended=ended)
@@ -219,7 +221,7 @@ def test_a_stream_cut_before_its_end_is_incomplete(tmp_path):
 def test_a_transcript_changed_after_it_settled_is_unstable(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"abc\n", b"")
-    call.records["end"]["sent"]["stdout"]["settled_xxh3"] = "0" * 16
+    call.records["end"]["sent"]["stdout"]["settled_digest"] = "0" * 16
     allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
     assert stub.receipt.command_output["reason"] == "unstable"
 
@@ -233,3 +235,28 @@ def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path
     assert result.interrupted == "transport" and result.exit_code is None
     assert "job 9" in result.error_text() and stub.receipt.deploy["log_dir"] in result.error_text()
     assert stub.receipt.command_output["complete"] is False and stub.receipt.metrics_complete is False
+
+
+def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_path):
+    """An agent on a Python without xxhash names blake2b; the driver checks the digests in it."""
+    import hashlib
+
+    stub, _ = _stub_update(tmp_path)
+    out = b"VQ-DEPLOY-METRIC n=1\n"
+    call, sinks = _call(tmp_path, _summary(0, True, None, 3), out, b"")
+    summary = call.records["summary"]
+    summary["settle"]["checksum"] = "blake2b"
+    for name, data in (("stdout", out), ("stderr", b"")):
+        digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+        call.records["end"]["sent"][name].update(checksum="blake2b", digest=digest, settled_digest=digest)
+    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    output = stub.receipt.command_output
+    assert output["complete"] is True and output["checksum"] == "blake2b", output.get("problems")
+    # a wrong blake2b digest is damage in transit, not a pass
+    stub, _ = _stub_update(tmp_path / "again")
+    call, sinks = _call(tmp_path / "again", _summary(0, True, None, 3), out, b"")
+    call.records["summary"]["settle"]["checksum"] = "blake2b"
+    call.records["end"]["sent"]["stdout"].update(checksum="blake2b", digest="0" * 16, settled_digest="0" * 16)
+    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    assert stub.receipt.command_output["complete"] is False
+    assert any("received" in p for p in stub.receipt.command_output["problems"])

@@ -178,7 +178,7 @@ def test_checksums_are_streamed_xxh3_64(tmp_path):
     (tmp_path / "stdout").write_bytes(data)
     (tmp_path / "stderr").write_bytes(b"")
     state = settle.DirectoryObserver(str(tmp_path))()[0]
-    assert state.size == len(data) and state.xxh3 == xxhash.xxh3_64(data).hexdigest()
+    assert state.size == len(data) and state.digest == xxhash.xxh3_64(data).hexdigest()
 
 
 def test_observations_start_one_interval_apart_even_when_slow():

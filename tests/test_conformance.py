@@ -97,3 +97,37 @@ def test_dropping_script_arguments_fails_the_argv_shape(tmp_path):
     report = kit(tmp_path, drop_script_args=True)
     check = report.check("argv-shape")
     assert not check.ok and "--update-script-arg" in check.detail
+
+
+# -- generations: activation and prune (vq_admin.conformance.generations) -----------------
+
+DELETE_UNCURRENT = ("import json, os, shutil, sys; root = sys.argv[1]; "
+                    "current = os.readlink(os.path.join(root, 'current')).rsplit('/', 1)[-1]; "
+                    "[shutil.rmtree(os.path.join(root, 'releases', n)) for n in os.listdir(os.path.join(root, "
+                    "'releases')) if n != current]; print(json.dumps({'removed': [], 'kept': []}))")
+
+
+class DeletingPruner(MiniProvider):
+    """Prunes by deleting every release but current's, whatever it was asked to keep."""
+
+    @hookimpl
+    def vq_admin_runtime_prune(self, request):
+        root = request.settings["provider_options"]["root"]
+        return ProviderCommand(argv=(sys.executable, "-c", DELETE_UNCURRENT, root))
+
+
+def test_site_example_passes_the_activation_and_prune_cases(vq_provider_conformance):
+    report = vq_provider_conformance("site_example", provider_options={"command": SITE_EXAMPLE})
+    report.assert_ok()
+    names = {c.name for c in report.checks}
+    assert {"activate-B", "activate-refuses-unbuilt", "activate-A", "prune-keeps-kept",
+            "prune-report-truthful"} <= names
+
+
+def test_a_provider_that_deletes_a_kept_release_fails(tmp_path):
+    report = run_conformance("mini", plugin=DeletingPruner(), workdir=str(tmp_path))
+    assert not report.passed
+    failed = {c.name: c.detail for c in report.failed()}
+    assert list(failed)[0] == "prune-keeps-kept", report.text()
+    assert set(failed) <= {"prune-keeps-kept", "prune-report-truthful"}, report.text()
+    assert "kept release B" in failed["prune-keeps-kept"] and "removed" in failed["prune-keeps-kept"]

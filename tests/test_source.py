@@ -23,18 +23,20 @@ def test_no_tag_is_none_never_synthesized(repo):
     assert ident.git_tree == git(repo.path, "rev-parse", f"{repo.two}^{{tree}}")
 
 
-def test_a_unique_tag_is_taken_annotated_or_light(repo):
+def test_tags_at_the_sha_are_recorded_never_inferred(repo):
+    """CONTRACT section 4: the expected tag is null when none is requested (issue 14)."""
     repo.tag("v1", repo.one, annotated=True)
-    assert source.resolve(str(repo.path), repo.one, None).tag == "v1"
+    ident = source.resolve(str(repo.path), repo.one, None)
+    assert ident.tag is None and ident.tags == ("v1",)
     repo.tag("light", repo.two)
-    assert source.resolve(str(repo.path), repo.two, None).tag == "light"
+    assert source.resolve(str(repo.path), repo.two, None).tag is None
 
 
-def test_several_tags_need_an_explicit_choice(repo):
+def test_several_tags_are_recorded_and_one_may_be_chosen(repo):
     repo.tag("v1", repo.one)
     repo.tag("v1-final", repo.one, annotated=True)
-    with pytest.raises(UsageError, match="several tags point at"):
-        source.resolve(str(repo.path), repo.one, None)
+    ident = source.resolve(str(repo.path), repo.one, None)
+    assert ident.tag is None and ident.tags == ("v1", "v1-final")
     assert source.resolve(str(repo.path), repo.one, "v1-final").tag == "v1-final"
 
 

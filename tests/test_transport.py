@@ -66,3 +66,74 @@ def test_session_shares_one_control_directory_and_removes_it():
     import os
 
     assert not os.path.exists(control)
+
+
+def test_an_ssh_client_killed_by_a_signal_is_an_interrupted_transport(fp):
+    """The OOM killer, a logout or a SIGKILL ends the ssh client: -9 is not the remote command's status."""
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=-9)
+    t = SshTransport("cluster", None, None)
+    t.shell_checked = True
+    result = t.run(["/site/deploy"], timeout=10)
+    assert result.interrupted == "transport" and result.exit_code == -9
+    assert "killed by SIGKILL" in result.describe() and not result.ok
+
+
+def test_a_local_command_killed_by_a_signal_did_not_choose_its_status():
+    result = LocalTransport().run(["sh", "-c", "kill -KILL $$"], timeout=10)
+    assert result.interrupted == "transport" and result.exit_code == -9
+    assert "killed by SIGKILL" in result.describe()
+
+
+def test_a_remote_exit_status_of_137_stays_the_commands_own(fp):
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=137)
+    t = SshTransport("cluster", None, None)
+    t.shell_checked = True
+    result = t.run(["/site/deploy"], timeout=10)
+    assert result.interrupted is None and result.exit_code == 137
+
+
+def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
+    from vq_admin.lanes.allocation_stream import stream_call
+
+    call = stream_call(LocalTransport(), ["sh", "-c", "kill -KILL $$"], timeout=10, sinks={})
+    assert call.interrupted == "transport" and call.exit_code == -9 and "killed by SIGKILL" in call.describe()
+
+
+def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    from vq_admin.transport import sweep_control_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f"vqssh-{dead.pid}-abc").mkdir()
+    (tmp_path / f"vqssh-{dead.pid}-abc" / "sock").write_text("")
+    (tmp_path / f"vqssh-{os.getppid()}-live").mkdir()
+    (tmp_path / "vqssh-legacy-fresh").mkdir()
+    (tmp_path / "other").mkdir()
+    removed = sweep_control_dirs(str(tmp_path))
+    assert removed == [str(tmp_path / f"vqssh-{dead.pid}-abc")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"vqssh-{os.getppid()}-live", "vqssh-legacy-fresh",
+                                                                "other"])
+
+
+def test_temp_files_of_killed_runs_are_swept_from_the_state_directory(tmp_path):
+    import os
+    import subprocess
+
+    from vq_admin.state import StateDir
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    transcript = tmp_path / "receipts" / "r1.transcript"
+    transcript.mkdir(parents=True)
+    (transcript / f".tmp.stdout.{dead.pid}.ab12").write_text("partial")
+    (transcript / f".tmp.stderr.{os.getppid()}.cd34").write_text("a live run's")
+    (transcript / "stdout").write_text("kept")
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"runtime.h.p.lock.holder.{dead.pid}").write_text("")
+    removed = StateDir(tmp_path).sweep_leftovers()
+    assert sorted(removed) == sorted([f"receipts/r1.transcript/.tmp.stdout.{dead.pid}.ab12",
+                                      f"locks/runtime.h.p.lock.holder.{dead.pid}"])
+    assert sorted(p.name for p in transcript.iterdir()) == sorted(["stdout", f".tmp.stderr.{os.getppid()}.cd34"])

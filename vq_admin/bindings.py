@@ -43,7 +43,7 @@ SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and r
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
-         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed")
+         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned")
 
 
 class LauncherRefused(Refused):
@@ -129,6 +129,8 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     canonical = host
     try:
         latest, entry = registry.resolve(root, host, program, sha)  # one checked walk of the registry
+    except registry.PrunedError as exc:
+        raise _pruned(exc, program, host) from None
     except registry.RegistryError as exc:
         raise _corrupt(exc, program, host) from None
     if latest is None:  # no evidence under this name: an alias, or nothing yet
@@ -136,6 +138,8 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         if canonical != host:
             try:
                 latest, entry = registry.resolve(root, canonical, program, sha)
+            except registry.PrunedError as exc:
+                raise _pruned(exc, program, canonical) from None
             except registry.RegistryError as exc:
                 raise _corrupt(exc, program, canonical) from None
     if entry is None:
@@ -250,6 +254,12 @@ def _corrupt(exc: Exception, program: str, host: str) -> LauncherRefused:
     return LauncherRefused("evidence-corrupt", f"the verified-launcher registry cannot be trusted: {exc}",
                            f"inspect the file named (vq-admin never rewrites registry entries), then re-verify: "
                            f"vq admin update {program} {host} --expected-sha SHA --force")
+
+
+def _pruned(exc: "registry.PrunedError", program: str, host: str) -> LauncherRefused:
+    return LauncherRefused("pruned", f"{program} on {host}: {exc}",
+                           f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy this "
+                           f"one again: vq admin update {program} {host} --expected-sha {exc.sha}")
 
 
 def _use_printed(program: str, host: str, sha: str | None) -> str:

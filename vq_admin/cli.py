@@ -89,6 +89,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.set_defaults(func="providers")
 
     p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
+    p.add_argument("--connect", action="store_true",
+                   help="also reach every configured host (one ssh round trip each, in parallel): agent version, "
+                        "and sinfo where a profile builds in an allocation")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                   help="with --connect: bound on each host's round trip (default 30)")
     _common(p)
     p.set_defaults(func="check")
 
@@ -111,6 +116,32 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func="references")
 
+    p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    _common(p, "print exactly one JSON document (the receipt) on stdout")
+    p.set_defaults(func="rollback", force=False, cluster_install=False, update_script_arg=[])
+
+    p = sub.add_parser("prune", help="remove generations no job, LAST OK, LAST GOOD or recent run needs")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--keep", metavar="N", type=int, default=3,
+                   help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    _common(p, "print exactly one JSON document (the receipt) on stdout")
+    p.set_defaults(func="prune", force=False, cluster_install=False, update_script_arg=[])
+
+    p = sub.add_parser("history", help="stored runs, newest first")
+    p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("program", nargs="?", metavar="PROGRAM")
+    p.add_argument("--limit", metavar="N", type=int, default=None, help="print at most N runs (default 20)")
+    _common(p, "print one JSON document (schema vq-admin/history/1) on stdout")
+    p.set_defaults(func="history")
+
     p = sub.add_parser("provider", help="install or test a private site provider command")
     psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
     q = psub.add_parser("install", help="install one reviewed site command on a host (old/new hash, interpreter)")
@@ -128,6 +159,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
+    for option, what in (("--update-command", "update"), ("--install-command", "install"),
+                         ("--verify-command", "verify")):
+        q.add_argument(option, metavar="CMD", help=f"built-in 'command' provider only: the site's {what} command "
+                       "line ({root} expands to the disposable root)")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
     p.set_defaults(func="provider")
 
@@ -154,7 +189,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
-    if args is not None and getattr(args, "func", None) == "update":
+    if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 
         return error_document(args, error)
@@ -189,6 +224,18 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
             return Outcome.USAGE.exit_code
         argv = argv[1:]
+    if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse (vq_admin.entry)
+        from .entry import launcher
+
+        try:
+            try:
+                code = launcher(argv[1:], prog)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            return closed_stdout()
+        if code is not None:
+            return code
     try:
         try:
             return _main(prog, argv)  # --help and --version leave through SystemExit

@@ -67,6 +67,8 @@ class RuntimeProfile:
     prepare_command: tuple[str, ...] | None = None
     preparer_reads: str = "lane"
     provider_options: Mapping[str, str] = field(default_factory=dict)
+    activate_command: tuple[str, ...] | None = None  # rollback: switch current to an existing release
+    prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
 
     @property
     def build_place(self) -> str:
@@ -94,6 +96,8 @@ class RuntimeProfile:
             "prepare_command": self.prepare_command,
             "preparer_reads": self.preparer_reads,
             "provider_options": dict(self.provider_options),
+            "activate_command": self.activate_command,
+            "prune_command": self.prune_command,
         }
 
 
@@ -224,6 +228,7 @@ PROFILE_KEYS = {
     "provider", "update_command", "install_command", "verify_command", "update_host",
     "update_allocation", "timeout_seconds", "verify_timeout_seconds", "source_repo",
     "feed_source_mirror", "lane", "prepare_command", "preparer_reads", "provider_options",
+    "activate_command", "prune_command",
 }
 
 
@@ -323,6 +328,8 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         prepare_command=_command(table, "prepare_command", key),
         preparer_reads=_choice(table, "preparer_reads", key, PREPARER_READS, "lane"),
         provider_options=dict(options),
+        activate_command=_command(table, "activate_command", key),
+        prune_command=_command(table, "prune_command", key),
     )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .config import Config, HostConfig
-from .plugins import Providers
 from .state import StateDir
 from .transport import Session, Transport
+
+if TYPE_CHECKING:  # loaded only when a run needs a provider (vq_admin.plugins imports pluggy)
+    from .plugins import Providers
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ and every step of a lane through :func:`vq_admin.plan.execute` or
     * ``drop-after``: runs to its end, then reported as exit 255 (the session
       dropped after the remote command finished: the classic unknown outcome);
     * ``timeout``: runs to its end, then reported as vq-admin's own timeout;
-    * ``kill``: runs to its end, then reported as killed by a signal (ssh:
-      exit 255; local: exit -9).
+    * ``kill``: runs to its end, then reported as killed by SIGKILL (return
+      code -9: the ssh client, or a local command, ended by a signal, which
+      is an interrupted transport, never the command's exit status).
 
 ``step:NAME:sigkill`` / ``step:NAME:sigkill-after``
     SIGKILL vq-admin itself right before step NAME starts, or right after its

@@ -13,9 +13,9 @@ written to a fresh ``O_CREAT|O_EXCL|O_NOFOLLOW`` temporary file and renamed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,8 +32,6 @@ def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Pa
 
 @contextmanager
 def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> Iterator[Path]:
-    import fcntl
-
     path = lock_path(state_root, lane, host, program)
     tree = StateDir(state_root).tree
     fd = tree.open_lock(["locks"], path.name)
@@ -43,8 +41,11 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         except BlockingIOError:
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
                          f"({_holder(tree, path)}); nothing was run") from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
+        holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        try:
+            tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
+        except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one
+            pass
         yield path
     finally:
         os.close(fd)  # releases the flock

@@ -21,7 +21,7 @@ from .mirror import (
     probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
-from .transport import LocalTransport, RunResult, Transport
+from .transport import LocalTransport, RunResult, Transport, quote_argv
 
 #: runner(step name, transport, argv, env, timeout) -> RunResult
 Runner = Callable[[str, Transport, list[str], dict[str, str], float], RunResult]
@@ -174,8 +174,11 @@ class Feed:
     def confirm(self) -> None:
         """The mirror must now hold exactly what was pushed."""
         held = self._read_back if self._read_back is not None else self._read("mirror-confirm")
-        if held is None:
-            raise VqAdminError(f"the feed was pushed but the mirror {self.mirror.url} could not be read back")
+        if held is None:  # the push exited 0: the mirror may well have changed; only a read can tell
+            self.push["outcome"] = "unknown: git push exited 0 but the mirror could not be read back"
+            raise FeedUnknown(f"mirror-confirm: git push to {self.mirror.url} exited 0 but the mirror could not be "
+                              "read back (see the mirror-confirm step); the mirror may already hold the fed refs. "
+                              f"Re-check with: {quote_argv(self.read_command())}")
         for ref in self.refs:
             ref.new = held.get(ref.ref)
         wrong = [r for r in self.refs if r.pushed and r.new != r.requested]

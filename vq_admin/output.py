@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, TextIO
+TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 #: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
 #: controls that reorder what a terminal shows.

@@ -72,21 +72,28 @@ class Plan:
 
 
 def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
-            stdin: bytes | str | None = None, env: dict[str, str] | None = None) -> RunResult:
+            stdin: bytes | str | None = None, env: dict[str, str] | None = None, watch=None) -> RunResult:
     """Run *argv* for *step* through *transport* and record the result in it."""
     faults.step_boundary(step.name, "before")
     step.argv = [str(a) for a in argv]
     if env is not None:
         step.env = dict(env)
-    if isinstance(transport, LocalTransport) and step.argv:
-        problem = permissions.command_problem(step.argv)
-        if problem:  # a command word another user could have replaced is never run (exit 77)
-            step.status, step.detail = "failed", problem
-            raise Refused(f"{step.name}: {problem}; refusing to run it")
-    result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin)
+    refuse_unsafe_command(step, transport, step.argv)
+    result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin,
+                           **({"watch": watch} if watch is not None else {}))
     record(step, result)
     faults.step_boundary(step.name, "after")
     return result
+
+
+def refuse_unsafe_command(step: Step, transport: Transport, argv: Sequence[str]) -> None:
+    """A local command with a word another user could have replaced is never run (exit 77):
+    every absolute word counts, interpreter and script alike."""
+    if isinstance(transport, LocalTransport) and argv:
+        problem = permissions.command_problem(list(argv))
+        if problem:
+            step.status, step.detail = "failed", problem
+            raise Refused(f"{step.name}: {problem}; refusing to run it")
 
 
 def record(step: Step, result: RunResult) -> None:

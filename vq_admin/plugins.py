@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata as md
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -26,10 +25,13 @@ from vq_admin_hookspecs import (
     EvidenceError,
     HelperRequest,
     ProviderCommand,
+    PruneRequest,
     RuntimeRequest,
 )
 from vq_admin_hookspecs import specs as hookspec_module
 
+from .entrypoints import entry_points
+from .entrypoints import load as load_entry_point
 from .outcome import UsageError
 from .providers import command as command_provider
 
@@ -58,21 +60,17 @@ class ProviderInfo:
 
 
 def installed_providers() -> dict[str, list[InstalledProvider]]:
-    """Every provider entry point installed, by name (without loading any)."""
+    """Every provider entry point installed, by name (without loading any).
+
+    Read from the distributions' metadata files by :mod:`vq_admin.entrypoints`
+    (not ``importlib.metadata``, whose import alone costs more than the rest
+    of an already-current run's imports)."""
     found: dict[str, list[InstalledProvider]] = {}
-    for dist in md.distributions():
-        for ep in dist.entry_points:
-            if ep.group != ENTRY_POINT_GROUP:
-                continue
-            name = dist.metadata["Name"] or "?"
-            item = InstalledProvider(ep.name, name, dist.version or "?", ep.value)
-            if item not in found.setdefault(ep.name, []):
-                found[ep.name].append(item)
+    for ep in entry_points(ENTRY_POINT_GROUP):
+        item = InstalledProvider(ep.name, ep.distribution, ep.version, ep.value)
+        if item not in found.setdefault(ep.name, []):
+            found[ep.name].append(item)
     return found
-
-
-def _entry_point(name: str, offer: InstalledProvider) -> md.EntryPoint:
-    return md.EntryPoint(name=name, value=offer.value, group=ENTRY_POINT_GROUP)
 
 
 @dataclass
@@ -88,10 +86,12 @@ class Providers:
         pm.add_hookspecs(hookspec_module)
         pm.register(command_provider, name=BUILTIN)
         info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
-        installed = installed_providers()
+        installed: dict[str, list[InstalledProvider]] | None = None  # read only for a plugin provider
         for name in names:
             if name == BUILTIN or name in info:
                 continue
+            if installed is None:
+                installed = installed_providers()
             offers = installed.get(name, [])
             if not offers:
                 raise ProviderError(
@@ -103,7 +103,7 @@ class Providers:
                 raise ProviderError(f"provider {name!r} is offered by more than one distribution: {both}")
             offer = offers[0]
             try:
-                plugin = _entry_point(name, offer).load()
+                plugin = load_entry_point(offer.value)
             except Exception as exc:  # a broken provider must name itself
                 raise ProviderError(
                     f"provider {name!r} (entry point {offer.value} of {offer.distribution} {offer.version}) "
@@ -148,13 +148,20 @@ class Providers:
     def runtime_verify(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_runtime_verify", request)
 
+    def runtime_activate(self, provider: str, request: RuntimeRequest) -> ProviderCommand | None:
+        """The activation command, or ``None`` when the provider has none (rollback then updates)."""
+        return self._call(provider, "vq_admin_runtime_activate", request, optional=True)
+
+    def runtime_prune(self, provider: str, request: PruneRequest) -> ProviderCommand:
+        return self._call(provider, "vq_admin_runtime_prune", request)
+
     def helper_update(self, provider: str, request: HelperRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_helper_update", request)
 
     def helper_install(self, provider: str, request: HelperRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_helper_install", request)
 
-    def _call(self, provider: str, hook: str, request: object) -> ProviderCommand:
+    def _call(self, provider: str, hook: str, request: object, optional: bool = False):
         plugin = self.pm.get_plugin(provider)
         if plugin is None:
             raise ProviderError(f"provider {provider!r} is not loaded")
@@ -164,6 +171,8 @@ class Providers:
             result = caller(request=request)
         except (ValueError, KeyError, TypeError, EvidenceError) as exc:
             raise ProviderError(f"provider {provider!r} could not answer {hook}: {exc}") from None
+        if result is None and optional:
+            return None
         if result is None:
             raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
         if not isinstance(result, ProviderCommand):
@@ -179,7 +188,7 @@ def _hooks_of(pm: pluggy.PluginManager, name: str) -> tuple[str, ...]:
 
 
 def _own_version() -> str:
-    try:
-        return md.version("vq-admin")
-    except md.PackageNotFoundError:
-        return "?"
+    """vq-admin's own version (the package's, without scanning the installed distributions)."""
+    from . import __version__
+
+    return __version__

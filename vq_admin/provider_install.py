@@ -208,6 +208,11 @@ def _judge(receipt: dict[str, Any], result: RunResult, transport: Transport, hos
         if held == receipt["src_sha256"]:
             receipt["new_sha256"] = held
             return Outcome.OK
+        if result.where == "local" and result.exit_code is not None and result.exit_code < 0 and held is not None:
+            # A local install-file killed by a signal is dead (it was our child): the read-back shows what
+            # it left, and the rename it did not reach will never happen.
+            receipt["old_sha256"] = held
+            return Outcome.FAILED
         receipt["readback"]["next_command"] = quote_argv(
             ["vq", "admin", "provider", "install", receipt["src"], "--host", host.name, "--dest", dest])
         return Outcome.UNKNOWN

@@ -42,6 +42,7 @@ TERMINAL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", 
 SQUEUE = ["squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"]
 TIMEOUT = 120.0
 _GONE = re.compile(r"invalid job id", re.IGNORECASE)
+_FULL_SHA = re.compile(r"(?<![0-9A-Za-z])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9A-Za-z])")
 
 
 class CensusError(VqAdminError):
@@ -135,8 +136,13 @@ def census(state: StateDir, transport: Transport, host: str, program: str) -> di
             if re.search(re.escape(link) + r"(?![^/\s'\"])", job["text"]):
                 warnings.append(f"{label} names {link}, a mutable path: it runs whatever current is at dispatch, "
                                 "not a verified generation; resubmit it with the launcher vq admin launcher prints")
+    known = {row["sha"] for row in rows}
+    unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
+    for job in jobs:
+        for sha in sorted(set(_FULL_SHA.findall(job["text"])) - known):
+            unregistered.setdefault(sha, []).append(f"job {job['id']} ({job['state']})")
     for row in rows:
         row["referenced"] = bool(row["reasons"])
     return {"schema": SCHEMA, "host": host, "program": program, "where": transport.where, "taken_at": utc_now(),
             "complete": True, "jobs_scanned": len(jobs), "seconds": round(time.monotonic() - started, 3),
-            "generations": rows, "warnings": warnings}
+            "generations": rows, "warnings": warnings, "unregistered": unregistered}

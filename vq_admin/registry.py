@@ -10,13 +10,17 @@ state directory::
     registry/<host>/<program>/conflicts/<full sha>.json
                                                   a later verification of the same SHA
                                                   that attested a different launcher or bytes
+    registry/<host>/<program>/pruned/<full sha>.json
+                                                  ``vq admin prune`` removed the generation;
+                                                  lookups refuse it (PrunedError) until it is
+                                                  deployed and verified again
 
 An entry is created with ``link(2)`` from a fully written temp file, so it is
 never half-written and never replaced: a second verification of the same SHA
 leaves the first entry as it is.  Only ``latest.json`` is ever replaced
 (temp file + ``rename(2)``).  A lookup by (host, program, sha) is one
-``open()`` plus one ``stat()`` in the (normally absent) ``conflicts``
-directory, whatever the number of entries; no directory is ever listed on
+``open()`` plus one ``stat()`` each in the (normally absent) ``pruned`` and
+``conflicts`` directories, whatever the number of entries; no directory is ever listed on
 the lookup path.
 
 Reading fails closed (CONTRACT section 10): every level from the state
@@ -57,6 +61,17 @@ class RegistryError(ValueError):
     """An identity that cannot be registered, or an entry that cannot be trusted."""
 
 
+class PrunedError(RegistryError):
+    """The generation was removed by ``vq admin prune``; its launcher no longer exists."""
+
+    def __init__(self, message: str, sha: str) -> None:
+        super().__init__(message)
+        self.sha = sha
+
+
+PRUNED_SCHEMA = "vq-admin/pruned/1"
+
+
 def lane_dir(state_root: str | os.PathLike[str], host: str, program: str) -> str:
     """``<state>/registry/<host>/<program>``; *host* and *program* must be valid names."""
     if not NAME_RE.match(host) or not NAME_RE.match(program):
@@ -68,6 +83,79 @@ def entry_path(state_root: str | os.PathLike[str], host: str, program: str, sha:
     if not SHA_RE.match(sha):
         raise RegistryError(f"{sha!r} is not a full lower-case SHA")
     return os.path.join(lane_dir(state_root, host, program), sha + ".json")
+
+
+def pruned_path(entry: str) -> str:
+    """Where the mark of a pruned generation is kept (``pruned/<sha>.json``, normally absent)."""
+    directory, name = os.path.split(entry)
+    return os.path.join(directory, "pruned", name)
+
+
+def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str, receipt: str, at: str) -> str:
+    """Record that *sha* was removed by a prune (receipt *receipt*); its lookups then refuse."""
+    path = pruned_path(entry_path(state_root, host, program, sha))
+    mark = {"schema": PRUNED_SCHEMA, "host": host, "program": program, "sha": sha, "receipt": receipt,
+            "pruned_at": at}
+    _write(state_root, path, encode(mark), exclusive=True)  # a second prune of the same SHA keeps the first mark
+    return path
+
+
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+    """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
+    path = entry_path(state_root, host, program, sha)
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _read_mark_at(dfd, path, sha) if _exists_at(dfd, "pruned", sha) else None
+    finally:
+        os.close(dfd)
+
+
+def _exists_at(dfd: int, directory: str, sha: str) -> bool:
+    """Whether ``<directory>/<sha>.json`` exists in the lane (one ``stat``, never followed);
+    a lane whose answer cannot be read counts as having it (fail closed)."""
+    try:
+        os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+
+
+def _read_mark_at(dfd: int, entry: str, sha: str) -> dict:
+    """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
+    try:
+        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return {"receipt": "?", "pruned_at": "?"}
+    try:
+        return _read_at(sub, sha + ".json", pruned_path(entry)) or {"receipt": "?", "pruned_at": "?"}
+    except RegistryError:
+        return {"receipt": "?", "pruned_at": "?"}
+    finally:
+        os.close(sub)
+
+
+def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> None:
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return
+    try:
+        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RegistryError(f"cannot open {lane_dir(state_root, host, program)}/pruned: {exc.strerror}") from None
+    finally:
+        os.close(dfd)
+    try:
+        os.unlink(sha + ".json", dir_fd=sub)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(sub)
 
 
 def conflict_path(entry: str) -> str:
@@ -174,19 +262,40 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     lookups of that SHA refuse until an operator resolves it.  Raises
     :class:`RegistryError` for an identity that is not an immutable launcher.
     """
+    result, apply = plan_verified(state_root, host, program, verified)
+    apply()
+    return result
+
+
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict):
+    """What :func:`record_verified` will do, decided before anything is written.
+
+    Returns ``(result, apply)``: *result* is the receipt's ``registry``
+    object; ``apply()`` writes the entry (or the conflict) and ``latest.json``.
+    The caller stores the receipt first, so no record ever names a receipt
+    that does not exist (the lane lock keeps the decision valid until then).
+    """
     entry = make_entry(host, program, verified)
     path = entry_path(state_root, host, program, entry["sha"])
-    created = _write(state_root, path, encode(entry), exclusive=True)
+    first = _read_in_lane(state_root, host, program, os.path.basename(path))
+    created = first is None
     conflict = None
     if not created:
-        first = _read_in_lane(state_root, host, program, os.path.basename(path))
-        same = first is not None and all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
+        same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
-    _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
-    return {"entry": path, "created": created, "conflict": conflict}
+
+    def apply() -> None:
+        if created:
+            _write(state_root, path, encode(entry), exclusive=True)
+        elif conflict is not None:
+            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+        if conflict is None:  # deployed and verified again after a prune: valid again
+            _clear_pruned_mark(state_root, host, program, entry["sha"])
+        _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
+
+    return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
 def _parse_entry(data: bytes | None, path: str) -> dict | None:
@@ -295,14 +404,11 @@ def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict 
     problem = entry_problem(entry, host, program, sha)
     if problem is not None:
         raise RegistryError(f"{path}: {problem}")
-    try:
-        os.stat(os.path.join("conflicts", sha + ".json"), dir_fd=dfd, follow_symlinks=False)
-        conflicted = True
-    except (FileNotFoundError, NotADirectoryError):
-        conflicted = False
-    except OSError:
-        conflicted = True  # cannot prove there is none: fail closed
-    if conflicted:
+    if _exists_at(dfd, "pruned", sha):
+        found = _read_mark_at(dfd, path, sha)
+        raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
+                          f"release and launcher {entry['launcher']} were removed", sha)
+    if _exists_at(dfd, "conflicts", sha):
         raise RegistryError(
             f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
             f"bytes than {path}; the launcher is not immutable")

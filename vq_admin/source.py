@@ -12,11 +12,11 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from .agent.treeid import archive_identity
 from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
+_HEX_RE = re.compile(r"\A[0-9a-f]+\Z")
 #: git's ref name rules for refs/tags/<name>, narrowed to a safe alphabet: no "..", "//", "@{",
 #: no component starting with "." or ending with ".lock", no trailing "." or "/".
 TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)"
@@ -81,7 +81,61 @@ def check_tag_name(tag: str) -> str:
 def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
     """Resolve *sha* (full, lower case) and its tag in *repo*, read-only.
 
-    *with_tags* false (the helper lane) leaves tags out of the identity."""
+    The identity's ``tag`` is the requested one (checked to point at *sha*)
+    or ``None``; ``tags`` lists every tag at *sha*, for the record only.
+
+    *with_tags* false (the helper lane) leaves tags out of the identity.
+
+    Two git processes when all is well (what every cron run pays): one
+    ``git cat-file --batch`` gives the commit, its full name and its tree, and
+    ``git tag --points-at`` the tags.  Anything else (a SHA git does not answer
+    as that exact commit, a tag given that is not among those) is resolved step
+    by step for the precise refusal.
+    """
+    if not os.path.isdir(repo):
+        raise Refused(f"source repository {repo} does not exist")
+    tree = _commit_tree(repo, sha)
+    if tree is None:
+        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)
+    if not with_tags:
+        return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
+    tags = _tags_at(repo, sha)
+    if (tag is not None and tag not in tags) or any(not TAG_RE.match(t) for t in tags):
+        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)  # the precise refusal
+    # Without --tag the expected tag is null (CONTRACT section 4): the tags at the SHA are recorded as
+    # information (source.tags in the receipt), never inferred and required.
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=check_tag_name(tag) if tag else None, tags=tags)
+
+
+def _commit_tree(repo: str, sha: str) -> str | None:
+    """The tree of commit *sha* from one ``git cat-file --batch``; ``None`` when
+    git's answer is not exactly that commit (missing, another object format, ...)."""
+    argv = ["git", "-C", repo, "cat-file", "--batch"]
+    done = run_local_argv(argv, argv, "local", timeout=GIT_TIMEOUT, stdin=f"{sha}^{{commit}}\n".encode())
+    if done.interrupted:  # a timed-out or killed git says nothing about the repository
+        _checked(done, f"commit {sha}", repo)
+    if not done.ok or done.stdout_truncated:
+        return None
+    header, _, body = done.stdout.partition(b"\n")
+    fields = header.split(b" ")
+    if len(fields) != 3 or fields[0] != sha.encode() or fields[1] != b"commit":
+        return None
+    first = body.partition(b"\n")[0]
+    tree = first[len(b"tree "):].decode("ascii", "replace")
+    if not first.startswith(b"tree ") or len(tree) != len(sha) or not _HEX_RE.match(tree):
+        return None
+    return tree
+
+
+def _tags_at(repo: str, sha: str) -> tuple[str, ...]:
+    listed = git(repo, "tag", "--points-at", sha)
+    _checked(listed, f"the tags at {sha}", repo)  # a failed listing must not read as "no tag"
+    return tuple(sorted(t for t in listed.text().split() if t))
+
+
+
+def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
+    """:func:`resolve` one question per git call, for the precise refusal."""
     if not os.path.isdir(repo):
         raise Refused(f"source repository {repo} does not exist")
     fmt = git(repo, "rev-parse", "--show-object-format")
@@ -117,10 +171,8 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
             raise Refused(f"tag {tag} does not exist in {repo}")
         if _one_line(at) != sha:
             raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
-    elif len(tags) == 1:
-        tag = tags[0]
-    elif len(tags) > 1:
-        raise UsageError(f"several tags point at {sha} in {repo} ({', '.join(tags)}); name one with --tag")
+    # Without --tag the expected tag is null (CONTRACT section 4): the tags at the SHA in the driver's
+    # checkout are recorded as information (source.tags in the receipt), never inferred and required.
     return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
 
 
@@ -132,6 +184,8 @@ def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
         _checked(made, f"the archive of {ident.sha}", ident.repo)
     if not made.ok:
         raise Refused(f"git archive {ident.sha} failed in {ident.repo}: {made.error_text()}")
+    from .agent.treeid import archive_identity  # tarfile: only when an archive is made
+
     algo = "sha256" if len(ident.sha) == 64 else "sha1"
     computed = archive_identity(path, algo)
     if computed.git_tree != ident.git_tree:

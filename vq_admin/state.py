@@ -33,6 +33,11 @@ from .bounded import InputError, loads_json
 from .statefs import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
 
+#: Free space the state directory must have before a run changes anything (receipts with
+#: transcripts are larger; this is the floor that keeps the records of one run writable).
+MIN_FREE_BYTES = 1 << 20
+
+
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "vq-admin"
@@ -40,6 +45,40 @@ def default_state_dir() -> Path:
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process *pid* exists and is not a zombie (PID 1 reaps orphans late)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("State:"):
+                    return "Z" not in line.split()[1]
+    except OSError:
+        pass
+    return True
+
+
+#: Temp files without a pid in their name (written by an earlier version) are removed after this long.
+LEGACY_TEMP_AGE = 24 * 3600.0
+
+
+def _temp_owner(name: str) -> int | None:
+    """The pid in a temp file name (``.tmp.<name>.<pid>.<hex>``, ``<lock>.holder.<pid>``), if any."""
+    parts = name.split(".")
+    if ".holder." in name and parts[-1].isdigit():
+        return int(parts[-1])
+    if len(parts) >= 4 and parts[-2].isdigit():
+        return int(parts[-2])
+    return None
 
 
 def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
@@ -99,6 +138,69 @@ class StateDir:
         if fd is not None:
             os.close(fd)
 
+    # -- room to record a run -------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Bytes available to vq-admin in the state directory's filesystem (its nearest existing ancestor)."""
+        probe = self.root
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        st = os.statvfs(probe)
+        return st.f_bavail * st.f_frsize
+
+    def require_free_space(self, minimum: int | None = None) -> None:
+        """Refuse (77) before any mutation when the state filesystem cannot hold a run's records.
+
+        A run that changed a host must be able to store its receipt, the
+        registry entry, LAST OK and the admin log line; below
+        :data:`MIN_FREE_BYTES` nothing is started.
+        """
+        from .outcome import Refused
+
+        minimum = MIN_FREE_BYTES if minimum is None else minimum
+        try:
+            free = self.free_bytes()
+        except OSError as exc:
+            raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); nothing was run") from None
+        if free < minimum:
+            raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
+                          f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
+                          "log); nothing was run: free space there, then rerun")
+
+    # -- leftovers of killed runs ----------------------------------------------------
+
+    def sweep_leftovers(self) -> list[str]:
+        """Remove temp files that killed runs left in the state directory.
+
+        A temp file (``.tmp.*``, including ``receipts/<id>.transcript/.tmp.*``,
+        and a lock's ``.holder.<pid>``) is removed when the process named in it
+        is gone; one without a pid only when older than a day.  Nothing else
+        is touched, symlinks are never followed, and errors are ignored (this
+        is housekeeping, never a reason to fail a run).
+        """
+        removed: list[str] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+            for name in filenames:
+                if not (name.startswith(".tmp.") or ".holder." in name):
+                    continue
+                path = os.path.join(dirpath, name)
+                owner = _temp_owner(name)
+                try:
+                    st = os.lstat(path)
+                    if owner is not None:
+                        stale = owner != os.getpid() and not pid_alive(owner)
+                    else:
+                        stale = now - st.st_mtime > LEGACY_TEMP_AGE
+                    if stale:
+                        os.unlink(path)
+                        removed.append(os.path.relpath(path, self.root))
+                except OSError:
+                    continue
+        return removed
+
     # -- receipts -------------------------------------------------------------------
 
     def new_receipt_id(self, lane: str, host: str, program: str | None) -> str:
@@ -122,6 +224,9 @@ class StateDir:
 
     def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
         self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
+        from . import history
+
+        history.append(self.root, receipt)  # one line in receipts/index.jsonl, for vq admin history
         return self.receipt_path(receipt_id)
 
     # -- per-lane records -----------------------------------------------------------

@@ -237,10 +237,10 @@ class PrivateTree:
 # -- fd-relative primitives (also used by vq_admin.registry) --------------------------
 
 
-def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes | None:
-    """Read *name* in the directory *dfd*; ``None`` when absent.  Refuses (UnsafeState)
-    a symlink, a non-regular file (FIFO, directory, device), another owner, a
-    group/other-writable file, or more than *limit* bytes; never blocks."""
+def open_private_file(dfd: int, name: str, shown: str) -> int | None:
+    """An fd of *name* in the directory *dfd* for reading (the caller closes it); ``None``
+    when absent.  Refuses (UnsafeState) a symlink, a non-regular file (FIFO, directory,
+    device), another owner or a group/other-writable file; never blocks."""
     try:
         fd = os.open(name, READ_FLAGS, dir_fd=dfd)
     except FileNotFoundError:
@@ -258,8 +258,22 @@ def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes |
         problem = level_problem(shown, st, is_dir=False)
         if problem:
             raise _refuse(shown, problem)
-        if st.st_size > limit:
-            raise _refuse(shown, f"{shown} holds {st.st_size} bytes, more than the {limit} a state file may")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes | None:
+    """Read *name* in the directory *dfd* (checked as :func:`open_private_file`); ``None``
+    when absent; more than *limit* bytes is refused."""
+    fd = open_private_file(dfd, name, shown)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise _refuse(shown, f"{shown} holds {size} bytes, more than the {limit} a state file may")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -297,8 +311,15 @@ def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
     return fd
 
 
+def temp_name(name: str) -> str:
+    """``.tmp.<name>.<pid>.<random>``: the pid lets a later run remove what a killed one left
+    (:meth:`vq_admin.state.StateDir.sweep_leftovers`).  No ``secrets`` import: the launcher
+    path imports this module."""
+    return f".tmp.{name}.{os.getpid()}.{os.urandom(6).hex()}"
+
+
 def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    tmp = f".tmp.{name}.{os.urandom(6).hex()}"  # (no `secrets` import: the launcher path imports this module)
+    tmp = temp_name(name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         try:

@@ -3,10 +3,13 @@
 Two things can go wrong when running a command, and they are kept apart:
 
 * the command ran and exited non-zero: ``exit_code`` holds its status;
-* the transport was interrupted (ssh exited 255, or vq-admin's own timeout
-  fired): ``interrupted`` says which.  The command may still be running, or
-  may have finished, on the far side: that is an *unknown* outcome, resolved
-  only by a read-back, never by guessing.
+* the transport was interrupted (ssh exited 255, the ssh client was killed by
+  a signal -- the OOM killer, a logout that kills the user's processes, a
+  SIGKILL -- or vq-admin's own timeout fired): ``interrupted`` says which.
+  The command may still be running, or may have finished, on the far side:
+  that is an *unknown* outcome, resolved only by a read-back, never by
+  guessing.  A local command killed by a signal did not choose its exit
+  status either, and is classified the same way (:func:`classify_exit`).
 
 Remote commands are argv lists: each word is quoted on its own with
 :func:`shlex.quote` for a POSIX shell, and nothing is ever interpreted by a
@@ -23,16 +26,14 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
-
-from plumbum import local
+from typing import Callable, Iterable, Mapping, Sequence
 
 from . import faults
-from plumbum.commands.processes import CommandNotFound
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -63,7 +64,7 @@ class RunResult:
     stdout: bytes = b""
     stderr: bytes = b""
     seconds: float = 0.0
-    interrupted: str | None = None  # None | "transport" | "timeout"
+    interrupted: str | None = None  # None | "transport" | "timeout" | "job" (ended by a signal or the scheduler)
     stdout_truncated: bool = False
 
     @property
@@ -79,10 +80,41 @@ class RunResult:
     def describe(self) -> str:
         if self.interrupted == "timeout":
             return f"timed out after {self.seconds:.0f} s on {self.where}"
+        if self.interrupted == "job":  # a batch job that ended without choosing its status: the reason is the text
+            return self.error_text() or f"the job on {self.where} ended by a signal"
         if self.interrupted == "transport":
             tail = self.error_text().splitlines()[-1:] or ["(no message)"]
-            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+            return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         return f"exit status {self.exit_code} on {self.where}"
+
+
+def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
+    """``"transport"`` when *code* is not the command's own exit status, else ``None``.
+
+    Over ssh: exit 255 (ssh's own failures) and any end of the ssh client by a
+    signal (a negative return code: SIGKILL, the OOM killer, a logout).  For
+    a local command, a negative return code (killed by a signal) too: the
+    command did not choose that status, so only a read-back can tell what it
+    did.  Everything else is the command's own exit status.
+    """
+    if code is None:
+        return None
+    if code < 0:
+        return "transport"
+    if transport_exit is not None and code == transport_exit:
+        return "transport"
+    return None
+
+
+def describe_interruption(where: str, code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = "the ssh client" if where != "local" else "the command"
+        return f"{what} for {where} was killed by {name} (its exit status is not the command's)"
+    return f"ssh to {where} was interrupted (exit 255)"
 
 
 class Transport:
@@ -100,18 +132,28 @@ class Transport:
         timeout: float,
         env: Mapping[str, str] | None = None,
         stdin: bytes | str | None = None,
+        watch: Callable[..., None] | None = None,
     ) -> RunResult:
-        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in."""
+        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in.
+
+        *watch* (progress on a terminal) is called with the file descriptors
+        of the growing stdout and stderr captures once the command started,
+        and with none just before they are closed.
+        """
         argv = [str(a) for a in argv]
         full = self.wrap(argv, env or {})
         return run_local_argv(full, argv, self.where, timeout=timeout, stdin=stdin,
-                              transport_exit=self.transport_exit)
+                              transport_exit=self.transport_exit, watch=watch)
 
     transport_exit: int | None = None
 
     def describe_argv(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """The exact local argv that :meth:`run` would execute (for ``--dry-run``)."""
         return self.wrap([str(a) for a in argv], env or {})
+
+    def unshared(self) -> "Transport":
+        """The same place without the run's shared connection (see :meth:`SshTransport.unshared`)."""
+        return self
 
 
 class LocalTransport(Transport):
@@ -204,6 +246,16 @@ class SshTransport(Transport):
         remote = " ".join(shlex.quote(w) for w in words)
         return [*self.ssh_base(), "--", self.destination, remote]
 
+    def unshared(self) -> "SshTransport":
+        """This destination over a connection of its own, without the shared master.
+
+        For a run's first call, which may be its only one (an already-current
+        update): one ssh process, no master to start, nothing to close.  Once a
+        master is up (an earlier call of the run started one), the call uses it."""
+        if self.control_dir and _holds_anything(self.control_dir):
+            return self
+        return SshTransport(self.destination, self.ssh_config, None)
+
     def close(self) -> None:
         if not self.control_dir:
             return
@@ -219,6 +271,7 @@ def run_local_argv(
     timeout: float,
     stdin: bytes | str | None = None,
     transport_exit: int | None = None,
+    watch: Callable[..., None] | None = None,
 ) -> RunResult:
     """Run *full* locally (no shell), capturing output through temp files.
 
@@ -231,9 +284,8 @@ def run_local_argv(
     if fault == "drop-before":
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
-    try:
-        command = local[full[0]][full[1:]]
-    except CommandNotFound:
+    program = full[0] if "/" in full[0] else shutil.which(full[0])
+    if program is None:
         return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -242,7 +294,8 @@ def run_local_argv(
         else:
             stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
         try:
-            proc = command.popen(
+            proc = subprocess.Popen(
+                [program, *full[1:]],
                 stdin=stdin_arg,
                 stdout=out,
                 stderr=err,
@@ -254,6 +307,8 @@ def run_local_argv(
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(), time.monotonic() - started)
         interrupted = None
+        if watch is not None:
+            watch(out.fileno(), err.fileno())
         try:
             if isinstance(stdin, bytes):
                 proc.communicate(input=stdin, timeout=timeout)
@@ -266,12 +321,14 @@ def run_local_argv(
             _kill_group(proc)
             raise
         finally:
+            if watch is not None:
+                watch()
             if stdin_file is not None:
                 stdin_file.close()
         seconds = time.monotonic() - started
         code = proc.returncode
-        if interrupted is None and transport_exit is not None and code == transport_exit:
-            interrupted = "transport"
+        if interrupted is None:
+            interrupted = classify_exit(code, transport_exit)
         stdout, truncated = _read_capped(out)
         stderr, _ = _read_capped(err)
     result = RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
@@ -282,14 +339,16 @@ def run_local_argv(
 def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
     """A test fault (see :mod:`vq_admin.faults`) after the command really ran."""
     note = f"vq-admin test fault: {fault}\n".encode()
-    if fault == "drop-after" or (fault == "kill" and transport_exit is not None):
+    if fault == "drop-after":
         return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,
+                         result.seconds, "transport", result.stdout_truncated)
+    if fault == "kill":  # the local process (ssh client or command) ended by SIGKILL: not the command's status
+        return RunResult(result.argv, result.where, -signal.SIGKILL, result.stdout, result.stderr + note,
                          result.seconds, "transport", result.stdout_truncated)
     if fault == "timeout":
         return RunResult(result.argv, result.where, None, result.stdout, result.stderr + note,
                          result.seconds, "timeout", result.stdout_truncated)
-    return RunResult(result.argv, result.where, -9, result.stdout, result.stderr + note, result.seconds, None,
-                     result.stdout_truncated)
+    return result
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -304,6 +363,68 @@ def _read_capped(fh) -> tuple[bytes, bool]:
     fh.seek(0)
     data = fh.read(CAPTURE_LIMIT + 1)
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
+
+
+CONTROL_PARENT = "/tmp"
+CONTROL_PREFIX = "vqssh-"
+#: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
+LEGACY_CONTROL_AGE = 3600.0
+
+
+def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
+    """Remove ``/tmp/vqssh-<pid>-*`` directories of this user whose run is gone.
+
+    A killed run cannot close its shared ssh connection or remove its
+    directory.  Removed here: directories owned by us (never a symlink, never
+    another user's) whose pid is no longer alive, and old ones without a pid
+    whose sockets no longer answer.  Removing the socket of a master that is
+    still persisting only ends its reuse; the master exits at ControlPersist.
+    """
+    from .state import pid_alive
+
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and "-" in name[len(CONTROL_PREFIX):]:
+            stale = int(owner) != os.getpid() and not pid_alive(int(owner))
+        else:
+            stale = time.time() - st.st_mtime > LEGACY_CONTROL_AGE and not _answers(path)
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _answers(directory: str) -> bool:
+    """True when a control socket in *directory* still accepts a connection."""
+    import socket
+
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return False
+    for entry in entries:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(os.path.join(directory, entry))
+            return True
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return False
 
 
 @dataclass
@@ -321,8 +442,10 @@ class Session:
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
             if self.share_connections and self._control_dir is None:
-                # Short path: a unix socket path must stay under ~100 bytes.
-                self._control_dir = tempfile.mkdtemp(prefix="vqssh-", dir="/tmp")
+                # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
+                # later run remove the directory a killed run left (sweep_control_dirs).
+                sweep_control_dirs()
+                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 
@@ -330,8 +453,11 @@ class Session:
         return self.local() if transport == "local" else self.ssh(destination)
 
     def close(self) -> None:
-        for t in self._ssh.values():
-            t.close()
+        """Stop the shared masters; a run that started none (its control directory holds no
+        socket: an already-current run) runs no ``ssh -O exit`` at all."""
+        if self._control_dir and _holds_anything(self._control_dir):
+            for t in self._ssh.values():
+                t.close()
         self._ssh.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
@@ -342,6 +468,13 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _holds_anything(directory: str) -> bool:
+    try:
+        return bool(os.listdir(directory))
+    except OSError:
+        return False
 
 
 def quote_argv(argv: Iterable[str]) -> str:

@@ -125,6 +125,70 @@ class HelperRequest:
         object.__setattr__(self, "settings", _frozen_mapping(self.settings))
 
 
+@dataclass(frozen=True)
+class PruneRequest:
+    """What the prune hook is asked to do: remove releases of ``program``
+    outside ``keep``.
+
+    ``keep`` holds every full SHA vq-admin computed must stay (the active one,
+    LAST OK, LAST GOOD, the most recent verified ones and every SHA a queued,
+    running, suspended or held Slurm job references), lower case, sorted, no
+    duplicates.  The command runs on the scheduler login host.
+    """
+
+    program: str
+    host: str
+    keep: tuple[str, ...]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        keep = tuple(sorted({str(s).lower() for s in self.keep}))
+        for sha in keep:
+            if not is_full_sha(sha):
+                raise EvidenceError(f"PruneRequest.keep holds {sha!r}, not a full SHA")
+        if not keep:
+            raise EvidenceError("PruneRequest.keep is empty: the active generation is always kept")
+        object.__setattr__(self, "keep", keep)
+        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+
+
+def _sha_list(data: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
+    value = _field(data, key, (list,), what)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not FULL_SHA_RE.match(item) or item != item.lower():
+            raise EvidenceError(f"{what} field {key!r}[{i}] is {item!r}, not a full lower-case SHA")
+        if item in out:
+            raise EvidenceError(f"{what} field {key!r} names {item} twice")
+        out.append(item)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What a prune command prints on stdout: exactly one JSON object
+    ``{"removed": [sha, ...], "kept": [sha, ...]}`` (other fields are
+    ignored).  Parsed as strictly as the verify receipt; a SHA in both lists
+    is malformed."""
+
+    removed: tuple[str, ...]
+    kept: tuple[str, ...]
+
+    WHAT = "prune report"
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> "PruneReport":
+        data = parse_single_json_object(text, cls.WHAT)
+        report = cls(removed=_sha_list(data, "removed", cls.WHAT), kept=_sha_list(data, "kept", cls.WHAT))
+        both = sorted(set(report.removed) & set(report.kept))
+        if both:
+            raise EvidenceError(f"{cls.WHAT} lists {both[0]} as both removed and kept")
+        return report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "kept": list(self.kept)}
+
+
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:

@@ -27,7 +27,7 @@ or helper install; the helper's identity is then read back by vq-admin itself.
 from __future__ import annotations
 
 from .markers import hookspec
-from .records import HelperRequest, ProviderCommand, RuntimeRequest
+from .records import HelperRequest, ProviderCommand, PruneRequest, RuntimeRequest
 
 # -- runtime lane -----------------------------------------------------------------
 
@@ -77,6 +77,51 @@ def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand | None:
     """
 
 
+# -- generations: rollback and prune ----------------------------------------------
+
+
+@hookspec(firstresult=True)
+def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand | None:
+    """Switch the stable link of ``request.program`` to the existing, already
+    built release of ``request.expected_sha`` (``vq admin rollback``).
+
+    :param request: as for update, but ``source_archive`` is ``None`` and
+        ``update_script_args`` is empty: nothing is staged and nothing is
+        built.  ``where`` is ``"build-host"`` or ``"login-host"`` (where the
+        update runs; never ``"allocation"``).
+    :returns: the command, or ``None`` when the provider cannot activate
+        (vq-admin then rolls back by running the provider's update for the
+        target). It must switch ``current`` atomically (a temporary link
+        renamed over it, never remove-then-create), must not build, rewrite
+        or remove any release or launcher, and must fail (non-zero) when the
+        release is missing, incomplete or records another program, SHA or
+        tag. Success is decided by the read-only verify that follows.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
+    """Remove releases of ``request.program`` that are not in ``request.keep``
+    (``vq admin prune``), on the scheduler login host.
+
+    :param request: the program, host, the keep set (full lower-case SHAs;
+        never empty) and the profile ``settings``.
+    :returns: the command, or ``None`` when the provider cannot prune (the
+        run then exits 2 naming ``prune_command``). Its stdout must be
+        exactly one JSON object, the prune report, parsed by
+        :meth:`~.records.PruneReport.parse`:
+        ``{"removed": [sha, ...], "kept": [sha, ...]}``. It may remove only
+        per-SHA releases outside ``keep``, never the target of ``current``,
+        and must never follow a symbolic link. vq-admin afterwards proves the
+        active identity again and re-hashes every kept launcher; a kept
+        release that is gone or changed fails the run.
+
+    Stops at first non-None result.
+    """
+
+
 # -- helper lane ------------------------------------------------------------------
 
 
@@ -112,6 +157,8 @@ HOOK_NAMES = (
     "vq_admin_runtime_verify",
     "vq_admin_runtime_update",
     "vq_admin_runtime_install",
+    "vq_admin_runtime_activate",
+    "vq_admin_runtime_prune",
     "vq_admin_helper_update",
     "vq_admin_helper_install",
 )

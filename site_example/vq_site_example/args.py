@@ -5,6 +5,7 @@
     vq-site-example deploy  --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
     vq-site-example install --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
     vq-site-example verify  --root ROOT --program P --expected-sha SHA [--tag T]
+    vq-site-example activate --root ROOT --program P --expected-sha SHA [--tag T]
 
 ``--jobs`` and ``--note`` are the only accepted ``--update-script-arg``
 values; anything else is a usage error (exit 2).  No option may be given
@@ -127,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="site arg: build parallelism, exported as VQ_BUILD_JOBS")
         sub.add_argument("--note", type=note, default=None, action=_Once,
                          help="site arg: free text recorded in the release's BUILD-LOG")
+    sub = verbs.add_parser("activate", allow_abbrev=False,
+                           help="switch current to an existing validated release; builds nothing")
+    _common(sub)
+    sub.add_argument("--jobs", type=jobs, default=None, action=_Once, help=argparse.SUPPRESS)
     sub = verbs.add_parser("verify", allow_abbrev=False,
                            help="read-only: print the verify receipt of the active release")
     _common(sub)

@@ -1,4 +1,4 @@
-"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify`` and ``prune``.
+"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify``, ``activate`` and ``prune``.
 
 Runs on the build host (deploy/install) and the scheduler login host
 (verify); standard library only.  Exit codes are those of
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import signal
 import sys
-import traceback
 from typing import Sequence
 
-from . import args, deploy, retention, verify
+from . import args
 from .errors import EXIT_FAILED, SiteError, failed
 
 
@@ -29,12 +28,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["prune"]:  # retention: vq_site_example.retention
+            from . import retention
+
             return retention.run(argv[1:])
         ns = args.parse(argv)
-        if ns.verb == "verify":
+        if ns.verb == "verify":  # read-only, run for every update: only what it needs is imported
+            from . import verify
+
             return verify.run(ns)
+        if ns.verb == "activate":
+            from . import activate
+
+            return activate.run(ns)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _terminate)
+        from . import deploy
+
         return deploy.run(ns)
     except SiteError as exc:
         print(f"vq-site-example: error: {exc.message}", file=sys.stderr)
@@ -43,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vq-site-example: error: interrupted", file=sys.stderr)
         return EXIT_FAILED
     except Exception:  # an unforeseen failure is a failed step, with its evidence
+        import traceback
+
         traceback.print_exc()
         return EXIT_FAILED
 

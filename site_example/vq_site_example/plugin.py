@@ -13,7 +13,8 @@ configured by the profile's ``provider_options`` table::
   the target hosts; an absolute path is recommended so ``PATH`` on a
   non-interactive ssh session does not decide what runs.
 
-Only the runtime hooks are implemented; the helper lane hooks are left to a
+Only the runtime hooks are implemented (update, install, verify, activate
+for ``vq admin rollback`` and prune for ``vq admin prune``); the helper lane hooks are left to a
 separate helper provider, so a profile using this provider for the helper
 lane is refused by vq-admin (exit 2) before anything runs.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, hookimpl
+from vq_admin_hookspecs import ProviderCommand, PruneRequest, RuntimeRequest, hookimpl
 
 DEFAULT_COMMAND = "vq-site-example"
 
@@ -48,19 +49,19 @@ def _options(request: RuntimeRequest) -> tuple[str, str]:
 
 
 def build_argv(verb: str, request: RuntimeRequest) -> list[str]:
-    """The exact argv for *verb* (``deploy``, ``install`` or ``verify``).
+    """The exact argv for *verb* (``deploy``, ``install``, ``verify`` or ``activate``).
 
     ``[command, verb, "--root", root, *update_script_args (not verify),
     "--program", P, "--expected-sha", SHA, ["--tag", T], ["--source-archive", PATH (not verify)]]``
     """
     command, root = _options(request)
     argv = [command, verb, "--root", root]
-    if verb != "verify":
+    if verb not in ("verify", "activate"):
         argv += list(request.update_script_args)
     argv += ["--program", request.program, "--expected-sha", request.expected_sha]
     if request.tag is not None:
         argv += ["--tag", request.tag]
-    if verb != "verify" and request.source_archive is not None:
+    if verb not in ("verify", "activate") and request.source_archive is not None:
         argv += ["--source-archive", request.source_archive]
     return argv
 
@@ -81,3 +82,17 @@ def vq_admin_runtime_install(request: RuntimeRequest) -> ProviderCommand:
 def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand:
     """Read-only: print the verify receipt of what is active under ``root``."""
     return ProviderCommand(argv=tuple(build_argv("verify", request)))
+
+
+@hookimpl
+def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand:
+    """Rollback: switch ``current`` to the existing release (atomic rename); builds nothing."""
+    return ProviderCommand(argv=tuple(build_argv("activate", request)))
+
+
+@hookimpl
+def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand:
+    """Remove full-SHA release directories outside ``request.keep`` (never current's target)."""
+    command, root = _options(request)  # type: ignore[arg-type]
+    keep = [word for sha in request.keep for word in ("--keep", sha)]
+    return ProviderCommand(argv=(command, "prune", "--root", root, "--program", request.program, *keep))

@@ -4,6 +4,13 @@
 
     vq-site-example prune --root ROOT --program P --referenced-file CENSUS
                           [--keep-sha SHA]... [--max-age SECONDS] [--dry-run]
+    vq-site-example prune --root ROOT --program P --keep SHA [--keep SHA]...
+
+The second form is what ``vq admin prune`` runs (``prune_command``, or the
+plugin's ``vq_admin_runtime_prune`` hook): vq-admin has computed the keep set
+(active, LAST OK, LAST GOOD, recent, every SHA a Slurm job references) and
+the report on stdout is ``{"removed": [...], "kept": [...]}`` (plus
+``reasons``, ``current``, ``root``).
 
 ``CENSUS`` is the output of ``vq admin references P HOST --json`` (schema
 ``vq-admin/references/1``), taken just before.  A release ``ROOT/releases/<sha>``
@@ -12,7 +19,7 @@ is removed only when every one of these holds:
 * its name is a full lower-case SHA and it is a real directory (never a
   symlink, never a ``.partial.*`` build);
 * ``current`` does not point at it;
-* it is not named by ``--keep-sha``;
+* it is not named by ``--keep-sha`` or ``--keep``;
 * the census gives it no reason to be kept (``current``, ``last-good``, or a
   queued or running job whose script or command names it);
 * its ``PROGRAM`` file names ``P``.
@@ -60,8 +67,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                      description="Remove releases that are not current, not kept and not referenced.")
     parser.add_argument("--root", required=True, type=root_path)
     parser.add_argument("--program", required=True, type=program_name)
-    parser.add_argument("--referenced-file", required=True, metavar="CENSUS",
+    parser.add_argument("--referenced-file", metavar="CENSUS",
                         help="output of 'vq admin references PROGRAM HOST --json'")
+    parser.add_argument("--keep", type=full_sha, action="append", default=[], metavar="SHA",
+                        help="the keep set computed by 'vq admin prune' (repeatable); prints kept as a list")
     parser.add_argument("--keep-sha", type=full_sha, action="append", default=[], metavar="SHA")
     parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE, metavar="SECONDS",
                         help="refuse a census older than this (default 900)")
@@ -128,7 +137,12 @@ def run(argv: Sequence[str]) -> int:
     ns = parse(argv)
     if not 0 < ns.max_age < float("inf"):
         raise usage(f"--max-age {ns.max_age} must be a positive number of seconds")
-    referenced = read_census(ns.referenced_file, ns.program, ns.max_age)
+    if ns.referenced_file is None and not ns.keep:
+        raise usage("give the keep set (--keep SHA ..., as vq admin prune does) or --referenced-file CENSUS; "
+                    "nothing removed")
+    referenced = read_census(ns.referenced_file, ns.program, ns.max_age) if ns.referenced_file else {}
+    for sha in ns.keep:
+        referenced.setdefault(sha, []).append("--keep")
     lyt = Layout(ns.root)
     if not fsutil.is_real_dir(lyt.root) or not fsutil.is_real_dir(lyt.releases):
         raise usage(f"{lyt.releases} is not a real directory; nothing to prune")
@@ -149,6 +163,10 @@ def run(argv: Sequence[str]) -> int:
             if not ns.dry_run:
                 _remove(lyt, name)
             removed.append(name)
+    if ns.keep:  # the vq-admin prune report: kept as a list, the reasons apart
+        print(json.dumps({"root": lyt.root, "program": ns.program, "current": current, "dry_run": ns.dry_run,
+                          "kept": sorted(kept), "reasons": kept, "removed": removed}, sort_keys=True))
+        return 0
     print(json.dumps({"root": lyt.root, "program": ns.program, "current": current, "dry_run": ns.dry_run,
                       "kept": kept, "removed": removed}, sort_keys=True))
     return 0

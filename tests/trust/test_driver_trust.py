@@ -328,7 +328,7 @@ def test_an_interpreter_prefixed_writable_script_is_refused(arena):
     script = arena / "shared" / "deploy.sh"
     nobody_sh(f"printf 'touch {marker}\\n' > {script}")
     verify = arena / "private" / "verify"
-    verify.write_text("#!/bin/sh\necho '{}'\n")
+    verify.write_text("#!/bin/sh\nexit 1\n")  # nothing installed yet: silent, non-zero (the build may proceed)
     verify.chmod(0o755)
     repo = GitRepo(arena / "private" / "repo")
     sha = repo.commit("A")

@@ -22,7 +22,8 @@ it.  An attempt directory is never reused: creating an existing name fails.
 then settle the transcripts, apply retention and stream the transcripts
 back (see :mod:`.frames`) while the attempt is still live.
 
-Standard library (+ ``xxhash``): runs inside ``vq-admin-agent``.
+Standard library (+ ``xxhash`` when importable): runs inside
+``vq-admin-agent`` on Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from . import retention, safedirs, securepath, slurmjob
+from . import checksum, retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
-from .settle import DirectoryObserver, SettleResult, settle
+from .progress import Reporter, settle_record
+from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -126,13 +128,8 @@ class MissingDependency(Exception):
     """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
 
 
-def require_xxhash() -> None:
-    """Checked before anything is created or submitted: settling needs xxh3-64."""
-    try:
-        import xxhash  # noqa: F401
-    except ImportError:
-        raise MissingDependency(f"the Python module xxhash is not importable by {sys.executable}; install "
-                                "vq-admin with its dependencies on this host (nothing was submitted)") from None
+#: Seconds the agent looks for a cancelled job's final state after a timeout.
+CANCEL_STATE_WAIT = 10.0
 
 
 def program_parts(program: str) -> list[str]:
@@ -281,7 +278,11 @@ def job_script(python: str | None = None) -> bytes:
         python = "/usr/bin/env python3"
     else:
         python += " -I"  # isolated: no PYTHONPATH, no user site, no script directory on sys.path
-    return f"#!{python}\n{JOB_SCRIPT}".encode()
+    # The job imports the secure-path rule from this same agent, wherever it lives (a pip
+    # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
+    # the interpreter's site-packages may hold.
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return f"#!{python}\nimport sys; sys.path.insert(0, {here!r})\n{JOB_SCRIPT}".encode()
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,8 @@ def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding |
             f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", *job]
 
 
-def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None) -> dict:
+def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None,
+           progress: bool = False) -> dict:
     """Settle, apply retention, stream the transcripts: the common end of run and reconcile.
 
     A job that was never submitted wrote nothing: its files are observed
@@ -356,7 +358,11 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     kw = dict(settle_kw or {})
     if summary.get("submitted") is False:
         kw["max_observations"] = 1
-    result: SettleResult = settle(DirectoryObserver(attempt.path), **kw)
+    algorithm = checksum.default_algorithm()
+    if progress:
+        limit = kw.get("max_observations", MAX_OBSERVATIONS)
+        kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, limit))
+    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
         summary["retention"] = retention.prune(attempt.program_fd, attempt.name)
@@ -364,8 +370,8 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     sent = {}
     for kind, name, state in (("out", "stdout", result.last[0]), ("err", "stderr", result.last[1])):
         limit = state.size if result.settled else None
-        sent[name] = frames.stream_file(kind, attempt.fd, name, limit)
-        sent[name]["settled_xxh3"] = state.xxh3 if result.settled else None
+        sent[name] = frames.stream_file(kind, attempt.fd, name, limit, algorithm)
+        sent[name]["settled_digest"] = state.digest if result.settled else None
     frames.record("end", {"sent": sent})
     return summary
 
@@ -382,9 +388,14 @@ def base_summary(attempt: Attempt) -> dict:
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
-        settle_kw: dict | None = None, archive: str | None = None, archive_sha256: str | None = None) -> dict:
-    """Create the attempt, submit and wait (bounded), then :func:`finish`."""
-    require_xxhash()
+        settle_kw: dict | None = None, archive: str | None = None, archive_sha256: str | None = None,
+        progress: float | None = None) -> dict:
+    """Create the attempt, submit and wait (bounded), then :func:`finish`.
+
+    With *progress* (seconds), ``progress`` records report the queue state
+    and the transcript's last line during the wait, and each settle
+    observation (see :mod:`.progress`).
+    """
     for key in env:
         if not ENV_NAME_RE.match(key):
             raise ValueError(f"bad environment variable name {key!r}")
@@ -398,6 +409,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         attempt.write_file("argv.json", spec)
         attempt.write_file("job.py", job_script(), 0o700)
         summary = base_summary(attempt)
+        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
+                    if progress else None)
 
         def on_job_id(job_id: str) -> None:
             try:
@@ -405,8 +418,14 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
+            if reporter is not None:
+                reporter.start(job_id)
 
-        sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id)
+        try:
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id)
+        finally:
+            if reporter is not None:
+                reporter.stop()
         summary.update(job_id=sub.job_id, submitted=sub.submitted, sbatch_exit_code=sub.sbatch_exit_code,
                        timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
         if sub.error:
@@ -416,11 +435,20 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             how, fields = slurmjob.scontrol_state(sub.job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
                 summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
+            elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
+                end, _, _ = slurmjob.find_end(sub.job_id, f"vq-deploy-{program}")
+                if end is not None:
+                    summary.update(job_state=end.state, job_exit_code=end.raw_exit)
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
                                     + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
                                        else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
-        return finish(attempt, frames, summary, settle_kw=settle_kw)
+            if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
+                search = slurmjob.wait_for_end(sub.job_id, f"vq-deploy-{program}", CANCEL_STATE_WAIT, poll=1.0)
+                summary["job_state"] = search.end.state if search.end else search.last_state
+                if search.end is not None:
+                    summary["job_exit_code"] = search.end.raw_exit
+        return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
         attempt.close()
 
@@ -428,7 +456,6 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
               settle_kw: dict | None = None, poll: float = 2.0) -> dict:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
-    require_xxhash()
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})

@@ -5,9 +5,10 @@ one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
 stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
 75 (``lease`` only) the lease is held by another run.
 
-Standard library only (the allocation verbs also use ``xxhash``, imported
-lazily), and nothing of the driver side is imported: the agent must run on a
-host that has only this package's files.
+Standard library only, on Python 3.8 and later (the allocation verbs use
+``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
+the driver side is imported: the agent must run on a host that has only this
+package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
 
 ``lease`` prints one JSON line and then holds the lease until its stdin
 closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
@@ -25,9 +26,8 @@ import os
 import stat
 import sys
 
-from . import allocation, identity, install_file, lease, safedirs, securepath, stage
+from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
 from .frames import FrameWriter
-from .treeid import file_sha256
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
 #: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
@@ -40,28 +40,14 @@ def _emit(obj: dict) -> None:
 
 
 def cmd_hash_file(args: argparse.Namespace) -> int:
-    path = args.path
-    try:
-        st = os.stat(path)
-        real = os.path.realpath(path)
-        lst = os.lstat(path)
-    except OSError as exc:
-        _emit({"path": path, "exists": False, "error": exc.strerror})
-        return EXIT_FAILED
-    if not stat.S_ISREG(st.st_mode):
-        _emit({"path": path, "exists": True, "regular": False, "error": "not a regular file"})
-        return EXIT_FAILED
-    _emit({
-        "path": path,
-        "exists": True,
-        "regular": True,
-        "is_symlink": stat.S_ISLNK(lst.st_mode),
-        "realpath": real,
-        "size": st.st_size,
-        "executable": bool(st.st_mode & 0o111),
-        "sha256": file_sha256(path),
-    })
-    return 0
+    answer, code = verify_readback.hash_answer(args.path)
+    _emit(answer)
+    return code
+
+
+def cmd_verify_readback(args: argparse.Namespace) -> int:
+    """The read-only verify and the launcher read-back in one call (see :mod:`.verify_readback`)."""
+    return verify_readback.main(args.command)
 
 
 def cmd_check_paths(args: argparse.Namespace) -> int:
@@ -149,6 +135,48 @@ def cmd_identity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_version(args: argparse.Namespace) -> int:
+    """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
+    from .. import __version__
+    from . import checksum
+
+    found = {
+        "version": __version__,
+        "python_version": ".".join(map(str, sys.version_info[:3])),
+        "interpreter": sys.executable,
+        "checksum": checksum.default_algorithm(),
+    }
+    if args.sinfo:
+        found["sinfo"] = _sinfo()
+    _emit(found)
+    return 0
+
+
+SINFO_TIMEOUT = 20.0
+
+
+def _sinfo() -> dict:
+    """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
+    import subprocess
+
+    argv = ["sinfo", "-h", "-o", "%t"]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=SINFO_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
+    except OSError as exc:
+        return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
+    states: dict = {}
+    for line in done.stdout.decode("utf-8", "replace").split():
+        states[line] = states.get(line, 0) + 1
+    error = done.stderr.decode("utf-8", "replace").strip()[-300:] or None
+    if done.returncode == 0 and not states:
+        error = "sinfo listed no nodes"
+    return {"argv": argv, "exit_code": done.returncode, "states": states,
+            "error": error if (done.returncode or not states) else None}
+
+
 def cmd_install_file(args: argparse.Namespace) -> int:
     """Replace one file atomically from stdin (see :mod:`.install_file`)."""
     try:
@@ -168,6 +196,13 @@ def _positive(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite positive number of seconds")
+    return value
+
+
+def _at_least_one(text: str) -> float:
+    value = _positive(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 second")
     return value
 
 
@@ -199,7 +234,7 @@ def _alloc_verb(body) -> int:
 def cmd_alloc_run(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: allocation.run(
         args.root, args.program, args.command, dict(args.env), args.sbatch_arg, args.timeout, frames, args.attempt,
-        archive=args.archive, archive_sha256=args.archive_sha256))
+        archive=args.archive, archive_sha256=args.archive_sha256, progress=args.progress))
 
 
 def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
@@ -220,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(a directory may be if it is sticky).")
     p.add_argument("paths", nargs="*", metavar="PATH", help="the words of the configured commands")
     p.set_defaults(func=cmd_check_paths)
+
+    p = sub.add_parser("verify-readback", help="run the read-only verify command, then hash the launcher its "
+                       "receipt names; one JSON answer",
+                       description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
+                                   "active_path its JSON receipt names and hash that file, as hash-file does.")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
+    p.set_defaults(func=cmd_verify_readback)
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sha", required=True)
@@ -256,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object (what the driver reads)")
     p.set_defaults(func=cmd_identity)
 
+    p = sub.add_parser("version", help="version, Python and checksum of this helper, as one JSON object")
+    p.add_argument("--sinfo", action="store_true", help="also run 'sinfo -h -o %%t' and report the node states")
+    p.set_defaults(func=cmd_version)
+
     p = sub.add_parser("install-file", help="replace the file at --dest with stdin, atomically")
     p.add_argument("--dest", required=True, help="absolute path of the file to install")
     p.add_argument("--mode", default="0755", help="octal file mode (default 0755; no group/other write)")
@@ -275,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="PATH",
                    help="the staged source.tar the provider reads; the job refuses to run if it changed")
     p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
+    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS",
+                   help="report queue state and the transcript's last line every SECONDS (at least 1), and each "
+                        "settle observation, as progress records (for a terminal)")
     p.add_argument("command", nargs="+", help="the provider argv, after --")
     p.set_defaults(func=cmd_alloc_run)
 

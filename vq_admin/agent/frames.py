@@ -12,15 +12,18 @@ exists (before any drop of the connection).  Each record is one line
 ``summary`` JSON: exit status, job end, settle result, retention
 ``out N``   followed by exactly N raw bytes of the ``stdout`` transcript
 ``err N``   followed by exactly N raw bytes of the ``stderr`` transcript
-``end``     JSON: bytes and xxh3-64 of everything sent per file; last record
+``end``     JSON: bytes and checksum of everything sent per file; last record
+``progress`` JSON: queue state, transcript's last line, settle observations;
+            only with ``alloc-run --progress`` (see :mod:`.progress`)
 =========  ==================================================================
 
 A stream without ``end`` was cut short.  Writes after the reader has gone
 (a dropped ssh session) are silently dropped: the agent still finishes its
 work, and a later ``alloc-reconcile`` streams the same files again.
 
-Standard library (+ ``xxhash`` for the checksums); shared by the agent
-(writer) and the driver (reader).
+Standard library (+ ``xxhash`` when importable, else ``blake2b``: see
+:mod:`.checksum`); shared by the agent (writer) and the driver (reader).
+Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ import stat
 import threading
 from typing import BinaryIO, Callable
 
+from . import checksum
+
 CHUNK = 1 << 20
 DATA_KINDS = {"out": "stdout", "err": "stderr"}
-JSON_KINDS = ("attempt", "job", "summary", "end")
+JSON_KINDS = ("attempt", "job", "summary", "end", "progress")
 MAX_LINE = 1 << 20
 
 
@@ -66,24 +71,29 @@ class FrameWriter:
         with self._lock:
             self._write(line)
 
-    def stream_file(self, kind: str, dir_fd: int, name: str, limit: int | None) -> dict[str, object]:
+    def stream_file(self, kind: str, dir_fd: int, name: str, limit: int | None,
+                    algorithm: str | None = None) -> dict[str, object]:
         """Send file *name* below *dir_fd* (at most *limit* bytes) as ``kind`` records.
 
-        Returns ``{"bytes", "xxh3", "error"}`` for what was sent.
+        Returns ``{"bytes", "checksum", "digest", "error"}`` for what was sent
+        (``checksum`` names the algorithm of ``digest``).
         """
-        import xxhash
-
         if kind not in DATA_KINDS:
             raise ValueError(kind)
-        h = xxhash.xxh3_64()
+        algorithm = algorithm or checksum.default_algorithm()
+        h = checksum.new(algorithm)
+
+        def result(error: str | None) -> dict[str, object]:
+            return {"bytes": sent, "checksum": algorithm, "digest": h.hexdigest(), "error": error}
+
         sent = 0
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
         except OSError as exc:
-            return {"bytes": 0, "xxh3": h.hexdigest(), "error": exc.strerror or str(exc)}
+            return result(exc.strerror or str(exc))
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return {"bytes": 0, "xxh3": h.hexdigest(), "error": "not a regular file"}
+                return result("not a regular file")
             while limit is None or sent < limit:
                 chunk = os.read(fd, CHUNK if limit is None else min(CHUNK, limit - sent))
                 if not chunk:
@@ -93,9 +103,9 @@ class FrameWriter:
                 with self._lock:
                     self._write(f"{kind} {len(chunk)}\n".encode("ascii"))
                     self._write(chunk)
-            return {"bytes": sent, "xxh3": h.hexdigest(), "error": None}
+            return result(None)
         except OSError as exc:
-            return {"bytes": sent, "xxh3": h.hexdigest(), "error": exc.strerror or str(exc)}
+            return result(exc.strerror or str(exc))
         finally:
             os.close(fd)
 

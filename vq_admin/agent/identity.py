@@ -21,6 +21,9 @@ Definitions (docs/helper-lane.md, "The helper's identity"):
   side.  Without a record (a development checkout or a pip installation, the
   *package* scope) only the ``vq_admin`` package directory is digested, since
   the directory around it is not ours to describe.
+* **zipapp** (``vq-admin-agent.pyz``, built by :mod:`.pyz`): the *zipapp*
+  scope; the digest is the SHA-256 of the archive file, and there is no
+  record (``missing``).
 * **record state**: ``bound`` when the record is well formed and its
   ``tree_sha256`` equals the digest computed now; ``stale`` when the files
   changed since it was written (or the record is unreadable or malformed);
@@ -39,7 +42,7 @@ import re
 import stat
 import sys
 
-from .treeid import directory_tree_sha256
+from .treeid import directory_tree_sha256, file_sha256
 
 RECORD_NAME = ".vq-admin-source.json"
 RECORD_SCHEMA = "vq-admin/helper-source/1"
@@ -53,6 +56,18 @@ def package_dir() -> str:
     import vq_admin
 
     return os.path.dirname(os.path.abspath(vq_admin.__file__))
+
+
+def zip_archive(pkg: str):
+    """The zipapp file *pkg* lives in (``vq-admin-agent.pyz``), or None for a directory."""
+    if os.path.isdir(pkg):
+        return None
+    head = pkg
+    while head and head != os.path.dirname(head):
+        head = os.path.dirname(head)
+        if os.path.isfile(head):
+            return os.path.realpath(head)
+    return None
 
 
 def read_record(root: str) -> tuple[dict | None, str | None]:
@@ -99,9 +114,14 @@ def identity() -> dict[str, object]:
 
     pkg = package_dir()
     root = os.path.realpath(os.path.dirname(pkg))
-    present = os.path.lexists(os.path.join(root, RECORD_NAME))
+    archive = zip_archive(pkg)
+    present = archive is None and os.path.lexists(os.path.join(root, RECORD_NAME))
     problems: list[str] = []
-    if present:
+    if archive is not None:  # a single-file zipapp: its bytes are its identity
+        scope, path = "zipapp", archive
+        digest = file_sha256(archive)
+        record = None
+    elif present:
         scope, path = "release", root
         digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
         record, problem = read_record(root)

@@ -43,7 +43,7 @@ def _owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def level_problem(path: str, st: os.stat_result, *, is_dir: bool) -> Optional[str]:
+def level_problem(path: str, st: os.stat_result, *, is_dir: bool) -> str | None:
     """Why one level fails the rule (owner, mode), or ``None``."""
     me = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
@@ -60,9 +60,9 @@ def level_problem(path: str, st: os.stat_result, *, is_dir: bool) -> Optional[st
     return None
 
 
-def ancestors(path: str) -> List[str]:
+def ancestors(path: str) -> list[str]:
     """``/a/b/c`` -> ``['/a/b', '/a', '/']`` (lexically, no filesystem access)."""
-    found: List[str] = []
+    found: list[str] = []
     current = os.path.dirname(os.path.normpath(path))
     while True:
         found.append(current)
@@ -71,7 +71,7 @@ def ancestors(path: str) -> List[str]:
         current = os.path.dirname(current)
 
 
-def path_problem(path: str, *, what: str, missing_ok: bool = False) -> Optional[str]:
+def path_problem(path: str, *, what: str, missing_ok: bool = False) -> str | None:
     """``None`` when *path* and every directory above it pass the rule.
 
     Otherwise one line: what is wrong and the fix.  *what* names the path's
@@ -137,7 +137,7 @@ def makedirs_private(path: str) -> None:
     :func:`check`); a level that is a symlink is refused with ``OSError``.
     """
     path = os.path.normpath(path)
-    missing: List[str] = []
+    missing: list[str] = []
     current = path
     while not os.path.lexists(current):
         missing.append(current)
@@ -159,7 +159,7 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
-def command_problem(words, *, what: str = "command") -> Optional[str]:
+def command_problem(words, *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
     alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
     the first offender, its owner and mode, and the fix.

@@ -5,8 +5,9 @@ login host may see them late (shared-filesystem attribute caches, delayed
 flushes).  The rule, from the product document:
 
 * observe both files at one-second intervals, at most ten observations;
-* an observation is the pair of xxh3-64 checksums (and sizes) of the two
-  files, each streamed in 1 MiB chunks, so memory stays constant whatever
+* an observation is the pair of checksums (and sizes) of the two files
+  (xxh3-64, or blake2b where ``xxhash`` is not importable: see
+  :mod:`.checksum`), each streamed in 1 MiB chunks, so memory stays constant whatever
   their size; each observation opens the files afresh;
 * the transcript has *settled* when three consecutive observations are
   identical, both files are readable, and together they hold some output.
@@ -20,8 +21,8 @@ delayed writes.
 The loop takes its clock, its sleep and its observation function as
 arguments, so tests drive it deterministically without real sleeps.
 
-Standard library plus ``xxhash`` (imported lazily); runs inside
-``vq-admin-agent``.
+Standard library (+ ``xxhash`` when importable); runs inside
+``vq-admin-agent`` on Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence, Tuple
+
+from . import checksum
 
 CHUNK = 1 << 20
 INTERVAL = 1.0
@@ -42,32 +45,26 @@ REASONS = ("empty", "unavailable", "unstable")
 
 @dataclass(frozen=True)
 class FileState:
-    """One file at one observation: its size and xxh3-64, or why it could not be read."""
+    """One file at one observation: its size and checksum, or why it could not be read."""
 
-    size: int | None = None
-    xxh3: str | None = None
-    error: str | None = None
+    size: Optional[int] = None
+    digest: Optional[str] = None
+    error: Optional[str] = None
 
     @property
     def readable(self) -> bool:
         return self.error is None
 
     def to_dict(self) -> dict[str, object]:
-        return {"size": self.size, "xxh3": self.xxh3, "error": self.error}
+        return {"size": self.size, "digest": self.digest, "error": self.error}
 
 
-Observation = tuple[FileState, ...]
+Observation = Tuple[FileState, ...]  # typing.Tuple: evaluated at import, and 3.8 has no tuple[...]
 
 
-def _hasher():
-    import xxhash  # lazily: only the settle needs it
-
-    return xxhash.xxh3_64()
-
-
-def hash_fd(fd: int, limit: int | None = None) -> tuple[int, str]:
-    """Stream *fd* from its current offset (at most *limit* bytes): ``(bytes, xxh3-64 hex)``."""
-    h = _hasher()
+def hash_fd(fd: int, limit: int | None = None, algorithm: str | None = None) -> tuple[int, str]:
+    """Stream *fd* from its current offset (at most *limit* bytes): ``(bytes, hex digest)``."""
+    h = checksum.new(algorithm)
     size = 0
     while limit is None or size < limit:
         want = CHUNK if limit is None else min(CHUNK, limit - size)
@@ -79,7 +76,7 @@ def hash_fd(fd: int, limit: int | None = None) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def file_state(dir_fd: int, name: str) -> FileState:
+def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileState:
     """Checksum file *name* below *dir_fd* (never through a symlink)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
@@ -90,8 +87,8 @@ def file_state(dir_fd: int, name: str) -> FileState:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return FileState(error="not a regular file")
-        size, digest = hash_fd(fd)
-        return FileState(size=size, xxh3=digest)
+        size, digest = hash_fd(fd, algorithm=algorithm)
+        return FileState(size=size, digest=digest)
     except OSError as exc:
         return FileState(error=exc.strerror or str(exc))
     finally:
@@ -105,9 +102,10 @@ class DirectoryObserver:
     directory itself is opened with ``O_NOFOLLOW``.
     """
 
-    def __init__(self, directory: str, names: Sequence[str] = FILES):
+    def __init__(self, directory: str, names: Sequence[str] = FILES, algorithm: str | None = None):
         self.directory = directory
         self.names = tuple(names)
+        self.algorithm = algorithm or checksum.default_algorithm()
 
     def __call__(self) -> Observation:
         try:
@@ -117,7 +115,7 @@ class DirectoryObserver:
         except OSError as exc:
             return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in self.names)
         try:
-            return tuple(file_state(dfd, name) for name in self.names)
+            return tuple(file_state(dfd, name, self.algorithm) for name in self.names)
         finally:
             os.close(dfd)
 
@@ -129,9 +127,11 @@ class SettleResult:
     observations: int
     last: Observation
     seconds: float
+    checksum: str = checksum.XXH3
 
     def to_dict(self, names: Sequence[str] = FILES) -> dict[str, object]:
         return {
+            "checksum": self.checksum,
             "settled": self.settled,
             "reason": self.reason,
             "observations": self.observations,
@@ -169,6 +169,7 @@ def settle(
     required: int = REQUIRED_IDENTICAL,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    on_observation: Optional[Callable[[int, Sequence[Observation]], None]] = None,
 ) -> SettleResult:
     """Observe until settled or *max_observations* were made.
 
@@ -176,9 +177,12 @@ def settle(
     observation itself takes longer than the interval the next one starts
     at once.  Stable output therefore settles after exactly *required*
     observations, ``(required - 1) * interval`` seconds after the first.
+    *on_observation* (progress on a terminal) is called with the count and
+    the history after each observation.
     """
     if max_observations < 1 or required < 1:
         raise ValueError("max_observations and required must be positive")
+    name = getattr(observe, "algorithm", None) or checksum.default_algorithm()  # reported with the result
     start = clock()
     history: list[Observation] = []
     for k in range(max_observations):
@@ -187,6 +191,8 @@ def settle(
             if delay > 0:
                 sleep(delay)
         history.append(tuple(observe()))
+        if on_observation is not None:
+            on_observation(len(history), history)
         if is_settled(history, required):
-            return SettleResult(True, None, len(history), history[-1], clock() - start)
-    return SettleResult(False, classify(history[-1]), len(history), history[-1], clock() - start)
+            return SettleResult(True, None, len(history), history[-1], clock() - start, name)
+    return SettleResult(False, classify(history[-1]), len(history), history[-1], clock() - start, name)

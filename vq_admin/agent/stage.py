@@ -8,9 +8,11 @@ passes on the command line, before any provider runs.
 
 Reclaim: a successful run's own stage is removed; a failed run's stage is
 marked ``FAILED`` and kept; of the failed stages of one name at most
-``keep_failed`` are kept, the oldest removed first.  Unmarked stages
-(a run still going, or one that crashed) and anything not named
-``stage.*`` are never touched.
+``keep_failed`` are kept, the oldest removed first.  An unmarked stage older
+than the reclaiming run's own (left by an interrupted or killed run: the lane
+lock and the host-side lease let only one run of a lane go at a time) is
+marked ``FAILED`` too and counted under the same cap.  Later unmarked stages
+and anything not named ``stage.*`` are never touched.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
 def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_failed: int) -> dict[str, object]:
     """Remove a succeeded stage, or mark a failed one and cap the failed ones."""
     removed: list[str] = []
+    abandoned: list[str] = []
     own = os.path.basename(stage.rstrip("/"))
     if os.path.dirname(stage.rstrip("/")) != os.path.join(root, *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
         raise safedirs.UnsafePath(f"{stage} is not a stage of {kind} {name} under {root}")
@@ -144,10 +147,26 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
             try:
                 os.stat(f"{entry.name}/{FAILED_MARK}", dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
-                continue
+                if entry.name == own or _stamp(entry.name) >= _stamp(own):
+                    continue  # this run's, or a later run's: never touched
+                # An unmarked stage older than this run's: a run that was interrupted or killed before
+                # its reclaim (the lane lock and lease make this run the lane's only one).  Kept as a
+                # failed stage, under the same cap.
+                sfd = os.open(entry.name, safedirs.DIR_FLAGS, dir_fd=parent)
+                with safedirs.opened(sfd):
+                    try:
+                        safedirs.write_new_file(sfd, FAILED_MARK, b"abandoned by an interrupted run\n")
+                    except FileExistsError:
+                        pass
+                abandoned.append(entry.name)
             failed.append(entry.name)
         failed.sort(key=lambda n: n.split(".")[1], reverse=True)  # newest first by UTC stamp
         for old in failed[keep_failed:]:
             safedirs.remove_tree_at(parent, old)
             removed.append(old)
-    return {"removed": removed}
+    return {"removed": removed, "abandoned": abandoned}
+
+
+def _stamp(name: str) -> str:
+    """The UTC stamp of ``stage.<UTC>.<hex>``."""
+    return name.split(".")[1]

@@ -1,5 +1,6 @@
 """``vq admin check``: validate the configuration and load the providers it
-names, running nothing anywhere.  Each profile's provider is asked for its
+names, running nothing anywhere (with ``--connect``: then reach every host,
+see :mod:`vq_admin.connectcheck`).  Each profile's provider is asked for its
 verify and update commands, so a provider that cannot answer for a profile
 is reported here rather than at 3 a.m.
 """
@@ -7,18 +8,39 @@ is reported here rather than at 3 a.m.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 
 from vq_admin_hookspecs import RuntimeRequest
 
 from ..config import load_config
+from ..outcome import UsageError
 from ..output import print_json
 from ..plugins import Providers
 
 PROBE_SHA = "0" * 40
 
 
+def check_ssh_config(config) -> None:
+    """A configured ``ssh_config`` must exist: every ssh would otherwise fail (exit 2, naming the key)."""
+    path = config.ssh_config
+    if path is None:
+        return
+    if not os.path.exists(path):
+        raise UsageError(f"ssh_config: {path} does not exist (every ssh and git-over-ssh is given it as -F); "
+                         "create it or remove the key")
+    if not os.path.isfile(path):
+        raise UsageError(f"ssh_config: {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"ssh_config: {path} is not readable by this user")
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
+        raise UsageError("--timeout applies only with --connect")
     config = load_config(args.config)
+    check_ssh_config(config)
     providers = Providers.load(config.provider_names())
     hosts = {}
     for name, host in config.hosts.items():
@@ -30,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
             providers.runtime_update(profile.provider, request)
             profiles[program] = {"provider": profile.provider, "build_place": profile.build_place}
         hosts[name] = {"fleet_role": host.fleet_role, "transport": host.transport, "runtimes": profiles}
+    if getattr(args, "connect", False):
+        return _connect(args, config)
     document = {"schema": "vq-admin/check/1", "config": config.path, "valid": True,
                 "providers": sorted(providers.info), "hosts": hosts}
     if args.json:
@@ -37,3 +61,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{config.path}: valid; {len(hosts)} hosts, providers: {', '.join(sorted(providers.info))}")
     return 0
+
+
+def _connect(args: argparse.Namespace, config) -> int:
+    """``--connect``: one round trip per host, in parallel; exit 0 when all answered, else 1."""
+    from .. import connectcheck
+
+    timeout = args.timeout if args.timeout is not None else connectcheck.DEFAULT_TIMEOUT
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise UsageError(f"--timeout must be a finite positive number of seconds, not {timeout:g}")
+    probes = connectcheck.run_all(config, timeout)
+    document = connectcheck.document(config, probes)
+    if args.json:
+        print_json(document)
+    else:
+        stream = sys.stdout if document["exit_code"] == 0 else sys.stderr
+        for line in connectcheck.table(probes):
+            print(line, file=stream)
+    return document["exit_code"]

@@ -4,21 +4,21 @@ Prints the verified immutable launcher (one line, or one JSON document) and
 exits 0, or exits 77 with the reason and the remedy on stderr and no launcher
 on stdout (with ``--json``: only the refusal document).  The queue driver
 runs this for every job it submits and again at dispatch (``--pin``), so this
-module imports :mod:`vq_admin.bindings` and nothing heavy: no configuration
-module, no provider, no pluggy, plumbum or filelock.
+module imports :mod:`vq_admin.bindings` and nothing heavy: no argparse (the
+console scripts parse this verb by hand, :mod:`vq_admin.entry`), no typing, no
+configuration module, no provider, no pluggy, plumbum or filelock.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
 from ..outcome import Outcome, UsageError
-from ..output import print_json, safe_text
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
+    """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.entry.LauncherArgs`)."""
     if args.pin is not None and (args.expected_sha is not None or args.path is not None):
         raise UsageError("--pin carries its own SHA and launcher; do not combine it with --expected-sha or --path")
     try:
@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
                                        state_dir=args.state_dir, config_path=args.config,
                                        check_on_host=args.check_on_host)
     except LauncherRefused as exc:
+        from ..output import print_json, safe_text
+
         if args.json:
             print_json({"schema": SCHEMA_LAUNCHER, "outcome": exc.outcome.value, "exit_code": exc.outcome.exit_code,
                         "program": args.program, "host": args.host, "expected_sha": args.expected_sha,
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  remedy: {safe_text(exc.remedy)}", file=sys.stderr, flush=True)
         return exc.outcome.exit_code
     if args.json:
+        from ..output import print_json
+
         print_json({"schema": SCHEMA_LAUNCHER, "outcome": Outcome.OK.value, "exit_code": 0, "requested_host": args.host,
                     **binding.to_dict(), "pin": binding.pin()})
     else:

@@ -16,7 +16,6 @@ from ..lease import host_lease, plan_lease
 from ..locks import lane_lock
 from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
-from ..plugins import Providers
 from ..receipt import Receipt
 from ..source import check_tag_name
 from ..state import StateDir, utc_now
@@ -72,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     def build(ctx: RunContext):
         from ..lanes.runtime import RuntimeUpdate
+        from ..plugins import Providers
 
         host = authority.runtime_host(ctx.config, host_name)
         profile = host.runtimes.get(program)
@@ -94,7 +94,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build) -> int:
+             build, early: dict | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 
@@ -110,7 +110,9 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         try:
             lane = build(ctx)
         except VqAdminError as exc:
-            return refuse_early(ctx, Receipt(lane_name, host_name, program, sha, tag, utc_now()), exc)
+            receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
+            receipt.extra.update(early or {})  # e.g. the "rollback" or "prune" field of a refused rollback or prune
+            return refuse_early(ctx, receipt, exc)
         return execute_lane(ctx, lane.receipt, lane.run, key)
 
 
@@ -145,7 +147,9 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
                 plan_lease(ctx, receipt, *lock_key)
                 receipt = body()
             else:
+                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key):
+                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:
             raise Interrupted("vq-admin received SIGINT") from None
@@ -153,10 +157,10 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
-        receipt.readback = {"read": "nothing (vq-admin was interrupted)", "proven": False,
-                            "next_command": rerun_command(receipt),
-                            "advice": "the rerun verifies read-only first and reports already-current if the "
-                                      "interrupted run completed"}
+        from ..lanes.interrupt import interrupted_readback
+
+        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
@@ -182,6 +186,8 @@ def _current_step(receipt: Receipt) -> str:
 def rerun_command(receipt: Receipt) -> str:
     from ..transport import quote_argv
 
+    if "rerun" in receipt.extra:  # rollback and prune name their own verb
+        return quote_argv(receipt.extra["rerun"])
     words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
     if receipt.expected_sha:
         words += ["--expected-sha", receipt.expected_sha]
@@ -195,7 +201,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
         report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
         return 0
     document = receipt.to_dict()
-    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id else None
+    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.extra.get("stored", True) else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
     return outcome.exit_code
@@ -203,7 +209,8 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
 
 def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     """The receipt of a run that ended before its lane began."""
-    targets = getattr(args, "targets", None) or []
+    targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
+                                                  if getattr(args, k, None)]  # rollback, prune
     if getattr(args, "all", False):  # a fleet rollout refused before any host started
         from ..fleet import SCHEMA
 

@@ -66,13 +66,18 @@ class Report:
 
 
 def run_conformance(name: str, *, plugin: object | None = None, provider_options: Mapping[str, str] | None = None,
-                    script_args: Sequence[str] = (), workdir: str | None = None, keep: bool = False) -> Report:
+                    script_args: Sequence[str] = (), workdir: str | None = None, keep: bool = False,
+                    commands: Mapping[str, Sequence[str]] | None = None) -> Report:
     """Run the kit on provider *name* (an installed entry point, or *plugin* given in-process).
 
     ``provider_options`` default to ``{"root": "{root}"}``; ``{root}`` in any
     value expands to the disposable runtime root.  The disposable directory is
     a fresh temporary directory (below *workdir* when given) removed at the
     end unless *keep*.
+
+    ``commands`` gives the built-in ``command`` provider its command lines
+    (``update_command``, ``install_command``, ``verify_command``, each a
+    sequence of words; ``{root}`` expands in every word).
     """
     from ..plugins import Providers
     from .kit import Kit
@@ -84,7 +89,7 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     report = Report(provider=name)
     try:
         world = World(base)
-        report.checks = Kit(providers, name, world, options, script_args).run()
+        report.checks = Kit(providers, name, world, options, script_args, commands).run()
         report.scheduler_calls = world.scheduler_calls()
     except Exception as exc:  # the kit's own failure must still produce a report
         report.error = f"{type(exc).__name__}: {exc}"

@@ -1,4 +1,6 @@
-"""``vq admin provider test NAME [--option KEY=VALUE]... [--script-arg ARG]... [--keep] [--json]``.
+"""``vq admin provider test NAME [--option KEY=VALUE]... [--script-arg ARG]... [--keep] [--json]``,
+and for the built-in provider ``vq admin provider test command --update-command CMD
+--verify-command CMD [--install-command CMD] ...`` (a site's own scripts).
 
 Exit 0 when every check passes, 1 when any fails, 2 for a usage error or a
 provider that cannot be loaded.
@@ -7,6 +9,7 @@ provider that cannot be loaded.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from ..outcome import UsageError
@@ -24,9 +27,41 @@ def _options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
+#: The command lines the built-in provider is tested with: option -> profile key.
+COMMAND_OPTIONS = {"update_command": "--update-command", "install_command": "--install-command",
+                   "verify_command": "--verify-command"}
+
+
+def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
+    """The ``--*-command`` values, split with shell word rules (never run through a shell)."""
+    given = {key: getattr(args, key, None) for key in COMMAND_OPTIONS}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.name != "command":
+        if given:
+            raise UsageError(f"{', '.join(COMMAND_OPTIONS[k] for k in given)}: only for the built-in 'command' "
+                             f"provider; {args.name!r} takes --option KEY=VALUE")
+        return None
+    for key in ("update_command", "verify_command"):
+        if key not in given:
+            raise UsageError(f"provider test command needs {COMMAND_OPTIONS[key]} (the site script's command line)")
+    commands = {}
+    for key, text in given.items():
+        if any(c in text for c in "\n\r\0"):
+            raise UsageError(f"{COMMAND_OPTIONS[key]} must be a command on one line")
+        try:
+            words = tuple(shlex.split(text, posix=True))
+        except ValueError as exc:
+            raise UsageError(f"{COMMAND_OPTIONS[key]} cannot be split into words: {exc}") from None
+        if not words or not words[0]:
+            raise UsageError(f"{COMMAND_OPTIONS[key]} must not be empty")
+        commands[key] = words
+    return commands
+
+
 def run(args: argparse.Namespace) -> int:
+    commands = _commands(args)
     report = run_conformance(args.name, provider_options=_options(args.option), script_args=args.script_arg,
-                             keep=args.keep)
+                             keep=args.keep, commands=commands)
     if args.json:
         print_json(report.to_dict())
     else:

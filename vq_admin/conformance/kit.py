@@ -16,9 +16,19 @@
    (verify asked about C reports B, what is active) and
    ``releases-kept-after-failure``;
 6. deploy A again: ``redeploy-A`` reports A, and ``older-not-rewritten``:
-   A's and B's releases are byte-identical to before.
+   A's and B's releases are byte-identical to before;
+7. when the provider implements them, activation and prune
+   (:mod:`.generations`): ``activate-B``, ``activate-refuses-unbuilt``,
+   ``activate-A``, ``prune-keeps-kept``, ``prune-report-truthful``.
 
 A check whose prerequisite failed is reported failed with the reason.
+
+The built-in ``command`` provider is tested with a site's own scripts: the
+kit is given their command lines (``commands``: ``update_command``,
+``install_command``, ``verify_command``; ``{root}`` in a word expands to the
+disposable root) and runs the same sequence through the provider's argv
+shapes (CONTRACT section 4).  Install is exercised only when an
+``install_command`` was given.
 """
 
 from __future__ import annotations
@@ -41,12 +51,24 @@ VERIFY_TIMEOUT = 600.0
 
 class Kit:
     def __init__(self, providers: Providers, name: str, world: World, options: Mapping[str, str],
-                 script_args: Sequence[str] = ()):
+                 script_args: Sequence[str] = (), commands: Mapping[str, Sequence[str]] | None = None):
         self.providers, self.name, self.world = providers, name, world
         self.options = {k: v.replace("{root}", world.root) for k, v in options.items()}
         self.script_args = tuple(script_args)
+        self.commands = {k: tuple(w.replace("{root}", world.root) for w in words)
+                         for k, words in (commands or {}).items() if words}
         self.checks: list[Check] = []
         self.hooks = providers.info[name].hooks if name in providers.info else ()
+
+    def offers(self, hook: str, command_key: str) -> bool:
+        """The provider implements *hook* and, for command lines given to the kit, *command_key* was given."""
+        if hook not in self.hooks:
+            return False
+        return not self.commands or command_key in self.commands
+
+    @property
+    def offers_install(self) -> bool:
+        return self.offers("vq_admin_runtime_install", "install_command")
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -55,8 +77,10 @@ class Kit:
         return bool(ok)
 
     def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
-        settings = {"program": PROGRAM, "provider": self.name, "update_command": None, "install_command": None,
-                    "verify_command": None, "update_host": None, "update_allocation": None,
+        settings = {"program": PROGRAM, "provider": self.name,
+                    "update_command": self.commands.get("update_command"),
+                    "install_command": self.commands.get("install_command"),
+                    "verify_command": self.commands.get("verify_command"), "update_host": None, "update_allocation": None,
                     "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
                     "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
                     "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
@@ -105,7 +129,7 @@ class Kit:
     def run(self) -> list[Check]:
         if not self.check_hooks() or not self.check_argv_shape():
             return self.checks
-        first = "runtime_install" if "vq_admin_runtime_install" in self.hooks else "runtime_update"
+        first = "runtime_install" if self.offers_install else "runtime_update"
         if first == "runtime_update":
             os.makedirs(self.world.root, exist_ok=True)
         code, _, tail = self.deploy("A", first)
@@ -147,6 +171,10 @@ class Kit:
         self.check("redeploy-A", ok, f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
         self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
                         (b_dir, b_before, b.active_path, b_hash))
+        if ok:  # activation and prune, when the provider offers them (vq_admin.conformance.generations)
+            from . import generations
+
+            generations.run(self, {"A": a_dir, "B": b_dir})
         return self.checks
 
     def evidence_ok(self, label: str) -> bool:
@@ -159,7 +187,7 @@ class Kit:
 
     def check_argv_shape(self) -> bool:
         problems: list[str] = []
-        hooks = ["runtime_update"] + (["runtime_install"] if "vq_admin_runtime_install" in self.hooks else [])
+        hooks = ["runtime_update"] + (["runtime_install"] if self.offers_install else [])
         for hook in hooks:
             request = self.request("B", self.world.archive["B"], PROBE_ARGS)
             try:

@@ -34,10 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
+from .. import progress
+from ..agent import checksum
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..plan import Step
 from ..transport import RunResult, quote_argv
+from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 
 if TYPE_CHECKING:
@@ -61,12 +64,18 @@ def log_dir(update: "RuntimeUpdate", attempt: str) -> str:
     return os.path.join(root, ".vq-admin", "runtime-deploy", update.profile.program, attempt)
 
 
-def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str) -> list[str]:
-    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
+
+    *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
+    agent then reports the job's state every 10 s for the live line.
+    """
     allocation = update.profile.update_allocation
     assert allocation is not None and update.host.scratch_root
     argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
                         "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
+    if live:
+        argv += ["--progress", str(progress.POLL_SECONDS)]
     argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
     # the job runs only the archive that was staged and verified (by content, not by path)
     source = update.source
@@ -99,10 +108,14 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     }
     step = receipt.plan.get("deploy")
     deadline = time.monotonic() + update.profile.timeout_seconds
-    argv = run_argv(update, command, attempt)
+    view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
+    argv = run_argv(update, command, attempt, live=view is not None)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
-    call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN)
+    allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
+    with progress.live(ctx, view):
+        call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN,
+                            view.on_record if view else None)
     receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
     if not call.complete:
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
@@ -113,10 +126,14 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
                                f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
         ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
         call, sinks = _reconcile(update, attempt, deadline, call, sinks)
-    return _conclude(update, command, call, sinks)
+    result = _conclude(update, command, call, sinks)
+    summary = call.records.get("summary") or {}
+    if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
+        allocation_attempt.clear(update)  # the job's end is known: nothing for a later run to reconcile
+    return result
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     from ..permissions import refuse_if_unsafe
 
@@ -125,7 +142,8 @@ def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
     try:
-        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks)
+        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks,
+                           **({"on_record": on_record} if on_record else {}))
     except BaseException:
         _discard(sinks)
         raise
@@ -184,13 +202,15 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
             deploy[key] = summary.get(key)
     deploy["retention"] = summary.get("retention")
     _fill_output(update, summary, call, sinks)
+    signalled = ended_without_choosing(summary)
     if call.complete:  # the step that delivered the report carries the deployment's exit status
         call.step.exit_code = deploy["exit_code"]
-        if summary.get("established"):
+        if summary.get("established") and not signalled:
             call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
         else:
-            call.step.status = "interrupted" if not summary.get("timed_out") else "failed"
-            call.step.detail = "; ".join(summary.get("notes") or []) or "the job's end was not established"
+            call.step.status = "interrupted"
+            call.step.detail = ("; ".join(summary.get("notes") or []) or signalled
+                                or "the job's end was not established")
     if summary.get("submitted") is False:
         update.reclaim(success=False)
         raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
@@ -199,11 +219,13 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
         cancel = summary.get("cancel") or {}
         text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
                 f"({_seconds(update.profile.timeout_seconds)} s)")
-        if cancel.get("ok"):
-            update.reclaim(success=False)
-            raise VqAdminError(f"deploy: {text}; vq-admin cancelled it (scancel exit 0); transcripts in {deploy['log_dir']}")
-        return RunResult(list(command.argv), where, None, stderr=f"{text}; cancelling it failed: {cancel.get('message')}".encode(),
-                         seconds=call.seconds, interrupted="timeout")
+        # The build may have activated before the cancel: only a read-back decides (never "failed").
+        state = deploy.get("job_state") or "not reported by the scheduler"
+        how = ("vq-admin cancelled it (scancel exit 0)" if cancel.get("ok")
+               else f"cancelling it failed: {cancel.get('message')}")
+        return RunResult(list(command.argv), where, None,
+                         stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
+                         .encode(), seconds=call.seconds, interrupted="job")
     if not summary.get("established"):
         return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
     if summary["exit_code"] == JOB_TAMPERED_EXIT:
@@ -218,7 +240,33 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
                 f"deploy: batch job {deploy['job_id']} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
                 f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+    if signalled:  # the job did not choose its exit status: read back before deciding
+        return RunResult(list(command.argv), where, int(summary["exit_code"]),
+                         stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
+                                 f"transcripts in {deploy['log_dir']}").encode(),
+                         seconds=call.seconds, interrupted="job")
     return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+
+#: Slurm end states in which the job did not choose its exit status.
+UNCHOSEN_STATES = ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def ended_without_choosing(summary: dict[str, Any]) -> str | None:
+    """Why the job's exit status is not the deployment's choice, or ``None``.
+
+    A job cancelled, timed out, preempted, killed with its node or by a
+    signal (``ExitCode`` ``N:SIG`` with SIG > 0) may have done anything up to
+    that moment, including the switch of ``current``.
+    """
+    state = str(summary.get("job_state") or "").split(" ")[0].rstrip("+")
+    if state in UNCHOSEN_STATES:
+        return f"ended in state {summary.get('job_state')}"
+    raw = str(summary.get("job_exit_code") or "")
+    status, _, sig = raw.partition(":")
+    if sig.isdigit() and int(sig) > 0:
+        return f"was ended by signal {sig} (ExitCode {raw}, state {summary.get('job_state')})"
+    return None
 
 
 def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str) -> RunResult:
@@ -242,19 +290,27 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
     settle = summary.get("settle") or {}
     sent = (call.records.get("end") or {}).get("sent") or {}
     problems = []
-    for name, sink in sinks.items():
-        got = sent.get(name)
-        if not call.ended or got is None:
-            problems.append(f"{name}: the stream was cut before the end")
-        elif got.get("bytes") != sink.bytes or got.get("xxh3") != sink.xxh3:
-            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-        elif settle.get("settled") and got.get("settled_xxh3") != got.get("xxh3"):
-            problems.append(f"{name}: changed after it had settled")
     transcript = None
     if sinks:
         for sink in sinks.values():
             path = sink.commit()
         transcript = str(path.parent)
+    for name, sink in sinks.items():
+        got = sent.get(name)
+        if not call.ended or got is None:
+            problems.append(f"{name}: the stream was cut before the end")
+            continue
+        # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
+        # older agent sent only an "xxh3" digest.
+        algorithm = got.get("checksum", checksum.XXH3)
+        sent_digest = got.get("digest", got.get("xxh3"))
+        settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
+        if algorithm not in checksum.ALGORITHMS:
+            problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
+        elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
+            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
+        elif settle.get("settled") and settled_digest != sent_digest:
+            problems.append(f"{name}: changed after it had settled")
     if not summary.get("established") and not summary.get("timed_out"):
         problems.append("the job's end was not established: its transcript may still grow")
     complete = bool(settle.get("settled")) and not problems
@@ -266,6 +322,7 @@ def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamC
         "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
         "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
         "truncated": out.truncated or err.truncated, "transcript": transcript,
+        "checksum": settle.get("checksum") or out.algorithm,
     }
     if out.truncated or err.truncated:
         output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"

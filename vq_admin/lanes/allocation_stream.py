@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import os
-import secrets
 import signal
 import subprocess
 import tempfile
@@ -22,12 +21,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from ..agent import checksum
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
+from ..statefs import temp_name
 from .. import faults
-from ..transport import SSH_TRANSPORT_EXIT, Transport
+from ..transport import SSH_TRANSPORT_EXIT, Transport, classify_exit, describe_interruption
 
 #: How much of each transcript the receipt carries inline (the tail); the
 #: driver's copy next to the receipt always holds all of it.
@@ -43,23 +44,27 @@ class TranscriptSink:
     :meth:`commit`, so the driver's copy is never half-written.
     """
 
-    def __init__(self, directory: Path, name: str, keep: int = TEXT_LIMIT):
-        import xxhash
-
+    def __init__(self, directory: Path, name: str, keep: int = TEXT_LIMIT, algorithm: str = checksum.XXH3):
         self.directory = Path(directory)
         self.name = name
         self.keep = keep
         self.bytes = 0
-        self._hash = xxhash.xxh3_64()
+        self.algorithm = algorithm
+        self._hash = checksum.new(algorithm)
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_bytes = 0
         self._line = bytearray()
         self._line_dropped = False
         self.metrics: dict[str, Any] = {}
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._tmp = self.directory / f".tmp.{name}.{secrets.token_hex(4)}"
+        self._tmp = self.directory / temp_name(name)  # with our pid: a later run removes it if we are killed
         fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._fh = os.fdopen(fd, "wb")
+
+    def use_checksum(self, algorithm: str) -> None:
+        """Checksum with *algorithm* (the one the agent names); only before any data arrived."""
+        if algorithm != self.algorithm and not self.bytes:
+            self._hash, self.algorithm = checksum.new(algorithm), algorithm
 
     def write(self, chunk: bytes) -> None:
         self._fh.write(chunk)
@@ -94,8 +99,19 @@ class TranscriptSink:
         self._line, self._line_dropped = bytearray(), False
 
     @property
-    def xxh3(self) -> str:
+    def digest(self) -> str:
+        """The hex digest of everything written, in :attr:`algorithm`."""
         return self._hash.hexdigest()
+
+    def digest_as(self, algorithm: str) -> str:
+        """The digest in *algorithm*; a different one re-reads the committed copy."""
+        if algorithm == self.algorithm:
+            return self.digest
+        h = checksum.new(algorithm)
+        with open(self.directory / self.name, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
 
     @property
     def truncated(self) -> bool:
@@ -149,14 +165,26 @@ class StreamCall:
             return f"timed out after {self.seconds:.0f} s on {self.where}"
         if self.interrupted == "transport":
             tail = self.stderr.strip().splitlines()[-1:] or ["(no message)"]
-            return f"ssh to {self.where} was interrupted (exit 255): {tail[0]}"
+            return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         if self.frame_error:
             return f"unreadable answer from {self.where}: {self.frame_error}"
         return f"exit status {self.exit_code} on {self.where}"
 
 
+def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict,
+               observer: Callable[[str, dict], None] | None = None) -> None:
+    call.records[kind] = value
+    if observer is not None:
+        observer(kind, value)
+    if kind == "summary":  # the agent names its checksum before the transcripts follow
+        algorithm = (value.get("settle") or {}).get("checksum")
+        if algorithm in checksum.ALGORITHMS:
+            for sink in sinks.values():
+                sink.use_checksum(algorithm)
+
+
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
-                sinks: dict[str, TranscriptSink]) -> StreamCall:
+                sinks: dict[str, TranscriptSink], on_record: Callable[[str, dict], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     The whole call is bounded by *timeout* (the local process group is
@@ -193,11 +221,14 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         timer.start()
         try:
             assert proc.stdout is not None
-            call.ended = read_frames(proc.stdout, call.records.__setitem__,
+            call.ended = read_frames(proc.stdout, lambda kind, value: _on_record(call, sinks, kind, value, on_record),
                                      lambda name, chunk: sinks[name].write(chunk))
         except FrameError as exc:
             call.frame_error = str(exc)
             kill()
+        except BaseException:  # SIGTERM/SIGINT of vq-admin: end the local ssh at once, never wait for the job
+            kill()
+            raise
         finally:
             proc.stdout.close()
             code = proc.wait()
@@ -209,10 +240,11 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
         call.interrupted = "timeout"
     else:
         call.exit_code = code
-        if transport.transport_exit is not None and code == SSH_TRANSPORT_EXIT:
-            call.interrupted = "transport"
-    if fault in ("drop-after", "kill"):  # a test fault after the call really ran (vq_admin.faults)
+        call.interrupted = classify_exit(code, transport.transport_exit)
+    if fault == "drop-after":  # a test fault after the call really ran (vq_admin.faults)
         call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
+    elif fault == "kill":
+        call.exit_code, call.interrupted = -signal.SIGKILL, "transport"
     elif fault == "timeout":
         call.exit_code, call.interrupted = None, "timeout"
     return call

@@ -27,16 +27,29 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         return receipt
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    apply_registry = None
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
         if receipt.lane == "runtime":  # the registry of verified launchers (vq_admin.registry)
             from .. import registry
 
             try:
-                receipt.extra["registry"] = registry.record_verified(ctx.state.root, receipt.host, receipt.program, verified)
+                receipt.extra["registry"], apply_registry = registry.plan_verified(
+                    ctx.state.root, receipt.host, receipt.program, verified)
             except registry.RegistryError as exc:
                 receipt.extra["registry"] = {"entry": None, "error": str(exc)}
-    path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
+    # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
+    # last.json, the admin log) names it, so none may exist without it.
+    try:
+        path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
+    except OSError as exc:
+        return _not_stored(ctx, receipt, exc)
+    unstored = []
+    if apply_registry is not None:
+        try:
+            apply_registry()
+        except (OSError, ValueError) as exc:
+            unstored.append(("the registry entry of the verified launcher", exc))
     summary = {
         "outcome": outcome.value,
         "exit_code": outcome.exit_code,
@@ -47,18 +60,48 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         "errors": receipt.errors[:5],
     }
     if lane_started and outcome is not Outcome.LOCKED:  # a locked run did nothing: the lane's last outcome stands
-        ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
-    ctx.state.append_log({
-        "at": receipt.finished_at,
-        "lane": receipt.lane,
-        "host": receipt.host,
-        "program": receipt.program,
-        "expected_sha": receipt.expected_sha,
-        "outcome": outcome.value,
-        "exit_code": outcome.exit_code,
-        "receipt": str(path),
-        "errors": receipt.errors[:5],
-    })
+        try:
+            ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
+        except OSError as exc:
+            unstored.append(("the lane records (last.json" + (", LAST OK, LAST GOOD)" if verified else ")"), exc))
+    try:
+        ctx.state.append_log({
+            "at": receipt.finished_at,
+            "lane": receipt.lane,
+            "host": receipt.host,
+            "program": receipt.program,
+            "expected_sha": receipt.expected_sha,
+            "outcome": outcome.value,
+            "exit_code": outcome.exit_code,
+            "receipt": str(path),
+            "errors": receipt.errors[:5],
+        })
+    except OSError as exc:
+        unstored.append(("the admin log line", exc))
+    if unstored:  # the stored receipt stands; what is printed also names what could not be recorded
+        receipt.extra["not_stored"] = [f"{what}: {exc.strerror or exc}" for what, exc in unstored]
+        for what, exc in unstored:
+            receipt.errors.append(f"could not store {what} in {ctx.state.root}: {exc.strerror or exc} "
+                                  f"(the receipt {path} was stored)")
+    return receipt
+
+
+def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
+    """The receipt could not be stored (a full or read-only state filesystem).
+
+    Nothing that would name it is written (registry, LAST OK, last.json, the
+    admin log); the receipt is still printed, saying what was not stored, so
+    the outcome on the host is never lost from the operator's view.
+    """
+    reason = exc.strerror or str(exc)
+    if receipt.extra.get("registry"):
+        receipt.extra["registry"] = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
+    receipt.extra["not_stored"] = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
+                                   "the admin log line"]
+    receipt.errors.append(f"could not store the receipt in {ctx.state.root}: {reason}; nothing naming it was "
+                          "recorded (registry, LAST OK, last.json, admin log): keep this printed receipt, free "
+                          "space in the state directory, then rerun (it verifies read-only first)")
+    receipt.extra["stored"] = False
     return receipt
 
 

@@ -85,12 +85,14 @@ def run(update: "RuntimeUpdate") -> None:
                 f"(lane {feed.lane}, preparer reads {feed.source_ref})")
     try:
         feed.feed()
-    except FeedUnknown:
+    except FeedUnknown as exc:
         _record(update, feed)
         update.receipt.readback = {
             "read": f"git ls-remote of the fed refs on {feed.mirror.url}",
             "proven": False,
-            "reason": "the push's transport failed and read-back could not tell whether it applied",
+            "reason": exc.message,
+            "stage": "no source stage was created",
+            "build": "no build was started",
             "next_command": quote_argv(["vq", "admin", "update", update.profile.program, update.host.name,
                                         "--expected-sha", update.sha]),
             "advice": "rerunning reads the mirror first: a feed that did apply shows as unchanged refs",
@@ -99,6 +101,10 @@ def run(update: "RuntimeUpdate") -> None:
         raise
     except VqAdminError:
         _record(update, feed)
+        cut = [s for s in update.receipt.plan.steps if s.name.startswith("mirror-") and s.status == "interrupted"]
+        if cut:  # e.g. mirror-probe or mirror-read cut off: failed is honest (nothing pushed), and said so
+            update.receipt.extra["interruption"] = {"step": cut[-1].name, "transport": cut[-1].detail,
+                                                    "installed": "nothing", "stage": "no source stage was created"}
         update.reclaim(success=False)
         raise
     _record(update, feed)
@@ -137,6 +143,17 @@ def _prepare(update: "RuntimeUpdate", feed: Feed) -> None:
     update.ctx.narrate(f"preparing on {step.where}: {quote_argv(argv)}")
     result = execute(step, update.ctx.login(update.host), argv, timeout=update.profile.timeout_seconds)
     if result.interrupted:
+        update.receipt.readback = {
+            "read": (f"the mirror feed was confirmed by read-back; the preparer's end could not be read "
+                     f"({result.describe()})"),
+            "proven": False,
+            "preparer": f"the site preparer may still be running on {step.where}",
+            "stage": "no source stage was created",
+            "build": "no build was started",
+            "next_command": quote_argv(["vq", "admin", "update", update.profile.program, update.host.name,
+                                        "--expected-sha", update.sha]),
+            "advice": "rerun the update once the preparer has finished; the feed is already in place",
+        }
         raise Interrupted(f"prepare: {result.describe()}; the preparer may still be running on {step.where}; "
                           f"nothing was staged or built; rerun the update once it has finished")
     if result.exit_code != 0:

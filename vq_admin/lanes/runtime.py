@@ -25,14 +25,15 @@ from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest
 
-from .. import authority, source
+from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Locked, Outcome, UsageError
 from ..plan import Step, execute
+from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import allocation_step, mirror_step, remote_paths
+from . import remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -92,13 +93,18 @@ class RuntimeUpdate:
         self.receipt.extra["build_place"] = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
-        mirror_step.plan(self)  # the feed and the preparer come before anything is staged
+        if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
+            from . import mirror_step
+
+            mirror_step.plan(self)
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
+            from . import allocation_step
+
             allocation_step.plan(self, deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
@@ -123,7 +129,11 @@ class RuntimeUpdate:
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run(self)
-        pre = self.verify(*self.pre)
+        if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
+            from . import allocation_attempt
+
+            allocation_attempt.reconcile_previous(self)
+        pre = self.verify(*self.pre, shared=False)  # an already-current run ends here: one ssh round trip
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
@@ -132,8 +142,18 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
+        if pre.not_receipt is not None:
+            # A verifier whose output is not a receipt cannot prove anything afterwards either.  (A
+            # pre-verify that prints nothing and exits non-zero -- nothing installed yet -- proceeds.)
+            self.receipt.errors.append(f"pre-verify: the verifier's output is not a receipt; nothing was run "
+                                       f"({pre.not_receipt['parse_error']}; its output, escaped, is in "
+                                       "verify.pre.output)")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
-        mirror_step.run(self)
+        if self.profile.feed_source_mirror is not None:
+            from . import mirror_step
+
+            mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             self.source = self.staging.archive(self.source, workdir)
             self.staging.stage()
@@ -167,17 +187,23 @@ class RuntimeUpdate:
                 "an update is still running there; wait for it to end, then rerun (nothing was run)"
             )
 
-    def verify(self, verify_step: Step, readback_step: Step) -> Verification:
-        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step)
+    def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
+        return run_verify(self.ctx, self.host, self.profile, self.request(archive=None), verify_step, readback_step,
+                          shared=shared)
 
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
         if self.profile.update_allocation is not None:
+            from . import allocation_step
+
             return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
-        result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds, env=dict(command.env))
+        view = CommandView(f"{self.profile.program}: deploy on {step.where}") if progress.enabled(self.ctx.options.json) else None
+        with progress.live(self.ctx, view):
+            result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds,
+                             env=dict(command.env), watch=view.watch if view else None)
         self.receipt.record_command(result, step.where)
         return result
 
@@ -201,8 +227,12 @@ class RuntimeUpdate:
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
+    def rerun_argv(self) -> list[str]:
+        """The command that resolves an unknown outcome (a rollback names its own verb)."""
+        return ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        command = ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+        command = self.rerun_argv()
         self.receipt.readback = {
             "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
             "proven": False,
@@ -215,7 +245,8 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
-        for key in ("job_id", "log_dir"):  # an allocation build: the batch job and its retained transcripts
+        for key in ("job_id", "job_state", "attempt_dir", "log_dir"):  # an allocation build: the batch job, its final
+            # scheduler state and its retained transcripts
             if self.receipt.deploy.get(key) is not None:
                 self.receipt.readback[key] = self.receipt.deploy[key]
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)

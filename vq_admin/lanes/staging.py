@@ -112,14 +112,29 @@ class SourceStage:
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
         self.require(checked, "stage-verify")
+        verdict = _json(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
+        if verdict.get("verified") is not True or verdict.get("stage") != path or verdict.get("mismatches"):
+            self.reclaim(success=False)
+            raise VqAdminError(f"stage-verify on {self.transport.where} exited 0 without a verdict proving the "
+                               f"stage {path} (answer: {checked.text()[:300]!r}); nothing was installed")
         return path
 
     def require(self, result: RunResult, what: str) -> None:
         """A staging step must succeed; nothing has been installed yet."""
         if not result.ok:
+            if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
+                from .interrupt import left_behind
+
+                stage = left_behind(self.receipt)["stage"]
+                self.receipt.extra["interruption"] = {"step": what, "transport": result.describe(),
+                                                      "installed": "nothing", "stage": stage}
             self.reclaim(success=False)
             if result.interrupted is None and result.exit_code == 4:  # the agent refused an unsafe path
                 raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
+            if result.interrupted:
+                self.receipt.extra["interruption"]["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
+                raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
+                                   f"installed; {self.receipt.extra['interruption']['stage']}")
             raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:

@@ -15,7 +15,9 @@ from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from ..plan import Plan, Step, execute
+from .. import faults
+from ..plan import Plan, Step, execute, refuse_unsafe_command
+from ..transport import RunResult, Transport
 
 
 @dataclass
@@ -25,6 +27,8 @@ class Verification:
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
     interrupted: bool = False
+    #: set when the verifier printed something that is not one valid receipt (bounded, escaped)
+    not_receipt: dict[str, Any] | None = None
 
     @property
     def proven(self) -> bool:
@@ -41,47 +45,148 @@ class Verification:
             "checks": [c.to_dict() for c in self.checks],
             "error": self.error,
             "interrupted": self.interrupted,
+            **({"output": self.not_receipt} if self.not_receipt else {}),
         }
+
+
+#: The agent verb that runs the verify and reads the launcher back in one call.
+VERIFY_READBACK = "verify-readback"
 
 
 def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profile: RuntimeProfile,
                 request: RuntimeRequest) -> tuple[Step, Step]:
-    """Add the verify step and its hash read-back step to *plan*."""
+    """Add the verify step and its hash read-back step to *plan*.
+
+    Both run in one agent call on the login host (``vq-admin-agent
+    verify-readback -- <verify argv>``): one ssh round trip per verify.
+    """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    verify = plan.add(name, where, command.argv, "read-only verify receipt on the login host", dict(command.env))
+    verify = plan.add(name, where, [*host.agent, VERIFY_READBACK, "--", *command.argv],
+                      "read-only verify receipt on the login host (the agent runs the provider's verify)",
+                      dict(command.env))
     readback = plan.add(f"{name}-readback", where, [*host.agent, "hash-file", "<active_path>"],
-                        "SHA-256 of the receipt's launcher, read back on the login host")
+                        f"SHA-256 of the receipt's launcher, read back on the login host (in the {name} agent call)")
     return verify, readback
 
 
 def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, request: RuntimeRequest,
-               verify_step: Step, readback_step: Step) -> Verification:
+               verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
+    """Verify and read back in one agent call; *shared* false runs it over its own
+    ssh connection instead of the run's shared one (the already-current check:
+    a run that changes nothing never starts a connection master)."""
     login = ctx.login(host)
+    if not shared:
+        login = login.unshared()
     timeout = profile.verify_timeout_seconds
+    verify_argv = verify_step.planned_argv[len(host.agent) + 2:]
+    if verify_argv:
+        refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, verify_step.planned_argv, timeout=timeout)
     found = Verification(step=verify_step.name)
     if result.interrupted:
         found.interrupted, found.error = True, result.describe()
         readback_step.status = "skipped"
         return found
-    receipt, error = parse_receipt(result.stdout)
-    if result.exit_code != 0:
-        found.error = f"verify command exited {result.exit_code}: {result.error_text()[-500:]}"
+    if _agent_lacks_verb(result):  # an older helper on the login host: the verify, then hash-file
+        return _run_verify_two_calls(login, host, request, verify_step, readback_step, verify_argv, timeout)
+    answer, problem = _parse_answer(result)
+    if problem is not None:
+        verify_step.status, verify_step.detail = "failed", problem
+        found.error = problem
+        readback_step.status = "skipped"
+        return found
+    verify = answer["verify"]
+    code, stdout = verify["exit_code"], answer["stdout_bytes"]
+    verify_step.exit_code = code
+    if code != 0:
+        verify_step.status = "failed"
+        tail = verify.get("stderr", "").strip().splitlines()[-3:]
+        verify_step.detail = f"exit status {code} on {result.where}" + (": " + " | ".join(tail) if tail else "")
+    receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
+    if receipt is None:
+        return found
+    faults.step_boundary(readback_step.name, "before")
+    hashed = answer.get("readback")
+    readback_step.argv = [*host.agent, "hash-file", receipt.active_path]
+    seconds = answer.get("readback_seconds")
+    readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
+    if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
+        data, read_error = None, "the agent read back no launcher for this receipt"
+        readback_step.exit_code = None
+    else:
+        data, read_error = hashed, None
+        readback_step.exit_code = answer.get("readback_exit")
+        if readback_step.exit_code != 0:
+            read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
+    readback_step.status = "ok" if read_error is None else "failed"
+    readback_step.detail = read_error
+    found.checks.append(readback_check(receipt, data, read_error))
+    faults.step_boundary(readback_step.name, "after")
+    return found
+
+
+def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, request: RuntimeRequest,
+                   stdout: bytes, code: int, stderr: str) -> VerifyReceipt | None:
+    """Parse and check the verify receipt into *found*; the receipt when its launcher is to be read back."""
+    receipt, error = parse_receipt(stdout)
+    if receipt is None and stdout.strip():
+        found.not_receipt = output_excerpt(stdout, error)
+    if code != 0:
+        found.error = f"verify command exited {code}: {stderr.strip()[-500:]}"
         if receipt is None:
             readback_step.status = "skipped"
-            return found
+            return None
     if receipt is None:
         found.error = error
         verify_step.status = "failed"
         verify_step.detail = error
         readback_step.status = "skipped"
-        return found
+        return None
     found.receipt = receipt
     found.checks = receipt_checks(receipt, request.program, request.expected_sha, request.tag)
     if not receipt.active_path.startswith("/"):
         found.checks.append(readback_check(receipt, None, "active_path is not absolute; not read back"))
         readback_step.status = "skipped"
+        return None
+    return receipt
+
+
+def _agent_lacks_verb(result: RunResult) -> bool:
+    """The login host's agent predates ``verify-readback`` (its argparse refused the verb)."""
+    return result.exit_code == 2 and not result.stdout.strip() and b"invalid choice" in result.stderr
+
+
+def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
+    if result.exit_code != 0:
+        return {}, f"the agent's {VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
+    try:
+        answer = json.loads(result.stdout.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}, f"the agent's {VERIFY_READBACK} answer is not JSON"
+    verify = answer.get("verify") if isinstance(answer, dict) else None
+    if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
+            and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
+        return {}, f"the agent's {VERIFY_READBACK} answer is not a verify-readback object"
+    try:  # the verify's own bytes, as the agent passed them (surrogateescape)
+        answer["stdout_bytes"] = verify["stdout"].encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return {}, f"the agent's {VERIFY_READBACK} answer holds text that is not the verify's output"
+    return answer, None
+
+
+def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
+                          readback_step: Step, verify_argv: list[str], timeout: float) -> Verification:
+    """The verify and the read-back as two calls (an agent without ``verify-readback``)."""
+    result = execute(verify_step, login, verify_argv, timeout=timeout)
+    found = Verification(step=verify_step.name)
+    if result.interrupted:
+        found.interrupted, found.error = True, result.describe()
+        readback_step.status = "skipped"
+        return found
+    receipt = _judge_receipt(found, verify_step, readback_step, request, result.stdout, result.exit_code,
+                             result.error_text())
+    if receipt is None:
         return found
     hashed = execute(readback_step, login, [*host.agent, "hash-file", receipt.active_path], timeout=timeout)
     if hashed.interrupted:
@@ -102,3 +207,16 @@ def _parse_hash(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(value, dict):
         return None, "the agent's hash-file answer is not an object"
     return value, None
+
+
+#: How much of a verifier's unusable output a receipt keeps.
+OUTPUT_EXCERPT = 2048
+
+
+def output_excerpt(stdout: bytes, error: str | None) -> dict[str, Any]:
+    """The verifier's output that is not a receipt, bounded and escaped for the receipt."""
+    head = stdout[:OUTPUT_EXCERPT]
+    return {"bytes": len(stdout), "truncated": len(stdout) > OUTPUT_EXCERPT,
+            "excerpt": head.decode("ascii", "backslashreplace").encode("unicode_escape").decode("ascii")
+            .replace("\\\\x", "\\x"),
+            "parse_error": error}

@@ -5,6 +5,8 @@ Argv shapes (CONTRACT section 4):
 * update / install: ``<command words> <--update-script-arg values> --program P
   --expected-sha SHA [--tag T] [--source-archive PATH]``
 * verify: ``<command words> --program P --expected-sha SHA [--tag T]``
+* activate (rollback): ``<activate_command words> --program P --expected-sha SHA [--tag T]``
+* prune: ``<prune_command words> --program P --keep SHA [--keep SHA]...``
 * helper update / install: ``<command words> <--update-script-arg values>``;
   vq-admin exports ``VQ_HELPER_STAGE``, ``VQ_HELPER_EXPECTED_SHA`` and
   ``VQ_HELPER_EXPECTED_TREE_SHA256`` for every helper command.
@@ -12,7 +14,7 @@ Argv shapes (CONTRACT section 4):
 
 from __future__ import annotations
 
-from vq_admin_hookspecs import HelperRequest, ProviderCommand, RuntimeRequest, hookimpl
+from vq_admin_hookspecs import HelperRequest, ProviderCommand, PruneRequest, RuntimeRequest, hookimpl
 
 
 def _words(settings, key: str) -> tuple[str, ...]:
@@ -51,6 +53,25 @@ def vq_admin_runtime_install(request: RuntimeRequest) -> ProviderCommand:
 @hookimpl
 def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand:
     return ProviderCommand(argv=(*_words(request.settings, "verify_command"), *_identity_args(request)))
+
+
+@hookimpl
+def vq_admin_runtime_activate(request: RuntimeRequest):
+    """``None`` without ``activate_command``: rollback then runs the update for the target."""
+    words = request.settings.get("activate_command")
+    if not words:
+        return None
+    return ProviderCommand(argv=(*words, *_identity_args(request)))
+
+
+@hookimpl
+def vq_admin_runtime_prune(request: PruneRequest):
+    """``None`` without ``prune_command``: ``vq admin prune`` exits 2 naming it."""
+    words = request.settings.get("prune_command")
+    if not words:
+        return None
+    keep = [word for sha in request.keep for word in ("--keep", sha)]
+    return ProviderCommand(argv=(*words, "--program", request.program, *keep))
 
 
 @hookimpl

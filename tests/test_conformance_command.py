@@ -1,0 +1,135 @@
+"""The conformance kit on the built-in ``command`` provider with a site's own
+scripts, and the worked example in docs/examples/command-provider/: the kit
+passes it, a broken copy fails on the rule it breaks, and a real update over
+the real loopback sshd deploys, verifies and re-reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support import AGENT, GitRepo, run_vq, write_config
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "command-provider"
+DEPLOY, VERIFY = EXAMPLE / "deploy", EXAMPLE / "verify"
+
+
+def test_the_example_scripts_pass_the_kit_through_the_cli():
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", "--script-arg=--jobs=2", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    report = done.json()
+    assert report["passed"] is True and report["provider"] == "command"
+    names = {c["name"] for c in report["checks"]}
+    assert {"argv-shape", "evidence-A", "current-unchanged-until-validated", "verify-truthful",
+            "older-not-rewritten"} <= names
+
+
+def test_the_install_command_is_exercised_when_given(tmp_path):
+    from vq_admin.conformance import run_conformance
+
+    log = tmp_path / "install.log"
+    wrapper = tmp_path / "install"
+    wrapper.write_text(f"#!/bin/sh\necho install >> {log}\nexec {DEPLOY} \"$@\"\n")
+    wrapper.chmod(0o755)
+    report = run_conformance("command", workdir=str(tmp_path), commands={
+        "update_command": (str(DEPLOY), "--root", "{root}"),
+        "install_command": (str(wrapper), "--root", "{root}"),
+        "verify_command": (str(VERIFY), "--root", "{root}")})
+    report.assert_ok()
+    assert report.check("deploy-A").detail.startswith("runtime_install of A exited 0")
+    assert log.read_text() == "install\n"  # only the first deploy is an install
+
+
+def test_a_verify_that_echoes_the_request_fails_on_the_named_check(tmp_path):
+    """A site verify that copies the request instead of reading what is active is caught."""
+    liar = tmp_path / "verify-liar"
+    liar.write_text(VERIFY.read_text().replace(
+        'receipt.update(program=program, source_sha=read(os.path.join(release, "SOURCE-SHA")) or "",',
+        'receipt.update(program=program, source_sha=args.expected_sha,'))
+    liar.chmod(0o755)
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{liar} --root {{root}}")
+    assert done.exit_code == 1
+    assert "FAIL verify-truthful" in done.stderr and "conformance FAILED" in done.stderr
+
+
+def test_a_deploy_that_switches_current_before_validating_fails(tmp_path):
+    eager = tmp_path / "deploy-eager"
+    text = DEPLOY.read_text()
+    marker = "                selftest = os.path.join(partial, \"source\", \"vq_selftest.py\")\n"
+    assert marker in text
+    switch_early = ("                os.symlink(os.path.relpath(partial, root), root + '/.early'); "
+                    "os.replace(root + '/.early', root + '/current')\n")
+    eager.write_text(text.replace(marker, switch_early + marker))
+    eager.chmod(0o755)
+    done = run_vq("provider", "test", "command", "--update-command", f"{eager} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", "--json")
+    assert done.exit_code == 1
+    failed = {c["name"] for c in done.json()["checks"] if not c["ok"]}
+    assert "current-unchanged-until-validated" in failed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["provider", "test", "command", "--verify-command", "/bin/true"], "needs --update-command"),
+    (["provider", "test", "command", "--update-command", "/bin/true"], "needs --verify-command"),
+    (["provider", "test", "command", "--update-command", "'unclosed", "--verify-command", "/bin/true"],
+     "cannot be split"),
+    (["provider", "test", "command", "--update-command", "", "--verify-command", "/bin/true"], "must not be empty"),
+    (["provider", "test", "site_example", "--update-command", "/bin/true"], "only for the built-in 'command'"),
+])
+def test_usage_errors(argv, message):
+    done = run_vq(*argv)
+    assert done.exit_code == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.real
+def test_a_real_update_over_sshd_with_the_example_scripts(tmp_path, real_sshd):
+    """The example as a site would configure it: update, re-run (already-current), launcher."""
+    repo = GitRepo(tmp_path / "repo")
+    sha = repo.commit("A", {"vq_selftest.py": "import mysim; print('selftest', mysim.VERSION)\n",
+                            "mysim.py": "VERSION = 'A'\n"})
+    site = tmp_path / "site"  # the scripts as a site installs them (vq admin provider install in production)
+    site.mkdir()
+    for script in (DEPLOY, VERIFY):
+        shutil.copy2(script, site / script.name)
+    root = tmp_path / "apps" / "mysim"
+    config = write_config(tmp_path / "admin.toml", f"""
+        ssh_config = "{real_sshd.ssh_config}"
+
+        [hosts.cluster]
+        fleet_role = "managed"
+        ssh = "cluster"
+        scratch_root = "{tmp_path / 'scratch'}"
+        agent = "{AGENT}"
+
+        [hosts.cluster.scheduler_runtime_deployments.mysim]
+        update_command = "{site / 'deploy'} --root {root}"
+        verify_command = "{site / 'verify'} --root {root}"
+        source_repo = "{repo.path}"
+        timeout_seconds = 600
+    """)
+    (tmp_path / "scratch").mkdir()
+    state = tmp_path / "state"
+    first = run_vq("update", "mysim", "cluster", "--expected-sha", sha, "--json", config=config, state=state)
+    assert first.exit_code == 0, first.stdout + first.stderr
+    receipt = first.json()
+    assert receipt["outcome"] == "ok" and receipt["verify"]["final"]["receipt"]["source_sha"] == sha
+    launcher = str(root / "releases" / sha / "bin" / f"mysim-{sha}")
+    assert receipt["verify"]["final"]["receipt"]["active_path"] == launcher
+    assert receipt["metrics"].get("files") == 2
+    assert os.readlink(root / "current") == f"releases/{sha}"
+    again = run_vq("update", "mysim", "cluster", "--expected-sha", sha, "--json", config=config, state=state)
+    assert again.exit_code == 0 and again.json()["outcome"] == "already-current", again.stdout + again.stderr
+    bound = run_vq("launcher", "mysim", "cluster", "--expected-sha", sha, config=config, state=state)
+    assert bound.exit_code == 0 and bound.stdout.strip() == launcher
+
+
+def test_the_docs_show_the_example_scripts_byte_for_byte():
+    docs = (EXAMPLE.parent.parent / "providers.md").read_text()
+    for script in (DEPLOY, VERIFY):
+        assert f"```python\n{script.read_text()}```\n" in docs, f"docs/providers.md does not show {script.name} as it is"

@@ -1,0 +1,216 @@
+"""Issue 15: the two paths that run most stay near their floor, and cannot creep back.
+
+* An already-current ``vq admin update`` over the real sshd costs one ssh
+  connection and one ssh process, two git processes and, on the login host,
+  one agent process that runs the provider's verify once (counted by PATH
+  wrappers that log every exec, and by sshd's own log of accepted sessions).
+* ``vq admin launcher`` (the console scripts' hand-parsed entry), a bare
+  ``resolve_launcher`` and the agent's ``verify-readback`` import a pinned
+  set of modules: nothing beyond what ``import json`` brings, plus their own.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
+from vq_admin import registry
+
+SHA = "a" * 40
+#: What the launcher path may import of vq-admin itself.
+#: The registry reader's trust checks (section 10): the private state tree, bounded parsing and the
+#: secure-path rule, all standard library only.
+TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath"}
+LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
+                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"} | TRUST_OWN
+BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",
+                "vq_admin.outcome"} | TRUST_OWN
+AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
+NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
+         "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email")
+
+
+def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[str], set[str]]:
+    """(modules *code* imported, modules ``import json`` imports) in one fresh interpreter each."""
+    probe = ("import sys\n_before = set(sys.modules)\n" + code +
+             "\nsys.stderr.write('\\nMODULES ' + repr(sorted(set(sys.modules) - _before)) + '\\n')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **(env or {})), stdin=subprocess.DEVNULL)
+    line = [l for l in done.stderr.splitlines() if l.startswith("MODULES ")]
+    assert line, done.stdout + done.stderr
+    base = subprocess.run([sys.executable, "-c", "import sys\n_b = set(sys.modules)\nimport json\n"
+                           "print(repr(sorted(set(sys.modules) - _b)))"], capture_output=True, text=True, timeout=120)
+    return set(ast.literal_eval(line[-1][len("MODULES "):])), set(ast.literal_eval(base.stdout))
+
+
+def registered_state(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    registry.record_verified(state, "cluster", "vibeqc", {
+        "sha": SHA, "tag": None, "launcher": f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python",
+        "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"})
+    return state
+
+
+def check_import_set(found: set[str], json_set: set[str], own: set[str]) -> None:
+    assert not [m for m in found if m in NEVER or m.split(".")[0] in NEVER], sorted(found)
+    extra = {m for m in found - json_set if not m.startswith("vq_admin")} - {"__future__"}
+    assert not extra, f"imports beyond json's: {sorted(extra)}"
+    assert {m for m in found if m.startswith("vq_admin")} <= own, sorted(found)
+
+
+def test_the_launcher_entry_imports_only_its_own_modules_and_json(tmp_path):
+    state = registered_state(tmp_path)
+    code = ("sys.argv = ['vq', 'admin', 'launcher', 'vibeqc', 'cluster', '--expected-sha', %r]\n"
+            "from vq_admin.entry import main\ncode = main()\nassert code == 0, code\n" % SHA)
+    found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
+                                             "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
+    check_import_set(found, json_set, LAUNCHER_OWN)
+    assert "vq_admin.commands.launcher" in found  # the verb ran, through the hand-parsed entry
+
+
+def test_resolve_launcher_imports_no_more_than_the_entry(tmp_path):
+    state = registered_state(tmp_path)
+    code = ("from vq_admin.bindings import resolve_launcher\n"
+            "b = resolve_launcher('vibeqc', 'cluster', expected_sha=%r, state_dir=%r)\n"
+            "assert b.sha == %r\n" % (SHA, str(state), SHA))
+    found, json_set = imported_by(code)
+    check_import_set(found, json_set, BINDINGS_OWN)
+
+
+def test_the_agent_verify_readback_imports_no_verb_table(tmp_path):
+    code = ("from vq_admin.agent.entry import main\n"
+            "code = main(['verify-readback', '--', 'true'])\nassert code == 0, code\n")
+    found, json_set = imported_by(code)
+    assert not [m for m in found if m.split(".")[0] in NEVER or m in NEVER], sorted(found)
+    assert "vq_admin.agent.cli" not in found and "argparse" not in found
+    assert {m for m in found if m.startswith("vq_admin")} <= AGENT_OWN, sorted(found)
+
+
+def test_hand_parsed_launcher_words_fall_back_to_the_full_parser():
+    from vq_admin.entry import parse_launcher
+
+    parsed = parse_launcher(["vibeqc", "--json", "cluster", "--expected-sha", SHA, "--path=--", "--check-on-host"])
+    assert (parsed.program, parsed.host, parsed.expected_sha, parsed.path, parsed.json, parsed.check_on_host) == \
+        ("vibeqc", "cluster", SHA, "--", True, True)
+    for words in (["vibeqc"], ["a", "b", "c"], ["a", "b", "--help"], ["a", "b", "--expected", SHA],
+                  ["a", "b", "--path", "-x"], ["a", "b", "--json=1"], ["a", "b", "--pin"], ["-a", "b"]):
+        assert parse_launcher(words) is None, words
+
+
+def wrapper(path: Path, real: str, log: Path) -> str:
+    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> {log}\nexec {real} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def accepted_sessions(log: Path) -> int:
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if "Accepted publickey" in line)
+
+
+@pytest.mark.real
+def test_an_already_current_run_is_one_ssh_round_trip(tmp_path, real_sshd):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    wrap, log = tmp_path / "wrap", tmp_path / "execs.log"
+    wrap.mkdir()
+    wrapper(wrap / "ssh", "/usr/bin/ssh", log)
+    wrapper(wrap / "git", "/usr/bin/git", log)
+    agent = wrapper(wrap / "vq-admin-agent", AGENT, log)
+    site = wrapper(wrap / "vq-site-example", SITE_EXAMPLE, log)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch",
+                             transport="ssh", ssh="cluster")
+    host = host.replace(f'agent = "{AGENT}"', f'agent = "{agent}"').replace(f'command = "{SITE_EXAMPLE}"',
+                                                                            f'command = "{site}"')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + host)
+    env = {"PATH": f"{wrap}:{os.environ['PATH']}"}
+    first = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--cluster-install", "--json",
+                   config=config, state=tmp_path / "state", env=env)
+    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
+    log.unlink()
+    sessions = accepted_sessions(real_sshd.log)
+
+    again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config,
+                   state=tmp_path / "state", env=env)
+    assert again.exit_code == 0 and again.json()["outcome"] == "already-current", again.stdout + again.stderr
+    execs = log.read_text().splitlines()
+    by_program: dict[str, list[str]] = {}
+    for line in execs:
+        by_program.setdefault(line.split(" ", 1)[0], []).append(line)
+    assert len(by_program.get("ssh", [])) == 1, execs  # one ssh process, no master, no "-O exit"
+    assert "ControlMaster" not in by_program["ssh"][0] and "-O" not in by_program["ssh"][0].split()
+    assert len(by_program.get("git", [])) == 2, execs  # cat-file --batch and tag --points-at
+    assert len(by_program.get("vq-admin-agent", [])) == 1 and "verify-readback" in by_program["vq-admin-agent"][0]
+    assert len(by_program.get("vq-site-example", [])) == 1 and " verify " in by_program["vq-site-example"][0]
+    assert set(by_program) == {"ssh", "git", "vq-admin-agent", "vq-site-example"}, execs
+    assert accepted_sessions(real_sshd.log) - sessions == 1  # sshd's own count: one connection
+
+    steps = {s["name"]: s for s in again.json()["steps"]}
+    assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]
+    assert steps["pre-verify-readback"]["status"] == "ok" and steps["pre-verify-readback"]["where"] == "cluster"
+
+
+# -- the agent's verify-readback, and a login host whose agent predates it -------------
+
+
+def agent_answer(*argv: str) -> dict:
+    import json
+
+    done = subprocess.run([AGENT, "verify-readback", "--", *argv], capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_verify_readback_hashes_the_launcher_the_receipt_names(tmp_path):
+    import hashlib
+    import json
+
+    launcher = tmp_path / f"vibeqc-{SHA}"
+    launcher.write_bytes(b"#!/bin/sh\n")
+    receipt = json.dumps({"active_path": str(launcher), "note": "caf\u00e9"})
+    answer = agent_answer("sh", "-c", f"printf '%s\\n' '{receipt}'; printf 'warn\\377\\n' >&2; exit 3")
+    assert answer["verify"]["exit_code"] == 3 and json.loads(answer["verify"]["stdout"])["active_path"] == str(launcher)
+    assert answer["verify"]["stderr"].encode("utf-8", "surrogateescape") == b"warn\xff\n"  # bytes survive
+    assert answer["readback"]["sha256"] == hashlib.sha256(b"#!/bin/sh\n").hexdigest()
+    assert answer["readback"]["path"] == str(launcher) and answer["readback_exit"] == 0
+
+
+def test_verify_readback_reads_nothing_back_without_an_absolute_active_path(tmp_path):
+    for out in ("not json", '{"active_path": "relative/python"}', "[1, 2]"):
+        answer = agent_answer("printf", "%s", out)
+        assert answer["readback"] is None and answer["verify"]["stdout"] == out
+    missing = agent_answer(str(tmp_path / "no-such-verify"))
+    assert missing["verify"]["exit_code"] == 127 and missing["readback"] is None
+    gone = agent_answer("printf", '{"active_path": "%s"}' % (tmp_path / "gone"))
+    assert gone["readback"]["exists"] is False and gone["readback_exit"] == 1
+
+
+@pytest.mark.real
+def test_an_agent_without_verify_readback_gets_two_calls(tmp_path):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    old_agent = tmp_path / "old-agent"
+    old_agent.write_text("#!/bin/sh\nif [ \"$1\" = verify-readback ]; then\n"
+                         "  echo \"vq-admin-agent: error: argument verb: invalid choice: 'verify-readback'\" >&2\n"
+                         f"  exit 2\nfi\nexec {AGENT} \"$@\"\n")
+    old_agent.chmod(0o755)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("here", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch")
+    config = write_config(tmp_path / "admin.toml", host.replace(f'agent = "{AGENT}"', f'agent = "{old_agent}"'))
+    first = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--cluster-install", "--json", config=config,
+                   state=tmp_path / "state")
+    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
+    again = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    receipt = again.json()
+    assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["pre-verify"]["argv"][0] == str(SITE_EXAMPLE)  # the verify itself, then hash-file
+    assert steps["pre-verify-readback"]["argv"][:2] == [str(old_agent), "hash-file"]
+    assert receipt["verify"]["final"]["proven"] is True

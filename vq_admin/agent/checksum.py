@@ -1,0 +1,64 @@
+"""The fast, non-cryptographic checksum of allocation transcripts.
+
+``xxh3_64`` (the ``xxhash`` module) when it is importable, else
+``blake2b`` with an 8-byte digest from :mod:`hashlib` (standard library),
+so the agent runs on a login host whose Python has nothing but its
+standard library.  Every record that carries a digest also names the
+algorithm (``checksum``), and the driver checks a digest with the
+algorithm named, whichever it is.
+
+These digests detect change (the settle) and damage in transit (the
+framed stream); they are not security evidence: the source identity uses
+SHA-256 throughout.
+
+Standard library (+ ``xxhash`` when present); Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+XXH3 = "xxh3_64"
+BLAKE2B = "blake2b"
+ALGORITHMS = (XXH3, BLAKE2B)
+#: ``VQ_ADMIN_AGENT_CHECKSUM=blake2b`` forces the fallback (tests, or a site
+#: that wants one algorithm everywhere).
+ENV_FORCE = "VQ_ADMIN_AGENT_CHECKSUM"
+
+
+def _xxhash_available() -> bool:
+    try:
+        import xxhash  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_algorithm() -> str:
+    """``xxh3_64`` when ``xxhash`` is importable, else ``blake2b`` (or the forced one)."""
+    import os
+
+    forced = os.environ.get(ENV_FORCE)
+    if forced in ALGORITHMS and (forced != XXH3 or _xxhash_available()):
+        return forced
+    return XXH3 if _xxhash_available() else BLAKE2B
+
+
+def new(algorithm: Optional[str] = None):
+    """A fresh hash object of *algorithm* (default :func:`default_algorithm`)."""
+    algorithm = algorithm or default_algorithm()
+    if algorithm == XXH3:
+        import xxhash
+
+        return xxhash.xxh3_64()
+    if algorithm == BLAKE2B:
+        return hashlib.blake2b(digest_size=8)
+    raise ValueError(f"unknown checksum {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+
+
+def digest(data: bytes, algorithm: Optional[str] = None) -> str:
+    """The hex digest of *data* (for tests and small inputs)."""
+    h = new(algorithm)
+    h.update(data)
+    return h.hexdigest()

@@ -1,0 +1,134 @@
+"""Progress records of ``alloc-run --progress SECONDS`` (for a terminal).
+
+While ``sbatch --wait`` runs, a thread of the agent reports, once when the
+job id is known and then every *SECONDS* (the driver asks for 10), one
+``progress`` record: the job's queue state and pending reason (``squeue``
+on the login host the agent runs on: no extra connection) and the last line
+of the attempt's transcript.  During the settle every observation is
+reported too.  The driver renders them as one live line on a terminal; the
+agent sends none without ``--progress``, so a run off a terminal costs
+nothing extra and an older driver never sees a record kind it does not
+know.
+
+Record payloads::
+
+    {"phase": "wait", "job_id": "42", "state": "PENDING", "reason": "Resources",
+     "last_line": "...", "stream": "stdout" | "stderr" | null}
+    {"phase": "settle", "observation": 3, "max": 10, "identical": 3, "bytes": 1234,
+     "readable": true}
+
+Standard library only; Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import threading
+from typing import Callable, Optional, Sequence, Tuple
+
+#: The driver's poll; never more often than every MIN_INTERVAL seconds.
+DEFAULT_INTERVAL = 10.0
+MIN_INTERVAL = 1.0
+TAIL_BYTES = 4096
+LINE_LIMIT = 300
+SQUEUE_TIMEOUT = 20.0
+
+
+def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[str], Optional[str]]:
+    """``(state, reason)`` from ``squeue -h -j ID -o %T|%r``; ``(None, None)`` when the job left the queue."""
+    argv = ["squeue", "-h", "-j", job_id, "-o", "%T|%r"]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "UNKNOWN", f"squeue: {exc}"[:200]
+    if done.returncode != 0:
+        text = done.stderr.decode("utf-8", "replace").strip()
+        if "Invalid job id" in text:
+            return None, None
+        return "UNKNOWN", f"squeue exit {done.returncode}: {text[-200:]}"
+    for line in done.stdout.decode("utf-8", "replace").splitlines():
+        state, _, reason = line.strip().partition("|")
+        if state:
+            return state, (reason if reason and reason != "None" else None)
+    return None, None
+
+
+def _tail(dir_fd: int, name: str) -> Tuple[Optional[float], bytes]:
+    """``(mtime, last bytes)`` of *name* below *dir_fd*, never through a symlink."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None, b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, b""
+        start = max(0, st.st_size - TAIL_BYTES)
+        return st.st_mtime, os.pread(fd, TAIL_BYTES, start)
+    except OSError:
+        return None, b""
+    finally:
+        os.close(fd)
+
+
+def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple[Optional[str], Optional[str]]:
+    """The last non-empty line of the transcript written most recently: ``(line, file name)``."""
+    best = None
+    for name in names:
+        mtime, data = _tail(dir_fd, name)
+        lines = [l for l in data.replace(b"\r", b"\n").split(b"\n") if l.strip()]
+        if mtime is not None and lines and (best is None or mtime >= best[0]):
+            best = (mtime, lines[-1], name)
+    if best is None:
+        return None, None
+    return best[1].decode("utf-8", "replace").strip()[:LINE_LIMIT], best[2]
+
+
+class Reporter:
+    """Sends ``wait`` records every *interval* seconds from :meth:`start` until :meth:`stop`."""
+
+    def __init__(self, emit: Callable[[dict], None], attempt_fd: int, interval: float,
+                 state: Callable[[str], Tuple[Optional[str], Optional[str]]] = queue_state):
+        self.emit, self.attempt_fd = emit, attempt_fd
+        self.interval = max(MIN_INTERVAL, interval)
+        self.state = state
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, job_id: str) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
+        self._thread.start()
+
+    def _loop(self, job_id: str) -> None:
+        while not self._stop.is_set():
+            state, reason = self.state(job_id)
+            if self._stop.is_set():
+                return
+            line, stream = last_line(self.attempt_fd)
+            self.emit({"phase": "wait", "job_id": job_id, "state": state or "ENDED", "reason": reason,
+                       "last_line": line, "stream": stream})
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=SQUEUE_TIMEOUT + 5)
+
+
+def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> dict:
+    """The ``settle`` record after observation *k* (1-based) of *history*."""
+    last = history[-1]
+    identical = 1
+    for previous in reversed(history[:-1]):
+        if previous != last:
+            break
+        identical += 1
+    return {"phase": "settle", "observation": k, "max": max_observations, "identical": identical,
+            "bytes": sum(getattr(s, "size", 0) or 0 for s in last),
+            "readable": all(getattr(s, "readable", False) for s in last)}

@@ -1,0 +1,87 @@
+"""Build ``vq-admin-agent.pyz``: the helper as one file, for a login host
+that has a Python (3.8 or later) and nothing else.
+
+::
+
+    python3 -m vq_admin.agent.pyz [OUT]      # default OUT: ./vq-admin-agent.pyz
+
+The archive (:mod:`zipapp`, standard library) holds exactly
+``vq_admin/__init__.py`` and ``vq_admin/agent/*.py`` of the tree it is built
+from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`; no
+bytecode, no driver module, no third-party package.  Run it as
+``python3 vq-admin-agent.pyz VERB ...`` or directly (its first line is
+``#!/usr/bin/env python3``).  Member timestamps are fixed, so the same
+tree builds the same bytes.
+
+Standard library only; Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from typing import List, Optional
+
+INTERPRETER = "/usr/bin/env python3"
+MAIN = (
+    "# vq-admin-agent.pyz entry point (written by vq_admin.agent.pyz)\n"
+    "import sys\n"
+    "sys.dont_write_bytecode = True\n"
+    "from vq_admin.agent.cli import main\n"
+    "sys.exit(main())\n"
+)
+#: A fixed member timestamp: the archive's bytes depend on the sources only.
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def members(tree: str) -> List[str]:
+    """Paths (relative to *tree*, the directory above ``vq_admin``) that go into the archive."""
+    agent = os.path.join(tree, "vq_admin", "agent")
+    names = sorted(n for n in os.listdir(agent) if n.endswith(".py") and n != "__main__.py")
+    return ["vq_admin/__init__.py"] + [f"vq_admin/agent/{n}" for n in names]
+
+
+def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) -> str:
+    """Write the archive to *out* (atomically: temp file + rename); returns *out*."""
+    if tree is None:
+        tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tmp = f"{out}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(b"#!" + interpreter.encode("utf-8") + b"\n")
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                entries = [(rel, os.path.join(tree, rel)) for rel in members(tree)]
+                for rel, full in entries:
+                    with open(full, "rb") as src:
+                        info = zipfile.ZipInfo(rel, FIXED_TIME)
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        info.external_attr = 0o644 << 16
+                        zf.writestr(info, src.read())
+                info = zipfile.ZipInfo("__main__.py", FIXED_TIME)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, MAIN)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python3 -m vq_admin.agent.pyz [OUT]", file=sys.stderr)
+        return 2
+    out = build(args[0] if args else "vq-admin-agent.pyz")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

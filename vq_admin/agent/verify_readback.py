@@ -1,0 +1,123 @@
+"""The read-only runtime verify and the launcher read-back, in one agent call.
+
+``vq-admin-agent verify-readback -- VERIFY_ARGV...`` runs the provider's
+read-only verify command (an argv, never through a shell), reads the
+``active_path`` its receipt names and hashes that file, and prints one JSON
+object::
+
+    {"verify": {"exit_code": 0, "stdout": "...", "stderr": "...", "seconds": 0.03},
+     "readback": {"path": "...", "exists": true, "regular": true, "sha256": "...", ...} | null,
+     "readback_exit": 0 | 1 | null, "readback_seconds": 0.001}
+
+so the driver's already-current check costs one ssh round trip.  The driver
+still parses and checks the verify receipt itself (``vq_admin.lanes.verify``);
+the agent only reads: it never trusts, changes or removes anything.
+``readback`` is null when the verify's stdout is not a JSON object naming an
+absolute ``active_path`` (the driver then reports the receipt's problem).
+
+``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
+
+This module is the agent's light path: standard library only (``os``,
+``sys``, ``json``, ``hashlib``, ``subprocess``), nothing else of the agent,
+so the per-run remote start stays close to a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+import time
+
+CHUNK = 1 << 20
+#: Largest verify stdout passed back (a verify receipt is a few hundred bytes).
+STDOUT_LIMIT = 4 << 20
+#: The tail of the verify's stderr passed back.
+STDERR_TAIL = 64 << 10
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_answer(path: str) -> tuple[dict, int]:
+    """The ``hash-file`` answer for *path* (following symlinks) and its exit status."""
+    try:
+        st = os.stat(path)
+        real = os.path.realpath(path)
+        lst = os.lstat(path)
+    except OSError as exc:
+        return {"path": path, "exists": False, "error": exc.strerror}, EXIT_FAILED
+    if not stat.S_ISREG(st.st_mode):
+        return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
+    try:
+        digest = file_sha256(path)
+    except OSError as exc:
+        return {"path": path, "exists": True, "regular": True, "error": exc.strerror}, EXIT_FAILED
+    return {
+        "path": path,
+        "exists": True,
+        "regular": True,
+        "is_symlink": stat.S_ISLNK(lst.st_mode),
+        "realpath": real,
+        "size": st.st_size,
+        "executable": bool(st.st_mode & 0o111),
+        "sha256": digest,
+    }, 0
+
+
+def _text(data: bytes) -> str:
+    """Bytes as JSON-safe text; the driver recovers them with ``surrogateescape``."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def active_path_of(stdout: bytes) -> str | None:
+    """The absolute ``active_path`` the verify receipt names, or ``None``."""
+    try:
+        value = json.loads(stdout.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    path = value.get("active_path") if isinstance(value, dict) else None
+    return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None
+
+
+def verify_readback(argv: list[str]) -> dict:
+    """Run the verify *argv*, then hash the launcher its receipt names."""
+    import subprocess
+
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
+    answer: dict = {"verify": {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
+                               "stdout_truncated": len(out) > STDOUT_LIMIT,
+                               "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},
+                    "readback": None, "readback_exit": None, "readback_seconds": None}
+    path = active_path_of(out) if len(out) <= STDOUT_LIMIT else None
+    if path is not None:
+        started = time.monotonic()
+        answer["readback"], answer["readback_exit"] = hash_answer(path)
+        answer["readback_seconds"] = round(time.monotonic() - started, 6)
+    return answer
+
+
+def main(argv: list[str]) -> int:
+    """``verify-readback [--] ARGV...``; exit 0 when the answer was printed."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or argv[0].startswith("-"):
+        print("usage: vq-admin-agent verify-readback -- VERIFY_COMMAND [ARG...]", file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(json.dumps(verify_readback(argv), sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,125 @@
+"""Conformance cases for the generation hooks: activation (rollback) and prune.
+
+Run by :class:`~vq_admin.conformance.kit.Kit` after its update sequence, when
+``current`` is A and the releases of A and B exist (C failed validation and
+has none).  Only hooks the provider implements are checked.
+
+Activation (``vq_admin_runtime_activate``):
+
+* ``activate-B``: activating B exits 0, the verify receipt of B passes every
+  check, ``current`` was never absent while it switched, and the releases
+  of A and B are byte-identical to before (nothing built or rewritten);
+* ``activate-refuses-unbuilt``: activating C (never built) exits non-zero
+  and leaves ``current`` as it was;
+* ``activate-A``: back to A, proven again.
+
+Prune (``vq_admin_runtime_prune``), with ``current`` at A:
+
+* ``prune-keeps-kept``: asked to keep A and B, the provider prints a valid
+  prune report and both releases and launchers are byte-identical after;
+  a provider that deletes a kept release fails here;
+* ``prune-report-truthful``: asked to keep only A, A (current's target) is
+  untouched and still proven, nothing kept is reported removed, and every
+  SHA reported removed is really gone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest
+
+from ..plugins import ProviderError
+from .world import LinkWatcher, snapshot
+
+if TYPE_CHECKING:
+    from .kit import Kit
+
+TIMEOUT = 600.0
+
+
+def run(kit: "Kit", dirs: dict[str, str]) -> None:
+    """*dirs*: the per-SHA release directory of A and B."""
+    if kit.offers("vq_admin_runtime_activate", "activate_command"):
+        activation(kit, dirs)
+    if kit.offers("vq_admin_runtime_prune", "prune_command"):
+        prune(kit, dirs)
+
+
+def _activate(kit: "Kit", label: str):
+    try:
+        command = kit.providers.runtime_activate(kit.name, kit.request(label, None))
+    except ProviderError as exc:
+        return None, [], exc.message
+    if command is None:
+        return None, [], "the provider answered None"
+    with LinkWatcher(kit.world) as watcher:
+        result = kit.world.run(command, TIMEOUT)
+    tail = " | ".join((result.error_text() or result.text()).splitlines()[-3:])
+    return (None if result.interrupted else result.exit_code), watcher.seen, tail
+
+
+def activation(kit: "Kit", dirs: dict[str, str]) -> None:
+    before = {label: snapshot(path) for label, path in dirs.items()}
+    code, seen, tail = _activate(kit, "B")
+    proven = code == 0 and kit.evidence_ok("B")
+    untouched = all(snapshot(path) == before[label] for label, path in dirs.items())
+    problems = []
+    if not proven:
+        problems.append(f"activating B exited {code} ({tail}) or B's verify is not proven")
+    if None in seen:
+        problems.append(f"current was absent while it switched ({seen!r})")
+    if not untouched:
+        problems.append("a release changed during activation")
+    kit.check("activate-B", not problems, "; ".join(problems) or "current switched to B atomically; nothing rebuilt")
+    link = kit.world.current()
+    code, _, tail = _activate(kit, "C")
+    kit.check("activate-refuses-unbuilt", code not in (0, None) and kit.world.current() == link,
+              f"activating C, which was never built, exited {code} ({tail}); current {link!r} -> "
+              f"{kit.world.current()!r}")
+    code, _, tail = _activate(kit, "A")
+    ok = code == 0 and kit.evidence_ok("A")
+    kit.check("activate-A", ok, "back to A, proven" if ok else f"activating A exited {code}: {tail}")
+
+
+def _prune(kit: "Kit", keep: list[str]):
+    from .kit import PROGRAM
+
+    request = PruneRequest(PROGRAM, "conformance", tuple(keep), kit.request("A", None).settings)
+    try:
+        command = kit.providers.runtime_prune(kit.name, request)
+    except ProviderError as exc:
+        return None, None, exc.message
+    result = kit.world.run(command, TIMEOUT)
+    try:
+        report = PruneReport.parse(result.stdout)
+    except EvidenceError as exc:
+        return result.exit_code, None, str(exc)
+    return result.exit_code, report, ""
+
+
+def prune(kit: "Kit", dirs: dict[str, str]) -> None:
+    sha = kit.world.sha
+    link = kit.world.current()
+    before = {label: snapshot(path) for label, path in dirs.items()}
+    code, report, error = _prune(kit, [sha["A"], sha["B"]])
+    problems = [] if code == 0 and report is not None else [f"prune exited {code}: {error or 'no report'}"]
+    for label, path in dirs.items():
+        if snapshot(path) != before[label]:
+            problems.append(f"kept release {label} ({path}) was {'removed' if not snapshot(path) else 'changed'}")
+    if report is not None and set(report.removed) & {sha["A"], sha["B"]}:
+        problems.append(f"the report says kept SHAs were removed: {sorted(report.removed)}")
+    kit.check("prune-keeps-kept", not problems, "; ".join(problems) or "asked to keep A and B, both are intact")
+    code, report, error = _prune(kit, [sha["A"]])
+    problems = [] if code == 0 and report is not None else [f"prune exited {code}: {error or 'no report'}"]
+    if snapshot(dirs["A"]) != before["A"] or kit.world.current() != link or not kit.evidence_ok("A"):
+        problems.append("current's release A was changed, or current moved, or A is no longer proven")
+    if report is not None:
+        if sha["A"] in report.removed:
+            problems.append("the report says A (kept, current) was removed")
+        if sha["B"] in report.removed and snapshot(dirs["B"]):
+            problems.append("the report says B was removed but its release is still there")
+        if sha["B"] not in report.removed and not snapshot(dirs["B"]):
+            problems.append("B's release is gone but the report does not say it was removed")
+    kit.check("prune-report-truthful", not problems, "; ".join(problems) or
+              f"asked to keep A: removed {sorted(report.removed) if report else '?'}; A intact and proven")

@@ -1,0 +1,111 @@
+"""The ``vq`` and ``vq-admin`` console scripts.
+
+``vq admin launcher ...`` (``vq-admin launcher ...``) is what the queue driver
+runs for every job, so it is served before anything heavy is imported: its
+few options are parsed here by hand (standard library ``os`` and ``sys``; the
+verb itself reads a small JSON registry entry through
+:mod:`vq_admin.bindings`), and argparse, typing and the rest of the command
+line are never loaded.  Anything this parser does not take as plainly
+well-formed (``--help``, an abbreviated or unknown option, a value that looks
+like an option, a wrong number of operands) goes to the full parser in
+:mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
+for every other verb.  Every other verb goes there directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: ``vq admin launcher`` options that take a value, and the attribute each sets.
+_VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
+           "--state-dir": "state_dir"}
+#: ``vq admin launcher`` flags.
+_FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
+
+
+class LauncherArgs:
+    """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
+
+    def __init__(self, program: str, host: str, values: dict):
+        self.verb = self.func = "launcher"
+        self.program, self.host = program, host
+        self.expected_sha = values.get("expected_sha")
+        self.path = values.get("path")
+        self.pin = values.get("pin")
+        self.config = values.get("config")
+        self.state_dir = values.get("state_dir")
+        self.json = bool(values.get("json"))
+        self.check_on_host = bool(values.get("check_on_host"))
+
+
+def parse_launcher(words: list[str]) -> LauncherArgs | None:
+    """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
+    values: dict = {}
+    operands: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-"):
+            operands.append(word)
+            continue
+        name, eq, value = word.partition("=")
+        if name in _FLAGS and not eq:
+            values[_FLAGS[name]] = True
+        elif name in _VALUED:
+            if not eq:
+                if i >= len(words) or words[i].startswith("-"):
+                    return None
+                value = words[i]
+                i += 1
+            values[_VALUED[name]] = value
+        else:
+            return None
+    if len(operands) != 2:
+        return None
+    return LauncherArgs(operands[0], operands[1], values)
+
+
+def launcher(words: list[str], prog: str) -> int | None:
+    """Run ``launcher`` with *words*; ``None`` when the full parser must take them."""
+    args = parse_launcher(words)
+    if args is None:
+        return None
+    from .outcome import VqAdminError
+
+    try:
+        from .commands.launcher import run
+
+        return run(args)
+    except VqAdminError as exc:
+        from .cli import _error_document
+        from .output import print_json, safe_text
+
+        if "--json" in words:
+            print_json(_error_document(args, exc))  # type: ignore[arg-type]
+        print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
+        return exc.outcome.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
+    if invoked == "vq":
+        words, prog = (argv[1:] if argv[:1] == ["admin"] else []), "vq admin"
+    else:
+        words, prog = argv, "vq-admin"
+    if words[:1] == ["launcher"]:
+        code = launcher(words[1:], prog)
+        if code is not None:
+            return code
+    from .cli import main as full
+
+    return full()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

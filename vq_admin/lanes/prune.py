@@ -1,0 +1,309 @@
+"""Prune: ``vq admin prune PROGRAM HOST [--keep N]`` (CONTRACT section 8).
+
+One prune, in order (the same lane entry, lock and key as ``update``):
+
+1. authority (``managed``), the profile, a prune operation (``prune_command``
+   or a provider's ``vq_admin_runtime_prune``; none: exit 2 naming
+   ``prune_command``), and LAST OK (none: 77, nothing was verified here);
+2. ``verify-active``: a fresh read-only verify of LAST OK on the login host;
+   not proven: 77, nothing is called;
+3. ``census``: every pending, running, suspended, requeued or held Slurm job
+   and the generations it references (:func:`vq_admin.references.census`);
+   incomplete (controller down, timeout, an unreadable job script): 77,
+   nothing is called;
+4. the keep set, each SHA with its reasons: ``active``, ``last-ok``,
+   ``last-good``, ``recent (i of N)`` (the N most recent distinct verified
+   SHAs, from the history index) and ``job <id> (<state>)``;
+5. ``prune``: the provider's command on the login host with that keep set;
+   its stdout is the prune report (``PruneReport``), parsed strictly; a
+   removed SHA that was kept fails the run;
+6. every removed SHA is marked pruned in the registry of verified launchers
+   (its launcher then refuses with reason ``pruned``);
+7. ``verify``: the active identity is proven again, and ``kept-readback-*``:
+   every kept launcher the registry records still exists and hashes to its
+   attested SHA-256 on the login host; otherwise ``failed`` (1), naming it;
+   a read-back whose transport was interrupted is ``unknown`` (3): rerun.
+
+``--dry-run`` runs the read-only steps 2 and 3, prints the keep set with its
+reasons and the registered generations that would be asked to go, and calls
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest, RuntimeRequest
+
+from .. import authority, history, registry
+from ..config import HostConfig, RuntimeProfile
+from ..context import RunContext
+from ..outcome import Outcome, Refused, UsageError
+from ..plan import execute, mark_local
+from ..plugins import ProviderError
+from ..receipt import Receipt
+from ..references import SQUEUE, CensusError, census
+from ..state import utc_now
+from ..transport import quote_argv
+from .common import conclude
+from .verify import Verification, plan_verify, run_verify
+
+DEFAULT_KEEP = 3
+VERIFIED = ("ok", "already-current")
+
+
+class RuntimePrune:
+    """One prune of one program on one host."""
+
+    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int):
+        self.ctx = ctx
+        self.host: HostConfig = authority.runtime_host(ctx.config, host_name)
+        profile = self.host.runtimes.get(program)
+        if profile is None:
+            known = ", ".join(sorted(self.host.runtimes)) or "none"
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+        self.profile: RuntimeProfile = profile
+        self.keep_recent = keep_recent
+        where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
+        last_ok = ctx.state.read_record("runtime", host_name, program, "last-ok") or {}
+        sha = last_ok.get("sha") if isinstance(last_ok.get("sha"), str) else None
+        try:
+            ctx.providers.runtime_prune(profile.provider, PruneRequest(program, host_name, (sha or "0" * 40,),
+                                                                       profile.settings()))
+        except ProviderError as exc:
+            raise UsageError(f"{where} has no prune operation: configure prune_command (or use a provider that "
+                             f"implements vq_admin_runtime_prune); {exc.message}") from None
+        if not sha or not registry.SHA_RE.match(sha):
+            raise Refused(f"{program} on {host_name} has no LAST OK in {ctx.state.root}: nothing was verified here, "
+                          "so the active generation cannot be proven; nothing was pruned")
+        self.sha, self.tag = sha, last_ok.get("tag")
+        self.receipt = Receipt("runtime", self.host.name, program, sha, self.tag, utc_now())
+        self.keep: dict[str, list[str]] = {}
+        self.receipt.extra["prune"] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
+        self.receipt.extra["rerun"] = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
+
+    def request(self) -> RuntimeRequest:
+        return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
+                              where="login-host", settings=self.profile.settings())
+
+    def prune_command(self, keep: list[str]):
+        request = PruneRequest(self.profile.program, self.host.name, tuple(keep), self.profile.settings())
+        return self.ctx.providers.runtime_prune(self.profile.provider, request)
+
+    # -- the plan ---------------------------------------------------------------------
+
+    def make_plan(self) -> None:
+        ctx, plan, p = self.ctx, self.receipt.plan, self.profile
+        where = ctx.login(self.host).where
+        self.pre = plan_verify(ctx, plan, "verify-active", self.host, p, self.request())
+        plan.add("census", where, SQUEUE, "every queued, running, suspended or held job and the generations it "
+                 "references (scontrol show job, scontrol write batch_script per job)")
+        planned = [w if w != self.sha else "<keep set>" for w in self.prune_command([self.sha]).argv]
+        plan.add("prune", where, planned, f"provider {p.provider}: remove releases outside the keep set")
+        self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request())
+        plan.add("kept-readback", where, [*self.host.agent, "hash-file", "<each kept launcher>"],
+                 "every kept launcher still hashes to its attested SHA-256")
+
+    # -- the run ----------------------------------------------------------------------
+
+    def verify(self, steps) -> Verification:
+        return run_verify(self.ctx, self.host, self.profile, self.request(), *steps)
+
+    def run(self) -> Receipt:
+        self.make_plan()
+        pre = self.verify(self.pre)
+        self.receipt.verify = {"pre": pre.to_dict()}
+        if not pre.proven:
+            detail = pre.error or "; ".join(f"{c.name}: {c.detail}" for c in pre.checks if not c.ok) or "not proven"
+            raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
+                          f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+        self.add(self.sha, "active")
+        self.add(self.sha, "last-ok")
+        last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
+        if isinstance(last_good.get("sha"), str) and registry.SHA_RE.match(last_good["sha"]):
+            self.add(last_good["sha"], "last-good")
+        for i, sha in enumerate(self.recent(), 1):
+            self.add(sha, f"recent ({i} of {self.keep_recent})")
+        doc = self.take_census()
+        for row in doc["generations"]:
+            for job in row["jobs"]:
+                self.add(row["sha"], f"job {job['id']} ({job['state']})")
+        for sha, labels in doc.get("unregistered", {}).items():
+            for label in labels:
+                self.add(sha, label)
+        self.receipt.extra["prune"]["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
+        if self.ctx.options.dry_run:
+            return self.dry_run()
+        return self.prune()
+
+    def add(self, sha: str, reason: str) -> None:
+        reasons = self.keep.setdefault(sha.lower(), [])
+        if reason not in reasons:
+            reasons.append(reason)
+
+    def recent(self) -> list[str]:
+        """The N most recent distinct verified SHAs of this host and program (the history index)."""
+        found: list[str] = []
+        if self.keep_recent <= 0:
+            return found
+        for item in history.newest_first(self.ctx.state.root):
+            if (item.get("host"), item.get("program"), item.get("lane")) != (self.host.name, self.profile.program,
+                                                                            "runtime"):
+                continue
+            sha = item.get("expected_sha")
+            if (item.get("outcome") in VERIFIED and item.get("verb") in ("update", "rollback")
+                    and isinstance(sha, str) and sha not in found):
+                found.append(sha)
+                if len(found) >= self.keep_recent:
+                    break
+        return found
+
+    def take_census(self) -> dict[str, Any]:
+        step = self.receipt.plan.get("census")
+        started = time.monotonic()
+        try:
+            doc = census(self.ctx.state, self.ctx.login(self.host), self.host.name, self.profile.program)
+        except CensusError as exc:
+            mark_local(step, False, started, exc.message)
+            raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
+                          "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
+        mark_local(step, True, started, f"{doc['jobs_scanned']} jobs read")
+        return doc
+
+    def candidates(self) -> list[str]:
+        """Registered generations outside the keep set and not pruned yet."""
+        return [e["sha"] for e in registry.entries(self.ctx.state.root, self.host.name, self.profile.program)
+                if e["sha"] not in self.keep
+                and registry.pruned(self.ctx.state.root, self.host.name, self.profile.program, e["sha"]) is None]
+
+    def dry_run(self) -> Receipt:
+        would = self.candidates()
+        self.receipt.extra["prune"]["would_remove"] = would
+        self.receipt.plan.get("prune").planned_argv = list(self.prune_command(sorted(self.keep)).argv)
+        if not self.ctx.options.json:
+            print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
+        return conclude(self.ctx, self.receipt, Outcome.OK)
+
+    def prune(self) -> Receipt:
+        ctx, receipt = self.ctx, self.receipt
+        keep = sorted(self.keep)
+        command = self.prune_command(keep)
+        step = receipt.plan.get("prune")
+        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(list(command.argv))}")
+        result = execute(step, ctx.login(self.host), list(command.argv), timeout=self.profile.timeout_seconds,
+                         env=dict(command.env))
+        receipt.record_command(result, step.where)
+        if result.interrupted:
+            receipt.errors.append(f"prune: {result.describe()}")
+            receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
+                                "next_command": quote_argv(receipt.extra["rerun"]),
+                                "advice": "what the provider removed is not known; rerunning prunes again with a "
+                                          "fresh census and reports what is gone"}
+            return conclude(ctx, receipt, Outcome.UNKNOWN)
+        failures: list[str] = []
+        report = None
+        try:
+            report = PruneReport.parse(result.stdout)
+        except EvidenceError as exc:
+            failures.append(f"prune: {exc}")
+        if result.exit_code != 0:
+            failures.insert(0, f"prune: the provider exited {result.exit_code}")
+        if report is not None:
+            receipt.extra["prune"]["removed"] = list(report.removed)
+            receipt.extra["prune"]["kept"] = list(report.kept)
+            for sha in report.removed:
+                registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha,
+                                     receipt.id or self.receipt_id(), utc_now())
+            for sha in sorted(set(report.removed) & set(self.keep)):
+                failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
+        post = self.verify(self.post)
+        receipt.verify["final"] = post.to_dict()
+        unread: list[str] = []
+        if post.interrupted:
+            unread.append(f"verify: {post.error}")
+        elif not post.proven:
+            detail = post.error or "; ".join(f"{c.name}: {c.detail}" for c in post.checks if not c.ok) or "not proven"
+            failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: {detail}")
+        kept_failures, kept_unread = self.check_kept()
+        failures += kept_failures
+        unread += kept_unread
+        if failures:
+            receipt.errors.extend(failures + unread)
+            return conclude(ctx, receipt, Outcome.FAILED)
+        if unread:  # the prune ran; whether what must stay is intact could not be read back
+            receipt.errors.extend(unread)
+            receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
+                                "proven": False, "next_command": quote_argv(receipt.extra["rerun"]),
+                                "advice": "the transport was interrupted while checking what was kept; rerunning "
+                                          "verifies the active generation and every kept launcher again"}
+            return conclude(ctx, receipt, Outcome.UNKNOWN)
+        return conclude(ctx, receipt, Outcome.OK)
+
+    def receipt_id(self) -> str:
+        self.receipt.id = self.ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
+        return self.receipt.id
+
+    def check_kept(self) -> tuple[list[str], list[str]]:
+        """Every kept launcher the registry records must exist and hash to its attested SHA-256.
+
+        Returns ``(failures, unread)``: what is proven broken, and what could not be read back."""
+        failures: list[str] = []
+        unread: list[str] = []
+        checked: dict[str, Any] = {}
+        root, host, program = self.ctx.state.root, self.host.name, self.profile.program
+        for sha in sorted(self.keep):
+            try:
+                entry = registry.lookup(root, host, program, sha)
+            except registry.PrunedError:
+                continue  # pruned by an earlier run: nothing left to check
+            except registry.RegistryError as exc:
+                failures.append(f"kept {sha}: {exc}")
+                continue
+            if entry is None:
+                continue
+            step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", self.ctx.login(self.host).where,
+                                         [*self.host.agent, "hash-file", entry["launcher"]],
+                                         f"kept launcher of {sha}: still there, same bytes")
+            result = execute(step, self.ctx.login(self.host), step.planned_argv,
+                             timeout=self.profile.verify_timeout_seconds)
+            answer = _json(result.stdout)
+            if result.interrupted:
+                checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
+                unread.append(f"kept {sha}: could not be read back: {result.describe()}")
+                continue
+            if answer.get("exists") is False:
+                problem = f"its launcher {entry['launcher']} no longer exists"
+            elif answer.get("sha256") != entry["launcher_sha256"]:
+                problem = (f"its launcher {entry['launcher']} now hashes to {answer.get('sha256') or answer.get('error')}, "
+                           f"attested {entry['launcher_sha256']}")
+            else:
+                problem = None
+            checked[sha] = {"launcher": entry["launcher"], "ok": problem is None, "detail": problem}
+            if problem:
+                failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
+        if self.receipt.plan.has("kept-readback"):
+            self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
+        self.receipt.extra["prune"]["kept_launchers"] = checked
+        return failures, unread
+
+
+def _json(stdout: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(stdout.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
+    from ..output import safe_text
+
+    lines = [f"vq-admin: dry run: prune {program} on {host}: keep {len(keep)}, "
+             f"{len(would)} registered generation(s) would be asked to go; nothing is called"]
+    for sha in sorted(keep):
+        lines.append(f"  keep  {sha}  {', '.join(keep[sha])}")
+    for sha in would:
+        lines.append(f"  go    {sha}")
+    return [safe_text(line) for line in lines]

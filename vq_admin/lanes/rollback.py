@@ -1,0 +1,169 @@
+"""Rollback: ``vq admin rollback PROGRAM HOST [--to SHA]`` (CONTRACT section 8).
+
+The runtime lane, aimed at an earlier generation:
+
+1. authority (``managed``), the profile, and the target: ``--to SHA`` or
+   LAST GOOD, which must have verified deployment evidence in this state
+   directory (its registry entry and the ``ok``/``already-current`` receipt
+   it names); otherwise 77 before anything runs;
+2. with an activation operation (``activate_command``, or a provider's
+   ``vq_admin_runtime_activate`` hook): pre-verify (``already-current`` when
+   the target is active), the provider's activation where ``update_command``
+   runs (never inside an allocation: nothing is built, staged, fed or
+   prepared), then the read-only verify;
+3. without one: exactly the runtime update of the target
+   (:class:`~vq_admin.lanes.runtime.RuntimeUpdate`): the exact source is
+   staged and the provider's update runs; the mirror is never rewound, so a
+   mirror-fed profile whose preparer reads the lane branch is refused, naming
+   both ways out;
+4. any interruption is ``unknown`` until a fresh read-only verify proves the
+   target; the receipt adds ``"rollback": {"from", "to"}``.  On success LAST
+   OK becomes the target and LAST GOOD the previous LAST OK
+   (:meth:`vq_admin.state.StateDir.record_run`).
+
+The lane runs through the same entry as ``update``
+(:func:`vq_admin.commands.update.run_lane`): the lane lock (and whatever
+else that entry holds for the lane) covers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vq_admin_hookspecs import ProviderCommand
+
+from .. import registry
+from ..context import RunContext
+from ..outcome import Outcome, Refused
+from ..plan import execute
+from ..receipt import Receipt
+from ..state import StateDir, read_json
+from ..transport import quote_argv
+from .common import conclude
+from .runtime import RuntimeUpdate
+from .verify import Verification, plan_verify
+
+VERIFIED = ("ok", "already-current")
+
+
+def verified_target(state: StateDir, host: str, program: str, to: str | None) -> dict[str, Any]:
+    """The registry entry of the rollback target, or :class:`Refused` naming what is missing."""
+    if to is None:
+        record = state.read_record("runtime", host, program, "last-good") or {}
+        to = record.get("sha") if isinstance(record.get("sha"), str) else None
+        if not to or not registry.SHA_RE.match(to):
+            raise Refused(f"{program} on {host} has no LAST GOOD in {state.root} (no earlier verified generation "
+                          f"to return to); give --to SHA of a generation verified here (vq admin history {host} "
+                          f"{program}); nothing was run")
+    try:
+        entry = registry.lookup(state.root, host, program, to)
+    except registry.PrunedError as exc:
+        raise Refused(f"{to} of {program} on {host} was pruned ({exc}); it cannot be re-activated; deploy it "
+                      f"again with vq admin update {program} {host} --expected-sha {to}; nothing was run") from None
+    except registry.RegistryError as exc:
+        raise Refused(f"the verified-launcher registry cannot be trusted for {to}: {exc}; nothing was run") from None
+    missing = (f"{to} was never verified for {program} on {host} in {state.root} (no ok or already-current "
+               f"receipt); rollback only returns to a generation verified here; deploy it with vq admin update "
+               f"{program} {host} --expected-sha {to}; nothing was run")
+    if entry is None:
+        raise Refused(missing)
+    receipt = read_json(state.receipt_path(str(entry["receipt"])))
+    if (receipt is None or receipt.get("outcome") not in VERIFIED or receipt.get("host") != host
+            or receipt.get("program") != program or receipt.get("expected_sha") != to):
+        raise Refused(f"{missing} (the registry names receipt {entry['receipt']}, which is missing or is not "
+                      "a verified success of that generation)")
+    return entry
+
+
+class RuntimeRollback(RuntimeUpdate):
+    """One rollback of one program on one host."""
+
+    def __init__(self, ctx: RunContext, host_name: str, program: str, to: str | None):
+        self.entry = verified_target(ctx.state, host_name, program, to)
+        super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
+        self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
+            self.profile.provider, self.request(archive=None, where=self.activate_place))
+        self.receipt.extra["rollback"] = {"from": None, "to": self.sha,
+                                          "via": "activate" if self.activation else "update"}
+        self.receipt.extra["rerun"] = self.rerun_argv()
+
+    @property
+    def activate_place(self) -> str:
+        return "build-host" if self.profile.update_host else "login-host"
+
+    def rerun_argv(self) -> list[str]:
+        return ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
+
+    # -- the plan ---------------------------------------------------------------------
+
+    def make_plan(self) -> None:
+        if self.activation is None:
+            super().make_plan()
+            return
+        ctx, plan, p = self.ctx, self.receipt.plan, self.profile
+        self.receipt.extra["provider"] = p.provider
+        self.receipt.extra["build_place"] = "none (activation of an existing release)"
+        self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
+        plan.add("activate", self.build_transport().where, list(self.activation.argv),
+                 f"provider {p.provider}: switch current to the existing release {self.sha} (nothing is built)",
+                 dict(self.activation.env))
+        self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
+
+    def verify(self, verify_step, readback_step) -> Verification:
+        found = super().verify(verify_step, readback_step)
+        if verify_step.name == "pre-verify" and found.receipt is not None:
+            self.receipt.extra["rollback"]["from"] = found.receipt.source_sha.lower()
+        return found
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self) -> Receipt:
+        if self.activation is not None:
+            return self.run_activation()
+        try:
+            return super().run()
+        except Refused as exc:
+            p = self.profile
+            if p.feed_source_mirror is not None and p.preparer_reads == "lane":
+                raise Refused(
+                    f"{exc.message}. Rolling back {p.program} on {self.host.name} without an activation operation "
+                    f"rebuilds {self.sha} from the mirror, whose lane branch is never rewound; two ways out: "
+                    f"configure activate_command in hosts.{self.host.name}.scheduler_runtime_deployments."
+                    f"{p.program} (rollback then switches current to the existing release and feeds nothing), "
+                    "or move the preparer to preparer_reads = \"pin\"") from None
+            raise
+
+    def run_activation(self) -> Receipt:
+        self.make_plan()
+        if self.ctx.options.dry_run:
+            return conclude(self.ctx, self.receipt, Outcome.OK)
+        pre = self.verify(*self.pre)
+        if pre.interrupted:
+            self.receipt.errors.append(f"pre-verify: {pre.error}")
+            return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
+        if pre.proven:
+            self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
+            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
+        self.receipt.verify = {"pre": pre.to_dict()}
+        self.require_quiescent(pre)
+        step = self.receipt.plan.get("activate")
+        assert self.activation is not None
+        self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
+                         f"{quote_argv(list(self.activation.argv))}")
+        result = execute(step, self.build_transport(), list(self.activation.argv),
+                         timeout=self.profile.timeout_seconds, env=dict(self.activation.env))
+        self.receipt.record_command(result, step.where)
+        if result.interrupted:
+            return self.resolve_unknown(f"activate: {result.describe()}")
+        if result.exit_code != 0:
+            self.receipt.errors.append(f"activate: the provider exited {result.exit_code}")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        post = self.verify(*self.post)
+        self.receipt.verify["final"] = post.to_dict()
+        if post.interrupted:
+            return self.resolve_unknown(f"verify: {post.error}")
+        if not post.proven:
+            self.receipt.errors.extend(self.verify_errors(post))
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
