@@ -376,7 +376,8 @@ def test_every_option_of_every_agent_verb_is_on_the_agent_page(verb):
 
 def test_agent_page_gives_every_exit_status():
     _require_groff()
-    codes = sorted({0, agent_cli.EXIT_FAILED, agent_cli.EXIT_USAGE, agent_cli.EXIT_MISMATCH, agent_cli.EXIT_UNSAFE})
+    codes = sorted({0, agent_cli.EXIT_FAILED, agent_cli.EXIT_USAGE, agent_cli.EXIT_MISMATCH, agent_cli.EXIT_UNSAFE,
+                    agent_cli.EXIT_HELD})
     tags = {line.strip() for line in roff_tags(AGENT_PAGE, "EXIT STATUS").splitlines()}
     missing = [c for c in codes if str(c) not in tags]
     assert not missing, f"vq-admin-agent.8 EXIT STATUS has no entry for {missing}"

@@ -65,11 +65,19 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
     p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("--all", action="store_true",
+                   help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
+    p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
+                   "it ends ok or already-current")
+    p.add_argument("--parallel", metavar="N", type=int, help="with --all: at most N hosts at a time (default 4)")
+    p.add_argument("--max-failed", metavar="K", type=int, help="with --all: once more than K hosts end other than "
+                   "ok/already-current, start no further host (default 0)")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="update")
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("--all", action="store_true", help="every host's LAST OK side by side, per program (drift at a glance)")
     p.add_argument("--prometheus", action="store_true",
                    help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")

@@ -2,12 +2,16 @@
 
 The driver runs these on a login or build host over ssh.  Each verb prints
 one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
-stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused.
+stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
+75 (``lease`` only) the lease is held by another run.
 
 Standard library only, on Python 3.8 and later (the allocation verbs use
 ``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
 the driver side is imported: the agent must run on a host that has only this
 package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
+
+``lease`` prints one JSON line and then holds the lease until its stdin
+closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
 
 ``alloc-run`` and ``alloc-reconcile`` print framed records rather than one
 JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
@@ -22,10 +26,12 @@ import os
 import stat
 import sys
 
-from . import allocation, identity, install_file, safedirs, securepath, stage, verify_readback
+from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
 from .frames import FrameWriter
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
+#: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
+EXIT_HELD = lease.EXIT_HELD
 
 
 def _emit(obj: dict) -> None:
@@ -327,6 +333,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", required=True)
     p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the job's end")
     p.set_defaults(func=cmd_alloc_reconcile)
+
+    p = sub.add_parser("lease", help="hold the host-side lease of one lane until stdin closes (75 when held)",
+                       description="Take an exclusive flock on <root>/.vq-admin/locks/<lane>.<host>[.<program>].lock "
+                                   "(without --root: the agent's state directory), record the holder, print one "
+                                   "JSON line, and hold it until stdin closes. Never waits: exit 75 naming the "
+                                   "holder when another run holds it.")
+    p.add_argument("--root", help="scratch root (absolute); default: the agent's state directory")
+    p.add_argument("--lane", choices=lease.LANES, required=True)
+    p.add_argument("--host", required=True, help="the configured host name")
+    p.add_argument("--program", help="the program (runtime lane only)")
+    p.add_argument("--driver-host", required=True, help="holder record: the driver's host name")
+    p.add_argument("--user", required=True, help="holder record: the user running vq-admin")
+    p.add_argument("--pid", type=int, required=True, help="holder record: the driver's pid")
+    p.add_argument("--since", required=True, help="holder record: when the run started (UTC)")
+    p.add_argument("--run-id", required=True, help="holder record: the run's id")
+    p.set_defaults(func=lease.main_lease)
     return parser
 
 

@@ -60,6 +60,13 @@ def _lines(status: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "all", False):
+        from .status_all import run as run_all
+
+        if args.host or getattr(args, "prometheus", False) or getattr(args, "textfile", None):
+            raise UsageError("status --all shows every host's LAST OK side by side; not with HOST, --prometheus "
+                             "or --textfile")
+        return run_all(args)
     prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
     if args.json and (prometheus or textfile):
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")

@@ -12,6 +12,7 @@ from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 from .. import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
+from ..lease import host_lease, plan_lease
 from ..locks import lane_lock
 from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..output import plan_summary, receipt_summary, report
@@ -46,6 +47,11 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 
 def run(args: argparse.Namespace) -> int:
     targets = args.targets
+    if getattr(args, "all", False):
+        return run_fleet(args)
+    for option in ("canary", "parallel", "max_failed"):
+        if getattr(args, option, None) is not None:
+            raise UsageError(f"--{option.replace('_', '-')} belongs to a fleet rollout (update PROGRAM --all)")
     if len(targets) > 2:
         raise UsageError("update takes HOST (helper lane) or PROGRAM HOST (runtime lane)")
     sha = full_sha(args.expected_sha)
@@ -73,6 +79,18 @@ def run(args: argparse.Namespace) -> int:
         return RuntimeUpdate(ctx, host_name, program, sha, args.tag)
 
     return run_lane(args, ("runtime", host_name, program), sha, args.tag, build)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """``update PROGRAM --all``: see :mod:`vq_admin.fleet`."""
+    from ..fleet import run_fleet as fleet
+
+    sha = full_sha(args.expected_sha)
+    if sha is None:
+        raise UsageError(f"a fleet rollout needs --expected-sha; {SHA_RULE}")
+    if args.tag is not None:
+        check_tag_name(args.tag)
+    return fleet(args, check_name(args.targets[0], "PROGRAM"), sha)
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
@@ -115,7 +133,9 @@ def _raise_interrupted(signum, frame):
 
 
 def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None]) -> int:
-    """Run a lane body under its lock; turn every definite error into a receipt.
+    """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
+    a second run from any driver exits 75 naming the holder); turn every definite
+    error into a receipt.
 
     SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
     receipt: a step may have been under way on a host.
@@ -124,10 +144,11 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
     try:
         try:
             if ctx.options.dry_run:
+                plan_lease(ctx, receipt, *lock_key)
                 receipt = body()
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
-                with lane_lock(ctx.state.root, *lock_key):
+                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key):
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:
@@ -190,6 +211,12 @@ def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     """The receipt of a run that ended before its lane began."""
     targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
                                                   if getattr(args, k, None)]  # rollback, prune
+    if getattr(args, "all", False):  # a fleet rollout refused before any host started
+        from ..fleet import SCHEMA
+
+        return {"schema": SCHEMA, "outcome": error.outcome.value, "exit_code": error.outcome.exit_code,
+                "program": targets[0] if targets else None, "expected_sha": getattr(args, "expected_sha", None),
+                "hosts": {}, "errors": [error.message]}
     receipt = Receipt(
         lane="runtime" if len(targets) == 2 else "helper",
         host=targets[-1] if targets else "",

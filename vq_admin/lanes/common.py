@@ -103,3 +103,17 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
                           "space in the state directory, then rerun (it verifies read-only first)")
     receipt.extra["stored"] = False
     return receipt
+
+
+#: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
+#: another deploy holds the host.  Nothing was changed by this run.
+PROVIDER_LOCKED_EXIT = 75
+
+
+def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim) -> Receipt:
+    """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
+    reclaimed as not failed (nothing was tried on it)."""
+    receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "
+                          "deploy; nothing was changed by this run; rerun when that deploy has ended")
+    reclaim(success=True)
+    return conclude(ctx, receipt, Outcome.LOCKED)

@@ -42,7 +42,7 @@ from ..plan import execute
 from ..receipt import Receipt
 from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
-from .common import conclude
+from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
 
@@ -138,6 +138,8 @@ class HelperUpdate:
         if result.interrupted:
             self.receipt.errors.append(f"helper: {result.describe()}")
             return self.conclude_readback(interrupted=True)
+        if result.exit_code == PROVIDER_LOCKED_EXIT:
+            return provider_locked(self.ctx, self.receipt, "helper: the helper command", self.reclaim)
         if result.exit_code != 0:
             self.receipt.errors.append(f"helper: the helper command exited {result.exit_code}")
             self.reclaim(success=False)

@@ -34,7 +34,7 @@ from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import remote_paths
-from .common import conclude
+from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
 
@@ -160,6 +160,8 @@ class RuntimeUpdate:
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
+        if result.exit_code == PROVIDER_LOCKED_EXIT:
+            return provider_locked(self.ctx, self.receipt, "deploy: the provider", self.reclaim)
         if result.exit_code != 0:
             self.receipt.errors.append(f"deploy: the provider exited {result.exit_code}")
             self.reclaim(success=False)

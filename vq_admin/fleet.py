@@ -1,0 +1,524 @@
+"""``vq admin update PROGRAM --all``: one program rolled out over the fleet.
+
+The hosts are every ``fleet_role = "managed"`` host with a profile for
+PROGRAM, in configuration order; every other host is listed as skipped with
+its role (or "no profile") and never touched.
+
+Each host is a normal runtime update -- its own receipt, lane lock and
+host-side lease -- run in a worker process forked from this one (so the
+modules are loaded once, not once per host) in a session of its own.  The
+worker is exactly ``vq admin update PROGRAM HOST --expected-sha SHA --json``;
+this module reads the receipt it prints.
+
+Order: ``--canary HOST`` alone first, which must end ``ok`` or
+``already-current`` or nothing else starts; then at most ``--parallel N``
+hosts at a time; once more than ``--max-failed K`` hosts have ended other
+than ``ok``/``already-current``, no further host starts and those left are
+``skipped``.
+
+SIGINT, SIGTERM or SIGHUP: no further host starts; each running worker gets
+one SIGINT, ends its run as ``unknown`` (its own receipt, its lease closed)
+and is waited for (bounded; a worker still there after that is killed, which
+frees its lease as well).  Every host's outcome is recorded.
+
+The fleet document (``vq-admin/fleet/1``) is stored under
+``<state>/fleet/`` and named by one admin-log line.  Exit status: 0 only when
+every host of the rollout ended ``ok``/``already-current``; otherwise the
+most severe host code in the order 3, 1, 2, 75, 77 (an interrupted rollout
+is at least 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import select
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config, load_config
+from .outcome import Outcome, UsageError
+from .output import safe_text
+from .state import StateDir, dump_json, utc_now, write_atomic
+
+SCHEMA = "vq-admin/fleet/1"
+DEFAULT_PARALLEL = 4
+DEFAULT_MAX_FAILED = 0
+#: Most severe first: what the fleet exits with when not every host succeeded.
+SEVERITY = (3, 1, 2, 75, 77)
+#: After an interruption, how long running workers get to write their receipts.
+INTERRUPT_GRACE = 60.0
+_OUTCOME_BY_CODE = {o.exit_code: o for o in Outcome if o is not Outcome.ALREADY_CURRENT}
+
+
+@dataclass
+class HostRun:
+    name: str
+    role: str
+    in_rollout: bool
+    outcome: str = "pending"  # pending | running | <outcome> | skipped
+    exit_code: int | None = None
+    receipt: str | None = None
+    reason: str | None = None
+    errors: list[str] = field(default_factory=list)
+    started_at: str | None = None
+    finished_at: str | None = None
+    seconds: float | None = None
+    document: dict[str, Any] | None = None
+    pid: int | None = None
+    _t0: float = 0.0
+    _out: str | None = None
+    _err: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome in ("ok", "already-current", "planned")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"outcome": self.outcome, "exit_code": self.exit_code, "receipt": self.receipt,
+                                "role": self.role}
+        for key in ("reason", "started_at", "finished_at", "seconds"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.errors:
+            data["errors"] = self.errors[:3]
+        return data
+
+
+def select_hosts(config: Config, program: str) -> list[HostRun]:
+    """Every configured host in order; ``in_rollout`` for managed hosts with the profile."""
+    runs = []
+    for name, host in config.hosts.items():
+        run = HostRun(name, host.fleet_role, host.fleet_role == "managed" and program in host.runtimes)
+        if not run.in_rollout:
+            run.outcome = "skipped"
+            if host.fleet_role == "managed":
+                run.reason = f"no scheduler_runtime_deployments.{program} profile"
+            elif host.fleet_role == "alias":
+                run.reason = f"fleet_role alias (of {host.canonical_host}): never touched"
+            else:
+                run.reason = f"fleet_role {host.fleet_role}: no runtime authority, never touched"
+        runs.append(run)
+    return runs
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if len(args.targets) != 1:
+        raise UsageError("update PROGRAM --all takes exactly one positional, the PROGRAM (no HOST)")
+    for option, value in (("--force", args.force), ("--cluster-install", args.cluster_install),
+                          ("--update-script-arg", args.update_script_arg)):
+        if value:
+            raise UsageError(f"{option} is not accepted with --all: a fleet rollout runs plain updates; "
+                             "run that host alone (update PROGRAM HOST) instead")
+    if args.parallel is not None and args.parallel < 1:
+        raise UsageError(f"--parallel {args.parallel}: must be at least 1")
+    if args.max_failed is not None and args.max_failed < 0:
+        raise UsageError(f"--max-failed {args.max_failed}: must be 0 or more")
+
+
+class Rollout:
+    def __init__(self, args: argparse.Namespace, config: Config, program: str, sha: str):
+        self.args = args
+        self.config = config
+        self.program = program
+        self.sha = sha
+        self.tag: str | None = args.tag
+        self.parallel: int = DEFAULT_PARALLEL if args.parallel is None else args.parallel
+        self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
+        self._grace_deadline = 0.0
+        self._pidfds: dict[int, int] = {}
+        self.order_names: list[str] = []
+        self.hosts = select_hosts(config, program)
+        self.by_name = {h.name: h for h in self.hosts}
+        self.interrupted: str | None = None
+        self.running: dict[int, HostRun] = {}
+        self.failed = 0
+        self.terminal = sys.stdout.isatty() and not args.json
+        self.tmp = ""  # the workers' output files; created by run()
+        self.started_at = utc_now()
+        self.dry_run = bool(args.dry_run)
+
+    # -- order --------------------------------------------------------------------------
+
+    def order(self) -> list[HostRun]:
+        rollout = [h for h in self.hosts if h.in_rollout]
+        if not rollout:
+            raise UsageError(f"no host has fleet_role \"managed\" and a scheduler_runtime_deployments.{self.program} "
+                             f"profile in {self.config.path}")
+        canary = self.args.canary
+        if canary is not None:
+            host = self.by_name.get(canary)
+            if host is None or not host.in_rollout:
+                why = "is not in the configuration" if host is None else f"is not in this rollout ({host.reason})"
+                raise UsageError(f"--canary {canary}: the host {why}")
+            rollout.remove(host)
+            rollout.insert(0, host)
+        return rollout
+
+    # -- workers --------------------------------------------------------------------------
+
+    def worker_argv(self, host: str) -> list[str]:
+        argv = ["update", self.program, host, "--expected-sha", self.sha, "--json"]
+        if self.tag is not None:
+            argv += ["--tag", self.tag]
+        if self.dry_run:
+            argv.append("--dry-run")
+        if self.args.config is not None:
+            argv += ["--config", self.args.config]
+        if self.args.state_dir is not None:
+            argv += ["--state-dir", self.args.state_dir]
+        return argv
+
+    def start(self, host: HostRun) -> None:
+        host._out = os.path.join(self.tmp, f"{host.name}.out")
+        host._err = os.path.join(self.tmp, f"{host.name}.err")
+        argv = self.worker_argv(host.name)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        host.started_at, host._t0, host.outcome = utc_now(), time.monotonic(), "running"
+        pid = os.fork()
+        if pid == 0:  # the worker: a normal single-host update in a session of its own
+            code = 70
+            try:
+                os.setsid()
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                for sig in (signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
+                                        (1, host._out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                        (2, host._err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                    new = os.open(path, flags | os.O_CLOEXEC, 0o600)
+                    os.dup2(new, fd)
+                    os.close(new)
+                from .cli import main
+
+                sys.argv[:1] = ["vq-admin"]
+                code = main(argv)
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # noqa: BLE001 - a worker must always end with a status
+                code = 70
+            finally:
+                os._exit(code)
+        host.pid = pid
+        self.running[pid] = host
+        self._pidfds[pid] = os.pidfd_open(pid)
+
+    def reap(self, pid: int, status: int) -> None:
+        host = self.running.pop(pid, None)
+        fd = self._pidfds.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+        if host is None:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        host.seconds = round(time.monotonic() - host._t0, 3)
+        host.finished_at = utc_now()
+        document = _read_json(host._out)
+        if document is not None and ("outcome" in document or document.get("dry_run")):
+            host.document = document
+            host.outcome = str(document.get("outcome", "planned"))
+            host.exit_code = document.get("exit_code") if isinstance(document.get("exit_code"), int) else code
+            host.receipt = document.get("id")
+            host.errors = [str(e) for e in (document.get("errors") or [])]
+        else:
+            outcome = _OUTCOME_BY_CODE.get(code)
+            if outcome is None or self.interrupted:
+                outcome = Outcome.UNKNOWN
+            host.outcome, host.exit_code = outcome.value, outcome.exit_code
+            tail = _tail(host._err)
+            host.errors = [f"the update of {host.name} ended with status {code} and no receipt"
+                           + (f": {tail}" if tail else "")]
+        if not host.succeeded:
+            self.failed += 1
+        self.announce(host)
+
+    def wait_one(self) -> None:
+        """Reap at least one worker.  Wakes twice a second to notice an interruption;
+        after one, running workers get :data:`INTERRUPT_GRACE` seconds, then are killed."""
+        while self.running:
+            ready, _, _ = select.select(list(self._pidfds.values()), [], [], 0.5)
+            reaped = False
+            for pid, fd in list(self._pidfds.items()):
+                if fd in ready:
+                    _, status = os.waitpid(pid, 0)
+                    self.reap(pid, status)
+                    reaped = True
+            if reaped:
+                return
+            if self.interrupted and time.monotonic() >= self._grace_deadline:
+                for pid, host in list(self.running.items()):
+                    host.errors.append(f"killed after {INTERRUPT_GRACE:.0f} s without a receipt")
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                for pid in list(self.running):
+                    _, status = os.waitpid(pid, 0)
+                    self.reap(pid, status)
+                return
+
+    def on_signal(self, signum, frame) -> None:
+        if self.interrupted:
+            return
+        self.interrupted = signal.Signals(signum).name
+        self._grace_deadline = time.monotonic() + INTERRUPT_GRACE
+        for pid in list(self.running):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        order = self.order()
+        self.order_names = [h.name for h in order]
+        _preload(self.config, self.program)
+        self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            queue = list(order)
+            if self.args.canary is not None and not self.dry_run:
+                canary = queue.pop(0)
+                self.start(canary)
+                while self.running:
+                    self.wait_one()
+                if not canary.succeeded:
+                    for host in queue:
+                        self.skip(host, f"the canary {canary.name} ended {canary.outcome}")
+                    queue = []
+            while queue or self.running:
+                while queue and len(self.running) < self.parallel and not self.stopping():
+                    self.start(queue.pop(0))
+                if not self.running:
+                    break
+                self.wait_one()
+            for host in queue:
+                if self.interrupted:
+                    self.skip(host, f"not started: vq-admin received {self.interrupted}")
+                else:
+                    self.skip(host, f"not started: {self.failed} host(s) ended other than ok/already-current "
+                                    f"(--max-failed {self.max_failed})")
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            _remove_tree(self.tmp)
+        return self.document()
+
+    def stopping(self) -> bool:
+        if self.dry_run:  # a dry run plans every host
+            return bool(self.interrupted)
+        return bool(self.interrupted) or self.failed > self.max_failed
+
+    def skip(self, host: HostRun, reason: str) -> None:
+        host.outcome, host.reason = "skipped", reason
+        self.announce(host)
+
+    # -- results --------------------------------------------------------------------------
+
+    def exit_code(self) -> int:
+        rollout = [h for h in self.hosts if h.in_rollout]
+        if all(h.succeeded for h in rollout):
+            return 0
+        codes = {h.exit_code for h in rollout if h.exit_code not in (None, 0)}
+        if self.interrupted:
+            codes.add(Outcome.UNKNOWN.exit_code)
+        for code in SEVERITY:
+            if code in codes:
+                return code
+        return Outcome.FAILED.exit_code if not codes else sorted(codes)[0]
+
+    def document(self) -> dict[str, Any]:
+        code = self.exit_code()
+        rollout = [h for h in self.hosts if h.in_rollout]
+        if code == 0:
+            outcome = "already-current" if all(h.outcome == "already-current" for h in rollout) else "ok"
+        else:
+            outcome = _OUTCOME_BY_CODE.get(code, Outcome.FAILED).value
+        doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            "id": None,
+            "outcome": outcome,
+            "exit_code": code,
+            "program": self.program,
+            "expected_sha": self.sha,
+            "tag": self.tag,
+            "canary": self.args.canary,
+            "parallel": self.parallel,
+            "max_failed": self.max_failed,
+            "started_at": self.started_at,
+            "finished_at": utc_now(),
+            "interrupted": self.interrupted,
+            "hosts": {h.name: h.to_dict() for h in self.hosts},
+            "configuration_order": [h.name for h in self.hosts],
+            "order": self.order_names,
+        }
+        if self.dry_run:
+            doc["dry_run"] = True
+            doc["plans"] = {h.name: h.document for h in self.hosts if h.document is not None}
+        return doc
+
+    def announce(self, host: HostRun) -> None:
+        if self.dry_run:
+            return
+        line = _host_line(host)
+        if self.terminal:
+            print(line, flush=True)
+        elif self.args.json and sys.stderr.isatty():
+            print(line, file=sys.stderr, flush=True)
+
+
+def _host_line(host: HostRun) -> str:
+    code = "-" if host.exit_code is None else str(host.exit_code)
+    text = f"vq-admin: fleet: {host.name}: {host.outcome} (exit {code})"
+    if host.seconds is not None:
+        text += f" in {host.seconds:.1f} s"
+    if host.receipt:
+        text += f", receipt {host.receipt}"
+    if host.reason:
+        text += f" ({host.reason})"
+    elif host.errors and not host.succeeded:
+        text += f": {host.errors[-1]}"
+    return safe_text(text)
+
+
+def table(doc: dict[str, Any]) -> list[str]:
+    """The final table: one row per configured host."""
+    rows = [("HOST", "ROLE", "OUTCOME", "EXIT", "SECONDS", "RECEIPT / REASON")]
+    for name in doc["configuration_order"]:
+        h = doc["hosts"][name]
+        code = "-" if h.get("exit_code") is None else str(h["exit_code"])
+        seconds = "-" if h.get("seconds") is None else f"{h['seconds']:.1f}"
+        detail = h.get("receipt") or h.get("reason") or ""
+        if h.get("errors") and h["outcome"] not in ("ok", "already-current", "skipped"):
+            detail += f"  {h['errors'][-1]}"
+        rows.append((name, h.get("role", ""), h["outcome"], code, seconds, detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5] for r in rows]
+    head = (f"vq-admin: fleet {doc['program']} {doc['expected_sha']}: {doc['outcome']} (exit {doc['exit_code']})"
+            + (f", interrupted by {doc['interrupted']}" if doc.get("interrupted") else ""))
+    return [safe_text(line.rstrip()) for line in [head, *lines]]
+
+
+def dry_run_lines(doc: dict[str, Any]) -> list[str]:
+    from .output import plan_summary
+
+    lines = [f"vq-admin: dry run: fleet {doc['program']} {doc['expected_sha']}: {len(doc['order'])} host(s) in this "
+             f"order (--parallel {doc['parallel']}, --max-failed {doc['max_failed']}"
+             + (f", canary {doc['canary']} first" if doc.get("canary") else "") + "); nothing is run"]
+    for i, name in enumerate(doc["order"], 1):
+        lines.append(f"{i}. {name}")
+        plan = (doc.get("plans") or {}).get(name) or {}
+        if plan.get("steps") is not None:
+            lines.extend("   " + line for line in plan_summary(plan))
+        else:
+            lines.append(f"   {plan.get('outcome', 'no plan')}: {'; '.join(plan.get('errors') or [])}")
+    for name in doc["configuration_order"]:
+        h = doc["hosts"][name]
+        if h["outcome"] == "skipped":
+            lines.append(f"-  {name}: skipped ({h.get('reason')})")
+    return [safe_text(line) for line in lines]
+
+
+def store(state: StateDir, doc: dict[str, Any]) -> str:
+    """The fleet receipt (immutable) and one admin-log line."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
+    path = state.root / "fleet" / f"{doc['id']}.json"
+    tree = getattr(state, "tree", None)
+    if tree is not None:  # the private state tree: every level checked, never through a symlink
+        tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)
+    else:
+        write_atomic(path, dump_json(doc), exclusive=True)
+    state.append_log({
+        "at": doc["finished_at"],
+        "lane": "fleet",
+        "host": None,
+        "program": doc["program"],
+        "expected_sha": doc["expected_sha"],
+        "outcome": doc["outcome"],
+        "exit_code": doc["exit_code"],
+        "receipt": str(path),
+        "hosts": {name: doc["hosts"][name]["outcome"] for name in doc["configuration_order"]},
+        "errors": [],
+    })
+    return str(path)
+
+
+def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
+    from .output import print_json
+
+    check_args(args)
+    config = load_config(args.config)
+    rollout = Rollout(args, config, program, sha)
+    doc = rollout.run()
+    if rollout.dry_run:
+        if args.json:
+            print_json(doc)
+        else:
+            print("\n".join(dry_run_lines(doc)), flush=True)
+        return 0 if doc["exit_code"] == 0 else doc["exit_code"]
+    path = store(StateDir(args.state_dir), doc)
+    if args.json:
+        print_json(doc)
+        return doc["exit_code"]
+    lines = table(doc) + [f"  receipt   {path}"]
+    if doc["exit_code"] == 0:
+        if rollout.terminal or args.verbose:
+            print("\n".join(lines), flush=True)
+    else:
+        print("\n".join(lines), file=sys.stderr, flush=True)
+    return doc["exit_code"]
+
+
+def _preload(config: Config, program: str) -> None:
+    """Import what every worker needs once, before forking (each would otherwise pay
+    for it): the lane modules, and the providers the rollout's profiles name."""
+    from .commands import update  # noqa: F401
+    from .lanes import runtime  # noqa: F401
+    from .plugins import Providers
+
+    names = {h.runtimes[program].provider for h in config.hosts.values() if program in h.runtimes}
+    try:
+        Providers.load(sorted(names))
+    except Exception:  # noqa: BLE001 - each worker reports its own provider error in its receipt
+        pass
+
+
+def _read_json(path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            value = json.loads(fh.read() or b"null")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _tail(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the temp directory this run created (its own files only)."""
+    try:
+        for name in os.listdir(path):
+            os.unlink(os.path.join(path, name))
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -1,0 +1,250 @@
+"""The host-side lease: one run per lane on the login host, whatever driver runs it.
+
+The driver-side lane lock (:mod:`vq_admin.locks`) keeps two runs of one
+state directory apart.  The lease keeps every driver apart: a
+``vq-admin-agent lease`` process on the login host takes a kernel lock
+(``flock``) and holds it until its stdin closes.  The driver starts it over
+the run's shared ssh connection (ControlMaster), or as a child process for
+``transport = "local"``, in its own session (a terminal's Ctrl-C reaches the
+driver, which then ends the run and closes the lease).  The driver is the
+only writer of the pipe into that process, so the lease ends when the run
+ends, however it ends: normal exit, exception, SIGKILL of the driver, a
+dropped connection.
+
+Taking it never waits: a held lease is exit 75 naming the holder (driver
+host, user, pid, since, run id); an unsafe lease directory or a filesystem
+where ``flock`` does not work is exit 77 with the agent's reason; a host
+that cannot be reached is ``unknown`` (exit 3; nothing ran).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import select
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .outcome import Locked, Outcome, Refused, VqAdminError
+from .transport import SSH_TRANSPORT_EXIT, Transport
+
+#: How long to wait for the agent's one line (covers ssh connection setup).
+ACQUIRE_TIMEOUT = 60.0
+#: How long to wait for the agent to end after its stdin closed.
+RELEASE_TIMEOUT = 15.0
+EXIT_HELD = 75
+EXIT_UNSAFE = 4
+
+
+class LeaseUnreachable(VqAdminError):
+    """The login host could not be reached to take the lease; nothing ran (exit 3)."""
+
+    outcome = Outcome.UNKNOWN
+
+
+class AgentWithoutLease(Refused):
+    """The login host's agent predates the lease verb (exit 77, except in the helper lane)."""
+
+
+def lease_argv(agent: tuple[str, ...] | list[str], scratch_root: str | None, lane: str, host: str,
+               program: str | None, run_id: str, since: str) -> list[str]:
+    argv = [*agent, "lease"]
+    if scratch_root:
+        argv += ["--root", scratch_root]
+    argv += ["--lane", lane, "--host", host]
+    if program:
+        argv += ["--program", program]
+    argv += ["--driver-host", socket.gethostname(), "--user", _user(), "--pid", str(os.getpid()),
+             "--since", since, "--run-id", run_id]
+    return argv
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid{os.geteuid()}"
+
+
+class Lease:
+    """One held lease: a running agent whose stdin is ours."""
+
+    def __init__(self, transport: Transport, argv: list[str]):
+        self.transport = transport
+        self.argv = argv
+        self.where = transport.where
+        self.proc: subprocess.Popen | None = None
+        self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
+        self._stderr = tempfile.TemporaryFile()
+        self.lost = False
+        self.exit_code: int | None = None
+        self.released_at: str | None = None
+
+    def acquire(self, timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any]:
+        # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
+        probe = getattr(self.transport, "check_login_shell", None)
+        if probe is not None and not getattr(self.transport, "shell_checked", True):
+            failed = probe()
+            if failed is not None:
+                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; this run changed nothing")
+        full = self.transport.wrap(self.argv, {})
+        started = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
+        line = self._read_line(timeout)
+        self.record["seconds"] = round(time.monotonic() - started, 3)
+        answer = _parse(line)
+        if answer.get("held") is True:
+            self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
+                               acquired_at=_now())
+            return self.record
+        code = self._end(RELEASE_TIMEOUT)
+        self.proc = None
+        error = self._error_text()
+        self.record.update(exit_code=code, holder=answer.get("holder"))
+        if code == EXIT_HELD:
+            message = answer.get("message") or "holder not recorded"
+            raise Locked(f"the host-side lease of {self._what()} on {self.where} is {message}; "
+                         "another run (from this or another driver) is under way; nothing was run")
+        if code == EXIT_UNSAFE or code == 1:
+            raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
+                          "nothing was run")
+        if code == SSH_TRANSPORT_EXIT or code is None or code < 0:
+            raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
+                                   f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
+                                   "this run changed nothing")
+        if code == 2 and "invalid choice: 'lease'" in error:
+            raise AgentWithoutLease(f"the agent on {self.where} ({self.argv[0]}) has no lease verb (an older helper); "
+                                    "update the helper first (vq admin update HOST); nothing was run")
+        raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
+                      f"{error or 'no message'}; nothing was run")
+
+    def release(self) -> None:
+        # The receipt (holding self.record) is stored before the lease is released and
+        # never changes afterwards: what happens at release is kept here only.
+        if self.proc is None:
+            return
+        self.lost = self.proc.poll() is not None  # the agent ended (dropped connection?) before the run did
+        self.exit_code = self._end(RELEASE_TIMEOUT)
+        self.released_at = _now()
+        self.proc = None
+        self._stderr.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _what(self) -> str:
+        i = self.argv.index("--lane")
+        lane, host = self.argv[i + 1], self.argv[i + 3]
+        program = self.argv[self.argv.index("--program") + 1] if "--program" in self.argv else None
+        return f"{lane} {host}" + (f" {program}" if program else "")
+
+    def _read_line(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        data = b""
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+    def _end(self, timeout: float) -> int | None:
+        proc = self.proc
+        assert proc is not None
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return None
+
+    def _error_text(self) -> str:
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read(8192).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return text.replace("vq-admin-agent: ", "")
+
+
+def _parse(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line) if line else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> None:
+    """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
+    host = ctx.config.hosts.get(host_name)
+    if host is not None:
+        argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, "<run id>", receipt.started_at)
+        receipt.extra["lease"] = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
+
+
+@contextmanager
+def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
+    """Hold the lease of (lane, host[, program]) on the host's login host for the body.
+
+    The receipt gets its id now (the holder record names it) and a ``lease``
+    record: where, argv, the holder, when it was acquired and released.
+    """
+    host = ctx.config.hosts.get(host_name)
+    if host is None:  # the lane's own checks name the problem
+        yield None
+        return
+    if receipt.id is None:
+        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, receipt.id, receipt.started_at)
+    lease = Lease(ctx.login(host), argv)
+    receipt.extra["lease"] = lease.record
+    try:
+        lease.acquire()
+    except AgentWithoutLease as exc:
+        lease.release()
+        if lane != "helper":
+            raise
+        # The helper lane is how an older agent gets the lease verb: it runs without one, and says so.
+        lease.record["note"] = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+        receipt.extra.setdefault("notes", []).append(lease.record["note"])
+        ctx.narrate(lease.record["note"])
+        yield None
+        return
+    except BaseException:
+        lease.release()
+        raise
+    ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    try:
+        yield lease
+    finally:
+        lease.release()
