@@ -25,7 +25,7 @@ LONG = {
     "cpus-per-task": True, "deadline": True, "delay-boot": True, "dependency": True, "distribution": True,
     "exclude": True, "exclusive": None, "extra-node-info": True, "gpu-bind": True, "gpu-freq": True,
     "gpus": True, "gpus-per-node": True, "gpus-per-socket": True, "gpus-per-task": True, "gres": True,
-    "gres-flags": True, "hint": True, "kill-on-invalid-dep": True, "licenses": True, "mem": True,
+    "gres-flags": True, "hint": True, "hold": False, "kill-on-invalid-dep": True, "licenses": True, "mem": True,
     "mem-bind": True, "mem-per-cpu": True, "mem-per-gpu": True, "mincpus": True, "network": True, "nice": None,
     "no-kill": None, "no-requeue": False, "nodelist": True, "nodes": True, "ntasks": True,
     "ntasks-per-core": True, "ntasks-per-gpu": True, "ntasks-per-node": True, "ntasks-per-socket": True,
@@ -35,7 +35,7 @@ LONG = {
     "use-min-nodes": False, "wckey": True,
 }
 #: Allowed short options: letter -> True when it takes a value, False when it is a flag.
-SHORT = {"A": True, "C": True, "c": True, "d": True, "G": True, "k": False, "L": True, "m": True, "N": True,
+SHORT = {"A": True, "C": True, "c": True, "d": True, "G": True, "H": False, "k": False, "L": True, "m": True, "N": True,
          "n": True, "O": False, "p": True, "q": True, "s": False, "S": True, "t": True, "w": True, "x": True}
 
 ALLOWED_HINT = ("allowed: resource, time, partition, account and placement options such as --time=04:00:00, "

@@ -41,8 +41,7 @@ VERIFY = """\
 import pathlib, sys
 with open(sys.argv[1], "a") as fh:
     fh.write(" ".join(sys.argv[2:]) + "\\n")
-print("{}")
-sys.exit(1)
+sys.exit(1)  # nothing proven: silent and non-zero, as a verifier before the first install
 """
 
 
@@ -214,14 +213,16 @@ def test_an_inferred_tag_that_looks_like_an_option_never_reaches_the_provider(tm
 # -- the batch job is bound to content ------------------------------------------------------
 
 
-def _held_job(site: Site, cluster) -> tuple[str, Path]:
+def _held_job(site: Site, cluster, join) -> tuple[str, Path]:
     """Wait (bounded) until the run's job is submitted and PENDING (held); its id and attempt directory."""
     def found():
         files = [p for p in site.program_dir.glob("deploy.*/job") if p.read_text().strip()]
         return files[0] if files else None
 
     job_file = wait_until(found, 120.0, interval=0.05)
-    assert job_file is not None, "the agent never recorded a job id"
+    if job_file is None:
+        ended = join(5)  # the run ended (or hangs) without a job: say what it said
+        raise AssertionError(f"the agent never recorded a job id; the run: {ended.stderr[-2000:]} {ended.json().get('errors')}")
     job_id = job_file.read_text().strip()
 
     def pending():
@@ -240,7 +241,7 @@ def _release(cluster, job_id: str) -> None:
 def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, real_cluster):
     site = Site(tmp_path, arena, real_cluster.sshd.ssh_config, "trust-swap", allocation='["--time=5", "--hold"]')
     join = in_thread(lambda: site.update())
-    job_id, attempt = _held_job(site, real_cluster)
+    job_id, attempt = _held_job(site, real_cluster, join)
     # while the job waits, the scratch root is opened up (say, a project directory made group-writable) ...
     site.scratch.chmod(0o777)
     # ... and the attacker renames .vq-admin away and plants their own attempt with their own argv
@@ -268,7 +269,7 @@ def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_p
     site = Site(tmp_path, arena, real_cluster.sshd.ssh_config, f"trust-tar-{who}",
                 allocation='["--time=5", "--hold"]')
     join = in_thread(lambda: site.update())
-    job_id, _attempt = _held_job(site, real_cluster)
+    job_id, _attempt = _held_job(site, real_cluster, join)
     (archive,) = (site.scratch / ".vq-admin" / "stage" / "runtime" / site.program).glob("stage.*/source.tar")
     before = hashlib.sha256(archive.read_bytes()).hexdigest()
     if who == "nobody":  # loosened modes (traversable directories, a world-writable file) let another user write it

@@ -109,8 +109,8 @@ class RuntimeRollback(RuntimeUpdate):
                  dict(self.activation.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
 
-    def verify(self, verify_step, readback_step) -> Verification:
-        found = super().verify(verify_step, readback_step)
+    def verify(self, verify_step, readback_step, *, shared: bool = True) -> Verification:
+        found = super().verify(verify_step, readback_step, shared=shared)
         if verify_step.name == "pre-verify" and found.receipt is not None:
             self.receipt.extra["rollback"]["from"] = found.receipt.source_sha.lower()
         return found
