@@ -133,3 +133,36 @@ def test_the_docs_show_the_example_scripts_byte_for_byte():
     docs = (EXAMPLE.parent.parent / "providers.md").read_text()
     for script in (DEPLOY, VERIFY):
         assert f"```python\n{script.read_text()}```\n" in docs, f"docs/providers.md does not show {script.name} as it is"
+
+
+ACTIVATE, PRUNE = DEPLOY.parent / "activate", DEPLOY.parent / "prune"
+
+
+def test_the_activate_and_prune_scripts_pass_the_generation_cases_through_the_cli():
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", "--activate-command", f"{ACTIVATE} --root {{root}}",
+                  "--prune-command", f"{PRUNE} --root {{root}}", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    checks = {c["name"]: c["ok"] for c in done.json()["checks"]}
+    for case in ("activate-B", "activate-refuses-unbuilt", "activate-A", "prune-keeps-kept", "prune-report-truthful"):
+        assert checks.get(case) is True, checks
+
+
+def test_a_prune_script_that_deletes_a_kept_release_fails_the_kit(tmp_path):
+    from vq_admin.conformance import run_conformance
+
+    greedy = tmp_path / "prune-greedy"
+    greedy.write_text(PRUNE.read_text().replace("if name in keep or name == active:", "if name == active:"))
+    greedy.chmod(0o755)
+    report = run_conformance("command", workdir=str(tmp_path), commands={
+        "update_command": (str(DEPLOY), "--root", "{root}"), "verify_command": (str(VERIFY), "--root", "{root}"),
+        "prune_command": (str(greedy), "--root", "{root}")})
+    assert not report.passed
+    assert not report.check("prune-keeps-kept").ok
+
+
+def test_without_activate_and_prune_commands_the_generation_cases_are_not_run():
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", "--json")
+    names = {c["name"] for c in done.json()["checks"]}
+    assert not names & {"activate-B", "prune-keeps-kept"}, names

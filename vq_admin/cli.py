@@ -160,7 +160,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
     for option, what in (("--update-command", "update"), ("--install-command", "install"),
-                         ("--verify-command", "verify")):
+                         ("--verify-command", "verify"), ("--activate-command", "activate (rollback)"),
+                         ("--prune-command", "prune")):
         q.add_argument(option, metavar="CMD", help=f"built-in 'command' provider only: the site's {what} command "
                        "line ({root} expands to the disposable root)")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")

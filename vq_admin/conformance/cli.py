@@ -29,7 +29,8 @@ def _options(pairs: list[str]) -> dict[str, str]:
 
 #: The command lines the built-in provider is tested with: option -> profile key.
 COMMAND_OPTIONS = {"update_command": "--update-command", "install_command": "--install-command",
-                   "verify_command": "--verify-command"}
+                   "verify_command": "--verify-command", "activate_command": "--activate-command",
+                   "prune_command": "--prune-command"}
 
 
 def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:

@@ -80,7 +80,9 @@ class Kit:
         settings = {"program": PROGRAM, "provider": self.name,
                     "update_command": self.commands.get("update_command"),
                     "install_command": self.commands.get("install_command"),
-                    "verify_command": self.commands.get("verify_command"), "update_host": None, "update_allocation": None,
+                    "verify_command": self.commands.get("verify_command"),
+                    "activate_command": self.commands.get("activate_command"),
+                    "prune_command": self.commands.get("prune_command"), "update_host": None, "update_allocation": None,
                     "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
                     "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
                     "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
