@@ -111,7 +111,8 @@ def enumerate_targets(log: Path, modes_for, window=None) -> list[Target]:
 #: Read-only steps before anything changed: an interruption there is unknown ("this run changed nothing").
 READ_ONLY_FIRST = ("pre-verify", "pre-verify-readback", "pre-identity")
 #: Steps that prepare without changing what runs (stages, mirror reads): nothing was installed -> failed.
-NOTHING_INSTALLED = ("stage-create", "stage-receive", "stage-verify", "mirror-probe", "mirror-read")
+NOTHING_INSTALLED = ("stage-create", "stage-receive", "stage-verify", "mirror-probe", "mirror-read", "mirror-symrefs",
+                     "check-commands")
 #: Steps that change a host: a drop after, a timeout or a kill is resolved by read-back (here: proven -> ok).
 MUTATING = ("deploy", "helper", "mirror-feed")
 #: Steps after the change whose loss the read-back resolves (here: proven -> ok).
@@ -125,7 +126,7 @@ def expected_outcome(label: str, fault: str) -> str:
     * a driver-side read before any step (git in the checkout) or closing the shared connection:
       ``failed`` (nothing ran anywhere) and ``ok`` (the work was done) respectively;
     * the read-only pre-verify (or pre-identity): ``unknown``, "this run changed nothing";
-    * staging and the mirror reads: ``failed``, nothing was installed;
+    * staging, the mirror reads and the command-file checks: ``failed``, nothing was installed;
     * a mutating call: dropped before it ran, ``unknown`` (the read-back cannot prove the new
       identity; the mirror feed's read-back proves nothing changed, so ``failed`` there); dropped
       after, timed out or killed, ``ok`` by read-back -- never ``failed``;
@@ -136,7 +137,7 @@ def expected_outcome(label: str, fault: str) -> str:
     if fault in ("sigkill", "sigkill-after"):
         return "killed"
     match = re.search(r"\[([^\]]+)\]", label)
-    step = match.group(1) if match else "-"
+    step = re.sub(r"-\d+\Z", "", match.group(1)) if match else "-"  # check-commands-2: a second host's
     if step == "-":
         return "ok" if "ssh -O exit" in label else "failed"
     if step in READ_ONLY_FIRST:

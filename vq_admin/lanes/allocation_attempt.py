@@ -95,5 +95,8 @@ class _Discard:
     def write(self, chunk: bytes) -> None:
         pass
 
+    def use_checksum(self, algorithm: str) -> None:
+        pass  # nothing is kept, so nothing is checksummed
+
 
 __all__ = ["record", "clear", "reconcile_previous"]
