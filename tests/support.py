@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +122,17 @@ def tree_digest(root: Path) -> dict[str, str]:
             elif p.is_dir():
                 out[rel] = "dir"
     return out
+
+
+def in_thread(fn):
+    """Run *fn* in a thread; returns a function that joins it and gives its result."""
+    box: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
+    thread.start()
+
+    def join(timeout: float):
+        thread.join(timeout)
+        assert not thread.is_alive(), "the run did not finish in time"
+        return box["result"]
+
+    return join

@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, GitRepo, in_thread, run_vq, site_example_host, tree_digest, write_config
 from vq_admin.agent.frames import read_frames
 
 pytestmark = pytest.mark.real
@@ -99,20 +98,6 @@ class World:
         job = wait_until(found, timeout, interval=0.05)
         assert job is not None, "the agent never recorded a job id"
         return job
-
-
-def in_thread(fn):
-    """Run *fn* in a thread; returns a function that joins it and gives its result."""
-    box: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
-    thread.start()
-
-    def join(timeout: float):
-        thread.join(timeout)
-        assert not thread.is_alive(), "the run did not finish in time"
-        return box["result"]
-
-    return join
 
 
 def test_site_example_deploys_and_verifies_in_an_allocation(tmp_path, real_cluster):

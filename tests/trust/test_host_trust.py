@@ -20,14 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
 
 from realhosts import SshdServer, remote_path
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, git, run_vq, write_config
+from support import AGENT, GitRepo, git, in_thread, run_vq, write_config
 
 pytestmark = pytest.mark.real
 
@@ -119,19 +118,6 @@ class Site:
         for path in self.state.rglob("*"):
             if path.is_file() and path.name in ("last_ok.json", "last-ok.json"):
                 raise AssertionError(f"a verified identity was recorded: {path}")
-
-
-def in_thread(fn):
-    box: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
-    thread.start()
-
-    def join(timeout: float):
-        thread.join(timeout)
-        assert not thread.is_alive(), "the run did not finish in time"
-        return box["result"]
-
-    return join
 
 
 # -- the scratch root ------------------------------------------------------------------
@@ -289,7 +275,7 @@ def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_p
     tampered = receipt["deploy"]["tampered"]
     assert tampered.startswith("vq-admin job: refused:") and str(archive) in tampered
     if who == "owner":
-        assert f"changed after the run prepared it (sha256 " in tampered and f"expected {before}" in tampered
+        assert "changed after the run prepared it (sha256 " in tampered and f"expected {before}" in tampered
     else:
         assert "writable by nobody else (mode 0666)" in tampered
     assert any("tampering" in e for e in receipt["errors"]), receipt["errors"]
