@@ -30,12 +30,17 @@ def _verbs(parser=None, path=()):
                 yield from _verbs(child, (*path, name))
 
 
-def run_closed(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+#: The console scripts' own entry (vq_admin.entry: the per-job launcher path before argparse).
+CONSOLE_ENTRY = [sys.executable, "-c", "import sys; from vq_admin.entry import main; sys.argv[0] = 'vq-admin'; "
+                 "sys.exit(main())"]
+
+
+def run_closed(argv: list[str], env: dict[str, str], entry: list[str] | None = None) -> subprocess.CompletedProcess:
     """Run the CLI with stdout a pipe whose reader has already gone (``| head -0``)."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "vq_admin.cli", *argv], stdout=write_end,
+        return subprocess.run([*(entry or [sys.executable, "-m", "vq_admin.cli"]), *argv], stdout=write_end,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True, timeout=120)
     finally:
         os.close(write_end)
@@ -97,6 +102,17 @@ def test_every_verb_ends_quietly_on_a_closed_pipe(site, argv):
         assert done.returncode == EXIT_CLOSED_PIPE, (done.returncode, done.stderr)
     else:
         assert done.returncode == open_pipe.returncode
+
+
+def test_the_console_entry_ends_the_launcher_quietly_on_a_closed_pipe(site):
+    tmp, config, state, sha, env = site
+    argv = ["launcher", "vibeqc", "cluster", "--json"]
+    open_pipe = subprocess.run([*CONSOLE_ENTRY, *argv], capture_output=True, text=True, env=env,
+                               stdin=subprocess.DEVNULL, timeout=120)
+    assert open_pipe.stdout and open_pipe.returncode != EXIT_CLOSED_PIPE  # the control: one JSON document
+    done = run_closed(argv, env, CONSOLE_ENTRY)
+    _assert_quiet(done)
+    assert done.returncode == EXIT_CLOSED_PIPE, (done.returncode, done.stderr)
 
 
 def test_a_closed_pipe_after_an_update_leaves_the_receipt_on_record(site):

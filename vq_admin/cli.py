@@ -12,6 +12,7 @@ import os
 import sys
 
 from . import __version__
+from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
 from .outcome import Outcome, UsageError, VqAdminError
 from .output import print_json, safe_text
 
@@ -226,24 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             return Outcome.USAGE.exit_code
         argv = argv[1:]
     if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse (vq_admin.entry)
-        from .entry import launcher
-
-        try:
-            try:
-                code = launcher(argv[1:], prog)
-            finally:
-                sys.stdout.flush()
-        except BrokenPipeError:
-            return closed_stdout()
+        code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
-    try:
-        try:
-            return _main(prog, argv)  # --help and --version leave through SystemExit
-        finally:
-            sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
-    except BrokenPipeError:
-        return closed_stdout()
+    return guarded(lambda: _main(prog, argv))  # --help and --version leave through SystemExit
 
 
 def _main(prog: str, argv: list[str]) -> int:
@@ -259,24 +246,6 @@ def _main(prog: str, argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-
-
-#: The exit status when the reader of stdout went away (``vq admin status | head -1``):
-#: 128 + SIGPIPE, what the shell reports for a program a closed pipe ends (``yes | head -1``).
-EXIT_CLOSED_PIPE = 128 + 13
-
-
-def closed_stdout() -> int:
-    """End quietly after the reader of stdout closed the pipe: no traceback, no second error
-    when Python flushes stdout at exit.  A run's receipt and admin-log line are stored
-    before anything is printed, so the outcome is still on record."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-    return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -91,6 +91,36 @@ def launcher(words: list[str], prog: str) -> int | None:
         return 130
 
 
+#: The exit status when the reader of stdout went away (``vq admin status | head -1``):
+#: 128 + SIGPIPE, what the shell reports for a program a closed pipe ends (``yes | head -1``).
+EXIT_CLOSED_PIPE = 128 + 13
+
+
+def closed_stdout() -> int:
+    """End quietly after the reader of stdout closed the pipe: no traceback, no second error
+    when Python flushes stdout at exit.  A run's receipt and admin-log line are stored
+    before anything is printed, so the outcome is still on record."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_CLOSED_PIPE
+
+
+def guarded(call):
+    """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
+    the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
+    try:
+        try:
+            return call()
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_stdout()
+
+
 def main() -> int:
     argv = sys.argv[1:]
     invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
@@ -99,7 +129,7 @@ def main() -> int:
     else:
         words, prog = argv, "vq-admin"
     if words[:1] == ["launcher"]:
-        code = launcher(words[1:], prog)
+        code = guarded(lambda: launcher(words[1:], prog))
         if code is not None:
             return code
     from .cli import main as full
