@@ -182,11 +182,14 @@ def check_place(step: Step, transport: Transport, words: list[tuple[str, str]]) 
     levels = parse_levels(done, [SELF, *asked])
     if levels is None or SELF not in levels or not stat.S_ISDIR(levels[SELF].st_mode):
         raise _unreadable(step, where, done, STAT)
-    step.status, step.exit_code = "ok", 0  # stat exits 1 when a level is missing: judged above, not a failure
+    # stat exits 1 when a level is missing: that is judged by the rule below, not a failure of the step
+    step.status, step.exit_code, step.detail = "ok", 0, None
     found = problems(paths, reals, levels)
     if found:
         step.status, step.exit_code = "failed", 4
-        lines = [f"{', '.join(keys_of(words, word))}: {problem}" for word, problem in found]
+        named = [(key, os.path.normpath(word)) for key, word in words]
+        lines = [f"{', '.join(keys_of(named, word) if word not in (REALPATH, STAT) else ['the check itself'])}: "
+                 f"{problem}" for word, problem in found]
         step.detail = "; ".join(lines)[:2000]
         raise Refused(f"refused on {where}: {'; '.join(lines)}; nothing was run there")
 
