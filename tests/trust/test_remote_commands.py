@@ -85,7 +85,7 @@ def test_helper_command_with_an_attacker_script_is_refused_on_the_stage_host(hel
     marker = arena / "pwned"
     script = attacker_script(arena, "update.py", marker)
     config = helper["configure"](command=f"{sys.executable} {script} --root {helper['root']}")
-    installed = tree_digest(helper["root"])
+    installed, before = tree_digest(helper["root"]), records(helper["state"])
     receipt, message, steps = refusal(helper["update"](config))
     assert "refused on cluster-build: hosts.cluster.helper_update_command: command file" in message
     assert f"file {script} is owned by nobody (uid 65534), not by you or root (mode 0" in message
@@ -99,6 +99,7 @@ def test_helper_command_with_an_attacker_script_is_refused_on_the_stage_host(hel
     assert tree_digest(helper["root"]) == installed and live_identity(helper["root"])["source_sha"] == helper["a"]
     assert not (helper["state"] / "hosts" / "cluster" / "helper" / "last-ok.json").exists()
     assert not (helper["state"] / "hosts" / "cluster" / "helper" / "activation.json").exists()
+    assert records(helper["state"]) == before
 
 
 def test_an_agent_another_user_can_replace_is_refused_before_it_runs(helper, arena):
