@@ -184,7 +184,8 @@ class SecurePath(unittest.TestCase):
 
 
 FAKE_SBATCH = """#!{python}
-# stand-in for sbatch --parsable --wait: run the job script at once, transcripts to --output/--error
+# stand-in for sbatch --parsable --wait: run the job script at once, its stdout/stderr to --output/--error
+# (/dev/null: the job opens its own transcripts in its attempt directory)
 import subprocess, sys
 args = sys.argv[1:]
 out = [a.split("=", 1)[1] for a in args if a.startswith("--output=")][0]

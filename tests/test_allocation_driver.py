@@ -21,11 +21,12 @@ from vq_admin.receipt import Receipt
 
 FAKE_SBATCH = """#!{python}
 import os, sys
-opts = dict(a.split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+# the job writes its transcripts into its own attempt directory (Slurm's --output/--error are /dev/null)
+attempt = os.path.dirname([a for a in sys.argv[1:] if not a.startswith("-")][0])
 print("77", flush=True)
-with open(opts["--output"], "w") as fh:
+with open(os.path.join(attempt, "stdout"), "w") as fh:
     fh.write("VQ-DEPLOY-METRIC objects=9\\nbuilt\\n")
-with open(opts["--error"], "w") as fh:
+with open(os.path.join(attempt, "stderr"), "w") as fh:
     fh.write("warning: x\\n")
 sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
 """

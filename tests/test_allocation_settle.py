@@ -203,14 +203,14 @@ def test_observations_start_one_interval_apart_even_when_slow():
 FAKE_SBATCH = r"""#!{python}
 import os, sys
 args = sys.argv[1:]
-opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+attempt = os.path.dirname([a for a in args if not a.startswith("-")][0])  # the job writes its transcripts there
 with open(os.environ["FAKE_SBATCH_LOG"], "a") as log:
     log.write(" ".join(args) + "\n")
 print("4242", flush=True)
 if os.environ.get("FAKE_WRITE") == "before":
-    with open(opts["--output"], "w") as fh:
+    with open(os.path.join(attempt, "stdout"), "w") as fh:
         fh.write("VQ-DEPLOY-METRIC built=1\n")
-    open(opts["--error"], "w").close()
+    open(os.path.join(attempt, "stderr"), "w").close()
 sys.exit(int(os.environ["FAKE_EXIT"]))
 """
 FAKE_SCONTROL = "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
@@ -310,7 +310,7 @@ def test_sbatch_gets_parsable_wait_and_the_configured_args(fake_slurm, monkeypat
     d = Path(summary["attempt_dir"])
     logged = (tmp_path / "sbatch.log").read_text().split()
     assert logged == ["--parsable", "--wait", "--job-name=vq-deploy-prog", "--time=04:00:00", "--cpus-per-task=8",
-                      f"--output={d}/stdout", f"--error={d}/stderr", f"{d}/job.py", f"{d}/argv.json",
+                      "--output=/dev/null", "--error=/dev/null", f"{d}/job.py", f"{d}/argv.json",
                       hashlib.sha256((d / "argv.json").read_bytes()).hexdigest()]
     assert json.loads((d / "argv.json").read_text()) == {"argv": ["/site/bin/deploy", "--x"], "env": {"A": "b c"}}
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
@@ -328,9 +328,13 @@ def test_job_script_runs_the_argv_without_a_shell(tmp_path):
     job.chmod(0o700)
     digest = hashlib.sha256(spec.read_bytes()).hexdigest()
     done = subprocess.run([str(job), str(spec), digest], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"{word}\n{word}\n"
+    assert done.returncode == 0, (tmp_path / "stderr").read_text()
+    # the job writes its transcripts itself, into its attempt directory (Slurm's own are /dev/null)
+    assert done.stdout == "" and (tmp_path / "stdout").read_text() == f"{word}\n{word}\n"
+    assert stat.S_IMODE((tmp_path / "stdout").stat().st_mode) == 0o600
     spec.write_text(json.dumps({"argv": ["/nonexistent/deploy"], "env": {}}))
     digest = hashlib.sha256(spec.read_bytes()).hexdigest()
     done = subprocess.run([str(job), str(spec), digest], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 127 and "cannot run /nonexistent/deploy" in done.stderr
+    # a second start (a requeued job) appends to its own transcripts
+    assert done.returncode == 127 and "cannot run /nonexistent/deploy" in (tmp_path / "stderr").read_text()
+    assert (tmp_path / "stdout").read_text() == f"{word}\n{word}\n"

@@ -104,8 +104,8 @@ def test_rollback_to_last_good_through_activate(tmp_path, real_sshd):
 
     plan = w.rollback("--dry-run")
     assert plan.exit_code == 0 and plan.json()["dry_run"] is True, plan.stderr
-    assert [s["name"] for s in plan.json()["steps"]] == ["pre-verify", "pre-verify-readback", "activate", "verify",
-                                                         "verify-readback"]
+    assert [s["name"] for s in plan.json()["steps"]] == ["check-commands", "pre-verify", "pre-verify-readback",
+                                                         "activate", "verify", "verify-readback"]
     assert w.current() == f"releases/{w.b}" and w.record("last-ok")["sha"] == w.b  # the dry run changed nothing
 
     done = w.rollback()
@@ -114,7 +114,8 @@ def test_rollback_to_last_good_through_activate(tmp_path, real_sshd):
     assert done.exit_code == 0, done.stderr
     assert receipt["outcome"] == "ok" and receipt["expected_sha"] == w.a
     assert receipt["rollback"] == {"from": w.b, "to": w.a, "via": "activate"}
-    assert names(receipt) == ["pre-verify", "pre-verify-readback", "activate", "verify", "verify-readback"]
+    assert names(receipt) == ["check-commands", "pre-verify", "pre-verify-readback", "activate", "verify",
+                              "verify-readback"]
     activate = next(s for s in receipt["steps"] if s["name"] == "activate")
     assert activate["argv"] == [SITE_EXAMPLE, "activate", "--root", str(w.root), "--program", w.program,
                                 "--expected-sha", w.a]
@@ -252,7 +253,8 @@ def test_rollback_on_a_mirror_fed_lane_preparer(tmp_path, real_sshd):
     done = w.rollback()
     receipt = done.json()
     assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert names(receipt) == ["pre-verify", "pre-verify-readback", "activate", "verify", "verify-readback"]
+    assert names(receipt) == ["check-commands", "pre-verify", "pre-verify-readback", "activate", "verify",
+                              "verify-readback"]
     assert receipt["mirror"] is None
     assert git(mirror, "for-each-ref", "--format=%(refname) %(objectname)") == refs
     assert calls.read_text() == prepared, "the preparer ran for a rollback"

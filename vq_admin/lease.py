@@ -228,6 +228,10 @@ def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
     argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, receipt.id, receipt.started_at)
     lease = Lease(ctx.login(host), argv)
     receipt.extra["lease"] = lease.record
+    if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
+        from .lanes.stat_paths import check_agent_before_lease
+
+        check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
     try:
         lease.acquire()
     except AgentWithoutLease as exc:

@@ -224,6 +224,10 @@ def _release(cluster, job_id: str) -> None:
     subprocess.run(["scontrol", "release", job_id], check=True, env={**os.environ, **cluster.slurm.env}, timeout=30)
 
 
+#: Every name below an attempt directory that the job, Slurm or the agent ever writes.
+WRITTEN_NAMES = ("stdout", "stderr", "job", "job.py", ".live", "deploy.out", "deploy.err")
+
+
 def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, real_cluster):
     site = Site(tmp_path, arena, real_cluster.sshd.ssh_config, "trust-swap", allocation='["--time=5", "--hold"]')
     join = in_thread(lambda: site.update())
@@ -236,6 +240,13 @@ def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, re
     planted = site.scratch / ".vq-admin" / "runtime-deploy" / site.program / attempt.name
     spec = json.dumps({"argv": ["/usr/bin/touch", str(site.marker)], "env": {}})
     as_nobody("sh", "-c", f"mkdir -p {planted} && chmod 0777 {planted} && printf '%s' '{spec}' > {planted}/argv.json")
+    # ... and a symlink at every name the job (or Slurm for it) might write there, pointing at a victim file
+    victim = site.arena / "victim"
+    victim.write_text("the administrator's file\n")
+    victim.chmod(0o644)
+    for name in WRITTEN_NAMES:
+        as_nobody("ln", "-s", str(victim), str(planted / name))
+    planted_before = sorted(p.name for p in planted.iterdir())
     _release(real_cluster, job_id)
     result = join(300)
     receipt = result.json()
@@ -244,9 +255,12 @@ def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, re
     assert receipt["deploy"]["job_id"] == job_id and receipt["deploy"]["tampered"]
     assert any("tamper" in e for e in receipt["errors"]), receipt["errors"]
     assert not site.marker.exists() and not site.deployed.exists()
-    # the job said why, in the stderr Slurm wrote into the planted directory
-    said = (planted / "stderr").read_text()
-    assert said.startswith("vq-admin job: refused:") and "the provider was not run" in said, said
+    # nothing was written through the planted links, and nothing appeared in the attacker's directory: Slurm's
+    # own output goes to /dev/null, and the job opens its transcripts only in an attempt directory it trusts
+    assert victim.read_text() == "the administrator's file\n"
+    assert sorted(p.name for p in planted.iterdir()) == planted_before
+    assert all((planted / name).is_symlink() for name in WRITTEN_NAMES)
+    assert receipt["deploy"]["tampered"].startswith("suspected"), receipt["deploy"]["tampered"]
     site.assert_no_verified_state()
 
 

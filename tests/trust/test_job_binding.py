@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -93,7 +94,29 @@ def test_a_loosened_mode_is_not_run(job):
 def test_a_loose_attempt_directory_is_not_run(job):
     run, spec, archive, marker = job
     spec.parent.chmod(0o777)
+    before = sorted(p.name for p in spec.parent.iterdir())
     assert_refused(run(str(spec), sha256(spec)), marker, f"directory {spec.parent} is group- and other-writable")
+    assert sorted(p.name for p in spec.parent.iterdir()) == before  # no transcript opened in a loose directory
+
+
+def test_the_job_creates_its_own_transcripts_owner_only(job):
+    run, spec, archive, marker = job
+    done = run(str(spec), sha256(spec), str(archive), sha256(archive))
+    assert done.returncode == 0 and marker.exists()
+    for name in ("stdout", "stderr"):
+        st = (spec.parent / name).lstat()
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+
+
+@pytest.mark.parametrize("name", ["stdout", "stderr"])
+def test_a_symlink_planted_at_a_transcript_name_is_not_written_through(name, job, tmp_path):
+    run, spec, archive, marker = job
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (spec.parent / name).symlink_to(victim)
+    assert_refused(run(str(spec), sha256(spec), str(archive), sha256(archive)), marker,
+                   f"{spec.parent}/{name}")
+    assert victim.read_text() == "precious\n"
 
 
 def test_wrong_arguments_run_nothing(job):

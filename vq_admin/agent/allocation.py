@@ -6,7 +6,9 @@ Layout (CONTRACT section 5)::
     <scratch_root>/.vq-admin/runtime-deploy/<program>/
         .lock                          per-program lock (creation and retention)
         deploy.<UTC>.<hex>/            one attempt, 0700, created fresh
-            stdout  stderr             the job's transcripts (sbatch --output/--error)
+            stdout  stderr             the job's transcripts, opened by the job itself
+                                       (O_CREAT|O_EXCL|O_NOFOLLOW, relative to the attempt it
+                                       checked); Slurm's own --output/--error are /dev/null
             job                        the Slurm job id, written the moment sbatch prints it
             argv.json  job.py          what the job runs (no shell anywhere)
             .live                      held (shared flock) while a run uses the attempt
@@ -64,10 +66,19 @@ JOB_SCRIPT = """\
 import hashlib, json, os, stat, sys
 TAMPERED = %(tampered)d
 MARK = %(mark)r
+try:
+    SAY = [os.dup(2)]  # Slurm's stderr (/dev/null), or the caller's when run by hand; + the transcript once open
+except OSError:
+    SAY = []
 def refuse(why):
-    sys.stderr.write("%%s %%s; the provider was not run\\n" %% (MARK, why))
+    line = ("%%s %%s; the provider was not run\\n" %% (MARK, why)).encode("utf-8", "backslashreplace")
     sys.stderr.flush()
-    sys.exit(TAMPERED)
+    for fd in SAY:
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    os._exit(TAMPERED)
 try:
     from vq_admin.agent import securepath
 except ImportError as exc:
@@ -107,8 +118,36 @@ def file_digest(path, what, want, keep=False):
     if got != want:
         refuse("%%s changed after the run prepared it (sha256 %%s, expected %%s)" %% (path, got, want))
     return b"".join(data)
+TRANSCRIPT = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+def open_transcripts(attempt):
+    # Slurm's own --output/--error are /dev/null: the job opens its transcripts itself, relative to
+    # the attempt directory it has just checked, never through a symlink, only files it creates (or
+    # its own from an earlier start of a requeued job).
+    dfd = open_dir(attempt, "attempt directory")
+    for name, target in (("stdout", 1), ("stderr", 2)):
+        try:
+            fd = os.open(name, TRANSCRIPT | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dfd)
+        except FileExistsError:
+            try:
+                fd = os.open(name, TRANSCRIPT | os.O_APPEND, dir_fd=dfd)
+            except OSError as exc:
+                refuse("cannot open %%s/%%s without following symlinks: %%s" %% (attempt, name, exc.strerror))
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                    or st.st_nlink != 1):
+                refuse("%%s/%%s is not a regular file of the job's user with no other link, writable by "
+                       "nobody else" %% (attempt, name))
+        except OSError as exc:
+            refuse("cannot create %%s/%%s: %%s" %% (attempt, name, exc.strerror))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, target)
+        os.close(fd)
+    SAY.append(2)
+    os.close(dfd)
 if len(sys.argv) not in (3, 5):
     refuse("called with %%d arguments, not ARGV_JSON ARGV_SHA256 [ARCHIVE ARCHIVE_SHA256]" %% (len(sys.argv) - 1))
+open_transcripts(os.path.dirname(sys.argv[1]))
 raw = file_digest(sys.argv[1], "attempt directory", sys.argv[2], keep=True)
 if len(sys.argv) == 5:
     file_digest(sys.argv[3], "stage directory", sys.argv[4])
@@ -345,7 +384,9 @@ def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding |
     path = attempt.path
     job = binding.job_args(path) if binding is not None else [f"{path}/argv.json"]
     return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
-            f"--output={path}/stdout", f"--error={path}/stderr", f"{path}/job.py", *job]
+            # Slurm opens these by path when the job starts, perhaps hours later: never a path below
+            # the attempt (it could be another user's by then); the job opens its transcripts itself.
+            "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *job]
 
 
 def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None,
@@ -362,7 +403,9 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     if progress:
         limit = kw.get("max_observations", MAX_OBSERVATIONS)
         kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, limit))
-    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm), **kw)
+    # through the attempt this agent created and holds open, never its path (which another user may
+    # have redirected while the job waited)
+    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm, dir_fd=attempt.fd), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
         summary["retention"] = retention.prune(attempt.program_fd, attempt.name)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 
 from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
@@ -77,19 +76,7 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
 
 
 def _creatable_by_others(path: str) -> str | None:
-    for directory in securepath.ancestors(path):
-        try:
-            st = os.stat(directory)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return f"cannot check command file {path}: {exc.strerror}"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"command file {path} does not exist and directory {directory} (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
-                    f"in a directory only you and root can write")
-        return None
-    return None
+    return securepath.creatable_problem(path)
 
 
 def cmd_stage_create(args: argparse.Namespace) -> int:

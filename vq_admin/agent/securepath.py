@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import os
 import stat
-# (no typing import: the per-job launcher lookup imports this module; annotations are never evaluated)
+# (no typing import at run time: the per-job launcher lookup imports this module; annotations are never evaluated)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Optional
+
+    #: ``stat_of(path)``: the path's owner and mode, following symlinks (``os.stat``, or facts read on another host).
+    StatOf = Callable[[str], os.stat_result]
 
 
 class Untrusted(Exception):
@@ -43,20 +49,27 @@ def _owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def level_problem(path: str, st: os.stat_result, *, is_dir: bool) -> str | None:
-    """Why one level fails the rule (owner, mode), or ``None``."""
-    me = os.geteuid()
+def level_problem(path: str, st: os.stat_result, *, is_dir: bool, me: int | None = None,
+                  owner_name: "Callable[[int], str] | None" = None) -> str | None:
+    """Why one level fails the rule (owner, mode), or ``None``.
+
+    *me* is the user the rule trusts besides root (default: this process's
+    effective uid); *owner_name* names a uid (default: this host's ``pwd``).
+    Both are given when the facts were read on another host.
+    """
+    me = os.geteuid() if me is None else me
+    name = owner_name or _owner_name
     mode = stat.S_IMODE(st.st_mode)
     kind = "directory" if is_dir else "file"
     if st.st_uid not in (0, me):
-        return (f"{kind} {path} is owned by {_owner_name(st.st_uid)}, not by you or root "
+        return (f"{kind} {path} is owned by {name(st.st_uid)}, not by you or root "
                 f"(mode {mode:04o})")
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     if writable and not (is_dir and st.st_mode & stat.S_ISVTX):
         who = "group- and other-writable" if (st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH) else (
             "group-writable" if st.st_mode & stat.S_IWGRP else "other-writable")
         sticky = " without the sticky bit" if is_dir else ""
-        return f"{kind} {path} is {who}{sticky} (owner {_owner_name(st.st_uid)}, mode {mode:04o})"
+        return f"{kind} {path} is {who}{sticky} (owner {name(st.st_uid)}, mode {mode:04o})"
     return None
 
 
@@ -83,44 +96,75 @@ def path_problem(path: str, *, what: str, missing_ok: bool = False) -> str | Non
         return f"{what} {path} is not an absolute path"
     path = os.path.normpath(path)
     try:
-        real = os.path.realpath(path)
-        try:
-            st = os.stat(real)
-        except FileNotFoundError:
-            if not missing_ok:
-                return f"{what} {path} does not exist"
-            st = None
-        if st is not None:
-            problem = level_problem(real, st, is_dir=stat.S_ISDIR(st.st_mode))
-            if problem:
-                return _with_fix(what, path, problem, real)
-        seen = set()
-        for directory in ancestors(path) + ancestors(real):
-            if directory in seen:
-                continue
-            seen.add(directory)
-            try:
-                dst = os.stat(directory)
-            except FileNotFoundError:
-                if missing_ok:
-                    continue
-                raise
-            problem = level_problem(directory, dst, is_dir=True)
-            if problem:
-                return _with_fix(what, path, problem, directory)
-        return None
+        return chain_problem(path, os.path.realpath(path), os.stat, what=what, missing_ok=missing_ok)
     except OSError as exc:
         return f"cannot check {what} {path}: {exc.strerror or exc}"
 
 
-def _with_fix(what: str, path: str, problem: str, offender: str) -> str:
+def chain_problem(path: str, real: str, stat_of: "StatOf", *, what: str, missing_ok: bool = False,
+                  me: int | None = None, owner_name: "Callable[[int], str] | None" = None) -> str | None:
+    """The walk of :func:`path_problem` over supplied facts.
+
+    *path* is absolute and normalised, *real* is what it resolves to, and
+    *stat_of* gives a path's owner and mode following symlinks, raising
+    ``FileNotFoundError`` for a missing one (other ``OSError`` propagate).
+    *me* and *owner_name* as for :func:`level_problem` (facts read on
+    another host carry that host's user and names).
+    """
+    try:
+        st: "Optional[os.stat_result]" = stat_of(real)
+    except FileNotFoundError:
+        if not missing_ok:
+            return f"{what} {path} does not exist"
+        st = None
+    if st is not None:
+        problem = level_problem(real, st, is_dir=stat.S_ISDIR(st.st_mode), me=me, owner_name=owner_name)
+        if problem:
+            return _with_fix(what, path, problem, real, real)
+    seen = set()
+    for directory in ancestors(path) + ancestors(real):
+        if directory in seen:
+            continue
+        seen.add(directory)
+        try:
+            dst = stat_of(directory)
+        except FileNotFoundError:
+            if missing_ok:
+                continue
+            raise
+        problem = level_problem(directory, dst, is_dir=True, me=me, owner_name=owner_name)
+        if problem:
+            return _with_fix(what, path, problem, directory, real)
+    return None
+
+
+def _with_fix(what: str, path: str, problem: str, offender: str, real: str) -> str:
     subject = f"{what} {path}: " if offender != path else f"{what}: "
-    if offender == path or offender == os.path.realpath(path):
+    if offender == path or offender == real:
         fix = f"make it owned by you or root and not writable by others (chmod go-w {offender})"
     else:
         fix = (f"use a private directory (owned by you, mode 0700) instead, or make {offender} "
                f"not writable by others (chmod go-w, or chmod +t for a shared directory)")
     return f"{subject}{problem}; another user could change what vq-admin reads or runs there; fix: {fix}"
+
+
+def creatable_problem(path: str, stat_of: "StatOf" = os.stat) -> str | None:
+    """For a command word that names nothing yet: ``None`` unless the nearest existing
+    directory above it lets other users create it first (group- or other-writable,
+    sticky or not: in a sticky ``/tmp`` anyone can create the name)."""
+    for directory in ancestors(path):
+        try:
+            st = stat_of(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot check command file {path}: {exc.strerror}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"command file {path} does not exist and directory {directory} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
+                    f"in a directory only you and root can write")
+        return None
+    return None
 
 
 def check(path: str, *, what: str, missing_ok: bool = False) -> None:
@@ -159,7 +203,7 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
-def command_problem(words, *, what: str = "command") -> str | None:
+def command_problem(words: "Iterable[object]", *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
     alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
     the first offender, its owner and mode, and the fix.

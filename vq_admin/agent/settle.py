@@ -99,15 +99,20 @@ class DirectoryObserver:
     """Observe ``stdout`` and ``stderr`` in *directory*, opening everything afresh each time.
 
     A missing or unopenable directory makes every file ``unavailable``; the
-    directory itself is opened with ``O_NOFOLLOW``.
+    directory itself is opened with ``O_NOFOLLOW``.  With *dir_fd* the files
+    are opened relative to that open directory instead of by path.
     """
 
-    def __init__(self, directory: str, names: Sequence[str] = FILES, algorithm: str | None = None):
+    def __init__(self, directory: str, names: Sequence[str] = FILES, algorithm: str | None = None,
+                 dir_fd: int | None = None):
         self.directory = directory
         self.names = tuple(names)
         self.algorithm = algorithm or checksum.default_algorithm()
+        self.dir_fd = dir_fd
 
     def __call__(self) -> Observation:
+        if self.dir_fd is not None:  # the directory the caller holds open: its path may lead elsewhere by now
+            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in self.names)
         try:
             dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:

@@ -7,17 +7,21 @@ One update of the scheduler-side helper, in order:
 2. source: the exact commit of ``helper_source_repo`` (without
    ``--expected-sha`` its ``HEAD``, refusing uncommitted changes), archived
    and its tree proven;
-3. pre-identity on the login host: when the live helper already reports the
+3. ``check-commands``: on each ssh host, every absolute word of the agent
+   and of the helper command is checked with the secure-path rule from
+   ``stat`` (:mod:`.stat_paths`; not by the agent, which this lane
+   replaces) -- 77 before anything runs there;
+4. pre-identity on the login host: when the live helper already reports the
    requested commit and tree with a bound record, the outcome is
    ``already-current`` and nothing is staged (``--force`` reinstalls);
-4. a fresh stage on ``helper_update_host`` (or the login host) holding the
+5. a fresh stage on ``helper_update_host`` (or the login host) holding the
    archive, ``SOURCE-SHA``, ``SOURCE-TREE-SHA256``, ``ARCHIVE-SHA256`` and
    ``GIT-TREE``, verified there before anything runs (77 on mismatch);
-5. the helper command of ``helper_provider`` (``helper_update``, or
+6. the helper command of ``helper_provider`` (``helper_update``, or
    ``helper_install`` with ``--cluster-install``) with ``VQ_HELPER_STAGE``,
    ``VQ_HELPER_EXPECTED_SHA`` and ``VQ_HELPER_EXPECTED_TREE_SHA256``, within
    ``helper_timeout_seconds``;
-6. readback: the configured ``agent`` on the login host reports its identity;
+7. readback: the configured ``agent`` on the login host reports its identity;
    a well-formed mismatch is re-read (bounded); only a match writes the
    activation receipt ``<state>/hosts/<host>/helper/activation.json`` and the
    helper's LAST OK.  An interrupted transport is resolved only by this
@@ -42,6 +46,7 @@ from ..plan import execute
 from ..receipt import Receipt
 from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
+from . import remote_paths, stat_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
@@ -101,6 +106,7 @@ class HelperUpdate:
         self.receipt.extra["provider"] = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         self.staging.plan_source(repo, self.sha, "helper")
+        stat_paths.plan_places(plan, self.command_places())  # before the agent or the helper command runs there
         plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
         self.staging.plan_stage(self.source)
         cmd = self.command("<stage>", PLACEHOLDER_TREE)
@@ -110,6 +116,18 @@ class HelperUpdate:
         plan.add("readback", login, identity_argv(self.host),
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
+
+    def command_places(self) -> list[remote_paths.Place]:
+        """The command files this lane runs on each ssh host: the agent on the login host (identity)
+        and on the stage host (stage verbs), the helper command on the stage host.  Checked by the
+        driver from ``stat`` (:mod:`.stat_paths`): the agent is what this lane replaces."""
+        prefix, h = f"hosts.{self.host.name}", self.host
+        key = "helper_install_command" if self.ctx.options.cluster_install else "helper_update_command"
+        argv = self.command("<stage>", PLACEHOLDER_TREE).argv
+        words = list(getattr(h, key) or ()) if h.helper_provider == "command" else remote_paths.leading_words(argv)
+        stage = self.stage_transport()
+        return remote_paths.gather([(self.ctx.login(h), f"{prefix}.agent", h.agent), (stage, f"{prefix}.agent", h.agent),
+                                    (stage, f"{prefix}.{key}", words)])
 
     def helper_env(self, cmd: ProviderCommand, stage: str, tree: str) -> dict[str, str]:
         env = dict(cmd.env)
@@ -122,6 +140,7 @@ class HelperUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
+        stat_paths.run_places(self.receipt.plan, self.command_places())
         with tempfile.TemporaryDirectory(prefix="vq-admin-helper-") as workdir:
             self.source = self.staging.archive(self.source, workdir)
             pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)

@@ -47,6 +47,7 @@ from ..receipt import Receipt
 from ..references import SQUEUE, CensusError, census
 from ..state import utc_now
 from ..transport import quote_argv
+from . import remote_paths
 from .common import conclude
 from .verify import Verification, plan_verify, run_verify
 
@@ -97,6 +98,7 @@ class RuntimePrune:
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
         where = ctx.login(self.host).where
+        remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
         self.pre = plan_verify(ctx, plan, "verify-active", self.host, p, self.request())
         plan.add("census", where, SQUEUE, "every queued, running, suspended or held job and the generations it "
                  "references (scontrol show job, scontrol write batch_script per job)")
@@ -106,6 +108,16 @@ class RuntimePrune:
         plan.add("kept-readback", where, [*self.host.agent, "hash-file", "<each kept launcher>"],
                  "every kept launcher still hashes to its attested SHA-256")
 
+    def command_places(self) -> list[remote_paths.Place]:
+        """The command files of a prune on the login host: the agent, ``verify_command`` and
+        ``prune_command`` (a dry run runs the verify too, so it is checked as well)."""
+        p = self.profile
+        key = f"hosts.{self.host.name}.scheduler_runtime_deployments.{p.program}.prune_command"
+        return remote_paths.gather([
+            *remote_paths.login_entries(self.ctx, self.host, p, self.request()),
+            (self.ctx.login(self.host), key, remote_paths.profile_words(p, "prune_command",
+                                                                         self.prune_command([self.sha]).argv))])
+
     # -- the run ----------------------------------------------------------------------
 
     def verify(self, steps) -> Verification:
@@ -113,6 +125,7 @@ class RuntimePrune:
 
     def run(self) -> Receipt:
         self.make_plan()
+        remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
         pre = self.verify(self.pre)
         self.receipt.verify = {"pre": pre.to_dict()}
         if not pre.proven:

@@ -24,13 +24,17 @@ checked by the driver itself (see :mod:`vq_admin.plan`).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple
 
 from ..outcome import Refused, VqAdminError
-from ..plan import execute
+from ..plan import Plan, execute
 from ..transport import SshTransport, Transport
 
 if TYPE_CHECKING:
+    from vq_admin_hookspecs import RuntimeRequest
+
+    from ..config import HostConfig, RuntimeProfile
+    from ..context import RunContext
     from .runtime import RuntimeUpdate
 
 CHECK_TIMEOUT = 120.0
@@ -39,12 +43,13 @@ AGENT_UNSAFE = 4
 
 
 def absolute_words(words: Iterable[str]) -> list[str]:
+    """The words that name a file by absolute path (bare names are found in PATH and not checked)."""
     return [w for w in words if w.startswith("/")]
 
 
 def leading_words(argv: Iterable[str]) -> list[str]:
     """A plugin's command words: its argv up to the first option."""
-    found = []
+    found: list[str] = []
     for word in argv:
         if word.startswith("-"):
             break
@@ -52,67 +57,102 @@ def leading_words(argv: Iterable[str]) -> list[str]:
     return found
 
 
-def _profile_words(update: "RuntimeUpdate", key: str, argv: Iterable[str]) -> list[str]:
-    p = update.profile
-    if p.provider == "command":
-        return list(getattr(p, key) or ())
+def profile_words(profile: "RuntimeProfile", key: str, argv: Iterable[str]) -> list[str]:
+    """The configured words of *key* (built-in ``command`` provider), else the plugin argv's leading words."""
+    if profile.provider == "command":
+        return list(getattr(profile, key) or ())
     return leading_words(argv)
 
 
-def command_words(update: "RuntimeUpdate") -> list[tuple[Transport, list[tuple[str, str]]]]:
+#: One host's checks: its transport and ``[(config key, absolute word), ...]``.
+Place = Tuple[Transport, List[Tuple[str, str]]]
+
+
+def gather(entries: Iterable[tuple[Transport, str, Iterable[str]]]) -> list[Place]:
+    """Group ``(transport, config key, words)`` by ssh host, keeping each absolute word once per key.
+
+    Local hosts are left out: the driver checks every local command itself
+    (:func:`vq_admin.plan.refuse_unsafe_command`)."""
+    places: dict[str, Place] = {}
+    for transport, key, words in entries:
+        if not isinstance(transport, SshTransport):
+            continue
+        entry = places.setdefault(transport.where, (transport, []))
+        for word in absolute_words(words):
+            if (key, word) not in entry[1]:
+                entry[1].append((key, word))
+    return [entry for entry in places.values() if entry[1]]
+
+
+def command_words(update: "RuntimeUpdate") -> list[Place]:
     """``[(transport, [(config key, absolute word), ...]), ...]`` for every ssh host of this update."""
     ctx, host, p = update.ctx, update.host, update.profile
     prefix = f"hosts.{host.name}"
     profile_key = f"{prefix}.scheduler_runtime_deployments.{p.program}"
     login, build = ctx.login(host), update.build_transport()
-    places: dict[str, tuple[Transport, list[tuple[str, str]]]] = {}
-
-    def add(transport: Transport, key: str, words: Iterable[str]) -> None:
-        if not isinstance(transport, SshTransport):
-            return
-        entry = places.setdefault(transport.where, (transport, []))
-        for word in absolute_words(words):
-            if (key, word) not in entry[1]:
-                entry[1].append((key, word))
-
     verify = ctx.providers.runtime_verify(p.provider, update.request(archive=None))
-    add(login, f"{prefix}.agent", host.agent)
-    add(login, f"{profile_key}.verify_command", _profile_words(update, "verify_command", verify.argv))
+    entries: list[tuple[Transport, str, Iterable[str]]] = [
+        (login, f"{prefix}.agent", host.agent),
+        (login, f"{profile_key}.verify_command", profile_words(p, "verify_command", verify.argv))]
     if p.prepare_command:
-        add(login, f"{profile_key}.prepare_command", p.prepare_command)
+        entries.append((login, f"{profile_key}.prepare_command", p.prepare_command))
     key = "install_command" if ctx.options.cluster_install else "update_command"
     deploy = update.deploy_command("<stage>/source.tar")
     target = login if p.update_allocation is not None else build
-    add(target, f"{prefix}.agent", host.agent)
-    add(target, f"{profile_key}.{key}", _profile_words(update, key, deploy.argv))
-    return [entry for entry in places.values() if entry[1]]
+    entries += [(target, f"{prefix}.agent", host.agent),
+                (target, f"{profile_key}.{key}", profile_words(p, key, deploy.argv))]
+    return gather(entries)
+
+
+def login_entries(ctx: "RunContext", host: "HostConfig", profile: "RuntimeProfile",
+                  request: "RuntimeRequest") -> list[tuple[Transport, str, Iterable[str]]]:
+    """The agent and ``verify_command`` on the login host: every runtime verb runs both there."""
+    prefix = f"hosts.{host.name}"
+    verify = ctx.providers.runtime_verify(profile.provider, request)
+    login = ctx.login(host)
+    return [(login, f"{prefix}.agent", host.agent),
+            (login, f"{prefix}.scheduler_runtime_deployments.{profile.program}.verify_command",
+             profile_words(profile, "verify_command", verify.argv))]
 
 
 def step_name(index: int) -> str:
     return "check-commands" if index == 0 else f"check-commands-{index + 1}"
 
 
-def check_argv(update: "RuntimeUpdate", words: list[tuple[str, str]]) -> list[str]:
+def check_argv(agent: Sequence[str], words: list[tuple[str, str]]) -> list[str]:
     seen: list[str] = []
     for _key, word in words:
         if word not in seen:
             seen.append(word)
-    return [*update.host.agent, "check-paths", "--", *seen]
+    return [*agent, "check-paths", "--", *seen]
+
+
+PURPOSE = ("read-only: every command file that runs here, and every directory above it, "
+           "can be changed by nobody but you and root")
 
 
 def plan(update: "RuntimeUpdate") -> None:
     """Add one ``check-commands`` step per ssh host that runs a configured command."""
-    for index, (transport, words) in enumerate(command_words(update)):
-        update.receipt.plan.add(step_name(index), transport.where, check_argv(update, words),
-                                "read-only: every command file that runs here, and every directory above it, "
-                                "can be changed by nobody but you and root")
+    plan_places(update.receipt.plan, update.host.agent, command_words(update))
 
 
 def run(update: "RuntimeUpdate") -> None:
     """Run the checks; refuse (77) before any provider command runs on a host that fails them."""
-    for index, (transport, words) in enumerate(command_words(update)):
-        step = update.receipt.plan.get(step_name(index))
-        result = execute(step, transport, check_argv(update, words), timeout=CHECK_TIMEOUT)
+    run_places(update.receipt.plan, update.host.agent, update.host.name, command_words(update))
+
+
+def plan_places(steps: Plan, agent: Sequence[str], places: list[Place]) -> None:
+    """One ``check-commands`` step per host of *places* (the agent's ``check-paths`` there)."""
+    for index, (transport, words) in enumerate(places):
+        steps.add(step_name(index), transport.where, check_argv(agent, words), PURPOSE)
+
+
+def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[Place]) -> None:
+    """Run the steps :func:`plan_places` added; :class:`Refused` (77) naming the key, the path,
+    its owner and mode and the fix when a host fails them (nothing has run there then)."""
+    for index, (transport, words) in enumerate(places):
+        step = steps.get(step_name(index))
+        result = execute(step, transport, check_argv(agent, words), timeout=CHECK_TIMEOUT)
         if result.ok:
             continue
         if result.interrupted:
@@ -122,12 +162,15 @@ def run(update: "RuntimeUpdate") -> None:
                 refused = json.loads(result.text()).get("refused") or []
             except (ValueError, AttributeError):
                 refused = []
-            lines = []
-            for item in refused:
-                keys = sorted({k for k, w in words if w == item.get("path")}) or ["a configured command"]
-                lines.append(f"{', '.join(keys)}: {item.get('problem')}")
+            lines = [f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}"
+                     for item in refused if isinstance(item, dict)]
             detail = "; ".join(lines) or result.error_text()[-500:]
             raise Refused(f"refused on {transport.where}: {detail}; nothing was run there")
         raise Refused(f"{step.name}: the helper on {transport.where} could not check the command files "
                       f"({result.describe()}: {result.error_text()[-300:]}); update the helper "
-                      f"(vq admin update {update.host.name}) and rerun; nothing was run")
+                      f"(vq admin update {host_name}) and rerun; nothing was run")
+
+
+def keys_of(words: list[tuple[str, str]], path: object) -> list[str]:
+    """The configuration keys that name *path* (for a refusal)."""
+    return sorted({k for k, w in words if w == path}) or ["a configured command"]

@@ -39,6 +39,7 @@ from ..plan import execute
 from ..receipt import Receipt
 from ..state import StateDir, read_json
 from ..transport import quote_argv
+from . import remote_paths
 from .common import conclude
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_verify
@@ -103,11 +104,23 @@ class RuntimeRollback(RuntimeUpdate):
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
         self.receipt.extra["provider"] = p.provider
         self.receipt.extra["build_place"] = "none (activation of an existing release)"
+        remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         plan.add("activate", self.build_transport().where, list(self.activation.argv),
                  f"provider {p.provider}: switch current to the existing release {self.sha} (nothing is built)",
                  dict(self.activation.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
+
+    def command_places(self) -> list[remote_paths.Place]:
+        """The command files of an activation on each ssh host: the agent and ``verify_command`` on
+        the login host, ``activate_command`` (and the agent that checks it) where it runs."""
+        assert self.activation is not None
+        p, build = self.profile, self.build_transport()
+        key = f"hosts.{self.host.name}.scheduler_runtime_deployments.{p.program}.activate_command"
+        return remote_paths.gather([
+            *remote_paths.login_entries(self.ctx, self.host, p, self.request(archive=None)),
+            (build, f"hosts.{self.host.name}.agent", self.host.agent),
+            (build, key, remote_paths.profile_words(p, "activate_command", self.activation.argv))])
 
     def verify(self, verify_step, readback_step, *, shared: bool = True) -> Verification:
         found = super().verify(verify_step, readback_step, shared=shared)
@@ -137,6 +150,7 @@ class RuntimeRollback(RuntimeUpdate):
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
+        remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")

@@ -1,0 +1,99 @@
+"""The helper lane's remote command-file check (vq_admin.lanes.stat_paths) against the real
+coreutils of this machine, run through a local transport: the facts it reads and the rule it
+applies must give what the secure-path rule gives locally, and anything it cannot read back
+refuses (fails closed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vq_admin.agent import securepath
+from vq_admin.lanes import stat_paths
+from vq_admin.outcome import Refused
+from vq_admin.plan import Step
+from vq_admin.transport import LocalTransport, RunResult
+
+
+def step() -> Step:
+    return Step("check-commands", "local", [], "test")
+
+
+def test_the_remote_facts_judge_as_the_local_rule_does(tmp_path):
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (loose / "run.sh").write_text("x")
+    (private / "run.sh").write_text("x")
+    (private / "run.sh").chmod(0o775)
+    (private / "ok.sh").write_text("x")
+    (private / "ok.sh").chmod(0o755)
+    (private / "link").symlink_to(loose / "run.sh")
+    words = [str(loose / "run.sh"), str(private / "run.sh"), str(private / "ok.sh"), str(private / "link"),
+             str(private / "missing"), str(sticky / "missing"), "/bin/sh", "/usr/bin/env"]
+    reals = stat_paths.parse_realpaths(LocalTransport().run(stat_paths.realpath_argv(words), timeout=60), len(words))
+    assert reals is not None and reals[3] == str(loose / "run.sh")
+    asked = stat_paths.levels_to_read(words, reals)
+    levels = stat_paths.parse_levels(LocalTransport().run(stat_paths.stat_argv(asked), timeout=60),
+                                     [stat_paths.SELF, *asked])
+    assert levels is not None and levels[stat_paths.SELF].st_uid == os.geteuid()
+    found = dict(stat_paths.problems(words, reals, levels))
+    for word in words:
+        local = securepath.path_problem(word, what="command file", missing_ok=True)
+        if local is None and not os.path.lexists(word):
+            local = securepath.creatable_problem(word)
+        assert found.get(word) == local, word
+    assert set(found) == {words[0], words[1], words[3], words[5]}
+
+
+def test_a_refusal_names_the_key_and_runs_nothing_further(tmp_path):
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    s = step()
+    with pytest.raises(Refused) as refused:
+        stat_paths.check_place(s, LocalTransport(), [("hosts.h.helper_update_command", str(loose / "u.py"))])
+    assert refused.value.message.startswith("refused on local: hosts.h.helper_update_command: command file")
+    assert f"directory {loose} is group- and other-writable without the sticky bit" in refused.value.message
+    assert s.status == "failed" and s.argv[0] == stat_paths.STAT
+
+
+class Canned(LocalTransport):
+    """Answers every command with the next canned result (a double for fail-closed cases)."""
+
+    def __init__(self, *results: RunResult):
+        self.results = list(results)
+
+    def run(self, argv, **kw):  # type: ignore[override]
+        return self.results.pop(0)
+
+
+@pytest.mark.parametrize("answers, program", [
+    ([RunResult([], "h", 127, b"", b"realpath: not found")], "/usr/bin/realpath"),
+    ([RunResult([], "h", 0, b"/a\0", b"")], "/usr/bin/realpath"),  # fewer answers than words
+    ([RunResult([], "h", 0, b"/usr/bin/python3\0/usr/bin/realpath\0/usr/bin/stat\0", b""),
+      RunResult([], "h", 127, b"", b"stat: not found")], "/usr/bin/stat"),
+    ([RunResult([], "h", 0, b"/usr/bin/python3\0/usr/bin/realpath\0/usr/bin/stat\0", b""),
+      RunResult([], "h", 0, b"/elsewhere\x000\x0041ed\x00root\x00", b"")], "/usr/bin/stat"),  # not asked for
+    ([RunResult([], "h", 0, b"/usr/bin/python3\0/usr/bin/realpath\0/usr/bin/stat\0", b""),
+      RunResult([], "h", 0, b"/usr/bin\x000\x0041ed\x00root\x00", b"")], "/usr/bin/stat"),  # no /proc/self
+])
+def test_facts_that_cannot_be_read_back_refuse(answers, program):
+    with pytest.raises(Refused) as refused:
+        stat_paths.check_place(step(), Canned(*answers), [("hosts.h.agent", "/usr/bin/python3")])
+    assert f"could not be checked: {program}" in refused.value.message and "nothing was run" in refused.value.message
+
+
+def test_an_interrupted_read_is_a_failure_naming_the_step():
+    from vq_admin.outcome import VqAdminError
+
+    dropped = RunResult([], "h", 255, b"", b"Connection closed", interrupted="transport")
+    with pytest.raises(VqAdminError) as failed:
+        stat_paths.check_place(step(), Canned(dropped), [("hosts.h.agent", "/usr/bin/python3")])
+    assert not isinstance(failed.value, Refused) and failed.value.message.startswith("check-commands:")
