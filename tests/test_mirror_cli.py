@@ -144,7 +144,7 @@ def test_test_hook_moving_the_mirror_before_the_push_ends_refused_with_nothing_h
     hook.write_text(f'#!/bin/sh\ngit -C "$1" update-ref refs/heads/release {d.c}\n'
                     f'git -C "$1" for-each-ref --format="%(objectname) %(objecttype) %(refname)" > {tmp_path}/moved\n')
     hook.chmod(0o755)
-    result, receipt = site.update(d.b, env={"VQ_ADMIN_TESTING": "1", mirror.TEST_HOOK_ENV: str(hook)})
+    result, receipt = site.update(d.b, env={"VQ_ADMIN_TESTING": "1", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH": str(hook)})
     assert result.exit_code == 77, result.stderr
     assert snapshot(site.mirror) == (tmp_path / "moved").read_text().strip()
     reason = mirror.RACED.format(why="non-fast-forward")
