@@ -10,25 +10,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-from vq_admin_hookspecs import NAME_RE
-
+from .agent.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE
 from .outcome import UsageError
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
-# An ssh destination: never starts with "-" (that would be an ssh option).
-DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
-# A git branch name we are willing to feed: conservative subset of check-ref-format.
-BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!HEAD\Z)"
-                       r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
 MAX_TIMEOUT = 30 * 24 * 3600.0
 
 

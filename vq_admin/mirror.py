@@ -39,13 +39,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from .agent.failpoints import failpoint
+from .agent.identifiers import SHA_RE
 from .config import ConfigError
 from .outcome import Outcome, VqAdminError
 from .transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
-#: What a feed pushes: full object names only (never a ref name, never a "+" refspec).
-OBJECT_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 LOCAL_GIT_TIMEOUT = 300.0
 #: Options a feed's push never carries (asserted by tests on every argv built here).
 FORBIDDEN_PUSH_OPTIONS = ("-f", "--force", "--force-with-lease", "--force-if-includes", "--mirror",
@@ -215,7 +214,7 @@ def push_argv(repo: str, url: str, refspecs: Sequence[tuple[str, str]]) -> list[
     """
     specs = []
     for obj, ref in refspecs:
-        if not OBJECT_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
+        if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
                 or ref != ref.strip():
             raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
         specs.append(f"{obj}:{ref}")

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 
+from .agent.identifiers import DESTINATION_RE
 from .bindings import LauncherRefused
 
-DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
 _cache: dict[tuple, dict] = {}
 MAX_CONFIG_BYTES = 1 << 20

@@ -4,8 +4,10 @@ Every pattern is anchored at both ends (``\\A`` ... ``\\Z``, so a trailing
 newline never passes) and, except :data:`FULL_SHA_RE`, case-sensitive.  The
 driver, the launcher path and the agent all import these; none defines its
 own.  ``vq_admin_hookspecs`` installs on its own and keeps its own copies
-of the four it exports (``FULL_SHA_RE``, ``SHA256_RE``, ``NAME_RE``,
-``ENV_NAME_RE``); a test checks they agree with these.
+of four of them in ``vq_admin_hookspecs.records`` (``FULL_SHA_RE``,
+``SHA256_RE``, ``NAME_RE``, ``ENV_NAME_RE``), for the records it validates
+and the providers that import them; tests/test_identifiers.py checks they
+are the same patterns.
 
 Standard library only; Python 3.8 and later (the agent imports it on the
 login host).

@@ -34,7 +34,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import socket
 import sys
@@ -42,10 +41,10 @@ import time
 from typing import Any, BinaryIO, Dict, Optional, TextIO
 
 from . import securepath
+from .identifiers import NAME_RE
 
 EXIT_HELD = 75
 LANES = ("runtime", "helper")
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
 FLOCK_HINT = ("the lease directory must be on a filesystem where flock(2) works: a local filesystem, "
