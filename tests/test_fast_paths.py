@@ -27,7 +27,7 @@ SHA = "a" * 40
 #: The registry reader's trust checks (section 10): the private state tree, bounded parsing and the
 #: secure-path rule, all standard library only.
 TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
-             "vq_admin.agent.identifiers"}  # and the one definition of SHAs and names
+             "vq_admin.agent.identifiers", "vq_admin.agent.paths"}  # and the one home of identifiers and default paths
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
                 "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"} | TRUST_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",

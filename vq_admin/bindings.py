@@ -30,6 +30,7 @@ import os
 import re
 
 from . import registry
+from .agent import paths
 from .agent.identifiers import FULL_SHA_RE, NAME_RE
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
@@ -288,12 +289,7 @@ def _name(value: object, what: str) -> None:
 
 
 def _state_root(state_dir: str | os.PathLike[str] | None) -> str:
-    if state_dir:
-        return os.fspath(state_dir)
-    if os.environ.get("VQ_ADMIN_STATE_DIR"):
-        return os.environ["VQ_ADMIN_STATE_DIR"]
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vq-admin")
+    return os.fspath(state_dir) if state_dir else paths.state_dir()
 
 
 def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:

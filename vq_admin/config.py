@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
+from .agent import paths
 from .agent.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE
 from .outcome import UsageError
 
@@ -135,8 +136,7 @@ class Config:
 
 
 def default_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "vq" / "admin.toml"
+    return Path(paths.default_config_path())
 
 
 #: Largest configuration file read (a site's file is a few KiB).
@@ -175,7 +175,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     (and :class:`~vq_admin.outcome.Refused` for an ``ssh_config`` others can change)."""
     from .bounded import InputError, loads_toml, read_regular_file
 
-    chosen = Path(path) if path else Path(os.environ.get("VQ_ADMIN_CONFIG") or default_config_path())
+    chosen = Path(path) if path else Path(paths.config_path())
     try:
         if not chosen.exists():
             raise FileNotFoundError(chosen)

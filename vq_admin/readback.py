@@ -20,6 +20,7 @@ import json
 import os
 import shlex
 
+from .agent import paths
 from .agent.identifiers import DESTINATION_RE
 from .bindings import LauncherRefused
 
@@ -33,12 +34,7 @@ class ConfigUnavailable(Exception):
 
 
 def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
-    if config_path:
-        return os.fspath(config_path)
-    if os.environ.get("VQ_ADMIN_CONFIG"):
-        return os.environ["VQ_ADMIN_CONFIG"]
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "vq", "admin.toml")
+    return os.fspath(config_path) if config_path else paths.config_path()
 
 
 def load(config_path: str | os.PathLike[str] | None) -> dict:

@@ -40,7 +40,7 @@ import sys
 import time
 from typing import Any, BinaryIO, Dict, Optional, TextIO
 
-from . import securepath
+from . import paths, securepath
 from .identifiers import NAME_RE
 
 EXIT_HELD = 75
@@ -56,8 +56,7 @@ class LeaseError(Exception):
 
 
 def default_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vq-admin-agent", "locks")
+    return paths.agent_lock_dir()
 
 
 def lease_dir(scratch_root: Optional[str]) -> str:
