@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vq_admin_hookspecs import records as vq_admin_hookspecs  # where its copies live
+
 from vq_admin.agent import identifiers
 
 PACKAGE = Path(identifiers.__file__).resolve().parent.parent
@@ -50,7 +50,8 @@ def test_hookspecs_and_the_one_home_agree(value):
 @settings(max_examples=1000, deadline=None)
 @given(strings())
 def test_a_recorded_sha_is_a_lower_case_full_sha(value):
-    assert bool(identifiers.SHA_RE.match(value)) == (bool(identifiers.FULL_SHA_RE.match(value)) and value == value.lower())
+    full = bool(identifiers.FULL_SHA_RE.match(value))
+    assert bool(identifiers.SHA_RE.match(value)) == (full and value == value.lower())
 
 
 @pytest.mark.parametrize("pattern, good, bad", [

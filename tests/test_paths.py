@@ -1,4 +1,4 @@
-"""Issue 11: default locations in one place (vq_admin/agent/paths.py), used by the driver, the launcher path and the agent."""
+"""Issue 11: default locations in one place (vq_admin/agent/paths.py): driver, launcher path and agent alike."""
 
 from __future__ import annotations
 
