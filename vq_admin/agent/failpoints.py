@@ -75,7 +75,7 @@ class Settings:
 class Failpoint:
     """One declared point: its name, the variables that configure it, its handler."""
 
-    __slots__ = ("name", "variables", "handler", "doc")
+    __slots__ = ("doc", "handler", "name", "variables")
 
     def __init__(self, name: str, variables: tuple[str, ...], handler: Handler) -> None:
         self.name = name
