@@ -1,6 +1,6 @@
 """The fault table: enumerate every external call and step boundary of one clean
 run (``VQ_ADMIN_FAULT_LOG``), inject a fault into each (``VQ_ADMIN_FAULT``,
-see vq_admin/faults.py), and judge each row against the only acceptable
+see vq_admin/agent/failpoints.py), and judge each row against the only acceptable
 behaviours (docs/reliability.md, "What each outcome promises").
 
 A row is judged by :func:`run_row`; the worlds are in tests/fault_worlds.py and

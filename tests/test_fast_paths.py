@@ -26,14 +26,16 @@ SHA = "a" * 40
 #: What the launcher path may import of vq-admin itself.
 #: The registry reader's trust checks (section 10): the private state tree, bounded parsing and the
 #: secure-path rule, all standard library only.
-TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath"}
+TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
+             "vq_admin.agent.identifiers", "vq_admin.agent.paths"}  # and the one home of identifiers and default paths
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
                 "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"} | TRUST_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",
                 "vq_admin.outcome"} | TRUST_OWN
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
-         "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email")
+         "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
+         "vq_admin.agent.failpoints")
 
 
 def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[str], set[str]]:

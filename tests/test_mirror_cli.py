@@ -15,6 +15,7 @@ import pytest
 from support import run_vq, site_example_host, write_config
 from test_mirror_feed import Driver, assert_unforced, expected_refusal, ref_map, snapshot
 from vq_admin import mirror
+from vq_admin.agent import failpoints
 from vq_admin.mirror_feed import LANE_FED, LANE_LEFT
 
 pytestmark = pytest.mark.real
@@ -144,7 +145,7 @@ def test_test_hook_moving_the_mirror_before_the_push_ends_refused_with_nothing_h
     hook.write_text(f'#!/bin/sh\ngit -C "$1" update-ref refs/heads/release {d.c}\n'
                     f'git -C "$1" for-each-ref --format="%(objectname) %(objecttype) %(refname)" > {tmp_path}/moved\n')
     hook.chmod(0o755)
-    result, receipt = site.update(d.b, env={"VQ_ADMIN_TESTING": "1", mirror.TEST_HOOK_ENV: str(hook)})
+    result, receipt = site.update(d.b, env={"VQ_ADMIN_TESTING": "1", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH": str(hook)})
     assert result.exit_code == 77, result.stderr
     assert snapshot(site.mirror) == (tmp_path / "moved").read_text().strip()
     reason = mirror.RACED.format(why="non-fast-forward")
@@ -153,18 +154,21 @@ def test_test_hook_moving_the_mirror_before_the_push_ends_refused_with_nothing_h
     assert_unforced(receipt["mirror"]["push"]["argv"])
 
 
-def test_test_hook_is_ignored_without_the_testing_switch(tmp_path, monkeypatch):
+def test_test_hook_is_ignored_without_the_testing_switch(tmp_path):
     marker, hook = tmp_path / "ran", tmp_path / "hook.sh"
     hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
     hook.chmod(0o755)
     m = mirror.Mirror(path=str(tmp_path / "m.git"), where="local", url=str(tmp_path / "m.git"))
-    monkeypatch.setenv(mirror.TEST_HOOK_ENV, str(hook))
-    monkeypatch.delenv(mirror.TESTING_ENV, raising=False)
-    mirror.run_test_hook(m)
-    assert not marker.exists()
-    monkeypatch.setenv(mirror.TESTING_ENV, "1")
-    mirror.run_test_hook(m)
-    assert marker.exists()
+    env = {"VQ_ADMIN_TEST_HOOK_BEFORE_PUSH": str(hook)}
+    try:
+        failpoints.configure(env)  # the environment a process would start with, without VQ_ADMIN_TESTING
+        mirror.run_test_hook(m)
+        assert not marker.exists()
+        failpoints.configure({**env, "VQ_ADMIN_TESTING": "1"})
+        mirror.run_test_hook(m)
+        assert marker.exists()
+    finally:
+        failpoints.configure()
 
 
 def test_missing_mirror_is_refused_with_the_creation_command(tmp_path, real_sshd):

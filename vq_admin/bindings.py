@@ -30,13 +30,14 @@ import os
 import re
 
 from . import registry
+from .agent import paths
+from .agent.identifiers import FULL_SHA_RE, NAME_RE
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
 _ANY_SHA_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
-_FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
 #: Largest pin accepted (a pin is a few hundred characters).
 MAX_PIN_CHARS = 64 * 1024
 SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
@@ -117,7 +118,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     _name(host, "host")
     sha = None
     if expected_sha is not None:
-        if not isinstance(expected_sha, str) or not _FULL_SHA_RE.match(expected_sha):
+        if not isinstance(expected_sha, str) or not FULL_SHA_RE.match(expected_sha):
             raise BindingUsageError(f"--expected-sha: {expected_sha!r} is not a full commit SHA; {SHA_RULE}")
         sha = expected_sha.lower()
     if path is not None:
@@ -171,7 +172,7 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     if isinstance(pin, str):
         text = pin.strip()
         if not text.startswith("{"):
-            sha = text.lower() if _FULL_SHA_RE.match(text) else "SHA"
+            sha = text.lower() if FULL_SHA_RE.match(text) else "SHA"
             raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", sha))
@@ -186,8 +187,8 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
                               _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
     program = _pin_field(pin, "program", program)
-    if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and registry.NAME_RE.match(host)
-            and isinstance(program, str) and registry.NAME_RE.match(program)
+    if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and NAME_RE.match(host)
+            and isinstance(program, str) and NAME_RE.match(program)
             and _canonical_host(_state_root(state_dir), program, host, config_path) == pin["host"]):
         host = pin["host"]  # dispatched through an alias of the pinned host
     host = _pin_field(pin, "host", host)
@@ -195,7 +196,7 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", sha if isinstance(sha, str) else "SHA")
     if not program or not host:
         raise LauncherRefused("legacy-pin", "the pin names no program and host", remedy)
-    if not isinstance(sha, str) or not _FULL_SHA_RE.match(sha):
+    if not isinstance(sha, str) or not FULL_SHA_RE.match(sha):
         raise LauncherRefused("legacy-pin", f"the pin names no full SHA ({sha!r})", remedy)
     sha = sha.lower()
     launcher = pin.get("launcher")
@@ -283,17 +284,12 @@ def _pin_field(pin: dict, key: str, given: str | None) -> str | None:
 
 
 def _name(value: object, what: str) -> None:
-    if not isinstance(value, str) or not registry.NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.match(value):
         raise BindingUsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
 
 
 def _state_root(state_dir: str | os.PathLike[str] | None) -> str:
-    if state_dir:
-        return os.fspath(state_dir)
-    if os.environ.get("VQ_ADMIN_STATE_DIR"):
-        return os.environ["VQ_ADMIN_STATE_DIR"]
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vq-admin")
+    return os.fspath(state_dir) if state_dir else paths.state_dir()
 
 
 def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:
@@ -316,7 +312,7 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
     if role == "alias":
         canonical = table.get("canonical_host")
         target = None
-        if isinstance(canonical, str) and registry.NAME_RE.match(canonical):
+        if isinstance(canonical, str) and NAME_RE.match(canonical):
             try:
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:

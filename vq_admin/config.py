@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-from vq_admin_hookspecs import NAME_RE
-
+from .agent import paths
+from .agent.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE
 from .outcome import UsageError
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
-# An ssh destination: never starts with "-" (that would be an ssh option).
-DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
-# A git branch name we are willing to feed: conservative subset of check-ref-format.
-BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!HEAD\Z)"
-                       r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
 MAX_TIMEOUT = 30 * 24 * 3600.0
 
 
@@ -142,8 +136,7 @@ class Config:
 
 
 def default_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "vq" / "admin.toml"
+    return Path(paths.default_config_path())
 
 
 #: Largest configuration file read (a site's file is a few KiB).
@@ -182,7 +175,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     (and :class:`~vq_admin.outcome.Refused` for an ``ssh_config`` others can change)."""
     from .bounded import InputError, loads_toml, read_regular_file
 
-    chosen = Path(path) if path else Path(os.environ.get("VQ_ADMIN_CONFIG") or default_config_path())
+    chosen = Path(path) if path else Path(paths.config_path())
     try:
         if not chosen.exists():
             raise FileNotFoundError(chosen)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vq_admin_hookspecs import SHA256_RE, EvidenceError, VerifyReceipt
+from vq_admin_hookspecs import EvidenceError, VerifyReceipt
 
+from .agent.identifiers import SHA256_RE
 from .launchers import launcher_problem
 
 

@@ -15,9 +15,9 @@ interpreter such as ``/usr/bin/python3``) is mutable or unrecognised.
 from __future__ import annotations
 
 import posixpath
-import re
 
-_SHA_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
+from .agent.identifiers import SHA_RE
+
 STABLE_LINK_NAMES = frozenset({"current"})
 
 
@@ -26,7 +26,7 @@ def launcher_problem(path: object, sha: str) -> str | None:
     if not isinstance(path, str) or not path:
         return "no launcher path"
     sha = sha.lower()
-    if not _SHA_RE.match(sha):
+    if not SHA_RE.match(sha):
         return f"{sha!r} is not a full SHA"
     if "\0" in path or "\n" in path:
         return "launcher path holds a control character"

@@ -32,23 +32,19 @@ wires it in through :mod:`vq_admin.lanes.mirror_step`.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from .agent.failpoints import failpoint
+from .agent.identifiers import SHA_RE
 from .config import ConfigError
 from .outcome import Outcome, VqAdminError
 from .transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
-#: What a feed pushes: full object names only (never a ref name, never a "+" refspec).
-OBJECT_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
-#: Test-only: the executable run between the read and the push (``VQ_ADMIN_TESTING=1`` required).
-TEST_HOOK_ENV = "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH"
-TESTING_ENV = "VQ_ADMIN_TESTING"
 LOCAL_GIT_TIMEOUT = 300.0
 #: Options a feed's push never carries (asserted by tests on every argv built here).
 FORBIDDEN_PUSH_OPTIONS = ("-f", "--force", "--force-with-lease", "--force-if-includes", "--mirror",
@@ -218,7 +214,7 @@ def push_argv(repo: str, url: str, refspecs: Sequence[tuple[str, str]]) -> list[
     """
     specs = []
     for obj, ref in refspecs:
-        if not OBJECT_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
+        if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
                 or ref != ref.strip():
             raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
         specs.append(f"{obj}:{ref}")
@@ -332,16 +328,15 @@ def probe_refusal(mirror: Mirror, result: RunResult) -> str | None:
 
 
 def run_test_hook(mirror: Mirror, hook: Callable[[Mirror], None] | None = None) -> None:
-    """Between the read and the push: *hook*, or (tests only) the ``VQ_ADMIN_TEST_HOOK_BEFORE_PUSH`` executable.
-
-    The executable is honoured only with ``VQ_ADMIN_TESTING=1`` and is run as
-    ``HOOK MIRROR_PATH``; operators never set either variable.
+    """Between the read and the push: *hook*, or (tests only) the executable of the
+    ``mirror-before-push`` failpoint (:mod:`vq_admin.agent.failpoints`), run as
+    ``HOOK MIRROR_PATH``; operators never enable it.
     """
     if hook is not None:
         hook(mirror)
         return
-    path = os.environ.get(TEST_HOOK_ENV)
-    if not path or os.environ.get(TESTING_ENV) != "1":
+    path = failpoint("mirror-before-push")
+    if not path:
         return
     done = run_local_argv([path, mirror.path], [path, mirror.path], "local", timeout=60)
     if not done.ok:

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import faults, permissions
+from . import permissions
+from .agent.failpoints import failpoint
 from .outcome import Refused
 from .transport import LocalTransport, RunResult, Transport
 
@@ -74,7 +75,7 @@ class Plan:
 def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
             stdin: bytes | str | None = None, env: dict[str, str] | None = None, watch=None) -> RunResult:
     """Run *argv* for *step* through *transport* and record the result in it."""
-    faults.step_boundary(step.name, "before")
+    failpoint("step-before", step.name)
     step.argv = [str(a) for a in argv]
     if env is not None:
         step.env = dict(env)
@@ -82,7 +83,7 @@ def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: f
     result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin,
                            **({"watch": watch} if watch is not None else {}))
     record(step, result)
-    faults.step_boundary(step.name, "after")
+    failpoint("step-after", step.name)
     return result
 
 
@@ -117,4 +118,4 @@ def mark_local(step: Step, ok: bool, started: float, detail: str | None = None) 
     step.exit_code = 0 if ok else 1
     step.seconds = time.monotonic() - started
     step.detail = detail
-    faults.step_boundary(step.name, "after")
+    failpoint("step-after", step.name)

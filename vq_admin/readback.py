@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 
+from .agent import paths
+from .agent.identifiers import DESTINATION_RE
 from .bindings import LauncherRefused
 
-DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
 _cache: dict[tuple, dict] = {}
 MAX_CONFIG_BYTES = 1 << 20
@@ -34,12 +34,7 @@ class ConfigUnavailable(Exception):
 
 
 def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
-    if config_path:
-        return os.fspath(config_path)
-    if os.environ.get("VQ_ADMIN_CONFIG"):
-        return os.environ["VQ_ADMIN_CONFIG"]
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "vq", "admin.toml")
+    return os.fspath(config_path) if config_path else paths.config_path()
 
 
 def load(config_path: str | os.PathLike[str] | None) -> dict:

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from . import registry
+from .agent.identifiers import SHA_RE
 from .outcome import VqAdminError
 from .state import StateDir, utc_now
 from .transport import RunResult, Transport
@@ -58,7 +59,7 @@ def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]
     for which, reason in (("last-ok", "current"), ("last-good", "last-good")):
         record = state.read_record("runtime", host, program, which) or {}
         sha = record.get("sha")
-        if isinstance(sha, str) and registry.SHA_RE.match(sha):
+        if isinstance(sha, str) and SHA_RE.match(sha):
             row = rows.setdefault(sha, {"sha": sha, "launcher": record.get("launcher"), "registered": False,
                                         "receipt": record.get("receipt"), "reasons": [], "jobs": []})
             row["reasons"].append(reason)

@@ -43,15 +43,13 @@ import json
 import os
 import re
 
+from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE
 from .bounded import InputError, loads_json
 from .launchers import launcher_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-SHA_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
-SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 #: Largest entry file read back, in bytes (an entry is a few hundred bytes).
 MAX_ENTRY_BYTES = 64 * 1024

@@ -12,15 +12,12 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
+from .agent.identifiers import TAG_RE
 from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
 _HEX_RE = re.compile(r"\A[0-9a-f]+\Z")
-#: git's ref name rules for refs/tags/<name>, narrowed to a safe alphabet: no "..", "//", "@{",
-#: no component starting with "." or ending with ".lock", no trailing "." or "/".
-TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)"
-                    r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}(?<![./])(?<!\.lock)\Z")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .agent import paths
 from .bounded import InputError, loads_json
 from .statefs import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
@@ -39,8 +40,7 @@ MIN_FREE_BYTES = 1 << 20
 
 
 def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "vq-admin"
+    return Path(paths.default_state_dir())
 
 
 def utc_now() -> str:
@@ -128,7 +128,7 @@ class StateDir:
     (checked at every level, never following a symlink, created owner-only)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None):
-        chosen = root or os.environ.get("VQ_ADMIN_STATE_DIR") or default_state_dir()
+        chosen = root or paths.state_dir()
         self.tree = PrivateTree(chosen)
         self.root = Path(self.tree.root)
 

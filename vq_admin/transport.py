@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from . import faults
+from .agent.failpoints import failpoint
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -280,7 +280,7 @@ def run_local_argv(
     is ``"transport"``.
     """
     started = time.monotonic()
-    fault = faults.next_call(argv, where) if faults.active() else None
+    fault = failpoint("call", where, *argv)
     if fault == "drop-before":
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
@@ -337,7 +337,7 @@ def run_local_argv(
 
 
 def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
-    """A test fault (see :mod:`vq_admin.faults`) after the command really ran."""
+    """A test fault (failpoint ``call``, :mod:`vq_admin.agent.failpoints`) after the command really ran."""
     note = f"vq-admin test fault: {fault}\n".encode()
     if fault == "drop-after":
         return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,

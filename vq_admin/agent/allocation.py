@@ -34,7 +34,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import secrets
 import stat
 import sys
@@ -45,11 +44,10 @@ from typing import Iterator, Sequence
 
 from . import checksum, retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
+from .identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
 #: The job's exit status when what it was given is not what the run prepared (nothing ran).
@@ -339,9 +337,6 @@ class Binding:
         return args
 
 
-HEX64_RE = re.compile(r"\A[0-9a-f]{64}\Z")
-
-
 def archive_digest(path: str) -> str:
     """SHA-256 of a staged archive, opened without following symlinks below a checked directory."""
     if not path.startswith("/") or not path.endswith("/source.tar") or "\n" in path:
@@ -371,7 +366,7 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     """The binding for one submission; the archive must already hold what the driver staged."""
     if archive is None:
         return Binding(hashlib.sha256(argv_json).hexdigest())
-    if archive_sha256 is None or not HEX64_RE.match(archive_sha256):
+    if archive_sha256 is None or not SHA256_RE.match(archive_sha256):
         raise ValueError("--archive needs --archive-sha256 (64 lower-case hex digits)")
     found = archive_digest(archive)
     if found != archive_sha256:

@@ -27,6 +27,7 @@ import sys
 
 from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
 from .frames import FrameWriter
+from .identifiers import ENV_NAME_RE
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
 #: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
@@ -195,7 +196,7 @@ def _at_least_one(text: str) -> float:
 
 def _env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
-    if not sep or not allocation.ENV_NAME_RE.match(name):
+    if not sep or not ENV_NAME_RE.match(name):
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
     return name, value
 

@@ -38,17 +38,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 
+from .identifiers import SHA256_RE, SHA_RE
 from .treeid import directory_tree_sha256, file_sha256
 
 RECORD_NAME = ".vq-admin-source.json"
 RECORD_SCHEMA = "vq-admin/helper-source/1"
 RECORD_LIMIT = 64 * 1024
-_FULL_SHA = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
-_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 
 
 def package_dir() -> str:
@@ -93,16 +91,16 @@ def read_record(root: str) -> tuple[dict | None, str | None]:
     if not isinstance(value, dict):
         return None, f"{path} is not a JSON object"
     sha, tree = value.get("sha"), value.get("tree_sha256")
-    if not isinstance(sha, str) or not _FULL_SHA.match(sha):
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
         return None, f"{path}: 'sha' is not a full lower-case commit SHA"
-    if not isinstance(tree, str) or not _SHA256.match(tree):
+    if not isinstance(tree, str) or not SHA256_RE.match(tree):
         return None, f"{path}: 'tree_sha256' is not 64 lower-case hex digits"
     return value, None
 
 
 def make_record(sha: str, tree_sha256: str, **extra: object) -> bytes:
     """The bytes of an install record (for installers and tests)."""
-    if not _FULL_SHA.match(sha) or not _SHA256.match(tree_sha256):
+    if not SHA_RE.match(sha) or not SHA256_RE.match(tree_sha256):
         raise ValueError("make_record needs a full lower-case SHA and a 64-hex tree digest")
     body = {"schema": RECORD_SCHEMA, "sha": sha, "tree_sha256": tree_sha256, **extra}
     return (json.dumps(body, sort_keys=True, indent=2) + "\n").encode("ascii")

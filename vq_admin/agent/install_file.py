@@ -12,9 +12,10 @@ the interpreter mapping of both versions as *this host* resolves it: the
 shebang line, the program it names, and for ``#!/usr/bin/env CMD`` the path
 ``CMD`` resolves to on this host's ``PATH`` (realpath included).
 
-Test hook: with ``VQ_ADMIN_TESTING=1`` and
-``VQ_ADMIN_AGENT_CRASH=before-rename`` the agent kills itself with SIGKILL
-between the write and the rename.  Nothing else reads these variables.
+Test hook: the ``install-file-before-rename`` failpoint
+(:mod:`vq_admin.agent.failpoints`; ``VQ_ADMIN_TESTING=1`` with
+``VQ_ADMIN_AGENT_CRASH=before-rename``) kills the agent with SIGKILL
+between the write and the rename.
 
 Standard library only.
 """
@@ -26,11 +27,11 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
 import socket
 import stat
 import time
 
+from .failpoints import failpoint
 from .safedirs import UnsafePath
 
 MAX_BYTES = 16 << 20
@@ -137,11 +138,6 @@ def product_tree_problem(directory: str) -> str | None:
         current = parent
 
 
-def _crash_hook() -> None:
-    if os.environ.get("VQ_ADMIN_TESTING") == "1" and os.environ.get("VQ_ADMIN_AGENT_CRASH") == "before-rename":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def install(dest: str, mode: int, stream) -> dict[str, object]:
     """Install the bytes of *stream* at *dest* with *mode*; return the evidence."""
     if not os.path.isabs(dest) or os.path.normpath(dest) != dest or dest.endswith("/"):
@@ -179,7 +175,7 @@ def install(dest: str, mode: int, stream) -> dict[str, object]:
                     fh.flush()
                     os.fchmod(fh.fileno(), mode)
                     os.fsync(fh.fileno())
-                _crash_hook()
+                failpoint("install-file-before-rename")
                 os.replace(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
             except BaseException:
                 try:

@@ -34,18 +34,17 @@ import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import socket
 import sys
 import time
 from typing import Any, BinaryIO, Dict, Optional, TextIO
 
-from . import securepath
+from . import paths, securepath
+from .identifiers import NAME_RE
 
 EXIT_HELD = 75
 LANES = ("runtime", "helper")
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
 FLOCK_HINT = ("the lease directory must be on a filesystem where flock(2) works: a local filesystem, "
@@ -57,8 +56,7 @@ class LeaseError(Exception):
 
 
 def default_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vq-admin-agent", "locks")
+    return paths.agent_lock_dir()
 
 
 def lease_dir(scratch_root: Optional[str]) -> str:

@@ -7,9 +7,8 @@ import signal
 import sys
 import traceback
 
-from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
-
 from .. import authority
+from ..agent.identifiers import FULL_SHA_RE, NAME_RE
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
 from ..lease import host_lease, plan_lease

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..agent import checksum
+from ..agent.failpoints import failpoint
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
 from ..statefs import temp_name
-from .. import faults
 from ..transport import SSH_TRANSPORT_EXIT, Transport, classify_exit, describe_interruption
 
 #: How much of each transcript the receipt carries inline (the tail); the
@@ -195,7 +195,7 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
     call = StreamCall(argv, transport.where)
     full = transport.wrap(argv, {})
     started = time.monotonic()
-    fault = faults.next_call(argv, transport.where) if faults.active() else None
+    fault = failpoint("call", transport.where, *argv)
     if fault == "drop-before":
         call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
         call.stderr = "vq-admin test fault: connection dropped before the command ran"
@@ -241,7 +241,7 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
     else:
         call.exit_code = code
         call.interrupted = classify_exit(code, transport.transport_exit)
-    if fault == "drop-after":  # a test fault after the call really ran (vq_admin.faults)
+    if fault == "drop-after":  # a test fault after the call really ran (failpoint "call")
         call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
     elif fault == "kill":
         call.exit_code, call.interrupted = -signal.SIGKILL, "transport"

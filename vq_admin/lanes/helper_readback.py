@@ -13,20 +13,21 @@ identity) and an interrupted transport are final at once: waiting does not
 make a broken helper well formed, and an ssh failure is an unknown outcome
 for the caller to report, not a reason to keep polling.
 
-With ``VQ_ADMIN_TESTING=1`` (and only then) the environment variables
-``VQ_ADMIN_HELPER_REREADS`` and ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` override
-the count and the interval, so tests need not wait ten seconds.
+The failpoints ``helper-rereads`` and ``helper-reread-interval``
+(:mod:`vq_admin.agent.failpoints`: ``VQ_ADMIN_HELPER_REREADS`` and
+``VQ_ADMIN_HELPER_REREAD_INTERVAL``, only with ``VQ_ADMIN_TESTING=1``)
+override the count and the interval, so tests need not wait ten seconds.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vq_admin_hookspecs import EvidenceError, HelperIdentity
 
+from ..agent.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
 from ..plan import Plan, Step, execute
@@ -39,16 +40,14 @@ REREAD_INTERVAL = 2.0
 IDENTITY_TIMEOUT = 300.0
 
 
-def reread_policy(environ: dict[str, str] | None = None) -> tuple[int, float]:
-    """``(re-reads, interval)``; the test overrides apply only with VQ_ADMIN_TESTING=1."""
-    env = os.environ if environ is None else environ
+def reread_policy() -> tuple[int, float]:
+    """``(re-reads, interval)``; the test overrides are failpoints, inert outside tests."""
     count, interval = REREADS, REREAD_INTERVAL
-    if env.get("VQ_ADMIN_TESTING") == "1":
-        try:
-            count = max(0, min(50, int(env.get("VQ_ADMIN_HELPER_REREADS", count))))
-            interval = max(0.0, min(60.0, float(env.get("VQ_ADMIN_HELPER_REREAD_INTERVAL", interval))))
-        except ValueError:
-            pass
+    try:
+        count = max(0, min(50, int(failpoint("helper-rereads") or count)))
+        interval = max(0.0, min(60.0, float(failpoint("helper-reread-interval") or interval)))
+    except ValueError:
+        pass
     return count, interval
 
 

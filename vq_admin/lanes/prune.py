@@ -38,6 +38,7 @@ from typing import Any
 from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest, RuntimeRequest
 
 from .. import authority, history, registry
+from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Outcome, Refused, UsageError
@@ -76,7 +77,7 @@ class RuntimePrune:
         except ProviderError as exc:
             raise UsageError(f"{where} has no prune operation: configure prune_command (or use a provider that "
                              f"implements vq_admin_runtime_prune); {exc.message}") from None
-        if not sha or not registry.SHA_RE.match(sha):
+        if not sha or not SHA_RE.match(sha):
             raise Refused(f"{program} on {host_name} has no LAST OK in {ctx.state.root}: nothing was verified here, "
                           "so the active generation cannot be proven; nothing was pruned")
         self.sha, self.tag = sha, last_ok.get("tag")
@@ -135,7 +136,7 @@ class RuntimePrune:
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
         last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
-        if isinstance(last_good.get("sha"), str) and registry.SHA_RE.match(last_good["sha"]):
+        if isinstance(last_good.get("sha"), str) and SHA_RE.match(last_good["sha"]):
             self.add(last_good["sha"], "last-good")
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")

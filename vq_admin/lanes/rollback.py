@@ -33,6 +33,7 @@ from typing import Any
 from vq_admin_hookspecs import ProviderCommand
 
 from .. import registry
+from ..agent.identifiers import SHA_RE
 from ..context import RunContext
 from ..outcome import Outcome, Refused
 from ..plan import execute
@@ -52,7 +53,7 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None) ->
     if to is None:
         record = state.read_record("runtime", host, program, "last-good") or {}
         to = record.get("sha") if isinstance(record.get("sha"), str) else None
-        if not to or not registry.SHA_RE.match(to):
+        if not to or not SHA_RE.match(to):
             raise Refused(f"{program} on {host} has no LAST GOOD in {state.root} (no earlier verified generation "
                           f"to return to); give --to SHA of a generation verified here (vq admin history {host} "
                           f"{program}); nothing was run")

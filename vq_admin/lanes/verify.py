@@ -12,10 +12,10 @@ from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 
+from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from .. import faults
 from ..plan import Plan, Step, execute, refuse_unsafe_command
 from ..transport import RunResult, Transport
 
@@ -106,7 +106,7 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
     if receipt is None:
         return found
-    faults.step_boundary(readback_step.name, "before")
+    failpoint("step-before", readback_step.name)
     hashed = answer.get("readback")
     readback_step.argv = [*host.agent, "hash-file", receipt.active_path]
     seconds = answer.get("readback_seconds")
@@ -122,7 +122,7 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     readback_step.status = "ok" if read_error is None else "failed"
     readback_step.detail = read_error
     found.checks.append(readback_check(receipt, data, read_error))
-    faults.step_boundary(readback_step.name, "after")
+    failpoint("step-after", readback_step.name)
     return found
 
 
