@@ -5,8 +5,10 @@ runs for every job, so it is served before anything heavy is imported: its
 few options are parsed here by hand (standard library ``os`` and ``sys``; the
 verb itself reads a small JSON registry entry through
 :mod:`vq_admin.bindings`), and argparse, typing and the rest of the command
-line are never loaded.  Anything this parser does not take as plainly
-well-formed (``--help``, an abbreviated or unknown option, a value that looks
+line are never loaded.  Its plain, successful case (no ``--pin``, ``--path``,
+``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.fastlookup`
+without ``re``, ``json`` or ``enum``; everything else runs the verb as before.
+Anything this parser does not take as plainly well-formed (``--help``, an abbreviated or unknown option, a value that looks
 like an option, a wrong number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly.
@@ -72,6 +74,14 @@ def launcher(words: list[str], prog: str) -> int | None:
     args = parse_launcher(words)
     if args is None:
         return None
+    if args.pin is None and args.path is None and not args.check_on_host and not args.json:
+        from .fastlookup import plain_launcher
+
+        found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
+        if found is not None:  # what the full command prints; anything else is decided by it
+            sys.stdout.write(found + "\n")
+            sys.stdout.flush()
+            return 0
     from .outcome import VqAdminError
 
     try:

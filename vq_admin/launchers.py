@@ -15,10 +15,14 @@ interpreter such as ``/usr/bin/python3``) is mutable or unrecognised.
 from __future__ import annotations
 
 import posixpath
-import re
 
-_SHA_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 STABLE_LINK_NAMES = frozenset({"current"})
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_full_sha(value: object) -> bool:
+    """40 or 64 lower-case hex digits, the whole string (no ``re``: the per-job path imports this)."""
+    return isinstance(value, str) and len(value) in (40, 64) and _HEX.issuperset(value)
 
 
 def launcher_problem(path: object, sha: str) -> str | None:
@@ -26,7 +30,7 @@ def launcher_problem(path: object, sha: str) -> str | None:
     if not isinstance(path, str) or not path:
         return "no launcher path"
     sha = sha.lower()
-    if not _SHA_RE.match(sha):
+    if not is_full_sha(sha):
         return f"{sha!r} is not a full SHA"
     if "\0" in path or "\n" in path:
         return "launcher path holds a control character"

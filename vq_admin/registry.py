@@ -44,17 +44,17 @@ import os
 import re
 
 from .bounded import InputError, loads_json
-from .launchers import launcher_problem
+# Defined with the per-job lookup's plain case (no re, no json there); re-exported here.
+from .fastlookup import MAX_ENTRY_BYTES as MAX_ENTRY_BYTES
+from .fastlookup import POINTER_SCHEMA as POINTER_SCHEMA
+from .fastlookup import SCHEMA as SCHEMA
+from .fastlookup import entry_problem as entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
-SCHEMA = "vq-admin/launcher/1"
-POINTER_SCHEMA = "vq-admin/launcher-latest/1"
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 SHA_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-#: Largest entry file read back, in bytes (an entry is a few hundred bytes).
-MAX_ENTRY_BYTES = 64 * 1024
 
 
 class RegistryError(ValueError):
@@ -165,29 +165,6 @@ def conflict_path(entry: str) -> str:
     negative lookup of ``conflicts`` however many entries there are."""
     directory, name = os.path.split(entry)
     return os.path.join(directory, "conflicts", name)
-
-
-def entry_problem(entry: object, host: str, program: str, sha: str | None = None) -> str | None:
-    """``None`` when *entry* is a well-formed entry for (host, program[, sha]), else why not."""
-    if not isinstance(entry, dict) or entry.get("schema") != SCHEMA:
-        return f"not a {SCHEMA} entry"
-    if entry.get("host") != host or entry.get("program") != program:
-        return f"entry names {entry.get('program')!r} on {entry.get('host')!r}"
-    entry_sha = entry.get("sha")
-    if not isinstance(entry_sha, str) or not SHA_RE.match(entry_sha) or (sha is not None and entry_sha != sha):
-        return f"entry sha {entry_sha!r} is not {sha or 'a full SHA'}"
-    launcher = entry.get("launcher")
-    problem = launcher_problem(launcher, entry_sha)
-    if problem is not None:
-        return problem
-    if CONTROL_RE.search(launcher):
-        return "launcher path holds a control character"
-    if not isinstance(entry.get("launcher_sha256"), str) or not SHA256_RE.match(entry["launcher_sha256"]):
-        return "launcher_sha256 is not 64 lower-case hex digits"
-    for key in ("receipt", "verified_at"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            return f"{key} is missing"
-    return None
 
 
 def make_entry(host: str, program: str, verified: dict) -> dict:
