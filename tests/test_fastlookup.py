@@ -164,7 +164,7 @@ def w_wrong_schema(state: Path) -> None:
 
 
 def w_latest_names_nothing(state: Path) -> None:
-    (lane(state) / "latest.json").write_text('{"schema": "%s", "sha": "HEAD"}' % registry.POINTER_SCHEMA)
+    (lane(state) / "latest.json").write_text(f'{{"schema": "{registry.POINTER_SCHEMA}", "sha": "HEAD"}}')
 
 
 def w_no_latest(state: Path) -> None:

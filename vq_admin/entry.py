@@ -19,6 +19,9 @@ from __future__ import annotations
 import os
 import sys
 
+if False:  # for the type checker only: this module imports nothing but os and sys at run time
+    from collections.abc import Callable
+
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
            "--state-dir": "state_dir"}
@@ -29,21 +32,26 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 class LauncherArgs:
     """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
 
-    def __init__(self, program: str, host: str, values: dict):
+    def __init__(self, program: str, host: str, values: dict[str, str | bool]):
         self.verb = self.func = "launcher"
         self.program, self.host = program, host
-        self.expected_sha = values.get("expected_sha")
-        self.path = values.get("path")
-        self.pin = values.get("pin")
-        self.config = values.get("config")
-        self.state_dir = values.get("state_dir")
+        self.expected_sha = _text(values, "expected_sha")
+        self.path = _text(values, "path")
+        self.pin = _text(values, "pin")
+        self.config = _text(values, "config")
+        self.state_dir = _text(values, "state_dir")
         self.json = bool(values.get("json"))
         self.check_on_host = bool(values.get("check_on_host"))
 
 
+def _text(values: dict[str, str | bool], key: str) -> str | None:
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
-    values: dict = {}
+    values: dict[str, str | bool] = {}
     operands: list[str] = []
     i = 0
     while i < len(words):
@@ -119,7 +127,7 @@ def closed_stdout() -> int:
     return EXIT_CLOSED_PIPE
 
 
-def guarded(call):
+def guarded(call: Callable[[], int | None]) -> int | None:
     """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
     the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
     try:

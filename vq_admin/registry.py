@@ -44,11 +44,7 @@ import os
 import re
 
 from .bounded import InputError, loads_json
-# Defined with the per-job lookup's plain case (no re, no json there); re-exported here.
-from .fastlookup import MAX_ENTRY_BYTES as MAX_ENTRY_BYTES
-from .fastlookup import POINTER_SCHEMA as POINTER_SCHEMA
-from .fastlookup import SCHEMA as SCHEMA
-from .fastlookup import entry_problem as entry_problem
+from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem  # defined with the plain case
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")

@@ -177,7 +177,7 @@ def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
         if (not stat.S_ISREG(st.st_mode) or st.st_size > limit
                 or level_problem(name, st, is_dir=False) is not None):
             return None
-        chunks = []
+        chunks: list[bytes] = []
         total = 0
         while True:
             chunk = os.read(fd, limit + 1 - total)
@@ -239,7 +239,7 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
-def command_problem(words, *, what: str = "command") -> str | None:
+def command_problem(words: list[str], *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
     alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
     the first offender, its owner and mode, and the fix.
