@@ -29,7 +29,9 @@ directory down to the entry is opened relative to the one above with
 by group or others), the entry is opened ``O_NONBLOCK`` and must be a regular
 file of at most :data:`MAX_ENTRY_BYTES` (a FIFO never blocks), and anything
 else raises :class:`RegistryError` naming the path, its owner and mode.
-Directories are created 0700 and files 0600 whatever the umask.
+Directories are created 0700 and files 0600 whatever the umask.  The entry's
+shape (:func:`entry_problem`) and the schemas are defined in
+:mod:`vq_admin.fastlookup`, the per-job plain case, and re-exported here.
 
 This module must stay tiny and import nothing beyond the standard library
 and small stdlib-only modules of this package (:mod:`vq_admin.launchers`,
@@ -44,7 +46,7 @@ import os
 import re
 
 from .bounded import InputError, loads_json
-from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem  # defined with the plain case
+from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
