@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 
 from vq_admin import fastlookup, launchers, registry
 from vq_admin.bindings import LauncherRefused, resolve_launcher
+from vq_admin.entry import EXIT_CLOSED_PIPE
 
 SHA = "a" * 40
 OTHER = "b" * 40
@@ -235,3 +238,45 @@ def test_the_plain_case_gives_the_full_lookups_binding(tmp_path):
     with pytest.raises(LauncherRefused) as refused:
         resolve_launcher("vibeqc", "cluster", expected_sha="c" * 40, state_dir=state)
     assert refused.value.code == "sha-mismatch"
+
+
+def test_a_sha_in_capitals_takes_the_plain_case_and_other_scripts_do_not(tmp_path):
+    state = tmp_path / "state"
+    register(state)
+    assert fastlookup.plain_resolve(str(state), "cluster", "vibeqc", SHA.upper()) == full(state, SHA)
+    # U+0130 lower-cases to two characters, none of them hex; the full lookup calls it a usage error
+    assert fastlookup.plain_resolve(str(state), "cluster", "vibeqc", "\u0130" * 40) is None
+
+
+# -- the console entry: the plain success, its output and a closed pipe -----------------
+
+ENTRY = [sys.executable, "-c", "import sys; from vq_admin.entry import main; sys.argv[0] = 'vq'; sys.exit(main())"]
+
+
+def test_the_plain_success_prints_what_the_full_command_prints(tmp_path):
+    state = tmp_path / "state"
+    register(state, OTHER, "r-0")
+    register(state)
+    env = dict(os.environ, VQ_ADMIN_STATE_DIR=str(state), VQ_ADMIN_CONFIG=str(tmp_path / "absent.toml"))
+    for words in (["--expected-sha", SHA], ["--expected-sha", OTHER], []):
+        plain = subprocess.run([*ENTRY, "admin", "launcher", "vibeqc", "cluster", *words], capture_output=True,
+                               text=True, env=env, timeout=120)
+        # the full command: the same verb through argparse and vq_admin.commands.launcher
+        slow = subprocess.run([sys.executable, "-m", "vq_admin.cli", "launcher", "vibeqc", "cluster", *words,
+                               "--config", str(tmp_path / "absent.toml")], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert (plain.returncode, plain.stdout, plain.stderr) == (0, slow.stdout, "") and slow.returncode == 0
+
+
+def test_the_plain_success_ends_quietly_on_a_closed_pipe(tmp_path):
+    state = tmp_path / "state"
+    register(state)
+    env = dict(os.environ, VQ_ADMIN_STATE_DIR=str(state), VQ_ADMIN_CONFIG=str(tmp_path / "absent.toml"))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([*ENTRY, "admin", "launcher", "vibeqc", "cluster"], stdout=write_end,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == EXIT_CLOSED_PIPE and done.stderr == "", (done.returncode, done.stderr)

@@ -85,11 +85,15 @@ def launcher(words: list[str], prog: str) -> int | None:
     if args.pin is None and args.path is None and not args.check_on_host and not args.json:
         from .fastlookup import plain_launcher
 
-        found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
-        if found is not None:  # what the full command prints; anything else is decided by it
-            sys.stdout.write(found + "\n")
-            sys.stdout.flush()
-            return 0
+        try:
+            found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
+            if found is not None:  # what the full command prints; anything else is decided by it
+                sys.stdout.write(found + "\n")
+                sys.stdout.flush()
+                return 0
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130
     from .outcome import VqAdminError
 
     try:

@@ -177,6 +177,8 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
     if not is_name(host) or not is_name(program):
         return None
     if sha is not None:
+        if not sha.isascii():  # the full lookup takes ASCII hex digits of either case, only
+            return None
         sha = sha.lower()
         if not is_full_sha(sha):
             return None
@@ -198,7 +200,7 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         if not (_absent(dfd, "pruned", wanted) and _absent(dfd, "conflicts", wanted)):
             return None
         return latest, entry
-    except OSError:
+    except (OSError, ValueError):
         return None
     finally:
         os.close(dfd)

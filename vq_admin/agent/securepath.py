@@ -131,7 +131,7 @@ def open_trusted_dir(path: str) -> int | None:
     refusal; this function never refuses anything itself.  The caller closes the fd
     (an ``O_PATH`` fd where the platform has it: a ``dir_fd`` for lookups and ``stat``).
     """
-    if not path.startswith("/") or os.path.normpath(path) != path:
+    if not path.startswith("/") or "\0" in path or os.path.normpath(path) != path:
         return None
     try:
         fd = os.open("/", _LEVEL_FLAGS)
@@ -170,7 +170,7 @@ def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
     """
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
     try:
         st = os.fstat(fd)
