@@ -8,8 +8,9 @@ verb itself reads a small JSON registry entry through
 line are never loaded.  Its plain, successful case (no ``--pin``, ``--path``,
 ``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.fastlookup`
 without ``re``, ``json`` or ``enum``; everything else runs the verb as before.
-Anything this parser does not take as plainly well-formed (``--help``, an abbreviated or unknown option, a value that looks
-like an option, a wrong number of operands) goes to the full parser in
+Anything this parser does not take as plainly well-formed (``--help``, an
+abbreviated or unknown option, a value that looks like an option, a wrong
+number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly.
 """
