@@ -2,9 +2,10 @@
 
 * its flat-object reader returns exactly what ``json.loads`` returns, or nothing (hypothesis);
 * its hand-written name and SHA rules are the registry's regular expressions (hypothesis);
-* in every world where the full lookup refuses (a prune mark, a conflict, a loose or foreign
-  level, a symlink, a FIFO, an oversized or malformed entry) it answers nothing, and where it
-  answers, the answer is the full lookup's;
+* in every world where the full lookup refuses or finds nothing (a prune mark, a conflict, a
+  loose or foreign level, a loose directory above the state directory, a symlink, a FIFO, an
+  oversized or malformed entry, no pointer) it answers nothing, and where it answers, the
+  answer is the full lookup's;
 * what it declines that the full lookup accepts (a state directory named through a symlink, an
   entry with JSON escapes) still resolves, through the full lookup.
 """
@@ -134,6 +135,16 @@ def w_loose_entry(state: Path) -> None:
     (lane(state) / f"{SHA}.json").chmod(0o666)
 
 
+def w_loose_ancestor(state: Path) -> None:
+    state.parent.chmod(0o777)  # above the state directory: other-writable, no sticky bit
+
+
+def w_foreign_entry(state: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(lane(state) / f"{SHA}.json", 65534, 65534)
+
+
 def w_symlinked_host(state: Path) -> None:
     real = state / "registry" / "real-cluster"
     (state / "registry" / "cluster").rename(real)
@@ -184,7 +195,8 @@ def w_other_host_named(state: Path) -> None:
     entry.write_text(entry.read_text().replace('"cluster"', '"login2"'))
 
 
-WORLDS = [w_plain, w_pruned, w_conflict, w_loose_lane, w_loose_state, w_loose_entry, w_symlinked_host,
+WORLDS = [w_plain, w_pruned, w_conflict, w_loose_lane, w_loose_state, w_loose_entry, w_loose_ancestor,
+          w_foreign_entry, w_symlinked_host,
           w_symlinked_entry, w_fifo_latest, w_directory_entry, w_oversized_entry, w_wrong_schema,
           w_latest_names_nothing, w_no_latest, w_stable_launcher, w_other_host_named]
 
@@ -206,6 +218,8 @@ def test_the_plain_case_answers_only_what_the_full_lookup_answers(tmp_path, worl
         assert answer[0] == expected and answer[0] is not None
     else:
         assert answer[0] is None, (answer[0], expected)
+        # the world refuses, or has no pointer (resolve_launcher then asks the configuration for an alias)
+        assert isinstance(expected, str) or expected[0] is None, expected
 
 
 def test_a_state_directory_named_through_a_symlink_still_resolves_through_the_full_lookup(tmp_path):
