@@ -31,6 +31,9 @@ import re
 
 from . import registry
 from .fastlookup import plain_resolve, state_root
+
+if False:  # for the type checker only (no typing or collections import on the per-job path)
+    from collections.abc import Mapping
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
 
@@ -149,6 +152,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                 raise _corrupt(exc, program, canonical) from None
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
+    assert entry is not None  # _refuse_missing always raises
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -161,7 +165,8 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     return _binding(entry, canonical, program, latest, bool(check_on_host))
 
 
-def _binding(entry: dict, host: str, program: str, latest: str | None, checked_on_host: bool) -> Binding:
+def _binding(entry: Mapping[str, object], host: str, program: str, latest: str | None,
+             checked_on_host: bool) -> Binding:
     return Binding(launcher=entry["launcher"], sha=entry["sha"], launcher_sha256=entry["launcher_sha256"],
                    host=host, program=program, receipt=entry["receipt"], verified_at=entry["verified_at"],
                    tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=checked_on_host)
