@@ -113,6 +113,71 @@ def path_problem(path: str, *, what: str, missing_ok: bool = False) -> str | Non
         return f"cannot check {what} {path}: {exc.strerror or exc}"
 
 
+def _with_fix(what: str, path: str, problem: str, offender: str) -> str:
+    subject = f"{what} {path}: " if offender != path else f"{what}: "
+    if offender == path or offender == os.path.realpath(path):
+        fix = f"make it owned by you or root and not writable by others (chmod go-w {offender})"
+    else:
+        fix = (f"use a private directory (owned by you, mode 0700) instead, or make {offender} "
+               f"not writable by others (chmod go-w, or chmod +t for a shared directory)")
+    return f"{subject}{problem}; another user could change what vq-admin reads or runs there; fix: {fix}"
+
+
+def check(path: str, *, what: str, missing_ok: bool = False) -> None:
+    """Raise :class:`Untrusted` when :func:`path_problem` finds one."""
+    problem = path_problem(path, what=what, missing_ok=missing_ok)
+    if problem:
+        raise Untrusted(problem, path)
+
+
+def makedirs_private(path: str) -> None:
+    """Create *path* and missing parents as 0700 whatever the umask.
+
+    Existing levels are left as they are (the caller checks them with
+    :func:`check`); a level that is a symlink is refused with ``OSError``.
+    """
+    path = os.path.normpath(path)
+    missing: list[str] = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for level in reversed(missing):
+        try:
+            os.mkdir(level, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(level, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid():
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+
+
+def command_problem(words, *, what: str = "command") -> str | None:
+    """``None`` when every absolute path among *words* (interpreter and script
+    alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
+    the first offender, its owner and mode, and the fix.
+
+    A missing file is judged by the directories above it (someone who can
+    write there could create it); running it then reports the missing file.
+    Bare names (``git``, found in ``PATH``) and relative words are not paths
+    the configuration names and are not checked here.
+    """
+    for word in words:
+        if not isinstance(word, str) or not word.startswith("/"):
+            continue
+        problem = path_problem(word, what=what, missing_ok=True)
+        if problem:
+            return problem
+    return None
+
+
 #: Directory levels of :func:`open_trusted_dir`: only looked up through and ``fstat``-ed, so
 #: ``O_PATH`` where the platform has it (no read permission needed, as for ``stat``).
 _LEVEL_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -191,68 +256,3 @@ def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
-
-
-def _with_fix(what: str, path: str, problem: str, offender: str) -> str:
-    subject = f"{what} {path}: " if offender != path else f"{what}: "
-    if offender == path or offender == os.path.realpath(path):
-        fix = f"make it owned by you or root and not writable by others (chmod go-w {offender})"
-    else:
-        fix = (f"use a private directory (owned by you, mode 0700) instead, or make {offender} "
-               f"not writable by others (chmod go-w, or chmod +t for a shared directory)")
-    return f"{subject}{problem}; another user could change what vq-admin reads or runs there; fix: {fix}"
-
-
-def check(path: str, *, what: str, missing_ok: bool = False) -> None:
-    """Raise :class:`Untrusted` when :func:`path_problem` finds one."""
-    problem = path_problem(path, what=what, missing_ok=missing_ok)
-    if problem:
-        raise Untrusted(problem, path)
-
-
-def makedirs_private(path: str) -> None:
-    """Create *path* and missing parents as 0700 whatever the umask.
-
-    Existing levels are left as they are (the caller checks them with
-    :func:`check`); a level that is a symlink is refused with ``OSError``.
-    """
-    path = os.path.normpath(path)
-    missing: list[str] = []
-    current = path
-    while not os.path.lexists(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for level in reversed(missing):
-        try:
-            os.mkdir(level, 0o700)
-        except FileExistsError:
-            pass
-        fd = os.open(level, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if st.st_uid == os.geteuid():
-                os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
-
-
-def command_problem(words: list[str], *, what: str = "command") -> str | None:
-    """``None`` when every absolute path among *words* (interpreter and script
-    alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
-    the first offender, its owner and mode, and the fix.
-
-    A missing file is judged by the directories above it (someone who can
-    write there could create it); running it then reports the missing file.
-    Bare names (``git``, found in ``PATH``) and relative words are not paths
-    the configuration names and are not checked here.
-    """
-    for word in words:
-        if not isinstance(word, str) or not word.startswith("/"):
-            continue
-        problem = path_problem(word, what=what, missing_ok=True)
-        if problem:
-            return problem
-    return None
