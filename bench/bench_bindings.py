@@ -100,11 +100,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         launcher = [str(venv / "bin" / "vq"), "admin", "launcher", PROGRAM, HOST, "--expected-sha",
                     big_shas[len(big_shas) // 2]]
         baseline = [str(venv / "bin" / "python"), "-c", "pass"]
+        first_line = (venv / "bin" / "vq").read_text().splitlines()[0]
+        print(f"vq as installed: {first_line} (the project's script, bin/vq; no console-script wrapper)", flush=True)
         timed(launcher, env), timed(baseline, env)  # warm the page cache for both
         starts, passes = [], []
+        load_before = os.getloadavg()
         for _ in range(runs):
             passes.append(timed(baseline, env))
             starts.append(timed(launcher, env))
+        print(f"cold starts: {runs} of each, interleaved; load average {load_before[0]:.2f} before, "
+              f"{os.getloadavg()[0]:.2f} after (1 min)", flush=True)
     rows = [
         row(f"resolve_launcher, {args.entries} entries (median)", statistics.median(per_big) * 1e6, "us",
             statistics.median(per_small) * 1e6, "same call, 10 entries", f"<= {LOOKUP_TARGET}"),

@@ -292,7 +292,8 @@ def test_launcher_command_loads_nothing_heavy(world, host):
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(world["config"]), VQ_ADMIN_STATE_DIR=str(world["state"]))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     mods = json.loads(done.stdout.splitlines()[-1])
-    assert "vq_admin.commands.launcher" in mods
+    # The verb ran: its plain success through vq_admin.fastlookup, anything else through the command.
+    assert "vq_admin.commands.launcher" in mods or (host == "cluster" and "vq_admin.fastlookup" in mods)
     assert [m for m in mods if m.split(".")[0] in HEAVY or m in HEAVY_OWN] == []
 
 

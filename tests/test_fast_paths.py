@@ -4,7 +4,9 @@
   connection and one ssh process, two git processes and, on the login host,
   one agent process that runs the provider's verify once (counted by PATH
   wrappers that log every exec, and by sshd's own log of accepted sessions).
-* ``vq admin launcher`` (the console scripts' hand-parsed entry), a bare
+* ``vq admin launcher`` (the console scripts' hand-parsed entry) answers its
+  plain success importing nothing a bare interpreter has not, but its own
+  few modules (no ``re``, ``json`` or ``enum``); its other cases, a bare
   ``resolve_launcher`` and the agent's ``verify-readback`` import a pinned
   set of modules: nothing beyond what ``import json`` brings, plus their own.
 """
@@ -29,9 +31,13 @@ SHA = "a" * 40
 TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
              "vq_admin.agent.identifiers", "vq_admin.agent.paths"}  # and the one home of identifiers and default paths
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
-                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome"} | TRUST_OWN
+                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",
-                "vq_admin.outcome"} | TRUST_OWN
+                "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
+#: The launcher's plain success (vq_admin.fastlookup): these and nothing a bare interpreter has not
+#: already imported (no re, json, enum), but the ``__future__`` its modules name.
+PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.fastlookup", "vq_admin.launchers", "vq_admin.agent", "vq_admin.agent.paths",
+             "vq_admin.agent.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
@@ -66,13 +72,26 @@ def check_import_set(found: set[str], json_set: set[str], own: set[str]) -> None
     assert {m for m in found if m.startswith("vq_admin")} <= own, sorted(found)
 
 
-def test_the_launcher_entry_imports_only_its_own_modules_and_json(tmp_path):
+@pytest.mark.parametrize("words", [["--expected-sha", SHA], []], ids=["expected-sha", "latest"])
+def test_the_launcher_entry_imports_only_its_own_modules(tmp_path, words):
     state = registered_state(tmp_path)
-    code = ("sys.argv = ['vq', 'admin', 'launcher', 'vibeqc', 'cluster', '--expected-sha', %r]\n"
-            "from vq_admin.entry import main\ncode = main()\nassert code == 0, code\n" % SHA)
+    code = ("sys.argv = ['vq', 'admin', 'launcher', 'vibeqc', 'cluster', *%r]\n"
+            "from vq_admin.entry import main\ncode = main()\nassert code == 0, code\n" % (words,))
     found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
                                              "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
-    check_import_set(found, json_set, LAUNCHER_OWN)
+    check_import_set(found, json_set, PLAIN_OWN)
+    assert found - {"__future__"} == PLAIN_OWN  # nothing beyond a bare interpreter's: no re, json, enum
+
+
+@pytest.mark.parametrize("words", [["--expected-sha", "b" * 40], ["--json"], ["--path", "/x"]],
+                         ids=["refused", "json", "path"])
+def test_everything_but_the_plain_success_runs_the_full_verb(tmp_path, words):
+    state = registered_state(tmp_path)
+    code = ("sys.argv = ['vq', 'admin', 'launcher', 'vibeqc', 'cluster', *%r]\n"
+            "from vq_admin.entry import main\ncode = main()\nassert code in (0, 77), code\n" % (words,))
+    found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
+                                             "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
+    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output"})  # output: the refusal, the JSON document
     assert "vq_admin.commands.launcher" in found  # the verb ran, through the hand-parsed entry
 
 

@@ -30,8 +30,11 @@ import os
 import re
 
 from . import registry
-from .agent import paths
 from .agent.identifiers import FULL_SHA_RE, NAME_RE
+from .fastlookup import plain_resolve, state_root
+
+if False:  # for the type checker only (no typing or collections import on the per-job path)
+    from collections.abc import Mapping
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
 
@@ -128,6 +131,10 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                                   _use_printed(program, host, sha))
     root = _state_root(state_dir)
     canonical = host
+    if path is None and not check_on_host:
+        plain = plain_resolve(root, host, program, sha)  # a few system calls; None: the full lookup decides
+        if plain is not None:
+            return _binding(plain[1], host, program, plain[0], False)
     try:
         latest, entry = registry.resolve(root, host, program, sha)  # one checked walk of the registry
     except registry.PrunedError as exc:
@@ -145,6 +152,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                 raise _corrupt(exc, program, canonical) from None
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
+    assert entry is not None  # _refuse_missing always raises
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -154,9 +162,14 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         from .readback import check_launcher_on_host
 
         check_launcher_on_host(entry, config_path, timeout)
+    return _binding(entry, canonical, program, latest, bool(check_on_host))
+
+
+def _binding(entry: Mapping[str, object], host: str, program: str, latest: str | None,
+             checked_on_host: bool) -> Binding:
     return Binding(launcher=entry["launcher"], sha=entry["sha"], launcher_sha256=entry["launcher_sha256"],
-                   host=canonical, program=program, receipt=entry["receipt"], verified_at=entry["verified_at"],
-                   tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=bool(check_on_host))
+                   host=host, program=program, receipt=entry["receipt"], verified_at=entry["verified_at"],
+                   tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=checked_on_host)
 
 
 def check_pin(pin: dict | str, *, program: str | None = None, host: str | None = None,
@@ -288,8 +301,7 @@ def _name(value: object, what: str) -> None:
         raise BindingUsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
 
 
-def _state_root(state_dir: str | os.PathLike[str] | None) -> str:
-    return os.fspath(state_dir) if state_dir else paths.state_dir()
+_state_root = state_root  # one definition, with the per-job lookup's plain case
 
 
 def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:

@@ -5,9 +5,12 @@ runs for every job, so it is served before anything heavy is imported: its
 few options are parsed here by hand (standard library ``os`` and ``sys``; the
 verb itself reads a small JSON registry entry through
 :mod:`vq_admin.bindings`), and argparse, typing and the rest of the command
-line are never loaded.  Anything this parser does not take as plainly
-well-formed (``--help``, an abbreviated or unknown option, a value that looks
-like an option, a wrong number of operands) goes to the full parser in
+line are never loaded.  Its plain, successful case (no ``--pin``, ``--path``,
+``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.fastlookup`
+without ``re``, ``json`` or ``enum``; everything else runs the verb as before.
+Anything this parser does not take as plainly well-formed (``--help``, an
+abbreviated or unknown option, a value that looks like an option, a wrong
+number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly.
 """
@@ -16,6 +19,9 @@ from __future__ import annotations
 
 import os
 import sys
+
+if False:  # for the type checker only: this module imports nothing but os and sys at run time
+    from collections.abc import Callable
 
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
@@ -27,21 +33,26 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 class LauncherArgs:
     """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
 
-    def __init__(self, program: str, host: str, values: dict):
+    def __init__(self, program: str, host: str, values: dict[str, str | bool]):
         self.verb = self.func = "launcher"
         self.program, self.host = program, host
-        self.expected_sha = values.get("expected_sha")
-        self.path = values.get("path")
-        self.pin = values.get("pin")
-        self.config = values.get("config")
-        self.state_dir = values.get("state_dir")
+        self.expected_sha = _text(values, "expected_sha")
+        self.path = _text(values, "path")
+        self.pin = _text(values, "pin")
+        self.config = _text(values, "config")
+        self.state_dir = _text(values, "state_dir")
         self.json = bool(values.get("json"))
         self.check_on_host = bool(values.get("check_on_host"))
 
 
+def _text(values: dict[str, str | bool], key: str) -> str | None:
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
-    values: dict = {}
+    values: dict[str, str | bool] = {}
     operands: list[str] = []
     i = 0
     while i < len(words):
@@ -72,6 +83,18 @@ def launcher(words: list[str], prog: str) -> int | None:
     args = parse_launcher(words)
     if args is None:
         return None
+    if args.pin is None and args.path is None and not args.check_on_host and not args.json:
+        from .fastlookup import plain_launcher
+
+        try:
+            found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
+            if found is not None:  # what the full command prints; anything else is decided by it
+                sys.stdout.write(found + "\n")
+                sys.stdout.flush()
+                return 0
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130
     from .outcome import VqAdminError
 
     try:
@@ -109,7 +132,7 @@ def closed_stdout() -> int:
     return EXIT_CLOSED_PIPE
 
 
-def guarded(call):
+def guarded(call: Callable[[], int | None]) -> int | None:
     """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
     the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
     try:

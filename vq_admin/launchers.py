@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import posixpath
 
-from .agent.identifiers import SHA_RE
-
 STABLE_LINK_NAMES = frozenset({"current"})
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_full_sha(value: object) -> bool:
+    """40 or 64 lower-case hex digits, the whole string (no ``re``: the per-job path imports this)."""
+    return isinstance(value, str) and len(value) in (40, 64) and _HEX.issuperset(value)
 
 
 def launcher_problem(path: object, sha: str) -> str | None:
@@ -26,7 +30,7 @@ def launcher_problem(path: object, sha: str) -> str | None:
     if not isinstance(path, str) or not path:
         return "no launcher path"
     sha = sha.lower()
-    if not SHA_RE.match(sha):
+    if not is_full_sha(sha):
         return f"{sha!r} is not a full SHA"
     if "\0" in path or "\n" in path:
         return "launcher path holds a control character"

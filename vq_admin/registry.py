@@ -29,7 +29,9 @@ directory down to the entry is opened relative to the one above with
 by group or others), the entry is opened ``O_NONBLOCK`` and must be a regular
 file of at most :data:`MAX_ENTRY_BYTES` (a FIFO never blocks), and anything
 else raises :class:`RegistryError` naming the path, its owner and mode.
-Directories are created 0700 and files 0600 whatever the umask.
+Directories are created 0700 and files 0600 whatever the umask.  The entry's
+shape (:func:`entry_problem`) and the schemas are defined in
+:mod:`vq_admin.fastlookup`, the per-job plain case, and re-exported here.
 
 This module must stay tiny and import nothing beyond the standard library
 and small stdlib-only modules of this package (:mod:`vq_admin.launchers`,
@@ -45,14 +47,10 @@ import re
 
 from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE
 from .bounded import InputError, loads_json
-from .launchers import launcher_problem
+from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 
-SCHEMA = "vq-admin/launcher/1"
-POINTER_SCHEMA = "vq-admin/launcher-latest/1"
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-#: Largest entry file read back, in bytes (an entry is a few hundred bytes).
-MAX_ENTRY_BYTES = 64 * 1024
 
 
 class RegistryError(ValueError):
@@ -163,29 +161,6 @@ def conflict_path(entry: str) -> str:
     negative lookup of ``conflicts`` however many entries there are."""
     directory, name = os.path.split(entry)
     return os.path.join(directory, "conflicts", name)
-
-
-def entry_problem(entry: object, host: str, program: str, sha: str | None = None) -> str | None:
-    """``None`` when *entry* is a well-formed entry for (host, program[, sha]), else why not."""
-    if not isinstance(entry, dict) or entry.get("schema") != SCHEMA:
-        return f"not a {SCHEMA} entry"
-    if entry.get("host") != host or entry.get("program") != program:
-        return f"entry names {entry.get('program')!r} on {entry.get('host')!r}"
-    entry_sha = entry.get("sha")
-    if not isinstance(entry_sha, str) or not SHA_RE.match(entry_sha) or (sha is not None and entry_sha != sha):
-        return f"entry sha {entry_sha!r} is not {sha or 'a full SHA'}"
-    launcher = entry.get("launcher")
-    problem = launcher_problem(launcher, entry_sha)
-    if problem is not None:
-        return problem
-    if CONTROL_RE.search(launcher):
-        return "launcher path holds a control character"
-    if not isinstance(entry.get("launcher_sha256"), str) or not SHA256_RE.match(entry["launcher_sha256"]):
-        return "launcher_sha256 is not 64 lower-case hex digits"
-    for key in ("receipt", "verified_at"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            return f"{key} is missing"
-    return None
 
 
 def make_entry(host: str, program: str, verified: dict) -> dict:

@@ -220,3 +220,83 @@ def command_problem(words: "Iterable[object]", *, what: str = "command") -> str 
         if problem:
             return problem
     return None
+
+
+#: Directory levels of :func:`open_trusted_dir`: only looked up through and ``fstat``-ed, so
+#: ``O_PATH`` where the platform has it (no read permission needed, as for ``stat``).
+_LEVEL_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_trusted_dir(path: str) -> int | None:
+    """An fd of the absolute, normalised directory *path* when it and every directory
+    above it pass the rule, proven with one ``open`` and one ``fstat`` per level; else ``None``.
+
+    Each level is opened relative to the one above, from ``/``, without following a
+    symlink, so what is checked is what is used.  ``None`` covers everything that is
+    not that plain case: a missing level, a symlink on the way (which
+    :func:`path_problem` follows and checks on both sides), a level that fails the
+    rule, any error.  The caller then applies :func:`path_problem`, which words the
+    refusal; this function never refuses anything itself.  The caller closes the fd
+    (an ``O_PATH`` fd where the platform has it: a ``dir_fd`` for lookups and ``stat``).
+    """
+    if not path.startswith("/") or "\0" in path or os.path.normpath(path) != path:
+        return None
+    try:
+        fd = os.open("/", _LEVEL_FLAGS)
+    except OSError:
+        return None
+    try:
+        names = [name for name in path.split("/") if name]
+        level = ""
+        while True:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or level_problem(level or "/", st, is_dir=True) is not None:
+                return None
+            if not names:
+                result, fd = fd, -1
+                return result
+            name = names.pop(0)
+            level += "/" + name
+            child = os.open(name, _LEVEL_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """The bytes of *name* in the directory *dir_fd* when it is a regular file that passes
+    the rule and holds at most *limit* bytes; else ``None`` (absent, a symlink, a FIFO or
+    other special file, another owner, a loose mode, too large, any error).
+
+    Opened ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO never blocks) and checked with one
+    ``fstat`` of what was opened.  Like :func:`open_trusted_dir` it never words a
+    refusal: on ``None`` the caller's full check does.
+    """
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_size > limit
+                or level_problem(name, st, is_dir=False) is not None):
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
