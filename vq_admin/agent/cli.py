@@ -23,10 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 
-from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
+from . import allocation, checkpaths, identity, install_file, lease, safedirs, securepath, stage, verify_readback
 from .frames import FrameWriter
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
@@ -60,36 +59,11 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
     directories pass and the nearest one is writable by nobody else at all
     (a sticky ``/tmp`` would let another user create it first).
     """
-    checked, refused = [], []
-    for path in args.paths:
-        if not path.startswith("/"):
-            continue
-        checked.append(path)
-        problem = securepath.path_problem(path, what="command file", missing_ok=True)
-        if problem is None and not os.path.lexists(path):
-            problem = _creatable_by_others(path)
-        if problem:
-            refused.append({"path": path, "problem": problem})
+    checked, refused = checkpaths.check(args.paths)
     _emit({"checked": checked, "refused": refused})
     for item in refused:
         print(f"vq-admin-agent: refused: {item['problem']}", file=sys.stderr)
     return EXIT_UNSAFE if refused else 0
-
-
-def _creatable_by_others(path: str) -> str | None:
-    for directory in securepath.ancestors(path):
-        try:
-            st = os.stat(directory)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return f"cannot check command file {path}: {exc.strerror}"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"command file {path} does not exist and directory {directory} (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
-                    f"in a directory only you and root can write")
-        return None
-    return None
 
 
 def cmd_stage_create(args: argparse.Namespace) -> int:

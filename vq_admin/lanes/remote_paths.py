@@ -108,9 +108,12 @@ def plan(update: "RuntimeUpdate") -> None:
                                 "can be changed by nobody but you and root")
 
 
-def run(update: "RuntimeUpdate") -> None:
-    """Run the checks; refuse (77) before any provider command runs on a host that fails them."""
+def run(update: "RuntimeUpdate", done: str | None = None) -> None:
+    """Run the checks; refuse (77) before any provider command runs on a host that fails them.
+    *done* names the host whose check already ran in the run's first agent call (:mod:`.first_call`)."""
     for index, (transport, words) in enumerate(command_words(update)):
+        if transport.where == done:
+            continue
         step = update.receipt.plan.get(step_name(index))
         result = execute(step, transport, check_argv(update, words), timeout=CHECK_TIMEOUT)
         if result.ok:
@@ -122,12 +125,19 @@ def run(update: "RuntimeUpdate") -> None:
                 refused = json.loads(result.text()).get("refused") or []
             except (ValueError, AttributeError):
                 refused = []
-            lines = []
-            for item in refused:
-                keys = sorted({k for k, w in words if w == item.get("path")}) or ["a configured command"]
-                lines.append(f"{', '.join(keys)}: {item.get('problem')}")
-            detail = "; ".join(lines) or result.error_text()[-500:]
-            raise Refused(f"refused on {transport.where}: {detail}; nothing was run there")
+            refuse(transport.where, words, refused, result.error_text()[-500:])
         raise Refused(f"{step.name}: the helper on {transport.where} could not check the command files "
                       f"({result.describe()}: {result.error_text()[-300:]}); update the helper "
                       f"(vq admin update {update.host.name}) and rerun; nothing was run")
+
+
+def refuse(where: str, words: list[tuple[str, str]], refused: list, fallback: str) -> None:
+    """Refuse (77) naming each refused path's configuration keys and its problem."""
+    lines = []
+    for item in refused if isinstance(refused, list) else []:
+        if not isinstance(item, dict):
+            continue
+        keys = sorted({k for k, w in words if w == item.get("path")}) or ["a configured command"]
+        lines.append(f"{', '.join(keys)}: {item.get('problem')}")
+    detail = "; ".join(lines) or fallback
+    raise Refused(f"refused on {where}: {detail}; nothing was run there")

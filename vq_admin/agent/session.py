@@ -1,0 +1,196 @@
+"""``vq-admin-agent session``: a run's first call on a login host, in one Python start.
+
+The driver runs ``AGENT... session`` as the first (and, for an already-current
+update, only) ssh session of a run; that ssh client is the run's connection
+master.  The command line holds only words every shell reads literally (the
+agent's validated path and this verb); everything else comes on stdin as one
+JSON request line, so the login shell parses nothing that could mean
+something else there::
+
+    {"shell_probe": {"command": "printf ...", "expected": "..."},      (optional)
+     "lease": {"root": ..., "lane": ..., "host": ..., "program": ...,
+               "holder": {"driver_host", "user", "pid", "since", "run_id"}},
+     "check_paths": ["/abs/word", ...],                                 (optional)
+     "verify": {"argv": [...], "env": {...}}}                           (optional)
+
+In order, each only when everything before it passed:
+
+1. ``shell_probe``: the account's login shell (``getpwuid``, the one sshd
+   uses) runs ``-c COMMAND``; unless it prints exactly ``expected`` (what a
+   POSIX shell prints) nothing else is done, and the driver refuses (77);
+2. ``lease``: the host-side lease, exactly as the ``lease`` verb takes it
+   (:mod:`.lease`); held elsewhere or not takeable: nothing else is done;
+3. ``check_paths``: the ``check-paths`` rule (:mod:`.checkpaths`); a refused
+   path: the verify is not run;
+4. ``verify``: the read-only verify and the launcher read-back, as
+   ``verify-readback`` does (:mod:`.verify_readback`).
+
+One JSON line answers with one member per part done.  When the lease is
+held, the agent then holds it until its stdin closes (the driver closed it,
+died, or the connection dropped), removes the holder record and exits 0:
+the lease ends with the run however the run ends.
+
+Exit status: 0 answered (whatever the parts found), 2 a request that is not
+one JSON object line.  Standard library only; nothing of the verb table
+(:mod:`.cli`, argparse) is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, BinaryIO, Dict, List, Optional, TextIO
+
+#: Largest request line (verify argv, environment, command words).
+REQUEST_LIMIT = 1 << 20
+EXIT_USAGE = 2
+PROBE_TIMEOUT = 30.0
+
+
+def login_shell() -> str:
+    """The login shell sshd hands commands to (``/bin/sh`` when the account names none)."""
+    import pwd
+
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    return shell or "/bin/sh"
+
+
+def probe_shell(probe: Dict[str, Any]) -> Dict[str, Any]:
+    """Run the driver's quoting probe through the login shell; ``posix`` true when it came back exact."""
+    import subprocess
+
+    shell = login_shell()
+    command, expected = probe.get("command"), probe.get("expected")
+    answer: Dict[str, Any] = {"shell": shell, "posix": False}
+    if not isinstance(command, str) or not isinstance(expected, str):
+        answer["error"] = "bad shell_probe request"
+        return answer
+    try:
+        done = subprocess.run([shell, "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        answer["error"] = f"cannot run {shell}: {getattr(exc, 'strerror', None) or exc}"
+        return answer
+    answer.update(exit_code=done.returncode, stdout=done.stdout[:4096].decode("utf-8", "surrogateescape"),
+                  stderr=done.stderr[-2048:].decode("utf-8", "surrogateescape"),
+                  posix=done.returncode == 0 and done.stdout == expected.encode("utf-8", "surrogateescape"))
+    return answer
+
+
+def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int], Optional[str]]":
+    """``(answer, fd holding the lock or None, lock path)``."""
+    from . import lease, securepath
+
+    try:
+        name = lease.lock_name(request.get("lane"), request.get("host"), request.get("program"))  # type: ignore[arg-type]
+        root = request.get("root")
+        if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
+            raise ValueError(f"root {root!r} is not an absolute path")
+        holder = request.get("holder")
+        if not isinstance(holder, dict):
+            raise ValueError("no holder record")
+    except (ValueError, TypeError) as exc:
+        return {"held": False, "exit": EXIT_USAGE, "error": f"lease: {exc}"}, None, None
+    directory = lease.lease_dir(root)
+    path = os.path.join(directory, name)
+    try:
+        lease.prepare_dir(directory)
+        fd = lease.open_lock(path)
+    except securepath.Untrusted as exc:
+        return {"held": False, "exit": 4, "error": f"refused: {exc}"}, None, path
+    except lease.LeaseError as exc:
+        return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
+    try:
+        if not lease.try_lock(fd, path):
+            os.close(fd)
+            found = lease.current_holder(path)
+            return ({"held": False, "exit": lease.EXIT_HELD, "lock": path, "holder": found,
+                     "message": lease.describe(found)}, None, path)
+    except lease.LeaseError as exc:
+        os.close(fd)
+        return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
+    import socket
+
+    record = dict(holder, agent_pid=os.getpid(), agent_host=socket.gethostname())
+    try:
+        lease._write_atomic(path + ".holder", (json.dumps(record, sort_keys=True) + "\n").encode())
+    except OSError as exc:
+        os.close(fd)
+        return {"held": False, "exit": 1, "error": f"lease: cannot write {path}.holder: {exc.strerror}"}, None, path
+    return {"held": True, "lock": path, "holder": record}, fd, path
+
+
+def answer_request(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int], Optional[str]]":
+    """Do the request's parts in order; ``(answer, held lock fd or None, lock path)``."""
+    answer: Dict[str, Any] = {}
+    probe = request.get("shell_probe")
+    if probe is not None:
+        answer["shell"] = probe_shell(probe if isinstance(probe, dict) else {})
+        if not answer["shell"]["posix"]:
+            return answer, None, None
+    fd, path = None, None
+    wanted = request.get("lease")
+    if wanted is not None:
+        answer["lease"], fd, path = _take_lease(wanted if isinstance(wanted, dict) else {})
+        if fd is None:
+            return answer, None, None
+    words = request.get("check_paths")
+    if words is not None:
+        from . import checkpaths
+
+        paths = [w for w in words if isinstance(w, str)] if isinstance(words, list) else []
+        checked, refused = checkpaths.check(paths)
+        answer["check_paths"] = {"checked": checked, "refused": refused}
+        if refused:
+            return answer, fd, path
+    verify = request.get("verify")
+    if isinstance(verify, dict):
+        from .verify_readback import verify_readback
+
+        argv = verify.get("argv")
+        env = verify.get("env") or {}
+        if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            answer["verify"] = verify_readback(argv, env)
+        else:
+            answer["verify"] = {"error": "bad verify request"}
+    return answer, fd, path
+
+
+def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
+    line = stdin.readline(REQUEST_LIMIT + 1)
+    try:
+        request = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
+    except (UnicodeDecodeError, ValueError):
+        request = None
+    if not isinstance(request, dict):
+        err.write("vq-admin-agent: session: stdin must start with one JSON request object line\n")
+        return EXIT_USAGE
+    answer, fd, path = answer_request(request)
+    out.write(json.dumps(answer, sort_keys=True) + "\n")
+    out.flush()
+    if fd is None:
+        return 0
+    try:
+        while stdin.read(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        try:
+            os.unlink(f"{path}.holder")
+        except OSError:
+            pass
+        os.close(fd)  # releases the flock
+    return 0
+
+
+def main(argv: List[str]) -> int:
+    if argv:
+        print("usage: vq-admin-agent session  (one JSON request line on stdin)", file=sys.stderr)
+        return EXIT_USAGE
+    return serve(sys.stdin.buffer, sys.stdout, sys.stderr)
