@@ -189,6 +189,10 @@ class Lease:
                 self._stderr.truncate()
                 return None
             if fault is None and code is not None and code not in (SSH_TRANSPORT_EXIT,) and code >= 0:
+                if ssh is not None and not ssh.shell_checked:
+                    # No answer at all (the login shell could not even run the agent's words?): the
+                    # separate probe tells a login shell that is not POSIX (77) from a broken agent.
+                    ssh.check_login_shell()
                 raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
                               f"{code}: {error or 'no answer'}; nothing was run")
             tail = error.splitlines()[-1] if error else "no message"
