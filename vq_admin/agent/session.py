@@ -11,6 +11,7 @@ something else there::
      "lease": {"root": ..., "lane": ..., "host": ..., "program": ...,
                "holder": {"driver_host", "user", "pid", "since", "run_id"}},
      "check_paths": ["/abs/word", ...],                                 (optional)
+     "identity": true,                                                  (optional)
      "verify": {"argv": [...], "env": {...}}}                           (optional)
 
 In order, each only when everything before it passed:
@@ -22,7 +23,9 @@ In order, each only when everything before it passed:
    (:mod:`.lease`); held elsewhere or not takeable: nothing else is done;
 3. ``check_paths``: the ``check-paths`` rule (:mod:`.checkpaths`); a refused
    path: the verify is not run;
-4. ``verify``: the read-only verify and the launcher read-back, as
+4. ``identity``: this helper's identity, as ``identity --json`` prints it
+   (the helper lane's pre-identity);
+5. ``verify``: the read-only verify and the launcher read-back, as
    ``verify-readback`` does (:mod:`.verify_readback`).
 
 One JSON line answers with one member per part done.  When the lease is
@@ -147,6 +150,13 @@ def answer_request(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[i
         answer["check_paths"] = {"checked": checked, "refused": refused}
         if refused:
             return answer, fd, path
+    if request.get("identity") is True:
+        from .identity import identity
+
+        try:
+            answer["identity"] = identity()
+        except OSError as exc:
+            answer["identity_error"] = f"{exc.strerror or exc}"
     verify = request.get("verify")
     if isinstance(verify, dict):
         from .verify_readback import verify_readback

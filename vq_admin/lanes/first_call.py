@@ -1,4 +1,4 @@
-"""A runtime update's first call on its login host: one ssh process, one agent start.
+"""A lane's first call on its login host: one ssh process, one agent start.
 
 Before anything runs on a host, a runtime update needs four things from its
 login host: that its login shell parses commands as a POSIX shell does
@@ -17,6 +17,9 @@ The receipt keeps its steps: ``check-commands`` and ``pre-verify`` /
 ``pre-verify-readback`` are recorded from the one answer, and the fault
 injection of tests counts the session as the pre-verify's call.
 
+The helper lane does the same with its pre-identity read instead of the
+pre-verify and check (:func:`open_helper`).
+
 Falls back to the separate calls (probe, ``lease``, ``check-paths``,
 ``verify-readback``) when the lease was not deferred (agent words that are
 not literal) or the login host's agent predates ``session``; an allocation
@@ -31,14 +34,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import faults
-from ..lease import Lease, LeaseUnreachable
+from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
 from ..outcome import VqAdminError
-from ..plan import refuse_unsafe_command
+from ..plan import record, refuse_unsafe_command
 from ..transport import RunResult, SshTransport
 from . import remote_paths
+from .helper_readback import IdentityRead, judge_identity
 from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:
+    from .helper import HelperUpdate
     from .runtime import RuntimeUpdate
 
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
@@ -95,6 +100,48 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
     found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
                          verify_argv, update.profile.verify_timeout_seconds)
     faults.step_boundary(pre_verify.name, "after")
+    return found
+
+
+def open_helper(update: "HelperUpdate") -> IdentityRead | None:
+    """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
+    one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
+    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
+    than that: how it gets updated) runs without one and says so."""
+    lease: Lease | None = update.ctx.lease
+    if lease is None:
+        return None
+    step = update.receipt.plan.get("pre-identity")
+    faults.step_boundary(step.name, "before")
+    started = time.monotonic()
+    answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
+    seconds = time.monotonic() - started
+    if answer is None:
+        try:
+            lease.acquire()
+        except AgentWithoutLease as exc:
+            lease.release()
+            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+            lease.record["note"] = note
+            update.receipt.extra.setdefault("notes", []).append(note)
+            update.ctx.narrate(note)
+        return None
+    step.argv, step.seconds = step.planned_argv, seconds
+    interrupted = answer.get("interrupted")
+    if interrupted is not None:
+        step.status, step.detail = "interrupted", str(interrupted)
+        faults.step_boundary(step.name, "after")
+        return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
+    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    step.purpose += PURPOSE
+    if "identity" in answer:
+        result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)
+    else:
+        result = RunResult(step.planned_argv, lease.where, 1, b"",
+                           str(answer.get("identity_error") or "no identity in the answer").encode(), seconds)
+    record(step, result)
+    found = judge_identity(step, result, update.sha, update.tree)
+    faults.step_boundary(step.name, "after")
     return found
 
 
