@@ -29,10 +29,14 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .receipt import Receipt
 
 #: How long to wait for the agent's one line (covers ssh connection setup).
 ACQUIRE_TIMEOUT = 60.0
@@ -79,7 +83,7 @@ class Lease:
         self.transport = transport
         self.argv = argv
         self.where = transport.where
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr = tempfile.TemporaryFile()
         self.lost = False
@@ -111,7 +115,7 @@ class Lease:
         self.proc = None
         self._refuse(answer, code, self._error_text())
 
-    def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> None:
+    def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
         if code == EXIT_HELD:
@@ -173,7 +177,8 @@ class Lease:
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
         answer = _parse(line)
-        held = answer.get("lease") if isinstance(answer.get("lease"), dict) else {}
+        raw = answer.get("lease")
+        held: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if answer and held.get("held") is True and fault is None:
             self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
             if ssh is not None:
@@ -200,17 +205,15 @@ class Lease:
                                    f": {('vq-admin test fault: ' + fault) if fault else tail}"}
         shell = answer.get("shell")
         if ssh is not None and isinstance(shell, dict) and shell.get("posix") is not True:
-            text = shell.get("stdout") if isinstance(shell.get("stdout"), str) else ""
-            code_seen = shell.get("exit_code") if isinstance(shell.get("exit_code"), int) else None
-            ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), code_seen,
+            stdout, exit_code = shell.get("stdout"), shell.get("exit_code")
+            text = stdout if isinstance(stdout, str) else ""
+            ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), exit_code if isinstance(exit_code, int) else None,
                              f"login shell {shell.get('shell')}: " + str(shell.get("stderr") or shell.get("error") or ""))
         if ssh is not None:
             ssh.shell_checked = True
-        status = held.get("exit") if isinstance(held.get("exit"), int) else code
-        if status == 4:
-            status = EXIT_UNSAFE
-        self._refuse(held, status, str(held.get("error") or error).replace("vq-admin-agent: ", ""))
-        return None  # not reached: _refuse raises
+        status = held.get("exit")
+        self._refuse(held, status if isinstance(status, int) else code,
+                     str(held.get("error") or error).replace("vq-admin-agent: ", ""))
 
     def release(self) -> None:
         # The receipt (holding self.record) is stored before the lease is released and
@@ -298,7 +301,7 @@ def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
 
 
 @contextmanager
-def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None,
+def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None,
                deferred: bool = False) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 

@@ -30,7 +30,7 @@ import json
 import os
 import sys
 
-from . import allocation, checkpaths, identity, install_file, lease, safedirs, securepath, stage, verify_readback
+from . import allocation, checkpaths, identity, install_file, lease, safedirs, stage, verify_readback
 from .frames import FrameWriter
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4

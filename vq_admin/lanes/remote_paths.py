@@ -24,7 +24,7 @@ checked by the driver itself (see :mod:`vq_admin.plan`).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn
 
 from ..outcome import Refused, VqAdminError
 from ..plan import execute
@@ -131,7 +131,7 @@ def run(update: "RuntimeUpdate", done: str | None = None) -> None:
                       f"(vq admin update {update.host.name}) and rerun; nothing was run")
 
 
-def refuse(where: str, words: list[tuple[str, str]], refused: list, fallback: str) -> None:
+def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallback: str) -> NoReturn:
     """Refuse (77) naming each refused path's configuration keys and its problem."""
     lines = []
     for item in refused if isinstance(refused, list) else []:
