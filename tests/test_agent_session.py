@@ -12,6 +12,7 @@ import ast
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,33 @@ def test_the_session_imports_no_verb_table(tmp_path, scratch):
     assert "argparse" not in found and "vq_admin.agent.cli" not in found and "tarfile" not in found, sorted(found)
     assert {m for m in found if m.startswith("vq_admin")} - {"vq_admin"} <= {m for m in found if m.startswith("vq_admin.agent")}, \
         sorted(found)  # the package itself and the agent only: nothing of the driver
+
+
+def test_the_lease_ends_when_stdin_closes_even_while_the_verify_still_runs(tmp_path, scratch):
+    """The driver (or its ssh client) gone mid-verify: the lease is free at once, not when the verify ends."""
+    started, release = tmp_path / "started", tmp_path / "release"
+    script = f"touch {started}; while [ ! -e {release} ]; do sleep 0.05; done"
+    proc = subprocess.Popen([AGENT, "session"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(request(scratch, verify={"argv": ["sh", "-c", script]})).encode() + b"\n")
+    proc.stdin.flush()
+    holder = scratch / ".vq-admin" / "locks" / "runtime.cluster.vibeqc.lock.holder"
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert started.exists() and holder.exists()  # the verify runs, the lease is held
+    try:
+        proc.stdin.close()  # the run is gone
+        deadline = time.monotonic() + 30
+        while holder.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not holder.exists() and proc.poll() is None  # released while the verify still runs
+        other, answer = start(request(scratch))  # and the next run takes the lease
+        assert answer["lease"]["held"] is True and not release.exists()
+        assert finish(other) == 0
+    finally:
+        release.touch()
+    assert proc.wait(timeout=30) == 0
+    assert proc.stdout is not None
+    late = json.loads(proc.stdout.readline())
+    assert late["lease"]["released"] == "stdin closed before the answer" and late["verify"]["verify"]["exit_code"] == 0

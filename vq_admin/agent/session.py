@@ -31,7 +31,11 @@ In order, each only when everything before it passed:
 One JSON line answers with one member per part done.  When the lease is
 held, the agent then holds it until its stdin closes (the driver closed it,
 died, or the connection dropped), removes the holder record and exits 0:
-the lease ends with the run however the run ends.
+the lease ends with the run however the run ends.  Stdin is watched from the
+moment the lease is taken, so a run that ends while a part is still running
+(a verify that hangs, an ssh client killed) frees the lease at once; the
+read-only part left running no longer holds it (its answer then says
+``"released"``).
 
 Exit status: 0 answered (whatever the parts found), 2 a request that is not
 one JSON object line.  Standard library only; nothing of the verb table
@@ -43,7 +47,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, BinaryIO, Dict, List, Optional, TextIO
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, TextIO
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
@@ -127,20 +131,20 @@ def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int]
     return {"held": True, "lock": path, "holder": record}, fd, path
 
 
-def answer_request(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int], Optional[str]]":
-    """Do the request's parts in order; ``(answer, held lock fd or None, lock path)``."""
+def answer_request(request: Dict[str, Any], on_lease: "Callable[[int, str], None]") -> Dict[str, Any]:
+    """Do the request's parts in order; *on_lease* gets the lock's descriptor and path once held."""
     answer: Dict[str, Any] = {}
     probe = request.get("shell_probe")
     if probe is not None:
         answer["shell"] = probe_shell(probe if isinstance(probe, dict) else {})
         if not answer["shell"]["posix"]:
-            return answer, None, None
-    fd, path = None, None
+            return answer
     wanted = request.get("lease")
     if wanted is not None:
         answer["lease"], fd, path = _take_lease(wanted if isinstance(wanted, dict) else {})
-        if fd is None:
-            return answer, None, None
+        if fd is None or path is None:
+            return answer
+        on_lease(fd, path)
     words = request.get("check_paths")
     if words is not None:
         from . import checkpaths
@@ -149,7 +153,7 @@ def answer_request(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[i
         checked, refused = checkpaths.check(paths)
         answer["check_paths"] = {"checked": checked, "refused": refused}
         if refused:
-            return answer, fd, path
+            return answer
     if request.get("identity") is True:
         from .identity import identity
 
@@ -168,7 +172,52 @@ def answer_request(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[i
             answer["verify"] = verify_readback(argv, env)
         else:
             answer["verify"] = {"error": "bad verify request"}
-    return answer, fd, path
+    return answer
+
+
+class Held:
+    """The lease this session holds, released once: when stdin closes, whatever the session is
+    doing then (a verify still running keeps running, read-only, but no longer holds the lease:
+    the lock's descriptor is close-on-exec, so no child shares it), or when the session fails."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd, self.path = fd, path
+        import threading
+
+        self._once = threading.Lock()
+        self._released = False
+        self.watcher: Optional[threading.Thread] = None
+
+    def release(self) -> None:
+        with self._once:
+            if self._released:
+                return
+            self._released = True
+            try:
+                os.unlink(f"{self.path}.holder")
+            except OSError:
+                pass
+            os.close(self.fd)  # releases the flock
+
+    def watch(self, stdin: BinaryIO) -> None:
+        """Hold until *stdin* closes (the driver closed it, died, or the connection dropped), in a
+        thread, so the lease ends then even while a part of the request is still running."""
+        import threading
+
+        def run() -> None:
+            try:
+                while stdin.read(65536):
+                    pass
+            except (OSError, ValueError):
+                pass
+            self.release()
+
+        self.watcher = threading.Thread(target=run, daemon=True)
+        self.watcher.start()
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
 
 def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
@@ -180,22 +229,26 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
     if not isinstance(request, dict):
         err.write("vq-admin-agent: session: stdin must start with one JSON request object line\n")
         return EXIT_USAGE
-    answer, fd, path = answer_request(request)
-    out.write(json.dumps(answer, sort_keys=True) + "\n")
-    out.flush()
-    if fd is None:
-        return 0
+    held: List[Held] = []
+
+    def on_lease(fd: int, path: str) -> None:
+        held.append(Held(fd, path))
+        held[0].watch(stdin)
+
     try:
-        while stdin.read(65536):
-            pass
-    except OSError:
-        pass
-    finally:
-        try:
-            os.unlink(f"{path}.holder")
-        except OSError:
-            pass
-        os.close(fd)  # releases the flock
+        answer = answer_request(request, on_lease)
+        if held and held[0].released and isinstance(answer.get("lease"), dict):
+            answer["lease"]["released"] = "stdin closed before the answer"
+        out.write(json.dumps(answer, sort_keys=True) + "\n")
+        out.flush()
+    except BaseException:
+        for lease in held:
+            lease.release()
+        raise
+    for lease in held:
+        if lease.watcher is not None:
+            lease.watcher.join()
+        lease.release()
     return 0
 
 
