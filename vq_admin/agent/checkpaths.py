@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Dict, List, Tuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Tuple
 
 from . import securepath
 

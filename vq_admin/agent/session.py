@@ -47,7 +47,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, TextIO
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
+    from typing import Any, BinaryIO, Callable, Dict, List, Optional, TextIO
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
@@ -120,9 +122,7 @@ def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int]
     except lease.LeaseError as exc:
         os.close(fd)
         return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
-    import socket
-
-    record = dict(holder, agent_pid=os.getpid(), agent_host=socket.gethostname())
+    record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
     try:
         lease._write_atomic(path + ".holder", (json.dumps(record, sort_keys=True) + "\n").encode())
     except OSError as exc:
