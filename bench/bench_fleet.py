@@ -5,9 +5,10 @@ the wall time of ``update PROGRAM --all --parallel 8`` against one host's
 ``update PROGRAM HOST`` (both already-current).  The rollout is parallel, not
 a loop: the target is a ratio of at most 2.
 
-On this bench every host's host-side work (sshd sessions, the login-shell
-probe, the lease agent, verify, the launcher read-back) runs on the driver's
-own cores; on a real fleet each login host does its own.
+On this bench every host's host-side work (its sshd connection, the one
+``vq-admin-agent session`` that checks the login shell, takes the lease and
+runs the verify with the launcher read-back) runs on the driver's own cores;
+on a real fleet each login host does its own.
 """
 
 from __future__ import annotations

@@ -242,7 +242,7 @@ def test_ssh_client_killed_during_the_pre_verify_changes_nothing(tmp_path, real_
     world.set_verify(f"if [ ! -e {flag} ]; then touch {flag}; sleep 30; fi")
     vq = world.start()
     world.mark("pre-slept")
-    kill_ssh_client(vq, "verify-wrapper")
+    kill_ssh_client(vq, "vq-admin-agent session")  # the pre-verify runs in the run's first agent call
     done = finish(vq)
     no_false_ok(world, done)
     assert world.active() is None and "changed nothing" in done.receipt["readback"]["reason"]

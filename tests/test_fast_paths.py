@@ -1,8 +1,9 @@
 """Issue 15: the two paths that run most stay near their floor, and cannot creep back.
 
 * An already-current ``vq admin update`` over the real sshd costs one ssh
-  connection and one ssh process, two git processes and, on the login host,
-  one agent process that runs the provider's verify once (counted by PATH
+  connection and one ssh process (no ``-O exit``), two git processes and, on
+  the login host, one agent process (``session``) that runs the provider's
+  verify once (counted by PATH
   wrappers that log every exec, and by sshd's own log of accepted sessions).
 * ``vq admin launcher`` (the console scripts' hand-parsed entry) answers its
   plain success importing nothing a bare interpreter has not, but its own
@@ -164,24 +165,29 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     by_program: dict[str, list[str]] = {}
     for line in execs:
         by_program.setdefault(line.split(" ", 1)[0], []).append(line)
-    # One ssh connection (sshd's own count), and over it, as multiplexed sessions: the login-shell
-    # probe (section 10), the host-side lease (section 9), the command-file check (section 10) and
-    # the one verify-readback call, then "-O exit".  Issue 15 asks for the probe, lease and check to
-    # ride on the verify-readback call; until then these counts are pinned so they cannot creep.
+    # One ssh client process (the run's connection master, ControlMaster=yes without ControlPersist,
+    # so it ends with its own session: no "-O exit"), one sshd connection and one agent start on the
+    # login host ("session": the login-shell probe of section 10, the host-side lease of section 9,
+    # the command-file check of section 10 and the verify with the launcher read-back), whose
+    # command line is only words every shell reads literally.
     ssh = by_program.get("ssh", [])
-    assert len(ssh) == 5, execs
-    control = {word for line in ssh for word in line.split() if word.startswith("ControlPath=")}
-    assert len(control) == 1, ssh  # every session over the run's one master
-    assert sum(" -O exit " in line for line in ssh) == 1, ssh
+    assert len(ssh) == 1, execs
+    assert "ControlMaster=yes" in ssh[0] and "ControlPersist=no" in ssh[0] and " -O " not in ssh[0], ssh
+    assert ssh[0].endswith(f" -- cluster {agent} session"), ssh
     assert len(by_program.get("git", [])) == 2, execs  # cat-file --batch and tag --points-at
     verbs = [line.split()[1] for line in by_program.get("vq-admin-agent", [])]
-    assert sorted(verbs) == ["check-paths", "lease", "verify-readback"], execs
+    assert verbs == ["session"], execs
     assert len(by_program.get("vq-site-example", [])) == 1 and " verify " in by_program["vq-site-example"][0]
     assert accepted_sessions(real_sshd.log) - sessions == 1  # sshd's own count: one connection
 
-    steps = {s["name"]: s for s in again.json()["steps"]}
-    assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]
+    receipt = again.json()
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]  # what the session ran
+    assert steps["pre-verify"]["status"] == "ok" and "vq-admin-agent session" in steps["pre-verify"]["purpose"]
     assert steps["pre-verify-readback"]["status"] == "ok" and steps["pre-verify-readback"]["where"] == "cluster"
+    assert steps["check-commands"]["status"] == "ok" and steps["check-commands"]["where"] == "cluster"
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
+    assert not list(Path(receipt["lease"]["lock"]).parent.glob("*.holder"))  # released: the record is gone
 
 
 # -- the agent's verify-readback, and a login host whose agent predates it -------------
@@ -225,8 +231,9 @@ def test_an_agent_without_verify_readback_gets_two_calls(tmp_path):
     repo = GitRepo(tmp_path / "src")
     sha = repo.commit("A")
     old_agent = tmp_path / "old-agent"
-    old_agent.write_text("#!/bin/sh\nif [ \"$1\" = verify-readback ]; then\n"
-                         "  echo \"vq-admin-agent: error: argument verb: invalid choice: 'verify-readback'\" >&2\n"
+    # an agent older than both "session" and "verify-readback": the lease verb, the verify, then hash-file
+    old_agent.write_text("#!/bin/sh\nif [ \"$1\" = verify-readback ] || [ \"$1\" = session ]; then\n"
+                         "  echo \"vq-admin-agent: error: argument verb: invalid choice: '$1'\" >&2\n"
                          f"  exit 2\nfi\nexec {AGENT} \"$@\"\n")
     old_agent.chmod(0o755)
     (tmp_path / "scratch").mkdir()
@@ -241,4 +248,5 @@ def test_an_agent_without_verify_readback_gets_two_calls(tmp_path):
     steps = {s["name"]: s for s in receipt["steps"]}
     assert steps["pre-verify"]["argv"][0] == str(SITE_EXAMPLE)  # the verify itself, then hash-file
     assert steps["pre-verify-readback"]["argv"][:2] == [str(old_agent), "hash-file"]
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"][:2] == [str(old_agent), "lease"]
     assert receipt["verify"]["final"]["proven"] is True

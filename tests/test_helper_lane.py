@@ -294,3 +294,27 @@ def test_dry_run_prints_the_plan_and_changes_nothing(world):
                                                   "stage-verify", "helper", "readback", "stage-reclaim"]
     assert plan["expected_sha"] == world["b"]
     assert not world["state"].exists() and list(world["scratch"].iterdir()) == []
+
+
+@pytest.mark.real
+def test_an_already_current_helper_update_is_one_ssh_process_and_one_agent_start(world, real_sshd):
+    """Issue 15 for the helper lane: the login-shell probe, the lease and the pre-identity read are
+    one ``vq-admin-agent session`` over one ssh client (the run's master), with no ``-O exit``."""
+    config = ssh_config(world, real_sshd)
+    first = update(world, config, "--expected-sha", world["b"])
+    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
+    wrap, log = world["tmp"] / "wrap", world["tmp"] / "ssh.log"
+    wrap.mkdir()
+    (wrap / "ssh").write_text(f'#!/bin/sh\nprintf "%s\\n" "ssh $*" >> {log}\nexec /usr/bin/ssh "$@"\n')
+    (wrap / "ssh").chmod(0o755)
+    again = update(world, config, "--expected-sha", world["b"], env={"PATH": f"{wrap}:{os.environ['PATH']}"})
+    receipt = again.json()
+    assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
+    calls = log.read_text().splitlines()
+    agent = str(world["root"] / "bin" / "vq-admin-agent")
+    assert len(calls) == 1 and calls[0].endswith(f" -- cluster-login {agent} session"), calls
+    assert "ControlMaster=yes" in calls[0] and "ControlPersist=no" in calls[0]
+    pre = {s["name"]: s for s in receipt["steps"]}["pre-identity"]
+    assert pre["status"] == "ok" and "vq-admin-agent session" in pre["purpose"]
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
+    assert receipt["verify"]["pre"]["identity"]["source_sha"] == world["b"]

@@ -210,10 +210,10 @@ def test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed(tmp_path):
 
 OLD_AGENT = """\
 #!/bin/sh
-# An agent from before the lease verb: argparse's answer to an unknown verb.
-if [ "$1" = lease ]; then
+# An agent from before the lease verb (and so before session): argparse's answer to an unknown verb.
+if [ "$1" = lease ] || [ "$1" = session ]; then
     echo "usage: vq-admin-agent [-h] {{hash-file,stage-create}} ..." >&2
-    echo "vq-admin-agent: error: argument verb: invalid choice: 'lease' (choose from 'hash-file', 'stage-create')" >&2
+    echo "vq-admin-agent: error: argument verb: invalid choice: '$1' (choose from 'hash-file', 'stage-create')" >&2
     exit 2
 fi
 exec {agent} "$@"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config import Config, HostConfig
 from .state import StateDir
@@ -32,6 +32,8 @@ class RunContext:
     providers: Providers
     options: RunOptions = field(default_factory=RunOptions)
     narrate: Callable[[str], None] = lambda message: None
+    #: The host-side lease a lane takes in its first call (:func:`vq_admin.lease.host_lease`, deferred).
+    lease: Any = None
 
     def login(self, host: HostConfig) -> Transport:
         """The scheduler login host itself (verification always runs here)."""

@@ -23,15 +23,20 @@ import getpass
 import json
 import os
 import select
+import shlex
 import socket
 import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 from .outcome import Locked, Outcome, Refused, VqAdminError
-from .transport import SSH_TRANSPORT_EXIT, Transport
+from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .receipt import Receipt
 
 #: How long to wait for the agent's one line (covers ssh connection setup).
 ACQUIRE_TIMEOUT = 60.0
@@ -78,7 +83,7 @@ class Lease:
         self.transport = transport
         self.argv = argv
         self.where = transport.where
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr = tempfile.TemporaryFile()
         self.lost = False
@@ -108,7 +113,10 @@ class Lease:
             return self.record
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
-        error = self._error_text()
+        self._refuse(answer, code, self._error_text())
+
+    def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
+        """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
         if code == EXIT_HELD:
             message = answer.get("message") or "holder not recorded"
@@ -126,6 +134,86 @@ class Lease:
                                     "update the helper first (vq admin update HOST); nothing was run")
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}; nothing was run")
+
+    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any] | None:
+        """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
+
+        Over ssh this process is the run's connection master (``ControlMaster=yes``, no
+        ControlPersist): later calls of the run multiplex over it, and it ends when the lease
+        is released.  The command line is the agent's words and ``session`` only (each a
+        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is); the
+        request, with the login-shell probe on first contact, goes on stdin.  Returns the
+        agent's answer with the lease held (``answer["lease"]``), or ``None`` when the agent
+        has no ``session`` verb (an older helper: the caller takes the lease the old way).
+        A transport lost before or after the agent answered is ``answer["interrupted"]``
+        (text), with no lease held.  Raises as :meth:`acquire` does for a lease not held,
+        and :class:`Refused` for a login shell that is not POSIX.
+        """
+        from . import faults
+        from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
+
+        argv = [*self.argv[:self.argv.index("lease")], "session"]
+        ssh = self.transport if isinstance(self.transport, SshTransport) else None
+        if ssh is not None and not ssh.shell_checked:
+            request = dict(request, shell_probe={"command": " ".join(shlex.quote(w) for w in SHELL_PROBE),
+                                                 "expected": SHELL_PROBE_EXPECTED.decode()})
+        full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
+        self.record["argv"] = argv
+        fault = faults.next_call(argv, self.where) if faults.active() else None
+        if fault == "drop-before":
+            return {"interrupted": f"{describe_interruption(self.where, SSH_TRANSPORT_EXIT)}: vq-admin test fault: "
+                                   "connection dropped before the command ran"}
+        started = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         start_new_session=True, close_fds=True)
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request, sort_keys=True).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the agent (or ssh) ended at once: its status says why
+        except OSError as exc:
+            raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
+        line = self._read_line(timeout)
+        self.record["seconds"] = round(time.monotonic() - started, 3)
+        answer = _parse(line)
+        raw = answer.get("lease")
+        held: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if answer and held.get("held") is True and fault is None:
+            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
+            if ssh is not None:
+                ssh.shell_checked = True
+            return answer
+        code = self._end(RELEASE_TIMEOUT)
+        self.proc = None
+        error = self._error_text()
+        if fault is not None or not answer:
+            if not answer and code == 2 and "session" in error and "invalid choice" in error:
+                self.record["argv"] = self.argv  # the caller takes the lease with the lease verb
+                self._stderr.seek(0)
+                self._stderr.truncate()
+                return None
+            if fault is None and code is not None and code not in (SSH_TRANSPORT_EXIT,) and code >= 0:
+                if ssh is not None and not ssh.shell_checked:
+                    # No answer at all (the login shell could not even run the agent's words?): the
+                    # separate probe tells a login shell that is not POSIX (77) from a broken agent.
+                    ssh.check_login_shell()
+                raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
+                              f"{code}: {error or 'no answer'}; nothing was run")
+            tail = error.splitlines()[-1] if error else "no message"
+            return {"interrupted": f"{describe_interruption(self.where, code if fault is None else SSH_TRANSPORT_EXIT)}"
+                                   f": {('vq-admin test fault: ' + fault) if fault else tail}"}
+        shell = answer.get("shell")
+        if ssh is not None and isinstance(shell, dict) and shell.get("posix") is not True:
+            stdout, exit_code = shell.get("stdout"), shell.get("exit_code")
+            text = stdout if isinstance(stdout, str) else ""
+            ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), exit_code if isinstance(exit_code, int) else None,
+                             f"login shell {shell.get('shell')}: " + str(shell.get("stderr") or shell.get("error") or ""))
+        if ssh is not None:
+            ssh.shell_checked = True
+        status = held.get("exit")
+        self._refuse(held, status if isinstance(status, int) else code,
+                     str(held.get("error") or error).replace("vq-admin-agent: ", ""))
 
     def release(self) -> None:
         # The receipt (holding self.record) is stored before the lease is released and
@@ -213,11 +301,18 @@ def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
 
 
 @contextmanager
-def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
+def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None,
+               deferred: bool = False) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``
     record: where, argv, the holder, when it was acquired and released.
+
+    *deferred* (a lane that opens its first call itself, see
+    :mod:`vq_admin.lanes.first_call`): when the agent's words can be sent before
+    the login shell is known, the lease is not taken here but left in
+    ``ctx.lease`` for the body to take with :meth:`Lease.open_session` before
+    it runs anything on a host; it is released here all the same.
     """
     host = ctx.config.hosts.get(host_name)
     if host is None:  # the lane's own checks name the problem
@@ -232,6 +327,14 @@ def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
         from .lanes.stat_paths import check_agent_before_lease
 
         check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
+    if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
+        ctx.lease = lease
+        try:
+            yield lease
+        finally:
+            ctx.lease = None
+            lease.release()
+        return
     try:
         lease.acquire()
     except AgentWithoutLease as exc:

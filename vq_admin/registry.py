@@ -45,7 +45,7 @@ import json
 import os
 import re
 
-from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE
+from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from .bounded import InputError, loads_json
 from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at

@@ -23,6 +23,7 @@ ssh connection per destination for the length of a run (ControlMaster).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -218,17 +219,33 @@ class SshTransport(Transport):
             return RunResult(list(SHELL_PROBE), self.where, done.returncode, done.stdout, done.stderr,
                              time.monotonic() - started, "transport")
         if done.returncode != 0 or done.stdout != SHELL_PROBE_EXPECTED:
-            from .outcome import Refused
-
-            detail = done.stderr.decode("utf-8", "replace").strip().replace("\n", " | ")[-300:]
-            raise Refused(
-                f"the login shell on {self.destination} does not parse commands as a POSIX shell does (vq-admin's "
-                f"quoting probe came back as {done.stdout[:120]!r}, exit {done.returncode}"
-                + (f": {detail}" if detail else "") + "); vq-admin quotes every remote argv for a POSIX shell and "
-                "never sends one that could mean something else there. Give the account a POSIX login shell on "
-                "that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); nothing was run")
+            self.refuse_shell(done.stdout, done.returncode, done.stderr.decode("utf-8", "replace"))
         self.shell_checked = True
         return None
+
+    def refuse_shell(self, stdout: bytes, code: int | None, detail: str) -> None:
+        """Refuse (77) a login shell whose answer to the quoting probe was not a POSIX shell's."""
+        from .outcome import Refused
+
+        detail = detail.strip().replace("\n", " | ")[-300:]
+        raise Refused(
+            f"the login shell on {self.destination} does not parse commands as a POSIX shell does (vq-admin's "
+            f"quoting probe came back as {stdout[:120]!r}, exit {code}"
+            + (f": {detail}" if detail else "") + "); vq-admin quotes every remote argv for a POSIX shell and "
+            "never sends one that could mean something else there. Give the account a POSIX login shell on "
+            "that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); nothing was run")
+
+    def master_wrap(self, argv: Sequence[str]) -> list[str]:
+        """*argv* (words every shell reads literally, see :func:`literal_words`) as the run's
+        connection master: ``ControlMaster=yes`` on the run's ControlPath, without ControlPersist,
+        so the master is this ssh process and ends with its own session (no ``-O exit``).  Without
+        a control directory (connection sharing off) it is a plain connection."""
+        base = ["ssh"] + (["-F", self.ssh_config] if self.ssh_config else []) + list(SSH_OPTIONS)
+        if self.control_dir and not _holds_anything(self.control_dir):
+            base += ["-o", "ControlMaster=yes", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=no"]
+        elif self.control_dir:  # a master is already up: ride on it
+            base += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control_dir}/%C"]
+        return [*base, "--", self.destination, " ".join(argv)]
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]
@@ -475,6 +492,16 @@ def _holds_anything(directory: str) -> bool:
         return bool(os.listdir(directory))
     except OSError:
         return False
+
+
+#: A word that sh, bash, dash, ksh, zsh, tcsh and fish all read as itself: no quoting, globbing,
+#: expansion, history or job syntax (no leading "-", "~" or "=").
+LITERAL_WORD = re.compile(r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z")
+
+
+def literal_words(words: Iterable[str]) -> bool:
+    """True when every word is a :data:`LITERAL_WORD` (safe to send before the login shell is known)."""
+    return all(LITERAL_WORD.match(w) for w in words)
 
 
 def quote_argv(argv: Iterable[str]) -> str:

@@ -5,6 +5,11 @@ one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
 stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
 75 (``lease`` only) the lease is held by another run.
 
+``session`` (a run's first call: the login-shell probe, the lease,
+``check-paths`` and ``verify-readback`` in one start, see :mod:`.session`)
+and ``verify-readback`` are served by :mod:`.entry` before this verb table
+is imported.
+
 Standard library only, on Python 3.8 and later (the allocation verbs use
 ``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
 the driver side is imported: the agent must run on a host that has only this
@@ -25,7 +30,7 @@ import json
 import os
 import sys
 
-from . import allocation, identity, install_file, lease, safedirs, securepath, stage, verify_readback
+from . import allocation, checkpaths, identity, install_file, lease, safedirs, stage, verify_readback
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE
 
@@ -60,24 +65,11 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
     directories pass and the nearest one is writable by nobody else at all
     (a sticky ``/tmp`` would let another user create it first).
     """
-    checked, refused = [], []
-    for path in args.paths:
-        if not path.startswith("/"):
-            continue
-        checked.append(path)
-        problem = securepath.path_problem(path, what="command file", missing_ok=True)
-        if problem is None and not os.path.lexists(path):
-            problem = _creatable_by_others(path)
-        if problem:
-            refused.append({"path": path, "problem": problem})
+    checked, refused = checkpaths.check(args.paths)
     _emit({"checked": checked, "refused": refused})
     for item in refused:
         print(f"vq-admin-agent: refused: {item['problem']}", file=sys.stderr)
     return EXIT_UNSAFE if refused else 0
-
-
-def _creatable_by_others(path: str) -> str | None:
-    return securepath.creatable_problem(path)
 
 
 def cmd_stage_create(args: argparse.Namespace) -> int:
@@ -337,7 +329,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", required=True, help="holder record: when the run started (UTC)")
     p.add_argument("--run-id", required=True, help="holder record: the run's id")
     p.set_defaults(func=lease.main_lease)
+
+    p = sub.add_parser("session", help="a run's first call: login-shell probe, lease, check-paths and verify in "
+                       "one start (one JSON request line on stdin), then hold the lease until stdin closes",
+                       description="Read one JSON request line on stdin; run the login-shell probe, take the "
+                                   "lease, check the command paths and run the verify with its launcher read-back, "
+                                   "each only when everything before it passed; print one JSON answer line; hold "
+                                   "the lease (when taken) until stdin closes.")
+    p.set_defaults(func=cmd_session)
     return parser
+
+
+def cmd_session(args: argparse.Namespace) -> int:
+    """See :mod:`.session` (normally served by the console entry before this table is loaded)."""
+    from . import session
+
+    return session.main([])
 
 
 def main(argv: list[str] | None = None) -> int:

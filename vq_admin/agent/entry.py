@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         from .verify_readback import main as verify_readback
 
         return verify_readback(argv[1:])
+    if argv[:1] == ["session"]:  # a run's first call: probe, lease, check-paths and verify in one start
+        from .session import main as session
+
+        return session(argv[1:])
     from .cli import main as full
 
     return full(argv)

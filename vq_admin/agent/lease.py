@@ -34,11 +34,14 @@ import errno
 import fcntl
 import json
 import os
-import secrets
-import socket
 import sys
 import time
-from typing import Any, BinaryIO, Dict, Optional, TextIO
+
+# Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
+# stays near a bare interpreter start, so typing, socket and secrets are not imported at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Dict, Optional, TextIO
 
 from . import paths, securepath
 from .identifiers import NAME_RE
@@ -131,7 +134,7 @@ def describe(holder: Optional[Dict[str, Any]]) -> str:
 
 def _write_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
-    tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{secrets.token_hex(6)}")
+    tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{os.urandom(6).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -187,7 +190,7 @@ def hold(directory: str, name: str, holder: Dict[str, Any], stdin: BinaryIO, out
                                  sort_keys=True) + "\n")
             out.flush()
             return EXIT_HELD
-        record = dict(holder, agent_pid=os.getpid(), agent_host=socket.gethostname())
+        record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
         _write_atomic(path + ".holder", (json.dumps(record, sort_keys=True) + "\n").encode())
         out.write(json.dumps({"held": True, "lock": path, "holder": record}, sort_keys=True) + "\n")
         out.flush()

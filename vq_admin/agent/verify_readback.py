@@ -88,13 +88,14 @@ def active_path_of(stdout: bytes) -> str | None:
     return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None
 
 
-def verify_readback(argv: list[str]) -> dict:
-    """Run the verify *argv*, then hash the launcher its receipt names."""
+def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run the verify *argv* (with *env* added to this environment), then hash the launcher its receipt names."""
     import subprocess
 
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, **env) if env else None)
         code, out, err = done.returncode, done.stdout, done.stderr
     except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
         code = 127 if isinstance(exc, FileNotFoundError) else 126

@@ -112,7 +112,7 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
             receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
             receipt.extra.update(early or {})  # e.g. the "rollback" or "prune" field of a refused rollback or prune
             return refuse_early(ctx, receipt, exc)
-        return execute_lane(ctx, lane.receipt, lane.run, key)
+        return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
 
 
 def check_name(value: str, what: str) -> str:
@@ -131,7 +131,8 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
 
 
-def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None]) -> int:
+def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None],
+                 deferred_lease: bool = False) -> int:
     """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
     a second run from any driver exits 75 naming the holder); turn every definite
     error into a receipt.
@@ -147,7 +148,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
                 receipt = body()
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
-                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key):
+                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
+                                                                      deferred=deferred_lease):
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:

@@ -47,6 +47,7 @@ from ..receipt import Receipt
 from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
 from . import remote_paths, stat_paths
+from . import first_call
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
@@ -58,6 +59,9 @@ PLACEHOLDER_TREE = "0" * 64
 
 class HelperUpdate:
     """One helper update of one host."""
+
+    #: The host-side lease is taken in the run's first agent call (:func:`.first_call.open_helper`).
+    opens_lease = True
 
     def __init__(self, ctx: RunContext, host_name: str, sha: str | None):
         self.ctx = ctx
@@ -143,7 +147,10 @@ class HelperUpdate:
         stat_paths.run_places(self.receipt.plan, self.command_places())
         with tempfile.TemporaryDirectory(prefix="vq-admin-helper-") as workdir:
             self.source = self.staging.archive(self.source, workdir)
-            pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
+            # the lease and the pre-identity in one agent call over the run's connection master
+            pre = first_call.open_helper(self)
+            if pre is None:
+                pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}
             if pre.interrupted:
                 self.receipt.errors.append(f"pre-identity: {pre.error}")

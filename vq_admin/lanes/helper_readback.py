@@ -31,6 +31,7 @@ from ..agent.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
 from ..plan import Plan, Step, execute
+from ..transport import RunResult
 
 #: Re-reads after the first read of a well-formed mismatch.
 REREADS = 5
@@ -100,6 +101,12 @@ def compare(identity: HelperIdentity, sha: str, tree: str) -> list[str]:
 def read_identity(ctx: RunContext, host: HostConfig, step: Step, sha: str | None, tree: str | None) -> IdentityRead:
     """Run *step* (the identity argv) on the login host and judge the answer."""
     result = execute(step, ctx.login(host), identity_argv(host), timeout=IDENTITY_TIMEOUT)
+    return judge_identity(step, result, sha, tree)
+
+
+def judge_identity(step: Step, result: RunResult, sha: str | None, tree: str | None) -> IdentityRead:
+    """The identity answer in *result* (from :func:`read_identity`, or from the run's first agent
+    call, :mod:`.first_call`), judged against *sha* and *tree*."""
     found = IdentityRead(step=step.name)
     if result.interrupted:
         found.interrupted, found.error = True, result.describe()

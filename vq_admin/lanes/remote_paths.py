@@ -24,7 +24,7 @@ checked by the driver itself (see :mod:`vq_admin.plan`).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn, Sequence, Tuple
 
 from ..outcome import Refused, VqAdminError
 from ..plan import Plan, execute
@@ -136,9 +136,10 @@ def plan(update: "RuntimeUpdate") -> None:
     plan_places(update.receipt.plan, update.host.agent, command_words(update))
 
 
-def run(update: "RuntimeUpdate") -> None:
-    """Run the checks; refuse (77) before any provider command runs on a host that fails them."""
-    run_places(update.receipt.plan, update.host.agent, update.host.name, command_words(update))
+def run(update: "RuntimeUpdate", done: str | None = None) -> None:
+    """Run the checks; refuse (77) before any provider command runs on a host that fails them.
+    *done* names the host whose check already ran in the run's first agent call (:mod:`.first_call`)."""
+    run_places(update.receipt.plan, update.host.agent, update.host.name, command_words(update), done=done)
 
 
 def plan_places(steps: Plan, agent: Sequence[str], places: list[Place]) -> None:
@@ -147,10 +148,14 @@ def plan_places(steps: Plan, agent: Sequence[str], places: list[Place]) -> None:
         steps.add(step_name(index), transport.where, check_argv(agent, words), PURPOSE)
 
 
-def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[Place]) -> None:
+def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[Place],
+               done: str | None = None) -> None:
     """Run the steps :func:`plan_places` added; :class:`Refused` (77) naming the key, the path,
-    its owner and mode and the fix when a host fails them (nothing has run there then)."""
+    its owner and mode and the fix when a host fails them (nothing has run there then).
+    *done* names a host whose check already ran (it is skipped)."""
     for index, (transport, words) in enumerate(places):
+        if transport.where == done:
+            continue
         step = steps.get(step_name(index))
         result = execute(step, transport, check_argv(agent, words), timeout=CHECK_TIMEOUT)
         if result.ok:
@@ -162,13 +167,21 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
                 refused = json.loads(result.text()).get("refused") or []
             except (ValueError, AttributeError):
                 refused = []
-            lines = [f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}"
-                     for item in refused if isinstance(item, dict)]
-            detail = "; ".join(lines) or result.error_text()[-500:]
-            raise Refused(f"refused on {transport.where}: {detail}; nothing was run there")
+            refuse(transport.where, words, refused, result.error_text()[-500:])
         raise Refused(f"{step.name}: the helper on {transport.where} could not check the command files "
                       f"({result.describe()}: {result.error_text()[-300:]}); update the helper "
                       f"(vq admin update {host_name}) and rerun; nothing was run")
+
+
+def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallback: str) -> NoReturn:
+    """Refuse (77) naming each refused path's configuration keys and its problem."""
+    lines = []
+    for item in refused if isinstance(refused, list) else []:
+        if not isinstance(item, dict):
+            continue
+        lines.append(f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}")
+    detail = "; ".join(lines) or fallback
+    raise Refused(f"refused on {where}: {detail}; nothing was run there")
 
 
 def keys_of(words: list[tuple[str, str]], path: object) -> list[str]:

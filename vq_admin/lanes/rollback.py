@@ -80,6 +80,10 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None) ->
 class RuntimeRollback(RuntimeUpdate):
     """One rollback of one program on one host."""
 
+    #: The lease is taken before the body (its own pre-verify records "from"; the activation path
+    #: has no first call), not in the update's first agent call.
+    opens_lease = False
+
     def __init__(self, ctx: RunContext, host_name: str, program: str, to: str | None):
         self.entry = verified_target(ctx.state, host_name, program, to)
         super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))

@@ -33,13 +33,16 @@ from ..plan import Step, execute
 from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
-from . import remote_paths
+from . import first_call, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
 
 class RuntimeUpdate:
     """One runtime update of one program on one host."""
+
+    #: The host-side lease is taken in the run's first agent call (:mod:`.first_call`).
+    opens_lease = True
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, sha: str, tag: str | None):
         self.ctx = ctx
@@ -128,12 +131,15 @@ class RuntimeUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
-        remote_paths.run(self)
+        # The lease, the login host's command-file check and (fixed-host builds) the pre-verify in
+        # one agent call over the run's connection master: an already-current run ends after it.
+        pre = first_call.open_runtime(self)
         if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
             from . import allocation_attempt
 
             allocation_attempt.reconcile_previous(self)
-        pre = self.verify(*self.pre, shared=False)  # an already-current run ends here: one ssh round trip
+        if pre is None:
+            pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)

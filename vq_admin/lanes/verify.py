@@ -83,6 +83,13 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, verify_step.planned_argv, timeout=timeout)
+    return judge_verify(login, host, request, verify_step, readback_step, result, verify_argv, timeout)
+
+
+def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
+                 readback_step: Step, result: RunResult, verify_argv: list[str], timeout: float) -> Verification:
+    """The verify-readback answer in *result* (run by :func:`run_verify`, or inside the run's first
+    agent call, :mod:`.first_call`), judged into a :class:`Verification`."""
     found = Verification(step=verify_step.name)
     if result.interrupted:
         found.interrupted, found.error = True, result.describe()

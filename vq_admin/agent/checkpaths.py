@@ -1,0 +1,33 @@
+"""The ``check-paths`` rule, shared by the verb and by ``session`` (standard library only).
+
+Every absolute word is checked with the secure-path rule (:mod:`.securepath`);
+a word that is not an absolute path is looked up in PATH and not checked.  A
+word naming nothing yet passes when its existing directories pass and the
+nearest one is writable by nobody else at all (a sticky ``/tmp`` would let
+another user create it first).
+"""
+
+from __future__ import annotations
+
+import os
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Tuple
+
+from . import securepath
+
+
+def check(paths: List[str]) -> Tuple[List[str], List[Dict[str, str]]]:
+    """``(checked, refused)``: the absolute words checked, and ``{"path", "problem"}`` for each refused."""
+    checked: List[str] = []
+    refused: List[Dict[str, str]] = []
+    for path in paths:
+        if not path.startswith("/"):
+            continue
+        checked.append(path)
+        problem = securepath.path_problem(path, what="command file", missing_ok=True)
+        if problem is None and not os.path.lexists(path):
+            problem = securepath.creatable_problem(path)
+        if problem:
+            refused.append({"path": path, "problem": problem})
+    return checked, refused

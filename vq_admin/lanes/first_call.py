@@ -1,0 +1,187 @@
+"""A lane's first call on its login host: one ssh process, one agent start.
+
+Before anything runs on a host, a runtime update needs four things from its
+login host: that its login shell parses commands as a POSIX shell does
+(section 10), the host-side lease (section 9), the command-file check of the
+words that will run there (section 10) and the read-only pre-verify with its
+launcher read-back.  They are one ``vq-admin-agent session`` call
+(:mod:`vq_admin.agent.session`): the ssh client that runs it is the run's
+connection master, its command line is only the agent's words and
+``session`` (words every shell reads literally), and the rest goes on stdin
+as one JSON request.  An already-current run ends there: the driver closes
+the session's stdin, the agent releases the lease and exits, and the master
+ends with it (no ``ssh -O exit``).  Otherwise the run goes on over that
+master while the session keeps the lease until the run ends.
+
+The receipt keeps its steps: ``check-commands`` and ``pre-verify`` /
+``pre-verify-readback`` are recorded from the one answer, and the fault
+injection of tests counts the session as the pre-verify's call.
+
+The helper lane does the same with its pre-identity read instead of the
+pre-verify and check (:func:`open_helper`).
+
+Falls back to the separate calls (probe, ``lease``, ``check-paths``,
+``verify-readback``) when the lease was not deferred (agent words that are
+not literal) or the login host's agent predates ``session``; an allocation
+profile does the pre-verify separately, after the previous attempt is
+reconciled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import faults
+from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
+from ..outcome import VqAdminError
+from ..plan import record, refuse_unsafe_command
+from ..transport import RunResult, SshTransport
+from . import remote_paths
+from .helper_readback import IdentityRead, judge_identity
+from .verify import Verification, judge_verify
+
+if TYPE_CHECKING:
+    from .helper import HelperUpdate
+    from .runtime import RuntimeUpdate
+
+PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
+
+
+def open_runtime(update: "RuntimeUpdate") -> Verification | None:
+    """Take the lease, check the login host's command files and, when the profile builds on a
+    fixed host, pre-verify, in one agent call.  Returns the pre-verify when it was done here,
+    else ``None`` (the caller runs it); raises as the separate steps would."""
+    lease: Lease | None = update.ctx.lease
+    if lease is None:  # taken the old way by host_lease (or a dry run)
+        remote_paths.run(update)
+        return None
+    login = update.ctx.login(update.host)
+    pre_verify, pre_readback = update.pre
+    check_index, check_words = _login_check(update)
+    request: dict[str, Any] = {"lease": _lease_request(lease)}
+    if check_words is not None:
+        request["check_paths"] = remote_paths.check_argv(update.host.agent, check_words)[len(update.host.agent) + 2:]
+    verify_argv = pre_verify.planned_argv[len(update.host.agent) + 2:]
+    with_verify = update.profile.update_allocation is None and bool(verify_argv)
+    if with_verify:
+        refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
+        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}
+    if with_verify:
+        faults.step_boundary(pre_verify.name, "before")
+    started = time.monotonic()
+    answer = lease.open_session(request)
+    seconds = time.monotonic() - started
+    if answer is None:  # an older agent: the separate calls
+        lease.acquire()
+        remote_paths.run(update)
+        return None
+    interrupted = answer.get("interrupted")
+    if interrupted is not None:
+        if not with_verify:
+            raise LeaseUnreachable(f"cannot take the host-side lease: {interrupted}; this run changed nothing")
+        pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
+        pre_verify.seconds = seconds
+        pre_readback.status = "skipped"
+        faults.step_boundary(pre_verify.name, "after")
+        return Verification(step=pre_verify.name, error=str(interrupted), interrupted=True)
+    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    if check_words is not None:
+        _record_check(update, check_index, check_words, answer.get("check_paths"), login.where, seconds)
+    remote_paths.run(update, done=login.where)  # the build host's own check, when it is another host
+    if not with_verify:
+        return None
+    pre_verify.purpose += PURPOSE
+    verify = answer.get("verify")
+    result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
+    pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
+        pre_verify.planned_argv, "ok", 0, seconds
+    found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
+                         verify_argv, update.profile.verify_timeout_seconds)
+    faults.step_boundary(pre_verify.name, "after")
+    return found
+
+
+def open_helper(update: "HelperUpdate") -> IdentityRead | None:
+    """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
+    one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
+    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
+    than that: how it gets updated) runs without one and says so."""
+    lease: Lease | None = update.ctx.lease
+    if lease is None:
+        return None
+    step = update.receipt.plan.get("pre-identity")
+    faults.step_boundary(step.name, "before")
+    started = time.monotonic()
+    answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
+    seconds = time.monotonic() - started
+    if answer is None:
+        try:
+            lease.acquire()
+        except AgentWithoutLease as exc:
+            lease.release()
+            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+            lease.record["note"] = note
+            update.receipt.extra.setdefault("notes", []).append(note)
+            update.ctx.narrate(note)
+        return None
+    step.argv, step.seconds = step.planned_argv, seconds
+    interrupted = answer.get("interrupted")
+    if interrupted is not None:
+        step.status, step.detail = "interrupted", str(interrupted)
+        faults.step_boundary(step.name, "after")
+        return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
+    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    step.purpose += PURPOSE
+    if "identity" in answer:
+        result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)
+    else:
+        result = RunResult(step.planned_argv, lease.where, 1, b"",
+                           str(answer.get("identity_error") or "no identity in the answer").encode(), seconds)
+    record(step, result)
+    found = judge_identity(step, result, update.sha, update.tree)
+    faults.step_boundary(step.name, "after")
+    return found
+
+
+def _lease_request(lease: Lease) -> dict[str, Any]:
+    argv = lease.argv
+
+    def value(option: str) -> str | None:
+        return argv[argv.index(option) + 1] if option in argv else None
+
+    return {"root": value("--root"), "lane": value("--lane"), "host": value("--host"),
+            "program": value("--program"),
+            "holder": {"driver_host": value("--driver-host"), "user": value("--user"),
+                       "pid": int(value("--pid") or 0), "since": value("--since"), "run_id": value("--run-id")}}
+
+
+def _login_check(update: "RuntimeUpdate") -> tuple[int, list[tuple[str, str]] | None]:
+    """The index and words of the login host's ``check-commands`` step (ssh only), if it has one."""
+    login = update.ctx.login(update.host)
+    if not isinstance(login, SshTransport):
+        return 0, None
+    for index, (transport, words) in enumerate(remote_paths.command_words(update)):
+        if transport.where == login.where:
+            return index, words
+    return 0, None
+
+
+def _record_check(update: "RuntimeUpdate", index: int, words: list[tuple[str, str]], answer: Any, where: str,
+                  seconds: float) -> None:
+    step = update.receipt.plan.get(remote_paths.step_name(index))
+    faults.step_boundary(step.name, "before")
+    step.argv, step.seconds = step.planned_argv, seconds
+    step.purpose += PURPOSE
+    refused = answer.get("refused") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or not isinstance(refused, list):
+        step.status, step.exit_code = "failed", None
+        step.detail = "the agent's session answered no check-paths result"
+        raise VqAdminError(f"{step.name}: {step.detail}; no configured command was run")
+    if refused:
+        step.status, step.exit_code = "failed", remote_paths.AGENT_UNSAFE
+        step.detail = "; ".join(str(item.get("problem")) for item in refused if isinstance(item, dict))
+        remote_paths.refuse(where, words, refused, step.detail)
+    step.status, step.exit_code = "ok", 0
+    faults.step_boundary(step.name, "after")
