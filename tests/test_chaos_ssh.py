@@ -10,13 +10,14 @@ every other remote step:
   stage reclaim after a verified switch;
 * the runtime lane in an allocation: the ssh client carrying the batch
   submission and the job's follow, while the job runs and while it is
-  pending behind a blocking job (the job keeps running either way);
+  pending behind a blocking job (the job keeps running either way), and
+  then the ssh client of the reconcile that follows the job instead;
 * the helper lane (``vq admin update HOST``): pre-identity, the stage
   steps, the helper command, the read-back and the stage reclaim;
-* the source mirror feed: the push (held by the mirror's own pre-receive
-  hook) and the confirm read after a push that exited 0 (held by a
-  ``git-upload-pack`` wrapper on the mirror host's PATH; no test hook in
-  vq-admin is involved).
+* the source mirror feed: the probe and the read before the push, the push
+  (held by the mirror's own pre-receive hook) and the confirm read after a
+  push that exited 0 (held by ``git`` and ``git-upload-pack`` wrappers on the
+  mirror host's PATH; no test hook in vq-admin is involved).
 
 A kill lands at its step without sleep-and-hope: the remote side holds the
 step (a wrapper around the agent, the helper command, a hook) and writes a
@@ -228,10 +229,15 @@ def test_ssh_client_killed_at_the_stage_reclaim_after_the_switch(tmp_path: Path,
 # -- the runtime lane in an allocation: the ssh client carrying the submission and the follow ----------
 
 
-def _alloc_kill_case(tmp_path: Path, real_cluster: RealCluster, program: str, *, pending: bool) -> Done:
+def _alloc_kill_case(tmp_path: Path, real_cluster: RealCluster, program: str, *, pending: bool,
+                     reconcile_too: bool = False) -> Done:
     slurm = real_cluster.slurm
     world = World(tmp_path, str(real_cluster.sshd.ssh_config), program, allocation=True)
-    world.set_deploy(f"touch {world.marks}/running; sleep 3")
+    if reconcile_too:  # the job holds until released, so the reconcile is still waiting when it is killed
+        world.set_deploy(f"touch {world.marks}/running; i=0; while [ ! -e {world.marks}/release ] && "
+                         f"[ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done")
+    else:
+        world.set_deploy(f"touch {world.marks}/running; sleep 3")
     blocker = _blocker(slurm) if pending else None
     try:
         vq = world.start()
@@ -245,6 +251,9 @@ def _alloc_kill_case(tmp_path: Path, real_cluster: RealCluster, program: str, *,
         else:
             world.mark("running")
         kill_ssh_client(vq, " alloc-run ")
+        if reconcile_too:
+            kill_ssh_client(vq, " alloc-reconcile ")
+            release(world.marks)
         if blocker:  # the job keeps its place in the queue and runs once the blocker is gone
             slurm.run("scancel", blocker)
             blocker = None
@@ -252,11 +261,16 @@ def _alloc_kill_case(tmp_path: Path, real_cluster: RealCluster, program: str, *,
     finally:
         if blocker:
             slurm.run("scancel", blocker)
+        release(world.marks)
     no_false_ok(world, done)
     assert done.receipt["deploy"]["job_id"] == job and done.receipt["deploy"]["reconciled"], done.receipt["deploy"]
     steps = {s["name"]: s for s in done.receipt["steps"]}
     assert steps["deploy"]["status"] == "interrupted" and "killed by SIGKILL" in steps["deploy"]["detail"]
-    assert steps["deploy-reconcile"]["status"] == "ok"
+    if reconcile_too:
+        assert steps["deploy-reconcile"]["status"] == "interrupted", steps["deploy-reconcile"]
+        assert steps["deploy-reconcile-2"]["status"] == "ok", steps["deploy-reconcile-2"]
+    else:
+        assert steps["deploy-reconcile"]["status"] == "ok"
     assert wait_until(lambda: _job_gone(slurm, job), 60)
     clean_after(world, done, converge(world))
     return done
@@ -271,6 +285,13 @@ def test_ssh_client_of_the_allocation_killed_while_the_job_is_pending(tmp_path: 
                                                                       real_cluster: RealCluster) -> None:
     done = _alloc_kill_case(tmp_path, real_cluster, "chaos-kill-alloc-pending", pending=True)
     record("SIGKILL of the ssh client that submitted the allocation job while it is pending", "ok", done.outcome)
+
+
+def test_ssh_client_of_the_allocation_and_then_of_its_reconcile_killed(tmp_path: Path,
+                                                                       real_cluster: RealCluster) -> None:
+    done = _alloc_kill_case(tmp_path, real_cluster, "chaos-kill-alloc-reconcile", pending=False, reconcile_too=True)
+    record("SIGKILL of the ssh client following the allocation job, then of its first deploy-reconcile", "ok",
+           done.outcome)
 
 
 # -- the helper lane ---------------------------------------------------------------------------------
@@ -384,13 +405,26 @@ def test_helper_lane_ssh_client_killed(tmp_path: Path, real_sshd: SshdServer, ca
 
 UPLOAD_PACK_WRAPPER = f"""#!/bin/sh
 # git-upload-pack on the mirror host, first on PATH: when <mirror>.hold names a ref the mirror
-# already holds (the push has landed), the read is held until <mirror>.release exists.
+# already holds (the push has landed), or <mirror>.holdread exists, the first such read is held
+# until <mirror>.release exists.
 repo="$1"
-if [ -e "$repo.hold" ] && git --git-dir="$repo" rev-parse -q --verify "$(cat "$repo.hold")" >/dev/null \\
-   && mkdir "$repo.held" 2>/dev/null; then
+if {{ [ -e "$repo.holdread" ] || {{ [ -e "$repo.hold" ] && /usr/bin/git --git-dir="$repo" rev-parse -q --verify \\
+     "$(cat "$repo.hold")" >/dev/null; }}; }} && mkdir "$repo.held" 2>/dev/null; then
   i=0; while [ ! -e "$repo.release" ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done
 fi
 exec /usr/bin/git-upload-pack "$@"
+"""
+
+GIT_WRAPPER = f"""#!/bin/sh
+# git on the mirror host, first on PATH: the probe (git -C MIRROR rev-parse --is-bare-repository)
+# of a mirror with <mirror>.holdprobe answers, then holds until <mirror>.release exists.
+if [ "$1" = -C ] && [ "$3" = rev-parse ] && [ "$4" = --is-bare-repository ] && [ -e "$2.holdprobe" ] \\
+   && mkdir "$2.held" 2>/dev/null; then
+  /usr/bin/git "$@"; rc=$?
+  i=0; while [ ! -e "$2.release" ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done
+  exit $rc
+fi
+exec /usr/bin/git "$@"
 """
 
 
@@ -402,8 +436,9 @@ def mirror_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer
     base = tmp_path_factory.mktemp("mirror-sshd")
     bindir = base / "bin"
     bindir.mkdir()
-    (bindir / "git-upload-pack").write_text(UPLOAD_PACK_WRAPPER)
-    (bindir / "git-upload-pack").chmod(0o755)
+    for name, text in (("git-upload-pack", UPLOAD_PACK_WRAPPER), ("git", GIT_WRAPPER)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
     server = SshdServer(base / "sshd", env={"PATH": f"{bindir}:{remote_path()}"})
     server.start()
     yield server
@@ -484,3 +519,35 @@ def test_ssh_client_of_the_mirror_confirm_killed_after_the_push_exited_0(tmp_pat
     again = converge(world, "ok")
     clean_after(world, done, again)
 
+
+
+@pytest.mark.parametrize("step, hold, needle", [("mirror-probe", "holdprobe", "is-bare-repository"),
+                                                ("mirror-read", "holdread", "git-upload-pack")])
+def test_ssh_client_of_a_mirror_read_killed_before_the_push(tmp_path: Path, mirror_sshd: SshdServer, step: str,
+                                                           hold: str, needle: str) -> None:
+    world, mirror = mirror_world(tmp_path, mirror_sshd, f"chaos-kill-{step}")
+    Path(f"{mirror}.{hold}").touch()
+    before = refs(mirror)
+    vq = world.start()
+    try:
+        assert wait_until(lambda: Path(f"{mirror}.held").exists(), 120), f"{step} was never held"
+        kill_ssh_client(vq, needle)
+        done = finish(vq)
+    finally:
+        Path(f"{mirror}.release").touch()
+        if vq.poll() is None:
+            vq.kill()
+            vq.wait()
+    no_false_ok(world, done)
+    assert refs(mirror) == before and world.active() is None
+    steps = {s["name"]: s for s in done.receipt["steps"]}
+    assert steps["mirror-feed"]["status"] == "skipped" and not stages(world.scratch, "runtime", f"chaos-kill-{step}")
+    assert "nothing was pushed" in done.receipt["errors"][-1], done.receipt["errors"]
+    if step == "mirror-probe":  # vq-admin's own ssh client: the receipt says the transport was interrupted
+        interruption = done.receipt["interruption"]
+        assert interruption["step"] == step and "killed by SIGKILL" in interruption["transport"], interruption
+    else:  # git's ssh client: git exits 128 ("Could not read from remote repository"), as for a refused login
+        assert steps[step]["exit_code"] == 128 and "cannot read the mirror" in done.receipt["errors"][-1]
+    record(f"SIGKILL of the ssh client of {step} (before the push)", "failed", done.outcome)
+    Path(f"{mirror}.{hold}").unlink()
+    clean_after(world, done, converge(world, "ok"))
