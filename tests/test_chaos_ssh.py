@@ -133,10 +133,10 @@ def no_unmarked_stage(scratch: Path, kind: str, name: str, named: str | None = N
 # -- the runtime lane on a fixed build host ---------------------------------------------------------
 
 
-def runtime_world(tmp_path: Path, ssh_config: str, program: str, verb: str, **hold: object) -> World:
+def runtime_world(tmp_path: Path, ssh_config: str, program: str, verb: str, *, receive: bool = False) -> World:
     world = World(tmp_path, ssh_config, program)
     wrapper = tmp_path / "agent-wrapper"
-    wrapper.write_text(hold_script(world.marks, AGENT, verb, **hold))  # type: ignore[arg-type]
+    wrapper.write_text(hold_script(world.marks, AGENT, verb, receive=receive))
     wrapper.chmod(0o755)
     use_agent(world.config, AGENT, wrapper)
     return world
