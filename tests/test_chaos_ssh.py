@@ -14,10 +14,11 @@ every other remote step:
   then the ssh client of the reconcile that follows the job instead;
 * the helper lane (``vq admin update HOST``): pre-identity, the stage
   steps, the helper command, the read-back and the stage reclaim;
-* the source mirror feed: the probe and the read before the push, the push
+* the source mirror feed: the probe, the symbolic-ref reads and the read before the push, the push
   (held by the mirror's own pre-receive hook) and the confirm read after a
   push that exited 0 (held by ``git`` and ``git-upload-pack`` wrappers on the
-  mirror host's PATH; no test hook in vq-admin is involved).
+  mirror host's PATH; no test hook in vq-admin is involved), and the site
+  preparer after a confirmed feed.
 
 A kill lands at its step without sleep-and-hope: the remote side holds the
 step (a wrapper around the agent, the helper command, a hook) and writes a
@@ -301,19 +302,20 @@ class HelperWorld:
     """A helper root bootstrapped at commit A, commit B requested, stages on cluster-build."""
 
     def __init__(self, tmp: Path, ssh_config: str, verb: str, *, only_if: str | None = None,
-                 command: str | None = None):
+                 command: str | None = None, receive: bool = False):
         self.tmp = tmp
         repo, self.a = helper_repo(tmp / "repo")
         self.root = tmp / "helper"
         bootstrap(self.root, repo.path, self.a, tmp)
-        self.sha = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
+        payload = {"payload.txt": "0123456789abcdef" * (RECEIVE_HOLD_AT // 4)} if receive else {}  # 4 MiB
+        self.sha = repo.commit("helper B", {"HELPER-NOTE": "B\n", **payload})
         self.scratch, self.marks, self.state = tmp / "scratch", tmp / "marks", tmp / "state"
         self.scratch.mkdir()
         self.marks.mkdir()
         self.installed = self.marks / "installed"
         real = str(self.root / "bin" / "vq-admin-agent")
         wrapper = tmp / "agent-wrapper"
-        wrapper.write_text(hold_script(self.marks, real, verb, only_if=only_if))
+        wrapper.write_text(hold_script(self.marks, real, verb, only_if=only_if, receive=receive))
         wrapper.chmod(0o755)
         updater = tmp / "helper-command"
         updater.write_text(f"#!/bin/sh\n{HELPER_UPDATE} --root {self.root} || exit $?\n: > {self.installed}\n"
@@ -351,6 +353,7 @@ HELPER_CASES = [
     # (case, the verb held, the needle of the ssh client, expected, hold only if)
     ("pre-identity", "identity", " identity ", "unknown", None),
     ("stage-create", "stage-create", " stage-create ", "failed", None),
+    ("stage-receive (mid-transfer)", "stage-receive", " stage-receive ", "failed", None),
     ("stage-verify", "stage-verify", " stage-verify ", "failed", None),
     ("the helper command (after it installed)", None, "helper-command", "ok", None),
     ("the read-back", "identity", " identity ", "unknown", "installed"),
@@ -359,7 +362,7 @@ HELPER_CASES = [
 
 
 @pytest.mark.parametrize("case, verb, needle, expected, only_if", HELPER_CASES,
-                         ids=["pre-identity", "stage-create", "stage-verify", "helper-command", "read-back",
+                         ids=["pre-identity", "stage-create", "stage-receive", "stage-verify", "helper-command", "read-back",
                               "stage-reclaim"])
 def test_helper_lane_ssh_client_killed(tmp_path: Path, real_sshd: SshdServer, case: str, verb: str | None, needle: str,
                                        expected: str, only_if: str | None) -> None:
@@ -369,7 +372,8 @@ def test_helper_lane_ssh_client_killed(tmp_path: Path, real_sshd: SshdServer, ca
     if verb is None:  # hold the helper command itself once it has installed
         held_cmd = (f"mkdir {marks}/held && : > {marks}/held/at && i=0 && while [ ! -e {marks}/release ] "
                     f"&& [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done\n")
-    world = HelperWorld(tmp_path, str(real_sshd.ssh_config), verb or "(none)", only_if=hold, command=held_cmd)
+    world = HelperWorld(tmp_path, str(real_sshd.ssh_config), verb or "(none)", only_if=hold, command=held_cmd,
+                        receive=verb == "stage-receive")
     vq = world.start()
     try:
         held(marks)
@@ -417,9 +421,10 @@ exec /usr/bin/git-upload-pack "$@"
 
 GIT_WRAPPER = f"""#!/bin/sh
 # git on the mirror host, first on PATH: the probe (git -C MIRROR rev-parse --is-bare-repository)
-# of a mirror with <mirror>.holdprobe answers, then holds until <mirror>.release exists.
-if [ "$1" = -C ] && [ "$3" = rev-parse ] && [ "$4" = --is-bare-repository ] && [ -e "$2.holdprobe" ] \\
-   && mkdir "$2.held" 2>/dev/null; then
+# of a mirror with <mirror>.holdprobe, or the first symbolic-ref read of one with <mirror>.holdsymref,
+# answers, then holds until <mirror>.release exists.
+if {{ {{ [ "$1" = -C ] && [ "$3" = rev-parse ] && [ "$4" = --is-bare-repository ] && [ -e "$2.holdprobe" ]; }} \\
+     || {{ [ "$1" = -C ] && [ "$3" = symbolic-ref ] && [ -e "$2.holdsymref" ]; }}; }} && mkdir "$2.held" 2>/dev/null; then
   /usr/bin/git "$@"; rc=$?
   i=0; while [ ! -e "$2.release" ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done
   exit $rc
@@ -522,6 +527,7 @@ def test_ssh_client_of_the_mirror_confirm_killed_after_the_push_exited_0(tmp_pat
 
 
 @pytest.mark.parametrize("step, hold, needle", [("mirror-probe", "holdprobe", "is-bare-repository"),
+                                                ("mirror-symrefs", "holdsymref", " symbolic-ref "),
                                                 ("mirror-read", "holdread", "git-upload-pack")])
 def test_ssh_client_of_a_mirror_read_killed_before_the_push(tmp_path: Path, mirror_sshd: SshdServer, step: str,
                                                            hold: str, needle: str) -> None:
@@ -543,11 +549,31 @@ def test_ssh_client_of_a_mirror_read_killed_before_the_push(tmp_path: Path, mirr
     steps = {s["name"]: s for s in done.receipt["steps"]}
     assert steps["mirror-feed"]["status"] == "skipped" and not stages(world.scratch, "runtime", f"chaos-kill-{step}")
     assert "nothing was pushed" in done.receipt["errors"][-1], done.receipt["errors"]
-    if step == "mirror-probe":  # vq-admin's own ssh client: the receipt says the transport was interrupted
+    if step != "mirror-read":  # vq-admin's own ssh client: the receipt says the transport was interrupted
         interruption = done.receipt["interruption"]
         assert interruption["step"] == step and "killed by SIGKILL" in interruption["transport"], interruption
     else:  # git's ssh client: git exits 128 ("Could not read from remote repository"), as for a refused login
         assert steps[step]["exit_code"] == 128 and "cannot read the mirror" in done.receipt["errors"][-1]
     record(f"SIGKILL of the ssh client of {step} (before the push)", "failed", done.outcome)
     Path(f"{mirror}.{hold}").unlink()
+    clean_after(world, done, converge(world, "ok"))
+
+
+def test_ssh_client_of_the_preparer_killed_after_the_feed(tmp_path: Path, mirror_sshd: SshdServer) -> None:
+    """The site preparer (on the login host, after a confirmed feed) holds; its ssh client is killed: the
+    preparer may still be running, nothing was staged or built -> ``unknown``, naming the preparer."""
+    world, mirror = mirror_world(tmp_path, mirror_sshd, "chaos-kill-prepare")
+    prepare = tmp_path / "prepare-hold"
+    prepare.write_text(f"#!/bin/sh\nmkdir {world.marks}/held 2>/dev/null || exit 0\n: > {world.marks}/held/at\n"
+                       f"i=0; while [ ! -e {world.marks}/release ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; "
+                       "i=$((i+1)); done\n")
+    prepare.chmod(0o755)
+    text = world.config.read_text()
+    world.config.write_text(text.replace('lane = "release"\n', f'lane = "release"\nprepare_command = "{prepare}"\n'))
+    done = kill_at(world, "prepare-hold")
+    no_false_ok(world, done)
+    assert world.active() is None and f"refs/vq/pins/{world.sha}" in refs(mirror)
+    readback = done.receipt["readback"]
+    assert "may still be running" in readback["preparer"] and readback["build"] == "no build was started", readback
+    record("SIGKILL of the ssh client of the site preparer (after a confirmed feed)", "unknown", done.outcome)
     clean_after(world, done, converge(world, "ok"))
