@@ -426,9 +426,10 @@ def test_a_mirror_path_with_a_space_and_a_colon_is_fed_over_ssh(session, tmp_pat
 class DroppedPush(Log):
     """The push's connection 'drops' (git exits 128): after the push ran, or before it could."""
 
-    def __init__(self, push_first: bool, read_back_fails: bool = False):
+    def __init__(self, push_first: bool, read_back_fails: bool = False,
+                 words: str = "fatal: the remote end hung up unexpectedly"):
         super().__init__()
-        self.push_first, self.read_back_fails = push_first, read_back_fails
+        self.push_first, self.read_back_fails, self.words = push_first, read_back_fails, words
 
     def __call__(self, name, transport, argv, env, timeout):
         from vq_admin.transport import RunResult
@@ -438,7 +439,7 @@ class DroppedPush(Log):
                 assert super().__call__(name, transport, argv, env, timeout).ok
             else:
                 self.calls.append((name, list(argv)))
-            return RunResult(list(argv), "local", 128, b"", b"fatal: the remote end hung up unexpectedly\n")
+            return RunResult(list(argv), "local", 128, b"", self.words.encode() + b"\n")
         if name == "mirror-confirm" and self.read_back_fails:
             self.calls.append((name, list(argv)))
             return RunResult(list(argv), "local", 128, b"", b"fatal: Could not read from remote repository.\n")
@@ -454,13 +455,24 @@ def test_a_dropped_push_that_applied_is_settled_as_fed(session, bare, driver):
     assert all(r.new == r.requested for r in feed.refs)
 
 
-def test_a_dropped_push_that_did_not_apply_fails_with_nothing_changed(session, bare, driver):
+def test_a_push_that_never_reached_the_mirror_fails_with_nothing_changed(session, bare, driver):
     from vq_admin.outcome import VqAdminError
 
-    feed = make_feed(session, bare, driver, driver.b, log=DroppedPush(push_first=False))
+    runner = DroppedPush(push_first=False, words="fatal: Could not read from remote repository.")
+    feed = make_feed(session, bare, driver, driver.b, log=runner)
     with pytest.raises(VqAdminError, match="read-back shows nothing changed") as caught:
         feed.feed()
     assert caught.value.outcome.exit_code == 1 and snapshot(bare) == ""
+
+
+def test_a_push_cut_off_before_the_mirror_reported_is_unknown_though_nothing_applied_yet(session, bare, driver):
+    """git lost the connection mid-push: the receive left on the mirror may still apply it after the
+    read-back (tests/test_chaos_ssh.py shows a real one that does), so "unchanged" is only "not yet"."""
+    feed = make_feed(session, bare, driver, driver.b, log=DroppedPush(push_first=False))
+    with pytest.raises(mirror.FeedUnknown, match="may still be running") as caught:
+        feed.feed()
+    assert caught.value.outcome.exit_code == 3 and snapshot(bare) == ""
+    assert feed.push["outcome"].startswith("unknown") and "Re-check with: git -C" in caught.value.message
 
 
 def test_a_dropped_push_that_cannot_be_read_back_is_unknown(session, bare, driver):

@@ -143,7 +143,8 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
     if ":" in dest or "/" in dest:
         raise ConfigError(ssh_key, f"{dest!r} contains ':' or '/', which git cannot use in the url of "
                                    "feed_source_mirror; give the host an alias in the ssh configuration")
-    env = {"GIT_SSH_COMMAND": quote_argv(transport.ssh_base()), "GIT_SSH_VARIANT": "ssh"}
+    # LC_ALL=C: git's own words on a lost connection are read (mirror_feed.lost_mid_push)
+    env = {"GIT_SSH_COMMAND": quote_argv(transport.ssh_base()), "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
     return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env)
 
 

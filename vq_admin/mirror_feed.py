@@ -37,6 +37,22 @@ def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str
     return transport.run(argv, timeout=timeout, env=env or None)
 
 
+#: git's words (LC_ALL=C) for a connection lost after the push began talking to the mirror.
+LOST_MID_PUSH = ("the remote end hung up unexpectedly", "unexpected disconnect while reading sideband packet")
+
+
+def lost_mid_push(result: RunResult, lines: dict[str, tuple[str, str]], pushed: list[FeedRef]) -> bool:
+    """True when git itself ended the push because its connection was lost before any pushed ref's report.
+
+    (An interruption of vq-admin's own -- a timeout, a transport that never ran the command -- is
+    judged by the caller's read-back as before.)
+    """
+    if result.interrupted is not None or result.exit_code == 0 or any(r.ref in lines for r in pushed):
+        return False
+    text = result.error_text()
+    return any(words in text for words in LOST_MID_PUSH)
+
+
 class Feed:
     """Feed *sha* of the driver checkout *repo* into the bare mirror *path* on the login host."""
 
@@ -163,6 +179,15 @@ class Feed:
             self.push["outcome"] = f"pushed (git exited {result.exit_code}; read-back shows every ref fed)"
             self._read_back = held
             return
+        if held is not None and all(held.get(r.ref) == r.old for r in pushed) and lost_mid_push(result, lines, pushed):
+            # The pack went out and the mirror's report never came back: its receive (hooks, then the
+            # ref updates) may still be running there, so "unchanged" is only "not yet".
+            self.push["outcome"] = (f"unknown: git exited {result.exit_code} without the mirror's report; read-back "
+                                    "shows nothing applied yet")
+            raise FeedUnknown(f"mirror-feed: git push to {self.mirror.url} lost its connection before the mirror "
+                              f"reported ({result.describe()}: {result.error_text()[-300:]}); read-back shows "
+                              "nothing applied yet, but the mirror's receive may still be running and apply the "
+                              f"push. Re-check with: {quote_argv(self.read_command())}")
         if held is not None and all(held.get(r.ref) == r.old for r in pushed):
             self._nothing_changed(LANE_NOT_FED, f"failed: git exited {result.exit_code}; nothing changed")
             raise VqAdminError(f"mirror-feed: git push to {self.mirror.url} failed ({result.describe()}: "

@@ -144,7 +144,10 @@ class SourceStage:
         argv = [a.replace("<stage>", self.dir).replace("<success|failed>", "success" if success else "failed")
                 for a in step.planned_argv]
         result = execute(step, self.transport, argv, timeout=RECLAIM_TIMEOUT)
-        if not result.ok:
+        if result.interrupted:  # the reclaim may have run on the host before its answer was lost
+            self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.dir} may have been "
+                                       "reclaimed or kept; the next run of this lane that stages reclaims it)")
+        elif not result.ok:
             self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.dir} was kept)")
         self.dir = None
 
