@@ -98,7 +98,7 @@ class HelperUpdate:
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
         self.receipt.source = self.source.to_receipt()
-        self.receipt.extra["provider"] = self.host.helper_provider
+        self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         self.staging.plan_source(repo, self.sha, "helper")
         plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
@@ -199,7 +199,7 @@ class HelperUpdate:
             "read_on": self.ctx.login(self.host).where, "receipt": self.receipt.id, "at": utc_now(),
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
-        self.receipt.extra["activation"] = {"path": str(path), **activation}
+        self.receipt.activation = {"path": str(path), **activation}
         self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 
