@@ -190,7 +190,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return module.run(args)
 
 
-def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
+def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, object]:
     if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 
