@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from support import GitRepo, run_vq, site_example_host, write_config
+
 from vq_admin import cli, envelope
 from vq_admin.outcome import EXIT_CODES, Outcome, UsageError
 from vq_admin.receipt import SECTIONS, Receipt, UndeclaredSection
@@ -78,6 +80,15 @@ def check_envelope(stdout: str, status: int) -> dict[str, Any]:
 # -- the world the verbs run in ---------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def scripts_on_path() -> Iterator[None]:
+    """This interpreter's scripts (the providers' console entries, e.g. vq-site-example) first on PATH,
+    as an installed vq-admin has them; undone after this module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        yield
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("envelope")
@@ -103,6 +114,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def run_in_process(argv: list[str], world: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``vq_admin.cli.main(argv)`` in this process; stdout and stderr as the file descriptors saw them."""
     capfd.readouterr()
     code = cli.main([*argv, "--config", str(world["config"]), "--state-dir", str(world["state"])])
     out, err = capfd.readouterr()
@@ -140,7 +152,7 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "other-sha-refused": lambda w: ["launcher", "vibeqc", "cluster", "--expected-sha", "b" * 40, "--json"],
     },
     ("references",): {
-        "alias-of-managed": lambda w: ["references", "vibeqc", "login2", "--json"],
+        "no-scheduler": lambda w: ["references", "vibeqc", "login2", "--json"],
         "bad-name": lambda w: ["references", "vibe/qc", "cluster", "--json"],
     },
     ("rollback",): {
@@ -148,8 +160,8 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "to-unverified-refused": lambda w: ["rollback", "vibeqc", "cluster", "--to", "c" * 40, "--json"],
     },
     ("prune",): {
-        "dry-run": lambda w: ["prune", "vibeqc", "cluster", "--dry-run", "--json"],
-        "prune": lambda w: ["prune", "vibeqc", "cluster", "--keep", "1", "--json"],
+        "dry-run-no-scheduler": lambda w: ["prune", "vibeqc", "cluster", "--dry-run", "--json"],
+        "no-scheduler": lambda w: ["prune", "vibeqc", "cluster", "--keep", "1", "--json"],
     },
     ("history",): {
         "all": lambda w: ["history", "--json"],
@@ -170,6 +182,41 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
     },
 }
 
+#: What each case must print: (the envelope.SCHEMAS name, the outcome). Every case has one.
+EXPECTED: dict[str, tuple[str, str]] = {
+    "update|runtime-already-current": ("receipt", "already-current"),
+    "update|runtime-dry-run": ("plan", "ok"),
+    "update|runtime-abbreviated-sha": ("receipt", "usage"),
+    "update|runtime-alias-refused": ("receipt", "refused"),
+    "update|helper-lane": ("receipt", "usage"),
+    "update|fleet": ("fleet", "already-current"),
+    "update|fleet-dry-run": ("fleet", "ok"),
+    "status|all-hosts": ("status", "ok"),
+    "status|one-host": ("status", "ok"),
+    "status|side-by-side": ("status-all", "ok"),
+    "status|json-and-prometheus": ("error", "usage"),
+    "providers|list": ("providers", "ok"),
+    "check|valid": ("check", "ok"),
+    "check|connect": ("check-connect", "failed"),
+    "check|timeout-without-connect": ("error", "usage"),
+    "launcher|verified": ("launcher-binding", "ok"),
+    "launcher|other-sha-refused": ("launcher-binding", "refused"),
+    "references|no-scheduler": ("error", "failed"),
+    "references|bad-name": ("error", "usage"),
+    "rollback|no-last-good-refused": ("receipt", "refused"),
+    "rollback|to-unverified-refused": ("receipt", "refused"),
+    "prune|dry-run-no-scheduler": ("receipt", "refused"),
+    "prune|no-scheduler": ("receipt", "refused"),
+    "history|all": ("history", "ok"),
+    "history|one-host": ("history", "ok"),
+    "history|bad-limit": ("error", "usage"),
+    "provider install|install": ("receipt", "ok"),
+    "provider install|dry-run": ("plan", "ok"),
+    "provider install|setuid-refused": ("error", "usage"),
+    "provider test|site-example": ("conformance", "ok"),
+    "provider test|unknown-provider": ("error", "usage"),
+}
+
 #: Verbs whose documents do not carry the envelope yet: they are owned by the per-job
 #: ``vq admin launcher`` path (vq_admin/entry.py, vq_admin/commands/launcher.py), which prints
 #: ``schema``/``outcome``/``exit_code`` in order but no ``errors`` list.  Strict: fixing them fails here.
@@ -181,6 +228,10 @@ FRESH = {"fleet", "fleet-dry-run"}
 
 PARSER_VERBS = leaf_verbs(cli.build_parser())
 ALL_CASES = [(verb, name, build) for verb, cases in CASES.items() for name, build in cases.items()]
+
+
+def test_every_case_has_its_expected_document() -> None:
+    assert sorted(EXPECTED) == sorted(f"{' '.join(v)}|{n}" for v, n, _ in ALL_CASES)
 
 
 def test_every_json_verb_has_cases() -> None:
@@ -207,13 +258,15 @@ def test_every_verb_prints_one_envelope(verb: tuple[str, ...], name: str, build:
         code, out, err = run_in_process(build(world), world, capfd)
     doc = check_envelope(out, code)
     assert "Traceback" not in err, err
+    schema, outcome = EXPECTED[f"{' '.join(verb)}|{name}"]
+    assert (doc["schema"], doc["outcome"]) == (envelope.SCHEMAS[schema], outcome), doc["errors"]
 
 
 @pytest.mark.parametrize("verb", [pytest.param(v, id=" ".join(v)) for v in sorted(CASES)])
 def test_a_usage_error_is_an_envelope_too(verb: tuple[str, ...], world: dict[str, Any],
                                           capfd: pytest.CaptureFixture[str]) -> None:
     argv = CASES[verb][next(iter(CASES[verb]))](world)
-    code, out, err = run_in_process([*argv, "--no-such-option"], world, capfd)
+    code, out, _ = run_in_process([*argv, "--no-such-option"], world, capfd)
     doc = check_envelope(out, code)
     assert (doc["outcome"], code) == ("usage", 2)
     assert "--no-such-option" in doc["errors"][0]

@@ -31,7 +31,8 @@ from .outcome import Outcome
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping, TextIO
+    from collections.abc import Iterable, Mapping
+    from typing import Any, TextIO
 
 #: The keys that open every document, in this order.
 HEAD = ("schema", "outcome", "exit_code")

@@ -37,8 +37,8 @@ from typing import Any
 
 from . import authority
 from .config import Config, HostConfig, load_config
-from .outcome import Outcome, Refused, UsageError
 from .envelope import write
+from .outcome import Outcome, Refused, UsageError
 from .output import safe_text
 from .plan import Step
 from .receipt import Receipt

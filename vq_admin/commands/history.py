@@ -12,8 +12,8 @@ import argparse
 
 from .. import history
 from ..envelope import emit
-from ..output import safe_text
 from ..outcome import Outcome, UsageError
+from ..output import safe_text
 from ..state import StateDir
 
 DEFAULT_LIMIT = 20

@@ -14,8 +14,8 @@ import argparse
 from .. import authority
 from ..config import load_config
 from ..envelope import emit
-from ..output import safe_text
 from ..outcome import Outcome, Refused
+from ..output import safe_text
 from ..references import SCHEMA, census
 from ..state import StateDir
 from ..transport import Session
