@@ -350,3 +350,38 @@ def test_json_reaches_stdout_only_through_the_envelope_module() -> None:
 
 def test_the_usage_error_class_is_the_usage_outcome() -> None:
     assert UsageError("x").outcome is Outcome.USAGE and OUTCOMES["usage"] == 2
+
+
+# -- over the real sshd and Slurm: the verbs that reach a login host and its scheduler -----------
+
+
+@pytest.mark.real
+def test_host_verbs_over_the_real_sshd_and_slurm_print_one_envelope(real_cluster: Any, tmp_path: Path) -> None:
+    """update, references, prune, rollback and check --connect as an operator runs them (a fresh
+    interpreter each), over ssh to a login host whose Slurm answers: their success documents too."""
+    repo = GitRepo(tmp_path / "repo")
+    first, second = repo.commit("A"), repo.commit("B")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_cluster.ssh_config}"\n' + site_example_host(
+        "cluster", root=tmp_path / "apps" / "vibeqc", repo=repo.path, scratch=scratch, transport="ssh",
+        ssh="cluster"))
+    state = tmp_path / "state"
+    runs = [
+        (["update", "vibeqc", "cluster", "--expected-sha", first, "--cluster-install", "--json"], "receipt", "ok"),
+        (["update", "vibeqc", "cluster", "--expected-sha", second, "--json"], "receipt", "ok"),
+        (["update", "vibeqc", "cluster", "--expected-sha", second, "--json"], "receipt", "already-current"),
+        (["references", "vibeqc", "cluster", "--json"], "references", "ok"),
+        (["prune", "vibeqc", "cluster", "--keep", "2", "--dry-run", "--json"], "plan", "ok"),
+        (["prune", "vibeqc", "cluster", "--keep", "2", "--json"], "receipt", "ok"),
+        (["rollback", "vibeqc", "cluster", "--json"], "receipt", "ok"),
+        (["check", "--connect", "--json"], "check-connect", "ok"),
+        (["history", "cluster", "vibeqc", "--json"], "history", "ok"),
+    ]
+    for argv, schema, outcome in runs:
+        done = run_vq(*argv, config=config, state=state)
+        doc = check_envelope(done.stdout, done.exit_code)
+        assert (doc["schema"], doc["outcome"]) == (envelope.SCHEMAS[schema], outcome), (argv, doc["errors"],
+                                                                                        done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, done.stderr
+    assert doc["runs"][0]["verb"] == "rollback" and doc["runs"][1]["verb"] == "prune"
