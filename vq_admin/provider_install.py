@@ -245,8 +245,8 @@ def _summary(receipt: dict[str, Any], path: str) -> list[str]:
     install = receipt["install"]
     interp = install.get("interpreter") or {}
     resolved = interp.get("command_resolved") or interp.get("program_resolved")
-    lines = [f"vq-admin: provider install {install['dest']} on {install['where']}: {receipt['outcome']} "
-             f"(exit {receipt['exit_code']})",
+    lines = [(f"vq-admin: provider install {install['dest']} on {install['where']}: {receipt['outcome']} "
+              f"(exit {receipt['exit_code']})"),
              f"  old sha256  {install.get('old_sha256') or '-'}",
              f"  new sha256  {install.get('new_sha256') or '-'}"]
     if interp:

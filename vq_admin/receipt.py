@@ -126,7 +126,7 @@ class Receipt:
                 found[name] = value
         return found
 
-    def record_command(self, result: "RunResult", where: str) -> None:
+    def record_command(self, result: RunResult, where: str) -> None:
         """A provider command run to its end on a fixed host: exit status, output, metrics."""
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
@@ -142,7 +142,7 @@ class Receipt:
         self.metrics = parse_metrics(stdout, stderr)
         self.metrics_complete = complete
 
-    def finish(self, outcome: Outcome, finished_at: str) -> "Receipt":
+    def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
         self.outcome = outcome
         self.finished_at = finished_at
         return self
