@@ -92,7 +92,7 @@ def test_everything_but_the_plain_success_runs_the_full_verb(tmp_path, words):
             "from vq_admin.entry import main\ncode = main()\nassert code in (0, 77), code\n" % (words,))
     found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
                                              "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
-    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output"})  # output: the refusal, the JSON document
+    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output", "vq_admin.envelope"})  # the refusal; the JSON envelope
     assert "vq_admin.commands.launcher" in found  # the verb ran, through the hand-parsed entry
 
 

@@ -191,7 +191,7 @@ def test_transcripts_never_reach_a_terminal_raw_and_receipts_stay_json(stdout, s
     receipt.metrics = parse_metrics(out, err)
     receipt.deploy = {"exit_code": 1}
     receipt.errors = [f"deploy: the provider exited 1: {err[-300:]}", error]
-    receipt.extra["notes"] = [note]
+    receipt.notes = [note]
     receipt.readback = {"next_command": "vq admin update vibeqc cluster --expected-sha " + "ab" * 20, "advice": advice}
     receipt.id = "20261130T000000Z-runtime-cluster-vibeqc-00000000"
     document = receipt.finish(outcome, "2026-11-30T00:00:01Z").to_dict()

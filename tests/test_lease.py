@@ -245,4 +245,4 @@ def test_an_agent_without_the_lease_verb(tmp_path):
         receipt = Receipt("helper", "cluster", None, None, None, "2026-01-01T00:00:00Z")
         with host_lease(ctx, receipt, "helper", "cluster", None) as lease:
             assert lease is None
-    assert "runs without a lease" in receipt.extra["notes"][0]
+    assert "runs without a lease" in receipt.notes[0]

@@ -59,16 +59,19 @@ def test_first_install_records_hashes_interpreter_who_and_when(world):
     done = install(world, src, dest)
     assert done.exit_code == 0, done.stdout + done.stderr
     receipt = done.json()
-    assert receipt["old_sha256"] is None and receipt["new_sha256"] == sha(src.read_bytes())
+    assert receipt["schema"] == "vq-admin/receipt/1" and receipt["lane"] == "provider"
+    assert receipt["steps"][0]["name"] == "install-file" and receipt["steps"][0]["exit_code"] == 0
+    inst = receipt["install"]
+    assert inst["old_sha256"] is None and inst["new_sha256"] == sha(src.read_bytes())
     assert dest.read_bytes() == src.read_bytes() and dest.stat().st_mode & 0o777 == 0o755
-    interp = receipt["interpreter"]
+    interp = inst["interpreter"]
     assert interp["shebang"] == "#!/usr/bin/env python3" and interp["command"] == "python3"
     assert interp["command_resolved"] == os.path.realpath(shutil.which("python3"))
-    assert receipt["by"]["user"] and receipt["installed_by"]["uid"] == os.geteuid() and receipt["at"]
+    assert inst["by"]["user"] and inst["installed_by"]["uid"] == os.geteuid() and inst["at"]
     stored = json.loads((world["state"] / "receipts" / f"{receipt['id']}.json").read_text())
-    assert stored["new_sha256"] == receipt["new_sha256"]
+    assert stored == receipt
     log = [json.loads(line) for line in (world["state"] / "admin.log").read_text().splitlines()]
-    assert log[-1]["lane"] == "provider" and log[-1]["new_sha256"] == receipt["new_sha256"]
+    assert log[-1]["lane"] == "provider" and log[-1]["new_sha256"] == inst["new_sha256"]
     assert log[-1]["old_sha256"] is None and log[-1]["interpreter"]["command"] == "python3"
 
 
@@ -81,12 +84,12 @@ def test_replacement_records_old_and_new_and_keeps_the_configuration(world):
     src = reviewed(world, "deploy", SCRIPT_ENV.format(n=2))
     done = install(world, src, dest)
     assert done.exit_code == 0, done.stdout + done.stderr
-    receipt = done.json()
-    assert (receipt["old_sha256"], receipt["new_sha256"]) == (sha(old), sha(src.read_bytes()))
-    assert receipt["old_interpreter"]["program_resolved"] == os.path.realpath("/bin/sh")
-    assert receipt["interpreter"]["command"] == "python3"
+    inst = done.json()["install"]
+    assert (inst["old_sha256"], inst["new_sha256"]) == (sha(old), sha(src.read_bytes()))
+    assert inst["old_interpreter"]["program_resolved"] == os.path.realpath("/bin/sh")
+    assert inst["interpreter"]["command"] == "python3"
     assert world["config"].read_bytes() == config_before
-    assert receipt["config_edited"] is False
+    assert inst["config_edited"] is False
     assert dest.read_bytes() == src.read_bytes()
 
 
@@ -132,7 +135,7 @@ def test_crash_between_write_and_rename_leaves_the_old_file(world):
     done = install(world, src, dest, env=crash)
     assert done.exit_code == 1, done.stdout + done.stderr
     receipt = done.json()
-    assert receipt["step"]["exit_code"] == -9  # SIGKILL, between the write and the rename
+    assert receipt["steps"][0]["exit_code"] == -9  # SIGKILL, between the write and the rename
     assert receipt["readback"]["dest_sha256"] == sha(old)
     assert dest.read_bytes() == old and dest.stat().st_mode & 0o777 == 0o755
     leftovers = [p for p in world["bin"].iterdir() if p.name.startswith(".deploy.vq-install.")]
@@ -168,5 +171,7 @@ def test_dry_run_changes_nothing(world):
     src = reviewed(world, "deploy", SCRIPT_SH.format(n=1))
     done = install(world, src, world["bin"] / "deploy", "cluster", "--dry-run")
     assert done.exit_code == 0, done.stdout + done.stderr
-    assert done.json()["argv"][-4:] == ["--dest", str(world["bin"] / "deploy"), "--mode", "0755"]
+    plan = done.json()
+    assert plan["schema"] == "vq-admin/plan/1" and plan["dry_run"] is True and plan["install"]["dest"] == str(world["bin"] / "deploy")
+    assert plan["steps"][0]["argv"][-4:] == ["--dest", str(world["bin"] / "deploy"), "--mode", "0755"]
     assert not (world["bin"] / "deploy").exists() and not world["state"].exists()

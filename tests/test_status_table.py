@@ -120,7 +120,11 @@ def test_off_a_terminal_the_full_lines_stay(state):
 def test_json_is_unchanged_in_content_on_a_terminal(state):
     code, screen = on_terminal(["status", "--json"], _env(state))
     assert code == 0 and "\x1b[" not in screen
-    assert json.loads(screen) == collect(state, None) == run_vq("status", "--json", state=state.root).json()
+    from vq_admin.envelope import SCHEMAS, document
+    from vq_admin.outcome import Outcome
+
+    expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
+    assert json.loads(screen) == expected == run_vq("status", "--json", state=state.root).json()
 
 
 def test_empty_state_on_a_terminal(tmp_path):

@@ -14,7 +14,7 @@ import sys
 from . import __version__
 from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
 from .outcome import Outcome, UsageError, VqAdminError
-from .output import print_json, safe_text
+from .output import safe_text
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -190,13 +190,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     return module.run(args)
 
 
-def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
+def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, object]:
     if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 
         return error_document(args, error)
-    return {"schema": "vq-admin/error/1", "outcome": error.outcome.value, "exit_code": error.outcome.exit_code,
-            "errors": [error.message]}
+    from .envelope import SCHEMAS, document
+
+    return document(SCHEMAS["error"], error.outcome, None, [error.message])
 
 
 #: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).
@@ -240,7 +241,9 @@ def _main(prog: str, argv: list[str]) -> int:
         return _dispatch(args)
     except VqAdminError as exc:
         if "--json" in argv:
-            print_json(_error_document(args, exc))
+            from .envelope import write
+
+            write(_error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
     except KeyboardInterrupt:

@@ -126,8 +126,8 @@ def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT) -> list[Probe]:
 
 def document(config: Config, probes: list[Probe]) -> dict[str, Any]:
     failed = [p.host for p in probes if p.status == "failed"]
-    return {"schema": SCHEMA, "config": config.path, "valid": True, "reachable": not failed,
-            "exit_code": 1 if failed else 0, "failed": failed, "hosts": {p.host: p.to_dict() for p in probes}}
+    return {"config": config.path, "valid": True, "reachable": not failed,
+            "failed": failed, "hosts": {p.host: p.to_dict() for p in probes}}
 
 
 def table(probes: list[Probe]) -> list[str]:

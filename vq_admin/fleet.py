@@ -42,12 +42,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import envelope
 from .config import Config, load_config
 from .outcome import Outcome, UsageError
 from .output import safe_text
 from .state import StateDir, dump_json, utc_now, write_atomic
 
-SCHEMA = "vq-admin/fleet/1"
+SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
 DEFAULT_MAX_FAILED = 0
 #: Most severe first: what the fleet exits with when not every host succeeded.
@@ -223,7 +224,7 @@ class Rollout:
         document = _read_json(host._out)
         if document is not None and ("outcome" in document or document.get("dry_run")):
             host.document = document
-            host.outcome = str(document.get("outcome", "planned"))
+            host.outcome = "planned" if document.get("dry_run") else str(document.get("outcome"))
             host.exit_code = document.get("exit_code") if isinstance(document.get("exit_code"), int) else code
             host.receipt = document.get("id")
             host.errors = [str(e) for e in (document.get("errors") or [])]
@@ -342,11 +343,8 @@ class Rollout:
             outcome = "already-current" if all(h.outcome == "already-current" for h in rollout) else "ok"
         else:
             outcome = _OUTCOME_BY_CODE.get(code, Outcome.FAILED).value
-        doc: dict[str, Any] = {
-            "schema": SCHEMA,
+        data: dict[str, Any] = {
             "id": None,
-            "outcome": outcome,
-            "exit_code": code,
             "program": self.program,
             "expected_sha": self.sha,
             "tag": self.tag,
@@ -361,9 +359,11 @@ class Rollout:
             "order": self.order_names,
         }
         if self.dry_run:
-            doc["dry_run"] = True
-            doc["plans"] = {h.name: h.document for h in self.hosts if h.document is not None}
-        return doc
+            data["dry_run"] = True
+            data["plans"] = {h.name: h.document for h in self.hosts if h.document is not None}
+        errors = [f"{h.name}: {h.outcome}" + (f": {h.errors[-1]}" if h.errors else f" ({h.reason})" if h.reason else "")
+                  for h in self.hosts if h.in_rollout and not h.succeeded]
+        return envelope.document(SCHEMA, outcome, data, errors)
 
     def announce(self, host: HostRun) -> None:
         if self.dry_run:
@@ -453,21 +453,19 @@ def store(state: StateDir, doc: dict[str, Any]) -> str:
 
 
 def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
-    from .output import print_json
-
     check_args(args)
     config = load_config(args.config)
     rollout = Rollout(args, config, program, sha)
     doc = rollout.run()
     if rollout.dry_run:
         if args.json:
-            print_json(doc)
+            envelope.write(doc)
         else:
             print("\n".join(dry_run_lines(doc)), flush=True)
         return 0 if doc["exit_code"] == 0 else doc["exit_code"]
     path = store(StateDir(args.state_dir), doc)
     if args.json:
-        print_json(doc)
+        envelope.write(doc)
         return doc["exit_code"]
     lines = table(doc) + [f"  receipt   {path}"]
     if doc["exit_code"] == 0:

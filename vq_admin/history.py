@@ -49,7 +49,8 @@ def _seconds(started: object, finished: object) -> float | None:
 
 def entry(receipt: dict[str, Any]) -> dict[str, Any]:
     """The index line of one stored receipt."""
-    verb = "rollback" if "rollback" in receipt else "prune" if "prune" in receipt else "update"
+    verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
+            else "install" if "install" in receipt else "update")
     return {
         "receipt": receipt.get("id"),
         "lane": receipt.get("lane"),

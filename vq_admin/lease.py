@@ -297,7 +297,7 @@ def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
     host = ctx.config.hosts.get(host_name)
     if host is not None:
         argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, "<run id>", receipt.started_at)
-        receipt.extra["lease"] = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
+        receipt.lease = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
 
 
 @contextmanager
@@ -322,7 +322,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, receipt.id, receipt.started_at)
     lease = Lease(ctx.login(host), argv)
-    receipt.extra["lease"] = lease.record
+    receipt.lease = lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
         from .lanes.stat_paths import check_agent_before_lease
 
@@ -343,7 +343,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
             raise
         # The helper lane is how an older agent gets the lease verb: it runs without one, and says so.
         lease.record["note"] = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
-        receipt.extra.setdefault("notes", []).append(lease.record["note"])
+        receipt.notes.append(lease.record["note"])
         ctx.narrate(lease.record["note"])
         yield None
         return

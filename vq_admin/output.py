@@ -11,7 +11,6 @@ Text that came from a remote host is escaped before it reaches a terminal.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
@@ -37,8 +36,14 @@ def _field(name: str, value: object) -> str:
 
 
 def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
+    """Print *document* in envelope order (:func:`vq_admin.envelope.ordered`), unchecked.
+
+    Verbs print through :mod:`vq_admin.envelope` (``emit``/``write``), which also checks the
+    envelope; this stays for the per-job ``launcher`` path, whose documents carry no ``errors``."""
+    from .envelope import dumps
+
     stream = stream or sys.stdout
-    stream.write(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+    stream.write(dumps(document))
     stream.flush()
 
 
@@ -86,7 +91,9 @@ def plan_summary(plan: dict[str, Any]) -> list[str]:
 
 def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
     if as_json:
-        print_json(document)
+        from .envelope import write
+
+        write(document)
         return
     if success:
         if verbose or sys.stdout.isatty():

@@ -37,8 +37,11 @@ from typing import Any
 
 from . import authority
 from .config import Config, HostConfig, load_config
+from .envelope import write
 from .outcome import Outcome, Refused, UsageError
-from .output import print_json, safe_text
+from .output import safe_text
+from .plan import Step
+from .receipt import Receipt
 from .state import StateDir, utc_now
 from .transport import RunResult, Session, Transport, quote_argv
 
@@ -151,73 +154,81 @@ def run(args: argparse.Namespace) -> int:
         raise Refused(refusal)
     state = StateDir(args.state_dir)
     argv = [*host.agent, "install-file", "--dest", dest, "--mode", args.mode]
-    receipt: dict[str, Any] = {
-        "schema": "vq-admin/provider-install/1", "host": host.name, "src": os.path.abspath(args.src),
-        "src_sha256": hashlib.sha256(data).hexdigest(), "dest": dest, "mode": args.mode, "argv": argv,
-        "by": {"user": getpass.getuser(), "uid": os.geteuid(), "driver": socket.gethostname()},
-        "started_at": utc_now(), "config": config.path, "config_edited": False, "errors": [],
+    receipt = Receipt(lane="provider", host=host.name, program=None, expected_sha=None, tag=None,
+                      started_at=utc_now())
+    install: dict[str, Any] = {
+        "src": os.path.abspath(args.src), "src_sha256": hashlib.sha256(data).hexdigest(), "dest": dest,
+        "mode": args.mode, "by": {"user": getpass.getuser(), "uid": os.geteuid(), "driver": socket.gethostname()},
+        "config": config.path, "config_edited": False,
     }
+    receipt.install = install
     with Session(config.ssh_config) as session:
         transport = session.ssh(args.on) if args.on else session.for_host(host.transport, host.ssh)
-        receipt["where"] = transport.where
+        install["where"] = transport.where
+        step = receipt.plan.add("install-file", transport.where, argv,
+                                f"install {install['src']} as {dest} (temp file, fsync, rename)")
         if args.dry_run:
-            receipt.update(dry_run=True, outcome="ok", exit_code=0, transport_argv=transport.describe_argv(argv))
-            _report(args, receipt, [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
-                                    f"  {quote_argv(argv)} < {args.src}"])
+            install["transport_argv"] = transport.describe_argv(argv)
+            _report(args, receipt.plan_dict(), True,
+                    [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
+                     f"  {quote_argv(argv)} < {args.src}"])
             return 0
         from .permissions import refuse_if_unsafe
 
         refuse_if_unsafe(transport, argv, "install-file")
         result = transport.run(argv, timeout=300, stdin=data)
-        outcome = _judge(receipt, result, transport, host, dest)
-    receipt.update(outcome=outcome.value, exit_code=outcome.exit_code, finished_at=utc_now())
-    receipt["id"] = state.new_receipt_id("provider", host.name, None)
-    path = state.store_receipt(receipt["id"], receipt)
-    state.append_log({"at": receipt["finished_at"], "lane": "provider", "host": host.name, "dest": dest,
-                      "where": receipt["where"], "outcome": outcome.value, "exit_code": outcome.exit_code,
-                      "old_sha256": receipt.get("old_sha256"), "new_sha256": receipt.get("new_sha256"),
-                      "interpreter": receipt.get("interpreter"), "by": receipt["by"], "receipt": str(path),
-                      "errors": receipt["errors"][:5]})
-    _report(args, receipt, _summary(receipt, str(path)))
+        outcome = _judge(receipt, step, result, transport, host, dest)
+    receipt.id = state.new_receipt_id("provider", host.name, None)
+    document = receipt.finish(outcome, utc_now()).to_dict()
+    path = state.store_receipt(receipt.id, document)
+    state.append_log({"at": receipt.finished_at, "lane": "provider", "host": host.name, "dest": dest,
+                      "where": install["where"], "outcome": outcome.value, "exit_code": outcome.exit_code,
+                      "old_sha256": install.get("old_sha256"), "new_sha256": install.get("new_sha256"),
+                      "interpreter": install.get("interpreter"), "by": install["by"], "receipt": str(path),
+                      "errors": receipt.errors[:5]})
+    _report(args, document, outcome.success, _summary(document, str(path)))
     return outcome.exit_code
 
 
-def _judge(receipt: dict[str, Any], result: RunResult, transport: Transport, host: HostConfig, dest: str) -> Outcome:
-    receipt["step"] = {"argv": result.argv, "where": result.where, "exit_code": result.exit_code,
-                       "seconds": round(result.seconds, 3), "interrupted": result.interrupted,
-                       "stderr": result.error_text()[-2000:]}
+def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport, host: HostConfig,
+           dest: str) -> Outcome:
+    install = receipt.install if receipt.install is not None else {}
+    step.argv, step.exit_code, step.seconds = list(result.argv), result.exit_code, result.seconds
+    step.status = "ok" if result.ok else "interrupted" if result.interrupted else "failed"
+    if not result.ok:
+        step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     if result.ok:
         try:
             answer = json.loads(result.text())
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            receipt["errors"].append("install-file printed no JSON object")
+            receipt.errors.append("install-file printed no JSON object")
             return Outcome.FAILED
-        receipt.update({k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed", "interpreter",
+        install.update({k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed", "interpreter",
                                                    "old_interpreter", "user", "uid", "hostname", "at")})
-        receipt["installed_by"] = {"user": answer.get("user"), "uid": answer.get("uid"), "host": answer.get("hostname")}
-        if answer.get("new_sha256") != receipt["src_sha256"]:
-            receipt["errors"].append(f"the host reports {answer.get('new_sha256')}, SRC is {receipt['src_sha256']}")
+        install["installed_by"] = {"user": answer.get("user"), "uid": answer.get("uid"), "host": answer.get("hostname")}
+        if answer.get("new_sha256") != install["src_sha256"]:
+            receipt.errors.append(f"the host reports {answer.get('new_sha256')}, SRC is {install['src_sha256']}")
             return Outcome.FAILED
         return Outcome.OK
     held = _hash_back(transport, host, dest)
-    receipt["readback"] = {"read": f"hash-file {dest} on {transport.where}", "dest_sha256": held}
+    receipt.readback = {"read": f"hash-file {dest} on {transport.where}", "dest_sha256": held}
     if result.interrupted:
-        receipt["errors"].append(f"install-file: {result.describe()}")
-        if held == receipt["src_sha256"]:
-            receipt["new_sha256"] = held
+        receipt.errors.append(f"install-file: {result.describe()}")
+        if held == install["src_sha256"]:
+            install["new_sha256"] = held
             return Outcome.OK
         if result.where == "local" and result.exit_code is not None and result.exit_code < 0 and held is not None:
             # A local install-file killed by a signal is dead (it was our child): the read-back shows what
             # it left, and the rename it did not reach will never happen.
-            receipt["old_sha256"] = held
+            install["old_sha256"] = held
             return Outcome.FAILED
-        receipt["readback"]["next_command"] = quote_argv(
-            ["vq", "admin", "provider", "install", receipt["src"], "--host", host.name, "--dest", dest])
+        receipt.readback["next_command"] = quote_argv(
+            ["vq", "admin", "provider", "install", install["src"], "--host", host.name, "--dest", dest])
         return Outcome.UNKNOWN
-    receipt["errors"].append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
-    receipt["old_sha256"] = held
+    receipt.errors.append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
+    install["old_sha256"] = held
     return Outcome.REFUSED if result.exit_code == AGENT_UNSAFE else Outcome.FAILED
 
 
@@ -231,12 +242,13 @@ def _hash_back(transport: Transport, host: HostConfig, dest: str) -> str | None:
 
 
 def _summary(receipt: dict[str, Any], path: str) -> list[str]:
-    interp = receipt.get("interpreter") or {}
+    install = receipt["install"]
+    interp = install.get("interpreter") or {}
     resolved = interp.get("command_resolved") or interp.get("program_resolved")
-    lines = [f"vq-admin: provider install {receipt['dest']} on {receipt['where']}: {receipt['outcome']} "
-             f"(exit {receipt['exit_code']})",
-             f"  old sha256  {receipt.get('old_sha256') or '-'}",
-             f"  new sha256  {receipt.get('new_sha256') or '-'}"]
+    lines = [(f"vq-admin: provider install {install['dest']} on {install['where']}: {receipt['outcome']} "
+              f"(exit {receipt['exit_code']})"),
+             f"  old sha256  {install.get('old_sha256') or '-'}",
+             f"  new sha256  {install.get('new_sha256') or '-'}"]
     if interp:
         lines.append(f"  interpreter {interp.get('shebang') or interp.get('kind')} -> {resolved or '?'}")
     lines += [f"  error       {e}" for e in receipt["errors"]]
@@ -244,12 +256,13 @@ def _summary(receipt: dict[str, Any], path: str) -> list[str]:
     return [safe_text(line) for line in lines]
 
 
-def _report(args: argparse.Namespace, receipt: dict[str, Any], lines: list[str]) -> None:
-    """``--json``: the receipt; else the summary (on success only on a terminal, for cron)."""
+def _report(args: argparse.Namespace, document: dict[str, Any], success: bool, lines: list[str]) -> None:
+    """``--json``: the receipt (or the plan of a dry run); else the summary (on success only on a
+    terminal or for a dry run, for cron)."""
     if args.json:
-        print_json(receipt)
-    elif receipt["exit_code"] == 0:
-        if sys.stdout.isatty() or receipt.get("dry_run"):
+        write(document)
+    elif success:
+        if sys.stdout.isatty() or document.get("dry_run"):
             print("\n".join(lines))
     else:
         print("\n".join(lines), file=sys.stderr)

@@ -7,14 +7,15 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import envelope
 from .outcome import Outcome
 from .plan import Plan
 
 if TYPE_CHECKING:
     from .transport import RunResult
 
-SCHEMA = "vq-admin/receipt/1"
-PLAN_SCHEMA = "vq-admin/plan/1"
+SCHEMA = envelope.SCHEMAS["receipt"]
+PLAN_SCHEMA = envelope.SCHEMAS["plan"]
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)
 
 
@@ -35,6 +36,17 @@ def parse_metrics(*texts: str) -> dict[str, Any]:
                 value = raw  # "nan", "inf", "1e999": JSON has no such number; keep the text
             metrics[name] = value
     return metrics
+
+
+#: The optional sections of a receipt, in order: each is a declared field of
+#: :class:`Receipt`, printed only when set (``notes`` when not empty, ``stored``
+#: only when false).  Setting any other section is a programming error.
+SECTIONS = ("provider", "build_place", "stage", "lease", "previous_attempt", "interruption", "activation",
+            "rollback", "prune", "install", "registry", "notes", "rerun", "stored", "not_stored", "traceback")
+
+
+class UndeclaredSection(AttributeError):
+    """A section no receipt declares: a bug in vq-admin, never a silent overwrite of a declared key."""
 
 
 @dataclass
@@ -58,9 +70,63 @@ class Receipt:
     source: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     readback: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # -- optional sections (SECTIONS) --
+    #: the provider that ran the lane's operations, and where the build ran
+    provider: str | None = None
+    build_place: str | None = None
+    #: the staged source directory on the build host
+    stage: dict[str, Any] | None = None
+    #: the host-side lease (CONTRACT section 9)
+    lease: dict[str, Any] | None = None
+    #: an earlier allocation attempt this run reconciled
+    previous_attempt: dict[str, Any] | None = None
+    #: which step a dropped transport cut, and what it left behind
+    interruption: dict[str, Any] | None = None
+    #: the helper activation record (helper lane)
+    activation: dict[str, Any] | None = None
+    #: ``{"from", "to", "via"}`` of a rollback (CONTRACT section 8)
+    rollback: dict[str, Any] | None = None
+    #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
+    prune: dict[str, Any] | None = None
+    #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
+    install: dict[str, Any] | None = None
+    #: the registry entry of the verified launcher (runtime lane)
+    registry: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    #: the argv that re-runs this verb (rollback and prune name their own)
+    rerun: list[str] | None = None
+    #: false when the state directory could not take the receipt
+    stored: bool = True
+    not_stored: list[str] | None = None
+    #: an internal error's traceback
+    traceback: str | None = None
 
-    def record_command(self, result: "RunResult", where: str) -> None:
+    def set_section(self, name: str, value: Any) -> None:
+        """Set the declared section *name*; any other name raises :class:`UndeclaredSection`."""
+        if name not in SECTIONS:
+            raise UndeclaredSection(f"receipt section {name!r} is not declared (declared: {', '.join(SECTIONS)})")
+        setattr(self, name, value)
+
+    def set_sections(self, sections: dict[str, Any] | None) -> None:
+        for name, value in (sections or {}).items():
+            self.set_section(name, value)
+
+    def sections(self) -> dict[str, Any]:
+        """The optional sections that are set, in declared order."""
+        found: dict[str, Any] = {}
+        for name in SECTIONS:
+            value = getattr(self, name)
+            if name == "stored":
+                if value is False:
+                    found[name] = False
+            elif name == "notes":
+                if value:
+                    found[name] = list(value)
+            elif value is not None:
+                found[name] = value
+        return found
+
+    def record_command(self, result: RunResult, where: str) -> None:
         """A provider command run to its end on a fixed host: exit status, output, metrics."""
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
@@ -76,18 +142,16 @@ class Receipt:
         self.metrics = parse_metrics(stdout, stderr)
         self.metrics_complete = complete
 
-    def finish(self, outcome: Outcome, finished_at: str) -> "Receipt":
+    def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
         self.outcome = outcome
         self.finished_at = finished_at
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The receipt (CONTRACT section 6) in its envelope (:mod:`vq_admin.envelope`)."""
         assert self.outcome is not None
         data: dict[str, Any] = {
-            "schema": SCHEMA,
             "id": self.id,
-            "outcome": self.outcome.value,
-            "exit_code": self.outcome.exit_code,
             "lane": self.lane,
             "host": self.host,
             "program": self.program,
@@ -103,16 +167,14 @@ class Receipt:
             "verify": self.verify,
             "mirror": self.mirror,
             "source": self.source,
-            "errors": self.errors,
             "readback": self.readback,
         }
-        data.update(self.extra)
-        return data
+        data.update(self.sections())
+        return envelope.document(SCHEMA, self.outcome, data, self.errors)
 
     def plan_dict(self) -> dict[str, Any]:
-        """What ``--dry-run`` prints: the plan, nothing executed."""
-        return {
-            "schema": PLAN_SCHEMA,
+        """What ``--dry-run`` prints: the plan, nothing executed (outcome ``ok``: nothing was refused)."""
+        data: dict[str, Any] = {
             "dry_run": True,
             "lane": self.lane,
             "host": self.host,
@@ -120,5 +182,6 @@ class Receipt:
             "expected_sha": self.expected_sha,
             "tag": self.tag,
             "steps": [dict(s.to_dict(), status="planned") for s in self.plan.steps],
-            **self.extra,
         }
+        data.update(self.sections())
+        return envelope.document(PLAN_SCHEMA, Outcome.OK, data, self.errors)

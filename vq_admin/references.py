@@ -144,6 +144,6 @@ def census(state: StateDir, transport: Transport, host: str, program: str) -> di
             unregistered.setdefault(sha, []).append(f"job {job['id']} ({job['state']})")
     for row in rows:
         row["referenced"] = bool(row["reasons"])
-    return {"schema": SCHEMA, "host": host, "program": program, "where": transport.where, "taken_at": utc_now(),
+    return {"host": host, "program": program, "where": transport.where, "taken_at": utc_now(),
             "complete": True, "jobs_scanned": len(jobs), "seconds": round(time.monotonic() - started, 3),
             "generations": rows, "warnings": warnings, "unregistered": unregistered}

@@ -15,8 +15,8 @@ import sys
 from vq_admin_hookspecs import RuntimeRequest
 
 from ..config import load_config
-from ..outcome import UsageError
-from ..output import print_json
+from ..envelope import SCHEMAS, emit
+from ..outcome import Outcome, UsageError
 from ..plugins import Providers
 
 PROBE_SHA = "0" * 40
@@ -54,10 +54,9 @@ def run(args: argparse.Namespace) -> int:
         hosts[name] = {"fleet_role": host.fleet_role, "transport": host.transport, "runtimes": profiles}
     if getattr(args, "connect", False):
         return _connect(args, config)
-    document = {"schema": "vq-admin/check/1", "config": config.path, "valid": True,
-                "providers": sorted(providers.info), "hosts": hosts}
+    document = {"config": config.path, "valid": True, "providers": sorted(providers.info), "hosts": hosts}
     if args.json:
-        print_json(document)
+        emit(SCHEMAS["check"], Outcome.OK, document)
     else:
         print(f"{config.path}: valid; {len(hosts)} hosts, providers: {', '.join(sorted(providers.info))}")
     return 0
@@ -72,10 +71,12 @@ def _connect(args: argparse.Namespace, config) -> int:
         raise UsageError(f"--timeout must be a finite positive number of seconds, not {timeout:g}")
     probes = connectcheck.run_all(config, timeout)
     document = connectcheck.document(config, probes)
+    outcome = Outcome.FAILED if document["failed"] else Outcome.OK
     if args.json:
-        print_json(document)
+        failed = [f"{host}: {document['hosts'][host].get('reason') or 'failed'}" for host in document["failed"]]
+        emit(SCHEMAS["check-connect"], outcome, document, failed)
     else:
-        stream = sys.stdout if document["exit_code"] == 0 else sys.stderr
+        stream = sys.stdout if outcome is Outcome.OK else sys.stderr
         for line in connectcheck.table(probes):
             print(line, file=stream)
-    return document["exit_code"]
+    return outcome.exit_code

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 
 from .. import history
-from ..output import print_json, safe_text
-from ..outcome import UsageError
+from ..envelope import emit
+from ..outcome import Outcome, UsageError
+from ..output import safe_text
 from ..state import StateDir
 
 DEFAULT_LIMIT = 20
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     limit = args.limit if args.limit is not None else DEFAULT_LIMIT
     found = history.runs(StateDir(args.state_dir).root, args.host, args.program, limit)
     if args.json:
-        print_json({"schema": history.SCHEMA, "runs": found})
+        emit(history.SCHEMA, Outcome.OK, {"runs": found})
     elif found:
         print("\n".join(table(found)))
     return 0

@@ -30,20 +30,21 @@ def run(args) -> int:
                                        state_dir=args.state_dir, config_path=args.config,
                                        check_on_host=args.check_on_host)
     except LauncherRefused as exc:
-        from ..output import print_json, safe_text
+        from ..output import safe_text
 
         if args.json:
-            print_json({"schema": SCHEMA_LAUNCHER, "outcome": exc.outcome.value, "exit_code": exc.outcome.exit_code,
-                        "program": args.program, "host": args.host, "expected_sha": args.expected_sha,
-                        "launcher": None, **exc.to_dict()})
+            from ..envelope import emit
+
+            emit(SCHEMA_LAUNCHER, exc.outcome, {"program": args.program, "host": args.host,
+                                                "expected_sha": args.expected_sha, "launcher": None,
+                                                **exc.to_dict()}, [exc.reason])
         print(f"vq-admin: refused ({exc.code}): {safe_text(exc.reason)}", file=sys.stderr)
         print(f"  remedy: {safe_text(exc.remedy)}", file=sys.stderr, flush=True)
         return exc.outcome.exit_code
     if args.json:
-        from ..output import print_json
+        from ..envelope import emit
 
-        print_json({"schema": SCHEMA_LAUNCHER, "outcome": Outcome.OK.value, "exit_code": 0, "requested_host": args.host,
-                    **binding.to_dict(), "pin": binding.pin()})
+        emit(SCHEMA_LAUNCHER, Outcome.OK, {"requested_host": args.host, **binding.to_dict(), "pin": binding.pin()})
     else:
         sys.stdout.write(binding.launcher + "\n")
         sys.stdout.flush()

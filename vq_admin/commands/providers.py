@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_config
-from ..outcome import UsageError
-from ..output import print_json
+from ..envelope import SCHEMAS, emit
+from ..outcome import Outcome, UsageError
 from ..plugins import BUILTIN, Providers, installed_providers
 
 
@@ -33,10 +33,8 @@ def run(args: argparse.Namespace) -> int:
         for offer in offers:
             rows.append({"name": name, "distribution": offer.distribution, "version": offer.version,
                          "builtin": False, "selected": False, "loaded": False, "hooks": None})
-    document = {"schema": "vq-admin/providers/1", "providers": rows, "config_error": config_error}
     if args.json:
-        print_json(document)
-        return 0
+        return emit(SCHEMAS["providers"], Outcome.OK, {"providers": rows, "config_error": config_error})
     for row in rows:
         mark = "*" if row["selected"] else " "
         hooks = ", ".join(row["hooks"]) if row["hooks"] is not None else "(not loaded: not selected)"

@@ -13,9 +13,10 @@ import argparse
 
 from .. import authority
 from ..config import load_config
-from ..output import print_json, safe_text
-from ..outcome import Refused
-from ..references import census
+from ..envelope import emit
+from ..outcome import Outcome, Refused
+from ..output import safe_text
+from ..references import SCHEMA, census
 from ..state import StateDir
 from ..transport import Session
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.name, args.program)
     doc["requested_host"] = args.host
     if args.json:
-        print_json(doc)
+        emit(SCHEMA, Outcome.OK, doc)
     else:
         print("\n".join(_lines(doc)))
     return 0

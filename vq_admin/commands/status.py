@@ -10,8 +10,9 @@ import argparse
 import sys
 from typing import Any
 
-from ..outcome import UsageError
-from ..output import print_json, safe_text
+from ..envelope import SCHEMAS, emit
+from ..outcome import Outcome, UsageError
+from ..output import safe_text
 from ..state import StateDir
 
 
@@ -30,7 +31,7 @@ def collect(state: StateDir, host: str | None) -> dict[str, Any]:
             slot["helper"] = entry
         else:
             slot["runtimes"][program] = entry
-    return {"schema": "vq-admin/status/1", "state_dir": str(state.root), "hosts": hosts}
+    return {"state_dir": str(state.root), "hosts": hosts}
 
 
 def _identity(record: dict[str, Any] | None) -> str:
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     status = collect(state, args.host)
     if args.json:
-        print_json(status)
+        emit(SCHEMAS["status"], Outcome.OK, status)
     elif sys.stdout.isatty():
         from ..status_table import render, use_color
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..output import print_json, safe_text
+from ..envelope import SCHEMAS, emit
+from ..outcome import Outcome
+from ..output import safe_text
 from ..state import StateDir
 
 
@@ -27,7 +29,7 @@ def collect(state: StateDir) -> dict[str, Any]:
             "at": (last_ok or {}).get("at"),
             "last_outcome": last.get("outcome"),
         }
-    return {"schema": "vq-admin/status-all/1", "state_dir": str(state.root), "last_ok": groups}
+    return {"state_dir": str(state.root), "last_ok": groups}
 
 
 def lines(status: dict[str, Any]) -> list[str]:
@@ -53,7 +55,7 @@ def lines(status: dict[str, Any]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     status = collect(StateDir(args.state_dir))
     if args.json:
-        print_json(status)
+        emit(SCHEMAS["status-all"], Outcome.OK, status)
     else:
         print("\n".join(lines(status)))
     return 0

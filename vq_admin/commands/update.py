@@ -110,7 +110,7 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
             lane = build(ctx)
         except VqAdminError as exc:
             receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
-            receipt.extra.update(early or {})  # e.g. the "rollback" or "prune" field of a refused rollback or prune
+            receipt.set_sections(early)  # e.g. the "rollback" or "prune" field of a refused rollback or prune
             return refuse_early(ctx, receipt, exc)
         return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
 
@@ -169,7 +169,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, s
     except Exception as exc:  # a bug must still leave a receipt, and is never called a success
         receipt.errors.append(f"internal error during step {_current_step(receipt)}: {type(exc).__name__}: {exc}; "
                               "the outcome is unknown (please report this with the receipt)")
-        receipt.extra["traceback"] = traceback.format_exc()
+        receipt.traceback = traceback.format_exc()
         receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
                             "next_command": rerun_command(receipt)}
         receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -187,8 +187,8 @@ def _current_step(receipt: Receipt) -> str:
 def rerun_command(receipt: Receipt) -> str:
     from ..transport import quote_argv
 
-    if "rerun" in receipt.extra:  # rollback and prune name their own verb
-        return quote_argv(receipt.extra["rerun"])
+    if receipt.rerun is not None:  # rollback and prune name their own verb
+        return quote_argv(receipt.rerun)
     words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
     if receipt.expected_sha:
         words += ["--expected-sha", receipt.expected_sha]
@@ -202,7 +202,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
         report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
         return 0
     document = receipt.to_dict()
-    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.extra.get("stored", True) else None
+    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.stored else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
     return outcome.exit_code
@@ -215,9 +215,11 @@ def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
     if getattr(args, "all", False):  # a fleet rollout refused before any host started
         from ..fleet import SCHEMA
 
-        return {"schema": SCHEMA, "outcome": error.outcome.value, "exit_code": error.outcome.exit_code,
-                "program": targets[0] if targets else None, "expected_sha": getattr(args, "expected_sha", None),
-                "hosts": {}, "errors": [error.message]}
+        from ..envelope import document
+
+        return document(SCHEMA, error.outcome, {"program": targets[0] if targets else None,
+                                                "expected_sha": getattr(args, "expected_sha", None), "hosts": {}},
+                        [error.message])
     receipt = Receipt(
         lane="runtime" if len(targets) == 2 else "helper",
         host=targets[-1] if targets else "",

@@ -42,7 +42,7 @@ class Report:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "provider": self.provider, "passed": self.passed, "error": self.error,
+        return {"provider": self.provider, "passed": self.passed, "error": self.error,
                 "checks": [c.to_dict() for c in self.checks], "workdir": self.workdir,
                 "scheduler_calls": self.scheduler_calls}
 

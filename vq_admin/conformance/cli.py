@@ -12,9 +12,10 @@ import argparse
 import shlex
 import sys
 
-from ..outcome import UsageError
-from ..output import print_json, safe_text
-from . import run_conformance
+from ..envelope import emit
+from ..outcome import Outcome, UsageError
+from ..output import safe_text
+from . import SCHEMA, run_conformance
 
 
 def _options(pairs: list[str]) -> dict[str, str]:
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     report = run_conformance(args.name, provider_options=_options(args.option), script_args=args.script_arg,
                              keep=args.keep, commands=commands)
     if args.json:
-        print_json(report.to_dict())
+        errors = ([report.error] if report.error else []) + [f"{c.name}: {c.detail}" for c in report.failed()]
+        emit(SCHEMA, Outcome.OK if report.passed else Outcome.FAILED, report.to_dict(), errors)
     else:
         print(safe_text(report.text()), file=sys.stdout if report.passed else sys.stderr)
     return 0 if report.passed else 1

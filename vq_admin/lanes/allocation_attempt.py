@@ -72,7 +72,7 @@ def reconcile_previous(update: "RuntimeUpdate") -> None:
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
                                                 "fenced", "notes")}
     found.update(attempt=attempt, attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
-    update.receipt.extra["previous_attempt"] = found
+    update.receipt.previous_attempt = found
     if call.complete and (summary.get("established") or summary.get("fenced") or not summary.get("job_id")):
         step.status = "ok"
         clear(update)  # ended (or never submitted): the pre-verify decides what it did

@@ -34,10 +34,10 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
             from .. import registry
 
             try:
-                receipt.extra["registry"], apply_registry = registry.plan_verified(
+                receipt.registry, apply_registry = registry.plan_verified(
                     ctx.state.root, receipt.host, receipt.program, verified)
             except registry.RegistryError as exc:
-                receipt.extra["registry"] = {"entry": None, "error": str(exc)}
+                receipt.registry = {"entry": None, "error": str(exc)}
     # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
     # last.json, the admin log) names it, so none may exist without it.
     try:
@@ -79,7 +79,7 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     except OSError as exc:
         unstored.append(("the admin log line", exc))
     if unstored:  # the stored receipt stands; what is printed also names what could not be recorded
-        receipt.extra["not_stored"] = [f"{what}: {exc.strerror or exc}" for what, exc in unstored]
+        receipt.not_stored = [f"{what}: {exc.strerror or exc}" for what, exc in unstored]
         for what, exc in unstored:
             receipt.errors.append(f"could not store {what} in {ctx.state.root}: {exc.strerror or exc} "
                                   f"(the receipt {path} was stored)")
@@ -94,14 +94,14 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     the outcome on the host is never lost from the operator's view.
     """
     reason = exc.strerror or str(exc)
-    if receipt.extra.get("registry"):
-        receipt.extra["registry"] = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
-    receipt.extra["not_stored"] = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
+    if receipt.registry:
+        receipt.registry = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
+    receipt.not_stored = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
                                    "the admin log line"]
     receipt.errors.append(f"could not store the receipt in {ctx.state.root}: {reason}; nothing naming it was "
                           "recorded (registry, LAST OK, last.json, admin log): keep this printed receipt, free "
                           "space in the state directory, then rerun (it verifies read-only first)")
-    receipt.extra["stored"] = False
+    receipt.stored = False
     return receipt
 
 

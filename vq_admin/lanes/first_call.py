@@ -123,7 +123,7 @@ def open_helper(update: "HelperUpdate") -> IdentityRead | None:
             lease.release()
             note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
             lease.record["note"] = note
-            update.receipt.extra.setdefault("notes", []).append(note)
+            update.receipt.notes.append(note)
             update.ctx.narrate(note)
         return None
     step.argv, step.seconds = step.planned_argv, seconds

@@ -107,7 +107,7 @@ class HelperUpdate:
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
         self.receipt.source = self.source.to_receipt()
-        self.receipt.extra["provider"] = self.host.helper_provider
+        self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         self.staging.plan_source(repo, self.sha, "helper")
         stat_paths.plan_places(plan, self.command_places())  # before the agent or the helper command runs there
@@ -225,7 +225,7 @@ class HelperUpdate:
             "read_on": self.ctx.login(self.host).where, "receipt": self.receipt.id, "at": utc_now(),
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
-        self.receipt.extra["activation"] = {"path": str(path), **activation}
+        self.receipt.activation = {"path": str(path), **activation}
         self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 

@@ -23,7 +23,7 @@ from ..receipt import Receipt
 
 
 def _stage(receipt: Receipt) -> str:
-    stage = (receipt.extra.get("stage") or {}).get("dir")
+    stage = (receipt.stage or {}).get("dir")
     if stage:
         return f"the source stage {stage} may be left behind; the next run of this lane reclaims it"
     steps = {s.name: s for s in receipt.plan.steps}

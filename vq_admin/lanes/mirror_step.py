@@ -103,7 +103,7 @@ def run(update: "RuntimeUpdate") -> None:
         _record(update, feed)
         cut = [s for s in update.receipt.plan.steps if s.name.startswith("mirror-") and s.status == "interrupted"]
         if cut:  # e.g. mirror-probe or mirror-read cut off: failed is honest (nothing pushed), and said so
-            update.receipt.extra["interruption"] = {"step": cut[-1].name, "transport": cut[-1].detail,
+            update.receipt.interruption = {"step": cut[-1].name, "transport": cut[-1].detail,
                                                     "installed": "nothing", "stage": "no source stage was created"}
         update.reclaim(success=False)
         raise
@@ -129,7 +129,7 @@ def _recorder(update: "RuntimeUpdate"):
 def _record(update: "RuntimeUpdate", feed: Feed) -> None:
     update.receipt.mirror = feed.to_receipt()
     if feed.notes:
-        notes = update.receipt.extra.setdefault("notes", [])
+        notes = update.receipt.notes
         for note in feed.notes:
             if note not in notes:
                 notes.append(note)

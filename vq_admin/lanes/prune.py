@@ -83,8 +83,8 @@ class RuntimePrune:
         self.sha, self.tag = sha, last_ok.get("tag")
         self.receipt = Receipt("runtime", self.host.name, program, sha, self.tag, utc_now())
         self.keep: dict[str, list[str]] = {}
-        self.receipt.extra["prune"] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
-        self.receipt.extra["rerun"] = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
+        self.receipt.prune = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
+        self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
 
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
@@ -147,7 +147,7 @@ class RuntimePrune:
         for sha, labels in doc.get("unregistered", {}).items():
             for label in labels:
                 self.add(sha, label)
-        self.receipt.extra["prune"]["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
+        self.receipt.prune["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -194,7 +194,7 @@ class RuntimePrune:
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
-        self.receipt.extra["prune"]["would_remove"] = would
+        self.receipt.prune["would_remove"] = would
         self.receipt.plan.get("prune").planned_argv = list(self.prune_command(sorted(self.keep)).argv)
         if not self.ctx.options.json:
             print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
@@ -212,7 +212,7 @@ class RuntimePrune:
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")
             receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
-                                "next_command": quote_argv(receipt.extra["rerun"]),
+                                "next_command": quote_argv(receipt.rerun),
                                 "advice": "what the provider removed is not known; rerunning prunes again with a "
                                           "fresh census and reports what is gone"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -225,8 +225,8 @@ class RuntimePrune:
         if result.exit_code != 0:
             failures.insert(0, f"prune: the provider exited {result.exit_code}")
         if report is not None:
-            receipt.extra["prune"]["removed"] = list(report.removed)
-            receipt.extra["prune"]["kept"] = list(report.kept)
+            receipt.prune["removed"] = list(report.removed)
+            receipt.prune["kept"] = list(report.kept)
             for sha in report.removed:
                 registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha,
                                      receipt.id or self.receipt_id(), utc_now())
@@ -249,7 +249,7 @@ class RuntimePrune:
         if unread:  # the prune ran; whether what must stay is intact could not be read back
             receipt.errors.extend(unread)
             receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
-                                "proven": False, "next_command": quote_argv(receipt.extra["rerun"]),
+                                "proven": False, "next_command": quote_argv(receipt.rerun),
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -299,7 +299,7 @@ class RuntimePrune:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
-        self.receipt.extra["prune"]["kept_launchers"] = checked
+        self.receipt.prune["kept_launchers"] = checked
         return failures, unread
 
 

@@ -89,9 +89,9 @@ class RuntimeRollback(RuntimeUpdate):
         super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
             self.profile.provider, self.request(archive=None, where=self.activate_place))
-        self.receipt.extra["rollback"] = {"from": None, "to": self.sha,
+        self.receipt.rollback = {"from": None, "to": self.sha,
                                           "via": "activate" if self.activation else "update"}
-        self.receipt.extra["rerun"] = self.rerun_argv()
+        self.receipt.rerun = self.rerun_argv()
 
     @property
     def activate_place(self) -> str:
@@ -107,8 +107,8 @@ class RuntimeRollback(RuntimeUpdate):
             super().make_plan()
             return
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
-        self.receipt.extra["provider"] = p.provider
-        self.receipt.extra["build_place"] = "none (activation of an existing release)"
+        self.receipt.provider = p.provider
+        self.receipt.build_place = "none (activation of an existing release)"
         remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         plan.add("activate", self.build_transport().where, list(self.activation.argv),
@@ -130,7 +130,7 @@ class RuntimeRollback(RuntimeUpdate):
     def verify(self, verify_step, readback_step, *, shared: bool = True) -> Verification:
         found = super().verify(verify_step, readback_step, shared=shared)
         if verify_step.name == "pre-verify" and found.receipt is not None:
-            self.receipt.extra["rollback"]["from"] = found.receipt.source_sha.lower()
+            self.receipt.rollback["from"] = found.receipt.source_sha.lower()
         return found
 
     # -- the run ----------------------------------------------------------------------

@@ -92,8 +92,8 @@ class RuntimeUpdate:
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag)
         self.receipt.tag = self.source.tag
         self.receipt.source = self.source.to_receipt()
-        self.receipt.extra["provider"] = p.provider
-        self.receipt.extra["build_place"] = p.build_place
+        self.receipt.provider = p.provider
+        self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged

@@ -100,7 +100,7 @@ class SourceStage:
         if not isinstance(path, str) or not path.startswith("/"):
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory")
         self.dir = path
-        self.receipt.extra["stage"] = {"where": self.transport.where, "dir": path}
+        self.receipt.stage = {"where": self.transport.where, "dir": path}
         received = execute(self.plan.get("stage-receive"), self.transport, self.actual(self.plan.get("stage-receive")),
                            timeout=self.timeout, stdin=self.ident.archive_path)
         self.require(received, "stage-receive")
@@ -126,15 +126,15 @@ class SourceStage:
                 from .interrupt import left_behind
 
                 stage = left_behind(self.receipt)["stage"]
-                self.receipt.extra["interruption"] = {"step": what, "transport": result.describe(),
+                self.receipt.interruption = {"step": what, "transport": result.describe(),
                                                       "installed": "nothing", "stage": stage}
             self.reclaim(success=False)
             if result.interrupted is None and result.exit_code == 4:  # the agent refused an unsafe path
                 raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
             if result.interrupted:
-                self.receipt.extra["interruption"]["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
+                self.receipt.interruption["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
                 raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
-                                   f"installed; {self.receipt.extra['interruption']['stage']}")
+                                   f"installed; {self.receipt.interruption['stage']}")
             raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:
