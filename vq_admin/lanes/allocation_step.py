@@ -143,9 +143,19 @@ def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, 
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
+    deploy = update.receipt.deploy
+
+    def observe(kind: str, value: dict[str, Any]) -> None:
+        if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
+            if value.get("job_id") and deploy is not None:
+                deploy["job_id"] = str(value["job_id"])
+            if isinstance(value.get("pid"), int) and deploy is not None:  # a detached fixed-host build
+                deploy["pid"] = value["pid"]
+        if on_record is not None:
+            on_record(kind, value)
+
     try:
-        call = stream_call(transport, argv, timeout=timeout, sinks=sinks,
-                           **({"on_record": on_record} if on_record else {}))
+        call = stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
     except BaseException:
         _discard(sinks)
         raise

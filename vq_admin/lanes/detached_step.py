@@ -108,6 +108,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
             error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
             raise error(f"deploy: the helper on {transport.where} refused before starting the build "
                         f"({allocation_step.REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+        receipt.deploy["interruption"] = call.describe()
         ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                     "(it is never restarted)")
         call, sinks = allocation_step._reconcile(
@@ -169,7 +170,8 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
 
 
 def _still_running(deploy: dict[str, Any], why: str) -> str:
-    return f"the build's end is not known yet ({why}): {left_running(deploy)}"
+    first = f"{deploy['interruption']}; " if deploy.get("interruption") else ""
+    return f"{first}the build's end is not known yet ({why}): {left_running(deploy)}"
 
 
 __all__ = ["applies", "deploy", "left_running", "plan", "run_argv"]
