@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import progress
+from .. import faults, progress
 from ..agent.allocation import JOB_TAMPERED_EXIT, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..transport import RunResult, SshTransport, quote_argv
@@ -93,6 +93,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     argv = run_argv(update, command, attempt, live=view is not None)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} on {transport.where}, detached: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
+    faults.step_boundary("deploy", "before")
     allocation_attempt.record(update, attempt, directory, "detached", transport.where)
     with progress.live(ctx, view):
         call, sinks = allocation_step._call(update, step, argv,
@@ -118,6 +119,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     summary = call.records.get("summary") or {}
     if summary.get("established") or summary.get("timed_out"):
         allocation_attempt.clear(update)  # the build's end is known: nothing for a later run to reconcile
+    faults.step_boundary("deploy", "after")
     return result
 
 
