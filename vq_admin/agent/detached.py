@@ -46,7 +46,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Optional, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from . import allocation, safedirs
 from .frames import FrameWriter
@@ -64,7 +65,7 @@ RECORD_LIMIT = 4096
 POLL = 0.2
 
 
-def proc_start_time(pid: int) -> Optional[str]:
+def proc_start_time(pid: int) -> str | None:
     """The kernel's start time of *pid* (``/proc/PID/stat`` field 22), or ``None``.
 
     With the pid it names one process for good: a reused pid has another start time.
@@ -78,7 +79,7 @@ def proc_start_time(pid: int) -> Optional[str]:
     return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
 
 
-def process_alive(pid: Optional[int], start_time: Optional[str]) -> bool:
+def process_alive(pid: int | None, start_time: str | None) -> bool:
     """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
     if not isinstance(pid, int) or pid <= 1:
         return False
@@ -101,7 +102,7 @@ def process_alive(pid: Optional[int], start_time: Optional[str]) -> bool:
     return True
 
 
-def read_record(attempt: allocation.Attempt, name: str) -> Optional[Dict[str, Any]]:
+def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=attempt.fd)
@@ -159,7 +160,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os._exit(code)
 
 
-def start(attempt: allocation.Attempt, binding: allocation.Binding) -> Dict[str, Any]:
+def start(attempt: allocation.Attempt, binding: allocation.Binding) -> dict[str, Any]:
     """Start the supervisor (double fork, own session) and return the ``build`` record it wrote."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -194,22 +195,24 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding) -> Dict[str,
     return record
 
 
-def _state(record: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+def _state(record: dict[str, Any]) -> tuple[str | None, str | None]:
     alive = process_alive(record.get("pid"), record.get("start_time"))
     return ("RUNNING" if alive else None), None
 
 
-def _stop_build(attempt: allocation.Attempt, record: Dict[str, Any]) -> Dict[str, Any]:
+def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
     """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
     pid, start_time = record.get("pid"), record.get("start_time")
-    sent = []
+    sent: list[str] = []
+    if not isinstance(pid, int):
+        return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
     for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, KILL_GRACE)):
         if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
             break
         try:
-            os.killpg(int(pid), sig)  # the build leads its own session and process group
+            os.killpg(pid, sig)  # the build leads its own session and process group
             sent.append(sig.name)
-        except (ProcessLookupError, PermissionError, TypeError, ValueError):
+        except (ProcessLookupError, PermissionError):
             break
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
@@ -219,8 +222,8 @@ def _stop_build(attempt: allocation.Attempt, record: Dict[str, Any]) -> Dict[str
             "message": "the build's process group was ended" if ended else "the build did not end after SIGKILL"}
 
 
-def _wait_for_exit(attempt: allocation.Attempt, record: Optional[Dict[str, Any]], timeout: float,
-                   ) -> Optional[Dict[str, Any]]:
+def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, timeout: float,
+                   ) -> dict[str, Any] | None:
     """The ``exit`` record, waiting up to *timeout* while the supervisor (or the build) still runs."""
     deadline = time.monotonic() + timeout
     while True:
@@ -235,7 +238,7 @@ def _wait_for_exit(attempt: allocation.Attempt, record: Optional[Dict[str, Any]]
         time.sleep(POLL)
 
 
-def _summary(attempt: allocation.Attempt, record: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def _summary(attempt: allocation.Attempt, record: dict[str, Any] | None) -> dict[str, Any]:
     summary = allocation.base_summary(attempt)
     summary.update(build_place="fixed-host", pid=None, exit_signal=None)
     if record is not None:
@@ -243,7 +246,7 @@ def _summary(attempt: allocation.Attempt, record: Optional[Dict[str, Any]]) -> D
     return summary
 
 
-def _establish(summary: Dict[str, Any], end: Optional[Dict[str, Any]], record: Optional[Dict[str, Any]]) -> None:
+def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict[str, Any] | None) -> None:
     if end is not None:
         summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"), ended=end.get("ended"),
                        established=True, end_source="supervisor")
@@ -258,9 +261,10 @@ def _establish(summary: Dict[str, Any], end: Optional[Dict[str, Any]], record: O
                                 "(the supervisor was killed?)")
 
 
-def run(root: str, program: str, argv: list, env: Dict[str, str], timeout: float, frames: FrameWriter,
-        attempt_name: Optional[str] = None, *, settle_kw: Optional[dict] = None, archive: Optional[str] = None,
-        archive_sha256: Optional[str] = None, progress: Optional[float] = None) -> dict:
+def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
+        attempt_name: str | None = None, *, settle_kw: dict[str, Any] | None = None,
+        archive: str | None = None, archive_sha256: str | None = None,
+        progress: float | None = None) -> dict[str, Any]:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
     for key in env:
         if not allocation.ENV_NAME_RE.match(key):
@@ -302,7 +306,7 @@ def run(root: str, program: str, argv: list, env: Dict[str, str], timeout: float
 
 
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: Optional[dict] = None) -> dict:
+              settle_kw: dict[str, Any] | None = None) -> dict[str, Any]:
     """Establish the end of the attempt's detached build (never starts one), then :func:`allocation.finish`."""
     attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
     try:

@@ -28,6 +28,7 @@ build's end: ended -> its exit status and settled transcript become evidence
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..outcome import Locked
@@ -42,7 +43,7 @@ RECORD = "attempt.json"
 RECONCILE_CALL_TIMEOUT = 120.0
 
 
-def _path(update: "RuntimeUpdate"):
+def _path(update: "RuntimeUpdate") -> Path:
     return update.ctx.state.lane_dir("runtime", update.host.name, update.profile.program) / RECORD
 
 

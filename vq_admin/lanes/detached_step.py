@@ -49,13 +49,13 @@ if TYPE_CHECKING:
 RECONCILE_WAIT = 1.0
 
 
-def applies(update: "RuntimeUpdate") -> bool:
+def applies(update: RuntimeUpdate) -> bool:
     """A fixed-host build over ssh with a scratch root runs detached."""
     return (update.profile.update_allocation is None and bool(update.host.scratch_root)
             and isinstance(update.build_transport(), SshTransport))
 
 
-def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+def run_argv(update: RuntimeUpdate, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
     """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
     assert update.host.scratch_root
     argv = update.agent("detach-run", "--root", update.host.scratch_root, "--program", update.profile.program,
@@ -70,13 +70,13 @@ def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, li
     return [*argv, "--", *command.argv]
 
 
-def plan(update: "RuntimeUpdate", command: ProviderCommand, purpose: str) -> None:
+def plan(update: RuntimeUpdate, command: ProviderCommand, purpose: str) -> None:
     """Add the ``deploy`` step: the agent on the build host starts the build detached."""
     update.receipt.plan.add("deploy", update.build_transport().where, run_argv(update, command, "<attempt>"),
                             f"{purpose}, detached on the build host (it survives a dropped connection)")
 
 
-def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
+def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
     """Run the deploy step; the result's exit_code is the build's exit status."""
     ctx, receipt = update.ctx, update.receipt
     transport = update.build_transport()
@@ -130,7 +130,7 @@ def left_running(deploy: dict[str, Any]) -> str:
             f"(pid {pid}); the next run reconciles it")
 
 
-def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall,
+def _conclude(update: RuntimeUpdate, command: ProviderCommand, call: StreamCall,
               sinks: dict[str, TranscriptSink]) -> RunResult:
     deploy = update.receipt.deploy
     where = deploy["where"]
