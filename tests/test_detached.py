@@ -148,3 +148,23 @@ def test_a_reconcile_of_an_attempt_that_never_existed_fences_it(tmp_path):
     assert records["summary"]["fenced"] is True and records["summary"]["established"] is False
     late = agent(*run_args(root, "p", ATTEMPT, "true"))  # a delayed agent can no longer start under that name
     assert late.returncode == 4 and b"already exists" in late.stderr
+
+
+def test_detach_run_works_on_the_oldest_supported_python(tmp_path):
+    """The agent runs on login hosts with Python 3.8: the detached build too."""
+    import pytest
+
+    from test_agent_pythons import find_python
+
+    python = find_python("3.8")
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    root = scratch(tmp_path)
+    here = Path(__file__).resolve().parent.parent
+    done = subprocess.run([python, "-m", "vq_admin.agent", *run_args(root, "p", ATTEMPT, "sh", "-c", "echo old")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(here)})
+    records, streams = frames(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert records["summary"]["established"] is True and records["summary"]["exit_code"] == 0
+    assert streams["stdout"] == b"old\n"
