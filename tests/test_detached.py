@@ -168,3 +168,32 @@ def test_detach_run_works_on_the_oldest_supported_python(tmp_path):
     assert done.returncode == 0, done.stderr
     assert records["summary"]["established"] is True and records["summary"]["exit_code"] == 0
     assert streams["stdout"] == b"old\n"
+
+
+def test_a_normal_fixed_host_update_runs_detached_with_its_transcript_and_metrics(tmp_path, real_sshd):
+    """Over a real sshd: the usual receipt (exit status, output, metrics), the transcript settled and
+    copied next to the receipt, the attempt on the build host owner-only, and no record left to reconcile."""
+    from test_chaos import World
+
+    world = World(tmp_path, real_sshd.ssh_config, "detached-normal")
+    world.set_deploy("echo building; echo 'VQ-DEPLOY-METRIC build_seconds=7'; echo 'a warning' >&2")
+    done = world.run()
+    receipt = done.receipt
+    assert done.outcome == "ok" and world.active() == world.sha, done.stdout
+    deploy = receipt["deploy"]
+    assert deploy["detached"] is True and deploy["exit_code"] == 0 and deploy["established"] is True
+    assert deploy["where"] == "cluster-build" and isinstance(deploy["pid"], int)
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["deploy"]["status"] == "ok" and steps["deploy"]["exit_code"] == 0
+    assert "detach-run" in steps["deploy"]["argv"] and world.sha in steps["deploy"]["argv"]
+    output = receipt["command_output"]
+    assert output["complete"] is True and "building" in output["stdout"] and "a warning" in output["stderr"]
+    assert receipt["metrics"] == {"build_seconds": 7} and receipt["metrics_complete"] is True
+    assert output["log_dir"] == deploy["attempt_dir"]
+    assert (Path(output["transcript"]) / "stdout").read_text() == output["stdout"]
+    attempt = Path(deploy["attempt_dir"])
+    assert stat.S_IMODE(attempt.stat().st_mode) == 0o700
+    assert json.loads((attempt / "exit").read_text())["exit_code"] == 0
+    assert not (world.state / "hosts" / "cluster" / "runtime" / world.program / "attempt.json").exists()
+    again = world.run()
+    assert again.outcome == "already-current" and "previous_attempt" not in again.receipt
