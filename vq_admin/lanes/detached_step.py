@@ -125,6 +125,9 @@ def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
 
 def left_running(deploy: dict[str, Any]) -> str:
     """What an interrupted run leaves behind on the build host (said in its receipt)."""
+    if deploy.get("fenced"):
+        return (f"no build was started on {deploy.get('where')}: the connection dropped before the agent started, "
+                f"and the attempt {deploy.get('attempt_dir')} is now fenced so that none can start under it")
     pid = deploy.get("pid") or f"recorded in {deploy.get('attempt_dir')}/build"
     return (f"the build keeps running on {deploy.get('where')} under attempt {deploy.get('attempt_dir')} "
             f"(pid {pid}); the next run reconciles it")
@@ -140,7 +143,7 @@ def _conclude(update: RuntimeUpdate, command: ProviderCommand, call: StreamCall,
         return allocation_step._unknown(update, command, call, "the helper's report never arrived",
                                         message=_still_running(deploy, "the helper's report never arrived"))
     for key in ("pid", "exit_code", "exit_signal", "job_state", "established", "timed_out", "cancel",
-                "reconciled", "notes"):
+                "reconciled", "fenced", "notes"):
         if summary.get(key) is not None or key not in deploy:
             deploy[key] = summary.get(key)
     deploy["retention"] = summary.get("retention")
