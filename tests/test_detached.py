@@ -197,3 +197,30 @@ def test_a_normal_fixed_host_update_runs_detached_with_its_transcript_and_metric
     assert not (world.state / "hosts" / "cluster" / "runtime" / world.program / "attempt.json").exists()
     again = world.run()
     assert again.outcome == "already-current" and "previous_attempt" not in again.receipt
+
+
+def test_a_deploy_dropped_before_the_agent_started_fences_the_attempt_and_says_nothing_was_built(tmp_path, real_sshd):
+    """A drop before ``detach-run`` ran: the reconcile fences the attempt, the receipt says no build was
+    started (never that one keeps running), and the next run reconciles the fenced attempt and deploys."""
+    from test_chaos import World
+
+    world = World(tmp_path, real_sshd.ssh_config, "detached-fenced")
+    log = tmp_path / "calls.jsonl"
+    env = {**world.env(), "VQ_ADMIN_TESTING": "1", "VQ_ADMIN_FAULT_LOG": str(log)}
+    clean = subprocess.run(world.argv(world.a), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert json.loads(clean.stdout)["outcome"] == "ok", clean.stdout + clean.stderr
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    index = next(e["index"] for e in entries if "argv" in e and "detach-run" in e["argv"])
+    (world.marks / "switched").unlink()
+    done = subprocess.run(world.argv(), env={**world.env(), "VQ_ADMIN_TESTING": "1",
+                                             "VQ_ADMIN_FAULT": f"call:{index}:drop-before"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    receipt = json.loads(done.stdout)
+    assert receipt["outcome"] == "unknown" and world.active() == world.a, done.stdout
+    readback = receipt["readback"]
+    assert readback["build"].startswith("no build was started on cluster-build") and "fenced" in readback["build"]
+    attempt = Path(readback["attempt_dir"])
+    assert attempt.is_dir() and not (attempt / "build").exists() and not (world.marks / "switched").exists()
+    again = world.run()
+    assert again.outcome == "ok" and world.active() == world.sha, again.stdout
+    assert again.receipt["previous_attempt"]["fenced"] is False and again.receipt["previous_attempt"]["kind"] == "detached"

@@ -274,9 +274,10 @@ class RuntimeUpdate:
 
             self.receipt.readback.update(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
                                          build=detached_step.left_running(deploy))
-            self.receipt.readback["advice"] = (
-                f"{detached_step.left_running(deploy)}: rerunning first reconciles it (75 while it still runs), then "
-                "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
+            if not deploy.get("fenced"):
+                self.receipt.readback["advice"] = (
+                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it (75 while it still runs), then "
+                    "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     # -- evidence ---------------------------------------------------------------------
