@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand
 
@@ -133,7 +133,8 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     return result
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float,
+          on_record: Callable[[str, dict[str, Any]], None] | None = None,
           transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     """One framed agent call on *transport* (default: the login host) into fresh transcript sinks."""
     from ..permissions import refuse_if_unsafe
