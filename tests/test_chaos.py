@@ -250,26 +250,72 @@ def test_ssh_client_killed_during_the_pre_verify_changes_nothing(tmp_path, real_
     clean_after(world, done, converge(world, "ok"))
 
 
-# -- a dropped session while a fixed-host build runs --------------------------------------------
+# -- a dropped session, SIGTERM or SIGKILL while a fixed-host build runs --------------------------
+#
+# The build runs detached under the agent on the build host (vq-admin-agent detach-run): it survives
+# its connection, this run says what it leaves behind, and the next run reconciles from the attempt
+# record (75 while the build still runs; its exit status and settled transcript as evidence after).
+
+
+def attempt_record(world: World) -> Path:
+    return world.state / "hosts" / "cluster" / "runtime" / world.program / "attempt.json"
+
+
+def attempt_dirs(world: World) -> list[Path]:
+    return sorted((world.scratch / ".vq-admin" / "runtime-deploy" / world.program).glob("deploy.*"))
+
+
+def left_running(world: World, done: Done) -> dict:
+    """The receipt names the attempt and the pid the build keeps running under."""
+    readback = done.receipt["readback"]
+    (attempt,) = attempt_dirs(world)
+    build = json.loads((attempt / "build").read_text())
+    assert readback["attempt_dir"] == str(attempt), readback
+    assert readback["build"] == (f"the build keeps running on cluster-build under attempt {attempt} "
+                                 f"(pid {build['pid']}); the next run reconciles it"), readback
+    assert readback["next_command"].startswith("vq admin update "), readback
+    assert attempt_record(world).exists()
+    return build
+
+
+def reconciled(world: World) -> tuple[Done, str]:
+    """The next run after the build ended (no repair), and what it observed: "<outcome> by reconcile"
+    when it reconciled the attempt record (the build's exit status and settled transcript as evidence)."""
+    again = world.run()
+    previous = again.receipt.get("previous_attempt") or {}
+    by = (previous.get("kind") == "detached" and previous.get("established") is True
+          and previous.get("exit_code") == 0 and (previous.get("settle") or {}).get("settled") is True
+          and bool(((previous.get("transcript") or {}).get("stdout") or {}).get("settled_digest"))
+          and not attempt_record(world).exists())
+    no_false_ok(world, again)
+    return again, again.outcome + (" by reconcile" if by else "")
 
 
 def test_a_dropped_session_during_a_fixed_host_build_is_reconciled_by_the_next_run(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-drop-build")
-    world.set_deploy(f"touch {tmp_path}/marks/building; sleep 8")
+    # the provider writes to its stdout and stderr all along: attached to the session, it would die
+    # of SIGPIPE at its next write after the drop
+    world.set_deploy(f"touch {tmp_path}/marks/building; for i in 1 2 3 4 5 6 7 8; do echo step $i; "
+                     "echo progress $i >&2; sleep 1; done")
     vq = world.start()
     world.mark("building")
     assert real_sshd.kill_sessions(), "no ssh session to drop"
     done = finish(vq)
-    no_false_ok(world, done)  # read back at once: not yet active -> unknown, naming the rerun
-    assert "may still be running" in done.receipt["readback"]["advice"]
-    record("sshd session dropped during a fixed-host build (the build then completes)", "unknown", done.outcome)
+    no_false_ok(world, done)  # read back at once: not yet active -> unknown, naming the attempt
+    left_running(world, done)
     world.mark("switched", 60)  # the build ran to completion without its connection
-    clean_after(world, done, converge(world))
+    again, after = reconciled(world)
+    record("sshd session dropped during a fixed-host build (the build then completes)",
+           "unknown; after the build: already-current by reconcile", f"{done.outcome}; after the build: {after}")
+    (attempt,) = attempt_dirs(world)
+    assert "step 8" in (attempt / "stdout").read_text() and "progress 8" in (attempt / "stderr").read_text()
+    assert json.loads((attempt / "exit").read_text())["exit_code"] == 0
+    clean_after(world, done, again)
 
 
 def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_completes(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-term-fixed")
-    world.set_deploy(f"touch {tmp_path}/marks/building; sleep 6")
+    world.set_deploy(f"touch {tmp_path}/marks/building; for i in $(seq 1 12); do echo step $i; sleep 1; done")
     vq = world.start()
     world.mark("building")
     sent = time.monotonic()
@@ -277,11 +323,36 @@ def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_complete
     done = finish(vq, 30)
     assert time.monotonic() - sent < 5.0
     no_false_ok(world, done)
-    readback = done.receipt["readback"]
-    assert "may still be running on cluster-build" in readback["build"] and "stage" in readback["stage"], readback
-    record("SIGTERM of vq during a fixed-host deploy (the build then completes)", "unknown", done.outcome)
+    build = left_running(world, done)
+    assert "stage" in done.receipt["readback"]["stage"], done.receipt["readback"]
+    held = world.run()  # a second run while the detached build still runs: 75, naming the attempt
+    assert held.code == 75 and held.outcome == "locked", held.stdout
+    assert str(attempt_dirs(world)[0]) in held.receipt["errors"][-1] and f"pid {build['pid']}" in held.receipt["errors"][-1]
+    assert not (world.marks / "switched").exists(), "the build ended before the second run could see it running"
     world.mark("switched", 60)
-    clean_after(world, done, converge(world))
+    again, after = reconciled(world)
+    record("SIGTERM of vq during a fixed-host deploy (the build then completes)",
+           "unknown; next run while it builds: locked; after the build: already-current by reconcile",
+           f"{done.outcome}; next run while it builds: {held.outcome}; after the build: {after}")
+    clean_after(world, done, held, again)
+
+
+def test_sigkill_of_vq_during_a_fixed_host_deploy_is_reconciled_by_the_next_run(tmp_path, real_sshd):
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-vq-fixed")
+    world.set_deploy(f"touch {tmp_path}/marks/building; for i in $(seq 1 6); do echo step $i; sleep 1; done")
+    vq = world.start()
+    world.mark("building")
+    vq.kill()
+    out, _ = vq.communicate(timeout=30)
+    assert vq.returncode == -signal.SIGKILL and out == ""
+    assert attempt_record(world).exists()
+    world.mark("switched", 60)  # the build ran to completion without its driver
+    (attempt,) = attempt_dirs(world)
+    assert wait_until(lambda: (attempt / "exit").exists(), 30)
+    again, after = reconciled(world)
+    record("SIGKILL of vq during a fixed-host deploy (the build then completes)",
+           "killed; after the build: already-current by reconcile", f"killed; after the build: {after}")
+    clean_after(world, again)
 
 
 # -- SIGTERM of vq while an allocation job waits, and while it runs -------------------------------

@@ -18,7 +18,7 @@ package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
 ``lease`` prints one JSON line and then holds the lease until its stdin
 closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
 
-``alloc-run`` and ``alloc-reconcile`` print framed records rather than one
+``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile`` print framed records rather than one
 JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
 ``summary`` record was written, whatever the deployment's own exit status.
 """
@@ -30,7 +30,7 @@ import json
 import os
 import sys
 
-from . import allocation, checkpaths, identity, install_file, lease, safedirs, stage, verify_readback
+from . import allocation, checkpaths, detached, identity, install_file, lease, safedirs, stage, verify_readback
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE
 
@@ -221,6 +221,16 @@ def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: allocation.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
+def cmd_detach_run(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: detached.run(
+        args.root, args.program, args.command, dict(args.env), args.timeout, frames, args.attempt,
+        archive=args.archive, archive_sha256=args.archive_sha256, progress=args.progress))
+
+
+def cmd_detach_reconcile(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: detached.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vq-admin-agent", description="vq scheduler-side helper verbs")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -313,6 +323,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", required=True)
     p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the job's end")
     p.set_defaults(func=cmd_alloc_reconcile)
+
+    p = sub.add_parser("detach-run", help="run a provider argv on this host, detached from the connection, in a "
+                       "fresh attempt directory",
+                       description="Create <root>/.vq-admin/runtime-deploy/<program>/<attempt>/, start the "
+                                   "provider argv under a supervising process in its own session (stdin from "
+                                   "/dev/null, output to the attempt's stdout and stderr, its pid in 'build' and "
+                                   "its exit status in 'exit'), follow it, bound it, settle the transcripts, apply "
+                                   "retention and stream the result (framed records). A dropped connection leaves "
+                                   "the build running to its end.")
+    p.add_argument("--root", required=True, help="scratch root (absolute)")
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
+    p.add_argument("--timeout", type=_positive, required=True,
+                   help="bound on the build, in seconds (at the bound its process group is ended)")
+    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+                   help="environment for the provider command (repeat)")
+    p.add_argument("--archive", metavar="PATH",
+                   help="the staged source.tar the provider reads; the build refuses to run if it changed")
+    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
+    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS",
+                   help="report whether the build runs and the transcript's last line every SECONDS (at least 1), "
+                        "and each settle observation, as progress records (for a terminal)")
+    p.add_argument("command", nargs="+", help="the provider argv, after --")
+    p.set_defaults(func=cmd_detach_run)
+
+    p = sub.add_parser("detach-reconcile", help="establish the end of an attempt's detached build (never starts one)")
+    p.add_argument("--root", required=True)
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", required=True)
+    p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the build's end")
+    p.set_defaults(func=cmd_detach_reconcile)
 
     p = sub.add_parser("lease", help="hold the host-side lease of one lane until stdin closes (75 when held)",
                        description="Take an exclusive flock on <root>/.vq-admin/locks/<lane>.<host>[.<program>].lock "

@@ -17,10 +17,18 @@ that job's end:
   on (its read-only pre-verify then shows what the job did);
 * still pending or running, or not establishable: exit 75, naming the job id,
   the attempt directory and what to do; nothing is run.
+
+A fixed-host build runs detached the same way (:mod:`.detached_step`): its
+record says ``"kind": "detached"`` and the build host, and the next run asks
+that host's agent (``detach-reconcile``, never starts anything) for the
+build's end: ended -> its exit status and settled transcript become evidence
+(``previous_attempt``) and the read-only pre-verify decides; still running ->
+75 naming the attempt and the build's pid.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..outcome import Locked
@@ -35,13 +43,17 @@ RECORD = "attempt.json"
 RECONCILE_CALL_TIMEOUT = 120.0
 
 
-def _path(update: "RuntimeUpdate"):
+def _path(update: "RuntimeUpdate") -> Path:
     return update.ctx.state.lane_dir("runtime", update.host.name, update.profile.program) / RECORD
 
 
-def record(update: "RuntimeUpdate", attempt: str, directory: str) -> None:
-    write_atomic(_path(update), dump_json({"attempt": attempt, "attempt_dir": directory,
-                                           "receipt": update.receipt.id, "expected_sha": update.sha}))
+def record(update: "RuntimeUpdate", attempt: str, directory: str, kind: str = "allocation",
+           where: str | None = None) -> None:
+    data: dict[str, Any] = {"attempt": attempt, "attempt_dir": directory, "receipt": update.receipt.id,
+                            "expected_sha": update.sha}
+    if kind != "allocation":
+        data.update(kind=kind, where=where)
+    write_atomic(_path(update), dump_json(data))
 
 
 def clear(update: "RuntimeUpdate") -> None:
@@ -51,18 +63,30 @@ def clear(update: "RuntimeUpdate") -> None:
         pass
 
 
+def has_previous(update: "RuntimeUpdate") -> bool:
+    """Whether an interrupted run left an attempt record for this lane (read locally, no call)."""
+    previous = read_json(_path(update))
+    return previous is not None and isinstance(previous.get("attempt"), str)
+
+
 def reconcile_previous(update: "RuntimeUpdate") -> None:
     """Establish the end of the job an interrupted run left, or refuse (75) while it is still going."""
     previous = read_json(_path(update))
     if previous is None or not isinstance(previous.get("attempt"), str):
         return
-    ctx, login = update.ctx, update.ctx.login(update.host)
+    ctx = update.ctx
     attempt = previous["attempt"]
-    argv = update.agent("alloc-reconcile", "--root", update.host.scratch_root or "", "--program",
-                        update.profile.program, "--attempt", attempt, "--timeout", "1")
+    detached = previous.get("kind") == "detached"
+    login = update.build_transport() if detached else ctx.login(update.host)
+    argv = update.agent("detach-reconcile" if detached else "alloc-reconcile", "--root",
+                        update.host.scratch_root or "", "--program", update.profile.program, "--attempt", attempt,
+                        "--timeout", "1")
     step = update.receipt.plan.add("previous-attempt", login.where, argv,
+                                   "establish the end of the build an interrupted run left on the build host "
+                                   "(never starts one)" if detached else
                                    "establish the end of the batch job an interrupted run left (never submits)")
-    ctx.narrate(f"an interrupted run left the allocation attempt {previous.get('attempt_dir')}; reconciling its job")
+    ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
+                f"{previous.get('attempt_dir')}; reconciling its {'build' if detached else 'job'}")
     # The transcripts are settled on the login host; the driver keeps only this call's summary.
     sinks = {name: _Discard(name) for name in ("stdout", "stderr")}
     step.argv = argv
@@ -72,13 +96,24 @@ def reconcile_previous(update: "RuntimeUpdate") -> None:
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
                                                 "fenced", "notes")}
     found.update(attempt=attempt, attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
+    if detached:  # the build's exit status and settled transcript are this run's evidence
+        found.update(kind="detached", where=login.where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
+                     settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
     update.receipt.previous_attempt = found
-    if call.complete and (summary.get("established") or summary.get("fenced") or not summary.get("job_id")):
+    ended = (summary.get("job_state") != "RUNNING" if detached
+             else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
+    if call.complete and ended:
         step.status = "ok"
         clear(update)  # ended (or never submitted): the pre-verify decides what it did
         return
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()
+    if detached:
+        pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
+        raise Locked(f"the build of an interrupted run keeps running on {login.where} under attempt "
+                     f"{previous.get('attempt_dir')} (pid {pid}, receipt {previous.get('receipt')}); "
+                     + ("it has not ended" if call.complete else f"its end could not be read ({call.describe()})")
+                     + "; nothing was run: wait for it to end, then rerun")
     job = summary.get("job_id") or "(id not read)"
     state = summary.get("job_state") or "unknown"
     raise Locked(f"the batch job {job} of an interrupted run (attempt {previous.get('attempt_dir')}, receipt "

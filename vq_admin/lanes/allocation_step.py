@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand
 
@@ -39,7 +39,7 @@ from ..agent import checksum
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..plan import Step
-from ..transport import RunResult, quote_argv
+from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 
@@ -133,17 +133,30 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     return result
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
-          ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float,
+          on_record: Callable[[str, dict[str, Any]], None] | None = None,
+          transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    """One framed agent call on *transport* (default: the login host) into fresh transcript sinks."""
     from ..permissions import refuse_if_unsafe
 
-    refuse_if_unsafe(update.ctx.login(update.host), argv, step.name)
+    transport = transport or update.ctx.login(update.host)
+    refuse_if_unsafe(transport, argv, step.name)
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
+    deploy = update.receipt.deploy
+
+    def observe(kind: str, value: dict[str, Any]) -> None:
+        if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
+            if value.get("job_id") and deploy is not None:
+                deploy["job_id"] = str(value["job_id"])
+            if isinstance(value.get("pid"), int) and deploy is not None:  # a detached fixed-host build
+                deploy["pid"] = value["pid"]
+        if on_record is not None:
+            on_record(kind, value)
+
     try:
-        call = stream_call(update.ctx.login(update.host), argv, timeout=timeout, sinks=sinks,
-                           **({"on_record": on_record} if on_record else {}))
+        call = stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
     except BaseException:
         _discard(sinks)
         raise
@@ -157,6 +170,8 @@ def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, 
     job = call.records.get("job") or {}
     if job.get("job_id"):
         update.receipt.deploy["job_id"] = str(job["job_id"])
+    if isinstance(job.get("pid"), int):  # a detached fixed-host build (see .detached_step)
+        update.receipt.deploy["pid"] = job["pid"]
     return call, sinks
 
 
@@ -171,17 +186,21 @@ def _discard(sinks: dict[str, TranscriptSink]) -> None:
 
 
 def _reconcile(update: "RuntimeUpdate", attempt: str, deadline: float, call: StreamCall,
-               sinks: dict[str, TranscriptSink]) -> tuple[StreamCall, dict[str, TranscriptSink]]:
-    """Ask the agent for the recorded job's end, retrying a dropped connection a few times."""
-    login = update.ctx.login(update.host)
+               sinks: dict[str, TranscriptSink], *, verb: str = "alloc-reconcile",
+               transport: Transport | None = None, wait_for: float | None = None,
+               purpose: str = "establish the batch job's end by its recorded id (never resubmits)",
+               ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    """Ask the agent for the recorded job's (or detached build's) end, retrying a dropped connection a few
+    times; *wait_for* (seconds) replaces the wait until the original bound."""
+    login = transport or update.ctx.login(update.host)
     for n in range(1, RECONCILE_TRIES + 1):
         _discard(sinks)
-        wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE
-        argv = update.agent("alloc-reconcile", "--root", update.host.scratch_root or "", "--program",
+        wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
+        argv = update.agent(verb, "--root", update.host.scratch_root or "", "--program",
                             update.profile.program, "--attempt", attempt, "--timeout", _seconds(round(wait)))
         step = update.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
-                                       "establish the batch job's end by its recorded id (never resubmits)")
-        call, sinks = _call(update, step, argv, wait + MARGIN)
+                                       purpose)
+        call, sinks = _call(update, step, argv, wait + MARGIN, transport=transport)
         if call.complete or not (call.interrupted or call.frame_error):
             break
         update.ctx.narrate(f"deploy-reconcile: {call.describe()}")
@@ -229,23 +248,29 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
     if not summary.get("established"):
         return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
     if summary["exit_code"] == JOB_TAMPERED_EXIT:
-        refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
-        if refusal:  # the job found its argv or archive changed while it waited and ran nothing
-            deploy["tampered"] = refusal[-1]
-            receipt.errors.append(f"deploy: batch job {deploy['job_id']} did not run the provider: what it was "
-                                  f"given was changed after the run prepared it (tampering): {refusal[-1]}")
-        elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
-            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
-            receipt.errors.append(
-                f"deploy: batch job {deploy['job_id']} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
-                f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
-                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+        tampered(update, sinks, f"batch job {deploy['job_id']}")
     if signalled:  # the job did not choose its exit status: read back before deciding
         return RunResult(list(command.argv), where, int(summary["exit_code"]),
                          stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
                                  f"transcripts in {deploy['log_dir']}").encode(),
                          seconds=call.seconds, interrupted="job")
     return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+
+def tampered(update: "RuntimeUpdate", sinks: dict[str, TranscriptSink], what: str) -> None:
+    """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
+    receipt, deploy = update.receipt, update.receipt.deploy
+    refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
+    if refusal:  # the job found its argv or archive changed while it waited and ran nothing
+        deploy["tampered"] = refusal[-1]
+        receipt.errors.append(f"deploy: {what} did not run the provider: what it was "
+                              f"given was changed after the run prepared it (tampering): {refusal[-1]}")
+    elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
+        deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+        receipt.errors.append(
+            f"deploy: {what} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+            f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
+            f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
 
 
 #: Slurm end states in which the job did not choose its exit status.
@@ -269,7 +294,8 @@ def ended_without_choosing(summary: dict[str, Any]) -> str | None:
     return None
 
 
-def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str) -> RunResult:
+def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str,
+             message: str | None = None) -> RunResult:
     deploy = update.receipt.deploy
     deploy["established"] = False
     if not update.receipt.command_output:
@@ -277,8 +303,8 @@ def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall
                                          "observations": 0, "stdout": "", "stderr": "",
                                          "note": "the transcript was not read; it is retained in log_dir"}
         update.receipt.metrics, update.receipt.metrics_complete = {}, False
-    message = (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be established "
-               f"({why}); log directory {deploy['log_dir']}")
+    message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
+                          f"established ({why}); log directory {deploy['log_dir']}")
     return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
                      interrupted="transport")
 

@@ -38,7 +38,7 @@ from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
 from ..outcome import VqAdminError
 from ..plan import record, refuse_unsafe_command
 from ..transport import RunResult, SshTransport
-from . import remote_paths
+from . import allocation_attempt, remote_paths
 from .helper_readback import IdentityRead, judge_identity
 from .verify import Verification, judge_verify
 
@@ -64,7 +64,9 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
     if check_words is not None:
         request["check_paths"] = remote_paths.check_argv(update.host.agent, check_words)[len(update.host.agent) + 2:]
     verify_argv = pre_verify.planned_argv[len(update.host.agent) + 2:]
-    with_verify = update.profile.update_allocation is None and bool(verify_argv)
+    # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
+    with_verify = (update.profile.update_allocation is None and bool(verify_argv)
+                   and not allocation_attempt.has_previous(update))
     if with_verify:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
         request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}

@@ -9,8 +9,10 @@ transport is, the receipt's ``readback`` (for ``unknown``) or
   is **not** cancelled: it keeps running (or waiting in the queue) to its
   end, and the next run of the lane reconciles it from the attempt record
   before it builds anything (:mod:`.allocation_attempt`);
-* a fixed-host or login-host build: the provider command may still be running
-  on that host;
+* a fixed-host or login-host build over ssh runs detached (:mod:`.detached_step`):
+  "the build keeps running on HOST under attempt DIR (pid N); the next run
+  reconciles it"; over a local transport, the provider command may still be
+  running;
 * a source stage: created (its path) or possibly created (stage-create was
   interrupted); the next run of the lane reclaims it.
 """
@@ -47,6 +49,13 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
         job = deploy.get("job_id") or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)"
         facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
                           "the next run of this lane reconciles it from the attempt record before building")
+    elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):
+        from .detached_step import left_running
+
+        for key in ("attempt", "attempt_dir", "log_dir", "pid"):
+            if deploy.get(key) is not None:
+                facts[key] = deploy[key]
+        facts["build"] = left_running(deploy)
     elif started and steps["deploy"].status not in ("ok", "failed"):
         facts["build"] = f"the provider's deploy may still be running on {steps['deploy'].where}"
     elif started:
@@ -69,5 +78,6 @@ def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str) 
         "next_command": next_command,
         "advice": "the rerun verifies read-only first and reports already-current if the interrupted run "
                   "completed" + ("; it first reconciles the batch job left running"
-                                 if "job_id" in facts or "attempt_dir" in facts else ""),
+                                 if "job_id" in facts else "; it first reconciles the build left running"
+                                 if "attempt_dir" in facts else ""),
     }

@@ -109,6 +109,10 @@ class RuntimeUpdate:
             from . import allocation_step
 
             allocation_step.plan(self, deploy, purpose)
+        elif self.detached:
+            from . import detached_step
+
+            detached_step.plan(self, deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
@@ -119,6 +123,13 @@ class RuntimeUpdate:
         if self.ctx.options.cluster_install:
             return self.ctx.providers.runtime_install(self.profile.provider, request)
         return self.ctx.providers.runtime_update(self.profile.provider, request)
+
+    @property
+    def detached(self) -> bool:
+        """A fixed-host build that runs detached from the connection (see :mod:`.detached_step`)."""
+        from . import detached_step
+
+        return detached_step.applies(self)
 
     def _provider_has_install(self) -> bool:
         if self.profile.provider != "command":
@@ -131,13 +142,14 @@ class RuntimeUpdate:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
-        # The lease, the login host's command-file check and (fixed-host builds) the pre-verify in
-        # one agent call over the run's connection master: an already-current run ends after it.
+        # The lease, the login host's command-file check and (fixed-host builds, when no interrupted
+        # run left an attempt) the pre-verify in one agent call over the run's connection master:
+        # an already-current run ends after it.
         pre = first_call.open_runtime(self)
-        if self.profile.update_allocation is not None:  # a batch job an interrupted run left: its end first
-            from . import allocation_attempt
+        # a batch job or detached build an interrupted run left: its end first
+        from . import allocation_attempt
 
-            allocation_attempt.reconcile_previous(self)
+        allocation_attempt.reconcile_previous(self)
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
@@ -204,6 +216,10 @@ class RuntimeUpdate:
             from . import allocation_step
 
             return allocation_step.deploy(self, command)
+        if self.detached:
+            from . import detached_step
+
+            return detached_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
         view = CommandView(f"{self.profile.program}: deploy on {step.where}") if progress.enabled(self.ctx.options.json) else None
@@ -228,6 +244,10 @@ class RuntimeUpdate:
         if found.proven:
             self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and verified")
             self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True, "next_command": None}
+            if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
+                from . import allocation_attempt
+
+                allocation_attempt.clear(self)
             self.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
@@ -255,6 +275,16 @@ class RuntimeUpdate:
             # scheduler state and its retained transcripts
             if self.receipt.deploy.get(key) is not None:
                 self.receipt.readback[key] = self.receipt.deploy[key]
+        deploy = self.receipt.deploy
+        if deploy.get("detached") and not deploy.get("established") and not deploy.get("timed_out"):
+            from . import detached_step
+
+            self.receipt.readback.update(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
+                                         build=detached_step.left_running(deploy))
+            if not deploy.get("fenced"):
+                self.receipt.readback["advice"] = (
+                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it (75 while it still runs), then "
+                    "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     # -- evidence ---------------------------------------------------------------------

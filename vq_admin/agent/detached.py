@@ -1,0 +1,341 @@
+"""Fixed-host builds, detached from the connection that started them.
+
+A build on a fixed host (a profile without ``update_allocation``) runs the
+way an allocation build does, with a supervising process in place of the
+batch job::
+
+    vq-admin-agent detach-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
+        --timeout TIMEOUT_SECONDS [--env NAME=VALUE]... [--archive A --archive-sha256 H] -- PROVIDER ARGV...
+
+The attempt directory is the allocation lane's (same place, same layout,
+same never-reused 0700 directory, same ``.live`` lock, same retention; see
+:mod:`.allocation`)::
+
+    deploy.<UTC>.<hex>/
+        argv.json  job.py      what runs (job.py checks argv.json's and the archive's SHA-256, then execs)
+        stdout  stderr         the build's transcripts (created here, 0600, O_EXCL|O_NOFOLLOW)
+        build                  JSON: pid and start time of the build and of its supervisor, argv.json's SHA-256
+        exit                   JSON: the build's exit status (or signal), written when it ended
+
+The agent double-forks a **supervisor** in its own session (``setsid``),
+stdin from ``/dev/null``, no descriptor of the ssh session kept.  The
+supervisor starts the build (``job.py``, in a session of its own so a bound
+can end its whole process group), records ``build`` atomically, waits for
+it and records ``exit`` atomically; it holds the attempt's ``.live`` lock
+until then, so no run's retention removes a running build's directory.  A
+dropped connection, a killed driver or a killed agent leave the build and
+its supervisor running to the end.
+
+``detach-run`` follows the build (``progress`` records with ``--progress``),
+bounds it by ``--timeout`` (at the bound the build's process group gets
+SIGTERM, then SIGKILL), then settles, applies retention and streams the
+transcripts exactly as ``alloc-run`` does.  ``detach-reconcile`` never
+starts anything: it waits (bounded) for the recorded build's ``exit`` and
+then does the same.  A missing attempt is created (fenced), as
+``alloc-reconcile`` does, so an agent whose start was delayed past the drop
+can no longer start a build under that name.
+
+Standard library only; Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import allocation, safedirs
+from .frames import FrameWriter
+from .progress import Reporter
+
+#: The build's record and its end, inside the attempt directory.
+BUILD_FILE = "build"
+EXIT_FILE = "exit"
+#: Seconds the agent waits for the supervisor to report the build's pid.
+START_WAIT = 30.0
+#: Seconds between SIGTERM and SIGKILL of a build cut off at its bound.
+KILL_GRACE = 10.0
+#: Largest ``build``/``exit`` record read.
+RECORD_LIMIT = 4096
+POLL = 0.2
+
+
+def proc_start_time(pid: int) -> str | None:
+    """The kernel's start time of *pid* (``/proc/PID/stat`` field 22), or ``None``.
+
+    With the pid it names one process for good: a reused pid has another start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read(4096)
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
+
+
+def process_alive(pid: int | None, start_time: str | None) -> bool:
+    """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    if os.path.isdir("/proc/self"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                data = fh.read(4096)
+        except OSError:
+            return False
+        rest = data[data.rfind(b")") + 2:].split()
+        if not rest or rest[0] == b"Z":
+            return False
+        return start_time is None or (len(rest) > 19 and rest[19].decode("ascii", "replace") == start_time)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
+    """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=attempt.fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(RECORD_LIMIT + 1)
+    try:
+        value = json.loads(data.decode("utf-8")) if len(data) <= RECORD_LIMIT else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int) -> None:
+    """The supervisor (a grandchild of the agent, in its own session): never returns."""
+    code = 70
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # nothing of the ssh session stays open here
+            os.dup2(null, fd)
+        os.close(null)
+        out = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=attempt.fd)
+        err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=attempt.fd)
+        path = attempt.path
+        argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=path,
+                                close_fds=True, start_new_session=True)
+        os.close(out)
+        os.close(err)
+        record = {"pid": proc.pid, "start_time": proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
+                  "supervisor_start_time": proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
+                  "archive_sha256": binding.archive_sha256, "started": _utc()}
+        attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
+        try:
+            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+            os.close(report_fd)
+        except OSError:
+            pass  # the agent is gone: the build runs on regardless
+        status = proc.wait()
+        end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
+               "pid": proc.pid, "ended": _utc()}
+        attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def start(attempt: allocation.Attempt, binding: allocation.Binding) -> dict[str, Any]:
+    """Start the supervisor (double fork, own session) and return the ``build`` record it wrote."""
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:  # the intermediate process: a new session, then the supervisor, then gone
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork() == 0:
+                _supervise(attempt, binding, write_fd)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(child, 0)
+    data = b""
+    deadline = time.monotonic() + START_WAIT
+    try:
+        while time.monotonic() < deadline and not data.endswith(b"\n"):
+            chunk = os.read(read_fd, RECORD_LIMIT)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_fd)
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise OSError(f"the build's supervisor did not start the build in {attempt.path} (see its stderr)")
+    return record
+
+
+def _state(record: dict[str, Any]) -> tuple[str | None, str | None]:
+    alive = process_alive(record.get("pid"), record.get("start_time"))
+    return ("RUNNING" if alive else None), None
+
+
+def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
+    """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
+    pid, start_time = record.get("pid"), record.get("start_time")
+    sent: list[str] = []
+    if not isinstance(pid, int):
+        return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
+    for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, KILL_GRACE)):
+        if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
+            break
+        try:
+            os.killpg(pid, sig)  # the build leads its own session and process group
+            sent.append(sig.name)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
+            time.sleep(POLL)
+    ended = read_record(attempt, EXIT_FILE) is not None
+    return {"ok": ended, "signals": sent,
+            "message": "the build's process group was ended" if ended else "the build did not end after SIGKILL"}
+
+
+def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, timeout: float,
+                   ) -> dict[str, Any] | None:
+    """The ``exit`` record, waiting up to *timeout* while the supervisor (or the build) still runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        end = read_record(attempt, EXIT_FILE)
+        if end is not None:
+            return end
+        running = record is not None and (
+            process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))
+            or process_alive(record.get("pid"), record.get("start_time")))
+        if not running or time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL)
+
+
+def _summary(attempt: allocation.Attempt, record: dict[str, Any] | None) -> dict[str, Any]:
+    summary = allocation.base_summary(attempt)
+    summary.update(build_place="fixed-host", pid=None, exit_signal=None)
+    if record is not None:
+        summary.update(pid=record.get("pid"), started=record.get("started"), submitted=True)
+    return summary
+
+
+def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict[str, Any] | None) -> None:
+    if end is not None:
+        summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"), ended=end.get("ended"),
+                       established=True, end_source="supervisor")
+        if end.get("signal"):
+            summary["notes"].append(f"the build was ended by signal {end['signal']}")
+    elif record is not None and (process_alive(record.get("pid"), record.get("start_time"))
+                                 or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))):
+        summary["job_state"] = "RUNNING"
+        summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
+    elif record is not None:
+        summary["notes"].append("the build and its supervisor are gone and no exit status was recorded "
+                                "(the supervisor was killed?)")
+
+
+def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
+        attempt_name: str | None = None, *, settle_kw: dict[str, Any] | None = None,
+        archive: str | None = None, archive_sha256: str | None = None,
+        progress: float | None = None) -> dict[str, Any]:
+    """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
+    for key in env:
+        if not allocation.ENV_NAME_RE.match(key):
+            raise ValueError(f"bad environment variable name {key!r}")
+    allocation.check_root(root)
+    safedirs.check_scratch(root)
+    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
+    binding = allocation.bind(spec, archive, archive_sha256)  # a changed archive is refused before anything
+    attempt = allocation.create_attempt(root, program, attempt_name)
+    try:
+        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+        attempt.write_file("argv.json", spec)
+        attempt.write_file("job.py", allocation.job_script(), 0o700)
+        record = start(attempt, binding)
+        summary = _summary(attempt, record)
+        frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
+        reporter = None
+        if progress:
+            reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
+                                state=lambda _: _state(record))
+            reporter.start(f"pid {record.get('pid')}")
+        try:
+            end = _wait_for_exit(attempt, record, timeout)
+        finally:
+            if reporter is not None:
+                reporter.stop()
+        if end is None and process_alive(record.get("pid"), record.get("start_time")):
+            summary.update(timed_out=True, cancel=_stop_build(attempt, record))
+            summary["notes"].append(f"the build did not finish within {timeout:g} s; vq-admin ended its process "
+                                    f"group ({', '.join(summary['cancel']['signals']) or 'no signal needed'})")
+            end = read_record(attempt, EXIT_FILE)
+            if end is not None:
+                summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"))
+        else:
+            _establish(summary, end, record)
+        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
+    finally:
+        attempt.close()
+
+
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
+              settle_kw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Establish the end of the attempt's detached build (never starts one), then :func:`allocation.finish`."""
+    attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
+    try:
+        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+        summary = _summary(attempt, None)
+        summary.update(reconciled=True, fenced=fenced)
+        if fenced:
+            summary["notes"].append("the attempt directory did not exist; it was created now so that a delayed "
+                                    "agent cannot start a build under this name")
+            frames.record("summary", summary)
+            frames.record("end", {"sent": {}})
+            return summary
+        deadline = time.monotonic() + timeout
+        record = read_record(attempt, BUILD_FILE)
+        start_deadline = min(deadline, time.monotonic() + START_WAIT)
+        while record is None and alive and time.monotonic() < start_deadline:
+            time.sleep(POLL)  # the original agent is alive and may still start the build
+            record = read_record(attempt, BUILD_FILE)
+        if record is None:
+            summary["notes"].append("no build was recorded in the attempt: it never started")
+            summary["submitted"] = False if not alive else None
+        else:
+            summary = _summary(attempt, record)
+            summary.update(reconciled=True)
+            frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
+        end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
+        _establish(summary, end, record)
+        if not summary["established"]:  # still running (or never recorded): one look, no settle
+            settle_kw = dict(settle_kw or {}, max_observations=1)
+        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw)
+    finally:
+        attempt.close()
