@@ -207,18 +207,3 @@ def test_a_step_rule_kills_at_its_own_step_only(enable):
     assert failpoint("step-before", "stage") is None
     assert failpoint("step-after", "deploy") is None
     assert failpoint("step-before", "verify") is None
-
-
-def test_the_transitional_faults_module_only_forwards(enable, tmp_path):
-    """vq_admin.faults (the old names, for code merged from before the failpoints) reads nothing itself."""
-    from vq_admin import faults
-
-    failpoints.configure({})
-    assert not faults.active() and faults.next_call(["ssh", "x"], "cluster") is None
-    log = tmp_path / "log"
-    enable(VQ_ADMIN_FAULT="call:1:kill", VQ_ADMIN_FAULT_LOG=str(log))
-    assert faults.active() and faults.next_call(["ssh", "x"], "cluster") == "kill"
-    faults.step_boundary("deploy", "before")
-    faults.step_boundary("deploy", "after")
-    assert [json.loads(line) for line in log.read_text().splitlines()][1:] == \
-        [{"step": "deploy", "when": "before"}, {"step": "deploy", "when": "after"}]

@@ -149,7 +149,7 @@ class Lease:
         (text), with no lease held.  Raises as :meth:`acquire` does for a lease not held,
         and :class:`Refused` for a login shell that is not POSIX.
         """
-        from . import faults
+        from .agent.failpoints import failpoint
         from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
 
         argv = [*self.argv[:self.argv.index("lease")], "session"]
@@ -159,7 +159,7 @@ class Lease:
                                                  "expected": SHELL_PROBE_EXPECTED.decode()})
         full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
         self.record["argv"] = argv
-        fault = faults.next_call(argv, self.where) if faults.active() else None
+        fault = failpoint("call", self.where, *argv)
         if fault == "drop-before":
             return {"interrupted": f"{describe_interruption(self.where, SSH_TRANSPORT_EXIT)}: vq-admin test fault: "
                                    "connection dropped before the command ran"}

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import faults, progress
+from .. import progress
+from ..agent.failpoints import failpoint
 from ..agent.allocation import JOB_TAMPERED_EXIT, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..transport import RunResult, SshTransport, quote_argv
@@ -93,7 +94,7 @@ def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
     argv = run_argv(update, command, attempt, live=view is not None)
     ctx.narrate(f"deploying {update.profile.program} {update.sha} on {transport.where}, detached: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
-    faults.step_boundary("deploy", "before")
+    failpoint("step-before", "deploy")
     allocation_attempt.record(update, attempt, directory, "detached", transport.where)
     with progress.live(ctx, view):
         call, sinks = allocation_step._call(update, step, argv,
@@ -119,7 +120,7 @@ def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
     summary = call.records.get("summary") or {}
     if summary.get("established") or summary.get("timed_out"):
         allocation_attempt.clear(update)  # the build's end is known: nothing for a later run to reconcile
-    faults.step_boundary("deploy", "after")
+    failpoint("step-after", "deploy")
     return result
 
 

@@ -33,7 +33,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import faults
+from ..agent.failpoints import failpoint
 from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
 from ..outcome import VqAdminError
 from ..plan import record, refuse_unsafe_command
@@ -71,7 +71,7 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
         request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}
     if with_verify:
-        faults.step_boundary(pre_verify.name, "before")
+        failpoint("step-before", pre_verify.name)
     started = time.monotonic()
     answer = lease.open_session(request)
     seconds = time.monotonic() - started
@@ -86,7 +86,7 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
         pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
         pre_verify.seconds = seconds
         pre_readback.status = "skipped"
-        faults.step_boundary(pre_verify.name, "after")
+        failpoint("step-after", pre_verify.name)
         return Verification(step=pre_verify.name, error=str(interrupted), interrupted=True)
     update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
     if check_words is not None:
@@ -101,7 +101,7 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
         pre_verify.planned_argv, "ok", 0, seconds
     found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
                          verify_argv, update.profile.verify_timeout_seconds)
-    faults.step_boundary(pre_verify.name, "after")
+    failpoint("step-after", pre_verify.name)
     return found
 
 
@@ -114,7 +114,7 @@ def open_helper(update: "HelperUpdate") -> IdentityRead | None:
     if lease is None:
         return None
     step = update.receipt.plan.get("pre-identity")
-    faults.step_boundary(step.name, "before")
+    failpoint("step-before", step.name)
     started = time.monotonic()
     answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
     seconds = time.monotonic() - started
@@ -132,7 +132,7 @@ def open_helper(update: "HelperUpdate") -> IdentityRead | None:
     interrupted = answer.get("interrupted")
     if interrupted is not None:
         step.status, step.detail = "interrupted", str(interrupted)
-        faults.step_boundary(step.name, "after")
+        failpoint("step-after", step.name)
         return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
     update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
     step.purpose += PURPOSE
@@ -143,7 +143,7 @@ def open_helper(update: "HelperUpdate") -> IdentityRead | None:
                            str(answer.get("identity_error") or "no identity in the answer").encode(), seconds)
     record(step, result)
     found = judge_identity(step, result, update.sha, update.tree)
-    faults.step_boundary(step.name, "after")
+    failpoint("step-after", step.name)
     return found
 
 
@@ -173,7 +173,7 @@ def _login_check(update: "RuntimeUpdate") -> tuple[int, list[tuple[str, str]] | 
 def _record_check(update: "RuntimeUpdate", index: int, words: list[tuple[str, str]], answer: Any, where: str,
                   seconds: float) -> None:
     step = update.receipt.plan.get(remote_paths.step_name(index))
-    faults.step_boundary(step.name, "before")
+    failpoint("step-before", step.name)
     step.argv, step.seconds = step.planned_argv, seconds
     step.purpose += PURPOSE
     refused = answer.get("refused") if isinstance(answer, dict) else None
@@ -186,4 +186,4 @@ def _record_check(update: "RuntimeUpdate", index: int, words: list[tuple[str, st
         step.detail = "; ".join(str(item.get("problem")) for item in refused if isinstance(item, dict))
         remote_paths.refuse(where, words, refused, step.detail)
     step.status, step.exit_code = "ok", 0
-    faults.step_boundary(step.name, "after")
+    failpoint("step-after", step.name)

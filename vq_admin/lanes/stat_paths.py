@@ -34,7 +34,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .. import faults
+from ..agent.failpoints import failpoint
 from ..agent import securepath
 from ..outcome import Refused, VqAdminError
 from ..plan import Plan, Step, record
@@ -156,9 +156,9 @@ def run_places(steps: Plan, places: list[Place]) -> None:
     whose command files fail the rule, or whose facts cannot be read back."""
     for index, (transport, words) in enumerate(places):
         step = steps.get(step_name(index))
-        faults.step_boundary(step.name, "before")
+        failpoint("step-before", step.name)
         check_place(step, transport, words)
-        faults.step_boundary(step.name, "after")
+        failpoint("step-after", step.name)
 
 
 def _call(step: Step, transport: Transport, argv: list[str]) -> RunResult:
