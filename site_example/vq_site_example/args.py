@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .errors import usage
 
@@ -100,7 +100,7 @@ class _Once(argparse.Action):
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors become :class:`~.errors.SiteError` (exit 2)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise usage(f"{self.prog}: {message}")
 
 

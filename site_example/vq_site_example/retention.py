@@ -45,7 +45,7 @@ import json
 import os
 import secrets
 import time
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import fsutil
 from .args import FULL_SHA_RE, full_sha, program_name, root_path
@@ -58,7 +58,7 @@ DEFAULT_MAX_AGE = 900.0
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise usage(f"{self.prog}: {message}")
 
 
