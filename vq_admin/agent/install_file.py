@@ -30,6 +30,7 @@ import signal
 import socket
 import stat
 import time
+from typing import BinaryIO
 
 from .safedirs import UnsafePath
 
@@ -85,7 +86,7 @@ def interpreter_mapping(content: bytes | None) -> dict[str, object] | None:
     return found
 
 
-def _read_stdin(stream, limit: int) -> bytes:
+def _read_stdin(stream: BinaryIO, limit: int) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"the new file is larger than {limit} bytes")
@@ -142,7 +143,7 @@ def _crash_hook() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install(dest: str, mode: int, stream) -> dict[str, object]:
+def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
     """Install the bytes of *stream* at *dest* with *mode*; return the evidence."""
     if not os.path.isabs(dest) or os.path.normpath(dest) != dest or dest.endswith("/"):
         raise UnsafePath(f"--dest {dest!r} must be an absolute, normalised file path")

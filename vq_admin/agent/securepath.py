@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Iterable
 # (no typing import: the per-job launcher lookup imports this module; annotations are never evaluated)
 
 
@@ -159,7 +160,7 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
-def command_problem(words, *, what: str = "command") -> str | None:
+def command_problem(words: Iterable[object], *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
     alike: ``/bin/bash /site/deploy.sh``) passes the rule, else one line naming
     the first offender, its owner and mode, and the fix.

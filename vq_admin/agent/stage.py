@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from typing import BinaryIO
 
 from . import safedirs, securepath
 from .treeid import archive_identity
@@ -66,7 +67,7 @@ def _open_stage(stage: str) -> int:
     return fd
 
 
-def receive(stage: str, stream) -> dict[str, object]:
+def receive(stage: str, stream: BinaryIO) -> dict[str, object]:
     """Write the archive from *stream* into the stage (must not exist yet)."""
     with safedirs.opened(_open_stage(stage)) as fd:
         out = os.open(ARCHIVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)

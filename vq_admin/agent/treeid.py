@@ -23,7 +23,7 @@ import os
 import stat
 import tarfile
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import IO, Iterator
 
 CHUNK = 1 << 20
 
@@ -73,7 +73,7 @@ class _Tree:
         return h.digest()
 
 
-def _stream(fh: BinaryIO, size: int, *hashers: "hashlib._Hash") -> None:
+def _stream(fh: IO[bytes], size: int, *hashers: "hashlib._Hash") -> None:
     remaining = size
     while remaining > 0:
         chunk = fh.read(min(CHUNK, remaining))
