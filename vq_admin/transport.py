@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import IO, Callable, Iterable, Mapping, Sequence
 
 from . import faults
 
@@ -184,13 +184,13 @@ class SshTransport(Transport):
     shell_checked: bool = False
 
     def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-            stdin: bytes | str | None = None) -> RunResult:
+            stdin: bytes | str | None = None, watch: Callable[..., None] | None = None) -> RunResult:
         if not self.shell_checked:
             failed = self.check_login_shell()
             if failed is not None:
                 return RunResult([str(a) for a in argv], self.where, failed.exit_code, failed.stdout,
                                  failed.stderr, failed.seconds, failed.interrupted)
-        return super().run(argv, timeout=timeout, env=env, stdin=stdin)
+        return super().run(argv, timeout=timeout, env=env, stdin=stdin, watch=watch)
 
     def check_login_shell(self) -> RunResult | None:
         """On first contact, prove the remote login shell parses vq-admin's quoting as POSIX sh does.
@@ -289,6 +289,7 @@ def run_local_argv(
         return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        stdin_arg: IO[bytes] | int
         if stdin_file is not None:
             stdin_arg = stdin_file
         else:
@@ -351,7 +352,7 @@ def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> R
     return result
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -359,7 +360,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _read_capped(fh) -> tuple[bytes, bool]:
+def _read_capped(fh: IO[bytes]) -> tuple[bytes, bool]:
     fh.seek(0)
     data = fh.read(CAPTURE_LIMIT + 1)
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
@@ -382,7 +383,7 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
     """
     from .state import pid_alive
 
-    removed = []
+    removed: list[str] = []
     try:
         names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
     except OSError:
