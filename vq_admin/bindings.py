@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any, NoReturn
 
 from . import registry
 from .launchers import launcher_problem
@@ -56,7 +57,7 @@ class LauncherRefused(Refused):
     def __str__(self) -> str:
         return f"{self.reason} (remedy: {self.remedy})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "reason": self.reason, "remedy": self.remedy}
 
 
@@ -70,6 +71,16 @@ class Binding:
     FIELDS = ("launcher", "sha", "launcher_sha256", "host", "program", "receipt", "verified_at", "tag",
               "latest", "checked_on_host")
     __slots__ = FIELDS
+    launcher: str
+    sha: str
+    launcher_sha256: str
+    host: str
+    program: str
+    receipt: str
+    verified_at: str
+    tag: str | None
+    latest: bool
+    checked_on_host: bool
 
     def __init__(self, **values: object):
         for name in self.FIELDS:
@@ -89,10 +100,10 @@ class Binding:
     def __repr__(self) -> str:
         return f"Binding({', '.join(f'{n}={getattr(self, n)!r}' for n in self.FIELDS)})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.FIELDS}
 
-    def pin(self) -> dict:
+    def pin(self) -> dict[str, Any]:
         """What the driver records with a job, for :func:`check_pin` at dispatch."""
         return {"schema": PIN_SCHEMA, "program": self.program, "host": self.host, "sha": self.sha,
                 "launcher": self.launcher, "launcher_sha256": self.launcher_sha256, "receipt": self.receipt}
@@ -158,7 +169,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                    tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=bool(check_on_host))
 
 
-def check_pin(pin: dict | str, *, program: str | None = None, host: str | None = None,
+def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
               state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
               check_on_host: bool = False, timeout: float = 60.0) -> Binding:
     """Validate a pin recorded at submission, at dispatch time; fail closed.
@@ -171,20 +182,23 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     if isinstance(pin, str):
         text = pin.strip()
         if not text.startswith("{"):
-            sha = text.lower() if _FULL_SHA_RE.match(text) else "SHA"
+            bare = text.lower() if _FULL_SHA_RE.match(text) else "SHA"
             raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
-                                  _legacy_remedy(program or "PROGRAM", host or "HOST", sha))
+                                  _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
         from .bounded import InputError, loads_json
 
         try:
-            pin = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
+            loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
         except InputError as exc:
             raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")) from None
-    if not isinstance(pin, dict):
+    else:
+        loaded = pin
+    if not isinstance(loaded, dict):
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
                               _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
+    pin = loaded
     program = _pin_field(pin, "program", program)
     if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and registry.NAME_RE.match(host)
             and isinstance(program, str) and registry.NAME_RE.match(program)
@@ -200,7 +214,7 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     sha = sha.lower()
     launcher = pin.get("launcher")
     problem = launcher_problem(launcher, sha)
-    if problem is None and registry.CONTROL_RE.search(launcher):
+    if problem is None and isinstance(launcher, str) and registry.CONTROL_RE.search(launcher):
         problem = "launcher path holds a control character"
     if problem is not None:
         code = "mutable-launcher" if pin.get("schema") == PIN_SCHEMA else "legacy-pin"
@@ -238,7 +252,7 @@ def path_form_problem(path: object) -> str | None:
     return None if None in problems else problems[0]
 
 
-def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> None:
+def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
@@ -272,7 +286,7 @@ def _legacy_remedy(program: str, host: str, sha: str) -> str:
             f"printed by vq admin launcher {program} {host} --expected-sha {sha}")
 
 
-def _pin_field(pin: dict, key: str, given: str | None) -> str | None:
+def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
     value = pin.get(key)
     if value is not None and given is not None and value != given:
         raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",
@@ -321,7 +335,7 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:
                 target = None
-        if target is not None and target.get("fleet_role") == "managed":
+        if target is not None and isinstance(canonical, str) and target.get("fleet_role") == "managed":
             return canonical
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
                               f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",

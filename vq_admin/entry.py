@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Callable, TypeVar
 
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
@@ -27,7 +28,7 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 class LauncherArgs:
     """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
 
-    def __init__(self, program: str, host: str, values: dict):
+    def __init__(self, program: str, host: str, values: dict[str, Any]):
         self.verb = self.func = "launcher"
         self.program, self.host = program, host
         self.expected_sha = values.get("expected_sha")
@@ -41,7 +42,7 @@ class LauncherArgs:
 
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
-    values: dict = {}
+    values: dict[str, Any] = {}
     operands: list[str] = []
     i = 0
     while i < len(words):
@@ -109,7 +110,10 @@ def closed_stdout() -> int:
     return EXIT_CLOSED_PIPE
 
 
-def guarded(call):
+_T = TypeVar("_T")
+
+
+def guarded(call: Callable[[], _T]) -> _T | int:
     """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
     the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
     try:

@@ -20,12 +20,13 @@ import json
 import os
 import re
 import shlex
+from typing import Any
 
 from .bindings import LauncherRefused
 
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
-_cache: dict[tuple, dict] = {}
+_cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -42,7 +43,7 @@ def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
     return os.path.join(base, "vq", "admin.toml")
 
 
-def load(config_path: str | os.PathLike[str] | None) -> dict:
+def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The parsed TOML document, cached per (path, inode, size, mtime).
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
@@ -72,7 +73,7 @@ def load(config_path: str | os.PathLike[str] | None) -> dict:
     return _cache[key]
 
 
-def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict, dict]:
+def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(hosts.<host> table, whole document)``; :class:`ConfigUnavailable` when absent."""
     data = load(config_path)
     hosts = data.get("hosts")
@@ -82,7 +83,7 @@ def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[d
     return table, data
 
 
-def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
+def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: str) -> list[str]:
     """The argv that reads the launcher's SHA-256 on *host*'s login host."""
     agent = table.get("agent", "vq-admin-agent")
     words = shlex.split(agent) if isinstance(agent, str) else []
@@ -108,7 +109,7 @@ def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
     return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
 
 
-def check_launcher_on_host(entry: dict, config_path: str | os.PathLike[str] | None, timeout: float) -> None:
+def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike[str] | None, timeout: float) -> None:
     """Refuse unless the launcher on the login host hashes to the attested SHA-256."""
     host, launcher, attested = entry["host"], entry["launcher"], entry["launcher_sha256"]
     remedy = (f"check that {host} is reachable and its agent installed (vq admin update {host}); "

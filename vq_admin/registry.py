@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any, Callable
 
 from .bounded import InputError, loads_json
 from .launchers import launcher_problem
@@ -100,7 +101,7 @@ def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha
     return path
 
 
-def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
     """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
     path = entry_path(state_root, host, program, sha)
     dfd = _lane_fd(state_root, host, program, create=False)
@@ -124,7 +125,7 @@ def _exists_at(dfd: int, directory: str, sha: str) -> bool:
         return True
 
 
-def _read_mark_at(dfd: int, entry: str, sha: str) -> dict:
+def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
     """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
     try:
         sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
@@ -180,7 +181,7 @@ def entry_problem(entry: object, host: str, program: str, sha: str | None = None
     problem = launcher_problem(launcher, entry_sha)
     if problem is not None:
         return problem
-    if CONTROL_RE.search(launcher):
+    if isinstance(launcher, str) and CONTROL_RE.search(launcher):
         return "launcher path holds a control character"
     if not isinstance(entry.get("launcher_sha256"), str) or not SHA256_RE.match(entry["launcher_sha256"]):
         return "launcher_sha256 is not 64 lower-case hex digits"
@@ -190,7 +191,7 @@ def entry_problem(entry: object, host: str, program: str, sha: str | None = None
     return None
 
 
-def make_entry(host: str, program: str, verified: dict) -> dict:
+def make_entry(host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
     """The registry entry for a verified identity (``sha``, ``tag``, ``launcher``,
     ``launcher_sha256``, ``receipt``, ``at`` as ``conclude()`` builds it)."""
     sha = str(verified.get("sha") or "").lower()
@@ -211,7 +212,7 @@ def make_entry(host: str, program: str, verified: dict) -> dict:
     return entry
 
 
-def encode(entry: dict) -> bytes:
+def encode(entry: dict[str, Any]) -> bytes:
     return (json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
@@ -252,7 +253,7 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
     return True
 
 
-def record_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict) -> dict:
+def record_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
     """Register the launcher a verified runtime deployment attested.
 
     Returns what happened, for the receipt: ``{"entry": path, "created": bool,
@@ -267,7 +268,8 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     return result
 
 
-def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict):
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                  verified: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None]]:
     """What :func:`record_verified` will do, decided before anything is written.
 
     Returns ``(result, apply)``: *result* is the receipt's ``registry``
@@ -280,7 +282,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, v
     first = _read_in_lane(state_root, host, program, os.path.basename(path))
     created = first is None
     conflict = None
-    if not created:
+    if first is not None:
         same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
@@ -298,7 +300,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, v
     return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
-def _parse_entry(data: bytes | None, path: str) -> dict | None:
+def _parse_entry(data: bytes | None, path: str) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
@@ -310,7 +312,7 @@ def _parse_entry(data: bytes | None, path: str) -> dict | None:
     return value
 
 
-def _read_at(dfd: int, name: str, shown: str) -> dict | None:
+def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
     try:
         data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
     except UnsafeState as exc:
@@ -318,7 +320,7 @@ def _read_at(dfd: int, name: str, shown: str) -> dict | None:
     return _parse_entry(data, shown)
 
 
-def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict | None:
+def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict[str, Any] | None:
     """``registry/<host>/<program>/<name>``, every level checked; ``None`` when absent."""
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
@@ -329,7 +331,7 @@ def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, n
         os.close(dfd)
 
 
-def read_entry(path: str) -> dict | None:
+def read_entry(path: str) -> dict[str, Any] | None:
     """The JSON object at *path*; ``None`` when it does not exist.  Raises
     :class:`RegistryError` when it exists but cannot be trusted (a symlink, not
     a regular file, another owner, a loose mode) or read as one object."""
@@ -371,7 +373,7 @@ def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> s
 
 
 def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
-            ) -> tuple[str | None, dict | None]:
+            ) -> tuple[str | None, dict[str, Any] | None]:
     """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
     walk of the directories (the per-job path).  Raises :class:`RegistryError` as
     :func:`latest_sha` and :func:`lookup` do."""
@@ -386,7 +388,7 @@ def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: st
         os.close(dfd)
 
 
-def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
+def _latest_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
     pointer = _read_at(dfd, "latest.json", os.path.join(lane_dir(state_root, host, program), "latest.json"))
     if pointer is None:
         return None
@@ -396,7 +398,7 @@ def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
     return sha
 
 
-def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict | None:
+def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
     path = entry_path(state_root, host, program, sha)
     entry = _read_at(dfd, sha + ".json", path)
     if entry is None:
@@ -415,7 +417,7 @@ def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict 
     return entry
 
 
-def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
     """The checked entry for (host, program, sha), or ``None`` when none was registered.
 
     Raises :class:`RegistryError` when the entry or a directory above it cannot
@@ -431,7 +433,7 @@ def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str
         os.close(dfd)
 
 
-def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict]:
+def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict[str, Any]]:
     """Every well-formed entry of (host, program), oldest verification first.
 
     Lists a directory: for the references census and status, never for the
