@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from . import __version__
 from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
@@ -190,7 +191,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return module.run(args)
 
 
-def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict:
+def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
     if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 

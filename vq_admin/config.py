@@ -361,7 +361,7 @@ def _choice(table: Mapping[str, Any], name: str, key: str, allowed: tuple[str, .
     value = table.get(name, default)
     if value not in allowed:
         raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(allowed)}, not {value!r}")
-    return value
+    return str(value)
 
 
 def _provider_name(table: Mapping[str, Any], name: str, key: str) -> str:

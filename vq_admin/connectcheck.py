@@ -87,7 +87,8 @@ def probe(host: HostConfig, transport: Transport, timeout: float) -> Probe:
         return found
     found.agent = {k: answer.get(k) for k in ("version", "python_version", "interpreter", "checksum")}
     if "--sinfo" in argv:
-        found.sinfo = answer.get("sinfo") if isinstance(answer.get("sinfo"), dict) else {"error": "not reported"}
+        sinfo = answer.get("sinfo")
+        found.sinfo = sinfo if isinstance(sinfo, dict) else {"error": "not reported"}
         if found.sinfo.get("error"):
             found.reason = f"sinfo: {_last_line(str(found.sinfo['error']))}"
             return found

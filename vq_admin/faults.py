@@ -36,6 +36,7 @@ import json
 import os
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 MODES = ("drop-before", "drop-after", "timeout", "kill")
 STEP_MODES = ("sigkill", "sigkill-after")
@@ -73,7 +74,7 @@ def active() -> bool:
     return _RULES is not None
 
 
-def _log(entry: dict) -> None:
+def _log(entry: dict[str, Any]) -> None:
     if _RULES and _RULES.log:
         with open(_RULES.log, "a") as fh:
             fh.write(json.dumps(entry) + "\n")

@@ -28,10 +28,14 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, TYPE_CHECKING
 
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, Transport
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .receipt import Receipt
 
 #: How long to wait for the agent's one line (covers ssh connection setup).
 ACQUIRE_TIMEOUT = 60.0
@@ -78,7 +82,7 @@ class Lease:
         self.transport = transport
         self.argv = argv
         self.where = transport.where
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr = tempfile.TemporaryFile()
         self.lost = False
@@ -204,7 +208,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> None:
+def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> None:
     """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
     host = ctx.config.hosts.get(host_name)
     if host is not None:
@@ -213,7 +217,7 @@ def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> 
 
 
 @contextmanager
-def host_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
+def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``

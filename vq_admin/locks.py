@@ -19,10 +19,13 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 from .outcome import Locked
 from .state import StateDir
+
+if TYPE_CHECKING:
+    from .statefs import PrivateTree
 
 
 def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Path:
@@ -51,7 +54,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         os.close(fd)  # releases the flock
 
 
-def _holder(tree, path: Path) -> str:
+def _holder(tree: PrivateTree, path: Path) -> str:
     try:
         info = json.loads(tree.read(["locks"], path.name + ".holder", limit=4096) or b"")
         return f"held by pid {info['pid']} on {info['host']} since {info['since']}"

@@ -32,7 +32,7 @@ import json
 import os
 import stat
 import threading
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, IO
 
 from . import checksum
 
@@ -110,7 +110,7 @@ class FrameWriter:
             os.close(fd)
 
 
-def read_frames(stream: BinaryIO, on_record: Callable[[str, dict[str, Any]], None],
+def read_frames(stream: IO[bytes], on_record: Callable[[str, dict[str, Any]], None],
                 on_data: Callable[[str, bytes], None]) -> bool:
     """Read records from *stream* until EOF; True when the ``end`` record arrived.
 

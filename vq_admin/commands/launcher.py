@@ -12,12 +12,18 @@ configuration module, no provider, no pluggy, plumbum or filelock.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
 from ..outcome import Outcome, UsageError
 
+if TYPE_CHECKING:
+    import argparse
 
-def run(args) -> int:
+    from ..entry import LauncherArgs
+
+
+def run(args: argparse.Namespace | LauncherArgs) -> int:
     """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.entry.LauncherArgs`)."""
     if args.pin is not None and (args.expected_sha is not None or args.path is not None):
         raise UsageError("--pin carries its own SHA and launcher; do not combine it with --expected-sha or --path")

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import traceback
+from typing import Any
 
 from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE
 
@@ -94,7 +95,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build, early: dict | None = None) -> int:
+             build, early: dict[str, Any] | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 
@@ -207,7 +208,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
     return outcome.exit_code
 
 
-def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
+def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, Any]:
     """The receipt of a run that ended before its lane began."""
     targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
                                                   if getattr(args, k, None)]  # rollback, prune

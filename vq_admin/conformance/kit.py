@@ -91,7 +91,8 @@ class Kit:
                               where="login-host" if archive is None else "build-host", settings=settings)
 
     def command(self, hook: str, request: RuntimeRequest) -> ProviderCommand:
-        return getattr(self.providers, hook)(self.name, request)
+        command: ProviderCommand = getattr(self.providers, hook)(self.name, request)
+        return command
 
     def deploy(self, label: str, hook: str = "runtime_update") -> tuple[int | None, list[str | None], str]:
         cmd = self.command(hook, self.request(label, self.world.archive[label], self.script_args))
