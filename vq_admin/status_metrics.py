@@ -25,7 +25,7 @@ from __future__ import annotations
 import calendar
 import os
 import time
-from typing import Any, Iterator, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .outcome import Refused, UsageError
 from .state import StateDir

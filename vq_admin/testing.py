@@ -17,7 +17,7 @@ is cheap: the kit is imported when the fixture is used.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 

@@ -32,7 +32,7 @@ import json
 import os
 import stat
 import threading
-from typing import Any, BinaryIO, Callable, IO
+from typing import IO, Any, BinaryIO, Callable
 
 from . import checksum
 

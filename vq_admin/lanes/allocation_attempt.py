@@ -21,6 +21,7 @@ that job's end:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..outcome import Locked
@@ -35,7 +36,7 @@ RECORD = "attempt.json"
 RECONCILE_CALL_TIMEOUT = 120.0
 
 
-def _path(update: "RuntimeUpdate"):
+def _path(update: "RuntimeUpdate") -> Path:
     return update.ctx.state.lane_dir("runtime", update.host.name, update.profile.program) / RECORD
 
 

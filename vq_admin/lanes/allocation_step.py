@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand
 
@@ -101,6 +101,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     attempt = new_attempt_name()
     directory = log_dir(update, attempt)
+    assert update.profile.update_allocation is not None  # deploy() runs only for an allocation profile
     receipt.deploy = {
         "build_place": "allocation", "where": login.where, "attempt": attempt, "attempt_dir": directory,
         "log_dir": directory, "job_id": None, "exit_code": None,
@@ -133,11 +134,13 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
     return result
 
 
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float, on_record=None,
+def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float,
+          on_record: Callable[[str, dict[str, Any]], None] | None = None,
           ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     from ..permissions import refuse_if_unsafe
 
     refuse_if_unsafe(update.ctx.login(update.host), argv, step.name)
+    assert update.receipt.id is not None  # deploy() gave the receipt its id
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv

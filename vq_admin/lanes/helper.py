@@ -80,6 +80,7 @@ class HelperUpdate:
                 "agent": list(h.agent), "scratch_root": h.scratch_root}
 
     def command(self, stage_dir: str, tree: str) -> ProviderCommand:
+        assert self.sha is not None  # make_plan resolved it
         request = HelperRequest(host=self.host.name, expected_sha=self.sha, expected_tree_sha256=tree,
                                 stage_dir=stage_dir, update_script_args=self.ctx.options.update_script_args,
                                 settings=self.settings())
@@ -93,6 +94,7 @@ class HelperUpdate:
 
     def make_plan(self) -> None:
         repo, plan = self.host.helper_source_repo, self.receipt.plan
+        assert repo is not None  # checked in __init__
         if self.sha is None:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
@@ -123,6 +125,7 @@ class HelperUpdate:
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         with tempfile.TemporaryDirectory(prefix="vq-admin-helper-") as workdir:
+            assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}
@@ -153,6 +156,7 @@ class HelperUpdate:
 
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
+        assert self.stage_dir is not None  # staged before the command runs
         cmd = self.command(self.stage_dir, self.tree)
         env = self.helper_env(cmd, self.stage_dir, self.tree)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(cmd.argv)}")
@@ -166,6 +170,7 @@ class HelperUpdate:
     # -- readback and conclusions ----------------------------------------------------
 
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
+        assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
                                    self.sha, self.tree)
         self.receipt.verify["readback"] = found.to_dict()
@@ -190,7 +195,7 @@ class HelperUpdate:
     def activated(self, found: Readback) -> Receipt:
         """The live helper matches: the activation receipt, then LAST OK."""
         ident = found.final.identity
-        assert ident is not None
+        assert ident is not None and self.source is not None
         self.receipt.id = self.ctx.state.new_receipt_id("helper", self.host.name, None)
         activation = {
             "schema": "vq-admin/helper-activation/1", "host": self.host.name, "expected_sha": self.sha,

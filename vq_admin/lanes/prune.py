@@ -35,13 +35,13 @@ import json
 import time
 from typing import Any
 
-from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest, RuntimeRequest
+from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest
 
 from .. import authority, history, registry
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Outcome, Refused, UsageError
-from ..plan import execute, mark_local
+from ..plan import Step, execute, mark_local
 from ..plugins import ProviderError
 from ..receipt import Receipt
 from ..references import SQUEUE, CensusError, census
@@ -88,7 +88,7 @@ class RuntimePrune:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
                               where="login-host", settings=self.profile.settings())
 
-    def prune_command(self, keep: list[str]):
+    def prune_command(self, keep: list[str]) -> ProviderCommand:
         request = PruneRequest(self.profile.program, self.host.name, tuple(keep), self.profile.settings())
         return self.ctx.providers.runtime_prune(self.profile.provider, request)
 
@@ -108,7 +108,7 @@ class RuntimePrune:
 
     # -- the run ----------------------------------------------------------------------
 
-    def verify(self, steps) -> Verification:
+    def verify(self, steps: tuple[Step, Step]) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(), *steps)
 
     def run(self) -> Receipt:

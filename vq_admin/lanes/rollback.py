@@ -35,7 +35,7 @@ from vq_admin_hookspecs import ProviderCommand
 from .. import registry
 from ..context import RunContext
 from ..outcome import Outcome, Refused
-from ..plan import execute
+from ..plan import Step, execute
 from ..receipt import Receipt
 from ..state import StateDir, read_json
 from ..transport import quote_argv
@@ -109,7 +109,7 @@ class RuntimeRollback(RuntimeUpdate):
                  dict(self.activation.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
 
-    def verify(self, verify_step, readback_step, *, shared: bool = True) -> Verification:
+    def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
         found = super().verify(verify_step, readback_step, shared=shared)
         if verify_step.name == "pre-verify" and found.receipt is not None:
             self.receipt.extra["rollback"]["from"] = found.receipt.source_sha.lower()

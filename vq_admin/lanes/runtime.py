@@ -23,7 +23,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from vq_admin_hookspecs import RuntimeRequest
+from vq_admin_hookspecs import ProviderCommand, RuntimeRequest
 
 from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
@@ -86,6 +86,7 @@ class RuntimeUpdate:
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
+        assert p.source_repo is not None  # required by the configuration
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag)
         self.receipt.tag = self.source.tag
         self.receipt.source = self.source.to_receipt()
@@ -111,7 +112,7 @@ class RuntimeUpdate:
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
         self.staging.plan_reclaim()
 
-    def deploy_command(self, archive: str):
+    def deploy_command(self, archive: str) -> ProviderCommand:
         request = self.request(archive=archive)
         if self.ctx.options.cluster_install:
             return self.ctx.providers.runtime_install(self.profile.provider, request)
@@ -155,6 +156,7 @@ class RuntimeUpdate:
 
             mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
+            assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             self.staging.stage()
         result = self.deploy()
