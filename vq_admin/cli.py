@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
@@ -21,7 +21,7 @@ from .output import print_json, safe_text
 class _Formatter(argparse.HelpFormatter):
     """Shows ``update``'s targets as ``[PROGRAM] HOST``: one or two words, not a list."""
 
-    def _format_args(self, action, default_metavar):  # type: ignore[override]
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
         if action.nargs == "+" and action.metavar == "[PROGRAM] HOST":
             return action.metavar
         return super()._format_args(action, default_metavar)
@@ -31,11 +31,11 @@ class _Parser(argparse.ArgumentParser):
     #: The top-level prog ("vq admin" or "vq-admin"); main() prints it before every error.
     top_prog = ""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # main() already prints "<prog>: usage: "; name only the verb (``update: ...``), never the prog twice.
         verb = self.prog[len(self.top_prog):].strip() if self.top_prog and self.prog.startswith(self.top_prog) else ""
         raise UsageError(f"{verb}: {message}" if verb else message)
@@ -188,7 +188,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from importlib import import_module
 
     module = import_module(f".commands.{args.func}", __package__)
-    return module.run(args)
+    code: int = module.run(args)
+    return code
 
 
 def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
