@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 def missed(rows: list[dict]) -> list[str]:
     limits = [LOOKUP_TARGET, START_TARGET]
-    return [r["name"] for r, limit in zip(rows, limits) if r["ratio"] > limit]
+    return [r["name"] for r, limit in zip(rows, limits, strict=True) if r["ratio"] > limit]
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ own cores; on a real fleet each login host does its own.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

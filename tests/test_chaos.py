@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from realhosts.procs import descendants, pid_alive, wait_until
+from realhosts.procs import descendants, wait_until
 from support import AGENT, SITE_EXAMPLE, GitRepo, write_config
 
 pytestmark = pytest.mark.real
@@ -212,7 +212,7 @@ def converge(world: World, expected: str = "already-current") -> Done:
 
 def test_ssh_client_killed_just_after_the_switch_is_resolved_by_readback(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-deploy")
-    world.set_deploy("", f"sleep 30")  # activated; the ssh session stays open while the provider lingers
+    world.set_deploy("", "sleep 30")  # activated; the ssh session stays open while the provider lingers
     vq = world.start()
     world.mark("switched")
     kill_ssh_client(vq, "deploy-wrapper")

@@ -63,7 +63,7 @@ def test_fuzzed_receipts_parse_or_raise_evidence_errors(raw):
 @pytest.mark.parametrize("path,ok", [
     (f"/apps/releases/{SHA}/source/.venv/bin/python", True),
     (f"/apps/bin/vibeqc-{SHA}", True),
-    (f"/apps/current/source/.venv/bin/python", False),
+    ("/apps/current/source/.venv/bin/python", False),
     (f"/apps/current/bin/vibeqc-{SHA}", False),
     ("/apps/bin/vibeqc", False),
     ("/usr/bin/python3", False),

@@ -42,7 +42,7 @@ def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[st
              "\nsys.stderr.write('\\nMODULES ' + repr(sorted(set(sys.modules) - _before)) + '\\n')\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **(env or {})), stdin=subprocess.DEVNULL)
-    line = [l for l in done.stderr.splitlines() if l.startswith("MODULES ")]
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
     assert line, done.stdout + done.stderr
     base = subprocess.run([sys.executable, "-c", "import sys\n_b = set(sys.modules)\nimport json\n"
                            "print(repr(sorted(set(sys.modules) - _b)))"], capture_output=True, text=True, timeout=120)

@@ -41,7 +41,7 @@ class Scripted(Transport):
 
 
 def squeue(*lines: str):
-    return ("squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"), (0, "".join(f"{l}\n" for l in lines), "")
+    return ("squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"), (0, "".join(f"{ln}\n" for ln in lines), "")
 
 
 def show(job: str, state: str, batch: int = 1, command: str = "/home/u/job.sh"):

@@ -101,7 +101,6 @@ def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
 
 def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
     import os
-    import subprocess
 
     from vq_admin.transport import sweep_control_dirs
 
@@ -120,7 +119,6 @@ def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_pat
 
 def test_temp_files_of_killed_runs_are_swept_from_the_state_directory(tmp_path):
     import os
-    import subprocess
 
     from vq_admin.state import StateDir
 

@@ -145,7 +145,7 @@ def table(probes: list[Probe]) -> list[str]:
                      str(p.agent.get("python_version") or "-"), sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-"))
     widths = [max(len(safe_text(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     for p in probes:
         if p.reason and p.status != "ok":
             lines.append(f"{p.host}: {safe_text(p.reason)}")

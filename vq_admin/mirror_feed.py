@@ -105,7 +105,7 @@ class Feed:
     def no_symrefs(self) -> None:
         """Refuse (77) when any ref of the set is a symbolic ref on the mirror, dangling or not."""
         found = []
-        for ref, argv in zip(self.refs, self.symref_commands()):
+        for ref, argv in zip(self.refs, self.symref_commands(), strict=True):
             result = self.run("mirror-symrefs", self.login, argv, probe_env(self.mirror.path), 120.0)
             if result.interrupted or result.exit_code not in (0, 1):
                 raise VqAdminError(f"mirror-symrefs: cannot tell whether {ref.ref} is a symbolic ref in "

@@ -182,7 +182,7 @@ class StateDir:
         if not self.root.is_dir():
             return removed
         now = time.time()
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):
             for name in filenames:
                 if not (name.startswith(".tmp.") or ".holder." in name):
                     continue

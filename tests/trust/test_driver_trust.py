@@ -19,7 +19,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -176,7 +175,7 @@ def test_state_is_created_owner_only_under_umask_000(arena):
     for level in (base / "deep", base / "deep" / "er"):
         assert stat.S_IMODE(level.stat().st_mode) == 0o700, level
     seen = {"dirs": 0, "files": 0}
-    for dirpath, dirnames, filenames in os.walk(state):
+    for dirpath, _dirnames, filenames in os.walk(state):
         assert stat.S_IMODE(os.lstat(dirpath).st_mode) == 0o700, dirpath
         seen["dirs"] += 1
         for name in filenames:

@@ -32,7 +32,7 @@ import json
 import os
 import stat
 import threading
-from typing import IO, Any, BinaryIO, Callable
+from typing import IO, Any, Callable
 
 from . import checksum
 

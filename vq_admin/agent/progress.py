@@ -79,7 +79,7 @@ def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple
     best = None
     for name in names:
         mtime, data = _tail(dir_fd, name)
-        lines = [l for l in data.replace(b"\r", b"\n").split(b"\n") if l.strip()]
+        lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
         if mtime is not None and lines and (best is None or mtime >= best[0]):
             best = (mtime, lines[-1], name)
     if best is None:

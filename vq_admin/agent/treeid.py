@@ -144,7 +144,7 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
 
 def _digest_lines(lines: list[bytes]) -> str:
     h = hashlib.sha256()
-    for line in sorted(lines, key=lambda l: l.split(b" ", 2)[2]):
+    for line in sorted(lines, key=lambda ln: ln.split(b" ", 2)[2]):
         h.update(line)
     return h.hexdigest()
 
