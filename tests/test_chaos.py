@@ -104,7 +104,8 @@ class World:
     def set_deploy(self, before: str, after: str = "") -> None:
         """The provider: ``before``, then site_example install (output kept off the ssh pipe), then ``after``."""
         self._script("deploy-wrapper", f"#!/bin/sh\n{before}\n{SITE_EXAMPLE} install --root {self.root} \"$@\" "
-                                       f">>{self.tmp}/deploy.log 2>&1 || exit $?\ntouch {self.marks}/switched\n{after}\n")
+                                       f">>{self.tmp}/deploy.log 2>&1 || exit $?\n"
+                                       f"touch {self.marks}/switched\n{after}\n")
 
     def set_verify(self, before: str) -> None:
         self._script("verify-wrapper", f"#!/bin/sh\n{before}\nexec {SITE_EXAMPLE} verify --root {self.root} \"$@\"\n")
@@ -288,7 +289,8 @@ def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_complete
 
 
 def _blocker(slurm) -> str:
-    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null",
+    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}",
+                     "--output=/dev/null",
                      "--wrap", "sleep 300", check=True)
     job = done.stdout.strip().split(";")[0]
     assert wait_until(lambda: "RUNNING" in slurm.run("scontrol", "show", "job", job).stdout, 30), "blocker not running"
@@ -403,7 +405,8 @@ def test_scancel_after_the_switch_is_ok_by_readback(tmp_path, real_cluster):
 
 def test_scancel_before_the_switch_is_unknown_with_the_job(tmp_path, real_cluster):
     world, done = _scancel_case(tmp_path, real_cluster, "chaos-scancel-before",
-                                before=f"[ -e {tmp_path}/marks/started ] || {{ touch {tmp_path}/marks/started; sleep 60; }}",
+                                before=f"[ -e {tmp_path}/marks/started ] || "
+                                       f"{{ touch {tmp_path}/marks/started; sleep 60; }}",
                                 after="", when="started")
     readback = done.receipt["readback"]
     assert readback["job_id"] and readback["log_dir"] and (readback["job_state"] or "").startswith("CANCELLED")
@@ -474,7 +477,8 @@ def test_the_state_filesystem_filling_after_the_host_changed(tmp_path, real_sshd
     """The deploy itself fills the state filesystem: the receipt is still printed and names what was not stored."""
     state = small_tmpfs / "state"
     world = World(tmp_path, real_sshd.ssh_config, "chaos-fills", state=state)
-    world.set_deploy("", f"{sys.executable} -c 'import os\ntry:\n  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
+    world.set_deploy("", f"{sys.executable} -c 'import os\ntry:\n"
+                         f"  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
                          f"except OSError: pass'")
     done = world.run()
     assert world.active() == world.sha

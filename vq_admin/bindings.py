@@ -183,7 +183,8 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
         text = pin.strip()
         if not text.startswith("{"):
             bare = text.lower() if _FULL_SHA_RE.match(text) else "SHA"
-            raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
+            raise LauncherRefused("legacy-pin",
+                                  f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
         from .bounded import InputError, loads_json
@@ -200,7 +201,8 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
                               _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
     pin = loaded
     program = _pin_field(pin, "program", program)
-    if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and registry.NAME_RE.match(host)
+    if (isinstance(host, str) and isinstance(pin.get("host"),
+                                             str) and pin["host"] != host and registry.NAME_RE.match(host)
             and isinstance(program, str) and registry.NAME_RE.match(program)
             and _canonical_host(_state_root(state_dir), program, host, config_path) == pin["host"]):
         host = pin["host"]  # dispatched through an alias of the pinned host
@@ -256,9 +258,11 @@ def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, la
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
-                              f"deploy and verify it: vq admin update {program} {canonical} --expected-sha {sha or 'SHA'} "
+                              f"deploy and verify it: vq admin update {program} {canonical} "
+                              f"--expected-sha {sha or 'SHA'} "
                               "(when that SHA is already active, this records the evidence without rebuilding)")
-    raise LauncherRefused("sha-mismatch", f"{sha} differs from the verified evidence for {program} on {canonical}{alias}: "
+    raise LauncherRefused("sha-mismatch",
+                          f"{sha} differs from the verified evidence for {program} on {canonical}{alias}: "
                           f"the verified launchers are for other SHAs (latest {latest})",
                           f"submit with the verified SHA {latest}, or deploy and verify {sha}: "
                           f"vq admin update {program} {canonical} --expected-sha {sha}")
@@ -292,7 +296,8 @@ def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
         raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",
                               "dispatch the job against the program and host it was pinned to")
     if value is not None and not isinstance(value, str):
-        raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string", _legacy_remedy("PROGRAM", "HOST", "SHA"))
+        raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string",
+                              _legacy_remedy("PROGRAM", "HOST", "SHA"))
     return value if value is not None else given
 
 

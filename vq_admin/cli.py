@@ -50,7 +50,8 @@ def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one
 
 
 def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
+    parser = _Parser(prog=prog,
+                     description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
     parser.add_argument("--version", action="version", version=f"vq-admin {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
@@ -66,7 +67,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     p.add_argument("--all", action="store_true",
                    help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
     p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
@@ -79,7 +81,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
-    p.add_argument("--all", action="store_true", help="every host's LAST OK side by side, per program (drift at a glance)")
+    p.add_argument("--all", action="store_true",
+                   help="every host's LAST OK side by side, per program (drift at a glance)")
     p.add_argument("--prometheus", action="store_true",
                    help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")
@@ -123,7 +126,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="rollback", force=False, cluster_install=False, update_script_arg=[])
 
@@ -133,7 +137,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
     p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="prune", force=False, cluster_install=False, update_script_arg=[])
 
@@ -150,7 +155,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("src", metavar="SRC", help="the reviewed file on this machine (never from a product tree or stage)")
     q.add_argument("--host", required=True, metavar="HOST", help="configured host (managed or helper-only)")
     q.add_argument("--dest", required=True, metavar="PATH", help="absolute path of the command on that host")
-    q.add_argument("--on", metavar="DEST", help="install on this configured destination of HOST (default: its login host)")
+    q.add_argument("--on", metavar="DEST",
+                   help="install on this configured destination of HOST (default: its login host)")
     q.add_argument("--mode", default="0755", help="octal mode of the installed file (default 0755)")
     q.add_argument("--dry-run", action="store_true", help="print what would run; run and change nothing")
     _common(q, "print exactly one JSON document (the install receipt) on stdout")

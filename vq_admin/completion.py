@@ -48,7 +48,7 @@ _vq_admin_config_names() {
       "$cfg" | sort -u ;;
   esac
 }
-""".strip("\n")
+""".strip("\n")  # noqa: E501 - sed expressions kept whole
 
 PREAMBLE = {
     "bash": _NAMES + r"""

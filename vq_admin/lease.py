@@ -95,7 +95,8 @@ class Lease:
         if probe is not None and not getattr(self.transport, "shell_checked", True):
             failed = probe()
             if failed is not None:
-                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; this run changed nothing")
+                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; "
+                                       "this run changed nothing")
         full = self.transport.wrap(self.argv, {})
         started = time.monotonic()
         try:
@@ -217,7 +218,8 @@ def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
 
 
 @contextmanager
-def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> Iterator[Lease | None]:
+def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str,
+               program: str | None) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``

@@ -44,7 +44,8 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         except BlockingIOError:
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
                          f"({_holder(tree, path)}); nothing was run") from None
-        holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        holder = {"pid": os.getpid(), "host": os.uname().nodename,
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         try:
             tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
         except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one

@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Callable
 
 from .mirror import (
-    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for, parse_ls_remote, parse_porcelain,
+    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for,
+    parse_ls_remote, parse_porcelain,
     probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
@@ -123,7 +124,8 @@ class Feed:
         """Read the mirror's values of the set and decide; refuse before any push."""
         held = self._read("mirror-read")
         if held is None:
-            raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); nothing was pushed")
+            raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); "
+                               "nothing was pushed")
         decide(self.repo, self.refs, held)
         branches = [r for r in self.refs if r.kind == "branch"]
         drifted = [r for r in branches if r.action == "refuse"]

@@ -182,7 +182,8 @@ class Providers:
         if result is None:
             raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
         if not isinstance(result, ProviderCommand):
-            raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, not a ProviderCommand")
+            raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, "
+                                "not a ProviderCommand")
         return result
 
 

@@ -134,13 +134,16 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)
     changed = (f"do not run it: it is not the executable that was verified (receipt {entry['receipt']}); find out who "
-               f"changed it, then deploy a new generation (vq admin update {entry['program']} {host} --expected-sha SHA) "
+               f"changed it, then deploy a new generation "
+               f"(vq admin update {entry['program']} {host} --expected-sha SHA) "
                "and resubmit with the launcher vq admin launcher prints")
     if answer.get("exists") is False:
-        raise LauncherRefused("launcher-changed", f"the verified launcher {launcher} no longer exists on {host}", changed)
+        raise LauncherRefused("launcher-changed",
+                              f"the verified launcher {launcher} no longer exists on {host}", changed)
     actual = answer.get("sha256")
     if done.returncode != 0 or not isinstance(actual, str):
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
+        raise LauncherRefused("readback-failed",
+                              f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
     if actual != attested:
         raise LauncherRefused("launcher-changed", f"{launcher} on {host} now has SHA-256 {actual}; the verified "
                               f"deployment attested {attested}", changed)

@@ -253,7 +253,8 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
     return True
 
 
-def record_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
+def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                    verified: dict[str, Any]) -> dict[str, Any]:
     """Register the launcher a verified runtime deployment attested.
 
     Returns what happened, for the receipt: ``{"entry": path, "created": bool,
@@ -286,7 +287,8 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
         same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
+    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"],
+               "verified_at": entry["verified_at"]}
 
     def apply() -> None:
         if created:
@@ -398,7 +400,8 @@ def _latest_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
     return sha
 
 
-def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str,
+               sha: str) -> dict[str, Any] | None:
     path = entry_path(state_root, host, program, sha)
     entry = _read_at(dfd, sha + ".json", path)
     if entry is None:

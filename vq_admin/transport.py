@@ -282,7 +282,8 @@ def run_local_argv(
     started = time.monotonic()
     fault = faults.next_call(argv, where) if faults.active() else None
     if fault == "drop-before":
-        return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
+        return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"",
+                         b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
     program = full[0] if "/" in full[0] else shutil.which(full[0])
     if program is None:
@@ -306,7 +307,8 @@ def run_local_argv(
             if stdin_file is not None:
                 stdin_file.close()
             code = 127 if isinstance(exc, FileNotFoundError) else 126
-            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(), time.monotonic() - started)
+            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(),
+                             time.monotonic() - started)
         interrupted = None
         if watch is not None:
             watch(out.fileno(), err.fileno())

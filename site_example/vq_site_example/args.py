@@ -2,8 +2,10 @@
 
 ::
 
-    vq-site-example deploy  --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
-    vq-site-example install --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
+    vq-site-example deploy  --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T]
+                            [--source-archive PATH]
+    vq-site-example install --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T]
+                            [--source-archive PATH]
     vq-site-example verify  --root ROOT --program P --expected-sha SHA [--tag T]
     vq-site-example activate --root ROOT --program P --expected-sha SHA [--tag T]
 

@@ -145,7 +145,8 @@ def new_attempt_name() -> str:
 def check_root(root: str) -> None:
     """sbatch expands ``%`` patterns (and ``\\``) in --output/--error paths: refuse them."""
     if "%" in root or "\\" in root:
-        raise safedirs.UnsafePath(f"{root}: '%' and '\\' are not allowed in scratch_root (Slurm expands them in file names)")
+        raise safedirs.UnsafePath(f"{root}: '%' and '\\' are not allowed in scratch_root "
+                                  "(Slurm expands them in file names)")
 
 
 @contextmanager

@@ -131,7 +131,8 @@ def product_tree_problem(directory: str) -> str | None:
     while True:
         for marker in PRODUCT_MARKERS:
             if os.path.lexists(os.path.join(current, marker)):
-                return f"{directory} lies inside {current}, which holds {marker} (a staged or installed product archive)"
+                return (f"{directory} lies inside {current}, which holds {marker} "
+                        "(a staged or installed product archive)")
         parent = os.path.dirname(current)
         if parent == current:
             return None

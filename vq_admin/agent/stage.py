@@ -128,7 +128,8 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
     removed: list[str] = []
     abandoned: list[str] = []
     own = os.path.basename(stage.rstrip("/"))
-    if os.path.dirname(stage.rstrip("/")) != os.path.join(root, *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
+    if os.path.dirname(stage.rstrip("/")) != os.path.join(root,
+                                                          *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
         raise safedirs.UnsafePath(f"{stage} is not a stage of {kind} {name} under {root}")
     with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name), create=False)) as parent:
         if succeeded:

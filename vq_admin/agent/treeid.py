@@ -152,7 +152,9 @@ def _digest_lines(lines: list[bytes]) -> str:
 def _walk_files(root: str, skip: frozenset[str]) -> Iterator[tuple[str, str]]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not os.path.islink(os.path.join(dirpath, d)))
-        for name in list(filenames) + [d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]:
+        linked_dirs = [d for d in os.listdir(dirpath)
+                       if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]
+        for name in list(filenames) + linked_dirs:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if rel in skip or name.endswith(".pyc"):
                 continue

@@ -217,7 +217,8 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
     if summary.get("submitted") is False:
         update.reclaim(success=False)
         raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
-                           f"{' '.join(summary.get('notes') or [])} {(summary.get('sbatch_stderr') or '').strip()[-500:]}")
+                           f"{' '.join(summary.get('notes') or [])} "
+                           f"{(summary.get('sbatch_stderr') or '').strip()[-500:]}")
     if summary.get("timed_out"):
         cancel = summary.get("cancel") or {}
         text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
@@ -230,7 +231,8 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
                          stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
                          .encode(), seconds=call.seconds, interrupted="job")
     if not summary.get("established"):
-        return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
+        return _unknown(update, command, call,
+                        "; ".join(summary.get("notes") or []) or "the job's end was not established")
     if summary["exit_code"] == JOB_TAMPERED_EXIT:
         refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
         if refusal:  # the job found its argv or archive changed while it waited and ran nothing

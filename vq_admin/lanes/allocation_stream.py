@@ -184,7 +184,8 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
 
 
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
-                sinks: dict[str, TranscriptSink], on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
+                sinks: dict[str, TranscriptSink],
+                on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     The whole call is bounded by *timeout* (the local process group is

@@ -30,7 +30,8 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     apply_registry = None
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
-        if receipt.lane == "runtime" and receipt.program is not None:  # the registry of verified launchers (vq_admin.registry)
+        # the registry of verified launchers (vq_admin.registry)
+        if receipt.lane == "runtime" and receipt.program is not None:
             from .. import registry
 
             try:
@@ -100,7 +101,8 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     """
     reason = exc.strerror or str(exc)
     if receipt.extra.get("registry"):
-        receipt.extra["registry"] = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
+        receipt.extra["registry"] = {"entry": None,
+                                     "error": f"not recorded: the receipt could not be stored ({reason})"}
     receipt.extra["not_stored"] = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
                                    "the admin log line"]
     receipt.errors.append(f"could not store the receipt in {ctx.state.root}: {reason}; nothing naming it was "

@@ -108,7 +108,8 @@ class HelperUpdate:
         cmd = self.command("<stage>", PLACEHOLDER_TREE)
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, [a.replace(PLACEHOLDER_TREE, "<tree_sha256>") for a in cmd.argv],
-                 f"helper provider {self.host.helper_provider}: {verb}", self.helper_env(cmd, "<stage>", "<tree_sha256>"))
+                 f"helper provider {self.host.helper_provider}: {verb}",
+                 self.helper_env(cmd, "<stage>", "<tree_sha256>"))
         plan.add("readback", login, identity_argv(self.host),
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
@@ -160,7 +161,8 @@ class HelperUpdate:
         cmd = self.command(self.stage_dir, self.tree)
         env = self.helper_env(cmd, self.stage_dir, self.tree)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(cmd.argv)}")
-        result = execute(step, self.stage_transport(), list(cmd.argv), timeout=self.host.helper_timeout_seconds, env=env)
+        result = execute(step, self.stage_transport(), list(cmd.argv),
+                         timeout=self.host.helper_timeout_seconds, env=env)
         self.receipt.record_command(result, step.where)
         return result
 

@@ -63,7 +63,8 @@ class RuntimePrune:
         profile = self.host.runtimes.get(program)
         if profile is None:
             known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+                             f"(profiles: {known})")
         self.profile: RuntimeProfile = profile
         self.keep_recent = keep_recent
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
@@ -191,7 +192,8 @@ class RuntimePrune:
         keep = sorted(self.keep)
         command = self.prune_command(keep)
         step = receipt.plan.get("prune")
-        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(list(command.argv))}")
+        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: "
+                    f"{quote_argv(list(command.argv))}")
         result = execute(step, ctx.login(self.host), list(command.argv), timeout=self.profile.timeout_seconds,
                          env=dict(command.env))
         receipt.record_command(result, step.where)
@@ -276,7 +278,8 @@ class RuntimePrune:
             if answer.get("exists") is False:
                 problem = f"its launcher {entry['launcher']} no longer exists"
             elif answer.get("sha256") != entry["launcher_sha256"]:
-                problem = (f"its launcher {entry['launcher']} now hashes to {answer.get('sha256') or answer.get('error')}, "
+                problem = (f"its launcher {entry['launcher']} now hashes to "
+                           f"{answer.get('sha256') or answer.get('error')}, "
                            f"attested {entry['launcher_sha256']}")
             else:
                 problem = None

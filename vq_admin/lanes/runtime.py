@@ -47,7 +47,8 @@ class RuntimeUpdate:
         profile = self.host.runtimes.get(program)
         if profile is None:
             known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+                             f"(profiles: {known})")
         self.profile: RuntimeProfile = profile
         if ctx.options.cluster_install and not self._provider_has_install():
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
@@ -202,7 +203,8 @@ class RuntimeUpdate:
             return allocation_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
-        view = CommandView(f"{self.profile.program}: deploy on {step.where}") if progress.enabled(self.ctx.options.json) else None
+        view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
+                if progress.enabled(self.ctx.options.json) else None)
         with progress.live(self.ctx, view):
             result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds,
                              env=dict(command.env), watch=view.watch if view else None)
@@ -222,8 +224,10 @@ class RuntimeUpdate:
         found = self.verify(*steps)
         self.receipt.verify["readback"] = found.to_dict()
         if found.proven:
-            self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and verified")
-            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True, "next_command": None}
+            self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and "
+                             "verified")
+            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
+                                     "next_command": None}
             self.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
