@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, NoReturn
 
 from . import registry
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"

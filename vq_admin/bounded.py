@@ -12,7 +12,9 @@ Standard library only (the per-job launcher lookup uses it).
 from __future__ import annotations
 
 import json
-from typing import Any
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.

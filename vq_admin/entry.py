@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, TypeVar
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+    _T = TypeVar("_T")
 
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
@@ -109,8 +112,6 @@ def closed_stdout() -> int:
         pass
     return EXIT_CLOSED_PIPE
 
-
-_T = TypeVar("_T")
 
 
 def guarded(call: Callable[[], _T]) -> _T | int:

@@ -42,11 +42,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable
 
 from .bounded import InputError, loads_json
 from .launchers import launcher_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"

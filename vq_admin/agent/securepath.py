@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable
 # (no typing import: the per-job launcher lookup imports this module; annotations are never evaluated)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 
 class Untrusted(Exception):

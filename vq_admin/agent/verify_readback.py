@@ -30,7 +30,9 @@ import os
 import stat
 import sys
 import time
-from typing import Any
+TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 CHUNK = 1 << 20
 #: Largest verify stdout passed back (a verify receipt is a few hundred bytes).

@@ -12,11 +12,11 @@ configuration module, no provider, no pluggy, plumbum or filelock.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
 from ..outcome import Outcome, UsageError
 
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     import argparse
 
