@@ -51,7 +51,8 @@ def build(root: Path, count: int) -> list[str]:
             "launcher_sha256": "e" * 64, "receipt": f"bench-{i}", "at": "2026-11-30T00:00:00Z"})
         with open(directory / f"{sha}.json", "xb") as fh:
             fh.write(registry.encode(entry))
-    pointer = {"schema": registry.POINTER_SCHEMA, "sha": shas[-1], "receipt": "bench", "verified_at": "2026-11-30T00:00:00Z"}
+    pointer = {"schema": registry.POINTER_SCHEMA, "sha": shas[-1], "receipt": "bench",
+               "verified_at": "2026-11-30T00:00:00Z"}
     (directory / "latest.json").write_bytes(registry.encode(pointer))
     return shas
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 def missed(rows: list[dict]) -> list[str]:
     limits = [LOOKUP_TARGET, START_TARGET]
-    return [r["name"] for r, limit in zip(rows, limits) if r["ratio"] > limit]
+    return [r["name"] for r, limit in zip(rows, limits, strict=True) if r["ratio"] > limit]
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ on a real fleet each login host does its own.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

@@ -5,6 +5,8 @@
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -q -m real # only the real-daemon tests
+#
+# ruff and mypy --strict run before pytest; a finding fails the run.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -46,6 +48,10 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/pip install -q -e ./hookspecs -e ./site_example -e '.[test]'
+
+# Static checks first (configured in pyproject.toml): a finding fails the run.
+.venv/bin/ruff check
+.venv/bin/mypy
 
 set +e
 .venv/bin/python -m pytest "$@"

@@ -149,14 +149,16 @@ def test_updater_refuses_a_tree_that_is_not_the_expected_one(installed):
 def test_updater_keeps_older_releases_and_reuses_a_matching_one(installed):
     tmp, repo, root, sha_a = installed["tmp"], installed["repo"], installed["root"], installed["sha"]
     release_a = root / "releases" / sha_a
-    before = sorted((str(p.relative_to(release_a)), p.read_bytes() if p.is_file() else b"") for p in release_a.rglob("*"))
+    before = sorted((str(p.relative_to(release_a)),
+                     p.read_bytes() if p.is_file() else b"") for p in release_a.rglob("*"))
     sha_b = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
     stage, files = stage_archive(repo.path, sha_b, tmp / "scratch", tmp / "work-b")
     done = run_updater(root, stage, sha_b, files["SOURCE-TREE-SHA256"], install=False)
     assert done.returncode == 0, done.stderr
     assert "helper_release_reused=0" in done.stdout
     assert live_identity(root)["source_sha"] == sha_b
-    after = sorted((str(p.relative_to(release_a)), p.read_bytes() if p.is_file() else b"") for p in release_a.rglob("*"))
+    after = sorted((str(p.relative_to(release_a)),
+                    p.read_bytes() if p.is_file() else b"") for p in release_a.rglob("*"))
     assert after == before
     stage_a, files_a = stage_archive(repo.path, sha_a, tmp / "scratch", tmp / "work-a2")
     again = run_updater(root, stage_a, sha_a, files_a["SOURCE-TREE-SHA256"], install=False)

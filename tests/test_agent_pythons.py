@@ -38,8 +38,8 @@ def _pyenv_roots() -> list[str]:
     roots = []
     if os.environ.get("PYENV_ROOT"):
         roots.append(os.environ["PYENV_ROOT"])
-    exe = shutil.which("pyenv") or next((p for p in ("/root/.pyenv/bin/pyenv",
-                                                     os.path.expanduser("~/.pyenv/bin/pyenv")) if os.path.exists(p)), None)
+    candidates = ("/root/.pyenv/bin/pyenv", os.path.expanduser("~/.pyenv/bin/pyenv"))
+    exe = shutil.which("pyenv") or next((p for p in candidates if os.path.exists(p)), None)
     if exe:
         try:
             out = subprocess.run([exe, "root"], capture_output=True, text=True, timeout=30).stdout.strip()

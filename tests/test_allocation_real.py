@@ -123,7 +123,8 @@ def test_site_example_deploys_and_verifies_in_an_allocation(tmp_path, real_clust
     assert receipt["metrics_complete"] is True and receipt["metrics"]["release_reused"] == 0
     assert receipt["verify"]["final"]["proven"] is True
     steps = {s["name"]: s for s in receipt["steps"]}
-    assert steps["deploy"]["argv"][1:3] == ["alloc-run", "--root"] and "--sbatch-arg=--time=10" in steps["deploy"]["argv"]
+    assert steps["deploy"]["argv"][1:3] == ["alloc-run",
+                                            "--root"] and "--sbatch-arg=--time=10" in steps["deploy"]["argv"]
     assert steps["deploy"]["exit_code"] == 0 and steps["deploy"]["where"] == "cluster"
     # a later attempt never overwrites earlier evidence
     before = tree_digest(attempt)

@@ -250,7 +250,8 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("exit_code", [0, 3])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_exit_status_is_preserved_in_every_settle_outcome(fake_slurm, writer, monkeypatch, tmp_path, scenario, exit_code):
+def test_exit_status_is_preserved_in_every_settle_outcome(fake_slurm, writer, monkeypatch, tmp_path,
+                                                          scenario, exit_code):
     write, steps, reason, observations = SCENARIOS[scenario]
     monkeypatch.setenv("FAKE_WRITE", write)
     monkeypatch.setenv("FAKE_EXIT", str(exit_code))
@@ -321,7 +322,8 @@ def test_sbatch_gets_parsable_wait_and_the_configured_args(fake_slurm, monkeypat
 def test_job_script_runs_the_argv_without_a_shell(tmp_path):
     word = "a b'c $HOME `id` ;|&"
     spec = tmp_path / "argv.json"
-    spec.write_text(json.dumps({"argv": [sys.executable, "-c", "import os, sys; print(sys.argv[1]); print(os.environ['V'])",
+    spec.write_text(json.dumps({"argv": [sys.executable, "-c",
+                                         "import os, sys; print(sys.argv[1]); print(os.environ['V'])",
                                          word], "env": {"V": word}}))
     job = tmp_path / "job.py"
     job.write_bytes(allocation.job_script())

@@ -179,11 +179,13 @@ REFUSALS = {
     "helper-only host": (["helper"], "unmanaged-host", "no runtime maintenance authority"),
     "excluded host": (["old"], "unmanaged-host", "'excluded'"),
     "legacy bare sha pin": (["cluster", "--pin", SHA_A], "legacy-pin", "bare SHA"),
-    "legacy current pin": (["cluster", "--pin", json.dumps({"sha": SHA_A, "launcher": "<apps>/current/source/.venv/bin/python"})],
+    "legacy current pin": (["cluster", "--pin",
+                            json.dumps({"sha": SHA_A, "launcher": "<apps>/current/source/.venv/bin/python"})],
                            "legacy-pin", "stable link 'current'"),
     "legacy pin without launcher": (["cluster", "--pin", json.dumps({"sha": SHA_A})], "legacy-pin", "no launcher path"),
     "unrecognised pin": (["cluster", "--pin", "{not json"], "legacy-pin", "not recognised"),
-    "pin with other bytes": (["cluster", "--pin", json.dumps({"schema": "vq-admin/pin/1", "sha": SHA_A, "launcher": "<A>",
+    "pin with other bytes": (["cluster", "--pin",
+                              json.dumps({"schema": "vq-admin/pin/1", "sha": SHA_A, "launcher": "<A>",
                                                              "launcher_sha256": "0" * 64})], "pin-mismatch", "attests"),
     "pin for another host": (["cluster", "--pin", json.dumps({"schema": "vq-admin/pin/1", "host": "x2", "sha": SHA_A,
                                                              "launcher": "<A>"})], "pin-mismatch", "dispatch asks"),
@@ -307,7 +309,8 @@ def test_verified_deployment_registers_exactly_its_launcher(tmp_path):
     sha_bad = repo.commit("bad", {"vq_selftest.py": "raise SystemExit(1)\n"})
     root, scratch, state = tmp_path / "apps" / "vibeqc", tmp_path / "scratch", tmp_path / "state"
     scratch.mkdir()
-    config = write_config(tmp_path / "admin.toml", site_example_host("cluster", root=root, repo=repo.path, scratch=scratch))
+    config = write_config(tmp_path / "admin.toml",
+                          site_example_host("cluster", root=root, repo=repo.path, scratch=scratch))
     ran = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha_a, "--cluster-install", "--json",
                  config=config, state=state)
     assert ran.exit_code == 0, ran.stderr

@@ -110,9 +110,11 @@ def test_held_job_keeps_its_generation_across_deployments(site):
         assert (dispatch.exit_code, dispatch.stdout) == (0, launcher + "\n"), dispatch.stderr
         released = ssh(cluster, "scontrol", "release", job)
         assert released.returncode == 0, released.stderr
-        state = wait_until(lambda: (job_state(cluster, job) or "").split("+")[0] in TERMINAL and job_state(cluster, job),
+        state = wait_until(lambda: (job_state(cluster,
+                                              job) or "").split("+")[0] in TERMINAL and job_state(cluster, job),
                            timeout=60, interval=0.5)
-        assert state == "COMPLETED", f"job {job} state {state}; output: {output.read_text() if output.exists() else '-'}"
+        shown = output.read_text() if output.exists() else "-"
+        assert state == "COMPLETED", f"job {job} state {state}; output: {shown}"
         ran = output.read_text()
         assert ran.strip() == f"selftest of A {root}/releases/{sha['A']}/source/.venv", ran
     finally:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from realhosts.procs import descendants, pid_alive, wait_until
+from realhosts.procs import descendants, wait_until
 from support import AGENT, SITE_EXAMPLE, GitRepo, write_config
 
 pytestmark = pytest.mark.real
@@ -104,7 +104,8 @@ class World:
     def set_deploy(self, before: str, after: str = "") -> None:
         """The provider: ``before``, then site_example install (output kept off the ssh pipe), then ``after``."""
         self._script("deploy-wrapper", f"#!/bin/sh\n{before}\n{SITE_EXAMPLE} install --root {self.root} \"$@\" "
-                                       f">>{self.tmp}/deploy.log 2>&1 || exit $?\ntouch {self.marks}/switched\n{after}\n")
+                                       f">>{self.tmp}/deploy.log 2>&1 || exit $?\n"
+                                       f"touch {self.marks}/switched\n{after}\n")
 
     def set_verify(self, before: str) -> None:
         self._script("verify-wrapper", f"#!/bin/sh\n{before}\nexec {SITE_EXAMPLE} verify --root {self.root} \"$@\"\n")
@@ -212,7 +213,7 @@ def converge(world: World, expected: str = "already-current") -> Done:
 
 def test_ssh_client_killed_just_after_the_switch_is_resolved_by_readback(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-deploy")
-    world.set_deploy("", f"sleep 30")  # activated; the ssh session stays open while the provider lingers
+    world.set_deploy("", "sleep 30")  # activated; the ssh session stays open while the provider lingers
     vq = world.start()
     world.mark("switched")
     kill_ssh_client(vq, "deploy-wrapper")
@@ -327,7 +328,8 @@ def test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_complete
     assert "stage" in done.receipt["readback"]["stage"], done.receipt["readback"]
     held = world.run()  # a second run while the detached build still runs: 75, naming the attempt
     assert held.code == 75 and held.outcome == "locked", held.stdout
-    assert str(attempt_dirs(world)[0]) in held.receipt["errors"][-1] and f"pid {build['pid']}" in held.receipt["errors"][-1]
+    last_error = held.receipt["errors"][-1]
+    assert str(attempt_dirs(world)[0]) in last_error and f"pid {build['pid']}" in last_error
     assert not (world.marks / "switched").exists(), "the build ended before the second run could see it running"
     world.mark("switched", 60)
     again, after = reconciled(world)
@@ -359,7 +361,8 @@ def test_sigkill_of_vq_during_a_fixed_host_deploy_is_reconciled_by_the_next_run(
 
 
 def _blocker(slurm) -> str:
-    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null",
+    done = slurm.run("sbatch", "--parsable", "--job-name=chaos-blocker", f"--cpus-per-task={slurm.cpus}",
+                     "--output=/dev/null",
                      "--wrap", "sleep 300", check=True)
     job = done.stdout.strip().split(";")[0]
     assert wait_until(lambda: "RUNNING" in slurm.run("scontrol", "show", "job", job).stdout, 30), "blocker not running"
@@ -474,7 +477,8 @@ def test_scancel_after_the_switch_is_ok_by_readback(tmp_path, real_cluster):
 
 def test_scancel_before_the_switch_is_unknown_with_the_job(tmp_path, real_cluster):
     world, done = _scancel_case(tmp_path, real_cluster, "chaos-scancel-before",
-                                before=f"[ -e {tmp_path}/marks/started ] || {{ touch {tmp_path}/marks/started; sleep 60; }}",
+                                before=f"[ -e {tmp_path}/marks/started ] || "
+                                       f"{{ touch {tmp_path}/marks/started; sleep 60; }}",
                                 after="", when="started")
     readback = done.receipt["readback"]
     assert readback["job_id"] and readback["log_dir"] and (readback["job_state"] or "").startswith("CANCELLED")
@@ -545,7 +549,8 @@ def test_the_state_filesystem_filling_after_the_host_changed(tmp_path, real_sshd
     """The deploy itself fills the state filesystem: the receipt is still printed and names what was not stored."""
     state = small_tmpfs / "state"
     world = World(tmp_path, real_sshd.ssh_config, "chaos-fills", state=state)
-    world.set_deploy("", f"{sys.executable} -c 'import os\ntry:\n  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
+    world.set_deploy("", f"{sys.executable} -c 'import os\ntry:\n"
+                         f"  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
                          f"except OSError: pass'")
     done = world.run()
     assert world.active() == world.sha

@@ -362,7 +362,8 @@ HELPER_CASES = [
 
 
 @pytest.mark.parametrize("case, verb, needle, expected, only_if", HELPER_CASES,
-                         ids=["pre-identity", "stage-create", "stage-receive", "stage-verify", "helper-command", "read-back",
+                         ids=["pre-identity", "stage-create", "stage-receive", "stage-verify", "helper-command",
+                              "read-back",
                               "stage-reclaim"])
 def test_helper_lane_ssh_client_killed(tmp_path: Path, real_sshd: SshdServer, case: str, verb: str | None, needle: str,
                                        expected: str, only_if: str | None) -> None:
@@ -424,7 +425,8 @@ GIT_WRAPPER = f"""#!/bin/sh
 # of a mirror with <mirror>.holdprobe, or the first symbolic-ref read of one with <mirror>.holdsymref,
 # answers, then holds until <mirror>.release exists.
 if {{ {{ [ "$1" = -C ] && [ "$3" = rev-parse ] && [ "$4" = --is-bare-repository ] && [ -e "$2.holdprobe" ]; }} \\
-     || {{ [ "$1" = -C ] && [ "$3" = symbolic-ref ] && [ -e "$2.holdsymref" ]; }}; }} && mkdir "$2.held" 2>/dev/null; then
+     || {{ [ "$1" = -C ] && [ "$3" = symbolic-ref ] && [ -e "$2.holdsymref" ]; }}; }} \\
+   && mkdir "$2.held" 2>/dev/null; then
   /usr/bin/git "$@"; rc=$?
   i=0; while [ ! -e "$2.release" ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done
   exit $rc

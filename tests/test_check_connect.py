@@ -4,7 +4,6 @@ single-node Slurm; and ``vq admin check`` refusing a missing ``ssh_config``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -101,14 +100,14 @@ def test_the_table_names_each_failure_and_all_reachable_exits_0(tmp_path, scratc
     assert lines[0].split() == ["HOST", "ROLE", "WHERE", "STATUS", "AGENT", "PYTHON", "SINFO", "SECONDS"]
     assert lines[1].split()[:4] == ["cluster", "managed", "cluster", "ok"] and "idle" in lines[1]
     assert lines[2].split()[:4] == ["noagent", "managed", "cluster", "failed"]
-    assert any(l.startswith("noagent: agent /nonexistent/agent not found") for l in lines)
+    assert any(ln.startswith("noagent: agent /nonexistent/agent not found") for ln in lines)
 
     good = write_config(tmp_path / "good.toml", f'ssh_config = "{real_cluster.sshd.ssh_config}"\n\n'
                         + _host("cluster", ssh="cluster", scratch=scratch, allocation=True)
                         + _host("build", ssh="cluster-build", scratch=scratch))
     result = run_vq("check", "--connect", config=good, timeout=120)
     assert result.exit_code == 0, result.stderr
-    assert [l.split()[3] for l in result.stdout.splitlines()[1:]] == ["ok", "ok"]
+    assert [ln.split()[3] for ln in result.stdout.splitlines()[1:]] == ["ok", "ok"]
 
 
 def test_sinfo_failing_is_a_failure_with_slurms_message(tmp_path, scratch):

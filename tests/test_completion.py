@@ -204,7 +204,7 @@ def prefix(tmp_path_factory) -> Path:
 
 
 def test_installed_files(prefix):
-    for (shell, command), name in completion.FILES.items():
+    for (shell, _command), name in completion.FILES.items():
         where = ("bash-completion/completions" if shell == "bash" else "zsh/site-functions")
         installed = prefix / "share" / where / Path(name).name
         assert installed.is_file(), f"{installed} was not installed"

@@ -53,7 +53,8 @@ def with_host(**changes):
 P = "hosts.cluster.scheduler_runtime_deployments.vibeqc-release"
 
 BAD = [
-    (with_profile(update_host="build", update_allocation={"sbatch_args": []}), f"{P}.update_allocation", "mutually exclusive"),
+    (with_profile(update_host="build", update_allocation={"sbatch_args": []}), f"{P}.update_allocation",
+     "mutually exclusive"),
     (with_profile(timeout_seconds=0), f"{P}.timeout_seconds", "finite positive"),
     (with_profile(timeout_seconds=-5), f"{P}.timeout_seconds", "finite positive"),
     (with_profile(timeout_seconds=float("inf")), f"{P}.timeout_seconds", "finite positive"),
@@ -75,9 +76,12 @@ BAD = [
     (with_profile(source_repo=None), f"{P}.source_repo", "required"),
     (with_profile(provider="../evil"), f"{P}.provider", "entry-point name"),
     (with_profile(provider_options={"root": "/apps"}), f"{P}.provider_options", "plugin providers"),
-    (with_profile(update_allocation={"sbatch_args": ["script.sh"]}), f"{P}.update_allocation.sbatch_args", "sbatch option"),
-    (with_profile(update_allocation={"sbatch_args": ["--wait"]}), f"{P}.update_allocation.sbatch_args", "set by vq-admin"),
-    (with_profile(update_allocation={"sbatch_args": "--time=1"}), f"{P}.update_allocation.sbatch_args", "list of strings"),
+    (with_profile(update_allocation={"sbatch_args": ["script.sh"]}), f"{P}.update_allocation.sbatch_args",
+     "sbatch option"),
+    (with_profile(update_allocation={"sbatch_args": ["--wait"]}), f"{P}.update_allocation.sbatch_args",
+     "set by vq-admin"),
+    (with_profile(update_allocation={"sbatch_args": "--time=1"}), f"{P}.update_allocation.sbatch_args",
+     "list of strings"),
     (with_profile(update_allocation={"partition": "x"}), f"{P}.update_allocation.partition", "unknown key"),
     (with_profile(update_host="-oProxyCommand=x"), f"{P}.update_host", "ssh destination"),
     (with_profile(lane="main..x"), f"{P}.lane", "branch name"),
@@ -99,7 +103,8 @@ BAD = [
      "hosts.cluster.scheduler_runtime_deployments.bad/prog", "must match"),
     ({"hosts": {"cluster": {"fleet_role": "managed"}}, "extra": 1}, "extra", "unknown key"),
     ({"ssh_config": "ssh_config", "hosts": {}}, "ssh_config", "absolute"),
-    ({"hosts": {"cluster": dict(with_profile(feed_source_mirror="/srv/git/m.git")["hosts"]["cluster"], ssh="login:2222")}},
+    ({"hosts": {"cluster": dict(with_profile(feed_source_mirror="/srv/git/m.git")["hosts"]["cluster"],
+                                ssh="login:2222")}},
      "hosts.cluster.ssh", "git cannot use"),
     ({"hosts": []}, "hosts", "table"),
 ]
@@ -189,7 +194,8 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
                                                        st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)),
                       max_leaves=12)
 profiles = st.dictionaries(st.sampled_from(KEYS), values, max_size=8)
-hosts = st.dictionaries(st.sampled_from(KEYS), st.one_of(values, st.dictionaries(st.text(max_size=8), profiles, max_size=2)), max_size=8)
+hosts = st.dictionaries(st.sampled_from(KEYS),
+                        st.one_of(values, st.dictionaries(st.text(max_size=8), profiles, max_size=2)), max_size=8)
 documents = st.fixed_dictionaries({"hosts": st.dictionaries(st.text(max_size=10), hosts, max_size=3)})
 
 

@@ -132,7 +132,8 @@ def test_a_real_update_over_sshd_with_the_example_scripts(tmp_path, real_sshd):
 def test_the_docs_show_the_example_scripts_byte_for_byte():
     docs = (EXAMPLE.parent.parent / "providers.md").read_text()
     for script in (DEPLOY, VERIFY):
-        assert f"```python\n{script.read_text()}```\n" in docs, f"docs/providers.md does not show {script.name} as it is"
+        assert f"```python\n{script.read_text()}```\n" in docs, \
+            f"docs/providers.md does not show {script.name} as it is"
 
 
 ACTIVATE, PRUNE = DEPLOY.parent / "activate", DEPLOY.parent / "prune"

@@ -55,7 +55,7 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
 
     crash_while(state.root, f"state.record_run('runtime', 'cluster', 'vibeqc', {{'outcome': 'ok'}}, {verified(B)!r})")
     crash_while(state.root, f"registry.record_verified(state.root, 'cluster', 'vibeqc', {verified(B)!r})")
-    crash_while(state.root, f"state.store_receipt('r-bbbb', {{'outcome': 'ok'}})")
+    crash_while(state.root, "state.store_receipt('r-bbbb', {'outcome': 'ok'})")
 
     assert temporaries(state.root) == [B, "last-good", "r-bbbb"]  # one per interrupted write
     assert {p: p.read_bytes() for p in state.root.rglob("*") if p.is_file() and ".tmp." not in p.name} == before

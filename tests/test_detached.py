@@ -223,4 +223,5 @@ def test_a_deploy_dropped_before_the_agent_started_fences_the_attempt_and_says_n
     assert attempt.is_dir() and not (attempt / "build").exists() and not (world.marks / "switched").exists()
     again = world.run()
     assert again.outcome == "ok" and world.active() == world.sha, again.stdout
-    assert again.receipt["previous_attempt"]["fenced"] is False and again.receipt["previous_attempt"]["kind"] == "detached"
+    previous = again.receipt["previous_attempt"]
+    assert previous["fenced"] is False and previous["kind"] == "detached"

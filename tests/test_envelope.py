@@ -38,7 +38,8 @@ OUTCOMES = {o.value: code for o, code in EXIT_CODES.items()}
 NO_JSON = {("completion",): "prints a shell completion script"}
 
 
-def leaf_verbs(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+def leaf_verbs(parser: argparse.ArgumentParser,
+               prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every verb path of the parser (``("update",)``, ``("provider", "install")``, ...) and its parser."""
     found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

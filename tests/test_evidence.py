@@ -49,7 +49,8 @@ def test_non_utf8_and_huge_receipts_are_refused():
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(st.binary(max_size=400), st.text(max_size=400),
                  st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-                              lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(sorted(GOOD)), c, max_size=10),
+                              lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(sorted(GOOD)), c,
+                                                                                  max_size=10),
                               max_leaves=20).map(json.dumps)))
 def test_fuzzed_receipts_parse_or_raise_evidence_errors(raw):
     try:
@@ -63,7 +64,7 @@ def test_fuzzed_receipts_parse_or_raise_evidence_errors(raw):
 @pytest.mark.parametrize("path,ok", [
     (f"/apps/releases/{SHA}/source/.venv/bin/python", True),
     (f"/apps/bin/vibeqc-{SHA}", True),
-    (f"/apps/current/source/.venv/bin/python", False),
+    ("/apps/current/source/.venv/bin/python", False),
     (f"/apps/current/bin/vibeqc-{SHA}", False),
     ("/apps/bin/vibeqc", False),
     ("/usr/bin/python3", False),

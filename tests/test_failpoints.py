@@ -155,7 +155,7 @@ def test_call_counts_logs_and_returns_the_mode(enable, tmp_path):
     assert modes == [None, "drop-after", "kill", None]
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(e["index"], e["where"], e["argv"], e["fault"]) for e in lines] == \
-        [(i, "cluster", ["ssh", str(i)], m) for i, m in zip(range(1, 5), modes)]
+        [(i, "cluster", ["ssh", str(i)], m) for i, m in zip(range(1, 5), modes, strict=True)]
 
 
 def test_step_boundaries_are_logged(enable, tmp_path):

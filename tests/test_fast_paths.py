@@ -37,7 +37,8 @@ BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.
                 "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
 #: The launcher's plain success (vq_admin.fastlookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
-PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.fastlookup", "vq_admin.launchers", "vq_admin.agent", "vq_admin.agent.paths",
+PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.fastlookup", "vq_admin.launchers", "vq_admin.agent",
+             "vq_admin.agent.paths",
              "vq_admin.agent.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
@@ -51,7 +52,7 @@ def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[st
              "\nsys.stderr.write('\\nMODULES ' + repr(sorted(set(sys.modules) - _before)) + '\\n')\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **(env or {})), stdin=subprocess.DEVNULL)
-    line = [l for l in done.stderr.splitlines() if l.startswith("MODULES ")]
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
     assert line, done.stdout + done.stderr
     base = subprocess.run([sys.executable, "-c", "import sys\n_b = set(sys.modules)\nimport json\n"
                            "print(repr(sorted(set(sys.modules) - _b)))"], capture_output=True, text=True, timeout=120)
@@ -92,7 +93,8 @@ def test_everything_but_the_plain_success_runs_the_full_verb(tmp_path, words):
             "from vq_admin.entry import main\ncode = main()\nassert code in (0, 77), code\n" % (words,))
     found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
                                              "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
-    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output", "vq_admin.envelope"})  # the refusal; the JSON envelope
+    # vq_admin.output: the refusal; vq_admin.envelope: the JSON document
+    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output", "vq_admin.envelope"})
     assert "vq_admin.commands.launcher" in found  # the verb ran, through the hand-parsed entry
 
 

@@ -65,7 +65,8 @@ def test_helper_update_installs_the_requested_commit(world, real_sshd):
     assert (receipt["outcome"], receipt["lane"], receipt["program"]) == ("ok", "helper", None)
     tree = receipt["source"]["tree_sha256"]
     by_name = {s["name"]: s for s in receipt["steps"]}
-    assert {by_name[n]["where"] for n in ("stage-create", "stage-receive", "stage-verify", "helper")} == {"cluster-build"}
+    assert {by_name[n]["where"] for n in ("stage-create", "stage-receive", "stage-verify",
+                                          "helper")} == {"cluster-build"}
     assert by_name["readback"]["where"] == "cluster-login"
     assert by_name["readback"]["argv"] == [str(world["root"] / "bin" / "vq-admin-agent"), "identity", "--json"]
     env = by_name["helper"]["env"]
@@ -139,7 +140,8 @@ n = int(open(lag).read()) if os.path.exists(lag) else 0
 if n > 0 and args[:1] == ["identity"]:
     with open(lag, "w") as fh:
         fh.write(str(n - 1))
-    boot = "import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {old!r}); from vq_admin.agent.cli import main; sys.exit(main(sys.argv[1:]))"
+    boot = ("import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {old!r}); "
+            "from vq_admin.agent.cli import main; sys.exit(main(sys.argv[1:]))")
     os.execv({PYTHON!r}, [{PYTHON!r}, "-I", "-c", boot, *args])
 os.execv({str(real)!r}, [{str(real)!r}, *args])
 """)
@@ -237,7 +239,8 @@ def local_config(world, role: str = "managed", extra: str = "") -> Path:
 @pytest.mark.parametrize("host, words", [("login2", ["'alias'", "run the update against cluster"]),
                                          ("old", ["'excluded'"])])
 def test_alias_and_excluded_hosts_are_refused(world, host, words):
-    done = run_vq("update", host, "--expected-sha", world["b"], "--json", config=local_config(world), state=world["state"])
+    done = run_vq("update", host, "--expected-sha", world["b"], "--json", config=local_config(world),
+                  state=world["state"])
     assert done.exit_code == 77
     receipt = done.json()
     message = receipt["errors"][0]

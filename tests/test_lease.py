@@ -22,7 +22,7 @@ import pytest
 
 from fleet_world import Fleet, finish, kill, wait_for, wait_gone
 from realhosts import SshdServer, remote_path
-from support import AGENT, SITE_EXAMPLE
+from support import AGENT
 from vq_admin.agent import lease as agent_lease
 
 

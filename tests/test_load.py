@@ -126,10 +126,11 @@ def test_eight_updates_at_once_while_fifty_lookups_read_the_registry(tmp_path, r
         assert last_ok["sha"] == sha and last_ok["launcher"] == launcher_of(tmp_path, i, sha)
     log = (state / "admin.log").read_text().splitlines()
     assert len(log) == UPDATES and len(list((state / "receipts").glob("*.json"))) == UPDATES
-    assert sorted((e["host"], e["outcome"]) for e in map(json.loads, log)) == [(f"host{i}", "ok") for i in range(UPDATES)]
+    assert sorted((e["host"], e["outcome"]) for e in map(json.loads, log)) == [(f"host{i}",
+                                                                                "ok") for i in range(UPDATES)]
     assert not problems, problems[:10]
     # the lookups ran during the deployments: before their evidence existed, and every looker answered
     assert seen.get("no-evidence", 0) >= LOOKUP_THREADS and seen.get("subprocess", 0) >= LOOKUP_PROCESSES, seen
     for i in range(UPDATES):  # after the storm every lookup resolves
-        assert judge_lookup(tmp_path, i, sha, lambda: bindings.resolve_launcher(f"prog{i}", f"host{i}",
-                                                                                state_dir=state)) is None
+        assert judge_lookup(tmp_path, i, sha, lambda i=i: bindings.resolve_launcher(f"prog{i}", f"host{i}",
+                                                                                    state_dir=state)) is None

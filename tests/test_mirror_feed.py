@@ -409,7 +409,8 @@ def test_a_destination_git_cannot_put_in_a_url_is_a_usage_error(bare):
     with pytest.raises(UsageError, match=r"^hosts\.cluster\.ssh: 'fe80::1' contains ':'") as caught:
         mirror.mirror_for(SshTransport("fe80::1", None, None), str(bare), "hosts.cluster.ssh")
     assert caught.value.outcome.exit_code == 2
-    assert mirror.mirror_for(SshTransport("ops@login", None, None), "/srv/git/a b.git").url == "ops@login:/srv/git/a b.git"
+    assert mirror.mirror_for(SshTransport("ops@login", None, None),
+                             "/srv/git/a b.git").url == "ops@login:/srv/git/a b.git"
 
 
 def test_a_mirror_path_with_a_space_and_a_colon_is_fed_over_ssh(session, tmp_path, driver):

@@ -27,7 +27,8 @@ def test_a_group_or_world_writable_command_file_is_named(tmp_path, mode):
     who = {0o775: "group-writable", 0o757: "other-writable", 0o777: "group- and other-writable"}[mode]
     assert command_problem(str(cmd)) == (
         f"command: file {cmd} is {who} (owner root (uid 0), mode {mode:04o}); another user could change what "
-        f"vq-admin reads or runs there; fix: make it owned by you or root and not writable by others (chmod go-w {cmd})")
+        f"vq-admin reads or runs there; fix: make it owned by you or root and not writable by others "
+        f"(chmod go-w {cmd})")
 
 
 def test_a_writable_directory_above_it_is_named(tmp_path):
@@ -96,7 +97,8 @@ def test_the_runtime_lane_refuses_before_running_it(tmp_path):
     done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
     receipt = done.json()
     assert done.exit_code == 77 and receipt["outcome"] == "refused", done.stdout + done.stderr
-    assert receipt["errors"] == [f"pre-verify: command: file {verify} is group-writable (owner root (uid 0), mode 0775); "
+    assert receipt["errors"] == [f"pre-verify: command: file {verify} is group-writable (owner root (uid 0), "
+                                 "mode 0775); "
                                  "another user could change what vq-admin reads or runs there; fix: make it owned by "
                                  f"you or root and not writable by others (chmod go-w {verify}); refusing to run it"]
     steps = {s["name"]: s for s in receipt["steps"]}

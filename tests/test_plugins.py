@@ -14,7 +14,8 @@ SHA = "c" * 40
 
 
 def request(**settings) -> RuntimeRequest:
-    return RuntimeRequest(program="vibeqc", host="cluster", expected_sha=SHA, tag="v1", update_script_args=("--jobs", "4"),
+    return RuntimeRequest(program="vibeqc", host="cluster", expected_sha=SHA, tag="v1",
+                          update_script_args=("--jobs", "4"),
                           source_archive="/stage/source.tar", where="build-host", settings=settings)
 
 
@@ -75,7 +76,8 @@ def test_a_provider_is_called_alone_even_when_others_answer(fake_installed):
 
 def test_a_provider_that_fails_to_load_is_named(fake_installed):
     fake_installed("broken", "prov_broken2", "raise RuntimeError('boom')")
-    with pytest.raises(ProviderError, match=r"provider 'broken' \(entry point prov_broken2 of site-prov 1.0\) failed to load: RuntimeError: boom"):
+    with pytest.raises(ProviderError, match=r"provider 'broken' \(entry point prov_broken2 of site-prov 1.0\) "
+                                            r"failed to load: RuntimeError: boom"):
         Providers.load(["broken"])
 
 

@@ -19,7 +19,6 @@ import re
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -69,7 +68,7 @@ class PtyRun:
 
     def wait_for(self, pattern: str, timeout: float) -> str:
         rx = re.compile(pattern)
-        found = wait_until(lambda: next((l for l in self.lines() if rx.search(l)), None), timeout, interval=0.1)
+        found = wait_until(lambda: next((ln for ln in self.lines() if rx.search(ln)), None), timeout, interval=0.1)
         assert found, f"no live line matching {pattern!r} within {timeout} s; output so far:\n{self.text[-3000:]!r}"
         return found
 
@@ -122,8 +121,8 @@ def test_a_pending_allocation_build_shows_job_state_reason_elapsed_and_last_line
     assert code == 1  # the world's verify fails on purpose; the build itself exited 0
     # the line was erased before the summary, and elapsed time advanced while pending
     assert run.text.count("PENDING") >= 1 and ERASE in run.text
-    times = [l for l in run.lines() if " PENDING " in l]
-    assert len({re.search(r"(\d+:\d\d)$", l).group(1) for l in times}) >= 2, times
+    times = [ln for ln in run.lines() if " PENDING " in ln]
+    assert len({re.search(r"(\d+:\d\d)$", ln).group(1) for ln in times}) >= 2, times
     argv = _deploy_argv(world)
     assert argv[argv.index("--progress") + 1] == "10"
 

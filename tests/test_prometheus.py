@@ -5,7 +5,6 @@ real runs as the Prometheus text exposition format, read back with
 from __future__ import annotations
 
 import calendar
-import json
 import os
 import shlex
 import subprocess

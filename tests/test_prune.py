@@ -120,7 +120,8 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         assert all(v["ok"] for v in receipt["prune"]["kept_launchers"].values())
         assert sorted(receipt["prune"]["kept_launchers"]) == site.shas("ADE")
         log = (site.state / "admin.log").read_text().splitlines()
-        assert json.loads(log[-1])["outcome"] == "ok" and json.loads(log[-1])["receipt"].endswith(f"{receipt['id']}.json")
+        last = json.loads(log[-1])
+        assert last["outcome"] == "ok" and last["receipt"].endswith(f"{receipt['id']}.json")
         # a pruned generation's launcher refuses, naming why
         gone = site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["B"])
         assert gone.exit_code == 77 and "refused (pruned)" in gone.stderr, gone.stderr
@@ -186,7 +187,8 @@ def test_a_provider_that_removes_a_kept_release_fails_naming_it(tmp_path, real_c
     assert done.exit_code == 1, done.stdout[-3000:] + done.stderr[-2000:]
     assert receipt["outcome"] == "failed"
     prune_step = next(s for s in receipt["steps"] if s["name"] == "prune")
-    assert prune_step["argv"] == [str(evil), "--program", "prune-evil", *[w for s in site.shas("AB") for w in ("--keep", s)]]
+    assert prune_step["argv"] == [str(evil), "--program", "prune-evil",
+                                  *[w for s in site.shas("AB") for w in ("--keep", s)]]
     broken = [e for e in receipt["errors"] if site.sha["A"] in e]
     assert broken and "last-good" in broken[0] and "no longer exists" in broken[0], receipt["errors"]
     assert receipt["prune"]["kept_launchers"][site.sha["A"]]["ok"] is False

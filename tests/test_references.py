@@ -41,7 +41,7 @@ class Scripted(Transport):
 
 
 def squeue(*lines: str):
-    return ("squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"), (0, "".join(f"{l}\n" for l in lines), "")
+    return ("squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"), (0, "".join(f"{ln}\n" for ln in lines), "")
 
 
 def show(job: str, state: str, batch: int = 1, command: str = "/home/u/job.sh"):
@@ -61,7 +61,8 @@ def launcher(sha: str) -> str:
 def state(tmp_path):
     st = StateDir(tmp_path / "state")
     for i, k in enumerate("ABCD"):
-        registry.record_verified(st.root, "cluster", "vibeqc", {"sha": SHA[k], "tag": None, "launcher": launcher(SHA[k]),
+        registry.record_verified(st.root, "cluster", "vibeqc",
+                                 {"sha": SHA[k], "tag": None, "launcher": launcher(SHA[k]),
                                                                  "launcher_sha256": "e" * 64, "receipt": f"r-{k}",
                                                                  "at": f"2026-11-30T0{i}:00:00Z"})
     lane = st.lane_dir("runtime", "cluster", "vibeqc")
@@ -96,7 +97,8 @@ def test_census_reasons(state):
 
 def test_job_gone_between_calls_is_skipped(state):
     answers = dict([squeue("11|11|PENDING"),
-                    (("scontrol", "show", "job", "-o", "11"), (1, "", "slurm_load_jobs error: Invalid job id specified"))])
+                    (("scontrol", "show", "job", "-o", "11"),
+                     (1, "", "slurm_load_jobs error: Invalid job id specified"))])
     doc = census(state, Scripted(answers), "cluster", "vibeqc")
     assert doc["jobs_scanned"] == 0
 
@@ -148,7 +150,8 @@ def write_census(path: Path, referenced: dict[str, list[str]], **extra) -> Path:
 
 
 def test_prune_removes_only_the_unreferenced(root, tmp_path):
-    census_file = write_census(tmp_path / "c.json", {SHA["A"]: ["job 7 (PENDING)"], SHA["B"]: [], SHA["C"]: ["last-good"]})
+    census_file = write_census(tmp_path / "c.json",
+                               {SHA["A"]: ["job 7 (PENDING)"], SHA["B"]: [], SHA["C"]: ["last-good"]})
     done = prune("--root", str(root), "--program", "vibeqc", "--referenced-file", str(census_file))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -272,7 +272,8 @@ def test_rollback_through_a_provider_plugins_activate_hook(tmp_path, real_sshd):
         "cluster", root=root, repo=repo.path, scratch=scratch, transport="ssh", ssh="cluster"))
     state = tmp_path / "state"
     for sha, extra in ((a, ["--cluster-install"]), (b, [])):
-        done = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", *extra, config=config, state=state)
+        done = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", *extra, config=config,
+                      state=state)
         assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
     done = run_vq("rollback", "vibeqc", "cluster", "--json", config=config, state=state)
     receipt = done.json()

@@ -211,7 +211,8 @@ def test_sigterm_mid_deploy_is_unknown_with_a_receipt_and_frees_the_lock(tmp_pat
     assert receipt["readback"]["next_command"] == f"vq admin update vibeqc cluster --expected-sha {sha}"
     stored = list((tmp_path / "state" / "receipts").glob("*.json"))
     assert [json.loads(p.read_text())["outcome"] for p in stored] == ["unknown"]
-    again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
+    again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config,
+                   state=tmp_path / "state")
     assert again.exit_code != 75, "the lane lock outlived the interrupted run"
 
 

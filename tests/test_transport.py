@@ -26,7 +26,8 @@ def test_a_destination_that_looks_like_an_option_is_rejected():
 
 
 def test_ssh_exit_255_is_a_transport_interruption(fp):
-    fp.register(["/usr/bin/ssh", fp.any()], returncode=255, stderr="ssh: connect to host cluster port 22: Connection refused")
+    fp.register(["/usr/bin/ssh", fp.any()], returncode=255,
+                stderr="ssh: connect to host cluster port 22: Connection refused")
     t = SshTransport("cluster", None, None)
     t.shell_checked = True  # the login-shell probe is tested for real in tests/trust/
     result = t.run(["/site/verify"], timeout=10)
@@ -49,7 +50,8 @@ def test_a_timeout_kills_the_command_and_says_so():
 
 
 def test_local_commands_get_their_env_and_stdin():
-    result = LocalTransport().run(["sh", "-c", 'printf "%s:" "$FOO"; cat'], timeout=10, env={"FOO": "bar baz"}, stdin=b"in")
+    result = LocalTransport().run(["sh", "-c", 'printf "%s:" "$FOO"; cat'], timeout=10, env={"FOO": "bar baz"},
+                                  stdin=b"in")
     assert result.ok and result.stdout == b"bar baz:in"
 
 
@@ -101,7 +103,6 @@ def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
 
 def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
     import os
-    import subprocess
 
     from vq_admin.transport import sweep_control_dirs
 
@@ -120,7 +121,6 @@ def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_pat
 
 def test_temp_files_of_killed_runs_are_swept_from_the_state_directory(tmp_path):
     import os
-    import subprocess
 
     from vq_admin.state import StateDir
 

@@ -37,6 +37,9 @@ if False:  # for the type checker only (no typing or collections import on the p
     from collections.abc import Mapping
 from .launchers import launcher_problem
 from .outcome import Refused, UsageError
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
@@ -60,7 +63,7 @@ class LauncherRefused(Refused):
     def __str__(self) -> str:
         return f"{self.reason} (remedy: {self.remedy})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "reason": self.reason, "remedy": self.remedy}
 
 
@@ -74,6 +77,16 @@ class Binding:
     FIELDS = ("launcher", "sha", "launcher_sha256", "host", "program", "receipt", "verified_at", "tag",
               "latest", "checked_on_host")
     __slots__ = FIELDS
+    launcher: str
+    sha: str
+    launcher_sha256: str
+    host: str
+    program: str
+    receipt: str
+    verified_at: str
+    tag: str | None
+    latest: bool
+    checked_on_host: bool
 
     def __init__(self, **values: object):
         for name in self.FIELDS:
@@ -93,10 +106,10 @@ class Binding:
     def __repr__(self) -> str:
         return f"Binding({', '.join(f'{n}={getattr(self, n)!r}' for n in self.FIELDS)})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.FIELDS}
 
-    def pin(self) -> dict:
+    def pin(self) -> dict[str, Any]:
         """What the driver records with a job, for :func:`check_pin` at dispatch."""
         return {"schema": PIN_SCHEMA, "program": self.program, "host": self.host, "sha": self.sha,
                 "launcher": self.launcher, "launcher_sha256": self.launcher_sha256, "receipt": self.receipt}
@@ -172,7 +185,7 @@ def _binding(entry: Mapping[str, object], host: str, program: str, latest: str |
                    tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=checked_on_host)
 
 
-def check_pin(pin: dict | str, *, program: str | None = None, host: str | None = None,
+def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
               state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
               check_on_host: bool = False, timeout: float = 60.0) -> Binding:
     """Validate a pin recorded at submission, at dispatch time; fail closed.
@@ -185,20 +198,24 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     if isinstance(pin, str):
         text = pin.strip()
         if not text.startswith("{"):
-            sha = text.lower() if FULL_SHA_RE.match(text) else "SHA"
-            raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
+            bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
+            raise LauncherRefused("legacy-pin",
+                                  f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
-                                  _legacy_remedy(program or "PROGRAM", host or "HOST", sha))
+                                  _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
         from .bounded import InputError, loads_json
 
         try:
-            pin = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
+            loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
         except InputError as exc:
             raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")) from None
-    if not isinstance(pin, dict):
+    else:
+        loaded = pin
+    if not isinstance(loaded, dict):
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
                               _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
+    pin = loaded
     program = _pin_field(pin, "program", program)
     if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and NAME_RE.match(host)
             and isinstance(program, str) and NAME_RE.match(program)
@@ -214,7 +231,7 @@ def check_pin(pin: dict | str, *, program: str | None = None, host: str | None =
     sha = sha.lower()
     launcher = pin.get("launcher")
     problem = launcher_problem(launcher, sha)
-    if problem is None and registry.CONTROL_RE.search(launcher):
+    if problem is None and isinstance(launcher, str) and registry.CONTROL_RE.search(launcher):
         problem = "launcher path holds a control character"
     if problem is not None:
         code = "mutable-launcher" if pin.get("schema") == PIN_SCHEMA else "legacy-pin"
@@ -252,13 +269,15 @@ def path_form_problem(path: object) -> str | None:
     return None if None in problems else problems[0]
 
 
-def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> None:
+def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
-                              f"deploy and verify it: vq admin update {program} {canonical} --expected-sha {sha or 'SHA'} "
+                              f"deploy and verify it: vq admin update {program} {canonical} "
+                              f"--expected-sha {sha or 'SHA'} "
                               "(when that SHA is already active, this records the evidence without rebuilding)")
-    raise LauncherRefused("sha-mismatch", f"{sha} differs from the verified evidence for {program} on {canonical}{alias}: "
+    raise LauncherRefused("sha-mismatch",
+                          f"{sha} differs from the verified evidence for {program} on {canonical}{alias}: "
                           f"the verified launchers are for other SHAs (latest {latest})",
                           f"submit with the verified SHA {latest}, or deploy and verify {sha}: "
                           f"vq admin update {program} {canonical} --expected-sha {sha}")
@@ -286,13 +305,14 @@ def _legacy_remedy(program: str, host: str, sha: str) -> str:
             f"printed by vq admin launcher {program} {host} --expected-sha {sha}")
 
 
-def _pin_field(pin: dict, key: str, given: str | None) -> str | None:
+def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
     value = pin.get(key)
     if value is not None and given is not None and value != given:
         raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",
                               "dispatch the job against the program and host it was pinned to")
     if value is not None and not isinstance(value, str):
-        raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string", _legacy_remedy("PROGRAM", "HOST", "SHA"))
+        raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string",
+                              _legacy_remedy("PROGRAM", "HOST", "SHA"))
     return value if value is not None else given
 
 
@@ -329,7 +349,7 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:
                 target = None
-        if target is not None and target.get("fleet_role") == "managed":
+        if target is not None and isinstance(canonical, str) and target.get("fleet_role") == "managed":
             return canonical
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
                               f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",

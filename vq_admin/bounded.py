@@ -12,6 +12,9 @@ Standard library only (the per-job launcher lookup uses it).
 from __future__ import annotations
 
 import json
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.
@@ -126,7 +129,7 @@ def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX
         raise InputError(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
 
 
-def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict:
+def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     """Parse a TOML document with the same bounds as :func:`loads_json`."""
     import tomllib
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, NoReturn
 
 from . import __version__
 from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
@@ -20,7 +21,7 @@ from .output import safe_text
 class _Formatter(argparse.HelpFormatter):
     """Shows ``update``'s targets as ``[PROGRAM] HOST``: one or two words, not a list."""
 
-    def _format_args(self, action, default_metavar):  # type: ignore[override]
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
         if action.nargs == "+" and action.metavar == "[PROGRAM] HOST":
             return action.metavar
         return super()._format_args(action, default_metavar)
@@ -30,11 +31,11 @@ class _Parser(argparse.ArgumentParser):
     #: The top-level prog ("vq admin" or "vq-admin"); main() prints it before every error.
     top_prog = ""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # main() already prints "<prog>: usage: "; name only the verb (``update: ...``), never the prog twice.
         verb = self.prog[len(self.top_prog):].strip() if self.top_prog and self.prog.startswith(self.top_prog) else ""
         raise UsageError(f"{verb}: {message}" if verb else message)
@@ -49,7 +50,8 @@ def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one
 
 
 def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
+    parser = _Parser(prog=prog,
+                     description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
     parser.add_argument("--version", action="version", version=f"vq-admin {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
@@ -65,7 +67,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     p.add_argument("--all", action="store_true",
                    help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
     p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
@@ -78,7 +81,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
-    p.add_argument("--all", action="store_true", help="every host's LAST OK side by side, per program (drift at a glance)")
+    p.add_argument("--all", action="store_true",
+                   help="every host's LAST OK side by side, per program (drift at a glance)")
     p.add_argument("--prometheus", action="store_true",
                    help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")
@@ -122,7 +126,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="rollback", force=False, cluster_install=False, update_script_arg=[])
 
@@ -132,7 +137,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
     p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="prune", force=False, cluster_install=False, update_script_arg=[])
 
@@ -149,7 +155,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("src", metavar="SRC", help="the reviewed file on this machine (never from a product tree or stage)")
     q.add_argument("--host", required=True, metavar="HOST", help="configured host (managed or helper-only)")
     q.add_argument("--dest", required=True, metavar="PATH", help="absolute path of the command on that host")
-    q.add_argument("--on", metavar="DEST", help="install on this configured destination of HOST (default: its login host)")
+    q.add_argument("--on", metavar="DEST",
+                   help="install on this configured destination of HOST (default: its login host)")
     q.add_argument("--mode", default="0755", help="octal mode of the installed file (default 0755)")
     q.add_argument("--dry-run", action="store_true", help="print what would run; run and change nothing")
     _common(q, "print exactly one JSON document (the install receipt) on stdout")
@@ -187,10 +194,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     from importlib import import_module
 
     module = import_module(f".commands.{args.func}", __package__)
-    return module.run(args)
+    code: int = module.run(args)
+    return code
 
 
-def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, object]:
+def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
     if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
         from .commands.update import error_document
 

@@ -48,7 +48,7 @@ _vq_admin_config_names() {
       "$cfg" | sort -u ;;
   esac
 }
-""".strip("\n")
+""".strip("\n")  # noqa: E501 - sed expressions kept whole
 
 PREAMBLE = {
     "bash": _NAMES + r"""
@@ -111,7 +111,7 @@ def script(shell: str, command: str) -> str:
     if shell not in SHELLS:
         raise ValueError(f"shell must be one of {', '.join(SHELLS)}")
     text = shtab.complete(parser_for(command), shell=shell, root_prefix=COMMANDS[command],
-                          preamble={shell: PREAMBLE[shell]})
+                          preamble=PREAMBLE[shell])
     header = (f"# {command} completion for {shell}, generated from vq_admin.cli.build_parser() by "
               f"vq_admin.completion (shtab {shtab.__version__}).\n")
     if shell == "zsh":  # the #compdef line must stay first

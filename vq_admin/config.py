@@ -206,7 +206,8 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
         if host.fleet_role == "alias":
             target = hosts.get(host.canonical_host or "")
             if target is None:
-                raise ConfigError(f"hosts.{name}.canonical_host", f"names {host.canonical_host!r}, which is not a host in this file")
+                raise ConfigError(f"hosts.{name}.canonical_host",
+                                  f"names {host.canonical_host!r}, which is not a host in this file")
             if target.fleet_role == "alias":
                 raise ConfigError(f"hosts.{name}.canonical_host", f"names {target.name!r}, which is itself an alias")
     return Config(path=path, ssh_config=ssh_config, hosts=hosts)
@@ -246,7 +247,8 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
     fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
     ssh_dest = table.get("ssh", name)
-    if fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str) and (":" in ssh_dest or "/" in ssh_dest):
+    if fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest,
+                                                                     str) and (":" in ssh_dest or "/" in ssh_dest):
         raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
     allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
@@ -282,7 +284,8 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         raise ConfigError(key, "must be a table")
     _only_keys(table, key, PROFILE_KEYS)
     if "update_host" in table and "update_allocation" in table:
-        raise ConfigError(f"{key}.update_allocation", "update_host and update_allocation are mutually exclusive; set one")
+        raise ConfigError(f"{key}.update_allocation",
+                          "update_host and update_allocation are mutually exclusive; set one")
     provider = _provider_name(table, "provider", key)
     options = table.get("provider_options", {})
     if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
@@ -354,20 +357,22 @@ def _choice(table: Mapping[str, Any], name: str, key: str, allowed: tuple[str, .
     value = table.get(name, default)
     if value not in allowed:
         raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(allowed)}, not {value!r}")
-    return value
+    return str(value)
 
 
 def _provider_name(table: Mapping[str, Any], name: str, key: str) -> str:
     value = table.get(name, "command")
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ConfigError(f"{key}.{name}", "must be \"command\" or the entry-point name of an installed provider plugin")
+        raise ConfigError(f"{key}.{name}",
+                          "must be \"command\" or the entry-point name of an installed provider plugin")
     return value
 
 
 def _destination(table: Mapping[str, Any], name: str, key: str) -> str | None:
     value = _str(table, name, key)
     if value is not None and not DESTINATION_RE.match(value):
-        raise ConfigError(f"{key}.{name}", f"{value!r} is not an ssh destination (letters, digits, _.@:+%-; not starting with '-')")
+        raise ConfigError(f"{key}.{name}",
+                          f"{value!r} is not an ssh destination (letters, digits, _.@:+%-; not starting with '-')")
     return value
 
 
@@ -404,8 +409,10 @@ def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] |
 
 def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> float:
     value = table.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT:
-        raise ConfigError(f"{key}.{name}", f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0 or value > MAX_TIMEOUT):
+        raise ConfigError(f"{key}.{name}",
+                          f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
     return float(value)
 
 

@@ -87,7 +87,8 @@ def probe(host: HostConfig, transport: Transport, timeout: float) -> Probe:
         return found
     found.agent = {k: answer.get(k) for k in ("version", "python_version", "interpreter", "checksum")}
     if "--sinfo" in argv:
-        found.sinfo = answer.get("sinfo") if isinstance(answer.get("sinfo"), dict) else {"error": "not reported"}
+        sinfo = answer.get("sinfo")
+        found.sinfo = sinfo if isinstance(sinfo, dict) else {"error": "not reported"}
         if found.sinfo.get("error"):
             found.reason = f"sinfo: {_last_line(str(found.sinfo['error']))}"
             return found
@@ -144,7 +145,7 @@ def table(probes: list[Probe]) -> list[str]:
                      str(p.agent.get("python_version") or "-"), sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-"))
     widths = [max(len(safe_text(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     for p in probes:
         if p.reason and p.status != "ok":
             lines.append(f"{p.host}: {safe_text(p.reason)}")

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["VQ_ADMIN_CONFIG"] = str(config)
     os.environ["VQ_ADMIN_STATE_DIR"] = str(workdir / "state")
     first_time = not (workdir / "apps").exists()
-    command = ["update", PROGRAM, HOST, "--expected-sha", sha, "--verbose"] + (["--cluster-install"] if first_time else [])
+    command = ["update", PROGRAM, HOST, "--expected-sha", sha,
+               "--verbose"] + (["--cluster-install"] if first_time else [])
     print(f"vq-admin demo in {workdir}")
     print(f"  source   {workdir / 'src'} (deploying tag v1.0 = {sha})")
     print(f"  config   {config}")

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import os
 import sys
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+    _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
     from collections.abc import Callable
@@ -33,7 +37,7 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 class LauncherArgs:
     """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
 
-    def __init__(self, program: str, host: str, values: dict[str, str | bool]):
+    def __init__(self, program: str, host: str, values: dict[str, Any]):
         self.verb = self.func = "launcher"
         self.program, self.host = program, host
         self.expected_sha = _text(values, "expected_sha")
@@ -52,7 +56,7 @@ def _text(values: dict[str, str | bool], key: str) -> str | None:
 
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
-    values: dict[str, str | bool] = {}
+    values: dict[str, Any] = {}
     operands: list[str] = []
     i = 0
     while i < len(words):
@@ -132,7 +136,8 @@ def closed_stdout() -> int:
     return EXIT_CLOSED_PIPE
 
 
-def guarded(call: Callable[[], int | None]) -> int | None:
+
+def guarded(call: Callable[[], _T]) -> _T | int:
     """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
     the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
     try:

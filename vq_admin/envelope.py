@@ -24,9 +24,9 @@ Standard library only and no ``typing`` at run time, so the per-job
 from __future__ import annotations
 
 import json
-import re
 import sys
 
+from .agent.identifiers import SCHEMA_RE
 from .outcome import Outcome
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path never imports typing
@@ -40,7 +40,6 @@ HEAD = ("schema", "outcome", "exit_code")
 TAIL = "errors"
 #: Keys a verb's data may not use: the envelope owns them.
 RESERVED = frozenset(HEAD + (TAIL,))
-SCHEMA_RE = re.compile(r"\Avq-admin/[a-z][a-z0-9-]{0,63}/[1-9][0-9]{0,3}\Z")
 
 #: The schema of every JSON document, by what prints it.  The contract fixes
 #: ``receipt``, ``history`` and ``fleet``; every other verb has ``vq-admin/<verb>/1``.

@@ -32,13 +32,15 @@ def receipt_checks(receipt: VerifyReceipt, program: str, sha: str, tag: str | No
     path_problem = launcher_problem(receipt.active_path, sha)
     return [
         Check("program", receipt.program == program, f"receipt names {receipt.program!r}, requested {program!r}"),
-        Check("source_sha", receipt.source_sha.lower() == sha, f"receipt source_sha {receipt.source_sha!r}, requested {sha}"),
+        Check("source_sha", receipt.source_sha.lower() == sha,
+              f"receipt source_sha {receipt.source_sha!r}, requested {sha}"),
         Check("tag", receipt.tag == tag, f"receipt tag {receipt.tag!r}, requested {tag!r}"),
         Check("healthy", receipt.healthy is True, f"healthy is {receipt.healthy!r}: {receipt.health_detail}"),
         Check("activation", receipt.activation == "atomic", f"activation is {receipt.activation!r}, must be 'atomic'"),
         Check("quiescent", receipt.quiescent is True, f"quiescent is {receipt.quiescent!r}"),
         Check("updater_pid", receipt.updater_pid is None, f"updater_pid is {receipt.updater_pid!r}, must be null"),
-        Check("active_path", path_problem is None, path_problem or f"{receipt.active_path} is an immutable per-SHA launcher"),
+        Check("active_path", path_problem is None,
+              path_problem or f"{receipt.active_path} is an immutable per-SHA launcher"),
         Check(
             "active_path_sha256_form",
             bool(SHA256_RE.match(receipt.active_path_sha256)),

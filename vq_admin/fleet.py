@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from . import envelope
@@ -265,7 +266,7 @@ class Rollout:
                     self.reap(pid, status)
                 return
 
-    def on_signal(self, signum, frame) -> None:
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.interrupted:
             return
         self.interrupted = signal.Signals(signum).name
@@ -466,14 +467,14 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     path = store(StateDir(args.state_dir), doc)
     if args.json:
         envelope.write(doc)
-        return doc["exit_code"]
+        return int(doc["exit_code"])
     lines = table(doc) + [f"  receipt   {path}"]
     if doc["exit_code"] == 0:
         if rollout.terminal or args.verbose:
             print("\n".join(lines), flush=True)
     else:
         print("\n".join(lines), file=sys.stderr, flush=True)
-    return doc["exit_code"]
+    return int(doc["exit_code"])
 
 
 def _preload(config: Config, program: str) -> None:

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from .context import RunContext
     from .receipt import Receipt
 
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .receipt import Receipt
+
 #: How long to wait for the agent's one line (covers ssh connection setup).
 ACQUIRE_TIMEOUT = 60.0
 #: How long to wait for the agent to end after its stdin closed.
@@ -96,7 +100,8 @@ class Lease:
         if probe is not None and not getattr(self.transport, "shell_checked", True):
             failed = probe()
             if failed is not None:
-                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; this run changed nothing")
+                raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; "
+                                       "this run changed nothing")
         full = self.transport.wrap(self.argv, {})
         started = time.monotonic()
         try:
@@ -208,7 +213,8 @@ class Lease:
             stdout, exit_code = shell.get("stdout"), shell.get("exit_code")
             text = stdout if isinstance(stdout, str) else ""
             ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), exit_code if isinstance(exit_code, int) else None,
-                             f"login shell {shell.get('shell')}: " + str(shell.get("stderr") or shell.get("error") or ""))
+                             f"login shell {shell.get('shell')}: "
+                             + str(shell.get("stderr") or shell.get("error") or ""))
         if ssh is not None:
             ssh.shell_checked = True
         status = held.get("exit")
@@ -292,7 +298,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def plan_lease(ctx, receipt, lane: str, host_name: str, program: str | None) -> None:
+def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> None:
     """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
     host = ctx.config.hosts.get(host_name)
     if host is not None:

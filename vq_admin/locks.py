@@ -19,10 +19,13 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .outcome import Locked
 from .state import StateDir
+
+if TYPE_CHECKING:
+    from .statefs import PrivateTree
 
 
 def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Path:
@@ -41,7 +44,8 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         except BlockingIOError:
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
                          f"({_holder(tree, path)}); nothing was run") from None
-        holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        holder = {"pid": os.getpid(), "host": os.uname().nodename,
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         try:
             tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
         except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one
@@ -51,7 +55,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         os.close(fd)  # releases the flock
 
 
-def _holder(tree, path: Path) -> str:
+def _holder(tree: PrivateTree, path: Path) -> str:
     try:
         info = json.loads(tree.read(["locks"], path.name + ".holder", limit=4096) or b"")
         return f"held by pid {info['pid']} on {info['host']} since {info['since']}"

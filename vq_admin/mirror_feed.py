@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Callable
 
 from .mirror import (
-    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for, parse_ls_remote, parse_porcelain,
+    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for,
+    parse_ls_remote, parse_porcelain,
     probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
@@ -121,7 +122,7 @@ class Feed:
     def no_symrefs(self) -> None:
         """Refuse (77) when any ref of the set is a symbolic ref on the mirror, dangling or not."""
         found = []
-        for ref, argv in zip(self.refs, self.symref_commands()):
+        for ref, argv in zip(self.refs, self.symref_commands(), strict=True):
             result = self.run("mirror-symrefs", self.login, argv, probe_env(self.mirror.path), 120.0)
             if result.interrupted or result.exit_code not in (0, 1):
                 raise VqAdminError(f"mirror-symrefs: cannot tell whether {ref.ref} is a symbolic ref in "
@@ -139,7 +140,8 @@ class Feed:
         """Read the mirror's values of the set and decide; refuse before any push."""
         held = self._read("mirror-read")
         if held is None:
-            raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); nothing was pushed")
+            raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); "
+                               "nothing was pushed")
         decide(self.repo, self.refs, held)
         branches = [r for r in self.refs if r.kind == "branch"]
         drifted = [r for r in branches if r.action == "refuse"]

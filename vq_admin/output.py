@@ -49,7 +49,8 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
 
 def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
     what = receipt.get("program") or "helper"
-    first = f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} (exit {receipt['exit_code']})"
+    first = (f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} "
+             f"(exit {receipt['exit_code']})")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
     if receipt.get("expected_sha"):
         lines.append(_field("sha", receipt["expected_sha"]))
@@ -62,7 +63,8 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         lines.append(_field("sha256", vr["active_path_sha256"]))
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
-        lines.append(_field("deploy", f"exit {deploy['exit_code']}" + (f", job {deploy['job_id']}" if deploy.get("job_id") else "")))
+        job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
+        lines.append(_field("deploy", f"exit {deploy['exit_code']}{job}"))
     for note in receipt.get("notes") or []:
         lines.append(_field("note", note))
     for error in receipt.get("errors") or []:

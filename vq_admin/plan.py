@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import permissions
 from .agent.failpoints import failpoint
@@ -73,7 +73,8 @@ class Plan:
 
 
 def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
-            stdin: bytes | str | None = None, env: dict[str, str] | None = None, watch=None) -> RunResult:
+            stdin: bytes | str | None = None, env: dict[str, str] | None = None,
+            watch: Callable[..., None] | None = None) -> RunResult:
     """Run *argv* for *step* through *transport* and record the result in it."""
     failpoint("step-before", step.name)
     step.argv = [str(a) for a in argv]

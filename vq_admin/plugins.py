@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Literal, Mapping, overload
 
 import pluggy
 from vq_admin_hookspecs import (
@@ -161,7 +161,13 @@ class Providers:
     def helper_install(self, provider: str, request: HelperRequest) -> ProviderCommand:
         return self._call(provider, "vq_admin_helper_install", request)
 
-    def _call(self, provider: str, hook: str, request: object, optional: bool = False):
+    @overload
+    def _call(self, provider: str, hook: str, request: object, optional: Literal[False] = False) -> ProviderCommand: ...
+
+    @overload
+    def _call(self, provider: str, hook: str, request: object, optional: Literal[True]) -> ProviderCommand | None: ...
+
+    def _call(self, provider: str, hook: str, request: object, optional: bool = False) -> ProviderCommand | None:
         plugin = self.pm.get_plugin(provider)
         if plugin is None:
             raise ProviderError(f"provider {provider!r} is not loaded")
@@ -176,7 +182,8 @@ class Providers:
         if result is None:
             raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
         if not isinstance(result, ProviderCommand):
-            raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, not a ProviderCommand")
+            raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, "
+                                "not a ProviderCommand")
         return result
 
 

@@ -190,7 +190,7 @@ class CommandView:
                 data = os.pread(fd, TAIL_BYTES, max(0, st.st_size - TAIL_BYTES))
             except OSError:
                 continue
-            lines = [l for l in data.replace(b"\r", b"\n").split(b"\n") if l.strip()]
+            lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
             if lines and (best is None or st.st_mtime >= best[0]):
                 best = (st.st_mtime, lines[-1])
         return best[1].decode("utf-8", "replace").strip() if best else None

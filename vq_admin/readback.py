@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from typing import Any
 
 from .agent import paths
 from .agent.identifiers import DESTINATION_RE
 from .bindings import LauncherRefused
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
-_cache: dict[tuple, dict] = {}
+_cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -37,7 +38,7 @@ def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
     return os.fspath(config_path) if config_path else paths.config_path()
 
 
-def load(config_path: str | os.PathLike[str] | None) -> dict:
+def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The parsed TOML document, cached per (path, inode, size, mtime).
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
@@ -67,7 +68,7 @@ def load(config_path: str | os.PathLike[str] | None) -> dict:
     return _cache[key]
 
 
-def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict, dict]:
+def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(hosts.<host> table, whole document)``; :class:`ConfigUnavailable` when absent."""
     data = load(config_path)
     hosts = data.get("hosts")
@@ -77,7 +78,7 @@ def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[d
     return table, data
 
 
-def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
+def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: str) -> list[str]:
     """The argv that reads the launcher's SHA-256 on *host*'s login host."""
     agent = table.get("agent", "vq-admin-agent")
     words = shlex.split(agent) if isinstance(agent, str) else []
@@ -103,7 +104,7 @@ def hash_argv(table: dict, data: dict, host: str, launcher: str) -> list[str]:
     return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
 
 
-def check_launcher_on_host(entry: dict, config_path: str | os.PathLike[str] | None, timeout: float) -> None:
+def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike[str] | None, timeout: float) -> None:
     """Refuse unless the launcher on the login host hashes to the attested SHA-256."""
     host, launcher, attested = entry["host"], entry["launcher"], entry["launcher_sha256"]
     remedy = (f"check that {host} is reachable and its agent installed (vq admin update {host}); "
@@ -128,13 +129,16 @@ def check_launcher_on_host(entry: dict, config_path: str | os.PathLike[str] | No
         raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)
     changed = (f"do not run it: it is not the executable that was verified (receipt {entry['receipt']}); find out who "
-               f"changed it, then deploy a new generation (vq admin update {entry['program']} {host} --expected-sha SHA) "
+               f"changed it, then deploy a new generation "
+               f"(vq admin update {entry['program']} {host} --expected-sha SHA) "
                "and resubmit with the launcher vq admin launcher prints")
     if answer.get("exists") is False:
-        raise LauncherRefused("launcher-changed", f"the verified launcher {launcher} no longer exists on {host}", changed)
+        raise LauncherRefused("launcher-changed",
+                              f"the verified launcher {launcher} no longer exists on {host}", changed)
     actual = answer.get("sha256")
     if done.returncode != 0 or not isinstance(actual, str):
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
+        raise LauncherRefused("readback-failed",
+                              f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
     if actual != attested:
         raise LauncherRefused("launcher-changed", f"{launcher} on {host} now has SHA-256 {actual}; the verified "
                               f"deployment attested {attested}", changed)

@@ -49,6 +49,9 @@ from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256
 from .bounded import InputError, loads_json
 from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -96,7 +99,7 @@ def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha
     return path
 
 
-def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
     """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
     path = entry_path(state_root, host, program, sha)
     dfd = _lane_fd(state_root, host, program, create=False)
@@ -120,7 +123,7 @@ def _exists_at(dfd: int, directory: str, sha: str) -> bool:
         return True
 
 
-def _read_mark_at(dfd: int, entry: str, sha: str) -> dict:
+def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
     """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
     try:
         sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
@@ -163,7 +166,7 @@ def conflict_path(entry: str) -> str:
     return os.path.join(directory, "conflicts", name)
 
 
-def make_entry(host: str, program: str, verified: dict) -> dict:
+def make_entry(host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
     """The registry entry for a verified identity (``sha``, ``tag``, ``launcher``,
     ``launcher_sha256``, ``receipt``, ``at`` as ``conclude()`` builds it)."""
     sha = str(verified.get("sha") or "").lower()
@@ -184,7 +187,7 @@ def make_entry(host: str, program: str, verified: dict) -> dict:
     return entry
 
 
-def encode(entry: dict) -> bytes:
+def encode(entry: dict[str, Any]) -> bytes:
     return (json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
@@ -225,7 +228,8 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
     return True
 
 
-def record_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict) -> dict:
+def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                    verified: dict[str, Any]) -> dict[str, Any]:
     """Register the launcher a verified runtime deployment attested.
 
     Returns what happened, for the receipt: ``{"entry": path, "created": bool,
@@ -240,7 +244,8 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
     return result
 
 
-def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, verified: dict):
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                  verified: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None]]:
     """What :func:`record_verified` will do, decided before anything is written.
 
     Returns ``(result, apply)``: *result* is the receipt's ``registry``
@@ -253,11 +258,12 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, v
     first = _read_in_lane(state_root, host, program, os.path.basename(path))
     created = first is None
     conflict = None
-    if not created:
+    if first is not None:
         same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
             conflict = conflict_path(path)
-    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"], "verified_at": entry["verified_at"]}
+    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"],
+               "verified_at": entry["verified_at"]}
 
     def apply() -> None:
         if created:
@@ -271,7 +277,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str, v
     return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
-def _parse_entry(data: bytes | None, path: str) -> dict | None:
+def _parse_entry(data: bytes | None, path: str) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
@@ -283,7 +289,7 @@ def _parse_entry(data: bytes | None, path: str) -> dict | None:
     return value
 
 
-def _read_at(dfd: int, name: str, shown: str) -> dict | None:
+def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
     try:
         data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
     except UnsafeState as exc:
@@ -291,7 +297,7 @@ def _read_at(dfd: int, name: str, shown: str) -> dict | None:
     return _parse_entry(data, shown)
 
 
-def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict | None:
+def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict[str, Any] | None:
     """``registry/<host>/<program>/<name>``, every level checked; ``None`` when absent."""
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
@@ -302,7 +308,7 @@ def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, n
         os.close(dfd)
 
 
-def read_entry(path: str) -> dict | None:
+def read_entry(path: str) -> dict[str, Any] | None:
     """The JSON object at *path*; ``None`` when it does not exist.  Raises
     :class:`RegistryError` when it exists but cannot be trusted (a symlink, not
     a regular file, another owner, a loose mode) or read as one object."""
@@ -344,7 +350,7 @@ def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> s
 
 
 def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
-            ) -> tuple[str | None, dict | None]:
+            ) -> tuple[str | None, dict[str, Any] | None]:
     """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
     walk of the directories (the per-job path).  Raises :class:`RegistryError` as
     :func:`latest_sha` and :func:`lookup` do."""
@@ -359,7 +365,7 @@ def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: st
         os.close(dfd)
 
 
-def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
+def _latest_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
     pointer = _read_at(dfd, "latest.json", os.path.join(lane_dir(state_root, host, program), "latest.json"))
     if pointer is None:
         return None
@@ -369,7 +375,8 @@ def _latest_at(dfd: int, state_root, host: str, program: str) -> str | None:
     return sha
 
 
-def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict | None:
+def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str,
+               sha: str) -> dict[str, Any] | None:
     path = entry_path(state_root, host, program, sha)
     entry = _read_at(dfd, sha + ".json", path)
     if entry is None:
@@ -388,7 +395,7 @@ def _lookup_at(dfd: int, state_root, host: str, program: str, sha: str) -> dict 
     return entry
 
 
-def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict | None:
+def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
     """The checked entry for (host, program, sha), or ``None`` when none was registered.
 
     Raises :class:`RegistryError` when the entry or a directory above it cannot
@@ -404,7 +411,7 @@ def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str
         os.close(dfd)
 
 
-def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict]:
+def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict[str, Any]]:
     """Every well-formed entry of (host, program), oldest verification first.
 
     Lists a directory: for the references census and status, never for the

@@ -148,7 +148,8 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
         _checked(found, f"commit {sha}", repo)
     if not found.ok or _one_line(found) != sha:
         raise Refused(f"commit {sha} is not in the source repository {repo} (fetch it there first)")
-    tree = _checked(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"), f"the tree of {sha}", repo)
+    tree = _checked(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"),
+                    f"the tree of {sha}", repo)
     if not with_tags:
         return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
     listed = git(repo, "tag", "--points-at", sha)

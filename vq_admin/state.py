@@ -161,7 +161,8 @@ class StateDir:
         try:
             free = self.free_bytes()
         except OSError as exc:
-            raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); nothing was run") from None
+            raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); "
+                          "nothing was run") from None
         if free < minimum:
             raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
                           f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
@@ -182,7 +183,7 @@ class StateDir:
         if not self.root.is_dir():
             return removed
         now = time.time()
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):
             for name in filenames:
                 if not (name.startswith(".tmp.") or ".holder." in name):
                     continue
@@ -245,7 +246,8 @@ class StateDir:
     def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
         return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
 
-    def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any], verified: dict[str, Any] | None) -> None:
+    def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any],
+                   verified: dict[str, Any] | None) -> None:
         """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
         parts = self.lane_parts(lane, host, program)
         if verified is not None:

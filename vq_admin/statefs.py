@@ -76,7 +76,8 @@ class PrivateTree:
             try:
                 makedirs_private(self.root)
             except OSError as exc:
-                raise UnsafeState(f"{self.what} {self.root} cannot be created: {exc.strerror or exc}", self.root) from None
+                raise UnsafeState(f"{self.what} {self.root} cannot be created: {exc.strerror or exc}",
+                                  self.root) from None
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:

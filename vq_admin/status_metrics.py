@@ -25,10 +25,13 @@ from __future__ import annotations
 import calendar
 import os
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .outcome import Refused, UsageError
 from .state import StateDir
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 LABELS = ("host", "program", "lane")
 
@@ -52,7 +55,7 @@ def _lanes(status: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, An
             yield host, "runtime", program, entry
 
 
-def registry_for(status: dict[str, Any], state: StateDir):
+def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
     """A fresh ``CollectorRegistry`` holding the metrics of *status*."""
     from prometheus_client import CollectorRegistry, Gauge
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import calendar
 import os
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 from .output import safe_text
 
@@ -33,7 +33,7 @@ ALARM = frozenset({"failed", "unknown"})
 FINE = frozenset({"ok", "already-current"})
 
 
-def use_color(stream) -> bool:
+def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
@@ -78,7 +78,7 @@ def render(status: dict[str, Any], *, now: float | None = None, color: bool = Fa
     header = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
     lines: list[str] = []
     for host, slot in sorted(hosts.items()):
-        table = [header]
+        table: list[tuple[str, ...]] = [header]
         outcomes = []
         for label, entry in _rows(slot):
             last = entry.get("last") or {}

@@ -17,18 +17,23 @@ is cheap: the kit is imported when the fixture is used.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
+if TYPE_CHECKING:
+    import pathlib
+
+    from .conformance import Report
+
 
 @pytest.fixture
-def vq_provider_conformance(tmp_path) -> Callable[..., Any]:
+def vq_provider_conformance(tmp_path: pathlib.Path) -> Callable[..., Any]:
     """``run(name, *, plugin=None, provider_options=None, script_args=())`` -> Report."""
     from .conformance import run_conformance
 
     def run(name: str, *, plugin: object | None = None, provider_options: dict[str, str] | None = None,
-            script_args: tuple[str, ...] = (), keep: bool = False):
+            script_args: tuple[str, ...] = (), keep: bool = False) -> Report:
         return run_conformance(name, plugin=plugin, provider_options=provider_options, script_args=script_args,
                                workdir=str(tmp_path), keep=keep)
 

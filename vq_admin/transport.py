@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import IO, Callable, Iterable, Mapping, Sequence
 
 from .agent.failpoints import failpoint
 
@@ -185,13 +185,13 @@ class SshTransport(Transport):
     shell_checked: bool = False
 
     def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-            stdin: bytes | str | None = None) -> RunResult:
+            stdin: bytes | str | None = None, watch: Callable[..., None] | None = None) -> RunResult:
         if not self.shell_checked:
             failed = self.check_login_shell()
             if failed is not None:
                 return RunResult([str(a) for a in argv], self.where, failed.exit_code, failed.stdout,
                                  failed.stderr, failed.seconds, failed.interrupted)
-        return super().run(argv, timeout=timeout, env=env, stdin=stdin)
+        return super().run(argv, timeout=timeout, env=env, stdin=stdin, watch=watch)
 
     def check_login_shell(self) -> RunResult | None:
         """On first contact, prove the remote login shell parses vq-admin's quoting as POSIX sh does.
@@ -299,13 +299,15 @@ def run_local_argv(
     started = time.monotonic()
     fault = failpoint("call", where, *argv)
     if fault == "drop-before":
-        return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"", b"vq-admin test fault: connection dropped before the command ran\n",
+        return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"",
+                         b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
     program = full[0] if "/" in full[0] else shutil.which(full[0])
     if program is None:
         return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        stdin_arg: IO[bytes] | int
         if stdin_file is not None:
             stdin_arg = stdin_file
         else:
@@ -322,7 +324,8 @@ def run_local_argv(
             if stdin_file is not None:
                 stdin_file.close()
             code = 127 if isinstance(exc, FileNotFoundError) else 126
-            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(), time.monotonic() - started)
+            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(),
+                             time.monotonic() - started)
         interrupted = None
         if watch is not None:
             watch(out.fileno(), err.fileno())
@@ -368,7 +371,7 @@ def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> R
     return result
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -376,7 +379,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _read_capped(fh) -> tuple[bytes, bool]:
+def _read_capped(fh: IO[bytes]) -> tuple[bytes, bool]:
     fh.seek(0)
     data = fh.read(CAPTURE_LIMIT + 1)
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
@@ -399,7 +402,7 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
     """
     from .state import pid_alive
 
-    removed = []
+    removed: list[str] = []
     try:
         names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
     except OSError:

@@ -2,8 +2,10 @@
 
 ::
 
-    vq-site-example deploy  --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
-    vq-site-example install --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T] [--source-archive PATH]
+    vq-site-example deploy  --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T]
+                            [--source-archive PATH]
+    vq-site-example install --root ROOT [--jobs N] [--note TEXT] --program P --expected-sha SHA [--tag T]
+                            [--source-archive PATH]
     vq-site-example verify  --root ROOT --program P --expected-sha SHA [--tag T]
     vq-site-example activate --root ROOT --program P --expected-sha SHA [--tag T]
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .errors import usage
 
@@ -100,7 +102,7 @@ class _Once(argparse.Action):
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors become :class:`~.errors.SiteError` (exit 2)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise usage(f"{self.prog}: {message}")
 
 

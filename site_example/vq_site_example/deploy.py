@@ -100,7 +100,8 @@ def _header(ns: argparse.Namespace, archive: VerifiedArchive) -> list[str]:
 def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
     """Unpack, build and validate in a fresh partial dir, then publish it."""
     sha = ns.expected_sha
-    partial: str | None = lay.make_partial(lyt, sha)
+    partial = lay.make_partial(lyt, sha)
+    published = False
     try:
         source = os.path.join(partial, "source")
         os.mkdir(source, 0o755)
@@ -121,9 +122,9 @@ def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive
         fsutil.atomic_write_text(partial, "ARCHIVE-SHA256", archive.sha256 + "\n")
         fsutil.atomic_write_text(partial, VALIDATED, f"validated {_utc_now()}: {detail}\n")
         lay.publish(lyt, partial, sha)
-        partial = None
+        published = True
     finally:
-        if partial is not None:
+        if not published:
             fsutil.remove_own_tree(partial)
 
 

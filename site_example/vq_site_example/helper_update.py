@@ -49,7 +49,7 @@ import stat
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Any, NoReturn, Sequence
 
 from . import fsutil, layout as lay
 from .args import FULL_SHA_RE
@@ -84,7 +84,7 @@ def _say(text: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise usage(message)
 
 
@@ -149,7 +149,7 @@ def _stage_tree(stage: str) -> str:
         raise identity(f"cannot establish the helper's tree identity: {stage}/SOURCE-TREE-SHA256: {exc}") from None
 
 
-def validate(python: str, release: str, sha: str, tree: str) -> dict:
+def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
     """Run the helper in *release* itself: its identity must be bound to *sha* and *tree*."""
     argv = [python, "-I", "-B", "-c", BOOT, release, "identity", "--json"]
     try:
@@ -163,6 +163,8 @@ def validate(python: str, release: str, sha: str, tree: str) -> dict:
         found = json.loads(proc.stdout)
     except ValueError:
         raise failed(f"the new helper in {release} printed no identity: {proc.stdout[-300:]!r}") from None
+    if not isinstance(found, dict):
+        raise failed(f"the new helper in {release} printed no identity object: {proc.stdout[-300:]!r}")
     want = {"record": "bound", "source_sha": sha, "tree_sha256": tree, "path": os.path.realpath(release)}
     wrong = {k: found.get(k) for k, v in want.items() if found.get(k) != v}
     if wrong:
@@ -186,7 +188,8 @@ def _reuse(lyt: lay.Layout, sha: str, tree: str) -> None:
 
 
 def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
-    partial: str | None = lay.make_partial(lyt, ns.sha)
+    partial = lay.make_partial(lyt, ns.sha)
+    published = False
     try:
         with archive.open_tar() as tar:
             count = extract(tar, partial)
@@ -200,9 +203,9 @@ def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchi
         validate(ns.python, partial, ns.sha, ns.tree)
         _say(f"unpacked {count} members, tree {actual} validated in {partial}")
         lay.publish(lyt, partial, ns.sha)
-        partial = None
+        published = True
     finally:
-        if partial is not None:
+        if not published:
             fsutil.remove_own_tree(partial)
 
 

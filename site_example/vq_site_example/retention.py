@@ -45,7 +45,7 @@ import json
 import os
 import secrets
 import time
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import fsutil
 from .args import FULL_SHA_RE, full_sha, program_name, root_path
@@ -58,7 +58,7 @@ DEFAULT_MAX_AGE = 900.0
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise usage(f"{self.prog}: {message}")
 
 
@@ -87,11 +87,13 @@ def read_census(path: str, program: str, max_age: float) -> dict[str, list[str]]
     if not isinstance(doc, dict) or doc.get("schema") != CENSUS_SCHEMA or doc.get("complete") is not True:
         raise usage(f"--referenced-file {path}: not a complete {CENSUS_SCHEMA} document; nothing removed")
     if doc.get("program") != program:
-        raise usage(f"--referenced-file {path} is the census of {doc.get('program')!r}, not {program!r}; nothing removed")
+        raise usage(f"--referenced-file {path} is the census of {doc.get('program')!r}, not {program!r}; "
+                    "nothing removed")
     try:
         taken = calendar.timegm(time.strptime(str(doc.get("taken_at")), "%Y-%m-%dT%H:%M:%SZ"))
     except ValueError:
-        raise usage(f"--referenced-file {path}: taken_at {doc.get('taken_at')!r} is not a UTC time; nothing removed") from None
+        raise usage(f"--referenced-file {path}: taken_at {doc.get('taken_at')!r} is not a UTC time; "
+                    "nothing removed") from None
     if time.time() - taken > max_age:
         raise usage(f"--referenced-file {path} was taken at {doc['taken_at']}, more than {max_age:.0f} s ago; "
                     "take a fresh census (vq admin references ... --json); nothing removed")

@@ -205,7 +205,7 @@ class SshdServer:
             "Subsystem sftp internal-sftp",
             _setenv_line(self.env),
         ]
-        self.sshd_config.write_text("\n".join(l for l in lines if l) + "\n")
+        self.sshd_config.write_text("\n".join(ln for ln in lines if ln) + "\n")
         host_pub = self.host_key.with_suffix(".pub").read_text().split()
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
         blocks = []

@@ -19,7 +19,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -176,7 +175,7 @@ def test_state_is_created_owner_only_under_umask_000(arena):
     for level in (base / "deep", base / "deep" / "er"):
         assert stat.S_IMODE(level.stat().st_mode) == 0o700, level
     seen = {"dirs": 0, "files": 0}
-    for dirpath, dirnames, filenames in os.walk(state):
+    for dirpath, _dirnames, filenames in os.walk(state):
         assert stat.S_IMODE(os.lstat(dirpath).st_mode) == 0o700, dirpath
         seen["dirs"] += 1
         for name in filenames:
@@ -236,7 +235,8 @@ def test_a_symlinked_registry_host_directory_is_refused(arena):
               "launcher": f"{evil}/vibeqc-{OTHER}", "launcher_sha256": "f" * 64, "receipt": "r-evil",
               "verified_at": "2026-11-30T01:00:00Z"}
     pointer = {"schema": registry.POINTER_SCHEMA, "sha": OTHER, "receipt": "r-evil", "verified_at": "x"}
-    nobody_sh(f"mkdir -p {evil}/cluster/vibeqc && printf '%s' '{json.dumps(forged)}' > {evil}/cluster/vibeqc/{OTHER}.json"
+    nobody_sh(f"mkdir -p {evil}/cluster/vibeqc"
+              f" && printf '%s' '{json.dumps(forged)}' > {evil}/cluster/vibeqc/{OTHER}.json"
               f" && printf '%s' '{json.dumps(pointer)}' > {evil}/cluster/vibeqc/latest.json"
               f" && mv {state}/registry/cluster {state}/registry/.old && ln -s {evil}/cluster {state}/registry/cluster")
     (state / "registry").chmod(0o700)  # even once the directory is private again, the link is not followed

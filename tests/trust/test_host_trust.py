@@ -208,7 +208,8 @@ def _held_job(site: Site, cluster, join) -> tuple[str, Path]:
     job_file = wait_until(found, 120.0, interval=0.05)
     if job_file is None:
         ended = join(5)  # the run ended (or hangs) without a job: say what it said
-        raise AssertionError(f"the agent never recorded a job id; the run: {ended.stderr[-2000:]} {ended.json().get('errors')}")
+        raise AssertionError(f"the agent never recorded a job id; the run: {ended.stderr[-2000:]} "
+                             f"{ended.json().get('errors')}")
     job_id = job_file.read_text().strip()
 
     def pending():
@@ -250,7 +251,8 @@ def test_attempt_swapped_while_the_job_is_pending_is_not_run(tmp_path, arena, re
     _release(real_cluster, job_id)
     result = join(300)
     receipt = result.json()
-    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]])[:6000]
+    steps = [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]
+    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], steps])[:6000]
     assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
     assert receipt["deploy"]["job_id"] == job_id and receipt["deploy"]["tampered"]
     assert any("tamper" in e for e in receipt["errors"]), receipt["errors"]
@@ -284,7 +286,8 @@ def test_archive_appended_to_while_the_job_is_pending_is_not_deployed(who, tmp_p
     _release(real_cluster, job_id)
     result = join(300)
     receipt = result.json()
-    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]])[:6000]
+    steps = [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]]
+    assert result.exit_code == 1, json.dumps([receipt["errors"], receipt["deploy"], steps])[:6000]
     assert receipt["outcome"] == "failed" and receipt["deploy"]["exit_code"] == 86
     tampered = receipt["deploy"]["tampered"]
     assert tampered.startswith("vq-admin job: refused:") and str(archive) in tampered
@@ -321,7 +324,8 @@ def test_a_symbolic_ref_in_the_set_refuses_the_feed(symref, tmp_path, real_sshd)
     before = _ref_bytes(site.mirror)
     result, receipt = site.update(site.driver.b)
     assert "Traceback" not in result.stderr
-    assert result.exit_code == 77, (receipt["errors"], [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]])
+    assert result.exit_code == 77, (receipt["errors"],
+                                    [(s["name"], s["status"], s.get("detail")) for s in receipt["steps"]])
     message = " ".join(receipt["errors"])
     assert f"{name} is a symbolic ref to {target}" in message and "nothing was pushed" in message
     assert _ref_bytes(site.mirror) == before  # the tag did not move; nothing was created through the link

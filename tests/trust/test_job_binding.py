@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

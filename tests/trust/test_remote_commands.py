@@ -190,4 +190,5 @@ def test_prune_command_with_an_attacker_script_is_refused(generations, arena):
             {n: s["status"] for n, s in steps.items()}
         assert not marker.exists()
         assert tree_digest(w.root) == releases and records(w.state) == before
-    assert json.loads((w.state / "hosts" / "cluster" / "runtime" / w.program / "last-ok.json").read_text())["sha"] == w.b
+    last_ok = w.state / "hosts" / "cluster" / "runtime" / w.program / "last-ok.json"
+    assert json.loads(last_ok.read_text())["sha"] == w.b

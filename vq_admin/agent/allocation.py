@@ -40,7 +40,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import checksum, retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
@@ -182,7 +182,8 @@ def new_attempt_name() -> str:
 def check_root(root: str) -> None:
     """sbatch expands ``%`` patterns (and ``\\``) in --output/--error paths: refuse them."""
     if "%" in root or "\\" in root:
-        raise safedirs.UnsafePath(f"{root}: '%' and '\\' are not allowed in scratch_root (Slurm expands them in file names)")
+        raise safedirs.UnsafePath(f"{root}: '%' and '\\' are not allowed in scratch_root "
+                                  "(Slurm expands them in file names)")
 
 
 @contextmanager
@@ -384,8 +385,8 @@ def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding |
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *job]
 
 
-def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: dict | None = None,
-           progress: bool = False) -> dict:
+def finish(attempt: Attempt, frames: FrameWriter, summary: dict[str, Any], *, settle_kw: dict[str, Any] | None = None,
+           progress: bool = False) -> dict[str, Any]:
     """Settle, apply retention, stream the transcripts: the common end of run and reconcile.
 
     A job that was never submitted wrote nothing: its files are observed
@@ -414,7 +415,7 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict, *, settle_kw: d
     return summary
 
 
-def base_summary(attempt: Attempt) -> dict:
+def base_summary(attempt: Attempt) -> dict[str, Any]:
     return {
         "attempt": attempt.name, "attempt_dir": attempt.path, "program": attempt.program,
         "job_id": None, "submitted": None, "sbatch_exit_code": None, "exit_code": None,
@@ -426,8 +427,8 @@ def base_summary(attempt: Attempt) -> dict:
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
-        settle_kw: dict | None = None, archive: str | None = None, archive_sha256: str | None = None,
-        progress: float | None = None) -> dict:
+        settle_kw: dict[str, Any] | None = None, archive: str | None = None, archive_sha256: str | None = None,
+        progress: float | None = None) -> dict[str, Any]:
     """Create the attempt, submit and wait (bounded), then :func:`finish`.
 
     With *progress* (seconds), ``progress`` records report the queue state
@@ -468,13 +469,14 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                        timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
         if sub.error:
             summary["notes"].append(sub.error)
-        if sub.submitted and not sub.timed_out and sub.sbatch_exit_code is not None:
+        job_id = sub.job_id  # not None exactly when sub.submitted
+        if job_id is not None and not sub.timed_out and sub.sbatch_exit_code is not None:
             summary.update(exit_code=sub.sbatch_exit_code, established=True, end_source="sbatch")
-            how, fields = slurmjob.scontrol_state(sub.job_id, timeout=20.0)  # evidence only; never waited on long
+            how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
                 summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
-                end, _, _ = slurmjob.find_end(sub.job_id, f"vq-deploy-{program}")
+                end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
                 if end is not None:
                     summary.update(job_state=end.state, job_exit_code=end.raw_exit)
         elif sub.timed_out:
@@ -492,7 +494,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
 
 
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: dict | None = None, poll: float = 2.0) -> dict:
+              settle_kw: dict[str, Any] | None = None, poll: float = 2.0) -> dict[str, Any]:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:

@@ -10,11 +10,12 @@ another user create it first).
 from __future__ import annotations
 
 import os
+
+from . import securepath
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
-
-from . import securepath
 
 
 def check(paths: List[str]) -> Tuple[List[str], List[Dict[str, str]]]:

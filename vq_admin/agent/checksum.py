@@ -17,7 +17,7 @@ Standard library (+ ``xxhash`` when present); Python 3.8 and later.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+from typing import Optional, Protocol
 
 XXH3 = "xxh3_64"
 BLAKE2B = "blake2b"
@@ -45,7 +45,15 @@ def default_algorithm() -> str:
     return XXH3 if _xxhash_available() else BLAKE2B
 
 
-def new(algorithm: Optional[str] = None):
+class Hasher(Protocol):
+    """What :func:`new` returns: ``xxhash.xxh3_64`` or ``hashlib.blake2b``."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def new(algorithm: Optional[str] = None) -> Hasher:
     """A fresh hash object of *algorithm* (default :func:`default_algorithm`)."""
     algorithm = algorithm or default_algorithm()
     if algorithm == XXH3:

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, Callable
 
 from . import allocation, checkpaths, detached, identity, install_file, lease, safedirs, stage, verify_readback
 from .frames import FrameWriter
@@ -39,7 +40,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
 EXIT_HELD = lease.EXIT_HELD
 
 
-def _emit(obj: dict) -> None:
+def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
     sys.stdout.flush()
 
@@ -120,7 +121,7 @@ def cmd_version(args: argparse.Namespace) -> int:
     from .. import __version__
     from . import checksum
 
-    found = {
+    found: dict[str, Any] = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
         "interpreter": sys.executable,
@@ -135,7 +136,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 SINFO_TIMEOUT = 20.0
 
 
-def _sinfo() -> dict:
+def _sinfo() -> dict[str, Any]:
     """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
     import subprocess
 
@@ -147,7 +148,7 @@ def _sinfo() -> dict:
         return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
-    states: dict = {}
+    states: dict[str, Any] = {}
     for line in done.stdout.decode("utf-8", "replace").split():
         states[line] = states.get(line, 0) + 1
     error = done.stderr.decode("utf-8", "replace").strip()[-300:] or None
@@ -193,7 +194,7 @@ def _env_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _alloc_verb(body) -> int:
+def _alloc_verb(body: Callable[[FrameWriter], object]) -> int:
     """Run an allocation verb; errors go to stderr, which may be gone after a dropped session."""
     try:
         body(FrameWriter())
@@ -391,8 +392,9 @@ def cmd_session(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return func(args)
     except safedirs.UnsafePath as exc:
         print(f"vq-admin-agent: refused: {exc}", file=sys.stderr)
         return EXIT_UNSAFE

@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import allocation, safedirs
+from .identifiers import ENV_NAME_RE
 from .frames import FrameWriter
 from .progress import Reporter
 
@@ -267,7 +268,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
         progress: float | None = None) -> dict[str, Any]:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
     for key in env:
-        if not allocation.ENV_NAME_RE.match(key):
+        if not ENV_NAME_RE.match(key):
             raise ValueError(f"bad environment variable name {key!r}")
     allocation.check_root(root)
     safedirs.check_scratch(root)

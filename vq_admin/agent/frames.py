@@ -32,7 +32,7 @@ import json
 import os
 import stat
 import threading
-from typing import BinaryIO, Callable
+from typing import IO, Any, Callable
 
 from . import checksum
 
@@ -64,7 +64,7 @@ class FrameWriter:
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.broken = True
 
-    def record(self, kind: str, payload: dict) -> None:
+    def record(self, kind: str, payload: dict[str, Any]) -> None:
         if kind not in JSON_KINDS:
             raise ValueError(kind)
         line = f"{kind} {json.dumps(payload, sort_keys=True, ensure_ascii=True)}\n".encode("ascii")
@@ -110,7 +110,7 @@ class FrameWriter:
             os.close(fd)
 
 
-def read_frames(stream: BinaryIO, on_record: Callable[[str, dict], None],
+def read_frames(stream: IO[bytes], on_record: Callable[[str, dict[str, Any]], None],
                 on_data: Callable[[str, bytes], None]) -> bool:
     """Read records from *stream* until EOF; True when the ``end`` record arrived.
 

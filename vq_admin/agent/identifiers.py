@@ -37,3 +37,5 @@ BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!H
 #: An ssh destination: never starts with "-" (that would be an ssh option).
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 
+#: The schema of a JSON document vq-admin prints: ``vq-admin/<name>/<version>``.
+SCHEMA_RE = re.compile(r"\Avq-admin/[a-z][a-z0-9-]{0,63}/[1-9][0-9]{0,3}\Z")

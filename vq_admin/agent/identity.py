@@ -40,6 +40,7 @@ import json
 import os
 import stat
 import sys
+from typing import Any
 
 from .identifiers import SHA256_RE, SHA_RE
 from .treeid import directory_tree_sha256, file_sha256
@@ -56,7 +57,7 @@ def package_dir() -> str:
     return os.path.dirname(os.path.abspath(vq_admin.__file__))
 
 
-def zip_archive(pkg: str):
+def zip_archive(pkg: str) -> str | None:
     """The zipapp file *pkg* lives in (``vq-admin-agent.pyz``), or None for a directory."""
     if os.path.isdir(pkg):
         return None
@@ -68,7 +69,7 @@ def zip_archive(pkg: str):
     return None
 
 
-def read_record(root: str) -> tuple[dict | None, str | None]:
+def read_record(root: str) -> tuple[dict[str, Any] | None, str | None]:
     """``(record, problem)``: the install record below *root*, never followed
     through a symlink; ``(None, None)`` when there is none."""
     path = os.path.join(root, RECORD_NAME)
@@ -157,5 +158,7 @@ def human(ident: dict[str, object]) -> str:
     """The identity as ``key: value`` lines (without ``--json``)."""
     keys = ("version", "source_sha", "tree_sha256", "record", "scope", "path", "interpreter")
     lines = [f"{k}: {ident.get(k)}" for k in keys]
-    lines += [f"problem: {p}" for p in ident.get("problems") or []]  # type: ignore[union-attr]
+    problems = ident.get("problems")
+    if isinstance(problems, list):
+        lines += [f"problem: {p}" for p in problems]
     return "\n".join(lines)

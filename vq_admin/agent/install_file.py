@@ -30,6 +30,7 @@ import shutil
 import socket
 import stat
 import time
+from typing import BinaryIO
 
 from .failpoints import failpoint
 from .safedirs import UnsafePath
@@ -86,7 +87,7 @@ def interpreter_mapping(content: bytes | None) -> dict[str, object] | None:
     return found
 
 
-def _read_stdin(stream, limit: int) -> bytes:
+def _read_stdin(stream: BinaryIO, limit: int) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"the new file is larger than {limit} bytes")
@@ -131,14 +132,15 @@ def product_tree_problem(directory: str) -> str | None:
     while True:
         for marker in PRODUCT_MARKERS:
             if os.path.lexists(os.path.join(current, marker)):
-                return f"{directory} lies inside {current}, which holds {marker} (a staged or installed product archive)"
+                return (f"{directory} lies inside {current}, which holds {marker} "
+                        "(a staged or installed product archive)")
         parent = os.path.dirname(current)
         if parent == current:
             return None
         current = parent
 
 
-def install(dest: str, mode: int, stream) -> dict[str, object]:
+def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
     """Install the bytes of *stream* at *dest* with *mode*; return the evidence."""
     if not os.path.isabs(dest) or os.path.normpath(dest) != dest or dest.endswith("/"):
         raise UnsafePath(f"--dest {dest!r} must be an absolute, normalised file path")

@@ -37,14 +37,14 @@ import os
 import sys
 import time
 
+from . import paths, securepath
+from .identifiers import NAME_RE
+
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
 # stays near a bare interpreter start, so typing, socket and secrets are not imported at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, Dict, Optional, TextIO
-
-from . import paths, securepath
-from .identifiers import NAME_RE
 
 EXIT_HELD = 75
 LANES = ("runtime", "helper")

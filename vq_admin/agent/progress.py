@@ -26,7 +26,7 @@ import os
 import stat
 import subprocess
 import threading
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 #: The driver's poll; never more often than every MIN_INTERVAL seconds.
 DEFAULT_INTERVAL = 10.0
@@ -79,7 +79,7 @@ def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple
     best = None
     for name in names:
         mtime, data = _tail(dir_fd, name)
-        lines = [l for l in data.replace(b"\r", b"\n").split(b"\n") if l.strip()]
+        lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
         if mtime is not None and lines and (best is None or mtime >= best[0]):
             best = (mtime, lines[-1], name)
     if best is None:
@@ -90,7 +90,7 @@ def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple
 class Reporter:
     """Sends ``wait`` records every *interval* seconds from :meth:`start` until :meth:`stop`."""
 
-    def __init__(self, emit: Callable[[dict], None], attempt_fd: int, interval: float,
+    def __init__(self, emit: Callable[[dict[str, Any]], None], attempt_fd: int, interval: float,
                  state: Callable[[str], Tuple[Optional[str], Optional[str]]] = queue_state):
         self.emit, self.attempt_fd = emit, attempt_fd
         self.interval = max(MIN_INTERVAL, interval)
@@ -121,7 +121,7 @@ class Reporter:
             self._thread.join(timeout=SQUEUE_TIMEOUT + 5)
 
 
-def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> dict:
+def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> dict[str, Any]:
     """The ``settle`` record after observation *k* (1-based) of *history*."""
     last = history[-1]
     identical = 1

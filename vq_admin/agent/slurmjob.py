@@ -149,7 +149,8 @@ def sacct_end(job_id: str) -> JobEnd | None:
         parts = line.split("|")
         if len(parts) == 3 and parts[0] == job_id:
             state = parts[1].split()[0] if parts[1] else ""
-            fields = {"JobState": state, "ExitCode": parts[2]} if re.match(r"\A\d+:\d+\Z", parts[2]) else {"JobState": state}
+            fields = {"JobState": state, "ExitCode": parts[2]} if re.match(r"\A\d+:\d+\Z",
+                                                                           parts[2]) else {"JobState": state}
             return _end_from(fields, job_id, "sacct")
     return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from typing import BinaryIO
 
 from . import safedirs, securepath
 from .treeid import archive_identity
@@ -66,7 +67,7 @@ def _open_stage(stage: str) -> int:
     return fd
 
 
-def receive(stage: str, stream) -> dict[str, object]:
+def receive(stage: str, stream: BinaryIO) -> dict[str, object]:
     """Write the archive from *stream* into the stage (must not exist yet)."""
     with safedirs.opened(_open_stage(stage)) as fd:
         out = os.open(ARCHIVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
@@ -127,7 +128,8 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
     removed: list[str] = []
     abandoned: list[str] = []
     own = os.path.basename(stage.rstrip("/"))
-    if os.path.dirname(stage.rstrip("/")) != os.path.join(root, *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
+    if os.path.dirname(stage.rstrip("/")) != os.path.join(root,
+                                                          *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
         raise safedirs.UnsafePath(f"{stage} is not a stage of {kind} {name} under {root}")
     with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name), create=False)) as parent:
         if succeeded:

@@ -23,7 +23,7 @@ import os
 import stat
 import tarfile
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import IO, Iterator
 
 CHUNK = 1 << 20
 
@@ -73,7 +73,7 @@ class _Tree:
         return h.digest()
 
 
-def _stream(fh: BinaryIO, size: int, *hashers: "hashlib._Hash") -> None:
+def _stream(fh: IO[bytes], size: int, *hashers: "hashlib._Hash") -> None:
     remaining = size
     while remaining > 0:
         chunk = fh.read(min(CHUNK, remaining))
@@ -144,7 +144,7 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
 
 def _digest_lines(lines: list[bytes]) -> str:
     h = hashlib.sha256()
-    for line in sorted(lines, key=lambda l: l.split(b" ", 2)[2]):
+    for line in sorted(lines, key=lambda ln: ln.split(b" ", 2)[2]):
         h.update(line)
     return h.hexdigest()
 
@@ -152,7 +152,9 @@ def _digest_lines(lines: list[bytes]) -> str:
 def _walk_files(root: str, skip: frozenset[str]) -> Iterator[tuple[str, str]]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not os.path.islink(os.path.join(dirpath, d)))
-        for name in list(filenames) + [d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]:
+        linked_dirs = [d for d in os.listdir(dirpath)
+                       if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]
+        for name in list(filenames) + linked_dirs:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if rel in skip or name.endswith(".pyc"):
                 continue

@@ -30,6 +30,9 @@ import os
 import stat
 import sys
 import time
+TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 CHUNK = 1 << 20
 #: Largest verify stdout passed back (a verify receipt is a few hundred bytes).
@@ -47,7 +50,7 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def hash_answer(path: str) -> tuple[dict, int]:
+def hash_answer(path: str) -> tuple[dict[str, Any], int]:
     """The ``hash-file`` answer for *path* (following symlinks) and its exit status."""
     try:
         st = os.stat(path)
@@ -88,7 +91,7 @@ def active_path_of(stdout: bytes) -> str | None:
     return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None
 
 
-def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict:
+def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the verify *argv* (with *env* added to this environment), then hash the launcher its receipt names."""
     import subprocess
 
@@ -100,7 +103,7 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict:
     except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
-    answer: dict = {"verify": {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
+    answer: dict[str, Any] = {"verify": {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
                                "stdout_truncated": len(out) > STDOUT_LIMIT,
                                "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},
                     "readback": None, "readback_exit": None, "readback_seconds": None}

@@ -14,7 +14,7 @@ import sys
 
 from vq_admin_hookspecs import RuntimeRequest
 
-from ..config import load_config
+from ..config import Config, load_config
 from ..envelope import SCHEMAS, emit
 from ..outcome import Outcome, UsageError
 from ..plugins import Providers
@@ -22,7 +22,7 @@ from ..plugins import Providers
 PROBE_SHA = "0" * 40
 
 
-def check_ssh_config(config) -> None:
+def check_ssh_config(config: Config) -> None:
     """A configured ``ssh_config`` must exist: every ssh would otherwise fail (exit 2, naming the key)."""
     path = config.ssh_config
     if path is None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _connect(args: argparse.Namespace, config) -> int:
+def _connect(args: argparse.Namespace, config: Config) -> int:
     """``--connect``: one round trip per host, in parallel; exit 0 when all answered, else 1."""
     from .. import connectcheck
 

@@ -9,6 +9,7 @@ configuration is needed and nothing runs on any host.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .. import history
 from ..envelope import emit
@@ -30,7 +31,7 @@ def _duration(seconds: object) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def table(runs: list[dict]) -> list[str]:
+def table(runs: list[dict[str, Any]]) -> list[str]:
     """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration."""
     header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "DURATION")
     rows = [header]

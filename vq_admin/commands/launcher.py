@@ -16,8 +16,14 @@ import sys
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
 from ..outcome import Outcome, UsageError
 
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    import argparse
 
-def run(args) -> int:
+    from ..entry import LauncherArgs
+
+
+def run(args: argparse.Namespace | LauncherArgs) -> int:
     """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.entry.LauncherArgs`)."""
     if args.pin is not None and (args.expected_sha is not None or args.path is not None):
         raise UsageError("--pin carries its own SHA and launcher; do not combine it with --expected-sha or --path")

@@ -7,6 +7,7 @@ only the ones the configuration selects are loaded (and their hooks shown).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..config import load_config
 from ..envelope import SCHEMAS, emit
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         config_error = exc.message
     loaded = Providers.load(selected) if selected else Providers.load([])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, info in sorted(loaded.info.items()):
         rows.append({"name": name, "distribution": info.distribution, "version": info.version,
                      "builtin": info.builtin, "selected": name in selected or not selected and name == BUILTIN,

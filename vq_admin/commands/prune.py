@@ -4,11 +4,15 @@ needs, through the runtime lane's one entry (see :mod:`vq_admin.lanes.prune`).""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..context import RunContext
 from ..outcome import UsageError
 from ..plugins import Providers
 from .update import check_name, run_lane
+
+if TYPE_CHECKING:
+    from ..lanes.lane import Lane
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     if args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give the number of recent verified generations to keep (0 or more)")
 
-    def build(ctx: RunContext):
+    def build(ctx: RunContext) -> Lane:
         from .. import authority
         from ..lanes.prune import RuntimePrune
 

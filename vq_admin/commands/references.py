@@ -10,6 +10,7 @@ scheduler could not be read completely (a provider must then prune nothing).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .. import authority
 from ..config import load_config
@@ -21,7 +22,7 @@ from ..state import StateDir
 from ..transport import Session
 
 
-def _lines(doc: dict) -> list[str]:
+def _lines(doc: dict[str, Any]) -> list[str]:
     lines = [f"{doc['program']} on {doc['host']}: {len(doc['generations'])} generations, "
              f"{doc['jobs_scanned']} queued or running jobs read at {doc['taken_at']}"]
     for row in doc["generations"]:

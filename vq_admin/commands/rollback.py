@@ -4,17 +4,21 @@ verified generation (LAST GOOD by default), through the runtime lane's one entry
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..context import RunContext
 from ..plugins import Providers
 from .update import check_name, full_sha, run_lane
+
+if TYPE_CHECKING:
+    from ..lanes.lane import Lane
 
 
 def run(args: argparse.Namespace) -> int:
     program, host_name = check_name(args.program, "PROGRAM"), check_name(args.host, "HOST")
     to = full_sha(args.to, "--to")
 
-    def build(ctx: RunContext):
+    def build(ctx: RunContext) -> Lane:
         from .. import authority
         from ..lanes.rollback import RuntimeRollback
 

@@ -52,7 +52,8 @@ def _lines(status: dict[str, Any]) -> list[str]:
         entries = ([("helper", slot["helper"])] if slot["helper"] else []) + sorted(slot["runtimes"].items())
         for label, entry in entries:
             last = entry["last"] or {}
-            lines.append(f"  {label}: last {last.get('outcome', '-')} at {last.get('at', '-')} (sha {last.get('expected_sha')})")
+            lines.append(f"  {label}: last {last.get('outcome', '-')} at {last.get('at', '-')} "
+                         f"(sha {last.get('expected_sha')})")
             lines.append(f"    LAST OK   {_identity(entry['last_ok'])}")
             lines.append(f"    LAST GOOD {_identity(entry['last_good'])}")
     if not lines:

@@ -6,6 +6,8 @@ import argparse
 import signal
 import sys
 import traceback
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from .. import authority
 from ..agent.identifiers import FULL_SHA_RE, NAME_RE
@@ -21,6 +23,9 @@ from ..state import StateDir, utc_now
 from ..statefs import UnsafeState
 from ..transport import Session
 from ..lanes.common import conclude
+
+if TYPE_CHECKING:
+    from ..lanes.lane import Lane
 
 SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     check_name(program, "PROGRAM")
     check_name(host_name, "HOST")
 
-    def build(ctx: RunContext):
+    def build(ctx: RunContext) -> Lane:
         from ..lanes.runtime import RuntimeUpdate
         from ..plugins import Providers
 
@@ -93,7 +98,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build, early: dict | None = None) -> int:
+             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 
@@ -127,12 +132,12 @@ def refuse_early(ctx: RunContext, receipt: Receipt, exc: VqAdminError) -> int:
     return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
 
 
-def _raise_interrupted(signum, frame):
+def _raise_interrupted(signum: int, frame: FrameType | None) -> NoReturn:
     raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
 
 
-def execute_lane(ctx: RunContext, receipt: Receipt, body, lock_key: tuple[str, str, str | None],
-                 deferred_lease: bool = False) -> int:
+def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
+                 lock_key: tuple[str, str, str | None], deferred_lease: bool = False) -> int:
     """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
     a second run from any driver exits 75 naming the holder); turn every definite
     error into a receipt.
@@ -208,7 +213,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
     return outcome.exit_code
 
 
-def error_document(args: argparse.Namespace, error: VqAdminError) -> dict:
+def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, Any]:
     """The receipt of a run that ended before its lane began."""
     targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
                                                   if getattr(args, k, None)]  # rollback, prune

@@ -11,10 +11,14 @@ an admin-log line, as in the runtime lane, and leaves the lane's records alone.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .. import authority
 from ..context import RunContext
 from ..plugins import Providers
+
+if TYPE_CHECKING:
+    from ..lanes.lane import Lane
 
 
 def run_helper(args: argparse.Namespace, host_name: str, sha: str | None) -> int:
@@ -22,7 +26,7 @@ def run_helper(args: argparse.Namespace, host_name: str, sha: str | None) -> int
 
     check_name(host_name, "HOST")
 
-    def build(ctx: RunContext):
+    def build(ctx: RunContext) -> Lane:
         from ..lanes.helper import HelperUpdate
 
         host = authority.helper_host(ctx.config, host_name)

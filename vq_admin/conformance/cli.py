@@ -36,8 +36,7 @@ COMMAND_OPTIONS = {"update_command": "--update-command", "install_command": "--i
 
 def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
     """The ``--*-command`` values, split with shell word rules (never run through a shell)."""
-    given = {key: getattr(args, key, None) for key in COMMAND_OPTIONS}
-    given = {k: v for k, v in given.items() if v is not None}
+    given: dict[str, str] = {key: getattr(args, key) for key in COMMAND_OPTIONS if getattr(args, key, None) is not None}
     if args.name != "command":
         if given:
             raise UsageError(f"{', '.join(COMMAND_OPTIONS[k] for k in given)}: only for the built-in 'command' "

@@ -46,7 +46,7 @@ def run(kit: "Kit", dirs: dict[str, str]) -> None:
         prune(kit, dirs)
 
 
-def _activate(kit: "Kit", label: str):
+def _activate(kit: "Kit", label: str) -> tuple[int | None, list[str | None], str]:
     try:
         command = kit.providers.runtime_activate(kit.name, kit.request(label, None))
     except ProviderError as exc:
@@ -82,7 +82,7 @@ def activation(kit: "Kit", dirs: dict[str, str]) -> None:
     kit.check("activate-A", ok, "back to A, proven" if ok else f"activating A exited {code}: {tail}")
 
 
-def _prune(kit: "Kit", keep: list[str]):
+def _prune(kit: "Kit", keep: list[str]) -> tuple[int | None, PruneReport | None, str]:
     from .kit import PROGRAM
 
     request = PruneRequest(PROGRAM, "conformance", tuple(keep), kit.request("A", None).settings)

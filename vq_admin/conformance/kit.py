@@ -91,7 +91,8 @@ class Kit:
                               where="login-host" if archive is None else "build-host", settings=settings)
 
     def command(self, hook: str, request: RuntimeRequest) -> ProviderCommand:
-        return getattr(self.providers, hook)(self.name, request)
+        command: ProviderCommand = getattr(self.providers, hook)(self.name, request)
+        return command
 
     def deploy(self, label: str, hook: str = "runtime_update") -> tuple[int | None, list[str | None], str]:
         cmd = self.command(hook, self.request(label, self.world.archive[label], self.script_args))
@@ -170,7 +171,8 @@ class Kit:
                         (b_dir, b_before, b.active_path, b_hash))
         code, _, tail = self.deploy("A")
         ok = code == 0 and self.evidence_ok("A")
-        self.check("redeploy-A", ok, f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
+        self.check("redeploy-A", ok,
+                   f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
         self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
                         (b_dir, b_before, b.active_path, b_hash))
         if ok:  # activation and prune, when the provider offers them (vq_admin.conformance.generations)

@@ -101,6 +101,7 @@ def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     attempt = new_attempt_name()
     directory = log_dir(update, attempt)
+    assert update.profile.update_allocation is not None  # deploy() runs only for an allocation profile
     receipt.deploy = {
         "build_place": "allocation", "where": login.where, "attempt": attempt, "attempt_dir": directory,
         "log_dir": directory, "job_id": None, "exit_code": None,
@@ -141,6 +142,7 @@ def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float,
 
     transport = transport or update.ctx.login(update.host)
     refuse_if_unsafe(transport, argv, step.name)
+    assert update.receipt.id is not None  # deploy() gave the receipt its id
     directory = update.ctx.state.transcript_dir(update.receipt.id)
     sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
     step.argv = argv
@@ -233,7 +235,8 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
     if summary.get("submitted") is False:
         update.reclaim(success=False)
         raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
-                           f"{' '.join(summary.get('notes') or [])} {(summary.get('sbatch_stderr') or '').strip()[-500:]}")
+                           f"{' '.join(summary.get('notes') or [])} "
+                           f"{(summary.get('sbatch_stderr') or '').strip()[-500:]}")
     if summary.get("timed_out"):
         cancel = summary.get("cancel") or {}
         text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
@@ -246,7 +249,8 @@ def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCal
                          stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
                          .encode(), seconds=call.seconds, interrupted="job")
     if not summary.get("established"):
-        return _unknown(update, command, call, "; ".join(summary.get("notes") or []) or "the job's end was not established")
+        return _unknown(update, command, call,
+                        "; ".join(summary.get("notes") or []) or "the job's end was not established")
     if summary["exit_code"] == JOB_TAMPERED_EXIT:
         tampered(update, sinks, f"batch job {deploy['job_id']}")
     if signalled:  # the job did not choose its exit status: read back before deciding

@@ -150,7 +150,7 @@ class StreamCall:
     interrupted: str | None = None  # None | "transport" | "timeout"
     seconds: float = 0.0
     stderr: str = ""
-    records: dict[str, dict] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])
     ended: bool = False
     frame_error: str | None = None
     step: Any = None  # the plan step this call was recorded in
@@ -171,8 +171,8 @@ class StreamCall:
         return f"exit status {self.exit_code} on {self.where}"
 
 
-def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict,
-               observer: Callable[[str, dict], None] | None = None) -> None:
+def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict[str, Any],
+               observer: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     call.records[kind] = value
     if observer is not None:
         observer(kind, value)
@@ -184,7 +184,8 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
 
 
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
-                sinks: dict[str, TranscriptSink], on_record: Callable[[str, dict], None] | None = None) -> StreamCall:
+                sinks: dict[str, TranscriptSink],
+                on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     The whole call is bounded by *timeout* (the local process group is
@@ -230,7 +231,8 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
             kill()
             raise
         finally:
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
             code = proc.wait()
             timer.cancel()
         call.seconds = time.monotonic() - started

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..context import RunContext
 from ..outcome import Outcome
@@ -30,7 +30,8 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     apply_registry = None
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
-        if receipt.lane == "runtime":  # the registry of verified launchers (vq_admin.registry)
+        # the registry of verified launchers (vq_admin.registry)
+        if receipt.lane == "runtime" and receipt.program is not None:
             from .. import registry
 
             try:
@@ -44,7 +45,7 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
     except OSError as exc:
         return _not_stored(ctx, receipt, exc)
-    unstored = []
+    unstored: list[tuple[str, OSError | ValueError]] = []
     if apply_registry is not None:
         try:
             apply_registry()
@@ -79,11 +80,16 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     except OSError as exc:
         unstored.append(("the admin log line", exc))
     if unstored:  # the stored receipt stands; what is printed also names what could not be recorded
-        receipt.not_stored = [f"{what}: {exc.strerror or exc}" for what, exc in unstored]
-        for what, exc in unstored:
-            receipt.errors.append(f"could not store {what} in {ctx.state.root}: {exc.strerror or exc} "
+        receipt.not_stored = [f"{what}: {_reason(err)}" for what, err in unstored]
+        for what, err in unstored:
+            receipt.errors.append(f"could not store {what} in {ctx.state.root}: {_reason(err)} "
                                   f"(the receipt {path} was stored)")
     return receipt
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """Why a record was not stored: an OSError's strerror, else the exception's text."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
@@ -110,7 +116,7 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
 PROVIDER_LOCKED_EXIT = 75
 
 
-def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim) -> Receipt:
+def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:
     """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
     reclaimed as not failed (nothing was tried on it)."""
     receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "

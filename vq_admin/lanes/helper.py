@@ -89,6 +89,7 @@ class HelperUpdate:
                 "agent": list(h.agent), "scratch_root": h.scratch_root}
 
     def command(self, stage_dir: str, tree: str) -> ProviderCommand:
+        assert self.sha is not None  # make_plan resolved it
         request = HelperRequest(host=self.host.name, expected_sha=self.sha, expected_tree_sha256=tree,
                                 stage_dir=stage_dir, update_script_args=self.ctx.options.update_script_args,
                                 settings=self.settings())
@@ -102,6 +103,7 @@ class HelperUpdate:
 
     def make_plan(self) -> None:
         repo, plan = self.host.helper_source_repo, self.receipt.plan
+        assert repo is not None  # checked in __init__
         if self.sha is None:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
@@ -116,7 +118,8 @@ class HelperUpdate:
         cmd = self.command("<stage>", PLACEHOLDER_TREE)
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, [a.replace(PLACEHOLDER_TREE, "<tree_sha256>") for a in cmd.argv],
-                 f"helper provider {self.host.helper_provider}: {verb}", self.helper_env(cmd, "<stage>", "<tree_sha256>"))
+                 f"helper provider {self.host.helper_provider}: {verb}",
+                 self.helper_env(cmd, "<stage>", "<tree_sha256>"))
         plan.add("readback", login, identity_argv(self.host),
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
@@ -130,7 +133,8 @@ class HelperUpdate:
         argv = self.command("<stage>", PLACEHOLDER_TREE).argv
         words = list(getattr(h, key) or ()) if h.helper_provider == "command" else remote_paths.leading_words(argv)
         stage = self.stage_transport()
-        return remote_paths.gather([(self.ctx.login(h), f"{prefix}.agent", h.agent), (stage, f"{prefix}.agent", h.agent),
+        return remote_paths.gather([(self.ctx.login(h), f"{prefix}.agent", h.agent),
+                                    (stage, f"{prefix}.agent", h.agent),
                                     (stage, f"{prefix}.{key}", words)])
 
     def helper_env(self, cmd: ProviderCommand, stage: str, tree: str) -> dict[str, str]:
@@ -146,6 +150,7 @@ class HelperUpdate:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         stat_paths.run_places(self.receipt.plan, self.command_places())
         with tempfile.TemporaryDirectory(prefix="vq-admin-helper-") as workdir:
+            assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             # the lease and the pre-identity in one agent call over the run's connection master
             pre = first_call.open_helper(self)
@@ -179,10 +184,12 @@ class HelperUpdate:
 
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
+        assert self.stage_dir is not None  # staged before the command runs
         cmd = self.command(self.stage_dir, self.tree)
         env = self.helper_env(cmd, self.stage_dir, self.tree)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(cmd.argv)}")
-        result = execute(step, self.stage_transport(), list(cmd.argv), timeout=self.host.helper_timeout_seconds, env=env)
+        result = execute(step, self.stage_transport(), list(cmd.argv),
+                         timeout=self.host.helper_timeout_seconds, env=env)
         self.receipt.record_command(result, step.where)
         return result
 
@@ -192,6 +199,7 @@ class HelperUpdate:
     # -- readback and conclusions ----------------------------------------------------
 
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
+        assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
                                    self.sha, self.tree)
         self.receipt.verify["readback"] = found.to_dict()
@@ -216,7 +224,7 @@ class HelperUpdate:
     def activated(self, found: Readback) -> Receipt:
         """The live helper matches: the activation receipt, then LAST OK."""
         ident = found.final.identity
-        assert ident is not None
+        assert ident is not None and self.source is not None
         self.receipt.id = self.ctx.state.new_receipt_id("helper", self.host.name, None)
         activation = {
             "schema": "vq-admin/helper-activation/1", "host": self.host.name, "expected_sha": self.sha,

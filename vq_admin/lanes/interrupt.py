@@ -46,7 +46,8 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
         for key in ("job_id", "job_state", "attempt", "attempt_dir", "log_dir"):
             if deploy.get(key) is not None:
                 facts[key] = deploy[key]
-        job = deploy.get("job_id") or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)"
+        job = (deploy.get("job_id")
+               or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)")
         facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
                           "the next run of this lane reconciles it from the attempt record before building")
     elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):

@@ -21,7 +21,7 @@ interrupted preparer (3) end the run before anything is staged.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..mirror import FeedUnknown, probe_env
 from ..mirror_feed import Feed
@@ -115,7 +115,7 @@ def run(update: "RuntimeUpdate") -> None:
         _prepare(update, feed)
 
 
-def _recorder(update: "RuntimeUpdate"):
+def _recorder(update: "RuntimeUpdate") -> Callable[[str, Transport, list[str], dict[str, str], float], RunResult]:
     """A feed runner that records every command into its plan step."""
     def run_step(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float) -> RunResult:
         step = update.receipt.plan.get(name)

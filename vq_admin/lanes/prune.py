@@ -35,14 +35,14 @@ import json
 import time
 from typing import Any
 
-from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest, RuntimeRequest
+from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest
 
 from .. import authority, history, registry
 from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Outcome, Refused, UsageError
-from ..plan import execute, mark_local
+from ..plan import Step, execute, mark_local
 from ..plugins import ProviderError
 from ..receipt import Receipt
 from ..references import SQUEUE, CensusError, census
@@ -65,7 +65,8 @@ class RuntimePrune:
         profile = self.host.runtimes.get(program)
         if profile is None:
             known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+                             f"(profiles: {known})")
         self.profile: RuntimeProfile = profile
         self.keep_recent = keep_recent
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
@@ -86,11 +87,16 @@ class RuntimePrune:
         self.receipt.prune = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
         self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
 
+    def prune_record(self) -> dict[str, Any]:
+        """The receipt's ``prune`` section (recorded at construction)."""
+        assert self.receipt.prune is not None
+        return self.receipt.prune
+
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
                               where="login-host", settings=self.profile.settings())
 
-    def prune_command(self, keep: list[str]):
+    def prune_command(self, keep: list[str]) -> ProviderCommand:
         request = PruneRequest(self.profile.program, self.host.name, tuple(keep), self.profile.settings())
         return self.ctx.providers.runtime_prune(self.profile.provider, request)
 
@@ -121,7 +127,7 @@ class RuntimePrune:
 
     # -- the run ----------------------------------------------------------------------
 
-    def verify(self, steps) -> Verification:
+    def verify(self, steps: tuple[Step, Step]) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(), *steps)
 
     def run(self) -> Receipt:
@@ -147,7 +153,7 @@ class RuntimePrune:
         for sha, labels in doc.get("unregistered", {}).items():
             for label in labels:
                 self.add(sha, label)
-        self.receipt.prune["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
+        self.prune_record()["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -194,7 +200,7 @@ class RuntimePrune:
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
-        self.receipt.prune["would_remove"] = would
+        self.prune_record()["would_remove"] = would
         self.receipt.plan.get("prune").planned_argv = list(self.prune_command(sorted(self.keep)).argv)
         if not self.ctx.options.json:
             print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
@@ -205,14 +211,15 @@ class RuntimePrune:
         keep = sorted(self.keep)
         command = self.prune_command(keep)
         step = receipt.plan.get("prune")
-        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(list(command.argv))}")
+        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: "
+                    f"{quote_argv(list(command.argv))}")
         result = execute(step, ctx.login(self.host), list(command.argv), timeout=self.profile.timeout_seconds,
                          env=dict(command.env))
         receipt.record_command(result, step.where)
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")
             receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
-                                "next_command": quote_argv(receipt.rerun),
+                                "next_command": quote_argv(receipt.rerun or ()),
                                 "advice": "what the provider removed is not known; rerunning prunes again with a "
                                           "fresh census and reports what is gone"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -225,8 +232,8 @@ class RuntimePrune:
         if result.exit_code != 0:
             failures.insert(0, f"prune: the provider exited {result.exit_code}")
         if report is not None:
-            receipt.prune["removed"] = list(report.removed)
-            receipt.prune["kept"] = list(report.kept)
+            self.prune_record()["removed"] = list(report.removed)
+            self.prune_record()["kept"] = list(report.kept)
             for sha in report.removed:
                 registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha,
                                      receipt.id or self.receipt_id(), utc_now())
@@ -249,7 +256,7 @@ class RuntimePrune:
         if unread:  # the prune ran; whether what must stay is intact could not be read back
             receipt.errors.extend(unread)
             receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
-                                "proven": False, "next_command": quote_argv(receipt.rerun),
+                                "proven": False, "next_command": quote_argv(receipt.rerun or ()),
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -290,7 +297,8 @@ class RuntimePrune:
             if answer.get("exists") is False:
                 problem = f"its launcher {entry['launcher']} no longer exists"
             elif answer.get("sha256") != entry["launcher_sha256"]:
-                problem = (f"its launcher {entry['launcher']} now hashes to {answer.get('sha256') or answer.get('error')}, "
+                problem = (f"its launcher {entry['launcher']} now hashes to "
+                           f"{answer.get('sha256') or answer.get('error')}, "
                            f"attested {entry['launcher_sha256']}")
             else:
                 problem = None
@@ -299,7 +307,7 @@ class RuntimePrune:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
-        self.receipt.prune["kept_launchers"] = checked
+        self.prune_record()["kept_launchers"] = checked
         return failures, unread
 
 

@@ -36,7 +36,7 @@ from .. import registry
 from ..agent.identifiers import SHA_RE
 from ..context import RunContext
 from ..outcome import Outcome, Refused
-from ..plan import execute
+from ..plan import Step, execute
 from ..receipt import Receipt
 from ..state import StateDir, read_json
 from ..transport import quote_argv
@@ -127,9 +127,10 @@ class RuntimeRollback(RuntimeUpdate):
             (build, f"hosts.{self.host.name}.agent", self.host.agent),
             (build, key, remote_paths.profile_words(p, "activate_command", self.activation.argv))])
 
-    def verify(self, verify_step, readback_step, *, shared: bool = True) -> Verification:
+    def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
         found = super().verify(verify_step, readback_step, shared=shared)
         if verify_step.name == "pre-verify" and found.receipt is not None:
+            assert self.receipt.rollback is not None  # make_plan recorded it
             self.receipt.rollback["from"] = found.receipt.source_sha.lower()
         return found
 

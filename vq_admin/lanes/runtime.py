@@ -23,7 +23,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from vq_admin_hookspecs import RuntimeRequest
+from vq_admin_hookspecs import ProviderCommand, RuntimeRequest
 
 from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
@@ -50,7 +50,8 @@ class RuntimeUpdate:
         profile = self.host.runtimes.get(program)
         if profile is None:
             known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+                             f"(profiles: {known})")
         self.profile: RuntimeProfile = profile
         if ctx.options.cluster_install and not self._provider_has_install():
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
@@ -89,6 +90,7 @@ class RuntimeUpdate:
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
+        assert p.source_repo is not None  # required by the configuration
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag)
         self.receipt.tag = self.source.tag
         self.receipt.source = self.source.to_receipt()
@@ -118,7 +120,7 @@ class RuntimeUpdate:
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
         self.staging.plan_reclaim()
 
-    def deploy_command(self, archive: str):
+    def deploy_command(self, archive: str) -> ProviderCommand:
         request = self.request(archive=archive)
         if self.ctx.options.cluster_install:
             return self.ctx.providers.runtime_install(self.profile.provider, request)
@@ -173,6 +175,7 @@ class RuntimeUpdate:
 
             mirror_step.run(self)
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
+            assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             self.staging.stage()
         result = self.deploy()
@@ -222,7 +225,8 @@ class RuntimeUpdate:
             return detached_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
-        view = CommandView(f"{self.profile.program}: deploy on {step.where}") if progress.enabled(self.ctx.options.json) else None
+        view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
+                if progress.enabled(self.ctx.options.json) else None)
         with progress.live(self.ctx, view):
             result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds,
                              env=dict(command.env), watch=view.watch if view else None)
@@ -242,8 +246,10 @@ class RuntimeUpdate:
         found = self.verify(*steps)
         self.receipt.verify["readback"] = found.to_dict()
         if found.proven:
-            self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and verified")
-            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True, "next_command": None}
+            self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and "
+                             "verified")
+            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
+                                     "next_command": None}
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
                 from . import allocation_attempt
 
@@ -283,7 +289,8 @@ class RuntimeUpdate:
                                          build=detached_step.left_running(deploy))
             if not deploy.get("fenced"):
                 self.receipt.readback["advice"] = (
-                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it (75 while it still runs), then "
+                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it "
+                    "(75 while it still runs), then "
                     "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 

@@ -48,7 +48,8 @@ class SourceStage:
     # -- the plan ---------------------------------------------------------------------
 
     def plan_source(self, repo: str, sha: str, what: str) -> None:
-        self.plan.add("source", "local", ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", sha],
+        self.plan.add("source", "local",
+                      ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", sha],
                       f"archive the exact {what} commit and prove its tree id")
 
     def plan_stage(self, ident: source.SourceIdentity) -> None:
@@ -86,7 +87,8 @@ class SourceStage:
         """The step's planned argv with this run's values in place of the placeholders."""
         assert self.ident is not None
         files = self.ident.identity_files()
-        words = [a.replace("<archive_sha256>", files["ARCHIVE-SHA256"]).replace("<tree_sha256>", files["SOURCE-TREE-SHA256"])
+        words = [a.replace("<archive_sha256>", files["ARCHIVE-SHA256"]).replace("<tree_sha256>",
+                                                                                files["SOURCE-TREE-SHA256"])
                  for a in step.planned_argv]
         return [w.replace("<stage>", self.dir) if self.dir else w for w in words]
 
@@ -132,9 +134,11 @@ class SourceStage:
             if result.interrupted is None and result.exit_code == 4:  # the agent refused an unsafe path
                 raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
             if result.interrupted:
-                self.receipt.interruption["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
+                interruption = self.receipt.interruption
+                assert interruption is not None  # recorded when the stage step was interrupted
+                interruption["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
                 raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
-                                   f"installed; {self.receipt.interruption['stage']}")
+                                   f"installed; {interruption['stage']}")
             raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:

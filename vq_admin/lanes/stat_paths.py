@@ -80,7 +80,7 @@ def unique_words(words: list[tuple[str, str]]) -> list[str]:
 def levels_to_read(words: list[str], reals: list[str]) -> list[str]:
     """Each real file, and every directory above each word and above its real file."""
     found: list[str] = []
-    for word, real in zip(words, reals):
+    for word, real in zip(words, reals, strict=True):
         for path in [real, *securepath.ancestors(word), *securepath.ancestors(real)]:
             if path not in found:
                 found.append(path)
@@ -134,7 +134,7 @@ def problems(words: list[str], reals: list[str], levels: dict[str, Level]) -> li
         return names.get(uid, f"uid {uid}")
 
     found: list[tuple[str, str]] = []
-    for word, real in zip(words, reals):
+    for word, real in zip(words, reals, strict=True):
         problem = securepath.chain_problem(word, real, stat_of, what="command file", missing_ok=True, me=me,
                                            owner_name=owner_name)
         if problem is None and real not in levels:

@@ -134,7 +134,7 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
 
 
 def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, request: RuntimeRequest,
-                   stdout: bytes, code: int, stderr: str) -> VerifyReceipt | None:
+                   stdout: bytes, code: int | None, stderr: str) -> VerifyReceipt | None:
     """Parse and check the verify receipt into *found*; the receipt when its launcher is to be read back."""
     receipt, error = parse_receipt(stdout)
     if receipt is None and stdout.strip():

@@ -14,10 +14,12 @@ Argv shapes (CONTRACT section 4):
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from vq_admin_hookspecs import HelperRequest, ProviderCommand, PruneRequest, RuntimeRequest, hookimpl
 
 
-def _words(settings, key: str) -> tuple[str, ...]:
+def _words(settings: Mapping[str, Any], key: str) -> tuple[str, ...]:
     words = settings.get(key)
     if not words:
         raise ValueError(f"{key} is not configured")
@@ -56,7 +58,7 @@ def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand:
 
 
 @hookimpl
-def vq_admin_runtime_activate(request: RuntimeRequest):
+def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand | None:
     """``None`` without ``activate_command``: rollback then runs the update for the target."""
     words = request.settings.get("activate_command")
     if not words:
@@ -65,7 +67,7 @@ def vq_admin_runtime_activate(request: RuntimeRequest):
 
 
 @hookimpl
-def vq_admin_runtime_prune(request: PruneRequest):
+def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
     """``None`` without ``prune_command``: ``vq admin prune`` exits 2 naming it."""
     words = request.settings.get("prune_command")
     if not words:

@@ -1,0 +1,34 @@
+"""A record that cannot be stored after the receipt is named in the receipt; the run still concludes.
+
+The registry entry is written after the receipt; when that write is refused
+(``RegistryError``, a ``ValueError``: an unsafe state tree) the receipt says
+so.  ``conclude`` once read ``exc.strerror`` from it and crashed with
+``AttributeError`` instead (found by ``mypy --strict``).
+"""
+
+from __future__ import annotations
+
+from vq_admin import registry
+from vq_admin.context import RunContext
+from vq_admin.lanes.common import conclude
+from vq_admin.outcome import Outcome
+from vq_admin.receipt import Receipt
+from vq_admin.state import StateDir, utc_now
+
+SHA = "a" * 40
+
+
+def test_a_refused_registry_write_is_reported_not_a_crash(tmp_path, monkeypatch):
+    def plan_verified(*args: object) -> tuple[dict[str, object], object]:
+        def apply() -> None:
+            raise registry.RegistryError("registry/cluster is group-writable")
+        return {"entry": "registry/cluster/vibeqc/" + SHA + ".json", "created": True, "conflict": None}, apply
+
+    monkeypatch.setattr(registry, "plan_verified", plan_verified)
+    state = StateDir(tmp_path / "state")
+    ctx = RunContext(None, state, None, None)  # type: ignore[arg-type]  # conclude reads options and state only
+    receipt = Receipt("runtime", "cluster", "vibeqc", SHA, None, utc_now())
+    concluded = conclude(ctx, receipt, Outcome.OK, {"sha": SHA, "launcher": "/x", "launcher_sha256": "b" * 64})
+    assert concluded.not_stored == [
+        "the registry entry of the verified launcher: registry/cluster is group-writable"]
+    assert any("could not store the registry entry" in e and "group-writable" in e for e in concluded.errors)
