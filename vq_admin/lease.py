@@ -140,14 +140,17 @@ class Lease:
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}; nothing was run")
 
-    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any] | None:
+    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT,
+                     probe_on_line: bool = True) -> dict[str, Any] | None:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
         ControlPersist): later calls of the run multiplex over it, and it ends when the lease
-        is released.  The command line is the agent's words and ``session`` only (each a
-        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is); the
-        request, with the login-shell probe on first contact, goes on stdin.  Returns the
+        is released.  The command line is the agent's words and ``session`` (each a
+        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is) and, on
+        first contact, ``--probe`` and the login-shell probe's words quoted for a POSIX shell (the
+        words the separate probe sends; the agent judges what reached it, so the shell sshd runs
+        for this session is the one judged and no second shell starts); the request goes on stdin.  Returns the
         agent's answer with the lease held (``answer["lease"]``), or ``None`` when the agent
         has no ``session`` verb (an older helper: the caller takes the lease the old way).
         A transport lost before or after the agent answered is ``answer["interrupted"]``
@@ -159,10 +162,17 @@ class Lease:
 
         argv = [*self.argv[:self.argv.index("lease")], "session"]
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
+        on_line = ssh is not None and not ssh.shell_checked and probe_on_line
         if ssh is not None and not ssh.shell_checked:
-            request = dict(request, shell_probe={"command": " ".join(shlex.quote(w) for w in SHELL_PROBE),
-                                                 "expected": SHELL_PROBE_EXPECTED.decode()})
+            # First contact: the probe's words ride on this session's own command line (the login
+            # shell sshd runs for it is the one judged, no second shell starts on the host); an
+            # agent that predates --probe gets them as a command its login shell runs (-c).
+            probe: dict[str, Any] = ({"argv": True} if on_line
+                                     else {"command": " ".join(shlex.quote(w) for w in SHELL_PROBE)})
+            request = dict(request, shell_probe=dict(probe, expected=SHELL_PROBE_EXPECTED.decode()))
         full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
+        if on_line:
+            full[-1] += " --probe " + " ".join(shlex.quote(w) for w in SHELL_PROBE[2:])
         self.record["argv"] = argv
         fault = failpoint("call", self.where, *argv)
         if fault == "drop-before":
@@ -198,6 +208,11 @@ class Lease:
                 self._stderr.seek(0)
                 self._stderr.truncate()
                 return None
+            if not answer and code == 2 and on_line and "usage: vq-admin-agent session" in error:
+                # an agent whose session predates --probe: again, its login shell running the probe
+                self._stderr.seek(0)
+                self._stderr.truncate()
+                return self.open_session(request, timeout, probe_on_line=False)
             if fault is None and code is not None and code not in (SSH_TRANSPORT_EXIT,) and code >= 0:
                 if ssh is not None and not ssh.shell_checked:
                     # No answer at all (the login shell could not even run the agent's words?): the
