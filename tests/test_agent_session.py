@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import time
@@ -141,10 +142,20 @@ def test_a_shell_probe_that_comes_back_different_does_nothing_else(tmp_path, scr
     assert proc.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("data", [b"", b"not json\n", b"[1]\n", b'{"lease": {}}'])
+@pytest.mark.parametrize("data", [b"not json\n", b"[1]\n", b'{"lease": {}}'])
 def test_a_request_that_is_not_one_json_object_line_is_a_usage_error(data):
     done = subprocess.run([AGENT, "session"], input=data, capture_output=True, timeout=30)
     assert done.returncode == 2 and b"one JSON request object line" in done.stderr and not done.stdout
+
+
+def test_stdin_closed_before_any_request_is_nothing_asked(tmp_path):
+    # a session started early whose run ended before sending its request: nothing done, exit 0
+    from vq_admin.transport import SHELL_PROBE
+
+    done = subprocess.run([AGENT, "session", "--probe", *SHELL_PROBE[2:]], input=b"", capture_output=True,
+                          timeout=30, cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
+    assert done.returncode == 0 and not done.stdout and not done.stderr
+    assert not list(tmp_path.iterdir())  # no lease directory, no record
 
 
 def test_the_session_imports_no_verb_table(tmp_path, scratch):

@@ -193,6 +193,42 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     assert not list(Path(receipt["lease"]["lock"]).parent.glob("*.holder"))  # released: the record is gone
 
 
+def processes_naming(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+@pytest.mark.real
+def test_a_run_refused_before_its_request_leaves_nothing_on_the_host_and_no_process(tmp_path, real_sshd):
+    # The first call's ssh process starts as soon as the host is known; a run that ends before
+    # sending the request (here: the commit is not in the source repository) closes its stdin.
+    repo = GitRepo(tmp_path / "src")
+    repo.commit("A")
+    wrap, log = tmp_path / "wrap", tmp_path / "execs.log"
+    wrap.mkdir()
+    agent = wrapper(wrap / "vq-admin-agent", AGENT, log)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch",
+                             transport="ssh", ssh="cluster").replace(f'agent = "{AGENT}"', f'agent = "{agent}"')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + host)
+    done = run_vq("update", "vibeqc", "cluster", "--expected-sha", "f" * 40, "--json", config=config,
+                  state=tmp_path / "state")
+    assert done.exit_code != 0 and done.json()["outcome"] != "ok", done.stdout + done.stderr
+    assert not processes_naming(str(real_sshd.ssh_config)) and not processes_naming(agent)  # none left behind
+    assert not list((tmp_path / "scratch").iterdir())  # no lease directory, no holder record: nothing asked
+    assert not (tmp_path / "apps").exists()
+    # the session started early did reach the host (ssh runs it even after its stdin closed): "session" only
+    starts = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("vq-admin-agent")]
+    assert starts == ["session"], log.read_text()
+
+
 @pytest.mark.real
 def test_an_agent_whose_session_predates_the_probe_words_gets_the_probe_on_stdin(tmp_path, real_sshd):
     repo = GitRepo(tmp_path / "src")

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
@@ -89,7 +89,7 @@ class Lease:
         self.where = transport.where
         self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self.lost = False
         self.exit_code: int | None = None
         self.released_at: str | None = None
@@ -158,6 +158,8 @@ class Lease:
         and :class:`Refused` for a login shell that is not POSIX.
         """
         from .agent.failpoints import failpoint
+        from .early_session import session_command
+        from .early_session import take as take_early
         from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
 
         argv = [*self.argv[:self.argv.index("lease")], "session"]
@@ -170,9 +172,12 @@ class Lease:
             probe: dict[str, Any] = ({"argv": True} if on_line
                                      else {"command": " ".join(shlex.quote(w) for w in SHELL_PROBE)})
             request = dict(request, shell_probe=dict(probe, expected=SHELL_PROBE_EXPECTED.decode()))
-        full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
-        if on_line:
-            full[-1] += " --probe " + " ".join(shlex.quote(w) for w in SHELL_PROBE[2:])
+        if ssh is not None and on_line:
+            full = session_command(ssh, argv)
+        else:
+            full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
+        # started early, as soon as the host was known (vq_admin.early_session): its request goes now
+        early = take_early(ssh, full[-1]) if ssh is not None else None
         self.record["argv"] = argv
         fault = failpoint("call", self.where, *argv)
         if fault == "drop-before":
@@ -180,8 +185,12 @@ class Lease:
                                    "connection dropped before the command ran"}
         started = time.monotonic()
         try:
-            self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         start_new_session=True, close_fds=True)
+            if early is not None:
+                self._stderr.close()
+                self.proc, self._stderr = early.proc, early.stderr
+            else:
+                self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=self._stderr, start_new_session=True, close_fds=True)
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(request, sort_keys=True).encode() + b"\n")
             self.proc.stdin.flush()

@@ -43,8 +43,13 @@ moment the lease is taken, so a run that ends while a part is still running
 read-only part left running no longer holds it (its answer then says
 ``"released"``).
 
-Exit status: 0 answered (whatever the parts found), 2 a request that is not
-one JSON object line.  Standard library only; nothing of the verb table
+The driver may start this session before its request is ready (the ssh
+handshake overlaps its planning): until the line comes, nothing is done.
+End-of-file before any request is "nothing asked": no lease, no record,
+exit 0.
+
+Exit status: 0 answered (whatever the parts found) or nothing asked, 2 a
+request that is not one JSON object line.  Standard library only; nothing of the verb table
 (:mod:`.cli`, argparse) is imported.
 """
 
@@ -247,6 +252,8 @@ class Held:
 
 def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] = None) -> int:
     line = stdin.readline(REQUEST_LIMIT + 1)
+    if not line:  # stdin closed before any request (the run ended before sending it): nothing asked
+        return 0
     try:
         request = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
     except (UnicodeDecodeError, ValueError):
