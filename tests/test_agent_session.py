@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import time
@@ -109,6 +110,30 @@ def test_a_posix_login_shell_passes_the_probe_and_an_unsafe_lease_directory_is_4
     assert proc.wait(timeout=30) == 0 and not (loose / ".vq-admin").exists()
 
 
+def test_the_probe_words_on_the_session_command_line_are_judged_as_they_arrived(tmp_path, scratch):
+    from vq_admin.transport import SHELL_PROBE, SHELL_PROBE_EXPECTED
+
+    probe = {"argv": True, "expected": SHELL_PROBE_EXPECTED.decode()}
+    ran = tmp_path / "ran"
+    for words, posix in ((list(SHELL_PROBE[2:]), True), (["a", "b", *SHELL_PROBE[3:]], False), (None, False)):
+        argv = [AGENT, "session"] + ([] if words is None else ["--probe", *words])
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(request(scratch, shell_probe=probe, verify={"argv": ["touch", str(ran)]}))
+                         .encode() + b"\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        assert answer["shell"]["posix"] is posix, (words, answer)
+        if posix:  # a shell that passed the words through exactly: the rest is done
+            assert answer["lease"]["held"] is True and answer["verify"]["verify"]["exit_code"] == 0 and ran.exists()
+            ran.unlink()
+        else:  # a word split, joined or dropped (or none came): nothing else is done
+            assert set(answer) == {"shell"} and not ran.exists(), answer
+        assert finish(proc) == 0
+    done = subprocess.run([AGENT, "session", "--probe-x"], input=b"{}\n", capture_output=True, timeout=30)
+    assert done.returncode == 2 and b"usage: vq-admin-agent session" in done.stderr
+
+
 def test_a_shell_probe_that_comes_back_different_does_nothing_else(tmp_path, scratch):
     proc, answer = start(request(scratch, shell_probe={"command": "printf x", "expected": "y"},
                                  verify={"argv": ["touch", str(tmp_path / "ran")]}))
@@ -117,10 +142,20 @@ def test_a_shell_probe_that_comes_back_different_does_nothing_else(tmp_path, scr
     assert proc.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("data", [b"", b"not json\n", b"[1]\n", b'{"lease": {}}'])
+@pytest.mark.parametrize("data", [b"not json\n", b"[1]\n", b'{"lease": {}}'])
 def test_a_request_that_is_not_one_json_object_line_is_a_usage_error(data):
     done = subprocess.run([AGENT, "session"], input=data, capture_output=True, timeout=30)
     assert done.returncode == 2 and b"one JSON request object line" in done.stderr and not done.stdout
+
+
+def test_stdin_closed_before_any_request_is_nothing_asked(tmp_path):
+    # a session started early whose run ended before sending its request: nothing done, exit 0
+    from vq_admin.transport import SHELL_PROBE
+
+    done = subprocess.run([AGENT, "session", "--probe", *SHELL_PROBE[2:]], input=b"", capture_output=True,
+                          timeout=30, cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
+    assert done.returncode == 0 and not done.stdout and not done.stderr
+    assert not list(tmp_path.iterdir())  # no lease directory, no record
 
 
 def test_the_session_imports_no_verb_table(tmp_path, scratch):

@@ -175,7 +175,8 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     ssh = by_program.get("ssh", [])
     assert len(ssh) == 1, execs
     assert "ControlMaster=yes" in ssh[0] and "ControlPersist=no" in ssh[0] and " -O " not in ssh[0], ssh
-    assert ssh[0].endswith(f" -- cluster {agent} session"), ssh
+    # the login-shell probe rides on the session's own command line: no second shell on the host
+    assert f" -- cluster {agent} session --probe " in ssh[0], ssh
     assert len(by_program.get("git", [])) == 2, execs  # cat-file --batch and tag --points-at
     verbs = [line.split()[1] for line in by_program.get("vq-admin-agent", [])]
     assert verbs == ["session"], execs
@@ -190,6 +191,67 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     assert steps["check-commands"]["status"] == "ok" and steps["check-commands"]["where"] == "cluster"
     assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
     assert not list(Path(receipt["lease"]["lock"]).parent.glob("*.holder"))  # released: the record is gone
+
+
+def processes_naming(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+@pytest.mark.real
+def test_a_run_refused_before_its_request_leaves_nothing_on_the_host_and_no_process(tmp_path, real_sshd):
+    # The first call's ssh process starts as soon as the host is known; a run that ends before
+    # sending the request (here: the commit is not in the source repository) closes its stdin.
+    repo = GitRepo(tmp_path / "src")
+    repo.commit("A")
+    wrap, log = tmp_path / "wrap", tmp_path / "execs.log"
+    wrap.mkdir()
+    agent = wrapper(wrap / "vq-admin-agent", AGENT, log)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch",
+                             transport="ssh", ssh="cluster").replace(f'agent = "{AGENT}"', f'agent = "{agent}"')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + host)
+    done = run_vq("update", "vibeqc", "cluster", "--expected-sha", "f" * 40, "--json", config=config,
+                  state=tmp_path / "state")
+    assert done.exit_code != 0 and done.json()["outcome"] != "ok", done.stdout + done.stderr
+    assert not processes_naming(str(real_sshd.ssh_config)) and not processes_naming(agent)  # none left behind
+    assert not list((tmp_path / "scratch").iterdir())  # no lease directory, no holder record: nothing asked
+    assert not (tmp_path / "apps").exists()
+    # the session started early did reach the host (ssh runs it even after its stdin closed): "session" only
+    starts = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("vq-admin-agent")]
+    assert starts == ["session"], log.read_text()
+
+
+@pytest.mark.real
+def test_an_agent_whose_session_predates_the_probe_words_gets_the_probe_on_stdin(tmp_path, real_sshd):
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    older = tmp_path / "older-agent"
+    # a session verb that takes no arguments (before --probe): the driver asks again, the probe as a command
+    older.write_text("#!/bin/sh\nif [ \"$1\" = session ] && [ $# -gt 1 ]; then\n"
+                     "  echo 'usage: vq-admin-agent session  (one JSON request line on stdin)' >&2\n"
+                     f"  exit 2\nfi\nexec {AGENT} \"$@\"\n")
+    older.chmod(0o755)
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch",
+                             transport="ssh", ssh="cluster").replace(f'agent = "{AGENT}"', f'agent = "{older}"')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + host)
+    first = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--cluster-install", "--json",
+                   config=config, state=tmp_path / "state")
+    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
+    again = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--json", config=config,
+                   state=tmp_path / "state")
+    receipt = again.json()
+    assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [str(older), "session"]
+    assert {s["name"]: s for s in receipt["steps"]}["pre-verify"]["status"] == "ok"
 
 
 # -- the agent's verify-readback, and a login host whose agent predates it -------------

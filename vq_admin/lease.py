@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
@@ -89,7 +89,7 @@ class Lease:
         self.where = transport.where
         self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self.lost = False
         self.exit_code: int | None = None
         self.released_at: str | None = None
@@ -140,14 +140,17 @@ class Lease:
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}; nothing was run")
 
-    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any] | None:
+    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT,
+                     probe_on_line: bool = True) -> dict[str, Any] | None:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
         ControlPersist): later calls of the run multiplex over it, and it ends when the lease
-        is released.  The command line is the agent's words and ``session`` only (each a
-        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is); the
-        request, with the login-shell probe on first contact, goes on stdin.  Returns the
+        is released.  The command line is the agent's words and ``session`` (each a
+        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is) and, on
+        first contact, ``--probe`` and the login-shell probe's words quoted for a POSIX shell (the
+        words the separate probe sends; the agent judges what reached it, so the shell sshd runs
+        for this session is the one judged and no second shell starts); the request goes on stdin.  Returns the
         agent's answer with the lease held (``answer["lease"]``), or ``None`` when the agent
         has no ``session`` verb (an older helper: the caller takes the lease the old way).
         A transport lost before or after the agent answered is ``answer["interrupted"]``
@@ -155,14 +158,26 @@ class Lease:
         and :class:`Refused` for a login shell that is not POSIX.
         """
         from .agent.failpoints import failpoint
+        from .early_session import session_command
+        from .early_session import take as take_early
         from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
 
         argv = [*self.argv[:self.argv.index("lease")], "session"]
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
+        on_line = ssh is not None and not ssh.shell_checked and probe_on_line
         if ssh is not None and not ssh.shell_checked:
-            request = dict(request, shell_probe={"command": " ".join(shlex.quote(w) for w in SHELL_PROBE),
-                                                 "expected": SHELL_PROBE_EXPECTED.decode()})
-        full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
+            # First contact: the probe's words ride on this session's own command line (the login
+            # shell sshd runs for it is the one judged, no second shell starts on the host); an
+            # agent that predates --probe gets them as a command its login shell runs (-c).
+            probe: dict[str, Any] = ({"argv": True} if on_line
+                                     else {"command": " ".join(shlex.quote(w) for w in SHELL_PROBE)})
+            request = dict(request, shell_probe=dict(probe, expected=SHELL_PROBE_EXPECTED.decode()))
+        if ssh is not None and on_line:
+            full = session_command(ssh, argv)
+        else:
+            full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
+        # started early, as soon as the host was known (vq_admin.early_session): its request goes now
+        early = take_early(ssh, full[-1]) if ssh is not None else None
         self.record["argv"] = argv
         fault = failpoint("call", self.where, *argv)
         if fault == "drop-before":
@@ -170,8 +185,12 @@ class Lease:
                                    "connection dropped before the command ran"}
         started = time.monotonic()
         try:
-            self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         start_new_session=True, close_fds=True)
+            if early is not None:
+                self._stderr.close()
+                self.proc, self._stderr = early.proc, early.stderr
+            else:
+                self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=self._stderr, start_new_session=True, close_fds=True)
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(request, sort_keys=True).encode() + b"\n")
             self.proc.stdin.flush()
@@ -198,6 +217,11 @@ class Lease:
                 self._stderr.seek(0)
                 self._stderr.truncate()
                 return None
+            if not answer and code == 2 and on_line and "usage: vq-admin-agent session" in error:
+                # an agent whose session predates --probe: again, its login shell running the probe
+                self._stderr.seek(0)
+                self._stderr.truncate()
+                return self.open_session(request, timeout, probe_on_line=False)
             if fault is None and code is not None and code not in (SSH_TRANSPORT_EXIT,) and code >= 0:
                 if ssh is not None and not ssh.shell_checked:
                     # No answer at all (the login shell could not even run the agent's words?): the

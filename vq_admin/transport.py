@@ -475,6 +475,10 @@ class Session:
     def close(self) -> None:
         """Stop the shared masters; a run that started none (its control directory holds no
         socket: an already-current run) runs no ``ssh -O exit`` at all."""
+        from .early_session import end as end_early
+
+        for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
+            end_early(t)
         if self._control_dir and _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()

@@ -378,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "lease, check the command paths and run the verify with its launcher read-back, "
                                    "each only when everything before it passed; print one JSON answer line; hold "
                                    "the lease (when taken) until stdin closes.")
+    p.add_argument("--probe", nargs="*", metavar="WORD", default=None,
+                   help="the login-shell probe's words, as the login shell passed them (request member "
+                        "shell_probe with argv true); must be the last option")
     p.set_defaults(func=cmd_session)
     return parser
 
@@ -386,7 +389,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     """See :mod:`.session` (normally served by the console entry before this table is loaded)."""
     from . import session
 
-    return session.main([])
+    return session.main([] if args.probe is None else ["--probe", *args.probe])
 
 
 def main(argv: list[str] | None = None) -> int:

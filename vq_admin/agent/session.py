@@ -7,7 +7,8 @@ agent's validated path and this verb); everything else comes on stdin as one
 JSON request line, so the login shell parses nothing that could mean
 something else there::
 
-    {"shell_probe": {"command": "printf ...", "expected": "..."},      (optional)
+    {"shell_probe": {"argv": true, "expected": "..."},                 (optional; or
+                    {"command": "printf ...", "expected": "..."})
      "lease": {"root": ..., "lane": ..., "host": ..., "program": ...,
                "holder": {"driver_host", "user", "pid", "since", "run_id"}},
      "check_paths": ["/abs/word", ...],                                 (optional)
@@ -16,9 +17,14 @@ something else there::
 
 In order, each only when everything before it passed:
 
-1. ``shell_probe``: the account's login shell (``getpwuid``, the one sshd
-   uses) runs ``-c COMMAND``; unless it prints exactly ``expected`` (what a
-   POSIX shell prints) nothing else is done, and the driver refuses (77);
+1. ``shell_probe``: with ``"argv": true`` the probe's words came on this
+   session's own command line (``session --probe WORD...``, quoted for a
+   POSIX shell by the driver), so the login shell sshd ran for this very
+   session, with the startup files it read, is the one judged, and no second
+   shell starts; with ``"command"`` the account's login shell (``getpwuid``)
+   runs ``-c COMMAND``.  Unless the words joined as ``WORD|`` (or the
+   command's output) are exactly ``expected`` (what a POSIX shell gives)
+   nothing else is done, and the driver refuses (77);
 2. ``lease``: the host-side lease, exactly as the ``lease`` verb takes it
    (:mod:`.lease`); held elsewhere or not takeable: nothing else is done;
 3. ``check_paths``: the ``check-paths`` rule (:mod:`.checkpaths`); a refused
@@ -37,8 +43,13 @@ moment the lease is taken, so a run that ends while a part is still running
 read-only part left running no longer holds it (its answer then says
 ``"released"``).
 
-Exit status: 0 answered (whatever the parts found), 2 a request that is not
-one JSON object line.  Standard library only; nothing of the verb table
+The driver may start this session before its request is ready (the ssh
+handshake overlaps its planning): until the line comes, nothing is done.
+End-of-file before any request is "nothing asked": no lease, no record,
+exit 0.
+
+Exit status: 0 answered (whatever the parts found) or nothing asked, 2 a
+request that is not one JSON object line.  Standard library only; nothing of the verb table
 (:mod:`.cli`, argparse) is imported.
 """
 
@@ -90,6 +101,20 @@ def probe_shell(probe: Dict[str, Any]) -> Dict[str, Any]:
     return answer
 
 
+def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
+    """Judge the probe words that reached this session's argv through the login shell."""
+    answer: Dict[str, Any] = {"shell": login_shell(), "posix": False, "via": "the session's command line"}
+    if not isinstance(expected, str):
+        answer["error"] = "bad shell_probe request"
+        return answer
+    if words is None:
+        answer["error"] = "no probe words reached the agent's command line"
+        return answer
+    got = "".join(word + "|" for word in words)
+    answer.update(exit_code=0, stdout=got, stderr="", posix=got == expected)
+    return answer
+
+
 def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int], Optional[str]]":
     """``(answer, fd holding the lock or None, lock path)``."""
     from . import lease, securepath
@@ -131,12 +156,17 @@ def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int]
     return {"held": True, "lock": path, "holder": record}, fd, path
 
 
-def answer_request(request: Dict[str, Any], on_lease: "Callable[[int, str], None]") -> Dict[str, Any]:
-    """Do the request's parts in order; *on_lease* gets the lock's descriptor and path once held."""
+def answer_request(request: Dict[str, Any], on_lease: "Callable[[int, str], None]",
+                   probe: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Do the request's parts in order; *on_lease* gets the lock's descriptor and path once held;
+    *probe* is the probe words of the command line (``session --probe WORD...``), if any."""
     answer: Dict[str, Any] = {}
-    probe = request.get("shell_probe")
-    if probe is not None:
-        answer["shell"] = probe_shell(probe if isinstance(probe, dict) else {})
+    asked = request.get("shell_probe")
+    if asked is not None:
+        if isinstance(asked, dict) and asked.get("argv") is True:
+            answer["shell"] = probe_words(probe, asked.get("expected"))
+        else:
+            answer["shell"] = probe_shell(asked if isinstance(asked, dict) else {})
         if not answer["shell"]["posix"]:
             return answer
     wanted = request.get("lease")
@@ -220,8 +250,10 @@ class Held:
         return self._released
 
 
-def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
+def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] = None) -> int:
     line = stdin.readline(REQUEST_LIMIT + 1)
+    if not line:  # stdin closed before any request (the run ended before sending it): nothing asked
+        return 0
     try:
         request = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
     except (UnicodeDecodeError, ValueError):
@@ -236,7 +268,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
         held[0].watch(stdin)
 
     try:
-        answer = answer_request(request, on_lease)
+        answer = answer_request(request, on_lease, probe)
         if held and held[0].released and isinstance(answer.get("lease"), dict):
             answer["lease"]["released"] = "stdin closed before the answer"
         out.write(json.dumps(answer, sort_keys=True) + "\n")
@@ -253,7 +285,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: List[str]) -> int:
-    if argv:
-        print("usage: vq-admin-agent session  (one JSON request line on stdin)", file=sys.stderr)
+    if argv and argv[0] != "--probe":
+        print("usage: vq-admin-agent session [--probe WORD...]  (one JSON request line on stdin)", file=sys.stderr)
         return EXIT_USAGE
-    return serve(sys.stdin.buffer, sys.stdout, sys.stderr)
+    return serve(sys.stdin.buffer, sys.stdout, sys.stderr, argv[1:] if argv else None)

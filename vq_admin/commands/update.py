@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
 
         host = authority.runtime_host(ctx.config, host_name)
         profile = host.runtimes.get(program)
+        if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
+            from ..early_session import start_for
+
+            start_for(ctx, host)
         ctx.providers = Providers.load([profile.provider] if profile else [])
         return RuntimeUpdate(ctx, host_name, program, sha, args.tag)
 

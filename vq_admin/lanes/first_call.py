@@ -7,7 +7,9 @@ words that will run there (section 10) and the read-only pre-verify with its
 launcher read-back.  They are one ``vq-admin-agent session`` call
 (:mod:`vq_admin.agent.session`): the ssh client that runs it is the run's
 connection master, its command line is only the agent's words and
-``session`` (words every shell reads literally), and the rest goes on stdin
+``session`` (words every shell reads literally) and, on first contact, the
+login-shell probe's words (``--probe``: judged by the agent as they reached
+it through the login shell of this very session), and the rest goes on stdin
 as one JSON request.  An already-current run ends there: the driver closes
 the session's stdin, the agent releases the lease and exits, and the master
 ends with it (no ``ssh -O exit``).  Otherwise the run goes on over that
