@@ -301,22 +301,41 @@ def test_dry_run_prints_the_plan_and_changes_nothing(world):
 
 @pytest.mark.real
 def test_an_already_current_helper_update_is_one_ssh_process_and_one_agent_start(world, real_sshd):
-    """Issue 15 for the helper lane: the login-shell probe, the lease and the pre-identity read are
-    one ``vq-admin-agent session`` over one ssh client (the run's master), with no ``-O exit``."""
+    """Issues 10 and 15 for the helper lane: the lease and the pre-identity read are one
+    ``vq-admin-agent session``, the only agent start; before it, the agent and the helper commands
+    are judged from ``realpath``/``stat`` facts on each host (the agent is what this lane replaces,
+    so it is never asked to judge itself), all over one shared connection per host.  The exact set
+    of ssh processes is pinned so it cannot creep."""
     config = ssh_config(world, real_sshd)
     first = update(world, config, "--expected-sha", world["b"])
     assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
     wrap, log = world["tmp"] / "wrap", world["tmp"] / "ssh.log"
     wrap.mkdir()
-    (wrap / "ssh").write_text(f'#!/bin/sh\nprintf "%s\\n" "ssh $*" >> {log}\nexec /usr/bin/ssh "$@"\n')
+    # one line per ssh process (the login-shell probe's words hold a newline)
+    (wrap / "ssh").write_text(f'#!/bin/sh\nprintf "%s" "ssh $*" | tr "\\n" " " >> {log}\necho >> {log}\n'
+                              'exec /usr/bin/ssh "$@"\n')
     (wrap / "ssh").chmod(0o755)
     again = update(world, config, "--expected-sha", world["b"], env={"PATH": f"{wrap}:{os.environ['PATH']}"})
     receipt = again.json()
     assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
     calls = log.read_text().splitlines()
     agent = str(world["root"] / "bin" / "vq-admin-agent")
-    assert len(calls) == 1 and calls[0].endswith(f" -- cluster-login {agent} session"), calls
-    assert "ControlMaster=yes" in calls[0] and "ControlPersist=no" in calls[0]
+
+    def what(call: str) -> tuple[str, str]:
+        words = call.split()
+        cut = words.index("--")
+        if "-O" in words[:cut]:
+            return words[cut + 1], "-O " + words[words.index("-O") + 1]
+        rest = words[cut + 2:]
+        return words[cut + 1], f"{agent} {rest[1]}" if rest[0] == agent else rest[0]
+
+    login, build = "cluster-login", "cluster-build"
+    assert sorted(map(what, calls)) == sorted([
+        (login, "printf"), (login, "/usr/bin/realpath"), (login, "/usr/bin/stat"),  # the agent, before the lease
+        (login, "/usr/bin/realpath"), (login, "/usr/bin/stat"),  # check-commands on the login host
+        (login, f"{agent} session"), (login, "-O exit"),
+        (build, "printf"), (build, "/usr/bin/realpath"), (build, "/usr/bin/stat"), (build, "-O exit")]), calls
+    assert all("ControlPath=" in call for call in calls)  # one shared connection per host
     pre = {s["name"]: s for s in receipt["steps"]}["pre-identity"]
     assert pre["status"] == "ok" and "vq-admin-agent session" in pre["purpose"]
     assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
