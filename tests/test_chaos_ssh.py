@@ -314,6 +314,27 @@ def test_ssh_client_of_the_allocation_and_then_of_its_reconcile_killed(tmp_path:
            done.outcome)
 
 
+def test_ssh_client_of_the_first_agent_call_of_an_allocation_profile_killed(tmp_path: Path,
+                                                                            real_cluster: RealCluster) -> None:
+    """An allocation profile's first call (``vq-admin-agent session``: the lease and the login host's
+    command check; its pre-verify runs later, after any previous attempt is reconciled) killed after
+    its parts ran, before its answer arrived: nothing was staged, submitted or built."""
+    program = "chaos-kill-session-alloc"
+    world = World(tmp_path, str(real_cluster.sshd.ssh_config), program, allocation=True)
+    wrapper = tmp_path / "agent-wrapper"
+    wrapper.write_text(hold_script(world.marks, AGENT, "session"))
+    wrapper.chmod(0o755)
+    use_agent(world.config, AGENT, wrapper)
+    done = kill_at(world, "agent-wrapper session")
+    no_false_ok(world, done)
+    assert world.active() is None and not stages(world.scratch, "runtime", program)
+    assert not (world.scratch / ".vq-admin" / "runtime-deploy" / program).exists(), "an attempt was started"
+    assert any("killed by SIGKILL" in e and "changed nothing" in e for e in done.receipt["errors"]), done.receipt
+    record("SIGKILL of the ssh client of the run's first agent call (allocation profile: lease and check)",
+           "unknown", done.outcome)
+    clean_after(world, done, converge(world, "ok"))
+
+
 # -- the helper lane ---------------------------------------------------------------------------------
 
 
