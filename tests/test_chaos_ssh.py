@@ -5,15 +5,17 @@ pre-verify and the final verify.  The cases here kill it (found through
 vq-admin's process tree, as the OOM killer or a logout would kill it) at
 every other remote step:
 
-* the runtime lane on a fixed build host: the command-file checks,
+* the runtime lane on a fixed build host: the build host's command-file check,
   stage-create, the archive receive (mid-transfer), stage-verify, and the
   stage reclaim after a verified switch;
 * the runtime lane in an allocation: the ssh client carrying the batch
   submission and the job's follow, while the job runs and while it is
   pending behind a blocking job (the job keeps running either way), and
   then the ssh client of the reconcile that follows the job instead;
-* the helper lane (``vq admin update HOST``): pre-identity, the stage
-  steps, the helper command, the read-back and the stage reclaim;
+* the helper lane (``vq admin update HOST``): the pre-identity (read in
+  the run's first agent call, ``vq-admin-agent session``, whose answer is
+  held), the stage steps, the helper command, the read-back and the stage
+  reclaim;
 * the source mirror feed: the probe, the symbolic-ref reads and the read before the push, the push
   (held by the mirror's own pre-receive hook) and the confirm read after a
   push that exited 0 (held by ``git`` and ``git-upload-pack`` wrappers on the
@@ -69,14 +71,29 @@ def hold_script(marks: Path, real: str, verb: str, *, receive: bool = False, onl
     The answer is written but the call does not end, so the local ssh client is
     still waiting for it when the test kills that client.  With *receive* the
     archive is passed on only up to :data:`RECEIVE_HOLD_AT` bytes before the
-    hold (the kill lands mid-transfer).  *only_if* is a shell test that must
+    hold (the kill lands mid-transfer).  For ``session`` (a run's first call:
+    lease, checks, pre-identity or pre-verify in one agent start, whose ssh
+    client is the run's connection master) the agent does its parts and its
+    answer line is held, so the kill lands before the driver has any of them.  *only_if* is a shell test that must
     also hold (e.g. "the helper was installed").  Every other call execs the
     real agent.
     """
     held, release = shlex.quote(str(marks / "held")), shlex.quote(str(marks / "release"))
     wait = (f"i=0; while [ ! -e {release} ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; i=$((i+1)); done")
     cond = f'[ "$1" = {shlex.quote(verb)} ]' + (f" && {only_if}" if only_if else "") + f" && mkdir {held} 2>/dev/null"
-    if receive:
+    if verb == "session":  # the run's first call: its parts run, its answer line is held (stdin stays the agent's)
+        hold_answer = shlex.quote(
+            "import os, shutil, sys, time\n"
+            f"at, release = {str(marks / 'held' / 'at')!r}, {str(marks / 'release')!r}\n"
+            "line = sys.stdin.buffer.readline()\n"
+            "open(at, 'w').close()\n"
+            f"end = time.monotonic() + {HOLD_BOUND}\n"
+            "while not os.path.exists(release) and time.monotonic() < end:\n"
+            "    time.sleep(0.1)\n"
+            "sys.stdout.buffer.write(line); sys.stdout.buffer.flush()\n"
+            "shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)\n")
+        body = f"{shlex.quote(real)} \"$@\" | {shlex.quote(sys.executable)} -c {hold_answer}; exit $?"
+    elif receive:
         throttle = shlex.quote(
             "import os, sys, time\n"
             f"held, release, limit = {str(marks / 'held' / 'at')!r}, {str(marks / 'release')!r}, {RECEIVE_HOLD_AT}\n"
@@ -203,12 +220,14 @@ def test_ssh_client_killed_mid_transfer_of_the_archive(tmp_path: Path, real_sshd
 
 
 def test_ssh_client_killed_at_the_command_file_checks(tmp_path: Path, real_sshd: SshdServer) -> None:
+    """The build host's own ``check-paths`` call (the login host's check is a part of the run's first
+    agent call, ``vq-admin-agent session``; a kill there is the pre-verify case of test_chaos.py)."""
     world = runtime_world(tmp_path, str(real_sshd.ssh_config), "chaos-kill-check", "check-paths")
     done = kill_at(world, " check-paths ")
     no_false_ok(world, done)
     assert world.active() is None and not stages(world.scratch, "runtime", "chaos-kill-check"), "staged after the check"
     assert any("killed by SIGKILL" in e and "no configured command was run" in e for e in done.receipt["errors"])
-    record("SIGKILL of the ssh client at the command-file checks (check-paths)", "failed", done.outcome)
+    record("SIGKILL of the ssh client at the build host's command-file check (check-paths)", "failed", done.outcome)
     clean_after(world, done, converge(world, "ok"))
 
 
@@ -295,6 +314,27 @@ def test_ssh_client_of_the_allocation_and_then_of_its_reconcile_killed(tmp_path:
            done.outcome)
 
 
+def test_ssh_client_of_the_first_agent_call_of_an_allocation_profile_killed(tmp_path: Path,
+                                                                            real_cluster: RealCluster) -> None:
+    """An allocation profile's first call (``vq-admin-agent session``: the lease and the login host's
+    command check; its pre-verify runs later, after any previous attempt is reconciled) killed after
+    its parts ran, before its answer arrived: nothing was staged, submitted or built."""
+    program = "chaos-kill-session-alloc"
+    world = World(tmp_path, str(real_cluster.sshd.ssh_config), program, allocation=True)
+    wrapper = tmp_path / "agent-wrapper"
+    wrapper.write_text(hold_script(world.marks, AGENT, "session"))
+    wrapper.chmod(0o755)
+    use_agent(world.config, AGENT, wrapper)
+    done = kill_at(world, "agent-wrapper session")
+    no_false_ok(world, done)
+    assert world.active() is None and not stages(world.scratch, "runtime", program)
+    assert not (world.scratch / ".vq-admin" / "runtime-deploy" / program).exists(), "an attempt was started"
+    assert any("killed by SIGKILL" in e and "changed nothing" in e for e in done.receipt["errors"]), done.receipt
+    record("SIGKILL of the ssh client of the run's first agent call (allocation profile: lease and check)",
+           "unknown", done.outcome)
+    clean_after(world, done, converge(world, "ok"))
+
+
 # -- the helper lane ---------------------------------------------------------------------------------
 
 
@@ -351,7 +391,8 @@ class HelperWorld:
 
 HELPER_CASES = [
     # (case, the verb held, the needle of the ssh client, expected, hold only if)
-    ("pre-identity", "identity", " identity ", "unknown", None),
+    # the pre-identity is read in the run's first agent call (vq-admin-agent session, with the lease)
+    ("pre-identity", "session", "agent-wrapper session", "unknown", None),
     ("stage-create", "stage-create", " stage-create ", "failed", None),
     ("stage-receive (mid-transfer)", "stage-receive", " stage-receive ", "failed", None),
     ("stage-verify", "stage-verify", " stage-verify ", "failed", None),

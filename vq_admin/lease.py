@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 ACQUIRE_TIMEOUT = 60.0
 #: How long to wait for the agent to end after its stdin closed.
 RELEASE_TIMEOUT = 15.0
+#: How long the run's connection master may stay once its session has ended: longer, it only
+#: carries channels of ssh clients that are gone (a follow whose driver was interrupted while the
+#: remote side still runs), and the run would wait for a build it has left running.
+MASTER_LINGER = 2.0
 EXIT_HELD = 75
 EXIT_UNSAFE = 4
 
@@ -251,7 +255,7 @@ class Lease:
         if self.proc is None:
             return
         self.lost = self.proc.poll() is not None  # the agent ended (dropped connection?) before the run did
-        self.exit_code = self._end(RELEASE_TIMEOUT)
+        self.exit_code = self._end(RELEASE_TIMEOUT, linger=MASTER_LINGER)
         self.released_at = _now()
         self.proc = None
         self._stderr.close()
@@ -282,17 +286,24 @@ class Lease:
             data += chunk
         return data.split(b"\n", 1)[0].decode("utf-8", "replace")
 
-    def _end(self, timeout: float) -> int | None:
+    def _end(self, timeout: float, linger: float | None = None) -> int | None:
+        """Close the agent's stdin and wait for the process (ssh or the agent) to end, at most
+        *timeout*.  With *linger*: wait (at most *timeout*) for the agent's own session to end
+        (its stdout closes: the lease is released on the host), then at most *linger* for the
+        process, which as the run's connection master may still carry channels of interrupted
+        ssh clients; it is ended then, as after *timeout*."""
         proc = self.proc
         assert proc is not None
         for stream in (proc.stdin, proc.stdout):
             try:
                 if stream is not None:
+                    if stream is proc.stdout and linger is not None:
+                        self._drain(timeout)
                     stream.close()
             except OSError:
                 pass
         try:
-            return proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout if linger is None else linger)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, 9)
@@ -300,6 +311,19 @@ class Lease:
                 pass
             proc.wait()
             return None
+
+    def _drain(self, timeout: float) -> None:
+        """Read the agent's stdout until it closes, at most *timeout* seconds."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready or not os.read(fd, 65536):
+                return
 
     def _error_text(self) -> str:
         try:

@@ -39,7 +39,7 @@ from ..agent.failpoints import failpoint
 from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
 from ..outcome import VqAdminError
 from ..plan import record, refuse_unsafe_command
-from ..transport import RunResult, SshTransport
+from ..transport import RunResult, SshTransport, quote_argv
 from . import allocation_attempt, remote_paths
 from .helper_readback import IdentityRead, judge_identity
 from .verify import Verification, judge_verify
@@ -84,7 +84,13 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
     interrupted = answer.get("interrupted")
     if interrupted is not None:
         if not with_verify:
-            raise LeaseUnreachable(f"cannot take the host-side lease: {interrupted}; this run changed nothing")
+            message = f"cannot take the host-side lease: {interrupted}; this run changed nothing"
+            update.receipt.readback = {  # unknown names what it leaves behind (nothing) and the next command
+                "read": "nothing (the run's first agent call was interrupted before it answered)",
+                "proven": False, "reason": message, "stage": "no source stage was created",
+                "build": "no build was started", "next_command": quote_argv(update.rerun_argv()),
+                "advice": "nothing was changed by this run; rerun when the login host is reachable"}
+            raise LeaseUnreachable(message)
         pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
         pre_verify.seconds = seconds
         pre_readback.status = "skipped"
