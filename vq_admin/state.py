@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import paths
+from .agent.procs import process_alive
 from .bounded import InputError, loads_json
 from .statefs import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
@@ -43,28 +44,12 @@ def default_state_dir() -> Path:
     return Path(paths.default_state_dir())
 
 
+#: The one liveness rule (:mod:`.agent.procs`), under the name the driver's callers use.
+pid_alive = process_alive
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def pid_alive(pid: int) -> bool:
-    """True while process *pid* exists and is not a zombie (PID 1 reaps orphans late)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("State:"):
-                    return "Z" not in line.split()[1]
-    except OSError:
-        pass
-    return True
 
 
 #: Temp files without a pid in their name (written by an earlier version) are removed after this long.

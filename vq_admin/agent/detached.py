@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import allocation, safedirs
+from . import allocation, procs, safedirs
 from .identifiers import ENV_NAME_RE
 from .frames import FrameWriter
 from .progress import Reporter
@@ -66,41 +66,9 @@ RECORD_LIMIT = 4096
 POLL = 0.2
 
 
-def proc_start_time(pid: int) -> str | None:
-    """The kernel's start time of *pid* (``/proc/PID/stat`` field 22), or ``None``.
-
-    With the pid it names one process for good: a reused pid has another start time.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read(4096)
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()
-    return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
-
-
 def process_alive(pid: int | None, start_time: str | None) -> bool:
     """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
-    if not isinstance(pid, int) or pid <= 1:
-        return False
-    if os.path.isdir("/proc/self"):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                data = fh.read(4096)
-        except OSError:
-            return False
-        rest = data[data.rfind(b")") + 2:].split()
-        if not rest or rest[0] == b"Z":
-            return False
-        return start_time is None or (len(rest) > 19 and rest[19].decode("ascii", "replace") == start_time)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and pid > 1 and procs.process_alive(pid, start_time)
 
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
@@ -143,8 +111,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                                 close_fds=True, start_new_session=True)
         os.close(out)
         os.close(err)
-        record = {"pid": proc.pid, "start_time": proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
-                  "supervisor_start_time": proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
+        record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
+                  "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
                   "archive_sha256": binding.archive_sha256, "started": _utc()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:

@@ -37,7 +37,7 @@ import os
 import sys
 import time
 
-from . import paths, securepath
+from . import paths, procs, securepath
 from .identifiers import NAME_RE
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
@@ -81,25 +81,6 @@ def lock_name(lane: str, host: str, program: Optional[str]) -> str:
     return f"{lane}.{host}" + (f".{program}" if program else "") + ".lock"
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("State:"):
-                    return "Z" not in line.split(":", 1)[1].split()[0]
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_holder(path: str) -> Optional[Dict[str, Any]]:
     try:
         with open(path + ".holder", "rb") as fh:
@@ -118,7 +99,7 @@ def current_holder(path: str, settle: float = HOLDER_SETTLE_SECONDS) -> Optional
     deadline = time.monotonic() + settle
     while True:
         found = read_holder(path)
-        if found is not None and _pid_alive(found.get("agent_pid")):
+        if found is not None and procs.process_alive(found.get("agent_pid")):
             return found
         if time.monotonic() >= deadline:
             return None

@@ -1,0 +1,63 @@
+"""Process liveness: the one rule for "is this recorded process still running?".
+
+Used on both sides: the agent (the lease's holder record, the detached
+build's supervisor and build) and the driver (the state directory's lock
+owners, a run's temporary ssh directories).
+
+A pid alone is not enough on a real host: PID 1 reaps orphans late, so a
+dead process can linger as a zombie (``kill -0`` still succeeds), and a pid
+is reused once freed.  So: read ``/proc/PID/stat``; a zombie is dead; with a
+recorded start time (``/proc/PID/stat`` field 22, :func:`proc_start_time`)
+the pid must still name the process that started then.  Without ``/proc``
+(not Linux), ``kill -0`` decides.
+
+Standard library only; Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Annotations only (never evaluated): the lease imports this on the session verb's per-run path,
+# which stays near a bare interpreter start, so typing is not imported at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, List, Optional
+
+
+def _stat_fields(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read(4096)
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].split()
+
+
+def proc_start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of *pid* (``/proc/PID/stat`` field 22), or ``None``.
+
+    With the pid it names one process for good: a reused pid has another start time.
+    """
+    fields = _stat_fields(pid)
+    return fields[19].decode("ascii", "replace") if fields is not None and len(fields) > 19 else None
+
+
+def process_alive(pid: Any, start_time: Optional[str] = None) -> bool:
+    """True while *pid* (a positive int) runs, is not a zombie, and -- when *start_time*
+    is given -- is still the process that started at *start_time*."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if os.path.isdir("/proc/self"):
+        fields = _stat_fields(pid)
+        if not fields or fields[0] == b"Z":
+            return False
+        return start_time is None or (len(fields) > 19 and fields[19].decode("ascii", "replace") == start_time)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
