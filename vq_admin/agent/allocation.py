@@ -493,6 +493,17 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         attempt.close()
 
 
+def end_fenced(frames: FrameWriter, summary: dict[str, Any], start: str) -> dict[str, Any]:
+    """A reconcile's answer for an attempt it had to create (fenced): nothing ran, nothing to settle.
+
+    *start* is what a delayed agent can no longer do under the attempt's name ("submit", "start a build")."""
+    summary["notes"].append("the attempt directory did not exist; it was created now so that a delayed "
+                            f"agent cannot {start} under this name")
+    frames.record("summary", summary)
+    frames.record("end", {"sent": {}})
+    return summary
+
+
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
               settle_kw: dict[str, Any] | None = None, poll: float = 2.0) -> dict[str, Any]:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
@@ -502,11 +513,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         summary = base_summary(attempt)
         summary.update(reconciled=True, fenced=fenced)
         if fenced:
-            summary["notes"].append("the attempt directory did not exist; it was created now so that a delayed "
-                                    "agent cannot submit under this name")
-            frames.record("summary", summary)
-            frames.record("end", {"sent": {}})
-            return summary
+            return end_fenced(frames, summary, "submit")
         deadline = time.monotonic() + timeout
         id_deadline = min(deadline, time.monotonic() + JOB_ID_WAIT)
         job_id = attempt.read_job_id()

@@ -283,11 +283,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         summary = _summary(attempt, None)
         summary.update(reconciled=True, fenced=fenced)
         if fenced:
-            summary["notes"].append("the attempt directory did not exist; it was created now so that a delayed "
-                                    "agent cannot start a build under this name")
-            frames.record("summary", summary)
-            frames.record("end", {"sent": {}})
-            return summary
+            return allocation.end_fenced(frames, summary, "start a build")
         deadline = time.monotonic() + timeout
         record = read_record(attempt, BUILD_FILE)
         start_deadline = min(deadline, time.monotonic() + START_WAIT)
