@@ -93,26 +93,40 @@ def plan(update: "RuntimeUpdate", command: ProviderCommand, purpose: str) -> Non
                             f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
 
 
-def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
-    """Run the deploy step; the result's exit_code is the deployment's exit status."""
+def begin(update: "RuntimeUpdate", command: ProviderCommand,
+          run_argv: Callable[["RuntimeUpdate", ProviderCommand, str, bool], list[str]], how: str,
+          head: dict[str, Any], tail: dict[str, Any],
+          ) -> tuple[str, str, Step, float, progress.AllocationView | None, list[str]]:
+    """The prologue of a deploy that runs under an attempt (an allocation's or a detached build's).
+
+    Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
+    receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
+    chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
+    step, deadline, view, the agent argv built by *run_argv*)."""
     ctx, receipt = update.ctx, update.receipt
-    login = ctx.login(update.host)
     if receipt.id is None:  # the transcript copy lives next to the receipt
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     attempt = new_attempt_name()
     directory = log_dir(update, attempt)
-    assert update.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-    receipt.deploy = {
-        "build_place": "allocation", "where": login.where, "attempt": attempt, "attempt_dir": directory,
-        "log_dir": directory, "job_id": None, "exit_code": None,
-        "sbatch_args": list(update.profile.update_allocation.sbatch_args),
-    }
+    receipt.deploy = {**head, "attempt": attempt, "attempt_dir": directory, "log_dir": directory, **tail}
     step = receipt.plan.get("deploy")
     deadline = time.monotonic() + update.profile.timeout_seconds
     view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
-    argv = run_argv(update, command, attempt, live=view is not None)
-    ctx.narrate(f"deploying {update.profile.program} {update.sha} as a batch job from {login.where}: "
+    argv = run_argv(update, command, attempt, view is not None)
+    ctx.narrate(f"deploying {update.profile.program} {update.sha} {how}: "
                 f"{quote_argv(command.argv)} (transcripts in {directory})")
+    return attempt, directory, step, deadline, view, argv
+
+
+def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
+    """Run the deploy step; the result's exit_code is the deployment's exit status."""
+    ctx, receipt = update.ctx, update.receipt
+    login = ctx.login(update.host)
+    assert update.profile.update_allocation is not None  # deploy() runs only for an allocation profile
+    attempt, directory, step, deadline, view, argv = begin(
+        update, command, run_argv, f"as a batch job from {login.where}",
+        {"build_place": "allocation", "where": login.where},
+        {"job_id": None, "exit_code": None, "sbatch_args": list(update.profile.update_allocation.sbatch_args)})
     allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
     with progress.live(ctx, view):
         call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN,

@@ -30,16 +30,15 @@ provider attached as before (:func:`applies`).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand
 
 from .. import progress
 from ..agent.failpoints import failpoint
-from ..agent.allocation import JOB_TAMPERED_EXIT, new_attempt_name
+from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..outcome import Refused, VqAdminError
-from ..transport import RunResult, SshTransport, quote_argv
+from ..transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
 
@@ -81,19 +80,10 @@ def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
     """Run the deploy step; the result's exit_code is the build's exit status."""
     ctx, receipt = update.ctx, update.receipt
     transport = update.build_transport()
-    if receipt.id is None:  # the transcript copy lives next to the receipt
-        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    attempt = new_attempt_name()
-    directory = allocation_step.log_dir(update, attempt)
-    receipt.deploy = {"build_place": update.profile.build_place, "detached": True, "where": transport.where,
-                      "attempt": attempt, "attempt_dir": directory, "log_dir": directory, "pid": None,
-                      "exit_code": None}
-    step = receipt.plan.get("deploy")
-    deadline = time.monotonic() + update.profile.timeout_seconds
-    view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
-    argv = run_argv(update, command, attempt, live=view is not None)
-    ctx.narrate(f"deploying {update.profile.program} {update.sha} on {transport.where}, detached: "
-                f"{quote_argv(command.argv)} (transcripts in {directory})")
+    attempt, directory, step, deadline, view, argv = allocation_step.begin(
+        update, command, run_argv, f"on {transport.where}, detached",
+        {"build_place": update.profile.build_place, "detached": True, "where": transport.where},
+        {"pid": None, "exit_code": None})
     failpoint("step-before", "deploy")
     allocation_attempt.record(update, attempt, directory, "detached", transport.where)
     with progress.live(ctx, view):
