@@ -232,6 +232,32 @@ def cmd_detach_reconcile(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: detached.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
+def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, progress: str,
+                         sbatch: bool = False) -> None:
+    """The options of ``alloc-run`` (*what* "job", with ``--sbatch-arg``) and ``detach-run`` (*what* "build")."""
+    p.add_argument("--root", required=True, help="scratch root (absolute)")
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
+    p.add_argument("--timeout", type=_positive, required=True, help=bound)
+    if sbatch:
+        p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
+    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+                   help="environment for the provider command (repeat)")
+    p.add_argument("--archive", metavar="PATH",
+                   help=f"the staged source.tar the provider reads; the {what} refuses to run if it changed")
+    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
+    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS", help=progress)
+    p.add_argument("command", nargs="+", help="the provider argv, after --")
+
+
+def _attempt_reconcile_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The options of ``alloc-reconcile`` (*what* "job") and ``detach-reconcile`` (*what* "build")."""
+    p.add_argument("--root", required=True)
+    p.add_argument("--program", required=True)
+    p.add_argument("--attempt", required=True)
+    p.add_argument("--timeout", type=_positive, required=True, help=f"how long to wait for the {what}'s end")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vq-admin-agent", description="vq scheduler-side helper verbs")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -302,27 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Create <root>/.vq-admin/runtime-deploy/<program>/<attempt>/, submit "
                                    "sbatch --parsable --wait, bound the wait, settle the transcripts, apply "
                                    "retention and stream the result (framed records).")
-    p.add_argument("--root", required=True, help="scratch root (absolute)")
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
-    p.add_argument("--timeout", type=_positive, required=True, help="bound on the wait, in seconds")
-    p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
-    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
-                   help="environment for the provider command (repeat)")
-    p.add_argument("--archive", metavar="PATH",
-                   help="the staged source.tar the provider reads; the job refuses to run if it changed")
-    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
-    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS",
-                   help="report queue state and the transcript's last line every SECONDS (at least 1), and each "
-                        "settle observation, as progress records (for a terminal)")
-    p.add_argument("command", nargs="+", help="the provider argv, after --")
+    _attempt_run_options(p, "job", bound="bound on the wait, in seconds", sbatch=True,
+                         progress="report queue state and the transcript's last line every SECONDS (at least 1), "
+                                  "and each settle observation, as progress records (for a terminal)")
     p.set_defaults(func=cmd_alloc_run)
 
     p = sub.add_parser("alloc-reconcile", help="establish the end of an attempt's recorded job (never submits)")
-    p.add_argument("--root", required=True)
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", required=True)
-    p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the job's end")
+    _attempt_reconcile_options(p, "job")
     p.set_defaults(func=cmd_alloc_reconcile)
 
     p = sub.add_parser("detach-run", help="run a provider argv on this host, detached from the connection, in a "
@@ -333,27 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "its exit status in 'exit'), follow it, bound it, settle the transcripts, apply "
                                    "retention and stream the result (framed records). A dropped connection leaves "
                                    "the build running to its end.")
-    p.add_argument("--root", required=True, help="scratch root (absolute)")
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
-    p.add_argument("--timeout", type=_positive, required=True,
-                   help="bound on the build, in seconds (at the bound its process group is ended)")
-    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
-                   help="environment for the provider command (repeat)")
-    p.add_argument("--archive", metavar="PATH",
-                   help="the staged source.tar the provider reads; the build refuses to run if it changed")
-    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
-    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS",
-                   help="report whether the build runs and the transcript's last line every SECONDS (at least 1), "
-                        "and each settle observation, as progress records (for a terminal)")
-    p.add_argument("command", nargs="+", help="the provider argv, after --")
+    _attempt_run_options(p, "build", bound="bound on the build, in seconds (at the bound its process group is ended)",
+                         progress="report whether the build runs and the transcript's last line every SECONDS "
+                                  "(at least 1), and each settle observation, as progress records (for a terminal)")
     p.set_defaults(func=cmd_detach_run)
 
     p = sub.add_parser("detach-reconcile", help="establish the end of an attempt's detached build (never starts one)")
-    p.add_argument("--root", required=True)
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", required=True)
-    p.add_argument("--timeout", type=_positive, required=True, help="how long to wait for the build's end")
+    _attempt_reconcile_options(p, "build")
     p.set_defaults(func=cmd_detach_reconcile)
 
     p = sub.add_parser("lease", help="hold the host-side lease of one lane until stdin closes (75 when held)",
