@@ -31,6 +31,7 @@ is at least 3).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import secrets
@@ -283,6 +284,9 @@ class Rollout:
         order = self.order()
         self.order_names = [h.name for h in order]
         _preload(self.config, self.program)
+        # Every object so far out of the collector's reach: a worker's collections then never write
+        # to the parent's objects, so the forked workers share those pages instead of copying them.
+        gc.freeze()
         self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
@@ -312,6 +316,7 @@ class Rollout:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             _remove_tree(self.tmp)
+            gc.unfreeze()
         return self.document()
 
     def stopping(self) -> bool:
@@ -479,10 +484,15 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
 
 def _preload(config: Config, program: str) -> None:
     """Import what every worker needs once, before forking (each would otherwise pay
-    for it): the lane modules, and the providers the rollout's profiles name."""
+    for it): the lane modules, what a run imports on its way (the early ssh session,
+    the deploy steps, the registry and history, ``time.strptime``'s module), and the
+    providers the rollout's profiles name."""
+    from . import early_session, history, registry  # noqa: F401
     from .commands import update  # noqa: F401
-    from .lanes import runtime  # noqa: F401
+    from .lanes import allocation_step, detached_step, runtime  # noqa: F401
     from .plugins import Providers
+
+    time.strptime("2000", "%Y")  # imports _strptime (and calendar) once, not once per worker
 
     names = {h.runtimes[program].provider for h in config.hosts.values() if program in h.runtimes}
     try:
