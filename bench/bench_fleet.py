@@ -24,7 +24,10 @@ parallel:
   cpuacct/cgroup v2 group the bench puts itself and its sshd in (where it can
   create one; otherwise the bench's waited-for children plus the sshd
   daemon's own and waited-for children's times from ``/proc``);
-* the CPU floor, fleet CPU / cores: no rollout can finish faster here;
+* the CPU floor, fleet CPU / cores: no rollout can finish faster here; and,
+  since other processes may share the machine, the cores they kept busy
+  during the fleet runs (``/proc/stat`` busy time outside this bench's
+  group) and the floor on the cores they left;
 * the ratios fleet/single (the issue's row, target <= 2), fleet/floor (how
   close the rollout comes to this machine's limit: 1.0 is perfect use of
   every core), fleet/loop (a loop of 8 single runs), and the fleet's CPU per
@@ -42,6 +45,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -124,11 +128,25 @@ class CpuMeter:
             print(f"note: could not remove {self.group}: {exc}", flush=True)
 
 
-def measured(meter: CpuMeter, fn: Callable[[], object], samples: list[float]) -> Callable[[], None]:
+def machine_busy_seconds() -> float:
+    """CPU-seconds every process of the machine has used so far (``/proc/stat``: all but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(meter: CpuMeter, fn: Callable[[], object], samples: list[float],
+             others: list[float] | None = None) -> Callable[[], None]:
+    """*fn* with its CPU-seconds appended to *samples*; with *others*, also the cores the rest of
+    the machine kept busy meanwhile (its busy CPU-seconds outside the run / the run's wall time)."""
     def call() -> None:
-        before = meter.seconds()
+        before, busy, started = meter.seconds(), machine_busy_seconds(), time.perf_counter()
         fn()
-        samples.append(meter.seconds() - before)
+        used = meter.seconds() - before
+        samples.append(used)
+        if others is not None:
+            wall = time.perf_counter() - started
+            others.append(max(0.0, machine_busy_seconds() - busy - used) / wall)
     return call
 
 
@@ -173,10 +191,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 assert done.returncode == 0 and '"outcome": "already-current"' in done.stdout, done.stdout[-800:]
                 run_quiet(one, env=env)
                 cpu: dict[str, list[float]] = {"single": [], "fleet": [], "ssh": []}
+                others: list[float] = []  # cores the rest of the machine kept busy during each fleet run
                 load_before = os.getloadavg()
                 wall = interleaved_medians({
                     "single": measured(meter, lambda: run_quiet(one, env=env), cpu["single"]),
-                    "fleet": measured(meter, lambda: run_quiet(rollout, env=env), cpu["fleet"]),
+                    "fleet": measured(meter, lambda: run_quiet(rollout, env=env), cpu["fleet"], others),
                     "ssh": measured(meter, lambda: run_quiet(ssh_true), cpu["ssh"]),
                 }, repeat)
                 load_after = os.getloadavg()
@@ -185,6 +204,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     n = cores()
     fleet_cpu, single_cpu, ssh_cpu = median(cpu["fleet"]), median(cpu["single"]), median(cpu["ssh"])
     floor = fleet_cpu / n
+    busy_elsewhere = median(others)
+    left = max(n - busy_elsewhere, 0.25)  # the cores the rest of the machine left to the fleet run
     loop = HOSTS * wall["single"]
     print(f"CPU measured by {meter.kind}; {n} core(s); load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after; {repeat} interleaved rounds, medians", flush=True)
@@ -192,11 +213,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
           f"CPU floor {floor:.3f} s; single: wall {wall['single']:.3f} s, CPU {single_cpu:.3f} s; "
           f"loop of {HOSTS} singles {loop:.3f} s; ssh true: wall {wall['ssh']:.3f} s, CPU {ssh_cpu:.3f} s",
           flush=True)
+    print(f"other processes kept {busy_elsewhere:.2f} of {n} cores busy during the fleet runs (/proc/stat); "
+          f"the floor on the {left:.2f} cores left: {fleet_cpu / left:.3f} s", flush=True)
     rows = [
         row(f"fleet --all --parallel {HOSTS}, already-current (median)", wall["fleet"], "s", wall["single"],
             "one host, already-current", f"<= {TARGET:g}"),
         row("fleet wall vs its CPU floor (fleet CPU / cores)", wall["fleet"], "s", floor,
             f"{fleet_cpu:.3f} CPU-s / {n} cores"),
+        row("fleet wall vs its CPU floor on the cores others left", wall["fleet"], "s", fleet_cpu / left,
+            f"{fleet_cpu:.3f} CPU-s / {left:.2f} cores"),
         row(f"fleet wall vs a loop of {HOSTS} single runs", wall["fleet"], "s", loop, f"{HOSTS} x one host"),
         row("fleet CPU per host vs one single run's CPU", fleet_cpu / HOSTS, "CPU-s", single_cpu,
             "one host's run, CPU"),
