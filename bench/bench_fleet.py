@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
@@ -148,12 +149,6 @@ def measured(meter: CpuMeter, fn: Callable[[], object], samples: list[float],
             wall = time.perf_counter() - started
             others.append(max(0.0, machine_busy_seconds() - busy - used) / wall)
     return call
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
