@@ -34,8 +34,8 @@ parallel:
   host against one single run's CPU (what the fleet itself adds per host).
 
 A rollout that ran its hosts one after another would show fleet/loop near
-1 and fleet/floor near the core count; a parallel one shows fleet/floor
-near 1 and fleet/loop near 1/cores (or the per-host latency, if larger).
+1 and its wall time far above the floor; a parallel one shows fleet/loop
+well below 1 and its wall time near the floor on the cores it was left.
 """
 
 from __future__ import annotations
