@@ -31,7 +31,6 @@ is at least 3).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import secrets
@@ -284,9 +283,6 @@ class Rollout:
         order = self.order()
         self.order_names = [h.name for h in order]
         _preload(self.config, self.program)
-        # Every object so far out of the collector's reach: a worker's collections then never write
-        # to the parent's objects, so the forked workers share those pages instead of copying them.
-        gc.freeze()
         self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
@@ -316,7 +312,6 @@ class Rollout:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             _remove_tree(self.tmp)
-            gc.unfreeze()
         return self.document()
 
     def stopping(self) -> bool:
