@@ -18,6 +18,10 @@ first contact with a destination a probe proves that shell parses the
 quoting as POSIX sh does; a C shell, fish or anything else is refused (77)
 before any real command is sent.  One :class:`Session` shares one
 ssh connection per destination for the length of a run (ControlMaster).
+
+The local process (the ssh client, or the command itself) is run by
+:mod:`vq_admin.process`, which also holds the ssh options, the timeout's
+SIGTERM -> grace -> SIGKILL bound and :func:`classify_exit`.
 """
 
 from __future__ import annotations
