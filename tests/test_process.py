@@ -315,3 +315,50 @@ def test_the_runner_imports_nothing_but_what_subprocess_does():
     loaded = imported("vq_admin.process")
     assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process"}, loaded
     assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.agent.failpoints"}
+
+
+# -- the allocation stream runs through the runner ----------------------------------------
+
+def test_the_allocation_stream_reads_records_as_they_arrive_and_reports_the_status(tmp_path):
+    from vq_admin.lanes.allocation_stream import TranscriptSink, stream_call
+    from vq_admin.transport import LocalTransport
+
+    script = ('printf \'job {"job_id": "42"}\\nout 5\\nhello\'; printf \'end {}\\n\'; echo ssh-note >&2; exit 3')
+    sinks = {name: TranscriptSink(tmp_path, name) for name in ("stdout", "stderr")}
+    seen: list[str] = []
+    call = stream_call(LocalTransport(), ["sh", "-c", script], timeout=30, sinks=sinks,
+                       on_record=lambda kind, value: seen.append(kind))
+    assert seen == ["job", "end"] and call.records["job"] == {"job_id": "42"} and call.ended
+    assert sinks["stdout"].text() == "hello" and call.exit_code == 3 and call.interrupted is None
+    assert call.stderr == "ssh-note\n"
+    for sink in sinks.values():
+        sink.discard()
+
+
+def test_an_allocation_stream_past_its_timeout_is_a_timeout():
+    from vq_admin.lanes.allocation_stream import stream_call
+    from vq_admin.transport import LocalTransport
+
+    started = time.monotonic()
+    call = stream_call(LocalTransport(), ["sh", "-c", "sleep 60"], timeout=0.3, sinks={})
+    assert call.interrupted == "timeout" and call.exit_code is None and "timed out" in call.describe()
+    assert time.monotonic() - started < 0.3 + process.TERM_GRACE
+
+
+def test_an_allocation_stream_that_is_not_frames_is_cut_off_at_once():
+    from vq_admin.lanes.allocation_stream import stream_call
+    from vq_admin.transport import LocalTransport
+
+    started = time.monotonic()
+    call = stream_call(LocalTransport(), ["sh", "-c", "echo 'garbage here'; sleep 60"], timeout=60, sinks={})
+    assert time.monotonic() - started < 20  # killed, not waited for
+    assert call.frame_error == "unknown record 'garbage'"
+    assert call.exit_code == -signal.SIGKILL and call.interrupted == "transport"
+
+
+def test_an_allocation_stream_that_cannot_start_is_127():
+    from vq_admin.lanes.allocation_stream import stream_call
+    from vq_admin.transport import LocalTransport
+
+    call = stream_call(LocalTransport(), ["/nonexistent/ssh"], timeout=10, sinks={})
+    assert call.exit_code == 127 and call.interrupted is None and "/nonexistent/ssh" in call.stderr
