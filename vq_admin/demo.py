@@ -26,13 +26,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from . import process
 from .transport import quote_argv
 
 PROGRAM = "vibeqc"
+#: Seconds one git command of the demo repository may take.
+GIT_TIMEOUT = 600.0
 HOST = "demo-cluster"
 SELFTEST = '''"""vibeqc's self-test: what a site's validation would run."""
 import sys
@@ -45,8 +47,7 @@ print(f"vibeqc {{VERSION}} self-test ok on Python {{sys.version.split()[0]}}")
 def _git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="vq demo", GIT_AUTHOR_EMAIL="demo@vq-admin.invalid",
                GIT_COMMITTER_NAME="vq demo", GIT_COMMITTER_EMAIL="demo@vq-admin.invalid")
-    done = subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
+    return process.output(["git", "-C", str(repo), *args], timeout=GIT_TIMEOUT, env=env)
 
 
 def make_source(src: Path) -> str:

@@ -21,12 +21,12 @@ lease taken, nothing recorded, exit 0.  The process is always waited for
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Sequence
 
+from . import process
 from .transport import SHELL_PROBE, SshTransport, literal_words
 
 if TYPE_CHECKING:
@@ -66,8 +66,7 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
     full = session_command(transport, [*agent, "session"])
     stderr = tempfile.TemporaryFile()
     try:
-        proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                start_new_session=True, close_fds=True)
+        proc = process.spawn(full, stderr=stderr)
     except OSError:
         stderr.close()  # the lease's own start reports it
         return
@@ -95,14 +94,7 @@ def end(transport: SshTransport) -> None:
                 stream.close()
         except OSError:
             pass
-    try:
-        proc.wait(timeout=END_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    process.end(proc, END_TIMEOUT)
     early.stderr.close()
 
 

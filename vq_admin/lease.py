@@ -31,6 +31,7 @@ import time
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
+from . import process
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
 
@@ -109,8 +110,7 @@ class Lease:
         full = self.transport.wrap(self.argv, {})
         started = time.monotonic()
         try:
-            self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         start_new_session=True, close_fds=True)
+            self.proc = process.spawn(full, stderr=self._stderr)
         except OSError as exc:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
@@ -193,8 +193,7 @@ class Lease:
                 self._stderr.close()
                 self.proc, self._stderr = early.proc, early.stderr
             else:
-                self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=self._stderr, start_new_session=True, close_fds=True)
+                self.proc = process.spawn(full, stderr=self._stderr)
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(request, sort_keys=True).encode() + b"\n")
             self.proc.stdin.flush()
@@ -302,15 +301,7 @@ class Lease:
                     stream.close()
             except OSError:
                 pass
-        try:
-            return proc.wait(timeout=timeout if linger is None else linger)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return None
+        return process.end(proc, timeout if linger is None else linger)
 
     def _drain(self, timeout: float) -> None:
         """Read the agent's stdout until it closes, at most *timeout* seconds."""

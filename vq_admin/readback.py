@@ -9,9 +9,10 @@
   hash-file <launcher>``, or directly for ``transport = "local"``) and refuses
   unless the file there still has the SHA-256 the registry attests.
 
-Standard library only; ``subprocess`` and ``tomllib`` are imported here, so
-the plain lookup never pays for them.  This does not validate the whole
-configuration (``vq admin check`` does); it reads only the keys it needs.
+Standard library only; the process runner (:mod:`vq_admin.process`, whose
+ssh options it uses) and ``tomllib`` are imported here, so the plain lookup
+never pays for them.  This does not validate the whole configuration
+(``vq admin check`` does); it reads only the keys it needs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from .agent import paths
 from .agent.identifiers import DESTINATION_RE
 from .bindings import LauncherRefused
 
-SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ClearAllForwardings=yes", "-T")
 _cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -95,6 +95,8 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     destination = table.get("ssh", host)
     if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
         raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
+    from .process import SSH_OPTIONS  # the one set of ssh options
+
     ssh = ["ssh"]
     if isinstance(data.get("ssh_config"), str):
         problem = path_problem(data["ssh_config"], what="ssh_config")
@@ -114,12 +116,13 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         argv = hash_argv(table, data, host, launcher)
     except ConfigUnavailable as exc:
         raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
-    import subprocess
+    from . import process
 
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
+    done = process.run(argv, timeout=timeout)
+    if done.ended in (process.NOT_STARTED, process.TIMED_OUT):
+        why = (done.stderr.decode("utf-8", "replace").strip() if done.ended == process.NOT_STARTED
+               else f"no answer within {timeout:g} s")
+        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {why}", remedy) from None
     try:
         answer = json.loads(done.stdout.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

@@ -18,6 +18,10 @@ first contact with a destination a probe proves that shell parses the
 quoting as POSIX sh does; a C shell, fish or anything else is refused (77)
 before any real command is sent.  One :class:`Session` shares one
 ssh connection per destination for the length of a run (ControlMaster).
+
+The local process (the ssh client, or the command itself) is run by
+:mod:`vq_admin.process`, which also holds the ssh options, the timeout's
+SIGTERM -> grace -> SIGKILL bound and :func:`classify_exit`.
 """
 
 from __future__ import annotations
@@ -26,34 +30,21 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import stat
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import IO, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
+from . import process
 from .agent.failpoints import failpoint
+from .process import CAPTURE_LIMIT, SSH_OPTIONS, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 
-#: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
-SSH_TRANSPORT_EXIT = 255
-#: How much of a command's stdout/stderr is kept in memory (the rest is in files).
-CAPTURE_LIMIT = 16 << 20
+__all__ = ["CAPTURE_LIMIT", "SSH_OPTIONS", "SSH_TRANSPORT_EXIT", "classify_exit", "describe_interruption"]
 
 #: The login-shell probe (see :meth:`SshTransport.check_login_shell`) and what a POSIX shell prints for it.
 SHELL_PROBE = ("printf", "%s|", "a b", "c'd", "e\\\\f", "$HOME", "`x`", "!x", "g\nh", "*", "~", "{a,b}", "^x", "#c")
 SHELL_PROBE_EXPECTED = "".join(f"{w}|" for w in SHELL_PROBE[2:]).encode()
-
-SSH_OPTIONS = (
-    "-o", "BatchMode=yes",
-    "-o", "ConnectTimeout=15",
-    "-o", "ServerAliveInterval=15",
-    "-o", "ServerAliveCountMax=4",
-    "-o", "ClearAllForwardings=yes",
-    "-T",
-)
-
 
 @dataclass
 class RunResult:
@@ -87,35 +78,6 @@ class RunResult:
             tail = self.error_text().splitlines()[-1:] or ["(no message)"]
             return f"{describe_interruption(self.where, self.exit_code)}: {tail[0]}"
         return f"exit status {self.exit_code} on {self.where}"
-
-
-def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
-    """``"transport"`` when *code* is not the command's own exit status, else ``None``.
-
-    Over ssh: exit 255 (ssh's own failures) and any end of the ssh client by a
-    signal (a negative return code: SIGKILL, the OOM killer, a logout).  For
-    a local command, a negative return code (killed by a signal) too: the
-    command did not choose that status, so only a read-back can tell what it
-    did.  Everything else is the command's own exit status.
-    """
-    if code is None:
-        return None
-    if code < 0:
-        return "transport"
-    if transport_exit is not None and code == transport_exit:
-        return "transport"
-    return None
-
-
-def describe_interruption(where: str, code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        what = "the ssh client" if where != "local" else "the command"
-        return f"{what} for {where} was killed by {name} (its exit status is not the command's)"
-    return f"ssh to {where} was interrupted (exit 255)"
 
 
 class Transport:
@@ -204,20 +166,16 @@ class SshTransport(Transport):
         failure of the probe is returned as the command's result (nothing ran).
         """
         full = [*self.ssh_base(), "--", self.destination, " ".join(shlex.quote(w) for w in SHELL_PROBE)]
-        started = time.monotonic()
-        try:
-            # its own session, like every other ssh: a ControlMaster it starts must not share our process group
-            done = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
+        # its own session, like every other ssh: a ControlMaster it starts must not share our process group
+        done = process.run(full, timeout=60)
+        if done.ended == process.TIMED_OUT:
             return RunResult(list(SHELL_PROBE), self.where, None, b"",
-                             b"vq-admin: the login shell probe did not answer within 60 s\n",
-                             time.monotonic() - started, "timeout")
-        except OSError as exc:
-            return RunResult(list(SHELL_PROBE), self.where, 127, b"", f"ssh: {exc.strerror}\n".encode(), 0.0)
-        if done.returncode == SSH_TRANSPORT_EXIT:
+                             b"vq-admin: the login shell probe did not answer within 60 s\n", done.seconds, "timeout")
+        if done.ended == process.NOT_STARTED:
+            return RunResult(list(SHELL_PROBE), self.where, 127, b"", done.stderr, 0.0)
+        if done.interruption(SSH_TRANSPORT_EXIT) is not None:
             return RunResult(list(SHELL_PROBE), self.where, done.returncode, done.stdout, done.stderr,
-                             time.monotonic() - started, "transport")
+                             done.seconds, "transport")
         if done.returncode != 0 or done.stdout != SHELL_PROBE_EXPECTED:
             self.refuse_shell(done.stdout, done.returncode, done.stderr.decode("utf-8", "replace"))
         self.shell_checked = True
@@ -290,99 +248,31 @@ def run_local_argv(
     transport_exit: int | None = None,
     watch: Callable[..., None] | None = None,
 ) -> RunResult:
-    """Run *full* locally (no shell), capturing output through temp files.
+    """Run *full* locally (no shell) with :func:`vq_admin.process.run`, recorded as *argv* on *where*.
 
-    On timeout the whole process group is killed and ``interrupted`` is
-    ``"timeout"``; when *transport_exit* is the exit status, ``interrupted``
-    is ``"transport"``.
+    On timeout the whole process group is ended and ``interrupted`` is
+    ``"timeout"``; when *transport_exit* is the exit status (or a signal ended
+    the process), ``interrupted`` is ``"transport"``.
     """
-    started = time.monotonic()
     fault = failpoint("call", where, *argv)
     if fault == "drop-before":
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"",
                          b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
-    program = full[0] if "/" in full[0] else shutil.which(full[0])
-    if program is None:
-        return RunResult(argv, where, 127, b"", f"{full[0]}: command not found\n".encode(), 0.0)
-    stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        stdin_arg: IO[bytes] | int
-        if stdin_file is not None:
-            stdin_arg = stdin_file
-        else:
-            stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
-        try:
-            proc = subprocess.Popen(
-                [program, *full[1:]],
-                stdin=stdin_arg,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            if stdin_file is not None:
-                stdin_file.close()
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            return RunResult(argv, where, code, b"", f"{full[0]}: {exc.strerror}\n".encode(),
-                             time.monotonic() - started)
-        interrupted = None
-        if watch is not None:
-            watch(out.fileno(), err.fileno())
-        try:
-            if isinstance(stdin, bytes):
-                proc.communicate(input=stdin, timeout=timeout)
-            else:
-                proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            interrupted = "timeout"
-            _kill_group(proc)
-        except BaseException:  # SIGINT/SIGTERM of vq-admin itself: never leave the child running
-            _kill_group(proc)
-            raise
-        finally:
-            if watch is not None:
-                watch()
-            if stdin_file is not None:
-                stdin_file.close()
-        seconds = time.monotonic() - started
-        code = proc.returncode
-        if interrupted is None:
-            interrupted = classify_exit(code, transport_exit)
-        stdout, truncated = _read_capped(out)
-        stderr, _ = _read_capped(err)
-    result = RunResult(argv, where, None if interrupted == "timeout" else code, stdout, stderr,
-                       seconds, interrupted, truncated)
-    return _apply_fault(result, fault, transport_exit) if fault else result
+    done = process.run(full, timeout=timeout, stdin=stdin, watch=watch)
+    result = RunResult(argv, where, done.exit_code, done.stdout, done.stderr, done.seconds,
+                       done.interruption(transport_exit), done.stdout_truncated)
+    return _apply_fault(result, fault) if fault and done.ended != process.NOT_STARTED else result
 
 
-def _apply_fault(result: RunResult, fault: str, transport_exit: int | None) -> RunResult:
+def _apply_fault(result: RunResult, fault: str) -> RunResult:
     """A test fault (failpoint ``call``, :mod:`vq_admin.agent.failpoints`) after the command really ran."""
-    note = f"vq-admin test fault: {fault}\n".encode()
-    if fault == "drop-after":
-        return RunResult(result.argv, result.where, SSH_TRANSPORT_EXIT, result.stdout, result.stderr + note,
-                         result.seconds, "transport", result.stdout_truncated)
-    if fault == "kill":  # the local process (ssh client or command) ended by SIGKILL: not the command's status
-        return RunResult(result.argv, result.where, -signal.SIGKILL, result.stdout, result.stderr + note,
-                         result.seconds, "transport", result.stdout_truncated)
-    if fault == "timeout":
-        return RunResult(result.argv, result.where, None, result.stdout, result.stderr + note,
-                         result.seconds, "timeout", result.stdout_truncated)
-    return result
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _read_capped(fh: IO[bytes]) -> tuple[bytes, bool]:
-    fh.seek(0)
-    data = fh.read(CAPTURE_LIMIT + 1)
-    return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
+    if fault not in process.FAULT_OUTCOMES:
+        return result
+    code, interrupted = process.FAULT_OUTCOMES[fault]
+    return RunResult(result.argv, result.where, code, result.stdout,
+                     result.stderr + f"vq-admin test fault: {fault}\n".encode(),
+                     result.seconds, interrupted, result.stdout_truncated)
 
 
 CONTROL_PARENT = "/tmp"

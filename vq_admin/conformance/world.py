@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import source
+from .. import process, source
 from ..transport import LocalTransport, RunResult
 
 SELFTEST = {
@@ -88,9 +87,7 @@ class World:
             os.chmod(path, 0o755)
 
     def _git(self, *args: str) -> str:
-        done = subprocess.run(["git", "-C", self.repo, *args], env=dict(os.environ, **GIT_ENV), check=True,
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        return done.stdout.strip()
+        return process.output(["git", "-C", self.repo, *args], timeout=600, env=dict(os.environ, **GIT_ENV))
 
     def _make_commits(self) -> None:
         self._git("init", "-q")

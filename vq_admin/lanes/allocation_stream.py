@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import collections
 import os
-import signal
-import subprocess
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
+from .. import process
 from ..agent import checksum
 from ..agent.failpoints import failpoint
 from ..agent.frames import FrameError, read_frames
 from ..receipt import parse_metrics
 from ..statefs import temp_name
-from ..transport import SSH_TRANSPORT_EXIT, Transport, classify_exit, describe_interruption
+from ..transport import Transport, describe_interruption
 
 #: How much of each transcript the receipt carries inline (the tail); the
 #: driver's copy next to the receipt always holds all of it.
@@ -188,67 +184,43 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
                 on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
-    The whole call is bounded by *timeout* (the local process group is
-    killed at the bound: ``interrupted = "timeout"``); ssh's own exit 255 is
-    ``interrupted = "transport"``.
+    It runs through :func:`vq_admin.process.run` in stream mode: the whole call is
+    bounded by *timeout* (the local process group is ended at the bound:
+    ``interrupted = "timeout"``); ssh's own exit 255, or the ssh client ended by a
+    signal, is ``interrupted = "transport"``.
     """
     argv = [str(a) for a in argv]
     call = StreamCall(argv, transport.where)
     full = transport.wrap(argv, {})
-    started = time.monotonic()
     fault = failpoint("call", transport.where, *argv)
     if fault == "drop-before":
-        call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
+        call.exit_code, call.interrupted = process.FAULT_OUTCOMES[fault]
         call.stderr = "vq-admin test fault: connection dropped before the command ran"
         return call
-    with tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                    start_new_session=True)
-        except OSError as exc:
-            call.exit_code, call.stderr = 127, f"{full[0]}: {exc.strerror or exc}"
-            return call
-        fired = threading.Event()
 
-        def kill() -> None:
-            fired.set()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(timeout, kill)
-        timer.daemon = True
-        timer.start()
+    def read(stdout: IO[bytes]) -> bool:
         try:
-            assert proc.stdout is not None
-            call.ended = read_frames(proc.stdout, lambda kind, value: _on_record(call, sinks, kind, value, on_record),
+            call.ended = read_frames(stdout, lambda kind, value: _on_record(call, sinks, kind, value, on_record),
                                      lambda name, chunk: sinks[name].write(chunk))
-        except FrameError as exc:
+        except FrameError as exc:  # not the agent's stream: stop following it (the process group is killed)
             call.frame_error = str(exc)
-            kill()
-        except BaseException:  # SIGTERM/SIGINT of vq-admin: end the local ssh at once, never wait for the job
-            kill()
-            raise
-        finally:
-            if proc.stdout is not None:
-                proc.stdout.close()
-            code = proc.wait()
-            timer.cancel()
-        call.seconds = time.monotonic() - started
-        err.seek(0)
-        call.stderr = err.read()[-(64 << 10):].decode("utf-8", "replace")
-    if call.frame_error is None and fired.is_set():
+            return True
+        return False
+
+    # SIGTERM/SIGINT of vq-admin ends the local ssh at once (the runner kills its group), never waiting for the job
+    done = process.run(full, timeout=timeout, read_stdout=read, stderr_tail=True)
+    call.seconds = done.seconds
+    call.stderr = done.stderr[-(64 << 10):].decode("utf-8", "replace")
+    if done.ended == process.NOT_STARTED:
+        call.exit_code, call.stderr = done.returncode, done.stderr.decode("utf-8", "replace").strip()
+        return call
+    if call.frame_error is None and done.ended == process.TIMED_OUT:
         call.interrupted = "timeout"
     else:
-        call.exit_code = code
-        call.interrupted = classify_exit(code, transport.transport_exit)
-    if fault == "drop-after":  # a test fault after the call really ran (failpoint "call")
-        call.exit_code, call.interrupted = SSH_TRANSPORT_EXIT, "transport"
-    elif fault == "kill":
-        call.exit_code, call.interrupted = -signal.SIGKILL, "transport"
-    elif fault == "timeout":
-        call.exit_code, call.interrupted = None, "timeout"
+        call.exit_code = done.returncode
+        call.interrupted = process.classify_exit(done.returncode, transport.transport_exit)
+    if fault in process.FAULT_OUTCOMES:  # a test fault after the call really ran (failpoint "call")
+        call.exit_code, call.interrupted = process.FAULT_OUTCOMES[fault]
     return call
 
 
