@@ -38,6 +38,7 @@ from typing import Any
 from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest
 
 from .. import authority, history, registry
+from ..agent import protocol
 from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
@@ -112,7 +113,7 @@ class RuntimePrune:
         planned = [w if w != self.sha else "<keep set>" for w in self.prune_command([self.sha]).argv]
         plan.add("prune", where, planned, f"provider {p.provider}: remove releases outside the keep set")
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request())
-        plan.add("kept-readback", where, [*self.host.agent, "hash-file", "<each kept launcher>"],
+        plan.add("kept-readback", where, protocol.hash_file(self.host.agent, "<each kept launcher>"),
                  "every kept launcher still hashes to its attested SHA-256")
 
     def command_places(self) -> list[remote_paths.Place]:
@@ -285,7 +286,7 @@ class RuntimePrune:
             if entry is None:
                 continue
             step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", self.ctx.login(self.host).where,
-                                         [*self.host.agent, "hash-file", entry["launcher"]],
+                                         protocol.hash_file(self.host.agent, entry["launcher"]),
                                          f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), step.planned_argv,
                              timeout=self.profile.verify_timeout_seconds)
