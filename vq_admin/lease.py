@@ -20,7 +20,6 @@ that cannot be reached is ``unknown`` (exit 3; nothing ran).
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import select
 import shlex
@@ -110,7 +109,7 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
-        answer = _parse(line)
+        answer = _parse(protocol.LEASE, line)
         if answer.get("held") is True:
             self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
                                acquired_at=_now())
@@ -199,7 +198,7 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
-        answer = _parse(line)
+        answer = _parse(protocol.SESSION, line)
         raw = answer.get("lease")
         held: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if answer and held.get("held") is True and fault is None:
@@ -329,12 +328,13 @@ class Lease:
         return text.replace("vq-admin-agent: ", "")
 
 
-def _parse(line: str) -> dict[str, Any]:
+def _parse(verb: str, line: str) -> dict[str, Any]:
+    """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
+    not one (the exit status and stderr then say why)."""
     try:
-        value = json.loads(line) if line else {}
-    except ValueError:
+        return protocol.PARSERS[verb](line).data if line else {}
+    except protocol.ProtocolError:
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _now() -> str:

@@ -528,9 +528,9 @@ class LeaseAnswer(Answer):
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        self.held: bool = _member(self.verb, data, "held", bool)
-        self.lock: Optional[str] = _member(self.verb, data, "lock", str, optional=True)
-        self.holder: Optional[Dict[str, Any]] = _member(self.verb, data, "holder", dict, optional=True)
+        self.held: bool = data.get("held") is True
+        self.lock: Optional[str] = _loose(data, "lock", str)
+        self.holder: Optional[Dict[str, Any]] = _loose(data, "holder", dict)
 
 
 def parse_lease(stdout: Output) -> LeaseAnswer:

@@ -31,7 +31,6 @@ nothing.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -290,7 +289,7 @@ class RuntimePrune:
                                          f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), step.planned_argv,
                              timeout=self.profile.verify_timeout_seconds)
-            answer = _json(result.stdout)
+            answer = _hash_answer(result.stdout)
             if result.interrupted:
                 checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
@@ -312,12 +311,12 @@ class RuntimePrune:
         return failures, unread
 
 
-def _json(stdout: bytes) -> dict[str, Any]:
+def _hash_answer(stdout: bytes) -> dict[str, Any]:
+    """The agent's ``hash-file`` answer; an unreadable one is empty (the launcher is then not proven)."""
     try:
-        value = json.loads(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        return protocol.parse_hash_file(stdout).data
+    except protocol.ProtocolError:
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
