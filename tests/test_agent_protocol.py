@@ -60,6 +60,14 @@ def test_every_agent_option_is_a_protocol_flag():
     assert agent_options() == set(protocol.FLAGS)
 
 
+def test_the_exit_statuses_are_the_agent_s():
+    from vq_admin.agent import cli, lease
+
+    assert (cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_MISMATCH, cli.EXIT_UNSAFE, cli.EXIT_HELD) == (
+        protocol.EXIT_FAILED, protocol.EXIT_USAGE, protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE, protocol.EXIT_HELD)
+    assert lease.EXIT_HELD == protocol.EXIT_HELD
+
+
 def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
     """agent/entry.py dispatches verify-readback and session before the verb table (and this module)
     is imported, so it spells them; they must be the protocol's."""

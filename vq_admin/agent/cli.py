@@ -35,7 +35,8 @@ from . import (allocation, checkpaths, detached, identity, install_file, lease, 
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE
 
-EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
+EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = (protocol.EXIT_FAILED, protocol.EXIT_USAGE,
+                                                    protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE)
 #: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
 EXIT_HELD = lease.EXIT_HELD
 
