@@ -14,11 +14,11 @@ that is not the agent's, or the ``sinfo`` error.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .agent import protocol
 from .config import Config, HostConfig
 from .output import safe_text
 from .transport import SSH_TRANSPORT_EXIT, Session, Transport
@@ -58,7 +58,7 @@ def _last_line(text: str) -> str:
 
 
 def probe(host: HostConfig, transport: Transport, timeout: float) -> Probe:
-    argv = [*host.agent, "version"] + (["--sinfo"] if wants_sinfo(host) else [])
+    argv = protocol.version(host.agent, sinfo=wants_sinfo(host))
     found = Probe(host.name, host.fleet_role, transport.where, argv)
     result = transport.run(argv, timeout=timeout)
     found.seconds = result.seconds
@@ -78,17 +78,16 @@ def probe(host: HostConfig, transport: Transport, timeout: float) -> Probe:
         found.reason = f"agent exited {result.exit_code}: {_last_line(err)}"
         return found
     try:
-        answer = json.loads(out)
-    except ValueError:
+        answer = protocol.parse_version(out)
+    except protocol.ProtocolError:
         answer = None
-    if not isinstance(answer, dict) or not isinstance(answer.get("version"), str):
+    if answer is None:
         found.reason = (f"the answer is not vq-admin-agent's version object (an older agent without the "
                         f"'version' verb, or another program): {_last_line(out or err)}")
         return found
-    found.agent = {k: answer.get(k) for k in ("version", "python_version", "interpreter", "checksum")}
-    if "--sinfo" in argv:
-        sinfo = answer.get("sinfo")
-        found.sinfo = sinfo if isinstance(sinfo, dict) else {"error": "not reported"}
+    found.agent = answer.facts()
+    if protocol.SINFO in argv:
+        found.sinfo = answer.sinfo if answer.sinfo is not None else {"error": "not reported"}
         if found.sinfo.get("error"):
             found.reason = f"sinfo: {_last_line(str(found.sinfo['error']))}"
             return found

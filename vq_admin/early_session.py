@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Sequence
 
 from . import process
+from .agent import protocol
 from .transport import SHELL_PROBE, SshTransport, literal_words
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def session_command(transport: SshTransport, argv: Sequence[str]) -> list[str]:
 
     full = transport.master_wrap(argv)
     if not transport.shell_checked:
-        full[-1] += " --probe " + " ".join(shlex.quote(w) for w in SHELL_PROBE[2:])
+        full[-1] += " " + " ".join(shlex.quote(w) for w in protocol.session_probe(SHELL_PROBE[2:]))
     return full
 
 
@@ -63,7 +64,7 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
     nothing when the agent's words are not literal: that run takes its lease the old way)."""
     if id(transport) in _EARLY or transport.shell_checked or not literal_words(agent):
         return
-    full = session_command(transport, [*agent, "session"])
+    full = session_command(transport, protocol.session(agent))
     stderr = tempfile.TemporaryFile()
     try:
         proc = process.spawn(full, stderr=stderr)

@@ -20,7 +20,6 @@ that cannot be reached is ``unknown`` (exit 3; nothing ran).
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import select
 import shlex
@@ -32,6 +31,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
 from . import process
+from .agent import protocol
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
 
@@ -67,15 +67,9 @@ class AgentWithoutLease(Refused):
 
 def lease_argv(agent: tuple[str, ...] | list[str], scratch_root: str | None, lane: str, host: str,
                program: str | None, run_id: str, since: str) -> list[str]:
-    argv = [*agent, "lease"]
-    if scratch_root:
-        argv += ["--root", scratch_root]
-    argv += ["--lane", lane, "--host", host]
-    if program:
-        argv += ["--program", program]
-    argv += ["--driver-host", socket.gethostname(), "--user", _user(), "--pid", str(os.getpid()),
-             "--since", since, "--run-id", run_id]
-    return argv
+    return protocol.lease(agent, root=scratch_root, lane=lane, host=host, program=program,
+                          driver_host=socket.gethostname(), user=_user(), pid=os.getpid(), since=since,
+                          run_id=run_id)
 
 
 def _user() -> str:
@@ -115,7 +109,7 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
-        answer = _parse(line)
+        answer = _parse(protocol.LEASE, line)
         if answer.get("held") is True:
             self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
                                acquired_at=_now())
@@ -138,7 +132,7 @@ class Lease:
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
                                    f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
                                    "this run changed nothing")
-        if code == 2 and "invalid choice: 'lease'" in error:
+        if protocol.lacks_verb(protocol.LEASE, code, b"", error):
             raise AgentWithoutLease(f"the agent on {self.where} ({self.argv[0]}) has no lease verb (an older helper); "
                                     "update the helper first (vq admin update HOST); nothing was run")
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
@@ -166,7 +160,7 @@ class Lease:
         from .early_session import take as take_early
         from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
 
-        argv = [*self.argv[:self.argv.index("lease")], "session"]
+        argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
         on_line = ssh is not None and not ssh.shell_checked and probe_on_line
         if ssh is not None and not ssh.shell_checked:
@@ -195,7 +189,7 @@ class Lease:
             else:
                 self.proc = process.spawn(full, stderr=self._stderr)
             assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(request, sort_keys=True).encode() + b"\n")
+            self.proc.stdin.write(protocol.encode_request(request))
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # the agent (or ssh) ended at once: its status says why
@@ -203,7 +197,7 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
-        answer = _parse(line)
+        answer = _parse(protocol.SESSION, line)
         raw = answer.get("lease")
         held: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if answer and held.get("held") is True and fault is None:
@@ -215,7 +209,7 @@ class Lease:
         self.proc = None
         error = self._error_text()
         if fault is not None or not answer:
-            if not answer and code == 2 and "session" in error and "invalid choice" in error:
+            if not answer and protocol.lacks_verb(protocol.SESSION, code, b"", error):
                 self.record["argv"] = self.argv  # the caller takes the lease with the lease verb
                 self._stderr.seek(0)
                 self._stderr.truncate()
@@ -262,9 +256,9 @@ class Lease:
     # -- internals ------------------------------------------------------------------
 
     def _what(self) -> str:
-        i = self.argv.index("--lane")
+        i = self.argv.index(protocol.LANE)
         lane, host = self.argv[i + 1], self.argv[i + 3]
-        program = self.argv[self.argv.index("--program") + 1] if "--program" in self.argv else None
+        program = self.argv[self.argv.index(protocol.PROGRAM) + 1] if protocol.PROGRAM in self.argv else None
         return f"{lane} {host}" + (f" {program}" if program else "")
 
     def _read_line(self, timeout: float) -> str:
@@ -325,12 +319,13 @@ class Lease:
         return text.replace("vq-admin-agent: ", "")
 
 
-def _parse(line: str) -> dict[str, Any]:
+def _parse(verb: str, line: str) -> dict[str, Any]:
+    """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
+    not one (the exit status and stderr then say why)."""
     try:
-        value = json.loads(line) if line else {}
-    except ValueError:
+        return protocol.PARSERS[verb](line).data if line else {}
+    except protocol.ProtocolError:
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _now() -> str:

@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import getpass
 import hashlib
-import json
 import os
 import socket
 import sys
 from typing import Any
 
 from . import authority
+from .agent import protocol
 from .config import Config, HostConfig, load_config
 from .envelope import write
 from .outcome import Outcome, Refused, UsageError
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         raise Refused(refusal)
     state = StateDir(args.state_dir)
-    argv = [*host.agent, "install-file", "--dest", dest, "--mode", args.mode]
+    argv = protocol.install_file(host.agent, dest=dest, mode=args.mode)
     receipt = Receipt(lane="provider", host=host.name, program=None, expected_sha=None, tag=None,
                       started_at=utc_now())
     install: dict[str, Any] = {
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from .permissions import refuse_if_unsafe
 
-        refuse_if_unsafe(transport, argv, "install-file")
+        refuse_if_unsafe(transport, argv, step.name)
         result = transport.run(argv, timeout=300, stdin=data)
         outcome = _judge(receipt, step, result, transport, host, dest)
     receipt.id = state.new_receipt_id("provider", host.name, None)
@@ -199,10 +199,10 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
         step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     if result.ok:
         try:
-            answer = json.loads(result.text())
-        except ValueError:
+            answer: dict[str, Any] | None = protocol.parse_install_file(result.stdout).data
+        except protocol.ProtocolError:
             answer = None
-        if not isinstance(answer, dict):
+        if answer is None:
             receipt.errors.append("install-file printed no JSON object")
             return Outcome.FAILED
         install.update({k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed", "interpreter",
@@ -213,7 +213,7 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
             return Outcome.FAILED
         return Outcome.OK
     held = _hash_back(transport, host, dest)
-    receipt.readback = {"read": f"hash-file {dest} on {transport.where}", "dest_sha256": held}
+    receipt.readback = {"read": f"{protocol.HASH_FILE} {dest} on {transport.where}", "dest_sha256": held}
     if result.interrupted:
         receipt.errors.append(f"install-file: {result.describe()}")
         if held == install["src_sha256"]:
@@ -233,12 +233,11 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
 
 
 def _hash_back(transport: Transport, host: HostConfig, dest: str) -> str | None:
-    result = transport.run([*host.agent, "hash-file", dest], timeout=120)
+    result = transport.run(protocol.hash_file(host.agent, dest), timeout=120)
     try:
-        value = json.loads(result.text()).get("sha256")
-    except (ValueError, AttributeError):
+        return protocol.parse_hash_file(result.stdout).sha256
+    except protocol.ProtocolError:
         return None
-    return value if isinstance(value, str) else None
 
 
 def _summary(receipt: dict[str, Any], path: str) -> list[str]:

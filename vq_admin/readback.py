@@ -84,8 +84,10 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     words = shlex.split(agent) if isinstance(agent, str) else []
     if not words:
         raise ConfigUnavailable(f"hosts.{host}.agent is not a command")
-    remote = [*words, "hash-file", launcher]
+    from .agent.protocol import hash_file
     from .agent.securepath import command_problem, path_problem
+
+    remote = hash_file(words, launcher)
 
     if table.get("transport", "ssh") == "local":
         problem = command_problem(words, what=f"hosts.{host}.agent")

@@ -26,22 +26,23 @@ JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable
 
-from . import allocation, checkpaths, detached, identity, install_file, lease, safedirs, stage, verify_readback
+from . import (allocation, checkpaths, detached, identity, install_file, lease, protocol, safedirs, stage,
+               verify_readback)
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE
 
-EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = 1, 2, 3, 4
+EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = (protocol.EXIT_FAILED, protocol.EXIT_USAGE,
+                                                    protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE)
 #: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
 EXIT_HELD = lease.EXIT_HELD
 
 
 def _emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.write(protocol.encode(obj))
     sys.stdout.flush()
 
 
@@ -102,7 +103,8 @@ def cmd_stage_verify(args: argparse.Namespace) -> int:
 
 def cmd_stage_reclaim(args: argparse.Namespace) -> int:
     root = args.root or os.path.expanduser("~")
-    _emit(stage.reclaim(root, args.kind, args.name, args.stage, args.outcome == "success", args.keep_failed))
+    _emit(stage.reclaim(root, args.kind, args.name, args.stage, args.outcome == protocol.OUTCOME_SUCCESS,
+                        args.keep_failed))
     return 0
 
 
@@ -235,45 +237,46 @@ def cmd_detach_reconcile(args: argparse.Namespace) -> int:
 def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, progress: str,
                          sbatch: bool = False) -> None:
     """The options of ``alloc-run`` (*what* "job", with ``--sbatch-arg``) and ``detach-run`` (*what* "build")."""
-    p.add_argument("--root", required=True, help="scratch root (absolute)")
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
-    p.add_argument("--timeout", type=_positive, required=True, help=bound)
+    p.add_argument(protocol.ROOT, required=True, help="scratch root (absolute)")
+    p.add_argument(protocol.PROGRAM, required=True)
+    p.add_argument(protocol.ATTEMPT, help="attempt name deploy.<UTC>.<hex> chosen by the driver (created fresh)")
+    p.add_argument(protocol.TIMEOUT, type=_positive, required=True, help=bound)
     if sbatch:
-        p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one sbatch option (repeat)")
-    p.add_argument("--env", action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+        p.add_argument(protocol.SBATCH_ARG, action="append", default=[], metavar="ARG",
+                       help="one sbatch option (repeat)")
+    p.add_argument(protocol.ENV, action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
                    help="environment for the provider command (repeat)")
-    p.add_argument("--archive", metavar="PATH",
+    p.add_argument(protocol.ARCHIVE, metavar="PATH",
                    help=f"the staged source.tar the provider reads; the {what} refuses to run if it changed")
-    p.add_argument("--archive-sha256", metavar="HEX", help="its SHA-256 as staged and verified")
-    p.add_argument("--progress", type=_at_least_one, metavar="SECONDS", help=progress)
+    p.add_argument(protocol.ARCHIVE_SHA256, metavar="HEX", help="its SHA-256 as staged and verified")
+    p.add_argument(protocol.PROGRESS, type=_at_least_one, metavar="SECONDS", help=progress)
     p.add_argument("command", nargs="+", help="the provider argv, after --")
 
 
 def _attempt_reconcile_options(p: argparse.ArgumentParser, what: str) -> None:
     """The options of ``alloc-reconcile`` (*what* "job") and ``detach-reconcile`` (*what* "build")."""
-    p.add_argument("--root", required=True)
-    p.add_argument("--program", required=True)
-    p.add_argument("--attempt", required=True)
-    p.add_argument("--timeout", type=_positive, required=True, help=f"how long to wait for the {what}'s end")
+    p.add_argument(protocol.ROOT, required=True)
+    p.add_argument(protocol.PROGRAM, required=True)
+    p.add_argument(protocol.ATTEMPT, required=True)
+    p.add_argument(protocol.TIMEOUT, type=_positive, required=True, help=f"how long to wait for the {what}'s end")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vq-admin-agent", description="vq scheduler-side helper verbs")
     sub = parser.add_subparsers(dest="verb", required=True)
 
-    p = sub.add_parser("hash-file", help="SHA-256 of the file at PATH (following symlinks)")
+    p = sub.add_parser(protocol.HASH_FILE, help="SHA-256 of the file at PATH (following symlinks)")
     p.add_argument("path")
     p.set_defaults(func=cmd_hash_file)
 
-    p = sub.add_parser("check-paths", help="refuse (exit 4) a command path another user could change",
+    p = sub.add_parser(protocol.CHECK_PATHS, help="refuse (exit 4) a command path another user could change",
                        description="Check every absolute PATH, and every directory above it, with the "
                                    "secure-path rule: owned by you or root, not writable by group or others "
                                    "(a directory may be if it is sticky).")
     p.add_argument("paths", nargs="*", metavar="PATH", help="the words of the configured commands")
     p.set_defaults(func=cmd_check_paths)
 
-    p = sub.add_parser("verify-readback", help="run the read-only verify command, then hash the launcher its "
+    p = sub.add_parser(protocol.VERIFY_READBACK, help="run the read-only verify command, then hash the launcher its "
                        "receipt names; one JSON answer",
                        description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
@@ -281,50 +284,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify_readback)
 
     def identity_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--sha", required=True)
-        p.add_argument("--archive-sha256", required=True)
-        p.add_argument("--tree-sha256", required=True)
-        p.add_argument("--git-tree", required=True)
+        p.add_argument(protocol.SHA, required=True)
+        p.add_argument(protocol.ARCHIVE_SHA256, required=True)
+        p.add_argument(protocol.TREE_SHA256, required=True)
+        p.add_argument(protocol.GIT_TREE, required=True)
 
-    p = sub.add_parser("stage-create", help="create a fresh stage with its identity files")
-    p.add_argument("--root", help="scratch root (default: home directory)")
-    p.add_argument("--kind", choices=stage.KINDS, required=True)
-    p.add_argument("--name", required=True)
+    p = sub.add_parser(protocol.STAGE_CREATE, help="create a fresh stage with its identity files")
+    p.add_argument(protocol.ROOT, help="scratch root (default: home directory)")
+    p.add_argument(protocol.KIND, choices=stage.KINDS, required=True)
+    p.add_argument(protocol.NAME, required=True)
     identity_args(p)
     p.set_defaults(func=cmd_stage_create)
 
-    p = sub.add_parser("stage-receive", help="write the archive read from stdin into a stage")
-    p.add_argument("--stage", required=True)
+    p = sub.add_parser(protocol.STAGE_RECEIVE, help="write the archive read from stdin into a stage")
+    p.add_argument(protocol.STAGE, required=True)
     p.set_defaults(func=cmd_stage_receive)
 
-    p = sub.add_parser("stage-verify", help="prove a staged archive's identity")
-    p.add_argument("--stage", required=True)
+    p = sub.add_parser(protocol.STAGE_VERIFY, help="prove a staged archive's identity")
+    p.add_argument(protocol.STAGE, required=True)
     identity_args(p)
     p.set_defaults(func=cmd_stage_verify)
 
-    p = sub.add_parser("stage-reclaim", help="remove a succeeded stage or cap failed ones")
-    p.add_argument("--root")
-    p.add_argument("--kind", choices=stage.KINDS, required=True)
-    p.add_argument("--name", required=True)
-    p.add_argument("--stage", required=True)
-    p.add_argument("--outcome", choices=("success", "failed"), required=True)
-    p.add_argument("--keep-failed", type=int, default=3)
+    p = sub.add_parser(protocol.STAGE_RECLAIM, help="remove a succeeded stage or cap failed ones")
+    p.add_argument(protocol.ROOT)
+    p.add_argument(protocol.KIND, choices=stage.KINDS, required=True)
+    p.add_argument(protocol.NAME, required=True)
+    p.add_argument(protocol.STAGE, required=True)
+    p.add_argument(protocol.OUTCOME, choices=protocol.OUTCOMES, required=True)
+    p.add_argument(protocol.KEEP_FAILED, type=int, default=protocol.KEEP_FAILED_DEFAULT)
     p.set_defaults(func=cmd_stage_reclaim)
 
-    p = sub.add_parser("identity", help="version, source SHA, tree digest, path and interpreter of this helper")
-    p.add_argument("--json", action="store_true", help="print one JSON object (what the driver reads)")
+    p = sub.add_parser(protocol.IDENTITY, help="version, source SHA, tree digest, path and interpreter of this helper")
+    p.add_argument(protocol.JSON, action="store_true", help="print one JSON object (what the driver reads)")
     p.set_defaults(func=cmd_identity)
 
-    p = sub.add_parser("version", help="version, Python and checksum of this helper, as one JSON object")
-    p.add_argument("--sinfo", action="store_true", help="also run 'sinfo -h -o %%t' and report the node states")
+    p = sub.add_parser(protocol.VERSION, help="version, Python and checksum of this helper, as one JSON object")
+    p.add_argument(protocol.SINFO, action="store_true", help="also run 'sinfo -h -o %%t' and report the node states")
     p.set_defaults(func=cmd_version)
 
-    p = sub.add_parser("install-file", help="replace the file at --dest with stdin, atomically")
-    p.add_argument("--dest", required=True, help="absolute path of the file to install")
-    p.add_argument("--mode", default="0755", help="octal file mode (default 0755; no group/other write)")
+    p = sub.add_parser(protocol.INSTALL_FILE, help="replace the file at --dest with stdin, atomically")
+    p.add_argument(protocol.DEST, required=True, help="absolute path of the file to install")
+    p.add_argument(protocol.MODE, default=protocol.MODE_DEFAULT,
+                   help="octal file mode (default 0755; no group/other write)")
     p.set_defaults(func=cmd_install_file)
 
-    p = sub.add_parser("alloc-run", help="run a provider argv as a Slurm batch job in a fresh attempt directory",
+    p = sub.add_parser(protocol.ALLOC_RUN, help="run a provider argv as a Slurm batch job in a fresh attempt directory",
                        description="Create <root>/.vq-admin/runtime-deploy/<program>/<attempt>/, submit "
                                    "sbatch --parsable --wait, bound the wait, settle the transcripts, apply "
                                    "retention and stream the result (framed records).")
@@ -333,11 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
                                   "and each settle observation, as progress records (for a terminal)")
     p.set_defaults(func=cmd_alloc_run)
 
-    p = sub.add_parser("alloc-reconcile", help="establish the end of an attempt's recorded job (never submits)")
+    p = sub.add_parser(protocol.ALLOC_RECONCILE, help="establish the end of an attempt's recorded job (never submits)")
     _attempt_reconcile_options(p, "job")
     p.set_defaults(func=cmd_alloc_reconcile)
 
-    p = sub.add_parser("detach-run", help="run a provider argv on this host, detached from the connection, in a "
+    p = sub.add_parser(protocol.DETACH_RUN, help="run a provider argv on this host, detached from the connection, in a "
                        "fresh attempt directory",
                        description="Create <root>/.vq-admin/runtime-deploy/<program>/<attempt>/, start the "
                                    "provider argv under a supervising process in its own session (stdin from "
@@ -350,33 +354,34 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(at least 1), and each settle observation, as progress records (for a terminal)")
     p.set_defaults(func=cmd_detach_run)
 
-    p = sub.add_parser("detach-reconcile", help="establish the end of an attempt's detached build (never starts one)")
+    p = sub.add_parser(protocol.DETACH_RECONCILE,
+                       help="establish the end of an attempt's detached build (never starts one)")
     _attempt_reconcile_options(p, "build")
     p.set_defaults(func=cmd_detach_reconcile)
 
-    p = sub.add_parser("lease", help="hold the host-side lease of one lane until stdin closes (75 when held)",
+    p = sub.add_parser(protocol.LEASE, help="hold the host-side lease of one lane until stdin closes (75 when held)",
                        description="Take an exclusive flock on <root>/.vq-admin/locks/<lane>.<host>[.<program>].lock "
                                    "(without --root: the agent's state directory), record the holder, print one "
                                    "JSON line, and hold it until stdin closes. Never waits: exit 75 naming the "
                                    "holder when another run holds it.")
-    p.add_argument("--root", help="scratch root (absolute); default: the agent's state directory")
-    p.add_argument("--lane", choices=lease.LANES, required=True)
-    p.add_argument("--host", required=True, help="the configured host name")
-    p.add_argument("--program", help="the program (runtime lane only)")
-    p.add_argument("--driver-host", required=True, help="holder record: the driver's host name")
-    p.add_argument("--user", required=True, help="holder record: the user running vq-admin")
-    p.add_argument("--pid", type=int, required=True, help="holder record: the driver's pid")
-    p.add_argument("--since", required=True, help="holder record: when the run started (UTC)")
-    p.add_argument("--run-id", required=True, help="holder record: the run's id")
+    p.add_argument(protocol.ROOT, help="scratch root (absolute); default: the agent's state directory")
+    p.add_argument(protocol.LANE, choices=lease.LANES, required=True)
+    p.add_argument(protocol.HOST, required=True, help="the configured host name")
+    p.add_argument(protocol.PROGRAM, help="the program (runtime lane only)")
+    p.add_argument(protocol.DRIVER_HOST, required=True, help="holder record: the driver's host name")
+    p.add_argument(protocol.USER, required=True, help="holder record: the user running vq-admin")
+    p.add_argument(protocol.PID, type=int, required=True, help="holder record: the driver's pid")
+    p.add_argument(protocol.SINCE, required=True, help="holder record: when the run started (UTC)")
+    p.add_argument(protocol.RUN_ID, required=True, help="holder record: the run's id")
     p.set_defaults(func=lease.main_lease)
 
-    p = sub.add_parser("session", help="a run's first call: login-shell probe, lease, check-paths and verify in "
+    p = sub.add_parser(protocol.SESSION, help="a run's first call: login-shell probe, lease, check-paths and verify in "
                        "one start (one JSON request line on stdin), then hold the lease until stdin closes",
                        description="Read one JSON request line on stdin; run the login-shell probe, take the "
                                    "lease, check the command paths and run the verify with its launcher read-back, "
                                    "each only when everything before it passed; print one JSON answer line; hold "
                                    "the lease (when taken) until stdin closes.")
-    p.add_argument("--probe", nargs="*", metavar="WORD", default=None,
+    p.add_argument(protocol.PROBE, nargs="*", metavar="WORD", default=None,
                    help="the login-shell probe's words, as the login shell passed them (request member "
                         "shell_probe with argv true); must be the last option")
     p.set_defaults(func=cmd_session)
@@ -387,7 +392,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     """See :mod:`.session` (normally served by the console entry before this table is loaded)."""
     from . import session
 
-    return session.main([] if args.probe is None else ["--probe", *args.probe])
+    return session.main([] if args.probe is None else protocol.session_probe(args.probe))
 
 
 def main(argv: list[str] | None = None) -> int:

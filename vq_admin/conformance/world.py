@@ -27,6 +27,7 @@ from typing import Any
 from vq_admin_hookspecs import ProviderCommand
 
 from .. import process, source
+from ..agent import protocol
 from ..transport import LocalTransport, RunResult
 
 SELFTEST = {
@@ -111,16 +112,16 @@ class World:
         os.makedirs(work)
         ident = source.make_archive(source.resolve(self.repo, sha, None), work)
         files = ident.identity_files()
-        words = ["--sha", sha, "--archive-sha256", files["ARCHIVE-SHA256"], "--tree-sha256",
-                 files["SOURCE-TREE-SHA256"], "--git-tree", ident.git_tree]
+        words = {"sha": sha, "archive_sha256": files["ARCHIVE-SHA256"], "tree_sha256": files["SOURCE-TREE-SHA256"],
+                 "git_tree": ident.git_tree}
         local = LocalTransport()
-        made = local.run(self.agent("stage-create", "--root", self.scratch, "--kind", "runtime",
-                                    "--name", "conformance", *words), timeout=120)
+        made = local.run(protocol.stage_create(self.agent(), root=self.scratch, kind="runtime", name="conformance",
+                                               **words), timeout=120)
         if not made.ok:
             raise RuntimeError(f"stage-create failed: {made.error_text()}")
-        stage = json.loads(made.text())["stage"]
-        for argv, stdin in ((self.agent("stage-receive", "--stage", stage), ident.archive_path),
-                            (self.agent("stage-verify", "--stage", stage, *words), None)):
+        stage = protocol.parse_stage_create(made.stdout).stage
+        for argv, stdin in ((protocol.stage_receive(self.agent(), stage=stage), ident.archive_path),
+                            (protocol.stage_verify(self.agent(), stage=stage, **words), None)):
             done = local.run(argv, timeout=600, stdin=stdin)
             if not done.ok:
                 raise RuntimeError(f"{argv[3]} failed: {done.error_text()} {done.text()}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..agent import protocol
 from ..outcome import Locked
 from ..state import dump_json, read_json, write_atomic
 from .allocation_stream import stream_call
@@ -78,9 +79,8 @@ def reconcile_previous(update: "RuntimeUpdate") -> None:
     attempt = previous["attempt"]
     detached = previous.get("kind") == "detached"
     login = update.build_transport() if detached else ctx.login(update.host)
-    argv = update.agent("detach-reconcile" if detached else "alloc-reconcile", "--root",
-                        update.host.scratch_root or "", "--program", update.profile.program, "--attempt", attempt,
-                        "--timeout", "1")
+    argv = protocol.reconcile(update.host.agent, detached=detached, root=update.host.scratch_root or "",
+                              program=update.profile.program, attempt=attempt, timeout="1")
     step = update.receipt.plan.add("previous-attempt", login.where, argv,
                                    "establish the end of the build an interrupted run left on the build host "
                                    "(never starts one)" if detached else

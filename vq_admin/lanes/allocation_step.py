@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from vq_admin_hookspecs import ProviderCommand
 
 from .. import progress
-from ..agent import checksum
+from ..agent import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
 from ..plan import Step
@@ -72,18 +72,14 @@ def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, li
     """
     allocation = update.profile.update_allocation
     assert allocation is not None and update.host.scratch_root
-    argv = update.agent("alloc-run", "--root", update.host.scratch_root, "--program", update.profile.program,
-                        "--attempt", attempt, "--timeout", _seconds(update.profile.timeout_seconds))
-    if live:
-        argv += ["--progress", str(progress.POLL_SECONDS)]
-    argv += [f"--sbatch-arg={arg}" for arg in allocation.sbatch_args]
     # the job runs only the archive that was staged and verified (by content, not by path)
     source = update.source
-    argv += ["--archive", f"{update.stage_dir or '<stage>'}/source.tar",
-             "--archive-sha256", (source.archive_sha256 if source is not None else None) or "<archive_sha256>"]
-    for name, value in command.env:
-        argv += ["--env", f"{name}={value}"]
-    return [*argv, "--", *command.argv]
+    return protocol.alloc_run(
+        update.host.agent, root=update.host.scratch_root, program=update.profile.program, attempt=attempt,
+        timeout=_seconds(update.profile.timeout_seconds), progress=str(progress.POLL_SECONDS) if live else None,
+        sbatch_args=allocation.sbatch_args, archive=f"{update.stage_dir or '<stage>'}/source.tar",
+        archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
+        env=command.env, command=command.argv)
 
 
 def plan(update: "RuntimeUpdate", command: ProviderCommand, purpose: str) -> None:
@@ -202,7 +198,7 @@ def _discard(sinks: dict[str, TranscriptSink]) -> None:
 
 
 def _reconcile(update: "RuntimeUpdate", attempt: str, deadline: float, call: StreamCall,
-               sinks: dict[str, TranscriptSink], *, verb: str = "alloc-reconcile",
+               sinks: dict[str, TranscriptSink], *, detached: bool = False,
                transport: Transport | None = None, wait_for: float | None = None,
                purpose: str = "establish the batch job's end by its recorded id (never resubmits)",
                ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
@@ -212,8 +208,8 @@ def _reconcile(update: "RuntimeUpdate", attempt: str, deadline: float, call: Str
     for n in range(1, RECONCILE_TRIES + 1):
         _discard(sinks)
         wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
-        argv = update.agent(verb, "--root", update.host.scratch_root or "", "--program",
-                            update.profile.program, "--attempt", attempt, "--timeout", _seconds(round(wait)))
+        argv = protocol.reconcile(update.host.agent, detached=detached, root=update.host.scratch_root or "",
+                                  program=update.profile.program, attempt=attempt, timeout=_seconds(round(wait)))
         step = update.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
                                        purpose)
         call, sinks = _call(update, step, argv, wait + MARGIN, transport=transport)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vq_admin_hookspecs import ProviderCommand
 
 from .. import progress
+from ..agent import protocol
 from ..agent.failpoints import failpoint
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..outcome import Refused, VqAdminError
@@ -58,16 +59,13 @@ def applies(update: RuntimeUpdate) -> bool:
 def run_argv(update: RuntimeUpdate, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
     """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
     assert update.host.scratch_root
-    argv = update.agent("detach-run", "--root", update.host.scratch_root, "--program", update.profile.program,
-                        "--attempt", attempt, "--timeout", allocation_step._seconds(update.profile.timeout_seconds))
-    if live:
-        argv += ["--progress", str(progress.POLL_SECONDS)]
     source = update.source  # the build runs only the archive that was staged and verified (by content)
-    argv += ["--archive", f"{update.stage_dir or '<stage>'}/source.tar",
-             "--archive-sha256", (source.archive_sha256 if source is not None else None) or "<archive_sha256>"]
-    for name, value in command.env:
-        argv += ["--env", f"{name}={value}"]
-    return [*argv, "--", *command.argv]
+    return protocol.detach_run(
+        update.host.agent, root=update.host.scratch_root, program=update.profile.program, attempt=attempt,
+        timeout=allocation_step._seconds(update.profile.timeout_seconds),
+        progress=str(progress.POLL_SECONDS) if live else None, archive=f"{update.stage_dir or '<stage>'}/source.tar",
+        archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
+        env=command.env, command=command.argv)
 
 
 def plan(update: RuntimeUpdate, command: ProviderCommand, purpose: str) -> None:
@@ -104,7 +102,7 @@ def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
         ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                     "(it is never restarted)")
         call, sinks = allocation_step._reconcile(
-            update, attempt, deadline, call, sinks, verb="detach-reconcile", transport=transport,
+            update, attempt, deadline, call, sinks, detached=True, transport=transport,
             wait_for=RECONCILE_WAIT, purpose="establish the detached build's end from its attempt (never starts one)")
     result = _conclude(update, command, call, sinks)
     summary = call.records.get("summary") or {}

@@ -35,6 +35,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..agent import protocol
 from ..agent.failpoints import failpoint
 from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
 from ..outcome import VqAdminError
@@ -64,8 +65,9 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
     check_index, check_words = _login_check(update)
     request: dict[str, Any] = {"lease": _lease_request(lease)}
     if check_words is not None:
-        request["check_paths"] = remote_paths.check_argv(update.host.agent, check_words)[len(update.host.agent) + 2:]
-    verify_argv = pre_verify.planned_argv[len(update.host.agent) + 2:]
+        request["check_paths"] = protocol.command_words(remote_paths.check_argv(update.host.agent, check_words),
+                                                        update.host.agent)
+    verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
                    and not allocation_attempt.has_previous(update))
@@ -161,10 +163,11 @@ def _lease_request(lease: Lease) -> dict[str, Any]:
     def value(option: str) -> str | None:
         return argv[argv.index(option) + 1] if option in argv else None
 
-    return {"root": value("--root"), "lane": value("--lane"), "host": value("--host"),
-            "program": value("--program"),
-            "holder": {"driver_host": value("--driver-host"), "user": value("--user"),
-                       "pid": int(value("--pid") or 0), "since": value("--since"), "run_id": value("--run-id")}}
+    return {"root": value(protocol.ROOT), "lane": value(protocol.LANE), "host": value(protocol.HOST),
+            "program": value(protocol.PROGRAM),
+            "holder": {"driver_host": value(protocol.DRIVER_HOST), "user": value(protocol.USER),
+                       "pid": int(value(protocol.PID) or 0), "since": value(protocol.SINCE),
+                       "run_id": value(protocol.RUN_ID)}}
 
 
 def _login_check(update: "RuntimeUpdate") -> tuple[int, list[tuple[str, str]] | None]:

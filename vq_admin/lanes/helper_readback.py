@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from vq_admin_hookspecs import EvidenceError, HelperIdentity
 
+from ..agent import protocol
 from ..agent.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
@@ -54,7 +55,7 @@ def reread_policy() -> tuple[int, float]:
 
 def identity_argv(host: HostConfig) -> list[str]:
     """The agent exactly as the driver invokes it, asked for its identity."""
-    return [*host.agent, "identity", "--json"]
+    return protocol.identity(host.agent)
 
 
 @dataclass

@@ -31,13 +31,13 @@ nothing.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest
 
 from .. import authority, history, registry
+from ..agent import protocol
 from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
@@ -112,7 +112,7 @@ class RuntimePrune:
         planned = [w if w != self.sha else "<keep set>" for w in self.prune_command([self.sha]).argv]
         plan.add("prune", where, planned, f"provider {p.provider}: remove releases outside the keep set")
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request())
-        plan.add("kept-readback", where, [*self.host.agent, "hash-file", "<each kept launcher>"],
+        plan.add("kept-readback", where, protocol.hash_file(self.host.agent, "<each kept launcher>"),
                  "every kept launcher still hashes to its attested SHA-256")
 
     def command_places(self) -> list[remote_paths.Place]:
@@ -285,11 +285,11 @@ class RuntimePrune:
             if entry is None:
                 continue
             step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", self.ctx.login(self.host).where,
-                                         [*self.host.agent, "hash-file", entry["launcher"]],
+                                         protocol.hash_file(self.host.agent, entry["launcher"]),
                                          f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), step.planned_argv,
                              timeout=self.profile.verify_timeout_seconds)
-            answer = _json(result.stdout)
+            answer = _hash_answer(result.stdout)
             if result.interrupted:
                 checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
@@ -311,12 +311,12 @@ class RuntimePrune:
         return failures, unread
 
 
-def _json(stdout: bytes) -> dict[str, Any]:
+def _hash_answer(stdout: bytes) -> dict[str, Any]:
+    """The agent's ``hash-file`` answer; an unreadable one is empty (the launcher is then not proven)."""
     try:
-        value = json.loads(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        return protocol.parse_hash_file(stdout).data
+    except protocol.ProtocolError:
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:

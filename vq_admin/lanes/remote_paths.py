@@ -23,9 +23,9 @@ checked by the driver itself (see :mod:`vq_admin.plan`).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn, Sequence, Tuple
 
+from ..agent import protocol
 from ..outcome import Refused, VqAdminError
 from ..plan import Plan, execute
 from ..transport import SshTransport, Transport
@@ -124,7 +124,7 @@ def check_argv(agent: Sequence[str], words: list[tuple[str, str]]) -> list[str]:
     for _key, word in words:
         if word not in seen:
             seen.append(word)
-    return [*agent, "check-paths", "--", *seen]
+    return protocol.check_paths(agent, seen)
 
 
 PURPOSE = ("read-only: every command file that runs here, and every directory above it, "
@@ -164,8 +164,8 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
             raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run")
         if result.exit_code == AGENT_UNSAFE:
             try:
-                refused = json.loads(result.text()).get("refused") or []
-            except (ValueError, AttributeError):
+                refused = protocol.parse_check_paths(result.stdout).refused
+            except protocol.ProtocolError:
                 refused = []
             refuse(transport.where, words, refused, result.error_text()[-500:])
         raise Refused(f"{step.name}: the helper on {transport.where} could not check the command files "

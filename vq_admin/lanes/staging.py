@@ -15,11 +15,10 @@ host that will use it:
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 from .. import source
+from ..agent import protocol
 from ..outcome import Refused, VqAdminError
 from ..plan import Plan, Step, execute, mark_local
 from ..receipt import Receipt
@@ -36,7 +35,7 @@ class SourceStage:
         self.receipt = receipt
         self.transport = transport
         self.agent = agent
-        self.root_args = ["--root", scratch_root] if scratch_root else []
+        self.root = scratch_root
         self.kind, self.name, self.timeout = kind, name, timeout
         self.ident: source.SourceIdentity | None = None
         self.dir: str | None = None
@@ -54,19 +53,19 @@ class SourceStage:
 
     def plan_stage(self, ident: source.SourceIdentity) -> None:
         where = self.transport.where
-        words = ["--sha", ident.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
-                 "--git-tree", ident.git_tree]
-        self.plan.add("stage-create", where, [*self.agent, "stage-create", *self.root_args, "--kind", self.kind,
-                                              "--name", self.name, *words], "create a fresh stage")
-        self.plan.add("stage-receive", where, [*self.agent, "stage-receive", "--stage", "<stage>"],
+        words = {"sha": ident.sha, "archive_sha256": "<archive_sha256>", "tree_sha256": "<tree_sha256>",
+                 "git_tree": ident.git_tree}
+        self.plan.add("stage-create", where, protocol.stage_create(self.agent, root=self.root, kind=self.kind,
+                                                                   name=self.name, **words), "create a fresh stage")
+        self.plan.add("stage-receive", where, protocol.stage_receive(self.agent, stage="<stage>"),
                       "copy the archive into the stage")
-        self.plan.add("stage-verify", where, [*self.agent, "stage-verify", "--stage", "<stage>", *words],
+        self.plan.add("stage-verify", where, protocol.stage_verify(self.agent, stage="<stage>", **words),
                       "prove the staged archive's checksum and tree where it will be used")
 
     def plan_reclaim(self) -> None:
         self.plan.add("stage-reclaim", self.transport.where,
-                      [*self.agent, "stage-reclaim", *self.root_args, "--kind", self.kind, "--name", self.name,
-                       "--stage", "<stage>", "--outcome", "<success|failed>", "--keep-failed", str(KEEP_FAILED)],
+                      protocol.stage_reclaim(self.agent, root=self.root, kind=self.kind, name=self.name,
+                                             stage="<stage>", outcome="<success|failed>", keep_failed=KEEP_FAILED),
                       f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
 
     # -- the run ----------------------------------------------------------------------
@@ -95,27 +94,28 @@ class SourceStage:
     def stage(self) -> str:
         """Create, fill and verify the stage; returns its path on the host."""
         assert self.ident is not None and self.ident.archive_path
-        created = execute(self.plan.get("stage-create"), self.transport, self.actual(self.plan.get("stage-create")),
-                          timeout=STAGE_TIMEOUT)
-        self.require(created, "stage-create")
-        path = _json(created).get("stage")
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory")
+        create = self.plan.get("stage-create")
+        created = execute(create, self.transport, self.actual(create), timeout=STAGE_TIMEOUT)
+        self.require(created, create.name)
+        try:
+            path = protocol.parse_stage_create(created.stdout).stage
+        except protocol.ProtocolError:
+            raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory") from None
         self.dir = path
         self.receipt.stage = {"where": self.transport.where, "dir": path}
-        received = execute(self.plan.get("stage-receive"), self.transport, self.actual(self.plan.get("stage-receive")),
-                           timeout=self.timeout, stdin=self.ident.archive_path)
-        self.require(received, "stage-receive")
-        checked = execute(self.plan.get("stage-verify"), self.transport, self.actual(self.plan.get("stage-verify")),
-                          timeout=self.timeout)
-        if checked.exit_code == 3 and not checked.interrupted:
-            mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
+        receive, verify = self.plan.get("stage-receive"), self.plan.get("stage-verify")
+        received = execute(receive, self.transport, self.actual(receive), timeout=self.timeout,
+                           stdin=self.ident.archive_path)
+        self.require(received, receive.name)
+        checked = execute(verify, self.transport, self.actual(verify), timeout=self.timeout)
+        if checked.exit_code == protocol.EXIT_MISMATCH and not checked.interrupted:
+            mismatches = _verdict(checked).mismatches or ["identity mismatch"]
             self.reclaim(success=False)
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
-        self.require(checked, "stage-verify")
-        verdict = _json(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
-        if verdict.get("verified") is not True or verdict.get("stage") != path or verdict.get("mismatches"):
+        self.require(checked, verify.name)
+        verdict = _verdict(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
+        if not verdict.verified or verdict.stage != path or verdict.mismatches:
             self.reclaim(success=False)
             raise VqAdminError(f"stage-verify on {self.transport.where} exited 0 without a verdict proving the "
                                f"stage {path} (answer: {checked.text()[:300]!r}); nothing was installed")
@@ -145,7 +145,8 @@ class SourceStage:
         if not self.dir:
             return
         step = self.plan.get("stage-reclaim")
-        argv = [a.replace("<stage>", self.dir).replace("<success|failed>", "success" if success else "failed")
+        outcome = protocol.OUTCOME_SUCCESS if success else protocol.OUTCOME_FAILED
+        argv = [a.replace("<stage>", self.dir).replace("<success|failed>", outcome)
                 for a in step.planned_argv]
         result = execute(step, self.transport, argv, timeout=RECLAIM_TIMEOUT)
         if result.interrupted:  # the reclaim may have run on the host before its answer was lost
@@ -156,9 +157,9 @@ class SourceStage:
         self.dir = None
 
 
-def _json(result: RunResult) -> dict[str, Any]:
+def _verdict(result: RunResult) -> protocol.StageVerdict:
+    """The agent's ``stage-verify`` verdict; an unreadable one verifies nothing."""
     try:
-        value = json.loads(result.text())
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return protocol.parse_stage_verify(result.stdout)
+    except protocol.ProtocolError:
+        return protocol.StageVerdict({})

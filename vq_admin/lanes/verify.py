@@ -6,12 +6,12 @@ as the read-back that resolves an interrupted transport.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 
+from ..agent import protocol
 from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
@@ -50,7 +50,7 @@ class Verification:
 
 
 #: The agent verb that runs the verify and reads the launcher back in one call.
-VERIFY_READBACK = "verify-readback"
+VERIFY_READBACK = protocol.VERIFY_READBACK
 
 
 def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profile: RuntimeProfile,
@@ -62,10 +62,10 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    verify = plan.add(name, where, [*host.agent, VERIFY_READBACK, "--", *command.argv],
+    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
-    readback = plan.add(f"{name}-readback", where, [*host.agent, "hash-file", "<active_path>"],
+    readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, "<active_path>"),
                         f"SHA-256 of the receipt's launcher, read back on the login host (in the {name} agent call)")
     return verify, readback
 
@@ -79,7 +79,7 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     if not shared:
         login = login.unshared()
     timeout = profile.verify_timeout_seconds
-    verify_argv = verify_step.planned_argv[len(host.agent) + 2:]
+    verify_argv = protocol.command_words(verify_step.planned_argv, host.agent)
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, verify_step.planned_argv, timeout=timeout)
@@ -115,7 +115,7 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
         return found
     failpoint("step-before", readback_step.name)
     hashed = answer.get("readback")
-    readback_step.argv = [*host.agent, "hash-file", receipt.active_path]
+    readback_step.argv = protocol.hash_file(host.agent, receipt.active_path)
     seconds = answer.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
     if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
@@ -161,25 +161,17 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
 
 def _agent_lacks_verb(result: RunResult) -> bool:
     """The login host's agent predates ``verify-readback`` (its argparse refused the verb)."""
-    return result.exit_code == 2 and not result.stdout.strip() and b"invalid choice" in result.stderr
+    return protocol.lacks_verb(VERIFY_READBACK, result.exit_code, result.stdout, result.stderr)
 
 
 def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     if result.exit_code != 0:
         return {}, f"the agent's {VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
     try:
-        answer = json.loads(result.stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return {}, f"the agent's {VERIFY_READBACK} answer is not JSON"
-    verify = answer.get("verify") if isinstance(answer, dict) else None
-    if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
-            and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
-        return {}, f"the agent's {VERIFY_READBACK} answer is not a verify-readback object"
-    try:  # the verify's own bytes, as the agent passed them (surrogateescape)
-        answer["stdout_bytes"] = verify["stdout"].encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return {}, f"the agent's {VERIFY_READBACK} answer holds text that is not the verify's output"
-    return answer, None
+        parsed = protocol.parse_verify_readback(result.stdout)
+    except protocol.ProtocolError as exc:
+        return {}, str(exc)
+    return dict(parsed.data, stdout_bytes=parsed.stdout_bytes), None
 
 
 def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
@@ -195,7 +187,7 @@ def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRe
                              result.error_text())
     if receipt is None:
         return found
-    hashed = execute(readback_step, login, [*host.agent, "hash-file", receipt.active_path], timeout=timeout)
+    hashed = execute(readback_step, login, protocol.hash_file(host.agent, receipt.active_path), timeout=timeout)
     if hashed.interrupted:
         found.interrupted, found.error = True, hashed.describe()
         return found
@@ -208,12 +200,9 @@ def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRe
 
 def _parse_hash(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     try:
-        value = json.loads(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None, "the agent's hash-file answer is not JSON"
-    if not isinstance(value, dict):
-        return None, "the agent's hash-file answer is not an object"
-    return value, None
+        return protocol.parse_hash_file(stdout).data, None
+    except protocol.ProtocolError as exc:
+        return None, str(exc)
 
 
 #: How much of a verifier's unusable output a receipt keeps.

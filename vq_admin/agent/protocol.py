@@ -1,0 +1,611 @@
+"""The driver <-> agent protocol: every verb's name, flags, argv builder and answer parser.
+
+Both sides read this one module, so they cannot drift: the agent's argparse
+tree (:mod:`.cli`) takes its verb and flag names from here, and the driver
+builds every agent argv with the builders below and reads every answer with
+the parsers below.  No module of the driver spells an agent verb or flag
+itself (``tests/test_agent_protocol.py`` scans for one and round-trips every
+verb of :data:`VERBS` against the real agent).
+
+A builder takes the agent's words (the configured ``hosts.<name>.agent``, as
+the driver invokes it) and typed keyword arguments, and returns the argv; a
+placeholder such as ``<stage>`` may stand for a value the plan fills in at
+run time.  A parser takes the agent's stdout and returns a small record
+(the typed members the driver reads, plus ``data``: the whole JSON object),
+or raises :class:`ProtocolError`, whose message names the verb.
+
+``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile``
+answer with framed records (:mod:`.frames`), read as a stream by the driver;
+:func:`parse_framed` reads a whole captured stream.
+
+Standard library only, Python 3.8 syntax at run time, and cheap to import
+(no ``typing`` at run time): the agent imports it on its verb table's path.
+The two fast verbs (``verify-readback`` and ``session``) are dispatched by
+:mod:`.entry` before this module is imported; a test pins that its words are
+:data:`VERIFY_READBACK` and :data:`SESSION`.
+"""
+
+from __future__ import annotations
+
+import json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+    Words = Sequence[str]
+    Output = Union[bytes, str]
+
+# -- verbs ------------------------------------------------------------------------------
+
+HASH_FILE = "hash-file"
+CHECK_PATHS = "check-paths"
+VERIFY_READBACK = "verify-readback"
+STAGE_CREATE = "stage-create"
+STAGE_RECEIVE = "stage-receive"
+STAGE_VERIFY = "stage-verify"
+STAGE_RECLAIM = "stage-reclaim"
+IDENTITY = "identity"
+VERSION = "version"
+INSTALL_FILE = "install-file"
+ALLOC_RUN = "alloc-run"
+ALLOC_RECONCILE = "alloc-reconcile"
+DETACH_RUN = "detach-run"
+DETACH_RECONCILE = "detach-reconcile"
+LEASE = "lease"
+SESSION = "session"
+
+#: Every verb of the agent, in the order of its verb table.
+VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
+         IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION)
+#: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
+FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE)
+
+# -- flags ------------------------------------------------------------------------------
+
+END = "--"  # the end of the agent's options: a command's words follow
+ROOT = "--root"
+KIND = "--kind"
+NAME = "--name"
+SHA = "--sha"
+ARCHIVE_SHA256 = "--archive-sha256"
+TREE_SHA256 = "--tree-sha256"
+GIT_TREE = "--git-tree"
+STAGE = "--stage"
+OUTCOME = "--outcome"
+KEEP_FAILED = "--keep-failed"
+JSON = "--json"
+SINFO = "--sinfo"
+DEST = "--dest"
+MODE = "--mode"
+PROGRAM = "--program"
+ATTEMPT = "--attempt"
+TIMEOUT = "--timeout"
+SBATCH_ARG = "--sbatch-arg"
+ENV = "--env"
+ARCHIVE = "--archive"
+PROGRESS = "--progress"
+LANE = "--lane"
+HOST = "--host"
+DRIVER_HOST = "--driver-host"
+USER = "--user"
+PID = "--pid"
+SINCE = "--since"
+RUN_ID = "--run-id"
+PROBE = "--probe"
+
+#: Every option of every verb (``--`` aside).
+FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
+         DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
+         PID, SINCE, RUN_ID, PROBE)
+
+#: ``stage-reclaim --outcome`` values.
+OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
+OUTCOMES = (OUTCOME_SUCCESS, OUTCOME_FAILED)
+#: ``stage-reclaim --keep-failed`` default.
+KEEP_FAILED_DEFAULT = 3
+#: ``install-file --mode`` default.
+MODE_DEFAULT = "0755"
+
+#: Exit statuses of the agent (see :mod:`.cli`).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_HELD = 0, 1, 2, 3, 4, 75
+
+
+class ProtocolError(ValueError):
+    """An agent answer that is not what its verb answers; the message names the verb."""
+
+    def __init__(self, verb: str, problem: str) -> None:
+        super().__init__(f"the agent's {verb} answer {problem}")
+        self.verb = verb
+        self.problem = problem
+
+
+# -- encoders (the agent's side) --------------------------------------------------------
+
+def encode(answer: Dict[str, Any]) -> str:
+    """One answer as the agent prints it: one JSON object line, keys sorted."""
+    return json.dumps(answer, sort_keys=True) + "\n"
+
+
+def encode_request(request: Dict[str, Any]) -> bytes:
+    """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
+    return json.dumps(request, sort_keys=True).encode() + b"\n"
+
+
+def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
+    """True when an older agent's verb table refused *verb* (argparse's usage error, nothing answered)."""
+    out = stdout.encode("utf-8", "replace") if isinstance(stdout, str) else stdout
+    err = stderr.encode("utf-8", "replace") if isinstance(stderr, str) else stderr
+    return (exit_code == EXIT_USAGE and not out.strip() and b"invalid choice" in err
+            and verb.encode() in err)
+
+
+# -- builders (the driver's side) -------------------------------------------------------
+
+def _root(root: Optional[str]) -> List[str]:
+    return [ROOT, root] if root else []
+
+
+def _identity_words(sha: str, archive_sha256: str, tree_sha256: str, git_tree: str) -> List[str]:
+    return [SHA, sha, ARCHIVE_SHA256, archive_sha256, TREE_SHA256, tree_sha256, GIT_TREE, git_tree]
+
+
+def hash_file(agent: Words, path: str) -> List[str]:
+    """``hash-file PATH``: SHA-256 and facts of one file (following symlinks)."""
+    return [*agent, HASH_FILE, path]
+
+
+def check_paths(agent: Words, paths: Sequence[str]) -> List[str]:
+    """``check-paths -- PATH...``: the secure-path rule on each path (exit 4 when one fails)."""
+    return [*agent, CHECK_PATHS, END, *paths]
+
+
+def verify_readback(agent: Words, command: Sequence[str]) -> List[str]:
+    """``verify-readback -- COMMAND...``: the read-only verify, then its launcher read back."""
+    return [*agent, VERIFY_READBACK, END, *command]
+
+
+def command_words(argv: Sequence[str], agent: Words) -> List[str]:
+    """The words after ``--`` in a :func:`verify_readback` or :func:`check_paths` argv built on *agent*."""
+    return list(argv[len(agent) + 2:])
+
+
+def stage_create(agent: Words, *, root: Optional[str], kind: str, name: str, sha: str, archive_sha256: str,
+                 tree_sha256: str, git_tree: str) -> List[str]:
+    """``stage-create``: a fresh stage under *root* (default: the home directory) with its identity files."""
+    return [*agent, STAGE_CREATE, *_root(root), KIND, kind, NAME, name,
+            *_identity_words(sha, archive_sha256, tree_sha256, git_tree)]
+
+
+def stage_receive(agent: Words, *, stage: str) -> List[str]:
+    """``stage-receive``: the archive on stdin written into *stage*."""
+    return [*agent, STAGE_RECEIVE, STAGE, stage]
+
+
+def stage_verify(agent: Words, *, stage: str, sha: str, archive_sha256: str, tree_sha256: str,
+                 git_tree: str) -> List[str]:
+    """``stage-verify``: the staged archive's identity proven (exit 3 on a mismatch)."""
+    return [*agent, STAGE_VERIFY, STAGE, stage, *_identity_words(sha, archive_sha256, tree_sha256, git_tree)]
+
+
+def stage_reclaim(agent: Words, *, root: Optional[str], kind: str, name: str, stage: str, outcome: str,
+                  keep_failed: int = KEEP_FAILED_DEFAULT) -> List[str]:
+    """``stage-reclaim``: remove a succeeded stage or cap failed ones (*outcome*: one of :data:`OUTCOMES`,
+    or a placeholder the plan fills)."""
+    return [*agent, STAGE_RECLAIM, *_root(root), KIND, kind, NAME, name, STAGE, stage, OUTCOME, outcome,
+            KEEP_FAILED, str(keep_failed)]
+
+
+def identity(agent: Words) -> List[str]:
+    """``identity --json``: the running helper's identity, as one JSON object."""
+    return [*agent, IDENTITY, JSON]
+
+
+def version(agent: Words, *, sinfo: bool = False) -> List[str]:
+    """``version [--sinfo]``: cheap liveness answer (and the node states when *sinfo*)."""
+    return [*agent, VERSION, *([SINFO] if sinfo else [])]
+
+
+def install_file(agent: Words, *, dest: str, mode: str) -> List[str]:
+    """``install-file``: replace *dest* atomically with stdin (*mode* octal text)."""
+    return [*agent, INSTALL_FILE, DEST, dest, MODE, mode]
+
+
+def _job_words(root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    return [ROOT, root, PROGRAM, program, ATTEMPT, attempt, TIMEOUT, timeout]
+
+
+def _archive_env_command(archive: str, archive_sha256: str, env: Sequence[Tuple[str, str]],
+                         command: Sequence[str]) -> List[str]:
+    argv = [ARCHIVE, archive, ARCHIVE_SHA256, archive_sha256]
+    for name, value in env:
+        argv += [ENV, f"{name}={value}"]
+    return [*argv, END, *command]
+
+
+def alloc_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, progress: Optional[str],
+              sbatch_args: Sequence[str], archive: str, archive_sha256: str, env: Sequence[Tuple[str, str]],
+              command: Sequence[str]) -> List[str]:
+    """``alloc-run``: the provider *command* as a Slurm batch job in a fresh attempt directory (framed answer)."""
+    argv = [*agent, ALLOC_RUN, *_job_words(root, program, attempt, timeout)]
+    if progress is not None:
+        argv += [PROGRESS, progress]
+    argv += [f"{SBATCH_ARG}={arg}" for arg in sbatch_args]
+    return argv + _archive_env_command(archive, archive_sha256, env, command)
+
+
+def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, progress: Optional[str],
+               archive: str, archive_sha256: str, env: Sequence[Tuple[str, str]],
+               command: Sequence[str]) -> List[str]:
+    """``detach-run``: the provider *command* on this host, detached from the connection (framed answer)."""
+    argv = [*agent, DETACH_RUN, *_job_words(root, program, attempt, timeout)]
+    if progress is not None:
+        argv += [PROGRESS, progress]
+    return argv + _archive_env_command(archive, archive_sha256, env, command)
+
+
+def alloc_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    """``alloc-reconcile``: the end of an attempt's recorded batch job (never submits; framed answer)."""
+    return [*agent, ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
+
+
+def detach_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    """``detach-reconcile``: the end of an attempt's detached build (never starts one; framed answer)."""
+    return [*agent, DETACH_RECONCILE, *_job_words(root, program, attempt, timeout)]
+
+
+def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    """:func:`detach_reconcile` when *detached*, else :func:`alloc_reconcile`."""
+    build = detach_reconcile if detached else alloc_reconcile
+    return build(agent, root=root, program=program, attempt=attempt, timeout=timeout)
+
+
+def lease(agent: Words, *, root: Optional[str], lane: str, host: str, program: Optional[str], driver_host: str,
+          user: str, pid: int, since: str, run_id: str) -> List[str]:
+    """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere)."""
+    argv = [*agent, LEASE, *_root(root), LANE, lane, HOST, host]
+    if program:
+        argv += [PROGRAM, program]
+    return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
+
+
+def session(agent: Words) -> List[str]:
+    """``session``: a run's first call (its request follows on stdin, see :func:`encode_request`)."""
+    return [*agent, SESSION]
+
+
+def session_probe(words: Sequence[str]) -> List[str]:
+    """The words that carry the login-shell probe on a ``session`` command line."""
+    return [PROBE, *words]
+
+
+def agent_words(argv: Sequence[str], verb: str) -> List[str]:
+    """The agent's own words in front of *verb* in an argv built here."""
+    return list(argv[:list(argv).index(verb)])
+
+
+# -- parsers (the driver's side) --------------------------------------------------------
+
+def _object(verb: str, stdout: Output) -> Dict[str, Any]:
+    try:
+        text = stdout.decode("utf-8") if isinstance(stdout, bytes) else stdout
+        value = json.loads(text)
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError(verb, "is not JSON") from None
+    if not isinstance(value, dict):
+        raise ProtocolError(verb, "is not an object")
+    return value
+
+
+def _loose(data: Dict[str, Any], key: str, kind: Any, default: Any = None) -> Any:
+    """*key*'s value when it is a *kind*, else *default* (the caller judges what is missing)."""
+    value = data.get(key)
+    return value if isinstance(value, kind) else default
+
+
+def _member(verb: str, data: Dict[str, Any], key: str, kind: Any, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(verb, f"has no valid {key!r}")
+    return value
+
+
+class Answer:
+    """An agent answer: ``data`` is the whole JSON object, the rest its typed members."""
+
+    __slots__ = ("data",)
+    verb = ""
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and isinstance(other, Answer) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, encode(self.data)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.data!r})"
+
+
+class HashAnswer(Answer):
+    """``hash-file``: ``sha256`` is ``None`` when the file could not be read (``error`` says why)."""
+
+    __slots__ = ("path", "exists", "sha256", "error")
+    verb = HASH_FILE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        # lenient: the driver's read-back check judges each member (evidence.readback_check)
+        path, sha256, error = data.get("path"), data.get("sha256"), data.get("error")
+        self.path: Optional[str] = path if isinstance(path, str) else None
+        self.exists: bool = data.get("exists") is True
+        self.sha256: Optional[str] = sha256 if isinstance(sha256, str) else None
+        self.error: Optional[str] = error if isinstance(error, str) else None
+
+
+def parse_hash_file(stdout: Output) -> HashAnswer:
+    return HashAnswer(_object(HASH_FILE, stdout))
+
+
+class CheckedPaths(Answer):
+    """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
+
+    __slots__ = ("checked", "refused")
+    verb = CHECK_PATHS
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.checked: List[str] = _loose(data, "checked", list, [])
+        self.refused: List[Dict[str, Any]] = _loose(data, "refused", list, [])
+
+
+def parse_check_paths(stdout: Output) -> CheckedPaths:
+    return CheckedPaths(_object(CHECK_PATHS, stdout))
+
+
+class VerifyReadback(Answer):
+    """``verify-readback``: the verify's exit status and output, and the launcher's ``hash-file`` answer."""
+
+    __slots__ = ("verify", "stdout_bytes", "readback")
+    verb = VERIFY_READBACK
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        verify = data.get("verify")
+        if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
+                and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
+            raise ProtocolError(self.verb, "is not a verify-readback object")
+        try:  # the verify's own bytes, as the agent passed them (surrogateescape)
+            stdout_bytes = verify["stdout"].encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise ProtocolError(self.verb, "holds text that is not the verify's output") from None
+        self.verify: Dict[str, Any] = verify
+        self.stdout_bytes: bytes = stdout_bytes
+        readback = data.get("readback")
+        self.readback: Optional[Dict[str, Any]] = readback if isinstance(readback, dict) else None
+
+
+def parse_verify_readback(stdout: Output) -> VerifyReadback:
+    return VerifyReadback(_object(VERIFY_READBACK, stdout))
+
+
+class StageCreated(Answer):
+    """``stage-create``: the new stage's absolute path."""
+
+    __slots__ = ("stage",)
+    verb = STAGE_CREATE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        stage = data.get("stage")
+        if not isinstance(stage, str) or not stage.startswith("/"):
+            raise ProtocolError(self.verb, "names no stage directory")
+        self.stage: str = stage
+
+
+def parse_stage_create(stdout: Output) -> StageCreated:
+    return StageCreated(_object(STAGE_CREATE, stdout))
+
+
+class StageReceived(Answer):
+    """``stage-receive``: the stage and the archive's size in bytes."""
+
+    __slots__ = ("stage", "size")
+    verb = STAGE_RECEIVE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.stage: str = _member(self.verb, data, "stage", str)
+        self.size: int = _member(self.verb, data, "bytes", int)
+
+
+def parse_stage_receive(stdout: Output) -> StageReceived:
+    return StageReceived(_object(STAGE_RECEIVE, stdout))
+
+
+class StageVerdict(Answer):
+    """``stage-verify``: ``verified`` only when nothing mismatched (exit 3 otherwise)."""
+
+    __slots__ = ("stage", "verified", "mismatches")
+    verb = STAGE_VERIFY
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        stage, mismatches = data.get("stage"), data.get("mismatches")
+        self.stage: Optional[str] = stage if isinstance(stage, str) else None
+        self.verified: bool = data.get("verified") is True
+        self.mismatches: List[Any] = (mismatches if isinstance(mismatches, list)
+                                      else [mismatches] if mismatches else [])
+
+
+def parse_stage_verify(stdout: Output) -> StageVerdict:
+    return StageVerdict(_object(STAGE_VERIFY, stdout))
+
+
+class StageReclaimed(Answer):
+    """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
+
+    __slots__ = ("removed", "abandoned")
+    verb = STAGE_RECLAIM
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.removed: List[Any] = _member(self.verb, data, "removed", list)
+        self.abandoned: List[Any] = _member(self.verb, data, "abandoned", list)
+
+
+def parse_stage_reclaim(stdout: Output) -> StageReclaimed:
+    return StageReclaimed(_object(STAGE_RECLAIM, stdout))
+
+
+class IdentityAnswer(Answer):
+    """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
+
+    __slots__ = ("version", "tree_sha256")
+    verb = IDENTITY
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.version: str = _member(self.verb, data, "version", str)
+        self.tree_sha256: Optional[str] = _member(self.verb, data, "tree_sha256", str, optional=True)
+
+
+def parse_identity(stdout: Output) -> IdentityAnswer:
+    return IdentityAnswer(_object(IDENTITY, stdout))
+
+
+#: The members of a ``version`` answer (``sinfo`` only when asked).
+VERSION_KEYS = ("version", "python_version", "interpreter", "checksum")
+
+
+class VersionAnswer(Answer):
+    """``version``: the helper's version, Python, interpreter and checksum (and ``sinfo`` when asked)."""
+
+    __slots__ = ("version", "sinfo")
+    verb = VERSION
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.version: str = _member(self.verb, data, "version", str)
+        self.sinfo: Optional[Dict[str, Any]] = _loose(data, "sinfo", dict)
+
+    def facts(self) -> Dict[str, Any]:
+        """The members of :data:`VERSION_KEYS`."""
+        return {k: self.data.get(k) for k in VERSION_KEYS}
+
+
+def parse_version(stdout: Output) -> VersionAnswer:
+    return VersionAnswer(_object(VERSION, stdout))
+
+
+class Installed(Answer):
+    """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
+
+    __slots__ = ("dest", "changed", "new_sha256", "old_sha256")
+    verb = INSTALL_FILE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.dest: Optional[str] = _loose(data, "dest", str)
+        self.changed: bool = data.get("changed") is True
+        self.new_sha256: Optional[str] = _loose(data, "new_sha256", str)
+        self.old_sha256: Optional[str] = _loose(data, "old_sha256", str)
+
+
+def parse_install_file(stdout: Output) -> Installed:
+    return Installed(_object(INSTALL_FILE, stdout))
+
+
+class LeaseAnswer(Answer):
+    """``lease`` (and the ``lease`` member of a ``session`` answer): held, or who holds it."""
+
+    __slots__ = ("held", "lock", "holder")
+    verb = LEASE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.held: bool = data.get("held") is True
+        self.lock: Optional[str] = _loose(data, "lock", str)
+        self.holder: Optional[Dict[str, Any]] = _loose(data, "holder", dict)
+
+
+def parse_lease(stdout: Output) -> LeaseAnswer:
+    """The first line of a ``lease`` answer (the agent then holds the lease until stdin closes)."""
+    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
+    return LeaseAnswer(_object(LEASE, text.split("\n", 1)[0]))
+
+
+class SessionAnswer(Answer):
+    """``session``: one member per part done (``shell_probe``, ``lease``, ``check_paths``, ``identity``,
+    ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
+
+    __slots__ = ("lease",)
+    verb = SESSION
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        raw = data.get("lease")
+        self.lease: Optional[LeaseAnswer] = LeaseAnswer(raw) if isinstance(raw, dict) else None
+
+
+def parse_session(stdout: Output) -> SessionAnswer:
+    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
+    return SessionAnswer(_object(SESSION, text.split("\n", 1)[0]))
+
+
+class Framed(Answer):
+    """A framed verb's whole captured stream: the JSON records by kind, the transcripts' bytes, and
+    ``complete`` when the stream ended with its ``end`` record."""
+
+    __slots__ = ("records", "transcripts", "complete")
+
+    def __init__(self, verb: str, records: Dict[str, Dict[str, Any]], transcripts: Dict[str, bytes],
+                 complete: bool) -> None:
+        super().__init__({"verb": verb, "records": records, "complete": complete})
+        self.records = records
+        self.transcripts = transcripts
+        self.complete = complete
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        return self.records.get("summary") or {}
+
+
+def parse_framed(verb: str, stdout: bytes) -> Framed:
+    """A framed verb's captured stdout (see :mod:`.frames`); raises :class:`ProtocolError` when the
+    stream is malformed or has no ``summary`` record."""
+    import io
+
+    from .frames import FrameError, read_frames
+
+    if verb not in FRAMED_VERBS:
+        raise ValueError(f"{verb} is not a framed verb")
+    records: Dict[str, Dict[str, Any]] = {}
+    transcripts = {"stdout": b"", "stderr": b""}
+
+    def on_record(kind: str, payload: Dict[str, Any]) -> None:
+        records[kind] = payload
+
+    def on_data(name: str, chunk: bytes) -> None:
+        transcripts[name] += chunk
+
+    try:
+        complete = read_frames(io.BytesIO(stdout), on_record, on_data)
+    except (FrameError, ValueError) as exc:
+        raise ProtocolError(verb, f"is not a framed stream: {exc}") from None
+    if "summary" not in records:
+        raise ProtocolError(verb, "has no summary record")
+    return Framed(verb, records, transcripts, complete)
+
+
+#: Each verb's parser (the round-trip test reads this table).
+PARSERS = {
+    HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
+    STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
+    STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,
+    INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session,
+}
