@@ -19,15 +19,24 @@ import json
 import time
 from typing import Any
 
+from vq_admin_hookspecs import Slot
+
 from .. import source
 from ..outcome import Refused, VqAdminError
-from ..plan import Plan, Step, execute, mark_local
+from ..plan import Plan, execute, fill, mark_local
 from ..receipt import Receipt
 from ..transport import RunResult, Transport
 
 KEEP_FAILED = 3
 STAGE_TIMEOUT = 120.0
 RECLAIM_TIMEOUT = 300.0
+
+#: The run-time values of the staging steps, as named slots of their planned argv.
+WORKDIR = Slot("workdir", suffix="/source.tar")
+STAGE = Slot("stage")
+ARCHIVE_SHA256 = Slot("archive_sha256")
+TREE_SHA256 = Slot("tree_sha256")
+OUTCOME = Slot("outcome", label="success|failed")
 
 
 class SourceStage:
@@ -49,24 +58,24 @@ class SourceStage:
 
     def plan_source(self, repo: str, sha: str, what: str) -> None:
         self.plan.add("source", "local",
-                      ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", sha],
+                      ["git", "-C", repo, "archive", "--format=tar", "-o", WORKDIR, sha],
                       f"archive the exact {what} commit and prove its tree id")
 
     def plan_stage(self, ident: source.SourceIdentity) -> None:
         where = self.transport.where
-        words = ["--sha", ident.sha, "--archive-sha256", "<archive_sha256>", "--tree-sha256", "<tree_sha256>",
+        words = ["--sha", ident.sha, "--archive-sha256", ARCHIVE_SHA256, "--tree-sha256", TREE_SHA256,
                  "--git-tree", ident.git_tree]
         self.plan.add("stage-create", where, [*self.agent, "stage-create", *self.root_args, "--kind", self.kind,
                                               "--name", self.name, *words], "create a fresh stage")
-        self.plan.add("stage-receive", where, [*self.agent, "stage-receive", "--stage", "<stage>"],
+        self.plan.add("stage-receive", where, [*self.agent, "stage-receive", "--stage", STAGE],
                       "copy the archive into the stage")
-        self.plan.add("stage-verify", where, [*self.agent, "stage-verify", "--stage", "<stage>", *words],
+        self.plan.add("stage-verify", where, [*self.agent, "stage-verify", "--stage", STAGE, *words],
                       "prove the staged archive's checksum and tree where it will be used")
 
     def plan_reclaim(self) -> None:
         self.plan.add("stage-reclaim", self.transport.where,
                       [*self.agent, "stage-reclaim", *self.root_args, "--kind", self.kind, "--name", self.name,
-                       "--stage", "<stage>", "--outcome", "<success|failed>", "--keep-failed", str(KEEP_FAILED)],
+                       "--stage", STAGE, "--outcome", OUTCOME, "--keep-failed", str(KEEP_FAILED)],
                       f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
 
     # -- the run ----------------------------------------------------------------------
@@ -78,36 +87,32 @@ class SourceStage:
         except VqAdminError as exc:
             mark_local(step, False, started, exc.message)
             raise
-        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
         mark_local(step, True, started)
+        step.argv = fill(step.planned_argv, {"workdir": workdir})
         self.receipt.source = self.ident.to_receipt()
         return self.ident
 
-    def actual(self, step: Step) -> list[str]:
-        """The step's planned argv with this run's values in place of the placeholders."""
+    def digests(self) -> dict[str, str]:
+        """This run's values of the ``<archive_sha256>`` and ``<tree_sha256>`` slots."""
         assert self.ident is not None
         files = self.ident.identity_files()
-        words = [a.replace("<archive_sha256>", files["ARCHIVE-SHA256"]).replace("<tree_sha256>",
-                                                                                files["SOURCE-TREE-SHA256"])
-                 for a in step.planned_argv]
-        return [w.replace("<stage>", self.dir) if self.dir else w for w in words]
+        return {"archive_sha256": files["ARCHIVE-SHA256"], "tree_sha256": files["SOURCE-TREE-SHA256"]}
 
     def stage(self) -> str:
         """Create, fill and verify the stage; returns its path on the host."""
         assert self.ident is not None and self.ident.archive_path
-        created = execute(self.plan.get("stage-create"), self.transport, self.actual(self.plan.get("stage-create")),
-                          timeout=STAGE_TIMEOUT)
+        created = execute(self.plan.get("stage-create"), self.transport, timeout=STAGE_TIMEOUT, values=self.digests())
         self.require(created, "stage-create")
         path = _json(created).get("stage")
         if not isinstance(path, str) or not path.startswith("/"):
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory")
         self.dir = path
         self.receipt.stage = {"where": self.transport.where, "dir": path}
-        received = execute(self.plan.get("stage-receive"), self.transport, self.actual(self.plan.get("stage-receive")),
-                           timeout=self.timeout, stdin=self.ident.archive_path)
+        received = execute(self.plan.get("stage-receive"), self.transport, timeout=self.timeout,
+                           stdin=self.ident.archive_path, stage=path)
         self.require(received, "stage-receive")
-        checked = execute(self.plan.get("stage-verify"), self.transport, self.actual(self.plan.get("stage-verify")),
-                          timeout=self.timeout)
+        checked = execute(self.plan.get("stage-verify"), self.transport, timeout=self.timeout, stage=path,
+                          values=self.digests())
         if checked.exit_code == 3 and not checked.interrupted:
             mismatches = _json(checked).get("mismatches") or ["identity mismatch"]
             self.reclaim(success=False)
@@ -145,9 +150,8 @@ class SourceStage:
         if not self.dir:
             return
         step = self.plan.get("stage-reclaim")
-        argv = [a.replace("<stage>", self.dir).replace("<success|failed>", "success" if success else "failed")
-                for a in step.planned_argv]
-        result = execute(step, self.transport, argv, timeout=RECLAIM_TIMEOUT)
+        result = execute(step, self.transport, timeout=RECLAIM_TIMEOUT, stage=self.dir,
+                         outcome="success" if success else "failed")
         if result.interrupted:  # the reclaim may have run on the host before its answer was lost
             self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.dir} may have been "
                                        "reclaimed or kept; the next run of this lane that stages reclaims it)")
