@@ -217,6 +217,7 @@ def test_the_runtime_lane_asks_its_update_hook_once_and_runs_the_planned_argv(wo
     assert done.outcome.value == "ok", done.errors
     updates = provider.hooks("runtime_update")
     assert len(updates) == 1, "asked once per run, when the plan is made"
+    assert len(provider.hooks("runtime_verify")) == 1, "the pre-verify and the verify ask the same question once"
     archive = updates[0].source_archive
     assert is_slot(archive) and archive == "<stage>/source.tar"
     plan, ran = dry.plan.to_list(), done.plan.to_list()
@@ -239,7 +240,8 @@ def test_the_helper_lane_asks_its_hook_once_and_fills_the_tree_digest(world):
     done = run_lane(world, make, provider, dry_run=False)
     assert done.outcome.value == "ok", done.errors
     asked = provider.hooks("helper_update")
-    assert len(asked) == 1, "asked once per run, when the plan is made"
+    assert len(asked) == 1 and [hook for hook, _ in provider.calls] == ["helper_update"], \
+        "asked once per run, when the plan is made"
     request = asked[0]
     assert is_slot(request.stage_dir) and request.stage_dir == "<stage>"
     assert is_slot(request.expected_tree_sha256) and request.expected_tree_sha256 == "<tree_sha256>"
@@ -253,3 +255,21 @@ def test_the_helper_lane_asks_its_hook_once_and_fills_the_tree_digest(world):
     assert step["env"]["SITE_TREE"] == f"tree={done.source['tree_sha256']}"
     assert step["env"]["SITE_STAGE"] == step["env"]["VQ_HELPER_STAGE"] == done.stage["dir"]
     assert Path(done.stage["dir"]).name.startswith("stage.")
+
+
+def test_one_run_asks_a_provider_each_question_once():
+    from vq_admin_hookspecs import RuntimeRequest
+
+    provider = Counting()
+    providers = Providers.from_plugins({"counting": provider})
+    request = RuntimeRequest(program="vibeqc", host="h", expected_sha="a" * 40, tag=None,
+                             settings={"provider_options": {"root": "/apps", "command": "/bin/site"}})
+    first = providers.runtime_verify("counting", request)
+    assert providers.runtime_verify("counting", request) is first
+    other = RuntimeRequest(program="vibeqc", host="h", expected_sha="b" * 40, tag=None,
+                           settings=request.settings)
+    assert providers.runtime_verify("counting", other).argv != first.argv
+    assert len(provider.hooks("runtime_verify")) == 2
+    providers.remember = False  # the conformance kit: every question asked again
+    providers.runtime_verify("counting", request)
+    assert len(provider.hooks("runtime_verify")) == 3
