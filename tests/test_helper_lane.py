@@ -17,6 +17,7 @@ from filelock import FileLock
 
 from helper_world import (FAST_REREADS, HELPER_UPDATE, PYTHON, bootstrap, helper_repo, helper_table,
                           live_identity, write_script)
+from plan_match import slot_values
 from support import run_vq, write_config
 
 from vq_admin.locks import lock_path
@@ -59,11 +60,18 @@ def steps(receipt, name_prefix: str) -> list[dict]:
 @pytest.mark.real
 def test_helper_update_installs_the_requested_commit(world, real_sshd):
     config = ssh_config(world, real_sshd)
+    dry = update(world, config, "--expected-sha", world["b"], "--dry-run")
+    assert dry.exit_code == 0, dry.stdout + dry.stderr
     done = update(world, config, "--expected-sha", world["b"])
     assert done.exit_code == 0, done.stdout + done.stderr
     receipt = done.json()
     assert (receipt["outcome"], receipt["lane"], receipt["program"]) == ("ok", "helper", None)
     tree = receipt["source"]["tree_sha256"]
+    # the receipt's steps are the dry run's plan with its slots filled
+    values = slot_values(dry.json()["steps"], receipt["steps"], names={
+        "source", "stage-create", "stage-receive", "stage-verify", "helper", "readback", "stage-reclaim"})
+    assert (values["stage"], values["tree_sha256"]) == (receipt["stage"]["dir"], tree)
+    assert values["success|failed"] == "success"
     by_name = {s["name"]: s for s in receipt["steps"]}
     assert {by_name[n]["where"] for n in ("stage-create", "stage-receive", "stage-verify",
                                           "helper")} == {"cluster-build"}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from plan_match import slot_values
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, tree_digest, write_config
 
 pytestmark = pytest.mark.real
@@ -54,10 +55,19 @@ def test_full_update_over_ssh_then_already_current(tmp_path, real_sshd):
     a_release = tree_digest(c.root / "releases" / c.a)
     assert a_release
 
+    dry = c.update(c.b, "--dry-run")
+    assert dry.exit_code == 0, dry.stdout + dry.stderr
     second = c.update(c.b)
     receipt = second.json()
     assert second.exit_code == 0, second.stderr
     assert receipt["outcome"] == "ok" and receipt["lane"] == "runtime"
+    # the receipt's steps are the dry run's plan with its slots filled
+    values = slot_values(dry.json()["steps"], receipt["steps"], names={
+        "source", "stage-create", "stage-receive", "stage-verify", "deploy", "verify", "verify-readback",
+        "stage-reclaim"})
+    assert values["stage"] == receipt["stage"]["dir"] and values["attempt"] == receipt["deploy"]["attempt"]
+    assert values["tree_sha256"] == receipt["source"]["tree_sha256"]
+    assert values["active_path"] == receipt["verify"]["final"]["receipt"]["active_path"]
     steps = steps_by_name(receipt)
     assert steps["deploy"]["where"] == "cluster-build"
     assert steps["verify"]["where"] == "cluster" and steps["verify-readback"]["where"] == "cluster"

@@ -2,20 +2,26 @@
 each step's result filled in.
 
 ``--dry-run`` prints the plan (``Step.planned_argv``: the exact argv, with
-values only known at run time shown as ``<stage>``-style placeholders) and
-runs nothing.  Executing a step records its actual argv, where it ran, its
-exit status and its duration into the same object.
+values only known at run time as named :class:`Slot` markers, printed as
+``<stage>``) and runs nothing.  :func:`execute` runs exactly the planned argv
+with its slots filled (``execute(step, transport, timeout=..., stage=path)``),
+refusing a slot left unfilled or a value for a slot the step does not hold,
+and records the filled argv, where it ran, its exit status and its duration
+into the same object.  Provider hooks are called once, when the plan is made;
+the slots they placed are filled here (see ``vq_admin_hookspecs.slots``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+from vq_admin_hookspecs import ProviderCommand, Slot
 
 from . import permissions
 from .agent.failpoints import failpoint
-from .outcome import Refused
+from .outcome import Refused, VqAdminError
 from .transport import LocalTransport, RunResult, Transport
 
 
@@ -55,7 +61,7 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
 
     def add(self, name: str, where: str, argv: Sequence[str], purpose: str, env: dict[str, str] | None = None) -> Step:
-        step = Step(name, where, [str(a) for a in argv], purpose, dict(env or {}))
+        step = Step(name, where, [_word(a) for a in argv], purpose, dict(env or {}))
         self.steps.append(step)
         return step
 
@@ -72,10 +78,76 @@ class Plan:
         return [s.to_dict() for s in self.steps]
 
 
-def execute(step: Step, transport: Transport, argv: Sequence[str], *, timeout: float,
+class SlotError(VqAdminError):
+    """A step was asked to run with a slot left unfilled, or with a value for a slot it does not
+    hold: a defect of vq-admin, refused before anything runs."""
+
+
+def _word(word: str) -> str:
+    return word if isinstance(word, Slot) else str(word)
+
+
+def slots(step: Step) -> set[str]:
+    """The names of the slots in *step*'s planned argv and environment."""
+    return {w.name for w in [*step.planned_argv, *step.env.values()] if isinstance(w, Slot)}
+
+
+def offer(step: Step, **values: str) -> dict[str, str]:
+    """The *values* whose slots *step* holds: for a step a provider built, which may not have
+    placed every slot it was offered (a provider that ignores ``source_archive``)."""
+    held = slots(step)
+    return {name: value for name, value in values.items() if name in held}
+
+
+def fill(words: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """*words* with every slot filled from *values* (a missing value raises :class:`SlotError`)."""
+    filled: list[str] = []
+    for word in words:
+        if isinstance(word, Slot):
+            if word.name not in values:
+                raise SlotError(f"the planned word {str(word)!r} has no value for its slot {word.name!r}; "
+                                "nothing was run")
+            filled.append(word.fill(str(values[word.name])))
+        else:
+            filled.append(str(word))
+    return filled
+
+
+def filled(step: Step, **values: str) -> tuple[list[str], dict[str, str]]:
+    """*step*'s planned argv and environment with its slots filled; every slot must get a value
+    and every value must name a slot of the step (:class:`SlotError` otherwise)."""
+    unknown = sorted(set(values) - slots(step))
+    if unknown:
+        raise SlotError(f"{step.name}: no slot {', '.join(unknown)} in the planned argv; nothing was run")
+    argv = fill(step.planned_argv, values)
+    env = {name: fill([value], values)[0] for name, value in step.env.items()}
+    return argv, env
+
+
+def fill_command(command: ProviderCommand, **values: str) -> ProviderCommand:
+    """A planned provider command with its slots filled (for steps that wrap it in an agent verb:
+    the allocation and detached deploys)."""
+    env = tuple((name, fill([value], values)[0]) for name, value in command.env)
+    return ProviderCommand(argv=tuple(fill(command.argv, values)), env=env)
+
+
+def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None, *, timeout: float,
             stdin: bytes | str | None = None, env: dict[str, str] | None = None,
-            watch: Callable[..., None] | None = None) -> RunResult:
-    """Run *argv* for *step* through *transport* and record the result in it."""
+            watch: Callable[..., None] | None = None, values: Mapping[str, str] | None = None,
+            **slot_values: str) -> RunResult:
+    """Run *step* through *transport* and record the result in it.
+
+    Without *argv*, what runs is exactly the planned argv (and environment) with its slots
+    filled from the keyword arguments (``stage=PATH``) and *values* (:func:`filled`; an
+    unfilled or unknown slot is refused before anything runs).  An explicit *argv* (with no
+    slot values) is the older form, kept for steps whose argv is built at run time."""
+    values = {**(values or {}), **slot_values}
+    if argv is None:
+        argv, planned_env = filled(step, **values)
+        if env is None and step.env:
+            env = planned_env
+    elif values:
+        raise SlotError(f"{step.name}: slot values given with an explicit argv; nothing was run")
     failpoint("step-before", step.name)
     step.argv = [str(a) for a in argv]
     if env is not None:

@@ -79,6 +79,10 @@ class Providers:
 
     pm: pluggy.PluginManager
     info: dict[str, ProviderInfo] = field(default_factory=dict)
+    #: ``(provider, hook, request, answer)`` of every hook call this run made (see :meth:`_call`)
+    answers: list[tuple[str, str, object, object]] = field(default_factory=list)
+    #: False asks the provider every time (the conformance kit asks twice to prove determinism)
+    remember: bool = True
 
     @classmethod
     def load(cls, names: Iterable[str]) -> "Providers":
@@ -168,6 +172,17 @@ class Providers:
     def _call(self, provider: str, hook: str, request: object, optional: Literal[True]) -> ProviderCommand | None: ...
 
     def _call(self, provider: str, hook: str, request: object, optional: bool = False) -> ProviderCommand | None:
+        """The provider's answer; an identical question (same provider, hook and request) is asked once
+        per run: hooks are deterministic (docs/providers.md), so the plan and every later use of a
+        command are the one answer."""
+        for asked in self.answers if self.remember else ():
+            if asked[:2] == (provider, hook) and type(asked[2]) is type(request) and asked[2] == request:
+                return self._checked(provider, hook, asked[3], optional)
+        result = self._ask(provider, hook, request)
+        self.answers.append((provider, hook, request, result))
+        return self._checked(provider, hook, result, optional)
+
+    def _ask(self, provider: str, hook: str, request: object) -> object:
         plugin = self.pm.get_plugin(provider)
         if plugin is None:
             raise ProviderError(f"provider {provider!r} is not loaded")
@@ -177,6 +192,9 @@ class Providers:
             result = caller(request=request)
         except (ValueError, KeyError, TypeError, EvidenceError) as exc:
             raise ProviderError(f"provider {provider!r} could not answer {hook}: {exc}") from None
+        return result
+
+    def _checked(self, provider: str, hook: str, result: object, optional: bool) -> ProviderCommand | None:
         if result is None and optional:
             return None
         if result is None:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .slots import is_slot
+
 #: A full git object name: 40 (SHA-1) or 64 (SHA-256) hex digits.
 FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
 #: A SHA-256 digest in lower-case hex.
@@ -62,7 +64,7 @@ class ProviderCommand:
                 raise EvidenceError(f"ProviderCommand.argv[{i}] is {type(word).__name__}, not str")
             if "\0" in word or "\n" in word:
                 raise EvidenceError(f"ProviderCommand.argv[{i}] holds a NUL or newline")
-        env = tuple((str(k), str(v)) for k, v in self.env)
+        env = tuple((str(k), v if is_slot(v) else str(v)) for k, v in self.env)  # a placed slot stays one
         for name, value in env:
             if not ENV_NAME_RE.match(name):
                 raise EvidenceError(f"ProviderCommand.env name {name!r} is not a valid variable name")
@@ -79,7 +81,9 @@ class RuntimeRequest:
     ``settings`` holds the profile as configured (command words already split,
     ``provider_options`` as a table of strings); ``where`` is ``"build-host"``,
     ``"login-host"`` or ``"allocation"``.  ``source_archive`` is the verified
-    staged archive on the host the command will run on (``None`` for verify).
+    staged archive on the host the command will run on (``None`` for verify);
+    in update and install it is a :class:`~.slots.Slot` (text
+    ``<stage>/source.tar``) that the provider places and vq-admin fills.
     """
 
     program: str
@@ -105,7 +109,10 @@ class HelperRequest:
 
     ``stage_dir`` is the verified stage on the host the command runs on; it
     holds ``source.tar``, ``SOURCE-SHA``, ``SOURCE-TREE-SHA256`` and
-    ``ARCHIVE-SHA256``.
+    ``ARCHIVE-SHA256``.  ``stage_dir`` and ``expected_tree_sha256`` are
+    :class:`~.slots.Slot` markers (``<stage>``, ``<tree_sha256>``): the hook
+    is called when the plan is made, before the stage exists; the provider
+    places them and vq-admin fills them (see :mod:`.slots`).
     """
 
     host: str
@@ -118,7 +125,7 @@ class HelperRequest:
     def __post_init__(self) -> None:
         if not is_full_sha(self.expected_sha):
             raise EvidenceError("HelperRequest.expected_sha must be a full SHA")
-        if not SHA256_RE.match(self.expected_tree_sha256 or ""):
+        if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256 or ""):
             raise EvidenceError("HelperRequest.expected_tree_sha256 must be 64 lower-case hex digits")
         object.__setattr__(self, "expected_sha", self.expected_sha.lower())
         object.__setattr__(self, "update_script_args", tuple(self.update_script_args))

@@ -19,6 +19,16 @@ Dispatch rules, for every hook below:
 * a return value that is not a :class:`~.records.ProviderCommand` is a
   provider error: the run exits 2 naming the provider and the hook.
 
+Each hook is called **once per run, when vq-admin makes the plan**, before
+anything runs; the command it returns is the one the plan shows and the one
+that runs.  Request fields whose value only the run produces (the staged
+archive, the stage directory, the stage's tree digest) hold a
+:class:`~.slots.Slot` marker such as ``<stage>/source.tar``: the provider
+places it in its argv or env unchanged, whole or inside one word, and never
+inspects it; vq-admin fills it with the run's value just before the command
+runs (see :mod:`.slots`).  A provider that only places request values as
+strings needs nothing more.
+
 Hook phases in order of one runtime update: verify (read-only, "already
 current?"), update or install, verify again.  One helper update: helper update
 or helper install; the helper's identity is then read back by vq-admin itself.
@@ -38,7 +48,9 @@ def vq_admin_runtime_update(request: RuntimeRequest) -> ProviderCommand | None:
 
     :param request: the program, host, full SHA, tag (``None`` when none),
         the operator's ``--update-script-arg`` values in order, the verified
-        ``source_archive`` path on the host the command will run on, ``where``
+        ``source_archive`` path on the host the command will run on (a
+        :class:`~.slots.Slot`, text ``<stage>/source.tar``: place it, do not
+        inspect it), ``where``
         (``"build-host"``, ``"login-host"`` or ``"allocation"``) and the
         profile ``settings``.
     :returns: the command to run. It must build a *separate immutable*
@@ -129,9 +141,11 @@ def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
 def vq_admin_helper_update(request: HelperRequest) -> ProviderCommand | None:
     """Install the staged scheduler-side helper on ``request.host``.
 
-    :param request: the host, the full SHA, the expected SHA-256 tree digest,
-        the verified ``stage_dir`` and the operator's ``--update-script-arg``
-        values. vq-admin also exports ``VQ_HELPER_STAGE``,
+    :param request: the host, the full SHA, the expected SHA-256 tree digest
+        (``expected_tree_sha256``, the slot ``<tree_sha256>``), the verified
+        ``stage_dir`` (the slot ``<stage>``) and the operator's
+        ``--update-script-arg`` values; place the two slots, never inspect
+        them (:mod:`.slots`). vq-admin also exports ``VQ_HELPER_STAGE``,
         ``VQ_HELPER_EXPECTED_SHA`` and ``VQ_HELPER_EXPECTED_TREE_SHA256``.
     :returns: the command. It must install out of place and switch
         atomically; it must never rebuild scientific software. Success is

@@ -84,6 +84,7 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     from .world import World
 
     providers = Providers.from_plugins({name: plugin}) if plugin is not None else Providers.load([name])
+    providers.remember = False  # the kit asks the same question twice on purpose: the answers must agree
     options = {"root": "{root}", **dict(provider_options or {})}
     base = tempfile.mkdtemp(prefix="vq-conformance-", dir=workdir)
     report = Report(provider=name)

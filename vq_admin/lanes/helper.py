@@ -37,24 +37,24 @@ import tempfile
 from typing import Any
 
 from vq_admin_hookspecs import HelperRequest, ProviderCommand
+from vq_admin_hookspecs.slots import place, place_env
 
 from .. import authority, source
 from ..config import HostConfig
 from ..context import RunContext
 from ..outcome import Outcome, UsageError
-from ..plan import execute
+from ..plan import execute, filled, offer
 from ..receipt import Receipt
 from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
 from . import remote_paths, stat_paths
 from . import first_call
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
-from .staging import SourceStage
+from .staging import STAGE, TREE_SHA256, SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
 
 STAGE_NAME = "helper"
 ACTIVATION = "activation.json"
-PLACEHOLDER_TREE = "0" * 64
 
 
 class HelperUpdate:
@@ -72,6 +72,7 @@ class HelperUpdate:
         self.sha = sha
         self.receipt = Receipt("helper", self.host.name, None, sha, None, utc_now())
         self.source: source.SourceIdentity | None = None
+        self._command: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.stage_transport(), self.host.agent, self.host.scratch_root,
                                    "helper", STAGE_NAME, self.host.helper_timeout_seconds)
 
@@ -88,15 +89,23 @@ class HelperUpdate:
                 "helper_source_repo": h.helper_source_repo, "helper_timeout_seconds": h.helper_timeout_seconds,
                 "agent": list(h.agent), "scratch_root": h.scratch_root}
 
-    def command(self, stage_dir: str, tree: str) -> ProviderCommand:
-        assert self.sha is not None  # make_plan resolved it
-        request = HelperRequest(host=self.host.name, expected_sha=self.sha, expected_tree_sha256=tree,
-                                stage_dir=stage_dir, update_script_args=self.ctx.options.update_script_args,
-                                settings=self.settings())
-        providers = self.ctx.providers
-        if self.ctx.options.cluster_install:
-            return providers.helper_install(self.host.helper_provider, request)
-        return providers.helper_update(self.host.helper_provider, request)
+    def command(self) -> ProviderCommand:
+        """The helper provider's command, asked once per run when the plan is made: the stage and
+        its tree digest are the ``<stage>`` and ``<tree_sha256>`` slots, filled in :meth:`run_command`."""
+        if self._command is None:
+            assert self.sha is not None  # make_plan resolved it
+            request = HelperRequest(host=self.host.name, expected_sha=self.sha, expected_tree_sha256=TREE_SHA256,
+                                    stage_dir=STAGE, update_script_args=self.ctx.options.update_script_args,
+                                    settings=self.settings())
+            providers = self.ctx.providers
+            if self.ctx.options.cluster_install:
+                cmd = providers.helper_install(self.host.helper_provider, request)
+            else:
+                cmd = providers.helper_update(self.host.helper_provider, request)
+            offered = [STAGE, TREE_SHA256]
+            self._command = ProviderCommand(argv=tuple(place(cmd.argv, offered)),
+                                            env=tuple(place_env(dict(cmd.env), offered).items()))
+        return self._command
 
     def stage_transport(self) -> Transport:
         return self.ctx.remote(self.host, self.host.helper_update_host)
@@ -115,11 +124,10 @@ class HelperUpdate:
         stat_paths.plan_places(plan, self.command_places())  # before the agent or the helper command runs there
         plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
         self.staging.plan_stage(self.source)
-        cmd = self.command("<stage>", PLACEHOLDER_TREE)
+        cmd = self.command()
         verb = "install" if self.ctx.options.cluster_install else "update"
-        plan.add("helper", build, [a.replace(PLACEHOLDER_TREE, "<tree_sha256>") for a in cmd.argv],
-                 f"helper provider {self.host.helper_provider}: {verb}",
-                 self.helper_env(cmd, "<stage>", "<tree_sha256>"))
+        plan.add("helper", build, cmd.argv, f"helper provider {self.host.helper_provider}: {verb}",
+                 self.helper_env(cmd))
         plan.add("readback", login, identity_argv(self.host),
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
@@ -130,16 +138,18 @@ class HelperUpdate:
         driver from ``stat`` (:mod:`.stat_paths`): the agent is what this lane replaces."""
         prefix, h = f"hosts.{self.host.name}", self.host
         key = "helper_install_command" if self.ctx.options.cluster_install else "helper_update_command"
-        argv = self.command("<stage>", PLACEHOLDER_TREE).argv
+        argv = self.command().argv
         words = list(getattr(h, key) or ()) if h.helper_provider == "command" else remote_paths.leading_words(argv)
         stage = self.stage_transport()
         return remote_paths.gather([(self.ctx.login(h), f"{prefix}.agent", h.agent),
                                     (stage, f"{prefix}.agent", h.agent),
                                     (stage, f"{prefix}.{key}", words)])
 
-    def helper_env(self, cmd: ProviderCommand, stage: str, tree: str) -> dict[str, str]:
+    def helper_env(self, cmd: ProviderCommand) -> dict[str, str]:
+        """The helper command's planned environment (its slots filled when it runs)."""
         env = dict(cmd.env)
-        env.update(VQ_HELPER_STAGE=stage, VQ_HELPER_EXPECTED_SHA=str(self.sha), VQ_HELPER_EXPECTED_TREE_SHA256=tree)
+        env.update(VQ_HELPER_STAGE=STAGE, VQ_HELPER_EXPECTED_SHA=str(self.sha),
+                   VQ_HELPER_EXPECTED_TREE_SHA256=TREE_SHA256)
         return env
 
     # -- the run ----------------------------------------------------------------------
@@ -185,11 +195,11 @@ class HelperUpdate:
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
         assert self.stage_dir is not None  # staged before the command runs
-        cmd = self.command(self.stage_dir, self.tree)
-        env = self.helper_env(cmd, self.stage_dir, self.tree)
-        self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(cmd.argv)}")
-        result = execute(step, self.stage_transport(), list(cmd.argv),
-                         timeout=self.host.helper_timeout_seconds, env=env)
+        values = offer(step, stage=self.stage_dir, tree_sha256=self.tree)
+        argv, _ = filled(step, **values)
+        self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(argv)}")
+        # exactly the planned argv and environment, the <stage> and <tree_sha256> slots filled
+        result = execute(step, self.stage_transport(), timeout=self.host.helper_timeout_seconds, values=values)
         self.receipt.record_command(result, step.where)
         return result
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest
+from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest, Slot
 
 from .. import authority, history, registry
 from ..agent import protocol
@@ -54,6 +54,8 @@ from .verify import Verification, plan_verify, run_verify
 
 DEFAULT_KEEP = 3
 VERIFIED = ("ok", "already-current")
+#: The slot of the ``kept-readback`` step: each kept launcher, one step per launcher at run time.
+KEPT_LAUNCHER = Slot("launcher", label="each kept launcher")
 
 
 class RuntimePrune:
@@ -112,7 +114,7 @@ class RuntimePrune:
         planned = [w if w != self.sha else "<keep set>" for w in self.prune_command([self.sha]).argv]
         plan.add("prune", where, planned, f"provider {p.provider}: remove releases outside the keep set")
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request())
-        plan.add("kept-readback", where, protocol.hash_file(self.host.agent, "<each kept launcher>"),
+        plan.add("kept-readback", where, protocol.hash_file(self.host.agent, KEPT_LAUNCHER),
                  "every kept launcher still hashes to its attested SHA-256")
 
     def command_places(self) -> list[remote_paths.Place]:
@@ -284,11 +286,11 @@ class RuntimePrune:
                 continue
             if entry is None:
                 continue
-            step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", self.ctx.login(self.host).where,
-                                         protocol.hash_file(self.host.agent, entry["launcher"]),
+            template = self.receipt.plan.get("kept-readback")  # one step per kept launcher, from the plan's
+            step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", template.where, template.planned_argv,
                                          f"kept launcher of {sha}: still there, same bytes")
-            result = execute(step, self.ctx.login(self.host), step.planned_argv,
-                             timeout=self.profile.verify_timeout_seconds)
+            result = execute(step, self.ctx.login(self.host), timeout=self.profile.verify_timeout_seconds,
+                             launcher=entry["launcher"])
             answer = _hash_answer(result.stdout)
             if result.interrupted:
                 checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}

@@ -97,7 +97,7 @@ def command_words(update: "RuntimeUpdate") -> list[Place]:
     if p.prepare_command:
         entries.append((login, f"{profile_key}.prepare_command", p.prepare_command))
     key = "install_command" if ctx.options.cluster_install else "update_command"
-    deploy = update.deploy_command("<stage>/source.tar")
+    deploy = update.planned_deploy()
     target = login if p.update_allocation is not None else build
     entries += [(target, f"{prefix}.agent", host.agent),
                 (target, f"{profile_key}.{key}", profile_words(p, key, deploy.argv))]

@@ -170,9 +170,9 @@ class RuntimeRollback(RuntimeUpdate):
         step = self.receipt.plan.get("activate")
         assert self.activation is not None
         self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
-                         f"{quote_argv(list(self.activation.argv))}")
-        result = execute(step, self.build_transport(), list(self.activation.argv),
-                         timeout=self.profile.timeout_seconds, env=dict(self.activation.env))
+                         f"{quote_argv(step.planned_argv)}")
+        # exactly the planned activation (argv and environment): the hook was asked once, in __init__
+        result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds)
         self.receipt.record_command(result, step.where)
         if result.interrupted:
             return self.resolve_unknown(f"activate: {result.describe()}")

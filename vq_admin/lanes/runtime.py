@@ -23,13 +23,14 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from vq_admin_hookspecs import ProviderCommand, RuntimeRequest
+from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
+from vq_admin_hookspecs.slots import place, place_env
 
 from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Locked, Outcome, UsageError
-from ..plan import Step, execute
+from ..plan import Step, execute, fill_command, filled, offer
 from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
@@ -37,6 +38,10 @@ from . import first_call, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
+
+#: The staged archive, as the provider's update or install hook receives it (``<stage>/source.tar``).
+ARCHIVE = Slot("stage", suffix="/source.tar")
+
 
 class RuntimeUpdate:
     """One runtime update of one program on one host."""
@@ -60,6 +65,7 @@ class RuntimeUpdate:
         self.requested_tag = tag
         self.receipt = Receipt("runtime", self.host.name, program, sha, tag, _now())
         self.source: source.SourceIdentity | None = None
+        self._deploy: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
                                    "runtime", program, profile.timeout_seconds)
 
@@ -105,7 +111,7 @@ class RuntimeUpdate:
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
-        deploy = self.deploy_command("<stage>/source.tar")
+        deploy = self.planned_deploy()
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
             from . import allocation_step
@@ -116,9 +122,18 @@ class RuntimeUpdate:
 
             detached_step.plan(self, deploy, purpose)
         else:
-            plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
+            plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
         self.staging.plan_reclaim()
+
+    def planned_deploy(self) -> ProviderCommand:
+        """The provider's update (or install) command, asked once per run when the plan is made: the
+        staged archive is the :data:`ARCHIVE` slot, which :meth:`deploy` fills with this run's stage."""
+        if self._deploy is None:
+            command = self.deploy_command(ARCHIVE)
+            self._deploy = ProviderCommand(argv=tuple(place(command.argv, [ARCHIVE])),
+                                           env=tuple(place_env(dict(command.env), [ARCHIVE]).items()))
+        return self._deploy
 
     def deploy_command(self, archive: str) -> ProviderCommand:
         request = self.request(archive=archive)
@@ -213,8 +228,8 @@ class RuntimeUpdate:
                           shared=shared)
 
     def deploy(self) -> RunResult:
-        archive = f"{self.stage_dir}/source.tar"
-        command = self.deploy_command(archive)
+        assert self.stage_dir is not None  # staged before the deploy
+        command = fill_command(self.planned_deploy(), stage=self.stage_dir)
         if self.profile.update_allocation is not None:
             from . import allocation_step
 
@@ -224,12 +239,14 @@ class RuntimeUpdate:
 
             return detached_step.deploy(self, command)
         step = self.receipt.plan.get("deploy")
-        self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
+        values = offer(step, stage=self.stage_dir)  # the provider may not have placed the slot
+        argv, _ = filled(step, **values)
+        self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(argv)}")
         view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
                 if progress.enabled(self.ctx.options.json) else None)
-        with progress.live(self.ctx, view):
-            result = execute(step, self.build_transport(), command.argv, timeout=self.profile.timeout_seconds,
-                             env=dict(command.env), watch=view.watch if view else None)
+        with progress.live(self.ctx, view):  # exactly the planned argv, its <stage> slot filled
+            result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds,
+                             watch=view.watch if view else None, values=values)
         self.receipt.record_command(result, step.where)
         return result
 

@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import time
 
+from vq_admin_hookspecs import Slot
+
 from .. import source
 from ..agent import protocol
 from ..outcome import Refused, VqAdminError
-from ..plan import Plan, Step, execute, mark_local
+from ..plan import Plan, execute, fill, mark_local
 from ..receipt import Receipt
 from ..transport import RunResult, Transport
 
 KEEP_FAILED = 3
 STAGE_TIMEOUT = 120.0
 RECLAIM_TIMEOUT = 300.0
+
+#: The run-time values of the staging steps, as named slots of their planned argv.
+WORKDIR = Slot("workdir", suffix="/source.tar")
+STAGE = Slot("stage")
+ARCHIVE_SHA256 = Slot("archive_sha256")
+TREE_SHA256 = Slot("tree_sha256")
+OUTCOME = Slot("outcome", label="success|failed")
 
 
 class SourceStage:
@@ -48,24 +57,24 @@ class SourceStage:
 
     def plan_source(self, repo: str, sha: str, what: str) -> None:
         self.plan.add("source", "local",
-                      ["git", "-C", repo, "archive", "--format=tar", "-o", "<workdir>/source.tar", sha],
+                      ["git", "-C", repo, "archive", "--format=tar", "-o", WORKDIR, sha],
                       f"archive the exact {what} commit and prove its tree id")
 
     def plan_stage(self, ident: source.SourceIdentity) -> None:
         where = self.transport.where
-        words = {"sha": ident.sha, "archive_sha256": "<archive_sha256>", "tree_sha256": "<tree_sha256>",
+        words = {"sha": ident.sha, "archive_sha256": ARCHIVE_SHA256, "tree_sha256": TREE_SHA256,
                  "git_tree": ident.git_tree}
         self.plan.add("stage-create", where, protocol.stage_create(self.agent, root=self.root, kind=self.kind,
                                                                    name=self.name, **words), "create a fresh stage")
-        self.plan.add("stage-receive", where, protocol.stage_receive(self.agent, stage="<stage>"),
+        self.plan.add("stage-receive", where, protocol.stage_receive(self.agent, stage=STAGE),
                       "copy the archive into the stage")
-        self.plan.add("stage-verify", where, protocol.stage_verify(self.agent, stage="<stage>", **words),
+        self.plan.add("stage-verify", where, protocol.stage_verify(self.agent, stage=STAGE, **words),
                       "prove the staged archive's checksum and tree where it will be used")
 
     def plan_reclaim(self) -> None:
         self.plan.add("stage-reclaim", self.transport.where,
                       protocol.stage_reclaim(self.agent, root=self.root, kind=self.kind, name=self.name,
-                                             stage="<stage>", outcome="<success|failed>", keep_failed=KEEP_FAILED),
+                                             stage=STAGE, outcome=OUTCOME, keep_failed=KEEP_FAILED),
                       f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
 
     # -- the run ----------------------------------------------------------------------
@@ -77,43 +86,39 @@ class SourceStage:
         except VqAdminError as exc:
             mark_local(step, False, started, exc.message)
             raise
-        step.planned_argv = [a.replace("<workdir>", workdir) for a in step.planned_argv]
         mark_local(step, True, started)
+        step.argv = fill(step.planned_argv, {"workdir": workdir})
         self.receipt.source = self.ident.to_receipt()
         return self.ident
 
-    def actual(self, step: Step) -> list[str]:
-        """The step's planned argv with this run's values in place of the placeholders."""
+    def digests(self) -> dict[str, str]:
+        """This run's values of the ``<archive_sha256>`` and ``<tree_sha256>`` slots."""
         assert self.ident is not None
         files = self.ident.identity_files()
-        words = [a.replace("<archive_sha256>", files["ARCHIVE-SHA256"]).replace("<tree_sha256>",
-                                                                                files["SOURCE-TREE-SHA256"])
-                 for a in step.planned_argv]
-        return [w.replace("<stage>", self.dir) if self.dir else w for w in words]
+        return {"archive_sha256": files["ARCHIVE-SHA256"], "tree_sha256": files["SOURCE-TREE-SHA256"]}
 
     def stage(self) -> str:
         """Create, fill and verify the stage; returns its path on the host."""
         assert self.ident is not None and self.ident.archive_path
-        create = self.plan.get("stage-create")
-        created = execute(create, self.transport, self.actual(create), timeout=STAGE_TIMEOUT)
-        self.require(created, create.name)
+        created = execute(self.plan.get("stage-create"), self.transport, timeout=STAGE_TIMEOUT, values=self.digests())
+        self.require(created, "stage-create")
         try:
             path = protocol.parse_stage_create(created.stdout).stage
         except protocol.ProtocolError:
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory") from None
         self.dir = path
         self.receipt.stage = {"where": self.transport.where, "dir": path}
-        receive, verify = self.plan.get("stage-receive"), self.plan.get("stage-verify")
-        received = execute(receive, self.transport, self.actual(receive), timeout=self.timeout,
-                           stdin=self.ident.archive_path)
-        self.require(received, receive.name)
-        checked = execute(verify, self.transport, self.actual(verify), timeout=self.timeout)
+        received = execute(self.plan.get("stage-receive"), self.transport, timeout=self.timeout,
+                           stdin=self.ident.archive_path, stage=path)
+        self.require(received, "stage-receive")
+        checked = execute(self.plan.get("stage-verify"), self.transport, timeout=self.timeout, stage=path,
+                          values=self.digests())
         if checked.exit_code == protocol.EXIT_MISMATCH and not checked.interrupted:
             mismatches = _verdict(checked).mismatches or ["identity mismatch"]
             self.reclaim(success=False)
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
-        self.require(checked, verify.name)
+        self.require(checked, "stage-verify")
         verdict = _verdict(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
         if not verdict.verified or verdict.stage != path or verdict.mismatches:
             self.reclaim(success=False)
@@ -145,10 +150,8 @@ class SourceStage:
         if not self.dir:
             return
         step = self.plan.get("stage-reclaim")
-        outcome = protocol.OUTCOME_SUCCESS if success else protocol.OUTCOME_FAILED
-        argv = [a.replace("<stage>", self.dir).replace("<success|failed>", outcome)
-                for a in step.planned_argv]
-        result = execute(step, self.transport, argv, timeout=RECLAIM_TIMEOUT)
+        result = execute(step, self.transport, timeout=RECLAIM_TIMEOUT, stage=self.dir,
+                         outcome=protocol.OUTCOME_SUCCESS if success else protocol.OUTCOME_FAILED)
         if result.interrupted:  # the reclaim may have run on the host before its answer was lost
             self.receipt.errors.append(f"stage-reclaim: {result.describe()} (the stage {self.dir} may have been "
                                        "reclaimed or kept; the next run of this lane that stages reclaims it)")

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
+from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..agent import protocol
 from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from ..plan import Plan, Step, execute, refuse_unsafe_command
+from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
 from ..transport import RunResult, Transport
 
 
@@ -51,6 +51,8 @@ class Verification:
 
 #: The agent verb that runs the verify and reads the launcher back in one call.
 VERIFY_READBACK = protocol.VERIFY_READBACK
+#: The launcher the verify receipt names, read back: known only once the receipt is read.
+ACTIVE_PATH = Slot("active_path")
 
 
 def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profile: RuntimeProfile,
@@ -65,7 +67,7 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
-    readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, "<active_path>"),
+    readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, ACTIVE_PATH),
                         f"SHA-256 of the receipt's launcher, read back on the login host (in the {name} agent call)")
     return verify, readback
 
@@ -82,7 +84,7 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     verify_argv = protocol.command_words(verify_step.planned_argv, host.agent)
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
-    result = execute(verify_step, login, verify_step.planned_argv, timeout=timeout)
+    result = execute(verify_step, login, timeout=timeout)
     return judge_verify(login, host, request, verify_step, readback_step, result, verify_argv, timeout)
 
 
@@ -115,7 +117,7 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
         return found
     failpoint("step-before", readback_step.name)
     hashed = answer.get("readback")
-    readback_step.argv = protocol.hash_file(host.agent, receipt.active_path)
+    readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
     seconds = answer.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
     if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
@@ -187,7 +189,7 @@ def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRe
                              result.error_text())
     if receipt is None:
         return found
-    hashed = execute(readback_step, login, protocol.hash_file(host.agent, receipt.active_path), timeout=timeout)
+    hashed = execute(readback_step, login, timeout=timeout, active_path=receipt.active_path)
     if hashed.interrupted:
         found.interrupted, found.error = True, hashed.describe()
         return found

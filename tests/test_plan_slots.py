@@ -1,0 +1,275 @@
+"""The executable plan: named slots in a step's planned argv, filled when it runs.
+
+* ``Slot`` markers print exactly as the old placeholders (``<stage>``), survive
+  copies, and are found again where a provider placed one inside a word;
+* ``execute(step, transport, **values)`` runs exactly the planned argv with its
+  slots filled, and refuses an unfilled slot, a value for a slot the step does
+  not hold, or slot values next to an explicit argv -- before anything runs;
+* a provider double counts its hook calls: each lane asks its update hook
+  once per run, at plan time, with the slots, and the receipt's steps are the
+  dry-run plan's steps with those slots filled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from vq_admin_hookspecs import HelperRequest, ProviderCommand, Slot, hookimpl, is_slot
+from vq_admin_hookspecs.slots import find_slot, place
+
+from helper_world import bootstrap, helper_repo, helper_table
+from plan_match import slot_values
+from support import SITE_EXAMPLE, GitRepo, write_config
+
+from vq_admin.config import load_config
+from vq_admin.context import RunContext, RunOptions
+from vq_admin.lanes.helper import HelperUpdate
+from vq_admin.lanes.runtime import RuntimeUpdate
+from vq_admin.plan import Plan, SlotError, execute, fill_command, filled
+from vq_admin.plugins import Providers
+from vq_admin.providers import command as command_provider
+from vq_admin.state import StateDir
+from vq_admin.transport import RunResult, Session
+
+# -- Slot -------------------------------------------------------------------------------------
+
+
+def test_a_slot_prints_as_its_marker_and_fills_in_place():
+    archive = Slot("stage", suffix="/source.tar")
+    assert archive == "<stage>/source.tar" and isinstance(archive, str) and is_slot(archive)
+    assert archive.fill("/scratch/stage.1") == "/scratch/stage.1/source.tar"
+    outcome = Slot("outcome", label="success|failed")
+    assert outcome == "<success|failed>" and outcome.name == "outcome"
+    assert json.dumps([archive]) == '["<stage>/source.tar"]'
+    for twin in (copy.deepcopy(archive), copy.copy(archive)):
+        assert is_slot(twin) and twin.name == "stage" and twin.fill("/s") == "/s/source.tar"
+    assert not is_slot("<stage>")
+    for bad in ("Stage", "stage dir", "", "x" * 40):
+        with pytest.raises(ValueError):
+            Slot(bad)
+
+
+def test_a_slot_placed_inside_a_word_is_found_again():
+    archive = Slot("stage", suffix="/source.tar")
+    words = place(["deploy", "--source-archive=" + archive, archive, "<stage>"], [archive])
+    assert words == ["deploy", "--source-archive=<stage>/source.tar", "<stage>/source.tar", "<stage>"]
+    inside = words[1]
+    assert is_slot(inside) and inside.fill("/s") == "--source-archive=/s/source.tar"
+    assert words[2] is archive
+    assert not is_slot(words[3]), "only a placed slot's whole text counts, not a bare marker"
+    with pytest.raises(ValueError, match="more than one slot"):
+        find_slot(f"{archive}:{archive}", [archive])
+
+
+def test_a_helper_request_takes_slots_but_still_refuses_a_bad_digest():
+    HelperRequest(host="h", expected_sha="a" * 40, expected_tree_sha256=Slot("tree_sha256"), stage_dir=Slot("stage"))
+    with pytest.raises(ValueError, match="expected_tree_sha256"):
+        HelperRequest(host="h", expected_sha="a" * 40, expected_tree_sha256="<tree_sha256>", stage_dir="/s")
+
+
+# -- execute ----------------------------------------------------------------------------------
+
+
+class Recording:
+    """A transport double: records what it was asked to run."""
+
+    where = "double"
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[list[str], dict[str, str] | None]] = []
+
+    def run(self, argv, *, timeout, env=None, stdin=None, watch=None):
+        self.ran.append((list(argv), env))
+        return RunResult(list(argv), self.where, 0, b"{}", b"", 0.01)
+
+
+def staged_step():
+    plan = Plan()
+    return plan.add("stage-verify", "double", ["/agent", "stage-verify", "--stage", Slot("stage"),
+                                                "--tree-sha256", Slot("tree_sha256")], "prove the stage",
+                    {"VQ_HELPER_STAGE": Slot("stage"), "LANG": "C"})
+
+
+def test_execute_runs_exactly_the_planned_argv_with_its_slots_filled():
+    step, transport = staged_step(), Recording()
+    planned_text = [str(w) for w in step.planned_argv]
+    result = execute(step, transport, timeout=5, stage="/scratch/stage.1", tree_sha256="f" * 64)
+    assert result.exit_code == 0
+    argv = ["/agent", "stage-verify", "--stage", "/scratch/stage.1", "--tree-sha256", "f" * 64]
+    assert transport.ran == [(argv, {"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"})]
+    record = step.to_dict()
+    assert record["argv"] == argv and record["status"] == "ok"
+    assert record["env"] == {"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"}
+    assert step.planned_argv == planned_text, "the plan itself is never rewritten"
+    assert not any(is_slot(w) for w in step.argv)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"stage": "/scratch/stage.1"}, "no value for its slot 'tree_sha256'"),
+    ({}, "no value for its slot 'stage'"),
+    ({"stage": "/s", "tree_sha256": "f" * 64, "attempt": "x"}, "no slot attempt"),
+])
+def test_execute_refuses_an_unfilled_or_unknown_slot_before_anything_runs(values, message):
+    step, transport = staged_step(), Recording()
+    with pytest.raises(SlotError, match=message):
+        execute(step, transport, timeout=5, **values)
+    assert transport.ran == [] and step.status == "planned" and step.argv is None
+
+
+def test_execute_refuses_slot_values_next_to_an_explicit_argv():
+    step, transport = staged_step(), Recording()
+    with pytest.raises(SlotError, match="explicit argv"):
+        execute(step, transport, ["/agent", "x"], timeout=5, stage="/s")
+    assert transport.ran == []
+
+
+def test_a_planned_provider_command_is_filled_word_by_word():
+    archive = Slot("stage", suffix="/source.tar")
+    command = ProviderCommand(argv=("/deploy", "--source-archive", archive), env=(("ARCHIVE", archive),))
+    done = fill_command(command, stage="/s")
+    assert done.argv == ("/deploy", "--source-archive", "/s/source.tar") and done.env == (("ARCHIVE", "/s/source.tar"),)
+    assert not any(is_slot(w) for w in done.argv)
+    with pytest.raises(SlotError):
+        fill_command(command)
+
+
+def test_filled_leaves_a_step_without_slots_alone():
+    step = Plan().add("census", "double", ["/usr/bin/squeue", "--noheader"], "jobs")
+    assert filled(step) == (["/usr/bin/squeue", "--noheader"], {})
+
+
+# -- provider hooks: once per run, with the slots ---------------------------------------------
+
+
+class Counting:
+    """A provider double that records every hook call and its request: runtime hooks answer
+    like site_example (placing ``--source-archive`` as a whole word), the helper update as
+    the built-in command provider plus two env values holding the slots."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def _runtime(self, hook: str, verb: str, request):
+        from vq_site_example.plugin import build_argv
+
+        self.calls.append((hook, request))
+        return ProviderCommand(argv=tuple(build_argv(verb, request)))
+
+    @hookimpl
+    def vq_admin_runtime_update(self, request):
+        return self._runtime("runtime_update", "deploy", request)
+
+    @hookimpl
+    def vq_admin_runtime_install(self, request):
+        return self._runtime("runtime_install", "install", request)
+
+    @hookimpl
+    def vq_admin_runtime_verify(self, request):
+        return self._runtime("runtime_verify", "verify", request)
+
+    @hookimpl
+    def vq_admin_helper_update(self, request):
+        self.calls.append(("helper_update", request))
+        base = command_provider.vq_admin_helper_update(request)
+        # an env value that is a slot, and one that embeds a slot
+        return ProviderCommand(argv=base.argv, env=(("SITE_STAGE", request.stage_dir),
+                                                    ("SITE_TREE", "tree=" + request.expected_tree_sha256)))
+
+    def hooks(self, name: str) -> list[object]:
+        return [request for hook, request in self.calls if hook == name]
+
+
+@pytest.fixture
+def world(tmp_path):
+    repo, sha_a = helper_repo(tmp_path / "helper-repo")
+    helper_root = tmp_path / "helper"
+    bootstrap(helper_root, repo.path, sha_a, tmp_path)
+    sha_b = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
+    program = GitRepo(tmp_path / "vibeqc")
+    runtime_sha = program.commit("vibeqc 1")
+    runtime_root = tmp_path / "apps" / "vibeqc"
+    (runtime_root / "releases").mkdir(parents=True)
+    (tmp_path / "scratch").mkdir()
+    text = helper_table("cluster", root=helper_root, repo=repo.path, scratch=tmp_path / "scratch",
+                        extra='helper_provider = "counting"')
+    text += (f"[hosts.cluster.scheduler_runtime_deployments.vibeqc]\nprovider = \"counting\"\n"
+             f"provider_options = {{ root = \"{runtime_root}\", command = \"{SITE_EXAMPLE}\" }}\n"
+             f"source_repo = \"{program.path}\"\n")
+    return {"config": load_config(write_config(tmp_path / "counting.toml", text)), "state": tmp_path / "state",
+            "b": sha_b, "runtime_sha": runtime_sha}
+
+
+def run_lane(world, make, provider: Counting, *, dry_run: bool):
+    with Session(None) as session:
+        ctx = RunContext(world["config"], StateDir(world["state"]), session,
+                         Providers.from_plugins({"counting": provider}), RunOptions(json=True, dry_run=dry_run))
+        return make(ctx).run()
+
+
+def test_the_runtime_lane_asks_its_update_hook_once_and_runs_the_planned_argv(world, monkeypatch, capsys):
+    make = lambda ctx: RuntimeUpdate(ctx, "cluster", "vibeqc", world["runtime_sha"], None)  # noqa: E731
+    dry = run_lane(world, make, Counting(), dry_run=True)
+    provider = Counting()
+    done = run_lane(world, make, provider, dry_run=False)
+    assert done.outcome.value == "ok", done.errors
+    updates = provider.hooks("runtime_update")
+    assert len(updates) == 1, "asked once per run, when the plan is made"
+    assert len(provider.hooks("runtime_verify")) == 1, "the pre-verify and the verify ask the same question once"
+    archive = updates[0].source_archive
+    assert is_slot(archive) and archive == "<stage>/source.tar"
+    plan, ran = dry.plan.to_list(), done.plan.to_list()
+    assert [s["argv"] for s in plan] == [[str(w) for w in s.planned_argv] for s in done.plan.steps], \
+        "the real run made the dry run's plan"
+    deploy = next(s for s in plan if s["name"] == "deploy")
+    assert deploy["argv"][-2:] == ["--source-archive", "<stage>/source.tar"]
+    values = slot_values(plan, ran, names={"source", "stage-create", "stage-receive", "stage-verify", "deploy",
+                                           "verify", "verify-readback", "stage-reclaim"})
+    assert values["stage"] == done.stage["dir"]
+    assert values["tree_sha256"] == done.source["tree_sha256"]
+    assert values["success|failed"] == "success"
+    assert values["active_path"] == done.verify["final"]["receipt"]["active_path"]
+
+
+def test_the_helper_lane_asks_its_hook_once_and_fills_the_tree_digest(world):
+    make = lambda ctx: HelperUpdate(ctx, "cluster", world["b"])  # noqa: E731
+    dry = run_lane(world, make, Counting(), dry_run=True)
+    provider = Counting()
+    done = run_lane(world, make, provider, dry_run=False)
+    assert done.outcome.value == "ok", done.errors
+    asked = provider.hooks("helper_update")
+    assert len(asked) == 1 and [hook for hook, _ in provider.calls] == ["helper_update"], \
+        "asked once per run, when the plan is made"
+    request = asked[0]
+    assert is_slot(request.stage_dir) and request.stage_dir == "<stage>"
+    assert is_slot(request.expected_tree_sha256) and request.expected_tree_sha256 == "<tree_sha256>"
+    plan, ran = dry.plan.to_list(), done.plan.to_list()
+    helper = next(s for s in plan if s["name"] == "helper")
+    assert helper["env"]["SITE_TREE"] == "tree=<tree_sha256>" and helper["env"]["SITE_STAGE"] == "<stage>"
+    values = slot_values(plan, ran, names={"stage-create", "stage-receive", "stage-verify", "helper",
+                                           "stage-reclaim"})
+    assert values["tree_sha256"] == done.source["tree_sha256"] and values["stage"] == done.stage["dir"]
+    step = next(s for s in ran if s["name"] == "helper")
+    assert step["env"]["SITE_TREE"] == f"tree={done.source['tree_sha256']}"
+    assert step["env"]["SITE_STAGE"] == step["env"]["VQ_HELPER_STAGE"] == done.stage["dir"]
+    assert Path(done.stage["dir"]).name.startswith("stage.")
+
+
+def test_one_run_asks_a_provider_each_question_once():
+    from vq_admin_hookspecs import RuntimeRequest
+
+    provider = Counting()
+    providers = Providers.from_plugins({"counting": provider})
+    request = RuntimeRequest(program="vibeqc", host="h", expected_sha="a" * 40, tag=None,
+                             settings={"provider_options": {"root": "/apps", "command": "/bin/site"}})
+    first = providers.runtime_verify("counting", request)
+    assert providers.runtime_verify("counting", request) is first
+    other = RuntimeRequest(program="vibeqc", host="h", expected_sha="b" * 40, tag=None,
+                           settings=request.settings)
+    assert providers.runtime_verify("counting", other).argv != first.argv
+    assert len(provider.hooks("runtime_verify")) == 2
+    providers.remember = False  # the conformance kit: every question asked again
+    providers.runtime_verify("counting", request)
+    assert len(provider.hooks("runtime_verify")) == 3
