@@ -100,25 +100,25 @@ class SourceStage:
     def stage(self) -> str:
         """Create, fill and verify the stage; returns its path on the host."""
         assert self.ident is not None and self.ident.archive_path
-        created = execute(self.plan.get("stage-create"), self.transport, timeout=STAGE_TIMEOUT, values=self.digests())
-        self.require(created, "stage-create")
+        create = self.plan.get("stage-create")
+        created = execute(create, self.transport, timeout=STAGE_TIMEOUT, values=self.digests())
+        self.require(created, create.name)
         try:
             path = protocol.parse_stage_create(created.stdout).stage
         except protocol.ProtocolError:
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory") from None
         self.dir = path
         self.receipt.stage = {"where": self.transport.where, "dir": path}
-        received = execute(self.plan.get("stage-receive"), self.transport, timeout=self.timeout,
-                           stdin=self.ident.archive_path, stage=path)
-        self.require(received, "stage-receive")
-        checked = execute(self.plan.get("stage-verify"), self.transport, timeout=self.timeout, stage=path,
-                          values=self.digests())
+        receive, verify = self.plan.get("stage-receive"), self.plan.get("stage-verify")
+        received = execute(receive, self.transport, timeout=self.timeout, stdin=self.ident.archive_path, stage=path)
+        self.require(received, receive.name)
+        checked = execute(verify, self.transport, timeout=self.timeout, stage=path, values=self.digests())
         if checked.exit_code == protocol.EXIT_MISMATCH and not checked.interrupted:
             mismatches = _verdict(checked).mismatches or ["identity mismatch"]
             self.reclaim(success=False)
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
-        self.require(checked, "stage-verify")
+        self.require(checked, verify.name)
         verdict = _verdict(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
         if not verdict.verified or verdict.stage != path or verdict.mismatches:
             self.reclaim(success=False)
