@@ -15,8 +15,11 @@ module to the imported one, of one of three kinds:
   module-level ``try``/``if``);
 * ``function``: inside a function body, so it runs when the function is
   called; still a dependency, and it counts towards a cycle;
-* ``type-checking``: under ``if TYPE_CHECKING:``; never runs, listed apart
-  and never counted towards a cycle.
+* ``type-checking``: under ``if TYPE_CHECKING:`` (or ``if False:``); never
+  runs, listed apart and never counted towards a cycle;
+* ``main-block``: under ``if __name__ == "__main__":`` at module level; runs
+  only when the file is run as the program, as the module ``__main__``, never
+  when others import it: listed apart, not counted.
 
 A cycle is a strongly connected component of more than one module over the
 ``module`` and ``function`` edges.  ``from PKG import NAME`` is an edge to
@@ -49,7 +52,7 @@ class Edge:
 
     source: str
     target: str
-    kind: str  # "module", "function" or "type-checking"
+    kind: str  # "module", "function", "type-checking" or "main-block"
     line: int
     names: tuple[str, ...] = ()
 
@@ -142,8 +145,18 @@ def packages(paths: Iterable[Path]) -> dict[str, Path]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:``, ``if typing.TYPE_CHECKING:`` or ``if False:`` (never runs)."""
     return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+            or (isinstance(test, ast.Constant) and test.value is False))
+
+
+def _is_main_block(test: ast.expr) -> bool:
+    """``if __name__ == "__main__":``: runs only when the file is the program (then it is ``__main__``,
+    not the module others import)."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
@@ -155,6 +168,10 @@ def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, st
                 continue
             if isinstance(node, ast.If) and _is_type_checking(node.test):
                 yield from walk(node.body, "type-checking")
+                yield from walk(node.orelse, kind)
+                continue
+            if isinstance(node, ast.If) and kind == "module" and _is_main_block(node.test):
+                yield from walk(node.body, "main-block")
                 yield from walk(node.orelse, kind)
                 continue
             inner = "function" if kind == "module" and isinstance(
@@ -210,7 +227,7 @@ def scan(paths: Iterable[Path] = DEFAULT_PATHS) -> Graph:
 
 
 def dot(graph: Graph) -> str:
-    styles = {"module": "solid", "function": "dashed", "type-checking": "dotted"}
+    styles = {"module": "solid", "function": "dashed", "type-checking": "dotted", "main-block": "dotted"}
     lines = ["digraph imports {", "  rankdir=LR;", "  node [shape=box, fontsize=10];"]
     in_cycle = {m for c in graph.cycles() for m in c}
     for module in sorted(graph.modules):
@@ -238,11 +255,13 @@ def report(graph: Graph) -> list[str]:
                 lines.append(f"  {edge.source} -> {edge.target}  ({edge.kind} import, "
                              f"{graph.modules[edge.source].name}:{edge.line})")
     deferred = [e for e in graph.edges if e.kind == "type-checking"]
+    main_blocks = [e for e in graph.edges if e.kind == "main-block"]
     counted = graph.counted()
     lines.append(f"{len(graph.modules)} modules, {len(counted)} counted edges "
                  f"({sum(e.kind == 'module' for e in counted)} module-level, "
                  f"{sum(e.kind == 'function' for e in counted)} inside functions), "
-                 f"{len(deferred)} TYPE_CHECKING imports (not counted)")
+                 f"{len(deferred)} TYPE_CHECKING imports (not counted)"
+                 + (f", {len(main_blocks)} in __main__ blocks (not counted)" if main_blocks else ""))
     lines.append(f"{len(cycles)} import cycle(s)" if cycles else "no import cycle")
     return lines
 

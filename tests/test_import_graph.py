@@ -100,3 +100,22 @@ def test_relative_imports_resolve_from_a_package_and_from_a_module(tmp_path: Pat
     graph = load().scan([pkg / "pkg"])
     source = "pkg.sub" if level.endswith("__init__.py") else "pkg.sub.mod"
     assert {(e.source, e.target) for e in graph.edges} == {(source, "pkg.top")}
+
+
+def test_a_main_block_import_is_listed_apart_and_makes_no_cycle(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/entry.py": "def main():\n    from .cli import run\n",
+        "pkg/cli.py": "def run(): ...\nif __name__ == '__main__':\n    from pkg.entry import main\n",
+    })
+    done = run(pkg / "pkg")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 in __main__ blocks (not counted)" in done.stdout
+    (pkg / "pkg" / "cli.py").write_text("from pkg.entry import main\ndef run(): ...\n")  # the same, at import
+    assert run(pkg / "pkg").returncode == 1
+
+
+def test_vq_admin_and_hookspecs_have_no_import_cycle() -> None:
+    done = run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("no import cycle")

@@ -198,7 +198,7 @@ class Rollout:
                     new = os.open(path, flags | os.O_CLOEXEC, 0o600)
                     os.dup2(new, fd)
                     os.close(new)
-                from .cli import main
+                from .entry import main
 
                 sys.argv[:1] = ["vq-admin"]
                 code = main(argv)
@@ -480,8 +480,7 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
 def _preload(config: Config, program: str) -> None:
     """Import what every worker needs once, before forking (each would otherwise pay
     for it): the lane modules, and the providers the rollout's profiles name."""
-    from .commands import update  # noqa: F401
-    from .lanes import runtime  # noqa: F401
+    from .lanes import runner, runtime  # noqa: F401
     from .plugins import Providers
 
     names = {h.runtimes[program].provider for h in config.hosts.values() if program in h.runtimes}

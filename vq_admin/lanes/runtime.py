@@ -312,6 +312,21 @@ class RuntimeUpdate:
         }
 
 
+def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: str | None) -> RuntimeUpdate:
+    """The runtime lane of ``update PROGRAM HOST`` (moved from :mod:`vq_admin.commands.update`, unchanged):
+    authority, the first call's ssh handshake started, the profile's provider loaded."""
+    from ..plugins import Providers
+
+    host = authority.runtime_host(ctx.config, host_name)
+    profile = host.runtimes.get(program)
+    if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
+        from ..early_session import start_for
+
+        start_for(ctx, host)
+    ctx.providers = Providers.load([profile.provider] if profile else [])
+    return RuntimeUpdate(ctx, host_name, program, sha, tag)
+
+
 def _now() -> str:
     from ..state import utc_now
 
