@@ -119,3 +119,15 @@ def test_vq_admin_and_hookspecs_have_no_import_cycle() -> None:
     done = run()
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("no import cycle")
+
+
+def test_only_the_lane_modules_import_runtime_update() -> None:
+    """Steps are built from explicit inputs (``lanes/runtime_step.py``); the first call and the
+    command-file check read the ``RuntimeLane`` protocol.  Only the runtime lane and the rollback
+    that extends it name ``RuntimeUpdate``, in any kind of import (TYPE_CHECKING included)."""
+    graph = load().scan()
+    importers = {e.source for e in graph.importers("vq_admin.lanes.runtime", "RuntimeUpdate")}
+    assert importers <= {"vq_admin.lanes.rollback"}, sorted(importers)
+    steps = {"vq_admin.lanes.mirror_step", "vq_admin.lanes.allocation_step", "vq_admin.lanes.detached_step",
+             "vq_admin.lanes.allocation_attempt", "vq_admin.lanes.first_call", "vq_admin.lanes.remote_paths"}
+    assert not {e.source for e in graph.importers("vq_admin.lanes.runtime")} & steps

@@ -21,7 +21,7 @@ One update, in order:
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest
 
@@ -35,8 +35,13 @@ from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import first_call, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
+from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
+
+if TYPE_CHECKING:  # the steps' modules are imported when a profile needs them (an already-current run never does)
+    from .allocation_step import AllocationDeploy
+    from .mirror_step import MirrorFeed
 
 class RuntimeUpdate:
     """One runtime update of one program on one host."""
@@ -62,6 +67,10 @@ class RuntimeUpdate:
         self.source: source.SourceIdentity | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
                                    "runtime", program, profile.timeout_seconds)
+        #: What this lane's steps are built from (:mod:`.runtime_step`): they never see the lane itself.
+        self.inputs = RuntimeStep(ctx, self.host, profile, self.receipt, sha, self.staging)
+        self.mirror: MirrorFeed | None = None
+        self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
 
     @property
     def stage_dir(self) -> str | None:
@@ -99,22 +108,25 @@ class RuntimeUpdate:
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
-            from . import mirror_step
+            from .mirror_step import MirrorFeed
 
-            mirror_step.plan(self)
+            self.mirror = MirrorFeed.like(self.inputs)
+            self.mirror.plan()
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
         deploy = self.deploy_command("<stage>/source.tar")
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
-            from . import allocation_step
+            from .allocation_step import AllocationDeploy
 
-            allocation_step.plan(self, deploy, purpose)
+            self.deployer = AllocationDeploy.like(self.inputs)
+            self.deployer.plan(deploy, purpose)
         elif self.detached:
-            from . import detached_step
+            from .detached_step import DetachedDeploy
 
-            detached_step.plan(self, deploy, purpose)
+            self.deployer = DetachedDeploy.like(self.inputs)
+            self.deployer.plan(deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
@@ -131,7 +143,7 @@ class RuntimeUpdate:
         """A fixed-host build that runs detached from the connection (see :mod:`.detached_step`)."""
         from . import detached_step
 
-        return detached_step.applies(self)
+        return detached_step.applies(self.inputs)
 
     def _provider_has_install(self) -> bool:
         if self.profile.provider != "command":
@@ -151,7 +163,7 @@ class RuntimeUpdate:
         # a batch job or detached build an interrupted run left: its end first
         from . import allocation_attempt
 
-        allocation_attempt.reconcile_previous(self)
+        allocation_attempt.reconcile_previous(self.inputs)
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
@@ -170,10 +182,8 @@ class RuntimeUpdate:
                                        "verify.pre.output)")
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
-        if self.profile.feed_source_mirror is not None:
-            from . import mirror_step
-
-            mirror_step.run(self)
+        if self.mirror is not None:
+            self.mirror.run()
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
@@ -215,14 +225,8 @@ class RuntimeUpdate:
     def deploy(self) -> RunResult:
         archive = f"{self.stage_dir}/source.tar"
         command = self.deploy_command(archive)
-        if self.profile.update_allocation is not None:
-            from . import allocation_step
-
-            return allocation_step.deploy(self, command)
-        if self.detached:
-            from . import detached_step
-
-            return detached_step.deploy(self, command)
+        if self.deployer is not None:  # an allocation or a detached build
+            return self.deployer.deploy(command)
         step = self.receipt.plan.get("deploy")
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(command.argv)}")
         view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
@@ -253,7 +257,7 @@ class RuntimeUpdate:
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
                 from . import allocation_attempt
 
-                allocation_attempt.clear(self)
+                allocation_attempt.clear(self.inputs)
             self.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
