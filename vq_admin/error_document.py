@@ -1,6 +1,5 @@
-"""The one JSON document of a run that ended with an error before any verb printed its own
-(moved from :mod:`vq_admin.cli`, unchanged): a lane verb's receipt (:func:`vq_admin.lanes.runner.error_document`),
-else the envelope's error document."""
+"""The one JSON document of a run that ended with an error before any verb printed its own: a lane
+verb's receipt (:func:`vq_admin.lanes.runner.error_document`), else the envelope's error document."""
 
 from __future__ import annotations
 

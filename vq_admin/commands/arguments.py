@@ -1,5 +1,4 @@
-"""The command-line arguments every lane verb shares: names and SHAs (moved from
-:mod:`vq_admin.commands.update`, unchanged)."""
+"""The command-line arguments every lane verb shares: program and host names, full commit SHAs."""
 
 from __future__ import annotations
 

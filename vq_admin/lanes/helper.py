@@ -256,8 +256,7 @@ class HelperUpdate:
 
 
 def build_lane(ctx: RunContext, *, host_name: str, sha: str | None) -> HelperUpdate:
-    """The helper lane of ``update HOST`` (moved from :mod:`vq_admin.commands.update_helper`, unchanged):
-    authority, then only the host's ``helper_provider`` loaded."""
+    """The helper lane of ``update HOST``: authority, then only the host's ``helper_provider`` loaded."""
     from ..plugins import Providers
 
     host = authority.helper_host(ctx.config, host_name)

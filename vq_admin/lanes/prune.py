@@ -332,8 +332,8 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int) -> RuntimePrune:
-    """The lane of ``vq admin prune`` (moved from :mod:`vq_admin.commands.prune`, unchanged): authority, then
-    the profile's provider loaded."""
+    """The lane of ``vq admin prune``: authority, then the profile's
+    provider loaded."""
     from ..plugins import Providers
 
     host = authority.runtime_host(ctx.config, host_name)

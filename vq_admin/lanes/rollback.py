@@ -190,8 +190,8 @@ class RuntimeRollback(RuntimeUpdate):
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:
-    """The lane of ``vq admin rollback`` (moved from :mod:`vq_admin.commands.rollback`, unchanged): authority, then
-    the profile's provider loaded."""
+    """The lane of ``vq admin rollback``: authority, then the profile's
+    provider loaded."""
     from ..plugins import Providers
 
     host = authority.runtime_host(ctx.config, host_name)

@@ -2,8 +2,8 @@
 lane run under its lock and lease; refusals, interruptions and bugs turned into receipts; the
 receipt (or the plan of a dry run) printed.
 
-Moved from :mod:`vq_admin.commands.update` (unchanged): the commands build a lane and hand it
-here; no lane module imports a command.
+The commands (:mod:`vq_admin.commands`) check their arguments and hand a lane's builder here;
+no lane module imports a command.
 """
 
 from __future__ import annotations

@@ -317,8 +317,8 @@ class RuntimeUpdate:
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: str | None) -> RuntimeUpdate:
-    """The runtime lane of ``update PROGRAM HOST`` (moved from :mod:`vq_admin.commands.update`, unchanged):
-    authority, the first call's ssh handshake started, the profile's provider loaded."""
+    """The runtime lane of ``update PROGRAM HOST``: authority, the first call's ssh handshake started, the
+    profile's provider loaded."""
     from ..plugins import Providers
 
     host = authority.runtime_host(ctx.config, host_name)
