@@ -154,9 +154,10 @@ def _stub_update(tmp_path):
     receipt.deploy = {"log_dir": "/scratch/.vq-admin/runtime-deploy/prog/deploy.20260101T000000Z.0a0b0c0d",
                       "job_id": None, "exit_code": None}
     said = []
-    stub = SimpleNamespace(receipt=receipt, ctx=SimpleNamespace(narrate=said.append),
-                           reclaim=lambda success: said.append(f"reclaim {success}"),
-                           profile=SimpleNamespace(timeout_seconds=60.0))
+    stub = allocation_step.AllocationDeploy(  # the step, built from its inputs (doubles here)
+        SimpleNamespace(narrate=said.append), SimpleNamespace(name="cluster"),
+        SimpleNamespace(timeout_seconds=60.0), receipt, "a" * 40,
+        SimpleNamespace(reclaim=lambda success: said.append(f"reclaim {success}")))
     return stub, said
 
 
@@ -190,7 +191,7 @@ def test_an_incomplete_transcript_says_so_and_keeps_the_exit_status(tmp_path, re
     stub, said = _stub_update(tmp_path)
     out = b"" if reason != "unstable" else b"VQ-DEPLOY-METRIC partial=1\nstill going\n"
     call, sinks = _call(tmp_path, _summary(exit_code, False, reason, 10), out, b"")
-    result = allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.exit_code == exit_code and result.interrupted is None
     output = stub.receipt.command_output
     assert output["complete"] is False and output["reason"] == reason and output["observations"] == 10
@@ -204,7 +205,7 @@ def test_an_incomplete_transcript_says_so_and_keeps_the_exit_status(tmp_path, re
 def test_a_settled_transcript_is_complete(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"VQ-DEPLOY-METRIC n=1\n", b"")
-    result = allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.exit_code == 0
     assert stub.receipt.command_output["complete"] is True and stub.receipt.metrics_complete is True
     assert call.step.exit_code == 0 and call.step.status == "ok"
@@ -213,7 +214,7 @@ def test_a_settled_transcript_is_complete(tmp_path):
 def test_a_stream_cut_before_its_end_is_incomplete(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"VQ-DEPLOY-METRIC n=1\n", b"", ended=False)
-    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     output = stub.receipt.command_output
     assert output["complete"] is False and output["reason"] == "unavailable"
     assert stub.receipt.metrics == {"n": 1} and stub.receipt.metrics_complete is False
@@ -223,7 +224,7 @@ def test_a_transcript_changed_after_it_settled_is_unstable(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"abc\n", b"")
     call.records["end"]["sent"]["stdout"]["settled_digest"] = "0" * 16
-    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert stub.receipt.command_output["reason"] == "unstable"
 
 
@@ -232,7 +233,7 @@ def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path
     summary = _summary(None, True, None, 3, established=False, reconciled=True,
                        notes=["scontrol: Unable to contact slurm controller"])
     call, sinks = _call(tmp_path, summary, b"VQ-DEPLOY-METRIC n=1\n", b"")
-    result = allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.interrupted == "transport" and result.exit_code is None
     assert "job 9" in result.error_text() and stub.receipt.deploy["log_dir"] in result.error_text()
     assert stub.receipt.command_output["complete"] is False and stub.receipt.metrics_complete is False
@@ -250,7 +251,7 @@ def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_
     for name, data in (("stdout", out), ("stderr", b"")):
         digest = hashlib.blake2b(data, digest_size=8).hexdigest()
         call.records["end"]["sent"][name].update(checksum="blake2b", digest=digest, settled_digest=digest)
-    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     output = stub.receipt.command_output
     assert output["complete"] is True and output["checksum"] == "blake2b", output.get("problems")
     # a wrong blake2b digest is damage in transit, not a pass
@@ -258,6 +259,6 @@ def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_
     call, sinks = _call(tmp_path / "again", _summary(0, True, None, 3), out, b"")
     call.records["summary"]["settle"]["checksum"] = "blake2b"
     call.records["end"]["sent"]["stdout"].update(checksum="blake2b", digest="0" * 16, settled_digest="0" * 16)
-    allocation_step._conclude(stub, SimpleNamespace(argv=("deploy",)), call, sinks)
+    stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert stub.receipt.command_output["complete"] is False
     assert any("received" in p for p in stub.receipt.command_output["problems"])

@@ -288,7 +288,7 @@ def test_bindings_import_loads_nothing_heavy():
 @pytest.mark.parametrize("host", ["cluster", "login2", "nowhere"])
 def test_launcher_command_loads_nothing_heavy(world, host):
     """``vq admin launcher`` as the driver runs it: the modules of the whole process."""
-    code = ("import json, sys\nfrom vq_admin.cli import main\n"
+    code = ("import json, sys\nfrom vq_admin.entry import main\n"
             f"rc = main(['launcher', 'vibeqc', {host!r}])\n"
             "print(json.dumps(sorted(sys.modules)))")
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(world["config"]), VQ_ADMIN_STATE_DIR=str(world["state"]))

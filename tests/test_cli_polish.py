@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from support import SCRIPTS, GitRepo, run_vq, site_example_host, write_config
-from vq_admin.cli import EXIT_CLOSED_PIPE, build_parser
+from vq_admin.cli import build_parser
+from vq_admin.entry import EXIT_CLOSED_PIPE
 from vq_admin.state import StateDir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,7 +187,7 @@ def test_names_come_from_the_configuration_only_when_it_exists(tmp_path):
 
 
 def test_shtab_is_imported_only_for_completion(tmp_path):
-    code = ("import sys\nfrom vq_admin.cli import main\n"
+    code = ("import sys\nfrom vq_admin.entry import main\n"
             "main(['status', '--state-dir', sys.argv[1]]); main(['check'])\n"
             "print('LOADED' if 'shtab' in sys.modules else 'CLEAN', file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,

@@ -9,7 +9,7 @@ The verbs come from the argument parser itself (:func:`vq_admin.cli.build_parser
 a verb that takes ``--json`` and has no case here fails
 :func:`test_every_json_verb_has_cases`, and a verb without ``--json`` must be
 named in :data:`NO_JSON` with the reason.  The verbs run in this process
-(``vq_admin.cli.main``, stdout captured at the file descriptor, so provider
+(``vq_admin.entry.main``, stdout captured at the file descriptor, so provider
 and agent children count too) against a configuration whose host is reached
 through the ``local`` transport; ``check --connect`` and ``references`` also run
 over the real sshd, where they reach a login host for real.
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from support import GitRepo, run_vq, site_example_host, write_config
 
-from vq_admin import cli, envelope
+from vq_admin import cli, entry, envelope
 from vq_admin.outcome import EXIT_CODES, Outcome, UsageError
 from vq_admin.receipt import SECTIONS, Receipt, UndeclaredSection
 
@@ -115,9 +115,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def run_in_process(argv: list[str], world: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``vq_admin.cli.main(argv)`` in this process; stdout and stderr as the file descriptors saw them."""
+    """``vq_admin.entry.main(argv)`` in this process; stdout and stderr as the file descriptors saw them."""
     capfd.readouterr()
-    code = cli.main([*argv, "--config", str(world["config"]), "--state-dir", str(world["state"])])
+    code = entry.main([*argv, "--config", str(world["config"]), "--state-dir", str(world["state"])])
     out, err = capfd.readouterr()
     return code, out, err
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vq_admin import bindings, cli, registry
-from vq_admin.commands.update import SHA_RULE, check_name, full_sha
+from vq_admin import bindings, cli, entry, registry
+from vq_admin.commands.arguments import SHA_RULE, check_name, full_sha
 from vq_admin.locks import lock_path
 from vq_admin.outcome import Outcome, UsageError
 from vq_admin.output import CONTINUATION, print_json, receipt_summary
@@ -61,7 +61,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
             mock.patch.object(cli, "build_parser", _PARSER):
-        code = cli.main(list(argv))
+        code = entry.main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
 

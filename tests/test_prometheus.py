@@ -141,7 +141,7 @@ def test_empty_state_gives_help_and_type_only(tmp_path):
 
 
 def test_prometheus_client_is_imported_only_for_these_options(tmp_path):
-    code = ("import sys\nfrom vq_admin.cli import main\n"
+    code = ("import sys\nfrom vq_admin.entry import main\n"
             "for argv in (['status'], ['status', '--json'], ['check'], ['providers']):\n"
             "    main(argv + ['--state-dir', sys.argv[1]])\n"
             "print('LOADED' if 'prometheus_client' in sys.modules else 'CLEAN', file=sys.stderr)\n"

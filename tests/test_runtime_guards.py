@@ -219,7 +219,7 @@ def test_sigterm_mid_deploy_is_unknown_with_a_receipt_and_frees_the_lock(tmp_pat
 def test_an_internal_error_is_unknown_with_a_receipt_never_a_traceback(demo_site, monkeypatch, capsys):
     import json
 
-    from vq_admin import cli
+    from vq_admin import entry
     from vq_admin.lanes.runtime import RuntimeUpdate
 
     tmp, config, sha = demo_site
@@ -231,7 +231,7 @@ def test_an_internal_error_is_unknown_with_a_receipt_never_a_traceback(demo_site
     monkeypatch.setattr(RuntimeUpdate, "run", broken)
     monkeypatch.setenv("VQ_ADMIN_CONFIG", str(config))
     monkeypatch.setenv("VQ_ADMIN_STATE_DIR", str(tmp / "state"))
-    code = cli.main(["update", "vibeqc", "cluster", "--expected-sha", sha, "--json"])
+    code = entry.main(["update", "vibeqc", "cluster", "--expected-sha", sha, "--json"])
     out, err = capsys.readouterr()
     receipt = json.loads(out)
     assert code == 3 and receipt["outcome"] == "unknown"

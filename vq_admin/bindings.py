@@ -172,9 +172,12 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                               "an explicit path authenticates nothing",
                               _use_printed(program, canonical, entry["sha"]))
     if check_on_host:
-        from .readback import check_launcher_on_host
+        from .readback import ReadbackRefused, check_launcher_on_host
 
-        check_launcher_on_host(entry, config_path, timeout)
+        try:
+            check_launcher_on_host(entry, config_path, timeout)
+        except ReadbackRefused as exc:
+            raise LauncherRefused(exc.code, exc.reason, exc.remedy) from None
     return _binding(entry, canonical, program, latest, bool(check_on_host))
 
 

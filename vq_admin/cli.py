@@ -8,13 +8,12 @@ error prints exactly one JSON document on stdout.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any, NoReturn
 
 from . import __version__
-from .entry import EXIT_CLOSED_PIPE, closed_stdout, guarded, launcher  # noqa: F401 (re-exported)
-from .outcome import Outcome, UsageError, VqAdminError
+from .error_document import error_document
+from .outcome import UsageError, VqAdminError
 from .output import safe_text
 
 
@@ -198,16 +197,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     return code
 
 
-def _error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
-    if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
-        from .commands.update import error_document
-
-        return error_document(args, error)
-    from .envelope import SCHEMAS, document
-
-    return document(SCHEMAS["error"], error.outcome, None, [error.message])
-
-
 #: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).
 _DOUBLE_DASH = "\0--"
 
@@ -225,24 +214,9 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
-    prog = "vq-admin"
-    if invoked == "vq":
-        prog = "vq admin"
-        if not argv or argv[0] != "admin":
-            print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
-            return Outcome.USAGE.exit_code
-        argv = argv[1:]
-    if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse (vq_admin.entry)
-        code = guarded(lambda: launcher(argv[1:], prog))
-        if code is not None:
-            return code
-    return guarded(lambda: _main(prog, argv))  # --help and --version leave through SystemExit
-
-
-def _main(prog: str, argv: list[str]) -> int:
+def run(prog: str, argv: list[str]) -> int:
+    """The full command line after the console script's own work (:func:`vq_admin.entry.main`): parse,
+    dispatch to the verb's command, turn a definite error into its message (and JSON document)."""
     args = None
     try:
         args = parse(build_parser(prog), argv)
@@ -251,7 +225,7 @@ def _main(prog: str, argv: list[str]) -> int:
         if "--json" in argv:
             from .envelope import write
 
-            write(_error_document(args, exc))
+            write(error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
     except KeyboardInterrupt:
@@ -259,5 +233,7 @@ def _main(prog: str, argv: list[str]) -> int:
         return 130
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m vq_admin.cli: the console script's entry (this module is __main__ then)
+    from vq_admin.entry import main
+
     sys.exit(main())

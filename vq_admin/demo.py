@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  config   {config}")
     print(f"  runtime  {workdir / 'apps'}")
     print(f"$ vq admin {quote_argv(command)}", flush=True)
-    from .cli import main as cli_main
+    from .entry import main as cli_main
 
     code = cli_main(command)
     print(f"$ vq admin status {HOST}", flush=True)

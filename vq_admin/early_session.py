@@ -12,8 +12,8 @@ the plan is ready (:func:`take`), while the handshake went on meanwhile.
 
 Until the request is sent nothing runs on the host but the agent's
 ``session`` waiting for it.  A run that ends before sending it (a refusal, a
-usage error, an exception, a signal) closes its stdin (:func:`end`, from
-:meth:`vq_admin.transport.Session.close`, or the pipe closing with the driver):
+usage error, an exception, a signal) closes its stdin (:func:`end`, which
+:meth:`vq_admin.transport.Session.close` calls, or the pipe closing with the driver):
 the agent reads end-of-file before any request, which is "nothing asked": no
 lease taken, nothing recorded, exit 0.  The process is always waited for
 (bounded; killed past the bound), so none is left behind.
@@ -72,6 +72,7 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
         stderr.close()  # the lease's own start reports it
         return
     _EARLY[id(transport)] = EarlySession(full[-1], proc, stderr)
+    transport.on_session_close.append(lambda: end(transport))
 
 
 def take(transport: SshTransport, command: str) -> EarlySession | None:

@@ -106,11 +106,11 @@ def launcher(words: list[str], prog: str) -> int | None:
 
         return run(args)
     except VqAdminError as exc:
-        from .cli import _error_document
+        from .error_document import error_document
         from .output import print_json, safe_text
 
         if "--json" in words:
-            print_json(_error_document(args, exc))  # type: ignore[arg-type]
+            print_json(error_document(args, exc))  # type: ignore[arg-type]
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
     except KeyboardInterrupt:
@@ -149,20 +149,27 @@ def guarded(call: Callable[[], _T]) -> _T | int:
         return closed_stdout()
 
 
-def main() -> int:
-    argv = sys.argv[1:]
+def main(argv: list[str] | None = None) -> int:
+    """The ``vq`` and ``vq-admin`` console scripts (and ``python -m vq_admin.cli``): ``launcher`` served
+    here when it can be, everything else by the full command line (:func:`vq_admin.cli.run`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     invoked = os.path.basename(sys.argv[0]) if sys.argv else "vq-admin"
+    prog = "vq-admin"
     if invoked == "vq":
-        words, prog = (argv[1:] if argv[:1] == ["admin"] else []), "vq admin"
-    else:
-        words, prog = argv, "vq-admin"
-    if words[:1] == ["launcher"]:
-        code = guarded(lambda: launcher(words[1:], prog))
+        prog = "vq admin"
+        if not argv or argv[0] != "admin":
+            from .outcome import Outcome
+
+            print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
+            return Outcome.USAGE.exit_code
+        argv = argv[1:]
+    if argv[:1] == ["launcher"]:  # per job: parsed by hand, without argparse
+        code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
-    from .cli import main as full
+    from .cli import run
 
-    return full()
+    return guarded(lambda: run(prog, argv))  # --help and --version leave through SystemExit
 
 
 if __name__ == "__main__":

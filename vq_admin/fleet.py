@@ -198,7 +198,7 @@ class Rollout:
                     new = os.open(path, flags | os.O_CLOEXEC, 0o600)
                     os.dup2(new, fd)
                     os.close(new)
-                from .cli import main
+                from .entry import main
 
                 sys.argv[:1] = ["vq-admin"]
                 code = main(argv)
@@ -483,8 +483,7 @@ def _preload(config: Config, program: str) -> None:
     the deploy steps, the registry and history, ``time.strptime``'s module), and the
     providers the rollout's profiles name."""
     from . import early_session, history, registry  # noqa: F401
-    from .commands import update  # noqa: F401
-    from .lanes import allocation_step, detached_step, runtime  # noqa: F401
+    from .lanes import allocation_step, detached_step, runner, runtime  # noqa: F401
     from .plugins import Providers
 
     time.strptime("2000", "%Y")  # imports _strptime (and calendar) once, not once per worker

@@ -24,7 +24,6 @@ from typing import Any
 
 from .agent import paths
 from .agent.identifiers import DESTINATION_RE
-from .bindings import LauncherRefused
 
 _cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 MAX_CONFIG_BYTES = 1 << 20
@@ -32,6 +31,15 @@ MAX_CONFIG_BYTES = 1 << 20
 
 class ConfigUnavailable(Exception):
     """The configuration cannot answer (missing, unreadable, not private, no such host)."""
+
+
+class ReadbackRefused(Exception):
+    """The read-back refuses the launcher; :mod:`vq_admin.bindings` turns it into its ``LauncherRefused``
+    (the dependency runs from bindings to this module, never back)."""
+
+    def __init__(self, code: str, reason: str, remedy: str):
+        super().__init__(reason)
+        self.code, self.reason, self.remedy = code, reason, remedy
 
 
 def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
@@ -117,33 +125,33 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         table, data = host_table(config_path, host)
         argv = hash_argv(table, data, host, launcher)
     except ConfigUnavailable as exc:
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
+        raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: {exc}", remedy) from None
     from . import process
 
     done = process.run(argv, timeout=timeout)
     if done.ended in (process.NOT_STARTED, process.TIMED_OUT):
         why = (done.stderr.decode("utf-8", "replace").strip() if done.ended == process.NOT_STARTED
                else f"no answer within {timeout:g} s")
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: {why}", remedy) from None
+        raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: {why}", remedy) from None
     try:
         answer = json.loads(done.stdout.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         answer = None
     if not isinstance(answer, dict):
         tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
-        raise LauncherRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
+        raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)
     changed = (f"do not run it: it is not the executable that was verified (receipt {entry['receipt']}); find out who "
                f"changed it, then deploy a new generation "
                f"(vq admin update {entry['program']} {host} --expected-sha SHA) "
                "and resubmit with the launcher vq admin launcher prints")
     if answer.get("exists") is False:
-        raise LauncherRefused("launcher-changed",
+        raise ReadbackRefused("launcher-changed",
                               f"the verified launcher {launcher} no longer exists on {host}", changed)
     actual = answer.get("sha256")
     if done.returncode != 0 or not isinstance(actual, str):
-        raise LauncherRefused("readback-failed",
+        raise ReadbackRefused("readback-failed",
                               f"cannot read back {launcher} on {host}: {answer.get('error')}", remedy)
     if actual != attested:
-        raise LauncherRefused("launcher-changed", f"{launcher} on {host} now has SHA-256 {actual}; the verified "
+        raise ReadbackRefused("launcher-changed", f"{launcher} on {host} now has SHA-256 {actual}; the verified "
                               f"deployment attested {attested}", changed)

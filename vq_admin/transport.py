@@ -142,6 +142,9 @@ class SshTransport(Transport):
         self.where = destination
         self.ssh_config = ssh_config
         self.control_dir = control_dir
+        #: Called once by :meth:`Session.close` before the masters stop (e.g. ending an early session
+        #: never given its request, :mod:`vq_admin.early_session`, which registers it here).
+        self.on_session_close: list[Callable[[], None]] = []
 
     #: Set once the login shell on the far side has been shown to parse like a POSIX shell.
     shell_checked: bool = False
@@ -365,10 +368,9 @@ class Session:
     def close(self) -> None:
         """Stop the shared masters; a run that started none (its control directory holds no
         socket: an already-current run) runs no ``ssh -O exit`` at all."""
-        from .early_session import end as end_early
-
         for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
-            end_early(t)
+            while t.on_session_close:
+                t.on_session_close.pop(0)()
         if self._control_dir and _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()

@@ -50,7 +50,7 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .update import check_name
+    from .arguments import check_name
 
     if args.host is not None:
         check_name(args.host, "HOST")

@@ -34,7 +34,7 @@ def _lines(doc: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .update import check_name
+    from .arguments import check_name
 
     check_name(args.program, "PROGRAM")
     check_name(args.host, "HOST")

@@ -1,52 +1,20 @@
-"""``vq admin update``: the helper lane (one positional) or the runtime lane (two)."""
+"""``vq admin update``: the helper lane (one positional) or the runtime lane (two).
+
+A thin typed function: it checks the arguments, names the lane's builder and hands both to
+the lane runner (:mod:`vq_admin.lanes.runner`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import traceback
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from functools import partial
 
-from .. import authority
-from ..agent.identifiers import FULL_SHA_RE, NAME_RE
-from ..config import load_config
-from ..context import RunContext, RunOptions, stderr_narrator
-from ..lease import host_lease, plan_lease
-from ..locks import lane_lock
-from ..outcome import Interrupted, Outcome, UsageError, VqAdminError
-from ..output import plan_summary, receipt_summary, report
-from ..receipt import Receipt
+from ..lanes.runner import run_lane
+from ..outcome import UsageError
 from ..source import check_tag_name
-from ..state import StateDir, utc_now
-from ..statefs import UnsafeState
-from ..transport import Session
-from ..lanes.common import conclude
+from .arguments import SHA_RULE, check_name, full_sha
 
-if TYPE_CHECKING:
-    from ..lanes.lane import Lane
-
-SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
-
-
-def full_sha(value: str | None, option: str = "--expected-sha") -> str | None:
-    if value is None:
-        return None
-    if not FULL_SHA_RE.match(value):
-        raise UsageError(f"{option}: {value!r} is not a full commit SHA; {SHA_RULE}")
-    return value.lower()
-
-
-def options_from(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(
-        json=args.json,
-        dry_run=args.dry_run,
-        force=args.force,
-        cluster_install=args.cluster_install,
-        update_script_args=tuple(args.update_script_arg or ()),
-        verbose=args.verbose,
-    )
+__all__ = ["SHA_RULE", "check_name", "full_sha", "run", "run_fleet"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,20 +41,10 @@ def run(args: argparse.Namespace) -> int:
     check_name(program, "PROGRAM")
     check_name(host_name, "HOST")
 
-    def build(ctx: RunContext) -> Lane:
-        from ..lanes.runtime import RuntimeUpdate
-        from ..plugins import Providers
+    from ..lanes.runtime import build_lane
 
-        host = authority.runtime_host(ctx.config, host_name)
-        profile = host.runtimes.get(program)
-        if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
-            from ..early_session import start_for
-
-            start_for(ctx, host)
-        ctx.providers = Providers.load([profile.provider] if profile else [])
-        return RuntimeUpdate(ctx, host_name, program, sha, args.tag)
-
-    return run_lane(args, ("runtime", host_name, program), sha, args.tag, build)
+    return run_lane(args, ("runtime", host_name, program), sha, args.tag,
+                    partial(build_lane, host_name=host_name, program=program, sha=sha, tag=args.tag))
 
 
 def run_fleet(args: argparse.Namespace) -> int:
@@ -99,143 +57,3 @@ def run_fleet(args: argparse.Namespace) -> int:
     if args.tag is not None:
         check_tag_name(args.tag)
     return fleet(args, check_name(args.targets[0], "PROGRAM"), sha)
-
-
-def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
-    """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
-    providers), then the lane run under its lock *key* = (lane, host, program).
-
-    A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
-    """
-    config = load_config(args.config)
-    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
-    options = options_from(args)
-    lane_name, host_name, program = key
-    with Session(config.ssh_config) as session:
-        ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
-                         stderr_narrator(options.verbose or sys.stderr.isatty()))
-        try:
-            lane = build(ctx)
-        except VqAdminError as exc:
-            receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
-            receipt.set_sections(early)  # e.g. the "rollback" or "prune" field of a refused rollback or prune
-            return refuse_early(ctx, receipt, exc)
-        return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
-
-
-def check_name(value: str, what: str) -> str:
-    if not NAME_RE.match(value):
-        raise UsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
-    return value
-
-
-def refuse_early(ctx: RunContext, receipt: Receipt, exc: VqAdminError) -> int:
-    """A run that ended before its lane started: receipt and log line, lane records untouched."""
-    receipt.errors.append(exc.message)
-    return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> NoReturn:
-    raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
-
-
-def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
-                 lock_key: tuple[str, str, str | None], deferred_lease: bool = False) -> int:
-    """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
-    a second run from any driver exits 75 naming the holder); turn every definite
-    error into a receipt.
-
-    SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
-    receipt: a step may have been under way on a host.
-    """
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        try:
-            if ctx.options.dry_run:
-                plan_lease(ctx, receipt, *lock_key)
-                receipt = body()
-            else:
-                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
-                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
-                                                                      deferred=deferred_lease):
-                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
-                    receipt = body()
-        except KeyboardInterrupt:
-            raise Interrupted("vq-admin received SIGINT") from None
-    except UnsafeState:
-        raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
-    except Interrupted as exc:
-        receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
-        from ..lanes.interrupt import interrupted_readback
-
-        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
-            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
-        receipt = conclude(ctx, receipt, exc.outcome)
-    except VqAdminError as exc:
-        receipt.errors.append(exc.message)
-        receipt = conclude(ctx, receipt, exc.outcome)
-    except Exception as exc:  # a bug must still leave a receipt, and is never called a success
-        receipt.errors.append(f"internal error during step {_current_step(receipt)}: {type(exc).__name__}: {exc}; "
-                              "the outcome is unknown (please report this with the receipt)")
-        receipt.traceback = traceback.format_exc()
-        receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
-                            "next_command": rerun_command(receipt)}
-        receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return emit(ctx, receipt)
-
-
-def _current_step(receipt: Receipt) -> str:
-    started = [s.name for s in receipt.plan.steps if s.argv is not None]
-    return started[-1] if started else "(before any step)"
-
-
-def rerun_command(receipt: Receipt) -> str:
-    from ..transport import quote_argv
-
-    if receipt.rerun is not None:  # rollback and prune name their own verb
-        return quote_argv(receipt.rerun)
-    words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
-    if receipt.expected_sha:
-        words += ["--expected-sha", receipt.expected_sha]
-    return quote_argv(words)
-
-
-def emit(ctx: RunContext, receipt: Receipt) -> int:
-    outcome = receipt.outcome or Outcome.FAILED
-    if ctx.options.dry_run and outcome.success:
-        document = receipt.plan_dict()
-        report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
-        return 0
-    document = receipt.to_dict()
-    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.stored else None
-    report(document, receipt_summary(document, path), as_json=ctx.options.json,
-           success=outcome.success, verbose=ctx.options.verbose)
-    return outcome.exit_code
-
-
-def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, Any]:
-    """The receipt of a run that ended before its lane began."""
-    targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
-                                                  if getattr(args, k, None)]  # rollback, prune
-    if getattr(args, "all", False):  # a fleet rollout refused before any host started
-        from ..fleet import SCHEMA
-
-        from ..envelope import document
-
-        return document(SCHEMA, error.outcome, {"program": targets[0] if targets else None,
-                                                "expected_sha": getattr(args, "expected_sha", None), "hosts": {}},
-                        [error.message])
-    receipt = Receipt(
-        lane="runtime" if len(targets) == 2 else "helper",
-        host=targets[-1] if targets else "",
-        program=targets[0] if len(targets) == 2 else None,
-        expected_sha=getattr(args, "expected_sha", None),
-        tag=getattr(args, "tag", None),
-        started_at=utc_now(),
-    )
-    receipt.errors.append(error.message)
-    return receipt.finish(error.outcome, utc_now()).to_dict()

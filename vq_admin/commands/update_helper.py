@@ -11,26 +11,14 @@ an admin-log line, as in the runtime lane, and leaves the lane's records alone.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from functools import partial
 
-from .. import authority
-from ..context import RunContext
-from ..plugins import Providers
-
-if TYPE_CHECKING:
-    from ..lanes.lane import Lane
+from ..lanes.runner import run_lane
+from .arguments import check_name
 
 
 def run_helper(args: argparse.Namespace, host_name: str, sha: str | None) -> int:
-    from .update import check_name, run_lane
+    from ..lanes.helper import build_lane
 
     check_name(host_name, "HOST")
-
-    def build(ctx: RunContext) -> Lane:
-        from ..lanes.helper import HelperUpdate
-
-        host = authority.helper_host(ctx.config, host_name)
-        ctx.providers = Providers.load([host.helper_provider])
-        return HelperUpdate(ctx, host_name, sha)
-
-    return run_lane(args, ("helper", host_name, None), sha, None, build)
+    return run_lane(args, ("helper", host_name, None), sha, None, partial(build_lane, host_name=host_name, sha=sha))

@@ -83,9 +83,8 @@ def activation(kit: "Kit", dirs: dict[str, str]) -> None:
 
 
 def _prune(kit: "Kit", keep: list[str]) -> tuple[int | None, PruneReport | None, str]:
-    from .kit import PROGRAM
-
-    request = PruneRequest(PROGRAM, "conformance", tuple(keep), kit.request("A", None).settings)
+    like = kit.request("A", None)  # the kit's program and settings (no import back into the kit)
+    request = PruneRequest(like.program, "conformance", tuple(keep), like.settings)
     try:
         command = kit.providers.runtime_prune(kit.name, request)
     except ProviderError as exc:

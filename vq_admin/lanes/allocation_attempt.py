@@ -29,59 +29,57 @@ build's end: ended -> its exit status and settled transcript become evidence
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..agent import protocol
 from ..outcome import Locked
 from ..state import dump_json, read_json, write_atomic
 from .allocation_stream import stream_call
-
-if TYPE_CHECKING:
-    from .runtime import RuntimeUpdate
+from .runtime_step import RuntimeStep
 
 RECORD = "attempt.json"
 #: Bound of the reconcile call (the agent settles the transcripts for up to about ten seconds).
 RECONCILE_CALL_TIMEOUT = 120.0
 
 
-def _path(update: "RuntimeUpdate") -> Path:
-    return update.ctx.state.lane_dir("runtime", update.host.name, update.profile.program) / RECORD
+def _path(inputs: RuntimeStep) -> Path:
+    return inputs.ctx.state.lane_dir("runtime", inputs.host.name, inputs.profile.program) / RECORD
 
 
-def record(update: "RuntimeUpdate", attempt: str, directory: str, kind: str = "allocation",
+def record(inputs: RuntimeStep, attempt: str, directory: str, kind: str = "allocation",
            where: str | None = None) -> None:
-    data: dict[str, Any] = {"attempt": attempt, "attempt_dir": directory, "receipt": update.receipt.id,
-                            "expected_sha": update.sha}
+    data: dict[str, Any] = {"attempt": attempt, "attempt_dir": directory, "receipt": inputs.receipt.id,
+                            "expected_sha": inputs.sha}
     if kind != "allocation":
         data.update(kind=kind, where=where)
-    write_atomic(_path(update), dump_json(data))
+    write_atomic(_path(inputs), dump_json(data))
 
 
-def clear(update: "RuntimeUpdate") -> None:
+def clear(inputs: RuntimeStep) -> None:
     try:
-        _path(update).unlink()
+        _path(inputs).unlink()
     except FileNotFoundError:
         pass
 
 
-def has_previous(update: "RuntimeUpdate") -> bool:
+def has_previous(inputs: RuntimeStep) -> bool:
     """Whether an interrupted run left an attempt record for this lane (read locally, no call)."""
-    previous = read_json(_path(update))
+    previous = read_json(_path(inputs))
     return previous is not None and isinstance(previous.get("attempt"), str)
 
 
-def reconcile_previous(update: "RuntimeUpdate") -> None:
+def reconcile_previous(inputs: RuntimeStep) -> None:
     """Establish the end of the job an interrupted run left, or refuse (75) while it is still going."""
-    previous = read_json(_path(update))
+    previous = read_json(_path(inputs))
     if previous is None or not isinstance(previous.get("attempt"), str):
         return
-    ctx = update.ctx
+    ctx = inputs.ctx
     attempt = previous["attempt"]
     detached = previous.get("kind") == "detached"
-    login = update.build_transport() if detached else ctx.login(update.host)
-    argv = protocol.reconcile(update.host.agent, detached=detached, root=update.host.scratch_root or "",
-                              program=update.profile.program, attempt=attempt, timeout="1")
-    step = update.receipt.plan.add("previous-attempt", login.where, argv,
+    login = inputs.build_transport() if detached else ctx.login(inputs.host)
+    argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
+                              program=inputs.profile.program, attempt=attempt, timeout="1")
+    step = inputs.receipt.plan.add("previous-attempt", login.where, argv,
                                    "establish the end of the build an interrupted run left on the build host "
                                    "(never starts one)" if detached else
                                    "establish the end of the batch job an interrupted run left (never submits)")
@@ -94,17 +92,17 @@ def reconcile_previous(update: "RuntimeUpdate") -> None:
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary: dict[str, Any] = call.records.get("summary") or {}
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
-                                                "fenced", "notes")}
+                                               "fenced", "notes")}
     found.update(attempt=attempt, attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
     if detached:  # the build's exit status and settled transcript are this run's evidence
         found.update(kind="detached", where=login.where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
                      settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
-    update.receipt.previous_attempt = found
+    inputs.receipt.previous_attempt = found
     ended = (summary.get("job_state") != "RUNNING" if detached
              else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
     if call.complete and ended:
         step.status = "ok"
-        clear(update)  # ended (or never submitted): the pre-verify decides what it did
+        clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
         return
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand
 
@@ -42,9 +42,7 @@ from ..plan import Step
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
-
-if TYPE_CHECKING:
-    from .runtime import RuntimeUpdate
+from .runtime_step import RuntimeStep
 
 #: Seconds the driver allows beyond timeout_seconds for settle, retention and streaming.
 MARGIN = 180.0
@@ -59,134 +57,6 @@ def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
 
 
-def log_dir(update: "RuntimeUpdate", attempt: str) -> str:
-    root = update.host.scratch_root or ""
-    return os.path.join(root, ".vq-admin", "runtime-deploy", update.profile.program, attempt)
-
-
-def run_argv(update: "RuntimeUpdate", command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
-    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
-
-    *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
-    agent then reports the job's state every 10 s for the live line.
-    """
-    allocation = update.profile.update_allocation
-    assert allocation is not None and update.host.scratch_root
-    # the job runs only the archive that was staged and verified (by content, not by path)
-    source = update.source
-    return protocol.alloc_run(
-        update.host.agent, root=update.host.scratch_root, program=update.profile.program, attempt=attempt,
-        timeout=_seconds(update.profile.timeout_seconds), progress=str(progress.POLL_SECONDS) if live else None,
-        sbatch_args=allocation.sbatch_args, archive=f"{update.stage_dir or '<stage>'}/source.tar",
-        archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
-        env=command.env, command=command.argv)
-
-
-def plan(update: "RuntimeUpdate", command: ProviderCommand, purpose: str) -> None:
-    """Add the ``deploy`` step: the agent on the login host submits the batch job."""
-    where = update.ctx.login(update.host).where
-    update.receipt.plan.add("deploy", where, run_argv(update, command, "<attempt>"),
-                            f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
-
-
-def begin(update: "RuntimeUpdate", command: ProviderCommand,
-          run_argv: Callable[["RuntimeUpdate", ProviderCommand, str, bool], list[str]], how: str,
-          head: dict[str, Any], tail: dict[str, Any],
-          ) -> tuple[str, str, Step, float, progress.AllocationView | None, list[str]]:
-    """The prologue of a deploy that runs under an attempt (an allocation's or a detached build's).
-
-    Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
-    receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
-    chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
-    step, deadline, view, the agent argv built by *run_argv*)."""
-    ctx, receipt = update.ctx, update.receipt
-    if receipt.id is None:  # the transcript copy lives next to the receipt
-        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    attempt = new_attempt_name()
-    directory = log_dir(update, attempt)
-    receipt.deploy = {**head, "attempt": attempt, "attempt_dir": directory, "log_dir": directory, **tail}
-    step = receipt.plan.get("deploy")
-    deadline = time.monotonic() + update.profile.timeout_seconds
-    view = progress.AllocationView(update.profile.program) if progress.enabled(ctx.options.json) else None
-    argv = run_argv(update, command, attempt, view is not None)
-    ctx.narrate(f"deploying {update.profile.program} {update.sha} {how}: "
-                f"{quote_argv(command.argv)} (transcripts in {directory})")
-    return attempt, directory, step, deadline, view, argv
-
-
-def deploy(update: "RuntimeUpdate", command: ProviderCommand) -> RunResult:
-    """Run the deploy step; the result's exit_code is the deployment's exit status."""
-    ctx, receipt = update.ctx, update.receipt
-    login = ctx.login(update.host)
-    assert update.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-    attempt, directory, step, deadline, view, argv = begin(
-        update, command, run_argv, f"as a batch job from {login.where}",
-        {"build_place": "allocation", "where": login.where},
-        {"job_id": None, "exit_code": None, "sbatch_args": list(update.profile.update_allocation.sbatch_args)})
-    allocation_attempt.record(update, attempt, directory)  # the next run reconciles it if this one is cut off
-    with progress.live(ctx, view):
-        call, sinks = _call(update, step, argv, update.profile.timeout_seconds + MARGIN,
-                            view.on_record if view else None)
-    receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
-    if not call.complete:
-        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-            _discard(sinks)
-            update.reclaim(success=False)
-            error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
-            raise error(f"deploy: the helper on {login.where} refused before submitting "
-                               f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
-        ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
-        call, sinks = _reconcile(update, attempt, deadline, call, sinks)
-    result = _conclude(update, command, call, sinks)
-    summary = call.records.get("summary") or {}
-    if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
-        allocation_attempt.clear(update)  # the job's end is known: nothing for a later run to reconcile
-    return result
-
-
-def _call(update: "RuntimeUpdate", step: Step, argv: list[str], timeout: float,
-          on_record: Callable[[str, dict[str, Any]], None] | None = None,
-          transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
-    """One framed agent call on *transport* (default: the login host) into fresh transcript sinks."""
-    from ..permissions import refuse_if_unsafe
-
-    transport = transport or update.ctx.login(update.host)
-    refuse_if_unsafe(transport, argv, step.name)
-    assert update.receipt.id is not None  # deploy() gave the receipt its id
-    directory = update.ctx.state.transcript_dir(update.receipt.id)
-    sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
-    step.argv = argv
-    deploy = update.receipt.deploy
-
-    def observe(kind: str, value: dict[str, Any]) -> None:
-        if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
-            if value.get("job_id") and deploy is not None:
-                deploy["job_id"] = str(value["job_id"])
-            if isinstance(value.get("pid"), int) and deploy is not None:  # a detached fixed-host build
-                deploy["pid"] = value["pid"]
-        if on_record is not None:
-            on_record(kind, value)
-
-    try:
-        call = stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
-    except BaseException:
-        _discard(sinks)
-        raise
-    call.step = step
-    step.exit_code, step.seconds = call.exit_code, call.seconds
-    if call.complete:
-        step.status = "ok"
-    else:
-        step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
-        step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
-    job = call.records.get("job") or {}
-    if job.get("job_id"):
-        update.receipt.deploy["job_id"] = str(job["job_id"])
-    if isinstance(job.get("pid"), int):  # a detached fixed-host build (see .detached_step)
-        update.receipt.deploy["pid"] = job["pid"]
-    return call, sinks
-
-
 def _discard(sinks: dict[str, TranscriptSink]) -> None:
     for sink in sinks.values():
         sink.discard()
@@ -195,96 +65,6 @@ def _discard(sinks: dict[str, TranscriptSink]) -> None:
             directory.rmdir()  # only when nothing else is in it
         except OSError:
             pass
-
-
-def _reconcile(update: "RuntimeUpdate", attempt: str, deadline: float, call: StreamCall,
-               sinks: dict[str, TranscriptSink], *, detached: bool = False,
-               transport: Transport | None = None, wait_for: float | None = None,
-               purpose: str = "establish the batch job's end by its recorded id (never resubmits)",
-               ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
-    """Ask the agent for the recorded job's (or detached build's) end, retrying a dropped connection a few
-    times; *wait_for* (seconds) replaces the wait until the original bound."""
-    login = transport or update.ctx.login(update.host)
-    for n in range(1, RECONCILE_TRIES + 1):
-        _discard(sinks)
-        wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
-        argv = protocol.reconcile(update.host.agent, detached=detached, root=update.host.scratch_root or "",
-                                  program=update.profile.program, attempt=attempt, timeout=_seconds(round(wait)))
-        step = update.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
-                                       purpose)
-        call, sinks = _call(update, step, argv, wait + MARGIN, transport=transport)
-        if call.complete or not (call.interrupted or call.frame_error):
-            break
-        update.ctx.narrate(f"deploy-reconcile: {call.describe()}")
-    return call, sinks
-
-
-def _conclude(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall,
-              sinks: dict[str, TranscriptSink]) -> RunResult:
-    receipt, where = update.receipt, call.where
-    summary = call.records.get("summary")
-    if summary is None:
-        _discard(sinks)
-        return _unknown(update, command, call, "the helper's report never arrived")
-    deploy = receipt.deploy
-    for key in ("job_id", "exit_code", "sbatch_exit_code", "job_state", "job_exit_code", "end_source",
-                "established", "timed_out", "cancel", "reconciled", "notes"):
-        if summary.get(key) is not None or key not in deploy:
-            deploy[key] = summary.get(key)
-    deploy["retention"] = summary.get("retention")
-    _fill_output(update, summary, call, sinks)
-    signalled = ended_without_choosing(summary)
-    if call.complete:  # the step that delivered the report carries the deployment's exit status
-        call.step.exit_code = deploy["exit_code"]
-        if summary.get("established") and not signalled:
-            call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
-        else:
-            call.step.status = "interrupted"
-            call.step.detail = ("; ".join(summary.get("notes") or []) or signalled
-                                or "the job's end was not established")
-    if summary.get("submitted") is False:
-        update.reclaim(success=False)
-        raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
-                           f"{' '.join(summary.get('notes') or [])} "
-                           f"{(summary.get('sbatch_stderr') or '').strip()[-500:]}")
-    if summary.get("timed_out"):
-        cancel = summary.get("cancel") or {}
-        text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
-                f"({_seconds(update.profile.timeout_seconds)} s)")
-        # The build may have activated before the cancel: only a read-back decides (never "failed").
-        state = deploy.get("job_state") or "not reported by the scheduler"
-        how = ("vq-admin cancelled it (scancel exit 0)" if cancel.get("ok")
-               else f"cancelling it failed: {cancel.get('message')}")
-        return RunResult(list(command.argv), where, None,
-                         stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
-                         .encode(), seconds=call.seconds, interrupted="job")
-    if not summary.get("established"):
-        return _unknown(update, command, call,
-                        "; ".join(summary.get("notes") or []) or "the job's end was not established")
-    if summary["exit_code"] == JOB_TAMPERED_EXIT:
-        tampered(update, sinks, f"batch job {deploy['job_id']}")
-    if signalled:  # the job did not choose its exit status: read back before deciding
-        return RunResult(list(command.argv), where, int(summary["exit_code"]),
-                         stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
-                                 f"transcripts in {deploy['log_dir']}").encode(),
-                         seconds=call.seconds, interrupted="job")
-    return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
-
-
-def tampered(update: "RuntimeUpdate", sinks: dict[str, TranscriptSink], what: str) -> None:
-    """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
-    receipt, deploy = update.receipt, update.receipt.deploy
-    refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
-    if refusal:  # the job found its argv or archive changed while it waited and ran nothing
-        deploy["tampered"] = refusal[-1]
-        receipt.errors.append(f"deploy: {what} did not run the provider: what it was "
-                              f"given was changed after the run prepared it (tampering): {refusal[-1]}")
-    elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
-        deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
-        receipt.errors.append(
-            f"deploy: {what} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
-            f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
-            f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
 
 
 #: Slurm end states in which the job did not choose its exit status.
@@ -308,71 +88,281 @@ def ended_without_choosing(summary: dict[str, Any]) -> str | None:
     return None
 
 
-def _unknown(update: "RuntimeUpdate", command: ProviderCommand, call: StreamCall, why: str,
-             message: str | None = None) -> RunResult:
-    deploy = update.receipt.deploy
-    deploy["established"] = False
-    if not update.receipt.command_output:
-        update.receipt.command_output = {"complete": False, "reason": "unavailable", "log_dir": deploy["log_dir"],
-                                         "observations": 0, "stdout": "", "stderr": "",
-                                         "note": "the transcript was not read; it is retained in log_dir"}
-        update.receipt.metrics, update.receipt.metrics_complete = {}, False
-    message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
-                          f"established ({why}); log directory {deploy['log_dir']}")
-    return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
-                     interrupted="transport")
+class AllocationDeploy(RuntimeStep):
+    """The deploy step of a profile with ``update_allocation``, built from the step's inputs."""
+
+    def log_dir(self, attempt: str) -> str:
+        root = self.host.scratch_root or ""
+        return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
+
+    def run_argv(self, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+        """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
+
+        *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
+        agent then reports the job's state every 10 s for the live line.
+        """
+        allocation = self.profile.update_allocation
+        assert allocation is not None and self.host.scratch_root
+        # the job runs only the archive that was staged and verified (by content, not by path)
+        source = self.source
+        return protocol.alloc_run(
+            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=attempt,
+            timeout=_seconds(self.profile.timeout_seconds), progress=str(progress.POLL_SECONDS) if live else None,
+            sbatch_args=allocation.sbatch_args, archive=f"{self.stage_dir or '<stage>'}/source.tar",
+            archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
+            env=command.env, command=command.argv)
+
+    def plan(self, command: ProviderCommand, purpose: str) -> None:
+        """Add the ``deploy`` step: the agent on the login host submits the batch job."""
+        where = self.ctx.login(self.host).where
+        self.receipt.plan.add("deploy", where, self.run_argv(command, "<attempt>"),
+                              f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
+
+    def begin(self, command: ProviderCommand, how: str, head: dict[str, Any], tail: dict[str, Any],
+              ) -> tuple[str, str, Step, float, progress.AllocationView | None, list[str]]:
+        """The prologue of a deploy that runs under an attempt (an allocation's or a detached build's).
+
+        Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
+        receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
+        chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
+        step, deadline, view, the agent argv of :meth:`run_argv`)."""
+        ctx, receipt = self.ctx, self.receipt
+        if receipt.id is None:  # the transcript copy lives next to the receipt
+            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        attempt = new_attempt_name()
+        directory = self.log_dir(attempt)
+        receipt.deploy = {**head, "attempt": attempt, "attempt_dir": directory, "log_dir": directory, **tail}
+        step = receipt.plan.get("deploy")
+        deadline = time.monotonic() + self.profile.timeout_seconds
+        view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
+        argv = self.run_argv(command, attempt, live=view is not None)
+        ctx.narrate(f"deploying {self.profile.program} {self.sha} {how}: "
+                    f"{quote_argv(command.argv)} (transcripts in {directory})")
+        return attempt, directory, step, deadline, view, argv
+
+    def deploy(self, command: ProviderCommand) -> RunResult:
+        """Run the deploy step; the result's exit_code is the deployment's exit status."""
+        ctx, receipt = self.ctx, self.receipt
+        login = ctx.login(self.host)
+        assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
+        attempt, directory, step, deadline, view, argv = self.begin(
+            command, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
+            {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
+        allocation_attempt.record(self, attempt, directory)  # the next run reconciles it if this one is cut off
+        with progress.live(ctx, view):
+            call, sinks = self._call(step, argv, self.profile.timeout_seconds + MARGIN,
+                                     view.on_record if view else None)
+        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
+        if not call.complete:
+            if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+                _discard(sinks)
+                self.reclaim(success=False)
+                error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
+                raise error(f"deploy: the helper on {login.where} refused before submitting "
+                            f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+            ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
+            call, sinks = self._reconcile(attempt, deadline, call, sinks)
+        result = self._conclude(command, call, sinks)
+        summary = call.records.get("summary") or {}
+        if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
+            allocation_attempt.clear(self)  # the job's end is known: nothing for a later run to reconcile
+        return result
+
+    def _call(self, step: Step, argv: list[str], timeout: float,
+              on_record: Callable[[str, dict[str, Any]], None] | None = None,
+              transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+        """One framed agent call on *transport* (default: the login host) into fresh transcript sinks."""
+        from ..permissions import refuse_if_unsafe
+
+        transport = transport or self.ctx.login(self.host)
+        refuse_if_unsafe(transport, argv, step.name)
+        assert self.receipt.id is not None  # deploy() gave the receipt its id
+        directory = self.ctx.state.transcript_dir(self.receipt.id)
+        sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
+        step.argv = argv
+        deploy = self.receipt.deploy
+
+        def observe(kind: str, value: dict[str, Any]) -> None:
+            if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
+                if value.get("job_id") and deploy is not None:
+                    deploy["job_id"] = str(value["job_id"])
+                if isinstance(value.get("pid"), int) and deploy is not None:  # a detached fixed-host build
+                    deploy["pid"] = value["pid"]
+            if on_record is not None:
+                on_record(kind, value)
+
+        try:
+            call = stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
+        except BaseException:
+            _discard(sinks)
+            raise
+        call.step = step
+        step.exit_code, step.seconds = call.exit_code, call.seconds
+        if call.complete:
+            step.status = "ok"
+        else:
+            step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
+            step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
+        job = call.records.get("job") or {}
+        if job.get("job_id"):
+            self.receipt.deploy["job_id"] = str(job["job_id"])
+        if isinstance(job.get("pid"), int):  # a detached fixed-host build (see .detached_step)
+            self.receipt.deploy["pid"] = job["pid"]
+        return call, sinks
+
+    def _reconcile(self, attempt: str, deadline: float, call: StreamCall,
+                   sinks: dict[str, TranscriptSink], *, detached: bool = False,
+                   transport: Transport | None = None, wait_for: float | None = None,
+                   purpose: str = "establish the batch job's end by its recorded id (never resubmits)",
+                   ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+        """Ask the agent for the recorded job's (or detached build's) end, retrying a dropped connection a few
+        times; *wait_for* (seconds) replaces the wait until the original bound."""
+        login = transport or self.ctx.login(self.host)
+        for n in range(1, RECONCILE_TRIES + 1):
+            _discard(sinks)
+            wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
+            argv = protocol.reconcile(self.host.agent, detached=detached, root=self.host.scratch_root or "",
+                                      program=self.profile.program, attempt=attempt, timeout=_seconds(round(wait)))
+            step = self.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
+                                         purpose)
+            call, sinks = self._call(step, argv, wait + MARGIN, transport=transport)
+            if call.complete or not (call.interrupted or call.frame_error):
+                break
+            self.ctx.narrate(f"deploy-reconcile: {call.describe()}")
+        return call, sinks
+
+    def _conclude(self, command: ProviderCommand, call: StreamCall,
+                  sinks: dict[str, TranscriptSink]) -> RunResult:
+        receipt, where = self.receipt, call.where
+        summary = call.records.get("summary")
+        if summary is None:
+            _discard(sinks)
+            return self._unknown(command, call, "the helper's report never arrived")
+        deploy = receipt.deploy
+        for key in ("job_id", "exit_code", "sbatch_exit_code", "job_state", "job_exit_code", "end_source",
+                    "established", "timed_out", "cancel", "reconciled", "notes"):
+            if summary.get(key) is not None or key not in deploy:
+                deploy[key] = summary.get(key)
+        deploy["retention"] = summary.get("retention")
+        self._fill_output(summary, call, sinks)
+        signalled = ended_without_choosing(summary)
+        if call.complete:  # the step that delivered the report carries the deployment's exit status
+            call.step.exit_code = deploy["exit_code"]
+            if summary.get("established") and not signalled:
+                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+            else:
+                call.step.status = "interrupted"
+                call.step.detail = ("; ".join(summary.get("notes") or []) or signalled
+                                    or "the job's end was not established")
+        if summary.get("submitted") is False:
+            self.reclaim(success=False)
+            raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
+                               f"{' '.join(summary.get('notes') or [])} "
+                               f"{(summary.get('sbatch_stderr') or '').strip()[-500:]}")
+        if summary.get("timed_out"):
+            cancel = summary.get("cancel") or {}
+            text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
+                    f"({_seconds(self.profile.timeout_seconds)} s)")
+            # The build may have activated before the cancel: only a read-back decides (never "failed").
+            state = deploy.get("job_state") or "not reported by the scheduler"
+            how = ("vq-admin cancelled it (scancel exit 0)" if cancel.get("ok")
+                   else f"cancelling it failed: {cancel.get('message')}")
+            return RunResult(list(command.argv), where, None,
+                             stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
+                             .encode(), seconds=call.seconds, interrupted="job")
+        if not summary.get("established"):
+            return self._unknown(command, call,
+                                 "; ".join(summary.get("notes") or []) or "the job's end was not established")
+        if summary["exit_code"] == JOB_TAMPERED_EXIT:
+            self.tampered(sinks, f"batch job {deploy['job_id']}")
+        if signalled:  # the job did not choose its exit status: read back before deciding
+            return RunResult(list(command.argv), where, int(summary["exit_code"]),
+                             stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
+                                     f"transcripts in {deploy['log_dir']}").encode(),
+                             seconds=call.seconds, interrupted="job")
+        return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+    def tampered(self, sinks: dict[str, TranscriptSink], what: str) -> None:
+        """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
+        receipt, deploy = self.receipt, self.receipt.deploy
+        refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
+        if refusal:  # the job found its argv or archive changed while it waited and ran nothing
+            deploy["tampered"] = refusal[-1]
+            receipt.errors.append(f"deploy: {what} did not run the provider: what it was "
+                                  f"given was changed after the run prepared it (tampering): {refusal[-1]}")
+        elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
+            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+            receipt.errors.append(
+                f"deploy: {what} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+                f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
+                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+
+    def _unknown(self, command: ProviderCommand, call: StreamCall, why: str,
+                 message: str | None = None) -> RunResult:
+        deploy = self.receipt.deploy
+        deploy["established"] = False
+        if not self.receipt.command_output:
+            self.receipt.command_output = {"complete": False, "reason": "unavailable", "log_dir": deploy["log_dir"],
+                                           "observations": 0, "stdout": "", "stderr": "",
+                                           "note": "the transcript was not read; it is retained in log_dir"}
+            self.receipt.metrics, self.receipt.metrics_complete = {}, False
+        message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
+                              f"established ({why}); log directory {deploy['log_dir']}")
+        return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
+                         interrupted="transport")
+
+    def _fill_output(self, summary: dict[str, Any], call: StreamCall,
+                     sinks: dict[str, TranscriptSink]) -> None:
+        """command_output, metrics and the driver's transcript copy from what arrived."""
+        receipt = self.receipt
+        settle = summary.get("settle") or {}
+        sent = (call.records.get("end") or {}).get("sent") or {}
+        problems = []
+        transcript = None
+        if sinks:
+            for sink in sinks.values():
+                path = sink.commit()
+            transcript = str(path.parent)
+        for name, sink in sinks.items():
+            got = sent.get(name)
+            if not call.ended or got is None:
+                problems.append(f"{name}: the stream was cut before the end")
+                continue
+            # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
+            # older agent sent only an "xxh3" digest.
+            algorithm = got.get("checksum", checksum.XXH3)
+            sent_digest = got.get("digest", got.get("xxh3"))
+            settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
+            if algorithm not in checksum.ALGORITHMS:
+                problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
+            elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
+                problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
+            elif settle.get("settled") and settled_digest != sent_digest:
+                problems.append(f"{name}: changed after it had settled")
+        if not summary.get("established") and not summary.get("timed_out"):
+            problems.append("the job's end was not established: its transcript may still grow")
+        complete = bool(settle.get("settled")) and not problems
+        reason = None if complete else settle.get("reason") or ("unavailable" if any("cut" in p or "received" in p
+                                                                                     for p in problems) else "unstable")
+        out, err = sinks["stdout"], sinks["stderr"]
+        output: dict[str, Any] = {
+            "complete": complete, "reason": reason, "log_dir": receipt.deploy["log_dir"],
+            "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
+            "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
+            "truncated": out.truncated or err.truncated, "transcript": transcript,
+            "checksum": settle.get("checksum") or out.algorithm,
+        }
+        if out.truncated or err.truncated:
+            output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"
+        if not complete:
+            output["problems"] = problems
+            output["note"] = (f"incomplete transcript ({reason}): the retained log directory "
+                              f"{receipt.deploy['log_dir']} holds what the job wrote; metrics are partial evidence, "
+                              "and an empty metrics object is not proof that no build work occurred")
+            self.ctx.narrate(f"deploy: {output['note']}")
+        receipt.command_output = output
+        metrics = dict(out.metrics)
+        metrics.update(err.metrics)
+        receipt.metrics, receipt.metrics_complete = metrics, complete
 
 
-def _fill_output(update: "RuntimeUpdate", summary: dict[str, Any], call: StreamCall,
-                 sinks: dict[str, TranscriptSink]) -> None:
-    """command_output, metrics and the driver's transcript copy from what arrived."""
-    receipt = update.receipt
-    settle = summary.get("settle") or {}
-    sent = (call.records.get("end") or {}).get("sent") or {}
-    problems = []
-    transcript = None
-    if sinks:
-        for sink in sinks.values():
-            path = sink.commit()
-        transcript = str(path.parent)
-    for name, sink in sinks.items():
-        got = sent.get(name)
-        if not call.ended or got is None:
-            problems.append(f"{name}: the stream was cut before the end")
-            continue
-        # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
-        # older agent sent only an "xxh3" digest.
-        algorithm = got.get("checksum", checksum.XXH3)
-        sent_digest = got.get("digest", got.get("xxh3"))
-        settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
-        if algorithm not in checksum.ALGORITHMS:
-            problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
-        elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
-            problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-        elif settle.get("settled") and settled_digest != sent_digest:
-            problems.append(f"{name}: changed after it had settled")
-    if not summary.get("established") and not summary.get("timed_out"):
-        problems.append("the job's end was not established: its transcript may still grow")
-    complete = bool(settle.get("settled")) and not problems
-    reason = None if complete else settle.get("reason") or ("unavailable" if any("cut" in p or "received" in p
-                                                                              for p in problems) else "unstable")
-    out, err = sinks["stdout"], sinks["stderr"]
-    output: dict[str, Any] = {
-        "complete": complete, "reason": reason, "log_dir": receipt.deploy["log_dir"],
-        "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
-        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-        "truncated": out.truncated or err.truncated, "transcript": transcript,
-        "checksum": settle.get("checksum") or out.algorithm,
-    }
-    if out.truncated or err.truncated:
-        output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"
-    if not complete:
-        output["problems"] = problems
-        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {receipt.deploy['log_dir']} "
-                          "holds what the job wrote; metrics are partial evidence, and an empty metrics object is "
-                          "not proof that no build work occurred")
-        update.ctx.narrate(f"deploy: {output['note']}")
-    receipt.command_output = output
-    metrics = dict(out.metrics)
-    metrics.update(err.metrics)
-    receipt.metrics, receipt.metrics_complete = metrics, complete

@@ -30,7 +30,7 @@ provider attached as before (:func:`applies`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
@@ -42,74 +42,16 @@ from ..outcome import Refused, VqAdminError
 from ..transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
-
-if TYPE_CHECKING:
-    from .runtime import RuntimeUpdate
+from .runtime_step import RuntimeStep
 
 #: Seconds the reconcile after an interrupted call waits for the build's end (it only looks).
 RECONCILE_WAIT = 1.0
 
 
-def applies(update: RuntimeUpdate) -> bool:
+def applies(step: RuntimeStep) -> bool:
     """A fixed-host build over ssh with a scratch root runs detached."""
-    return (update.profile.update_allocation is None and bool(update.host.scratch_root)
-            and isinstance(update.build_transport(), SshTransport))
-
-
-def run_argv(update: RuntimeUpdate, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
-    """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
-    assert update.host.scratch_root
-    source = update.source  # the build runs only the archive that was staged and verified (by content)
-    return protocol.detach_run(
-        update.host.agent, root=update.host.scratch_root, program=update.profile.program, attempt=attempt,
-        timeout=allocation_step._seconds(update.profile.timeout_seconds),
-        progress=str(progress.POLL_SECONDS) if live else None, archive=f"{update.stage_dir or '<stage>'}/source.tar",
-        archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
-        env=command.env, command=command.argv)
-
-
-def plan(update: RuntimeUpdate, command: ProviderCommand, purpose: str) -> None:
-    """Add the ``deploy`` step: the agent on the build host starts the build detached."""
-    update.receipt.plan.add("deploy", update.build_transport().where, run_argv(update, command, "<attempt>"),
-                            f"{purpose}, detached on the build host (it survives a dropped connection)")
-
-
-def deploy(update: RuntimeUpdate, command: ProviderCommand) -> RunResult:
-    """Run the deploy step; the result's exit_code is the build's exit status."""
-    ctx, receipt = update.ctx, update.receipt
-    transport = update.build_transport()
-    attempt, directory, step, deadline, view, argv = allocation_step.begin(
-        update, command, run_argv, f"on {transport.where}, detached",
-        {"build_place": update.profile.build_place, "detached": True, "where": transport.where},
-        {"pid": None, "exit_code": None})
-    failpoint("step-before", "deploy")
-    allocation_attempt.record(update, attempt, directory, "detached", transport.where)
-    with progress.live(ctx, view):
-        call, sinks = allocation_step._call(update, step, argv,
-                                            update.profile.timeout_seconds + allocation_step.MARGIN,
-                                            view.on_record if view else None, transport=transport)
-    receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
-    if not call.complete:
-        if (call.interrupted is None and call.exit_code in allocation_step.REFUSED_BEFORE_SUBMIT
-                and "job" not in call.records):
-            allocation_step._discard(sinks)
-            allocation_attempt.clear(update)
-            update.reclaim(success=False)
-            error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
-            raise error(f"deploy: the helper on {transport.where} refused before starting the build "
-                        f"({allocation_step.REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
-        receipt.deploy["interruption"] = call.describe()
-        ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
-                    "(it is never restarted)")
-        call, sinks = allocation_step._reconcile(
-            update, attempt, deadline, call, sinks, detached=True, transport=transport,
-            wait_for=RECONCILE_WAIT, purpose="establish the detached build's end from its attempt (never starts one)")
-    result = _conclude(update, command, call, sinks)
-    summary = call.records.get("summary") or {}
-    if summary.get("established") or summary.get("timed_out"):
-        allocation_attempt.clear(update)  # the build's end is known: nothing for a later run to reconcile
-    failpoint("step-after", "deploy")
-    return result
+    return (step.profile.update_allocation is None and bool(step.host.scratch_root)
+            and isinstance(step.build_transport(), SshTransport))
 
 
 def left_running(deploy: dict[str, Any]) -> str:
@@ -122,50 +64,108 @@ def left_running(deploy: dict[str, Any]) -> str:
             f"(pid {pid}); the next run reconciles it")
 
 
-def _conclude(update: RuntimeUpdate, command: ProviderCommand, call: StreamCall,
-              sinks: dict[str, TranscriptSink]) -> RunResult:
-    deploy = update.receipt.deploy
-    where = deploy["where"]
-    summary = call.records.get("summary")
-    if summary is None:
-        allocation_step._discard(sinks)
-        return allocation_step._unknown(update, command, call, "the helper's report never arrived",
-                                        message=_still_running(deploy, "the helper's report never arrived"))
-    for key in ("pid", "exit_code", "exit_signal", "job_state", "established", "timed_out", "cancel",
-                "reconciled", "fenced", "notes"):
-        if summary.get(key) is not None or key not in deploy:
-            deploy[key] = summary.get(key)
-    deploy["retention"] = summary.get("retention")
-    allocation_step._fill_output(update, summary, call, sinks)
-    signal = summary.get("exit_signal")
-    if call.complete:  # the step that delivered the report carries the build's exit status
-        call.step.exit_code = deploy["exit_code"]
-        if summary.get("established") and not signal:
-            call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
-        else:
-            call.step.status = "interrupted"
-            call.step.detail = "; ".join(summary.get("notes") or []) or "the build's end was not established"
-    if summary.get("timed_out"):  # the build may have activated before it was ended: only a read-back decides
-        cancel = summary.get("cancel") or {}
-        return RunResult(list(command.argv), where, None, seconds=call.seconds, interrupted="job", stderr=(
-            f"the build on {where} did not finish within timeout_seconds "
-            f"({allocation_step._seconds(update.profile.timeout_seconds)} s); vq-admin ended its process group "
-            f"({cancel.get('message')}); transcripts in {deploy['log_dir']}").encode())
-    if not summary.get("established"):
-        why = "; ".join(summary.get("notes") or []) or "the build's end was not established"
-        return allocation_step._unknown(update, command, call, why, message=_still_running(deploy, why))
-    if summary["exit_code"] == JOB_TAMPERED_EXIT:
-        allocation_step.tampered(update, sinks, f"the build on {where}")
-    if signal:  # the build did not choose its exit status: read back before deciding
-        return RunResult(list(command.argv), where, 128 + int(signal), seconds=call.seconds, interrupted="job",
-                         stderr=(f"the build on {where} was ended by signal {signal}; transcripts in "
-                                 f"{deploy['log_dir']}").encode())
-    return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
-
-
 def _still_running(deploy: dict[str, Any], why: str) -> str:
     first = f"{deploy['interruption']}; " if deploy.get("interruption") else ""
     return f"{first}the build's end is not known yet ({why}): {left_running(deploy)}"
 
 
-__all__ = ["applies", "deploy", "left_running", "plan", "run_argv"]
+class DetachedDeploy(allocation_step.AllocationDeploy):
+    """The deploy step of a fixed-host build over ssh, detached; built from the step's inputs (it shares
+    the allocation deploy's framed call, reconcile, transcript and unknown-outcome machinery)."""
+
+    def run_argv(self, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
+        """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+        assert self.host.scratch_root
+        source = self.source  # the build runs only the archive that was staged and verified (by content)
+        return protocol.detach_run(
+            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=attempt,
+            timeout=allocation_step._seconds(self.profile.timeout_seconds),
+            progress=str(progress.POLL_SECONDS) if live else None, archive=f"{self.stage_dir or '<stage>'}/source.tar",
+            archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
+            env=command.env, command=command.argv)
+
+    def plan(self, command: ProviderCommand, purpose: str) -> None:
+        """Add the ``deploy`` step: the agent on the build host starts the build detached."""
+        self.receipt.plan.add("deploy", self.build_transport().where, self.run_argv(command, "<attempt>"),
+                              f"{purpose}, detached on the build host (it survives a dropped connection)")
+
+    def deploy(self, command: ProviderCommand) -> RunResult:
+        """Run the deploy step; the result's exit_code is the build's exit status."""
+        ctx, receipt = self.ctx, self.receipt
+        transport = self.build_transport()
+        attempt, directory, step, deadline, view, argv = self.begin(
+            command, f"on {transport.where}, detached",
+            {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
+            {"pid": None, "exit_code": None})
+        failpoint("step-before", "deploy")
+        allocation_attempt.record(self, attempt, directory, "detached", transport.where)
+        with progress.live(ctx, view):
+            call, sinks = self._call(step, argv,
+                                     self.profile.timeout_seconds + allocation_step.MARGIN,
+                                     view.on_record if view else None, transport=transport)
+        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
+        if not call.complete:
+            if (call.interrupted is None and call.exit_code in allocation_step.REFUSED_BEFORE_SUBMIT
+                    and "job" not in call.records):
+                allocation_step._discard(sinks)
+                allocation_attempt.clear(self)
+                self.reclaim(success=False)
+                error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
+                raise error(f"deploy: the helper on {transport.where} refused before starting the build "
+                            f"({allocation_step.REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+            receipt.deploy["interruption"] = call.describe()
+            ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
+                        "(it is never restarted)")
+            call, sinks = self._reconcile(
+                attempt, deadline, call, sinks, detached=True, transport=transport,
+                wait_for=RECONCILE_WAIT,
+                purpose="establish the detached build's end from its attempt (never starts one)")
+        result = self._conclude(command, call, sinks)
+        summary = call.records.get("summary") or {}
+        if summary.get("established") or summary.get("timed_out"):
+            allocation_attempt.clear(self)  # the build's end is known: nothing for a later run to reconcile
+        failpoint("step-after", "deploy")
+        return result
+
+    def _conclude(self, command: ProviderCommand, call: StreamCall,
+                  sinks: dict[str, TranscriptSink]) -> RunResult:
+        deploy = self.receipt.deploy
+        where = deploy["where"]
+        summary = call.records.get("summary")
+        if summary is None:
+            allocation_step._discard(sinks)
+            return self._unknown(command, call, "the helper's report never arrived",
+                                 message=_still_running(deploy, "the helper's report never arrived"))
+        for key in ("pid", "exit_code", "exit_signal", "job_state", "established", "timed_out", "cancel",
+                    "reconciled", "fenced", "notes"):
+            if summary.get(key) is not None or key not in deploy:
+                deploy[key] = summary.get(key)
+        deploy["retention"] = summary.get("retention")
+        self._fill_output(summary, call, sinks)
+        signal = summary.get("exit_signal")
+        if call.complete:  # the step that delivered the report carries the build's exit status
+            call.step.exit_code = deploy["exit_code"]
+            if summary.get("established") and not signal:
+                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+            else:
+                call.step.status = "interrupted"
+                call.step.detail = "; ".join(summary.get("notes") or []) or "the build's end was not established"
+        if summary.get("timed_out"):  # the build may have activated before it was ended: only a read-back decides
+            cancel = summary.get("cancel") or {}
+            return RunResult(list(command.argv), where, None, seconds=call.seconds, interrupted="job", stderr=(
+                f"the build on {where} did not finish within timeout_seconds "
+                f"({allocation_step._seconds(self.profile.timeout_seconds)} s); vq-admin ended its process group "
+                f"({cancel.get('message')}); transcripts in {deploy['log_dir']}").encode())
+        if not summary.get("established"):
+            why = "; ".join(summary.get("notes") or []) or "the build's end was not established"
+            return self._unknown(command, call, why, message=_still_running(deploy, why))
+        if summary["exit_code"] == JOB_TAMPERED_EXIT:
+            self.tampered(sinks, f"the build on {where}")
+        if signal:  # the build did not choose its exit status: read back before deciding
+            return RunResult(list(command.argv), where, 128 + int(signal), seconds=call.seconds, interrupted="job",
+                             stderr=(f"the build on {where} was ended by signal {signal}; transcripts in "
+                                     f"{deploy['log_dir']}").encode())
+        return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+
+
+__all__ = ["DetachedDeploy", "applies", "left_running"]

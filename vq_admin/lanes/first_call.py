@@ -47,12 +47,12 @@ from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:
     from .helper import HelperUpdate
-    from .runtime import RuntimeUpdate
+    from .lane import RuntimeLane
 
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
 
 
-def open_runtime(update: "RuntimeUpdate") -> Verification | None:
+def open_runtime(update: "RuntimeLane") -> Verification | None:
     """Take the lease, check the login host's command files and, when the profile builds on a
     fixed host, pre-verify, in one agent call.  Returns the pre-verify when it was done here,
     else ``None`` (the caller runs it); raises as the separate steps would."""
@@ -70,7 +70,7 @@ def open_runtime(update: "RuntimeUpdate") -> Verification | None:
     verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
-                   and not allocation_attempt.has_previous(update))
+                   and not allocation_attempt.has_previous(update.inputs))
     if with_verify:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
         request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}
@@ -170,7 +170,7 @@ def _lease_request(lease: Lease) -> dict[str, Any]:
                        "run_id": value(protocol.RUN_ID)}}
 
 
-def _login_check(update: "RuntimeUpdate") -> tuple[int, list[tuple[str, str]] | None]:
+def _login_check(update: "RuntimeLane") -> tuple[int, list[tuple[str, str]] | None]:
     """The index and words of the login host's ``check-commands`` step (ssh only), if it has one."""
     login = update.ctx.login(update.host)
     if not isinstance(login, SshTransport):
@@ -181,7 +181,7 @@ def _login_check(update: "RuntimeUpdate") -> tuple[int, list[tuple[str, str]] | 
     return 0, None
 
 
-def _record_check(update: "RuntimeUpdate", index: int, words: list[tuple[str, str]], answer: Any, where: str,
+def _record_check(update: "RuntimeLane", index: int, words: list[tuple[str, str]], answer: Any, where: str,
                   seconds: float) -> None:
     step = update.receipt.plan.get(remote_paths.step_name(index))
     failpoint("step-before", step.name)

@@ -263,3 +263,12 @@ class HelperUpdate:
                        if changed else "nothing was changed by this run; rerun when the login host is reachable"),
         }
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
+
+
+def build_lane(ctx: RunContext, *, host_name: str, sha: str | None) -> HelperUpdate:
+    """The helper lane of ``update HOST``: authority, then only the host's ``helper_provider`` loaded."""
+    from ..plugins import Providers
+
+    host = authority.helper_host(ctx.config, host_name)
+    ctx.providers = Providers.load([host.helper_provider])
+    return HelperUpdate(ctx, host_name, sha)

@@ -331,3 +331,14 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
     for sha in would:
         lines.append(f"  go    {sha}")
     return [safe_text(line) for line in lines]
+
+
+def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int) -> RuntimePrune:
+    """The lane of ``vq admin prune``: authority, then the profile's
+    provider loaded."""
+    from ..plugins import Providers
+
+    host = authority.runtime_host(ctx.config, host_name)
+    profile = host.runtimes.get(program)
+    ctx.providers = Providers.load([profile.provider] if profile else [])
+    return RuntimePrune(ctx, host_name, program, keep)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..config import HostConfig, RuntimeProfile
     from ..context import RunContext
-    from .runtime import RuntimeUpdate
+    from .lane import RuntimeLane
 
 CHECK_TIMEOUT = 120.0
 #: The agent's exit status for "an unsafe path was refused".
@@ -84,7 +84,7 @@ def gather(entries: Iterable[tuple[Transport, str, Iterable[str]]]) -> list[Plac
     return [entry for entry in places.values() if entry[1]]
 
 
-def command_words(update: "RuntimeUpdate") -> list[Place]:
+def command_words(update: "RuntimeLane") -> list[Place]:
     """``[(transport, [(config key, absolute word), ...]), ...]`` for every ssh host of this update."""
     ctx, host, p = update.ctx, update.host, update.profile
     prefix = f"hosts.{host.name}"
@@ -131,12 +131,12 @@ PURPOSE = ("read-only: every command file that runs here, and every directory ab
            "can be changed by nobody but you and root")
 
 
-def plan(update: "RuntimeUpdate") -> None:
+def plan(update: "RuntimeLane") -> None:
     """Add one ``check-commands`` step per ssh host that runs a configured command."""
     plan_places(update.receipt.plan, update.host.agent, command_words(update))
 
 
-def run(update: "RuntimeUpdate", done: str | None = None) -> None:
+def run(update: "RuntimeLane", done: str | None = None) -> None:
     """Run the checks; refuse (77) before any provider command runs on a host that fails them.
     *done* names the host whose check already ran in the run's first agent call (:mod:`.first_call`)."""
     run_places(update.receipt.plan, update.host.agent, update.host.name, command_words(update), done=done)

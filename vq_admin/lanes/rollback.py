@@ -22,7 +22,7 @@ The runtime lane, aimed at an earlier generation:
    (:meth:`vq_admin.state.StateDir.record_run`).
 
 The lane runs through the same entry as ``update``
-(:func:`vq_admin.commands.update.run_lane`): the lane lock (and whatever
+(:func:`vq_admin.lanes.runner.run_lane`): the lane lock (and whatever
 else that entry holds for the lane) covers it.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import registry
+from .. import authority, registry
 from ..agent.identifiers import SHA_RE
 from ..context import RunContext
 from ..outcome import Outcome, Refused
@@ -187,3 +187,14 @@ class RuntimeRollback(RuntimeUpdate):
             self.receipt.errors.extend(self.verify_errors(post))
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
+
+
+def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:
+    """The lane of ``vq admin rollback``: authority, then the profile's
+    provider loaded."""
+    from ..plugins import Providers
+
+    host = authority.runtime_host(ctx.config, host_name)
+    profile = host.runtimes.get(program)
+    ctx.providers = Providers.load([profile.provider] if profile else [])
+    return RuntimeRollback(ctx, host_name, program, to)

@@ -21,7 +21,7 @@ One update, in order:
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
@@ -36,12 +36,16 @@ from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import first_call, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
+from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
 
 #: The staged archive, as the provider's update or install hook receives it (``<stage>/source.tar``).
 ARCHIVE = Slot("stage", suffix="/source.tar")
 
+if TYPE_CHECKING:  # the steps' modules are imported when a profile needs them (an already-current run never does)
+    from .allocation_step import AllocationDeploy
+    from .mirror_step import MirrorFeed
 
 class RuntimeUpdate:
     """One runtime update of one program on one host."""
@@ -68,6 +72,10 @@ class RuntimeUpdate:
         self._deploy: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
                                    "runtime", program, profile.timeout_seconds)
+        #: What this lane's steps are built from (:mod:`.runtime_step`): they never see the lane itself.
+        self.inputs = RuntimeStep(ctx, self.host, profile, self.receipt, sha, self.staging)
+        self.mirror: MirrorFeed | None = None
+        self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
 
     @property
     def stage_dir(self) -> str | None:
@@ -105,22 +113,25 @@ class RuntimeUpdate:
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
-            from . import mirror_step
+            from .mirror_step import MirrorFeed
 
-            mirror_step.plan(self)
+            self.mirror = MirrorFeed.like(self.inputs)
+            self.mirror.plan()
         self.staging.plan_source(p.source_repo, self.sha, "runtime")
         self.staging.plan_stage(self.source)
         build = self.build_transport().where
         deploy = self.planned_deploy()
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
         if p.update_allocation is not None:
-            from . import allocation_step
+            from .allocation_step import AllocationDeploy
 
-            allocation_step.plan(self, deploy, purpose)
+            self.deployer = AllocationDeploy.like(self.inputs)
+            self.deployer.plan(deploy, purpose)
         elif self.detached:
-            from . import detached_step
+            from .detached_step import DetachedDeploy
 
-            detached_step.plan(self, deploy, purpose)
+            self.deployer = DetachedDeploy.like(self.inputs)
+            self.deployer.plan(deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
@@ -146,7 +157,7 @@ class RuntimeUpdate:
         """A fixed-host build that runs detached from the connection (see :mod:`.detached_step`)."""
         from . import detached_step
 
-        return detached_step.applies(self)
+        return detached_step.applies(self.inputs)
 
     def _provider_has_install(self) -> bool:
         if self.profile.provider != "command":
@@ -166,7 +177,7 @@ class RuntimeUpdate:
         # a batch job or detached build an interrupted run left: its end first
         from . import allocation_attempt
 
-        allocation_attempt.reconcile_previous(self)
+        allocation_attempt.reconcile_previous(self.inputs)
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
@@ -185,10 +196,8 @@ class RuntimeUpdate:
                                        "verify.pre.output)")
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
-        if self.profile.feed_source_mirror is not None:
-            from . import mirror_step
-
-            mirror_step.run(self)
+        if self.mirror is not None:
+            self.mirror.run()
         with tempfile.TemporaryDirectory(prefix="vq-admin-src-") as workdir:
             assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
@@ -230,14 +239,8 @@ class RuntimeUpdate:
     def deploy(self) -> RunResult:
         assert self.stage_dir is not None  # staged before the deploy
         command = fill_command(self.planned_deploy(), stage=self.stage_dir)
-        if self.profile.update_allocation is not None:
-            from . import allocation_step
-
-            return allocation_step.deploy(self, command)
-        if self.detached:
-            from . import detached_step
-
-            return detached_step.deploy(self, command)
+        if self.deployer is not None:  # an allocation or a detached build
+            return self.deployer.deploy(command)
         step = self.receipt.plan.get("deploy")
         values = offer(step, stage=self.stage_dir)  # the provider may not have placed the slot
         argv, _ = filled(step, **values)
@@ -270,7 +273,7 @@ class RuntimeUpdate:
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
                 from . import allocation_attempt
 
-                allocation_attempt.clear(self)
+                allocation_attempt.clear(self.inputs)
             self.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
@@ -327,6 +330,21 @@ class RuntimeUpdate:
             "launcher": found.receipt.active_path,
             "launcher_sha256": found.receipt.active_path_sha256,
         }
+
+
+def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: str | None) -> RuntimeUpdate:
+    """The runtime lane of ``update PROGRAM HOST``: authority, the first call's ssh handshake started, the
+    profile's provider loaded."""
+    from ..plugins import Providers
+
+    host = authority.runtime_host(ctx.config, host_name)
+    profile = host.runtimes.get(program)
+    if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
+        from ..early_session import start_for
+
+        start_for(ctx, host)
+    ctx.providers = Providers.load([profile.provider] if profile else [])
+    return RuntimeUpdate(ctx, host_name, program, sha, tag)
 
 
 def _now() -> str:

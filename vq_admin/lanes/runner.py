@@ -1,0 +1,175 @@
+"""The lane runner: configuration, one ssh session, the lane built by its command, then the
+lane run under its lock and lease; refusals, interruptions and bugs turned into receipts; the
+receipt (or the plan of a dry run) printed.
+
+The commands (:mod:`vq_admin.commands`) check their arguments and hand a lane's builder here;
+no lane module imports a command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
+
+from .. import authority
+from ..config import load_config
+from ..context import RunContext, RunOptions, stderr_narrator
+from ..lease import host_lease, plan_lease
+from ..locks import lane_lock
+from ..outcome import Interrupted, Outcome, VqAdminError
+from ..output import plan_summary, receipt_summary, report
+from ..receipt import Receipt
+from ..state import StateDir, utc_now
+from ..statefs import UnsafeState
+from ..transport import Session
+from .common import conclude
+
+if TYPE_CHECKING:
+    from .lane import Lane
+
+
+def options_from(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(
+        json=args.json,
+        dry_run=args.dry_run,
+        force=args.force,
+        cluster_install=args.cluster_install,
+        update_script_args=tuple(args.update_script_arg or ()),
+        verbose=args.verbose,
+    )
+
+
+def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
+             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
+    """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
+    providers), then the lane run under its lock *key* = (lane, host, program).
+
+    A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
+    """
+    config = load_config(args.config)
+    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
+    options = options_from(args)
+    lane_name, host_name, program = key
+    with Session(config.ssh_config) as session:
+        ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
+                         stderr_narrator(options.verbose or sys.stderr.isatty()))
+        try:
+            lane = build(ctx)
+        except VqAdminError as exc:
+            receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
+            receipt.set_sections(early)  # e.g. the "rollback" or "prune" field of a refused rollback or prune
+            return refuse_early(ctx, receipt, exc)
+        return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
+
+
+def refuse_early(ctx: RunContext, receipt: Receipt, exc: VqAdminError) -> int:
+    """A run that ended before its lane started: receipt and log line, lane records untouched."""
+    receipt.errors.append(exc.message)
+    return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> NoReturn:
+    raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
+
+
+def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
+                 lock_key: tuple[str, str, str | None], deferred_lease: bool = False) -> int:
+    """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
+    a second run from any driver exits 75 naming the holder); turn every definite
+    error into a receipt.
+
+    SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
+    receipt: a step may have been under way on a host.
+    """
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        try:
+            if ctx.options.dry_run:
+                plan_lease(ctx, receipt, *lock_key)
+                receipt = body()
+            else:
+                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
+                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
+                                                                      deferred=deferred_lease):
+                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
+                    receipt = body()
+        except KeyboardInterrupt:
+            raise Interrupted("vq-admin received SIGINT") from None
+    except UnsafeState:
+        raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
+    except Interrupted as exc:
+        receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
+        from .interrupt import interrupted_readback
+
+        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
+        receipt = conclude(ctx, receipt, exc.outcome)
+    except VqAdminError as exc:
+        receipt.errors.append(exc.message)
+        receipt = conclude(ctx, receipt, exc.outcome)
+    except Exception as exc:  # a bug must still leave a receipt, and is never called a success
+        receipt.errors.append(f"internal error during step {_current_step(receipt)}: {type(exc).__name__}: {exc}; "
+                              "the outcome is unknown (please report this with the receipt)")
+        receipt.traceback = traceback.format_exc()
+        receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
+                            "next_command": rerun_command(receipt)}
+        receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return emit(ctx, receipt)
+
+
+def _current_step(receipt: Receipt) -> str:
+    started = [s.name for s in receipt.plan.steps if s.argv is not None]
+    return started[-1] if started else "(before any step)"
+
+
+def rerun_command(receipt: Receipt) -> str:
+    from ..transport import quote_argv
+
+    if receipt.rerun is not None:  # rollback and prune name their own verb
+        return quote_argv(receipt.rerun)
+    words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
+    if receipt.expected_sha:
+        words += ["--expected-sha", receipt.expected_sha]
+    return quote_argv(words)
+
+
+def emit(ctx: RunContext, receipt: Receipt) -> int:
+    outcome = receipt.outcome or Outcome.FAILED
+    if ctx.options.dry_run and outcome.success:
+        document = receipt.plan_dict()
+        report(document, plan_summary(document), as_json=ctx.options.json, success=True, verbose=True)
+        return 0
+    document = receipt.to_dict()
+    path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.stored else None
+    report(document, receipt_summary(document, path), as_json=ctx.options.json,
+           success=outcome.success, verbose=ctx.options.verbose)
+    return outcome.exit_code
+
+
+def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, Any]:
+    """The receipt of a run that ended before its lane began."""
+    targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
+                                                  if getattr(args, k, None)]  # rollback, prune
+    if getattr(args, "all", False):  # a fleet rollout refused before any host started
+        from ..envelope import SCHEMAS, document
+
+        return document(SCHEMAS["fleet"], error.outcome, {"program": targets[0] if targets else None,
+                                                "expected_sha": getattr(args, "expected_sha", None), "hosts": {}},
+                        [error.message])
+    receipt = Receipt(
+        lane="runtime" if len(targets) == 2 else "helper",
+        host=targets[-1] if targets else "",
+        program=targets[0] if len(targets) == 2 else None,
+        expected_sha=getattr(args, "expected_sha", None),
+        tag=getattr(args, "tag", None),
+        started_at=utc_now(),
+    )
+    receipt.errors.append(error.message)
+    return receipt.finish(error.outcome, utc_now()).to_dict()

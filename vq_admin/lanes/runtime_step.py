@@ -1,0 +1,74 @@
+"""What a runtime-lane step is built from: explicit inputs, never the lane object.
+
+The runtime lane (:class:`vq_admin.lanes.runtime.RuntimeUpdate`) builds its
+mirror feed (:class:`.mirror_step.MirrorFeed`), allocation deploy
+(:class:`.allocation_step.AllocationDeploy`) and detached deploy
+(:class:`.detached_step.DetachedDeploy`) from the run's context, the host and
+profile, the receipt the step records into, the requested SHA and the source
+stage; each step owns whatever state it keeps between its plan and its run.
+No step module imports the lane (``scripts/import_graph.py``, and
+``tests/test_import_graph.py`` checks that only the lane modules name
+``RuntimeUpdate``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # annotations only: this module imports nothing of the lanes at run time
+    from ..config import HostConfig, RuntimeProfile
+    from ..context import RunContext
+    from ..receipt import Receipt
+    from ..source import SourceIdentity
+    from ..transport import Transport
+    from .staging import SourceStage
+
+_S = TypeVar("_S", bound="RuntimeStep")
+
+
+class RuntimeStep:
+    """The inputs every runtime-lane step is built from, and what follows from them alone."""
+
+    def __init__(self, ctx: RunContext, host: HostConfig, profile: RuntimeProfile, receipt: Receipt, sha: str,
+                 stage: SourceStage):
+        self.ctx = ctx
+        self.host = host
+        self.profile = profile
+        self.receipt = receipt
+        self.sha = sha
+        self.stage = stage
+
+    @classmethod
+    def like(cls: type[_S], other: RuntimeStep) -> _S:
+        """A step of this kind built from the same inputs as *other*."""
+        return cls(other.ctx, other.host, other.profile, other.receipt, other.sha, other.stage)
+
+    def agent(self, *args: str) -> list[str]:
+        """The configured agent command with *args*."""
+        return [*self.host.agent, *args]
+
+    def login(self) -> Transport:
+        return self.ctx.login(self.host)
+
+    def build_transport(self) -> Transport:
+        """Where the profile builds (``update_host``, else the login host)."""
+        return self.ctx.remote(self.host, self.profile.update_host)
+
+    @property
+    def stage_dir(self) -> str | None:
+        return self.stage.dir
+
+    @property
+    def source(self) -> SourceIdentity | None:
+        """The archived source (``None`` until it is archived, e.g. while planning)."""
+        return self.stage.ident
+
+    def reclaim(self, success: bool) -> None:
+        self.stage.reclaim(success)
+
+    def update_argv(self) -> list[str]:
+        """``vq admin update PROGRAM HOST --expected-sha SHA``: what resolves an interrupted feed or build."""
+        return ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
+
+
+__all__ = ["RuntimeStep"]
