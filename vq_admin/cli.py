@@ -239,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
+    if argv[:1] == ["update"]:  # cron's no-op: its one ssh process starts now (or did, in vq_admin.entry)
+        from .fastupdate import run_after_start
+
+        return run_after_start(argv[1:], lambda: guarded(lambda: _main(prog, argv)))
     return guarded(lambda: _main(prog, argv))  # --help and --version leave through SystemExit
 
 

@@ -21,21 +21,19 @@ lease taken, nothing recorded, exit 0.  The process is always waited for
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Sequence
 
-from .transport import SHELL_PROBE, SshTransport, literal_words
+# END_TIMEOUT: seconds end() waits for an unused early session to end after its stdin closed
+from .fastupdate import END_TIMEOUT, adopt_process, end_pending, finish
+from .sshargv import probe_suffix
+from .transport import SshTransport, literal_words
 
 if TYPE_CHECKING:
     from .config import HostConfig
     from .context import RunContext
-
-#: Seconds :func:`end` waits for an unused early session to end after its stdin closed.
-END_TIMEOUT = 10.0
-
 
 @dataclass
 class EarlySession:
@@ -50,11 +48,9 @@ _EARLY: dict[int, EarlySession] = {}
 def session_command(transport: SshTransport, argv: Sequence[str]) -> list[str]:
     """The ssh argv of ``AGENT... session`` as the run's connection master, with the login-shell
     probe's words (``--probe``, quoted for a POSIX shell) while the login shell is not yet known."""
-    import shlex
-
     full = transport.master_wrap(argv)
     if not transport.shell_checked:
-        full[-1] += " --probe " + " ".join(shlex.quote(w) for w in SHELL_PROBE[2:])
+        full[-1] += probe_suffix()
     return full
 
 
@@ -64,6 +60,11 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
     if id(transport) in _EARLY or transport.shell_checked or not literal_words(agent):
         return
     full = session_command(transport, [*agent, "session"])
+    # started even earlier, before the command line was parsed (vq_admin.fastupdate): this one
+    adopted = adopt_process(transport.ssh_config, transport.destination, transport.control_dir, full[-1])
+    if adopted is not None:
+        _EARLY[id(transport)] = EarlySession(full[-1], *adopted)
+        return
     stderr = tempfile.TemporaryFile()
     try:
         proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
@@ -85,25 +86,10 @@ def take(transport: SshTransport, command: str) -> EarlySession | None:
 
 def end(transport: SshTransport) -> None:
     """End an early session that was never given its request: its stdin closes (nothing asked)."""
+    end_pending()  # one started before the command line was parsed and never adopted
     early = _EARLY.pop(id(transport), None)
-    if early is None:
-        return
-    proc = early.proc
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=END_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    early.stderr.close()
+    if early is not None:
+        finish(early.proc, early.stderr, END_TIMEOUT)
 
 
 def start_for(ctx: "RunContext", host: "HostConfig") -> None:

@@ -12,7 +12,10 @@ Anything this parser does not take as plainly well-formed (``--help``, an
 abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
-for every other verb.  Every other verb goes there directly.
+for every other verb.  Every other verb goes there directly, ``update``
+after :func:`vq_admin.fastupdate.start` started the ssh process of a plainly
+usual ``update PROGRAM HOST --expected-sha SHA`` (cron's already-current run),
+before argparse and the rest are imported.
 """
 
 from __future__ import annotations
@@ -160,6 +163,10 @@ def main() -> int:
         code = guarded(lambda: launcher(words[1:], prog))
         if code is not None:
             return code
+    if words[:1] == ["update"]:  # cron's already-current run: its one ssh process starts first
+        from .fastupdate import start
+
+        start(words[1:])
     from .cli import main as full
 
     return full()
