@@ -9,6 +9,9 @@ verify) needs the plan.  So :func:`start` starts that ssh process (the run's
 connection master) as soon as the runtime host is known, and
 :meth:`vq_admin.lease.Lease.open_session` sends the request on its stdin once
 the plan is ready (:func:`take`), while the handshake went on meanwhile.
+For a plain ``update PROGRAM HOST --expected-sha SHA`` the console script
+started that process even earlier, before the command line was parsed
+(:mod:`vq_admin.fastupdate`); :func:`start` then adopts it.
 
 Until the request is sent nothing runs on the host but the agent's
 ``session`` waiting for it.  A run that ends before sending it (a refusal, a
