@@ -248,3 +248,34 @@ def test_a_configuration_error_found_after_the_early_start_ends_it_with_nothing_
     assert len(with_early[3]) == 1 and without[3] == []
     control = [w for w in with_early[3][0].split() if w.startswith("ControlPath=")]
     assert control and not Path(control[0][len("ControlPath="):]).parent.exists()  # its control directory: removed
+
+
+@pytest.mark.real
+def test_through_the_console_script_an_already_current_run_is_its_early_ssh_process(tmp_path, real_sshd):
+    from support import AGENT, GitRepo, run_vq, site_example_host
+
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("A")
+    (tmp_path / "scratch").mkdir()
+    host = site_example_host("cluster", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch",
+                             transport="ssh", ssh="cluster")
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n' + host)
+    first = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, "--cluster-install", "--json",
+                   config=config, state=tmp_path / "state")
+    assert first.exit_code == 0, first.stdout + first.stderr
+    wrap, log = tmp_path / "wrap", tmp_path / "ssh.log"
+    wrap.mkdir()
+    (wrap / "ssh").write_text(f'#!/bin/sh\nprintf "%s\\n" "ssh $*" >> {log}\nexec /usr/bin/ssh "$@"\n')
+    (wrap / "ssh").chmod(0o755)
+    code = ("import sys\nsys.argv = ['vq', 'admin', 'update', *sys.argv[1:]]\n"
+            "from vq_admin.entry import main\nsys.exit(main())\n")
+    env = dict(os.environ, PATH=f"{wrap}:{os.environ['PATH']}", VQ_ADMIN_CONFIG=str(config),
+               VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))
+    done = subprocess.run([sys.executable, "-c", code, "vibeqc", "cluster", "--expected-sha", sha, "--json"],
+                          capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "already-current", done.stdout + done.stderr
+    starts = ssh_starts(log)
+    assert len(starts) == 1 and "ControlMaster=yes" in starts[0], starts  # the early one, adopted: no second
+    assert f" -- cluster {AGENT} session --probe " in starts[0], starts
+    receipt = json.loads(done.stdout)
+    assert receipt["lease"]["held"] is True and {s["name"]: s for s in receipt["steps"]}["pre-verify"]["status"] == "ok"

@@ -565,7 +565,8 @@ def test_verify_leaves_anything_else_to_the_whole_grammar(words):
 
 def test_the_verify_path_imports_no_argparse_typing_or_dataclasses(tmp_path):
     code = ("import sys\nb = set(sys.modules)\nfrom vq_site_example.cli import main\n"
-            f"code = main(['verify', '--root', {str(tmp_path)!r}, '--program', 'p', '--expected-sha', {VERIFY_SHA!r}])\n"
+            f"code = main(['verify', '--root', {str(tmp_path)!r}, '--program', 'p',\n"
+            f"             '--expected-sha', {VERIFY_SHA!r}])\n"
             "assert code == 0, code\nprint(' '.join(sorted(set(sys.modules) - b)), file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

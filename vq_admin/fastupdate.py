@@ -307,8 +307,8 @@ def finish(proc: subprocess.Popen[bytes], stderr: IO[bytes], timeout: float = EN
 def run_after_start(words: list[str], body: Callable[[], _T]) -> _T:
     """``update`` *words*: :func:`start`, then *body* (the full command line), then
     :func:`end_pending` however it ended."""
-    start(words)
     try:
+        start(words)
         return body()
     finally:
         end_pending()
