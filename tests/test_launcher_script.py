@@ -56,13 +56,15 @@ def imports(prefix: Path, argv: list[str], env: dict[str, str]) -> tuple[subproc
 def test_setup_cfg_ships_our_scripts_not_generated_wrappers():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    assert cfg["options"]["scripts"].split() == ["bin/vq", "bin/vq-admin"]
-    scripts = cfg["options.entry_points"]["console_scripts"]
-    assert "vq_admin.entry:main" not in scripts  # a generated wrapper would shadow ours
-    for name in ("vq", "vq-admin"):
+    assert cfg["options"]["scripts"].split() == ["bin/vq", "bin/vq-admin", "bin/vq-admin-agent"]
+    scripts = cfg["options.entry_points"].get("console_scripts", "")
+    # a generated wrapper would shadow ours
+    assert "vq_admin.entry:main" not in scripts and "vq_admin.agent.entry:main" not in scripts
+    for name, entry in (("vq", "vq_admin.entry"), ("vq-admin", "vq_admin.entry"),
+                        ("vq-admin-agent", "vq_admin.agent.entry")):
         text = (ROOT / "bin" / name).read_text()
         assert text.startswith("#!python\n")  # pip rewrites exactly this first line to the install's interpreter
-        assert "import re" not in text and "from vq_admin.entry import main" in text
+        assert "import re" not in text and f"from {entry} import main" in text
 
 
 @pytest.mark.parametrize("words", [["vq", "admin"], ["vq-admin"]], ids=["vq admin", "vq-admin"])

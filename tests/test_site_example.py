@@ -522,3 +522,55 @@ def test_distribution_metadata_and_dependencies():
                 top = name.split(".")[0]
                 assert top != "vq_admin", f"{path.name} imports {name}"
                 assert top in sys.stdlib_module_names or top == "vq_admin_hookspecs", f"{path.name} imports {name}"
+
+
+# -- verify, run for every update: its few options read without argparse (issue 15) ------------
+
+VERIFY_SHA = "B" * 40
+
+
+@pytest.mark.parametrize("words", [
+    ["--root", "/apps/x/", "--program", "vibeqc", "--expected-sha", VERIFY_SHA],
+    [f"--expected-sha={VERIFY_SHA}", "--tag", "v1.0", "--program=vibeqc", "--root", "/apps//x"],
+])
+def test_verify_reads_its_plain_options_as_the_whole_grammar_does(words):
+    from vq_site_example import args as site_args
+    from vq_site_example import verify as site_verify
+
+    assert vars(site_verify.parse(words)) == {k: v for k, v in vars(site_args.parse(["verify", *words])).items()
+                                              if not k.startswith("_seen_")}
+
+
+@pytest.mark.parametrize("words", [
+    ["--root", "/x", "--program", "vibeqc"],  # --expected-sha missing
+    ["--root", "/x", "--program", "vibeqc", "--expected-sha", "abc"],
+    ["--root", "x", "--program", "vibeqc", "--expected-sha", VERIFY_SHA],
+    ["--root", "/x", "--program", "-v", "--expected-sha", VERIFY_SHA],
+    ["--root", "/x", "--root", "/y", "--program", "vibeqc", "--expected-sha", VERIFY_SHA],
+    ["--root", "/x", "--prog", "vibeqc", "--expected-sha", VERIFY_SHA],
+    ["--root", "/x", "--program", "vibeqc", "--expected-sha", VERIFY_SHA, "--tag", "a..b"],
+    ["--root", "/x", "--program", "vibeqc", "--expected-sha", VERIFY_SHA, "--jobs", "2"],
+    ["--root", "/x", "--program", "vibeqc", "--expected-sha", VERIFY_SHA, "--help"],
+    ["--root", "/x", "--program", "vibeqc", "--expected-sha"],
+])
+def test_verify_leaves_anything_else_to_the_whole_grammar(words):
+    from vq_site_example import args as site_args
+    from vq_site_example import verify as site_verify
+    from vq_site_example.errors import SiteError
+
+    assert site_verify.parse(words) is None
+    with pytest.raises((SiteError, SystemExit)):  # a usage error (exit 2), or --help's exit
+        site_args.parse(["verify", *words])
+
+
+def test_the_verify_path_imports_no_argparse_typing_or_dataclasses(tmp_path):
+    code = ("import sys\nb = set(sys.modules)\nfrom vq_site_example.cli import main\n"
+            f"code = main(['verify', '--root', {str(tmp_path)!r}, '--program', 'p',\n"
+            f"             '--expected-sha', {VERIFY_SHA!r}])\n"
+            "assert code == 0, code\nprint(' '.join(sorted(set(sys.modules) - b)), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stderr.split())
+    assert not loaded & {"argparse", "typing", "dataclasses", "inspect", "shutil", "tempfile", "secrets",
+                         "vq_site_example.args"}, sorted(loaded)
+    assert json.loads(done.stdout)["activation"] == "none"

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 MAX_DEPTH = 64
 #: Largest integer literal, in digits (Python's own limit for str -> int is 4,300).
 MAX_INT_DIGITS = 40
+#: Largest configuration file read (a site's file is a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class InputError(ValueError):

@@ -139,8 +139,9 @@ def default_config_path() -> Path:
     return Path(paths.default_config_path())
 
 
-#: Largest configuration file read (a site's file is a few KiB).
-MAX_CONFIG_BYTES = 1 << 20
+#: Largest configuration file read: vq_admin.bounded.MAX_CONFIG_BYTES (one home, also read before the
+#: command line is parsed, vq_admin.fastupdate).
+from .bounded import MAX_CONFIG_BYTES  # noqa: E402
 
 
 def check_file_is_private(path: Path, what: str = "configuration file") -> None:

@@ -9,6 +9,9 @@ verify) needs the plan.  So :func:`start` starts that ssh process (the run's
 connection master) as soon as the runtime host is known, and
 :meth:`vq_admin.lease.Lease.open_session` sends the request on its stdin once
 the plan is ready (:func:`take`), while the handshake went on meanwhile.
+For a plain ``update PROGRAM HOST --expected-sha SHA`` the console script
+started that process even earlier, before the command line was parsed
+(:mod:`vq_admin.fastupdate`); :func:`start` then adopts it.
 
 Until the request is sent nothing runs on the host but the agent's
 ``session`` waiting for it.  A run that ends before sending it (a refusal, a
@@ -28,15 +31,14 @@ from typing import IO, TYPE_CHECKING, Sequence
 
 from . import process
 from .agent import protocol
-from .transport import SHELL_PROBE, SshTransport, literal_words
+# END_TIMEOUT: seconds end() waits for an unused early session to end after its stdin closed
+from .fastupdate import END_TIMEOUT, adopt_process, end_pending, finish
+from .sshargv import probe_suffix
+from .transport import SshTransport, literal_words
 
 if TYPE_CHECKING:
     from .config import HostConfig
     from .context import RunContext
-
-#: Seconds :func:`end` waits for an unused early session to end after its stdin closed.
-END_TIMEOUT = 10.0
-
 
 @dataclass
 class EarlySession:
@@ -51,11 +53,9 @@ _EARLY: dict[int, EarlySession] = {}
 def session_command(transport: SshTransport, argv: Sequence[str]) -> list[str]:
     """The ssh argv of ``AGENT... session`` as the run's connection master, with the login-shell
     probe's words (``--probe``, quoted for a POSIX shell) while the login shell is not yet known."""
-    import shlex
-
     full = transport.master_wrap(argv)
     if not transport.shell_checked:
-        full[-1] += " " + " ".join(shlex.quote(w) for w in protocol.session_probe(SHELL_PROBE[2:]))
+        full[-1] += probe_suffix()
     return full
 
 
@@ -65,6 +65,12 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
     if id(transport) in _EARLY or transport.shell_checked or not literal_words(agent):
         return
     full = session_command(transport, protocol.session(agent))
+    # started even earlier, before the command line was parsed (vq_admin.fastupdate): this one
+    adopted = adopt_process(transport.ssh_config, transport.destination, transport.control_dir, full[-1])
+    if adopted is not None:
+        _EARLY[id(transport)] = EarlySession(full[-1], *adopted)
+        transport.on_session_close.append(lambda: end(transport))
+        return
     stderr = tempfile.TemporaryFile()
     try:
         proc = process.spawn(full, stderr=stderr)
@@ -86,18 +92,10 @@ def take(transport: SshTransport, command: str) -> EarlySession | None:
 
 def end(transport: SshTransport) -> None:
     """End an early session that was never given its request: its stdin closes (nothing asked)."""
+    end_pending()  # one started before the command line was parsed and never adopted
     early = _EARLY.pop(id(transport), None)
-    if early is None:
-        return
-    proc = early.proc
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
-    process.end(proc, END_TIMEOUT)
-    early.stderr.close()
+    if early is not None:
+        finish(early.proc, early.stderr, END_TIMEOUT)
 
 
 def start_for(ctx: "RunContext", host: "HostConfig") -> None:

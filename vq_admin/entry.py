@@ -12,7 +12,10 @@ Anything this parser does not take as plainly well-formed (``--help``, an
 abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
-for every other verb.  Every other verb goes there directly.
+for every other verb.  Every other verb goes there directly, ``update``
+after :func:`vq_admin.fastupdate.start` started the ssh process of a plainly
+usual ``update PROGRAM HOST --expected-sha SHA`` (cron's already-current run),
+before argparse and the rest are imported.
 """
 
 from __future__ import annotations
@@ -167,6 +170,15 @@ def main(argv: list[str] | None = None) -> int:
         code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
+    if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before anything else
+        from .fastupdate import run_after_start
+
+        return run_after_start(argv[1:], lambda: _full(prog, argv))
+    return _full(prog, argv)
+
+
+def _full(prog: str, argv: list[str]) -> int:
+    """The full command line (:func:`vq_admin.cli.run`), with argparse and every verb."""
     from .cli import run
 
     return guarded(lambda: run(prog, argv))  # --help and --version leave through SystemExit

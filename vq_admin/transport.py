@@ -27,7 +27,6 @@ SIGTERM -> grace -> SIGKILL bound and :func:`classify_exit`.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import stat
@@ -38,13 +37,19 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from . import process
 from .agent.failpoints import failpoint
-from .process import CAPTURE_LIMIT, SSH_OPTIONS, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
+from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
+# the ssh options, the login-shell probe and the literal-word rule live in vq_admin.sshargv (light: shared
+# with the early start of an already-current update, vq_admin.fastupdate); re-exported here
+from .sshargv import CONTROL_PARENT as CONTROL_PARENT
+from .sshargv import CONTROL_PREFIX as CONTROL_PREFIX
+from .sshargv import LITERAL_WORD as LITERAL_WORD
+from .sshargv import SHELL_PROBE as SHELL_PROBE
+from .sshargv import SHELL_PROBE_EXPECTED as SHELL_PROBE_EXPECTED
+from .sshargv import SSH_OPTIONS as SSH_OPTIONS
+from .sshargv import literal_words as literal_words
+from .sshargv import master_argv
 
 __all__ = ["CAPTURE_LIMIT", "SSH_OPTIONS", "SSH_TRANSPORT_EXIT", "classify_exit", "describe_interruption"]
-
-#: The login-shell probe (see :meth:`SshTransport.check_login_shell`) and what a POSIX shell prints for it.
-SHELL_PROBE = ("printf", "%s|", "a b", "c'd", "e\\\\f", "$HOME", "`x`", "!x", "g\nh", "*", "~", "{a,b}", "^x", "#c")
-SHELL_PROBE_EXPECTED = "".join(f"{w}|" for w in SHELL_PROBE[2:]).encode()
 
 @dataclass
 class RunResult:
@@ -201,12 +206,8 @@ class SshTransport(Transport):
         connection master: ``ControlMaster=yes`` on the run's ControlPath, without ControlPersist,
         so the master is this ssh process and ends with its own session (no ``-O exit``).  Without
         a control directory (connection sharing off) it is a plain connection."""
-        base = ["ssh"] + (["-F", self.ssh_config] if self.ssh_config else []) + list(SSH_OPTIONS)
-        if self.control_dir and not _holds_anything(self.control_dir):
-            base += ["-o", "ControlMaster=yes", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=no"]
-        elif self.control_dir:  # a master is already up: ride on it
-            base += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control_dir}/%C"]
-        return [*base, "--", self.destination, " ".join(argv)]
+        held = bool(self.control_dir) and _holds_anything(self.control_dir or "")  # a master is already up: ride on it
+        return master_argv(self.ssh_config, self.control_dir, not held, self.destination, argv)
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]
@@ -278,8 +279,6 @@ def _apply_fault(result: RunResult, fault: str) -> RunResult:
                      result.seconds, interrupted, result.stdout_truncated)
 
 
-CONTROL_PARENT = "/tmp"
-CONTROL_PREFIX = "vqssh-"
 #: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
 LEGACY_CONTROL_AGE = 3600.0
 
@@ -358,7 +357,10 @@ class Session:
                 # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
                 # later run remove the directory a killed run left (sweep_control_dirs).
                 sweep_control_dirs()
-                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
+                from .fastupdate import adopt_control_dir  # the one an early start made (vq_admin.fastupdate)
+
+                self._control_dir = (adopt_control_dir(self.ssh_config, destination)
+                                     or tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT))
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 
@@ -371,6 +373,9 @@ class Session:
         for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
             while t.on_session_close:
                 t.on_session_close.pop(0)()
+        from .fastupdate import end_pending
+
+        end_pending()  # an early start (vq_admin.fastupdate) nothing adopted: its stdin closes, nothing asked
         if self._control_dir and _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()
@@ -391,16 +396,6 @@ def _holds_anything(directory: str) -> bool:
         return bool(os.listdir(directory))
     except OSError:
         return False
-
-
-#: A word that sh, bash, dash, ksh, zsh, tcsh and fish all read as itself: no quoting, globbing,
-#: expansion, history or job syntax (no leading "-", "~" or "=").
-LITERAL_WORD = re.compile(r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z")
-
-
-def literal_words(words: Iterable[str]) -> bool:
-    """True when every word is a :data:`LITERAL_WORD` (safe to send before the login shell is known)."""
-    return all(LITERAL_WORD.match(w) for w in words)
 
 
 def quote_argv(argv: Iterable[str]) -> str:

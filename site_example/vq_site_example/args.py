@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import NoReturn, Sequence
 
 from .errors import usage
+from .names import FULL_SHA_RE as FULL_SHA_RE  # re-exported: deploy, identity, retention and helper_update use it
+from .names import NOTE_RE, PROGRAM_RE, TAG_RE
 
-#: Program names (same rule as vq-admin's configuration).
-PROGRAM_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-#: A full git object name: 40 (SHA-1) or 64 (SHA-256) hex digits.
-FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
-#: Tags as recorded in the release: a conservative subset of git ref names.
-TAG_RE = re.compile(r"\A(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}\Z")
-#: ``--note`` text: one printable line.
-NOTE_RE = re.compile(r"\A[^\x00-\x1f\x7f]{1,200}\Z")
+TYPE_CHECKING = False  # not typing's: nothing here needs it at run time
+if TYPE_CHECKING:
+    from typing import NoReturn, Sequence
+
 #: Upper bound for ``--jobs``.
 MAX_JOBS = 4096
 

@@ -8,12 +8,13 @@ mismatch, 75 deploy lock held.
 
 from __future__ import annotations
 
-import signal
 import sys
-from typing import Sequence
 
-from . import args
 from .errors import EXIT_FAILED, SiteError, failed
+
+TYPE_CHECKING = False  # not typing's: verify, run for every update, loads only what it needs
+if TYPE_CHECKING:
+    from typing import Sequence
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -31,8 +32,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import retention
 
             return retention.run(argv[1:])
-        ns = args.parse(argv)
-        if ns.verb == "verify":  # read-only, run for every update: only what it needs is imported
+        if argv[:1] == ["verify"]:  # read-only, run for every update: only what it needs is imported
+            from . import verify
+
+            plain = verify.parse(argv[1:])  # its few options, without argparse, when plainly well-formed
+            if plain is not None:
+                return verify.run(plain)
+        from . import args
+
+        ns = args.parse(argv)  # the whole grammar, and every usage error
+        if ns.verb == "verify":
             from . import verify
 
             return verify.run(ns)
@@ -40,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import activate
 
             return activate.run(ns)
+        import signal
+
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _terminate)
         from . import deploy

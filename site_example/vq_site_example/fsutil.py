@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import sys
-import tempfile
 
 #: Largest metadata file (SOURCE-SHA, TAG, ...) read back, in bytes.
 SMALL_FILE_LIMIT = 64 * 1024
@@ -37,6 +35,8 @@ def atomic_write(directory: str, name: str, data: bytes, mode: int = 0o644) -> s
     the same directory, flushed, given *mode*, then renamed over the target.
     """
     final = os.path.join(directory, name)
+    import tempfile  # here, not at the top: verify (every update) writes nothing
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -117,6 +117,8 @@ def remove_own_tree(path: str) -> None:
         if is_real_dir(parent):
             os.chmod(parent, 0o700)
         func(failed_path)
+
+    import shutil  # here, not at the top: verify (every update) never removes anything
 
     if os.path.lexists(path):
         if not is_real_dir(path):

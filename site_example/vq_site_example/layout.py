@@ -23,9 +23,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 import stat
-from dataclasses import dataclass
+from collections import namedtuple
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
@@ -37,10 +36,13 @@ RELEASES_NAME = "releases"
 PARTIAL_PREFIX = ".partial."
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Paths below one runtime root (an absolute, normalised path)."""
+class Layout(namedtuple("Layout", "root")):
+    """Paths below one runtime root (an absolute, normalised path); immutable.
 
+    A named tuple rather than a dataclass: ``verify``, run for every update, imports this
+    module, and dataclasses would load inspect and more."""
+
+    __slots__ = ()
     root: str
 
     @property
@@ -171,7 +173,7 @@ def probe_quiescent(layout: Layout) -> tuple[bool, int | None]:
 def make_partial(layout: Layout, sha: str) -> str:
     """Create a fresh ``releases/.partial.<sha>.<random>`` directory (mode 0755)."""
     for _ in range(16):
-        path = os.path.join(layout.releases, f"{PARTIAL_PREFIX}{sha}.{secrets.token_hex(6)}")
+        path = os.path.join(layout.releases, f"{PARTIAL_PREFIX}{sha}.{os.urandom(6).hex()}")
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -218,7 +220,7 @@ def switch_current(layout: Layout, sha: str) -> None:
         raise failed(f"{release} is not a real directory; not activating it")
     target = os.path.join(RELEASES_NAME, sha)
     for _ in range(16):
-        tmp = os.path.join(layout.root, f".current.{secrets.token_hex(6)}")
+        tmp = os.path.join(layout.root, f".current.{os.urandom(6).hex()}")
         try:
             os.symlink(target, tmp)
             break

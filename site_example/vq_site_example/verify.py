@@ -27,16 +27,20 @@ kept for usage errors, which print nothing on stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import time
-from typing import Any
+from types import SimpleNamespace
 
 from . import build, fsutil
-from .args import FULL_SHA_RE
 from .layout import RELEASES_NAME, Layout, probe_quiescent
+from .names import FULL_SHA_RE, PROGRAM_RE, TAG_RE
+
+TYPE_CHECKING = False  # not typing's (nor argparse): verify runs for every update
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, Sequence
 
 #: Seconds all health commands together may take.
 HEALTH_TIMEOUT = 60
@@ -136,7 +140,42 @@ def inspect(lyt: Layout) -> dict[str, Any]:
     return done()
 
 
-def run(ns: argparse.Namespace) -> int:
+#: ``verify``'s options (each required once but ``--tag``) and how each value is checked.
+_OPTIONS = {"--root": "root", "--program": "program", "--expected-sha": "expected_sha", "--tag": "tag"}
+
+
+def parse(words: Sequence[str]) -> SimpleNamespace | None:
+    """``verify ROOT/PROGRAM/SHA[/TAG]`` options, read by hand when plainly well-formed: each option
+    once, as ``--opt VALUE`` or ``--opt=VALUE``, every value valid.  Anything else returns ``None``:
+    the whole grammar (:func:`vq_site_example.args.parse`) then reads them and words any usage error."""
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        i += 1
+        key = _OPTIONS.get(name)
+        if key is None or key in values:
+            return None
+        if not eq:
+            if i >= len(words):
+                return None
+            value = words[i]
+            i += 1
+        if not value or value.startswith("-"):
+            return None
+        values[key] = value
+    root, program, sha, tag = (values.get(k) for k in ("root", "program", "expected_sha", "tag"))
+    if root is None or not root.startswith("/") or "\0" in root:
+        return None
+    if program is None or not PROGRAM_RE.match(program) or sha is None or not FULL_SHA_RE.match(sha):
+        return None
+    if tag is not None and not TAG_RE.match(tag):
+        return None
+    return SimpleNamespace(verb="verify", root=os.path.normpath(root), program=program, expected_sha=sha.lower(),
+                           tag=tag)
+
+
+def run(ns: argparse.Namespace | SimpleNamespace) -> int:
     """Entry point of the ``verify`` verb: print the receipt, exit 0."""
     receipt = inspect(Layout(ns.root))
     requested = f"requested {ns.program} {ns.expected_sha} tag {ns.tag or '-'}"

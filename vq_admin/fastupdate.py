@@ -1,0 +1,307 @@
+"""``update PROGRAM HOST --expected-sha SHA``, what cron runs most: its one ssh process started first.
+
+An already-current update is one ssh session: ``AGENT... session --probe
+WORD...`` with its request on stdin (:mod:`vq_admin.early_session`).  Its ssh
+handshake and the login shell's start on the host need only the host's ssh
+settings and the agent's words.  The console scripts (:mod:`vq_admin.entry`,
+and :func:`vq_admin.cli.main`) call :func:`start` before argparse, typing and
+the rest of the command line are imported: it reads those settings from the
+configuration (``tomllib``, the secure-path rule and the anchored identifier
+rules; nothing else of vq-admin) and starts that ssh process.  The full
+command line then runs as always, and adopts it: :class:`vq_admin.transport.Session`
+takes its control directory (:func:`adopt_control_dir`) and
+:func:`vq_admin.early_session.start` its process (:func:`adopt_process`), so the
+handshake went on while the driver imported and planned.
+
+Started only for a plainly usual command line and configuration; anything
+else starts nothing here, and the full path then behaves exactly as before.
+Checked first, as the full path checks them before its ssh starts: PROGRAM,
+HOST, SHA and ``--tag`` by the rules of :mod:`vq_admin.agent.identifiers`; the
+configuration file's trust (:mod:`vq_admin.agent.securepath`), size and TOML;
+HOST is in it with ``fleet_role = "managed"`` and transport ssh, and has a
+profile for PROGRAM; the ``ssh_config``'s trust (ssh would run its ``Match
+exec`` as the administrator); the agent's words are literal.  The file's other
+rules are checked by the full path right after.
+
+Until the request is sent nothing runs on the host but the agent's
+``session`` waiting for it.  A run that ends before (a refusal, a usage error,
+an exception, a signal) closes the process's stdin (:func:`end_pending`, at
+the end of :func:`vq_admin.cli.main`, or the pipe closing with the driver): the
+agent reads end-of-file, "nothing asked", and nothing is done.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not typing's: this module is imported before the command line is
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+    from typing import IO, TypeVar
+
+    _T = TypeVar("_T")
+
+#: Seconds :func:`finish` waits for an unused session to end after its stdin closed.
+END_TIMEOUT = 10.0
+
+#: ``update`` options this entry takes (each once), and the key each sets; any other word but
+#: the two operands leaves the command line to the full parser.
+_VALUED = {"--expected-sha": "expected_sha", "--tag": "tag", "--config": "config", "--state-dir": "state_dir"}
+_FLAGS = ("--json", "--verbose", "-v")
+
+
+class Pending:
+    """The ssh process started by :func:`start`, until the full path adopts it."""
+
+    def __init__(self, ssh_config: str | None, destination: str, control_dir: str, argv: list[str],
+                 proc: subprocess.Popen[bytes], stderr: IO[bytes]):
+        self.ssh_config, self.destination, self.control_dir = ssh_config, destination, control_dir
+        self.argv = argv
+        self.command = argv[-1]  # the remote command line (what the login shell is given)
+        self.proc, self.stderr = proc, stderr
+        self.dir_adopted = False
+
+
+PENDING: Pending | None = None
+_TRIED = False
+
+
+def parse_update(words: list[str]) -> dict[str, str] | None:
+    """*words* after ``update``: ``program``, ``host``, ``expected_sha`` and the options given,
+    or ``None`` unless they are plainly ``PROGRAM HOST --expected-sha SHA`` with a few options."""
+    values: dict[str, str] = {}
+    operands: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-"):
+            operands.append(word)
+            continue
+        name, eq, value = word.partition("=")
+        if name in _FLAGS and not eq:
+            continue
+        key = _VALUED.get(name)
+        if key is None or key in values:
+            return None
+        if not eq:
+            if i >= len(words):
+                return None
+            value = words[i]
+            i += 1
+        if not value or value.startswith("-"):
+            return None
+        values[key] = value
+    if len(operands) != 2 or "expected_sha" not in values:
+        return None
+    values["program"], values["host"] = operands
+    return values
+
+
+def start(words: list[str]) -> None:
+    """Start the session's ssh process for ``update`` *words* when they and the configuration are
+    plainly usual (at most once per run); never raises: anything unusual starts nothing."""
+    global _TRIED, PENDING
+    if _TRIED or PENDING is not None:
+        return
+    _TRIED = True
+    try:
+        PENDING = _start(words)
+    except Exception:  # noqa: BLE001 -- anything unusual is the full path's to report
+        PENDING = None
+
+
+def _start(words: list[str]) -> Pending | None:
+    from .agent.identifiers import DESTINATION_RE, FULL_SHA_RE, NAME_RE, TAG_RE
+
+    values = parse_update(words)
+    if values is None or not FULL_SHA_RE.match(values["expected_sha"]):
+        return None
+    if not (NAME_RE.match(values["program"]) and NAME_RE.match(values["host"])):
+        return None
+    if "tag" in values and not TAG_RE.match(values["tag"]):
+        return None
+    data = _read_config(values.get("config"))
+    if data is None:
+        return None
+    hosts = data.get("hosts")
+    table = hosts.get(values["host"]) if isinstance(hosts, dict) else None
+    if not isinstance(table, dict) or table.get("fleet_role") != "managed" or table.get("transport", "ssh") != "ssh":
+        return None
+    profiles = table.get("scheduler_runtime_deployments", {})
+    if not isinstance(profiles, dict) or not isinstance(profiles.get(values["program"]), dict):
+        return None
+    destination = table.get("ssh", values["host"])
+    if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
+        return None
+    agent = _agent_words(table.get("agent", "vq-admin-agent"))
+    if agent is None:
+        return None
+    return _spawn(_trusted_ssh_config(data.get("ssh_config")), destination, agent)
+
+
+def _read_config(path: str | None) -> dict[str, object] | None:
+    """The configuration as the full path reads it, when it passes the same checks (else ``None``)."""
+    from .agent import paths
+    from .agent.securepath import path_problem
+    from .bounded import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
+
+    chosen = path or paths.config_path()
+    if path_problem(os.path.abspath(chosen), what="configuration file"):  # a missing file too
+        return None
+    try:
+        return loads_toml(read_regular_file(chosen, "configuration file", limit=MAX_CONFIG_BYTES),
+                          "configuration file", limit=MAX_CONFIG_BYTES)
+    except (InputError, OSError):
+        return None
+
+
+def _agent_words(value: object) -> list[str] | None:
+    """The agent's words (as the configuration splits them) when every one is literal."""
+    import shlex
+
+    from .sshargv import literal_words
+
+    if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
+        return None
+    words = shlex.split(value, posix=True)
+    return words if words and literal_words(words) else None
+
+
+class Unusual(Exception):
+    """Something the full path is to decide (and report): nothing is started here."""
+
+
+def _trusted_ssh_config(value: object) -> str | None:
+    """The ``ssh_config``'s normalised path (``None`` without one) when the full path would take
+    it: absolute, no ``..``, a regular file no other user can change; else :class:`Unusual`."""
+    from .agent.securepath import path_problem
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or any(c in value for c in "\n\0"):
+        raise Unusual("ssh_config")
+    if ".." in value.split("/"):
+        raise Unusual("ssh_config")
+    path = os.path.normpath(value)
+    if not os.path.lexists(path) or path_problem(path, what="ssh_config") or not os.path.isfile(path):
+        raise Unusual("ssh_config")  # a writable ssh_config's Match exec must never run
+    return path
+
+
+def _spawn(ssh_config: str | None, destination: str, agent: list[str]) -> Pending | None:
+
+    from .agent import protocol
+    from .process import spawn
+    from .sshargv import master_argv, probe_suffix
+
+    control_dir = _control_dir()
+    full = master_argv(ssh_config, control_dir, True, destination, protocol.session(agent))
+    full[-1] += probe_suffix()
+    stderr = _scratch_file()
+    try:
+        proc = spawn(full, stderr=stderr)
+    except OSError:
+        stderr.close()  # the full path's own start reports it
+        os.rmdir(control_dir)
+        return None
+    return Pending(ssh_config, destination, control_dir, full, proc, stderr)
+
+
+def _control_dir() -> str:
+    """A new private directory ``/tmp/vqssh-<pid>-XXXXXXXX`` (what the run's Session makes)."""
+    from .sshargv import CONTROL_PARENT, CONTROL_PREFIX
+
+    prefix = os.path.join(CONTROL_PARENT, f"{CONTROL_PREFIX}{os.getpid()}-")
+    for _ in range(100):
+        path = prefix + os.urandom(5).hex()[:8]
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(prefix)
+
+
+def _scratch_file() -> IO[bytes]:
+    """An unnamed temporary file (``tempfile.TemporaryFile``, without importing tempfile)."""
+    try:
+        fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_RDWR | os.O_TMPFILE | os.O_CLOEXEC, 0o600)
+    except (OSError, AttributeError):
+        import tempfile
+
+        return tempfile.TemporaryFile()
+    return open(fd, "w+b")
+
+
+# -- the full path adopts it -----------------------------------------------------------
+
+
+def _matches(ssh_config: str | None, destination: str) -> bool:
+    return PENDING is not None and (PENDING.ssh_config, PENDING.destination) == (ssh_config, destination)
+
+
+def adopt_control_dir(ssh_config: str | None, destination: str) -> str | None:
+    """The early process's control directory, for the run's first ssh destination when it is that
+    process's (the Session then owns and removes it); else ``None``."""
+    if PENDING is None or PENDING.dir_adopted or not _matches(ssh_config, destination):
+        return None
+    PENDING.dir_adopted = True
+    return PENDING.control_dir
+
+
+def adopt_process(ssh_config: str | None, destination: str, control_dir: str | None,
+                  command: str) -> tuple[subprocess.Popen[bytes], IO[bytes]] | None:
+    """The early process and its stderr file when it runs exactly *command* as the master of
+    *control_dir* on *destination*; the caller owns them then.  A process started for anything
+    else is ended here (stdin closed: nothing asked)."""
+    global PENDING
+    pending = PENDING
+    if pending is None:
+        return None
+    if (_matches(ssh_config, destination) and pending.dir_adopted and control_dir == pending.control_dir
+            and command == pending.command):
+        PENDING = None
+        return pending.proc, pending.stderr
+    end_pending()
+    return None
+
+
+def end_pending() -> None:
+    """End the early process when nothing adopted it (its stdin closes: nothing asked), and
+    remove its control directory unless a Session owns it; ready for another run."""
+    global PENDING, _TRIED
+    pending, PENDING, _TRIED = PENDING, None, False
+    if pending is None:
+        return
+    finish(pending.proc, pending.stderr)
+    if not pending.dir_adopted:
+        import shutil
+
+        shutil.rmtree(pending.control_dir, ignore_errors=True)
+
+
+def finish(proc: subprocess.Popen[bytes], stderr: IO[bytes], timeout: float = END_TIMEOUT) -> None:
+    """Close the stdin and stdout of an unused session, wait for it (bounded; its process group
+    killed past the bound) and close its stderr file: none is ever left behind."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    from .process import end  # the one bounded wait-then-kill
+
+    end(proc, timeout)
+    stderr.close()
+
+
+def run_after_start(words: list[str], body: Callable[[], _T]) -> _T:
+    """``update`` *words*: :func:`start`, then *body* (the full command line), then
+    :func:`end_pending` however it ended."""
+    try:
+        start(words)
+        return body()
+    finally:
+        end_pending()

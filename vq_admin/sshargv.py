@@ -1,0 +1,60 @@
+"""The words of vq-admin's ssh command lines, importable before anything heavy.
+
+The common ssh options, the login-shell probe, the literal-word rule, the
+control directory's name and the argv of the run's connection master live
+here, standard library only (``re`` and ``shlex``), so that
+:mod:`vq_admin.transport` and the early start of an already-current update
+(:mod:`vq_admin.fastupdate`, before argparse and the rest of the command line
+are loaded) build the one ssh command line from the same words.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from .agent import protocol
+
+TYPE_CHECKING = False  # not typing's: imported before the command line is (vq_admin.fastupdate)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+from .process import SSH_OPTIONS as SSH_OPTIONS  # noqa: E402 -- the one set (the runner's)
+
+#: The login-shell probe (see :meth:`vq_admin.transport.SshTransport.check_login_shell`) and what a
+#: POSIX shell prints for it.
+SHELL_PROBE = ("printf", "%s|", "a b", "c'd", "e\\\\f", "$HOME", "`x`", "!x", "g\nh", "*", "~", "{a,b}", "^x", "#c")
+SHELL_PROBE_EXPECTED = "".join(f"{w}|" for w in SHELL_PROBE[2:]).encode()
+
+#: Where a run's control directory (its ssh connection sharing) is made: ``/tmp/vqssh-<pid>-*``.
+CONTROL_PARENT = "/tmp"
+CONTROL_PREFIX = "vqssh-"
+
+#: A word that sh, bash, dash, ksh, zsh, tcsh and fish all read as itself: no quoting, globbing,
+#: expansion, history or job syntax (no leading "-", "~" or "=").
+LITERAL_WORD = re.compile(r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z")
+
+
+def literal_words(words: Iterable[str]) -> bool:
+    """True when every word is a :data:`LITERAL_WORD` (safe to send before the login shell is known)."""
+    return all(LITERAL_WORD.match(w) for w in words)
+
+
+def master_argv(ssh_config: str | None, control_dir: str | None, master: bool, destination: str,
+                words: Sequence[str]) -> list[str]:
+    """*words* (literal words) on *destination* as the run's connection master when *master*
+    (``ControlMaster=yes`` on the run's ControlPath, without ControlPersist, so the master is this
+    ssh process and ends with its own session), else riding on the master already up; a plain
+    connection without a control directory (connection sharing off)."""
+    base = ["ssh"] + (["-F", ssh_config] if ssh_config else []) + list(SSH_OPTIONS)
+    if control_dir and master:
+        base += ["-o", "ControlMaster=yes", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=no"]
+    elif control_dir:
+        base += ["-o", "ControlMaster=no", "-o", f"ControlPath={control_dir}/%C"]
+    return [*base, "--", destination, " ".join(words)]
+
+
+def probe_suffix() -> str:
+    """What a first contact's session command line ends with: ``--probe`` and the login-shell probe's
+    words, quoted for a POSIX shell (the agent judges what reached it)."""
+    return " " + " ".join(shlex.quote(w) for w in protocol.session_probe(SHELL_PROBE[2:]))
