@@ -9,6 +9,35 @@ import pytest
 from realhosts import RealCluster, SlurmCluster, SshdServer, remote_path
 
 
+#: Fixtures that start a real daemon: a test using one is marked ``real`` here, so the fast lane
+#: (``-m "not real"``) never starts a daemon, whether or not the test declares the mark itself.
+DAEMON_FIXTURES = frozenset({"real_sshd", "real_slurm", "real_cluster"})
+
+#: Under pytest-xdist, tests are handed out in collection order; these (node-id prefixes, the
+#: slowest first, measured with ``--durations``) go first, so that no worker is left with a
+#: long test while the others have run out of work.  Only the order changes; a stale entry
+#: costs wall time, never a test.
+SLOW_FIRST = (
+    "tests/test_fault_table.py",
+    "tests/test_chaos_ssh.py",
+    "tests/test_chaos.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("real") is None:
+            item.add_marker(pytest.mark.real)
+    if getattr(config.option, "numprocesses", None):
+
+        def rank(item) -> int:
+            return next((i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)),
+                        len(SLOW_FIRST))
+
+        items.sort(key=rank)  # stable: the order within each rank is the collection order
+
+
 def _require(*programs: str) -> None:
     """Skip when a daemon is not installed, except in CI (``CI`` set): fail there."""
     missing = [p for p in programs if not os.access(p, os.X_OK)]
