@@ -25,13 +25,13 @@ SLOW_FIRST = (
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("real") is None:
             item.add_marker(pytest.mark.real)
     if getattr(config.option, "numprocesses", None):
 
-        def rank(item) -> int:
+        def rank(item: pytest.Item) -> int:
             return next((i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)),
                         len(SLOW_FIRST))
 

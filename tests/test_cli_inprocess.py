@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ CONFIG = """
 @pytest.mark.parametrize("argv", [["--version"], ["status", "--bogus"], ["update", "--bogus", "--json"],
                                   ["check"], ["check", "--json"], ["status", "--json"], ["history", "--json"]],
                          ids=" ".join)
-def test_in_process_gives_what_a_fresh_interpreter_gives(tmp_path, argv):
+def test_in_process_gives_what_a_fresh_interpreter_gives(tmp_path: Path, argv: list[str]) -> None:
     config = write_config(tmp_path / "admin.toml", CONFIG)
     state = tmp_path / "state"
     fresh = run_vq(*argv, config=config, state=state)
@@ -31,12 +32,12 @@ def test_in_process_gives_what_a_fresh_interpreter_gives(tmp_path, argv):
     assert (inproc.exit_code, inproc.stdout, inproc.stderr) == (fresh.exit_code, fresh.stdout, fresh.stderr)
 
 
-def test_help_exits_through_system_exit_with_its_text_captured():
+def test_help_exits_through_system_exit_with_its_text_captured() -> None:
     result = run_vq_inprocess("--help")
     assert result.exit_code == 0 and result.stdout.startswith("usage: vq-admin") and result.stderr == ""
 
 
-def test_the_process_is_left_as_it_was(tmp_path, capfd):
+def test_the_process_is_left_as_it_was(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     environ = dict(os.environ)
     streams = sys.stdout, sys.stderr
     result = run_vq_inprocess("status", "--bogus", config=tmp_path / "admin.toml", state=tmp_path / "state",
