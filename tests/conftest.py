@@ -19,8 +19,25 @@ DAEMON_FIXTURES = frozenset({"real_sshd", "real_slurm", "real_cluster"})
 #: costs wall time, never a test.
 SLOW_FIRST = (
     "tests/test_fault_table.py",
+    "tests/test_config.py::test_fuzzed_configurations_parse_or_name_a_key",
+    "tests/test_demo.py",
+    "tests/test_bindings.py::test_bench_bindings_ratios",
+    "tests/test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs",
+    "tests/test_completion.py",  # builds the installed venv that test_install_man and test_launcher_script share
+    "tests/test_rollback.py",
     "tests/test_chaos_ssh.py",
+    "tests/test_prune.py",
     "tests/test_chaos.py",
+    "tests/test_mirror_feed.py",
+    "tests/test_agent_pythons.py",
+    "tests/test_allocation_real.py",
+    "tests/test_runtime_real.py",
+    "tests/test_mirror_cli.py",
+    "tests/test_fleet.py",
+    "tests/test_detached.py",
+    "tests/test_progress.py",
+    "tests/test_bindings_real.py",
+    "tests/test_conformance_command.py",
 )
 
 
