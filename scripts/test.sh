@@ -17,6 +17,12 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+workers=${VQ_TEST_WORKERS:-4}
+if ! [[ "$workers" =~ ^([0-9]+|auto)$ ]]; then
+    echo "scripts/test.sh: VQ_TEST_WORKERS must be a number or 'auto', not '$workers'" >&2
+    exit 2
+fi
+
 DEBS=(slurmctld slurmd slurm-client munge openssh-server openssh-client git groff-base man-db bash-completion zsh tcsh)
 POLICY=/usr/sbin/policy-rc.d
 created_policy=0
@@ -59,11 +65,6 @@ fi
 .venv/bin/ruff check
 .venv/bin/mypy
 
-workers=${VQ_TEST_WORKERS:-4}
-if ! [[ "$workers" =~ ^([0-9]+|auto)$ ]]; then
-    echo "scripts/test.sh: VQ_TEST_WORKERS must be a number or 'auto', not '$workers'" >&2
-    exit 2
-fi
 parallel=()
 if [ "$workers" != 0 ]; then
     parallel=(-n "$workers")
