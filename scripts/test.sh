@@ -67,7 +67,9 @@ fi
 
 parallel=()
 if [ "$workers" != 0 ]; then
-    parallel=(-n "$workers")
+    # --maxschedchunk 1: each worker holds one test beyond the one it runs, so the slowest
+    # tests (first in the order tests/conftest.py gives) spread over the workers.
+    parallel=(-n "$workers" --maxschedchunk 1)
 fi
 started=$(date +%s)
 set +e

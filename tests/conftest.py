@@ -13,8 +13,9 @@ from realhosts import RealCluster, SlurmCluster, SshdServer, remote_path
 #: (``-m "not real"``) never starts a daemon, whether or not the test declares the mark itself.
 DAEMON_FIXTURES = frozenset({"real_sshd", "real_slurm", "real_cluster"})
 
-#: Under pytest-xdist, tests are handed out in collection order; these (node-id prefixes, the
-#: slowest first, measured with ``--durations``) go first, so that no worker is left with a
+#: Under pytest-xdist (scripts/test.sh: ``-n N --maxschedchunk 1``), tests are handed out in
+#: collection order, each worker holding the test it runs and one more; these (node-id prefixes,
+#: the slowest first, measured with ``--durations``) go first, so that no worker is left with a
 #: long test while the others have run out of work.  Only the order changes; a stale entry
 #: costs wall time, never a test.
 SLOW_FIRST = (
@@ -53,6 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                         len(SLOW_FIRST))
 
         items.sort(key=rank)  # stable: the order within each rank is the collection order
+        # The first hand-out gives each worker two consecutive tests: a quick one, then a slow
+        # one, so that no two of the slowest start on the same worker.
+        workers = config.option.numprocesses
+        if isinstance(workers, int):
+            slow = [item for item in items if rank(item) < len(SLOW_FIRST)]
+            rest = items[len(slow):]
+            pairs = min(workers, len(slow), len(rest))
+            head = [item for i in range(pairs) for item in (rest[i], slow[i])]
+            items[:] = head + slow[pairs:] + rest[pairs:]
 
 
 def _require(*programs: str) -> None:
