@@ -5,11 +5,23 @@
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -q -m real # only the real-daemon tests
+#   VQ_TEST_WORKERS=0 bash scripts/test.sh   # in one process (default: 4 pytest-xdist workers)
+#
+# The tests run in VQ_TEST_WORKERS parallel pytest-xdist workers (default 4:
+# most tests wait on daemons and subprocesses, so 4 pay even on 2 cores); each
+# worker starts its own daemons on its own ports.  The last line is the
+# suite's wall time.
 #
 # ruff and mypy --strict run before pytest; a finding fails the run.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+workers=${VQ_TEST_WORKERS:-4}
+if ! [[ "$workers" =~ ^([0-9]+|auto)$ ]]; then
+    echo "scripts/test.sh: VQ_TEST_WORKERS must be a number or 'auto', not '$workers'" >&2
+    exit 2
+fi
 
 DEBS=(slurmctld slurmd slurm-client munge openssh-server openssh-client git groff-base man-db bash-completion zsh tcsh)
 POLICY=/usr/sbin/policy-rc.d
@@ -53,10 +65,20 @@ fi
 .venv/bin/ruff check
 .venv/bin/mypy
 
+parallel=()
+if [ "$workers" != 0 ]; then
+    # --maxschedchunk 1: each worker holds one test beyond the one it runs, so the slowest
+    # tests (first in the order tests/conftest.py gives) spread over the workers.
+    parallel=(-n "$workers" --maxschedchunk 1)
+fi
+started=$(date +%s)
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${parallel[@]}" "$@"
 rc=$?
 set -e
+elapsed=$(( $(date +%s) - started ))
+printf 'scripts/test.sh: suite wall time: %dm%02ds (pytest, VQ_TEST_WORKERS=%s); whole run %dm%02ds\n' \
+    $(( elapsed / 60 )) $(( elapsed % 60 )) "$workers" $(( SECONDS / 60 )) $(( SECONDS % 60 ))
 if [ "$rc" -eq 5 ]; then
     echo "scripts/test.sh: pytest collected no tests; failing (CI must not pass on an empty run)" >&2
     exit 1

@@ -9,6 +9,62 @@ import pytest
 from realhosts import RealCluster, SlurmCluster, SshdServer, remote_path
 
 
+#: Fixtures that start a real daemon: a test using one is marked ``real`` here, so the fast lane
+#: (``-m "not real"``) never starts a daemon, whether or not the test declares the mark itself.
+DAEMON_FIXTURES = frozenset({"real_sshd", "real_slurm", "real_cluster"})
+
+#: Under pytest-xdist (scripts/test.sh: ``-n N --maxschedchunk 1``), tests are handed out in
+#: collection order, each worker holding the test it runs and one more; these (node-id prefixes,
+#: the slowest first, measured with ``--durations``) go first, so that no worker is left with a
+#: long test while the others have run out of work.  Only the order changes; a stale entry
+#: costs wall time, never a test.
+SLOW_FIRST = (
+    "tests/test_fault_table.py",
+    "tests/test_config.py::test_fuzzed_configurations_parse_or_name_a_key",
+    "tests/test_demo.py",
+    "tests/test_bindings.py::test_bench_bindings_ratios",
+    "tests/test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs",
+    "tests/test_completion.py",  # builds the installed venv that test_install_man and test_launcher_script share
+    "tests/test_rollback.py",
+    "tests/test_chaos_ssh.py",
+    "tests/test_prune.py",
+    "tests/test_chaos.py",
+    "tests/test_mirror_feed.py",
+    "tests/test_agent_pythons.py",
+    "tests/test_allocation_real.py",
+    "tests/test_runtime_real.py",
+    "tests/test_mirror_cli.py",
+    "tests/test_fleet.py",
+    "tests/test_detached.py",
+    "tests/test_progress.py",
+    "tests/test_bindings_real.py",
+    "tests/test_conformance_command.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("real") is None:
+            item.add_marker(pytest.mark.real)
+    if getattr(config.option, "numprocesses", None):
+
+        def rank(item: pytest.Item) -> int:
+            return next((i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)),
+                        len(SLOW_FIRST))
+
+        items.sort(key=rank)  # stable: the order within each rank is the collection order
+        # The first hand-out gives each worker two consecutive tests: a quick one, then a slow
+        # one, so that no two of the slowest start on the same worker.
+        workers = config.option.numprocesses
+        if isinstance(workers, int):
+            slow = [item for item in items if rank(item) < len(SLOW_FIRST)]
+            rest = items[len(slow):]
+            pairs = min(workers, len(slow), len(rest))
+            head = [item for i in range(pairs) for item in (rest[i], slow[i])]
+            items[:] = head + slow[pairs:] + rest[pairs:]
+
+
 def _require(*programs: str) -> None:
     """Skip when a daemon is not installed, except in CI (``CI`` set): fail there."""
     missing = [p for p in programs if not os.access(p, os.X_OK)]

@@ -4,7 +4,9 @@ that check what ``pip install`` puts under the prefix (man pages, shell completi
 The wheels are built from the tree (``pip wheel --no-deps``) for the project and its
 ``hookspecs`` distribution; the install takes the other dependencies from the
 configured package index, as an operator's ``pip install`` does.  Built once per
-test session, under pytest's base temporary directory.
+test session, under pytest's base temporary directory (with pytest-xdist: once for all
+workers, in the directory that holds theirs, behind a file lock, since ``pip wheel``
+builds in the source tree and two builds at once would share its ``build/``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Bounds for the slow steps; a build or install that hangs fails the test instead.
@@ -29,9 +33,24 @@ def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 @functools.lru_cache(maxsize=None)
 def installed_prefix(base: Path) -> Path:
-    """The prefix of a fresh venv holding the wheels built from this tree."""
+    """The prefix of a fresh venv holding the wheels built from this tree.
+
+    *base* is pytest's base temporary directory; under pytest-xdist each worker has its
+    own, and the venv is built once in their common parent (the first worker builds it,
+    the others wait on the lock and find it complete).
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    with FileLock(str(base / "installed-venv.lock")):
+        return _build(base)
+
+
+def _build(base: Path) -> Path:
     wheels = base / "wheels"
     prefix = base / "venv"
+    done = base / "venv.complete"
+    if done.exists():
+        return prefix
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
@@ -40,6 +59,7 @@ def installed_prefix(base: Path) -> Path:
     # This pip installs into the new venv (--python): no ensurepip, and the wheel is what gets installed.
     _run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install", "-q",
           "--find-links", str(wheels), "vq-admin"], cwd=base, env=env)
+    done.write_text("")
     return prefix
 
 

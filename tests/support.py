@@ -136,3 +136,56 @@ def in_thread(fn):
         return box["result"]
 
     return join
+
+
+def run_vq_inprocess(*args: str, config: Path | str | None = None, state: Path | str | None = None,
+                     env: dict[str, str] | None = None) -> CliResult:
+    """``vq-admin ARGS`` as :func:`run_vq` runs it, but in this interpreter (``vq_admin.entry.main``),
+    the way pytest's ``runpytest_inprocess`` runs pytest: no new interpreter to start.
+
+    Same environment (``VQ_ADMIN_CONFIG``, ``VQ_ADMIN_STATE_DIR``, *env*: set for the call and
+    restored after it), same result: the exit status (``SystemExit`` from ``--help`` too) and
+    what reached file descriptors 1 and 2, so the output of any child process counts as it does
+    in a subprocess.  For verbs checked for their usage, ``--help`` and ``--json`` shapes; a test
+    of the installed entry point, of signals, of a closed pipe or of what a fresh interpreter
+    imports keeps :func:`run_vq`.
+    """
+    import io
+    import tempfile
+
+    from vq_admin import entry
+
+    overrides = dict(env or {})
+    if config is not None:
+        overrides["VQ_ADMIN_CONFIG"] = str(config)
+    if state is not None:
+        overrides["VQ_ADMIN_STATE_DIR"] = str(state)
+    saved_env = dict(os.environ)
+    saved_streams = sys.stdout, sys.stderr
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved_fds = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
+        try:
+            os.environ.update(overrides)
+            try:
+                code = entry.main(list(args))
+            except SystemExit as exc:  # --help, --version
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
+            os.environ.clear()
+            os.environ.update(saved_env)
+        out.seek(0)
+        err.seek(0)
+        return CliResult(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, run_vq, site_example_host, write_config
+from support import AGENT, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin import bindings, registry
 from vq_admin.bindings import Binding, LauncherRefused, check_pin, resolve_launcher
 
@@ -79,7 +79,9 @@ def world(tmp_path):
 
 
 def vq(world, *args: str):
-    return run_vq(*args, config=world["config"], state=world["state"])
+    """``vq-admin ARGS`` against the world, in this process (the fresh-interpreter launcher is
+    tests/test_fastlookup.py's and tests/test_launcher_script.py's)."""
+    return run_vq_inprocess(*args, config=world["config"], state=world["state"])
 
 
 # -- the registry -------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support import SCRIPTS, GitRepo, run_vq, site_example_host, write_config
+from support import SCRIPTS, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin.cli import build_parser
 from vq_admin.entry import EXIT_CLOSED_PIPE
 from vq_admin.state import StateDir
@@ -129,10 +129,10 @@ def test_a_closed_pipe_after_an_update_leaves_the_receipt_on_record(site):
 
 
 def test_usage_errors_name_the_program_once():
-    result = run_vq("status", "--bogus")
+    result = run_vq_inprocess("status", "--bogus")
     assert result.exit_code == 2
     assert result.stderr == "vq-admin: usage: unrecognized arguments: --bogus\n"
-    result = run_vq("update", "--bogus")
+    result = run_vq_inprocess("update", "--bogus")
     assert result.exit_code == 2
     assert result.stderr.count("vq-admin") == 1 and "usage: update: " in result.stderr, result.stderr
 
@@ -145,7 +145,7 @@ def test_usage_errors_through_the_vq_entry_point():
 
 
 def test_update_usage_shows_one_or_two_words():
-    result = run_vq("update", "--help")
+    result = run_vq_inprocess("update", "--help")
     assert result.exit_code == 0
     usage = " ".join(result.stdout.split("\n\n")[0].split())
     assert usage.endswith("[PROGRAM] HOST"), usage
@@ -181,8 +181,8 @@ def test_a_host_typo_records_nothing(site, targets, as_json):
     tmp, config, state, sha, env = site
     before = sorted(p.relative_to(state) for p in state.rglob("*"))
     log_before = (state / "admin.log").read_bytes() if (state / "admin.log").exists() else b""
-    result = run_vq("update", *targets, "--expected-sha", sha, *(["--json"] if as_json else []), config=config,
-                    state=state)
+    result = run_vq_inprocess("update", *targets, "--expected-sha", sha, *(["--json"] if as_json else []),
+                              config=config, state=state)
     assert result.exit_code == 2
     assert "'clustr' is not in the configuration" in result.stderr and "cluster" in result.stderr
     if as_json:

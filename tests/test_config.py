@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import run_vq, write_config
+from support import run_vq_inprocess, write_config
 from vq_admin.config import ConfigError, parse_config
 
 GOOD = {
@@ -144,11 +144,11 @@ def test_cli_check_exits_2_naming_the_key(tmp_path):
         source_repo = "/srv/src"
         timeout_seconds = -1
     """)
-    result = run_vq("check", config=config)
+    result = run_vq_inprocess("check", config=config)
     assert result.exit_code == 2
     assert "hosts.cluster.scheduler_runtime_deployments.vibeqc.timeout_seconds" in result.stderr
     assert "Traceback" not in result.stderr
-    as_json = run_vq("check", "--json", config=config)
+    as_json = run_vq_inprocess("check", "--json", config=config)
     assert as_json.exit_code == 2
     assert as_json.json()["outcome"] == "usage"
 
@@ -156,7 +156,7 @@ def test_cli_check_exits_2_naming_the_key(tmp_path):
 def test_cli_refuses_a_config_writable_by_others(tmp_path):
     config = write_config(tmp_path / "admin.toml", '[hosts.cluster]\nfleet_role = "managed"\n')
     config.chmod(0o666)
-    result = run_vq("check", config=config)
+    result = run_vq_inprocess("check", config=config)
     assert result.exit_code == 2
     assert str(config) in result.stderr and "writable" in result.stderr
 
@@ -170,14 +170,14 @@ def test_cli_check_accepts_a_valid_file(tmp_path):
         verify_command = "/bin/true"
         source_repo = "/srv/src"
     """)
-    result = run_vq("check", "--json", config=config)
+    result = run_vq_inprocess("check", "--json", config=config)
     assert result.exit_code == 0, result.stderr
     assert result.json()["valid"] is True
 
 
 def test_unparseable_toml_is_a_usage_error(tmp_path):
     config = write_config(tmp_path / "admin.toml", "[hosts.cluster\nfleet_role = ")
-    result = run_vq("check", config=config)
+    result = run_vq_inprocess("check", config=config)
     assert result.exit_code == 2 and "not valid TOML" in result.stderr
 
 

@@ -6,7 +6,7 @@ behaves exactly as it did.
 The ssh here is a double (a script that logs its argv and what reached its stdin, and ends when
 its stdin closes): these tests are about what the driver starts and when.  The same early start
 over the real sshd is what every already-current run of tests/test_fast_paths.py,
-tests/test_lease.py and tests/trust/ goes through (``vq_admin.cli.main``).
+tests/test_lease.py and tests/trust/ goes through (``vq_admin.entry.main``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from support import run_vq
+from support import run_vq_inprocess
 from vq_admin import history
 from vq_admin.state import StateDir, dump_json, write_atomic
 
@@ -44,7 +44,7 @@ def state(tmp_path):
 
 
 def vq_history(state: StateDir, *args: str):
-    return run_vq("history", *args, state=state.root, config="/nonexistent/admin.toml")
+    return run_vq_inprocess("history", *args, state=state.root, config="/nonexistent/admin.toml")
 
 
 def test_newest_first_with_filters_and_limit(state):

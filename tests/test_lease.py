@@ -131,6 +131,7 @@ def start_first(f: Fleet, state: Path) -> subprocess.Popen:
     return first
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("transport", ["ssh", "local"])
 def test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing(tmp_path, sshd, transport):
     f = fleet(tmp_path, sshd, transport)
@@ -158,6 +159,7 @@ def test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing(tmp_pa
     assert f.lease_free("cluster") and f.holder("cluster") is None
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("transport", ["ssh", "local"])
 def test_sigkill_of_the_driver_mid_build_frees_the_lease(tmp_path, sshd, transport):
     f = fleet(tmp_path, sshd, transport)
@@ -174,6 +176,7 @@ def test_sigkill_of_the_driver_mid_build_frees_the_lease(tmp_path, sshd, transpo
     assert code == 0 and json.loads(out)["outcome"] == "already-current", out + err
 
 
+@pytest.mark.real
 def test_a_dropped_ssh_connection_frees_the_lease(tmp_path, sshd):
     f = fleet(tmp_path, sshd)
     first = start_first(f, tmp_path / "state-alice")

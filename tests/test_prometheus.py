@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support import GitRepo, run_vq, site_example_host, write_config
+from support import GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin.cli import build_parser, parse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_metrics_of_real_runs(site):
                    config=config, state=state)
     assert first.exit_code == 0, first.stderr
     receipt = first.json()
-    result = run_vq("status", "--prometheus", config=config, state=state)
+    result = run_vq_inprocess("status", "--prometheus", config=config, state=state)
     assert result.exit_code == 0, result.stderr
     families = samples(result.stdout)
     labels = {"host": "cluster", "program": "vibeqc", "lane": "runtime"}
@@ -76,7 +76,7 @@ def test_metrics_of_real_runs(site):
     # A refused run (a commit the checkout lacks) moves the outcome and the run timestamp, not LAST OK's.
     bad = run_vq("update", "vibeqc", "cluster", "--expected-sha", "f" * 40, "--json", config=config, state=state)
     assert bad.exit_code == 77, bad.stderr
-    families = samples(run_vq("status", "--prometheus", config=config, state=state).stdout)
+    families = samples(run_vq_inprocess("status", "--prometheus", config=config, state=state).stdout)
     assert one(families, "vq_admin_last_outcome", **labels) == 1
     assert [s.labels["outcome"] for s in families["vq_admin_last_outcome"]] == ["refused"]
     assert one(families, "vq_admin_last_exit_code", **labels) == 77
@@ -84,7 +84,7 @@ def test_metrics_of_real_runs(site):
     assert one(families, "vq_admin_last_ok_timestamp_seconds", **labels) == ok_at
 
     # HOST narrows, as for the table and --json.
-    assert run_vq("status", "elsewhere", "--prometheus", config=config, state=state).stdout.count("{") == 0
+    assert run_vq_inprocess("status", "elsewhere", "--prometheus", config=config, state=state).stdout.count("{") == 0
 
 
 def test_helper_lane_has_an_empty_program_label(tmp_path):
@@ -92,7 +92,7 @@ def test_helper_lane_has_an_empty_program_label(tmp_path):
 
     StateDir(tmp_path).record_run("helper", "login", None, {"outcome": "refused", "exit_code": 77,
                                                               "at": "2026-11-30T10:00:00Z"}, None)
-    families = samples(run_vq("status", "--prometheus", state=tmp_path).stdout)
+    families = samples(run_vq_inprocess("status", "--prometheus", state=tmp_path).stdout)
     assert one(families, "vq_admin_last_outcome", host="login", lane="helper", program="", outcome="refused") == 1
 
 
@@ -105,36 +105,36 @@ def test_textfile_is_written_atomically_and_nothing_is_printed(site):
     target = collector / "vq_admin.prom"
     target.write_text("stale\n")
     before = target.stat().st_ino
-    result = run_vq("status", "--textfile", str(target), config=config, state=state)
+    result = run_vq_inprocess("status", "--textfile", str(target), config=config, state=state)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "" and result.stderr == ""
     assert sorted(p.name for p in collector.iterdir()) == ["vq_admin.prom"], "a temp file was left behind"
     assert target.stat().st_ino != before, "the file was rewritten in place, not replaced by rename"
     families = samples(target.read_text())
     assert one(families, "vq_admin_last_outcome", host="cluster", outcome="ok") == 1
-    both = run_vq("status", "--prometheus", "--textfile", str(target), config=config, state=state)
+    both = run_vq_inprocess("status", "--prometheus", "--textfile", str(target), config=config, state=state)
     assert both.exit_code == 0 and samples(both.stdout).keys() == families.keys()
 
 
 def test_textfile_rules(tmp_path):
     state = tmp_path / "state"
-    wrong = run_vq("status", "--textfile", str(tmp_path / "vq.txt"), state=state)
+    wrong = run_vq_inprocess("status", "--textfile", str(tmp_path / "vq.txt"), state=state)
     assert wrong.exit_code == 2 and ".prom" in wrong.stderr
-    missing = run_vq("status", "--textfile", str(tmp_path / "nowhere" / "vq.prom"), state=state)
+    missing = run_vq_inprocess("status", "--textfile", str(tmp_path / "nowhere" / "vq.prom"), state=state)
     assert missing.exit_code == 2 and "does not exist" in missing.stderr
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # others could plant a link at the predictable temp name
-    unsafe = run_vq("status", "--textfile", str(shared / "vq.prom"), state=state)
+    unsafe = run_vq_inprocess("status", "--textfile", str(shared / "vq.prom"), state=state)
     assert unsafe.exit_code == 77, unsafe.stderr
     assert str(shared) in unsafe.stderr and "0777" in unsafe.stderr
     assert list(shared.iterdir()) == []
-    both = run_vq("status", "--prometheus", "--json", state=state)
+    both = run_vq_inprocess("status", "--prometheus", "--json", state=state)
     assert both.exit_code == 2 and both.json()["outcome"] == "usage"
 
 
 def test_empty_state_gives_help_and_type_only(tmp_path):
-    result = run_vq("status", "--prometheus", state=tmp_path / "none")
+    result = run_vq_inprocess("status", "--prometheus", state=tmp_path / "none")
     assert result.exit_code == 0
     families = samples(result.stdout)
     assert "vq_admin_last_outcome" in families and all(not s for s in families.values())
@@ -173,6 +173,6 @@ def test_transcript_complete_of_a_real_allocation_build(tmp_path, real_cluster):
     result = world.update("--cluster-install")
     assert result.exit_code == 0, result.stderr + result.stdout
     assert result.json()["command_output"]["complete"] is True
-    families = samples(run_vq("status", "--prometheus", config=world.config, state=world.state).stdout)
+    families = samples(run_vq_inprocess("status", "--prometheus", config=world.config, state=world.state).stdout)
     assert one(families, "vq_admin_transcript_complete", host="cluster", program="prom-alloc", lane="runtime") == 1
     assert one(families, "vq_admin_last_outcome", host="cluster", program="prom-alloc", outcome="ok") == 1

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from support import run_vq
+from support import run_vq_inprocess
 from vq_admin.commands.status import collect
 from vq_admin.state import StateDir
 from vq_admin.status_table import age, render
@@ -110,7 +110,7 @@ def test_host_narrows_the_table(state):
 
 
 def test_off_a_terminal_the_full_lines_stay(state):
-    result = run_vq("status", state=state.root)
+    result = run_vq_inprocess("status", state=state.root)
     assert result.exit_code == 0
     assert "\x1b[" not in result.stdout and "PROGRAM" not in result.stdout
     assert f"LAST OK   {C} (v1.2.4)" in result.stdout and f"LAST GOOD {A} (v1.2.3)" in result.stdout
@@ -123,7 +123,7 @@ def test_json_is_unchanged_in_content_on_a_terminal(state):
     from vq_admin.outcome import Outcome
 
     expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
-    assert json.loads(screen) == expected == run_vq("status", "--json", state=state.root).json()
+    assert json.loads(screen) == expected == run_vq_inprocess("status", "--json", state=state.root).json()
 
 
 def test_empty_state_on_a_terminal(tmp_path):

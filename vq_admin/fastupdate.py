@@ -3,8 +3,8 @@
 An already-current update is one ssh session: ``AGENT... session --probe
 WORD...`` with its request on stdin (:mod:`vq_admin.early_session`).  Its ssh
 handshake and the login shell's start on the host need only the host's ssh
-settings and the agent's words.  The console scripts (:mod:`vq_admin.entry`,
-and :func:`vq_admin.cli.main`) call :func:`start` before argparse, typing and
+settings and the agent's words.  The console scripts (:func:`vq_admin.entry.main`)
+call :func:`start` before argparse, typing and
 the rest of the command line are imported: it reads those settings from the
 configuration (``tomllib``, the secure-path rule and the anchored identifier
 rules; nothing else of vq-admin) and starts that ssh process.  The full
@@ -26,7 +26,7 @@ rules are checked by the full path right after.
 Until the request is sent nothing runs on the host but the agent's
 ``session`` waiting for it.  A run that ends before (a refusal, a usage error,
 an exception, a signal) closes the process's stdin (:func:`end_pending`, at
-the end of :func:`vq_admin.cli.main`, or the pipe closing with the driver): the
+the end of :func:`vq_admin.entry.main`, or the pipe closing with the driver): the
 agent reads end-of-file, "nothing asked", and nothing is done.
 """
 
