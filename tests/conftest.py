@@ -82,6 +82,17 @@ def _start_sshd(base_dir, env: dict[str, str]) -> SshdServer:
     return server
 
 
+@pytest.fixture(autouse=True)
+def private_xdg_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own XDG state home.  A ``transport = "local"`` host without ``scratch_root``
+    keeps its host-side lease there (``vq-admin-agent/locks``), and under pytest-xdist two tests
+    of the same lane (host ``here``, program ``vibeqc``) run at once: one shared home would make
+    the second one ``locked`` (75), exactly as two administrators are meant to be."""
+    home = tmp_path_factory.mktemp("xdg-state")
+    home.chmod(0o700)
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+
+
 @pytest.fixture(scope="session")
 def real_sshd(tmp_path_factory):
     """A private sshd on 127.0.0.1 (no Slurm); use ``real_sshd.ssh_config`` with ``ssh -F``."""
