@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Sequence
 from . import process
 from .agent import protocol
 # END_TIMEOUT: seconds end() waits for an unused early session to end after its stdin closed
-from .fastupdate import END_TIMEOUT, adopt_process, end_pending, finish
+from .fastupdate import END_TIMEOUT, adopt_process, finish
 from .sshargv import probe_suffix
 from .transport import SshTransport, literal_words
 
@@ -92,7 +92,6 @@ def take(transport: SshTransport, command: str) -> EarlySession | None:
 
 def end(transport: SshTransport) -> None:
     """End an early session that was never given its request: its stdin closes (nothing asked)."""
-    end_pending()  # one started before the command line was parsed and never adopted
     early = _EARLY.pop(id(transport), None)
     if early is not None:
         finish(early.proc, early.stderr, END_TIMEOUT)

@@ -112,6 +112,13 @@ def start(words: list[str]) -> None:
         PENDING = None
 
 
+def disable() -> None:
+    """This process starts nothing early (a fleet worker: forked from the rollout with every module
+    loaded, it has nothing to overlap, and it must never own the parent's process)."""
+    global _TRIED, PENDING
+    _TRIED, PENDING = True, None
+
+
 def _start(words: list[str]) -> Pending | None:
     from .agent.identifiers import DESTINATION_RE, FULL_SHA_RE, NAME_RE, TAG_RE
 
@@ -193,13 +200,13 @@ def _trusted_ssh_config(value: object) -> str | None:
 def _spawn(ssh_config: str | None, destination: str, agent: list[str]) -> Pending | None:
 
     from .agent import protocol
-    from .process import spawn
+    from .process import scratch_file, spawn
     from .sshargv import master_argv, probe_suffix
 
     control_dir = _control_dir()
     full = master_argv(ssh_config, control_dir, True, destination, protocol.session(agent))
     full[-1] += probe_suffix()
-    stderr = _scratch_file()
+    stderr = scratch_file()
     try:
         proc = spawn(full, stderr=stderr)
     except OSError:
@@ -222,17 +229,6 @@ def _control_dir() -> str:
         except FileExistsError:
             continue
     raise FileExistsError(prefix)
-
-
-def _scratch_file() -> IO[bytes]:
-    """An unnamed temporary file (``tempfile.TemporaryFile``, without importing tempfile)."""
-    try:
-        fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_RDWR | os.O_TMPFILE | os.O_CLOEXEC, 0o600)
-    except (OSError, AttributeError):
-        import tempfile
-
-        return tempfile.TemporaryFile()
-    return open(fd, "w+b")
 
 
 # -- the full path adopts it -----------------------------------------------------------

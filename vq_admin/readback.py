@@ -26,7 +26,6 @@ from .agent import paths
 from .agent.identifiers import DESTINATION_RE
 
 _cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
-MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigUnavailable(Exception):
@@ -52,7 +51,7 @@ def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
     The file must pass the secure-path rule, be a regular file (a FIFO never
     blocks) of bounded size and nesting."""
     from .agent.securepath import path_problem
-    from .bounded import InputError, loads_toml, read_regular_file
+    from .bounded import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
     path = config_path_of(config_path)
     try:

@@ -1,8 +1,8 @@
 """The words of vq-admin's ssh command lines, importable before anything heavy.
 
-The common ssh options, the login-shell probe, the literal-word rule, the
-control directory's name and the argv of the run's connection master live
-here, standard library only (``re`` and ``shlex``), so that
+The login-shell probe, the literal-word rule, the control directory's name
+and the argv of the run's connection master live here (the common ssh
+options are :mod:`vq_admin.process`'s, re-exported), light enough that
 :mod:`vq_admin.transport` and the early start of an already-current update
 (:mod:`vq_admin.fastupdate`, before argparse and the rest of the command line
 are loaded) build the one ssh command line from the same words.

@@ -51,9 +51,16 @@ def process_alive(pid: Any, start_time: Optional[str] = None) -> bool:
         return False
     if os.path.isdir("/proc/self"):
         fields = _stat_fields(pid)
+        if fields is None and start_time is None:
+            return _signal_zero(pid)  # gone, or hidden from us (hidepid): kill -0 tells them apart
         if not fields or fields[0] == b"Z":
             return False
         return start_time is None or (len(fields) > 19 and fields[19].decode("ascii", "replace") == start_time)
+    return _signal_zero(pid)
+
+
+def _signal_zero(pid: int) -> bool:
+    """``kill -0``: the pid exists (another user's process counts: ``EPERM``)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
