@@ -231,6 +231,26 @@ class AllocationDeploy(RuntimeStep):
             self.ctx.narrate(f"deploy-reconcile: {call.describe()}")
         return call, sinks
 
+    def _record_end(self, summary: dict[str, Any], call: StreamCall, sinks: dict[str, TranscriptSink],
+                    keys: tuple[str, ...], unchosen: Any, not_established: str) -> None:
+        """Copy the agent's summary (*keys*) into the receipt's deploy record and settle the step that
+        delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
+        (*unchosen* false), else ``interrupted`` with the summary's notes or *not_established*."""
+        deploy = self.receipt.deploy
+        assert deploy is not None  # written by begin()
+        for key in keys:
+            if summary.get(key) is not None or key not in deploy:
+                deploy[key] = summary.get(key)
+        deploy["retention"] = summary.get("retention")
+        self._fill_output(summary, call, sinks)
+        if call.complete:  # the step that delivered the report carries the deployment's exit status
+            call.step.exit_code = deploy["exit_code"]
+            if summary.get("established") and not unchosen:
+                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+            else:
+                call.step.status = "interrupted"
+                call.step.detail = "; ".join(summary.get("notes") or []) or not_established
+
     def _conclude(self, command: ProviderCommand, call: StreamCall,
                   sinks: dict[str, TranscriptSink]) -> RunResult:
         receipt, where = self.receipt, call.where
@@ -239,21 +259,11 @@ class AllocationDeploy(RuntimeStep):
             _discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
         deploy = receipt.deploy
-        for key in ("job_id", "exit_code", "sbatch_exit_code", "job_state", "job_exit_code", "end_source",
-                    "established", "timed_out", "cancel", "reconciled", "notes"):
-            if summary.get(key) is not None or key not in deploy:
-                deploy[key] = summary.get(key)
-        deploy["retention"] = summary.get("retention")
-        self._fill_output(summary, call, sinks)
         signalled = ended_without_choosing(summary)
-        if call.complete:  # the step that delivered the report carries the deployment's exit status
-            call.step.exit_code = deploy["exit_code"]
-            if summary.get("established") and not signalled:
-                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
-            else:
-                call.step.status = "interrupted"
-                call.step.detail = ("; ".join(summary.get("notes") or []) or signalled
-                                    or "the job's end was not established")
+        self._record_end(summary, call, sinks, ("job_id", "exit_code", "sbatch_exit_code", "job_state",
+                                                "job_exit_code", "end_source", "established", "timed_out",
+                                                "cancel", "reconciled", "notes"),
+                         signalled, signalled or "the job's end was not established")
         if summary.get("submitted") is False:
             self.reclaim(success=False)
             raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "

@@ -136,20 +136,10 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
             allocation_step._discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived",
                                  message=_still_running(deploy, "the helper's report never arrived"))
-        for key in ("pid", "exit_code", "exit_signal", "job_state", "established", "timed_out", "cancel",
-                    "reconciled", "fenced", "notes"):
-            if summary.get(key) is not None or key not in deploy:
-                deploy[key] = summary.get(key)
-        deploy["retention"] = summary.get("retention")
-        self._fill_output(summary, call, sinks)
         signal = summary.get("exit_signal")
-        if call.complete:  # the step that delivered the report carries the build's exit status
-            call.step.exit_code = deploy["exit_code"]
-            if summary.get("established") and not signal:
-                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
-            else:
-                call.step.status = "interrupted"
-                call.step.detail = "; ".join(summary.get("notes") or []) or "the build's end was not established"
+        self._record_end(summary, call, sinks, ("pid", "exit_code", "exit_signal", "job_state", "established",
+                                                "timed_out", "cancel", "reconciled", "fenced", "notes"),
+                         signal, "the build's end was not established")
         if summary.get("timed_out"):  # the build may have activated before it was ended: only a read-back decides
             cancel = summary.get("cancel") or {}
             return RunResult(list(command.argv), where, None, seconds=call.seconds, interrupted="job", stderr=(
