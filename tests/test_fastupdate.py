@@ -28,7 +28,8 @@ UPDATE = ["vibeqc", "cluster", "--expected-sha", SHA]
 #: All of vq-admin the early start may import before its ssh process starts.
 EARLY_OWN = {"vq_admin", "vq_admin.fastupdate", "vq_admin.sshargv", "vq_admin.bounded", "vq_admin.agent",
              "vq_admin.agent.identifiers", "vq_admin.agent.paths", "vq_admin.agent.securepath",
-             "vq_admin.agent.protocol", "vq_admin.process"}  # the protocol: the session verb, its probe words
+             "vq_admin.agent.protocol",  # the protocol: the session verb, its probe words
+             "vq_admin.spawned", "vq_admin.fastlookup", "vq_admin.launchers"}  # posix_spawn; the note's reader
 #: ... and what it never imports there (the command line, the configuration's records, the transports;
 #: typing is tomllib's own, in Python 3.11).
 EARLY_NEVER = ("argparse", "dataclasses", "pathlib", "tempfile", "shutil", "inspect", "pluggy", "plumbum",
@@ -69,15 +70,24 @@ modules = {}
 _real = None
 
 def spy(*args, **kwargs):  # what is loaded when the ssh process starts
-    modules["at_ssh_start"] = sorted(set(sys.modules) - _before)
+    modules.setdefault("at_ssh_start", sorted(set(sys.modules) - _before))
+    modules.setdefault("how", "subprocess")
     return _real(*args, **kwargs)
 
+_real_spawn = os.posix_spawnp
+
+def spawn_spy(*args, **kwargs):  # the early start's own posix_spawn (vq_admin.spawned)
+    modules.setdefault("at_ssh_start", sorted(set(sys.modules) - _before))
+    modules["how"] = "posix_spawn"
+    return _real_spawn(*args, **kwargs)
+
+os.posix_spawnp = spawn_spy
 import subprocess
 _real, subprocess.Popen = subprocess.Popen, spy
 fastupdate.start(sys.argv[1:])
-subprocess.Popen = _real
+subprocess.Popen, os.posix_spawnp = _real, _real_spawn
 pending = fastupdate.PENDING
-result = {"started": pending is not None, "modules": modules.get("at_ssh_start")}
+result = {"started": pending is not None, "modules": modules.get("at_ssh_start"), "how": modules.get("how")}
 if pending is not None:
     result["argv"] = pending.argv
     # what the full path builds for the same host: the same ssh command line, the same control directory
@@ -281,3 +291,110 @@ def test_through_the_console_script_an_already_current_run_is_its_early_ssh_proc
     assert f" -- cluster {AGENT} session --probe " in starts[0], starts
     receipt = json.loads(done.stdout)
     assert receipt["lease"]["held"] is True and {s["name"]: s for s in receipt["steps"]}["pre-verify"]["status"] == "ok"
+
+
+# -- the note: a configuration read once starts the next runs' ssh before re, tomllib or subprocess --
+
+NOTE_PROBE = r"""
+import os, sys
+_before = set(sys.modules)
+from vq_admin import fastupdate
+seen = {}
+_real = os.posix_spawnp
+
+def spy(*args, **kwargs):
+    seen.setdefault("modules", sorted(set(sys.modules) - _before))
+    return _real(*args, **kwargs)
+
+os.posix_spawnp = spy
+fastupdate.start(sys.argv[1:])
+os.posix_spawnp = _real
+pending = fastupdate.PENDING
+argv = None if pending is None else [w.replace(pending.control_dir, "CONTROL") for w in pending.argv]
+fastupdate.end_pending()
+import json
+print(json.dumps({"started": pending is not None, "modules": seen.get("modules"), "argv": argv}))
+"""
+
+#: What the early start never loads when a note answers: the configuration's parser, the pattern
+#: rules, the process runner and what they pull in.
+NOTED_NEVER = {"re", "tomllib", "subprocess", "json", "enum", "locale", "typing", "shlex", "selectors",
+               "threading", "vq_admin.bounded", "vq_admin.agent.identifiers", "vq_admin.process", "vq_admin.statefs"}
+
+
+def note_probe(tmp_path: Path, config: Path, words: list[str] = UPDATE) -> dict:
+    wrap, _log = fake_ssh(tmp_path)
+    env = dict(os.environ, PATH=f"{wrap}:{os.environ['PATH']}", VQ_ADMIN_CONFIG=str(config),
+               VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))
+    done = subprocess.run([sys.executable, "-c", NOTE_PROBE, *words], capture_output=True, text=True, timeout=120,
+                          env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def note_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "early-start" / "cluster+vibeqc.json"
+
+
+def test_a_noted_configuration_starts_the_same_ssh_before_re_tomllib_or_subprocess_load(tmp_path):
+    config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
+    first = note_probe(tmp_path, config)
+    assert first["started"] and "tomllib" in first["modules"], first  # read from the configuration
+    note = note_path(tmp_path)
+    assert (note.stat().st_mode & 0o777) == 0o600 and (note.parent.stat().st_mode & 0o777) == 0o700
+    recorded = json.loads(note.read_text())
+    assert recorded["destination"] == "cluster" and recorded["agent"] == "/opt/vq/bin/vq-admin-agent", recorded
+    assert recorded["config"] == str(config) and recorded["ssh_config"] == str(tmp_path / "ssh_config"), recorded
+    second = note_probe(tmp_path, config)
+    assert second["started"], second
+    assert not NOTED_NEVER & set(second["modules"]), sorted(NOTED_NEVER & set(second["modules"]))
+    assert second["argv"] == first["argv"]  # the same ssh command line, the same words
+
+
+def test_a_changed_configuration_is_read_again_and_noted_again(tmp_path):
+    config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
+    note_probe(tmp_path, config)
+    before = json.loads(note_path(tmp_path).read_text())
+    text = config.read_text().replace('agent = "/opt/vq/bin/vq-admin-agent"', 'agent = "/opt/vq2/bin/vq-admin-agent"')
+    config.write_text(text)  # same size, same inode: the mtime and ctime tell
+    again = note_probe(tmp_path, config)
+    assert "tomllib" in again["modules"] and again["argv"][-1].startswith("/opt/vq2/bin/vq-admin-agent session"), again
+    after = json.loads(note_path(tmp_path).read_text())
+    assert after["config_id"] != before["config_id"] and after["agent"] == "/opt/vq2/bin/vq-admin-agent"
+    assert note_probe(tmp_path, config)["argv"] == again["argv"]
+
+
+@pytest.mark.parametrize("spoil", ["loose directory", "loose file", "another host", "not an agent word",
+                                   "an option as destination", "malformed"])
+def test_a_note_that_cannot_be_trusted_is_no_note(tmp_path, spoil):
+    config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
+    first = note_probe(tmp_path, config)
+    note = note_path(tmp_path)
+    recorded = json.loads(note.read_text())
+    if spoil == "loose directory":
+        note.parent.chmod(0o777)
+    elif spoil == "loose file":
+        note.chmod(0o666)
+    elif spoil == "another host":
+        recorded["host"] = "other"
+    elif spoil == "not an agent word":
+        recorded["agent"] = "/opt/vq/bin/vq-admin-agent;touch /tmp/x"
+    elif spoil == "an option as destination":
+        recorded["destination"] = "-oProxyCommand=x"
+    else:
+        note.write_text("{" + note.read_text())
+    if spoil in ("another host", "not an agent word", "an option as destination"):
+        note.write_text(json.dumps(recorded))
+    again = note_probe(tmp_path, config)
+    assert again["started"] and "tomllib" in again["modules"], again  # the configuration decides
+    assert again["argv"] == first["argv"]
+
+
+@pytest.mark.parametrize("value", ["a" * 40, "A" * 64, "0123456789abcdefABCDEF" + "0" * 18, "a" * 39, "g" * 40,
+                                   "a" * 41, "", "a" * 40 + "\n", "\u0661" * 40])
+def test_the_early_rules_without_re_are_the_patterns(value):
+    from vq_admin.agent.identifiers import DESTINATION_RE, FULL_SHA_RE
+    from vq_admin.fastupdate import is_destination, is_full_sha
+
+    assert is_full_sha(value) == bool(FULL_SHA_RE.match(value))
+    assert is_destination(value) == bool(DESTINATION_RE.match(value))

@@ -24,7 +24,6 @@ lease taken, nothing recorded, exit 0.  The process is always waited for
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Sequence
@@ -37,13 +36,14 @@ from .sshargv import probe_suffix
 from .transport import SshTransport, literal_words
 
 if TYPE_CHECKING:
+    from .process import LongLived
     from .config import HostConfig
     from .context import RunContext
 
 @dataclass
 class EarlySession:
     command: str  # the remote command line (what the login shell is given)
-    proc: "subprocess.Popen[bytes]"
+    proc: "LongLived"  # the early start's posix_spawn process, or subprocess's
     stderr: IO[bytes]
 
 

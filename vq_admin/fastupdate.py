@@ -36,9 +36,10 @@ import os
 
 TYPE_CHECKING = False  # not typing's: this module is imported before the command line is
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Callable
     from typing import IO, TypeVar
+
+    from .process import LongLived as Process  # posix_spawn's (vq_admin.spawned), or subprocess's
 
     _T = TypeVar("_T")
 
@@ -55,7 +56,7 @@ class Pending:
     """The ssh process started by :func:`start`, until the full path adopts it."""
 
     def __init__(self, ssh_config: str | None, destination: str, control_dir: str, argv: list[str],
-                 proc: subprocess.Popen[bytes], stderr: IO[bytes]):
+                 proc: Process, stderr: IO[bytes]):
         self.ssh_config, self.destination, self.control_dir = ssh_config, destination, control_dir
         self.argv = argv
         self.command = argv[-1]  # the remote command line (what the login shell is given)
@@ -120,18 +121,40 @@ def disable() -> None:
 
 
 def _start(words: list[str]) -> Pending | None:
+    values = parse_update(words)
+    if values is None:
+        return None
+    config = os.path.abspath(values.get("config") or _config_path())
+    from .agent.securepath import path_problem
+
+    if path_problem(config, what="configuration file"):  # a missing file too
+        return None
+    noted = _noted(values, config)
+    if noted is not None:
+        return _spawn(_trusted_ssh_config(noted[0]), noted[1], noted[2])
+    return _start_from_config(values, config)
+
+
+def _config_path() -> str:
+    from .agent import paths
+
+    return paths.config_path()
+
+
+def _start_from_config(values: dict[str, str], config: str) -> Pending | None:
+    """The early start when no note answers: the configuration read and checked here."""
     from .agent.identifiers import DESTINATION_RE, FULL_SHA_RE, NAME_RE, TAG_RE
 
-    values = parse_update(words)
-    if values is None or not FULL_SHA_RE.match(values["expected_sha"]):
+    if not FULL_SHA_RE.match(values["expected_sha"]):
         return None
     if not (NAME_RE.match(values["program"]) and NAME_RE.match(values["host"])):
         return None
     if "tag" in values and not TAG_RE.match(values["tag"]):
         return None
-    data = _read_config(values.get("config"))
-    if data is None:
+    read = _read_config(config)
+    if read is None:
         return None
+    data, identity = read
     hosts = data.get("hosts")
     table = hosts.get(values["host"]) if isinstance(hosts, dict) else None
     if not isinstance(table, dict) or table.get("fleet_role") != "managed" or table.get("transport", "ssh") != "ssh":
@@ -145,23 +168,124 @@ def _start(words: list[str]) -> Pending | None:
     agent = _agent_words(table.get("agent", "vq-admin-agent"))
     if agent is None:
         return None
-    return _spawn(_trusted_ssh_config(data.get("ssh_config")), destination, agent)
+    ssh_config = data.get("ssh_config")
+    pending = _spawn(_trusted_ssh_config(ssh_config), destination, agent)
+    if pending is not None and identity is not None:  # the handshake runs meanwhile
+        _note(values, config, identity, ssh_config, destination, agent)
+    return pending
 
 
-def _read_config(path: str | None) -> dict[str, object] | None:
-    """The configuration as the full path reads it, when it passes the same checks (else ``None``)."""
-    from .agent import paths
-    from .agent.securepath import path_problem
+def _read_config(path: str) -> tuple[dict[str, object], str | None] | None:
+    """The configuration as the full path reads it, when it passes the same checks (else ``None``),
+    and the identity of the file it was read from (``None`` when it changed while being read)."""
     from .bounded import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
-    chosen = path or paths.config_path()
-    if path_problem(os.path.abspath(chosen), what="configuration file"):  # a missing file too
-        return None
     try:
-        return loads_toml(read_regular_file(chosen, "configuration file", limit=MAX_CONFIG_BYTES),
+        before = _identity(path)
+        data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES),
                           "configuration file", limit=MAX_CONFIG_BYTES)
+        return data, (before if _identity(path) == before else None)
     except (InputError, OSError):
         return None
+
+
+# -- the note: this configuration's early-start words, without reading it again ----------------
+#
+# Reading the configuration costs tomllib (and its re) and checking the identifiers costs re: more
+# than the rest of the early start together.  So once the words above are found, they are noted in
+# the state directory, ``early-start/HOST+PROGRAM.json`` (a flat JSON object, 0600, written
+# atomically), with the configuration file's path and identity (device, inode, size, mtime, ctime,
+# mode, owner).  A later run whose configuration file has exactly that identity takes the words from
+# the note (checked again: names, destination, literal agent words, the ssh_config's trust) and
+# starts ssh before anything heavy is loaded.  Any change to the file (a write, a rename over it, a
+# chmod) changes its identity, and the configuration is read again.  A note that is missing,
+# malformed, of another owner or below an untrusted directory is no note.  The full path then
+# checks everything as always, and ends an early process that is not exactly its own.
+
+NOTE_SCHEMA = "vq-admin/early-start/1"
+NOTE_DIR = "early-start"
+#: Largest note read back (a note is a few hundred bytes).
+MAX_NOTE_BYTES = 8192
+
+_HEX_ANY_CASE = frozenset("0123456789abcdefABCDEF")
+_DEST_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_DEST_REST = _DEST_FIRST | frozenset(".@:+%-")
+
+
+def is_full_sha(value: str) -> bool:
+    """``identifiers.FULL_SHA_RE`` without ``re``: 40 or 64 hex digits of either case."""
+    return len(value) in (40, 64) and _HEX_ANY_CASE.issuperset(value)
+
+
+def is_destination(value: str) -> bool:
+    """``identifiers.DESTINATION_RE`` without ``re``: never starting with ``-``, at most 255 characters."""
+    return 0 < len(value) <= 255 and value[0] in _DEST_FIRST and _DEST_REST.issuperset(value)
+
+
+def _identity(path: str) -> str:
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_mode:o}:{st.st_uid}"
+
+
+def note_name(host: str, program: str) -> str:
+    """The note's file name (``+`` is in no name, so the two cannot run together)."""
+    return f"{host}+{program}.json"
+
+
+def _noted(values: dict[str, str], config: str) -> tuple[str | None, str, list[str]] | None:
+    """``(ssh_config, destination, agent words)`` from the note of *values*' host and program when it
+    was made from the configuration file *config* as it is now; else ``None``."""
+    from .agent.securepath import open_trusted_dir, read_trusted_file
+    from .fastlookup import flat_object, is_name, state_root
+    from .sshargv import literal_words
+
+    host, program = values["host"], values["program"]
+    if "tag" in values or not (is_name(host) and is_name(program) and is_full_sha(values["expected_sha"])):
+        return None  # a tag's rule is a pattern: the configuration's route checks it
+    try:
+        identity = _identity(config)
+    except OSError:
+        return None
+    dfd = open_trusted_dir(os.path.join(os.path.normpath(os.path.abspath(state_root(values.get("state_dir")))),
+                                        NOTE_DIR))
+    if dfd is None:
+        return None
+    try:
+        data = read_trusted_file(dfd, note_name(host, program), MAX_NOTE_BYTES)
+    finally:
+        os.close(dfd)
+    note = flat_object(data) if data is not None else None
+    if note is None or (note.get("schema"), note.get("config"), note.get("config_id"), note.get("host"),
+                        note.get("program")) != (NOTE_SCHEMA, config, identity, host, program):
+        return None
+    destination, agent, ssh_config = note.get("destination"), note.get("agent"), note.get("ssh_config")
+    if destination is None or not is_destination(destination) or not agent:
+        return None
+    words = agent.split(" ")
+    if not literal_words(words):
+        return None
+    return ssh_config, destination, words
+
+
+def _note(values: dict[str, str], config: str, identity: str, ssh_config: object, destination: str,
+          agent: list[str]) -> None:
+    """Note the words just found (best effort: a note that cannot be written is no note)."""
+    if ssh_config is not None and not isinstance(ssh_config, str):
+        return
+    try:
+        import json
+
+        from .fastlookup import state_root
+        from .statefs import PrivateTree
+
+        note = {"schema": NOTE_SCHEMA, "config": config, "config_id": identity, "host": values["host"],
+                "program": values["program"], "ssh_config": ssh_config, "destination": destination,
+                "agent": " ".join(agent)}
+        tree = PrivateTree(state_root(values.get("state_dir")))
+        tree.write_atomic([NOTE_DIR], note_name(values["host"], values["program"]),
+                          json.dumps(note, sort_keys=True).encode() + b"\n")
+    except Exception:  # noqa: BLE001 -- the state directory's problems are the full path's to report
+        pass
 
 
 def _agent_words(value: object) -> list[str] | None:
@@ -198,9 +322,8 @@ def _trusted_ssh_config(value: object) -> str | None:
 
 
 def _spawn(ssh_config: str | None, destination: str, agent: list[str]) -> Pending | None:
-
     from .agent import protocol
-    from .process import scratch_file, spawn
+    from .spawned import scratch_file, spawn
     from .sshargv import master_argv, probe_suffix
 
     control_dir = _control_dir()
@@ -208,7 +331,11 @@ def _spawn(ssh_config: str | None, destination: str, agent: list[str]) -> Pendin
     full[-1] += probe_suffix()
     stderr = scratch_file()
     try:
-        proc = spawn(full, stderr=stderr)
+        proc: Process | None = spawn(full, stderr=stderr)
+        if proc is None:  # not plainly posix_spawn's: as the full path starts it
+            from .process import spawn as spawn_subprocess
+
+            proc = spawn_subprocess(full, stderr=stderr)
     except OSError:
         stderr.close()  # the full path's own start reports it
         os.rmdir(control_dir)
@@ -248,7 +375,7 @@ def adopt_control_dir(ssh_config: str | None, destination: str) -> str | None:
 
 
 def adopt_process(ssh_config: str | None, destination: str, control_dir: str | None,
-                  command: str) -> tuple[subprocess.Popen[bytes], IO[bytes]] | None:
+                  command: str) -> tuple[Process, IO[bytes]] | None:
     """The early process and its stderr file when it runs exactly *command* as the master of
     *control_dir* on *destination*; the caller owns them then.  A process started for anything
     else is ended here (stdin closed: nothing asked)."""
@@ -278,7 +405,7 @@ def end_pending() -> None:
         shutil.rmtree(pending.control_dir, ignore_errors=True)
 
 
-def finish(proc: subprocess.Popen[bytes], stderr: IO[bytes], timeout: float = END_TIMEOUT) -> None:
+def finish(proc: Process, stderr: IO[bytes], timeout: float = END_TIMEOUT) -> None:
     """Close the stdin and stdout of an unused session, wait for it (bounded; its process group
     killed past the bound) and close its stderr file: none is ever left behind."""
     for stream in (proc.stdin, proc.stdout):

@@ -24,7 +24,6 @@ import os
 import select
 import shlex
 import socket
-import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
@@ -36,10 +35,7 @@ from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
 
 if TYPE_CHECKING:
-    from .context import RunContext
-    from .receipt import Receipt
-
-if TYPE_CHECKING:
+    from .process import LongLived
     from .context import RunContext
     from .receipt import Receipt
 
@@ -86,7 +82,7 @@ class Lease:
         self.transport = transport
         self.argv = argv
         self.where = transport.where
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: LongLived | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self.lost = False

@@ -42,7 +42,12 @@ import time
 TYPE_CHECKING = False  # not typing's: this module is on the launcher's --check-on-host path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from typing import IO
+    from typing import IO, Union
+
+    from .spawned import Spawned
+
+    #: A long-lived process vq-admin talks to: :func:`spawn`'s, or the early start's (:mod:`vq_admin.spawned`).
+    LongLived = Union[subprocess.Popen[bytes], Spawned]
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -51,17 +56,11 @@ CAPTURE_LIMIT = 16 << 20
 #: Seconds a process group has between SIGTERM and SIGKILL once its timeout fired.
 TERM_GRACE = 5.0
 
-#: The ssh client options of every ssh vq-admin starts (commands, the login-shell probe, the run's
-#: connection master, the launcher's read-back): never a prompt, a bounded connect, a dead peer
-#: noticed within a minute, no forwarding.
-SSH_OPTIONS = (
-    "-o", "BatchMode=yes",
-    "-o", "ConnectTimeout=15",
-    "-o", "ServerAliveInterval=15",
-    "-o", "ServerAliveCountMax=4",
-    "-o", "ClearAllForwardings=yes",
-    "-T",
-)
+#: The ssh client options of every ssh vq-admin starts: defined with the rest of the ssh words
+#: (:mod:`vq_admin.sshargv`, light enough for the early start), the one set.
+from .sshargv import SSH_OPTIONS as SSH_OPTIONS  # noqa: E402
+# the one unnamed scratch file (light, for the early start too)
+from .spawned import scratch_file as scratch_file  # noqa: E402
 
 #: How a process ended (:attr:`Completed.ended`).
 EXITED = "exited"
@@ -161,23 +160,6 @@ def find_program(name: str) -> str | None:
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
     return None
-
-
-def scratch_file() -> IO[bytes]:
-    """An unnamed temporary file (``O_TMPFILE`` in ``$TMPDIR`` or ``/tmp``: nothing to clean up, nothing
-    another process can open by name); :func:`tempfile.TemporaryFile` where that is not available.
-    Without importing :mod:`tempfile` (and its ``shutil``, ``random``) on the fast path."""
-    flag = getattr(os, "O_TMPFILE", 0)
-    if flag:
-        try:
-            fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
-        except OSError:
-            pass
-        else:
-            return os.fdopen(fd, "w+b")
-    import tempfile
-
-    return tempfile.TemporaryFile()
 
 
 def run(
@@ -318,7 +300,7 @@ def spawn(argv: Sequence[str], *, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
                             stderr=stderr, start_new_session=True, close_fds=True)
 
 
-def end(proc: subprocess.Popen[bytes], grace: float) -> int | None:
+def end(proc: LongLived, grace: float) -> int | None:
     """Wait at most *grace* seconds for *proc* to end, then kill its process group.
 
     Returns its status, or ``None`` when it had to be killed.  The caller
@@ -331,7 +313,7 @@ def end(proc: subprocess.Popen[bytes], grace: float) -> int | None:
         return None
 
 
-def terminate(proc: subprocess.Popen[bytes], grace: float | None = None) -> None:
+def terminate(proc: LongLived, grace: float | None = None) -> None:
     """SIGTERM to *proc*'s process group, at most *grace* seconds (:data:`TERM_GRACE`) to end, then SIGKILL
     (to the group's stragglers too, when the leader ended in time)."""
     _signal_group(proc, signal.SIGTERM)
@@ -339,14 +321,14 @@ def terminate(proc: subprocess.Popen[bytes], grace: float | None = None) -> None
         _signal_group(proc, signal.SIGKILL)
 
 
-def kill_group(proc: subprocess.Popen[bytes], *, wait: bool = True) -> None:
+def kill_group(proc: LongLived, *, wait: bool = True) -> None:
     """SIGKILL to *proc*'s process group (its session: see :func:`run`), then reap it."""
     _signal_group(proc, signal.SIGKILL)
     if wait:
         proc.wait()
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def _signal_group(proc: LongLived, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:

@@ -38,11 +38,10 @@ from typing import Callable, Iterable, Mapping, Sequence
 from . import process
 from .agent.failpoints import failpoint
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
-# the login-shell probe, the literal-word rule and the master's argv live in vq_admin.sshargv, the ssh
-# options in vq_admin.process (both light: shared with the early start, vq_admin.fastupdate); re-exported here
+# the ssh options, the login-shell probe, the literal-word rule and the master's argv live in
+# vq_admin.sshargv (light: shared with the early start, vq_admin.fastupdate); re-exported here
 from .sshargv import CONTROL_PARENT as CONTROL_PARENT
 from .sshargv import CONTROL_PREFIX as CONTROL_PREFIX
-from .sshargv import LITERAL_WORD as LITERAL_WORD
 from .sshargv import SHELL_PROBE as SHELL_PROBE
 from .sshargv import SHELL_PROBE_EXPECTED as SHELL_PROBE_EXPECTED
 from .sshargv import SSH_OPTIONS as SSH_OPTIONS

@@ -27,7 +27,8 @@ The two fast verbs (``verify-readback`` and ``session``) are dispatched by
 
 from __future__ import annotations
 
-import json
+# json is imported where an answer is read or written: the early start of an already-current
+# update (vq_admin.fastupdate) builds its session argv from this module before anything else loads.
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -124,11 +125,15 @@ class ProtocolError(ValueError):
 
 def encode(answer: Dict[str, Any]) -> str:
     """One answer as the agent prints it: one JSON object line, keys sorted."""
+    import json
+
     return json.dumps(answer, sort_keys=True) + "\n"
 
 
 def encode_request(request: Dict[str, Any]) -> bytes:
     """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
+    import json
+
     return json.dumps(request, sort_keys=True).encode() + b"\n"
 
 
@@ -287,6 +292,8 @@ def agent_words(argv: Sequence[str], verb: str) -> List[str]:
 # -- parsers (the driver's side) --------------------------------------------------------
 
 def _object(verb: str, stdout: Output) -> Dict[str, Any]:
+    import json
+
     try:
         text = stdout.decode("utf-8") if isinstance(stdout, bytes) else stdout
         value = json.loads(text)
