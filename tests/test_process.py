@@ -366,3 +366,13 @@ def test_an_allocation_stream_that_cannot_start_is_127():
 
     call = stream_call(LocalTransport(), ["/nonexistent/ssh"], timeout=10, sinks={})
     assert call.exit_code == 127 and call.interrupted is None and "/nonexistent/ssh" in call.stderr
+
+
+def test_end_is_woken_by_the_process_ending_not_by_its_bound():
+    """The bounded wait returns when the process ends (a pidfd wakes it), long before the bound."""
+    proc = process.spawn([sys.executable, "-c", "import sys; sys.stdin.read()"], stderr=process.scratch_file())
+    assert proc.stdin is not None
+    started = time.monotonic()
+    proc.stdin.close()  # it ends now
+    assert process.end(proc, 600) == 0
+    assert time.monotonic() - started < 300  # not the bound's 600 s: woken by its end

@@ -35,6 +35,7 @@ Standard library only, and light: ``vq admin launcher --check-on-host``
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -306,11 +307,30 @@ def end(proc: LongLived, grace: float) -> int | None:
     Returns its status, or ``None`` when it had to be killed.  The caller
     closes the pipes it wants closed first (an agent reading stdin ends at
     end-of-file)."""
+    _sleep_until_ended(proc, grace)
     try:
         return proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return None
+
+
+def _sleep_until_ended(proc: LongLived, timeout: float) -> None:
+    """Sleep until *proc* ends (or *timeout*), woken by its end through a pidfd (Linux 5.3 and later):
+    ``Popen.wait`` with a timeout polls with growing sleeps, which can add half the time waited."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or proc.returncode is not None:
+        return
+    try:
+        fd = pidfd_open(proc.pid)  # not reaped yet (no returncode): the pid is still this child's
+    except OSError:
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def terminate(proc: LongLived, grace: float | None = None) -> None:
