@@ -31,13 +31,15 @@ SHA = "a" * 40
 #: secure-path rule, all standard library only.
 TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
              "vq_admin.agent.identifiers", "vq_admin.agent.paths"}  # and the one home of identifiers and default paths
-LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.commands", "vq_admin.commands.launcher", "vq_admin.bindings",
+LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.commands", "vq_admin.commands.launcher",
+                "vq_admin.bindings",
                 "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",
                 "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
 #: The launcher's plain success (vq_admin.fastlookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
-PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.fastlookup", "vq_admin.launchers", "vq_admin.agent",
+PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.fastlookup", "vq_admin.launchers",
+             "vq_admin.agent",
              "vq_admin.agent.paths",
              "vq_admin.agent.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
@@ -119,11 +121,12 @@ def test_the_agent_verify_readback_imports_no_verb_table(tmp_path):
 def test_hand_parsed_launcher_words_fall_back_to_the_full_parser():
     from vq_admin.entry import parse_launcher
 
-    parsed = parse_launcher(["vibeqc", "--json", "cluster", "--expected-sha", SHA, "--path=--", "--check-on-host"])
+    parsed = parse_launcher(["vibeqc", "--json", "cluster", "--expected-sha", SHA, "--path=-p", "--check-on-host"])
     assert (parsed.program, parsed.host, parsed.expected_sha, parsed.path, parsed.json, parsed.check_on_host) == \
-        ("vibeqc", "cluster", SHA, "--", True, True)
+        ("vibeqc", "cluster", SHA, "-p", True, True)
     for words in (["vibeqc"], ["a", "b", "c"], ["a", "b", "--help"], ["a", "b", "--expected", SHA],
-                  ["a", "b", "--path", "-x"], ["a", "b", "--json=1"], ["a", "b", "--pin"], ["-a", "b"]):
+                  ["a", "b", "--path", "-x"], ["a", "b", "--json=1"], ["a", "b", "--pin"], ["-a", "b"],
+                  ["a", "b", "--path=--"], ["a", "b", "--path="], ["a", "b", "--pin", SHA, "--pin", SHA]):
         assert parse_launcher(words) is None, words
 
 

@@ -26,7 +26,8 @@ SHA = "a" * 40
 UPDATE = ["vibeqc", "cluster", "--expected-sha", SHA]
 
 #: All of vq-admin the early start may import before its ssh process starts.
-EARLY_OWN = {"vq_admin", "vq_admin.fastupdate", "vq_admin.sshargv", "vq_admin.bounded", "vq_admin.agent",
+EARLY_OWN = {"vq_admin", "vq_admin.fastupdate", "vq_admin.plainargs", "vq_admin.sshargv", "vq_admin.bounded",
+             "vq_admin.agent",
              "vq_admin.agent.identifiers", "vq_admin.agent.paths", "vq_admin.agent.securepath",
              "vq_admin.agent.protocol",  # the protocol: the session verb, its probe words
              "vq_admin.spawned", "vq_admin.fastlookup", "vq_admin.launchers"}  # posix_spawn; the note's reader
@@ -167,6 +168,7 @@ def test_the_console_script_starts_ssh_before_the_command_line_is_imported(tmp_p
     ["vibeqc", "cluster", "--expected-sha", SHA, "-vv"],
     ["vibeqc", "cluster", "--expected-sha", SHA, "--force"],
     ["vibeqc", "cluster", "--expected-sha", SHA, "--help"],
+    ["vibeqc", "--json", "cluster", "--expected-sha", SHA],  # argparse's PROGRAM HOST is one run of words
 ])
 def test_an_unusual_command_line_is_left_to_the_full_parser(words):
     assert parse_update(words) is None
@@ -174,7 +176,7 @@ def test_an_unusual_command_line_is_left_to_the_full_parser(words):
 
 def test_the_usual_command_lines():
     assert parse_update(UPDATE) == {"program": "vibeqc", "host": "cluster", "expected_sha": SHA}
-    assert parse_update(["--json", "vibeqc", f"--expected-sha={SHA}", "-v", "cluster", "--tag", "v1",
+    assert parse_update(["--json", f"--expected-sha={SHA}", "vibeqc", "cluster", "-v", "--tag", "v1",
                          "--config", "/c.toml", "--state-dir=/s", "--verbose"]) == {
         "program": "vibeqc", "host": "cluster", "expected_sha": SHA, "tag": "v1", "config": "/c.toml",
         "state_dir": "/s"}

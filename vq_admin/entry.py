@@ -58,31 +58,14 @@ def _text(values: dict[str, str | bool], key: str) -> str | None:
 
 
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
-    """*words* after ``launcher``; ``None`` unless they are plainly well-formed."""
-    values: dict[str, Any] = {}
-    operands: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("-"):
-            operands.append(word)
-            continue
-        name, eq, value = word.partition("=")
-        if name in _FLAGS and not eq:
-            values[_FLAGS[name]] = True
-        elif name in _VALUED:
-            if not eq:
-                if i >= len(words) or words[i].startswith("-"):
-                    return None
-                value = words[i]
-                i += 1
-            values[_VALUED[name]] = value
-        else:
-            return None
-    if len(operands) != 2:
+    """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.plainargs`)."""
+    from .plainargs import plain_words
+
+    parsed = plain_words(words, _VALUED, _FLAGS)
+    if parsed is None or len(parsed[0]) != 2:
         return None
-    return LauncherArgs(operands[0], operands[1], values)
+    operands, values, flags = parsed
+    return LauncherArgs(operands[0], operands[1], {**values, **{key: True for key in flags}})
 
 
 def launcher(words: list[str], prog: str) -> int | None:

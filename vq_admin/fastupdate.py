@@ -49,7 +49,7 @@ END_TIMEOUT = 10.0
 #: ``update`` options this entry takes (each once), and the key each sets; any other word but
 #: the two operands leaves the command line to the full parser.
 _VALUED = {"--expected-sha": "expected_sha", "--tag": "tag", "--config": "config", "--state-dir": "state_dir"}
-_FLAGS = ("--json", "--verbose", "-v")
+_FLAGS = {"--json": "json", "--verbose": "verbose", "-v": "verbose"}
 
 
 class Pending:
@@ -70,30 +70,14 @@ _TRIED = False
 
 def parse_update(words: list[str]) -> dict[str, str] | None:
     """*words* after ``update``: ``program``, ``host``, ``expected_sha`` and the options given,
-    or ``None`` unless they are plainly ``PROGRAM HOST --expected-sha SHA`` with a few options."""
-    values: dict[str, str] = {}
-    operands: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("-"):
-            operands.append(word)
-            continue
-        name, eq, value = word.partition("=")
-        if name in _FLAGS and not eq:
-            continue
-        key = _VALUED.get(name)
-        if key is None or key in values:
-            return None
-        if not eq:
-            if i >= len(words):
-                return None
-            value = words[i]
-            i += 1
-        if not value or value.startswith("-"):
-            return None
-        values[key] = value
+    or ``None`` unless they are plainly ``PROGRAM HOST --expected-sha SHA`` with a few options
+    (:mod:`vq_admin.plainargs`)."""
+    from .plainargs import plain_words
+
+    parsed = plain_words(words, _VALUED, _FLAGS, together=True)
+    if parsed is None:
+        return None
+    operands, values, _flags = parsed
     if len(operands) != 2 or "expected_sha" not in values:
         return None
     values["program"], values["host"] = operands
