@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             run_quiet(ssh_true)
             medians = interleaved_medians({"current": lambda: run_quiet(update, env=env),
                                            "ssh": lambda: run_quiet(ssh_true)}, repeat)
+            noted = (tmp_path / "state" / "early-start" / "cluster+vibeqc.json").is_file()  # vq_admin.fastupdate
+            print(f"already-current: ssh started from the configuration's early-start note: {noted}", flush=True)
             rows = [row("update already-current (median)", medians["current"], "s", medians["ssh"],
                         f"ssh cluster true; {trips} ssh round trip(s)", f"<= {CURRENT_TARGET}")]
 
