@@ -7,7 +7,11 @@ settings and the agent's words.  The console scripts (:func:`vq_admin.entry.main
 call :func:`start` before argparse, typing and
 the rest of the command line are imported: it reads those settings from the
 configuration (``tomllib``, the secure-path rule and the anchored identifier
-rules; nothing else of vq-admin) and starts that ssh process.  The full
+rules; nothing else of vq-admin), or, when that configuration file was read
+so before and has not changed since, from the note that read left in the
+state directory (see "the note" below: no ``re``, ``tomllib`` or
+``subprocess`` then), and starts that ssh process (``posix_spawn``,
+:mod:`vq_admin.spawned`).  The full
 command line then runs as always, and adopts it: :class:`vq_admin.transport.Session`
 takes its control directory (:func:`adopt_control_dir`) and
 :func:`vq_admin.early_session.start` its process (:func:`adopt_process`), so the
