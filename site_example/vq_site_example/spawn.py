@@ -61,7 +61,10 @@ class Outcome:
 
 
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], out: int) -> int:
-    here = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        here: int | None = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # our own directory cannot be opened (removed, say): stay in cwd afterwards
+        here = None
     try:
         os.chdir(cwd)
         try:
@@ -71,9 +74,11 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], out: int) -> i
                 (os.POSIX_SPAWN_DUP2, out, 2),
             ])
         finally:
-            os.fchdir(here)
+            if here is not None:
+                os.fchdir(here)
     finally:
-        os.close(here)
+        if here is not None:
+            os.close(here)
 
 
 def _status(status: int) -> tuple[int | None, str]:
