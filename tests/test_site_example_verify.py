@@ -367,3 +367,14 @@ def test_the_installed_script_is_ours_and_loads_only_what_verify_needs(installed
     usage = subprocess.run(["vq-site-example", "verify", "--root", "relative"], capture_output=True, text=True,
                            env=env, timeout=120)
     assert usage.returncode == 2 and usage.stdout == "" and "vq-site-example" in usage.stderr
+
+
+def test_the_layout_without_namedtuple_keeps_its_shape():
+    lyt = Layout("/apps/vibeqc")
+    assert lyt.root == "/apps/vibeqc" and lyt == Layout("/apps/vibeqc") and hash(lyt) == hash(Layout("/apps/vibeqc"))
+    assert lyt != Layout("/apps/other") and repr(lyt) == "Layout(root='/apps/vibeqc')"
+    assert lyt.launcher(SHA) == f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
+    with pytest.raises(AttributeError):
+        lyt.root = "/elsewhere"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        lyt.other = 1  # type: ignore[attr-defined]  # no __dict__: slots only
