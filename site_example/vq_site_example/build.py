@@ -17,11 +17,14 @@ validation, so the validated bytes are the published bytes.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from . import fsutil
 from .errors import failed
+
+TYPE_CHECKING = False  # not typing's: verify (every update) imports this module for clean_env and SELFTEST
+if TYPE_CHECKING:
+    import subprocess
 
 PTH_NAME = "vq-site-source.pth"
 SELFTEST = "vq_selftest.py"
@@ -43,6 +46,8 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def _run(argv: list[str], what: str, timeout: int, cwd: str | None = None,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import subprocess  # here, not at the top: verify (every update) runs its checks with spawn
+
     try:
         return subprocess.run(argv, cwd=cwd, env=env or clean_env(), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,4 +1,8 @@
-"""Console script ``vq-site-example``: ``deploy``, ``install``, ``verify``, ``activate`` and ``prune``.
+"""The ``vq-site-example`` command: ``deploy``, ``install``, ``verify``, ``activate`` and ``prune``.
+
+Installed as our own script (``site_example/bin/vq-site-example``, ``scripts`` in
+setup.cfg), not a generated console-script wrapper, which imports ``re`` first;
+``python -m vq_site_example.cli`` runs the same :func:`main`.
 
 Runs on the build host (deploy/install) and the scheduler login host
 (verify); standard library only.  Exit codes are those of
@@ -25,7 +29,7 @@ def _terminate(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one verb; returns (and, as a console script, exits with) its code."""
+    """Run one verb; returns (and, as the command, exits with) its code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["prune"]:  # retention: vq_site_example.retention

@@ -24,7 +24,6 @@ import errno
 import fcntl
 import os
 import stat
-from collections import namedtuple
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
@@ -36,14 +35,24 @@ RELEASES_NAME = "releases"
 PARTIAL_PREFIX = ".partial."
 
 
-class Layout(namedtuple("Layout", "root")):
+class Layout(tuple[str]):
     """Paths below one runtime root (an absolute, normalised path); immutable.
 
-    A named tuple rather than a dataclass: ``verify``, run for every update, imports this
-    module, and dataclasses would load inspect and more."""
+    A one-element tuple rather than a dataclass or a named tuple: ``verify``, run for every
+    update, imports this module, and dataclasses would load inspect and more, collections
+    (for ``namedtuple``) a few milliseconds' worth."""
 
     __slots__ = ()
-    root: str
+
+    def __new__(cls, root: str) -> Layout:
+        return super().__new__(cls, (root,))
+
+    def __repr__(self) -> str:
+        return f"Layout(root={self[0]!r})"
+
+    @property
+    def root(self) -> str:
+        return self[0]
 
     @property
     def releases(self) -> str:

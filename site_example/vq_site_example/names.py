@@ -1,8 +1,10 @@
 """The names ``vq-site-example`` accepts, one definition each.
 
-Standard library ``re`` only: the ``verify`` verb, run for every update, reads
-its few options with these (:func:`vq_site_example.verify.parse`) without
-loading argparse; :mod:`vq_site_example.args` (the whole grammar) uses the same.
+Standard library ``re`` only; :mod:`vq_site_example.args` (the whole grammar)
+uses these.  The ``verify`` verb, run for every update, reads its few options
+(:func:`vq_site_example.verify.parse`) with :mod:`vq_site_example.namecheck`,
+the same rules as plain string checks (no ``re``), proven equal to these by
+``tests/test_site_example_verify.py``.
 """
 
 from __future__ import annotations

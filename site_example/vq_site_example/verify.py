@@ -11,9 +11,13 @@ validated and mentioned in ``health_detail`` but never copied into a field.
   real directory; ``"none"`` when there is no ``current`` or it is not a
   symlink; ``"unknown"`` when it points anywhere else or dangles;
 * ``healthy``: the release carries ``VALIDATED``, its ``SOURCE-SHA`` equals
-  its directory name, and the launcher runs ``-c pass`` (and
-  ``vq_selftest.py`` when the source has one) with exit 0, all within
-  :data:`HEALTH_TIMEOUT` seconds;
+  its directory name, and one start of the launcher exits 0 within
+  :data:`HEALTH_TIMEOUT` seconds: the launcher runs the source's
+  ``vq_selftest.py`` when it has one (which proves the launcher starts too),
+  else ``-c pass``.  ``health_detail`` names the check and how it failed: the
+  launcher could not start at all (``exec`` failed), or the command exited N,
+  was killed by a signal, or ran past the bound (its process group is then
+  killed);
 * ``quiescent``/``updater_pid``: a non-blocking shared flock on
   ``.deploy.lock``; when it is held, the pid from ``.updater.pid``;
 * ``active_path``: ``ROOT/releases/<sha>/source/.venv/bin/python`` (never via
@@ -23,26 +27,29 @@ When nothing is active (no ROOT, no ``current``) verify still prints a
 receipt and exits 0: ``healthy`` false, ``activation`` ``"none"``, empty
 ``program``/``source_sha``/``active_path``/``active_path_sha256``.  Exit 2 is
 kept for usage errors, which print nothing on stdout.
+
+Run for every update, so this path loads little: no ``argparse`` (its options
+are read by hand, :func:`parse`), no ``re`` (:mod:`~vq_site_example.namecheck`),
+no ``json`` (:mod:`~vq_site_example.plainjson` writes the same text) and no
+``subprocess`` (:mod:`~vq_site_example.spawn`); ``tests/test_site_example_verify.py``
+pins the modules it loads.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import time
 from types import SimpleNamespace
 
-from . import build, fsutil
+from . import build, fsutil, plainjson, spawn
 from .layout import RELEASES_NAME, Layout, probe_quiescent
-from .names import FULL_SHA_RE, PROGRAM_RE, TAG_RE
+from .namecheck import is_full_sha, is_program, is_tag
 
 TYPE_CHECKING = False  # not typing's (nor argparse): verify runs for every update
 if TYPE_CHECKING:
     import argparse
     from typing import Any, Sequence
 
-#: Seconds all health commands together may take.
+#: Seconds the health command (one start of the launcher) may take.
 HEALTH_TIMEOUT = 60
 
 
@@ -51,7 +58,7 @@ def _target_sha(lyt: Layout, target: str) -> str | None:
     for prefix in (RELEASES_NAME + "/", lyt.releases + "/"):
         if target.startswith(prefix):
             name = target[len(prefix):]
-            if FULL_SHA_RE.match(name) and name == name.lower():
+            if is_full_sha(name) and name == name.lower():
                 return name
     return None
 
@@ -64,26 +71,29 @@ def _meta(release: str, name: str, problems: list[str]) -> str | None:
         return None
 
 
+def _tail(output: str) -> str:
+    lines = output.strip().splitlines()
+    return f": {' / '.join(lines[-3:])[-300:]}" if lines else ""
+
+
 def _health(launcher: str, source: str, problems: list[str], notes: list[str]) -> None:
-    deadline = time.monotonic() + HEALTH_TIMEOUT
+    """One start of the launcher: the source's selftest when it has one (it starts only if the
+    launcher does), else ``-c pass``."""
     if not os.path.isfile(launcher):
         problems.append(f"launcher {launcher} is missing")
         return
-    try:
-        proc = subprocess.run([launcher, "-c", "pass"], env=build.clean_env(), cwd=source,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=HEALTH_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        problems.append(f"launcher -c pass did not run: {exc}")
-        return
-    if proc.returncode != 0:
-        problems.append(f"launcher -c pass exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-        return
-    notes.append("launcher -c pass ok")
-    if os.path.isfile(os.path.join(source, build.SELFTEST)):
-        remaining = max(1, int(deadline - time.monotonic()))
-        ok, log, detail = build.validate(launcher, source, remaining)
-        (notes if ok else problems).append(detail if ok else f"{detail}: {' / '.join(log[-3:])[-300:]}")
+    selftest = os.path.join(source, build.SELFTEST)
+    if os.path.isfile(selftest):
+        argv, what = [launcher, selftest], f"{build.SELFTEST} (run by the launcher)"
+    else:
+        argv, what = [launcher, "-c", "pass"], "launcher -c pass"
+    ran = spawn.run(argv, source, build.clean_env(), HEALTH_TIMEOUT)
+    if not ran.started:
+        problems.append(f"launcher {ran.failure}")
+    elif ran.failure:
+        problems.append(f"{what} {ran.failure}{_tail(ran.output)}")
+    else:
+        notes.append(f"{what} ok")
 
 
 def inspect(lyt: Layout) -> dict[str, Any]:
@@ -167,9 +177,9 @@ def parse(words: Sequence[str]) -> SimpleNamespace | None:
     root, program, sha, tag = (values.get(k) for k in ("root", "program", "expected_sha", "tag"))
     if root is None or not root.startswith("/") or "\0" in root:
         return None
-    if program is None or not PROGRAM_RE.match(program) or sha is None or not FULL_SHA_RE.match(sha):
+    if program is None or not is_program(program) or sha is None or not is_full_sha(sha):
         return None
-    if tag is not None and not TAG_RE.match(tag):
+    if tag is not None and not is_tag(tag):
         return None
     return SimpleNamespace(verb="verify", root=os.path.normpath(root), program=program, expected_sha=sha.lower(),
                            tag=tag)
@@ -180,5 +190,5 @@ def run(ns: argparse.Namespace | SimpleNamespace) -> int:
     receipt = inspect(Layout(ns.root))
     requested = f"requested {ns.program} {ns.expected_sha} tag {ns.tag or '-'}"
     receipt["health_detail"] = f"{receipt['health_detail']}; {requested}".lstrip("; ")
-    print(json.dumps(receipt))
+    print(plainjson.dumps(receipt))
     return 0
