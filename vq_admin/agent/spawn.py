@@ -18,7 +18,10 @@ and ``select.poll`` does the same work.  Same behaviour, point by point:
   ``close_fds``): the agent's own are close-on-exec, and any inherited one
   is closed in the child;
 * ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are the default again
-  in the command (subprocess's ``restore_signals``);
+  in the command (subprocess's ``restore_signals``); one difference, the
+  same as in subprocess's own ``posix_spawn`` path: glibc's posix_spawn
+  leaves its two internal signals (32 and 33) ignored in the command, which
+  only a program's own C library uses (and installs its handlers for);
 * the command stays in the agent's process group and session, with no
   bound of its own (as before: the driver bounds its wait, and a run that
   ends frees the lease while a read-only verify finishes); if the agent is
