@@ -116,14 +116,20 @@ def describe(holder: Optional[Dict[str, Any]]) -> str:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    """Replace the holder record *path* with *data*, atomically (a temporary file renamed over it).
+
+    Not ``fsync``-ed: the record means something only while the agent it names runs (a reader
+    checks that, :func:`current_holder`), and a crash of the host ends that agent and frees its
+    flock, so a record lost or emptied by a crash is only the stale record of a lease nobody
+    holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
+    disk flush (several ms on a local disk, more on a shared scratch filesystem).
+    """
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{os.urandom(6).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
