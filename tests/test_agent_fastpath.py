@@ -277,3 +277,36 @@ def test_file_sha256_at_every_size(tmp_path: Path, size: int) -> None:
     path.write_bytes(os.urandom(size))
     assert verify_readback.file_sha256(str(path), size) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert verify_readback.hash_answer(str(path))[0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- the prompt exit -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("verb, prompt", [(protocol.SESSION, True), (protocol.VERIFY_READBACK, True),
+                                          (protocol.HASH_FILE, False), (protocol.LEASE, False)])
+def test_a_fast_verb_ends_with_os_exit_once_answered(monkeypatch: pytest.MonkeyPatch, verb: str, prompt: bool) -> None:
+    """entry.run: a fast verb has released what it held and written its answer when main returns, so the
+    process ends at once (its output flushed first); every other verb exits the ordinary way."""
+    from vq_admin.agent import entry
+
+    events: list[tuple[str, int]] = []
+
+    class Out:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def flush(self) -> None:
+            events.append((f"flush {self.name}", 0))
+
+    def fake_exit(code: int) -> None:
+        events.append(("os._exit", code))
+        raise SystemExit(code)
+
+    monkeypatch.setattr(sys, "argv", ["vq-admin-agent", verb, "x"])
+    monkeypatch.setattr(entry, "main", lambda: 3)
+    monkeypatch.setattr(sys, "stdout", Out("stdout"))
+    monkeypatch.setattr(sys, "stderr", Out("stderr"))
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    with pytest.raises(SystemExit) as ended:
+        entry.run()
+    assert ended.value.code == 3
+    assert events == ([("flush stdout", 0), ("flush stderr", 0), ("os._exit", 3)] if prompt else [])
