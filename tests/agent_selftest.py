@@ -113,6 +113,58 @@ class Verbs(unittest.TestCase):
         self.assertEqual(run_agent("no-such-verb").returncode, 2)
 
 
+class FastPaths(unittest.TestCase):
+    """The session's fast path on this interpreter: json's accelerator passes its proof, the verify
+    runs through posix_spawn as subprocess.run would, and the session answers through the console
+    entry (vq_admin.agent.entry.run, the tree) or the verb table (the .pyz)."""
+
+    def test_the_codec_is_json_on_its_accelerator(self):
+        from vq_admin.agent import protocol
+
+        self.assertIsNotNone(protocol._fast())
+        for value in ({"b": [1.5, None, True, "\u00e9\x00"], "a": {}}, [float("inf")], "x", 10 ** 30):
+            self.assertEqual(protocol.encode(value), json.dumps(value, sort_keys=True) + "\n")
+            text = json.dumps(value)
+            self.assertEqual(json.dumps(protocol.decode(text)), json.dumps(json.loads(text)))
+        for text in ("", "{} x", "[1,]", "\ufeff{}"):
+            with self.assertRaises(ValueError):
+                protocol.decode(text)
+
+    def test_the_verify_runs_as_subprocess_run_would(self):
+        from vq_admin.agent import spawn
+
+        for argv in (["sh", "-c", "echo o; echo e >&2; cat; exit 3"], ["sh", "-c", "kill -9 $$"]):
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual(spawn.run_captured(argv), (done.returncode, done.stdout, done.stderr))
+        with self.assertRaises(FileNotFoundError):
+            spawn.run_captured(["/nonexistent/verify"])
+
+    def test_session_answers_and_releases(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = os.path.join(tmp, "scratch")
+            os.mkdir(scratch, 0o700)
+            launcher = os.path.join(tmp, "python")
+            with open(launcher, "wb") as fh:
+                fh.write(b"#!/bin/sh\n")
+            request = {"lease": {"root": scratch, "lane": "runtime", "host": "h", "program": "p",
+                                 "holder": {"run_id": "r"}},
+                       "shell_probe": {"argv": True, "expected": "a|b c|"},
+                       "verify": {"argv": ["echo", json.dumps({"active_path": launcher})]}}
+            if AGENT.endswith(".pyz"):
+                argv = agent_argv("session", "--probe", "a", "b c")
+            else:
+                boot = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vq_admin.agent.entry import run; run()"
+                argv = [sys.executable, "-I", "-c", boot, AGENT, "session", "--probe", "a", "b c"]
+            done = subprocess.run(argv, input=json.dumps(request).encode() + b"\n", stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            answer = json.loads(done.stdout)
+            self.assertTrue(answer["shell"]["posix"] and answer["lease"]["held"])
+            self.assertEqual(answer["verify"]["readback"]["sha256"], hashlib.sha256(b"#!/bin/sh\n").hexdigest())
+            locks = os.path.join(scratch, ".vq-admin", "locks")
+            self.assertEqual([n for n in os.listdir(locks) if n.endswith(".holder")], [])  # released
+
+
 class Settle(unittest.TestCase):
     def test_settles_on_three_identical_observations(self):
         from vq_admin.agent import settle

@@ -69,13 +69,18 @@ def test_the_exit_statuses_are_the_agent_s():
 
 
 def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
-    """agent/entry.py dispatches verify-readback and session before the verb table (and this module)
-    is imported, so it spells them; they must be the protocol's."""
+    """agent/entry.py dispatches verify-readback and session before the verb table is imported, by the
+    protocol's names (``argv[:1] == [NAME]``), never by a literal (the scan below also fails on one)."""
+    from vq_admin.agent import entry
+
     tree = ast.parse((PACKAGE / "agent" / "entry.py").read_text())
-    dispatched = {node.comparators[0].elts[0].value for node in ast.walk(tree)
-                  if isinstance(node, ast.Compare) and isinstance(node.comparators[0], ast.List)
-                  and node.comparators[0].elts and isinstance(node.comparators[0].elts[0], ast.Constant)}
-    assert dispatched == {protocol.VERIFY_READBACK, protocol.SESSION}
+    words = [node.comparators[0].elts[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Compare) and isinstance(node.comparators[0], ast.List)
+             and node.comparators[0].elts]
+    assert words and all(isinstance(word, ast.Name) for word in words), [ast.dump(w) for w in words]
+    assert {getattr(entry, word.id) for word in words if isinstance(word, ast.Name)} == {
+        protocol.VERIFY_READBACK, protocol.SESSION}
+    assert entry.SESSION is protocol.SESSION and entry.VERIFY_READBACK is protocol.VERIFY_READBACK
 
 
 # -- (a) no driver module spells a verb or a flag ---------------------------------------------------
@@ -107,6 +112,17 @@ def _label_context(node: ast.AST, parent: ast.AST, statement: ast.AST) -> bool:
             and parent.func.attr in LABEL_METHODS and parent.args[:1] == [node])
 
 
+def _member_context(node: ast.AST, parent: ast.AST) -> bool:
+    """On the agent's fast paths only a JSON member is a label: ``{"lease": ...}``, ``answer["lease"]``,
+    ``request.get("lease")`` (a list, a comparison or an argument is a verb word there)."""
+    if isinstance(parent, ast.Dict) and node in parent.keys:
+        return True
+    if isinstance(parent, ast.Subscript) and node is parent.slice:
+        return True
+    return (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
+            and parent.func.attr in LABEL_METHODS and parent.args[:1] == [node])
+
+
 def _mentions_agent(statement: ast.AST) -> bool:
     """The statement handles the agent's words (``host.agent``, ``agent``, ``update.agent(...)``)."""
     for node in ast.walk(statement):
@@ -115,6 +131,12 @@ def _mentions_agent(statement: ast.AST) -> bool:
         if isinstance(node, ast.Attribute) and node.attr == "agent":
             return True
     return False
+
+
+#: The agent's fast paths, served before its verb table (agent/entry.py): they too take every verb and
+#: option from the protocol, so a literal verb outside a label context, or any literal option, is found.
+AGENT_FAST_PATHS = {("agent", "entry.py"), ("agent", "session.py"), ("agent", "verify_readback.py"),
+                    ("agent", "lease.py")}
 
 
 def driver_spellings(root: Path) -> list[str]:
@@ -130,7 +152,8 @@ def driver_spellings(root: Path) -> list[str]:
     shared = flags & options(driver_parser())  # also the driver's own options (--json, --host, ...)
     problems = []
     for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).parts[0] == "agent":
+        fast = path.relative_to(root).parts in AGENT_FAST_PATHS
+        if path.relative_to(root).parts[0] == "agent" and not fast:
             continue
         tree = ast.parse(path.read_text(), str(path))
         parents: dict[ast.AST, ast.AST] = {}
@@ -152,8 +175,10 @@ def driver_spellings(root: Path) -> list[str]:
             statements[node] = statement
             where = f"{path.relative_to(root.parent)}:{node.lineno}: {node.value!r}"
             if node.value in verbs:
-                if not _label_context(node, parent, statement):
+                if not (_member_context(node, parent) if fast else _label_context(node, parent, statement)):
                     problems.append(where)
+            elif fast:
+                problems.append(where)  # the agent's own option, spelled on its fast path
             elif node.value not in shared and not (node.value == protocol.PROGRAM and not _mentions_agent(statement)):
                 problems.append(where)  # an option only the agent has
             elif _mentions_agent(statement):
@@ -187,9 +212,15 @@ def test_the_scan_finds_a_spelled_verb_and_flag(tmp_path):
         '    parser.add_argument("--version", action="version")\n'
         '    SECTIONS = ("stage", "lease", "activation")\n'
         '    return {"lease": 1}, ["vq", "admin", "--json"]\n')
+    (bad / "agent" / "entry.py").write_text(  # the agent's fast paths: verbs and options from the protocol
+        'def main(argv):\n'
+        '    if argv[:1] == ["session"]:\n'
+        '        return session(argv[1:], answer.get("lease"))\n')
+    (bad / "agent" / "session.py").write_text('def main(argv):\n    return argv[:1] == ["--probe"]\n')
     found = [line.split(": ", 1)[1] for line in driver_spellings(bad)]
     assert sorted(found) == sorted(["'hash-file'", "'version'", "'--sinfo'", "'install-file'", "'--dest'",
-                                    "'--lane'", "'--archive-sha256'", "'detach-reconcile'"])
+                                    "'--lane'", "'--archive-sha256'", "'detach-reconcile'", "'session'",
+                                    "'--probe'"])
 
 
 # -- (b) every verb round-trips through the real agent ----------------------------------------------

@@ -10,6 +10,9 @@
   few modules (no ``re``, ``json`` or ``enum``); its other cases, a bare
   ``resolve_launcher`` and the agent's ``verify-readback`` import a pinned
   set of modules: nothing beyond what ``import json`` brings, plus their own.
+* The agent's ``session`` (an already-current run's one agent start)
+  imports exactly a pinned set: no ``json``, ``re``, ``enum``,
+  ``subprocess``, ``threading`` or ``hashlib``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,18 @@ PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.fastl
              "vq_admin.agent",
              "vq_admin.agent.paths",
              "vq_admin.agent.securepath"}
-AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback"}
+AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
+             "vq_admin.agent.protocol", "vq_admin.agent.spawn"}
+#: Everything the agent's ``session`` (an already-current run's one agent start) imports beyond a bare
+#: interpreter: its own modules, json's C accelerator (not json: no re, enum), the built-in SHA-256 of a
+#: small launcher (not hashlib), select for the verify's pipes (not subprocess: no signal, selectors,
+#: threading, locale), and pwd, fcntl, errno for the lease.
+SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.protocol",
+               "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.agent.paths", "vq_admin.agent.procs",
+               "vq_admin.agent.securepath", "vq_admin.agent.names", "vq_admin.agent.checkpaths",
+               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn"}
+SESSION_STDLIB = {"__future__", "_json", "_sha2" if sys.version_info >= (3, 12) else "_sha256", "select", "pwd",
+                  "fcntl", "errno"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.agent.failpoints")
@@ -109,13 +123,57 @@ def test_resolve_launcher_imports_no_more_than_the_entry(tmp_path):
     check_import_set(found, json_set, BINDINGS_OWN)
 
 
-def test_the_agent_verify_readback_imports_no_verb_table(tmp_path):
+@pytest.mark.parametrize("with_receipt", [True, False], ids=["receipt", "no-receipt"])
+def test_the_agent_verify_readback_imports_no_verb_table(tmp_path, with_receipt):
+    launcher = tmp_path / "python"
+    launcher.write_bytes(b"#!/bin/sh\n")
+    receipt = '{"active_path": "%s"}' % launcher  # a receipt naming a small launcher, as a real verify prints
+    verify = ['printf', '%s', receipt] if with_receipt else ['true']
     code = ("from vq_admin.agent.entry import main\n"
-            "code = main(['verify-readback', '--', 'true'])\nassert code == 0, code\n")
+            "code = main(['verify-readback', '--', *%r])\nassert code == 0, code\n" % (verify,))
     found, json_set = imported_by(code)
     assert not [m for m in found if m.split(".")[0] in NEVER or m in NEVER], sorted(found)
     assert "vq_admin.agent.cli" not in found and "argparse" not in found
     assert {m for m in found if m.startswith("vq_admin")} <= AGENT_OWN, sorted(found)
+    if with_receipt:  # an output that is not JSON is reported by json itself (the error path imports it)
+        assert not found & {"json", "re", "enum", "subprocess", "threading", "hashlib", "signal"}, sorted(found)
+
+
+def bare_modules() -> set[str]:
+    """The modules a bare start of this interpreter has loaded (``python -c pass``)."""
+    done = subprocess.run([sys.executable, "-c", "import sys; print(repr(sorted(sys.modules)))"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return set(ast.literal_eval(done.stdout))
+
+
+def test_the_agent_session_imports_exactly_its_pinned_set(tmp_path):
+    """An already-current run's one agent start: the probe on the command line, the lease, the command-file
+    check and the verify with its launcher read-back, on one request line."""
+    import json
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    launcher = tmp_path / "python"
+    launcher.write_bytes(b"#!/bin/sh\n")
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(json.dumps({"active_path": str(launcher)}))
+    request = {"shell_probe": {"argv": True, "expected": "a|b c|"},
+               "lease": {"root": str(scratch), "lane": "runtime", "host": "cluster", "program": "vibeqc",
+                         "holder": {"driver_host": "d", "user": "u", "pid": 1, "since": "s", "run_id": "r"}},
+               "check_paths": ["/bin/cat", str(receipt)], "verify": {"argv": ["cat", str(receipt)], "env": {"X": "1"}}}
+    probe = ("import sys\n_before = set(sys.modules)\nfrom vq_admin.agent.entry import main\n"
+             "code = main(['session', '--probe', 'a', 'b c'])\nassert code == 0, code\n"
+             "sys.stderr.write('\\nMODULES ' + repr(sorted(set(sys.modules) - _before)) + '\\n')\n")
+    done = subprocess.run([sys.executable, "-c", probe], input=json.dumps(request).encode() + b"\n",
+                          capture_output=True, timeout=120)
+    line = [ln for ln in done.stderr.decode().splitlines() if ln.startswith("MODULES ")]
+    assert line, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["shell"]["posix"] is True and answer["lease"]["held"] is True
+    assert answer["check_paths"]["refused"] == [] and answer["verify"]["readback_exit"] == 0
+    found = set(ast.literal_eval(line[-1][len("MODULES "):]))
+    assert not found & {"json", "re", "enum", "subprocess", "threading", "hashlib", "signal", "typing"}, sorted(found)
+    assert found == (SESSION_OWN | SESSION_STDLIB) - bare_modules(), sorted(found)
 
 
 def test_hand_parsed_launcher_words_fall_back_to_the_full_parser():

@@ -1,5 +1,3 @@
-import sys
+from .entry import run
 
-from .entry import main
-
-sys.exit(main())
+run()

@@ -1,24 +1,36 @@
 """The ``vq-admin-agent`` console script.
 
 ``verify-readback`` (what every runtime update's verify runs: the read-only
-verify plus the launcher read-back, see :mod:`.verify_readback`) is served
-before the full verb table (:mod:`.cli`: argparse, tarfile, the allocation and
-staging modules) is imported, so the remote start of an already-current run
-stays close to a bare interpreter.  Every other verb goes to :func:`.cli.main`.
+verify plus the launcher read-back, see :mod:`.verify_readback`) and
+``session`` (a run's first call, :mod:`.session`) are served before the full
+verb table (:mod:`.cli`: argparse, tarfile, the allocation and staging
+modules) is imported, so the remote start of an already-current run stays
+close to a bare interpreter.  Every other verb goes to :func:`.cli.main`.
+The verbs' names are the protocol's (:mod:`.protocol`, cheap to import).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+
+from .protocol import SESSION, VERIFY_READBACK
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+#: The verbs whose process ends with ``os._exit`` once answered (:func:`run`).
+PROMPT_EXIT = (SESSION, VERIFY_READBACK)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["verify-readback"]:
+    if argv[:1] == [VERIFY_READBACK]:
         from .verify_readback import main as verify_readback
 
         return verify_readback(argv[1:])
-    if argv[:1] == ["session"]:  # a run's first call: probe, lease, check-paths and verify in one start
+    if argv[:1] == [SESSION]:  # a run's first call: probe, lease, check-paths and verify in one start
         from .session import main as session
 
         return session(argv[1:])
@@ -27,5 +39,25 @@ def main(argv: list[str] | None = None) -> int:
     return full(argv)
 
 
+def run() -> NoReturn:
+    """The process: :func:`main` on its own argv, then exit with its status.
+
+    A fast verb (:data:`PROMPT_EXIT`) has released what it held and written
+    its answer when :func:`main` returns, and it leaves no thread, child or
+    temporary file to clean up: its output is flushed and the process ends
+    with ``os._exit``, without the interpreter's teardown.  Every other verb
+    (and an exception) exits the ordinary way.
+    """
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in PROMPT_EXIT:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):  # the reader is gone: the interpreter's exit would say so, and exit 120
+            os._exit(120)
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import sys
 import time
 
-from . import paths, procs, securepath
-from .identifiers import NAME_RE
+from . import paths, procs, protocol, securepath
+from .names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
-# stays near a bare interpreter start, so typing, socket and secrets are not imported at run time.
+# stays near a bare interpreter start, so typing, socket, secrets, json and re are not imported at
+# run time (its JSON goes through the protocol's codec, its names through the re-free name rule).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, Dict, Optional, TextIO
@@ -72,7 +72,7 @@ def lock_name(lane: str, host: str, program: Optional[str]) -> str:
     if lane not in LANES:
         raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
     for value, what in ((host, "host"), (program, "program")):
-        if value is not None and not NAME_RE.match(value):
+        if value is not None and not is_name(value):
             raise ValueError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
     if lane == "runtime" and not program:
         raise ValueError("the runtime lane's lease needs --program")
@@ -82,6 +82,8 @@ def lock_name(lane: str, host: str, program: Optional[str]) -> str:
 
 
 def read_holder(path: str) -> Optional[Dict[str, Any]]:
+    import json  # contention only: the record of a lease held elsewhere
+
     try:
         with open(path + ".holder", "rb") as fh:
             value = json.loads(fh.read(65536))
@@ -114,14 +116,20 @@ def describe(holder: Optional[Dict[str, Any]]) -> str:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    """Replace the holder record *path* with *data*, atomically (a temporary file renamed over it).
+
+    Not ``fsync``-ed: the record means something only while the agent it names runs (a reader
+    checks that, :func:`current_holder`), and a crash of the host ends that agent and frees its
+    flock, so a record lost or emptied by a crash is only the stale record of a lease nobody
+    holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
+    disk flush (several ms on a local disk, more on a shared scratch filesystem).
+    """
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{os.urandom(6).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -167,13 +175,12 @@ def hold(directory: str, name: str, holder: Dict[str, Any], stdin: BinaryIO, out
     try:
         if not try_lock(fd, path):
             found = current_holder(path)
-            out.write(json.dumps({"held": False, "lock": path, "holder": found, "message": describe(found)},
-                                 sort_keys=True) + "\n")
+            out.write(protocol.encode({"held": False, "lock": path, "holder": found, "message": describe(found)}))
             out.flush()
             return EXIT_HELD
         record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
-        _write_atomic(path + ".holder", (json.dumps(record, sort_keys=True) + "\n").encode())
-        out.write(json.dumps({"held": True, "lock": path, "holder": record}, sort_keys=True) + "\n")
+        _write_atomic(path + ".holder", protocol.encode(record).encode())
+        out.write(protocol.encode({"held": True, "lock": path, "holder": record}))
         out.flush()
         try:
             while stdin.read(65536):

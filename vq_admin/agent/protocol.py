@@ -18,17 +18,20 @@ or raises :class:`ProtocolError`, whose message names the verb.
 answer with framed records (:mod:`.frames`), read as a stream by the driver;
 :func:`parse_framed` reads a whole captured stream.
 
+Every JSON text on both sides goes through :func:`encode` and :func:`decode`
+(:func:`encode_request` for the ``session`` request): exactly ``json.dumps(...,
+sort_keys=True)`` and ``json.loads``, built on json's own C accelerator
+(``_json``) so that the agent's fast paths (``session``, ``lease``,
+``verify-readback``) never import the ``json`` package, which loads ``re`` and
+``enum`` (about 8 ms of a login host's agent start); an interpreter without
+the accelerator, and every error, goes through ``json`` itself.
+
 Standard library only, Python 3.8 syntax at run time, and cheap to import
-(no ``typing`` at run time): the agent imports it on its verb table's path.
-The two fast verbs (``verify-readback`` and ``session``) are dispatched by
-:mod:`.entry` before this module is imported; a test pins that its words are
-:data:`VERIFY_READBACK` and :data:`SESSION`.
+(no ``typing``, ``json`` or ``re`` at run time): :mod:`.entry` dispatches the
+agent's fast verbs by the names below.
 """
 
 from __future__ import annotations
-
-# json is imported where an answer is read or written: the early start of an already-current
-# update (vq_admin.fastupdate) builds its session argv from this module before anything else loads.
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -121,20 +124,99 @@ class ProtocolError(ValueError):
         self.problem = problem
 
 
+# -- the JSON codec (both sides) --------------------------------------------------------
+
+class _Context:
+    """What json's C scanner reads of a ``json.JSONDecoder()`` (the defaults of ``json.loads``)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+def _unserializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+#: A document and its text, to prove once per process that the accelerator is the one json uses.
+_PROOF_TEXT = '{"a": [1, -2.5, 1e+300, true, false, null, "\\u00e9\\n\\"", {}], "b": {"c": []}}'
+_FAST: List[Any] = []
+
+
+def _fast() -> Any:
+    """``(scan_once, make_encoder, escape)`` of json's C accelerator, or ``None`` (no accelerator, or
+    one whose answer to a known document is not json's: then :mod:`json` itself does the work)."""
+    if not _FAST:
+        found = None
+        try:
+            import _json
+
+            context: Any = _Context()
+            scan, make_encoder = _json.make_scanner(context), _json.make_encoder
+            escape = _json.encode_basestring_ascii
+            value: Dict[str, Any] = {"b": {"c": []}, "a": [1, -2.5, 1e300, True, False, None, "\u00e9\n\"", {}]}
+            chunks = make_encoder({}, _unserializable, escape, None, ": ", ", ", True, False, True)(value, 0)
+            if "".join(chunks) == _PROOF_TEXT and scan(_PROOF_TEXT, 0) == (value, len(_PROOF_TEXT)):
+                found = (scan, make_encoder, escape)
+        except Exception:  # noqa: BLE001 -- an accelerator other than json's: json itself is used
+            found = None
+        _FAST.append(found)
+    return _FAST[0]
+
+
+def _dumps(value: Any) -> str:
+    """Exactly ``json.dumps(value, sort_keys=True)``."""
+    fast = _fast()
+    if fast is not None:
+        try:
+            if isinstance(value, str):
+                return str(fast[2](value))
+            return "".join(fast[1]({}, _unserializable, fast[2], None, ": ", ", ", True, False, True)(value, 0))
+        except Exception:  # noqa: BLE001 -- json itself raises its own error (or answers)
+            pass
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+def _after_whitespace(text: str, index: int) -> int:
+    """The index of the first character at or after *index* that is not JSON whitespace."""
+    end = len(text)
+    while index < end and text[index] in " \t\n\r":
+        index += 1
+    return index
+
+
+def decode(text: str) -> Any:
+    """Exactly ``json.loads(text)`` for a ``str``: the value, or json's own ``ValueError``."""
+    fast = _fast()
+    if fast is not None and not text.startswith("\ufeff"):
+        try:
+            value, end = fast[0](text, _after_whitespace(text, 0))
+        except Exception:  # noqa: BLE001 -- json itself raises its own error
+            pass
+        else:
+            if _after_whitespace(text, end) == len(text):
+                return value
+    import json
+
+    return json.loads(text)
+
+
 # -- encoders (the agent's side) --------------------------------------------------------
 
 def encode(answer: Dict[str, Any]) -> str:
-    """One answer as the agent prints it: one JSON object line, keys sorted."""
-    import json
-
-    return json.dumps(answer, sort_keys=True) + "\n"
+    """One answer (or record) as the agent prints it: one JSON object line, keys sorted
+    (``json.dumps(answer, sort_keys=True)`` and a newline)."""
+    return _dumps(answer) + "\n"
 
 
 def encode_request(request: Dict[str, Any]) -> bytes:
     """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
-    import json
-
-    return json.dumps(request, sort_keys=True).encode() + b"\n"
+    return _dumps(request).encode() + b"\n"
 
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
@@ -292,11 +374,9 @@ def agent_words(argv: Sequence[str], verb: str) -> List[str]:
 # -- parsers (the driver's side) --------------------------------------------------------
 
 def _object(verb: str, stdout: Output) -> Dict[str, Any]:
-    import json
-
     try:
         text = stdout.decode("utf-8") if isinstance(stdout, bytes) else stdout
-        value = json.loads(text)
+        value = decode(text)
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError(verb, "is not JSON") from None
     if not isinstance(value, dict):

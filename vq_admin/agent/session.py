@@ -49,15 +49,25 @@ End-of-file before any request is "nothing asked": no lease, no record,
 exit 0.
 
 Exit status: 0 answered (whatever the parts found) or nothing asked, 2 a
-request that is not one JSON object line.  Standard library only; nothing of the verb table
-(:mod:`.cli`, argparse) is imported.
+request that is not one JSON object line.  Run as the console script
+(:func:`.entry.run`), the process ends as soon as the lease is released and
+the answer is out (``os._exit`` after flushing: the interpreter's teardown
+frees nothing the lease needs).
+
+Standard library only; nothing of the verb table (:mod:`.cli`, argparse) is
+imported, nor ``json``, ``re``, ``enum``, ``threading`` or ``subprocess``
+(``tests/test_fast_paths.py`` pins the set): JSON goes through the
+protocol's codec, the verify through :mod:`.spawn`, and the watch of stdin
+is a ``_thread`` thread.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+from . import protocol
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
     from typing import Any, BinaryIO, Callable, Dict, List, Optional, TextIO
@@ -149,7 +159,7 @@ def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int]
         return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
     record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
     try:
-        lease._write_atomic(path + ".holder", (json.dumps(record, sort_keys=True) + "\n").encode())
+        lease._write_atomic(path + ".holder", protocol.encode(record).encode())
     except OSError as exc:
         os.close(fd)
         return {"held": False, "exit": 1, "error": f"lease: cannot write {path}.holder: {exc.strerror}"}, None, path
@@ -211,12 +221,12 @@ class Held:
     the lock's descriptor is close-on-exec, so no child shares it), or when the session fails."""
 
     def __init__(self, fd: int, path: str) -> None:
-        self.fd, self.path = fd, path
-        import threading
+        import _thread  # threading's own primitives: threading itself costs a bare start about 4 ms
 
-        self._once = threading.Lock()
+        self.fd, self.path = fd, path
+        self._once = _thread.allocate_lock()
         self._released = False
-        self.watcher: Optional[threading.Thread] = None
+        self._watching: Optional[_thread.LockType] = None  # held while the watcher runs
 
     def release(self) -> None:
         with self._once:
@@ -232,7 +242,10 @@ class Held:
     def watch(self, stdin: BinaryIO) -> None:
         """Hold until *stdin* closes (the driver closed it, died, or the connection dropped), in a
         thread, so the lease ends then even while a part of the request is still running."""
-        import threading
+        import _thread
+
+        watching = _thread.allocate_lock()
+        watching.acquire()
 
         def run() -> None:
             try:
@@ -240,10 +253,20 @@ class Held:
                     pass
             except (OSError, ValueError):
                 pass
-            self.release()
+            finally:
+                try:
+                    self.release()
+                finally:
+                    watching.release()
 
-        self.watcher = threading.Thread(target=run, daemon=True)
-        self.watcher.start()
+        self._watching = watching
+        _thread.start_new_thread(run, ())
+
+    def join(self) -> None:
+        """Wait until the watcher has seen stdin close and released the lease (when one was started)."""
+        if self._watching is not None:
+            self._watching.acquire()
+            self._watching.release()
 
     @property
     def released(self) -> bool:
@@ -255,7 +278,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
     if not line:  # stdin closed before any request (the run ended before sending it): nothing asked
         return 0
     try:
-        request = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
+        request = protocol.decode(line.decode("utf-8")) if line.endswith(b"\n") else None
     except (UnicodeDecodeError, ValueError):
         request = None
     if not isinstance(request, dict):
@@ -271,21 +294,20 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         answer = answer_request(request, on_lease, probe)
         if held and held[0].released and isinstance(answer.get("lease"), dict):
             answer["lease"]["released"] = "stdin closed before the answer"
-        out.write(json.dumps(answer, sort_keys=True) + "\n")
+        out.write(protocol.encode(answer))
         out.flush()
     except BaseException:
         for lease in held:
             lease.release()
         raise
     for lease in held:
-        if lease.watcher is not None:
-            lease.watcher.join()
+        lease.join()
         lease.release()
     return 0
 
 
 def main(argv: List[str]) -> int:
-    if argv and argv[0] != "--probe":
+    if argv and argv[0] != protocol.PROBE:
         print("usage: vq-admin-agent session [--probe WORD...]  (one JSON request line on stdin)", file=sys.stderr)
         return EXIT_USAGE
     return serve(sys.stdin.buffer, sys.stdout, sys.stderr, argv[1:] if argv else None)

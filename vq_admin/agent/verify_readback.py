@@ -17,19 +17,23 @@ absolute ``active_path`` (the driver then reports the receipt's problem).
 
 ``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
 
-This module is the agent's light path: standard library only (``os``,
-``sys``, ``json``, ``hashlib``, ``subprocess``), nothing else of the agent,
-so the per-run remote start stays close to a bare interpreter.
+This module is the agent's light path: standard library only, and of the
+agent only the protocol's JSON codec and :mod:`.spawn` (the verify without
+``subprocess``), so the per-run remote start stays close to a bare
+interpreter: no ``json``, ``re``, ``enum`` or ``subprocess``, and
+``hashlib`` (OpenSSL, about 3 ms to load) only for a launcher larger than
+:data:`SMALL_FILE`, whose digest the interpreter's own SHA-256 computes
+faster than that load.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
 import sys
 import time
+
+from . import protocol
 TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
 if TYPE_CHECKING:
     from typing import Any
@@ -40,14 +44,32 @@ STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
 EXIT_FAILED, EXIT_USAGE = 1, 2
+#: Up to this size a file is hashed with the interpreter's built-in SHA-256 (no OpenSSL to load).
+SMALL_FILE = 1 << 20
 
 
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
+def sha256(size: int | None = None) -> Any:
+    """A fresh SHA-256 object: for *size* up to :data:`SMALL_FILE` bytes the interpreter's built-in
+    one when it has it (``_sha256``, ``_sha2`` from Python 3.12), else :mod:`hashlib`'s (OpenSSL).
+    The digest is SHA-256 either way."""
+    if size is not None and size <= SMALL_FILE:
+        try:
+            return __import__("_sha2" if sys.version_info >= (3, 12) else "_sha256").sha256()
+        except (ImportError, AttributeError):  # an interpreter built without them
+            pass
+    import hashlib
+
+    return hashlib.sha256()
+
+
+def file_sha256(path: str, size: int | None = None) -> str:
+    """The SHA-256 of *path*'s bytes (*size*: its size when known, to choose the implementation)."""
+    h = sha256(size)
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(CHUNK), b""):
             h.update(chunk)
-    return h.hexdigest()
+    digest: str = h.hexdigest()
+    return digest
 
 
 def hash_answer(path: str) -> tuple[dict[str, Any], int]:
@@ -61,7 +83,7 @@ def hash_answer(path: str) -> tuple[dict[str, Any], int]:
     if not stat.S_ISREG(st.st_mode):
         return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
     try:
-        digest = file_sha256(path)
+        digest = file_sha256(path, st.st_size)
     except OSError as exc:
         return {"path": path, "exists": True, "regular": True, "error": exc.strerror}, EXIT_FAILED
     return {
@@ -84,7 +106,7 @@ def _text(data: bytes) -> str:
 def active_path_of(stdout: bytes) -> str | None:
     """The absolute ``active_path`` the verify receipt names, or ``None``."""
     try:
-        value = json.loads(stdout.decode("utf-8"))
+        value = protocol.decode(stdout.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return None
     path = value.get("active_path") if isinstance(value, dict) else None
@@ -93,13 +115,11 @@ def active_path_of(stdout: bytes) -> str | None:
 
 def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the verify *argv* (with *env* added to this environment), then hash the launcher its receipt names."""
-    import subprocess
+    from .spawn import run_captured
 
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=dict(os.environ, **env) if env else None)
-        code, out, err = done.returncode, done.stdout, done.stderr
+        code, out, err = run_captured(argv, dict(os.environ, **env) if env else None)
     except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
@@ -122,6 +142,6 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: vq-admin-agent verify-readback -- VERIFY_COMMAND [ARG...]", file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write(json.dumps(verify_readback(argv), sort_keys=True) + "\n")
+    sys.stdout.write(protocol.encode(verify_readback(argv)))
     sys.stdout.flush()
     return 0
