@@ -110,18 +110,8 @@ class RuntimePrune:
         (a prune command that does not carry the keep set is refused: exit 2, nothing runs)."""
         if self._command is None:
             request = PruneRequest(self.profile.program, self.host.name, KEEP, self.profile.settings())
-            command = self.ctx.providers.runtime_prune(self.profile.provider, request)
-            try:
-                argv = tuple(place(command.argv, [KEEP]))
-                env = tuple(place_env(dict(command.env), [KEEP]).items())
-            except ValueError as exc:
-                raise UsageError(f"provider {self.profile.provider!r}: vq_admin_runtime_prune: {exc}") from None
-            placed = [w for w in argv if isinstance(w, Slot) and w.many and w.name == KEEP.name]
-            if len(placed) != 1:
-                raise UsageError(f"provider {self.profile.provider!r}: the command of vq_admin_runtime_prune "
-                                 f"places the keep set {len(placed)} times (it must carry it exactly once, "
-                                 f"e.g. request.keep_words('--keep')): {quote_argv(list(command.argv))}")
-            self._command = ProviderCommand(argv=argv, env=env)
+            self._command = place_keep(self.profile.provider, self.ctx.providers.runtime_prune(self.profile.provider,
+                                                                                               request))
         return self._command
 
     # -- the plan ---------------------------------------------------------------------
@@ -332,6 +322,23 @@ class RuntimePrune:
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
         self.prune_record()["kept_launchers"] = checked
         return failures, unread
+
+
+def place_keep(provider: str, command: ProviderCommand) -> ProviderCommand:
+    """*command*, the answer of *provider*'s prune hook to a request holding :data:`KEEP`, with the
+    keep set's list slot found again; it must place that slot exactly once, as a whole argv word
+    (:class:`UsageError`, exit 2, otherwise: a prune that does not carry the keep set never runs)."""
+    try:
+        argv = tuple(place(command.argv, [KEEP]))
+        env = tuple(place_env(dict(command.env), [KEEP]).items())
+    except ValueError as exc:
+        raise UsageError(f"provider {provider!r}: vq_admin_runtime_prune: {exc}") from None
+    placed = [w for w in argv if isinstance(w, Slot) and w.many and w.name == KEEP.name]
+    if len(placed) != 1:
+        raise UsageError(f"provider {provider!r}: the command of vq_admin_runtime_prune places the keep set "
+                         f"{len(placed)} times (it must carry it exactly once, e.g. request.keep_words('--keep')): "
+                         f"{quote_argv(list(command.argv))}")
+    return ProviderCommand(argv=argv, env=env)
 
 
 def _hash_answer(stdout: bytes) -> dict[str, Any]:
