@@ -145,6 +145,26 @@ def test_a_live_run_fills_the_progress_slot_with_the_poll_interval():
         "/agent", "alloc-run", "--attempt", "deploy.a", "--progress", "10", "--archive", "/scratch/stage.1/source.tar"]
 
 
+def test_a_slot_the_provider_placed_in_its_env_stays_a_slot_inside_the_agents_env_word():
+    from vq_admin_hookspecs import ProviderCommand, Slot
+
+    from vq_admin.agent import protocol
+    from vq_admin.plan import Plan, filled
+
+    archive = Slot("stage", suffix="/source.tar")
+    command = ProviderCommand(argv=("/site/deploy", "--source-archive", archive),
+                              env=(("SITE_ARCHIVE", "file=" + archive), ("ARCHIVE", archive), ("LANG", "C")))
+    argv = allocation_step._placed(protocol.detach_run(
+        ["/agent"], root="/scratch", program="p", attempt=allocation_step.ATTEMPT, timeout="60", progress=None,
+        progress_words=[allocation_step.PROGRESS], archive=allocation_step.ARCHIVE,
+        archive_sha256=allocation_step.ARCHIVE_SHA256, env=command.env, command=command.argv), command)
+    step = Plan().add("deploy", "h", argv, "deploy")
+    assert "--env" in step.planned_argv and "SITE_ARCHIVE=file=<stage>/source.tar" in step.planned_argv
+    ran, _ = filled(step, attempt="deploy.a", stage="/s", archive_sha256="f" * 64, progress=[])
+    assert "SITE_ARCHIVE=file=/s/source.tar" in ran and "ARCHIVE=/s/source.tar" in ran and "LANG=C" in ran
+    assert ran[-3:] == ["/site/deploy", "--source-archive", "/s/source.tar"] and not any("<" in w for w in ran)
+
+
 def test_a_symlinked_program_directory_is_refused_through_the_driver(world):
     elsewhere = world.tmp / "elsewhere"
     elsewhere.mkdir()

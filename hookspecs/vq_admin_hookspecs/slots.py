@@ -24,19 +24,21 @@ A **list slot** (``Slot(name, many=True)``) stands for zero or more whole
 argv words: a list known only at run time (the keep set of a prune).  Its
 text is ``[<label>]...``, the usage-synopsis notation for "repeated".  A
 provider places it as **one whole argv word** (never inside a word, never
-in ``env``) and never iterates, indexes or joins it (iterating one,
-which a join or a ``for`` loop does, raises ``TypeError``).  When each value needs words of its own in front of it
-(``--keep SHA --keep SHA``), the provider places ``slot.each("--keep")``
-instead, whose text is ``[--keep <label>]...``; ``prefix``/``suffix``
-put literal text around each value inside its word
-(``slot.each(prefix="--keep=")``, text ``[--keep=<label>]...``).
+in ``env``) and never iterates, indexes or joins it (iterating one, as a
+``for`` loop or a join does, raises ``TypeError``).  When each value needs
+words of its own in front of it (``--keep SHA --keep SHA``), the provider
+places ``slot.each("--keep")`` instead, whose text is
+``[--keep <label>]...``; ``prefix``/``suffix`` put literal text around each
+value inside its word (``slot.each(prefix="--keep=")``, text
+``[--keep=<label>]...``).
 
 vq-admin fills every placed slot with the run's value just before it runs
 the command (a list slot with a list: each value becomes its own word,
 behind the ``each`` words), so the receipt's argv is the planned argv with
-its slots filled, and nothing else.  A provider written for plain strings (the
-built-in ``command`` provider is one) keeps working: placing a string
-argument is placing the slot.
+its slots filled, and nothing else.  A provider written for plain strings
+(the built-in ``command`` provider is one) keeps working: placing a string
+argument is placing the slot.  Only the keep set of a prune is a list
+slot; :meth:`~.records.PruneRequest.keep_words` places it.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ argv with slots for what only the run knows (:data:`ATTEMPT`, the stage in
 ``--archive`` and in the provider's words, :data:`ARCHIVE_SHA256`, and the
 list slot :data:`PROGRESS`, ``[<progress>]...``, which a run on a terminal
 fills with ``--progress 10`` and any other run with nothing); the run fills
-exactly that argv (:meth:`AllocationDeploy.begin`), never builds another.  The agent creates the
-attempt fresh, submits ``sbatch --parsable --wait`` with the configured
-``sbatch_args``, reports the job id the moment sbatch prints it, bounds the
-wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
+exactly that argv (:meth:`AllocationDeploy.begin`), never builds another.
+The agent creates the attempt fresh, submits ``sbatch --parsable --wait``
+with the configured ``sbatch_args``, reports the job id the moment sbatch
+prints it, bounds the wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
 transcripts, applies retention and streams the settled transcripts back.
 
 A dropped connection is never a failure and never a resubmission: the
@@ -38,7 +38,7 @@ import time
 from typing import Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand, Slot
-from vq_admin_hookspecs.slots import place
+from vq_admin_hookspecs.slots import find_slot
 
 from .. import progress
 from ..agent import checksum, protocol
@@ -73,9 +73,16 @@ def _seconds(value: float) -> str:
 
 
 def _placed(argv: list[str], command: ProviderCommand) -> list[str]:
-    """*argv* with the slots the provider placed in its env made slots again inside the agent's
-    ``--env NAME=VALUE`` words (the other slots are words of their own already)."""
-    return place(argv, [value for _, value in command.env if isinstance(value, Slot)])
+    """*argv* with the slot markers in the agent's ``--env NAME=VALUE`` words (the provider's env
+    values, which held the stage slot or another placed one) made slots again; every other slot
+    of *argv* is a word of its own already.  Only the agent's words before ``--`` are looked at."""
+    marks = {slot.name: Slot(slot.name, label=slot.label)
+             for slot in (ARCHIVE, *(value for _, value in command.env if isinstance(value, Slot)))}
+    out = list(argv)
+    for i in range(1, out.index(protocol.END) if protocol.END in out else len(out)):
+        if out[i - 1] == protocol.ENV and not isinstance(out[i], Slot):
+            out[i] = find_slot(out[i], list(marks.values())) or out[i]
+    return out
 
 
 def _discard(sinks: dict[str, TranscriptSink]) -> None:
