@@ -112,8 +112,23 @@ class DeletingPruner(MiniProvider):
 
     @hookimpl
     def vq_admin_runtime_prune(self, request):
-        root = request.settings["provider_options"]["root"]
-        return ProviderCommand(argv=(sys.executable, "-c", DELETE_UNCURRENT, root))
+        root = request.settings["provider_options"]["root"]  # carries the keep set, and ignores it
+        return ProviderCommand(argv=(sys.executable, "-c", DELETE_UNCURRENT, root, *request.keep_words("--keep")))
+
+
+class IteratingPruner(MiniProvider):
+    """Written for a tuple of SHAs: loops over the keep set, which vq-admin asks with as a list slot."""
+
+    @hookimpl
+    def vq_admin_runtime_prune(self, request):
+        return ProviderCommand(argv=(sys.executable, "-c", "pass", *[w for sha in request.keep for w in ("-k", sha)]))
+
+
+def test_a_provider_that_iterates_the_keep_set_fails_the_prune_cases_and_runs_nothing(tmp_path):
+    report = run_conformance("mini", plugin=IteratingPruner(), workdir=str(tmp_path))
+    failed = {c.name: c.detail for c in report.failed()}
+    assert set(failed) == {"prune-keeps-kept", "prune-report-truthful"}, report.text()
+    assert all("list slot" in detail and "prune exited None" in detail for detail in failed.values()), failed
 
 
 def test_site_example_passes_the_activation_and_prune_cases(vq_provider_conformance):

@@ -67,6 +67,8 @@ def test_full_update_over_ssh_then_already_current(tmp_path, real_sshd):
         "stage-reclaim"})
     assert values["stage"] == receipt["stage"]["dir"] and values["attempt"] == receipt["deploy"]["attempt"]
     assert values["tree_sha256"] == receipt["source"]["tree_sha256"]
+    # the detached deploy's detach-run argv: its archive digest and (off a terminal) no progress words
+    assert values["archive_sha256"] == receipt["source"]["archive_sha256"] and values["progress"] == []
     assert values["active_path"] == receipt["verify"]["final"]["receipt"]["active_path"]
     steps = steps_by_name(receipt)
     assert steps["deploy"]["where"] == "cluster-build"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest
 
+from ..outcome import UsageError
 from ..plugins import ProviderError
 from .world import LinkWatcher, snapshot
 
@@ -83,11 +84,17 @@ def activation(kit: "Kit", dirs: dict[str, str]) -> None:
 
 
 def _prune(kit: "Kit", keep: list[str]) -> tuple[int | None, PruneReport | None, str]:
+    """The provider's prune, asked as ``vq admin prune`` asks it: with the keep set's list slot,
+    which must be placed once and is then filled with *keep*."""
+    from ..lanes.prune import KEEP, place_keep
+    from ..plan import fill_command
+
     like = kit.request("A", None)  # the kit's program and settings (no import back into the kit)
-    request = PruneRequest(like.program, "conformance", tuple(keep), like.settings)
+    request = PruneRequest(like.program, "conformance", KEEP, like.settings)
     try:
-        command = kit.providers.runtime_prune(kit.name, request)
-    except ProviderError as exc:
+        command = fill_command(place_keep(kit.name, kit.providers.runtime_prune(kit.name, request)),
+                               keep=sorted(keep))
+    except UsageError as exc:  # a provider error, or a keep set not placed once
         return None, None, exc.message
     result = kit.world.run(command, TIMEOUT)
     try:
