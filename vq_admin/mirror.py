@@ -38,6 +38,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from vq_admin_hookspecs import Slot
+
 from .agent.failpoints import failpoint
 from .agent.identifiers import SHA_RE
 from .config import ConfigError
@@ -190,17 +192,28 @@ def probe_env(path: str) -> dict[str, str]:
     return {"GIT_CEILING_DIRECTORIES": posixpath.dirname(path.rstrip("/")) or "/", "LC_ALL": "C"}
 
 
-def symref_argv(path: str, ref: str) -> list[str]:
+#: The ref one ``mirror-symrefs`` read asks about: the step is planned once, with this slot, and
+#: runs once per ref of the set with the ref filled in.
+REF = Slot("ref")
+
+
+def full_ref(ref: str) -> str:
+    """*ref* when it is a full ref name of one word (``refs/...``); else :class:`ValueError`."""
+    if not ref.startswith("refs/") or len(ref.split()) != 1:
+        raise ValueError(f"not a full ref name: {ref!r}")
+    return ref
+
+
+def symref_argv(path: str, ref: str = REF) -> list[str]:
     """Read-only, on the login host: is *ref* a symbolic ref in the mirror (dangling ones included)?
 
     ``git symbolic-ref -q REF`` exits 0 printing the target when it is, 1 when
     it is not (or does not exist).  A push to a symbolic ref would update its
     target, a ref outside the set (``refs/heads/release -> refs/tags/stable``
-    moves the tag), so a feed refuses any.
+    moves the tag), so a feed refuses any.  *ref* is a full ref name or (the
+    planned step) the :data:`REF` slot.
     """
-    if not ref.startswith("refs/") or len(ref.split()) != 1:
-        raise ValueError(f"not a full ref name: {ref!r}")
-    return ["git", "-C", path, "symbolic-ref", "-q", ref]
+    return ["git", "-C", path, "symbolic-ref", "-q", ref if isinstance(ref, Slot) else full_ref(ref)]
 
 
 def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:

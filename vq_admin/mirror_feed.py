@@ -2,7 +2,12 @@
 
 :class:`Feed` runs probe -> read -> (test hook) -> push -> confirm through a
 *runner*, so a lane can record each command as a plan step (real argv, exit
-status, seconds) while this module stays independent of lanes::
+status, seconds) while this module stays independent of lanes.  The runner
+gets each command as the plan shows it (:meth:`Feed.probe_command`,
+:meth:`Feed.symref_command`, :meth:`Feed.read_command`), slots included,
+and the values that fill them (``ref=...`` for each ``mirror-symrefs``
+read): a lane runs its planned step with those values
+(:func:`vq_admin.plan.execute`), :func:`plain_runner` fills and runs it::
 
     feed = Feed(login=transport, path="/srv/git/vibeqc.git", repo="/srv/src/vibeqc",
                 sha=sha, lane="release", preparer_reads="lane", program="vibeqc", host="cluster")
@@ -14,18 +19,25 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Protocol
 
 from .mirror import (
-    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for,
-    parse_ls_remote, parse_porcelain,
+    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, full_ref, git_reason,
+    mirror_for, parse_ls_remote, parse_porcelain,
     probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
+from .plan import fill
 from .transport import LocalTransport, RunResult, Transport, quote_argv
 
-#: runner(step name, transport, argv, env, timeout) -> RunResult
-Runner = Callable[[str, Transport, list[str], dict[str, str], float], RunResult]
+
+class Runner(Protocol):
+    """``runner(step name, transport, argv, env, timeout, **slot values) -> RunResult``: *argv* and
+    *env* are the command as planned (slots included); the values fill its slots."""
+
+    def __call__(self, name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
+                 **values: str) -> RunResult: ...
+
 #: git push --porcelain reasons that mean "the mirror is not where vq-admin read it": refused (77).
 MOVED_REASONS = ("non-fast-forward", "already exists", "fetch first", "stale info", "needs force")
 LANE_FED = "fed"
@@ -33,9 +45,11 @@ LANE_LEFT = "left drifted (preparer reads the pin)"
 LANE_NOT_FED = "not fed (refused)"
 
 
-def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float) -> RunResult:
-    """Run a feed command without recording it anywhere."""
-    return transport.run(argv, timeout=timeout, env=env or None)
+def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
+                 **values: str) -> RunResult:
+    """Run a feed command, its slots filled, without recording it anywhere."""
+    filled_env = {key: fill([value], values)[0] for key, value in env.items()}
+    return transport.run(fill(argv, values), timeout=timeout, env=filled_env or None)
 
 
 #: git's words (LC_ALL=C) for a connection lost after the push began talking to the mirror.
@@ -87,9 +101,10 @@ class Feed:
     def probe_command(self) -> tuple[list[str], dict[str, str]]:
         return probe_argv(self.mirror.path), probe_env(self.mirror.path)
 
-    def symref_commands(self) -> list[list[str]]:
-        """One read-only ``git symbolic-ref -q REF`` per ref of the set, on the login host."""
-        return [symref_argv(self.mirror.path, r.ref) for r in self.refs]
+    def symref_command(self) -> tuple[list[str], dict[str, str]]:
+        """The read-only ``git symbolic-ref -q <ref>`` on the login host, run once per ref of the set
+        (the ``ref`` slot filled with each)."""
+        return symref_argv(self.mirror.path), probe_env(self.mirror.path)
 
     def read_command(self) -> list[str]:
         return read_argv(self.repo, self.mirror, self.refs)
@@ -122,8 +137,9 @@ class Feed:
     def no_symrefs(self) -> None:
         """Refuse (77) when any ref of the set is a symbolic ref on the mirror, dangling or not."""
         found = []
-        for ref, argv in zip(self.refs, self.symref_commands(), strict=True):
-            result = self.run("mirror-symrefs", self.login, argv, probe_env(self.mirror.path), 120.0)
+        argv, env = self.symref_command()
+        for ref in self.refs:
+            result = self.run("mirror-symrefs", self.login, argv, env, 120.0, ref=full_ref(ref.ref))
             if result.interrupted or result.exit_code not in (0, 1):
                 raise VqAdminError(f"mirror-symrefs: cannot tell whether {ref.ref} is a symbolic ref in "
                                    f"{self.mirror.path} ({result.describe()}: {result.error_text()[-300:]}); "
