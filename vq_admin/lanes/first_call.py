@@ -110,7 +110,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
     found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
-                         verify_argv, update.profile.verify_timeout_seconds)
+                         update.profile.verify_timeout_seconds)
     failpoint("step-after", pre_verify.name)
     return found
 
