@@ -125,6 +125,32 @@ class Mirror:
     where: str                 # the login host (ssh destination, or "local")
     url: str                   # what git on the driver fetches from / pushes to
     git_env: Mapping[str, str] = field(default_factory=dict)
+    #: the values of the slots in ``git_env`` (the run's ssh control directory)
+    git_values: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The run's ssh control directory inside ``GIT_SSH_COMMAND``: each run (a dry run too) has its own
+#: (``/tmp/vqssh-<pid>-*``), so the plan holds this slot and a git step fills it when it runs.
+CONTROL_DIR = "ssh_control_dir"
+#: A control directory that can stand inside the single-quoted ControlPath word.
+CONTROL_DIR_RE = re.compile(r"\A/[^'\s\0]*\Z")
+
+
+def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
+    """``GIT_SSH_COMMAND`` for *transport*: :meth:`SshTransport.ssh_base` quoted for the shell git
+    hands it to, and the values of its slots.  With a control directory, its ``ControlPath`` word is
+    single-quoted and the directory in it is the :data:`CONTROL_DIR` slot."""
+    words = transport.ssh_base()
+    control = transport.control_dir
+    if not control:
+        return quote_argv(words), {}
+    if not CONTROL_DIR_RE.match(control):
+        raise VqAdminError(f"the ssh control directory {control!r} cannot be quoted into GIT_SSH_COMMAND")
+    at = words.index(f"ControlPath={control}/%C")
+    before, after = quote_argv(words[:at]), quote_argv(words[at + 1:])
+    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=",
+                   suffix=f"/%C'{' ' + after if after else ''}")
+    return command, {CONTROL_DIR: control}
 
 
 def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
@@ -132,7 +158,8 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
 
     Over ssh, git runs exactly :meth:`SshTransport.ssh_base` (``-F ssh_config``,
     BatchMode, keep-alives, the run's shared ControlMaster connection) through
-    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted) and
+    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted; the
+    run's control directory is a slot, :func:`git_ssh_command`) and
     the scp-form url ``DEST:PATH``.  A local host's url is the plain path.
     A destination git cannot put in that url (one with ``:``) is a
     configuration error naming *ssh_key* (exit 2).
@@ -146,8 +173,9 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
         raise ConfigError(ssh_key, f"{dest!r} contains ':' or '/', which git cannot use in the url of "
                                    "feed_source_mirror; give the host an alias in the ssh configuration")
     # LC_ALL=C: git's own words on a lost connection are read (mirror_feed.lost_mid_push)
-    env = {"GIT_SSH_COMMAND": quote_argv(transport.ssh_base()), "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
-    return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env)
+    command, values = git_ssh_command(transport)
+    env = {"GIT_SSH_COMMAND": command, "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
+    return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env, git_values=values)
 
 
 # -- the ref set ------------------------------------------------------------------

@@ -96,7 +96,13 @@ class Feed:
 
     @property
     def git_env(self) -> dict[str, str]:
+        """The environment of every git command on the driver, as planned (its slots: :attr:`git_values`)."""
         return dict(self.mirror.git_env)
+
+    @property
+    def git_values(self) -> dict[str, str]:
+        """The values that fill :attr:`git_env` when a git command runs (the run's ssh control directory)."""
+        return dict(self.mirror.git_values)
 
     def probe_command(self) -> tuple[list[str], dict[str, str]]:
         return probe_argv(self.mirror.path), probe_env(self.mirror.path)
@@ -179,7 +185,7 @@ class Feed:
     def push_refs(self) -> None:
         """The one atomic, unforced push; git's own refusal is the same refusal."""
         argv = self.push_command()
-        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout)
+        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout, **self.git_values)
         self.push = {"argv": argv, "exit_code": result.exit_code, "outcome": "pushed"}
         if result.ok:
             return
@@ -232,7 +238,7 @@ class Feed:
     # -- helpers ------------------------------------------------------------------------
 
     def _read(self, step: str) -> dict[str, str] | None:
-        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0)
+        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0, **self.git_values)
         return parse_ls_remote(result.text(), [r.ref for r in self.refs]) if result.ok else None
 
     def _nothing_changed(self, lane_branch: str, outcome: str) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..mirror import FeedUnknown
 from ..mirror_feed import Feed, Runner
 from ..outcome import Interrupted, VqAdminError
-from ..plan import SlotError, execute
+from ..plan import SlotError, execute, fill
 from ..transport import RunResult, Transport, quote_argv
 from .runtime_step import RuntimeStep
 
@@ -122,8 +122,8 @@ class MirrorFeed(RuntimeStep):
                      timeout: float, **values: str) -> RunResult:
             step = self.receipt.plan.get(name)
             if name == "mirror-feed":  # TODO(words slot): the refspecs the read decided
-                result = execute(step, transport, argv, timeout=timeout, env=env)
-                return result
+                return execute(step, transport, fill(argv, values), timeout=timeout,
+                               env={key: fill([value], values)[0] for key, value in env.items()})
             if step.planned_argv != argv or step.env != env:
                 raise SlotError(f"{name}: the mirror feed asked for a command that is not its planned step; "
                                 "nothing was run")
