@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from plan_match import slot_values
 from support import AGENT, GitRepo, run_vq, write_config
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.lanes import allocation_step
@@ -86,11 +87,13 @@ def test_dry_run_plans_the_agent_submission(world):
     assert result.exit_code == 0, result.stderr
     steps = {s["name"]: s for s in result.json()["steps"]}
     argv = steps["deploy"]["argv"]
-    assert argv[:12] == [AGENT, "alloc-run", "--root", str(world.scratch), "--program", "prog", "--attempt",
-                         "<attempt>", "--timeout", "120", "--sbatch-arg=--time=10", "--sbatch-arg=--partition=debug"]
-    assert argv[12:14] == ["--archive", "<stage>/source.tar"] and argv[14] == "--archive-sha256"
-    assert argv[16:19] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
-    assert "--progress" not in argv  # a dry run draws nothing; off a terminal the agent is never asked
+    assert argv[:13] == [AGENT, "alloc-run", "--root", str(world.scratch), "--program", "prog", "--attempt",
+                         "<attempt>", "--timeout", "120", "[<progress>]...", "--sbatch-arg=--time=10",
+                         "--sbatch-arg=--partition=debug"]
+    assert argv[13:17] == ["--archive", "<stage>/source.tar", "--archive-sha256", "<archive_sha256>"]
+    assert argv[17:20] == ["--", str(world.tmp / "unused"), "--program"] and argv[-1] == "<stage>/source.tar"
+    # a dry run draws nothing: the progress option is the list slot a terminal run fills with --progress 10
+    assert "--progress" not in argv
     assert steps["deploy"]["where"] == "local" and "Slurm batch job" in steps["deploy"]["purpose"]
     assert not (world.scratch / ".vq-admin").exists()
 
@@ -114,6 +117,32 @@ def test_an_allocation_run_preserves_exit_status_and_carries_the_transcript(worl
     assert transcript == world.state / "receipts" / f"{receipt['id']}.transcript"
     assert (transcript / "stdout").read_text() == output["stdout"]
     assert json.loads((world.state / "receipts" / f"{receipt['id']}.json").read_text())["deploy"]["exit_code"] == 3
+
+
+def test_the_run_fills_exactly_the_planned_agent_argv(world):
+    dry = update(world, "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    result = update(world, env={"FAKE_EXIT": "3"})
+    receipt = result.json()
+    values = slot_values(dry.json()["steps"], receipt["steps"], names={"deploy"})
+    assert values["attempt"] == receipt["deploy"]["attempt"] and values["stage"] == receipt["stage"]["dir"]
+    assert values["archive_sha256"] == receipt["source"]["archive_sha256"]
+    assert values["progress"] == []  # off a terminal: the progress slot is filled with no word at all
+
+
+def test_a_live_run_fills_the_progress_slot_with_the_poll_interval():
+    from vq_admin import progress
+    from vq_admin.plan import Plan, filled
+
+    step = Plan().add("deploy", "h", ["/agent", "alloc-run", "--attempt", allocation_step.ATTEMPT,
+                                      allocation_step.PROGRESS, "--archive", allocation_step.ARCHIVE], "deploy")
+    deploy = allocation_step.AllocationDeploy.__new__(allocation_step.AllocationDeploy)
+    deploy.stage = SimpleNamespace(dir="/scratch/stage.1", ident=SimpleNamespace(archive_sha256="f" * 64))
+    live, quiet = deploy.run_values("deploy.a", live=True), deploy.run_values("deploy.a", live=False)
+    assert live["progress"] == ["--progress", str(progress.POLL_SECONDS)] and quiet["progress"] == []
+    assert live["archive_sha256"] == "f" * 64
+    assert filled(step, **{k: v for k, v in live.items() if k != "archive_sha256"})[0] == [
+        "/agent", "alloc-run", "--attempt", "deploy.a", "--progress", "10", "--archive", "/scratch/stage.1/source.tar"]
 
 
 def test_a_symlinked_program_directory_is_refused_through_the_driver(world):

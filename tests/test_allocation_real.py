@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from plan_match import slot_values
 from realhosts.procs import wait_until
 from support import AGENT, GitRepo, in_thread, run_vq, site_example_host, tree_digest, write_config
 from vq_admin.agent.frames import read_frames
@@ -103,10 +104,17 @@ class World:
 def test_site_example_deploys_and_verifies_in_an_allocation(tmp_path, real_cluster):
     world = World(tmp_path, real_cluster, "alloc-site")
     world.site_example()
+    dry = world.update("--cluster-install", "--dry-run")
+    assert dry.exit_code == 0, dry.stderr + dry.stdout
     first = world.update("--cluster-install")
     assert first.exit_code == 0, first.stderr + first.stdout
     receipt = first.json()
     assert receipt["outcome"] == "ok"
+    # the receipt is the dry run's plan with its slots filled: the agent's alloc-run argv too
+    values = slot_values(dry.json()["steps"], receipt["steps"])
+    assert values["attempt"] == receipt["deploy"]["attempt"] and values["stage"] == receipt["stage"]["dir"]
+    assert values["archive_sha256"] == receipt["source"]["archive_sha256"]
+    assert values["progress"] == [], "off a terminal the agent is never asked for progress"
     deploy, output = receipt["deploy"], receipt["command_output"]
     assert deploy["exit_code"] == 0 and deploy["job_id"].isdigit() and deploy["end_source"] == "sbatch"
     assert deploy["job_state"] in ("COMPLETED", None)  # None only if the record aged out at once

@@ -7,7 +7,10 @@
   not hold, or slot values next to an explicit argv -- before anything runs;
 * a provider double counts its hook calls: each lane asks its update hook
   once per run, at plan time, with the slots, and the receipt's steps are the
-  dry-run plan's steps with those slots filled.
+  dry-run plan's steps with those slots filled;
+* a list slot (``Slot(name, many=True)``, the prune's keep set) stands for zero
+  or more whole words: it prints as ``[--keep <kept sha>]...``, is never
+  iterated or placed inside a word, and ``execute`` fills it with a list only.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import json
 from pathlib import Path
 
 import pytest
-from vq_admin_hookspecs import HelperRequest, ProviderCommand, Slot, hookimpl, is_slot
+from vq_admin_hookspecs import (EvidenceError, HelperRequest, ProviderCommand, PruneRequest, Slot, hookimpl,
+                                is_list_slot, is_slot)
 from vq_admin_hookspecs.slots import find_slot, place
 
 from helper_world import bootstrap, helper_repo, helper_table
@@ -27,7 +31,9 @@ from support import SITE_EXAMPLE, GitRepo, write_config
 from vq_admin.config import load_config
 from vq_admin.context import RunContext, RunOptions
 from vq_admin.lanes.helper import HelperUpdate
+from vq_admin.lanes.prune import KEEP, RuntimePrune
 from vq_admin.lanes.runtime import RuntimeUpdate
+from vq_admin.outcome import UsageError
 from vq_admin.plan import Plan, SlotError, execute, fill_command, filled
 from vq_admin.plugins import Providers
 from vq_admin.providers import command as command_provider
@@ -68,6 +74,58 @@ def test_a_helper_request_takes_slots_but_still_refuses_a_bad_digest():
     HelperRequest(host="h", expected_sha="a" * 40, expected_tree_sha256=Slot("tree_sha256"), stage_dir=Slot("stage"))
     with pytest.raises(ValueError, match="expected_tree_sha256"):
         HelperRequest(host="h", expected_sha="a" * 40, expected_tree_sha256="<tree_sha256>", stage_dir="/s")
+
+
+def test_a_list_slot_stands_for_whole_words_and_refuses_to_be_iterated():
+    keep = Slot("keep", label="kept sha", many=True)
+    assert keep == "[<kept sha>]..." and is_list_slot(keep) and not is_list_slot(Slot("stage"))
+    assert keep.fill_words(["a", "b"]) == ["a", "b"] and keep.fill_words([]) == []
+    each = keep.each("--keep")
+    assert each == "[--keep <kept sha>]..." and each.name == "keep" and is_list_slot(each)
+    assert each.fill_words(("a", "b")) == ["--keep", "a", "--keep", "b"]
+    assert keep.each(prefix="--keep=").fill_words(["a"]) == ["--keep=a"]
+    for twin in (copy.deepcopy(each), copy.copy(each)):
+        assert is_list_slot(twin) and twin.fill_words(["x"]) == ["--keep", "x"]
+    assert json.dumps([each]) == '["[--keep <kept sha>]..."]'
+    with pytest.raises(TypeError, match="list slot"):
+        [sha for sha in keep]  # a provider that loops over the keep set fails loudly, never with letters
+    with pytest.raises(TypeError, match="list slot"):
+        sorted(keep)
+    with pytest.raises(TypeError):
+        " ".join(keep)
+    with pytest.raises(TypeError):
+        keep.fill("a")
+    with pytest.raises(TypeError):
+        Slot("stage").fill_words(["a"])
+    with pytest.raises(TypeError):
+        keep.fill_words("ab")  # a string is not a list of words
+    for bad in ("two words", "[x]", "<x>", ""):
+        with pytest.raises(ValueError):
+            keep.each(bad)
+    with pytest.raises(ValueError):
+        Slot("stage", before=("--x",))  # words before each value belong to a list slot
+
+
+def test_a_list_slot_is_placed_as_one_whole_argv_word_never_inside_one_or_in_env():
+    keep = Slot("keep", label="kept sha", many=True)
+    assert place(["/prune", str(keep)], [keep]) == ["/prune", keep] and is_list_slot(place([str(keep)], [keep])[0])
+    with pytest.raises(ValueError, match="whole argv word"):
+        place(["--keep=" + keep], [keep])
+    with pytest.raises(EvidenceError, match="list slot"):
+        ProviderCommand(argv=("/prune",), env=(("KEEP", keep),))
+
+
+def test_a_prune_request_carries_the_keep_set_as_a_list_slot_or_as_shas():
+    settings = {"prune_command": ("/site/prune",)}
+    request = PruneRequest("vibeqc", "h", KEEP, settings)
+    assert request.keep is KEEP and request.keep_words("--keep") == (KEEP.each("--keep"),)
+    shas = PruneRequest("vibeqc", "h", ("b" * 40, "A" * 40), settings)
+    assert shas.keep_words("--keep") == ("--keep", "a" * 40, "--keep", "b" * 40)
+    assert shas.keep_words(prefix="-k") == ("-k" + "a" * 40, "-k" + "b" * 40)
+    with pytest.raises(EvidenceError, match="one-word slot"):
+        PruneRequest("vibeqc", "h", Slot("keep"), settings)
+    with pytest.raises(EvidenceError, match="string"):
+        PruneRequest("vibeqc", "h", "a" * 40, settings)  # type: ignore[arg-type]
 
 
 # -- execute ----------------------------------------------------------------------------------
@@ -126,6 +184,31 @@ def test_execute_refuses_slot_values_next_to_an_explicit_argv():
     assert transport.ran == []
 
 
+def test_execute_fills_a_list_slot_with_a_list_and_refuses_the_wrong_kind_of_value():
+    def prune_step():
+        return Plan().add("prune", "double", ["/prune", "--program", "p", KEEP.each("--keep"), "--root",
+                                              Slot("stage")], "prune")
+
+    step, transport = prune_step(), Recording()
+    execute(step, transport, timeout=5, keep=["a" * 40, "b" * 40], stage="/s")
+    argv = ["/prune", "--program", "p", "--keep", "a" * 40, "--keep", "b" * 40, "--root", "/s"]
+    assert transport.ran == [(argv, None)] and step.to_dict()["argv"] == argv
+    assert step.planned_argv[3] == "[--keep <kept sha>]..."
+    empty = prune_step()
+    execute(empty, transport, timeout=5, keep=(), stage="/s")
+    assert empty.argv == ["/prune", "--program", "p", "--root", "/s"], "zero words for an empty list"
+    for values, message in (({"keep": "a" * 40, "stage": "/s"}, "list slot: its value 'keep' must be a list"),
+                            ({"keep": ["a" * 40], "stage": ["/s"]}, "stands for one word: its value 'stage'"),
+                            ({"keep": [1], "stage": "/s"}, "must be a list of strings")):
+        step, transport = prune_step(), Recording()
+        with pytest.raises(SlotError, match=message):
+            execute(step, transport, timeout=5, **values)
+        assert transport.ran == [] and step.status == "planned" and step.argv is None
+    listed_env = Plan().add("x", "double", ["/x"], "x", {"KEEP": KEEP})
+    with pytest.raises(SlotError, match="never an environment value"):
+        execute(listed_env, Recording(), timeout=5, keep=["a"])
+
+
 def test_a_planned_provider_command_is_filled_word_by_word():
     archive = Slot("stage", suffix="/source.tar")
     command = ProviderCommand(argv=("/deploy", "--source-archive", archive), env=(("ARCHIVE", archive),))
@@ -178,6 +261,13 @@ class Counting:
         return ProviderCommand(argv=base.argv, env=(("SITE_STAGE", request.stage_dir),
                                                     ("SITE_TREE", "tree=" + request.expected_tree_sha256)))
 
+    @hookimpl
+    def vq_admin_runtime_prune(self, request):
+        from vq_site_example.plugin import vq_admin_runtime_prune
+
+        self.calls.append(("runtime_prune", request))
+        return vq_admin_runtime_prune(request)
+
     def hooks(self, name: str) -> list[object]:
         return [request for hook, request in self.calls if hook == name]
 
@@ -199,7 +289,7 @@ def world(tmp_path):
              f"provider_options = {{ root = \"{runtime_root}\", command = \"{SITE_EXAMPLE}\" }}\n"
              f"source_repo = \"{program.path}\"\n")
     return {"config": load_config(write_config(tmp_path / "counting.toml", text)), "state": tmp_path / "state",
-            "b": sha_b, "runtime_sha": runtime_sha}
+            "b": sha_b, "runtime_sha": runtime_sha, "program": program, "runtime_root": runtime_root}
 
 
 def run_lane(world, make, provider: Counting, *, dry_run: bool):
@@ -273,3 +363,63 @@ def test_one_run_asks_a_provider_each_question_once():
     providers.remember = False  # the conformance kit: every question asked again
     providers.runtime_verify("counting", request)
     assert len(provider.hooks("runtime_verify")) == 3
+
+
+def test_prune_asks_its_hook_once_and_fills_the_keep_set_slot(world, monkeypatch):
+    # no Slurm here: the census finds no job (the census itself is tested over the real Slurm in test_prune)
+    monkeypatch.setattr("vq_admin.references.active_jobs", lambda transport: [])
+    shas = [world["runtime_sha"], world["program"].commit("vibeqc 2"), world["program"].commit("vibeqc 3")]
+    for sha in shas:
+        deployed = run_lane(world, lambda ctx, sha=sha: RuntimeUpdate(ctx, "cluster", "vibeqc", sha, None), Counting(),
+                            dry_run=False)
+        assert deployed.outcome.value == "ok", deployed.errors
+    make = lambda ctx: RuntimePrune(ctx, "cluster", "vibeqc", 1)  # noqa: E731
+    asked = Counting()
+    dry = run_lane(world, make, asked, dry_run=True)
+    assert dry.outcome.value == "ok", dry.errors
+    assert len(asked.hooks("runtime_prune")) == 1
+    plan = dry.plan.to_list()
+    planned = next(s for s in plan if s["name"] == "prune")
+    assert planned["argv"][-1] == "[--keep <kept sha>]...", "the dry-run plan shows the keep set's slot"
+    assert planned["status"] == "planned"
+    provider = Counting()
+    done = run_lane(world, make, provider, dry_run=False)
+    assert done.outcome.value == "ok", done.errors
+    prunes = provider.hooks("runtime_prune")
+    assert len(prunes) == 1, "asked once per run, when the plan is made"
+    assert is_list_slot(prunes[0].keep) and prunes[0].keep == "[<kept sha>]..."
+    keep = sorted(done.prune["keep"])
+    assert shas[2] in keep and shas[0] not in keep and done.prune["removed"] == [shas[0]]
+    ran = done.plan.to_list()
+    step = next(s for s in ran if s["name"] == "prune")
+    assert step["argv"][-2 * len(keep):] == [w for sha in keep for w in ("--keep", sha)], "the filled words"
+    assert not any("<" in w for w in step["argv"])
+    values = slot_values(plan, ran, names={"verify-active", "census", "prune", "verify"})
+    assert values["kept sha"] == keep
+
+
+class Unplaced(Counting):
+    """A prune hook that forgets the keep set (or hides it inside a word): never run."""
+
+    def __init__(self, argv) -> None:
+        super().__init__()
+        self.argv = argv
+
+    @hookimpl
+    def vq_admin_runtime_prune(self, request):
+        self.calls.append(("runtime_prune", request))
+        return ProviderCommand(argv=tuple(self.argv(request)))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (lambda r: ("/site/prune", "--program", r.program), "places the keep set 0 times"),
+    (lambda r: ("/site/prune", *r.keep_words("--keep"), *r.keep_words("-k")), "places the keep set 2 times"),
+    (lambda r: ("/site/prune", "--keep=" + r.keep), "whole argv word"),
+    (lambda r: ("/site/prune", *[w for sha in r.keep for w in ("--keep", sha)]), "list slot"),
+])
+def test_a_prune_command_that_does_not_carry_the_keep_set_once_is_refused(world, argv, message):
+    with Session(None) as session:  # asked while the lane is built, before anything is read or run
+        ctx = RunContext(world["config"], StateDir(world["state"]), session,
+                         Providers.from_plugins({"counting": Unplaced(argv)}), RunOptions(json=True, dry_run=True))
+        with pytest.raises(UsageError, match=message):
+            RuntimePrune(ctx, "cluster", "vibeqc", 1)

@@ -22,6 +22,7 @@ import threading
 
 import pytest
 
+from plan_match import slot_values
 from realhosts.procs import wait_until
 from support import AGENT, GitRepo, run_vq, write_config
 from test_allocation_real import World
@@ -125,6 +126,13 @@ def test_a_pending_allocation_build_shows_job_state_reason_elapsed_and_last_line
     assert len({re.search(r"(\d+:\d\d)$", ln).group(1) for ln in times}) >= 2, times
     argv = _deploy_argv(world)
     assert argv[argv.index("--progress") + 1] == "10"
+    # that argv is the dry run's, its progress slot filled with --progress 10 (and nothing else changed)
+    dry = run_vq("update", world.program, "cluster", "--expected-sha", world.sha, "--dry-run", "--json",
+                 config=world.config, state=world.state, timeout=300)
+    planned = next(s for s in dry.json()["steps"] if s["name"] == "deploy")
+    values = slot_values([planned], [{"name": "deploy", "status": "ok", "where": planned["where"], "argv": argv}],
+                         names={"deploy"})
+    assert values["progress"] == ["--progress", "10"] and values["attempt"].startswith("deploy.")
 
 
 @pytest.mark.real

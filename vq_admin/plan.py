@@ -6,6 +6,8 @@ values only known at run time as named :class:`Slot` markers, printed as
 ``<stage>``) and runs nothing.  :func:`execute` runs exactly the planned argv
 with its slots filled (``execute(step, transport, timeout=..., stage=path)``),
 refusing a slot left unfilled or a value for a slot the step does not hold,
+fills a list slot (zero or more whole words, printed ``[--keep <kept sha>]...``)
+with a list and refuses a list for a one-word slot or a string for a list slot,
 and records the filled argv, where it ran, its exit status and its duration
 into the same object.  Provider hooks are called once, when the plan is made;
 the slots they placed are filled here (see ``vq_admin_hookspecs.slots``).
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from vq_admin_hookspecs import ProviderCommand, Slot
 
@@ -78,6 +80,10 @@ class Plan:
         return [s.to_dict() for s in self.steps]
 
 
+#: What fills a slot: a string for a one-word slot, a list (or tuple) of strings for a list slot.
+SlotValue = Union[str, Sequence[str]]
+
+
 class SlotError(VqAdminError):
     """A step was asked to run with a slot left unfilled, or with a value for a slot it does not
     hold: a defect of vq-admin, refused before anything runs."""
@@ -92,54 +98,73 @@ def slots(step: Step) -> set[str]:
     return {w.name for w in [*step.planned_argv, *step.env.values()] if isinstance(w, Slot)}
 
 
-def offer(step: Step, **values: str) -> dict[str, str]:
+def offer(step: Step, **values: SlotValue) -> dict[str, SlotValue]:
     """The *values* whose slots *step* holds: for a step a provider built, which may not have
     placed every slot it was offered (a provider that ignores ``source_archive``)."""
     held = slots(step)
     return {name: value for name, value in values.items() if name in held}
 
 
-def fill(words: Sequence[str], values: Mapping[str, str]) -> list[str]:
-    """*words* with every slot filled from *values* (a missing value raises :class:`SlotError`)."""
+def fill(words: Sequence[str], values: Mapping[str, SlotValue]) -> list[str]:
+    """*words* with every slot filled from *values*: a one-word slot with a string, a list slot
+    with a list of strings (each its own word); a missing value, a list for a one-word slot or
+    anything but a list of strings for a list slot raises :class:`SlotError`."""
     filled: list[str] = []
     for word in words:
         if isinstance(word, Slot):
             if word.name not in values:
                 raise SlotError(f"the planned word {str(word)!r} has no value for its slot {word.name!r}; "
                                 "nothing was run")
-            filled.append(word.fill(str(values[word.name])))
+            value = values[word.name]
+            if word.many:
+                if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                    raise SlotError(f"the planned word {str(word)!r} is a list slot: its value {word.name!r} must be "
+                                    f"a list of strings, not {type(value).__name__}; nothing was run")
+                filled.extend(word.fill_words(list(value)))
+            elif isinstance(value, (list, tuple)):
+                raise SlotError(f"the planned word {str(word)!r} stands for one word: its value {word.name!r} must "
+                                f"be a string, not a {type(value).__name__}; nothing was run")
+            else:
+                filled.append(word.fill(str(value)))
         else:
             filled.append(str(word))
     return filled
 
 
-def filled(step: Step, **values: str) -> tuple[list[str], dict[str, str]]:
+def _fill_env(name: str, value: str, values: Mapping[str, SlotValue]) -> str:
+    if isinstance(value, Slot) and value.many:
+        raise SlotError(f"env {name}: the list slot {str(value)!r} is never an environment value; nothing was run")
+    return fill([value], values)[0]
+
+
+def filled(step: Step, **values: SlotValue) -> tuple[list[str], dict[str, str]]:
     """*step*'s planned argv and environment with its slots filled; every slot must get a value
     and every value must name a slot of the step (:class:`SlotError` otherwise)."""
     unknown = sorted(set(values) - slots(step))
     if unknown:
         raise SlotError(f"{step.name}: no slot {', '.join(unknown)} in the planned argv; nothing was run")
     argv = fill(step.planned_argv, values)
-    env = {name: fill([value], values)[0] for name, value in step.env.items()}
+    env = {name: _fill_env(name, value, values) for name, value in step.env.items()}
     return argv, env
 
 
-def fill_command(command: ProviderCommand, **values: str) -> ProviderCommand:
-    """A planned provider command with its slots filled (for steps that wrap it in an agent verb:
-    the allocation and detached deploys)."""
-    env = tuple((name, fill([value], values)[0]) for name, value in command.env)
+def fill_command(command: ProviderCommand, **values: SlotValue) -> ProviderCommand:
+    """A planned provider command with its slots filled (for what is said of it: the narration and
+    the result of the allocation and detached deploys, whose step fills its own planned argv)."""
+    env = tuple((name, _fill_env(name, value, values)) for name, value in command.env)
     return ProviderCommand(argv=tuple(fill(command.argv, values)), env=env)
 
 
 def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None, *, timeout: float,
             stdin: bytes | str | None = None, env: dict[str, str] | None = None,
-            watch: Callable[..., None] | None = None, values: Mapping[str, str] | None = None,
-            **slot_values: str) -> RunResult:
+            watch: Callable[..., None] | None = None, values: Mapping[str, SlotValue] | None = None,
+            **slot_values: SlotValue) -> RunResult:
     """Run *step* through *transport* and record the result in it.
 
     Without *argv*, what runs is exactly the planned argv (and environment) with its slots
-    filled from the keyword arguments (``stage=PATH``) and *values* (:func:`filled`; an
-    unfilled or unknown slot is refused before anything runs).  An explicit *argv* (with no
+    filled from the keyword arguments (``stage=PATH``, a list slot ``keep=[SHA, ...]``) and
+    *values* (:func:`filled`; an unfilled or unknown slot, or a value of the wrong kind, is
+    refused before anything runs).  An explicit *argv* (with no
     slot values) is the older form, kept for steps whose argv is built at run time."""
     values = {**(values or {}), **slot_values}
     if argv is None:

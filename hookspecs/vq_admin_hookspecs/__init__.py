@@ -21,7 +21,7 @@ from .records import (
     is_full_sha,
     parse_single_json_object,
 )
-from .slots import Slot, is_slot
+from .slots import Slot, is_list_slot, is_slot
 from .specs import HOOK_NAMES
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "parse_single_json_object",
     "HOOK_NAMES",
     "Slot",
+    "is_list_slot",
     "is_slot",
 ]
 __version__ = "1.0.0"

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .slots import is_slot
+from .slots import Slot, is_list_slot, is_slot
 
 #: A full git object name: 40 (SHA-1) or 64 (SHA-256) hex digits.
 FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
@@ -49,7 +49,8 @@ class ProviderCommand:
 
     vq-admin decides *where* it runs (build host, login host or inside a Slurm
     allocation), applies the profile's timeout and records its exit status.
-    ``env`` adds environment variables for that command only.
+    ``env`` adds environment variables for that command only.  A list slot
+    (:mod:`.slots`) is one whole ``argv`` word and never an ``env`` value.
     """
 
     argv: tuple[str, ...]
@@ -68,6 +69,9 @@ class ProviderCommand:
         for name, value in env:
             if not ENV_NAME_RE.match(name):
                 raise EvidenceError(f"ProviderCommand.env name {name!r} is not a valid variable name")
+            if is_list_slot(value):
+                raise EvidenceError(f"ProviderCommand.env[{name}] is the list slot {str.__str__(value)!r}: a list "
+                                    "slot is placed as one whole argv word, never in env")
             if "\0" in value or "\n" in value:
                 raise EvidenceError(f"ProviderCommand.env[{name}] holds a NUL or newline")
         object.__setattr__(self, "argv", argv)
@@ -141,14 +145,29 @@ class PruneRequest:
     LAST OK, LAST GOOD, the most recent verified ones and every SHA a queued,
     running, suspended or held Slurm job references), lower case, sorted, no
     duplicates.  The command runs on the scheduler login host.
+
+    vq-admin asks the hook once, when the plan is made, before the census
+    has found the jobs' SHAs: ``keep`` is then the **list slot**
+    ``[<kept sha>]...`` (see :mod:`.slots`), filled with the keep set when
+    the command runs.  Place it with :meth:`keep_words`
+    (``*request.keep_words("--keep")`` gives ``--keep SHA`` per kept SHA),
+    which also expands a plain tuple of SHAs (a provider's own tests, the
+    conformance kit's requests); never iterate ``keep``.
     """
 
     program: str
     host: str
-    keep: tuple[str, ...]
+    keep: "tuple[str, ...] | Slot"
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+        if is_slot(self.keep):
+            if not is_list_slot(self.keep):
+                raise EvidenceError("PruneRequest.keep is a one-word slot; the keep set is a list slot (many=True)")
+            return
+        if isinstance(self.keep, str):
+            raise EvidenceError("PruneRequest.keep is a string; give a tuple of full SHAs (or the list slot)")
         keep = tuple(sorted({str(s).lower() for s in self.keep}))
         for sha in keep:
             if not is_full_sha(sha):
@@ -156,7 +175,16 @@ class PruneRequest:
         if not keep:
             raise EvidenceError("PruneRequest.keep is empty: the active generation is always kept")
         object.__setattr__(self, "keep", keep)
-        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+
+    def keep_words(self, *before: str, prefix: str = "", suffix: str = "") -> tuple[str, ...]:
+        """The argv words that carry the keep set: for each kept SHA, *before* and then the SHA
+        inside *prefix*/*suffix* (``keep_words("--keep")``: ``--keep A --keep B``).
+
+        When ``keep`` is the list slot this is one word, ``keep.each(*before, ...)``, which
+        vq-admin fills at run time; place it as it is."""
+        if isinstance(self.keep, Slot):
+            return (self.keep.each(*before, prefix=prefix, suffix=suffix),)
+        return tuple(w for sha in self.keep for w in (*before, f"{prefix}{sha}{suffix}"))
 
 
 def _sha_list(data: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:

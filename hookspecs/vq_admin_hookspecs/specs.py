@@ -118,8 +118,13 @@ def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
     """Remove releases of ``request.program`` that are not in ``request.keep``
     (``vq admin prune``), on the scheduler login host.
 
-    :param request: the program, host, the keep set (full lower-case SHAs;
-        never empty) and the profile ``settings``.
+    :param request: the program, host, the keep set and the profile
+        ``settings``.  The hook is asked once, when the plan is made, before
+        the census: ``request.keep`` is then the list slot
+        ``[<kept sha>]...`` (:mod:`.slots`), filled with the keep set (full
+        lower-case SHAs; never empty) when the command runs.  Place it exactly
+        once with ``*request.keep_words("--keep")`` (``--keep SHA`` per kept
+        SHA); never iterate it.
     :returns: the command, or ``None`` when the provider cannot prune (the
         run then exits 2 naming ``prune_command``). Its stdout must be
         exactly one JSON object, the prune report, parsed by

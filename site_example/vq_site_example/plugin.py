@@ -94,5 +94,5 @@ def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand:
 def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand:
     """Remove full-SHA release directories outside ``request.keep`` (never current's target)."""
     command, root = _options(request)  # type: ignore[arg-type]
-    keep = [word for sha in request.keep for word in ("--keep", sha)]
+    keep = request.keep_words("--keep")  # the keep set's list slot, filled when the prune runs
     return ProviderCommand(argv=(command, "prune", "--root", root, "--program", request.program, *keep))

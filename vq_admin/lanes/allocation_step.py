@@ -7,7 +7,12 @@ login host by the scheduler-side helper::
         --timeout TIMEOUT_SECONDS [--sbatch-arg=ARG]... [--env NAME=VALUE]... -- PROVIDER ARGV...
 
 The driver chooses the attempt name, so it knows the log directory even if
-the connection drops before the agent says anything.  The agent creates the
+the connection drops before the agent says anything.  The plan holds this
+argv with slots for what only the run knows (:data:`ATTEMPT`, the stage in
+``--archive`` and in the provider's words, :data:`ARCHIVE_SHA256`, and the
+list slot :data:`PROGRESS`, ``[<progress>]...``, which a run on a terminal
+fills with ``--progress 10`` and any other run with nothing); the run fills
+exactly that argv (:meth:`AllocationDeploy.begin`), never builds another.  The agent creates the
 attempt fresh, submits ``sbatch --parsable --wait`` with the configured
 ``sbatch_args``, reports the job id the moment sbatch prints it, bounds the
 wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
@@ -32,17 +37,27 @@ import os
 import time
 from typing import Any, Callable
 
-from vq_admin_hookspecs import ProviderCommand
+from vq_admin_hookspecs import ProviderCommand, Slot
+from vq_admin_hookspecs.slots import place
 
 from .. import progress
 from ..agent import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
-from ..plan import Step
+from ..plan import SlotValue, Step, filled
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 from .runtime_step import RuntimeStep
+
+#: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
+ATTEMPT = Slot("attempt")
+#: The verified archive in this run's stage (the same slot the provider's words hold).
+ARCHIVE = Slot("stage", suffix="/source.tar")
+#: Its SHA-256, as the stage proved it (the staging steps fill the same slot).
+ARCHIVE_SHA256 = Slot("archive_sha256")
+#: The agent's progress option: ``--progress 10`` on a terminal, else no word at all.
+PROGRESS = Slot("progress", many=True)
 
 #: Seconds the driver allows beyond timeout_seconds for settle, retention and streaming.
 MARGIN = 180.0
@@ -55,6 +70,12 @@ REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path
 
 def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+
+
+def _placed(argv: list[str], command: ProviderCommand) -> list[str]:
+    """*argv* with the slots the provider placed in its env made slots again inside the agent's
+    ``--env NAME=VALUE`` words (the other slots are words of their own already)."""
+    return place(argv, [value for _, value in command.env if isinstance(value, Slot)])
 
 
 def _discard(sinks: dict[str, TranscriptSink]) -> None:
@@ -95,27 +116,34 @@ class AllocationDeploy(RuntimeStep):
         root = self.host.scratch_root or ""
         return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
-    def run_argv(self, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
-        """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder).
-
-        *live* (stderr is a terminal, not ``--json``) adds ``--progress 10``: the
-        agent then reports the job's state every 10 s for the live line.
-        """
+    def planned_argv(self, command: ProviderCommand) -> list[str]:
+        """The agent argv of the deploy step, with its slots (:data:`ATTEMPT`, :data:`ARCHIVE`,
+        :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is the planned provider command."""
         allocation = self.profile.update_allocation
         assert allocation is not None and self.host.scratch_root
         # the job runs only the archive that was staged and verified (by content, not by path)
-        source = self.source
-        return protocol.alloc_run(
-            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=attempt,
-            timeout=_seconds(self.profile.timeout_seconds), progress=str(progress.POLL_SECONDS) if live else None,
-            sbatch_args=allocation.sbatch_args, archive=f"{self.stage_dir or '<stage>'}/source.tar",
-            archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
-            env=command.env, command=command.argv)
+        return _placed(protocol.alloc_run(
+            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
+            timeout=_seconds(self.profile.timeout_seconds), progress=None, progress_words=[PROGRESS],
+            sbatch_args=allocation.sbatch_args, archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256,
+            env=command.env, command=command.argv), command)
+
+    def run_values(self, attempt: str, live: bool) -> dict[str, SlotValue]:
+        """What fills the deploy step's slots: the *attempt*, this run's stage and archive digest, and
+        (*live*: stderr is a terminal, not ``--json``) ``--progress 10``, so that the agent reports
+        the job's state every 10 s for the live line."""
+        values: dict[str, SlotValue] = {
+            "attempt": attempt, "progress": protocol.progress_option(str(progress.POLL_SECONDS) if live else None)}
+        if self.stage_dir is not None:
+            values["stage"] = self.stage_dir
+        if self.source is not None and self.source.archive_sha256:
+            values["archive_sha256"] = self.source.archive_sha256
+        return values  # a value missing here is refused by plan.filled before anything runs
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
         """Add the ``deploy`` step: the agent on the login host submits the batch job."""
         where = self.ctx.login(self.host).where
-        self.receipt.plan.add("deploy", where, self.run_argv(command, "<attempt>"),
+        self.receipt.plan.add("deploy", where, self.planned_argv(command),
                               f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
 
     def begin(self, command: ProviderCommand, how: str, head: dict[str, Any], tail: dict[str, Any],
@@ -125,7 +153,7 @@ class AllocationDeploy(RuntimeStep):
         Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
         receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
         chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
-        step, deadline, view, the agent argv of :meth:`run_argv`)."""
+        step, deadline, view, the step's planned argv with its slots filled from :meth:`run_values`)."""
         ctx, receipt = self.ctx, self.receipt
         if receipt.id is None:  # the transcript copy lives next to the receipt
             receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
@@ -135,7 +163,7 @@ class AllocationDeploy(RuntimeStep):
         step = receipt.plan.get("deploy")
         deadline = time.monotonic() + self.profile.timeout_seconds
         view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
-        argv = self.run_argv(command, attempt, live=view is not None)
+        argv, _ = filled(step, **self.run_values(attempt, live=view is not None))  # exactly the planned argv
         ctx.narrate(f"deploying {self.profile.program} {self.sha} {how}: "
                     f"{quote_argv(command.argv)} (transcripts in {directory})")
         return attempt, directory, step, deadline, view, argv

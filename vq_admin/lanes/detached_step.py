@@ -73,20 +73,19 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
     """The deploy step of a fixed-host build over ssh, detached; built from the step's inputs (it shares
     the allocation deploy's framed call, reconcile, transcript and unknown-outcome machinery)."""
 
-    def run_argv(self, command: ProviderCommand, attempt: str, live: bool = False) -> list[str]:
-        """The agent argv of the deploy step (``attempt`` may be the ``<attempt>`` placeholder)."""
+    def planned_argv(self, command: ProviderCommand) -> list[str]:
+        """The agent argv of the deploy step, with the allocation deploy's slots (the build runs only
+        the archive that was staged and verified, by content)."""
         assert self.host.scratch_root
-        source = self.source  # the build runs only the archive that was staged and verified (by content)
-        return protocol.detach_run(
-            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=attempt,
-            timeout=allocation_step._seconds(self.profile.timeout_seconds),
-            progress=str(progress.POLL_SECONDS) if live else None, archive=f"{self.stage_dir or '<stage>'}/source.tar",
-            archive_sha256=(source.archive_sha256 if source is not None else None) or "<archive_sha256>",
-            env=command.env, command=command.argv)
+        return allocation_step._placed(protocol.detach_run(
+            self.host.agent, root=self.host.scratch_root, program=self.profile.program,
+            attempt=allocation_step.ATTEMPT, timeout=allocation_step._seconds(self.profile.timeout_seconds),
+            progress=None, progress_words=[allocation_step.PROGRESS], archive=allocation_step.ARCHIVE,
+            archive_sha256=allocation_step.ARCHIVE_SHA256, env=command.env, command=command.argv), command)
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
         """Add the ``deploy`` step: the agent on the build host starts the build detached."""
-        self.receipt.plan.add("deploy", self.build_transport().where, self.run_argv(command, "<attempt>"),
+        self.receipt.plan.add("deploy", self.build_transport().where, self.planned_argv(command),
                               f"{purpose}, detached on the build host (it survives a dropped connection)")
 
     def deploy(self, command: ProviderCommand) -> RunResult:

@@ -14,9 +14,11 @@ One prune, in order (the same lane entry, lock and key as ``update``):
 4. the keep set, each SHA with its reasons: ``active``, ``last-ok``,
    ``last-good``, ``recent (i of N)`` (the N most recent distinct verified
    SHAs, from the history index) and ``job <id> (<state>)``;
-5. ``prune``: the provider's command on the login host with that keep set;
-   its stdout is the prune report (``PruneReport``), parsed strictly; a
-   removed SHA that was kept fails the run;
+5. ``prune``: the provider's command on the login host with that keep set
+   (asked once, when the plan is made: the keep set is the list slot
+   :data:`KEEP`, ``[<kept sha>]...``, filled here); its stdout is the prune
+   report (``PruneReport``), parsed strictly; a removed SHA that was kept
+   fails the run;
 6. every removed SHA is marked pruned in the registry of verified launchers
    (its launcher then refuses with reason ``pruned``);
 7. ``verify``: the active identity is proven again, and ``kept-readback-*``:
@@ -26,7 +28,7 @@ One prune, in order (the same lane entry, lock and key as ``update``):
 
 ``--dry-run`` runs the read-only steps 2 and 3, prints the keep set with its
 reasons and the registered generations that would be asked to go, and calls
-nothing.
+nothing; its plan shows the prune command with the keep set's slot.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import time
 from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest, Slot
+from vq_admin_hookspecs.slots import place, place_env
 
 from .. import authority, history, registry
 from ..agent import protocol
@@ -42,7 +45,7 @@ from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Outcome, Refused, UsageError
-from ..plan import Step, execute, mark_local
+from ..plan import Step, execute, filled, mark_local
 from ..plugins import ProviderError
 from ..receipt import Receipt
 from ..references import SQUEUE, CensusError, census
@@ -56,6 +59,9 @@ DEFAULT_KEEP = 3
 VERIFIED = ("ok", "already-current")
 #: The slot of the ``kept-readback`` step: each kept launcher, one step per launcher at run time.
 KEPT_LAUNCHER = Slot("launcher", label="each kept launcher")
+#: The keep set in the prune request: a list slot (one word per kept SHA, behind the provider's
+#: ``each`` words), filled with the census's keep set when the prune runs.
+KEEP = Slot("keep", label="kept sha", many=True)
 
 
 class RuntimePrune:
@@ -74,9 +80,9 @@ class RuntimePrune:
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
         last_ok = ctx.state.read_record("runtime", host_name, program, "last-ok") or {}
         sha = last_ok.get("sha") if isinstance(last_ok.get("sha"), str) else None
+        self._command: ProviderCommand | None = None
         try:
-            ctx.providers.runtime_prune(profile.provider, PruneRequest(program, host_name, (sha or "0" * 40,),
-                                                                       profile.settings()))
+            self.prune_command()
         except ProviderError as exc:
             raise UsageError(f"{where} has no prune operation: configure prune_command (or use a provider that "
                              f"implements vq_admin_runtime_prune); {exc.message}") from None
@@ -98,9 +104,25 @@ class RuntimePrune:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
                               where="login-host", settings=self.profile.settings())
 
-    def prune_command(self, keep: list[str]) -> ProviderCommand:
-        request = PruneRequest(self.profile.program, self.host.name, tuple(keep), self.profile.settings())
-        return self.ctx.providers.runtime_prune(self.profile.provider, request)
+    def prune_command(self) -> ProviderCommand:
+        """The provider's prune command, asked once per run when the plan is made, with the keep set
+        as the list slot :data:`KEEP`; it must place that slot exactly once, as a whole argv word
+        (a prune command that does not carry the keep set is refused: exit 2, nothing runs)."""
+        if self._command is None:
+            request = PruneRequest(self.profile.program, self.host.name, KEEP, self.profile.settings())
+            command = self.ctx.providers.runtime_prune(self.profile.provider, request)
+            try:
+                argv = tuple(place(command.argv, [KEEP]))
+                env = tuple(place_env(dict(command.env), [KEEP]).items())
+            except ValueError as exc:
+                raise UsageError(f"provider {self.profile.provider!r}: vq_admin_runtime_prune: {exc}") from None
+            placed = [w for w in argv if isinstance(w, Slot) and w.many and w.name == KEEP.name]
+            if len(placed) != 1:
+                raise UsageError(f"provider {self.profile.provider!r}: the command of vq_admin_runtime_prune "
+                                 f"places the keep set {len(placed)} times (it must carry it exactly once, "
+                                 f"e.g. request.keep_words('--keep')): {quote_argv(list(command.argv))}")
+            self._command = ProviderCommand(argv=argv, env=env)
+        return self._command
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -111,8 +133,9 @@ class RuntimePrune:
         self.pre = plan_verify(ctx, plan, "verify-active", self.host, p, self.request())
         plan.add("census", where, SQUEUE, "every queued, running, suspended or held job and the generations it "
                  "references (scontrol show job, scontrol write batch_script per job)")
-        planned = [w if w != self.sha else "<keep set>" for w in self.prune_command([self.sha]).argv]
-        plan.add("prune", where, planned, f"provider {p.provider}: remove releases outside the keep set")
+        command = self.prune_command()  # the keep set is the KEEP slot, filled in prune()
+        plan.add("prune", where, command.argv, f"provider {p.provider}: remove releases outside the keep set",
+                 dict(command.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request())
         plan.add("kept-readback", where, protocol.hash_file(self.host.agent, KEPT_LAUNCHER),
                  "every kept launcher still hashes to its attested SHA-256")
@@ -125,7 +148,7 @@ class RuntimePrune:
         return remote_paths.gather([
             *remote_paths.login_entries(self.ctx, self.host, p, self.request()),
             (self.ctx.login(self.host), key, remote_paths.profile_words(p, "prune_command",
-                                                                         self.prune_command([self.sha]).argv))])
+                                                                         self.prune_command().argv))])
 
     # -- the run ----------------------------------------------------------------------
 
@@ -202,8 +225,7 @@ class RuntimePrune:
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
-        self.prune_record()["would_remove"] = would
-        self.receipt.plan.get("prune").planned_argv = list(self.prune_command(sorted(self.keep)).argv)
+        self.prune_record()["would_remove"] = would  # the plan's prune step keeps its keep-set slot
         if not self.ctx.options.json:
             print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
         return conclude(self.ctx, self.receipt, Outcome.OK)
@@ -211,12 +233,11 @@ class RuntimePrune:
     def prune(self) -> Receipt:
         ctx, receipt = self.ctx, self.receipt
         keep = sorted(self.keep)
-        command = self.prune_command(keep)
         step = receipt.plan.get("prune")
-        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: "
-                    f"{quote_argv(list(command.argv))}")
-        result = execute(step, ctx.login(self.host), list(command.argv), timeout=self.profile.timeout_seconds,
-                         env=dict(command.env))
+        argv, _ = filled(step, keep=keep)
+        ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(argv)}")
+        # exactly the planned argv, its keep-set slot filled with this run's keep set
+        result = execute(step, ctx.login(self.host), timeout=self.profile.timeout_seconds, keep=keep)
         receipt.record_command(result, step.where)
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")

@@ -72,7 +72,7 @@ def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
     words = request.settings.get("prune_command")
     if not words:
         return None
-    keep = [word for sha in request.keep for word in ("--keep", sha)]
+    keep = request.keep_words("--keep")  # the keep set's list slot, filled when the prune runs
     return ProviderCommand(argv=(*words, "--program", request.program, *keep))
 
 
