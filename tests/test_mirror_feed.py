@@ -97,7 +97,7 @@ class Log:
     def __call__(self, name, transport, argv, env, timeout, **values):
         self.calls.append((name, fill(argv, values)))
         if name == "mirror-feed":
-            assert_unforced(argv)
+            assert_unforced(fill(argv, values))
         return plain_runner(name, transport, argv, env, timeout, **values)
 
     @property
@@ -440,11 +440,11 @@ class DroppedPush(Log):
             if self.push_first:
                 assert super().__call__(name, transport, argv, env, timeout, **values).ok
             else:
-                self.calls.append((name, list(argv)))
-            return RunResult(list(argv), "local", 128, b"", self.words.encode() + b"\n")
+                self.calls.append((name, fill(argv, values)))
+            return RunResult(fill(argv, values), "local", 128, b"", self.words.encode() + b"\n")
         if name == "mirror-confirm" and self.read_back_fails:
-            self.calls.append((name, list(argv)))
-            return RunResult(list(argv), "local", 128, b"", b"fatal: Could not read from remote repository.\n")
+            self.calls.append((name, fill(argv, values)))
+            return RunResult(fill(argv, values), "local", 128, b"", b"fatal: Could not read from remote repository.\n")
         return super().__call__(name, transport, argv, env, timeout, **values)
 
 

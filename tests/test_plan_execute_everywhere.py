@@ -28,8 +28,9 @@ from plan_match import slot_values
 from support import AGENT
 
 from vq_admin.agent import protocol
+from vq_admin.mirror_feed import LANE_LEFT
 from vq_admin.lanes import helper_readback, remote_paths
-from vq_admin.plan import EXPLICIT_ARGV_STEPS, Plan, SlotError, execute, execute_unwrapped
+from vq_admin.plan import Plan, SlotError, execute, execute_unwrapped
 from vq_admin.transport import RunResult
 from vq_admin_hookspecs import Slot
 
@@ -57,21 +58,21 @@ def planned_text(step) -> list[str]:
 # -- execute: the explicit argv ---------------------------------------------------------------
 
 
-def test_an_explicit_argv_is_refused_but_for_the_listed_steps():
+def test_an_explicit_argv_or_environment_is_refused_before_anything_runs():
     plan, double = Plan(), Double()
-    step = plan.add("check-commands", "login", ["/agent", "check-paths", "--", "/bin/x"], "check")
-    with pytest.raises(SlotError, match="explicit argv instead of the planned one"):
+    step = plan.add("check-commands", "login", ["/agent", "check-paths", "--", "/bin/x"], "check", {"LC_ALL": "C"})
+    with pytest.raises(SlotError, match="explicit argv or environment instead of the planned one"):
         execute(step, double, ["/agent", "check-paths", "--", "/bin/y"], timeout=5)
+    with pytest.raises(SlotError, match="explicit argv or environment"):
+        execute(step, double, timeout=5, env={"LC_ALL": "C", "EXTRA": "1"})
     assert double.ran == [] and step.status == "planned" and step.argv is None
-    assert EXPLICIT_ARGV_STEPS == {"prune", "mirror-feed"}
-    listed = plan.add("mirror-feed", "login", ["git", "push"], "push")
-    execute(listed, double, ["git", "push", "--", "url", "a:b"], timeout=5)
-    assert double.ran == [(["git", "push", "--", "url", "a:b"], None)]
+    execute(step, double, timeout=5)
+    assert double.ran == [(["/agent", "check-paths", "--", "/bin/x"], {"LC_ALL": "C"})]
 
 
 def explicit_argv_callers() -> dict[str, int]:
     """``{module path: calls}`` of ``execute(step, transport, ARGV, ...)`` (a third positional
-    argument, or ``argv=``) anywhere in ``vq_admin``."""
+    argument, ``argv=`` or ``env=``) anywhere in ``vq_admin``."""
     found: dict[str, int] = {}
     for path in sorted((ROOT / "vq_admin").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
@@ -79,15 +80,14 @@ def explicit_argv_callers() -> dict[str, int]:
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-            if name == "execute" and (len(node.args) > 2 or any(k.arg == "argv" for k in node.keywords)):
+            if name == "execute" and (len(node.args) > 2 or any(k.arg in ("argv", "env") for k in node.keywords)):
                 key = str(path.relative_to(ROOT))
                 found[key] = found.get(key, 0) + 1
     return found
 
 
-def test_only_the_listed_steps_pass_an_explicit_argv():
-    # prune's keep set and the mirror push's refspecs: both wait for a slot of several words
-    assert explicit_argv_callers() == {"vq_admin/lanes/prune.py": 1, "vq_admin/lanes/mirror_step.py": 1}
+def test_no_caller_passes_an_explicit_argv():
+    assert explicit_argv_callers() == {}
 
 
 # -- the command-file checks ------------------------------------------------------------------
@@ -221,7 +221,11 @@ def test_the_mirror_feed_and_the_preparer_run_their_planned_argv_and_env(tmp_pat
     refs = [r["ref"] for r in receipt["mirror"]["refs"]]
     assert values["ref"] == refs[-1], "one mirror-symrefs step, run once per ref: the last one is recorded"
     control = values.pop("ssh control dir")
+    assert values.pop("lane branch pair") == [f"{b}:refs/heads/release", f"{b}:refs/remotes/origin/release"]
     assert values == {"ref": refs[-1]} and Path(control).name.startswith("vqssh-")
+    push = by_name["mirror-feed"]["argv"]
+    assert push[push.index("--") + 2:push.index("--") + 4] == [f"{b}:refs/vq/pins/{b}", "[<lane branch pair>]..."]
+    assert receipt["mirror"]["push"]["argv"] == {s["name"]: s for s in receipt["steps"]}["mirror-feed"]["argv"]
     ssh = shlex.split({s["name"]: s for s in receipt["steps"]}["mirror-feed"]["env"]["GIT_SSH_COMMAND"])
     assert f"ControlPath={control}/%C" in ssh and ssh[:3] == ["ssh", "-F", str(real_sshd.ssh_config)]
     shown = subprocess.run(["git", "-C", str(site.mirror), "for-each-ref", "--format=%(refname)"],
@@ -238,3 +242,18 @@ def test_the_mirror_symref_read_is_planned_once_with_a_ref_slot():
     for bad in ("heads/x", "refs/heads/a b"):
         with pytest.raises(ValueError):
             mirror.symref_argv("/srv/git/m.git", bad)
+
+
+@pytest.mark.real
+def test_a_drifted_branch_pair_left_out_of_the_push_fills_its_list_slot_with_nothing(tmp_path, real_sshd):
+    site = Site(tmp_path, real_sshd, preparer_reads="pin")
+    d = site.driver
+    d.seed(site.mirror, f"{d.c}:refs/heads/release", f"{d.c}:refs/remotes/origin/release")
+    dry, plan = site.update(d.b, "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    result, receipt = site.update(d.b)
+    assert result.exit_code == 0, result.stderr
+    values = slot_values(plan["steps"], receipt["steps"], names=MIRROR_STEPS)
+    assert values["lane branch pair"] == [] and receipt["mirror"]["lane_branch"] == LANE_LEFT
+    pushed = {s["name"]: s for s in receipt["steps"]}["mirror-feed"]["argv"]
+    assert not any(w.endswith("/release") for w in pushed) and f"{d.b}:refs/vq/pins/{d.b}" in pushed

@@ -249,21 +249,48 @@ def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
     return ["git", "-C", repo, "ls-remote", "--refs", "--", mirror.url, *(r.ref for r in refs)]
 
 
+def refspec(obj: str, ref: str) -> str:
+    """``OBJECT:REF`` for a full object name and a full ref name of one word (never ``+``); else :class:`ValueError`."""
+    if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
+            or ref != ref.strip():
+        raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
+    return f"{obj}:{ref}"
+
+
 def push_argv(repo: str, url: str, refspecs: Sequence[tuple[str, str]]) -> list[str]:
     """The one push: atomic, porcelain, ``OBJECT:REF`` refspecs, no ``+``, no force, no tags or submodules followed.
 
     ``--no-verify`` keeps the driver checkout's own pre-push hook out of the feed.
     """
-    specs = []
-    for obj, ref in refspecs:
-        if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
-                or ref != ref.strip():
-            raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
-        specs.append(f"{obj}:{ref}")
+    specs = [refspec(obj, ref) for obj, ref in refspecs]
     if not specs:
         raise ValueError("a feed pushes at least the pin ref")
     return ["git", "-C", repo, "push", "--atomic", "--porcelain", "--no-follow-tags",
             "--no-recurse-submodules", "--no-verify", "--", url, *specs]
+
+
+#: The lane's branch pair in the planned push.  Only the mirror's read tells whether it is fed (two
+#: refspecs) or, when the preparer reads the pin and the pair has drifted, left out (none), so the
+#: plan holds this list slot and the push fills it (:func:`lane_pair_refspecs`).
+LANE_PAIR = Slot("lane_refspecs", label="lane branch pair", many=True)
+
+
+def push_template(repo: str, url: str, refs: Sequence[FeedRef]) -> list[str]:
+    """The planned push: the pin's and the tags' refspecs (a push happens only when every one of them
+    is fed) and, right after the pin's, :data:`LANE_PAIR` for the lane's branch pair; filled, the
+    words are :func:`push_argv`'s for the refs :func:`feed_refspecs` names, in the same order."""
+    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]
+    tags = [(r.requested, r.ref) for r in refs if r.kind not in ("pin", "branch")]
+    if len(pins) != 1:
+        raise ValueError("a feed pushes exactly one pin ref")
+    argv = push_argv(repo, url, pins + tags)
+    at = argv.index("--") + 3  # after the url and the pin's refspec
+    return [*argv[:at], LANE_PAIR, *argv[at:]]
+
+
+def lane_pair_refspecs(refs: Sequence[FeedRef]) -> list[str]:
+    """The words that fill :data:`LANE_PAIR`: the refspecs of the branch pair the push names."""
+    return [refspec(obj, ref) for obj, ref in feed_refspecs([r for r in refs if r.kind == "branch"])]
 
 
 def feed_refspecs(refs: Sequence[FeedRef]) -> list[tuple[str, str]]:

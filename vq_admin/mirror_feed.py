@@ -22,12 +22,12 @@ from dataclasses import replace
 from typing import Callable, Protocol
 
 from .mirror import (
-    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, full_ref, git_reason,
-    mirror_for, parse_ls_remote, parse_porcelain,
-    probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
+    LANE_PAIR, PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, full_ref, git_reason,
+    lane_pair_refspecs, mirror_for, parse_ls_remote, parse_porcelain,
+    probe_argv, probe_env, probe_refusal, push_template, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
-from .plan import fill
+from .plan import SlotValue, fill
 from .transport import LocalTransport, RunResult, Transport, quote_argv
 
 
@@ -36,7 +36,7 @@ class Runner(Protocol):
     *env* are the command as planned (slots included); the values fill its slots."""
 
     def __call__(self, name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
-                 **values: str) -> RunResult: ...
+                 **values: SlotValue) -> RunResult: ...
 
 #: git push --porcelain reasons that mean "the mirror is not where vq-admin read it": refused (77).
 MOVED_REASONS = ("non-fast-forward", "already exists", "fetch first", "stale info", "needs force")
@@ -46,7 +46,7 @@ LANE_NOT_FED = "not fed (refused)"
 
 
 def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
-                 **values: str) -> RunResult:
+                 **values: SlotValue) -> RunResult:
     """Run a feed command, its slots filled, without recording it anywhere."""
     filled_env = {key: fill([value], values)[0] for key, value in env.items()}
     return transport.run(fill(argv, values), timeout=timeout, env=filled_env or None)
@@ -116,8 +116,17 @@ class Feed:
         return read_argv(self.repo, self.mirror, self.refs)
 
     def push_command(self) -> list[str]:
-        """The push of every ref that is fed (all of the set until the read says otherwise)."""
-        return push_argv(self.repo, self.mirror.url, feed_refspecs(self.refs))
+        """The push as planned: every ref of the set, the lane's branch pair as the list slot
+        ``[<lane branch pair>]...`` (:func:`~vq_admin.mirror.push_template`), which :meth:`push_values`
+        fills once the read has decided."""
+        return push_template(self.repo, self.mirror.url, self.refs)
+
+    def push_values(self) -> dict[str, SlotValue]:
+        """The values the push runs with: the branch pair's refspecs when it is fed (none when it is
+        left drifted), and the run's ssh control directory."""
+        if any(not r.pushed and r.action != "planned" for r in self.refs if r.kind != "branch"):
+            raise VqAdminError("mirror-feed: a pin or tag ref that is not fed reached the push; nothing was pushed")
+        return {**self.git_values, LANE_PAIR.name: lane_pair_refspecs(self.refs)}
 
     # -- the feed ---------------------------------------------------------------------
 
@@ -184,9 +193,9 @@ class Feed:
 
     def push_refs(self) -> None:
         """The one atomic, unforced push; git's own refusal is the same refusal."""
-        argv = self.push_command()
-        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout, **self.git_values)
-        self.push = {"argv": argv, "exit_code": result.exit_code, "outcome": "pushed"}
+        argv, values = self.push_command(), self.push_values()
+        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout, **values)
+        self.push = {"argv": fill(argv, values), "exit_code": result.exit_code, "outcome": "pushed"}
         if result.ok:
             return
         lines = parse_porcelain(result.text())

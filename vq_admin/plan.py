@@ -164,25 +164,14 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
     Without *argv*, what runs is exactly the planned argv (and environment) with its slots
     filled from the keyword arguments (``stage=PATH``, a list slot ``keep=[SHA, ...]``) and
     *values* (:func:`filled`; an unfilled or unknown slot, or a value of the wrong kind, is
-    refused before anything runs).  An explicit *argv* (with no
-    slot values) is the older form, kept for steps whose argv is built at run time."""
-    values = {**(values or {}), **slot_values}
-    if argv is None:
-        argv, planned_env = filled(step, **values)
-        if env is None and step.env:
-            env = planned_env
-    elif values:
-        raise SlotError(f"{step.name}: slot values given with an explicit argv; nothing was run")
-    elif step.name not in EXPLICIT_ARGV_STEPS:
-        raise SlotError(f"{step.name}: an explicit argv instead of the planned one; nothing was run")
-    return _run(step, transport, argv, env, timeout=timeout, stdin=stdin, watch=watch)
-
-
-#: The steps still allowed to pass :func:`execute` an explicit argv built at run time (deprecated:
-#: their receipt argv is not their planned argv filled).  Any other step doing so is refused before
-#: anything runs.  ``prune``: its keep set; ``mirror-feed``: the refspecs the mirror's read left in.
-#: Both wait for a slot that stands for several words.
-EXPLICIT_ARGV_STEPS = frozenset({"prune", "mirror-feed"})
+    refused before anything runs).  An explicit *argv* or *env* (the older form, an argv built at
+    run time) is refused before anything runs: what runs is the plan."""
+    if argv is not None or env is not None:
+        raise SlotError(f"{step.name}: an explicit argv or environment instead of the planned one; "
+                        "nothing was run")
+    planned_argv, planned_env = filled(step, **{**(values or {}), **slot_values})
+    return _run(step, transport, planned_argv, planned_env if step.env else None, timeout=timeout, stdin=stdin,
+                watch=watch)
 
 
 def _run(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, str] | None, *, timeout: float,

@@ -7,7 +7,9 @@ pre-verify and before anything is staged:
 * ``mirror-symrefs`` (login host)  ``git -C MIRROR symbolic-ref -q <ref>``, run once for each ref of
   the set (any symbolic one refuses the feed, 77)
 * ``mirror-read``    (driver)      ``git -C SOURCE_REPO ls-remote --refs -- URL REFS...``
-* ``mirror-feed``    (driver)      ``git -C SOURCE_REPO push --atomic --porcelain ... -- URL OBJ:REF...``
+* ``mirror-feed``    (driver)      ``git -C SOURCE_REPO push --atomic --porcelain ... -- URL PIN:REF
+  [<lane branch pair>]... TAG:REF...`` (the list slot filled with the branch pair's refspecs, or nothing
+  when the pair is left drifted)
 * ``mirror-confirm`` (driver)      the same ls-remote, read back after the push
 * ``prepare``        (login host)  ``PREPARE_COMMAND... --source-ref REF --program P --expected-sha SHA``
   (only with ``prepare_command``)
@@ -29,7 +31,7 @@ from __future__ import annotations
 from ..mirror import FeedUnknown
 from ..mirror_feed import Feed, Runner
 from ..outcome import Interrupted, VqAdminError
-from ..plan import SlotError, execute, fill
+from ..plan import SlotError, SlotValue, execute
 from ..transport import RunResult, Transport, quote_argv
 from .runtime_step import RuntimeStep
 
@@ -119,11 +121,8 @@ class MirrorFeed(RuntimeStep):
     def _recorder(self) -> Runner:
         """A feed runner that runs each command as its plan step (slots filled) and records it there."""
         def run_step(name: str, transport: Transport, argv: list[str], env: dict[str, str],
-                     timeout: float, **values: str) -> RunResult:
+                     timeout: float, **values: SlotValue) -> RunResult:
             step = self.receipt.plan.get(name)
-            if name == "mirror-feed":  # TODO(words slot): the refspecs the read decided
-                return execute(step, transport, fill(argv, values), timeout=timeout,
-                               env={key: fill([value], values)[0] for key, value in env.items()})
             if step.planned_argv != argv or step.env != env:
                 raise SlotError(f"{name}: the mirror feed asked for a command that is not its planned step; "
                                 "nothing was run")
