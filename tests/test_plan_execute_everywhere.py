@@ -7,7 +7,7 @@ re-reads (:mod:`vq_admin.lanes.helper_readback`), ``provider install`` and
 its read-back, and the verify of a login host whose agent predates
 ``verify-readback``.  Each shows that what ran (the receipt's or the double's
 argv) is the planned argv with its slots filled (:mod:`plan_match`), and that
-an explicit argv is refused but for the steps still listed as building theirs.
+an explicit argv or environment is refused, with no caller left passing one.
 """
 
 from __future__ import annotations
