@@ -107,3 +107,22 @@ def test_porcelain_rejections_are_parsed_per_ref():
         "refs/heads/main": ("!", "[rejected] (non-fast-forward)"),
         "refs/tags/v1": ("!", "[rejected] (atomic push failed)"),
     }
+
+
+@settings(max_examples=300, deadline=None)
+@given(ref_sets(), urls, st.data())
+def test_the_planned_push_filled_is_the_push_of_the_refs_the_read_left_in(refs, url, data):
+    """The plan holds the push with the lane's branch pair as a list slot; filled after the read, it
+    is exactly push_argv of feed_refspecs (a push happens only when the pin and every tag are fed)."""
+    from vq_admin.plan import fill
+
+    for ref in refs:
+        if ref.kind != "branch":
+            ref.action = data.draw(st.sampled_from(["planned", "create", "unchanged"]))
+        elif ref.action == "refuse":
+            ref.action = "left-drifted"
+    template = mirror.push_template("/srv/src/vibeqc", url, refs)
+    assert mirror.LANE_PAIR in template and template.count(mirror.LANE_PAIR) == 1
+    filled = fill(template, {"lane_refspecs": mirror.lane_pair_refspecs(refs)})
+    assert filled == push_argv("/srv/src/vibeqc", url, feed_refspecs(refs))
+    check_unforced(filled, url, [f"{r.requested}:{r.ref}" for r in refs if r.pushed or r.action == "planned"])

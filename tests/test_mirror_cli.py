@@ -188,7 +188,9 @@ def test_dry_run_lists_the_feed_and_changes_nothing(tmp_path, real_sshd):
     assert result.exit_code == 0, result.stderr
     names = [s["name"] for s in plan["steps"]]
     assert names[names.index("mirror-probe"):names.index("source")] == MIRROR_STEPS + ["prepare"]
-    assert_unforced(steps(plan)["mirror-feed"]["argv"])
+    push = steps(plan)["mirror-feed"]["argv"]
+    assert push.count("[<lane branch pair>]...") == 1  # the list slot the mirror's read fills
+    assert_unforced([w for w in push if w != "[<lane branch pair>]..."])
     assert snapshot(site.mirror) == "" and site.prepared() is None
     assert not os.listdir(tmp_path / "scratch")
 

@@ -20,6 +20,7 @@ from support import GitRepo, git
 from vq_admin import mirror
 from vq_admin.mirror_feed import LANE_FED, LANE_LEFT, Feed, plain_runner
 from vq_admin.outcome import Refused
+from vq_admin.plan import fill
 from vq_admin.transport import Session
 
 pytestmark = pytest.mark.real
@@ -93,11 +94,11 @@ class Log:
     def __init__(self):
         self.calls: list[tuple[str, list[str]]] = []
 
-    def __call__(self, name, transport, argv, env, timeout):
-        self.calls.append((name, list(argv)))
+    def __call__(self, name, transport, argv, env, timeout, **values):
+        self.calls.append((name, fill(argv, values)))
         if name == "mirror-feed":
-            assert_unforced(argv)
-        return plain_runner(name, transport, argv, env, timeout)
+            assert_unforced(fill(argv, values))
+        return plain_runner(name, transport, argv, env, timeout, **values)
 
     @property
     def names(self) -> list[str]:
@@ -432,19 +433,19 @@ class DroppedPush(Log):
         super().__init__()
         self.push_first, self.read_back_fails, self.words = push_first, read_back_fails, words
 
-    def __call__(self, name, transport, argv, env, timeout):
+    def __call__(self, name, transport, argv, env, timeout, **values):
         from vq_admin.transport import RunResult
 
         if name == "mirror-feed":
             if self.push_first:
-                assert super().__call__(name, transport, argv, env, timeout).ok
+                assert super().__call__(name, transport, argv, env, timeout, **values).ok
             else:
-                self.calls.append((name, list(argv)))
-            return RunResult(list(argv), "local", 128, b"", self.words.encode() + b"\n")
+                self.calls.append((name, fill(argv, values)))
+            return RunResult(fill(argv, values), "local", 128, b"", self.words.encode() + b"\n")
         if name == "mirror-confirm" and self.read_back_fails:
-            self.calls.append((name, list(argv)))
-            return RunResult(list(argv), "local", 128, b"", b"fatal: Could not read from remote repository.\n")
-        return super().__call__(name, transport, argv, env, timeout)
+            self.calls.append((name, fill(argv, values)))
+            return RunResult(fill(argv, values), "local", 128, b"", b"fatal: Could not read from remote repository.\n")
+        return super().__call__(name, transport, argv, env, timeout, **values)
 
 
 def test_a_dropped_push_that_applied_is_settled_as_fed(session, bare, driver):

@@ -38,6 +38,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from vq_admin_hookspecs import Slot
+
 from .agent.failpoints import failpoint
 from .agent.identifiers import SHA_RE
 from .config import ConfigError
@@ -123,6 +125,32 @@ class Mirror:
     where: str                 # the login host (ssh destination, or "local")
     url: str                   # what git on the driver fetches from / pushes to
     git_env: Mapping[str, str] = field(default_factory=dict)
+    #: the values of the slots in ``git_env`` (the run's ssh control directory)
+    git_values: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The run's ssh control directory inside ``GIT_SSH_COMMAND``: each run (a dry run too) has its own
+#: (``/tmp/vqssh-<pid>-*``), so the plan holds this slot and a git step fills it when it runs.
+CONTROL_DIR = "ssh_control_dir"
+#: A control directory that can stand inside the single-quoted ControlPath word.
+CONTROL_DIR_RE = re.compile(r"\A/[^'\s\0]*\Z")
+
+
+def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
+    """``GIT_SSH_COMMAND`` for *transport*: :meth:`SshTransport.ssh_base` quoted for the shell git
+    hands it to, and the values of its slots.  With a control directory, its ``ControlPath`` word is
+    single-quoted and the directory in it is the :data:`CONTROL_DIR` slot."""
+    words = transport.ssh_base()
+    control = transport.control_dir
+    if not control:
+        return quote_argv(words), {}
+    if not CONTROL_DIR_RE.match(control):
+        raise VqAdminError(f"the ssh control directory {control!r} cannot be quoted into GIT_SSH_COMMAND")
+    at = words.index(f"ControlPath={control}/%C")
+    before, after = quote_argv(words[:at]), quote_argv(words[at + 1:])
+    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=",
+                   suffix=f"/%C'{' ' + after if after else ''}")
+    return command, {CONTROL_DIR: control}
 
 
 def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
@@ -130,7 +158,8 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
 
     Over ssh, git runs exactly :meth:`SshTransport.ssh_base` (``-F ssh_config``,
     BatchMode, keep-alives, the run's shared ControlMaster connection) through
-    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted) and
+    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted; the
+    run's control directory is a slot, :func:`git_ssh_command`) and
     the scp-form url ``DEST:PATH``.  A local host's url is the plain path.
     A destination git cannot put in that url (one with ``:``) is a
     configuration error naming *ssh_key* (exit 2).
@@ -144,8 +173,9 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
         raise ConfigError(ssh_key, f"{dest!r} contains ':' or '/', which git cannot use in the url of "
                                    "feed_source_mirror; give the host an alias in the ssh configuration")
     # LC_ALL=C: git's own words on a lost connection are read (mirror_feed.lost_mid_push)
-    env = {"GIT_SSH_COMMAND": quote_argv(transport.ssh_base()), "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
-    return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env)
+    command, values = git_ssh_command(transport)
+    env = {"GIT_SSH_COMMAND": command, "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
+    return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env, git_values=values)
 
 
 # -- the ref set ------------------------------------------------------------------
@@ -190,17 +220,28 @@ def probe_env(path: str) -> dict[str, str]:
     return {"GIT_CEILING_DIRECTORIES": posixpath.dirname(path.rstrip("/")) or "/", "LC_ALL": "C"}
 
 
-def symref_argv(path: str, ref: str) -> list[str]:
+#: The ref one ``mirror-symrefs`` read asks about: the step is planned once, with this slot, and
+#: runs once per ref of the set with the ref filled in.
+REF = Slot("ref")
+
+
+def full_ref(ref: str) -> str:
+    """*ref* when it is a full ref name of one word (``refs/...``); else :class:`ValueError`."""
+    if not ref.startswith("refs/") or len(ref.split()) != 1:
+        raise ValueError(f"not a full ref name: {ref!r}")
+    return ref
+
+
+def symref_argv(path: str, ref: str = REF) -> list[str]:
     """Read-only, on the login host: is *ref* a symbolic ref in the mirror (dangling ones included)?
 
     ``git symbolic-ref -q REF`` exits 0 printing the target when it is, 1 when
     it is not (or does not exist).  A push to a symbolic ref would update its
     target, a ref outside the set (``refs/heads/release -> refs/tags/stable``
-    moves the tag), so a feed refuses any.
+    moves the tag), so a feed refuses any.  *ref* is a full ref name or (the
+    planned step) the :data:`REF` slot.
     """
-    if not ref.startswith("refs/") or len(ref.split()) != 1:
-        raise ValueError(f"not a full ref name: {ref!r}")
-    return ["git", "-C", path, "symbolic-ref", "-q", ref]
+    return ["git", "-C", path, "symbolic-ref", "-q", ref if isinstance(ref, Slot) else full_ref(ref)]
 
 
 def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
@@ -208,21 +249,48 @@ def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
     return ["git", "-C", repo, "ls-remote", "--refs", "--", mirror.url, *(r.ref for r in refs)]
 
 
+def refspec(obj: str, ref: str) -> str:
+    """``OBJECT:REF`` for a full object name and a full ref name of one word (never ``+``); else :class:`ValueError`."""
+    if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
+            or ref != ref.strip():
+        raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
+    return f"{obj}:{ref}"
+
+
 def push_argv(repo: str, url: str, refspecs: Sequence[tuple[str, str]]) -> list[str]:
     """The one push: atomic, porcelain, ``OBJECT:REF`` refspecs, no ``+``, no force, no tags or submodules followed.
 
     ``--no-verify`` keeps the driver checkout's own pre-push hook out of the feed.
     """
-    specs = []
-    for obj, ref in refspecs:
-        if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
-                or ref != ref.strip():
-            raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
-        specs.append(f"{obj}:{ref}")
+    specs = [refspec(obj, ref) for obj, ref in refspecs]
     if not specs:
         raise ValueError("a feed pushes at least the pin ref")
     return ["git", "-C", repo, "push", "--atomic", "--porcelain", "--no-follow-tags",
             "--no-recurse-submodules", "--no-verify", "--", url, *specs]
+
+
+#: The lane's branch pair in the planned push.  Only the mirror's read tells whether it is fed (two
+#: refspecs) or, when the preparer reads the pin and the pair has drifted, left out (none), so the
+#: plan holds this list slot and the push fills it (:func:`lane_pair_refspecs`).
+LANE_PAIR = Slot("lane_refspecs", label="lane branch pair", many=True)
+
+
+def push_template(repo: str, url: str, refs: Sequence[FeedRef]) -> list[str]:
+    """The planned push: the pin's and the tags' refspecs (a push happens only when every one of them
+    is fed) and, right after the pin's, :data:`LANE_PAIR` for the lane's branch pair; filled, the
+    words are :func:`push_argv`'s for the refs :func:`feed_refspecs` names, in the same order."""
+    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]
+    tags = [(r.requested, r.ref) for r in refs if r.kind not in ("pin", "branch")]
+    if len(pins) != 1:
+        raise ValueError("a feed pushes exactly one pin ref")
+    argv = push_argv(repo, url, pins + tags)
+    at = argv.index("--") + 3  # after the url and the pin's refspec
+    return [*argv[:at], LANE_PAIR, *argv[at:]]
+
+
+def lane_pair_refspecs(refs: Sequence[FeedRef]) -> list[str]:
+    """The words that fill :data:`LANE_PAIR`: the refspecs of the branch pair the push names."""
+    return [refspec(obj, ref) for obj, ref in feed_refspecs([r for r in refs if r.kind == "branch"])]
 
 
 def feed_refspecs(refs: Sequence[FeedRef]) -> list[tuple[str, str]]:

@@ -2,7 +2,12 @@
 
 :class:`Feed` runs probe -> read -> (test hook) -> push -> confirm through a
 *runner*, so a lane can record each command as a plan step (real argv, exit
-status, seconds) while this module stays independent of lanes::
+status, seconds) while this module stays independent of lanes.  The runner
+gets each command as the plan shows it (:meth:`Feed.probe_command`,
+:meth:`Feed.symref_command`, :meth:`Feed.read_command`), slots included,
+and the values that fill them (``ref=...`` for each ``mirror-symrefs``
+read): a lane runs its planned step with those values
+(:func:`vq_admin.plan.execute`), :func:`plain_runner` fills and runs it::
 
     feed = Feed(login=transport, path="/srv/git/vibeqc.git", repo="/srv/src/vibeqc",
                 sha=sha, lane="release", preparer_reads="lane", program="vibeqc", host="cluster")
@@ -14,18 +19,25 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Protocol
 
 from .mirror import (
-    PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, feed_refspecs, git_reason, mirror_for,
-    parse_ls_remote, parse_porcelain,
-    probe_argv, probe_env, probe_refusal, push_argv, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
+    LANE_PAIR, PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, full_ref, git_reason,
+    lane_pair_refspecs, mirror_for, parse_ls_remote, parse_porcelain,
+    probe_argv, probe_env, probe_refusal, push_template, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
+from .plan import SlotValue, fill
 from .transport import LocalTransport, RunResult, Transport, quote_argv
 
-#: runner(step name, transport, argv, env, timeout) -> RunResult
-Runner = Callable[[str, Transport, list[str], dict[str, str], float], RunResult]
+
+class Runner(Protocol):
+    """``runner(step name, transport, argv, env, timeout, **slot values) -> RunResult``: *argv* and
+    *env* are the command as planned (slots included); the values fill its slots."""
+
+    def __call__(self, name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
+                 **values: SlotValue) -> RunResult: ...
+
 #: git push --porcelain reasons that mean "the mirror is not where vq-admin read it": refused (77).
 MOVED_REASONS = ("non-fast-forward", "already exists", "fetch first", "stale info", "needs force")
 LANE_FED = "fed"
@@ -33,9 +45,11 @@ LANE_LEFT = "left drifted (preparer reads the pin)"
 LANE_NOT_FED = "not fed (refused)"
 
 
-def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float) -> RunResult:
-    """Run a feed command without recording it anywhere."""
-    return transport.run(argv, timeout=timeout, env=env or None)
+def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
+                 **values: SlotValue) -> RunResult:
+    """Run a feed command, its slots filled, without recording it anywhere."""
+    filled_env = {key: fill([value], values)[0] for key, value in env.items()}
+    return transport.run(fill(argv, values), timeout=timeout, env=filled_env or None)
 
 
 #: git's words (LC_ALL=C) for a connection lost after the push began talking to the mirror.
@@ -82,21 +96,37 @@ class Feed:
 
     @property
     def git_env(self) -> dict[str, str]:
+        """The environment of every git command on the driver, as planned (its slots: :attr:`git_values`)."""
         return dict(self.mirror.git_env)
+
+    @property
+    def git_values(self) -> dict[str, str]:
+        """The values that fill :attr:`git_env` when a git command runs (the run's ssh control directory)."""
+        return dict(self.mirror.git_values)
 
     def probe_command(self) -> tuple[list[str], dict[str, str]]:
         return probe_argv(self.mirror.path), probe_env(self.mirror.path)
 
-    def symref_commands(self) -> list[list[str]]:
-        """One read-only ``git symbolic-ref -q REF`` per ref of the set, on the login host."""
-        return [symref_argv(self.mirror.path, r.ref) for r in self.refs]
+    def symref_command(self) -> tuple[list[str], dict[str, str]]:
+        """The read-only ``git symbolic-ref -q <ref>`` on the login host, run once per ref of the set
+        (the ``ref`` slot filled with each)."""
+        return symref_argv(self.mirror.path), probe_env(self.mirror.path)
 
     def read_command(self) -> list[str]:
         return read_argv(self.repo, self.mirror, self.refs)
 
     def push_command(self) -> list[str]:
-        """The push of every ref that is fed (all of the set until the read says otherwise)."""
-        return push_argv(self.repo, self.mirror.url, feed_refspecs(self.refs))
+        """The push as planned: every ref of the set, the lane's branch pair as the list slot
+        ``[<lane branch pair>]...`` (:func:`~vq_admin.mirror.push_template`), which :meth:`push_values`
+        fills once the read has decided."""
+        return push_template(self.repo, self.mirror.url, self.refs)
+
+    def push_values(self) -> dict[str, SlotValue]:
+        """The values the push runs with: the branch pair's refspecs when it is fed (none when it is
+        left drifted), and the run's ssh control directory."""
+        if any(not r.pushed and r.action != "planned" for r in self.refs if r.kind != "branch"):
+            raise VqAdminError("mirror-feed: a pin or tag ref that is not fed reached the push; nothing was pushed")
+        return {**self.git_values, LANE_PAIR.name: lane_pair_refspecs(self.refs)}
 
     # -- the feed ---------------------------------------------------------------------
 
@@ -122,8 +152,9 @@ class Feed:
     def no_symrefs(self) -> None:
         """Refuse (77) when any ref of the set is a symbolic ref on the mirror, dangling or not."""
         found = []
-        for ref, argv in zip(self.refs, self.symref_commands(), strict=True):
-            result = self.run("mirror-symrefs", self.login, argv, probe_env(self.mirror.path), 120.0)
+        argv, env = self.symref_command()
+        for ref in self.refs:
+            result = self.run("mirror-symrefs", self.login, argv, env, 120.0, ref=full_ref(ref.ref))
             if result.interrupted or result.exit_code not in (0, 1):
                 raise VqAdminError(f"mirror-symrefs: cannot tell whether {ref.ref} is a symbolic ref in "
                                    f"{self.mirror.path} ({result.describe()}: {result.error_text()[-300:]}); "
@@ -162,9 +193,9 @@ class Feed:
 
     def push_refs(self) -> None:
         """The one atomic, unforced push; git's own refusal is the same refusal."""
-        argv = self.push_command()
-        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout)
-        self.push = {"argv": argv, "exit_code": result.exit_code, "outcome": "pushed"}
+        argv, values = self.push_command(), self.push_values()
+        result = self.run("mirror-feed", self.local, argv, self.git_env, self.timeout, **values)
+        self.push = {"argv": fill(argv, values), "exit_code": result.exit_code, "outcome": "pushed"}
         if result.ok:
             return
         lines = parse_porcelain(result.text())
@@ -216,7 +247,7 @@ class Feed:
     # -- helpers ------------------------------------------------------------------------
 
     def _read(self, step: str) -> dict[str, str] | None:
-        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0)
+        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0, **self.git_values)
         return parse_ls_remote(result.text(), [r.ref for r in self.refs]) if result.ok else None
 
     def _nothing_changed(self, lane_branch: str, outcome: str) -> None:

@@ -164,15 +164,20 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
     Without *argv*, what runs is exactly the planned argv (and environment) with its slots
     filled from the keyword arguments (``stage=PATH``, a list slot ``keep=[SHA, ...]``) and
     *values* (:func:`filled`; an unfilled or unknown slot, or a value of the wrong kind, is
-    refused before anything runs).  An explicit *argv* (with no
-    slot values) is the older form, kept for steps whose argv is built at run time."""
-    values = {**(values or {}), **slot_values}
-    if argv is None:
-        argv, planned_env = filled(step, **values)
-        if env is None and step.env:
-            env = planned_env
-    elif values:
-        raise SlotError(f"{step.name}: slot values given with an explicit argv; nothing was run")
+    refused before anything runs).  An explicit *argv* or *env* (the older form, an argv built at
+    run time) is refused before anything runs: what runs is the plan."""
+    if argv is not None or env is not None:
+        raise SlotError(f"{step.name}: an explicit argv or environment instead of the planned one; "
+                        "nothing was run")
+    planned_argv, planned_env = filled(step, **{**(values or {}), **slot_values})
+    return _run(step, transport, planned_argv, planned_env if step.env else None, timeout=timeout, stdin=stdin,
+                watch=watch)
+
+
+def _run(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, str] | None, *, timeout: float,
+         stdin: bytes | str | None, watch: Callable[..., None] | None) -> RunResult:
+    """Run *argv* (with *env*) as *step* and record it there: the step's failpoints, the driver's
+    own check of a local command, the transport's run."""
     failpoint("step-before", step.name)
     step.argv = [str(a) for a in argv]
     if env is not None:
@@ -217,3 +222,24 @@ def mark_local(step: Step, ok: bool, started: float, detail: str | None = None) 
     step.seconds = time.monotonic() - started
     step.detail = detail
     failpoint("step-after", step.name)
+
+
+def execute_unwrapped(step: Step, transport: Transport, agent: Sequence[str], *, timeout: float,
+                      reason: str, **values: str) -> RunResult:
+    """Run the command *step*'s planned agent call wraps, without the agent: for an agent that
+    predates the planned verb.
+
+    *step* is planned as ``AGENT VERB -- COMMAND...`` (:func:`vq_admin.agent.protocol.command_words`);
+    what runs is exactly the planned ``COMMAND...`` words, slots filled from *values*, with the
+    planned environment: a part of the plan, never an argv built at run time.  The step's detail
+    says it ran without its agent, and *reason*."""
+    planned = list(step.planned_argv)
+    at = len(agent)
+    if planned[:at] != list(agent) or len(planned) < at + 3 or planned[at + 1] != "--":
+        raise SlotError(f"{step.name}: its planned argv is not an agent call wrapping a command; nothing was run")
+    unwrapped = Step(step.name, step.where, planned[at + 2:], step.purpose, dict(step.env))
+    argv, env = filled(unwrapped, **values)
+    result = _run(step, transport, argv, env if step.env else None, timeout=timeout, stdin=None, watch=None)
+    note = f"ran without its agent ({reason})"
+    step.detail = f"{note}; {step.detail}" if step.detail else note
+    return result

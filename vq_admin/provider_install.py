@@ -21,7 +21,10 @@ independently of every product archive:
   command arguments stay exactly as they are.
 
 An interrupted transport is resolved by reading the destination's hash back:
-the new hash proves the install, anything else is ``unknown`` (3).
+the new hash proves the install, anything else is ``unknown`` (3).  Both
+calls are steps of the run's plan, run as planned (:func:`vq_admin.plan.execute`):
+``install-file``, and ``install-readback`` (``hash-file DEST``), run only when
+the install did not end ok and skipped otherwise.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .config import Config, HostConfig, load_config
 from .envelope import write
 from .outcome import Outcome, Refused, UsageError
 from .output import safe_text
-from .plan import Step
+from .plan import Plan, Step, execute
 from .receipt import Receipt
 from .state import StateDir, utc_now
 from .transport import RunResult, Session, Transport, quote_argv
@@ -49,6 +52,11 @@ MAX_SOURCE_BYTES = 16 << 20
 ROLES = ("managed", "helper-only")
 IDENTITY_MARKERS = ("SOURCE-SHA", "SOURCE-TREE-SHA256", "ARCHIVE-SHA256", ".vq-admin-source.json")
 AGENT_UNSAFE = 4
+#: Seconds the install and its read-back may take.
+INSTALL_TIMEOUT = 300.0
+READBACK_TIMEOUT = 120.0
+#: The read-back step's name.
+READBACK = "install-readback"
 
 
 def own_checkout() -> str:
@@ -167,17 +175,19 @@ def run(args: argparse.Namespace) -> int:
         install["where"] = transport.where
         step = receipt.plan.add("install-file", transport.where, argv,
                                 f"install {install['src']} as {dest} (temp file, fsync, rename)")
+        receipt.plan.add(READBACK, transport.where, protocol.hash_file(host.agent, dest),
+                         f"only when install-file did not end ok: the SHA-256 {dest} holds, read back")
         if args.dry_run:
             install["transport_argv"] = transport.describe_argv(argv)
             _report(args, receipt.plan_dict(), True,
                     [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
                      f"  {quote_argv(argv)} < {args.src}"])
             return 0
-        from .permissions import refuse_if_unsafe
-
-        refuse_if_unsafe(transport, argv, step.name)
-        result = transport.run(argv, timeout=300, stdin=data)
+        result = execute(step, transport, timeout=INSTALL_TIMEOUT, stdin=data)
         outcome = _judge(receipt, step, result, transport, host, dest)
+    for planned in receipt.plan.steps:
+        if planned.status == "planned":
+            planned.status = "skipped"
     receipt.id = state.new_receipt_id("provider", host.name, None)
     document = receipt.finish(outcome, utc_now()).to_dict()
     path = state.store_receipt(receipt.id, document)
@@ -193,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
 def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport, host: HostConfig,
            dest: str) -> Outcome:
     install = receipt.install if receipt.install is not None else {}
-    step.argv, step.exit_code, step.seconds = list(result.argv), result.exit_code, result.seconds
-    step.status = "ok" if result.ok else "interrupted" if result.interrupted else "failed"
-    if not result.ok:
+    if not result.ok:  # the agent's own words, at length (the plan's record keeps the last three lines)
         step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     if result.ok:
         try:
@@ -212,7 +220,7 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
             receipt.errors.append(f"the host reports {answer.get('new_sha256')}, SRC is {install['src_sha256']}")
             return Outcome.FAILED
         return Outcome.OK
-    held = _hash_back(transport, host, dest)
+    held = _hash_back(receipt.plan, transport)
     receipt.readback = {"read": f"{protocol.HASH_FILE} {dest} on {transport.where}", "dest_sha256": held}
     if result.interrupted:
         receipt.errors.append(f"install-file: {result.describe()}")
@@ -232,8 +240,9 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
     return Outcome.REFUSED if result.exit_code == AGENT_UNSAFE else Outcome.FAILED
 
 
-def _hash_back(transport: Transport, host: HostConfig, dest: str) -> str | None:
-    result = transport.run(protocol.hash_file(host.agent, dest), timeout=120)
+def _hash_back(plan: Plan, transport: Transport) -> str | None:
+    """Run the planned ``install-readback`` step; the SHA-256 the destination holds, if it answered one."""
+    result = execute(plan.get(READBACK), transport, timeout=READBACK_TIMEOUT)
     try:
         return protocol.parse_hash_file(result.stdout).sha256
     except protocol.ProtocolError:

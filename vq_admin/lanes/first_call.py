@@ -64,9 +64,9 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     pre_verify, pre_readback = update.pre
     check_index, check_words = _login_check(update)
     request: dict[str, Any] = {"lease": _lease_request(lease)}
-    if check_words is not None:
-        request["check_paths"] = protocol.command_words(remote_paths.check_argv(update.host.agent, check_words),
-                                                        update.host.agent)
+    if check_words is not None:  # the planned check-commands step's words, run by the session
+        check_step = update.receipt.plan.get(remote_paths.step_name(check_index))
+        request["check_paths"] = protocol.command_words(check_step.planned_argv, update.host.agent)
     verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
@@ -110,7 +110,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
     found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
-                         verify_argv, update.profile.verify_timeout_seconds)
+                         update.profile.verify_timeout_seconds)
     failpoint("step-after", pre_verify.name)
     return found
 

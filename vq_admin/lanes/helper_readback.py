@@ -100,8 +100,8 @@ def compare(identity: HelperIdentity, sha: str, tree: str) -> list[str]:
 
 
 def read_identity(ctx: RunContext, host: HostConfig, step: Step, sha: str | None, tree: str | None) -> IdentityRead:
-    """Run *step* (the identity argv) on the login host and judge the answer."""
-    result = execute(step, ctx.login(host), identity_argv(host), timeout=IDENTITY_TIMEOUT)
+    """Run *step* (its planned identity argv, :func:`identity_argv`) on the login host and judge the answer."""
+    result = execute(step, ctx.login(host), timeout=IDENTITY_TIMEOUT)
     return judge_identity(step, result, sha, tree)
 
 

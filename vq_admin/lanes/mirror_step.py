@@ -4,10 +4,12 @@ With ``feed_source_mirror`` set, the plan gains, after the read-only
 pre-verify and before anything is staged:
 
 * ``mirror-probe``   (login host)  ``git -C MIRROR rev-parse --is-bare-repository``
-* ``mirror-symrefs`` (login host)  ``git -C MIRROR symbolic-ref -q REF`` for each ref of the set
-  (any symbolic one refuses the feed, 77)
+* ``mirror-symrefs`` (login host)  ``git -C MIRROR symbolic-ref -q <ref>``, run once for each ref of
+  the set (any symbolic one refuses the feed, 77)
 * ``mirror-read``    (driver)      ``git -C SOURCE_REPO ls-remote --refs -- URL REFS...``
-* ``mirror-feed``    (driver)      ``git -C SOURCE_REPO push --atomic --porcelain ... -- URL OBJ:REF...``
+* ``mirror-feed``    (driver)      ``git -C SOURCE_REPO push --atomic --porcelain ... -- URL PIN:REF
+  [<lane branch pair>]... TAG:REF...`` (the list slot filled with the branch pair's refspecs, or nothing
+  when the pair is left drifted)
 * ``mirror-confirm`` (driver)      the same ls-remote, read back after the push
 * ``prepare``        (login host)  ``PREPARE_COMMAND... --source-ref REF --program P --expected-sha SHA``
   (only with ``prepare_command``)
@@ -16,16 +18,20 @@ pre-verify and before anything is staged:
 default) and ``refs/vq/pins/<sha>`` with ``"pin"``.  A refusal of the feed
 (77), a failed feed or preparer (1) and an unresolved push or an
 interrupted preparer (3) end the run before anything is staged.
+
+Every step runs its planned argv and environment (the mirror's git
+environment is part of the steps that run git on the driver), slots filled
+(:func:`vq_admin.plan.execute`): the feed hands its runner the command as
+it planned it, and a command that is not its step's plan is a defect,
+refused before it runs.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
-from ..mirror import FeedUnknown, probe_env
-from ..mirror_feed import Feed
+from ..mirror import FeedUnknown
+from ..mirror_feed import Feed, Runner
 from ..outcome import Interrupted, VqAdminError
-from ..plan import execute
+from ..plan import SlotError, SlotValue, execute
 from ..transport import RunResult, Transport, quote_argv
 from .runtime_step import RuntimeStep
 
@@ -57,9 +63,10 @@ class MirrorFeed(RuntimeStep):
         argv, env = feed.probe_command()
         steps.add("mirror-probe", login.where, argv,
                   f"read-only: {p.feed_source_mirror} must already be a bare repository on {where}", env)
-        steps.add("mirror-symrefs", login.where, feed.symref_commands()[0],
+        argv, env = feed.symref_command()
+        steps.add("mirror-symrefs", login.where, argv,
                   "read-only, once per ref of the set: none of them may be a symbolic ref on the mirror ("
-                  + ", ".join(r.ref for r in feed.refs) + ")", probe_env(p.feed_source_mirror))
+                  + ", ".join(r.ref for r in feed.refs) + ")", env)
         steps.add("mirror-read", "local", feed.read_command(),
                   "read the mirror's values of exactly the pin ref, the lane's branch pair and the tags at the pin",
                   feed.git_env)
@@ -111,12 +118,15 @@ class MirrorFeed(RuntimeStep):
         if self.receipt.plan.has("prepare"):
             self._prepare(feed)
 
-    def _recorder(self) -> Callable[[str, Transport, list[str], dict[str, str], float], RunResult]:
-        """A feed runner that records every command into its plan step."""
+    def _recorder(self) -> Runner:
+        """A feed runner that runs each command as its plan step (slots filled) and records it there."""
         def run_step(name: str, transport: Transport, argv: list[str], env: dict[str, str],
-                     timeout: float) -> RunResult:
+                     timeout: float, **values: SlotValue) -> RunResult:
             step = self.receipt.plan.get(name)
-            result = execute(step, transport, argv, timeout=timeout, env=env)
+            if step.planned_argv != argv or step.env != env:
+                raise SlotError(f"{name}: the mirror feed asked for a command that is not its planned step; "
+                                "nothing was run")
+            result = execute(step, transport, timeout=timeout, values=values)
             if name == "mirror-symrefs" and result.interrupted is None and result.exit_code == 1:
                 step.status, step.detail = "ok", None  # git symbolic-ref -q: 1 is "not a symbolic ref", the good answer
             return result
@@ -134,9 +144,8 @@ class MirrorFeed(RuntimeStep):
     def _prepare(self, feed: Feed) -> None:
         """The site preparer, on the login host, reading exactly ``feed.source_ref``."""
         step = self.receipt.plan.get("prepare")
-        argv = self.prepare_argv(feed.source_ref)
-        self.ctx.narrate(f"preparing on {step.where}: {quote_argv(argv)}")
-        result = execute(step, self.login(), argv, timeout=self.profile.timeout_seconds)
+        self.ctx.narrate(f"preparing on {step.where}: {quote_argv(step.planned_argv)}")
+        result = execute(step, self.login(), timeout=self.profile.timeout_seconds)  # prepare_argv(feed.source_ref)
         if result.interrupted:
             self.receipt.readback = {
                 "read": (f"the mirror feed was confirmed by read-back; the preparer's end could not be read "

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn, Sequence, Tuple
 
 from ..agent import protocol
 from ..outcome import Refused, VqAdminError
-from ..plan import Plan, execute
+from ..plan import Plan, SlotError, execute
 from ..transport import SshTransport, Transport
 
 if TYPE_CHECKING:
@@ -152,12 +152,17 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
                done: str | None = None) -> None:
     """Run the steps :func:`plan_places` added; :class:`Refused` (77) naming the key, the path,
     its owner and mode and the fix when a host fails them (nothing has run there then).
-    *done* names a host whose check already ran (it is skipped)."""
+    *done* names a host whose check already ran (it is skipped).  What runs is each step's planned
+    argv; *places* only name the configuration keys of a refused path, so a step planned for other
+    words than its place's is a defect, refused before anything runs."""
     for index, (transport, words) in enumerate(places):
         if transport.where == done:
             continue
         step = steps.get(step_name(index))
-        result = execute(step, transport, check_argv(agent, words), timeout=CHECK_TIMEOUT)
+        if step.where != transport.where or step.planned_argv != check_argv(agent, words):
+            raise SlotError(f"{step.name}: the planned check is not the check of {transport.where}'s command "
+                            "files; nothing was run")
+        result = execute(step, transport, timeout=CHECK_TIMEOUT)
         if result.ok:
             continue
         if result.interrupted:

@@ -16,7 +16,7 @@ from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
+from ..plan import Plan, Step, execute, execute_unwrapped, fill, refuse_unsafe_command
 from ..transport import RunResult, Transport
 
 
@@ -85,11 +85,11 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, timeout=timeout)
-    return judge_verify(login, host, request, verify_step, readback_step, result, verify_argv, timeout)
+    return judge_verify(login, host, request, verify_step, readback_step, result, timeout)
 
 
 def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                 readback_step: Step, result: RunResult, verify_argv: list[str], timeout: float) -> Verification:
+                 readback_step: Step, result: RunResult, timeout: float) -> Verification:
     """The verify-readback answer in *result* (run by :func:`run_verify`, or inside the run's first
     agent call, :mod:`.first_call`), judged into a :class:`Verification`."""
     found = Verification(step=verify_step.name)
@@ -98,7 +98,7 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
         readback_step.status = "skipped"
         return found
     if _agent_lacks_verb(result):  # an older helper on the login host: the verify, then hash-file
-        return _run_verify_two_calls(login, host, request, verify_step, readback_step, verify_argv, timeout)
+        return _run_verify_two_calls(login, host, request, verify_step, readback_step, timeout)
     answer, problem = _parse_answer(result)
     if problem is not None:
         verify_step.status, verify_step.detail = "failed", problem
@@ -177,9 +177,11 @@ def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
 
 
 def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                          readback_step: Step, verify_argv: list[str], timeout: float) -> Verification:
-    """The verify and the read-back as two calls (an agent without ``verify-readback``)."""
-    result = execute(verify_step, login, verify_argv, timeout=timeout)
+                          readback_step: Step, timeout: float) -> Verification:
+    """The verify and the read-back as two calls (an agent without ``verify-readback``): the verify
+    step's planned command without its agent, then the read-back step as planned."""
+    result = execute_unwrapped(verify_step, login, host.agent, timeout=timeout,
+                               reason=f"the agent on {login.where} predates {VERIFY_READBACK}")
     found = Verification(step=verify_step.name)
     if result.interrupted:
         found.interrupted, found.error = True, result.describe()
