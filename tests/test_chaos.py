@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from realhosts.procs import descendants, wait_until
-from support import AGENT, SITE_EXAMPLE, GitRepo, write_config
+from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, write_config
 
 pytestmark = pytest.mark.real
 
@@ -111,7 +111,7 @@ class World:
         self._script("verify-wrapper", f"#!/bin/sh\n{before}\nexec {SITE_EXAMPLE} verify --root {self.root} \"$@\"\n")
 
     def argv(self, sha: str | None = None) -> list[str]:
-        return [sys.executable, "-m", "vq_admin.cli", "update", self.program, "cluster", "--expected-sha",
+        return [VQ_ADMIN, "update", self.program, "cluster", "--expected-sha",
                 sha or self.sha, "--json"]
 
     def env(self) -> dict[str, str]:
