@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from realhosts import remote_path
+from realhosts import SshdServer, remote_path
 from realhosts.procs import descendants, kill_pids, wait_until
 
 pytestmark = pytest.mark.real
@@ -51,7 +51,7 @@ def test_remote_path_has_this_interpreters_scripts(real_sshd):
     assert os.path.dirname(sys.executable) in done.stdout.strip().split(":")
 
 
-def test_remote_sessions_see_the_fixtures_path_not_the_accounts_bashrc(real_sshd):
+def test_remote_sessions_see_the_fixtures_path_not_the_accounts_bashrc(real_sshd: SshdServer) -> None:
     """The session's PATH is exactly :func:`remote_path` (``~/.bashrc`` is not read: see
     ``realhosts.sshd.SESSION_ENV``), whatever the account's dotfiles would prepend."""
     done = ssh(real_sshd, "printenv", "PATH")
