@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         with tempfile.TemporaryDirectory(prefix="vq-bench-fleet-") as tmp:
             tmp_path = Path(tmp)
             aliases = tuple(f"login-{i}" for i in range(1, HOSTS + 1))
-            with SshdServer(tmp_path / "sshd", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}, aliases=aliases) as sshd:
+            # read_bashrc: the figures in docs/performance.md include root's ~/.bashrc on the hosts
+            with SshdServer(tmp_path / "sshd", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}, aliases=aliases,
+                            read_bashrc=True) as sshd:
                 meter.sshd_pid = sshd.pid
                 fleet = Fleet(tmp_path / "fleet", str(sshd.ssh_config),
                               {f"host{i}": {"ssh": alias} for i, alias in enumerate(aliases, 1)})

@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     vq = str(venv / "bin" / "vq")
     with tempfile.TemporaryDirectory(prefix="vq-bench-") as tmp:
         tmp_path = Path(tmp)
-        with SshdServer(tmp_path / "sshd", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}) as sshd:
+        # read_bashrc: the figures in docs/performance.md include root's ~/.bashrc on the host
+        with SshdServer(tmp_path / "sshd", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}, read_bashrc=True) as sshd:
             ssh_true = ["ssh", "-F", str(sshd.ssh_config), "cluster", "true"]
             (tmp_path / "scratch").mkdir()
             head = f'ssh_config = "{sshd.ssh_config}"\n'

@@ -60,6 +60,12 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/pip install -q -e ./hookspecs -e ./site_example -e '.[test]'
+# Byte-compile the tree once (into the usual, git-ignored __pycache__ directories).  Where
+# PYTHONDONTWRITEBYTECODE is set, no interpreter writes its own cache, and each of the suite's
+# thousands of interpreter starts (vq-admin, the agent over ssh, the site example, each pytest
+# worker) would compile the project's modules it imports again (here about 30 ms of CPU more per
+# agent start, 20 to 60 ms per vq-admin run, medians of 10).
+.venv/bin/python -m compileall -q -j 0 vq_admin hookspecs site_example tests
 
 # Static checks first (configured in pyproject.toml): a finding fails the run.
 .venv/bin/ruff check

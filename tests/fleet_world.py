@@ -16,11 +16,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from realhosts.procs import pid_alive, wait_until
-from support import AGENT, SITE_EXAMPLE, GitRepo, write_config
+from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, write_config
 
 GATE = """\
 #!/bin/sh
@@ -131,7 +130,7 @@ class Fleet:
 
     def start(self, *args: str, state: Path | str) -> subprocess.Popen:
         """``vq-admin ARGS`` in the background (as a second administrator would)."""
-        return subprocess.Popen([sys.executable, "-m", "vq_admin.cli", *args], env=self.env(state),
+        return subprocess.Popen([VQ_ADMIN, *args], env=self.env(state),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def update(self, host: str, sha: str, *extra: str, state: Path | str) -> subprocess.Popen:

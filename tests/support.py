@@ -19,6 +19,10 @@ from typing import Any
 SCRIPTS = os.path.dirname(sys.executable)
 AGENT = os.path.join(SCRIPTS, "vq-admin-agent")
 SITE_EXAMPLE = os.path.join(SCRIPTS, "vq-site-example")
+#: What operators and cron run: the ``vq-admin`` console script of this environment (``bin/vq-admin``
+#: as pip installed it), not ``python -m vq_admin.cli``, which imports the command line before
+#: ``vq_admin.entry.main`` runs and so skips the early ssh start of ``update``.
+VQ_ADMIN = os.path.join(SCRIPTS, "vq-admin")
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
@@ -77,14 +81,15 @@ class CliResult:
 
 def run_vq(*args: str, config: Path | str | None = None, state: Path | str | None = None,
            env: dict[str, str] | None = None, timeout: float = 600) -> CliResult:
-    """Run ``vq-admin ARGS`` in a fresh interpreter (as an operator or cron would)."""
+    """Run ``vq-admin ARGS`` in a fresh interpreter (the :data:`VQ_ADMIN` console script, as an
+    operator or cron would)."""
     full_env = dict(os.environ)
     if config is not None:
         full_env["VQ_ADMIN_CONFIG"] = str(config)
     if state is not None:
         full_env["VQ_ADMIN_STATE_DIR"] = str(state)
     full_env.update(env or {})
-    done = subprocess.run([sys.executable, "-m", "vq_admin.cli", *args], env=full_env, capture_output=True,
+    done = subprocess.run([VQ_ADMIN, *args], env=full_env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return CliResult(done.returncode, done.stdout, done.stderr)
 

@@ -50,7 +50,7 @@ import pytest
 from helper_world import FAST_REREADS, HELPER_UPDATE, bootstrap, helper_repo, helper_table, live_identity
 from realhosts import RealCluster, SshdServer, remote_path
 from realhosts.procs import wait_until
-from support import AGENT, write_config
+from support import AGENT, VQ_ADMIN, write_config
 from test_chaos import (Done, World, _blocker, _job_gone, clean_after, converge, finish, kill_ssh_client,
                         no_false_ok, record)
 
@@ -367,7 +367,7 @@ class HelperWorld:
 
     def start(self) -> subprocess.Popen[str]:
         env = {**os.environ, **FAST_REREADS, "VQ_ADMIN_CONFIG": str(self.config), "VQ_ADMIN_STATE_DIR": str(self.state)}
-        return subprocess.Popen([sys.executable, "-m", "vq_admin.cli", "update", "cluster", "--expected-sha", self.sha,
+        return subprocess.Popen([VQ_ADMIN, "update", "cluster", "--expected-sha", self.sha,
                                  "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from support import GitRepo, site_example_host, write_config
+from support import VQ_ADMIN, GitRepo, site_example_host, write_config
 from vq_admin import bindings
 
 pytestmark = pytest.mark.real
@@ -75,7 +74,7 @@ def test_eight_updates_at_once_while_fifty_lookups_read_the_registry(tmp_path, r
     config, sha = world(tmp_path)
     state = tmp_path / "state"
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state))
-    updates = [subprocess.Popen([sys.executable, "-m", "vq_admin.cli", "update", f"prog{i}", f"host{i}",
+    updates = [subprocess.Popen([VQ_ADMIN, "update", f"prog{i}", f"host{i}",
                                  "--expected-sha", sha, "--cluster-install", "--json"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
                for i in range(UPDATES)]
@@ -95,7 +94,7 @@ def test_eight_updates_at_once_while_fifty_lookups_read_the_registry(tmp_path, r
     def command_line(n: int) -> None:
         i = n % UPDATES
         while not done.is_set():
-            out = subprocess.run([sys.executable, "-m", "vq_admin.cli", "launcher", f"prog{i}", f"host{i}", "--json"],
+            out = subprocess.run([VQ_ADMIN, "launcher", f"prog{i}", f"host{i}", "--json"],
                                  env=env, capture_output=True, text=True, timeout=60)
             count(seen, "subprocess")
             doc = json.loads(out.stdout)

@@ -24,7 +24,7 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, run_vq, write_config
+from support import AGENT, VQ_ADMIN, GitRepo, run_vq, write_config
 from test_allocation_real import World
 from vq_admin import progress
 from vq_admin.agent import progress as agent_progress
@@ -38,7 +38,7 @@ class PtyRun:
 
     def __init__(self, args, env):
         master, slave = pty.openpty()
-        self.proc = subprocess.Popen([sys.executable, "-m", "vq_admin.cli", *args], stdin=slave, stdout=slave,
+        self.proc = subprocess.Popen([VQ_ADMIN, *args], stdin=slave, stdout=slave,
                                      stderr=slave, env=env, start_new_session=True)
         os.close(slave)
         self.master = master

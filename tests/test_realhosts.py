@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from realhosts import SshdServer, remote_path
 from realhosts.procs import descendants, kill_pids, wait_until
 
 pytestmark = pytest.mark.real
@@ -48,6 +49,14 @@ def test_quoted_word_round_trips(real_sshd, word):
 def test_remote_path_has_this_interpreters_scripts(real_sshd):
     done = ssh(real_sshd, "printenv", "PATH")
     assert os.path.dirname(sys.executable) in done.stdout.strip().split(":")
+
+
+def test_remote_sessions_see_the_fixtures_path_not_the_accounts_bashrc(real_sshd: SshdServer) -> None:
+    """The session's PATH is exactly :func:`remote_path` (``~/.bashrc`` is not read: see
+    ``realhosts.sshd.SESSION_ENV``), whatever the account's dotfiles would prepend."""
+    done = ssh(real_sshd, "printenv", "PATH")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == remote_path()
 
 
 def test_killed_session_gives_255_promptly(real_sshd):

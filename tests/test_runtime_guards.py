@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from vq_admin.outcome import EXIT_CODES, Outcome
 
 
@@ -160,7 +160,7 @@ def slow_site(tmp_path):
 
 def start_update(tmp_path, config, sha):
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))
-    return subprocess.Popen([sys.executable, "-m", "vq_admin.cli", "update", "vibeqc", "cluster", "--expected-sha",
+    return subprocess.Popen([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha",
                              sha, "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

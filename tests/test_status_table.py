@@ -9,12 +9,11 @@ import pty
 import re
 import select
 import subprocess
-import sys
 import time
 
 import pytest
 
-from support import run_vq_inprocess
+from support import VQ_ADMIN, run_vq_inprocess
 from vq_admin.commands.status import collect
 from vq_admin.state import StateDir
 from vq_admin.status_table import age, render
@@ -26,7 +25,7 @@ A, B, C = "a" * 40, "b" * 40, "c" * 64
 def on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60.0) -> tuple[int, str]:
     """Run the CLI with stdout and stderr on a pseudo-terminal; (exit status, what the terminal got)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "vq_admin.cli", *argv], stdin=subprocess.DEVNULL, stdout=slave,
+    proc = subprocess.Popen([VQ_ADMIN, *argv], stdin=subprocess.DEVNULL, stdout=slave,
                             stderr=slave, env=env, close_fds=True)
     os.close(slave)
     chunks: list[bytes] = []

@@ -17,14 +17,13 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from vq_admin import bindings, registry
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.context import stderr_narrator
@@ -167,7 +166,7 @@ def test_state_is_created_owner_only_under_umask_000(arena):
         "cluster", root=base / "apps" / "vibeqc", repo=repo.path, scratch=base / "scratch"))
     state = base / "deep" / "er" / "state"  # every missing level is created, not only the leaf
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state))
-    done = subprocess.run([sys.executable, "-m", "vq_admin.cli", "update", "vibeqc", "cluster", "--expected-sha", sha,
+    done = subprocess.run([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", sha,
                            "--cluster-install", "--json"], env=env, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL, preexec_fn=lambda: os.umask(0))
     assert done.returncode == 0, done.stderr
