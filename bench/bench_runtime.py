@@ -4,7 +4,10 @@ temporary venv (``pip install ./hookspecs ./site_example .``, bench/common.py):
 
 * ``update`` already-current (what cron runs most: one read-only verify and
   the launcher read-back in one agent call, one ssh round trip) vs one
-  ``ssh cluster true``, interleaved, medians; target ratio <= 1.5;
+  ``ssh cluster true``, interleaved, medians; target ratio <= 1.5; the host's
+  login shell reads the account's startup files (``~/.bashrc``), as a login
+  host's does, and the baseline pays the same; the same again on a host whose
+  shell reads none (no target: the baseline is then the connection alone);
 * a fresh deployment's orchestration overhead: ``update`` of a SHA not yet
   active, with a provider that does nothing (the deploy records the SHA, the
   verify reports it with a launcher made beforehand), alternating between
@@ -137,6 +140,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"already-current: ssh started from the configuration's early-start note: {noted}", flush=True)
             rows = [row("update already-current (median)", medians["current"], "s", medians["ssh"],
                         f"ssh cluster true; {trips} ssh round trip(s)", f"<= {CURRENT_TARGET}")]
+            # 1b. the same on a login host whose shell reads no startup files (the tests' sshd): the
+            # baseline is then the connection alone, so the run's own part weighs more (no target)
+            with SshdServer(tmp_path / "sshd-bare", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}) as bare:
+                bare_true = ["ssh", "-F", str(bare.ssh_config), "cluster", "true"]
+                (tmp_path / "bare.toml").write_text(text.replace(str(sshd.ssh_config), str(bare.ssh_config)))
+                (tmp_path / "bare.toml").chmod(0o600)
+                bare_env = dict(env, VQ_ADMIN_CONFIG=str(tmp_path / "bare.toml"),
+                                VQ_ADMIN_STATE_DIR=str(tmp_path / "bare-state"))
+                run_quiet(update, env=bare_env)
+                run_quiet(bare_true)
+                medians = interleaved_medians({"current": lambda: run_quiet(update, env=bare_env),
+                                               "ssh": lambda: run_quiet(bare_true)}, repeat)
+            rows.append(row("update already-current, no shell startup files", medians["current"], "s",
+                            medians["ssh"], "ssh cluster true on that host"))
 
             # 2. a fresh deployment with a provider that does nothing, alternating two SHAs
             apps = tmp_path / "noop-apps"
