@@ -11,6 +11,7 @@ tests/test_lease.py and tests/trust/ goes through (``vq_admin.entry.main``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -30,7 +31,8 @@ EARLY_OWN = {"vq_admin", "vq_admin.fastupdate", "vq_admin.plainargs", "vq_admin.
              "vq_admin.agent",
              "vq_admin.agent.identifiers", "vq_admin.agent.paths", "vq_admin.agent.securepath",
              "vq_admin.agent.protocol",  # the protocol: the session verb, its probe words
-             "vq_admin.spawned", "vq_admin.fastlookup", "vq_admin.launchers"}  # posix_spawn; the note's reader
+             "vq_admin.spawned", "vq_admin.fastlookup", "vq_admin.launchers",  # posix_spawn; the note's reader
+             "vq_admin.agent.spawn", "vq_admin.agent.verify_readback"}  # the spawn rules; the built-in SHA-256
 #: ... and what it never imports there (the command line, the configuration's records, the transports;
 #: typing is tomllib's own, in Python 3.11).
 EARLY_NEVER = ("argparse", "dataclasses", "pathlib", "tempfile", "shutil", "inspect", "pluggy", "plumbum",
@@ -347,6 +349,7 @@ def test_a_noted_configuration_starts_the_same_ssh_before_re_tomllib_or_subproce
     recorded = json.loads(note.read_text())
     assert recorded["destination"] == "cluster" and recorded["agent"] == "/opt/vq/bin/vq-admin-agent", recorded
     assert recorded["config"] == str(config) and recorded["ssh_config"] == str(tmp_path / "ssh_config"), recorded
+    assert recorded["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest(), recorded
     second = note_probe(tmp_path, config)
     assert second["started"], second
     assert not NOTED_NEVER & set(second["modules"]), sorted(NOTED_NEVER & set(second["modules"]))
@@ -358,16 +361,16 @@ def test_a_changed_configuration_is_read_again_and_noted_again(tmp_path):
     note_probe(tmp_path, config)
     before = json.loads(note_path(tmp_path).read_text())
     text = config.read_text().replace('agent = "/opt/vq/bin/vq-admin-agent"', 'agent = "/opt/vq2/bin/vq-admin-agent"')
-    config.write_text(text)  # same size, same inode: the mtime and ctime tell
+    config.write_text(text)  # same size, same inode, perhaps the same timestamp tick: the bytes tell
     again = note_probe(tmp_path, config)
     assert "tomllib" in again["modules"] and again["argv"][-1].startswith("/opt/vq2/bin/vq-admin-agent session"), again
     after = json.loads(note_path(tmp_path).read_text())
-    assert after["config_id"] != before["config_id"] and after["agent"] == "/opt/vq2/bin/vq-admin-agent"
+    assert after["config_sha256"] != before["config_sha256"] and after["agent"] == "/opt/vq2/bin/vq-admin-agent"
     assert note_probe(tmp_path, config)["argv"] == again["argv"]
 
 
 @pytest.mark.parametrize("spoil", ["loose directory", "loose file", "another host", "not an agent word",
-                                   "an option as destination", "malformed"])
+                                   "an option as destination", "malformed", "another version"])
 def test_a_note_that_cannot_be_trusted_is_no_note(tmp_path, spoil):
     config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
     first = note_probe(tmp_path, config)
@@ -383,9 +386,11 @@ def test_a_note_that_cannot_be_trusted_is_no_note(tmp_path, spoil):
         recorded["agent"] = "/opt/vq/bin/vq-admin-agent;touch /tmp/x"
     elif spoil == "an option as destination":
         recorded["destination"] = "-oProxyCommand=x"
+    elif spoil == "another version":
+        recorded["version"] = "0.9"
     else:
         note.write_text("{" + note.read_text())
-    if spoil in ("another host", "not an agent word", "an option as destination"):
+    if spoil in ("another host", "not an agent word", "an option as destination", "another version"):
         note.write_text(json.dumps(recorded))
     again = note_probe(tmp_path, config)
     assert again["started"] and "tomllib" in again["modules"], again  # the configuration decides

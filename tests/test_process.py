@@ -376,3 +376,14 @@ def test_end_is_woken_by_the_process_ending_not_by_its_bound():
     proc.stdin.close()  # it ends now
     assert process.end(proc, 600) == 0
     assert time.monotonic() - started < 300  # not the bound's 600 s: woken by its end
+
+
+def test_end_waits_its_bound_once_then_kills():
+    """The pidfd's sleep and Popen's wait share the one bound: a process that does not end is
+    killed after about *grace* seconds, not twice that."""
+    proc = process.spawn([sys.executable, "-c", "import time; time.sleep(600)"], stderr=process.scratch_file())
+    started = time.monotonic()
+    assert process.end(proc, 3.0) is None  # killed
+    waited = time.monotonic() - started
+    assert 3.0 <= waited < 5.5, waited  # one bound (and the kill), not two (6 s)
+    assert proc.returncode == -signal.SIGKILL

@@ -510,7 +510,7 @@ def test_distribution_metadata_and_dependencies():
     cfg = configparser.ConfigParser()
     cfg.read(SITE_DIR / "setup.cfg")
     assert cfg["metadata"]["name"] == "vq-site-example"
-    assert cfg["options"]["install_requires"].split() == ["vq-admin-hookspecs>=1.0"]
+    assert cfg["options"]["install_requires"].split() == ["vq-admin-hookspecs>=1.1"]
     entry = cfg["options.entry_points"]
     assert "site_example = vq_site_example.plugin" in entry["vq_admin.providers"]
     # vq-site-example is our own script (its verify runs for every update), not a generated wrapper importing re

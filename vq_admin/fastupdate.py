@@ -142,7 +142,7 @@ def _start_from_config(values: dict[str, str], config: str) -> Pending | None:
     read = _read_config(config)
     if read is None:
         return None
-    data, identity = read
+    data, digest = read
     hosts = data.get("hosts")
     table = hosts.get(values["host"]) if isinstance(hosts, dict) else None
     if not isinstance(table, dict) or table.get("fleet_role") != "managed" or table.get("transport", "ssh") != "ssh":
@@ -158,21 +158,19 @@ def _start_from_config(values: dict[str, str], config: str) -> Pending | None:
         return None
     ssh_config = data.get("ssh_config")
     pending = _spawn(_trusted_ssh_config(ssh_config), destination, agent)
-    if pending is not None and identity is not None:  # the handshake runs meanwhile
-        _note(values, config, identity, ssh_config, destination, agent)
+    if pending is not None:  # the handshake runs meanwhile
+        _note(values, config, digest, ssh_config, destination, agent)
     return pending
 
 
-def _read_config(path: str) -> tuple[dict[str, object], str | None] | None:
+def _read_config(path: str) -> tuple[dict[str, object], str] | None:
     """The configuration as the full path reads it, when it passes the same checks (else ``None``),
-    and the identity of the file it was read from (``None`` when it changed while being read)."""
+    and the SHA-256 of the bytes it was read from."""
     from .bounded import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
     try:
-        before = _identity(path)
-        data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES),
-                          "configuration file", limit=MAX_CONFIG_BYTES)
-        return data, (before if _identity(path) == before else None)
+        raw = read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES)
+        return loads_toml(raw, "configuration file", limit=MAX_CONFIG_BYTES), _sha256(raw)
     except (InputError, OSError):
         return None
 
@@ -182,13 +180,14 @@ def _read_config(path: str) -> tuple[dict[str, object], str | None] | None:
 # Reading the configuration costs tomllib (and its re) and checking the identifiers costs re: more
 # than the rest of the early start together.  So once the words above are found, they are noted in
 # the state directory, ``early-start/HOST+PROGRAM.json`` (a flat JSON object, 0600, written
-# atomically), with the configuration file's path and identity (device, inode, size, mtime, ctime,
-# mode, owner).  A later run whose configuration file has exactly that identity takes the words from
-# the note (checked again: names, destination, literal agent words, the ssh_config's trust) and
-# starts ssh before anything heavy is loaded.  Any change to the file (a write, a rename over it, a
-# chmod) changes its identity, and the configuration is read again.  A note that is missing,
-# malformed, of another owner or below an untrusted directory is no note.  The full path then
-# checks everything as always, and ends an early process that is not exactly its own.
+# atomically), with the configuration file's path, the SHA-256 of its bytes and vq-admin's version.
+# A later run whose configuration file holds exactly those bytes (read and hashed again, with the
+# interpreter's built-in SHA-256: no OpenSSL, no re) takes the words from the note (checked again:
+# names, destination, literal agent words, the ssh_config's trust) and starts ssh before anything
+# heavy is loaded.  Any other content, however and whenever it was written, is read again.  A
+# note that is missing, malformed, of another owner, of another version or below an untrusted
+# directory is no note.  The full path then checks everything as always, and ends an early
+# process that is not exactly its own.
 
 NOTE_SCHEMA = "vq-admin/early-start/1"
 NOTE_DIR = "early-start"
@@ -210,9 +209,55 @@ def is_destination(value: str) -> bool:
     return 0 < len(value) <= 255 and value[0] in _DEST_FIRST and _DEST_REST.issuperset(value)
 
 
-def _identity(path: str) -> str:
-    st = os.stat(path)
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_mode:o}:{st.st_uid}"
+def _version() -> str:
+    """The vq-admin that wrote a note (a note of another version is no note: the words may be derived
+    otherwise)."""
+    from . import __version__
+
+    return __version__
+
+
+#: Largest configuration file the note route reads (the configuration's own bound is larger; a
+#: bigger file takes the configuration's route).
+MAX_NOTED_CONFIG = 1 << 20
+
+
+def _sha256(data: bytes) -> str:
+    from .agent.verify_readback import sha256
+
+    h = sha256(len(data))
+    h.update(data)
+    digest: str = h.hexdigest()
+    return digest
+
+
+def _config_digest(path: str) -> str | None:
+    """The SHA-256 of the regular file *path* (at most :data:`MAX_NOTED_CONFIG` bytes; a FIFO never
+    blocks), else ``None``."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_NOTED_CONFIG:
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, MAX_NOTED_CONFIG + 1 - total)
+            if not chunk:
+                return _sha256(b"".join(chunks))
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_NOTED_CONFIG:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def note_name(host: str, program: str) -> str:
@@ -230,9 +275,8 @@ def _noted(values: dict[str, str], config: str) -> tuple[str | None, str, list[s
     host, program = values["host"], values["program"]
     if "tag" in values or not (is_name(host) and is_name(program) and is_full_sha(values["expected_sha"])):
         return None  # a tag's rule is a pattern: the configuration's route checks it
-    try:
-        identity = _identity(config)
-    except OSError:
+    digest = _config_digest(config)
+    if digest is None:
         return None
     dfd = open_trusted_dir(os.path.join(os.path.normpath(os.path.abspath(state_root(values.get("state_dir")))),
                                         NOTE_DIR))
@@ -243,8 +287,9 @@ def _noted(values: dict[str, str], config: str) -> tuple[str | None, str, list[s
     finally:
         os.close(dfd)
     note = flat_object(data) if data is not None else None
-    if note is None or (note.get("schema"), note.get("config"), note.get("config_id"), note.get("host"),
-                        note.get("program")) != (NOTE_SCHEMA, config, identity, host, program):
+    if note is None or (note.get("schema"), note.get("config"), note.get("config_sha256"), note.get("host"),
+                        note.get("program"), note.get("version")) != (NOTE_SCHEMA, config, digest, host, program,
+                                                                      _version()):
         return None
     destination, agent, ssh_config = note.get("destination"), note.get("agent"), note.get("ssh_config")
     if destination is None or not is_destination(destination) or not agent:
@@ -255,7 +300,7 @@ def _noted(values: dict[str, str], config: str) -> tuple[str | None, str, list[s
     return ssh_config, destination, words
 
 
-def _note(values: dict[str, str], config: str, identity: str, ssh_config: object, destination: str,
+def _note(values: dict[str, str], config: str, digest: str, ssh_config: object, destination: str,
           agent: list[str]) -> None:
     """Note the words just found (best effort: a note that cannot be written is no note)."""
     if ssh_config is not None and not isinstance(ssh_config, str):
@@ -266,9 +311,9 @@ def _note(values: dict[str, str], config: str, identity: str, ssh_config: object
         from .fastlookup import state_root
         from .statefs import PrivateTree
 
-        note = {"schema": NOTE_SCHEMA, "config": config, "config_id": identity, "host": values["host"],
+        note = {"schema": NOTE_SCHEMA, "config": config, "config_sha256": digest, "host": values["host"],
                 "program": values["program"], "ssh_config": ssh_config, "destination": destination,
-                "agent": " ".join(agent)}
+                "agent": " ".join(agent), "version": _version()}
         tree = PrivateTree(state_root(values.get("state_dir")))
         tree.write_atomic([NOTE_DIR], note_name(values["host"], values["program"]),
                           json.dumps(note, sort_keys=True).encode() + b"\n")

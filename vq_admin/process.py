@@ -307,9 +307,10 @@ def end(proc: LongLived, grace: float) -> int | None:
     Returns its status, or ``None`` when it had to be killed.  The caller
     closes the pipes it wants closed first (an agent reading stdin ends at
     end-of-file)."""
+    deadline = time.monotonic() + grace
     _sleep_until_ended(proc, grace)
-    try:
-        return proc.wait(timeout=grace)
+    try:  # the rest of the one bound (nothing when the pidfd's wait used it all)
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return None

@@ -15,8 +15,11 @@ bounded :func:`~vq_admin.process.end` and the lease treat both alike.
 
 It returns ``None`` rather than guess where its file actions would not be
 plainly right (a pipe or the stderr file landing on descriptor 0, 1 or 2, a
-platform without ``setsid`` for ``posix_spawn``): the caller then starts the
-process with :mod:`subprocess`.  Standard library only; ``os``, ``time`` and
+platform without ``setsid`` for ``posix_spawn``, no ``/proc/self/fd``, a C
+library older than glibc 2.24, whose ``posix_spawn`` may start a child that
+exits 127 instead of reporting a failed ``exec``: the rules of
+:mod:`vq_admin.agent.spawn`, shared): the caller then starts the process with
+:mod:`subprocess`.  Standard library only; ``os``, ``time`` and
 the interpreter's own ``_signal``.
 """
 
@@ -108,29 +111,14 @@ def scratch_file() -> IO[bytes]:
     return tempfile.TemporaryFile()
 
 
-def _inherited() -> list[int]:
-    """The descriptors above 2 this process would pass on (inheritable ones), to close in the child."""
-    found = []
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return []
-    for name in names:
-        fd = int(name)
-        if fd > 2:
-            try:
-                if os.get_inheritable(fd):
-                    found.append(fd)
-            except OSError:  # the listing's own descriptor, closed by now
-                continue
-    return found
-
-
 def spawn(argv: Sequence[str], *, stderr: IO[bytes]) -> Spawned | None:
     """Start *argv* (looked up on ``PATH``) with stdin and stdout pipes, stderr to *stderr*, in a
     session of its own; ``None`` when that cannot be done plainly here (see the module's text).
     Raises :class:`OSError` when the program cannot start."""
-    if not hasattr(os, "posix_spawnp"):
+    from .agent.spawn import inherited_fds, spawn_reports_exec_errors  # the agent's own rules, shared
+
+    inherited = inherited_fds() if hasattr(os, "posix_spawnp") and spawn_reports_exec_errors() else None
+    if inherited is None:  # no /proc, or a C library whose posix_spawn may hide a failed exec
         return None
     err = stderr.fileno()
     in_r, in_w = os.pipe()
@@ -142,7 +130,7 @@ def spawn(argv: Sequence[str], *, stderr: IO[bytes]) -> Spawned | None:
         return None
     actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                                       (os.POSIX_SPAWN_DUP2, err, 2)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited() if fd not in (in_r, out_w, err)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited if fd not in (in_r, out_w, err)]
     args = [str(a) for a in argv]
     try:
         pid = os.posix_spawnp(args[0], args, os.environ, file_actions=actions, setsid=True,

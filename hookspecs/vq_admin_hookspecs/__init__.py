@@ -47,4 +47,4 @@ __all__ = [
     "is_list_slot",
     "is_slot",
 ]
-__version__ = "1.0.0"
+__version__ = "1.1.0"

@@ -60,7 +60,7 @@ def _signals() -> "Tuple[int, int, Tuple[int, ...]]":
     return sig.SIGKILL, sig.SIGPIPE, restored
 
 
-def _inherited_fds() -> "Optional[List[int]]":
+def inherited_fds() -> "Optional[List[int]]":
     """Descriptors above 2 that an exec would pass on (not close-on-exec), or ``None`` without ``/proc``."""
     try:
         names = os.listdir("/proc/self/fd")
@@ -78,7 +78,7 @@ def _inherited_fds() -> "Optional[List[int]]":
     return found
 
 
-def _spawn_reports_exec_errors() -> bool:
+def spawn_reports_exec_errors() -> bool:
     """True with glibc 2.24 or later, whose ``posix_spawn`` returns a failed ``exec``'s error (older
     ones, and other C libraries here, may start a child that exits 127 instead)."""
     try:
@@ -114,7 +114,7 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
     *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start."""
     spawn = getattr(os, "posix_spawn", None)
-    inherited = _inherited_fds() if spawn is not None and _spawn_reports_exec_errors() else None
+    inherited = inherited_fds() if spawn is not None and spawn_reports_exec_errors() else None
     if spawn is None or inherited is None or not argv:
         return _subprocess_run(argv, env)
     environ = os.environ if env is None else env

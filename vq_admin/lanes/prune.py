@@ -222,7 +222,11 @@ class RuntimePrune:
 
     def prune(self) -> Receipt:
         ctx, receipt = self.ctx, self.receipt
-        keep = sorted(self.keep)
+        try:  # the keep set by the request's own rule (full SHAs, lower-cased, at least one) before it is a word
+            keep = list(PruneRequest(self.profile.program, self.host.name, tuple(self.keep)).keep)
+        except EvidenceError as exc:
+            receipt.errors.append(f"prune: the keep set is not well-formed, nothing was run: {exc}")
+            return conclude(ctx, receipt, Outcome.FAILED)
         step = receipt.plan.get("prune")
         argv, _ = filled(step, keep=keep)
         ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(argv)}")
