@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import print_rows, row  # noqa: E402
+from common import installed_venv, print_rows, row  # noqa: E402
 
 MiB = 1 << 20
 BLOCK = bytes(range(256)) * 4096  # 1 MiB, not all zeros
@@ -81,8 +81,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _child_kib(code: str, *args: str) -> int:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
-                          cwd=str(HERE.parent))
+    """The peak RSS (KiB) of *code* run by the non-editable install's interpreter, which has what
+    vq-admin depends on (xxhash), whatever the interpreter running the bench has."""
+    python = str(installed_venv() / "bin" / "python")
+    done = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, check=True,
+                          cwd=tempfile.gettempdir())
     return int(done.stdout.strip().splitlines()[-1])
 
 
