@@ -236,6 +236,8 @@ def _config_digest(path: str) -> str | None:
     blocks), else ``None``."""
     import stat
 
+    from .agent.securepath import read_bounded
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
@@ -244,16 +246,8 @@ def _config_digest(path: str) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_NOTED_CONFIG:
             return None
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, MAX_NOTED_CONFIG + 1 - total)
-            if not chunk:
-                return _sha256(b"".join(chunks))
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > MAX_NOTED_CONFIG:
-                return None
+        data = read_bounded(fd, MAX_NOTED_CONFIG)
+        return None if data is None else _sha256(data)
     except OSError:
         return None
     finally:

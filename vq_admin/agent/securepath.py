@@ -268,6 +268,21 @@ def open_trusted_dir(path: str) -> int | None:
             os.close(fd)
 
 
+def read_bounded(fd: int, limit: int) -> bytes | None:
+    """The rest of what *fd* holds when it is at most *limit* bytes (a file that grew past it while
+    being read included), else ``None``.  ``OSError`` propagates."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, limit + 1 - total)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            return None
+
+
 def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
     """The bytes of *name* in the directory *dir_fd* when it is a regular file that passes
     the rule and holds at most *limit* bytes; else ``None`` (absent, a symlink, a FIFO or
@@ -286,16 +301,7 @@ def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
         if (not stat.S_ISREG(st.st_mode) or st.st_size > limit
                 or level_problem(name, st, is_dir=False) is not None):
             return None
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, limit + 1 - total)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                return None
+        return read_bounded(fd, limit)
     except OSError:
         return None
     finally:
