@@ -165,6 +165,16 @@ def test_execute_runs_exactly_the_planned_argv_with_its_slots_filled():
     assert not any(is_slot(w) for w in step.argv)
 
 
+def test_execute_keeps_the_planned_environment_so_a_step_can_run_again():
+    step, transport = staged_step(), Recording()
+    execute(step, transport, timeout=5, stage="/scratch/stage.1", tree_sha256="f" * 64)
+    assert is_slot(step.env["VQ_HELPER_STAGE"]), "the planned env keeps its slot after a run"
+    execute(step, transport, timeout=5, stage="/scratch/stage.2", tree_sha256="e" * 64)
+    assert [env for _argv, env in transport.ran] == [{"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"},
+                                                     {"VQ_HELPER_STAGE": "/scratch/stage.2", "LANG": "C"}]
+    assert step.to_dict()["env"] == {"VQ_HELPER_STAGE": "/scratch/stage.2", "LANG": "C"}, "the receipt: what ran"
+
+
 @pytest.mark.parametrize("values, message", [
     ({"stage": "/scratch/stage.1"}, "no value for its slot 'tree_sha256'"),
     ({}, "no value for its slot 'stage'"),

@@ -34,9 +34,10 @@ class Step:
     planned_argv: list[str]
     purpose: str
     env: dict[str, str] = field(default_factory=dict)
-    # filled in by execution
+    # filled in by execution (the planned argv and env above are never overwritten)
     status: str = "planned"  # planned | ok | failed | interrupted | skipped
     argv: list[str] | None = None
+    ran_env: dict[str, str] | None = None
     exit_code: int | None = None
     seconds: float | None = None
     detail: str | None = None
@@ -51,8 +52,9 @@ class Step:
             "exit_code": self.exit_code,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
-        if self.env:
-            data["env"] = dict(self.env)
+        env = self.ran_env if self.ran_env is not None else self.env
+        if env:
+            data["env"] = dict(env)
         if self.detail:
             data["detail"] = self.detail
         return data
@@ -180,10 +182,9 @@ def _run(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, s
     own check of a local command, the transport's run."""
     failpoint("step-before", step.name)
     step.argv = [str(a) for a in argv]
-    if env is not None:
-        step.env = dict(env)
+    step.ran_env = dict(env) if env is not None else None  # the planned env (with its slots) stays as planned
     refuse_unsafe_command(step, transport, step.argv)
-    result = transport.run(step.argv, timeout=timeout, env=step.env or None, stdin=stdin,
+    result = transport.run(step.argv, timeout=timeout, env=step.ran_env or None, stdin=stdin,
                            **({"watch": watch} if watch is not None else {}))
     record(step, result)
     failpoint("step-after", step.name)
