@@ -112,7 +112,7 @@ def enumerate_targets(log: Path, modes_for, window=None) -> list[Target]:
 READ_ONLY_FIRST = ("pre-verify", "pre-verify-readback", "pre-identity")
 #: Steps that prepare without changing what runs (stages, mirror reads): nothing was installed -> failed.
 NOTHING_INSTALLED = ("stage-create", "stage-receive", "stage-verify", "mirror-probe", "mirror-read", "mirror-symrefs",
-                     "check-commands")
+                     "check-commands", "check-levels")
 #: Steps that change a host: a drop after, a timeout or a kill is resolved by read-back (here: proven -> ok).
 MUTATING = ("deploy", "helper", "mirror-feed")
 #: Steps after the change whose loss the read-back resolves (here: proven -> ok).

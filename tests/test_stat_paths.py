@@ -12,12 +12,30 @@ import pytest
 from vq_admin.agent import securepath
 from vq_admin.lanes import stat_paths
 from vq_admin.outcome import Refused
-from vq_admin.plan import Step
-from vq_admin.transport import LocalTransport, RunResult
+from vq_admin.plan import Plan, SlotError
+from vq_admin.transport import LocalTransport, RunResult, Transport
 
 
-def step() -> Step:
-    return Step("check-commands", "local", [], "test")
+class Here(Transport):
+    """This machine standing in for a remote host: its argv runs as given (no ``env``), and, unlike a
+    ``transport = "local"`` host, the driver does not take the words it reads for commands to run."""
+
+    where = "here"
+
+    def wrap(self, argv, env):
+        return list(argv)
+
+
+def check(transport, words) -> Plan:
+    """Plan one host's two steps for *words* and run them (what the helper lane does)."""
+    places = [(transport, words)]
+    plan = Plan()
+    stat_paths.plan_places(plan, places)
+    try:
+        stat_paths.run_places(plan, places)
+    finally:
+        check.plan = plan  # type: ignore[attr-defined]
+    return plan
 
 
 def test_the_remote_facts_judge_as_the_local_rule_does(tmp_path):
@@ -56,12 +74,34 @@ def test_a_refusal_names_the_key_and_runs_nothing_further(tmp_path):
     loose = tmp_path / "loose"
     loose.mkdir()
     loose.chmod(0o777)
-    s = step()
     with pytest.raises(Refused) as refused:
-        stat_paths.check_place(s, LocalTransport(), [("hosts.h.helper_update_command", str(loose / "u.py"))])
-    assert refused.value.message.startswith("refused on local: hosts.h.helper_update_command: command file")
+        check(Here(), [("hosts.h.helper_update_command", str(loose / "u.py"))])
+    assert refused.value.message.startswith("refused on here: hosts.h.helper_update_command: command file")
     assert f"directory {loose} is group- and other-writable without the sticky bit" in refused.value.message
-    assert s.status == "failed" and s.argv[0] == stat_paths.STAT
+    resolve, levels = check.plan.steps  # type: ignore[attr-defined]
+    assert resolve.name == "check-commands" and resolve.status == "ok" and resolve.argv[0] == stat_paths.REALPATH
+    assert levels.name == "check-levels" and levels.status == "failed" and levels.argv[0] == stat_paths.STAT
+    assert [str(w) for w in levels.planned_argv][-1] == "[<level>]...", "the plan keeps its list slot"
+    assert str(loose) in levels.argv and levels.argv[:len(levels.planned_argv) - 1] == levels.planned_argv[:-1]
+
+
+def test_the_levels_step_runs_exactly_its_planned_argv_with_the_levels_filled(tmp_path):
+    """What stat reads is the planned argv, its list slot filled from realpath's answer; a step planned
+    for other words than its place's is refused before anything runs."""
+    ok = tmp_path / "ok.sh"
+    ok.write_text("x")
+    ok.chmod(0o755)
+    plan = check(Here(), [("hosts.h.agent", str(ok))])
+    resolve, levels = plan.steps
+    assert resolve.argv == stat_paths.realpath_argv([str(ok), stat_paths.REALPATH, stat_paths.STAT])
+    words = stat_paths.unique_words([("hosts.h.agent", str(ok))])
+    asked = stat_paths.levels_to_read(words, [str(ok.resolve()), "/usr/bin/realpath", "/usr/bin/stat"])
+    assert levels.argv == stat_paths.stat_argv(asked) and levels.status == "ok"
+    other = Plan()
+    stat_paths.plan_places(other, [(Here(), [("hosts.h.agent", "/bin/sh")])])
+    with pytest.raises(SlotError, match="not the check of"):
+        stat_paths.run_places(other, [(Here(), [("hosts.h.agent", str(ok))])])
+    assert all(s.status == "planned" and s.argv is None for s in other.steps)
 
 
 class Canned(LocalTransport):
@@ -86,7 +126,7 @@ class Canned(LocalTransport):
 ])
 def test_facts_that_cannot_be_read_back_refuse(answers, program):
     with pytest.raises(Refused) as refused:
-        stat_paths.check_place(step(), Canned(*answers), [("hosts.h.agent", "/usr/bin/python3")])
+        check(Canned(*answers), [("hosts.h.agent", "/usr/bin/python3")])
     assert f"could not be checked: {program}" in refused.value.message and "nothing was run" in refused.value.message
 
 
@@ -95,5 +135,5 @@ def test_an_interrupted_read_is_a_failure_naming_the_step():
 
     dropped = RunResult([], "h", 255, b"", b"Connection closed", interrupted="transport")
     with pytest.raises(VqAdminError) as failed:
-        stat_paths.check_place(step(), Canned(dropped), [("hosts.h.agent", "/usr/bin/python3")])
+        check(Canned(dropped), [("hosts.h.agent", "/usr/bin/python3")])
     assert not isinstance(failed.value, Refused) and failed.value.message.startswith("check-commands:")

@@ -91,8 +91,11 @@ def test_helper_command_with_an_attacker_script_is_refused_on_the_stage_host(hel
     assert f"file {script} is owned by nobody (uid 65534), not by you or root (mode 0" in message
     assert "fix: make it owned by you or root" in message and "nothing was run there" in message
     assert steps["check-commands"]["where"] == "cluster-login" and steps["check-commands"]["status"] == "ok"
-    assert steps["check-commands-2"]["where"] == "cluster-build" and steps["check-commands-2"]["status"] == "failed"
-    assert steps["check-commands-2"]["argv"][0] == "/usr/bin/stat"
+    assert steps["check-levels"]["where"] == "cluster-login" and steps["check-levels"]["status"] == "ok"
+    assert steps["check-commands-2"]["where"] == "cluster-build" and steps["check-commands-2"]["status"] == "ok"
+    assert steps["check-commands-2"]["argv"][0] == "/usr/bin/realpath"
+    assert steps["check-levels-2"]["where"] == "cluster-build" and steps["check-levels-2"]["status"] == "failed"
+    assert steps["check-levels-2"]["argv"][0] == "/usr/bin/stat" and str(script) in steps["check-levels-2"]["argv"]
     for name in ("pre-identity", "stage-create", "helper", "readback"):
         assert steps[name]["status"] == "skipped", (name, steps[name])
     assert not marker.exists()
@@ -119,6 +122,8 @@ def test_an_agent_another_user_can_replace_is_refused_before_it_runs(helper, are
     # judged before the host-side lease would run it on the login host, from stat, not by asking it
     checked = receipt["lease"]["agent_checked"]
     assert checked["status"] == "failed" and checked["argv"][0] == "/usr/bin/stat", checked
+    assert [(s["name"], s["status"]) for s in checked["steps"]] == [("check-commands", "ok"),
+                                                                     ("check-levels", "failed")]
     assert receipt["lease"]["held"] is False
     assert all(s["status"] in ("planned", "skipped") for s in steps.values()), steps
     assert not marker.exists()  # the agent never ran: not for the lease, the check or anything else
@@ -137,7 +142,9 @@ def test_a_helper_that_predates_check_paths_is_still_updated(helper, tmp_path):
     assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
     receipt = done.json()
     assert receipt["outcome"] == "ok"
-    assert [s["argv"][0] for s in receipt["steps"] if s["name"].startswith("check-commands")] == ["/usr/bin/stat"] * 2
+    checks = [(s["name"], s["argv"][0]) for s in receipt["steps"] if s["name"].startswith("check-")]
+    assert checks == [("check-commands", "/usr/bin/realpath"), ("check-levels", "/usr/bin/stat"),
+                      ("check-commands-2", "/usr/bin/realpath"), ("check-levels-2", "/usr/bin/stat")]
     assert "check-paths" not in calls.read_text().split()
     assert live_identity(helper["root"])["source_sha"] == helper["b"]
 

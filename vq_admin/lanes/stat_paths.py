@@ -6,18 +6,22 @@ and replaces that agent, so the agent there may predate ``check-paths``, and
 the agent is itself one of the command files to judge -- asking it whether
 it can be trusted would run it first.  So before the helper lane runs
 anything on an ssh host (the agent's identity read, the stage verbs, the
-helper command), its ``check-commands`` step reads the facts with two
-coreutils programs named by absolute path, and the driver applies the
-secure-path rule (:func:`vq_admin.agent.securepath.chain_problem`, the one
-definition) to them:
+helper command), two planned steps read the facts with two coreutils
+programs named by absolute path, and the driver applies the secure-path rule
+(:func:`vq_admin.agent.securepath.chain_problem`, the one definition) to
+them:
 
-1. ``/usr/bin/realpath --zero --canonicalize-missing -- WORD...``: what each
-   absolute word resolves to on that host;
-2. ``/usr/bin/stat --dereference --printf=... -- /proc/self LEVEL...``: the
-   owner and mode of each word's real file and of every directory above the
-   word and above its real file; ``/proc/self`` is the ``stat`` process
+1. ``check-commands``: ``/usr/bin/realpath --zero --canonicalize-missing --
+   WORD...``: what each absolute word resolves to on that host;
+2. ``check-levels``: ``/usr/bin/stat --dereference --printf=... -- /proc/self
+   [<level>]...``: the owner and mode of each word's real file and of every
+   directory above the word and above its real file, the list slot filled
+   from the first step's answer; ``/proc/self`` is the ``stat`` process
    itself, whose owner is the remote account (the user the rule trusts
    besides root).
+
+(``check-commands-2`` and ``check-levels-2`` for a second host.)  Both run
+through :func:`vq_admin.plan.execute`: what runs is the planned argv.
 
 Both run with no shell, read nothing but inode metadata and write nothing.
 A level that does not exist is judged as the agent judges it (a missing word
@@ -34,10 +38,11 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..agent.failpoints import failpoint
+from vq_admin_hookspecs import Slot
+
 from ..agent import securepath
 from ..outcome import Refused, VqAdminError
-from ..plan import Plan, Step, record
+from ..plan import Plan, SlotError, SlotValue, Step, execute
 from ..transport import RunResult, Transport
 from .remote_paths import CHECK_TIMEOUT, PURPOSE, Place, gather, keys_of, step_name
 
@@ -63,8 +68,17 @@ def realpath_argv(words: list[str]) -> list[str]:
     return [REALPATH, "--zero", "--canonicalize-missing", "--", *words]
 
 
-def stat_argv(paths: list[str]) -> list[str]:
-    return [STAT, "--dereference", f"--printf={STAT_FORMAT}", "--", SELF, *paths]
+#: The ``check-levels`` step's list slot: every level the ``check-commands`` answer named.
+LEVELS = Slot("levels", label="level", many=True)
+
+
+def stat_argv(paths: list[str] | None = None) -> list[str]:
+    """``stat`` of ``/proc/self`` and *paths*; without *paths*, the planned argv with its list slot."""
+    return [STAT, "--dereference", f"--printf={STAT_FORMAT}", "--", SELF, *([LEVELS] if paths is None else paths)]
+
+
+def levels_name(index: int) -> str:
+    return "check-levels" if index == 0 else f"check-levels-{index + 1}"
 
 
 def unique_words(words: list[tuple[str, str]]) -> list[str]:
@@ -145,52 +159,55 @@ def problems(words: list[str], reals: list[str], levels: dict[str, Level]) -> li
 
 
 def plan_places(steps: Plan, places: list[Place]) -> None:
-    """One ``check-commands`` step per ssh host of *places* (its second call is ``stat``)."""
+    """Two steps per ssh host of *places*: ``check-commands`` (``realpath`` of the words) and
+    ``check-levels`` (``stat`` of each level, a list slot filled from the first one's answer)."""
     for index, (transport, words) in enumerate(places):
         steps.add(step_name(index), transport.where, realpath_argv(unique_words(words)),
-                  PURPOSE + f" (then {STAT} of each level; read by the driver, not the agent)")
+                  PURPOSE + "; first, what each word resolves to (read by the driver, not the agent)")
+        steps.add(levels_name(index), transport.where, stat_argv(),
+                  PURPOSE + "; then the owner and mode of each level (read by the driver, not the agent)")
 
 
 def run_places(steps: Plan, places: list[Place]) -> None:
     """Run the steps :func:`plan_places` added; :class:`Refused` (77) before anything runs on a host
     whose command files fail the rule, or whose facts cannot be read back."""
     for index, (transport, words) in enumerate(places):
-        step = steps.get(step_name(index))
-        failpoint("step-before", step.name)
-        check_place(step, transport, words)
-        failpoint("step-after", step.name)
+        check_place(steps.get(step_name(index)), steps.get(levels_name(index)), transport, words)
 
 
-def _call(step: Step, transport: Transport, argv: list[str]) -> RunResult:
-    step.argv = argv
-    result = transport.run(argv, timeout=CHECK_TIMEOUT)
-    record(step, result)
+def _call(step: Step, transport: Transport, values: dict[str, SlotValue]) -> RunResult:
+    result = execute(step, transport, timeout=CHECK_TIMEOUT, values=values)
     if result.interrupted:
         raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run")
     return result
 
 
-def check_place(step: Step, transport: Transport, words: list[tuple[str, str]]) -> None:
+def check_place(resolve: Step, stat_step: Step, transport: Transport, words: list[tuple[str, str]]) -> None:
+    """Run the planned *resolve* (``realpath``) and *stat_step* (``stat``) steps of one host and judge
+    *words* by their answers."""
     where = transport.where
     paths = unique_words(words)
-    done = _call(step, transport, realpath_argv(paths))
+    if resolve.planned_argv != realpath_argv(paths) or stat_step.planned_argv != stat_argv():
+        raise SlotError(f"{resolve.name}: the planned check is not the check of {where}'s command files; "
+                        "nothing was run")
+    done = _call(resolve, transport, {})
     reals = parse_realpaths(done, len(paths))
     if reals is None:
-        raise _unreadable(step, where, done, REALPATH)
+        raise _unreadable(resolve, where, done, REALPATH)
     asked = levels_to_read(paths, reals)
-    done = _call(step, transport, stat_argv(asked))
+    done = _call(stat_step, transport, {LEVELS.name: asked})
     levels = parse_levels(done, [SELF, *asked])
     if levels is None or SELF not in levels or not stat.S_ISDIR(levels[SELF].st_mode):
-        raise _unreadable(step, where, done, STAT)
+        raise _unreadable(stat_step, where, done, STAT)
     # stat exits 1 when a level is missing: that is judged by the rule below, not a failure of the step
-    step.status, step.exit_code, step.detail = "ok", 0, None
+    stat_step.status, stat_step.exit_code, stat_step.detail = "ok", 0, None
     found = problems(paths, reals, levels)
     if found:
-        step.status, step.exit_code = "failed", 4
+        stat_step.status, stat_step.exit_code = "failed", 4
         named = [(key, os.path.normpath(word)) for key, word in words]
         lines = [f"{', '.join(keys_of(named, word) if word not in (REALPATH, STAT) else ['the check itself'])}: "
                  f"{problem}" for word, problem in found]
-        step.detail = "; ".join(lines)[:2000]
+        stat_step.detail = "; ".join(lines)[:2000]
         raise Refused(f"refused on {where}: {'; '.join(lines)}; nothing was run there")
 
 
@@ -205,10 +222,15 @@ def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refu
 def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequence[str],
                              record: dict[str, Any]) -> None:
     """The helper lane's lease runs the agent on the login host before the lane's own steps: judge
-    the agent's words there first (recorded in the lease *record*), so it never runs unjudged."""
-    for login, words in gather([(transport, f"hosts.{host_name}.agent", agent)]):
-        step = Step("check-commands", login.where, [], "the agent, before the lease runs it")
-        try:
-            check_place(step, login, words)
-        finally:
-            record["agent_checked"] = {"argv": step.argv, "status": step.status, "detail": step.detail}
+    the agent's words there first (planned and run as the lane's own check is; its steps are
+    recorded in the lease *record*), so it never runs unjudged."""
+    places = gather([(transport, f"hosts.{host_name}.agent", agent)])
+    steps = Plan()
+    plan_places(steps, places)
+    try:
+        run_places(steps, places)
+    finally:
+        if steps.steps:
+            last = next((s for s in reversed(steps.steps) if s.status != "planned"), steps.steps[0])
+            record["agent_checked"] = {"argv": last.argv, "status": last.status, "detail": last.detail,
+                                       "steps": steps.to_list()}
