@@ -80,15 +80,24 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:
-    from .transport import quote_argv
-
     what = plan.get("program") or "helper"
     lines = [f"vq-admin: dry run: {plan['lane']} {what} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
     for i, step in enumerate(plan["steps"], 1):
-        env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
-        lines.append(f"  {i:2d}. {step['name']} [{step['where']}] {step['purpose']}")
-        lines.append(f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}")
+        lines += _step_lines(f"{i:2d}.", step)
+    needed = plan.get("when_needed") or []
+    if needed:
+        lines.append("  only when needed:")
+    for step in needed:
+        lines += _step_lines("  -", step)
     return [safe_text(line) for line in lines]
+
+
+def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
+    from .transport import quote_argv
+
+    env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
+    return [f"  {mark} {step['name']} [{step['where']}] {step['purpose']}",
+            f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}"]
 
 
 def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
 
 from vq_admin_hookspecs import ProviderCommand, Slot
 
@@ -62,11 +62,43 @@ class Step:
 
 @dataclass
 class Plan:
+    """The steps of one run, in order, and the steps it adds only when it needs them.
+
+    A step that runs only on a contingency (a second read of a lagging shared
+    filesystem, the read-back verify after an interrupted deploy, reconciling a
+    dropped batch job) is planned like any other, as a **template** with its
+    slots, in :attr:`when_needed`; :meth:`again` adds a copy of a template (or
+    of a planned step) to :attr:`steps` under its own name when the run needs
+    it, and that copy runs through :func:`execute` like the rest.  The dry run
+    lists the templates; the receipt lists the copies that ran."""
+
     steps: list[Step] = field(default_factory=list)
+    when_needed: list[Step] = field(default_factory=list)
 
     def add(self, name: str, where: str, argv: Sequence[str], purpose: str, env: dict[str, str] | None = None) -> Step:
         step = Step(name, where, [_word(a) for a in argv], purpose, dict(env or {}))
         self.steps.append(step)
+        return step
+
+    def add_when_needed(self, name: str, where: str, argv: Sequence[str], purpose: str,
+                        env: dict[str, str] | None = None) -> Step:
+        """Plan a template that :meth:`again` copies into the run when it is needed."""
+        if any(s.name == name for s in self.when_needed):
+            raise ValueError(f"a step {name!r} is already planned for when it is needed")
+        step = Step(name, where, [_word(a) for a in argv], purpose, dict(env or {}))
+        self.when_needed.append(step)
+        return step
+
+    def again(self, template: str | Step, name: str, purpose: str | None = None, *, after: Step | None = None) -> Step:
+        """A fresh copy of *template* (a step planned for when it is needed, or a planned step), named
+        *name*, added to the steps (after *after*, else at the end): its planned argv and environment,
+        slots and all, are the template's."""
+        if isinstance(template, str):
+            template = next((s for s in self.when_needed if s.name == template), None) or self.get(template)
+        if self.has(name):
+            raise ValueError(f"the plan already has a step {name!r}")
+        step = Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))
+        self.steps.insert(self.steps.index(after) + 1 if after is not None else len(self.steps), step)
         return step
 
     def get(self, name: str) -> Step:
@@ -80,6 +112,11 @@ class Plan:
 
     def to_list(self) -> list[dict[str, Any]]:
         return [s.to_dict() for s in self.steps]
+
+    def when_needed_list(self) -> list[dict[str, Any]]:
+        """The templates, as the dry run shows them (name, where, purpose, planned argv and env)."""
+        return [{k: v for k, v in s.to_dict().items() if k not in ("status", "exit_code", "seconds")}
+                for s in self.when_needed]
 
 
 #: What fills a slot: a string for a one-word slot, a list (or tuple) of strings for a list slot.
@@ -176,18 +213,52 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
                 watch=watch)
 
 
+Streamed = TypeVar("Streamed")
+
+
+def execute_stream(step: Step, transport: Transport, call: Callable[[list[str]], Streamed], *,
+                   values: Mapping[str, SlotValue] | None = None, settled_by_caller: bool = False,
+                   **slot_values: SlotValue) -> Streamed:
+    """Run *step*'s planned argv, slots filled as :func:`execute` fills them, through *call* (which
+    streams the answer as it arrives and records the step's result itself: the allocation and
+    detached deploys and their reconciles, :mod:`vq_admin.lanes.allocation_stream`).  The step's
+    start (its failpoint, the filled argv in the receipt, the driver's check of a local command) is
+    :func:`execute`'s; its end is too, unless *settled_by_caller*: then the caller, which still has
+    the streamed answer to settle (transcripts to rename into place), calls :func:`settled` once it
+    has.  A streamed step carries its environment inside the agent's argv, never in the step's own."""
+    argv, env = filled(step, **{**(values or {}), **slot_values})
+    if env:
+        raise SlotError(f"{step.name}: a streamed step has no environment of its own; nothing was run")
+    _start(step, transport, argv, None)
+    result = call(step.argv or [])
+    if not settled_by_caller:
+        settled(step)
+    return result
+
+
+def settled(step: Step) -> None:
+    """The end of a step whose result is recorded and settled (its ``step-after`` failpoint)."""
+    failpoint("step-after", step.name)
+
+
+def _start(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, str] | None) -> None:
+    """What every run of a step begins with: its failpoint, the filled argv and env recorded (the
+    planned ones, slots and all, stay as planned), the driver's own check of a local command."""
+    failpoint("step-before", step.name)
+    step.argv = [str(a) for a in argv]
+    step.ran_env = dict(env) if env is not None else None
+    refuse_unsafe_command(step, transport, step.argv)
+
+
 def _run(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, str] | None, *, timeout: float,
          stdin: bytes | str | None, watch: Callable[..., None] | None) -> RunResult:
     """Run *argv* (with *env*) as *step* and record it there: the step's failpoints, the driver's
     own check of a local command, the transport's run."""
-    failpoint("step-before", step.name)
-    step.argv = [str(a) for a in argv]
-    step.ran_env = dict(env) if env is not None else None  # the planned env (with its slots) stays as planned
-    refuse_unsafe_command(step, transport, step.argv)
-    result = transport.run(step.argv, timeout=timeout, env=step.ran_env or None, stdin=stdin,
+    _start(step, transport, argv, env)
+    result = transport.run(step.argv or [], timeout=timeout, env=step.ran_env or None, stdin=stdin,
                            **({"watch": watch} if watch is not None else {}))
     record(step, result)
-    failpoint("step-after", step.name)
+    settled(step)
     return result
 
 

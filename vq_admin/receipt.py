@@ -183,5 +183,7 @@ class Receipt:
             "tag": self.tag,
             "steps": [dict(s.to_dict(), status="planned") for s in self.plan.steps],
         }
+        if self.plan.when_needed:
+            data["when_needed"] = self.plan.when_needed_list()
         data.update(self.sections())
         return envelope.document(PLAN_SCHEMA, Outcome.OK, data, self.errors)

@@ -34,7 +34,9 @@ from typing import Any
 from ..agent import protocol
 from ..outcome import Locked
 from ..state import dump_json, read_json, write_atomic
-from .allocation_stream import stream_call
+from ..plan import execute_stream
+from ..transport import Transport
+from .allocation_stream import StreamCall, stream_call
 from .runtime_step import RuntimeStep
 
 RECORD = "attempt.json"
@@ -64,31 +66,68 @@ def clear(inputs: RuntimeStep) -> None:
 
 def has_previous(inputs: RuntimeStep) -> bool:
     """Whether an interrupted run left an attempt record for this lane (read locally, no call)."""
+    return _previous(inputs) is not None
+
+
+PREVIOUS = "previous-attempt"
+
+
+def _previous(inputs: RuntimeStep) -> dict[str, Any] | None:
     previous = read_json(_path(inputs))
-    return previous is not None and isinstance(previous.get("attempt"), str)
+    return previous if previous is not None and isinstance(previous.get("attempt"), str) else None
+
+
+def _reconcile_place(inputs: RuntimeStep, previous: dict[str, Any]) -> tuple[Transport, list[str], str]:
+    """Where and how the end of *previous* is asked for (the agent never starts or submits anything)."""
+    detached = previous.get("kind") == "detached"
+    login = inputs.build_transport() if detached else inputs.ctx.login(inputs.host)
+    argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
+                              program=inputs.profile.program, attempt=previous["attempt"], timeout="1")
+    purpose = ("establish the end of the build an interrupted run left on the build host (never starts one)"
+               if detached else "establish the end of the batch job an interrupted run left (never submits)")
+    return login, argv, purpose
+
+
+def plan_previous(inputs: RuntimeStep) -> None:
+    """Plan the ``previous-attempt`` step when an interrupted run left an attempt record (read locally
+    when the plan is made; the dry run shows it)."""
+    previous = _previous(inputs)
+    if previous is not None:
+        login, argv, purpose = _reconcile_place(inputs, previous)
+        inputs.receipt.plan.add(PREVIOUS, login.where, argv, purpose)
 
 
 def reconcile_previous(inputs: RuntimeStep) -> None:
-    """Establish the end of the job an interrupted run left, or refuse (75) while it is still going."""
-    previous = read_json(_path(inputs))
-    if previous is None or not isinstance(previous.get("attempt"), str):
+    """Establish the end of the job an interrupted run left, or refuse (75) while it is still going.
+
+    What runs is the planned ``previous-attempt`` step.  A record that appeared, or changed, after
+    the plan was made (another run was cut off in between) is refused (75, nothing run: rerun); a
+    record cleared in between leaves the step skipped."""
+    previous = _previous(inputs)
+    plan = inputs.receipt.plan
+    if previous is None:
+        if plan.has(PREVIOUS):
+            step = plan.get(PREVIOUS)
+            step.status, step.detail = "skipped", "the attempt record was cleared after this run was planned"
         return
+    login, argv, _purpose = _reconcile_place(inputs, previous)
+    if not plan.has(PREVIOUS) or plan.get(PREVIOUS).planned_argv != argv or plan.get(PREVIOUS).where != login.where:
+        raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous['attempt']}) appeared "
+                     "or changed after this run was planned: another run was cut off meanwhile; nothing was run: "
+                     "rerun")
     ctx = inputs.ctx
     attempt = previous["attempt"]
     detached = previous.get("kind") == "detached"
-    login = inputs.build_transport() if detached else ctx.login(inputs.host)
-    argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
-                              program=inputs.profile.program, attempt=attempt, timeout="1")
-    step = inputs.receipt.plan.add("previous-attempt", login.where, argv,
-                                   "establish the end of the build an interrupted run left on the build host "
-                                   "(never starts one)" if detached else
-                                   "establish the end of the batch job an interrupted run left (never submits)")
+    step = plan.get(PREVIOUS)
     ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
                 f"{previous.get('attempt_dir')}; reconciling its {'build' if detached else 'job'}")
     # The transcripts are settled on the login host; the driver keeps only this call's summary.
     sinks = {name: _Discard(name) for name in ("stdout", "stderr")}
-    step.argv = argv
-    call = stream_call(login, argv, timeout=RECONCILE_CALL_TIMEOUT, sinks=sinks)  # type: ignore[arg-type]
+
+    def stream(words: list[str]) -> StreamCall:
+        return stream_call(login, words, timeout=RECONCILE_CALL_TIMEOUT, sinks=sinks)  # type: ignore[arg-type]
+
+    call = execute_stream(step, login, stream)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary: dict[str, Any] = call.records.get("summary") or {}
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
@@ -132,4 +171,4 @@ class _Discard:
         pass  # nothing is kept, so nothing is checksummed
 
 
-__all__ = ["record", "clear", "reconcile_previous"]
+__all__ = ["record", "clear", "plan_previous", "reconcile_previous"]

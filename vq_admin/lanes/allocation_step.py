@@ -44,7 +44,7 @@ from .. import progress
 from ..agent import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
-from ..plan import SlotValue, Step, filled
+from ..plan import SlotValue, Step, execute_stream, filled, settled
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
@@ -58,6 +58,10 @@ ARCHIVE = Slot("stage", suffix="/source.tar")
 ARCHIVE_SHA256 = Slot("archive_sha256")
 #: The agent's progress option: ``--progress 10`` on a terminal, else no word at all.
 PROGRESS = Slot("progress", many=True)
+#: How long a reconcile waits for the job's end (seconds): what is left of the bound, plus a grace.
+WAIT = Slot("wait_seconds")
+#: The planned reconcile of a dropped deploy (``deploy-reconcile``, copied as ``deploy-reconcile-N``).
+RECONCILE = "deploy-reconcile"
 
 #: Seconds the driver allows beyond timeout_seconds for settle, retention and streaming.
 MARGIN = 180.0
@@ -148,19 +152,29 @@ class AllocationDeploy(RuntimeStep):
         return values  # a value missing here is refused by plan.filled before anything runs
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
-        """Add the ``deploy`` step: the agent on the login host submits the batch job."""
+        """Add the ``deploy`` step: the agent on the login host submits the batch job; and, for when
+        the connection drops, its reconcile."""
         where = self.ctx.login(self.host).where
         self.receipt.plan.add("deploy", where, self.planned_argv(command),
                               f"{purpose}, as a Slurm batch job (sbatch --wait) submitted from the login host")
+        self.plan_reconcile(where, detached=False,
+                            purpose="after a dropped deploy: establish the batch job's end by its recorded id "
+                                    "(never resubmits)")
+
+    def plan_reconcile(self, where: str, *, detached: bool, purpose: str) -> None:
+        """Plan ``deploy-reconcile`` for when it is needed (tried up to :data:`RECONCILE_TRIES` times)."""
+        argv = protocol.reconcile(self.host.agent, detached=detached, root=self.host.scratch_root or "",
+                                  program=self.profile.program, attempt=ATTEMPT, timeout=WAIT)
+        self.receipt.plan.add_when_needed(RECONCILE, where, argv, purpose)
 
     def begin(self, command: ProviderCommand, how: str, head: dict[str, Any], tail: dict[str, Any],
-              ) -> tuple[str, str, Step, float, progress.AllocationView | None, list[str]]:
+              ) -> tuple[str, str, Step, float, progress.AllocationView | None, dict[str, SlotValue]]:
         """The prologue of a deploy that runs under an attempt (an allocation's or a detached build's).
 
         Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
         receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
         chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
-        step, deadline, view, the step's planned argv with its slots filled from :meth:`run_values`)."""
+        step, deadline, view, the values of the step's slots, :meth:`run_values`)."""
         ctx, receipt = self.ctx, self.receipt
         if receipt.id is None:  # the transcript copy lives next to the receipt
             receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
@@ -170,22 +184,23 @@ class AllocationDeploy(RuntimeStep):
         step = receipt.plan.get("deploy")
         deadline = time.monotonic() + self.profile.timeout_seconds
         view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
-        argv, _ = filled(step, **self.run_values(attempt, live=view is not None))  # exactly the planned argv
+        values = self.run_values(attempt, live=view is not None)
+        filled(step, **values)  # a slot left without a value is refused here, before the attempt is recorded
         ctx.narrate(f"deploying {self.profile.program} {self.sha} {how}: "
                     f"{quote_argv(command.argv)} (transcripts in {directory})")
-        return attempt, directory, step, deadline, view, argv
+        return attempt, directory, step, deadline, view, values
 
     def deploy(self, command: ProviderCommand) -> RunResult:
         """Run the deploy step; the result's exit_code is the deployment's exit status."""
         ctx, receipt = self.ctx, self.receipt
         login = ctx.login(self.host)
         assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-        attempt, directory, step, deadline, view, argv = self.begin(
+        attempt, directory, step, deadline, view, values = self.begin(
             command, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
             {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
         allocation_attempt.record(self, attempt, directory)  # the next run reconciles it if this one is cut off
         with progress.live(ctx, view):
-            call, sinks = self._call(step, argv, self.profile.timeout_seconds + MARGIN,
+            call, sinks = self._call(step, values, self.profile.timeout_seconds + MARGIN,
                                      view.on_record if view else None)
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
@@ -201,20 +216,18 @@ class AllocationDeploy(RuntimeStep):
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
             allocation_attempt.clear(self)  # the job's end is known: nothing for a later run to reconcile
+        settled(step)  # the transcripts are in place and the attempt record is current
         return result
 
-    def _call(self, step: Step, argv: list[str], timeout: float,
+    def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
               on_record: Callable[[str, dict[str, Any]], None] | None = None,
               transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
-        """One framed agent call on *transport* (default: the login host) into fresh transcript sinks."""
-        from ..permissions import refuse_if_unsafe
-
+        """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
+        *transport* (default: the login host) into fresh transcript sinks."""
         transport = transport or self.ctx.login(self.host)
-        refuse_if_unsafe(transport, argv, step.name)
         assert self.receipt.id is not None  # deploy() gave the receipt its id
         directory = self.ctx.state.transcript_dir(self.receipt.id)
-        sinks = {name: TranscriptSink(directory, name) for name in ("stdout", "stderr")}
-        step.argv = argv
+        sinks: dict[str, TranscriptSink] = {}
         deploy = self.receipt.deploy
 
         def observe(kind: str, value: dict[str, Any]) -> None:
@@ -226,8 +239,13 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        try:
-            call = stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
+        def stream(argv: list[str]) -> StreamCall:
+            # the sinks' temporary files exist only once the step runs (a kill at its start leaves none)
+            sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
+            return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
+
+        try:  # exactly the planned argv, its slots filled, streamed as it arrives; the caller settles it
+            call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
         except BaseException:
             _discard(sinks)
             raise
@@ -246,21 +264,18 @@ class AllocationDeploy(RuntimeStep):
         return call, sinks
 
     def _reconcile(self, attempt: str, deadline: float, call: StreamCall,
-                   sinks: dict[str, TranscriptSink], *, detached: bool = False,
+                   sinks: dict[str, TranscriptSink], *,
                    transport: Transport | None = None, wait_for: float | None = None,
-                   purpose: str = "establish the batch job's end by its recorded id (never resubmits)",
                    ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Ask the agent for the recorded job's (or detached build's) end, retrying a dropped connection a few
-        times; *wait_for* (seconds) replaces the wait until the original bound."""
-        login = transport or self.ctx.login(self.host)
+        times (copies of the planned ``deploy-reconcile``); *wait_for* (seconds) replaces the wait until
+        the original bound."""
         for n in range(1, RECONCILE_TRIES + 1):
             _discard(sinks)
             wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
-            argv = protocol.reconcile(self.host.agent, detached=detached, root=self.host.scratch_root or "",
-                                      program=self.profile.program, attempt=attempt, timeout=_seconds(round(wait)))
-            step = self.receipt.plan.add("deploy-reconcile" if n == 1 else f"deploy-reconcile-{n}", login.where, argv,
-                                         purpose)
-            call, sinks = self._call(step, argv, wait + MARGIN, transport=transport)
+            step = self.receipt.plan.again(RECONCILE, RECONCILE if n == 1 else f"{RECONCILE}-{n}")
+            call, sinks = self._call(step, {ATTEMPT.name: attempt, WAIT.name: _seconds(round(wait))}, wait + MARGIN,
+                                     transport=transport)
             if call.complete or not (call.interrupted or call.frame_error):
                 break
             self.ctx.narrate(f"deploy-reconcile: {call.describe()}")

@@ -36,9 +36,9 @@ from vq_admin_hookspecs import ProviderCommand
 
 from .. import progress
 from ..agent import protocol
-from ..agent.failpoints import failpoint
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..outcome import Refused, VqAdminError
+from ..plan import settled
 from ..transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
@@ -85,21 +85,24 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
         """Add the ``deploy`` step: the agent on the build host starts the build detached."""
-        self.receipt.plan.add("deploy", self.build_transport().where, self.planned_argv(command),
+        where = self.build_transport().where
+        self.receipt.plan.add("deploy", where, self.planned_argv(command),
                               f"{purpose}, detached on the build host (it survives a dropped connection)")
+        self.plan_reconcile(where, detached=True,
+                            purpose="after a dropped deploy: establish the detached build's end from its attempt "
+                                    "(never starts one)")
 
     def deploy(self, command: ProviderCommand) -> RunResult:
         """Run the deploy step; the result's exit_code is the build's exit status."""
         ctx, receipt = self.ctx, self.receipt
         transport = self.build_transport()
-        attempt, directory, step, deadline, view, argv = self.begin(
+        attempt, directory, step, deadline, view, values = self.begin(
             command, f"on {transport.where}, detached",
             {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
             {"pid": None, "exit_code": None})
-        failpoint("step-before", "deploy")
         allocation_attempt.record(self, attempt, directory, "detached", transport.where)
-        with progress.live(ctx, view):
-            call, sinks = self._call(step, argv,
+        with progress.live(ctx, view):  # the step starts in execute_stream and is settled below
+            call, sinks = self._call(step, values,
                                      self.profile.timeout_seconds + allocation_step.MARGIN,
                                      view.on_record if view else None, transport=transport)
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
@@ -115,15 +118,12 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
             receipt.deploy["interruption"] = call.describe()
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                         "(it is never restarted)")
-            call, sinks = self._reconcile(
-                attempt, deadline, call, sinks, detached=True, transport=transport,
-                wait_for=RECONCILE_WAIT,
-                purpose="establish the detached build's end from its attempt (never starts one)")
+            call, sinks = self._reconcile(attempt, deadline, call, sinks, transport=transport, wait_for=RECONCILE_WAIT)
         result = self._conclude(command, call, sinks)
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("timed_out"):
             allocation_attempt.clear(self)  # the build's end is known: nothing for a later run to reconcile
-        failpoint("step-after", "deploy")
+        settled(step)  # the transcripts are in place and the attempt record is current
         return result
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,

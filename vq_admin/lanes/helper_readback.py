@@ -149,9 +149,8 @@ def readback(ctx: RunContext, host: HostConfig, plan: Plan, first: Step, sha: st
     previous = first
     while not attempts[-1].matched and attempts[-1].identity is not None and len(attempts) <= rereads:
         sleep(interval)
-        step = Step(f"{first.name}-reread-{len(attempts)}", first.where, list(first.planned_argv),
-                    f"re-read {len(attempts)} of at most {rereads}: a shared filesystem may lag")
-        plan.steps.insert(plan.steps.index(previous) + 1, step)
+        step = plan.again(first, f"{first.name}-reread-{len(attempts)}",
+                          f"re-read {len(attempts)} of at most {rereads}: a shared filesystem may lag", after=previous)
         attempts.append(read_identity(ctx, host, step, sha, tree))
         previous = step
     return Readback(attempts, rereads, interval)

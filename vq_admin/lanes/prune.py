@@ -301,9 +301,9 @@ class RuntimePrune:
                 continue
             if entry is None:
                 continue
-            template = self.receipt.plan.get("kept-readback")  # one step per kept launcher, from the plan's
-            step = self.receipt.plan.add(f"kept-readback-{sha[:12]}", template.where, template.planned_argv,
-                                         f"kept launcher of {sha}: still there, same bytes")
+            # one step per kept launcher, a copy of the planned one
+            step = self.receipt.plan.again("kept-readback", f"kept-readback-{sha[:12]}",
+                                           f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), timeout=self.profile.verify_timeout_seconds,
                              launcher=entry["launcher"])
             answer = _hash_answer(result.stdout)

@@ -43,7 +43,7 @@ from ..transport import quote_argv
 from . import remote_paths
 from .common import conclude
 from .runtime import RuntimeUpdate
-from .verify import Verification, plan_verify
+from .verify import Verification, plan_readback_verify, plan_verify
 
 VERIFIED = ("ok", "already-current")
 
@@ -115,6 +115,7 @@ class RuntimeRollback(RuntimeUpdate):
                  f"provider {p.provider}: switch current to the existing release {self.sha} (nothing is built)",
                  dict(self.activation.env))
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
+        plan_readback_verify(plan, self.post)
 
     def command_places(self) -> list[remote_paths.Place]:
         """The command files of an activation on each ssh host: the agent and ``verify_command`` on

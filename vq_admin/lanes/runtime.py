@@ -38,7 +38,7 @@ from . import first_call, remote_paths
 from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
-from .verify import Verification, plan_verify, run_verify
+from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
 
 #: The staged archive, as the provider's update or install hook receives it (``<stage>/source.tar``).
 ARCHIVE = Slot("stage", suffix="/source.tar")
@@ -111,6 +111,9 @@ class RuntimeUpdate:
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
+        from . import allocation_attempt
+
+        allocation_attempt.plan_previous(self.inputs)  # an interrupted run's batch job or build: its end first
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
             from .mirror_step import MirrorFeed
@@ -135,6 +138,7 @@ class RuntimeUpdate:
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
+        plan_readback_verify(plan, self.post)
         self.staging.plan_reclaim()
 
     def planned_deploy(self) -> ProviderCommand:
@@ -261,9 +265,7 @@ class RuntimeUpdate:
     def resolve_unknown(self, what: str) -> Receipt:
         """An interrupted transport: only a fresh read-only verify decides."""
         self.receipt.errors.append(what)
-        plan = self.receipt.plan
-        steps = plan_verify(self.ctx, plan, "readback-verify", self.host, self.profile, self.request(archive=None))
-        found = self.verify(*steps)
+        found = self.verify(*readback_verify_steps(self.receipt.plan))  # planned for this, slots and all
         self.receipt.verify["readback"] = found.to_dict()
         if found.proven:
             self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and "

@@ -72,6 +72,27 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     return verify, readback
 
 
+READBACK_VERIFY = "readback-verify"
+
+
+def plan_readback_verify(plan: Plan, post: tuple[Step, Step]) -> None:
+    """Plan, for when it is needed, the fresh read-only verify that resolves an interrupted deploy
+    or verify (``readback-verify`` and its hash read-back): copies of the *post* verify's steps,
+    so the provider's verify hook is asked once."""
+    verify, readback = post
+    plan.add_when_needed(READBACK_VERIFY, verify.where, verify.planned_argv,
+                         "after an interrupted deploy or verify: a fresh read-only verify decides", dict(verify.env))
+    plan.add_when_needed(f"{READBACK_VERIFY}-readback", readback.where, readback.planned_argv,
+                         f"SHA-256 of the receipt's launcher, read back on the login host (in the {READBACK_VERIFY} "
+                         "agent call)", dict(readback.env))
+
+
+def readback_verify_steps(plan: Plan) -> tuple[Step, Step]:
+    """The planned ``readback-verify`` steps, added to the run (see :func:`plan_readback_verify`)."""
+    return plan.again(READBACK_VERIFY, READBACK_VERIFY), plan.again(f"{READBACK_VERIFY}-readback",
+                                                                    f"{READBACK_VERIFY}-readback")
+
+
 def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, request: RuntimeRequest,
                verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
     """Verify and read back in one agent call; *shared* false runs it over its own
