@@ -115,6 +115,11 @@ def test_site_example_deploys_and_verifies_in_an_allocation(tmp_path, real_clust
     assert values["attempt"] == receipt["deploy"]["attempt"] and values["stage"] == receipt["stage"]["dir"]
     assert values["archive_sha256"] == receipt["source"]["archive_sha256"]
     assert values["progress"] == [], "off a terminal the agent is never asked for progress"
+    # the reconcile of a dropped deploy is planned too (listed, slots and all), and ran not at all here
+    needed = {s["name"]: s["argv"] for s in dry.json()["when_needed"]}
+    assert "alloc-reconcile" in needed["deploy-reconcile"] and "<attempt>" in needed["deploy-reconcile"]
+    assert needed["deploy-reconcile"][-2:] == ["--timeout", "<wait_seconds>"]
+    assert not any(s["name"].startswith("deploy-reconcile") for s in receipt["steps"])
     deploy, output = receipt["deploy"], receipt["command_output"]
     assert deploy["exit_code"] == 0 and deploy["job_id"].isdigit() and deploy["end_source"] == "sbatch"
     assert deploy["job_state"] in ("COMPLETED", None)  # None only if the record aged out at once
@@ -178,6 +183,10 @@ def test_a_dropped_session_during_sbatch_wait_is_reconciled_not_resubmitted(tmp_
     assert deploy["exit_code"] == 3 and deploy["end_source"] in ("scontrol", "jobcomp")
     steps = [(s["name"], s["status"], s["exit_code"]) for s in receipt["steps"] if s["name"].startswith("deploy")]
     assert steps == [("deploy", "interrupted", 255), ("deploy-reconcile", "failed", 3)]
+    reconcile = next(s for s in receipt["steps"] if s["name"] == "deploy-reconcile")
+    at = reconcile["argv"].index("--attempt")
+    assert reconcile["argv"][at + 1] == deploy["attempt"] and reconcile["argv"][-2] == "--timeout"
+    assert reconcile["argv"][-1].isdigit(), "the planned <wait_seconds> slot, filled"
     assert receipt["command_output"]["complete"] is True and "done" in receipt["command_output"]["stdout"]
     records = world.jobcomp_records()
     assert len(records) == 1 and f"JobId={deploy['job_id']} " in records[0]  # submitted exactly once
