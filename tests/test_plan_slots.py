@@ -376,8 +376,8 @@ def test_one_run_asks_a_provider_each_question_once():
 
 
 def test_prune_asks_its_hook_once_and_fills_the_keep_set_slot(world, monkeypatch):
-    # no Slurm here: the census finds no job (the census itself is tested over the real Slurm in test_prune)
-    monkeypatch.setattr("vq_admin.references.active_jobs", lambda transport: [])
+    # no Slurm here: the planned census lists no job (the census itself is tested over the real Slurm in test_prune)
+    monkeypatch.setattr("vq_admin.lanes.prune.SQUEUE", ["/bin/true"])
     shas = [world["runtime_sha"], world["program"].commit("vibeqc 2"), world["program"].commit("vibeqc 3")]
     for sha in shas:
         deployed = run_lane(world, lambda ctx, sha=sha: RuntimeUpdate(ctx, "cluster", "vibeqc", sha, None), Counting(),

@@ -93,13 +93,19 @@ class Plan:
         """A fresh copy of *template* (a step planned for when it is needed, or a planned step), named
         *name*, added to the steps (after *after*, else at the end): its planned argv and environment,
         slots and all, are the template's."""
-        if isinstance(template, str):
-            template = next((s for s in self.when_needed if s.name == template), None) or self.get(template)
         if self.has(name):
             raise ValueError(f"the plan already has a step {name!r}")
-        step = Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))
+        step = self.copy(template, name, purpose)
         self.steps.insert(self.steps.index(after) + 1 if after is not None else len(self.steps), step)
         return step
+
+    def copy(self, template: str | Step, name: str, purpose: str | None = None) -> Step:
+        """A fresh copy of *template*, as :meth:`again` makes it, that is not added to the steps: for a
+        read a step repeats as often as its answer says (the census's per-job reads), which the step
+        that ran them records in its own detail, so the receipt stays bounded."""
+        if isinstance(template, str):
+            template = next((s for s in self.when_needed if s.name == template), None) or self.get(template)
+        return Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))
 
     def get(self, name: str) -> Step:
         for step in self.steps:

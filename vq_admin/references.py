@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Callable
+
+from vq_admin_hookspecs import Slot
 
 from . import registry
 from .agent.identifiers import SHA_RE
 from .outcome import VqAdminError
+from .plan import fill
 from .state import StateDir, utc_now
 from .transport import RunResult, Transport
 
@@ -41,7 +44,16 @@ SCHEMA = "vq-admin/references/1"
 TERMINAL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
                              "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "REVOKED"})
 SQUEUE = ["squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"]
+#: The job a per-job read is about (a slot: the census fills it from squeue's answer).
+JOB = Slot("job_id", label="job id")
+SHOW_JOB = ["scontrol", "show", "job", "-o", JOB]
+BATCH_SCRIPT = ["scontrol", "write", "batch_script", JOB, "-"]
+#: The census's commands by what they read: the whole queue, then each job and its batch script.
+READS = {"squeue": SQUEUE, "show-job": SHOW_JOB, "batch-script": BATCH_SCRIPT}
 TIMEOUT = 120.0
+
+#: Runs one of :data:`READS` (its name, then the job id for a per-job read) and returns its result.
+Reader = Callable[[str, "str | None"], RunResult]
 _GONE = re.compile(r"invalid job id", re.IGNORECASE)
 _FULL_SHA = re.compile(r"(?<![0-9A-Za-z])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9A-Za-z])")
 
@@ -66,16 +78,25 @@ def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]
     return sorted(rows.values(), key=lambda r: r["sha"])
 
 
-def _run(transport: Transport, argv: list[str]) -> RunResult:
-    result = transport.run(argv, timeout=TIMEOUT)
+def reader(transport: Transport) -> Reader:
+    """The plain reader: each of :data:`READS` through *transport*, its job slot filled."""
+    def read(name: str, job_id: str | None) -> RunResult:
+        return transport.run(fill(READS[name], {JOB.name: job_id} if job_id is not None else {}), timeout=TIMEOUT)
+    return read
+
+
+def _run(read: Reader, name: str, job_id: str | None = None) -> RunResult:
+    result = read(name, job_id)
     if result.interrupted:
-        raise CensusError(f"{' '.join(argv[:3])}: {result.describe()}; the census is incomplete")
+        raise CensusError(f"{' '.join(result.argv[:3])}: {result.describe()}; the census is incomplete")
     return result
 
 
-def active_jobs(transport: Transport) -> list[dict[str, str]]:
-    """Every non-terminal job on the host: ``{id, display, state, text}`` (text: show job + script)."""
-    listed = _run(transport, SQUEUE)
+def active_jobs(transport: Transport, read: Reader | None = None) -> list[dict[str, str]]:
+    """Every non-terminal job on the host: ``{id, display, state, text}`` (text: show job + script).
+    *read* runs each command (default: :func:`reader` of *transport*; prune runs its planned steps)."""
+    read = read or reader(transport)
+    listed = _run(read, "squeue")
     if listed.exit_code != 0:
         raise CensusError(f"squeue failed on {transport.where} ({listed.describe()}): {listed.error_text()[-300:]}")
     jobs, seen = [], set()
@@ -89,7 +110,7 @@ def active_jobs(transport: Transport) -> list[dict[str, str]]:
         if state.split()[0] in TERMINAL_STATES or job_id in seen:
             continue
         seen.add(job_id)
-        shown = _run(transport, ["scontrol", "show", "job", "-o", job_id])
+        shown = _run(read, "show-job", job_id)
         if shown.exit_code != 0:
             if _GONE.search(shown.error_text()):
                 continue  # it ended between squeue and now
@@ -100,7 +121,7 @@ def active_jobs(transport: Transport) -> list[dict[str, str]]:
         if state in TERMINAL_STATES:
             continue
         if re.search(r"\bBatchFlag=1\b", text):
-            script = _run(transport, ["scontrol", "write", "batch_script", job_id, "-"])
+            script = _run(read, "batch-script", job_id)
             if script.exit_code != 0:
                 if _GONE.search(script.error_text()):
                     continue
@@ -119,11 +140,12 @@ def _stable_links(launcher: object) -> list[str]:
     return []
 
 
-def census(state: StateDir, transport: Transport, host: str, program: str) -> dict[str, Any]:
-    """The census document (schema ``vq-admin/references/1``)."""
+def census(state: StateDir, transport: Transport, host: str, program: str,
+           read: Reader | None = None) -> dict[str, Any]:
+    """The census document (schema ``vq-admin/references/1``); *read* as :func:`active_jobs`."""
     started = time.monotonic()
     rows = generations(state, host, program)
-    jobs = active_jobs(transport)
+    jobs = active_jobs(transport, read)
     warnings: list[str] = []
     links = sorted({link for row in rows for link in _stable_links(row["launcher"])})
     for job in jobs:

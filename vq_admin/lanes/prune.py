@@ -45,12 +45,13 @@ from ..agent.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..outcome import Outcome, Refused, UsageError
-from ..plan import Step, execute, filled, mark_local
+from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..receipt import Receipt
-from ..references import SQUEUE, CensusError, census
+from ..references import READS, SQUEUE, CensusError, census
+from ..references import TIMEOUT as CENSUS_TIMEOUT
 from ..state import utc_now
-from ..transport import quote_argv
+from ..transport import RunResult, quote_argv
 from . import remote_paths
 from .common import conclude
 from .verify import Verification, plan_verify, run_verify
@@ -122,7 +123,9 @@ class RuntimePrune:
         remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
         self.pre = plan_verify(ctx, plan, "verify-active", self.host, p, self.request())
         plan.add("census", where, SQUEUE, "every queued, running, suspended or held job and the generations it "
-                 "references (scontrol show job, scontrol write batch_script per job)")
+                 "references (then census-show-job and census-batch-script per job)")
+        for read in ("show-job", "batch-script"):  # per job squeue lists: counted in the census step's detail
+            plan.add_when_needed(f"census-{read}", where, READS[read], f"the census, per job: {' '.join(READS[read])}")
         command = self.prune_command()  # the keep set is the KEEP slot, filled in prune()
         plan.add("prune", where, command.argv, f"provider {p.provider}: remove releases outside the keep set",
                  dict(command.env))
@@ -196,15 +199,32 @@ class RuntimePrune:
         return found
 
     def take_census(self) -> dict[str, Any]:
-        step = self.receipt.plan.get("census")
+        """The census, each of its reads a planned step: ``census`` (squeue) and, per job it lists, a copy
+        of ``census-show-job`` and ``census-batch-script`` (counted in the ``census`` step's detail)."""
+        plan, login = self.receipt.plan, self.ctx.login(self.host)
+        step = plan.get("census")
         started = time.monotonic()
+        reads: dict[str, int] = {}
+
+        def read(name: str, job_id: str | None) -> RunResult:
+            if name == "squeue":
+                return execute(step, login, timeout=CENSUS_TIMEOUT)
+            reads[name] = reads.get(name, 0) + 1
+            return execute(plan.copy(f"census-{name}", f"census-{name}"), login, timeout=CENSUS_TIMEOUT,
+                           job_id=job_id or "")
+
         try:
-            doc = census(self.ctx.state, self.ctx.login(self.host), self.host.name, self.profile.program)
+            doc = census(self.ctx.state, login, self.host.name, self.profile.program, read)
         except CensusError as exc:
-            mark_local(step, False, started, exc.message)
+            step.seconds = time.monotonic() - started  # the whole census, squeue and the per-job reads
+            if step.status in ("planned", "ok"):  # squeue answered; a later read or its answer failed the census
+                step.status, step.exit_code = "failed", step.exit_code or 1
+            step.detail = exc.message
             raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
                           "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
-        mark_local(step, True, started, f"{doc['jobs_scanned']} jobs read")
+        step.seconds = time.monotonic() - started
+        counted = ", ".join(f"census-{name} {count}" for name, count in sorted(reads.items()))
+        step.detail = f"{doc['jobs_scanned']} jobs read" + (f" (per job: {counted})" if counted else "")
         return doc
 
     def candidates(self) -> list[str]:
