@@ -90,6 +90,37 @@ def test_no_caller_passes_an_explicit_argv():
     assert explicit_argv_callers() == {}
 
 
+def streams_outside_a_step() -> list[str]:
+    """Each call of ``stream_call`` in ``vq_admin/lanes`` that is not inside a function the enclosing
+    function hands to ``execute_stream`` (``module:line``)."""
+    found = []
+    for path in sorted((ROOT / "vq_admin" / "lanes").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        calls = {node for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "stream_call"}
+        inside_a_step = set()
+        for outer in ast.walk(tree):
+            if not isinstance(outer, ast.FunctionDef):
+                continue
+            handed = {arg.id for call in ast.walk(outer) if isinstance(call, ast.Call)
+                      and getattr(call.func, "id", None) == "execute_stream" for arg in call.args
+                      if isinstance(arg, ast.Name)}
+            for inner in outer.body:
+                if isinstance(inner, ast.FunctionDef) and inner.name in handed:
+                    inside_a_step |= calls & set(ast.walk(inner))
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in calls - inside_a_step]
+    return sorted(found)
+
+
+def test_every_streamed_call_runs_as_a_planned_step():
+    """The allocation and detached deploys, their reconciles and previous-attempt stream their
+    answer, and run their planned step all the same (``execute_stream``)."""
+    callers = [f"{p.relative_to(ROOT)}" for p in (ROOT / "vq_admin").rglob("*.py") if "stream_call(" in p.read_text()
+               and p.name != "allocation_stream.py"]
+    assert sorted(callers) == ["vq_admin/lanes/allocation_attempt.py", "vq_admin/lanes/allocation_step.py"]
+    assert streams_outside_a_step() == []
+
+
 # -- the command-file checks ------------------------------------------------------------------
 
 
