@@ -155,3 +155,27 @@ def test_previous_attempt_is_planned_from_the_record_the_plan_saw(world):  # noq
         _record(other, "deploy.20261201T000002Z.cccc")  # appeared after planning
         with pytest.raises(Locked, match="appeared or changed"):
             allocation_attempt.reconcile_previous(other.inputs)
+
+
+def test_the_source_step_records_the_git_archive_that_ran(world, monkeypatch):  # noqa: F811
+    """The planned ``source`` argv is the one ``make_archive`` runs (``--end-of-options`` and all)."""
+    from vq_admin import source
+
+    ran: list[list[str]] = []
+    real = source.run_local_argv
+
+    def spy(argv, *args, **kwargs):
+        ran.append(list(argv))
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(source, "run_local_argv", spy)
+    make = lambda ctx: RuntimeUpdate(ctx, "cluster", "vibeqc", world["runtime_sha"], None)  # noqa: E731
+    dry = run_lane(world, make, Counting(), dry_run=True)
+    done = run_lane(world, make, Counting(), dry_run=False)
+    assert done.outcome.value == "ok", done.errors
+    planned = next(s for s in dry.plan.to_list() if s["name"] == "source")["argv"]
+    recorded = next(s for s in done.plan.to_list() if s["name"] == "source")["argv"]
+    archives = [argv for argv in ran if "archive" in argv]
+    assert archives == [recorded], "what the receipt says ran is what ran"
+    assert planned[-2:] == ["--end-of-options", world["runtime_sha"]] and planned[:-3] == recorded[:-3]
+    assert planned[-3] == "<workdir>/source.tar" and recorded[-3].endswith("/source.tar")

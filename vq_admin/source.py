@@ -174,10 +174,24 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
     return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
 
 
+ARCHIVE_NAME = "source.tar"
+
+
+def archive_argv(repo: str, sha: str, path: str) -> list[str]:
+    """The ``git archive`` of the exact commit *sha* of *repo* into *path* (what the ``source`` step runs)."""
+    return ["git", "-C", repo, "archive", "--format=tar", "-o", path, "--end-of-options", sha]
+
+
 def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
     """Archive the exact commit into *workdir* and prove the archive's tree."""
-    path = os.path.join(workdir, "source.tar")
-    made = git(ident.repo, "archive", "--format=tar", "-o", path, "--end-of-options", ident.sha)
+    path = os.path.join(workdir, ARCHIVE_NAME)
+    argv = archive_argv(ident.repo, ident.sha, path)
+    return prove_archive(ident, path, run_local_argv(argv, argv, "local", timeout=GIT_TIMEOUT))
+
+
+def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceIdentity:
+    """The identity of the archive ``git archive`` (*made*) wrote to *path*: its tree must be the
+    commit's, or the run is refused."""
     if made.interrupted:  # a timed-out or dropped git says nothing about the repository
         _checked(made, f"the archive of {ident.sha}", ident.repo)
     if not made.ok:

@@ -31,7 +31,7 @@ STAGE_TIMEOUT = 120.0
 RECLAIM_TIMEOUT = 300.0
 
 #: The run-time values of the staging steps, as named slots of their planned argv.
-WORKDIR = Slot("workdir", suffix="/source.tar")
+WORKDIR = Slot("workdir", suffix="/" + source.ARCHIVE_NAME)
 STAGE = Slot("stage")
 ARCHIVE_SHA256 = Slot("archive_sha256")
 TREE_SHA256 = Slot("tree_sha256")
@@ -56,8 +56,8 @@ class SourceStage:
     # -- the plan ---------------------------------------------------------------------
 
     def plan_source(self, repo: str, sha: str, what: str) -> None:
-        self.plan.add("source", "local",
-                      ["git", "-C", repo, "archive", "--format=tar", "-o", WORKDIR, sha],
+        # the argv make_archive runs (source.archive_argv), <workdir> filled when the run records it
+        self.plan.add("source", "local", source.archive_argv(repo, sha, WORKDIR),
                       f"archive the exact {what} commit and prove its tree id")
 
     def plan_stage(self, ident: source.SourceIdentity) -> None:
