@@ -150,7 +150,7 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         raise UnsafePath(f"--mode {mode:04o} is refused: setuid, setgid and sticky bits are not allowed on a site "
                          "command (use a mode such as 0755)")
     parent, name = os.path.split(dest)
-    from .securepath import path_problem
+    from .securepath import discard, path_problem
 
     unsafe = path_problem(parent, what="destination directory")
     if unsafe:
@@ -180,10 +180,7 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
                 failpoint("install-file-before-rename")
                 os.replace(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
             except BaseException:
-                try:
-                    os.unlink(temp, dir_fd=pfd)
-                except FileNotFoundError:
-                    pass
+                discard(temp, dir_fd=pfd)
                 raise
             os.fsync(pfd)
     finally:
