@@ -108,6 +108,30 @@ def site_example_host(name: str, *, root: Path, repo: Path, scratch: Path, trans
     )
 
 
+def command_host(program: str, *, scratch: Path, repo: Path, update: str, verify: str, install: str | None = None,
+                 timeout_seconds: int = 600, verify_timeout_seconds: int = 60, extra_profile: str = "") -> str:
+    """A managed host ``cluster`` over ssh (``ssh = "cluster"``) whose one profile runs configured
+    commands (the built-in command provider): *update* and *verify*, *install* when given."""
+    install_line = f'install_command = "{install}"\n' if install else ""
+    return (
+        f'[hosts.cluster]\nfleet_role = "managed"\nssh = "cluster"\nscratch_root = "{scratch}"\nagent = "{AGENT}"\n\n'
+        f'[hosts.cluster.scheduler_runtime_deployments.{program}]\nupdate_command = "{update}"\n{install_line}'
+        f'verify_command = "{verify}"\nsource_repo = "{repo}"\ntimeout_seconds = {timeout_seconds}\n'
+        f'verify_timeout_seconds = {verify_timeout_seconds}\n{extra_profile}\n'
+    )
+
+
+def plant_symlink(link: Path, tmp_path: Path) -> Path:
+    """Plant a symlink at *link* (its parents created) to a fresh empty directory
+    ``tmp_path/elsewhere``, as another user could; returns that directory, which a refusal
+    must leave empty."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, link)
+    return target
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """Path -> (type, content hash) of everything below *root*, for byte-identity checks."""
     import hashlib

@@ -28,14 +28,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from realhosts.procs import descendants, wait_until
-from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, write_config
+from support import SITE_EXAMPLE, VQ_ADMIN, GitRepo, command_host, write_config
 
 pytestmark = pytest.mark.real
 
@@ -74,24 +73,9 @@ class World:
         self.verify = self._script("verify-wrapper", "")
         place = ('update_allocation = { sbatch_args = ["--time=5"] }' if allocation
                  else 'update_host = "cluster-build"')
-        self.config = write_config(tmp / "admin.toml", textwrap.dedent(f"""\
-            ssh_config = "{ssh_config}"
-
-            [hosts.cluster]
-            fleet_role = "managed"
-            ssh = "cluster"
-            scratch_root = "{self.scratch}"
-            agent = "{AGENT}"
-
-            [hosts.cluster.scheduler_runtime_deployments.{program}]
-            update_command = "{self.deploy}"
-            install_command = "{self.deploy}"
-            verify_command = "{self.verify}"
-            source_repo = "{self.repo.path}"
-            timeout_seconds = {timeout}
-            verify_timeout_seconds = 60
-            {place}
-            """))
+        self.config = write_config(tmp / "admin.toml", f'ssh_config = "{ssh_config}"\n\n' + command_host(
+            program, scratch=self.scratch, repo=self.repo.path, update=str(self.deploy), install=str(self.deploy),
+            verify=str(self.verify), timeout_seconds=timeout, extra_profile=place))
         self.set_deploy("")
         self.set_verify("")
 
