@@ -35,7 +35,7 @@ from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import first_call, remote_paths
-from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
+from .common import conclude, provider_ended
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_verify, run_verify
@@ -201,12 +201,9 @@ class RuntimeUpdate:
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
-        if result.exit_code == PROVIDER_LOCKED_EXIT:
-            return provider_locked(self.ctx, self.receipt, "deploy: the provider", self.reclaim)
-        if result.exit_code != 0:
-            self.receipt.errors.append(f"deploy: the provider exited {result.exit_code}")
-            self.reclaim(success=False)
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code, self.reclaim)
+        if ended is not None:
+            return ended
         return self.conclude_final(reclaim=True)
 
     def conclude_final(self, *, reclaim: bool) -> Receipt:
