@@ -108,16 +108,23 @@ def site_example_host(name: str, *, root: Path, repo: Path, scratch: Path, trans
     )
 
 
-def command_host(program: str, *, scratch: Path, repo: Path, update: str, verify: str, install: str | None = None,
-                 timeout_seconds: int = 600, verify_timeout_seconds: int = 60, extra_profile: str = "") -> str:
-    """A managed host ``cluster`` over ssh (``ssh = "cluster"``) whose one profile runs configured
-    commands (the built-in command provider): *update* and *verify*, *install* when given."""
+def command_host(program: str, *, scratch: Path | str, repo: Path, update: str, verify: str,
+                 install: str | None = None, host: str = "cluster", transport: str = "ssh",
+                 timeout_seconds: int | None = 600, verify_timeout_seconds: int | None = 60,
+                 extra_profile: str = "") -> str:
+    """A managed host table whose one profile runs configured commands (the built-in command
+    provider): *update* and *verify*, *install* when given.  Over ssh the host's ssh destination
+    is its own name (``ssh = "cluster"``); ``transport="local"`` runs on this machine.  A timeout
+    given as ``None`` is left to its default."""
+    where = f'ssh = "{host}"\n' if transport == "ssh" else f'transport = "{transport}"\n'
     install_line = f'install_command = "{install}"\n' if install else ""
+    timeouts = "" if timeout_seconds is None else f"timeout_seconds = {timeout_seconds}\n"
+    if verify_timeout_seconds is not None:
+        timeouts += f"verify_timeout_seconds = {verify_timeout_seconds}\n"
     return (
-        f'[hosts.cluster]\nfleet_role = "managed"\nssh = "cluster"\nscratch_root = "{scratch}"\nagent = "{AGENT}"\n\n'
-        f'[hosts.cluster.scheduler_runtime_deployments.{program}]\nupdate_command = "{update}"\n{install_line}'
-        f'verify_command = "{verify}"\nsource_repo = "{repo}"\ntimeout_seconds = {timeout_seconds}\n'
-        f'verify_timeout_seconds = {verify_timeout_seconds}\n{extra_profile}\n'
+        f'[hosts.{host}]\nfleet_role = "managed"\n{where}scratch_root = "{scratch}"\nagent = "{AGENT}"\n\n'
+        f'[hosts.{host}.scheduler_runtime_deployments.{program}]\nupdate_command = "{update}"\n{install_line}'
+        f'verify_command = "{verify}"\nsource_repo = "{repo}"\n{timeouts}{extra_profile}\n'
     )
 
 

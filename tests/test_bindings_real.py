@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from real_jobs import SELFTEST, job_state, release_and_wait, ssh, submit_held_selftest
-from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
+from support import SITE_EXAMPLE, GitRepo, command_host, run_vq, site_example_host, write_config
 
 pytestmark = pytest.mark.real
 
@@ -132,19 +132,9 @@ def test_check_on_host_refuses_a_launcher_changed_after_verification(real_cluste
         scripts[name] = tmp_path / f"{name}.py"
         scripts[name].write_text(text.format(python=sys.executable))
         scripts[name].chmod(0o755)
-    config = write_config(tmp_path / "admin.toml", f'''
-        ssh_config = "{real_cluster.ssh_config}"
-        [hosts.cluster]
-        fleet_role = "managed"
-        ssh = "cluster"
-        scratch_root = "{scratch}"
-        agent = "{AGENT}"
-        [hosts.cluster.scheduler_runtime_deployments.tool]
-        update_command = "{scripts['deploy']} --root {root}"
-        verify_command = "{scripts['verify']} --root {root}"
-        source_repo = "{repo.path}"
-        timeout_seconds = 300
-        ''')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_cluster.ssh_config}"\n' + command_host(
+        "tool", scratch=scratch, repo=repo.path, update=f"{scripts['deploy']} --root {root}",
+        verify=f"{scripts['verify']} --root {root}", timeout_seconds=300, verify_timeout_seconds=None))
     done = run_vq("update", "tool", "cluster", "--expected-sha", sha, "--json", config=config, state=state)
     assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-2000:]
     launcher = f"{root}/bin/tool-{sha}"
