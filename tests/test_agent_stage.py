@@ -61,11 +61,16 @@ def make_stage(root, repo, sha, tmp_path):
     return created, identity
 
 
-def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
+def stage_world(tmp_path: Path) -> tuple[GitRepo, str, Path, Path]:
+    """``(repo, its one commit, scratch root, the runtime lane's stage directory below it)``."""
     repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
     root = tmp_path / "scratch"
     root.mkdir()
+    return repo, repo.commit("one"), root, root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+
+
+def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
+    repo, sha, root, _ = stage_world(tmp_path)
     created, identity = make_stage(root, repo, sha, tmp_path)
     assert stage.verify(created, identity)["verified"] is True
     assert oct(os.stat(created).st_mode & 0o777) == "0o700"
@@ -80,10 +85,7 @@ def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
 
 
 def test_receive_never_overwrites(tmp_path):
-    repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
-    root = tmp_path / "scratch"
-    root.mkdir()
+    repo, sha, root, _ = stage_world(tmp_path)
     created, _ = make_stage(root, repo, sha, tmp_path)
     with pytest.raises(FileExistsError):
         stage.receive(created, io.BytesIO(b"other"))
@@ -98,16 +100,8 @@ def test_a_planted_symlink_is_refused_and_nothing_is_written_through_it(tmp_path
     assert list(target.iterdir()) == []
 
 
-def reclaim_world(tmp_path: Path) -> tuple[GitRepo, str, Path, Path]:
-    """``(repo, its one commit, scratch root, the runtime lane's stage directory below it)``."""
-    repo = GitRepo(tmp_path / "src")
-    root = tmp_path / "scratch"
-    root.mkdir()
-    return repo, repo.commit("one"), root, root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
-
-
 def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
-    repo, sha, root, parent = reclaim_world(tmp_path)
+    repo, sha, root, parent = stage_world(tmp_path)
     failed = []
     for i in range(5):
         created, _ = make_stage(root, repo, sha, tmp_path)
@@ -125,7 +119,7 @@ def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
 
 def test_reclaim_takes_in_the_unmarked_stages_of_interrupted_runs(tmp_path):
     """Five interrupted runs left unmarked stages; the next run of the lane marks them failed and keeps 3."""
-    repo, sha, root, parent = reclaim_world(tmp_path)
+    repo, sha, root, parent = stage_world(tmp_path)
     left = []
     for i in range(5):
         created, _ = make_stage(root, repo, sha, tmp_path)
