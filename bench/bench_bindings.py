@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import installed_venv, print_rows, row  # noqa: E402
+from common import exit_if_missed, installed_venv, print_rows, row  # noqa: E402
 
 HOST, PROGRAM = "cluster", "vibeqc"
 LOOKUP_TARGET, START_TARGET = 1.5, 1.5
@@ -127,7 +127,4 @@ def missed(rows: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    result = main()
-    if "--check" in sys.argv[1:] and missed(result):
-        print(f"target missed: {', '.join(missed(result))}", file=sys.stderr)
-        sys.exit(1)
+    exit_if_missed(missed(main()))

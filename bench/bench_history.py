@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import median_seconds, print_rows, row  # noqa: E402
+from common import exit_if_missed, median_seconds, print_rows, row  # noqa: E402
 
 TARGET = 50.0
 
@@ -108,6 +108,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 if __name__ == "__main__":
     result = main()
-    if "--check" in sys.argv[1:] and result[0]["ratio"] > TARGET:
-        print("target missed", file=sys.stderr)
-        sys.exit(1)
+    exit_if_missed([r["name"] for r in result[:1] if r["ratio"] > TARGET])

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from common import installed_venv, interleaved_medians, print_rows, row, run_quiet  # noqa: E402
+from common import exit_if_missed, installed_venv, interleaved_medians, print_rows, row, run_quiet  # noqa: E402
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CURRENT_TARGET = 1.5
@@ -220,6 +220,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 if __name__ == "__main__":
     result = main()
-    if "--check" in sys.argv[1:] and result[0]["ratio"] > CURRENT_TARGET:
-        print("target missed: update already-current", file=sys.stderr)
-        sys.exit(1)
+    exit_if_missed(["update already-current"] if result[0]["ratio"] > CURRENT_TARGET else [])

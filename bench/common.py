@@ -42,6 +42,13 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def exit_if_missed(missed: Sequence[str]) -> None:
+    """With ``--check`` on the command line, exit 1 naming each missed target (the rows' names)."""
+    if "--check" in sys.argv[1:] and missed:
+        print(f"target missed: {', '.join(missed)}", file=sys.stderr)
+        sys.exit(1)
+
+
 def run_quiet(argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, **kwargs)
 

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from support import AGENT, SCRIPTS, GitRepo
@@ -74,6 +75,33 @@ def live_identity(root: Path, agent: str | None = None) -> dict:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+@dataclass
+class TwoLanes:
+    """What a test of both lanes on one host starts from: a helper installed at commit *a* of its
+    repository (which holds *b* too), and a runtime program with one commit, not yet deployed."""
+
+    repo: GitRepo
+    a: str
+    b: str
+    helper_root: Path
+    program: GitRepo
+    runtime_sha: str
+    runtime_root: Path
+
+
+def two_lanes(tmp_path: Path) -> TwoLanes:
+    """:class:`TwoLanes` below *tmp_path* (``helper``, ``vibeqc``, ``apps/vibeqc``), and an empty
+    ``scratch`` directory."""
+    repo, sha_a = helper_repo(tmp_path / "helper-repo")
+    helper_root = tmp_path / "helper"
+    bootstrap(helper_root, repo.path, sha_a, tmp_path)
+    sha_b = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
+    program = GitRepo(tmp_path / "vibeqc")
+    runtime_sha = program.commit("vibeqc 1")
+    (tmp_path / "scratch").mkdir()
+    return TwoLanes(repo, sha_a, sha_b, helper_root, program, runtime_sha, tmp_path / "apps" / "vibeqc")
 
 
 def helper_table(name: str, *, root: Path, repo: Path, scratch: Path, role: str = "managed",

@@ -108,6 +108,37 @@ def site_example_host(name: str, *, root: Path, repo: Path, scratch: Path, trans
     )
 
 
+def command_host(program: str, *, scratch: Path | str, repo: Path, update: str, verify: str,
+                 install: str | None = None, host: str = "cluster", transport: str = "ssh",
+                 timeout_seconds: int | None = 600, verify_timeout_seconds: int | None = 60,
+                 extra_profile: str = "") -> str:
+    """A managed host table whose one profile runs configured commands (the built-in command
+    provider): *update* and *verify*, *install* when given.  Over ssh the host's ssh destination
+    is its own name (``ssh = "cluster"``); ``transport="local"`` runs on this machine.  A timeout
+    given as ``None`` is left to its default."""
+    where = f'ssh = "{host}"\n' if transport == "ssh" else f'transport = "{transport}"\n'
+    install_line = f'install_command = "{install}"\n' if install else ""
+    timeouts = "" if timeout_seconds is None else f"timeout_seconds = {timeout_seconds}\n"
+    if verify_timeout_seconds is not None:
+        timeouts += f"verify_timeout_seconds = {verify_timeout_seconds}\n"
+    return (
+        f'[hosts.{host}]\nfleet_role = "managed"\n{where}scratch_root = "{scratch}"\nagent = "{AGENT}"\n\n'
+        f'[hosts.{host}.scheduler_runtime_deployments.{program}]\nupdate_command = "{update}"\n{install_line}'
+        f'verify_command = "{verify}"\nsource_repo = "{repo}"\n{timeouts}{extra_profile}\n'
+    )
+
+
+def plant_symlink(link: Path, tmp_path: Path) -> Path:
+    """Plant a symlink at *link* (its parents created) to a fresh empty directory
+    ``tmp_path/elsewhere``, as another user could; returns that directory, which a refusal
+    must leave empty."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, link)
+    return target
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """Path -> (type, content hash) of everything below *root*, for byte-identity checks."""
     import hashlib

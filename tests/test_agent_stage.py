@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from support import GitRepo, git
+from support import GitRepo, git, plant_symlink
 from vq_admin.agent import safedirs, stage
 from vq_admin.agent.treeid import archive_identity, directory_tree_sha256
 
@@ -60,11 +61,16 @@ def make_stage(root, repo, sha, tmp_path):
     return created, identity
 
 
-def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
+def stage_world(tmp_path: Path) -> tuple[GitRepo, str, Path, Path]:
+    """``(repo, its one commit, scratch root, the runtime lane's stage directory below it)``."""
     repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
     root = tmp_path / "scratch"
     root.mkdir()
+    return repo, repo.commit("one"), root, root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+
+
+def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
+    repo, sha, root, _ = stage_world(tmp_path)
     created, identity = make_stage(root, repo, sha, tmp_path)
     assert stage.verify(created, identity)["verified"] is True
     assert oct(os.stat(created).st_mode & 0o777) == "0o700"
@@ -79,10 +85,7 @@ def test_a_stage_verifies_and_a_flipped_byte_does_not(tmp_path):
 
 
 def test_receive_never_overwrites(tmp_path):
-    repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
-    root = tmp_path / "scratch"
-    root.mkdir()
+    repo, sha, root, _ = stage_world(tmp_path)
     created, _ = make_stage(root, repo, sha, tmp_path)
     with pytest.raises(FileExistsError):
         stage.receive(created, io.BytesIO(b"other"))
@@ -91,22 +94,14 @@ def test_receive_never_overwrites(tmp_path):
 @pytest.mark.parametrize("level", [".vq-admin", ".vq-admin/stage", ".vq-admin/stage/runtime"])
 def test_a_planted_symlink_is_refused_and_nothing_is_written_through_it(tmp_path, level):
     root = tmp_path / "scratch"
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    parent = root / level
-    parent.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(target, parent)
+    target = plant_symlink(root / level, tmp_path)
     with pytest.raises(safedirs.UnsafePath, match="symlink"):
         stage.create(str(root), "runtime", "vibeqc", {n: "x" for n in stage.IDENTITY_FILES})
     assert list(target.iterdir()) == []
 
 
 def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
-    repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
-    root = tmp_path / "scratch"
-    root.mkdir()
-    parent = root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+    repo, sha, root, parent = stage_world(tmp_path)
     failed = []
     for i in range(5):
         created, _ = make_stage(root, repo, sha, tmp_path)
@@ -124,11 +119,7 @@ def test_reclaim_removes_success_and_keeps_three_failed(tmp_path):
 
 def test_reclaim_takes_in_the_unmarked_stages_of_interrupted_runs(tmp_path):
     """Five interrupted runs left unmarked stages; the next run of the lane marks them failed and keeps 3."""
-    repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("one")
-    root = tmp_path / "scratch"
-    root.mkdir()
-    parent = root / ".vq-admin" / "stage" / "runtime" / "vibeqc"
+    repo, sha, root, parent = stage_world(tmp_path)
     left = []
     for i in range(5):
         created, _ = make_stage(root, repo, sha, tmp_path)

@@ -17,7 +17,7 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, in_thread, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest, write_config
 from vq_admin.agent.frames import read_frames
 
 pytestmark = pytest.mark.real
@@ -64,23 +64,10 @@ class World:
         verify = self.tmp / "verify.py"
         verify.write_text(f"#!{sys.executable}\n{VERIFY_SCRIPT}")
         verify.chmod(0o755)
-        write_config(self.config, f"""
-            ssh_config = "{self.cluster.sshd.ssh_config}"
-
-            [hosts.cluster]
-            fleet_role = "managed"
-            ssh = "cluster"
-            scratch_root = "{self.scratch}"
-            agent = "{AGENT}"
-
-            [hosts.cluster.scheduler_runtime_deployments.{self.program}]
-            update_command = "{script} {seconds} {code}"
-            verify_command = "{verify}"
-            source_repo = "{self.repo.path}"
-            timeout_seconds = {timeout}
-            verify_timeout_seconds = 60
-            update_allocation = {{ sbatch_args = ["--time=5"] }}
-            """)
+        write_config(self.config, f'ssh_config = "{self.cluster.sshd.ssh_config}"\n\n' + command_host(
+            self.program, scratch=self.scratch, repo=self.repo.path, update=f"{script} {seconds} {code}",
+            verify=str(verify), timeout_seconds=timeout,
+            extra_profile='update_allocation = { sbatch_args = ["--time=5"] }'))
 
     def update(self, *extra: str, timeout: float = 600):
         return run_vq("update", self.program, "cluster", "--expected-sha", self.sha, "--json", *extra,

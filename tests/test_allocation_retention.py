@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, tree_digest
+from support import AGENT, plant_symlink, tree_digest
 from vq_admin.agent import allocation, retention, safedirs
 
 MiB = 1 << 20
@@ -231,11 +231,7 @@ def test_bad_attempt_names_are_refused(tmp_path, bad):
 @pytest.mark.parametrize("level", [".vq-admin", ".vq-admin/runtime-deploy", ".vq-admin/runtime-deploy/prog"])
 def test_a_planted_symlink_is_refused_and_nothing_is_written_through_it(tmp_path, level):
     scratch = tmp_path / "scratch"
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    link = scratch / level
-    link.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(target, link)
+    target = plant_symlink(scratch / level, tmp_path)
     with pytest.raises(safedirs.UnsafePath, match="symlink"):
         allocation.create_attempt(str(scratch), "prog")
     assert list(target.iterdir()) == []

@@ -12,39 +12,14 @@
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from realhosts.procs import wait_until
-from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
+from real_jobs import SELFTEST, job_state, release_and_wait, ssh, submit_held_selftest
+from support import SITE_EXAMPLE, GitRepo, command_host, run_vq, site_example_host, write_config
 
 pytestmark = pytest.mark.real
-
-SELFTEST = 'import sys\nprint("selftest of {label}", sys.prefix)\n'
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
-
-
-def ssh(cluster, *words: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """One remote command on the login host; each word quoted for the remote shell."""
-    return subprocess.run(cluster.ssh_argv("cluster", *(shlex.quote(w) for w in words)), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def job_state(cluster, job: str) -> str | None:
-    """The job's state from slurmctld, else from the jobcomp log once its record is gone."""
-    shown = ssh(cluster, "scontrol", "show", "job", "-o", job)
-    found = re.search(r"\bJobState=(\S+)", shown.stdout)
-    if found:
-        return found.group(1)
-    log = Path(cluster.slurm.jobcomp_log)
-    text = log.read_text() if log.exists() else ""
-    found = re.search(rf"^JobId={job} .*?\bJobState=(\S+)", text, re.MULTILINE)
-    return found.group(1) if found else None
 
 
 @pytest.fixture
@@ -84,13 +59,7 @@ def test_held_job_keeps_its_generation_across_deployments(site):
     assert bound.exit_code == 0, bound.stderr
     launcher, pin = bound.json()["launcher"], bound.json()["pin"]
     assert launcher == f"{root}/releases/{sha['A']}/source/.venv/bin/python"
-    source = launcher.rsplit("/.venv/", 1)[0]
-    script = site["tmp"] / "job.sh"
-    script.write_text(f"#!/bin/sh\nset -e\n{shlex.quote(launcher)} {shlex.quote(source + '/vq_selftest.py')}\n")
-    output = site["tmp"] / "job.out"
-    submitted = ssh(cluster, "sbatch", "--hold", "--parsable", f"--output={output}", str(script))
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
+    job, output = submit_held_selftest(cluster, launcher, site["tmp"])
     try:
         assert job_state(cluster, job) == "PENDING"
         assert references(site)[sha["A"]] == ["current", f"job {job} (PENDING)"]
@@ -108,11 +77,7 @@ def test_held_job_keeps_its_generation_across_deployments(site):
         assert launcher in queued.stdout and sha["C"] not in queued.stdout  # not rebound
         dispatch = vq(site, "launcher", "vibeqc", "cluster", "--pin", json.dumps(pin))  # the dispatch-time check
         assert (dispatch.exit_code, dispatch.stdout) == (0, launcher + "\n"), dispatch.stderr
-        released = ssh(cluster, "scontrol", "release", job)
-        assert released.returncode == 0, released.stderr
-        state = wait_until(lambda: (job_state(cluster,
-                                              job) or "").split("+")[0] in TERMINAL and job_state(cluster, job),
-                           timeout=60, interval=0.5)
+        state = release_and_wait(cluster, job)
         shown = output.read_text() if output.exists() else "-"
         assert state == "COMPLETED", f"job {job} state {state}; output: {shown}"
         ran = output.read_text()
@@ -167,19 +132,9 @@ def test_check_on_host_refuses_a_launcher_changed_after_verification(real_cluste
         scripts[name] = tmp_path / f"{name}.py"
         scripts[name].write_text(text.format(python=sys.executable))
         scripts[name].chmod(0o755)
-    config = write_config(tmp_path / "admin.toml", f'''
-        ssh_config = "{real_cluster.ssh_config}"
-        [hosts.cluster]
-        fleet_role = "managed"
-        ssh = "cluster"
-        scratch_root = "{scratch}"
-        agent = "{AGENT}"
-        [hosts.cluster.scheduler_runtime_deployments.tool]
-        update_command = "{scripts['deploy']} --root {root}"
-        verify_command = "{scripts['verify']} --root {root}"
-        source_repo = "{repo.path}"
-        timeout_seconds = 300
-        ''')
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_cluster.ssh_config}"\n' + command_host(
+        "tool", scratch=scratch, repo=repo.path, update=f"{scripts['deploy']} --root {root}",
+        verify=f"{scripts['verify']} --root {root}", timeout_seconds=300, verify_timeout_seconds=None))
     done = run_vq("update", "tool", "cluster", "--expected-sha", sha, "--json", config=config, state=state)
     assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-2000:]
     launcher = f"{root}/bin/tool-{sha}"

@@ -28,14 +28,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from realhosts.procs import descendants, wait_until
-from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, write_config
+from support import SITE_EXAMPLE, VQ_ADMIN, GitRepo, command_host, write_config
 
 pytestmark = pytest.mark.real
 
@@ -74,24 +73,9 @@ class World:
         self.verify = self._script("verify-wrapper", "")
         place = ('update_allocation = { sbatch_args = ["--time=5"] }' if allocation
                  else 'update_host = "cluster-build"')
-        self.config = write_config(tmp / "admin.toml", textwrap.dedent(f"""\
-            ssh_config = "{ssh_config}"
-
-            [hosts.cluster]
-            fleet_role = "managed"
-            ssh = "cluster"
-            scratch_root = "{self.scratch}"
-            agent = "{AGENT}"
-
-            [hosts.cluster.scheduler_runtime_deployments.{program}]
-            update_command = "{self.deploy}"
-            install_command = "{self.deploy}"
-            verify_command = "{self.verify}"
-            source_repo = "{self.repo.path}"
-            timeout_seconds = {timeout}
-            verify_timeout_seconds = 60
-            {place}
-            """))
+        self.config = write_config(tmp / "admin.toml", f'ssh_config = "{ssh_config}"\n\n' + command_host(
+            program, scratch=self.scratch, repo=self.repo.path, update=str(self.deploy), install=str(self.deploy),
+            verify=str(self.verify), timeout_seconds=timeout, extra_profile=place))
         self.set_deploy("")
         self.set_verify("")
 
@@ -183,6 +167,17 @@ def kill_ssh_client(vq: subprocess.Popen, needle: str, timeout: float = 60.0) ->
     return pid
 
 
+def ssh_client_killed_at(world: World, mark: str, needle: str) -> Done:
+    """Start *world*'s run, wait for its *mark*, SIGKILL the ssh client running *needle*, finish the
+    run and check it claims no false ok (:func:`no_false_ok`)."""
+    vq = world.start()
+    world.mark(mark)
+    kill_ssh_client(vq, needle)
+    done = finish(vq)
+    no_false_ok(world, done)
+    return done
+
+
 def no_false_ok(world: World, done: Done) -> None:
     """ok/already-current only when the requested SHA is active; failed never when it is active and verified."""
     receipt = done.receipt
@@ -218,11 +213,7 @@ def converge(world: World, expected: str = "already-current") -> Done:
 def test_ssh_client_killed_just_after_the_switch_is_resolved_by_readback(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-deploy")
     world.set_deploy("", "sleep 30")  # activated; the ssh session stays open while the provider lingers
-    vq = world.start()
-    world.mark("switched")
-    kill_ssh_client(vq, "deploy-wrapper")
-    done = finish(vq)
-    no_false_ok(world, done)
+    done = ssh_client_killed_at(world, "switched", "deploy-wrapper")
     assert any("killed by SIGKILL" in e for e in done.receipt["errors"]), done.receipt["errors"]
     record("SIGKILL of the ssh client just after the switch (fixed-host deploy)", "ok", done.outcome)
     clean_after(world, done, converge(world))
@@ -232,11 +223,7 @@ def test_ssh_client_killed_during_the_final_verify_is_resolved_by_readback(tmp_p
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-verify")
     flag = world.marks / "verify-slept"
     world.set_verify(f"if [ -e {world.marks}/switched ] && [ ! -e {flag} ]; then touch {flag}; sleep 30; fi")
-    vq = world.start()
-    world.mark("verify-slept")
-    kill_ssh_client(vq, "verify-wrapper")
-    done = finish(vq)
-    no_false_ok(world, done)
+    done = ssh_client_killed_at(world, "verify-slept", "verify-wrapper")
     record("SIGKILL of the ssh client during the final verify", "ok", done.outcome)
     clean_after(world, done, converge(world))
 
@@ -245,11 +232,8 @@ def test_ssh_client_killed_during_the_pre_verify_changes_nothing(tmp_path, real_
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-pre")
     flag = world.marks / "pre-slept"
     world.set_verify(f"if [ ! -e {flag} ]; then touch {flag}; sleep 30; fi")
-    vq = world.start()
-    world.mark("pre-slept")
-    kill_ssh_client(vq, "vq-admin-agent session")  # the pre-verify runs in the run's first agent call
-    done = finish(vq)
-    no_false_ok(world, done)
+    # the pre-verify runs in the run's first agent call
+    done = ssh_client_killed_at(world, "pre-slept", "vq-admin-agent session")
     assert world.active() is None and "changed nothing" in done.receipt["readback"]["reason"]
     record("SIGKILL of the ssh client during the pre-verify", "unknown", done.outcome)
     clean_after(world, done, converge(world, "ok"))

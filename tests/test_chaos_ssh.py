@@ -509,6 +509,22 @@ def refs(mirror: Path) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
+def killed_while_held(world: World, mirror: Path, needle: str, what: str) -> Done:
+    """Start *world*'s run, wait (bounded) until the mirror holds its command, SIGKILL the ssh
+    client whose command line holds *needle*, and finish the run; whatever happens, the mirror is
+    released and the run ended."""
+    vq = world.start()
+    try:
+        assert wait_until(lambda: Path(f"{mirror}.held").exists(), 120), f"{what} was never held"
+        kill_ssh_client(vq, needle)
+        return finish(vq)
+    finally:
+        Path(f"{mirror}.release").touch()
+        if vq.poll() is None:
+            vq.kill()
+            vq.wait()
+
+
 def test_ssh_client_of_the_push_killed_while_the_mirror_receives(tmp_path: Path, mirror_sshd: SshdServer) -> None:
     """The mirror's pre-receive hook holds the push; its ssh client is killed; the read-back then shows
     nothing applied *yet*.  Released after vq-admin has reported, the mirror's receive goes on and applies
@@ -544,16 +560,7 @@ def test_ssh_client_of_the_mirror_confirm_killed_after_the_push_exited_0(tmp_pat
                                                                          mirror_sshd: SshdServer) -> None:
     world, mirror = mirror_world(tmp_path, mirror_sshd, "chaos-kill-confirm")
     Path(f"{mirror}.hold").write_text(f"refs/vq/pins/{world.sha}\n")
-    vq = world.start()
-    try:
-        assert wait_until(lambda: Path(f"{mirror}.held").exists(), 120), "the confirm read was never held"
-        kill_ssh_client(vq, "git-upload-pack")
-        done = finish(vq)
-    finally:
-        Path(f"{mirror}.release").touch()
-        if vq.poll() is None:
-            vq.kill()
-            vq.wait()
+    done = killed_while_held(world, mirror, "git-upload-pack", "the confirm read")
     no_false_ok(world, done)
     steps = {s["name"]: s for s in done.receipt["steps"]}
     assert steps["mirror-feed"]["status"] == "ok" and steps["mirror-feed"]["exit_code"] == 0
@@ -577,16 +584,7 @@ def test_ssh_client_of_a_mirror_read_killed_before_the_push(tmp_path: Path, mirr
     world, mirror = mirror_world(tmp_path, mirror_sshd, f"chaos-kill-{step}")
     Path(f"{mirror}.{hold}").touch()
     before = refs(mirror)
-    vq = world.start()
-    try:
-        assert wait_until(lambda: Path(f"{mirror}.held").exists(), 120), f"{step} was never held"
-        kill_ssh_client(vq, needle)
-        done = finish(vq)
-    finally:
-        Path(f"{mirror}.release").touch()
-        if vq.poll() is None:
-            vq.kill()
-            vq.wait()
+    done = killed_while_held(world, mirror, needle, step)
     no_false_ok(world, done)
     assert refs(mirror) == before and world.active() is None
     steps = {s["name"]: s for s in done.receipt["steps"]}

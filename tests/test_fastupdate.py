@@ -202,9 +202,8 @@ UNUSUAL = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(UNUSUAL))
-def test_anything_unusual_starts_nothing_early(tmp_path, case):
-    words, how = UNUSUAL[case]
+def unusual_config(tmp_path: Path, how: dict) -> Path:
+    """The configuration of an :data:`UNUSUAL` case (written, with its and the ssh_config's modes)."""
     text = config_text(tmp_path, host=how.get("host", ""))
     if "replace" in how:
         text = text.replace(*how["replace"], 1)
@@ -212,6 +211,13 @@ def test_anything_unusual_starts_nothing_early(tmp_path, case):
     config = write_config(tmp_path / "admin.toml", text)
     config.chmod(how.get("config_mode", 0o600))
     (tmp_path / "ssh_config").chmod(how.get("ssh_config_mode", 0o600))
+    return config
+
+
+@pytest.mark.parametrize("case", sorted(UNUSUAL))
+def test_anything_unusual_starts_nothing_early(tmp_path, case):
+    words, how = UNUSUAL[case]
+    config = unusual_config(tmp_path, how)
     result, started = probe(tmp_path, words, None if how.get("absent") else config)
     assert not result["started"] and started == [], (result, started)
 
@@ -237,12 +243,7 @@ def comparable(stdout: str) -> dict:
 @pytest.mark.parametrize("case", ["writable ssh_config", "alias host", "local transport"])
 def test_a_refusal_the_early_start_left_alone_is_what_the_full_path_says(tmp_path, case):
     words, how = UNUSUAL[case]
-    text = config_text(tmp_path, host=how.get("host", ""))
-    if "replace" in how:
-        text = text.replace(*how["replace"], 1)
-    text += how.get("extra", "")
-    config = write_config(tmp_path / "admin.toml", text)
-    (tmp_path / "ssh_config").chmod(how.get("ssh_config_mode", 0o600))
+    config = unusual_config(tmp_path, how)
     with_early = cli(tmp_path, [*words, "--json"], config, early=True)
     without = cli(tmp_path, [*words, "--json"], config, early=False)
     assert (with_early[0], comparable(with_early[1]), with_early[2]) == (without[0], comparable(without[1]),

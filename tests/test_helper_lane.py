@@ -187,13 +187,15 @@ def test_lag_beyond_the_bound_fails(world, real_sshd):
     assert not lane_file(world, "last-ok.json").exists()
 
 
-@pytest.mark.real
-def test_malformed_identity_is_final(world, real_sshd):
+def identity_after_install(world, name: str, action: str) -> tuple[str, str]:
+    """``(agent, command)``: a helper command that installs and then leaves a flag, and an agent
+    (the installed one behind a wrapper named *name*) whose ``identity``, once the flag is there,
+    runs the Python line *action* (with ``os``, ``signal`` and ``sys`` imported) and exits 0."""
     flag = world["tmp"] / "installed"
-    agent = write_script(world["tmp"] / "garbling-agent", f"""#!{PYTHON}
-import os, sys
+    agent = write_script(world["tmp"] / name, f"""#!{PYTHON}
+import os, signal, sys
 if os.path.exists({str(flag)!r}) and sys.argv[1:2] == ["identity"]:
-    print("helper says hello")
+    {action}
     sys.exit(0)
 real = {str(world['root'] / 'bin' / 'vq-admin-agent')!r}
 os.execv(real, [real, *sys.argv[1:]])
@@ -201,6 +203,12 @@ os.execv(real, [real, *sys.argv[1:]])
     command = write_script(world["tmp"] / "install-and-flag", f"""#!/bin/sh
 {HELPER_UPDATE} --root {world['root']} && : > {flag}
 """)
+    return agent, command
+
+
+@pytest.mark.real
+def test_malformed_identity_is_final(world, real_sshd):
+    agent, command = identity_after_install(world, "garbling-agent", 'print("helper says hello")')
     done = update(world, ssh_config(world, real_sshd, agent=agent, command=command), "--expected-sha", world["b"])
     assert done.exit_code == 1, done.stdout + done.stderr
     receipt = done.json()
@@ -211,18 +219,8 @@ os.execv(real, [real, *sys.argv[1:]])
 
 @pytest.mark.real
 def test_transport_failure_during_readback_is_unknown(world, real_sshd):
-    flag = world["tmp"] / "installed"
-    agent = write_script(world["tmp"] / "dropping-agent", f"""#!{PYTHON}
-import os, signal, sys
-if os.path.exists({str(flag)!r}) and sys.argv[1:2] == ["identity"]:
-    os.kill(os.getppid(), signal.SIGKILL)  # the sshd session: the client sees exit 255
-    sys.exit(0)
-real = {str(world['root'] / 'bin' / 'vq-admin-agent')!r}
-os.execv(real, [real, *sys.argv[1:]])
-""")
-    command = write_script(world["tmp"] / "install-and-flag", f"""#!/bin/sh
-{HELPER_UPDATE} --root {world['root']} && : > {flag}
-""")
+    agent, command = identity_after_install(
+        world, "dropping-agent", "os.kill(os.getppid(), signal.SIGKILL)  # the sshd session: the client sees exit 255")
     done = update(world, ssh_config(world, real_sshd, agent=agent, command=command), "--expected-sha", world["b"])
     assert done.exit_code == 3, done.stdout + done.stderr
     receipt = done.json()

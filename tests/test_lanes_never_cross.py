@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from vq_admin_hookspecs import hookimpl
 
-from helper_world import FAST_REREADS, HELPER_UPDATE, PYTHON, bootstrap, helper_repo, helper_table, write_script
-from support import SITE_EXAMPLE, GitRepo, run_vq, tree_digest, write_config
+from helper_world import FAST_REREADS, HELPER_UPDATE, PYTHON, helper_table, two_lanes, write_script
+from provider_doubles import SiteLikeRuntime
+from support import SITE_EXAMPLE, run_vq, tree_digest, write_config
 
 from vq_admin.config import load_config
 from vq_admin.context import RunContext
@@ -40,13 +41,9 @@ os.execv({target!r}, [{target!r}, *{words!r}, *sys.argv[1:]])
 
 @pytest.fixture
 def world(tmp_path):
-    repo, sha_a = helper_repo(tmp_path / "helper-repo")
-    helper_root = tmp_path / "helper"
-    bootstrap(helper_root, repo.path, sha_a, tmp_path)
-    sha_b = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
-    program = GitRepo(tmp_path / "vibeqc")
-    runtime_sha = program.commit("vibeqc 1")
-    runtime_root = tmp_path / "apps" / "vibeqc"
+    lanes = two_lanes(tmp_path)
+    repo, sha_a, sha_b, helper_root = lanes.repo, lanes.a, lanes.b, lanes.helper_root
+    program, runtime_sha, runtime_root = lanes.program, lanes.runtime_sha, lanes.runtime_root
     log = tmp_path / "calls.jsonl"
     bins = tmp_path / "site-bin"
 
@@ -54,7 +51,6 @@ def world(tmp_path):
         return write_script(bins / name, LOGGER.format(python=PYTHON, log=str(log), name=name, target=target,
                                                        words=list(words)))
 
-    (tmp_path / "scratch").mkdir()
     helper_cmd = logger("update-vq-helper", HELPER_UPDATE, "--root", str(helper_root))
     deploy_cmd = logger("deploy-vibeqc", SITE_EXAMPLE, "install", "--root", str(runtime_root))
     verify_cmd = logger("verify-vibeqc", SITE_EXAMPLE, "verify", "--root", str(runtime_root))
@@ -112,7 +108,7 @@ def test_helper_update_runs_no_runtime_provider(world):
     assert tree_digest(runtime_state) == state_before
 
 
-class Recorder:
+class Recorder(SiteLikeRuntime):
     """A provider that records every hook call: runtime hooks answer like
     site_example, helper hooks like the built-in command provider."""
 
@@ -120,24 +116,8 @@ class Recorder:
         self.calls: list[str] = []
         self.runtime_root = runtime_root
 
-    def _runtime(self, hook: str, verb: str, request):
-        from vq_site_example.plugin import build_argv
-        from vq_admin_hookspecs import ProviderCommand
-
+    def note(self, hook: str, request: object) -> None:
         self.calls.append(hook)
-        return ProviderCommand(argv=tuple(build_argv(verb, request)))
-
-    @hookimpl
-    def vq_admin_runtime_update(self, request):
-        return self._runtime("runtime_update", "deploy", request)
-
-    @hookimpl
-    def vq_admin_runtime_install(self, request):
-        return self._runtime("runtime_install", "install", request)
-
-    @hookimpl
-    def vq_admin_runtime_verify(self, request):
-        return self._runtime("runtime_verify", "verify", request)
 
     @hookimpl
     def vq_admin_helper_update(self, request):

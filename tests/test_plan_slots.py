@@ -24,9 +24,10 @@ from vq_admin_hookspecs import (EvidenceError, HelperRequest, ProviderCommand, P
                                 is_list_slot, is_slot)
 from vq_admin_hookspecs.slots import find_slot, place
 
-from helper_world import bootstrap, helper_repo, helper_table
+from helper_world import helper_table, two_lanes
 from plan_match import slot_values
-from support import SITE_EXAMPLE, GitRepo, write_config
+from provider_doubles import SiteLikeRuntime
+from support import SITE_EXAMPLE, write_config
 
 from vq_admin.config import load_config
 from vq_admin.context import RunContext, RunOptions
@@ -237,7 +238,7 @@ def test_filled_leaves_a_step_without_slots_alone():
 # -- provider hooks: once per run, with the slots ---------------------------------------------
 
 
-class Counting:
+class Counting(SiteLikeRuntime):
     """A provider double that records every hook call and its request: runtime hooks answer
     like site_example (placing ``--source-archive`` as a whole word), the helper update as
     the built-in command provider plus two env values holding the slots."""
@@ -245,23 +246,8 @@ class Counting:
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
 
-    def _runtime(self, hook: str, verb: str, request):
-        from vq_site_example.plugin import build_argv
-
+    def note(self, hook: str, request: object) -> None:
         self.calls.append((hook, request))
-        return ProviderCommand(argv=tuple(build_argv(verb, request)))
-
-    @hookimpl
-    def vq_admin_runtime_update(self, request):
-        return self._runtime("runtime_update", "deploy", request)
-
-    @hookimpl
-    def vq_admin_runtime_install(self, request):
-        return self._runtime("runtime_install", "install", request)
-
-    @hookimpl
-    def vq_admin_runtime_verify(self, request):
-        return self._runtime("runtime_verify", "verify", request)
 
     @hookimpl
     def vq_admin_helper_update(self, request):
@@ -284,15 +270,10 @@ class Counting:
 
 @pytest.fixture
 def world(tmp_path):
-    repo, sha_a = helper_repo(tmp_path / "helper-repo")
-    helper_root = tmp_path / "helper"
-    bootstrap(helper_root, repo.path, sha_a, tmp_path)
-    sha_b = repo.commit("helper B", {"HELPER-NOTE": "B\n"})
-    program = GitRepo(tmp_path / "vibeqc")
-    runtime_sha = program.commit("vibeqc 1")
-    runtime_root = tmp_path / "apps" / "vibeqc"
+    lanes = two_lanes(tmp_path)
+    repo, helper_root, sha_b = lanes.repo, lanes.helper_root, lanes.b
+    program, runtime_sha, runtime_root = lanes.program, lanes.runtime_sha, lanes.runtime_root
     (runtime_root / "releases").mkdir(parents=True)
-    (tmp_path / "scratch").mkdir()
     text = helper_table("cluster", root=helper_root, repo=repo.path, scratch=tmp_path / "scratch",
                         extra='helper_provider = "counting"')
     text += (f"[hosts.cluster.scheduler_runtime_deployments.vibeqc]\nprovider = \"counting\"\n"

@@ -24,7 +24,7 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import AGENT, VQ_ADMIN, GitRepo, run_vq, write_config
+from support import VQ_ADMIN, GitRepo, command_host, run_vq, write_config
 from test_allocation_real import World
 from vq_admin import progress
 from vq_admin.agent import progress as agent_progress
@@ -160,19 +160,9 @@ def test_a_fixed_host_build_shows_elapsed_time_and_its_last_output_line(tmp_path
                      "time.sleep(2.5)\nprint('compiling step 2', flush=True)\ntime.sleep(2.5)\n")
     build.chmod(0o755)
     (tmp_path / "scratch").mkdir()
-    config = write_config(tmp_path / "admin.toml", f"""
-        [hosts.here]
-        fleet_role = "managed"
-        transport = "local"
-        scratch_root = "{tmp_path / 'scratch'}"
-        agent = "{AGENT}"
-
-        [hosts.here.scheduler_runtime_deployments.fixed]
-        update_command = "{build}"
-        verify_command = "/bin/false"
-        source_repo = "{repo.path}"
-        timeout_seconds = 120
-    """)
+    config = write_config(tmp_path / "admin.toml", command_host(
+        "fixed", scratch=tmp_path / "scratch", repo=repo.path, update=str(build), verify="/bin/false", host="here",
+        transport="local", timeout_seconds=120, verify_timeout_seconds=None))
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"), COLUMNS="200")
     run = PtyRun(["update", "fixed", "here", "--expected-sha", sha], env)
     first = run.wait_for(r"fixed: deploy on local \d+:\d\d \| compiling step 1$", 60)

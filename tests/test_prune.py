@@ -10,37 +10,15 @@ released afterwards, runs A.  Every wait is on a condition, with a bound.
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from realhosts.procs import wait_until
+from real_jobs import SELFTEST, release_and_wait, ssh, submit_held_selftest
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, tree_digest, write_config
 
 pytestmark = pytest.mark.real
-
-SELFTEST = 'import sys\nprint("selftest of {label}", sys.prefix)\n'
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
-
-
-def ssh(cluster, *words: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(cluster.ssh_argv("cluster", *(shlex.quote(w) for w in words)), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def job_state(cluster, job: str) -> str | None:
-    shown = ssh(cluster, "scontrol", "show", "job", "-o", job)
-    found = re.search(r"\bJobState=(\S+)", shown.stdout)
-    if found:
-        return found.group(1)
-    log = Path(cluster.slurm.jobcomp_log)
-    text = log.read_text() if log.exists() else ""
-    found = re.search(rf"^JobId={job} .*?\bJobState=(\S+)", text, re.MULTILINE)
-    return found.group(1) if found else None
 
 
 class Site:
@@ -84,13 +62,7 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
     bound = site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["A"], "--json")
     assert bound.exit_code == 0, bound.stderr
     launcher = bound.json()["launcher"]
-    source = launcher.rsplit("/.venv/", 1)[0]
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/sh\nset -e\n{shlex.quote(launcher)} {shlex.quote(source + '/vq_selftest.py')}\n")
-    output = tmp_path / "job.out"
-    submitted = ssh(real_cluster, "sbatch", "--hold", "--parsable", f"--output={output}", str(script))
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
+    job, output = submit_held_selftest(real_cluster, launcher, tmp_path)
     try:
         before = tree_digest(root)
         dry = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--dry-run", "--json")
@@ -133,10 +105,7 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         assert gone.exit_code == 77 and "refused (pruned)" in gone.stderr, gone.stderr
         assert site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["A"]).exit_code == 0
         # the held job, released, runs generation A
-        released = ssh(real_cluster, "scontrol", "release", job)
-        assert released.returncode == 0, released.stderr
-        state = wait_until(lambda: (job_state(real_cluster, job) or "").split("+")[0] in TERMINAL
-                           and job_state(real_cluster, job), timeout=60, interval=0.5)
+        state = release_and_wait(real_cluster, job)
         assert state == "COMPLETED", f"job {job}: {state}; {output.read_text() if output.exists() else '-'}"
         assert output.read_text().strip() == f"selftest of A {root}/releases/{sha['A']}/source/.venv"
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import VQ_ADMIN, GitRepo, command_host, run_vq, site_example_host, tree_digest, write_config
 from vq_admin.outcome import EXIT_CODES, Outcome
 
 
@@ -144,17 +144,9 @@ def slow_site(tmp_path):
         raise SystemExit(5)
         """))
     deploy.chmod(0o755)
-    config = write_config(tmp_path / "admin.toml", f"""
-        [hosts.cluster]
-        fleet_role = "managed"
-        transport = "local"
-        scratch_root = "{tmp_path}"
-        agent = "{AGENT}"
-        [hosts.cluster.scheduler_runtime_deployments.vibeqc]
-        update_command = "{deploy}"
-        verify_command = "/bin/false"
-        source_repo = "{repo.path}"
-    """)
+    config = write_config(tmp_path / "admin.toml", command_host(
+        "vibeqc", scratch=tmp_path, repo=repo.path, update=str(deploy), verify="/bin/false", transport="local",
+        timeout_seconds=None, verify_timeout_seconds=None))
     return sha, config, gate, started
 
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from vq_admin.transport import LocalTransport, Session, SshTransport
+from vq_admin.transport import LocalTransport, RunResult, Session, SshTransport
 
 
 def test_ssh_argv_quotes_each_word_and_never_uses_a_local_shell():
@@ -25,21 +25,25 @@ def test_a_destination_that_looks_like_an_option_is_rejected():
         SshTransport("-oProxyCommand=evil", None, None)
 
 
-def test_ssh_exit_255_is_a_transport_interruption(fp):
-    fp.register(["/usr/bin/ssh", fp.any()], returncode=255,
-                stderr="ssh: connect to host cluster port 22: Connection refused")
+def faked_ssh_run(fp, argv: list[str], **answer: object) -> RunResult:
+    """*argv* run on ``cluster`` through an :class:`SshTransport` whose ssh client is faked by *fp*,
+    answering with *answer* (``returncode``, ``stderr``); the login-shell probe is taken as done
+    (it is tested for real in tests/trust/)."""
+    fp.register(["/usr/bin/ssh", fp.any()], **answer)
     t = SshTransport("cluster", None, None)
-    t.shell_checked = True  # the login-shell probe is tested for real in tests/trust/
-    result = t.run(["/site/verify"], timeout=10)
+    t.shell_checked = True
+    return t.run(argv, timeout=10)
+
+
+def test_ssh_exit_255_is_a_transport_interruption(fp):
+    result = faked_ssh_run(fp, ["/site/verify"], returncode=255,
+                           stderr="ssh: connect to host cluster port 22: Connection refused")
     assert result.interrupted == "transport" and result.exit_code == 255
     assert not result.ok and "interrupted" in result.describe()
 
 
 def test_a_remote_failure_is_the_commands_exit_status(fp):
-    fp.register(["/usr/bin/ssh", fp.any()], returncode=3)
-    t = SshTransport("cluster", None, None)
-    t.shell_checked = True
-    result = t.run(["/site/deploy"], timeout=10)
+    result = faked_ssh_run(fp, ["/site/deploy"], returncode=3)
     assert result.interrupted is None and result.exit_code == 3
 
 
@@ -72,10 +76,7 @@ def test_session_shares_one_control_directory_and_removes_it():
 
 def test_an_ssh_client_killed_by_a_signal_is_an_interrupted_transport(fp):
     """The OOM killer, a logout or a SIGKILL ends the ssh client: -9 is not the remote command's status."""
-    fp.register(["/usr/bin/ssh", fp.any()], returncode=-9)
-    t = SshTransport("cluster", None, None)
-    t.shell_checked = True
-    result = t.run(["/site/deploy"], timeout=10)
+    result = faked_ssh_run(fp, ["/site/deploy"], returncode=-9)
     assert result.interrupted == "transport" and result.exit_code == -9
     assert "killed by SIGKILL" in result.describe() and not result.ok
 
@@ -87,10 +88,7 @@ def test_a_local_command_killed_by_a_signal_did_not_choose_its_status():
 
 
 def test_a_remote_exit_status_of_137_stays_the_commands_own(fp):
-    fp.register(["/usr/bin/ssh", fp.any()], returncode=137)
-    t = SshTransport("cluster", None, None)
-    t.shell_checked = True
-    result = t.run(["/site/deploy"], timeout=10)
+    result = faked_ssh_run(fp, ["/site/deploy"], returncode=137)
     assert result.interrupted is None and result.exit_code == 137
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, run_vq, write_config
+from support import GitRepo, command_host, run_vq, write_config
 
 DEPLOY = """\
 import shutil, sys, pathlib
@@ -38,17 +38,10 @@ class Site:
         self.shas = [self.repo.commit(f"c{i}") for i in range(3)]
         (tmp / "deploy.py").write_text(DEPLOY)
         (tmp / "verify.py").write_text(VERIFY)
-        self.config = write_config(tmp / "admin.toml", f"""
-            [hosts.cluster]
-            fleet_role = "managed"
-            transport = "local"
-            scratch_root = "{tmp}"
-            agent = "{AGENT}"
-            [hosts.cluster.scheduler_runtime_deployments.vibeqc]
-            update_command = "{sys.executable} {tmp / 'deploy.py'} {tmp}"
-            verify_command = "{sys.executable} {tmp / 'verify.py'} {tmp}"
-            source_repo = "{self.repo.path}"
-        """)
+        self.config = write_config(tmp / "admin.toml", command_host(
+            "vibeqc", scratch=tmp, repo=self.repo.path, update=f"{sys.executable} {tmp / 'deploy.py'} {tmp}",
+            verify=f"{sys.executable} {tmp / 'verify.py'} {tmp}", transport="local", timeout_seconds=None,
+            verify_timeout_seconds=None))
         self.state = tmp / "state"
 
     def launcher(self, sha: str) -> tuple[str, str]:

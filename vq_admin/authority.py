@@ -8,7 +8,7 @@ alias the canonical host to use instead.
 
 from __future__ import annotations
 
-from .config import Config, HostConfig
+from .config import Config, HostConfig, RuntimeProfile
 from .outcome import Refused, UsageError
 
 RUNTIME_ROLES = ("managed",)
@@ -42,3 +42,15 @@ def helper_host(config: Config, name: str) -> HostConfig:
     if host.fleet_role not in HELPER_ROLES:
         raise _refuse(host, "helper")
     return host
+
+
+def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:
+    """The host (with runtime authority, :func:`runtime_host`) and its profile of *program*; a
+    program the host has no profile for is a usage error naming the profiles it has."""
+    host = runtime_host(config, host_name)
+    profile = host.runtimes.get(program)
+    if profile is None:
+        known = ", ".join(sorted(host.runtimes)) or "none"
+        raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+                         f"(profiles: {known})")
+    return host, profile

@@ -93,13 +93,17 @@ class LiveLine:
     def clear(self) -> None:
         """Erase the line (before other output), keeping the ticker."""
         with self._lock:
-            if self._drawn:
-                try:
-                    self.stream.write(ERASE)
-                    self.stream.flush()
-                except (OSError, ValueError):
-                    pass
-                self._drawn = False
+            self._erase()
+
+    def _erase(self) -> None:
+        """Erase a drawn line (the caller holds the lock); a stream that fails is left alone."""
+        if self._drawn:
+            try:
+                self.stream.write(ERASE)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            self._drawn = False
 
     def wrap(self, narrate: Callable[[str], None]) -> Callable[[str], None]:
         """A narrator that erases the live line before it prints."""
@@ -113,13 +117,7 @@ class LiveLine:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         with self._lock:
-            if self._drawn:
-                try:
-                    self.stream.write(ERASE)
-                    self.stream.flush()
-                except (OSError, ValueError):
-                    pass
-                self._drawn = False
+            self._erase()
 
 
 class AllocationView:

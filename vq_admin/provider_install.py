@@ -39,6 +39,8 @@ from typing import Any
 
 from . import authority
 from .agent import protocol
+from .agent.install_file import PRODUCT_MARKERS
+from .agent.securepath import ancestors
 from .config import Config, HostConfig, load_config
 from .envelope import write
 from .outcome import Outcome, Refused, UsageError
@@ -50,7 +52,6 @@ from .transport import RunResult, Session, Transport, quote_argv
 
 MAX_SOURCE_BYTES = 16 << 20
 ROLES = ("managed", "helper-only")
-IDENTITY_MARKERS = ("SOURCE-SHA", "SOURCE-TREE-SHA256", "ARCHIVE-SHA256", ".vq-admin-source.json")
 AGENT_UNSAFE = 4
 #: Seconds the install and its read-back may take.
 INSTALL_TIMEOUT = 300.0
@@ -97,18 +98,13 @@ def source_refusal(src: str, config: Config) -> str | None:
         for root, what in product_roots(config):
             if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
                 return f"{src} lies inside {what} ({root}): product sources never provide site commands"
-        current = os.path.dirname(path)
-        while True:
+        for current in ancestors(path):  # the nearest level first; at one level, a source tree first
             if _is_source_tree(current):
                 return f"{src} lies inside a vq-admin source tree ({current})"
-            for marker in IDENTITY_MARKERS:
+            for marker in PRODUCT_MARKERS:
                 if os.path.lexists(os.path.join(current, marker)):
                     return (f"{src} lies inside {current}, which holds {marker}: a staged or installed product "
                             "archive is not a provider")
-            parent = os.path.dirname(current)
-            if parent == current:
-                break
-            current = parent
     return None
 
 

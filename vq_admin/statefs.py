@@ -31,7 +31,7 @@ import os
 import stat
 
 
-from .agent.securepath import level_problem, makedirs_private, path_problem
+from .agent.securepath import discard, level_problem, makedirs_private, path_problem
 from .outcome import Refused
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -198,10 +198,7 @@ class PrivateTree:
             os.close(dfd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            _write_synced(fd, data)
         finally:
             os.close(fd)
 
@@ -312,6 +309,14 @@ def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
     return fd
 
 
+def _write_synced(fd: int, data: bytes) -> None:
+    """Write all of *data* to *fd* (a short write continues), then ``fsync`` it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
 def temp_name(name: str) -> str:
     """``.tmp.<name>.<pid>.<random>``: the pid lets a later run remove what a killed one left
     (:meth:`vq_admin.state.StateDir.sweep_leftovers`).  No ``secrets`` import: the launcher
@@ -325,10 +330,7 @@ def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> Non
     try:
         try:
             os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            _write_synced(fd, data)
         finally:
             os.close(fd)
         if exclusive:
@@ -337,10 +339,7 @@ def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> Non
         else:
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except FileNotFoundError:
-            pass
+        discard(tmp, dir_fd=dfd)
         raise
     os.fsync(dfd)
 

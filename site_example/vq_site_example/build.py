@@ -104,6 +104,14 @@ def build_runtime(source: str, final_source: str) -> tuple[str, list[str]]:
     return python, [line for line in log if line]
 
 
+def check_argv(python: str, source: str) -> list[str]:
+    """The release's own check, run by *python*: ``[python, source/vq_selftest.py]`` when the
+    source has one, else ``[python, "-c", "pass"]`` (the build's validation and the verify's
+    health check choose alike)."""
+    selftest = os.path.join(source, SELFTEST)
+    return [python, selftest] if os.path.isfile(selftest) else [python, "-c", "pass"]
+
+
 def validate(python: str, source: str, timeout: int, extra_env: dict[str, str] | None = None
              ) -> tuple[bool, list[str], str]:
     """Run the release's own check with its launcher.
@@ -112,8 +120,7 @@ def validate(python: str, source: str, timeout: int, extra_env: dict[str, str] |
     ``python -c pass``; cwd is the source, bytecode writing off.  Returns
     ``(ok, log lines, one-line detail)``; never raises for a failing check.
     """
-    selftest = os.path.join(source, SELFTEST)
-    argv = [python, selftest] if os.path.isfile(selftest) else [python, "-c", "pass"]
+    argv = check_argv(python, source)
     try:
         proc = _run(argv, "validation", timeout, cwd=source, env=clean_env(extra_env))
     except Exception as exc:  # timeout or cannot start: a failed validation

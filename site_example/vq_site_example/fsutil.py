@@ -5,7 +5,8 @@
   new content, never a torn file, and a symlink planted at the target name is
   replaced, not written through;
 * :func:`read_small` opens with ``O_NOFOLLOW`` and a size cap;
-* :func:`remove_own_tree` removes a directory this process created.
+* :func:`remove_own_tree` removes a directory this process created, and
+  :func:`discard` a temporary file or link it created.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def discard(tmp: str) -> None:
+    """Remove the temporary file or link *tmp* this process created, when it is still there (the
+    clean-up of a write or link switch that failed before its rename)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
 def atomic_write(directory: str, name: str, data: bytes, mode: int = 0o644) -> str:
     """Write *data* to ``directory/name`` atomically (temp file + rename).
 
@@ -52,10 +62,7 @@ def atomic_write(directory: str, name: str, data: bytes, mode: int = 0o644) -> s
             os.fsync(handle.fileno())
         os.replace(tmp, final)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
     fsync_dir(directory)
     return final

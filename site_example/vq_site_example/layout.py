@@ -242,9 +242,6 @@ def switch_current(layout: Layout, sha: str) -> None:
             raise failed(f"{layout.current} is not a symlink; not replacing it")
         os.replace(tmp, layout.current)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        fsutil.discard(tmp)
         raise
     fsutil.fsync_dir(layout.root)

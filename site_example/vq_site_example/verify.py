@@ -82,11 +82,8 @@ def _health(launcher: str, source: str, problems: list[str], notes: list[str]) -
     if not os.path.isfile(launcher):
         problems.append(f"launcher {launcher} is missing")
         return
-    selftest = os.path.join(source, build.SELFTEST)
-    if os.path.isfile(selftest):
-        argv, what = [launcher, selftest], f"{build.SELFTEST} (run by the launcher)"
-    else:
-        argv, what = [launcher, "-c", "pass"], "launcher -c pass"
+    argv = build.check_argv(launcher, source)
+    what = f"{build.SELFTEST} (run by the launcher)" if len(argv) == 2 else "launcher -c pass"
     ran = spawn.run(argv, source, build.clean_env(), HEALTH_TIMEOUT)
     if not ran.started:
         problems.append(f"launcher {ran.failure}")

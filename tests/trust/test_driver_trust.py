@@ -189,16 +189,21 @@ def test_state_is_created_owner_only_under_umask_000(arena):
 # -- the registry: forged entries, symlinks, FIFOs -------------------------------------------
 
 
+def forged_entry(evil: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """``(entry, latest pointer)`` an attacker would write: OTHER's entry naming a launcher in *evil*."""
+    forged = {"schema": registry.SCHEMA, "host": "cluster", "program": "vibeqc", "sha": OTHER,
+              "launcher": f"{evil}/vibeqc-{OTHER}", "launcher_sha256": "f" * 64, "receipt": "r-evil",
+              "verified_at": "2026-11-30T01:00:00Z"}
+    return forged, {"schema": registry.POINTER_SCHEMA, "sha": OTHER, "receipt": "r-evil", "verified_at": "x"}
+
+
 def test_a_forged_registry_entry_in_a_loose_directory_is_refused(arena):
     state = private_state(arena)
     lane = Path(registry.lane_dir(state, "cluster", "vibeqc"))
     traversable(state, state / "registry", state / "registry" / "cluster")
     lane.chmod(0o777)  # as an earlier run under umask 000 left it
     evil = arena / "shared" / "evil"
-    forged = {"schema": registry.SCHEMA, "host": "cluster", "program": "vibeqc", "sha": OTHER,
-              "launcher": f"{evil}/vibeqc-{OTHER}", "launcher_sha256": "f" * 64, "receipt": "r-evil",
-              "verified_at": "2026-11-30T01:00:00Z"}
-    pointer = {"schema": registry.POINTER_SCHEMA, "sha": OTHER, "receipt": "r-evil", "verified_at": "x"}
+    forged, pointer = forged_entry(evil)
     nobody_sh(f"printf '%s' '{json.dumps(forged)}' > {lane}/{OTHER}.json && "
               f"printf '%s' '{json.dumps(pointer)}' > {lane}/.p && mv -f {lane}/.p {lane}/latest.json")
     before = tree_digest(state)
@@ -230,10 +235,7 @@ def test_a_symlinked_registry_host_directory_is_refused(arena):
     traversable(state)
     (state / "registry").chmod(0o777)  # loose, so the attacker can swap registry/cluster
     evil = arena / "shared" / "evil"
-    forged = {"schema": registry.SCHEMA, "host": "cluster", "program": "vibeqc", "sha": OTHER,
-              "launcher": f"{evil}/vibeqc-{OTHER}", "launcher_sha256": "f" * 64, "receipt": "r-evil",
-              "verified_at": "2026-11-30T01:00:00Z"}
-    pointer = {"schema": registry.POINTER_SCHEMA, "sha": OTHER, "receipt": "r-evil", "verified_at": "x"}
+    forged, pointer = forged_entry(evil)
     nobody_sh(f"mkdir -p {evil}/cluster/vibeqc"
               f" && printf '%s' '{json.dumps(forged)}' > {evil}/cluster/vibeqc/{OTHER}.json"
               f" && printf '%s' '{json.dumps(pointer)}' > {evil}/cluster/vibeqc/latest.json"

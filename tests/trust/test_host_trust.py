@@ -26,7 +26,7 @@ import pytest
 
 from realhosts import SshdServer, remote_path
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, git, in_thread, run_vq, write_config
+from support import AGENT, GitRepo, command_host, git, in_thread, run_vq, write_config
 
 pytestmark = pytest.mark.real
 
@@ -85,22 +85,9 @@ class Site:
         verify.chmod(0o755)
         words = update_words or f"{sys.executable} {deploy} {self.deployed}"
         profile = f"update_allocation = {{ sbatch_args = {allocation} }}\n" if allocation else ""
-        self.config = write_config(tmp / "admin.toml", f"""
-            ssh_config = "{ssh_config}"
-
-            [hosts.cluster]
-            fleet_role = "managed"
-            ssh = "cluster"
-            scratch_root = "{self.scratch}"
-            agent = "{AGENT}"
-
-            [hosts.cluster.scheduler_runtime_deployments.{program}]
-            update_command = "{words}"
-            verify_command = "{verify} {self.verify_log}"
-            source_repo = "{self.repo.path}"
-            timeout_seconds = 300
-            verify_timeout_seconds = 60
-            """ + profile)
+        self.config = write_config(tmp / "admin.toml", f'ssh_config = "{ssh_config}"\n\n' + command_host(
+            program, scratch=self.scratch, repo=self.repo.path, update=words, verify=f"{verify} {self.verify_log}",
+            timeout_seconds=300, extra_profile=profile))
 
     @property
     def program_dir(self) -> Path:

@@ -254,24 +254,17 @@ def create_attempt(root: str, program: str, name: str | None = None) -> Attempt:
     if name is not None and not retention.ATTEMPT_RE.match(name):
         raise safedirs.UnsafePath(f"bad attempt name {name!r} (deploy.<yyyymmddTHHMMSSZ>.<hex>)")
     pfd = safedirs.open_chain(root, program_parts(program))
-    try:
-        with program_lock(pfd):
-            if name is None:
-                name = safedirs.create_fresh(pfd, "deploy")
-            else:
-                try:
-                    os.mkdir(name, 0o700, dir_fd=pfd)
-                except FileExistsError:
-                    raise safedirs.UnsafePath(f"attempt {name} already exists; attempts are never reused") from None
-            fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+    with safedirs.closed_on_error(pfd), program_lock(pfd):
+        if name is None:
+            name = safedirs.create_fresh(pfd, "deploy")
+        else:
             try:
-                live = _live_lock(fd, create=True)
-            except BaseException:
-                os.close(fd)
-                raise
-    except BaseException:
-        os.close(pfd)
-        raise
+                os.mkdir(name, 0o700, dir_fd=pfd)
+            except FileExistsError:
+                raise safedirs.UnsafePath(f"attempt {name} already exists; attempts are never reused") from None
+        fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+        with safedirs.closed_on_error(fd):
+            live = _live_lock(fd, create=True)
     return Attempt(root, program, name, pfd, fd, live)
 
 
@@ -285,27 +278,20 @@ def open_attempt(root: str, program: str, name: str) -> tuple[Attempt, bool, boo
     if not retention.ATTEMPT_RE.match(name):
         raise safedirs.UnsafePath(f"bad attempt name {name!r}")
     pfd = safedirs.open_chain(root, program_parts(program))
-    try:
-        with program_lock(pfd):
-            fenced = False
+    with safedirs.closed_on_error(pfd), program_lock(pfd):
+        fenced = False
+        try:
+            os.mkdir(name, 0o700, dir_fd=pfd)
+            fenced = True
+        except FileExistsError:
+            pass
+        fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
+        with safedirs.closed_on_error(fd):
+            alive = not fenced and retention.is_live(pfd, name)
             try:
-                os.mkdir(name, 0o700, dir_fd=pfd)
-                fenced = True
-            except FileExistsError:
-                pass
-            fd = os.open(name, safedirs.DIR_FLAGS, dir_fd=pfd)
-            try:
-                alive = not fenced and retention.is_live(pfd, name)
-                try:
-                    live = _live_lock(fd, create=False)
-                except FileNotFoundError:
-                    live = _live_lock(fd, create=True)
-            except BaseException:
-                os.close(fd)
-                raise
-    except BaseException:
-        os.close(pfd)
-        raise
+                live = _live_lock(fd, create=False)
+            except FileNotFoundError:
+                live = _live_lock(fd, create=True)
     return Attempt(root, program, name, pfd, fd, live), fenced, alive
 
 

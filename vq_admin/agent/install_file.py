@@ -115,7 +115,8 @@ def _old(pfd: int, name: str, shown: str) -> tuple[str | None, bytes | None, int
     return digest.hexdigest(), head, stat.S_IMODE(st.st_mode)
 
 
-#: Files that mark a directory as a staged or installed product archive.
+#: Files that mark a directory as a staged or installed product archive (``vq admin provider
+#: install`` refuses a source below one too).
 PRODUCT_MARKERS = ("SOURCE-SHA", "SOURCE-TREE-SHA256", "ARCHIVE-SHA256", ".vq-admin-source.json")
 
 
@@ -125,19 +126,17 @@ def product_tree_problem(directory: str) -> str | None:
     Private site commands never live inside a stage, an installed helper
     release or a runtime release: those trees are immutable product content.
     """
+    from .securepath import ancestors
+
     real = os.path.realpath(directory)
     if f"{os.sep}.vq-admin{os.sep}stage{os.sep}" in real + os.sep:
         return f"{directory} lies inside a vq-admin stage"
-    current = real
-    while True:
+    for current in (real, *ancestors(real)):  # the directory itself, then each level up to /
         for marker in PRODUCT_MARKERS:
             if os.path.lexists(os.path.join(current, marker)):
                 return (f"{directory} lies inside {current}, which holds {marker} "
                         "(a staged or installed product archive)")
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
+    return None
 
 
 def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
@@ -150,7 +149,7 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         raise UnsafePath(f"--mode {mode:04o} is refused: setuid, setgid and sticky bits are not allowed on a site "
                          "command (use a mode such as 0755)")
     parent, name = os.path.split(dest)
-    from .securepath import path_problem
+    from .securepath import discard, path_problem
 
     unsafe = path_problem(parent, what="destination directory")
     if unsafe:
@@ -180,10 +179,7 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
                 failpoint("install-file-before-rename")
                 os.replace(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
             except BaseException:
-                try:
-                    os.unlink(temp, dir_fd=pfd)
-                except FileNotFoundError:
-                    pass
+                discard(temp, dir_fd=pfd)
                 raise
             os.fsync(pfd)
     finally:

@@ -132,10 +132,7 @@ def _write_atomic(path: str, data: bytes) -> None:
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        securepath.discard(tmp)
         raise
 
 

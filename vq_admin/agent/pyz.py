@@ -23,6 +23,8 @@ import sys
 import zipfile
 from typing import List, Optional
 
+from . import securepath
+
 INTERPRETER = "/usr/bin/env python3"
 MAIN = (
     "# vq-admin-agent.pyz entry point (written by vq_admin.agent.pyz)\n"
@@ -65,10 +67,7 @@ def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) 
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        securepath.discard(tmp)
         raise
     return out
 

@@ -139,6 +139,16 @@ def opened(fd: int) -> Iterator[int]:
         os.close(fd)
 
 
+@contextmanager
+def closed_on_error(fd: int) -> Iterator[int]:
+    """Keep *fd* open for the caller when the block succeeds; close it when the block raises."""
+    try:
+        yield fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def remove_tree_at(parent_fd: int, name: str) -> int:
     """Remove directory *name* below *parent_fd* without following symlinks.
 

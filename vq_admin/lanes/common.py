@@ -116,6 +116,20 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
 PROVIDER_LOCKED_EXIT = 75
 
 
+def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
+                   reclaim: Callable[..., None]) -> Receipt | None:
+    """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
+    lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N"), the stage
+    reclaimed as failed."""
+    if exit_code == PROVIDER_LOCKED_EXIT:
+        return provider_locked(ctx, receipt, what, reclaim)
+    if exit_code != 0:
+        receipt.errors.append(f"{what} exited {exit_code}")
+        reclaim(success=False)
+        return conclude(ctx, receipt, Outcome.FAILED)
+    return None
+
+
 def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:
     """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
     reclaimed as not failed (nothing was tried on it)."""

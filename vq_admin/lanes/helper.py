@@ -49,7 +49,7 @@ from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
 from . import remote_paths, stat_paths
 from . import first_call
-from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
+from .common import conclude, provider_ended
 from .staging import STAGE, TREE_SHA256, SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
 
@@ -179,12 +179,9 @@ class HelperUpdate:
         if result.interrupted:
             self.receipt.errors.append(f"helper: {result.describe()}")
             return self.conclude_readback(interrupted=True)
-        if result.exit_code == PROVIDER_LOCKED_EXIT:
-            return provider_locked(self.ctx, self.receipt, "helper: the helper command", self.reclaim)
-        if result.exit_code != 0:
-            self.receipt.errors.append(f"helper: the helper command exited {result.exit_code}")
-            self.reclaim(success=False)
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        ended = provider_ended(self.ctx, self.receipt, "helper: the helper command", result.exit_code, self.reclaim)
+        if ended is not None:
+            return ended
         return self.conclude_readback(interrupted=False)
 
     @property

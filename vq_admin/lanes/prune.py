@@ -70,13 +70,9 @@ class RuntimePrune:
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int):
         self.ctx = ctx
-        self.host: HostConfig = authority.runtime_host(ctx.config, host_name)
-        profile = self.host.runtimes.get(program)
-        if profile is None:
-            known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
-                             f"(profiles: {known})")
-        self.profile: RuntimeProfile = profile
+        self.host: HostConfig
+        self.profile: RuntimeProfile
+        self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         self.keep_recent = keep_recent
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
         last_ok = ctx.state.read_record("runtime", host_name, program, "last-ok") or {}

@@ -180,14 +180,7 @@ class RuntimeRollback(RuntimeUpdate):
         if result.exit_code != 0:
             self.receipt.errors.append(f"activate: the provider exited {result.exit_code}")
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
-        post = self.verify(*self.post)
-        self.receipt.verify["final"] = post.to_dict()
-        if post.interrupted:
-            return self.resolve_unknown(f"verify: {post.error}")
-        if not post.proven:
-            self.receipt.errors.extend(self.verify_errors(post))
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
-        return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
+        return self.conclude_final(reclaim=False)  # an activation staged nothing
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:

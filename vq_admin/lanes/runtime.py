@@ -35,7 +35,7 @@ from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import first_call, remote_paths
-from .common import PROVIDER_LOCKED_EXIT, conclude, provider_locked
+from .common import conclude, provider_ended
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -55,13 +55,9 @@ class RuntimeUpdate:
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, sha: str, tag: str | None):
         self.ctx = ctx
-        self.host: HostConfig = authority.runtime_host(ctx.config, host_name)
-        profile = self.host.runtimes.get(program)
-        if profile is None:
-            known = ", ".join(sorted(self.host.runtimes)) or "none"
-            raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
-                             f"(profiles: {known})")
-        self.profile: RuntimeProfile = profile
+        self.host: HostConfig
+        self.profile: RuntimeProfile
+        self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         if ctx.options.cluster_install and not self._provider_has_install():
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
                              f"(install_command is not configured)")
@@ -71,9 +67,9 @@ class RuntimeUpdate:
         self.source: source.SourceIdentity | None = None
         self._deploy: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
-                                   "runtime", program, profile.timeout_seconds)
+                                   "runtime", program, self.profile.timeout_seconds)
         #: What this lane's steps are built from (:mod:`.runtime_step`): they never see the lane itself.
-        self.inputs = RuntimeStep(ctx, self.host, profile, self.receipt, sha, self.staging)
+        self.inputs = RuntimeStep(ctx, self.host, self.profile, self.receipt, sha, self.staging)
         self.mirror: MirrorFeed | None = None
         self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
 
@@ -209,21 +205,26 @@ class RuntimeUpdate:
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
-        if result.exit_code == PROVIDER_LOCKED_EXIT:
-            return provider_locked(self.ctx, self.receipt, "deploy: the provider", self.reclaim)
-        if result.exit_code != 0:
-            self.receipt.errors.append(f"deploy: the provider exited {result.exit_code}")
-            self.reclaim(success=False)
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code, self.reclaim)
+        if ended is not None:
+            return ended
+        return self.conclude_final(reclaim=True)
+
+    def conclude_final(self, *, reclaim: bool) -> Receipt:
+        """The planned final verify decides the run: unknown when it was interrupted, failed when
+        it proves nothing, else ok with the verified identity.  With *reclaim*, the stage is
+        reclaimed as the run's failure or success."""
         post = self.verify(*self.post)
         self.receipt.verify["final"] = post.to_dict()
         if post.interrupted:
             return self.resolve_unknown(f"verify: {post.error}")
         if not post.proven:
             self.receipt.errors.extend(self.verify_errors(post))
-            self.reclaim(success=False)
+            if reclaim:
+                self.reclaim(success=False)
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
-        self.reclaim(success=True)
+        if reclaim:
+            self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
 
     def require_quiescent(self, pre: Verification) -> None:
