@@ -25,15 +25,3 @@ def command_problem(argv: Sequence[str] | str) -> str | None:
     A single string is taken as one word (the command file itself)."""
     words = [argv] if isinstance(argv, str) else list(argv)
     return _words_problem(words)
-
-
-def refuse_if_unsafe(transport: object, argv: Sequence[str], step: str) -> None:
-    """Raise :class:`~vq_admin.outcome.Refused` (exit 77) before *argv* runs on this
-    machine (a :class:`~vq_admin.transport.LocalTransport`) when a word fails the rule."""
-    from .outcome import Refused
-    from .transport import LocalTransport
-
-    if isinstance(transport, LocalTransport):
-        problem = command_problem(list(argv))
-        if problem:
-            raise Refused(f"{step}: {problem}; refusing to run it")
