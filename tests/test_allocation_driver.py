@@ -119,6 +119,27 @@ def test_an_allocation_run_preserves_exit_status_and_carries_the_transcript(worl
     assert json.loads((world.state / "receipts" / f"{receipt['id']}.json").read_text())["deploy"]["exit_code"] == 3
 
 
+def test_a_deploy_refused_before_it_runs_leaves_nothing_behind(world):
+    """A local allocation deploy whose command another user could replace is refused (77) at the
+    step's start: no attempt record, no transcript directory, no attempt on the host."""
+    loose = world.tmp / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    script = loose / "deploy.py"
+    script.write_text(f"#!{sys.executable}\n")
+    script.chmod(0o755)
+    world.config = write_config(world.tmp / "loose.toml", host_toml(world.scratch, world.repo.path, script,
+                                                                    world.tmp / "verify.py"))
+    result = update(world)
+    assert result.exit_code == 77, result.stderr + result.stdout
+    receipt = result.json()
+    deploy = next(s for s in receipt["steps"] if s["name"] == "deploy")
+    assert deploy["status"] == "failed" and f"directory {loose}" in deploy["detail"], deploy
+    assert not (world.state / "receipts" / f"{receipt['id']}.transcript").exists()
+    assert not list(world.state.rglob("attempt.json")), "no attempt was recorded for a deploy that never ran"
+    assert not (world.scratch / ".vq-admin" / "runtime-deploy" / "prog").exists()
+
+
 def test_the_run_fills_exactly_the_planned_agent_argv(world):
     dry = update(world, "--dry-run")
     assert dry.exit_code == 0, dry.stderr

@@ -19,6 +19,7 @@ from test_plan_slots import Counting, run_lane
 from test_plan_slots import world  # noqa: F401  (a fixture)
 from vq_admin_hookspecs import Slot, is_slot
 
+from vq_admin.agent.allocation import new_attempt_name
 from vq_admin.context import RunContext, RunOptions
 from vq_admin.lanes import allocation_attempt
 from vq_admin.lanes.runtime import RuntimeUpdate
@@ -114,6 +115,8 @@ def test_the_read_back_after_an_interrupted_deploy_is_the_planned_template(world
     steps = {s["name"]: s for s in done.plan.to_list()}
     planned = {s.name: s for s in done.plan.when_needed}
     assert steps["readback-verify"]["status"] == "ok"
+    assert steps["readback-verify"]["purpose"] == planned["readback-verify"].purpose, "a copy of the template"
+    assert steps["readback-verify-readback"]["purpose"].endswith("(in the readback-verify agent call)")
     assert steps["readback-verify"]["argv"] == [str(w) for w in planned["readback-verify"].planned_argv]
     assert len(provider.hooks("runtime_verify")) == 1, "the verify hook is asked once, when the plan is made"
 
@@ -134,16 +137,17 @@ def _record(lane: RuntimeUpdate, attempt: str) -> None:
 def test_previous_attempt_is_planned_from_the_record_the_plan_saw(world):  # noqa: F811
     lane, session = _lane(world)
     with session:
-        _record(lane, "deploy.20261201T000000Z.aaaa")
+        first = new_attempt_name()
+        _record(lane, first)
         lane.make_plan()
         step = lane.receipt.plan.get("previous-attempt")
-        assert step.planned_argv[-4:] == ["--attempt", "deploy.20261201T000000Z.aaaa", "--timeout", "1"]
+        assert step.planned_argv[-4:] == ["--attempt", first, "--timeout", "1"]
         names = [s.name for s in lane.receipt.plan.steps]
         assert names.index("previous-attempt") < names.index("pre-verify"), "its end comes first"
         allocation_attempt.clear(lane.inputs)  # cleared after planning (another run reconciled it)
         allocation_attempt.reconcile_previous(lane.inputs)
         assert step.status == "skipped" and step.argv is None
-        _record(lane, "deploy.20261201T000001Z.bbbb")  # another attempt recorded after planning
+        _record(lane, new_attempt_name())  # another attempt recorded after planning
         with pytest.raises(Locked, match="appeared or changed after this run was planned"):
             allocation_attempt.reconcile_previous(lane.inputs)
         assert step.argv is None, "nothing ran"
@@ -152,7 +156,7 @@ def test_previous_attempt_is_planned_from_the_record_the_plan_saw(world):  # noq
         allocation_attempt.clear(other.inputs)
         other.make_plan()
         assert not other.receipt.plan.has("previous-attempt")
-        _record(other, "deploy.20261201T000002Z.cccc")  # appeared after planning
+        _record(other, new_attempt_name())  # appeared after planning
         with pytest.raises(Locked, match="appeared or changed"):
             allocation_attempt.reconcile_previous(other.inputs)
 
@@ -179,3 +183,18 @@ def test_the_source_step_records_the_git_archive_that_ran(world, monkeypatch):  
     assert archives == [recorded], "what the receipt says ran is what ran"
     assert planned[-2:] == ["--end-of-options", world["runtime_sha"]] and planned[:-3] == recorded[:-3]
     assert planned[-3] == "<workdir>/source.tar" and recorded[-3].endswith("/source.tar")
+
+
+def test_a_planned_previous_attempt_runs_its_planned_argv_and_clears_the_record(world):  # noqa: F811
+    """The record the plan saw is still there: the planned reconcile runs (the real agent, which finds
+    no job under that attempt: it never started, so the attempt is fenced and counts as ended)."""
+    lane, session = _lane(world)
+    with session:
+        attempt = new_attempt_name()
+        _record(lane, attempt)
+        lane.make_plan()
+        step = lane.receipt.plan.get("previous-attempt")
+        allocation_attempt.reconcile_previous(lane.inputs)
+        assert step.argv == step.planned_argv and step.status == "ok", (step.status, step.detail)
+        assert lane.receipt.previous_attempt["attempt"] == attempt
+        assert not allocation_attempt._path(lane.inputs).exists(), "ended: the record is cleared"

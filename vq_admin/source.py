@@ -182,11 +182,15 @@ def archive_argv(repo: str, sha: str, path: str) -> list[str]:
     return ["git", "-C", repo, "archive", "--format=tar", "-o", path, "--end-of-options", sha]
 
 
-def make_archive(ident: SourceIdentity, workdir: str) -> SourceIdentity:
-    """Archive the exact commit into *workdir* and prove the archive's tree."""
+def make_archive(ident: SourceIdentity, workdir: str, argv: list[str] | None = None) -> SourceIdentity:
+    """Archive the exact commit into *workdir* and prove the archive's tree.  *argv* is the planned
+    ``source`` step's, filled (:func:`archive_argv`); any other argv is refused before git runs."""
     path = os.path.join(workdir, ARCHIVE_NAME)
-    argv = archive_argv(ident.repo, ident.sha, path)
-    return prove_archive(ident, path, run_local_argv(argv, argv, "local", timeout=GIT_TIMEOUT))
+    exact = archive_argv(ident.repo, ident.sha, path)
+    if argv is not None and argv != exact:
+        raise VqAdminError(f"the planned archive {argv!r} is not the archive of {ident.sha} into {path}; "
+                           "nothing was run")
+    return prove_archive(ident, path, run_local_argv(exact, exact, "local", timeout=GIT_TIMEOUT))
 
 
 def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceIdentity:

@@ -122,8 +122,8 @@ def test_an_agent_another_user_can_replace_is_refused_before_it_runs(helper, are
     # judged before the host-side lease would run it on the login host, from stat, not by asking it
     checked = receipt["lease"]["agent_checked"]
     assert checked["status"] == "failed" and checked["argv"][0] == "/usr/bin/stat", checked
-    assert [(s["name"], s["status"]) for s in checked["steps"]] == [("check-commands", "ok"),
-                                                                     ("check-levels", "failed")]
+    assert [(s["name"], s["status"]) for s in checked["steps"]] == [("lease-check-commands", "ok"),
+                                                                     ("lease-check-levels", "failed")]
     assert receipt["lease"]["held"] is False
     assert all(s["status"] in ("planned", "skipped") for s in steps.values()), steps
     assert not marker.exists()  # the agent never ran: not for the lease, the check or anything else

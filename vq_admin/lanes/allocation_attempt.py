@@ -34,7 +34,7 @@ from typing import Any
 from ..agent import protocol
 from ..outcome import Locked
 from ..state import dump_json, read_json, write_atomic
-from ..plan import execute_stream
+from ..plan import execute_stream, settled
 from ..transport import Transport
 from .allocation_stream import StreamCall, stream_call
 from .runtime_step import RuntimeStep
@@ -62,11 +62,6 @@ def clear(inputs: RuntimeStep) -> None:
         _path(inputs).unlink()
     except FileNotFoundError:
         pass
-
-
-def has_previous(inputs: RuntimeStep) -> bool:
-    """Whether an interrupted run left an attempt record for this lane (read locally, no call)."""
-    return _previous(inputs) is not None
 
 
 PREVIOUS = "previous-attempt"
@@ -127,7 +122,7 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     def stream(words: list[str]) -> StreamCall:
         return stream_call(login, words, timeout=RECONCILE_CALL_TIMEOUT, sinks=sinks)  # type: ignore[arg-type]
 
-    call = execute_stream(step, login, stream)  # exactly the planned argv
+    call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary: dict[str, Any] = call.records.get("summary") or {}
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
@@ -142,9 +137,11 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
+        settled(step)
         return
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()
+    settled(step)
     if detached:
         pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
         raise Locked(f"the build of an interrupted run keeps running on {login.where} under attempt "

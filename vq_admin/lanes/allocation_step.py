@@ -198,10 +198,10 @@ class AllocationDeploy(RuntimeStep):
         attempt, directory, step, deadline, view, values = self.begin(
             command, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
             {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
-        allocation_attempt.record(self, attempt, directory)  # the next run reconciles it if this one is cut off
-        with progress.live(ctx, view):
+        with progress.live(ctx, view):  # the attempt is recorded as the call starts: a later run reconciles it
             call, sinks = self._call(step, values, self.profile.timeout_seconds + MARGIN,
-                                     view.on_record if view else None)
+                                     view.on_record if view else None,
+                                     starting=lambda: allocation_attempt.record(self, attempt, directory))
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
             if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
@@ -216,17 +216,27 @@ class AllocationDeploy(RuntimeStep):
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
             allocation_attempt.clear(self)  # the job's end is known: nothing for a later run to reconcile
-        settled(step)  # the transcripts are in place and the attempt record is current
+        self.settle(step, call)
         return result
+
+    @staticmethod
+    def settle(step: Step, call: StreamCall) -> None:
+        """The end of the deploy step, and of the reconcile that delivered its report, once the
+        transcripts are in place and the attempt record is current (their ``step-after``)."""
+        settled(step)
+        if call.step is not None and call.step is not step:
+            settled(call.step)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
               on_record: Callable[[str, dict[str, Any]], None] | None = None,
-              transport: Transport | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+              transport: Transport | None = None,
+              starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
-        *transport* (default: the login host) into fresh transcript sinks."""
+        *transport* (default: the login host) into fresh transcript sinks; *starting* runs once the
+        step has started and was not refused, just before the call (the attempt record)."""
         transport = transport or self.ctx.login(self.host)
         assert self.receipt.id is not None  # deploy() gave the receipt its id
-        directory = self.ctx.state.transcript_dir(self.receipt.id)
+        receipt_id = self.receipt.id
         sinks: dict[str, TranscriptSink] = {}
         deploy = self.receipt.deploy
 
@@ -240,7 +250,11 @@ class AllocationDeploy(RuntimeStep):
                 on_record(kind, value)
 
         def stream(argv: list[str]) -> StreamCall:
-            # the sinks' temporary files exist only once the step runs (a kill at its start leaves none)
+            # the attempt record, the transcript directory and the sinks' temporary files exist only once
+            # the step runs: a step refused, or killed, at its start leaves none of them behind
+            if starting is not None:
+                starting()
+            directory = self.ctx.state.transcript_dir(receipt_id)
             sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
             return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
 

@@ -38,7 +38,6 @@ from .. import progress
 from ..agent import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..outcome import Refused, VqAdminError
-from ..plan import settled
 from ..transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
@@ -100,11 +99,12 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
             command, f"on {transport.where}, detached",
             {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
             {"pid": None, "exit_code": None})
-        allocation_attempt.record(self, attempt, directory, "detached", transport.where)
         with progress.live(ctx, view):  # the step starts in execute_stream and is settled below
             call, sinks = self._call(step, values,
                                      self.profile.timeout_seconds + allocation_step.MARGIN,
-                                     view.on_record if view else None, transport=transport)
+                                     view.on_record if view else None, transport=transport,
+                                     starting=lambda: allocation_attempt.record(self, attempt, directory, "detached",
+                                                                                transport.where))
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
             if (call.interrupted is None and call.exit_code in allocation_step.REFUSED_BEFORE_SUBMIT
@@ -123,7 +123,7 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("timed_out"):
             allocation_attempt.clear(self)  # the build's end is known: nothing for a later run to reconcile
-        settled(step)  # the transcripts are in place and the attempt record is current
+        self.settle(step, call)
         return result
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,

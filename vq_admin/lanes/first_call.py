@@ -70,7 +70,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
-                   and not allocation_attempt.has_previous(update.inputs))
+                   and not update.receipt.plan.has(allocation_attempt.PREVIOUS))
     if with_verify:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
         request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}

@@ -40,7 +40,7 @@ from ..plan import Step, execute
 from ..receipt import Receipt
 from ..state import StateDir, read_json
 from ..transport import quote_argv
-from . import remote_paths
+from . import allocation_attempt, remote_paths
 from .common import conclude
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
@@ -110,6 +110,7 @@ class RuntimeRollback(RuntimeUpdate):
         self.receipt.provider = p.provider
         self.receipt.build_place = "none (activation of an existing release)"
         remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
+        allocation_attempt.plan_previous(self.inputs)  # a build an interrupted update left: its end first
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         plan.add("activate", self.build_transport().where, list(self.activation.argv),
                  f"provider {p.provider}: switch current to the existing release {self.sha} (nothing is built)",
@@ -158,6 +159,9 @@ class RuntimeRollback(RuntimeUpdate):
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
+        # a batch job or detached build an interrupted update left could switch current after the activation:
+        # its end first (75 while it runs, nothing run)
+        allocation_attempt.reconcile_previous(self.inputs)
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")

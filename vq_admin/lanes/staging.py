@@ -81,13 +81,15 @@ class SourceStage:
 
     def archive(self, ident: source.SourceIdentity, workdir: str) -> source.SourceIdentity:
         step, started = self.plan.get("source"), time.monotonic()
+        argv = fill(step.planned_argv, {"workdir": workdir})  # exactly the planned git archive
         try:
-            self.ident = source.make_archive(ident, workdir)
+            self.ident = source.make_archive(ident, workdir, argv)
         except VqAdminError as exc:
             mark_local(step, False, started, exc.message)
+            step.argv = argv
             raise
         mark_local(step, True, started)
-        step.argv = fill(step.planned_argv, {"workdir": workdir})
+        step.argv = argv
         self.receipt.source = self.ident.to_receipt()
         return self.ident
 

@@ -200,10 +200,13 @@ def check_place(resolve: Step, stat_step: Step, transport: Transport, words: lis
     if levels is None or SELF not in levels or not stat.S_ISDIR(levels[SELF].st_mode):
         raise _unreadable(stat_step, where, done, STAT)
     # stat exits 1 when a level is missing: that is judged by the rule below, not a failure of the step
-    stat_step.status, stat_step.exit_code, stat_step.detail = "ok", 0, None
+    # (the step keeps stat's own exit status, beside the argv that gave it)
+    stat_step.status = "ok"
+    stat_step.detail = ("a level does not exist (stat exit status 1); judged by the rule"
+                        if done.exit_code == 1 else None)
     found = problems(paths, reals, levels)
     if found:
-        stat_step.status, stat_step.exit_code = "failed", 4
+        stat_step.status = "failed"
         named = [(key, os.path.normpath(word)) for key, word in words]
         lines = [f"{', '.join(keys_of(named, word) if word not in (REALPATH, STAT) else ['the check itself'])}: "
                  f"{problem}" for word, problem in found]
@@ -222,15 +225,21 @@ def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refu
 def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequence[str],
                              record: dict[str, Any]) -> None:
     """The helper lane's lease runs the agent on the login host before the lane's own steps: judge
-    the agent's words there first (planned and run as the lane's own check is; its steps are
-    recorded in the lease *record*), so it never runs unjudged."""
+    the agent's words there first, so it never runs unjudged.  The two steps are planned and run as
+    the lane's own check is, named ``lease-check-commands`` and ``lease-check-levels`` (their own
+    failpoints), and recorded in the lease *record*, not in the lane's steps."""
     places = gather([(transport, f"hosts.{host_name}.agent", agent)])
+    if not places:  # not reached over ssh: the driver checks a local command itself, when it runs it
+        return
+    ((login, words),) = places
     steps = Plan()
-    plan_places(steps, places)
+    plan_places(steps, [(login, words)])
+    for step in steps.steps:
+        step.name = f"lease-{step.name}"
+    resolve, levels = steps.steps
     try:
-        run_places(steps, places)
+        check_place(resolve, levels, login, words)
     finally:
-        if steps.steps:
-            last = next((s for s in reversed(steps.steps) if s.status != "planned"), steps.steps[0])
-            record["agent_checked"] = {"argv": last.argv, "status": last.status, "detail": last.detail,
-                                       "steps": steps.to_list()}
+        last = levels if levels.status != "planned" else resolve
+        record["agent_checked"] = {"argv": last.argv, "status": last.status, "detail": last.detail,
+                                   "steps": steps.to_list()}
