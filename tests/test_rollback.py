@@ -282,3 +282,27 @@ def test_rollback_through_a_provider_plugins_activate_hook(tmp_path, real_sshd):
     activate = next(s for s in receipt["steps"] if s["name"] == "activate")
     assert activate["argv"][1:4] == ["activate", "--root", str(root)] and activate["status"] == "ok"
     assert os.readlink(root / "current") == f"releases/{a}"
+
+
+def test_a_rollback_by_activation_first_establishes_the_build_an_interrupted_update_left(tmp_path, real_sshd):
+    """An attempt record of an interrupted allocation build: the activation plans and runs
+    previous-attempt before its pre-verify (the agent finds the attempt never started: fenced, ended)."""
+    from vq_admin.agent.allocation import new_attempt_name
+
+    w = World(tmp_path, real_sshd.ssh_config)
+    w.update(w.a, "--cluster-install")
+    w.update(w.b)
+    attempt = new_attempt_name()
+    record = w.state / "hosts" / "cluster" / "runtime" / w.program / "attempt.json"
+    record.write_text(json.dumps({"attempt": attempt, "receipt": "interrupted", "expected_sha": w.b,
+                                  "attempt_dir": f"{w.scratch}/.vq-admin/runtime-deploy/{w.program}/{attempt}"}))
+    plan = w.rollback("--dry-run")
+    assert plan.exit_code == 0, plan.stderr
+    assert [s["name"] for s in plan.json()["steps"]][:3] == ["check-commands", "previous-attempt", "pre-verify"]
+    done = w.rollback()
+    receipt = done.json()
+    assert done.exit_code == 0, done.stderr + done.stdout
+    steps = {s["name"]: s for s in receipt["steps"]}
+    assert steps["previous-attempt"]["status"] == "ok" and attempt in steps["previous-attempt"]["argv"]
+    assert receipt["previous_attempt"]["attempt"] == attempt and not record.exists()
+    assert receipt["rollback"]["via"] == "activate" and w.current() == f"releases/{w.a}"
