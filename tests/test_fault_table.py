@@ -6,20 +6,29 @@ step boundaries; then each call gets the faults of :func:`modes_for` and each
 boundary a SIGKILL of vq-admin (tests/fault_table.py judges every row).  The
 rows must equal the table in docs/reliability.md: regenerate it with
 ``python3 scripts/reliability_table.py`` after a deliberate change.
+
+Each table runs in chunks (:data:`CHUNKS`), one test each, so that pytest-xdist
+spreads it: every chunk checks the whole table's calls and faults against the
+document and its own rows in full, and together the chunks run every row once.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from fault_table import (DOC, TABLE_ENV, Row, Target, close_masters, doc_rows, enumerate_targets, leaked_masters,
                          record, run_rows)
-from fault_worlds import WORLDS
+from fault_worlds import WORLDS, World
+from realhosts import SshdServer
 
 pytestmark = pytest.mark.real
+T = TypeVar("T")
 #: Independent copies of each world a chunk's rows are spread over (the chunks themselves are
 #: spread over pytest-xdist's workers).
 WORKERS = 1
@@ -35,12 +44,12 @@ def modes_for(step: str | None, where: str, what: str) -> tuple[str, ...]:
     return BOTH_DROPS
 
 
-def mirror_window():
+def mirror_window() -> Callable[[str | None, dict[str, Any]], bool]:
     """The mirror subject walks the feed only: the tag listing of the ref set and every
     call and boundary from mirror-probe to prepare (the rest is the runtime subject)."""
     inside = {"on": False}
 
-    def window(step, entry) -> bool:
+    def window(step: str | None, entry: dict[str, Any]) -> bool:
         if entry.get("step") == "mirror-probe" and entry.get("when") == "before":
             inside["on"] = True
         keep = inside["on"] or "for-each-ref" in entry.get("argv", [])
@@ -60,16 +69,16 @@ CHUNKS = {"runtime": 3, "helper": 2, "mirror": 3}
 CASES = [(lane, k, n) for lane, n in CHUNKS.items() for k in range(n)]
 
 
-def chunk(items: list, k: int, n: int) -> list:
+def chunk(items: list[T], k: int, n: int) -> list[T]:
     """Chunk *k* (0-based) of *n* of the table's rows *items*."""
     return items[k::n]
 
 
-def make_worlds(lane: str, tmp_path, sshd, count: int):
+def make_worlds(lane: str, tmp_path: Path, sshd: SshdServer, count: int) -> list[World]:
     worlds = [WORLDS[lane](tmp_path / f"{lane}-{i}", sshd) for i in range(count)]
     errors: list[BaseException] = []
 
-    def setup(world):
+    def setup(world: World) -> None:
         try:
             world.setup()
         except BaseException as exc:  # reported below, in the test's thread
@@ -88,10 +97,10 @@ def make_worlds(lane: str, tmp_path, sshd, count: int):
 #: Per pytest worker process, each subject's set-up worlds and the targets of their clean run:
 #: a worker that gets several chunks of one subject builds it once.  Every row starts with
 #: ``World.reset()``, so a world serves any number of rows (as it did within one test).
-_SUBJECTS: dict[str, tuple[list, list[Target]]] = {}
+_SUBJECTS: dict[str, tuple[list[World], list[Target]]] = {}
 
 
-def subject(lane: str, tmp_path_factory, sshd) -> tuple[list, list[Target]]:
+def subject(lane: str, tmp_path_factory: pytest.TempPathFactory, sshd: SshdServer) -> tuple[list[World], list[Target]]:
     if lane not in _SUBJECTS:
         tmp = tmp_path_factory.mktemp(f"fault-{lane}")
         worlds = make_worlds(lane, tmp, sshd, WORKERS)
@@ -112,7 +121,8 @@ def row_key(line: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(("lane", "k", "n"), CASES, ids=[f"{lane}-{k + 1}of{n}" for lane, k, n in CASES])
-def test_fault_table(lane, k, n, tmp_path_factory, real_sshd):
+def test_fault_table(lane: str, k: int, n: int, tmp_path_factory: pytest.TempPathFactory,
+                     real_sshd: SshdServer) -> None:
     masters = leaked_masters()
     try:
         worlds, targets = subject(lane, tmp_path_factory, real_sshd)
@@ -144,7 +154,7 @@ def test_fault_table(lane, k, n, tmp_path_factory, real_sshd):
 
 
 @pytest.mark.parametrize("lane", list(CHUNKS))
-def test_the_chunks_cover_every_documented_row_once(lane):
+def test_the_chunks_cover_every_documented_row_once(lane: str) -> None:
     """The chunks of test_fault_table together run every row of the document exactly once."""
     documented = doc_rows(lane)
     n = CHUNKS[lane]
