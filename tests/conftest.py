@@ -19,8 +19,11 @@ DAEMON_FIXTURES = frozenset({"real_sshd", "real_slurm", "real_cluster"})
 #: long test while the others have run out of work.  Only the order changes; a stale entry
 #: costs wall time, never a test.
 SLOW_FIRST = (
-    "tests/test_fault_table.py",
+    "tests/test_fault_table.py",  # each table in chunks (runtime 3, helper 2, mirror 3), 60-100 s each
     "tests/test_config.py::test_fuzzed_configurations_parse_or_name_a_key",
+    "tests/test_allocation_real.py::test_an_unestablished_end_is_unknown_with_job_id_and_log_dir",
+    "tests/test_site_example_verify.py::test_the_installed_script_is_ours",  # builds a non-editable install
+    "tests/test_site_example_verify.py::test_the_plain_name_checks_equal_the_regular_expressions",
     "tests/test_demo.py",
     "tests/test_bindings.py::test_bench_bindings_ratios",
     "tests/test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs",
@@ -39,6 +42,8 @@ SLOW_FIRST = (
     "tests/test_progress.py",
     "tests/test_bindings_real.py",
     "tests/test_conformance_command.py",
+    "tests/test_hostile_input.py",
+    "tests/test_evidence.py::test_fuzzed_receipts_parse_or_raise_evidence_errors",
 )
 
 

@@ -304,7 +304,11 @@ def run_row(world: World, target: Target, mode: str) -> Row:
 
 def run_table(worlds: list[World], targets: list[Target]) -> list[Row]:
     """Every (target, mode), spread over *worlds* (independent copies of one subject)."""
-    work = [(t, m) for t in targets for m in t.modes]
+    return run_rows(worlds, [(t, m) for t in targets for m in t.modes])
+
+
+def run_rows(worlds: list[World], work: list[tuple[Target, str]]) -> list[Row]:
+    """The rows *work* (a target and one of its modes each), spread over *worlds*, in *work*'s order."""
     rows: list[Row | None] = [None] * len(work)
     lock = threading.Lock()
     queue = list(enumerate(work))
@@ -337,13 +341,14 @@ def doc_rows(lane: str, doc: Path = DOC) -> list[str]:
     return [line for line in table.splitlines() if line.startswith(f"| {lane} |")]
 
 
-def record(rows: list[Row]) -> None:
-    """With VQ_ADMIN_RELIABILITY_TABLE=PATH, append the rows (JSON lines) for scripts/reliability_table.py."""
+def record(rows: list[Row], indices: list[int]) -> None:
+    """With VQ_ADMIN_RELIABILITY_TABLE=PATH, append the rows (JSON lines) for scripts/reliability_table.py,
+    each with its place in its subject's table (*indices*: a test runs one chunk of a table)."""
     path = os.environ.get(TABLE_ENV)
     if path:
         with open(path, "a") as fh:
-            for row in rows:
-                fh.write(json.dumps({"lane": row.lane, "line": row.line()}) + "\n")
+            for row, index in zip(rows, indices, strict=True):
+                fh.write(json.dumps({"lane": row.lane, "index": index, "line": row.line()}) + "\n")
 
 
 def leaked_masters() -> set[str]:

@@ -55,6 +55,10 @@ class World:
     def argv(self, sha: str) -> list[str]:
         raise NotImplementedError
 
+    def setup(self) -> None:
+        """Build the subject once: generation A deployed and snapshotted, B's release present."""
+        raise NotImplementedError
+
     def active_problem(self, sha: str, receipt: dict | None) -> str | None:
         """None when the host really runs *sha*, proven independently of vq-admin."""
         raise NotImplementedError
