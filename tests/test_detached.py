@@ -65,6 +65,9 @@ def test_the_build_outlives_a_killed_agent_and_is_reconciled(tmp_path):
     proc.kill()  # as a dropped session or a killed driver would end the agent
     proc.communicate(timeout=30)
     attempt = root / ".vq-admin" / "runtime-deploy" / "p" / ATTEMPT
+    # the supervisor writes its build record (atomically) once the build has started, and may still be
+    # writing it when the build's first line already ran and the agent was killed
+    assert wait_until(lambda: (attempt / "build").exists(), 30), "the supervisor never recorded the build"
     build = json.loads((attempt / "build").read_text())
     assert pid_alive(build["pid"]) and not (attempt / "exit").exists()
 
