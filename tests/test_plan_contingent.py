@@ -24,7 +24,7 @@ from vq_admin.context import RunContext, RunOptions
 from vq_admin.lanes import allocation_attempt
 from vq_admin.lanes.runtime import RuntimeUpdate
 from vq_admin.outcome import Locked
-from vq_admin.plan import Plan, SlotError, execute, execute_stream
+from vq_admin.plan import Plan, SlotError, Step, execute, execute_stream
 from vq_admin.plugins import Providers
 from vq_admin.state import StateDir
 from vq_admin.transport import RunResult, Session, Transport
@@ -134,13 +134,18 @@ def _record(lane: RuntimeUpdate, attempt: str) -> None:
     allocation_attempt.record(lane.inputs, attempt, f"/scratch/.vq-admin/runtime-deploy/vibeqc/{attempt}")
 
 
+def _planned_with_a_record(lane: RuntimeUpdate) -> tuple[str, Step]:
+    """Record an attempt as an interrupted run would, make the plan; the attempt and its planned step."""
+    attempt = new_attempt_name()
+    _record(lane, attempt)
+    lane.make_plan()
+    return attempt, lane.receipt.plan.get("previous-attempt")
+
+
 def test_previous_attempt_is_planned_from_the_record_the_plan_saw(world):  # noqa: F811
     lane, session = _lane(world)
     with session:
-        first = new_attempt_name()
-        _record(lane, first)
-        lane.make_plan()
-        step = lane.receipt.plan.get("previous-attempt")
+        first, step = _planned_with_a_record(lane)
         assert step.planned_argv[-4:] == ["--attempt", first, "--timeout", "1"]
         names = [s.name for s in lane.receipt.plan.steps]
         assert names.index("previous-attempt") < names.index("pre-verify"), "its end comes first"
@@ -190,10 +195,7 @@ def test_a_planned_previous_attempt_runs_its_planned_argv_and_clears_the_record(
     no job under that attempt: it never started, so the attempt is fenced and counts as ended)."""
     lane, session = _lane(world)
     with session:
-        attempt = new_attempt_name()
-        _record(lane, attempt)
-        lane.make_plan()
-        step = lane.receipt.plan.get("previous-attempt")
+        attempt, step = _planned_with_a_record(lane)
         allocation_attempt.reconcile_previous(lane.inputs)
         assert step.argv == step.planned_argv and step.status == "ok", (step.status, step.detail)
         assert lane.receipt.previous_attempt["attempt"] == attempt
