@@ -49,14 +49,24 @@ def argparse_reads(verb: str, words: list[str]) -> argparse.Namespace | None:
         return None
 
 
+def read_by_both(verb: str, parse, words: list[str]):
+    """(what the hand parser read, what argparse read) of a line the hand parser takes, else None;
+    argparse must take every line the hand parser takes."""
+    parsed = parse(words)
+    if parsed is None:
+        return None
+    ns = argparse_reads(verb, words)
+    assert ns is not None, words
+    return parsed, ns
+
+
 @settings(max_examples=300, deadline=None)
 @given(launcher_lines)
 def test_what_the_launcher_entry_takes_argparse_reads_the_same(words):
-    parsed = parse_launcher(words)
-    if parsed is None:
+    both = read_by_both("launcher", parse_launcher, words)
+    if both is None:
         return
-    ns = argparse_reads("launcher", words)
-    assert ns is not None, words
+    parsed, ns = both
     for key in ("program", "host", "expected_sha", "path", "pin", "config", "state_dir", "json", "check_on_host"):
         assert getattr(parsed, key) == getattr(ns, key), (key, words)
 
@@ -64,11 +74,10 @@ def test_what_the_launcher_entry_takes_argparse_reads_the_same(words):
 @settings(max_examples=300, deadline=None)
 @given(update_lines)
 def test_what_the_update_entry_takes_argparse_reads_the_same(words):
-    parsed = parse_update(words)
-    if parsed is None:
+    both = read_by_both("update", parse_update, words)
+    if both is None:
         return
-    ns = argparse_reads("update", words)
-    assert ns is not None, words
+    parsed, ns = both
     assert ns.targets == [parsed["program"], parsed["host"]], (words, ns)
     for key in ("expected_sha", "tag", "config", "state_dir"):
         assert parsed.get(key) == getattr(ns, key), (key, words)
