@@ -27,7 +27,7 @@ from .mirror import (
     probe_argv, probe_env, probe_refusal, push_template, read_argv, ref_set, refusal_text, run_test_hook, symref_argv,
 )
 from .outcome import Refused, VqAdminError
-from .plan import SlotValue, fill
+from .plan import SlotValue, fill, fill_env
 from .transport import LocalTransport, RunResult, Transport, quote_argv
 
 
@@ -48,7 +48,7 @@ LANE_NOT_FED = "not fed (refused)"
 def plain_runner(name: str, transport: Transport, argv: list[str], env: dict[str, str], timeout: float,
                  **values: SlotValue) -> RunResult:
     """Run a feed command, its slots filled, without recording it anywhere."""
-    filled_env = {key: fill([value], values)[0] for key, value in env.items()}
+    filled_env = {key: fill_env(key, value, values) for key, value in env.items()}
     return transport.run(fill(argv, values), timeout=timeout, env=filled_env or None)
 
 

@@ -119,6 +119,12 @@ class Plan:
     def to_list(self) -> list[dict[str, Any]]:
         return [s.to_dict() for s in self.steps]
 
+    def skip_unrun(self) -> None:
+        """A run that ended: every step it never reached is ``skipped``."""
+        for step in self.steps:
+            if step.status == "planned":
+                step.status = "skipped"
+
     def when_needed_list(self) -> list[dict[str, Any]]:
         """The templates, as the dry run shows them (name, where, purpose, planned argv and env)."""
         return [{k: v for k, v in s.to_dict().items() if k not in ("status", "exit_code", "seconds")}
@@ -176,7 +182,8 @@ def fill(words: Sequence[str], values: Mapping[str, SlotValue]) -> list[str]:
     return filled
 
 
-def _fill_env(name: str, value: str, values: Mapping[str, SlotValue]) -> str:
+def fill_env(name: str, value: str, values: Mapping[str, SlotValue]) -> str:
+    """One environment value with its slot filled (a list slot is never an environment value)."""
     if isinstance(value, Slot) and value.many:
         raise SlotError(f"env {name}: the list slot {str(value)!r} is never an environment value; nothing was run")
     return fill([value], values)[0]
@@ -189,14 +196,14 @@ def filled(step: Step, **values: SlotValue) -> tuple[list[str], dict[str, str]]:
     if unknown:
         raise SlotError(f"{step.name}: no slot {', '.join(unknown)} in the planned argv; nothing was run")
     argv = fill(step.planned_argv, values)
-    env = {name: _fill_env(name, value, values) for name, value in step.env.items()}
+    env = {name: fill_env(name, value, values) for name, value in step.env.items()}
     return argv, env
 
 
 def fill_command(command: ProviderCommand, **values: SlotValue) -> ProviderCommand:
     """A planned provider command with its slots filled (for what is said of it: the narration and
     the result of the allocation and detached deploys, whose step fills its own planned argv)."""
-    env = tuple((name, _fill_env(name, value, values)) for name, value in command.env)
+    env = tuple((name, fill_env(name, value, values)) for name, value in command.env)
     return ProviderCommand(argv=tuple(fill(command.argv, values)), env=env)
 
 
@@ -292,9 +299,11 @@ def record(step: Step, result: RunResult) -> None:
         step.detail = result.describe() + (": " + " | ".join(tail) if tail else "")
 
 
-def mark_local(step: Step, ok: bool, started: float, detail: str | None = None) -> None:
-    """Record a step that ran inside vq-admin itself (no external command)."""
-    step.argv = step.planned_argv
+def mark_local(step: Step, ok: bool, started: float, detail: str | None = None,
+               argv: list[str] | None = None) -> None:
+    """Record a step that ran inside vq-admin itself (no external command); *argv*: its planned argv
+    as the run filled it (default: the planned argv, which has no slot)."""
+    step.argv = step.planned_argv if argv is None else argv
     step.status = "ok" if ok else "failed"
     step.exit_code = 0 if ok else 1
     step.seconds = time.monotonic() - started

@@ -181,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         result = execute(step, transport, timeout=INSTALL_TIMEOUT, stdin=data)
         outcome = _judge(receipt, step, result, transport, host, dest)
-    for planned in receipt.plan.steps:
-        if planned.status == "planned":
-            planned.status = "skipped"
+    receipt.plan.skip_unrun()
     receipt.id = state.new_receipt_id("provider", host.name, None)
     document = receipt.finish(outcome, utc_now()).to_dict()
     path = state.store_receipt(receipt.id, document)

@@ -4,7 +4,7 @@
 provider names) is the one definition; :func:`is_name` is the same anchored
 check spelled with ``str`` operations, for the agent's per-run path (the
 lease of ``session``), which imports neither ``re`` nor ``enum``.
-``tests/test_agent_names.py`` proves with hypothesis that both accept exactly
+``tests/test_agent_fastpath.py`` proves with hypothesis that both accept exactly
 the same values.
 
 Standard library only; Python 3.8 and later.

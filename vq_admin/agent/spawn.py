@@ -49,15 +49,15 @@ if TYPE_CHECKING:
 CHUNK = 32768
 
 
-def _signals() -> "Tuple[int, int, Tuple[int, ...]]":
-    """``(SIGKILL, SIGPIPE, the signals restored to default)`` from the C module ``signal`` wraps
+def _signals() -> "Tuple[int, Tuple[int, ...]]":
+    """``(SIGKILL, the signals restored to default)`` from the C module ``signal`` wraps
     (``signal`` itself builds enums)."""
     try:
         sig = __import__("_signal")
     except ImportError:  # pragma: no cover -- CPython always has it
         sig = __import__("signal")
-    restored = tuple(getattr(sig, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(sig, name))
-    return sig.SIGKILL, sig.SIGPIPE, restored
+    restored = tuple(getattr(sig, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(sig, name))
+    return sig.SIGKILL, restored
 
 
 def inherited_fds() -> "Optional[List[int]]":
@@ -124,7 +124,7 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
         return _subprocess_run(argv, env)
-    sigkill, _, restored = _signals()
+    sigkill, restored = _signals()
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]

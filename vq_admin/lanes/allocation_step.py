@@ -44,7 +44,7 @@ from .. import progress
 from ..agent import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
 from ..outcome import Refused, VqAdminError
-from ..plan import SlotValue, Step, execute_stream, filled, settled
+from ..plan import SlotValue, Step, execute_stream, settled
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
@@ -184,8 +184,7 @@ class AllocationDeploy(RuntimeStep):
         step = receipt.plan.get("deploy")
         deadline = time.monotonic() + self.profile.timeout_seconds
         view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
-        values = self.run_values(attempt, live=view is not None)
-        filled(step, **values)  # a slot left without a value is refused here, before the attempt is recorded
+        values = self.run_values(attempt, live=view is not None)  # checked by execute_stream before anything
         ctx.narrate(f"deploying {self.profile.program} {self.sha} {how}: "
                     f"{quote_argv(command.argv)} (transcripts in {directory})")
         return attempt, directory, step, deadline, view, values

@@ -20,11 +20,9 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     log line but leaves the lane's records alone.
     """
     receipt.finish(outcome, utc_now())
-    for step in receipt.plan.steps:
-        if step.status == "planned" and not ctx.options.dry_run:
-            step.status = "skipped"
     if ctx.options.dry_run:
         return receipt
+    receipt.plan.skip_unrun()
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     apply_registry = None

@@ -85,11 +85,9 @@ class SourceStage:
         try:
             self.ident = source.make_archive(ident, workdir, argv)
         except VqAdminError as exc:
-            mark_local(step, False, started, exc.message)
-            step.argv = argv
+            mark_local(step, False, started, exc.message, argv)
             raise
-        mark_local(step, True, started)
-        step.argv = argv
+        mark_local(step, True, started, argv=argv)
         self.receipt.source = self.ident.to_receipt()
         return self.ident
 
