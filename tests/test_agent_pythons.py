@@ -168,3 +168,47 @@ def test_the_driver_reads_a_blake2b_stream_from_a_python38_agent(agent_pyz, tmp_
     # the driver can still re-check a committed copy in the other algorithm
     import xxhash
     assert sinks["stdout"].digest_as("xxh3_64") == xxhash.xxh3_64(b"line one\nline two\n").hexdigest()
+
+
+# -- a login host whose python is too old, over the real sshd ----------------------------------------------------------
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("version", ["3.6", "3.7", "3.8", "3.9"])
+def test_a_login_host_python_below_3_8_is_refused_in_one_line(version, agent_pyz, tmp_path, real_sshd):
+    """``agent = "PYTHON vq-admin-agent.pyz"``: 3.6 and 3.7 refuse in the run's first call with the agent's
+    one line (77, no traceback, nothing built or recorded as a deployment); 3.8 and 3.9 deploy."""
+    from support import AGENT, SITE_EXAMPLE, GitRepo, command_host, run_vq, write_config
+
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine (looked in {_pyenv_roots()} and on PATH)")
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    root, built = tmp_path / "apps", tmp_path / "built"
+    update = write_script_file(tmp_path / "update",
+                               f'#!/bin/sh\n: > {built}\nexec {SITE_EXAMPLE} install --root {root} "$@"\n')
+    text = command_host("vibeqc", scratch=tmp_path, repo=repo.path, update=update,
+                        verify=f"{SITE_EXAMPLE} verify --root {root}")
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n'
+                          + text.replace(f'agent = "{AGENT}"', f'agent = "{python} {agent_pyz}"'))
+    done = run_vq("update", "vibeqc", "cluster", "--expected-sha", sha, config=config, state=tmp_path / "state")
+    if version in ("3.8", "3.9"):
+        assert done.exit_code == 0, done.stderr
+        assert built.exists() and (root / "current").is_symlink()
+        return
+    assert done.exit_code == 77, done.stderr
+    full = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    [line] = [line for line in done.stderr.splitlines() if "needs Python" in line]
+    assert line.split("error", 1)[1].strip().startswith(
+        f"vq-admin-agent needs Python 3.8 or later; {os.uname().nodename} runs {python} {full}; "
+        "set `agent` to a newer interpreter, e.g. "), line
+    assert "Traceback" not in done.stderr and "lease" not in line, done.stderr
+    assert not built.exists() and not root.exists()
+
+
+def write_script_file(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)

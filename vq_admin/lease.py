@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
 from . import process
-from .agent import protocol
+from .agent import TOO_OLD, protocol
 from .outcome import Locked, Outcome, Refused, VqAdminError
 from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
 
@@ -59,6 +59,21 @@ class LeaseUnreachable(VqAdminError):
 
 class AgentWithoutLease(Refused):
     """The login host's agent predates the lease verb (exit 77, except in the helper lane)."""
+
+
+class AgentMissing(Refused):
+    """The agent's words cannot be run on the login host (no such file: exit 127); nothing ran."""
+
+
+def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> None:
+    """Raise what an agent that never ran its verb means: an interpreter older than 3.8 (the
+    agent's one line, :data:`vq_admin.agent.TOO_OLD`) or no agent at all."""
+    too_old = next((line for line in error.splitlines() if line.startswith(TOO_OLD)), None)
+    if code == 77 and too_old is not None:
+        raise Refused(too_old)
+    if code == 127:
+        tail = error.splitlines()[-1] if error else "no message"
+        raise AgentMissing(f"the agent {agent} cannot be run on {where} (exit 127: {tail}); nothing was run")
 
 
 def lease_argv(agent: tuple[str, ...] | list[str], scratch_root: str | None, lane: str, host: str,
@@ -128,6 +143,7 @@ class Lease:
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
                                    f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
                                    "this run changed nothing")
+        _agent_cannot_run(code, error, self.where, self.argv[0])
         if protocol.lacks_verb(protocol.LEASE, code, b"", error):
             raise AgentWithoutLease(f"the agent on {self.where} ({self.argv[0]}) has no lease verb (an older helper); "
                                     "update the helper first (vq admin update HOST); nothing was run")
@@ -190,6 +206,8 @@ class Lease:
         except BrokenPipeError:
             pass  # the agent (or ssh) ended at once: its status says why
         except OSError as exc:
+            if ssh is None and isinstance(exc, FileNotFoundError):
+                _agent_cannot_run(127, exc.strerror or "", self.where, full[0])
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
@@ -220,6 +238,7 @@ class Lease:
                     # No answer at all (the login shell could not even run the agent's words?): the
                     # separate probe tells a login shell that is not POSIX (77) from a broken agent.
                     ssh.check_login_shell()
+                _agent_cannot_run(code, error, self.where, argv[0])
                 raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
                               f"{code}: {error or 'no answer'}; nothing was run")
             tail = error.splitlines()[-1] if error else "no message"
@@ -312,7 +331,7 @@ class Lease:
             text = self._stderr.read(8192).decode("utf-8", "replace").strip()
         except (OSError, ValueError):
             return ""
-        return text.replace("vq-admin-agent: ", "")
+        return "\n".join(line.removeprefix("vq-admin-agent: ") for line in text.splitlines())
 
 
 def _parse(verb: str, line: str) -> dict[str, Any]:

@@ -48,8 +48,7 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
 
 
 def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
-    what = receipt.get("program") or "helper"
-    first = (f"vq-admin: {receipt['lane']} {what} on {receipt['host']}: {receipt['outcome']} "
+    first = (f"vq-admin: {_lane(receipt)} on {receipt['host']}: {receipt['outcome']} "
              f"(exit {receipt['exit_code']})")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
     if receipt.get("expected_sha"):
@@ -80,8 +79,7 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:
-    what = plan.get("program") or "helper"
-    lines = [f"vq-admin: dry run: {plan['lane']} {what} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
+    lines = [f"vq-admin: dry run: {_lane(plan)} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
     for i, step in enumerate(plan["steps"], 1):
         lines += _step_lines(f"{i:2d}.", step)
     needed = plan.get("when_needed") or []
@@ -90,6 +88,11 @@ def plan_summary(plan: dict[str, Any]) -> list[str]:
     for step in needed:
         lines += _step_lines("  -", step)
     return [safe_text(line) for line in lines]
+
+
+def _lane(receipt: dict[str, Any]) -> str:
+    """``runtime vibeqc`` (the lane and its program), or ``helper`` (a lane without one)."""
+    return f"{receipt['lane']} {receipt['program']}" if receipt.get("program") else str(receipt["lane"])
 
 
 def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
