@@ -73,11 +73,14 @@ class Fleet:
             if transport == "ssh":
                 text += f'ssh = "{spec["ssh"]}"\n'
             text += f'scratch_root = "{scratch}"\nagent = "{spec.get("agent", AGENT)}"\n'
-            update = spec.get("update") or f"{SITE_EXAMPLE} install --root {root}"
+            # "install": the profile has both operations (deploy needs an existing root, install creates it)
+            verb = "deploy" if spec.get("install") else "install"
+            update = spec.get("update") or f"{SITE_EXAMPLE} {verb} --root {root}"
             if spec.get("gated"):
                 update = f"{gate} {self.gate} {update}"
             text += (f'\n[hosts.{name}.scheduler_runtime_deployments.{program}]\n'
                      f'update_command = "{update}"\n'
+                     + (f'install_command = "{SITE_EXAMPLE} install --root {root}"\n' if spec.get("install") else "") +
                      f'verify_command = "{SITE_EXAMPLE} verify --root {root}"\n'
                      f'source_repo = "{self.repo.path}"\ntimeout_seconds = 600\nverify_timeout_seconds = 120\n')
             if spec.get("allocation"):

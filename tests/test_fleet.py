@@ -235,3 +235,43 @@ def test_a_host_leased_by_another_administrator_is_locked_in_the_rollout(tmp_pat
         "alpha": "ok", "beta": "locked", "gamma": "ok"}
     assert "bob@admin2 pid 4242" in doc["hosts"]["beta"]["errors"][-1]
     assert not f.root("beta").exists(), "the leased host was touched"
+
+
+def test_the_first_rollout_installs_on_every_managed_host(tmp_path, sshd):
+    """New hosts (no root yet): the plain rollout fails on each ("use 'install'"); --cluster-install
+    installs on every managed host, then the same line is already-current; a later plain rollout
+    updates them all.  A host whose profile has no install operation stops the rollout before any
+    host starts (2)."""
+    with_install = {"install": True}
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(alpha=with_install, beta=with_install, gamma=with_install))
+    state = tmp_path / "state"
+    managed = ("alpha", "beta", "gamma")
+    plain = fleet_run(f, state, f.a, "--parallel", "3", "--json")
+    assert plain.exit_code == 1 and all(plain.json()["hosts"][n]["outcome"] == "failed" for n in managed)
+    assert not any(f.root(n).exists() for n in managed)
+
+    dry = fleet_run(f, state, f.a, "--cluster-install", "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    assert dry.stdout.count("provider command: install") == 3, dry.stdout
+    assert f"{SITE_EXAMPLE} install --root {f.root('beta')}" in dry.stdout and not f.root("beta").exists()
+
+    done = fleet_run(f, state, f.a, "--cluster-install", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    doc = done.json()
+    for name in managed:
+        assert doc["hosts"][name]["outcome"] == "ok"
+        receipt = json.loads((state / "receipts" / f"{doc['hosts'][name]['receipt']}.json").read_text())
+        [deploy] = [s for s in receipt["steps"] if s["name"] == "deploy"]
+        assert f"{SITE_EXAMPLE} install --root {f.root(name)}" in " ".join(deploy["argv"]), deploy["argv"]
+        assert (f.root(name) / "current").is_symlink()
+    for name in ("beta-alias", "old"):
+        assert doc["hosts"][name]["outcome"] == "skipped" and not f.root(name).exists()
+    again = fleet_run(f, state, f.a, "--cluster-install", "--json")
+    assert again.exit_code == 0 and again.json()["outcome"] == "already-current", again.stdout + again.stderr
+    later = fleet_run(f, state, f.b, "--json")
+    assert later.exit_code == 0 and later.json()["outcome"] == "ok", later.stdout + later.stderr
+
+    g = Fleet(tmp_path / "g", str(sshd.ssh_config), hosts(alpha=with_install, gamma=with_install))
+    refused = fleet_run(g, tmp_path / "g-state", g.a, "--cluster-install")
+    assert refused.exit_code == 2 and "has no install operation on beta (install_command" in refused.stderr
+    assert not (tmp_path / "g-state" / "receipts").exists() and not g.root("alpha").exists()

@@ -65,6 +65,12 @@ class RuntimeProfile:
     prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
 
     @property
+    def has_install(self) -> bool:
+        """The provider offers an install (``--cluster-install``): a plugin always, ``command`` with
+        ``install_command``."""
+        return self.provider != "command" or self.install_command is not None
+
+    @property
     def build_place(self) -> str:
         if self.update_allocation is not None:
             return "allocation"

@@ -113,11 +113,10 @@ def select_hosts(config: Config, program: str) -> list[HostRun]:
 def check_args(args: argparse.Namespace) -> None:
     if len(args.targets) != 1:
         raise UsageError("update PROGRAM --all takes exactly one positional, the PROGRAM (no HOST)")
-    for option, value in (("--force", args.force), ("--cluster-install", args.cluster_install),
-                          ("--update-script-arg", args.update_script_arg)):
+    for option, value in (("--force", args.force), ("--update-script-arg", args.update_script_arg)):
         if value:
-            raise UsageError(f"{option} is not accepted with --all: a fleet rollout runs plain updates; "
-                             "run that host alone (update PROGRAM HOST) instead")
+            raise UsageError(f"{option} is not accepted with --all: a fleet rollout runs the same update (or, with "
+                             "--cluster-install, install) on every host; run that host alone (update PROGRAM HOST)")
     if args.parallel is not None and args.parallel < 1:
         raise UsageError(f"--parallel {args.parallel}: must be at least 1")
     if args.max_failed is not None and args.max_failed < 0:
@@ -153,6 +152,10 @@ class Rollout:
         if not rollout:
             raise UsageError(f"no host has fleet_role \"managed\" and a scheduler_runtime_deployments.{self.program} "
                              f"profile in {self.config.path}")
+        lacking = [h.name for h in rollout if not self.config.hosts[h.name].runtimes[self.program].has_install]
+        if self.args.cluster_install and lacking:
+            raise UsageError(f"--cluster-install: profile {self.program} has no install operation on "
+                             f"{', '.join(lacking)} (install_command is not configured)")
         canary = self.args.canary
         if canary is not None:
             host = self.by_name.get(canary)
@@ -169,6 +172,8 @@ class Rollout:
         argv = ["update", self.program, host, "--expected-sha", self.sha, "--json"]
         if self.tag is not None:
             argv += ["--tag", self.tag]
+        if self.args.cluster_install:
+            argv.append("--cluster-install")
         if self.dry_run:
             argv.append("--dry-run")
         if self.args.config is not None:

@@ -58,7 +58,7 @@ class RuntimeUpdate:
         self.host: HostConfig
         self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
-        if ctx.options.cluster_install and not self._provider_has_install():
+        if ctx.options.cluster_install and not self.profile.has_install:
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
                              f"(install_command is not configured)")
         self.sha = sha
@@ -158,11 +158,6 @@ class RuntimeUpdate:
         from . import detached_step
 
         return detached_step.applies(self.inputs)
-
-    def _provider_has_install(self) -> bool:
-        if self.profile.provider != "command":
-            return True
-        return self.profile.install_command is not None
 
     # -- the run ----------------------------------------------------------------------
 
