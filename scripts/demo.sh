@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a local demo cluster with the example
-# provider.  Builds .venv on first use, then deploys one exact commit of a demo
-# program; run it twice and the second run reports already-current.
+# provider.  Builds .venv on first use and installs vq-admin there as an operator
+# does (not editable), then deploys one exact commit of a demo program; run it
+# twice and the second run reports already-current.
 #
 #   bash scripts/demo.sh [--workdir DIR]
 set -euo pipefail
@@ -10,6 +11,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 if ! .venv/bin/python -c 'import vq_admin, vq_site_example, vq_admin_hookspecs' 2>/dev/null; then
-    .venv/bin/pip install -q -e ./hookspecs -e ./site_example -e .
+    .venv/bin/pip install -q ./hookspecs ./site_example .
 fi
-exec .venv/bin/python -m vq_admin.demo "$@"
+# -P: the installed vq_admin, not the checkout's (the current directory) -- what an operator runs
+exec .venv/bin/python -P -m vq_admin.demo "$@"

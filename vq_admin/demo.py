@@ -12,13 +12,13 @@ creates, once, under DIR (default ``./demo-run``):
 
 Then it runs exactly what an operator would::
 
-    vq admin update vibeqc demo-cluster --expected-sha <first commit>
+    vq admin update vibeqc demo-cluster --expected-sha <first commit> --tag v1.0
 
 The first invocation builds, verifies and activates that commit (with
-``--cluster-install``, since the root does not exist yet); a second
-invocation reports ``already-current`` and builds nothing.  Each run ends
-with ``vq admin status`` and ``vq admin launcher``: the verified immutable
-launcher the queue driver would bind jobs to.
+``--cluster-install``, since the root does not exist yet) and says to run
+the demo again; a second invocation reports ``already-current`` and builds
+nothing.  Each run ends with ``vq admin status`` and ``vq admin launcher``:
+the verified immutable launcher the queue driver would bind jobs to.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ PROGRAM = "vibeqc"
 #: Seconds one git command of the demo repository may take.
 GIT_TIMEOUT = 600.0
 HOST = "demo-cluster"
+TAG = "v1.0"
 SELFTEST = '''"""vibeqc's self-test: what a site's validation would run."""
 import sys
 
@@ -59,10 +60,10 @@ def make_source(src: Path) -> str:
         (src / "README").write_text("vibeqc: a stand-in for a scientific program\n")
         _git(src, "add", "-A")
         _git(src, "commit", "-q", "-m", "vibeqc 1.0")
-        _git(src, "tag", "-a", "-m", "vibeqc 1.0", "v1.0")
+        _git(src, "tag", "-a", "-m", "vibeqc 1.0", TAG)
         (src / "vq_selftest.py").write_text(SELFTEST.format(version="1.1-dev"))
         _git(src, "commit", "-q", "-am", "vibeqc 1.1 development")
-    return _git(src, "rev-parse", "v1.0^{commit}")
+    return _git(src, "rev-parse", f"{TAG}^{{commit}}")
 
 
 def write_config(workdir: Path) -> Path:
@@ -103,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["VQ_ADMIN_CONFIG"] = str(config)
     os.environ["VQ_ADMIN_STATE_DIR"] = str(workdir / "state")
     first_time = not (workdir / "apps").exists()
-    command = ["update", PROGRAM, HOST, "--expected-sha", sha,
+    command = ["update", PROGRAM, HOST, "--expected-sha", sha, "--tag", TAG,
                "--verbose"] + (["--cluster-install"] if first_time else [])
     print(f"vq-admin demo in {workdir}")
-    print(f"  source   {workdir / 'src'} (deploying tag v1.0 = {sha})")
+    print(f"  source   {workdir / 'src'} (deploying tag {TAG} = {sha})")
     print(f"  config   {config}")
     print(f"  runtime  {workdir / 'apps'}")
     print(f"$ vq admin {quote_argv(command)}", flush=True)
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     cli_main(["status", HOST])
     print(f"$ vq admin launcher {PROGRAM} {HOST}    # what the queue driver asks for every job", flush=True)
     cli_main(["launcher", PROGRAM, HOST])
-    if code == 0:
+    if code == 0 and first_time:
         print("run the demo again: the second run reports already-current and builds nothing.")
     return code
 
