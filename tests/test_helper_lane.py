@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from filelock import FileLock
 from helper_world import (FAST_REREADS, HELPER_UPDATE, PYTHON, bootstrap, helper_repo, helper_table,
                           live_identity, write_script)
 from plan_match import slot_values
-from support import run_vq, write_config
+from support import SCRIPTS, run_vq, write_config
 
 from vq_admin.locks import lock_path
 
@@ -229,6 +230,54 @@ def test_transport_failure_during_readback_is_unknown(world, real_sshd):
     assert len(receipt["verify"]["readback"]["attempts"]) == 1
     assert not lane_file(world, "last-ok.json").exists()
     assert not lane_file(world, "activation.json").exists()
+
+
+@pytest.mark.real
+def test_a_first_installation_says_what_to_run_and_then_works_as_printed(tmp_path, real_sshd):
+    """A host with no helper: ``update HOST`` refuses (77) with the exact commands (the single-file
+    agent put where ``agent`` names, then ``--cluster-install``); run as printed they install it (the
+    helper command replaces that file with the entry point it installs), and the rerun is
+    already-current.  A plain update through an agent without an install record refuses too, naming
+    the install; nothing is staged or installed by a refusal."""
+    repo, sha = helper_repo(tmp_path / "repo")
+    root, scratch, state = tmp_path / "helper", tmp_path / "scratch", tmp_path / "state"
+    scratch.mkdir()
+    world = {"tmp": tmp_path, "root": root, "repo": repo, "scratch": scratch, "state": state}
+    config = ssh_config(world, real_sshd)
+    env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state), **FAST_REREADS,
+               PATH=f"{SCRIPTS}:{os.environ['PATH']}")  # vq-admin's bin on PATH, as the install guide says
+
+    def shell(command: str) -> subprocess.CompletedProcess[str]:  # as the operator types it
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    def refused(*args: str) -> str:
+        done = update(world, config, "--expected-sha", sha, *args)
+        assert done.exit_code == 77, done.stdout + done.stderr
+        assert not (root / "releases").exists() and not list(scratch.glob(".vq-admin/stage/*/*/stage.*"))
+        [error] = done.json()["errors"]
+        return error
+
+    install = f"vq admin update cluster --cluster-install --expected-sha {sha}"
+    for args in ((), ("--cluster-install",)):
+        error = refused(*args)
+        assert error.startswith("no helper is installed on cluster: the agent ") and "exit 127" in error, error
+        assert error.endswith(f", then {install}; nothing was run"), error
+    commands = error.split("install the helper through it: ", 1)[1].split(f", then {install}", 1)[0]
+    placed = shell(commands)
+    assert placed.returncode == 0, placed.stderr
+    assert live_identity(root)["record"] == "missing"  # the single-file agent, at the path `agent` names
+
+    error = refused()  # a plain update through it: nothing this lane installed is there yet
+    assert "which has no install record" in error and f"a first installation is {install}," in error, error
+    done = shell(install + " --json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["outcome"] == "ok"
+    live = live_identity(root)
+    assert (live["source_sha"], live["record"]) == (sha, "bound")
+    again = shell(f"vq admin update cluster --expected-sha {sha} --verbose")
+    assert again.returncode == 0, again.stderr
+    assert "vq-admin: helper on cluster: already-current (exit 0)" in again.stdout + again.stderr
 
 
 # -- local: authority, lock, source ----------------------------------------------------

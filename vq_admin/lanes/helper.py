@@ -33,6 +33,8 @@ runtime provider for anything and never runs a runtime command.
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 from typing import Any
 
@@ -42,11 +44,12 @@ from vq_admin_hookspecs.slots import place, place_env
 from .. import authority, source
 from ..config import HostConfig
 from ..context import RunContext
-from ..outcome import Outcome, UsageError
+from ..lease import AgentMissing
+from ..outcome import Outcome, Refused, UsageError
 from ..plan import execute, filled, offer
 from ..receipt import Receipt
 from ..state import utc_now
-from ..transport import RunResult, Transport, quote_argv
+from ..transport import RunResult, SshTransport, Transport, quote_argv
 from . import remote_paths, stat_paths
 from . import first_call
 from .common import conclude, provider_ended
@@ -54,6 +57,7 @@ from .staging import STAGE, TREE_SHA256, SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
 
 STAGE_NAME = "helper"
+NOTHING = "; nothing was run"
 ACTIVATION = "activation.json"
 
 
@@ -163,10 +167,18 @@ class HelperUpdate:
             assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             # the lease and the pre-identity in one agent call over the run's connection master
-            pre = first_call.open_helper(self)
+            try:
+                pre = first_call.open_helper(self)
+            except AgentMissing as exc:
+                raise Refused(f"no helper is installed on {self.host.name}: {exc.message.removesuffix(NOTHING)}; "
+                              f"{self.first_install()}{NOTHING}") from None
             if pre is None:
                 pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}
+            if pre.identity is not None and pre.identity.record == "missing" and not self.ctx.options.cluster_install:
+                raise Refused(f"{self.not_installed(pre)}: no helper this lane installed is there yet; a first "
+                              f"installation is {quote_argv(self.install_argv())}, with `agent` naming the entry "
+                              "point the helper command installs; nothing was staged or installed")
             if pre.interrupted:
                 self.receipt.errors.append(f"pre-identity: {pre.error}")
                 return self.unknown("the read-only pre-identity read was interrupted; this run changed nothing",
@@ -200,6 +212,33 @@ class HelperUpdate:
         self.receipt.record_command(result, step.where)
         return result
 
+    def install_argv(self) -> list[str]:
+        return ["vq", "admin", "update", self.host.name, "--cluster-install", "--expected-sha", str(self.sha)]
+
+    def not_installed(self, read: IdentityRead) -> str:
+        """The configured agent runs a helper without an install record (*read*: a package, the
+        single-file agent or a checkout), which no read-back can bind to a commit."""
+        ident = read.identity
+        assert ident is not None
+        return (f"the agent configured for {self.host.name} ({quote_argv(self.host.agent)}) runs {ident.path}, "
+                "which has no install record")
+
+    def first_install(self) -> str:
+        """The commands of a first installation: the single-file agent put where ``agent`` names (on
+        the login host and the stage host), then an install through it, which replaces that file with
+        the entry point the helper command installs (so ``agent`` must name that entry point)."""
+        target, config = self.host.agent[-1], self.ctx.config.ssh_config
+        commands = [[sys.executable, "-m", "vq_admin.agent.pyz", "vq-admin-agent.pyz"]]
+        for transport in {t.where: t for t in (self.ctx.login(self.host), self.stage_transport())}.values():
+            if isinstance(transport, SshTransport):
+                ssh = ["-F", config] if config else []
+                commands += [["ssh", *ssh, transport.destination, "mkdir", "-p", os.path.dirname(target)],
+                             ["scp", *ssh, "vq-admin-agent.pyz", f"{transport.destination}:{target}"]]
+            else:
+                commands += [["mkdir", "-p", os.path.dirname(target)], ["cp", "vq-admin-agent.pyz", target]]
+        return (f"put the single-file agent at {target} once and install the helper through it: "
+                f"{' && '.join(quote_argv(c) for c in commands)}, then {quote_argv(self.install_argv())}")
+
     def reclaim(self, success: bool) -> None:
         self.staging.reclaim(success)
 
@@ -222,6 +261,11 @@ class HelperUpdate:
             return self.unknown(f"read-back could not prove helper {self.sha} live: {why}", changed=True)
         if final.identity is None:
             self.receipt.errors.append(f"readback: {final.error}")
+        elif final.identity.record == "missing":  # a first installation read back through another helper
+            rerun = ["vq", "admin", "update", self.host.name, "--expected-sha", str(self.sha)]
+            self.receipt.errors.append(f"readback: {self.not_installed(final)}, so the helper the command installed "
+                                       "cannot be read back through it; set `agent` to the entry point the helper "
+                                       f"command installs and run {quote_argv(rerun)}")
         else:
             self.receipt.errors.append(f"readback: after {len(found.attempts)} reads the live helper on "
                                        f"{self.host.name} is not {self.sha}: " + "; ".join(final.mismatches))
