@@ -212,3 +212,20 @@ def write_script_file(path: Path, text: str) -> str:
     path.write_text(text)
     path.chmod(0o755)
     return str(path)
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.7"])
+def test_every_entry_of_the_agent_refuses_an_old_python_in_one_line(version, agent_pyz):
+    """The single file, ``-m vq_admin.agent`` from a tree and the ``vq-admin-agent`` script: one line, 77."""
+    from vq_admin.agent import TOO_OLD
+
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine (looked in {_pyenv_roots()} and on PATH)")
+    for argv in ([python, agent_pyz, "version"], [python, "-m", "vq_admin.agent", "version"],
+                 [python, str(REPO / "bin" / "vq-admin-agent"), "version"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/",
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+        assert done.returncode == 77 and done.stdout == "", (argv, done.stdout, done.stderr)
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"{TOO_OLD}; {os.uname().nodename} runs {python} {version}."), line
