@@ -177,7 +177,7 @@ class HelperUpdate:
             self.receipt.verify = {"pre": pre.to_dict()}
             if pre.identity is not None and pre.identity.record == "missing" and not self.ctx.options.cluster_install:
                 raise Refused(f"{self.not_installed(pre)}: no helper this lane installed is there yet; a first "
-                              f"installation is {quote_argv(self.install_argv())}, with `agent` naming the entry "
+                              f"installation is {self.install_line}, with `agent` naming the entry "
                               "point the helper command installs; nothing was staged or installed")
             if pre.interrupted:
                 self.receipt.errors.append(f"pre-identity: {pre.error}")
@@ -212,8 +212,12 @@ class HelperUpdate:
         self.receipt.record_command(result, step.where)
         return result
 
-    def install_argv(self) -> list[str]:
-        return ["vq", "admin", "update", self.host.name, "--cluster-install", "--expected-sha", str(self.sha)]
+    def update_argv(self, *options: str) -> list[str]:
+        return ["vq", "admin", "update", self.host.name, *options, "--expected-sha", str(self.sha)]
+
+    @property
+    def install_line(self) -> str:
+        return quote_argv(self.update_argv("--cluster-install"))
 
     def not_installed(self, read: IdentityRead) -> str:
         """The configured agent runs a helper without an install record (*read*: a package, the
@@ -228,6 +232,8 @@ class HelperUpdate:
         the login host and the stage host), then an install through it, which replaces that file with
         the entry point the helper command installs (so ``agent`` must name that entry point)."""
         target, config = self.host.agent[-1], self.ctx.config.ssh_config
+        if not os.path.isabs(target):
+            return "set `agent` to the absolute path of the entry point the helper command installs and run this again"
         commands = [[sys.executable, "-m", "vq_admin.agent.pyz", "vq-admin-agent.pyz"]]
         for transport in {t.where: t for t in (self.ctx.login(self.host), self.stage_transport())}.values():
             if isinstance(transport, SshTransport):
@@ -237,7 +243,7 @@ class HelperUpdate:
             else:
                 commands += [["mkdir", "-p", os.path.dirname(target)], ["cp", "vq-admin-agent.pyz", target]]
         return (f"put the single-file agent at {target} once and install the helper through it: "
-                f"{' && '.join(quote_argv(c) for c in commands)}, then {quote_argv(self.install_argv())}")
+                f"{' && '.join(quote_argv(c) for c in commands)}, then {self.install_line}")
 
     def reclaim(self, success: bool) -> None:
         self.staging.reclaim(success)
@@ -262,10 +268,9 @@ class HelperUpdate:
         if final.identity is None:
             self.receipt.errors.append(f"readback: {final.error}")
         elif final.identity.record == "missing":  # a first installation read back through another helper
-            rerun = ["vq", "admin", "update", self.host.name, "--expected-sha", str(self.sha)]
             self.receipt.errors.append(f"readback: {self.not_installed(final)}, so the helper the command installed "
                                        "cannot be read back through it; set `agent` to the entry point the helper "
-                                       f"command installs and run {quote_argv(rerun)}")
+                                       f"command installs and run {quote_argv(self.update_argv())}")
         else:
             self.receipt.errors.append(f"readback: after {len(found.attempts)} reads the live helper on "
                                        f"{self.host.name} is not {self.sha}: " + "; ".join(final.mismatches))
@@ -295,7 +300,7 @@ class HelperUpdate:
                 "version": ident.version, "interpreter": ident.interpreter}
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        command = ["vq", "admin", "update", self.host.name, "--expected-sha", str(self.sha)]
+        command = self.update_argv()
         self.receipt.readback = {
             "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
             "proven": False, "reason": reason, "stage": self.stage_dir, "next_command": quote_argv(command),
