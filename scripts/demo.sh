@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import vq_admin, vq_site_example, vq_admin_hookspecs' 2>/dev/null; then
+if ! .venv/bin/python -P -c 'import vq_admin, vq_site_example, vq_admin_hookspecs' 2>/dev/null; then
     .venv/bin/pip install -q ./hookspecs ./site_example .
 fi
 # -P: the installed vq_admin, not the checkout's (the current directory) -- what an operator runs
