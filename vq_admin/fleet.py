@@ -152,8 +152,9 @@ class Rollout:
         if not rollout:
             raise UsageError(f"no host has fleet_role \"managed\" and a scheduler_runtime_deployments.{self.program} "
                              f"profile in {self.config.path}")
-        lacking = [h.name for h in rollout if not self.config.hosts[h.name].runtimes[self.program].has_install]
-        if self.args.cluster_install and lacking:
+        lacking = [h.name for h in rollout if not self.config.hosts[h.name].runtimes[self.program].has_install
+                   and self.args.cluster_install]
+        if lacking:
             raise UsageError(f"--cluster-install: profile {self.program} has no install operation on "
                              f"{', '.join(lacking)} (install_command is not configured)")
         canary = self.args.canary
