@@ -24,7 +24,7 @@ import os
 import sys
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable, NoReturn, TypeVar
+    from typing import Any, Callable, TypeVar
     _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
@@ -158,37 +158,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_after_start(argv[1:], lambda: _full(prog, argv))
     return _full(prog, argv)
-
-
-#: The exit status Python gives a run whose stdout cannot be flushed at exit.
-EXIT_FLUSH_FAILED = 120
-
-
-def leave(code: int) -> NoReturn:
-    """End the console script with *code*: what the interpreter does at exit, but its teardown.
-
-    Python's exit joins the non-daemon threads (and runs what ``threading``'s own exit hooks
-    hold), runs the :mod:`atexit` functions, flushes stdout and stderr, and then frees every
-    object and module it loaded, which for an ``update`` (several hundred modules) takes
-    10-15 ms on a small login node: a tenth of what an already-current run spends of its own.
-    This does the first three exactly, then ``os._exit``.  Nothing of vq-admin's is left to that
-    teardown: every record is written, fsynced and closed before the run returns (the state
-    tree's atomic writes, the admin log's appends), and every process it started was waited for.
-    A stdout that cannot be flushed ends the run with 120, as Python's exit does."""
-    threading = sys.modules.get("threading")
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            if stream is sys.stdout and code == 0:
-                code = EXIT_FLUSH_FAILED
-    os._exit(code)
 
 
 def _full(prog: str, argv: list[str]) -> int:

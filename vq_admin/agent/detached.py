@@ -43,13 +43,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import allocation, procs, safedirs
+from . import allocation, procs, safedirs, spawn
 from .identifiers import ENV_NAME_RE
 from .frames import FrameWriter
 from .progress import Reporter
@@ -107,8 +106,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                       dir_fd=attempt.fd)
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=path,
-                                close_fds=True, start_new_session=True)
+        proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)
         os.close(out)
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
