@@ -13,9 +13,10 @@ abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly, ``update``
-after :func:`vq_admin.fastupdate.start` started the ssh process of a plainly
-usual ``update PROGRAM HOST --expected-sha SHA`` (cron's already-current run),
-before argparse and the rest are imported.
+after :func:`vq_admin.fastupdate.start` read the configuration and started
+the first ssh process of a plainly usual ``update PROGRAM HOST --expected-sha
+SHA`` (cron's already-current run), before argparse and the rest are imported;
+the full command line is handed what it started.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any, Callable, TypeVar
+
+    from .fastupdate import EarlyStart
     _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
@@ -153,18 +156,23 @@ def main(argv: list[str] | None = None) -> int:
         code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
-    if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before anything else
-        from .fastupdate import run_after_start
+    if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before argparse
+        from .fastupdate import start
 
-        return run_after_start(argv[1:], lambda: _full(prog, argv))
+        early = start(argv[1:])
+        try:
+            return _full(prog, argv, early)
+        finally:
+            if early is not None:
+                early.close()
     return _full(prog, argv)
 
 
-def _full(prog: str, argv: list[str]) -> int:
+def _full(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
     """The full command line (:func:`vq_admin.cli.run`), with argparse and every verb."""
     from .cli import run
 
-    return guarded(lambda: run(prog, argv))  # --help and --version leave through SystemExit
+    return guarded(lambda: run(prog, argv, early))  # --help and --version leave through SystemExit
 
 
 if __name__ == "__main__":

@@ -356,10 +356,7 @@ class Session:
                 # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
                 # later run remove the directory a killed run left (sweep_control_dirs).
                 sweep_control_dirs()
-                from .fastupdate import adopt_control_dir  # the one an early start made (vq_admin.fastupdate)
-
-                self._control_dir = (adopt_control_dir(self.ssh_config, destination)
-                                     or tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT))
+                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 
@@ -372,9 +369,6 @@ class Session:
         for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
             while t.on_session_close:
                 t.on_session_close.pop(0)()
-        from .fastupdate import end_pending
-
-        end_pending()  # an early start (vq_admin.fastupdate) nothing adopted: its stdin closes, nothing asked
         if self._control_dir and _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()

@@ -1,26 +1,117 @@
 """The agent's one process runner: every command the agent runs starts here.
 
-:func:`run_captured` runs a command to its end and captures its output;
+:func:`run_captured` runs a command to its end and captures its output (the
+verify of ``session`` and ``verify-readback``, ``squeue``, ``sinfo``, ...);
 :func:`start` starts one that outlives the call (the fixed-host build's job
-script, sbatch while its job id is read).  Both are :mod:`subprocess`: an
-argv, never a shell; stdin ``/dev/null``; no descriptor but 0, 1 and 2
-passed on; ``SIGPIPE`` and ``SIGXFSZ`` at their defaults in the command.
-A bound that passes raises :class:`TimeoutExpired` (the command killed and
+script, sbatch while its job id is read).  Both behave as :mod:`subprocess`:
+an argv, never a shell; stdin ``/dev/null``; no descriptor but 0, 1 and 2
+passed on; ``SIGPIPE`` and ``SIGXFSZ`` at their defaults in the command.  A
+bound that passes raises :class:`TimeoutExpired` (the command killed and
 reaped, as ``subprocess.run`` does).
+
+:func:`run_captured` without a bound is ``os.posix_spawn`` with two pipes and
+``select.poll``: importing ``subprocess`` costs a login host's agent start
+about a fifth of a bare interpreter's, and the verify of every
+already-current run starts here.  A word without ``/`` is looked up in the
+``PATH`` of the command's environment; when none runs it, the error is the
+first that is not "not found", else the last, as subprocess raises it; if
+the agent is interrupted while reading, the command gets ``SIGKILL`` and is
+reaped.  Where that is not plainly possible (no ``os.posix_spawn``, a C
+library whose ``posix_spawn`` may not report a failed ``exec``: anything but
+glibc 2.24 or later, no ``/proc/self/fd``, a pipe that would land on 0, 1 or
+2) and with a bound, it is ``subprocess.run`` itself.
 
 Standard library only; Python 3.8 and later.
 """
 
 from __future__ import annotations
 
-import subprocess
-from subprocess import TimeoutExpired as TimeoutExpired
+import errno
+import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import IO, Dict, Optional, Sequence, Tuple, Union
+    import subprocess
+    from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
     Target = Union[int, IO[bytes]]
+
+#: subprocess's: the bound of :func:`run_captured` passed (subprocess is imported when first needed).
+TimeoutExpired: "type[subprocess.TimeoutExpired]"
+#: subprocess's ``PIPE``, for :func:`start`'s stdout.
+PIPE = -1
+
+
+def __getattr__(name: str) -> object:
+    if name == "TimeoutExpired":
+        import subprocess
+
+        return subprocess.TimeoutExpired
+    raise AttributeError(name)
+
+
+def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]",
+                    timeout: "Optional[float]") -> "Tuple[int, bytes, bytes]":
+    import subprocess
+
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
+          new_session: bool = False) -> "subprocess.Popen[bytes]":
+    """Start *argv* (stdout :data:`PIPE` or a descriptor/file); the caller waits for it."""
+    import subprocess
+
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd,
+                            close_fds=True, start_new_session=new_session)
+
+
+CHUNK = 32768
+
+
+def inherited_fds() -> "Optional[List[int]]":
+    """Descriptors above 2 that an exec would pass on (not close-on-exec), or ``None`` without ``/proc``."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:  # the descriptor listdir itself used, closed since
+                pass
+    return found
+
+
+def spawn_reports_exec_errors() -> bool:
+    """True with glibc 2.24 or later, whose ``posix_spawn`` returns a failed ``exec``'s error (older
+    ones, and other C libraries here, may start a child that exits 127 instead)."""
+    try:
+        name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except (AttributeError, ValueError, OSError):
+        return False
+    return name == "glibc" and (major, minor) >= (2, 24)
+
+
+def _candidates(program: str, env: "Mapping[str, str]") -> "List[str]":
+    if os.path.dirname(program):
+        return [program]
+    return [os.path.join(directory, program) for directory in os.get_exec_path(env)]
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return -os.WSTOPSIG(status)  # pragma: no cover -- waitpid without WUNTRACED
 
 
 def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
@@ -28,16 +119,74 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
     *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
     and :class:`TimeoutExpired` past *timeout* seconds."""
-    done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=env, timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
+    argv = list(argv)
+    spawn = getattr(os, "posix_spawn", None)
+    inherited = inherited_fds() if spawn is not None and spawn_reports_exec_errors() else None
+    if timeout is not None or spawn is None or inherited is None or not argv:
+        return _subprocess_run(argv, env, timeout)
+    environ = os.environ if env is None else env
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    if min(out_w, err_w) <= 2:  # the agent's own 0, 1 or 2 was closed: subprocess handles that case
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return _subprocess_run(argv, env, timeout)
+    import signal
+
+    restored = (signal.SIGPIPE, signal.SIGXFSZ)
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
+    pid = None
+    try:
+        first: "Optional[OSError]" = None
+        last: "Optional[OSError]" = None
+        for path in _candidates(argv[0], environ):
+            try:
+                pid = spawn(path, argv, environ, file_actions=actions, setsigdef=restored)
+                break
+            except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
+                last = exc
+                if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    first = exc
+        os.close(out_w)
+        os.close(err_w)
+        out_w = err_w = -1
+        if pid is None:
+            error = first or last
+            assert error is not None
+            raise error
+        out, err = _read_both(out_r, err_r)
+        _, status = os.waitpid(pid, 0)
+        pid = None
+        return _exit_code(status), out, err
+    finally:
+        for fd in (out_r, out_w, err_r, err_w):
+            if fd >= 0:
+                os.close(fd)
+        if pid is not None:  # interrupted while reading (or reaping): end the command, as subprocess.run does
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(pid, 0)
 
 
-def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
-          new_session: bool = False) -> "subprocess.Popen[bytes]":
-    """Start *argv* (stdout :data:`subprocess.PIPE` or a descriptor/file); the caller waits for it."""
-    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd,
-                            close_fds=True, start_new_session=new_session)
+def _read_both(out_fd: int, err_fd: int) -> "Tuple[bytes, bytes]":
+    """Everything written to both pipes, until each reaches its end."""
+    import select
 
-
-PIPE = subprocess.PIPE
+    chunks: "Dict[int, List[bytes]]" = {out_fd: [], err_fd: []}
+    poller = select.poll()
+    for fd in chunks:
+        poller.register(fd, select.POLLIN)
+    open_fds = 2
+    while open_fds:
+        for fd, _ in poller.poll():
+            data = os.read(fd, CHUNK)
+            if data:
+                chunks[fd].append(data)
+            else:
+                poller.unregister(fd)
+                open_fds -= 1
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
