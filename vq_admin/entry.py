@@ -25,9 +25,10 @@ import os
 import sys
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable, TypeVar
+    from typing import Callable, TypeVar
 
     from .fastupdate import EarlyStart
+    from .plainargs import LauncherArgs
     _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
@@ -40,29 +41,11 @@ _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "
 _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 
 
-class LauncherArgs:
-    """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
-
-    def __init__(self, program: str, host: str, values: dict[str, Any]):
-        self.verb = self.func = "launcher"
-        self.program, self.host = program, host
-        self.expected_sha = _text(values, "expected_sha")
-        self.path = _text(values, "path")
-        self.pin = _text(values, "pin")
-        self.config = _text(values, "config")
-        self.state_dir = _text(values, "state_dir")
-        self.json = bool(values.get("json"))
-        self.check_on_host = bool(values.get("check_on_host"))
-
-
-def _text(values: dict[str, str | bool], key: str) -> str | None:
-    value = values.get(key)
-    return value if isinstance(value, str) else None
-
-
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.plainargs`)."""
     from .plainargs import plain_words
+
+    from .plainargs import LauncherArgs
 
     parsed = plain_words(words, _VALUED, _FLAGS)
     if parsed is None or len(parsed[0]) != 2:

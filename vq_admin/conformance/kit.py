@@ -58,6 +58,8 @@ class Kit:
         self.commands = {k: tuple(w.replace("{root}", world.root) for w in words)
                          for k, words in (commands or {}).items() if words}
         self.checks: list[Check] = []
+        #: The releases A and B once the update sequence passed (what the generations' checks work on).
+        self.releases: dict[str, str] | None = None
         self.hooks = providers.info[name].hooks if name in providers.info else ()
 
     def offers(self, hook: str, command_key: str) -> bool:
@@ -175,10 +177,8 @@ class Kit:
                    f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
         self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
                         (b_dir, b_before, b.active_path, b_hash))
-        if ok:  # activation and prune, when the provider offers them (vq_admin.conformance.generations)
-            from . import generations
-
-            generations.run(self, {"A": a_dir, "B": b_dir})
+        if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
+            self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
 
     def evidence_ok(self, label: str) -> bool:
