@@ -1,4 +1,5 @@
-"""The agent's fast paths: the name rule's plain twin, the verify's answer, the prompt exit."""
+"""The plain-string twins of the identifier rules (vq_admin.agent.names), the verify's answer, the
+agent's prompt exit."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vq_admin.agent import protocol, verify_readback
-from vq_admin.agent.identifiers import NAME_RE
-from vq_admin.agent.names import is_name
+from vq_admin.agent.identifiers import NAME_RE, SHA256_RE, SHA_RE
+from vq_admin.agent.names import is_full_sha, is_name, is_sha256
 
 
 def test_nan_survives_a_round_trip() -> None:
@@ -39,6 +40,17 @@ name_alphabet = st.sampled_from(list("aZ09._-") + ["\n", " ", "/", "\u00e9", "\u
 @example(value="a\n")
 def test_is_name_is_name_re(value: str) -> None:
     assert is_name(value) is bool(NAME_RE.match(value))
+
+
+hexish = st.text(alphabet=st.sampled_from("0123456789abcdefABg\n\u0661"), min_size=38, max_size=66)
+
+
+@settings(max_examples=1000)
+@given(value=hexish | st.text(max_size=70) | st.from_regex(SHA_RE) | st.from_regex(SHA256_RE))
+@example(value="a" * 64 + "\n")
+def test_the_sha_twins_are_their_regexes(value: str) -> None:
+    assert is_full_sha(value) is bool(SHA_RE.match(value))
+    assert is_sha256(value) is bool(SHA256_RE.match(value))
 
 
 @pytest.mark.parametrize("value", [5, b"abc", ["a"]])

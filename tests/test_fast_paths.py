@@ -33,7 +33,8 @@ SHA = "a" * 40
 #: The registry reader's trust checks (section 10): the private state tree, bounded parsing and the
 #: secure-path rule, all standard library only.
 TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
-             "vq_admin.agent.identifiers", "vq_admin.agent.paths"}  # and the one home of identifiers and default paths
+             "vq_admin.agent.identifiers", "vq_admin.agent.paths",  # the one home of identifiers and default paths
+             "vq_admin.agent.names"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.commands", "vq_admin.commands.launcher",
                 "vq_admin.bindings",
                 "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
@@ -42,7 +43,7 @@ BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.
 #: The launcher's plain success (vq_admin.fastlookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
 PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.fastlookup", "vq_admin.launchers",
-             "vq_admin.agent",
+             "vq_admin.agent", "vq_admin.agent.names",
              "vq_admin.agent.paths",
              "vq_admin.agent.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",

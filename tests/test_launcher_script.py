@@ -23,7 +23,7 @@ LAUNCHER = f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
 #: Imported by the plain ``vq admin launcher`` success beyond a bare interpreter's start.
 PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.agent",
          "vq_admin.agent.securepath", "vq_admin.launchers", "vq_admin.fastlookup", "vq_admin.agent.paths",
-         }
+         "vq_admin.agent.names"}
 
 
 @pytest.fixture(scope="module")

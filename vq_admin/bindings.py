@@ -27,10 +27,9 @@ and for ``check_on_host``; ``subprocess`` is imported only for
 from __future__ import annotations
 
 import os
-import re
 
 from . import registry
-from .agent.identifiers import FULL_SHA_RE, NAME_RE
+from .agent.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
 from .fastlookup import plain_resolve, state_root
 
 if False:  # for the type checker only (no typing or collections import on the per-job path)
@@ -43,10 +42,8 @@ if TYPE_CHECKING:
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
-_ANY_SHA_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
 #: Largest pin accepted (a pin is a few hundred characters).
 MAX_PIN_CHARS = 64 * 1024
-SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
@@ -262,7 +259,7 @@ def path_form_problem(path: object) -> str | None:
         return "no launcher path"
     if registry.CONTROL_RE.search(path):
         return "launcher path holds a control character"
-    shas = _ANY_SHA_RE.findall(path)
+    shas = SHA_IN_TEXT_RE.findall(path)
     if not shas:
         if "current" in path.split("/"):
             return launcher_problem(path, "0" * 40)  # names the stable link
@@ -321,7 +318,7 @@ def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
 
 def _name(value: object, what: str) -> None:
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise BindingUsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise BindingUsageError(f"{what} {value!r} must match {NAME_RULE}")
 
 
 _state_root = state_root  # one definition, with the per-job lookup's plain case

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
 
+from ..agent.identifiers import FULL_SHA_RE
 from ..evidence import Check, parse_receipt, readback_check, receipt_checks
 from ..plugins import Providers, ProviderError
 from .world import LinkWatcher, World, snapshot
@@ -118,7 +119,7 @@ class Kit:
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
                             f"{receipt.active_path} must exist below the disposable root {self.world.root}"))
-        if not receipt.source_sha or len(receipt.source_sha) not in (40, 64):
+        if not FULL_SHA_RE.match(receipt.source_sha or ""):
             checks.append(Check("full_sha", False, f"source_sha {receipt.source_sha!r} is not a full commit SHA"))
         return receipt, checks
 
