@@ -28,8 +28,9 @@ its supervisor running to the end.
 
 ``detach-run`` follows the build (``progress`` records with ``--progress``),
 bounds it by ``--timeout`` (at the bound the build's process group gets
-SIGTERM, then SIGKILL), then settles, applies retention and streams the
-transcripts exactly as ``alloc-run`` does.  ``detach-reconcile`` never
+SIGTERM, then SIGKILL), then looks at the transcripts once (they are this
+host's own files: nothing to settle), applies retention and streams them
+as ``alloc-run`` does.  ``detach-reconcile`` never
 starts anything: it waits (bounded) for the recorded build's ``exit`` and
 then does the same.  A missing attempt is created (fenced), as
 ``alloc-reconcile`` does, so an agent whose start was delayed past the drop
@@ -228,6 +229,13 @@ def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict
                                 "(the supervisor was killed?)")
 
 
+def _one_look(settle_kw: dict[str, Any] | None) -> dict[str, Any]:
+    """A fixed-host build's transcripts are files on this host, written by a build whose end is
+    recorded (or that still runs: then they are incomplete however long they are watched): one
+    observation, no settle.  The settle is for a batch job's files seen through a shared filesystem."""
+    return dict(settle_kw or {}, max_observations=1, required=1)
+
+
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
         attempt_name: str | None = None, *, settle_kw: dict[str, Any] | None = None,
         archive: str | None = None, archive_sha256: str | None = None,
@@ -267,7 +275,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
                 summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"))
         else:
             _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
+        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
     finally:
         attempt.close()
 
@@ -297,8 +305,6 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
             frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
         _establish(summary, end, record)
-        if not summary["established"]:  # still running (or never recorded): one look, no settle
-            settle_kw = dict(settle_kw or {}, max_observations=1)
-        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw)
+        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw))
     finally:
         attempt.close()
