@@ -45,7 +45,7 @@ def test_is_name_is_name_re(value: str) -> None:
 hexish = st.text(alphabet=st.sampled_from("0123456789abcdefABg\n\u0661"), min_size=38, max_size=66)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=300)
 @given(value=hexish | st.text(max_size=70) | st.from_regex(SHA_RE) | st.from_regex(SHA256_RE))
 @example(value="a" * 64 + "\n")
 def test_the_sha_twins_are_their_regexes(value: str) -> None:

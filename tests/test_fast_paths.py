@@ -343,29 +343,3 @@ def test_verify_readback_reads_nothing_back_without_an_absolute_active_path(tmp_
     assert missing["verify"]["exit_code"] == 127 and missing["readback"] is None
     gone = agent_answer("printf", '{"active_path": "%s"}' % (tmp_path / "gone"))
     assert gone["readback"]["exists"] is False and gone["readback_exit"] == 1
-
-
-@pytest.mark.real
-def test_an_agent_without_verify_readback_gets_two_calls(tmp_path):
-    repo = GitRepo(tmp_path / "src")
-    sha = repo.commit("A")
-    old_agent = tmp_path / "old-agent"
-    # an agent older than both "session" and "verify-readback": the lease verb, the verify, then hash-file
-    old_agent.write_text("#!/bin/sh\nif [ \"$1\" = verify-readback ] || [ \"$1\" = session ]; then\n"
-                         "  echo \"vq-admin-agent: error: argument verb: invalid choice: '$1'\" >&2\n"
-                         f"  exit 2\nfi\nexec {AGENT} \"$@\"\n")
-    old_agent.chmod(0o755)
-    (tmp_path / "scratch").mkdir()
-    host = site_example_host("here", root=tmp_path / "apps", repo=repo.path, scratch=tmp_path / "scratch")
-    config = write_config(tmp_path / "admin.toml", host.replace(f'agent = "{AGENT}"', f'agent = "{old_agent}"'))
-    first = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--cluster-install", "--json", config=config,
-                   state=tmp_path / "state")
-    assert first.exit_code == 0 and first.json()["outcome"] == "ok", first.stdout + first.stderr
-    again = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
-    receipt = again.json()
-    assert again.exit_code == 0 and receipt["outcome"] == "already-current", again.stdout + again.stderr
-    steps = {s["name"]: s for s in receipt["steps"]}
-    assert steps["pre-verify"]["argv"][0] == str(SITE_EXAMPLE)  # the verify itself, then hash-file
-    assert steps["pre-verify-readback"]["argv"][:2] == [str(old_agent), "hash-file"]
-    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"][:2] == [str(old_agent), "lease"]
-    assert receipt["verify"]["final"]["proven"] is True

@@ -107,8 +107,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
-    found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
-                         update.profile.verify_timeout_seconds)
+    found = judge_verify(update.request(archive=None), pre_verify, pre_readback, result)
     failpoint("step-after", pre_verify.name)
     return found
 
