@@ -31,7 +31,6 @@ import shlex
 import shutil
 import stat
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -278,18 +277,12 @@ def _apply_fault(result: RunResult, fault: str) -> RunResult:
                      result.seconds, interrupted, result.stdout_truncated)
 
 
-#: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
-LEGACY_CONTROL_AGE = 3600.0
-
-
 def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
     """Remove ``/tmp/vqssh-<pid>-*`` directories of this user whose run is gone.
 
     A killed run cannot close its shared ssh connection or remove its
     directory.  Removed here: directories owned by us (never a symlink, never
-    another user's) whose pid is no longer alive, and old ones without a pid
-    whose sockets no longer answer.  Removing the socket of a master that is
-    still persisting only ends its reuse; the master exits at ControlPersist.
+    another user's) whose pid is no longer alive.
     """
     from .state import pid_alive
 
@@ -307,35 +300,11 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue
         owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
-        if owner.isdigit() and "-" in name[len(CONTROL_PREFIX):]:
-            stale = int(owner) != os.getpid() and not pid_alive(int(owner))
-        else:
-            stale = time.time() - st.st_mtime > LEGACY_CONTROL_AGE and not _answers(path)
-        if stale:
+        another_run = owner.isdigit() and "-" in name[len(CONTROL_PREFIX):] and int(owner) != os.getpid()
+        if another_run and not pid_alive(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _answers(directory: str) -> bool:
-    """True when a control socket in *directory* still accepts a connection."""
-    import socket
-
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return False
-    for entry in entries:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(1.0)
-            sock.connect(os.path.join(directory, entry))
-            return True
-        except OSError:
-            continue
-        finally:
-            sock.close()
-    return False
 
 
 @dataclass
