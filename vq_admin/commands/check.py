@@ -1,6 +1,6 @@
 """``vq admin check``: validate the configuration and load the providers it
-names, running nothing anywhere (with ``--connect``: then reach every host,
-see :mod:`vq_admin.connectcheck`).  Each profile's provider is asked for its
+names, running nothing anywhere (with ``--connect``: then reach every host it
+uses, login and build hosts, see :mod:`vq_admin.connectcheck`).  Each profile's provider is asked for its
 verify and update commands, so a provider that cannot answer for a profile
 is reported here rather than at 3 a.m.
 """
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(SCHEMAS["check"], Outcome.OK, document)
     else:
-        print(f"{config.path}: valid; {len(hosts)} hosts, providers: {', '.join(sorted(providers.info))}")
+        count = f"{len(hosts)} host" + ("" if len(hosts) == 1 else "s")
+        print(f"{config.path}: valid; {count}, providers: {', '.join(sorted(providers.info))}")
     return 0
 
 
@@ -73,7 +74,7 @@ def _connect(args: argparse.Namespace, config: Config) -> int:
     document = connectcheck.document(config, probes)
     outcome = Outcome.FAILED if document["failed"] else Outcome.OK
     if args.json:
-        failed = [f"{host}: {document['hosts'][host].get('reason') or 'failed'}" for host in document["failed"]]
+        failed = [f"{p.host}: {p.reason or 'failed'}" for p in probes if p.status == "failed"]
         emit(SCHEMAS["check-connect"], outcome, document, failed)
     else:
         stream = sys.stdout if outcome is Outcome.OK else sys.stderr

@@ -370,14 +370,10 @@ def _hash_answer(stdout: bytes) -> dict[str, Any]:
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
-    from ..output import safe_text
+    from ..output import generation_lines, safe_text
 
-    lines = [f"vq-admin: dry run: prune {program} on {host}: keep {len(keep)}, "
-             f"{len(would)} registered generation(s) would be asked to go; nothing is called"]
-    for sha in sorted(keep):
-        lines.append(f"  keep  {sha}  {', '.join(keep[sha])}")
-    for sha in would:
-        lines.append(f"  go    {sha}")
+    lines = [f"vq-admin: dry run: prune {program} on {host} keeps {len(keep)} generation(s) and would remove "
+             f"{len(would)}; nothing is called", *generation_lines(keep, would, dry_run=True)]
     return [safe_text(line) for line in lines]
 
 
