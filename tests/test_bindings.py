@@ -216,7 +216,8 @@ def test_refusal_exits_77_with_reason_and_prints_no_launcher(world, case):
 
 
 @pytest.mark.parametrize("words,message", [
-    (["other-prog", "cluster"], "host cluster has no scheduler_runtime_deployments.other-prog profile (profiles: vibeqc)"),
+    (["other-prog", "cluster"], "host cluster has no scheduler_runtime_deployments.other-prog profile "
+                                "(profiles: vibeqc)"),
     (["vibeqc", "nowhere"], "host 'nowhere' is not in the configuration"),
 ], ids=["unknown program", "unknown host"])
 def test_a_program_or_host_the_configuration_does_not_name_is_a_usage_error(world, words, message):

@@ -65,7 +65,8 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
     assert {p: p.read_bytes() for p in state.root.rglob("*") if p.is_file() and ".tmp." not in p.name} == before
     for tmp in state.root.rglob(".tmp.*"):  # complete (fsynced before the rename), just never renamed
         assert json.loads(tmp.read_text())
-    status = run_vq("status", "--json", state=state.root, config=cluster_config(tmp_path)).json()["hosts"]["cluster"]["runtimes"]["vibeqc"]
+    status = run_vq("status", "--json", state=state.root, config=cluster_config(tmp_path)).json()
+    status = status["hosts"]["cluster"]["runtimes"]["vibeqc"]
     assert status["last_ok"]["sha"] == A and status["last_good"] is None
     assert bindings.resolve_launcher("vibeqc", "cluster", state_dir=state.root).sha == A
     assert [e["sha"] for e in registry.entries(state.root, "cluster", "vibeqc")] == [A]

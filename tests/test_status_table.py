@@ -128,7 +128,8 @@ def test_json_is_unchanged_in_content_on_a_terminal(state):
     from vq_admin.outcome import Outcome
 
     expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
-    assert json.loads(screen) == expected == run_vq_inprocess("status", "--json", state=state.root, config=config_for(state)).json()
+    again = run_vq_inprocess("status", "--json", state=state.root, config=config_for(state))
+    assert json.loads(screen) == expected == again.json()
 
 
 def test_empty_state_on_a_terminal(tmp_path):
