@@ -76,7 +76,8 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
-        lines.append(_field("deploy", f"exit {deploy['exit_code']}{job}"))
+        command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
+        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
     for note in receipt.get("notes") or []:
         lines.append(_field("note", note))
     for error in receipt.get("errors") or []:

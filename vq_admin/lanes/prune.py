@@ -26,9 +26,9 @@ One prune, in order (the same lane entry, lock and key as ``update``):
    attested SHA-256 on the login host; otherwise ``failed`` (1), naming it;
    a read-back whose transport was interrupted is ``unknown`` (3): rerun.
 
-``--dry-run`` runs the read-only steps 2 and 3, prints the keep set with its
-reasons and the registered generations that would be asked to go, and calls
-nothing; its plan shows the prune command with the keep set's slot.
+``--dry-run`` runs the read-only steps 2 and 3, prints each generation kept,
+with its reasons, and each registered generation that would be removed, and
+calls nothing; its plan shows the prune command with the keep set's slot.
 """
 
 from __future__ import annotations
