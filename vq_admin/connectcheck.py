@@ -101,54 +101,45 @@ def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
     return found
 
 
-def probes(config: Config) -> list[tuple[Probe, HostConfig | None]]:
-    """What ``--connect`` reaches, in configuration order: each login host (with the host it probes,
-    ``None`` for one skipped), then each build host destination once (with the host whose agent it runs)."""
-    rows: list[tuple[Probe, HostConfig | None]] = []
-    builds: dict[str, tuple[Probe, HostConfig]] = {}
+def probes(config: Config, session: Session) -> list[tuple[Probe, Transport | None]]:
+    """What ``--connect`` reaches, in configuration order, each with its transport (``None``: skipped):
+    every login host, then each build host destination once (running the agent of the host naming it)."""
+    rows: list[tuple[Probe, Transport | None]] = []
+    builds: dict[str, tuple[Probe, Transport]] = {}
     for host in config.hosts.values():
         if host.fleet_role in ("excluded", "alias"):
             why = ("fleet_role = \"excluded\": never contacted" if host.fleet_role == "excluded"
                    else f"alias of {host.canonical_host}: reached as {host.canonical_host}, never under this name")
-            rows.append((Probe(host.name, host.fleet_role, host.ssh or host.name, [], "skipped", why), None))
+            rows.append((Probe(host.name, host.fleet_role, host.ssh, [], "skipped", why), None))
             continue
         managed = host.runtimes if host.fleet_role == "managed" else {}
         mirrors = [f"feed_source_mirror of {program}" for program, p in managed.items() if p.feed_source_mirror]
         rows.append((Probe(host.name, host.fleet_role, host.ssh, protocol.version(host.agent, sinfo=wants_sinfo(host)),
-                           used_by=mirrors), host))
+                           used_by=mirrors), session.for_host(host.transport, host.ssh)))
         uses = [(host.helper_update_host, f"helper_update_host of {host.name}")]
         uses += [(p.update_host, f"update_host of {host.name}/{program}") for program, p in managed.items()]
         for destination, use in uses:
             if destination:
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
-                                                              protocol.version(host.agent)), host))[0]
-                found.used_by.append(use)
+                                                              protocol.version(host.agent)), session.ssh(destination)))
+                found[0].used_by.append(use)
     return rows + list(builds.values())
 
 
 def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT) -> list[Probe]:
     """Probe every host the configuration uses (:func:`probes`) in parallel; results in that order."""
-    session = Session(config.ssh_config, share_connections=False)
-    planned = probes(config)
-    jobs: list[tuple[Probe, Any]] = []
-    try:
+    with Session(config.ssh_config, share_connections=False) as session:
+        planned = probes(config, session)
         with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(planned)))) as pool:
-            for found, host in planned:
-                if host is None:
-                    jobs.append((found, None))
-                    continue
-                transport = (session.ssh(found.where) if found.fleet_role == "build"
-                             else session.for_host(host.transport, host.ssh))
-                jobs.append((found, pool.submit(probe, found, transport, timeout)))
-            for found, future in jobs:
-                try:
-                    if future is not None:
-                        future.result()
-                except Exception as exc:  # a probe must never take the others down
-                    found.status, found.reason = "failed", f"internal error: {type(exc).__name__}: {exc}"
-    finally:
-        session.close()
-    return [found for found, _ in jobs]
+            jobs = [(found, pool.submit(probe, found, transport, timeout) if transport else None)
+                    for found, transport in planned]
+        for found, job in jobs:
+            try:
+                if job is not None:
+                    job.result()
+            except Exception as exc:  # a probe must never take the others down
+                found.status, found.reason = "failed", f"internal error: {type(exc).__name__}: {exc}"
+    return [found for found, _ in planned]
 
 
 def document(config: Config, probes: list[Probe]) -> dict[str, Any]:
