@@ -88,11 +88,18 @@ def test_an_unknown_host_is_a_usage_error_naming_the_configured_hosts(site, verb
     assert not (state.root / "hosts" / "clustr").exists()
 
 
-def test_the_launcher_names_the_profiles_of_a_host_without_the_program(site):
+@pytest.mark.parametrize("verb", ["launcher", "references", "rollback", "prune"])
+def test_a_program_the_host_has_no_profile_for_is_a_usage_error_naming_its_profiles(site, verb):
     config, state = site
-    done = run_vq_inprocess("launcher", "toyrx", "cluster", config=config, state=state.root)
+    before = last_records(state)
+    done = run_vq_inprocess(verb, "toyrx", "cluster", config=config, state=state.root)
     assert done.exit_code == 2 and "no scheduler_runtime_deployments.toyrx profile (profiles: toyrt, typo)" \
         in done.stderr, done.stderr
+    assert last_records(state) == before
+
+
+def test_a_configured_program_without_evidence_is_refused_by_the_launcher(site):
+    config, state = site
     unverified = run_vq_inprocess("launcher", "toyrt", "cluster", config=config, state=state.root)
     assert unverified.exit_code == 77 and "refused (no-evidence)" in unverified.stderr  # configured, not verified
 

@@ -66,12 +66,13 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         to = str(rollback.get("to"))[:12]
         if receipt["outcome"] == "ok":
             via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
-            done = f"rolled back {what} on {receipt['host']} from {str(rollback.get('from'))[:12]} to {to} ({via})"
+            was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
+            done = f"rolled back {what} on {receipt['host']} from {was} to {to} ({via})"
         else:
             done = f"{to} was already active on {receipt['host']}; nothing was changed"
         lines.append(_field("rollback", done))
     prune = receipt.get("prune")
-    if prune and receipt["outcome"] in ("ok", "already-current"):
+    if prune and (prune.get("removed") or receipt["outcome"] in ("ok", "already-current")):  # what a prune did
         lines += generation_lines(prune.get("keep") or {}, prune.get("removed") or [])
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
