@@ -1,8 +1,8 @@
 """``vq admin check``: validate the configuration and load the providers it
-names, running nothing anywhere (with ``--connect``: then reach every host it
-uses, login and build hosts, see :mod:`vq_admin.connectcheck`).  Each profile's provider is asked for its
-verify and update commands, so a provider that cannot answer for a profile
-is reported here rather than at 3 a.m.
+names, running nothing anywhere (with ``--connect``: then reach every login
+and build host it uses, see :mod:`vq_admin.connectcheck`).  Each profile's
+provider is asked for its verify and update commands, so a provider that
+cannot answer for a profile is reported here rather than at 3 a.m.
 """
 
 from __future__ import annotations
