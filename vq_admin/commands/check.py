@@ -22,25 +22,12 @@ from ..plugins import Providers
 PROBE_SHA = "0" * 40
 
 
-def check_ssh_config(config: Config) -> None:
-    """A configured ``ssh_config`` must exist: every ssh would otherwise fail (exit 2, naming the key)."""
-    path = config.ssh_config
-    if path is None:
-        return
-    if not os.path.exists(path):
-        raise UsageError(f"ssh_config: {path} does not exist (every ssh and git-over-ssh is given it as -F); "
-                         "create it or remove the key")
-    if not os.path.isfile(path):
-        raise UsageError(f"ssh_config: {path} is not a regular file")
-    if not os.access(path, os.R_OK):
-        raise UsageError(f"ssh_config: {path} is not readable by this user")
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
         raise UsageError("--timeout applies only with --connect")
-    config = load_config(args.config)
-    check_ssh_config(config)
+    config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
+    if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
+        raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
     providers = Providers.load(config.provider_names())
     hosts = {}
     for name, host in config.hosts.items():
