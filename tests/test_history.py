@@ -45,7 +45,9 @@ def state(tmp_path):
 
 def vq_history(state: StateDir, *args: str):
     config = write_config(state.root.parent / "admin.toml", "".join(
-        f'[hosts.{host}]\nfleet_role = "managed"\n' for host in ("cluster", "other")))
+        f'[hosts.{host}]\nfleet_role = "managed"\n[hosts.{host}.scheduler_runtime_deployments.vibeqc]\n'
+        'update_command = "/bin/true"\nverify_command = "/bin/true"\nsource_repo = "/srv/src/vibeqc"\n'
+        for host in ("cluster", "other")))
     return run_vq_inprocess("history", *args, state=state.root, config=config)
 
 
@@ -66,6 +68,9 @@ def test_newest_first_with_filters_and_limit(state):
         ["r0006", "r0005"]
     unknown = vq_history(state, "nohost", "--json")  # a host the configuration does not name: a usage error
     assert unknown.exit_code == 2 and "(hosts: cluster, other)" in unknown.json()["errors"][0]
+    typo = vq_history(state, "cluster", "vibeqx", "--json")  # and a PROGRAM the host has no profile for
+    assert typo.exit_code == 2 and "no scheduler_runtime_deployments.vibeqx profile (profiles: vibeqc)" \
+        in typo.json()["errors"][0]
 
 
 def test_the_table(state):

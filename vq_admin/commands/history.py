@@ -3,8 +3,9 @@
 Reads the history index (:mod:`vq_admin.history`) from its end and stops at
 ``--limit`` runs; never opens the receipts themselves (except once, to build
 the index for receipts stored before it existed).  Local and read-only: the
-configuration is read as by every verb (missing or invalid, or a HOST it does
-not name, is exit 2) and nothing runs on any host.
+configuration is read as by every verb (missing or invalid, a HOST it does
+not name, or a PROGRAM that host has no profile for, is exit 2) and nothing
+runs on any host.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     if args.host is not None:
-        authority.lookup(config, check_name(args.host, "HOST"))
-    if args.program is not None:
-        check_name(args.program, "PROGRAM")
+        host = authority.lookup(config, check_name(args.host, "HOST"))
+        if args.program is not None:
+            authority.profile_of(host, check_name(args.program, "PROGRAM"))
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give a positive number of runs")
     limit = args.limit if args.limit is not None else DEFAULT_LIMIT
