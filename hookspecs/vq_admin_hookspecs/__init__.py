@@ -10,6 +10,7 @@ from .records import (
     FULL_SHA_RE,
     NAME_RE,
     SHA256_RE,
+    TAG_RE,
     EvidenceError,
     HelperIdentity,
     HelperRequest,
@@ -32,6 +33,7 @@ __all__ = [
     "FULL_SHA_RE",
     "NAME_RE",
     "SHA256_RE",
+    "TAG_RE",
     "EvidenceError",
     "HelperIdentity",
     "HelperRequest",
@@ -47,4 +49,4 @@ __all__ = [
     "is_list_slot",
     "is_slot",
 ]
-__version__ = "1.1.0"
+__version__ = "1.2.0"

@@ -25,6 +25,9 @@ SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: Environment variable names a provider may set for its command.
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Release tags (``--tag``): git's ref name rules for refs/tags/<name>, narrowed to a safe alphabet.
+TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)"
+                    r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}(?<![./])(?<!\.lock)\Z")
 
 #: Largest verify receipt accepted, in bytes of UTF-8.
 MAX_RECEIPT_BYTES = 1 << 20

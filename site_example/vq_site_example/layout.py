@@ -9,8 +9,9 @@
       releases/
         <sha>/                      one immutable release per full commit id
           SOURCE-SHA TAG PROGRAM ARCHIVE-SHA256 BUILD-LOG VALIDATED
+          bin/<program>-<sha>       the generation's launcher (what jobs are bound to)
           source/                   the unpacked git archive
-            .venv/bin/python        the immutable per-SHA launcher
+            .venv/                  its virtual environment
         .partial.<sha>.<random>/    a build in progress (renamed to <sha> when validated)
 
 Nothing in ROOT is followed through a symlink this tool did not create: ROOT
@@ -24,6 +25,9 @@ import errno
 import fcntl
 import os
 import stat
+from dataclasses import dataclass
+
+from vq_admin_hookspecs import FULL_SHA_RE
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
@@ -35,24 +39,11 @@ RELEASES_NAME = "releases"
 PARTIAL_PREFIX = ".partial."
 
 
-class Layout(tuple[str]):
-    """Paths below one runtime root (an absolute, normalised path); immutable.
+@dataclass(frozen=True)
+class Layout:
+    """Paths below one runtime root (an absolute, normalised path)."""
 
-    A one-element tuple rather than a dataclass or a named tuple: ``verify``, run for every
-    update, imports this module, and dataclasses would load inspect and more, collections
-    (for ``namedtuple``) a few milliseconds' worth."""
-
-    __slots__ = ()
-
-    def __new__(cls, root: str) -> Layout:
-        return super().__new__(cls, (root,))
-
-    def __repr__(self) -> str:
-        return f"Layout(root={self[0]!r})"
-
-    @property
-    def root(self) -> str:
-        return self[0]
+    root: str
 
     @property
     def releases(self) -> str:
@@ -74,9 +65,10 @@ class Layout(tuple[str]):
         """``ROOT/releases/<sha>``."""
         return os.path.join(self.releases, sha)
 
-    def launcher(self, sha: str) -> str:
-        """The immutable per-SHA launcher, never a path through ``current``."""
-        return os.path.join(self.release(sha), "source", ".venv", "bin", "python")
+    def launcher(self, sha: str, program: str) -> str:
+        """The generation's launcher, ``ROOT/releases/<sha>/bin/<program>-<sha>``: its name carries the
+        full SHA, and it is never a path through ``current``."""
+        return os.path.join(self.release(sha), "bin", f"{program}-{sha}")
 
 
 def check_layout(layout: Layout, create: bool) -> None:
@@ -135,7 +127,7 @@ class DeployLock:
             raise SiteError(EXIT_LOCKED, f"{self.layout.lock_path} is held by {who}; "
                             "another deploy is running, nothing was done") from None
         self.fd = fd
-        fsutil.atomic_write_text(self.layout.root, PID_NAME, f"{os.getpid()}\n")
+        fsutil.atomic_write(self.layout.root, PID_NAME, f"{os.getpid()}\n")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -203,6 +195,16 @@ def publish(layout: Layout, partial: str, sha: str) -> None:
         raise failed(f"{final} appeared during the build; not replacing it")
     os.rename(partial, final)
     fsutil.fsync_dir(layout.releases)
+
+
+def release_named(layout: Layout, target: str) -> str | None:
+    """The full lower-case SHA when the link target *target* names ``releases/<full sha>`` of this
+    root (relative, or absolute below ROOT), else ``None``."""
+    for prefix in (RELEASES_NAME + "/", layout.releases + "/"):
+        name = target[len(prefix):] if target.startswith(prefix) else ""
+        if FULL_SHA_RE.match(name) and name == name.lower():
+            return name
+    return None
 
 
 def read_current(layout: Layout) -> str | None:
