@@ -23,6 +23,7 @@ published bytes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,7 +65,8 @@ def run(argv: list[str], timeout: float, cwd: str | None = None,
             return proc.returncode, output
         except subprocess.TimeoutExpired:
             status = proc.poll()
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+                os.killpg(proc.pid, signal.SIGKILL)
             return status, proc.communicate()[0]
 
 

@@ -26,7 +26,7 @@ import re
 import stat
 import tarfile
 from dataclasses import dataclass
-from typing import BinaryIO
+from io import BufferedReader
 
 from vq_admin_hookspecs import FULL_SHA_RE, SHA256_RE
 
@@ -39,7 +39,7 @@ class VerifiedArchive:
     """An open, identity-checked archive.  Close it with :meth:`close`."""
 
     path: str
-    handle: BinaryIO
+    handle: BufferedReader
     sha256: str
     size: int
     source_sha: str
@@ -66,7 +66,7 @@ def _stage_value(stage: str, name: str, pattern: re.Pattern[str]) -> str:
     return text
 
 
-def _open_archive(path: str) -> BinaryIO:
+def _open_archive(path: str) -> BufferedReader:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -80,7 +80,7 @@ def _open_archive(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _pax_comment(handle: BinaryIO, path: str) -> tuple[str | None, str | None]:
+def _pax_comment(handle: BufferedReader, path: str) -> tuple[str | None, str | None]:
     """The global ``comment`` after the first member, and after the last."""
     handle.seek(0)
     try:

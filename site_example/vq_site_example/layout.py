@@ -25,6 +25,7 @@ import errno
 import fcntl
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 
 from vq_admin_hookspecs import FULL_SHA_RE
@@ -85,17 +86,12 @@ def check_layout(layout: Layout, create: bool) -> None:
             if not create:
                 raise usage(f"{path} does not exist; use 'install' for a first-time installation")
             os.makedirs(path, mode=0o755, exist_ok=True)
-            fsync_parent(path)
+            fsutil.fsync_dir(os.path.dirname(path))
         if not fsutil.is_real_dir(path):
             raise usage(f"{path} exists but is not a directory")
     if os.path.lexists(layout.current) and not os.path.islink(layout.current):
         raise failed(f"{layout.current} exists and is not a symlink; this provider only manages a "
                      "'current' symlink: move it aside deliberately, then deploy again")
-
-
-def fsync_parent(path: str) -> None:
-    """fsync the directory holding *path*."""
-    fsutil.fsync_dir(os.path.dirname(path) or "/")
 
 
 class DeployLock:
@@ -173,15 +169,9 @@ def probe_quiescent(layout: Layout) -> tuple[bool, int | None]:
 
 def make_partial(layout: Layout, sha: str) -> str:
     """Create a fresh ``releases/.partial.<sha>.<random>`` directory (mode 0755)."""
-    for _ in range(16):
-        path = os.path.join(layout.releases, f"{PARTIAL_PREFIX}{sha}.{os.urandom(6).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(path, 0o755)
-        return path
-    raise failed(f"cannot create a fresh partial directory in {layout.releases}")
+    path = tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{sha}.", dir=layout.releases)
+    os.chmod(path, 0o755)
+    return path
 
 
 def publish(layout: Layout, partial: str, sha: str) -> None:
@@ -229,16 +219,8 @@ def switch_current(layout: Layout, sha: str) -> None:
     release = layout.release(sha)
     if not fsutil.is_real_dir(release):
         raise failed(f"{release} is not a real directory; not activating it")
-    target = os.path.join(RELEASES_NAME, sha)
-    for _ in range(16):
-        tmp = os.path.join(layout.root, f".current.{os.urandom(6).hex()}")
-        try:
-            os.symlink(target, tmp)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise failed(f"cannot create a temporary link in {layout.root}")
+    tmp = os.path.join(layout.root, f".current.{os.urandom(8).hex()}")
+    os.symlink(os.path.join(RELEASES_NAME, sha), tmp)
     try:
         if os.path.lexists(layout.current) and not stat.S_ISLNK(os.lstat(layout.current).st_mode):
             raise failed(f"{layout.current} is not a symlink; not replacing it")
