@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vq_admin_hookspecs import records as vq_admin_hookspecs  # where its copies live
+
+import vq_admin_identifiers as vq_admin_hookspecs  # where its copies live (vq-admin-hookspecs)
 
 from vq_admin.agent import identifiers
 

@@ -28,9 +28,8 @@ import sys
 import traceback
 from typing import Callable, NoReturn, Sequence
 
-from vq_admin_hookspecs import FULL_SHA_RE, NAME_RE, TAG_RE
+from vq_admin_identifiers import FULL_SHA_RE, NAME_RE, TAG_RE
 
-from . import deploy, retention, verify
 from .errors import EXIT_FAILED, SiteError, failed, usage
 
 #: ``--note`` text: one printable line.
@@ -140,15 +139,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one verb; returns (and, as the command, exits with) its code."""
     try:
         ns = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-        if ns.verb == "verify":
+        if ns.verb == "verify":  # read-only, on every update: it loads only its own module
+            from . import verify
+
             return verify.run(ns)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, terminate)
         if ns.verb == "prune":
+            from . import retention
+
             return retention.run(ns)
-        if ns.verb == "activate":
-            return deploy.activate(ns)
-        return deploy.run(ns)
+        from . import deploy
+
+        return deploy.activate(ns) if ns.verb == "activate" else deploy.run(ns)
     except SiteError as exc:
         print(f"vq-site-example: error: {exc}", file=sys.stderr)
         return exc.code

@@ -50,7 +50,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from vq_admin_hookspecs import FULL_SHA_RE, SHA256_RE
+from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 
 from . import fsutil, layout as lay
 from .cli import Parser, terminate

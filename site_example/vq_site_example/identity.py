@@ -28,7 +28,7 @@ import tarfile
 from dataclasses import dataclass
 from io import BufferedReader
 
-from vq_admin_hookspecs import FULL_SHA_RE, SHA256_RE
+from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 
 from . import fsutil
 from .errors import identity

@@ -26,9 +26,8 @@ import fcntl
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
 
-from vq_admin_hookspecs import FULL_SHA_RE
+from vq_admin_identifiers import FULL_SHA_RE
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
@@ -40,11 +39,11 @@ RELEASES_NAME = "releases"
 PARTIAL_PREFIX = ".partial."
 
 
-@dataclass(frozen=True)
 class Layout:
     """Paths below one runtime root (an absolute, normalised path)."""
 
-    root: str
+    def __init__(self, root: str) -> None:
+        self.root = root
 
     @property
     def releases(self) -> str:

@@ -46,7 +46,7 @@ import os
 import secrets
 import time
 
-from vq_admin_hookspecs import FULL_SHA_RE
+from vq_admin_identifiers import FULL_SHA_RE
 
 from . import fsutil
 from .errors import failed, usage
