@@ -166,3 +166,17 @@ def test_a_missing_launcher_is_named(tmp_path):
     data, receipt = run_verify(root)
     assert receipt.healthy is False and data["active_path_sha256"] == ""
     assert f"cannot hash the launcher {receipt.active_path}: No such file or directory" in receipt.health_detail
+
+
+def test_verify_takes_the_identifier_rules_without_loading_pluggy(tmp_path):
+    """The host command imports the rules from vq_admin_identifiers (vq-admin-hookspecs), not through the
+    plugin package, which loads pluggy."""
+    root, _log = make_release(tmp_path)
+    code = ("import sys\nfrom vq_site_example.cli import main\n"
+            f"code = main(['verify', '--root', {str(root)!r}, '--program', 'vibeqc', '--expected-sha', {SHA!r}])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pluggy', 'vq_admin_hookspecs')), "
+            "file=sys.stderr)\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(SITE_DIR)))
+    assert done.returncode == 0 and json.loads(done.stdout)["healthy"] is True, done.stderr
+    assert done.stderr.strip() == "[]"
