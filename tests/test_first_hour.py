@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import time
@@ -161,7 +160,7 @@ exec {EXAMPLES / "deploy"} "$@"
     assert printed == (f"vq admin update vibeqc cluster --expected-sha {site.a} --tag v1.0 "
                        f"--update-script-arg=--opt=2 --config {site.config} --state-dir {site.state}")
     wait_for(lambda: list(site.scratch.glob(".vq-admin/runtime-deploy/vibeqc/deploy.*/exit")), "the build's end")
-    again = subprocess.run(printed, shell=True, env=dict(env, PATH=f"{SCRIPTS}:{env['PATH']}"),
+    again = subprocess.run(["/bin/sh", "-c", printed], env=dict(env, PATH=f"{SCRIPTS}:{env['PATH']}"),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     last = site.record("last")

@@ -1,4 +1,4 @@
-"""Exact source identity on the driver: the commit, its tree, its tag (never synthesized: given, or the one at the SHA)."""
+"""Exact source identity on the driver: the commit, its tree, its tag (given, or the one at the SHA)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from vq_admin_hookspecs.slots import place, place_env
 from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
-from ..outcome import Locked, Outcome, UsageError
+from ..outcome import Locked, Outcome, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..progress import CommandView
 from ..receipt import Receipt
@@ -188,12 +188,6 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
-        if pre.broken is not None:
-            # A verify that cannot start, fails, or prints no receipt cannot prove anything afterwards either;
-            # a receipt of nothing active (CONTRACT section 4) is "not current", and the run goes on.
-            self.receipt.errors.append(f"pre-verify: {pre.broken}; nothing was run"
-                                       + ("; its output, escaped, is in verify.pre.output" if pre.not_receipt else ""))
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
         if self.mirror is not None:
             self.mirror.run()
@@ -227,8 +221,13 @@ class RuntimeUpdate:
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
 
     def require_quiescent(self, pre: Verification) -> None:
-        """Never start a build while the provider reports one in progress on the host
-        (e.g. the build an interrupted run left running): exit 75, nothing run."""
+        """Never start a build on a verify that cannot start, fails or prints no receipt: it cannot prove
+        anything afterwards either (exit 1; a receipt of nothing active, CONTRACT section 4, is "not
+        current"); nor while the provider reports one in progress on the host (e.g. the build an
+        interrupted run left running): exit 75.  Nothing is run either way."""
+        if pre.broken is not None:
+            raise VqAdminError(f"pre-verify: {pre.broken}; nothing was run"
+                               + ("; its output, escaped, is in verify.pre.output" if pre.not_receipt else ""))
         receipt = pre.receipt
         if receipt is not None and (receipt.quiescent is not True or receipt.updater_pid is not None):
             raise Locked(
