@@ -147,21 +147,27 @@ exec {EXAMPLES / "deploy"} "$@"
     env = {k: v for k, v in os.environ.items() if k not in ("VQ_ADMIN_CONFIG", "VQ_ADMIN_STATE_DIR")}
     line = [VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", site.a, "--tag", "v1.0",
             "--update-script-arg=--opt=2", "--config", str(site.config), "--state-dir", str(site.state), "--json"]
+    shell_env = dict(env, PATH=f"{SCRIPTS}:{env['PATH']}")
+
+    def as_printed(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["/bin/sh", "-c", command], env=shell_env, capture_output=True, text=True, timeout=300)
+
     run = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: started.exists() or run.poll() is not None, "the build to start")
         assert run.poll() is None, run.communicate()
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=60)
+        assert run.returncode == 3, out + err
+        printed = json.loads(out)["readback"]["next_command"]
+        assert printed == (f"vq admin update vibeqc cluster --expected-sha {site.a} --tag v1.0 "
+                           f"--update-script-arg=--opt=2 --config {site.config} --state-dir {site.state}")
+        held = as_printed(printed)  # the build keeps running: locked, and its next line is the same
+        assert held.returncode == 75 and f"  next      {printed}" in held.stderr.splitlines(), held.stderr
     finally:
         gate.touch()
-    assert run.returncode == 3, out + err
-    printed = json.loads(out)["readback"]["next_command"]
-    assert printed == (f"vq admin update vibeqc cluster --expected-sha {site.a} --tag v1.0 "
-                       f"--update-script-arg=--opt=2 --config {site.config} --state-dir {site.state}")
     wait_for(lambda: list(site.scratch.glob(".vq-admin/runtime-deploy/vibeqc/deploy.*/exit")), "the build's end")
-    again = subprocess.run(["/bin/sh", "-c", printed], env=dict(env, PATH=f"{SCRIPTS}:{env['PATH']}"),
-                           capture_output=True, text=True, timeout=300)
+    again = as_printed(printed)
     assert again.returncode == 0, again.stdout + again.stderr
     last = site.record("last")
     assert last["outcome"] in ("already-current", "ok") and last["tag"] == "v1.0"

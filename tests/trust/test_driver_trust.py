@@ -449,7 +449,11 @@ def test_verbose_narration_of_a_run_prints_no_raw_escape_sequence(arena):
     deploy = arena / "private" / "deploy"
     deploy.write_text("#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J' >&2\nexit 3\n")
     deploy.chmod(0o755)
-    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", repo=str(repo.path))
+    verify = arena / "private" / "verify"
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")  # nothing installed yet
+    verify.chmod(0o755)
+    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", verify=str(verify),
+                          repo=str(repo.path))
     done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--verbose", config=config,
                   state=arena / "private" / "state")
     clean(done)

@@ -36,11 +36,15 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     A dry run stores nothing.  *verified* is given only for a verified success
     and is what LAST OK becomes.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
-    log line but leaves the lane's records alone.
+    log line but leaves the lane's records alone.  A locked run names the line to rerun.
     """
     receipt.finish(outcome, utc_now())
     if ctx.options.dry_run:
         return receipt
+    if outcome is Outcome.LOCKED and receipt.readback is None:  # the line to run once the holder has ended
+        receipt.readback = {"read": "nothing: another run holds the lane, or a deployment is under way",
+                            "proven": False, "next_command": rerun_command(ctx, receipt),
+                            "advice": "rerun it once that has ended; it verifies read-only first"}
     receipt.plan.skip_unrun()
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
