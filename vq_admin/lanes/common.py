@@ -13,7 +13,7 @@ from ..transport import quote_argv
 
 
 def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
-    """The ``next`` hint of every run (interrupted, unknown): the command line that, run as printed, reruns
+    """The ``next`` hint of every run (interrupted, unknown, locked): the command line that, run as printed, reruns
     this run: the same verb (rollback and prune set ``receipt.rerun``; else ``update``), host, program,
     SHA, tag, placement options, ``--config`` and ``--state-dir``."""
     options = ctx.options
