@@ -17,8 +17,8 @@ from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..output import last_line
-from ..plan import Plan, Step, execute, execute_unwrapped, fill, refuse_unsafe_command
-from ..transport import RunResult, Transport, quote_argv
+from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
+from ..transport import RunResult, quote_argv
 
 
 @dataclass
@@ -109,11 +109,10 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, timeout=timeout)
-    return judge_verify(login, host, request, verify_step, readback_step, result, timeout)
+    return judge_verify(request, verify_step, readback_step, result)
 
 
-def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                 readback_step: Step, result: RunResult, timeout: float) -> Verification:
+def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step, result: RunResult) -> Verification:
     """The verify-readback answer in *result* (run by :func:`run_verify`, or inside the run's first
     agent call, :mod:`.first_call`), judged into a :class:`Verification`."""
     found = Verification(step=verify_step.name)
@@ -121,8 +120,6 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
         found.interrupted, found.error = True, result.describe()
         readback_step.status = "skipped"
         return found
-    if _agent_lacks_verb(result):  # an older helper on the login host: the verify, then hash-file
-        return _run_verify_two_calls(login, host, request, verify_step, readback_step, timeout)
     answer, problem = _parse_answer(result)
     if problem is not None:
         verify_step.status, verify_step.detail = "failed", problem
@@ -132,8 +129,7 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
     verify = answer["verify"]
     code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
-    receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""),
-                             protocol.command_words(verify_step.planned_argv, host.agent)[:1])
+    receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
     if receipt is None:
         return found
     failpoint("step-before", readback_step.name)
@@ -157,14 +153,14 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
 
 
 def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, request: RuntimeRequest,
-                   stdout: bytes, code: int | None, stderr: str, command: list[str]) -> VerifyReceipt | None:
-    """Parse and check the verify receipt of *command* (its first word) into *found*; the receipt when its
-    launcher is to be read back."""
+                   stdout: bytes, code: int | None, stderr: str) -> VerifyReceipt | None:
+    """Parse and check the verify receipt into *found*; the receipt when its launcher is to be read back."""
     receipt, error = parse_receipt(stdout)
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
-    if code != 0:
-        found.error = found.broken = f"verify command {quote_argv(command)} exited {code}: {last_line(stderr)}"
+    if code != 0:  # the verify command: the word after the agent's "verify-readback --"
+        command = verify_step.planned_argv[verify_step.planned_argv.index(VERIFY_READBACK) + 2]
+        found.error = found.broken = f"verify command {quote_argv([command])} exited {code}: {last_line(stderr)}"
     elif receipt is None:
         found.error, found.broken = error, f"the verifier's output is not a receipt ({error})"
     if found.broken is not None:
@@ -181,11 +177,6 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     return receipt
 
 
-def _agent_lacks_verb(result: RunResult) -> bool:
-    """The login host's agent predates ``verify-readback`` (its argparse refused the verb)."""
-    return protocol.lacks_verb(VERIFY_READBACK, result.exit_code, result.stdout, result.stderr)
-
-
 def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     if result.exit_code != 0:
         return {}, f"the agent's {VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
@@ -194,39 +185,6 @@ def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     except protocol.ProtocolError as exc:
         return {}, str(exc)
     return dict(parsed.data, stdout_bytes=parsed.stdout_bytes), None
-
-
-def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                          readback_step: Step, timeout: float) -> Verification:
-    """The verify and the read-back as two calls (an agent without ``verify-readback``): the verify
-    step's planned command without its agent, then the read-back step as planned."""
-    result = execute_unwrapped(verify_step, login, host.agent, timeout=timeout,
-                               reason=f"the agent on {login.where} predates {VERIFY_READBACK}")
-    found = Verification(step=verify_step.name)
-    if result.interrupted:
-        found.interrupted, found.error = True, result.describe()
-        readback_step.status = "skipped"
-        return found
-    receipt = _judge_receipt(found, verify_step, readback_step, request, result.stdout, result.exit_code,
-                             result.error_text(), protocol.command_words(verify_step.planned_argv, host.agent)[:1])
-    if receipt is None:
-        return found
-    hashed = execute(readback_step, login, timeout=timeout, active_path=receipt.active_path)
-    if hashed.interrupted:
-        found.interrupted, found.error = True, hashed.describe()
-        return found
-    data, read_error = _parse_hash(hashed.stdout)
-    if hashed.exit_code != 0 and read_error is None:
-        read_error = (data or {}).get("error") or f"hash-file exited {hashed.exit_code}"
-    found.checks.append(readback_check(receipt, data, read_error))
-    return found
-
-
-def _parse_hash(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return protocol.parse_hash_file(stdout).data, None
-    except protocol.ProtocolError as exc:
-        return None, str(exc)
 
 
 #: How much of a verifier's unusable output a receipt keeps.
