@@ -121,6 +121,7 @@ def test_the_same_line_without_tag_after_a_tagged_run_is_already_current(tmp_pat
     assert several.json()["errors"] == [f"2 tags point at {site.a}: v1.0, v1.0-final; name the one the runtime "
                                         "must report with --tag TAG; nothing was run"]
     assert site.record("last-ok")["tag"] == "v1.0" and site.built() == [site.a]
+    assert site.record("last")["outcome"] == "already-current"  # a usage error never replaces the last run
     chosen = site.update("--tag", "v1.0", "--json")
     assert chosen.exit_code == 0 and chosen.json()["outcome"] == "already-current", chosen.stdout + chosen.stderr
 
