@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, NOTHING_ACTIVE, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from vq_admin import bindings, registry
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.context import stderr_narrator
@@ -329,7 +329,7 @@ def test_an_interpreter_prefixed_writable_script_is_refused(arena):
     script = arena / "shared" / "deploy.sh"
     nobody_sh(f"printf 'touch {marker}\\n' > {script}")
     verify = arena / "private" / "verify"
-    verify.write_text("#!/bin/sh\nexit 1\n")  # nothing installed yet: silent, non-zero (the build may proceed)
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")  # nothing installed yet
     verify.chmod(0o755)
     repo = GitRepo(arena / "private" / "repo")
     sha = repo.commit("A")
@@ -449,7 +449,11 @@ def test_verbose_narration_of_a_run_prints_no_raw_escape_sequence(arena):
     deploy = arena / "private" / "deploy"
     deploy.write_text("#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J' >&2\nexit 3\n")
     deploy.chmod(0o755)
-    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", repo=str(repo.path))
+    verify = arena / "private" / "verify"
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")  # nothing installed yet
+    verify.chmod(0o755)
+    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", verify=str(verify),
+                          repo=str(repo.path))
     done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--verbose", config=config,
                   state=arena / "private" / "state")
     clean(done)
