@@ -283,7 +283,7 @@ def test_a_state_directory_that_is_a_regular_file_is_refused(arena):
     config = local_config(arena / "private" / "admin.toml")
     for done in (launcher(state, "--expected-sha", SHA),
                  run_vq("update", "vibeqc", "here", "--expected-sha", SHA, config=config, state=state),
-                 run_vq("status", state=state)):
+                 run_vq("status", config=config, state=state)):
         clean(done)
         assert done.exit_code == 77, done.stderr
         assert f"state directory {state} is not a directory" in done.stderr
@@ -420,16 +420,16 @@ def test_a_verify_receipt_with_a_5000_digit_integer_ends_failed(arena):
 
 def test_a_state_record_with_hostile_content_is_ignored_not_fatal(arena):
     state = private_state(arena)
-    lane = state / "hosts" / "cluster" / "runtime" / "vibeqc"
+    lane = state / "hosts" / "here" / "runtime" / "vibeqc"
     lane.mkdir(parents=True, mode=0o700)
     (lane / "last-ok.json").write_text("[" * 50000 + "]" * 50000)
     (lane / "last.json").write_text('{"exit_code": ' + "7" * 5000 + "}")
     for name in ("last-ok.json", "last.json"):
         (lane / name).chmod(0o600)
-    done = run_vq("status", "--json", state=state)
+    done = run_vq("status", "--json", config=local_config(arena / "private" / "admin.toml"), state=state)
     clean(done)
     assert done.exit_code == 0, done.stderr
-    assert done.json()["hosts"]["cluster"]["runtimes"]["vibeqc"]["last_ok"] is None
+    assert done.json()["hosts"]["here"]["runtimes"]["vibeqc"]["last_ok"] is None
 
 
 # -- smaller points ---------------------------------------------------------------------------
