@@ -14,7 +14,9 @@ attests, and everything else fails closed::
 
 A refusal raises :class:`LauncherRefused` (exit 77 on the command line) with
 a machine-readable ``code``, a ``reason`` and a ``remedy``; a malformed
-argument raises :class:`BindingUsageError` (a ``ValueError``; exit 2).  No
+argument raises :class:`BindingUsageError` (a ``ValueError``; exit 2); a host
+or program without evidence that the configuration does not name, or a
+configuration that cannot be read then, raises ``UsageError`` (exit 2).  No
 call ever substitutes another launcher (a bare interpreter included) for a
 refused one.
 
@@ -333,14 +335,13 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
         raise _corrupt(exc, program, host) from None
     from .readback import ConfigUnavailable, host_table
 
-    try:
+    try:  # a host (or program) the configuration does not name is a usage error, as for every verb
         table, _ = host_table(config_path, host)
     except ConfigUnavailable as exc:
-        raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {host}, and {exc}",
-                              f"deploy and verify it: vq admin update {program} {host} --expected-sha SHA") from None
+        raise UsageError(str(exc)) from None
     role = table.get("fleet_role")
     if role == "managed":
-        return host
+        return _profiled(table, host, program)
     if role == "alias":
         canonical = table.get("canonical_host")
         target = None
@@ -350,10 +351,19 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
             except ConfigUnavailable:
                 target = None
         if target is not None and isinstance(canonical, str) and target.get("fleet_role") == "managed":
-            return canonical
+            return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
                               f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
                               "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")
     raise LauncherRefused("unmanaged-host", f"{host} has fleet_role {role!r}, which has no runtime maintenance "
                           "authority, so no runtime evidence can exist for it",
                           "submit to a managed host (fleet_role = \"managed\")")
+
+
+def _profiled(table: Mapping[str, object], host: str, program: str) -> str:
+    """*host*, whose configuration *table* must have a profile of *program* (else a usage error naming them)."""
+    profiles = table.get("scheduler_runtime_deployments")
+    if not isinstance(profiles, dict) or program not in profiles:
+        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) and profiles else "none"
+        raise UsageError(f"host {host} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+    return host
