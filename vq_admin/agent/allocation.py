@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from . import checksum, retention, safedirs, securepath, slurmjob
+from . import checksum, lease, retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
 from .progress import Reporter, settle_record
@@ -428,7 +428,12 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     safedirs.check_scratch(root)
     spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
     binding = bind(spec, archive, archive_sha256)  # before anything is created: a changed archive is refused
-    attempt = create_attempt(root, program, attempt_name)
+    work_fd, lease_path = lease.hold_work(program)  # sbatch --wait keeps it until the job has ended
+    try:
+        attempt = create_attempt(root, program, attempt_name)
+    except BaseException:
+        os.close(work_fd)
+        raise
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         attempt.write_file("argv.json", spec)
@@ -437,9 +442,12 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
                     if progress else None)
 
-        def on_job_id(job_id: str) -> None:
+        def on_job_id(job_id: str, sbatch_pid: int) -> None:
             try:
                 attempt.write_file("job", f"{job_id}\n".encode())
+                lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.name,
+                                               "pid": sbatch_pid, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime())})
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
@@ -447,7 +455,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 reporter.start(job_id)
 
         try:
-            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id)
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id,
+                                           pass_fds=(work_fd,))
         finally:
             if reporter is not None:
                 reporter.stop()
@@ -476,6 +485,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                     summary["job_exit_code"] = search.end.raw_exit
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
+        os.close(work_fd)
         attempt.close()
 
 

@@ -231,8 +231,10 @@ def cancel(job_id: str) -> dict[str, object]:
     return {"job_id": job_id, "exit_code": code, "ok": code == 0, "message": (err or out).strip()[-300:]}
 
 
-def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[str], None]) -> Submission:
-    """Run sbatch; call *on_job_id* the moment it prints the id; bound the wait by *timeout*.
+def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[str, int], None],
+                    pass_fds: Sequence[int] = ()) -> Submission:
+    """Run sbatch; call *on_job_id* (job id, sbatch's pid) the moment it prints the id; bound the wait
+    by *timeout*.  *pass_fds* stay open in sbatch for as long as it waits (the lease's work lock).
 
     At the bound the job is cancelled (``scancel``), sbatch is given
     :data:`CANCEL_GRACE` seconds to notice and is then killed.
@@ -240,7 +242,8 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
     result = Submission()
     with tempfile.TemporaryFile() as errfile:
         try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errfile)
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errfile,
+                                    pass_fds=tuple(pass_fds))
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
@@ -253,7 +256,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
                 if m and result.job_id is None:
                     result.job_id = m.group(1)
                     try:
-                        on_job_id(result.job_id)
+                        on_job_id(result.job_id, proc.pid)
                     finally:
                         got_id.set()
 

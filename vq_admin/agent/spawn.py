@@ -22,11 +22,11 @@ and ``select.poll`` does the same work.  Same behaviour, point by point:
   same as in subprocess's own ``posix_spawn`` path: glibc's posix_spawn
   leaves its two internal signals (32 and 33) ignored in the command, which
   only a program's own C library uses (and installs its handlers for);
-* the command stays in the agent's process group and session, with no
-  bound of its own (as before: the driver bounds its wait, and a run that
-  ends frees the lease while a read-only verify finishes); if the agent is
-  interrupted while reading, the command gets ``SIGKILL`` and is reaped, as
-  ``subprocess.run`` does.
+* with *timeout*, the command leads a session (and process group) of its
+  own, and at the bound that whole group gets ``SIGTERM``, then ``SIGKILL``
+  (:class:`TimedOut` is raised once it is reaped), so nothing it started is
+  left running; if the agent is interrupted while reading, the command gets
+  ``SIGKILL`` and is reaped, as ``subprocess.run`` does.
 
 Where that is not possible as stated (no ``os.posix_spawn``, a C library
 whose ``posix_spawn`` may not report a failed ``exec``: anything but glibc
@@ -44,9 +44,36 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Tuple
+    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 CHUNK = 32768
+#: Seconds between SIGTERM and SIGKILL of a command's process group cut off at its bound.
+KILL_GRACE = 2.0
+
+
+class TimedOut(Exception):
+    """The command did not end within its bound; its process group was ended (*out*, *err*: what it wrote)."""
+
+    def __init__(self, out: bytes, err: bytes) -> None:
+        super().__init__("timed out")
+        self.out, self.err = out, err
+
+
+def _end_group(pid: int, reaped: "Callable[[], bool]") -> None:
+    """SIGTERM to the process group *pid* leads, then SIGKILL after :data:`KILL_GRACE` unless *reaped*."""
+    import signal
+    import time
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            return
+        deadline = time.monotonic() + KILL_GRACE
+        while time.monotonic() < deadline:
+            if reaped():
+                return
+            time.sleep(0.05)
 
 
 def _signals() -> "Tuple[int, Tuple[int, ...]]":
@@ -103,27 +130,37 @@ def _exit_code(status: int) -> int:
     return -os.WSTOPSIG(status)  # pragma: no cover -- waitpid without WUNTRACED
 
 
-def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]") -> "Tuple[int, bytes, bytes]":
+def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]",
+                    timeout: "Optional[float]") -> "Tuple[int, bytes, bytes]":
     import subprocess
 
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    return done.returncode, done.stdout, done.stderr
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            start_new_session=timeout is not None)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(proc.pid, lambda: proc.poll() is not None)
+        out, err = proc.communicate()
+        raise TimedOut(out, err) from None
+    return proc.returncode, out, err
 
 
-def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "Tuple[int, bytes, bytes]":
+def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None,
+                 timeout: "Optional[float]" = None) -> "Tuple[int, bytes, bytes]":
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
-    *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start."""
+    *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
+    and :class:`TimedOut` when it ran past *timeout* seconds (its process group was ended)."""
     spawn = getattr(os, "posix_spawn", None)
     inherited = inherited_fds() if spawn is not None and spawn_reports_exec_errors() else None
     if spawn is None or inherited is None or not argv:
-        return _subprocess_run(argv, env)
+        return _subprocess_run(argv, env, timeout)
     environ = os.environ if env is None else env
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     if min(out_w, err_w) <= 2:  # the agent's own 0, 1 or 2 was closed: subprocess handles that case
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        return _subprocess_run(argv, env)
+        return _subprocess_run(argv, env, timeout)
     sigkill, restored = _signals()
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
@@ -134,7 +171,7 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
         last: "Optional[OSError]" = None
         for path in _candidates(argv[0], environ):
             try:
-                pid = spawn(path, argv, environ, file_actions=actions, setsigdef=restored)
+                pid = spawn(path, argv, environ, file_actions=actions, setsigdef=restored, setsid=timeout is not None)
                 break
             except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
                 last = exc
@@ -147,10 +184,17 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
             error = first or last
             assert error is not None
             raise error
-        out, err = _read_both(out_r, err_r)
-        _, status = os.waitpid(pid, 0)
+        out, err, timed_out = _read_both(out_r, err_r, timeout)
+        if timed_out:
+            group, status = pid, []  # type: int, List[int]
+            _end_group(group, lambda: bool(status) or _reap(group, status))
+            if not status:
+                os.waitpid(group, 0)
+            pid = None
+            raise TimedOut(out, err)
+        _, code = os.waitpid(pid, 0)
         pid = None
-        return _exit_code(status), out, err
+        return _exit_code(code), out, err
     finally:
         for fd in (out_r, out_w, err_r, err_w):
             if fd >= 0:
@@ -163,21 +207,34 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
             os.waitpid(pid, 0)
 
 
-def _read_both(out_fd: int, err_fd: int) -> "Tuple[bytes, bytes]":
-    """Everything written to both pipes, until each reaches its end."""
-    import select
+def _reap(pid: int, status: "List[int]") -> bool:
+    """Reap *pid* if it has ended (its status appended to *status*)."""
+    done, code = os.waitpid(pid, os.WNOHANG)
+    if done:
+        status.append(code)
+    return bool(done)
 
+
+def _read_both(out_fd: int, err_fd: int, timeout: "Optional[float]" = None) -> "Tuple[bytes, bytes, bool]":
+    """Everything written to both pipes, until each reaches its end (or *timeout* passes: then True)."""
+    import select
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
     chunks: "Dict[int, List[bytes]]" = {out_fd: [], err_fd: []}
     poller = select.poll()
     for fd in chunks:
         poller.register(fd, select.POLLIN)
     open_fds = 2
     while open_fds:
-        for fd, _ in poller.poll():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return b"".join(chunks[out_fd]), b"".join(chunks[err_fd]), True
+        for fd, _ in poller.poll(None if left is None else max(1, int(left * 1000))):
             data = os.read(fd, CHUNK)
             if data:
                 chunks[fd].append(data)
             else:
                 poller.unregister(fd)
                 open_fds -= 1
-    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd]), False

@@ -22,11 +22,16 @@ injection of tests counts the session as the pre-verify's call.
 The helper lane does the same with its pre-identity read instead of the
 pre-verify and check (:func:`open_helper`).
 
-Falls back to the separate calls (probe, ``lease``, ``check-paths``,
-``verify-readback``) when the lease was not deferred (agent words that are
-not literal) or the login host's agent predates ``session``; an allocation
-profile does the pre-verify separately, after the previous attempt is
-reconciled.
+The session's pre-verify runs on the login host under the profile's
+``verify_timeout_seconds``, like every other verify: a verifier that did not
+answer by then has its process group ended there, and the run is ``failed``
+("the verifier did not answer within N s"; nothing was run).  An agent of
+another session protocol is refused (77, naming the command that updates the
+helper); the helper lane, which is how that agent gets updated, runs without
+the lease and says so.  The separate calls (probe, ``lease``, ``check-paths``,
+``verify-readback``) remain for agent words that are not literal (the lease
+is not deferred); an allocation profile does the pre-verify separately,
+after the previous attempt is reconciled.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..agent import protocol
 from ..agent.failpoints import failpoint
-from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
+from ..lease import Lease, LeaseUnreachable, OtherProtocol
 from ..outcome import VqAdminError
 from ..plan import record, refuse_unsafe_command
 from ..transport import RunResult, SshTransport, quote_argv
@@ -77,12 +82,11 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     if with_verify:
         failpoint("step-before", pre_verify.name)
     started = time.monotonic()
-    answer = lease.open_session(request)
+    timeout = update.profile.verify_timeout_seconds
+    if with_verify:
+        request["verify"]["timeout"] = timeout
+    answer = lease.open_session(request, timeout if with_verify else None)
     seconds = time.monotonic() - started
-    if answer is None:  # an older agent: the separate calls
-        lease.acquire()
-        remote_paths.run(update)
-        return None
     interrupted = answer.get("interrupted")
     if interrupted is not None:
         if not with_verify:
@@ -106,6 +110,13 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
         return None
     pre_verify.purpose += PURPOSE
     verify = answer.get("verify")
+    ran = verify.get("verify") if isinstance(verify, dict) else None
+    if isinstance(ran, dict) and ran.get("timed_out") is not None:
+        pre_verify.argv, pre_verify.status, pre_verify.seconds = pre_verify.planned_argv, "failed", seconds
+        pre_verify.detail = (f"the verifier did not answer within {timeout:g} s (verify_timeout_seconds); its "
+                             f"process group on {login.where} was ended")
+        pre_readback.status = "skipped"
+        raise VqAdminError(f"{pre_verify.name}: {pre_verify.detail}; nothing was run")
     result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
@@ -118,26 +129,23 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
 def open_helper(update: "HelperUpdate") -> IdentityRead | None:
     """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
     one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
-    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
-    than that: how it gets updated) runs without one and says so."""
+    reads it); an agent of another session protocol (how it gets updated) runs without a lease
+    and says so."""
     lease: Lease | None = update.ctx.lease
     if lease is None:
         return None
     step = update.receipt.plan.get("pre-identity")
     failpoint("step-before", step.name)
     started = time.monotonic()
-    answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
-    seconds = time.monotonic() - started
-    if answer is None:
-        try:
-            lease.acquire()
-        except AgentWithoutLease as exc:
-            lease.release()
-            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
-            lease.record["note"] = note
-            update.receipt.notes.append(note)
-            update.ctx.narrate(note)
+    try:
+        answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
+    except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
+        note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+        lease.record["note"] = note
+        update.receipt.notes.append(note)
+        update.ctx.narrate(note)
         return None
+    seconds = time.monotonic() - started
     step.argv, step.seconds = step.planned_argv, seconds
     interrupted = answer.get("interrupted")
     if interrupted is not None:
@@ -163,7 +171,7 @@ def _lease_request(lease: Lease) -> dict[str, Any]:
     def value(option: str) -> str | None:
         return argv[argv.index(option) + 1] if option in argv else None
 
-    return {"root": value(protocol.ROOT), "lane": value(protocol.LANE), "host": value(protocol.HOST),
+    return {"lane": value(protocol.LANE), "host": value(protocol.HOST),
             "program": value(protocol.PROGRAM),
             "holder": {"driver_host": value(protocol.DRIVER_HOST), "user": value(protocol.USER),
                        "pid": int(value(protocol.PID) or 0), "since": value(protocol.SINCE),
