@@ -263,7 +263,11 @@ def test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed(tmp_path):
 
 OLD_AGENT = """\
 #!/bin/sh
-# An agent from before the lease verb (and so before session): argparse's answer to an unknown verb.
+# An agent of another version: its session verb does not know this request (argparse's answer to a verb it
+# lacks), or answers in another protocol version.
+if [ "$1" = session ] && [ -n "$VQ_TEST_OTHER_VERSION" ]; then
+    read -r request; echo '{{"protocol": 7}}'; exit 0
+fi
 if [ "$1" = lease ] || [ "$1" = session ]; then
     echo "usage: vq-admin-agent [-h] {{hash-file,stage-create}} ..." >&2
     echo "vq-admin-agent: error: argument verb: invalid choice: '$1' (choose from 'hash-file', 'stage-create')" >&2
@@ -273,29 +277,17 @@ exec {agent} "$@"
 """
 
 
-def test_an_agent_without_the_lease_verb(tmp_path):
+@pytest.mark.parametrize("version", ["", "7"], ids=["without-session", "protocol-7"])
+def test_an_agent_of_another_version_is_refused_once_with_the_update_command(tmp_path, monkeypatch, version):
     old = tmp_path / "old-agent"
     old.write_text(OLD_AGENT.format(agent=AGENT))
     old.chmod(0o755)
+    monkeypatch.setenv("VQ_TEST_OTHER_VERSION", version)
     f = Fleet(tmp_path, None, {"cluster": {"transport": "local", "agent": str(old)}})
-    # the runtime lane refuses (nothing runs) and says what to do
     code, out, err = finish(f.update("cluster", f.a, state=tmp_path / "state"), timeout=120)
     assert code == 77, out + err
     receipt = json.loads(out)
-    assert "has no lease verb" in receipt["errors"][-1] and "vq admin update HOST" in receipt["errors"][-1]
-    assert not f.root("cluster").exists()
-
-    # the helper lane is how that agent gets updated: it runs without a lease and says so
-    from vq_admin.config import load_config
-    from vq_admin.context import RunContext
-    from vq_admin.lease import host_lease
-    from vq_admin.receipt import Receipt
-    from vq_admin.state import StateDir
-    from vq_admin.transport import Session
-
-    with Session(None) as session:
-        ctx = RunContext(load_config(f.config), StateDir(tmp_path / "state"), session, None)  # type: ignore[arg-type]
-        receipt = Receipt("helper", "cluster", None, None, None, "2026-01-01T00:00:00Z")
-        with host_lease(ctx, receipt, "helper", "cluster", None) as lease:
-            assert lease is None
-    assert "runs without a lease" in receipt.notes[0]
+    message = receipt["errors"][-1]
+    assert f"speaks session protocol {version or 'none (an older helper)'}, this vq-admin 1" in message, message
+    assert "update the helper first (vq admin update cluster --expected-sha SHA)" in message
+    assert not f.root("cluster").exists() and all(s["status"] == "skipped" for s in receipt["steps"])

@@ -169,7 +169,7 @@ class Lease:
         started = time.monotonic()
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(LEASE_WAIT))
-        held = _member(first, "lease")
+        held = _member(first, protocol.LEASE)
         ours = first.get("protocol") == protocol.SESSION_PROTOCOL
         if ours and held.get("held") is True and fault is None:
             self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
@@ -256,7 +256,7 @@ class Lease:
                              f"login shell {shell.get('shell')}: {shell.get('stderr') or shell.get('error') or ''}")
         if ssh is not None:
             ssh.shell_checked = True
-        held = _member(first, "lease")
+        held = _member(first, protocol.LEASE)
         status = held.get("exit")
         self._refuse(held, status if isinstance(status, int) else code,
                      str(held.get("error") or error).replace("vq-admin-agent: ", ""))

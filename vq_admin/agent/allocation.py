@@ -434,6 +434,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     except BaseException:
         os.close(work_fd)
         raise
+    sub: slurmjob.Submission | None = None
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         attempt.write_file("argv.json", spec)
@@ -485,7 +486,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                     summary["job_exit_code"] = search.end.raw_exit
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
-        os.close(work_fd)
+        if sub is not None:  # sbatch has ended (or was ended at the bound): so has the job's hold
+            lease.end_work(work_fd, lease_path)
+        else:  # sbatch (if it started) keeps the lock and its record until the job ends
+            os.close(work_fd)
         attempt.close()
 
 

@@ -127,6 +127,10 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         except OSError:
             pass  # the agent is gone: the build runs on regardless
         status = proc.wait()
+        try:
+            os.unlink(lease_path + lease.WORK + ".holder")  # the lock itself goes with this process
+        except OSError:
+            pass
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
                "pid": proc.pid, "ended": _utc()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())

@@ -248,6 +248,15 @@ def record_work(path: str, record: Dict[str, Any]) -> None:
     _write_atomic(path + WORK + ".holder", protocol.encode(record).encode())
 
 
+def end_work(fd: int, path: str) -> None:
+    """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes."""
+    try:
+        os.unlink(path + WORK + ".holder")
+    except OSError:
+        pass
+    os.close(fd)
+
+
 def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
     """Take the lease a ``lease`` or ``session`` request names: ``(answer, fd holding it or None)``;
     the answer's ``exit`` is 75 held (by a session, or by work an earlier run left running), 4 an

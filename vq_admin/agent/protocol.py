@@ -638,8 +638,8 @@ def parse_lease(stdout: Output) -> LeaseAnswer:
 
 
 class SessionAnswer(Answer):
-    """``session``: one member per part done (``shell_probe``, ``lease``, ``check_paths``, ``identity``,
-    ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
+    """``session``: its ``protocol`` and one member per part done (``shell``, ``lease``, ``check_paths``,
+    ``identity``, ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
 
     __slots__ = ("lease",)
     verb = SESSION
@@ -651,8 +651,13 @@ class SessionAnswer(Answer):
 
 
 def parse_session(stdout: Output) -> SessionAnswer:
+    """The session's answer lines (the lease's, then the later parts') as one answer."""
     text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
-    return SessionAnswer(_object(SESSION, text.split("\n", 1)[0]))
+    first, _, rest = text.partition("\n")
+    data = _object(SESSION, first)
+    if rest.strip():
+        data.update(_object(SESSION, rest.split("\n", 1)[0]))
+    return SessionAnswer(data)
 
 
 class Framed(Answer):
