@@ -168,23 +168,30 @@ class Lease:
                                                          "ran")
         started = time.monotonic()
         self._start_session(ssh, full, request)
-        first = _parse(protocol.SESSION, self._read_line(LEASE_WAIT))
+        first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
         held = _member(first, protocol.LEASE)
         ours = first.get("protocol") == protocol.SESSION_PROTOCOL
         if ours and held.get("held") is True and fault is None:
             self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
             if ssh is not None:
                 ssh.shell_checked = True
-            rest = self._read_line(LEASE_WAIT + (verify_timeout or 0.0))
+            rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
             self.record["seconds"] = round(time.monotonic() - started, 3)
             answer = dict(first, **_parse(protocol.SESSION, rest))
             if not rest and verify_timeout is not None:
                 answer["interrupted"] = (f"the agent on {self.where} did not answer within "
-                                         f"{LEASE_WAIT + verify_timeout:g} s of taking the lease (its verify is "
-                                         f"bounded at {verify_timeout:g} s)")
+                                         f"{self.lease_wait + verify_timeout:g} s of taking the lease (its verify "
+                                         f"is bounded at {verify_timeout:g} s)")
             return answer
         self.record["seconds"] = round(time.monotonic() - started, 3)
         return self._not_held(ssh, first, fault)
+
+    @property
+    def lease_wait(self) -> float:
+        """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
+        from .agent.failpoints import failpoint
+
+        return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
 
     def _session_argv(self, ssh: SshTransport | None, request: dict[str, Any]) -> list[str]:
         """The ``session`` command line (with the login-shell probe's words on first contact)."""
@@ -234,8 +241,8 @@ class Lease:
             return self._interrupted(SSH_TRANSPORT_EXIT, f"vq-admin test fault: {fault}")
         if not first:
             if waited_out:
-                return {"interrupted": f"the agent on {self.where} did not answer within {LEASE_WAIT:g} s while "
-                                       "taking the host-side lease"}
+                return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
+                                       "while taking the host-side lease"}
             if protocol.lacks_verb(protocol.SESSION, code, b"", error):
                 self._other_protocol(None)
             if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
