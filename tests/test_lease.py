@@ -180,7 +180,7 @@ def test_a_driver_killed_mid_build_leaves_the_lease_to_its_build(tmp_path, sshd,
     code, out, err = finish(f.update("cluster", f.b, state=tmp_path / "state-bob"), timeout=120)
     assert code == 75, out + err
     message = json.loads(out)["errors"][-1]
-    assert "held by the build pid" in message and "attempt deploy." in message, message
+    assert "held by the build pid" in message and "/runtime-deploy/vibeqc/deploy." in message, message
     assert f"pid {first.pid}" in message and "whose driver has ended" in message, message
     assert "it ends when the build ends" in message, message
     assert f.started() == 1, "the second run started a build"

@@ -446,7 +446,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         def on_job_id(job_id: str, sbatch_pid: int) -> None:
             try:
                 attempt.write_file("job", f"{job_id}\n".encode())
-                lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.name,
+                lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.path,
                                                "pid": sbatch_pid, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime())})
             except OSError as exc:

@@ -90,7 +90,8 @@ def _utc() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int, lease_path: str) -> None:
+def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
+               work: tuple[int, str]) -> None:
     """The supervisor (a grandchild of the agent, in its own session; it holds the lease's work lock,
     inherited from the agent, until it ends): never returns."""
     code = 70
@@ -117,8 +118,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                   "archive_sha256": binding.archive_sha256, "started": _utc()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
-            lease.record_work(lease_path, {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
-                                           "attempt": attempt.name, "since": record["started"]})
+            lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
+                                           "attempt": attempt.path, "since": record["started"]})
         except OSError:
             pass  # the lock is held all the same; only its record is missing
         try:
@@ -127,10 +128,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         except OSError:
             pass  # the agent is gone: the build runs on regardless
         status = proc.wait()
-        try:
-            os.unlink(lease_path + lease.WORK + ".holder")  # the lock itself goes with this process
-        except OSError:
-            pass
+        lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
                "pid": proc.pid, "ended": _utc()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
@@ -139,7 +137,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os._exit(code)
 
 
-def start(attempt: allocation.Attempt, binding: allocation.Binding, lease_path: str) -> dict[str, Any]:
+def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str]) -> dict[str, Any]:
     """Start the supervisor (double fork, own session; it inherits the lease's work lock the caller
     holds) and return the ``build`` record it wrote."""
     read_fd, write_fd = os.pipe()
@@ -151,7 +149,7 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, lease_path: 
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _supervise(attempt, binding, write_fd, lease_path)
+                _supervise(attempt, binding, write_fd, work)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -263,7 +261,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         attempt.write_file("argv.json", spec)
         attempt.write_file("job.py", allocation.job_script(), 0o700)
-        record = start(attempt, binding, lease_path)
+        record = start(attempt, binding, (work_fd, lease_path))
         os.close(work_fd)
         work_fd = -1
         summary = _summary(attempt, record)

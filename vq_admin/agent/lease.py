@@ -127,14 +127,20 @@ def _ago(since: Any) -> str:
 
 
 def _connection(holder: Dict[str, Any]) -> str:
-    """How the session agent's connection stands, judged from its parent (sshd, or the local driver)."""
-    parent = holder.get("agent_ppid")
-    state = procs.process_state(parent) if isinstance(parent, int) and parent > 1 else None
-    if state == "T":
-        return (f"; its connection is frozen (the process serving it, pid {parent}, is stopped), so the driver "
-                f"that started it has given up on it (ssh's ServerAlive ends that side): the lease ends when "
-                f"pid {parent} is continued or ended (kill {parent})")
-    if state is None:
+    """How the session agent's connection stands, judged from its ancestors (the shell and sshd that ran
+    it, or the local driver): one of them stopped is a frozen connection."""
+    pid, found = holder.get("agent_ppid"), None
+    for _ in range(4):
+        state = procs.process_state(pid) if isinstance(pid, int) and pid > 1 else None
+        if state is None or state[0] in "Tt":
+            found = state
+            break
+        pid = state[1]
+    if found is not None:
+        return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
+                f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
+                f"{pid} is continued or ended (kill {pid}), not by itself")
+    if procs.process_state(holder.get("agent_ppid")) is None:  # type: ignore[arg-type]
         return (f"; the connection that started it is gone: the lease ends when the agent "
                 f"(pid {holder.get('agent_pid')}) exits")
     return "; its run is under way: the lease ends when that run ends or its connection drops"
@@ -249,7 +255,8 @@ def record_work(path: str, record: Dict[str, Any]) -> None:
 
 
 def end_work(fd: int, path: str) -> None:
-    """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes."""
+    """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes, and
+    the lock with *fd* (unless another process still shares it)."""
     try:
         os.unlink(path + WORK + ".holder")
     except OSError:
