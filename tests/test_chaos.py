@@ -395,7 +395,9 @@ def _sigterm_case(tmp_path, real_cluster, program: str, pending: bool):
             observed += f"; next run while pending: {held.outcome}"
             slurm.run("scancel", blocker)
             blocker = None
-        assert wait_until(lambda: _job_gone(slurm, job), 120), "the job never ended"
+        # ... and the sbatch --wait that held the host-side lease for it has noticed
+        assert wait_until(lambda: _job_gone(slurm, job) and work_free(real_cluster.sshd, program), 120), \
+            "the job never ended"
         world.mark("switched", 30)
         again = converge(world)
         assert again.receipt["previous_attempt"]["job_id"] == job
@@ -424,7 +426,8 @@ def test_sigkill_of_vq_while_the_allocation_job_runs_is_reconciled_by_the_next_r
     assert vq.returncode == -signal.SIGKILL and out == ""
     assert (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
     job = next((world.scratch / ".vq-admin" / "runtime-deploy" / program).glob("deploy.*/job")).read_text().strip()
-    assert wait_until(lambda: _job_gone(slurm, job), 120), "the job never ended"
+    assert wait_until(lambda: _job_gone(slurm, job) and work_free(real_cluster.sshd, program), 120), \
+        "the job never ended"
     again = converge(world)
     assert again.receipt["previous_attempt"]["job_id"] == job
     assert not (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
@@ -711,3 +714,28 @@ def test_a_frozen_connection_leaves_a_lease_that_says_so(tmp_path, real_sshd):
     record("a frozen sshd session (SIGSTOP) holding the lease; rerun", "locked; after SIGCONT: already-current",
            f"{held.outcome}; after SIGCONT: {again.outcome}")
     clean_after(world, again)
+
+
+def test_scancel_of_a_pending_job_is_failed_nothing_ran(tmp_path, real_cluster):
+    slurm, program = real_cluster.slurm, "chaos-scancel-pending"
+    world = World(tmp_path, real_cluster.sshd.ssh_config, program, allocation=True)
+    blocker = _blocker(slurm)
+    try:
+        vq = world.start()
+        job_file = wait_until(lambda: next((p for p in (world.scratch / ".vq-admin" / "runtime-deploy" / program)
+                                            .glob("deploy.*/job") if p.read_text().strip()), None), 120)
+        assert job_file, "the job was never submitted"
+        job = job_file.read_text().strip()
+        assert "PENDING" in slurm.run("scontrol", "show", "job", job).stdout
+        slurm.run("scancel", job, check=True)
+        done = finish(vq)
+    finally:
+        slurm.run("scancel", blocker)
+    no_false_ok(world, done)
+    error = done.receipt["errors"][-1]
+    assert "the job was cancelled before it started; nothing ran" in error and job in error, error
+    assert world.active() is None and not (world.marks / "switched").exists()
+    assert not attempt_record(world).exists()
+    record("scancel of the build job while it is pending", "failed", done.outcome)
+    assert wait_until(lambda: work_free(real_cluster.sshd, program), 60)
+    clean_after(world, done, converge(world, "ok"))

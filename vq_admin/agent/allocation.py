@@ -470,7 +470,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             summary.update(exit_code=sub.sbatch_exit_code, established=True, end_source="sbatch")
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
-                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
+                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
+                               never_started=slurmjob.never_started(fields))
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
                 end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
                 if end is not None:

@@ -34,6 +34,8 @@ _FIELD_RE = {
     "JobState": re.compile(r"(?:^|\s)JobState=([A-Z_]+)"),
     "ExitCode": re.compile(r"(?:^|\s)ExitCode=(\d+):(\d+)"),
     "Name": re.compile(r"(?:^|\s)(?:Job)?Name=(\S*)"),
+    "NodeList": re.compile(r"(?:^|\s)NodeList=(\S*)"),
+    "BatchHost": re.compile(r"(?:^|\s)BatchHost=(\S*)"),
 }
 
 
@@ -66,13 +68,20 @@ def wait_status(state: str, status: int | None, signal: int | None) -> int:
 
 
 def parse_fields(line: str) -> dict[str, str]:
-    """``JobId``, ``JobState``, ``ExitCode`` (``"3:0"``) and ``Name`` of one record line."""
+    """``JobId``, ``JobState``, ``ExitCode`` (``"3:0"``), ``Name``, ``NodeList`` and ``BatchHost`` (both empty
+    or missing for a job that never started) of one record line."""
     found: dict[str, str] = {}
     for key, rx in _FIELD_RE.items():
         m = rx.search(line)
         if m:
             found[key] = ":".join(m.groups()) if key == "ExitCode" else m.group(1)
     return found
+
+
+def never_started(fields: dict[str, str]) -> bool:
+    """A cancelled job that the scheduler never gave a node (no ``BatchHost``, an empty ``NodeList``)."""
+    return (fields.get("JobState") == "CANCELLED" and not fields.get("BatchHost")
+            and fields.get("NodeList", "(null)") in ("", "(null)"))
 
 
 def _end_from(fields: dict[str, str], job_id: str, source: str) -> JobEnd | None:

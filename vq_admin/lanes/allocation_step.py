@@ -356,6 +356,11 @@ class AllocationDeploy(RuntimeStep):
                                  "; ".join(summary.get("notes") or []) or "the job's end was not established")
         if summary["exit_code"] == JOB_TAMPERED_EXIT:
             self.tampered(sinks, f"batch job {deploy['job_id']}")
+        if signalled and summary.get("never_started") is True:  # the scheduler never gave it a node
+            allocation_attempt.clear(self)
+            self.reclaim(success=False)
+            raise VqAdminError(f"deploy: allocation job {deploy['job_id']} {signalled}: the job was cancelled "
+                               "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, int(summary["exit_code"]),
                              stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
