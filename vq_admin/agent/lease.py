@@ -60,8 +60,9 @@ LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
-FLOCK_HINT = ("the lease directory must be on a filesystem where flock(2) works: a local filesystem, "
-              "NFS with local locks (mount option local_lock=flock or =all), or Lustre mounted with -o flock")
+FLOCK_HINT = ("the lease directory (the account's ~/.local/state) must be on a filesystem where flock(2) works "
+              "between every login host that shares it: a local filesystem, NFS with working locks between "
+              "clients, or Lustre mounted with -o flock")
 
 
 class LeaseError(Exception):
