@@ -9,6 +9,7 @@ interrupted wait at a gate (see fleet_world), never on time.
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -219,10 +220,11 @@ def test_a_host_leased_by_another_administrator_is_locked_in_the_rollout(tmp_pat
 
     f = Fleet(tmp_path, str(sshd.ssh_config), hosts(), sshd=sshd)
     state = tmp_path / "state"
-    other = subprocess.Popen([AGENT, "lease", "--root", str(f.scratch("beta")), "--lane", "runtime", "--host", "beta",
+    other = subprocess.Popen([AGENT, "lease", "--lane", "runtime", "--host", "beta-elsewhere",
                               "--program", f.program, "--driver-host", "admin2", "--user", "bob", "--pid", "4242",
                               "--since", "2026-11-30T00:00:00Z", "--run-id", "bobs-run"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=dict(os.environ, XDG_STATE_HOME=str(sshd.agent_state("login-b"))))
     try:
         assert json.loads(other.stdout.readline())["held"] is True
         done = fleet_run(f, state, f.a, "--max-failed", "1", "--json")
