@@ -158,6 +158,7 @@ class Lease:
         of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
         from .agent.failpoints import failpoint
+        from .transport import describe_interruption
 
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
         request = dict(request, protocol=protocol.SESSION_PROTOCOL)
@@ -178,10 +179,14 @@ class Lease:
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
             self.record["seconds"] = round(time.monotonic() - started, 3)
             answer = dict(first, **_parse(protocol.SESSION, rest))
-            if not rest and verify_timeout is not None:
-                answer["interrupted"] = (f"the agent on {self.where} did not answer within "
-                                         f"{self.lease_wait + verify_timeout:g} s of taking the lease (its verify "
-                                         f"is bounded at {verify_timeout:g} s)")
+            if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
+                bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
+                answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
+                                         f"within {self.lease_wait + (verify_timeout or 0.0):g} s{bound}")
+            elif not rest:
+                assert self.proc is not None
+                answer["interrupted"] = (f"{describe_interruption(self.where, self.proc.poll())}: the connection "
+                                         "ended after the lease was taken, before the rest of the answer")
             return answer
         self.record["seconds"] = round(time.monotonic() - started, 3)
         return self._not_held(ssh, first, fault)
