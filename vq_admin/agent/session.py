@@ -231,6 +231,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         return 0
     if fd < 0:
         out.write(protocol.encode(second_part(request)))
+        out.flush()
         return 0
     held = Held(fd, answer["lease"]["lock"])
     held.watch(stdin)
