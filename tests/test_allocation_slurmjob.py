@@ -24,7 +24,16 @@ JOBCOMP = (
 
 def test_parse_fields_does_not_take_derived_exit_code():
     fields = slurmjob.parse_fields(JOBCOMP.splitlines()[0])
-    assert fields == {"JobId": "7", "JobState": "COMPLETED", "ExitCode": "0:0", "Name": "vq-deploy-prog"}
+    assert fields == {"JobId": "7", "JobState": "COMPLETED", "ExitCode": "0:0", "Name": "vq-deploy-prog",
+                      "NodeList": "vm"}
+
+
+def test_a_cancelled_job_without_a_node_never_started():
+    ran = "JobId=9 JobState=CANCELLED ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm"
+    pending = "JobId=9 JobState=CANCELLED ReqNodeList=(null) ExcNodeList=(null) NodeList= "
+    assert slurmjob.never_started(slurmjob.parse_fields(pending))
+    assert not slurmjob.never_started(slurmjob.parse_fields(ran))
+    assert not slurmjob.never_started(slurmjob.parse_fields(pending.replace("CANCELLED", "FAILED")))
 
 
 @pytest.mark.parametrize("state, status, signal, expected", [
