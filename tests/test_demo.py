@@ -23,12 +23,12 @@ def guide_sample(guide: Path) -> list[str]:
 
 
 #: What a sample line leaves out, and the pattern each stands for; the rest of a line is literal.
-WILDCARDS = ((r"\.\.\.", ".*"), (r"\d{8}T\d{6}Z", r"\d{8}T\d{6}Z"), (r"\b[0-9a-f]{8,}\b", "[0-9a-f]+"))
+WILDCARDS = ((r"\.\.\.|~/\.local/state", ".*"), (r"\d{8}T\d{6}Z", r"\d{8}T\d{6}Z"), (r"\b[0-9a-f]{8,}\b", "[0-9a-f]+"))
 
 
 def sample_pattern(line: str) -> re.Pattern[str]:
-    """A sample line as a pattern: ``...`` stands for anything, a UTC stamp for any stamp, a hex word
-    (a SHA, a digest, a random part) for any hex word."""
+    """A sample line as a pattern: ``...`` (and ``~/.local/state``) stands for anything, a UTC stamp
+    for any stamp, a hex word (a SHA, a digest, a random part) for any hex word."""
     out = []
     for part in re.split("(" + "|".join(w for w, _ in WILDCARDS) + ")", line):
         out.append(next((p for w, p in WILDCARDS if re.fullmatch(w, part)), None) or re.escape(part))
