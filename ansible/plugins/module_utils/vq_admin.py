@@ -41,9 +41,9 @@ class Vq(object):
             doc = None
         if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("vq-admin/"):
             tail = (err.strip().splitlines() or ["no output"])[-1]
-            self.module.fail_json(msg="%s is too old for this collection or is not vq-admin: 'vq admin %s --json' "
-                                      "printed no vq-admin JSON document (exit %s: %s)" % (self.path, words[0], rc, tail),
-                                  exit_code=rc, cmd=argv)
+            msg = ("%s is too old for this collection or is not vq-admin: 'vq admin %s --json' printed no "
+                   "vq-admin JSON document (exit %s: %s)" % (self.path, words[0], rc, tail))
+            self.module.fail_json(msg=msg, exit_code=rc, cmd=argv)
         return doc
 
     def finish(self, doc, **extra):

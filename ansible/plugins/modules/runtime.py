@@ -80,7 +80,7 @@ receipt:
   returned: always, except when vq is missing or too old
   type: dict
 verify:
-  description: Check mode only. The host's entry of C(vq admin verify) (C(state) current, drifted, unhealthy or unknown).
+  description: Check mode only. The host's entry of C(vq admin verify) (C(state) current, drifted, unhealthy, unknown).
   returned: in check mode
   type: dict
 plan:
