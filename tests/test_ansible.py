@@ -92,12 +92,14 @@ def ansible_env(collections: Path, home: Path) -> dict[str, str]:
 
 def test_each_module_renders_with_ansible_doc(collections: Path, tmp_path: Path) -> None:
     env = ansible_env(collections, tmp_path / "home")
-    for module in MODULES:
-        text = run([BIN / "ansible-doc", f"vq.admin.{module}"], env).stdout
-        for heading in ("OPTIONS", "EXAMPLES", "RETURN VALUES", "config", "state_dir", "host"):
-            assert heading in text, f"{module}: {heading} not rendered\n{text}"
-        doc = json.loads(run([BIN / "ansible-doc", "--json", f"vq.admin.{module}"], env).stdout)
-        assert doc[f"vq.admin.{module}"]["doc"]["options"]["vq"]["default"] == "vq"
+    names = [f"vq.admin.{module}" for module in MODULES]
+    pages = re.split(r"^> MODULE ", run([BIN / "ansible-doc", *names], env).stdout, flags=re.M)[1:]
+    assert [page.split()[0] for page in pages] == names
+    for page in pages:
+        for heading in ("OPTIONS", "EXAMPLES", "RETURN VALUES", "config", "state_dir", "host", "delegate_to"):
+            assert heading in page, f"{heading} not rendered\n{page}"
+    docs = json.loads(run([BIN / "ansible-doc", "--json", *names], env).stdout)
+    assert all(docs[name]["doc"]["options"]["vq"]["default"] == "vq" for name in names)
 
 
 def test_a_missing_or_old_vq_fails_in_one_line(collections: Path, tmp_path: Path) -> None:
