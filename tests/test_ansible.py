@@ -212,6 +212,13 @@ def test_playbooks_roll_out_stop_check_and_retry_a_lock(tmp_path: Path, sshd, co
     done = run([BIN / "ansible", "login_hosts", "-i", inventory, "-c", "local", "-m", "vq.admin.facts",
                 "-a", f"config={f.config} state_dir={state}"], env)
     assert done.stdout.count(f'"sha": "{f.a}"') >= 3 and '"host": "gamma"' in done.stdout, done.stdout
+    # the helper lane in check mode: its plan is refused (this world has no helper_source_repo): failed, with
+    # the first error line as msg and the outcome usage
+    done = run([BIN / "ansible", "alpha", "-i", inventory, "-c", "local", "--check", "-m", "vq.admin.helper",
+                "-a", f"config={f.config} state_dir={state}"], env, check=False)
+    result = json.loads(done.stdout.split("alpha | FAILED! => ", 1)[1])
+    assert (result["outcome"], result["exit_code"]) == ("usage", 2), done.stdout
+    assert result["msg"].startswith("hosts.alpha.helper_source_repo: is not configured"), result["msg"]
 
     # gamma moved to B behind the play's back: check mode says gamma alone would change, and changes nothing
     assert run_vq("update", f.program, "gamma", "--expected-sha", f.b, config=f.config, state=state).exit_code == 0
