@@ -83,7 +83,8 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
                        "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
     if active_sha != sha:
-        return dict(entry, state="drifted", detail=f"active SHA {active_sha}; {_named(expected)} {sha}")
+        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
+        return dict(entry, state="drifted", detail=f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}")
     attested = expected["launcher_sha256"]
     if read and read.ok and attested and receipt.active_path_sha256 != attested:
         return dict(entry, state="drifted", detail=f"launcher {receipt.active_path} has SHA-256 "
@@ -94,10 +95,6 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         return dict(entry, state="unhealthy", detail="; ".join(([found.error] if found.error else []) + failed))
     return dict(entry, state="current", detail=f"{sha} active and verified" +
                 (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
-
-
-def _named(expected: dict[str, Any]) -> str:
-    return "LAST OK names" if expected["from"] == "last-ok" else "--expected-sha names"
 
 
 def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
