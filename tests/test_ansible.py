@@ -78,8 +78,10 @@ def run(argv: list[str | Path], env: dict[str, str] | None = None, cwd: Path | N
 def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The collection built from ansible/ and installed: the ``collections`` directory holding it."""
     out = tmp_path_factory.mktemp("collection")
-    run([BIN / "ansible-galaxy", "collection", "build", ROOT / "ansible", "--output-path", out])
-    run([BIN / "ansible-galaxy", "collection", "install", out / "vq-admin-1.0.0.tar.gz", "-p", out / "collections"])
+    env = ansible_env(out / "collections", out / "home")
+    run([BIN / "ansible-galaxy", "collection", "build", ROOT / "ansible", "--output-path", out], env)
+    run([BIN / "ansible-galaxy", "collection", "install", out / "vq-admin-1.0.0.tar.gz", "-p", out / "collections"],
+        env)
     return out / "collections"
 
 
