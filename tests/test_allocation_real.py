@@ -8,6 +8,7 @@ identify its jobs in the shared cluster's job completion log.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest, write_config
+from support import (AGENT, NOTHING_ACTIVE, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest,
+                     write_config)
 from vq_admin.agent.frames import read_frames
 
 pytestmark = pytest.mark.real
@@ -31,7 +33,8 @@ time.sleep(seconds)
 print("done", flush=True)
 sys.exit(code)
 """
-VERIFY_SCRIPT = "import sys\nsys.exit(1)\n"  # prints nothing: nothing installed (may proceed)
+#: nothing is ever active (so every run builds, and its final verify proves nothing)
+VERIFY_SCRIPT = f"print({json.dumps(NOTHING_ACTIVE)!r})\n"
 
 
 class World:
@@ -226,8 +229,8 @@ def test_the_bound_cancels_the_job_and_says_so(tmp_path, real_cluster):
 
 
 def _agent(real_cluster, *argv: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([AGENT, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **real_cluster.slurm.env}, **kw)
+    kw.setdefault("env", {**os.environ, **real_cluster.slurm.env})
+    return subprocess.Popen([AGENT, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
 def _frames(proc: subprocess.Popen) -> tuple[dict, dict[str, int]]:
@@ -291,8 +294,15 @@ def test_two_concurrent_runs_never_remove_each_others_current_attempt(tmp_path, 
 
     first_dir = wait_until(first_wrote_all, 120.0, interval=0.1)
     assert first_dir is not None
+    held = _agent(real_cluster, *common, "-")  # the same account: the first job holds the host-side lease
+    _, err = held.communicate(timeout=60)
+    assert held.returncode == 1 and b"is held by the allocation job" in err and b"nothing was started" in err, err
+    # another account's agent (its own state directory) sharing this scratch: the retention rule decides
+    other = tmp_path / "other-account"
+    other.mkdir(mode=0o700)
     try:
-        second = _agent(real_cluster, *common, "-")
+        second = _agent(real_cluster, *common, "-", env={**os.environ, **real_cluster.slurm.env,
+                                                         "XDG_STATE_HOME": str(other)})
         rec2, sizes2 = _frames(second)
     finally:
         release.write_text("go")
