@@ -141,7 +141,7 @@ def test_ansible_test_sanity(collections: Path) -> None:
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
     server = SshdServer(tmp_path_factory.mktemp("ansible-sshd"), env={"PATH": remote_path()},
-                        aliases=("login-a", "login-b", "login-c"))
+                        aliases=("login-a", "login-b", "login-c"), separate_accounts=True)
     server.start()
     yield server
     server.stop()
@@ -169,7 +169,7 @@ def test_playbooks_roll_out_stop_check_and_retry_a_lock(tmp_path: Path, sshd, co
         "alpha": {"ssh": "login-a", "update": f"{switch} {flag} {SITE_EXAMPLE} install --root {alpha_root}"},
         "beta": {"ssh": "login-b", "gated": True},
         "gamma": {"ssh": "login-c"},
-    })
+    }, sshd=sshd)
     f.open_gate()
     state = tmp_path / "state"
     inventory = tmp_path / "inventory.yml"

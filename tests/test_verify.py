@@ -28,7 +28,8 @@ ALIASES = ("login-a", "login-b", "login-c", "login-d")
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    server = SshdServer(tmp_path_factory.mktemp("verify-sshd"), env={"PATH": remote_path()}, aliases=ALIASES)
+    server = SshdServer(tmp_path_factory.mktemp("verify-sshd"), env={"PATH": remote_path()}, aliases=ALIASES,
+                          separate_accounts=True)
     server.start()
     yield server
     server.stop()
@@ -44,7 +45,8 @@ def test_verify_names_current_drifted_and_unknown_and_changes_nothing(tmp_path, 
     ssh_config = tmp_path / "ssh_config"
     ssh_config.write_text(sshd.ssh_config.read_text())
     f = Fleet(tmp_path, str(ssh_config), {name: {"ssh": alias} for name, alias in
-                                         zip(("alpha", "beta", "gamma", "delta"), ALIASES, strict=True)})
+                                         zip(("alpha", "beta", "gamma", "delta"), ALIASES, strict=True)},
+              sshd=sshd)
     state = tmp_path / "state"
     done = run_vq("update", f.program, "--all", "--expected-sha", f.a, "--json", config=f.config, state=state)
     assert done.exit_code == 0, done.stdout + done.stderr
