@@ -119,27 +119,28 @@ class FastPaths(unittest.TestCase):
 
     def test_session_answers_and_releases(self):
         with tempfile.TemporaryDirectory() as tmp:
-            scratch = os.path.join(tmp, "scratch")
-            os.mkdir(scratch, 0o700)
+            state = os.path.join(tmp, "state")  # the lease lives in the agent's state directory
+            os.mkdir(state, 0o700)
             launcher = os.path.join(tmp, "python")
             with open(launcher, "wb") as fh:
                 fh.write(b"#!/bin/sh\n")
-            request = {"lease": {"root": scratch, "lane": "runtime", "host": "h", "program": "p",
-                                 "holder": {"run_id": "r"}},
+            request = {"protocol": 1,
+                       "lease": {"lane": "runtime", "host": "h", "program": "p", "holder": {"run_id": "r"}},
                        "shell_probe": {"argv": True, "expected": "a|b c|"},
-                       "verify": {"argv": ["echo", json.dumps({"active_path": launcher})]}}
+                       "verify": {"argv": ["echo", json.dumps({"active_path": launcher})], "timeout": 60}}
             if AGENT.endswith(".pyz"):
                 argv = agent_argv("session", "--probe", "a", "b c")
             else:
                 boot = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vq_admin.agent.entry import run; run()"
                 argv = [sys.executable, "-I", "-c", boot, AGENT, "session", "--probe", "a", "b c"]
             done = subprocess.run(argv, input=json.dumps(request).encode() + b"\n", stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, timeout=120)
+                                  stderr=subprocess.PIPE, timeout=120, env=dict(os.environ, XDG_STATE_HOME=state))
             self.assertEqual(done.returncode, 0, done.stderr)
-            answer = json.loads(done.stdout)
-            self.assertTrue(answer["shell"]["posix"] and answer["lease"]["held"])
-            self.assertEqual(answer["verify"]["readback"]["sha256"], hashlib.sha256(b"#!/bin/sh\n").hexdigest())
-            locks = os.path.join(scratch, ".vq-admin", "locks")
+            first, rest = [json.loads(line) for line in done.stdout.splitlines()]  # lease first, then the rest
+            self.assertEqual(first["protocol"], 1)
+            self.assertTrue(first["shell"]["posix"] and first["lease"]["held"])
+            self.assertEqual(rest["verify"]["readback"]["sha256"], hashlib.sha256(b"#!/bin/sh\n").hexdigest())
+            locks = os.path.join(state, "vq-admin-agent", "locks")
             self.assertEqual([n for n in os.listdir(locks) if n.endswith(".holder")], [])  # released
 
 
