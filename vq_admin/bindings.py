@@ -50,7 +50,7 @@ SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and r
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
-         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned")
+         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned", "untrusted-launcher")
 
 
 class LauncherRefused(Refused):

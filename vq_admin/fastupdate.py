@@ -334,7 +334,7 @@ class Unusual(Exception):
 def _trusted_ssh_config(value: object) -> str | None:
     """The ``ssh_config``'s normalised path (``None`` without one) when the full path would take
     it: absolute, no ``..``, a regular file no other user can change; else :class:`Unusual`."""
-    from .agent.securepath import path_problem
+    from .agent.securepath import ssh_config_problem
 
     if value is None:
         return None
@@ -343,7 +343,7 @@ def _trusted_ssh_config(value: object) -> str | None:
     if ".." in value.split("/"):
         raise Unusual("ssh_config")
     path = os.path.normpath(value)
-    if not os.path.lexists(path) or path_problem(path, what="ssh_config") or not os.path.isfile(path):
+    if not os.path.lexists(path) or ssh_config_problem(path) or not os.path.isfile(path):
         raise Unusual("ssh_config")  # a writable ssh_config's Match exec must never run
     return path
 

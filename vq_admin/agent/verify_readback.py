@@ -43,7 +43,7 @@ CHUNK = 1 << 20
 STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
-EXIT_FAILED, EXIT_USAGE = 1, 2
+EXIT_FAILED, EXIT_USAGE, EXIT_UNSAFE = 1, 2, 77
 #: Up to this size a file is hashed with the interpreter's built-in SHA-256 (no OpenSSL to load).
 SMALL_FILE = 1 << 20
 
@@ -73,7 +73,9 @@ def file_sha256(path: str, size: int | None = None) -> str:
 
 
 def hash_answer(path: str) -> tuple[dict[str, Any], int]:
-    """The ``hash-file`` answer for *path* (following symlinks) and its exit status."""
+    """The ``hash-file`` answer for *path* (following symlinks) and its exit status: 77 (``untrusted``
+    names the offender and the fix, no hash) when another user could replace the launcher (the
+    secure-path rule, CONTRACT section 10)."""
     try:
         st = os.stat(path)
         real = os.path.realpath(path)
@@ -82,6 +84,11 @@ def hash_answer(path: str) -> tuple[dict[str, Any], int]:
         return {"path": path, "exists": False, "error": exc.strerror}, EXIT_FAILED
     if not stat.S_ISREG(st.st_mode):
         return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
+    from .securepath import path_problem
+
+    untrusted = path_problem(path, what="launcher")  # it, its real path and every directory above both
+    if untrusted:
+        return {"path": path, "exists": True, "regular": True, "untrusted": untrusted, "error": untrusted}, EXIT_UNSAFE
     try:
         digest = file_sha256(path, st.st_size)
     except OSError as exc:
@@ -107,7 +114,7 @@ def active_path_of(stdout: bytes) -> str | None:
     """The absolute ``active_path`` the verify receipt names, or ``None``."""
     try:
         value = protocol.decode(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nested too deep: the driver fails it (1)
         return None
     path = value.get("active_path") if isinstance(value, dict) else None
     return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None
