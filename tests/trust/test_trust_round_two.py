@@ -137,6 +137,7 @@ def assert_only_the_refusal_recorded(before: dict[str, str], state: Path) -> Non
 def assert_refused(result, *needles: str) -> str:
     assert result.exit_code == 77, (result.exit_code, result.stdout[-2000:], result.stderr[-2000:])
     text = result.stdout + result.stderr
+    print(f"REFUSAL {result.exit_code}: {text.strip()}")  # shown with -s: the refusal texts, for the record
     for needle in needles:
         assert needle in text, text[-3000:]
     return text
@@ -311,6 +312,34 @@ def test_launcher_under_a_group_writable_directory_is_never_verified(tmp_path, a
     assert not site.marker.exists()
     hashed = subprocess.run([AGENT, "hash-file", str(launcher)], capture_output=True, text=True)
     assert hashed.returncode == 77 and "sha256" not in json.loads(hashed.stdout), hashed.stdout
+
+
+def test_check_on_host_refuses_a_launcher_the_attacker_replaced(tmp_path, arena, attacker, real_sshd):
+    """Verified while the tree was private; the administrator then loosens ``apps`` (2775 root:project)
+    and the attacker renames the runtime away and plants their own launcher at the same path."""
+    site = Site(tmp_path, arena, real_sshd.ssh_config)
+    apps = arena / "apps"
+    launcher = apps / "toyrt" / "releases" / site.sha / "bin" / f"toyrt-{site.sha}-python"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+    launcher.chmod(0o755)
+    digest = __import__("hashlib").sha256(launcher.read_bytes()).hexdigest()
+    from vq_admin import registry
+
+    site.state.mkdir(mode=0o700)
+    registry.record_verified(site.state, "cluster", site.program, {
+        "sha": site.sha, "tag": None, "launcher": str(launcher), "launcher_sha256": digest,
+        "receipt": "20260101T000000Z-runtime-cluster-trust2-00000000", "at": "2026-01-01T00:00:00Z"})
+    checked = site.vq("launcher", site.program, "cluster", "--expected-sha", site.sha, "--check-on-host")
+    assert (checked.exit_code, checked.stdout) == (0, f"{launcher}\n"), checked.stderr
+    shared(apps, attacker)
+    attack(f"mv {apps}/toyrt {apps}/toyrt.old; mkdir -p {launcher.parent}; "
+           f"printf '#!/bin/sh\\ntouch {site.marker}\\n' > {launcher}; chmod 755 {launcher}")
+    before = state_of(site.state)
+    done = site.vq("launcher", site.program, "cluster", "--expected-sha", site.sha, "--check-on-host")
+    text = assert_refused(done, "untrusted-launcher", f"file {launcher} is owned by {ATTACKER}")
+    assert str(launcher) + "\n" != done.stdout and "fix:" in text
+    assert state_of(site.state) == before and not site.marker.exists()
 
 
 # -- 3. a sticky scratch_root --------------------------------------------------------------------

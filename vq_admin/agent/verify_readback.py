@@ -18,8 +18,9 @@ absolute ``active_path`` (the driver then reports the receipt's problem).
 ``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
 
 This module is the agent's light path: standard library only, and of the
-agent only the protocol's JSON codec and :mod:`.spawn` (the verify without
-``subprocess``), so the per-run remote start stays close to a bare
+agent only the protocol's JSON codec, :mod:`.spawn` (the verify without
+``subprocess``) and :mod:`.securepath` (a launcher another user could replace
+is answered with exit 77 and ``untrusted``, never hashed), so the per-run remote start stays close to a bare
 interpreter: no ``json``, ``re``, ``enum`` or ``subprocess``, and
 ``hashlib`` (OpenSSL, about 3 ms to load) only for a launcher larger than
 :data:`SMALL_FILE`, whose digest the interpreter's own SHA-256 computes
