@@ -288,6 +288,7 @@ def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -
         text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
     finally:
         os.close(fd)
+    checked: set[str] = set()
     for line in text.splitlines():
         line = line.strip()
         cut = min((i for i in (line.find(" "), line.find("\t"), line.find("=")) if i > 0), default=len(line))
@@ -304,7 +305,9 @@ def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -
                     if problem:
                         return problem
         elif keyword in SSH_PROGRAM_KEYWORDS:
-            problem = command_problem(words, what=f"program {what} {path} names ({line[:cut]})")
+            new = [w for w in words if w not in checked]
+            checked.update(new)
+            problem = command_problem(new, what=f"program {what} {path} names ({line[:cut]})")
             if problem:
                 return f"{problem}; ssh would run it as you"
     return None
