@@ -167,6 +167,19 @@ def test_group_writable_source_repo_with_a_planted_filter_is_refused(tmp_path, a
     assert_only_the_refusal_recorded(before, site.state)
 
 
+def test_group_writable_helper_source_repo_is_refused_before_git_status(tmp_path, arena, attacker):
+    """The helper lane's ``git status`` (``update HOST`` without ``--expected-sha``) ran core.fsmonitor."""
+    repo = GitRepo(arena / "helper-repo")
+    repo.commit("A")
+    gitdir = Path(repo.path) / ".git"
+    group_writable(gitdir / "config", attacker)
+    marker = arena / "pwned"
+    attack(f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> {gitdir}/config")
+    with pytest.raises(Refused, match=f"helper source repository: file {gitdir}/config is group-writable"):
+        source.head_commit(repo.path)
+    assert not marker.exists()
+
+
 # -- 2. git runs no repository-controlled program ---------------------------------------------
 
 
