@@ -9,8 +9,9 @@ secure path checks).  For each level, from the path itself up to ``/``:
   bit (``/tmp``): there others cannot rename or remove what they do not own.
 
 A symlink the operator named is followed, and both the path as given and what
-it resolves to are checked (a link can only be swapped by someone who can
-write the directory holding it, which the given chain covers).
+it resolves to are checked; a symlink on the way owned by another user is
+refused (its owner can repoint it, and in a sticky directory only they can
+remove it: :func:`link_problem`).
 
 Standard library only: ``vq-admin-agent`` runs it on login hosts, and the
 per-job launcher resolution imports it.  Nothing here writes, but for the
