@@ -1,6 +1,6 @@
 """Trust, round two (issue 25; CONTRACT section 10, version 3): each attack run for real.
 
-The administrator is this test process (root); the attacker is ``vqhtatk``, an unprivileged user
+The administrator is this test process (root); the attacker is ``vqht<pid>``, an unprivileged user
 the fixture creates (and removes) in a group of its own, acting through ``setpriv``.  Each attack
 needs one path the administrator made writable by that group, as on a shared software tree.
 Every test asserts the exit code, that the attacker's marker file does not exist, that nothing
@@ -29,14 +29,15 @@ from vq_admin.mirror_feed import Feed
 from vq_admin.outcome import Refused
 from vq_admin.transport import LocalTransport
 
-ATTACKER = "vqhtatk"  # unique to these tests: other test files run concurrently on this machine
+#: Unique to these tests and to this process (other test files, and other xdist workers, run concurrently).
+ATTACKER = f"vqht{os.getpid()}"
 AS_ATTACKER = ["setpriv", f"--reuid={ATTACKER}", f"--regid={ATTACKER}", "--clear-groups", "--"]
 VERIFY_FAILS = "#!/bin/sh\nexit 1\n"
 
 
 @pytest.fixture(scope="module")
 def attacker():
-    """The user and group ``vqhtatk`` (created here, removed at the end); its gid."""
+    """The user and group :data:`ATTACKER` (created here, removed at the end); its gid."""
     if os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("useradd"):
         pytest.skip("needs root, setpriv and useradd to act as another local user")
     for undo in (["userdel", ATTACKER], ["groupdel", ATTACKER]):  # a run killed before its clean-up
@@ -61,7 +62,7 @@ def attack(script: str) -> None:
 @pytest.fixture
 def arena(attacker):
     """A root-owned directory (0755) below /tmp the attacker can reach; ``shared(name)`` makes a
-    directory there group-writable by the attacker's group (2775 root:vqhtatk)."""
+    directory there group-writable by the attacker's group (2775 root:ATTACKER)."""
     base = Path(tempfile.mkdtemp(prefix="vq-trust2-", dir="/tmp"))
     base.chmod(0o755)
     yield base
