@@ -155,12 +155,12 @@ def check_ssh_config(config: "Config") -> None:
 
     if not os.path.lexists(config.ssh_config):
         raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
+    if not os.path.isfile(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
     problem = ssh_config_problem(config.ssh_config)
     if problem:
         raise Refused(f"{problem}; ssh runs the programs an ssh_config names (Match exec, ProxyCommand, "
                       "LocalCommand, KnownHostsCommand) as you; refusing it")
-    if not os.path.isfile(config.ssh_config):
-        raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -284,11 +284,16 @@ def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -
     problem = path_problem(path, what=what)
     if problem or depth > 16:
         return problem or f"{what} {path}: Include nested more than 16 files deep"
-    fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
     try:
-        text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
-    finally:
-        os.close(fd)
+        fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"{what} {path} is not a regular file"
+            text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot read {what} {path}: {exc.strerror or exc}"
     checked: set[str] = set()
     for line in text.splitlines():
         line = line.strip()
