@@ -114,30 +114,8 @@ class Verbs(unittest.TestCase):
 
 
 class FastPaths(unittest.TestCase):
-    """The session's fast path on this interpreter: json's accelerator passes its proof, the verify
-    runs through posix_spawn as subprocess.run would, and the session answers through the console
-    entry (vq_admin.agent.entry.run, the tree) or the verb table (the .pyz)."""
-
-    def test_the_codec_is_json_on_its_accelerator(self):
-        from vq_admin.agent import protocol
-
-        self.assertIsNotNone(protocol._fast())
-        for value in ({"b": [1.5, None, True, "\u00e9\x00"], "a": {}}, [float("inf")], "x", 10 ** 30):
-            self.assertEqual(protocol.encode(value), json.dumps(value, sort_keys=True) + "\n")
-            text = json.dumps(value)
-            self.assertEqual(json.dumps(protocol.decode(text)), json.dumps(json.loads(text)))
-        for text in ("", "{} x", "[1,]", "\ufeff{}"):
-            with self.assertRaises(ValueError):
-                protocol.decode(text)
-
-    def test_the_verify_runs_as_subprocess_run_would(self):
-        from vq_admin.agent import spawn
-
-        for argv in (["sh", "-c", "echo o; echo e >&2; cat; exit 3"], ["sh", "-c", "kill -9 $$"]):
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self.assertEqual(spawn.run_captured(argv), (done.returncode, done.stdout, done.stderr))
-        with self.assertRaises(FileNotFoundError):
-            spawn.run_captured(["/nonexistent/verify"])
+    """The session answers through the console entry (vq_admin.agent.entry.run, the tree) or the verb
+    table (the .pyz)."""
 
     def test_session_answers_and_releases(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -156,7 +156,7 @@ class RuntimeWorld(World):
         if self.current_sha() != sha:
             return f"current names {self.current_sha()}, not {sha}"
         found = site_verify(self.root, sha)
-        launcher = f"{self.root}/releases/{sha}/source/.venv/bin/python"
+        launcher = f"{self.root}/releases/{sha}/bin/vibeqc-{sha}"
         if (found["source_sha"], found["healthy"], found["active_path"]) != (sha, True, launcher):
             return f"the provider's own verify does not prove {sha}: {found}"
         if receipt is not None:

@@ -36,9 +36,10 @@ def job_state(cluster, job: str) -> str | None:
 
 
 def submit_held_selftest(cluster, launcher: str, tmp: Path) -> tuple[str, Path]:
-    """Submit, held, a batch job that runs *launcher*'s source's ``vq_selftest.py`` with *launcher*;
-    ``(job id, its output file)``.  The submission must succeed."""
-    source = launcher.rsplit("/.venv/", 1)[0]
+    """Submit, held, a batch job that runs *launcher*'s source's ``vq_selftest.py`` with *launcher*
+    (site_example's ``ROOT/releases/<sha>/bin/<program>-<sha>``); ``(job id, its output file)``.
+    The submission must succeed."""
+    source = launcher.rsplit("/bin/", 1)[0] + "/source"
     script = tmp / "job.sh"
     script.write_text(f"#!/bin/sh\nset -e\n{shlex.quote(launcher)} {shlex.quote(source + '/vq_selftest.py')}\n")
     output = tmp / "job.out"

@@ -26,6 +26,8 @@ SHA_A = "a" * 40
 SHA_B = "b" * 40
 SHA_C = "c" * 40
 HEAVY = ("pluggy", "plumbum", "filelock", "vq_admin_hookspecs", "vq_site_example")
+#: The one profile of ``cluster`` and ``fresh`` (a PROGRAM the configuration does not name is a usage error).
+PROFILE = 'update_command = "/bin/true"\nverify_command = "/bin/true"\nsource_repo = "/srv/src/vibeqc"'
 HEAVY_OWN = ("vq_admin.config", "vq_admin.plugins", "vq_admin.transport", "vq_admin.state", "vq_admin.providers")
 
 
@@ -62,6 +64,8 @@ def world(tmp_path):
         fleet_role = "managed"
         transport = "local"
         agent = "{AGENT}"
+        [hosts.cluster.scheduler_runtime_deployments.vibeqc]
+        {PROFILE}
         [hosts.login2]
         fleet_role = "alias"
         canonical_host = "cluster"
@@ -74,6 +78,8 @@ def world(tmp_path):
         canonical_host = "helper"
         [hosts.fresh]
         fleet_role = "managed"
+        [hosts.fresh.scheduler_runtime_deployments.vibeqc]
+        {PROFILE}
         """)
     return {"state": state, "config": config, "apps": apps, "A": path_a, "B": path_b, "sumA": sum_a, "sumB": sum_b}
 
@@ -165,8 +171,6 @@ def test_check_on_host_accepts_the_unchanged_launcher(world):
 
 REFUSALS = {
     "no evidence for a managed host": (["fresh"], "no-evidence", "no verified deployment evidence"),
-    "no evidence for another program": (["other-prog", "cluster"], "no-evidence", "no verified deployment evidence"),
-    "unknown host": (["nowhere"], "no-evidence", "not a host in the configuration"),
     "sha differs": (["cluster", "--expected-sha", SHA_C], "sha-mismatch", "differs from the verified evidence"),
     "path of another verified sha": (["cluster", "--expected-sha", SHA_B, "--path", "<A>"], "path-mismatch",
                                      "is not the verified launcher"),
@@ -209,6 +213,17 @@ def test_refusal_exits_77_with_reason_and_prints_no_launcher(world, case):
     for verified in (world["A"], world["B"]):  # no verified launcher is offered in place of the refused one
         if verified not in " ".join(rest):
             assert verified not in done.stderr + json.dumps(doc)
+
+
+@pytest.mark.parametrize("words,message", [
+    (["other-prog", "cluster"], "host cluster has no scheduler_runtime_deployments.other-prog profile "
+                                "(profiles: vibeqc)"),
+    (["vibeqc", "nowhere"], "host 'nowhere' is not in the configuration"),
+], ids=["unknown program", "unknown host"])
+def test_a_program_or_host_the_configuration_does_not_name_is_a_usage_error(world, words, message):
+    done = vq(world, "launcher", *words)
+    assert (done.exit_code, done.stdout) == (2, "") and message in done.stderr, done.stderr
+    assert vq(world, "launcher", *words, "--json").json()["exit_code"] == 2
 
 
 def test_legacy_pin_remedy_is_the_documented_one(world):

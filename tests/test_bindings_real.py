@@ -6,12 +6,14 @@
   generation but not A; released, the job runs A (its output proves the SHA)
   and is not rebound.
 * ``--check-on-host`` re-hashes a verified launcher over ssh and refuses it
-  once its bytes changed on the host.
+  once its bytes changed on the host; site_example's launchers name their
+  generation, so one swapped in from another generation is refused too.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -58,7 +60,7 @@ def test_held_job_keeps_its_generation_across_deployments(site):
     bound = vq(site, "launcher", "vibeqc", "cluster", "--expected-sha", sha["A"], "--json")
     assert bound.exit_code == 0, bound.stderr
     launcher, pin = bound.json()["launcher"], bound.json()["pin"]
-    assert launcher == f"{root}/releases/{sha['A']}/source/.venv/bin/python"
+    assert launcher == f"{root}/releases/{sha['A']}/bin/vibeqc-{sha['A']}"
     job, output = submit_held_selftest(cluster, launcher, site["tmp"])
     try:
         assert job_state(cluster, job) == "PENDING"
@@ -86,6 +88,21 @@ def test_held_job_keeps_its_generation_across_deployments(site):
         ssh(cluster, "scancel", job)
     after = references(site)
     assert after[sha["A"]] == []  # the job is terminal: A may go now
+
+
+def test_a_launcher_swapped_between_generations_is_refused(site):
+    """The venv's python is one shared interpreter; site_example's launcher names its generation, so
+    A's and B's attested SHA-256 differ and B's launcher copied over A's is caught (77)."""
+    deploy(site, "A", "--cluster-install")
+    deploy(site, "B")
+    bound = {k: vq(site, "launcher", "vibeqc", "cluster", "--expected-sha", site["sha"][k], "--check-on-host",
+                   "--json") for k in "AB"}
+    assert [bound[k].exit_code for k in "AB"] == [0, 0], bound["A"].stderr + bound["B"].stderr
+    assert bound["A"].json()["launcher_sha256"] != bound["B"].json()["launcher_sha256"]
+    shutil.copyfile(bound["B"].json()["launcher"], bound["A"].json()["launcher"])
+    refused = vq(site, "launcher", "vibeqc", "cluster", "--expected-sha", site["sha"]["A"], "--check-on-host")
+    assert (refused.exit_code, refused.stdout) == (77, "")
+    assert "refused (launcher-changed)" in refused.stderr and bound["A"].json()["launcher_sha256"] in refused.stderr
 
 
 DEPLOY = '''#!{python}

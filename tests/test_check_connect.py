@@ -97,10 +97,10 @@ def test_the_table_names_each_failure_and_all_reachable_exits_0(tmp_path, scratc
     result = run_vq("check", "--connect", config=config, timeout=120)
     assert result.exit_code == 1 and result.stdout == ""
     lines = result.stderr.splitlines()
-    assert lines[0].split() == ["HOST", "ROLE", "WHERE", "STATUS", "AGENT", "PYTHON", "SINFO", "SECONDS"]
+    assert lines[0].split() == ["HOST", "ROLE", "WHERE", "STATUS", "AGENT", "PYTHON", "SINFO", "SECONDS", "DETAIL"]
     assert lines[1].split()[:4] == ["cluster", "managed", "cluster", "ok"] and "idle" in lines[1]
     assert lines[2].split()[:4] == ["noagent", "managed", "cluster", "failed"]
-    assert any(ln.startswith("noagent: agent /nonexistent/agent not found") for ln in lines)
+    assert "agent /nonexistent/agent not found" in lines[2] and len(lines) == 3  # one line per host, with its reason
 
     good = write_config(tmp_path / "good.toml", f'ssh_config = "{real_cluster.sshd.ssh_config}"\n\n'
                         + _host("cluster", ssh="cluster", scratch=scratch, allocation=True)
@@ -108,6 +108,41 @@ def test_the_table_names_each_failure_and_all_reachable_exits_0(tmp_path, scratc
     result = run_vq("check", "--connect", config=good, timeout=120)
     assert result.exit_code == 0, result.stderr
     assert [ln.split()[3] for ln in result.stdout.splitlines()[1:]] == ["ok", "ok"]
+
+
+def test_build_hosts_are_probed_once_each_and_an_alias_is_never_contacted(tmp_path, scratch, real_sshd):
+    """update_host and helper_update_host are reached like login hosts (agent version), each destination
+    once, naming what uses it; an alias without ``ssh`` (the docs' example) is reached as its canonical host."""
+    def profile(program: str, build: str) -> str:
+        return _profile("cluster", program, False) + f'update_host = "{build}"\n'
+
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n\n'
+                          + _host("cluster", ssh="cluster", scratch=scratch)
+                          + 'helper_update_command = "/bin/true"\nhelper_update_host = "cluster-build"\n\n'
+                          + profile("one", "cluster-build") + profile("two", "no-such-build.invalid")
+                          + '\n[hosts.login2]\nfleet_role = "alias"\ncanonical_host = "cluster"\n')
+    result = run_vq("check", "--connect", "--timeout", "20", "--json", config=config, timeout=120)
+    doc = result.json()
+    assert result.exit_code == 1 and doc["failed"] == ["no-such-build.invalid"], result.stdout
+    assert sorted(doc["hosts"]) == ["cluster", "login2"] and doc["hosts"]["cluster"]["status"] == "ok"
+    assert doc["hosts"]["login2"]["status"] == "skipped" and "alias of cluster" in doc["hosts"]["login2"]["reason"]
+    builds = doc["build_hosts"]
+    assert list(builds) == ["cluster-build", "no-such-build.invalid"]
+    good, bad = builds["cluster-build"], builds["no-such-build.invalid"]
+    assert good["status"] == "ok" and good["agent"]["version"] and good["argv"][-1] == "version"
+    assert good["used_by"] == ["helper_update_host of cluster", "update_host of cluster/one"]
+    assert bad["status"] == "failed" and bad["used_by"] == ["update_host of cluster/two"]
+    assert "exit 255" in bad["reason"] and "no-such-build.invalid" in bad["reason"]
+
+    text = run_vq("check", "--connect", "--timeout", "20", config=config, timeout=120)
+    lines = text.stderr.splitlines()
+    assert text.exit_code == 1 and len(lines) == 5, text.stderr  # the header, then one line per host
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows["cluster-build"].split()[1:4] == ["build", "cluster-build", "ok"]
+    assert rows["cluster-build"].endswith("helper_update_host of cluster, update_host of cluster/one")
+    assert rows["no-such-build.invalid"].split()[1:4] == ["build", "no-such-build.invalid", "failed"]
+    assert "ssh to no-such-build.invalid failed (exit 255)" in rows["no-such-build.invalid"]
+    assert rows["login2"].split()[3] == "skipped"
 
 
 def test_sinfo_failing_is_a_failure_with_slurms_message(tmp_path, scratch):

@@ -172,6 +172,19 @@ def test_configuration_doc_shows_what_the_tool_prints(tmp_path):
     assert done.returncode == int(block.group(2))
 
 
+def test_the_complete_example_of_the_configuration_doc_passes_check(tmp_path):
+    """docs/configuration.md, "A complete example": ``check`` takes it as printed there (its
+    ``ssh_config`` pointed at a file that exists here)."""
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    example = re.search(r"## A complete example\n+```toml\n(.*?)```.*?\$ vq admin check\n(\S+): (.*?)\n", text, re.S)
+    assert example, "docs/configuration.md lost its complete example or the check line after it"
+    ssh_config = write_config(tmp_path / "ssh_config", "")
+    assert '"/etc/vq/ssh_config"' in example.group(1)
+    config = write_config(tmp_path / "admin.toml", example.group(1).replace("/etc/vq/ssh_config", str(ssh_config)))
+    done = run_vq_inprocess("check", config=config)
+    assert (done.exit_code, done.stdout) == (0, f"{config}: {example.group(3)}\n"), done.stderr
+
+
 # -- a host typo -----------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 
-from support import run_vq
+from support import run_vq, write_config
 from vq_admin import bindings, registry
 from vq_admin.state import StateDir
 
@@ -43,6 +43,10 @@ def crash_while(state, code: str) -> None:
     assert done.returncode == -9, done.stderr
 
 
+def cluster_config(tmp_path):
+    return write_config(tmp_path / "admin.toml", '[hosts.cluster]\nfleet_role = "managed"\n')
+
+
 def temporaries(root) -> list[str]:
     return sorted(p.name.split(".")[2] for p in root.rglob(".tmp.*"))
 
@@ -61,7 +65,8 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
     assert {p: p.read_bytes() for p in state.root.rglob("*") if p.is_file() and ".tmp." not in p.name} == before
     for tmp in state.root.rglob(".tmp.*"):  # complete (fsynced before the rename), just never renamed
         assert json.loads(tmp.read_text())
-    status = run_vq("status", "--json", state=state.root).json()["hosts"]["cluster"]["runtimes"]["vibeqc"]
+    status = run_vq("status", "--json", state=state.root, config=cluster_config(tmp_path)).json()
+    status = status["hosts"]["cluster"]["runtimes"]["vibeqc"]
     assert status["last_ok"]["sha"] == A and status["last_good"] is None
     assert bindings.resolve_launcher("vibeqc", "cluster", state_dir=state.root).sha == A
     assert [e["sha"] for e in registry.entries(state.root, "cluster", "vibeqc")] == [A]
@@ -84,11 +89,12 @@ def test_half_written_temporaries_next_to_every_record_are_ignored(tmp_path):
                             (reg, "latest.json"), (state.root / "receipts", "x.json")):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f".tmp.{name}.1234.abcdef").write_text(torn)
-    status = run_vq("status", "--json", state=state.root)
+    status = run_vq("status", "--json", state=state.root, config=cluster_config(tmp_path))
     assert status.exit_code == 0, status.stderr
     runtime = status.json()["hosts"]["cluster"]["runtimes"]["vibeqc"]
     assert runtime["last_ok"]["sha"] == A and runtime["last_good"] is None
     binding = bindings.resolve_launcher("vibeqc", "cluster", state_dir=state.root)
     assert (binding.sha, binding.latest) == (A, True)
-    launcher = run_vq("launcher", "vibeqc", "cluster", "--expected-sha", B, state=state.root)
+    launcher = run_vq("launcher", "vibeqc", "cluster", "--expected-sha", B, state=state.root,
+                      config=cluster_config(tmp_path))
     assert launcher.exit_code == 77 and "(sha-mismatch)" in launcher.stderr

@@ -89,9 +89,9 @@ def test_helper_update_installs_the_requested_commit(world, real_sshd):
     assert activation["identity"]["source_sha"] == world["b"] and activation["receipt"] == receipt["id"]
     assert json.loads(lane_file(world, "last-ok.json").read_text())["sha"] == world["b"]
     assert not os.path.exists(receipt["stage"]["dir"])  # reclaimed after success
-    status = run_vq("status", "--json", state=world["state"]).json()["hosts"]["cluster"]
+    status = run_vq("status", "--json", config=config, state=world["state"]).json()["hosts"]["cluster"]
     assert status["helper"]["last_ok"]["sha"] == world["b"] and status["runtimes"] == {}
-    text = run_vq("status", state=world["state"]).stdout
+    text = run_vq("status", config=config, state=world["state"]).stdout
     assert "helper: last ok" in text and world["b"] in text
 
     again = update(world, config)  # no --expected-sha: HEAD of helper_source_repo, already live

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from support import run_vq_inprocess
+from support import run_vq_inprocess, write_config
 from vq_admin import history
 from vq_admin.state import StateDir, dump_json, write_atomic
 
@@ -44,7 +44,11 @@ def state(tmp_path):
 
 
 def vq_history(state: StateDir, *args: str):
-    return run_vq_inprocess("history", *args, state=state.root, config="/nonexistent/admin.toml")
+    config = write_config(state.root.parent / "admin.toml", "".join(
+        f'[hosts.{host}]\nfleet_role = "managed"\n[hosts.{host}.scheduler_runtime_deployments.vibeqc]\n'
+        'update_command = "/bin/true"\nverify_command = "/bin/true"\nsource_repo = "/srv/src/vibeqc"\n'
+        for host in ("cluster", "other")))
+    return run_vq_inprocess("history", *args, state=state.root, config=config)
 
 
 def test_newest_first_with_filters_and_limit(state):
@@ -62,7 +66,11 @@ def test_newest_first_with_filters_and_limit(state):
         ["r0006", "r0005", "r0003", "r0002", "r0001"]
     assert [r["receipt"] for r in vq_history(state, "cluster", "vibeqc", "--limit", "2", "--json").json()["runs"]] == \
         ["r0006", "r0005"]
-    assert vq_history(state, "nohost", "--json").json()["runs"] == []
+    unknown = vq_history(state, "nohost", "--json")  # a host the configuration does not name: a usage error
+    assert unknown.exit_code == 2 and "(hosts: cluster, other)" in unknown.json()["errors"][0]
+    typo = vq_history(state, "cluster", "vibeqx", "--json")  # and a PROGRAM the host has no profile for
+    assert typo.exit_code == 2 and "no scheduler_runtime_deployments.vibeqx profile (profiles: vibeqc)" \
+        in typo.json()["errors"][0]
 
 
 def test_the_table(state):

@@ -2,7 +2,7 @@
 
 * no other module of vq_admin compiles an anchored SHA, digest or name pattern
   of its own (an AST scan of every ``re.compile`` call);
-* ``vq_admin_hookspecs`` installs alone and keeps its own copies of the four
+* ``vq_admin_hookspecs`` installs alone and keeps its own copies of the five
   patterns it exports: they are the same patterns, and agree with the one
   home on a hypothesis-generated set of strings;
 * the patterns accept and refuse what the contract says (a few pinned cases).
@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vq_admin_hookspecs import records as vq_admin_hookspecs  # where its copies live
+
+import vq_admin_identifiers as vq_admin_hookspecs  # where its copies live (vq-admin-hookspecs)
 
 from vq_admin.agent import identifiers
 
 PACKAGE = Path(identifiers.__file__).resolve().parent.parent
-SHARED = ("FULL_SHA_RE", "SHA256_RE", "NAME_RE", "ENV_NAME_RE")
+SHARED = ("FULL_SHA_RE", "SHA256_RE", "NAME_RE", "ENV_NAME_RE", "TAG_RE")
 #: Characters that make the interesting cases: hex in both cases, name and ref punctuation, a newline.
 ALPHABET = "0123456789abcdefABCDEFgzZ_.-/+@:%{}\n "
 

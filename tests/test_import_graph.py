@@ -58,7 +58,7 @@ def test_a_cycle_through_a_function_import_is_found_and_exits_1(tmp_path: Path) 
     assert "pkg.d" not in done.stdout.split("\n")[0]  # d depends on the cycle but is not in it
 
 
-def test_type_checking_imports_are_listed_apart_and_make_no_cycle(tmp_path: Path) -> None:
+def test_a_type_checking_import_counts_towards_a_cycle(tmp_path: Path) -> None:
     pkg = write_package(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/lane.py": "from .step import run\nclass Lane: ...\n",
@@ -67,9 +67,10 @@ def test_type_checking_imports_are_listed_apart_and_make_no_cycle(tmp_path: Path
                         "def run(lane: Lane) -> None: ...\n"),
     })
     done = run(pkg / "pkg")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 TYPE_CHECKING imports (not counted)" in done.stdout
-    assert "no import cycle" in done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 under TYPE_CHECKING" in done.stdout
+    assert "cycle 1: 2 modules: pkg.lane, pkg.step" in done.stdout
+    assert "pkg.step -> pkg.lane  (type-checking import, step.py:4)" in done.stdout
     graph = load().scan([pkg / "pkg"])
     assert [(e.source, e.kind, e.names) for e in graph.importers("pkg.lane", "Lane")] == [
         ("pkg.step", "type-checking", ("Lane",))]

@@ -23,7 +23,7 @@ LAUNCHER = f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
 #: Imported by the plain ``vq admin launcher`` success beyond a bare interpreter's start.
 PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.agent",
          "vq_admin.agent.securepath", "vq_admin.launchers", "vq_admin.fastlookup", "vq_admin.agent.paths",
-         "atexit"}  # built in: the script's exit runs its functions (vq_admin.entry.leave)
+         "vq_admin.agent.names"}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_setup_cfg_ships_our_scripts_not_generated_wrappers():
     scripts = cfg["options.entry_points"].get("console_scripts", "")
     # a generated wrapper would shadow ours
     assert "vq_admin.entry:main" not in scripts and "vq_admin.agent.entry:main" not in scripts
-    for name, entry in (("vq", "vq_admin.entry import leave, main"), ("vq-admin", "vq_admin.entry import leave, main"),
+    for name, entry in (("vq", "vq_admin.entry import main"), ("vq-admin", "vq_admin.entry import main"),
                         ("vq-admin-agent", "vq_admin.agent.entry import run")):  # run: main, then a prompt exit
         text = (ROOT / "bin" / name).read_text()
         assert text.startswith("#!python\n")  # pip rewrites exactly this first line to the install's interpreter

@@ -27,13 +27,11 @@ from test_provider_install import world as install_world  # noqa: F401  (a fixtu
 from plan_match import slot_values
 from support import AGENT
 
-from vq_admin.agent import protocol
 from vq_admin.mirror_feed import LANE_LEFT
 from vq_admin.lanes import helper_readback, remote_paths
+from vq_admin.plan import Plan, SlotError, execute
 from vq_admin.source import GIT_ENV
-from vq_admin.plan import Plan, SlotError, execute, execute_unwrapped
 from vq_admin.transport import RunResult
-from vq_admin_hookspecs import Slot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,28 +169,6 @@ def test_the_identity_read_and_its_rereads_run_the_planned_argv():
     assert login.ran == [(planned, None), (planned, None)]
     assert [s.to_dict()["argv"] for s in plan.steps] == [planned, planned]
     assert [planned_text(s) for s in plan.steps] == [planned, planned]
-
-
-# -- the verify of a login host whose agent predates verify-readback ----------------------------
-
-
-def test_an_agent_without_verify_readback_runs_the_planned_command_unwrapped():
-    agent = ["/opt/vq/bin/vq-admin-agent"]
-    plan = Plan()
-    step = plan.add("pre-verify", "login", protocol.verify_readback(agent, ["/site/verify", "--stage", Slot("stage")]),
-                    "verify", {"SITE": "1", "STAGE": Slot("stage")})
-    login = Double("login")
-    execute_unwrapped(step, login, agent, timeout=5, reason="the agent on login predates verify-readback",
-                      stage="/s/stage.1")
-    assert login.ran == [(["/site/verify", "--stage", "/s/stage.1"], {"SITE": "1", "STAGE": "/s/stage.1"})]
-    record = step.to_dict()
-    assert record["argv"] == ["/site/verify", "--stage", "/s/stage.1"]
-    assert planned_text(step) == [*agent, "verify-readback", "--", "/site/verify", "--stage", "<stage>"]
-    assert record["detail"] == "ran without its agent (the agent on login predates verify-readback)"
-    other = plan.add("census", "login", ["/usr/bin/squeue", "--noheader"], "jobs")
-    with pytest.raises(SlotError, match="not an agent call wrapping a command"):
-        execute_unwrapped(other, login, agent, timeout=5, reason="x")
-    assert len(login.ran) == 1
 
 
 # -- provider install ----------------------------------------------------------------------------

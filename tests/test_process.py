@@ -258,8 +258,8 @@ def test_every_ssh_argv_carries_the_one_set_of_options():
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("vq_admin/fleet.py", "os.fork"): "each host of `update --all --parallel` runs in a forked copy of the driver "
                                       "(no program is started; that copy's commands go through the runner)",
-    ("vq_admin/spawned.py", "os.posix_spawnp"): "the early start's ssh process, before subprocess is loaded; "
-                                                "ended through the runner's one bounded wait (process.end)",
+    ("vq_admin/agent/detached.py", "os.fork"): "the fixed-host build's supervisor detaches itself (double fork; "
+                                               "its job starts through the agent's runner, agent/spawn.py)",
 }
 STARTERS = {("subprocess", name) for name in ("Popen", "run", "call", "check_call", "check_output",
                                                "getoutput", "getstatusoutput")} | \
@@ -287,12 +287,12 @@ def test_no_module_but_the_runner_starts_a_process():
     offenders = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("vq_admin/agent/") or rel == "vq_admin/process.py":
+        if rel in ("vq_admin/agent/spawn.py", "vq_admin/process.py"):  # the one runner of each side
             continue
         found = [f for f in starters_in(path) if (rel, f.split(" at ")[0]) not in EXCEPTIONS]
         if found:
             offenders[rel] = found
-    assert not offenders, f"start processes through vq_admin.process, not directly: {offenders}"
+    assert not offenders, f"start processes through vq_admin.process (agent: agent/spawn.py): {offenders}"
     for (rel, call) in EXCEPTIONS:  # each exception is still needed
         assert any(f.startswith(call + " at") for f in starters_in(ROOT / rel)), (rel, call)
 
@@ -316,8 +316,7 @@ def test_the_runner_imports_nothing_but_what_subprocess_does():
 
     loaded = imported("vq_admin.process")
     # the ssh words and the unnamed scratch file live in the light modules the early start shares
-    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process", "vq_admin.sshargv",
-                                               "vq_admin.spawned"}, loaded
+    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process", "vq_admin.sshargv"}, loaded
     assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.agent.failpoints"}
 
 

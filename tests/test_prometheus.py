@@ -87,12 +87,17 @@ def test_metrics_of_real_runs(site):
     assert run_vq_inprocess("status", "elsewhere", "--prometheus", config=config, state=state).stdout.count("{") == 0
 
 
+def named(tmp_path, *hosts: str):
+    """A configuration naming *hosts* (status reads it, as every verb)."""
+    return write_config(tmp_path / "admin.toml", "".join(f'[hosts.{h}]\nfleet_role = "managed"\n' for h in hosts))
+
+
 def test_helper_lane_has_an_empty_program_label(tmp_path):
     from vq_admin.state import StateDir
 
     StateDir(tmp_path).record_run("helper", "login", None, {"outcome": "refused", "exit_code": 77,
                                                               "at": "2026-11-30T10:00:00Z"}, None)
-    families = samples(run_vq_inprocess("status", "--prometheus", state=tmp_path).stdout)
+    families = samples(run_vq_inprocess("status", "--prometheus", state=tmp_path, config=named(tmp_path)).stdout)
     assert one(families, "vq_admin_last_outcome", host="login", lane="helper", program="", outcome="refused") == 1
 
 
@@ -117,24 +122,25 @@ def test_textfile_is_written_atomically_and_nothing_is_printed(site):
 
 
 def test_textfile_rules(tmp_path):
-    state = tmp_path / "state"
-    wrong = run_vq_inprocess("status", "--textfile", str(tmp_path / "vq.txt"), state=state)
+    state, config = tmp_path / "state", named(tmp_path)
+    wrong = run_vq_inprocess("status", "--textfile", str(tmp_path / "vq.txt"), state=state, config=config)
     assert wrong.exit_code == 2 and ".prom" in wrong.stderr
-    missing = run_vq_inprocess("status", "--textfile", str(tmp_path / "nowhere" / "vq.prom"), state=state)
+    missing = run_vq_inprocess("status", "--textfile", str(tmp_path / "nowhere" / "vq.prom"), state=state,
+                               config=config)
     assert missing.exit_code == 2 and "does not exist" in missing.stderr
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # others could plant a link at the predictable temp name
-    unsafe = run_vq_inprocess("status", "--textfile", str(shared / "vq.prom"), state=state)
+    unsafe = run_vq_inprocess("status", "--textfile", str(shared / "vq.prom"), state=state, config=config)
     assert unsafe.exit_code == 77, unsafe.stderr
     assert str(shared) in unsafe.stderr and "0777" in unsafe.stderr
     assert list(shared.iterdir()) == []
-    both = run_vq_inprocess("status", "--prometheus", "--json", state=state)
+    both = run_vq_inprocess("status", "--prometheus", "--json", state=state, config=config)
     assert both.exit_code == 2 and both.json()["outcome"] == "usage"
 
 
 def test_empty_state_gives_help_and_type_only(tmp_path):
-    result = run_vq_inprocess("status", "--prometheus", state=tmp_path / "none")
+    result = run_vq_inprocess("status", "--prometheus", state=tmp_path / "none", config=named(tmp_path))
     assert result.exit_code == 0
     families = samples(result.stdout)
     assert "vq_admin_last_outcome" in families and all(not s for s in families.values())
@@ -148,7 +154,7 @@ def test_prometheus_client_is_imported_only_for_these_options(tmp_path):
             "main(['status', '--prometheus', '--state-dir', sys.argv[1]])\n"
             "print('LOADED' if 'prometheus_client' in sys.modules else 'CLEAN', file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, VQ_ADMIN_CONFIG=str(tmp_path / "none.toml")))
+                          env=dict(os.environ, VQ_ADMIN_CONFIG=str(named(tmp_path))))
     marks = [line for line in done.stderr.splitlines() if line in ("LOADED", "CLEAN")]
     assert marks == ["CLEAN", "LOADED"], done.stderr
 

@@ -17,6 +17,7 @@ import pytest
 
 from real_jobs import SELFTEST, release_and_wait, ssh, submit_held_selftest
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from vq_admin.output import receipt_summary
 
 pytestmark = pytest.mark.real
 
@@ -72,7 +73,14 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         assert plan["prune"]["keep"][sha["A"]] == [f"job {job} (PENDING)"]
         assert tree_digest(root) == before, "--dry-run changed the runtime root"
         text = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--dry-run")
-        assert text.exit_code == 0 and f"keep  {sha['A']}  job {job} (PENDING)" in text.stdout
+        print("dry run:\n" + text.stdout)
+        lines = text.stdout.splitlines()
+        assert text.exit_code == 0 and lines[0] == ("vq-admin: dry run: prune vibeqc on cluster keeps 3 generation(s) "
+                                                    "and would remove 2; nothing is called")
+        assert f"  keep      {sha['A']}  job {job} (PENDING)" in lines
+        assert f"  keep      {sha['E']}  active, last-ok, recent (1 of 1)" in lines
+        assert sorted(line for line in lines if line.startswith("  remove ")) == [
+            f"  remove    {s}" for s in site.shas("BC")]
 
         done = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--json")
         receipt = done.json()
@@ -85,6 +93,10 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
             sha["A"]: [f"job {job} (PENDING)"],
         }
         assert sorted(receipt["prune"]["removed"]) == site.shas("BC")
+        summary = receipt_summary(receipt, None)  # what the operator reads: each kept with its reasons, each removed
+        assert f"  kept      {sha['D']}  last-good" in summary
+        assert sorted(line for line in summary if line.startswith("  removed ")) == [
+            f"  removed   {s}" for s in site.shas("BC")]
         prune_step = next(s for s in receipt["steps"] if s["name"] == "prune")
         assert prune_step["where"] == "cluster" and prune_step["argv"][:2] == [SITE_EXAMPLE, "prune"]
         assert [w for w in prune_step["argv"] if len(w) == 40] == sorted(site.shas("ADE"))

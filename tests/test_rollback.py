@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, SITE_EXAMPLE, GitRepo, git, run_vq, tree_digest, write_config
+from vq_admin.output import receipt_summary
 
 pytestmark = pytest.mark.real
 
@@ -126,9 +127,12 @@ def test_rollback_to_last_good_through_activate(tmp_path, real_sshd):
     # LAST OK is the target, LAST GOOD the LAST OK before
     assert (w.record("last-ok")["sha"], w.record("last-good")["sha"]) == (w.a, w.b)
 
-    again = w.rollback()  # LAST GOOD is now B: back to B
+    assert f"  rollback  rolled back {w.program} on cluster from {w.b[:12]} to {w.a[:12]} (activation)" \
+        in receipt_summary(receipt, None)
+    again = w.vq("rollback", w.program, "cluster", "--verbose")  # LAST GOOD is now B: back to B; the summary says so
     assert again.exit_code == 0, again.stderr
-    assert again.json()["rollback"] == {"from": w.a, "to": w.b, "via": "activate"}
+    assert f"  rollback  rolled back {w.program} on cluster from {w.a[:12]} to {w.b[:12]} (activation)" \
+        in again.stdout.splitlines(), again.stdout
     assert w.current() == f"releases/{w.b}"
     same = w.rollback("--to", w.b)
     assert (same.exit_code, same.json()["outcome"]) == (0, "already-current")
@@ -150,6 +154,8 @@ def test_rollback_without_activate_runs_the_update_of_the_target(tmp_path, real_
     receipt = done.json()
     assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert receipt["rollback"] == {"from": w.b, "to": w.a, "via": "update"}
+    assert (f"  rollback  rolled back {w.program} on cluster from {w.b[:12]} to {w.a[:12]} (rebuilt by the "
+            "provider's update)") in receipt_summary(receipt, None)
     ran = names(receipt)
     assert "deploy" in ran and "stage-create" in ran and "activate" not in ran
     assert receipt["source"]["sha"] == w.a  # the exact source was staged

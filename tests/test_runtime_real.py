@@ -78,7 +78,7 @@ def test_full_update_over_ssh_then_already_current(tmp_path, real_sshd):
     assert c.b in steps["stage-verify"]["argv"] and c.b in steps["deploy"]["argv"]
     final = receipt["verify"]["final"]
     assert final["proven"] and final["receipt"]["source_sha"] == c.b
-    assert final["receipt"]["active_path"] == f"{c.root}/releases/{c.b}/source/.venv/bin/python"
+    assert final["receipt"]["active_path"] == f"{c.root}/releases/{c.b}/bin/vibeqc-{c.b}"
     assert os.readlink(c.root / "current") == f"releases/{c.b}"
     assert tree_digest(c.root / "releases" / c.a) == a_release, "the older release changed"
     # the run's own stage was reclaimed

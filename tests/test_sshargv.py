@@ -1,4 +1,4 @@
-"""The ssh words' rules without ``re`` (vq_admin.sshargv, vq_admin.fastupdate) are exactly the
+"""The ssh words' rules without ``re`` (vq_admin.sshargv) are exactly the
 anchored patterns and ``shlex.quote`` they stand for: checked with hypothesis."""
 
 from __future__ import annotations
@@ -9,14 +9,11 @@ import shlex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vq_admin.agent.identifiers import DESTINATION_RE, FULL_SHA_RE
-from vq_admin.fastupdate import is_destination, is_full_sha
 from vq_admin.sshargv import LITERAL_WORD_PATTERN, SHELL_PROBE, literal_word, literal_words, shell_quote
 
 #: Characters near every rule's edges, and any text at all.
 EDGES = "aZ09_./,+-~=@:%'\"$`!*?{}[]()\\ \t\n\r\0#^&;|<>\u00e9\u0661\u212a"
 words = st.text(alphabet=st.sampled_from(EDGES), max_size=12) | st.text(max_size=12)
-hexish = st.text(alphabet=st.sampled_from("0123456789abcdefABCDEFg\n\u0661"), min_size=38, max_size=66)
 
 
 @given(words)
@@ -36,13 +33,3 @@ def test_shell_quote_is_shlex_quote(word):
 
 def test_the_probe_words_quote_as_shlex_quotes_them():
     assert [shell_quote(w) for w in SHELL_PROBE] == [shlex.quote(w) for w in SHELL_PROBE]
-
-
-@given(words | hexish)
-def test_is_full_sha_is_the_pattern(value):
-    assert is_full_sha(value) == bool(FULL_SHA_RE.match(value))
-
-
-@given(words | st.text(alphabet=st.sampled_from("aZ9_.@:+%-"), min_size=250, max_size=260))
-def test_is_destination_is_the_pattern(value):
-    assert is_destination(value) == bool(DESTINATION_RE.match(value))

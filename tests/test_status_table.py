@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from support import VQ_ADMIN, run_vq_inprocess
+from support import VQ_ADMIN, run_vq_inprocess, write_config
 from vq_admin.commands.status import collect
 from vq_admin.state import StateDir
 from vq_admin.status_table import age, render
@@ -72,8 +72,14 @@ def state(tmp_path):
 
 def _env(state: StateDir, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    env.update(VQ_ADMIN_STATE_DIR=str(state.root), TERM="xterm", **extra)
+    env.update(VQ_ADMIN_STATE_DIR=str(state.root), VQ_ADMIN_CONFIG=str(config_for(state)), TERM="xterm", **extra)
     return env
+
+
+def config_for(state: StateDir):
+    """The configuration naming the state's two hosts (status reads it, as every verb)."""
+    return write_config(state.root.parent / "admin.toml", "".join(
+        f'[hosts.{host}]\nfleet_role = "managed"\n' for host in ("cluster", "other")))
 
 
 def test_a_terminal_gets_a_table_per_host_with_failures_highlighted(state):
@@ -109,7 +115,7 @@ def test_host_narrows_the_table(state):
 
 
 def test_off_a_terminal_the_full_lines_stay(state):
-    result = run_vq_inprocess("status", state=state.root)
+    result = run_vq_inprocess("status", state=state.root, config=config_for(state))
     assert result.exit_code == 0
     assert "\x1b[" not in result.stdout and "PROGRAM" not in result.stdout
     assert f"LAST OK   {C} (v1.2.4)" in result.stdout and f"LAST GOOD {A} (v1.2.3)" in result.stdout
@@ -122,7 +128,8 @@ def test_json_is_unchanged_in_content_on_a_terminal(state):
     from vq_admin.outcome import Outcome
 
     expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
-    assert json.loads(screen) == expected == run_vq_inprocess("status", "--json", state=state.root).json()
+    again = run_vq_inprocess("status", "--json", state=state.root, config=config_for(state))
+    assert json.loads(screen) == expected == again.json()
 
 
 def test_empty_state_on_a_terminal(tmp_path):

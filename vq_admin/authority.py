@@ -48,9 +48,14 @@ def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostC
     """The host (with runtime authority, :func:`runtime_host`) and its profile of *program*; a
     program the host has no profile for is a usage error naming the profiles it has."""
     host = runtime_host(config, host_name)
+    return host, profile_of(host, program)
+
+
+def profile_of(host: HostConfig, program: str) -> RuntimeProfile:
+    """*host*'s profile of *program*; none is a usage error naming the profiles it has."""
     profile = host.runtimes.get(program)
     if profile is None:
         known = ", ".join(sorted(host.runtimes)) or "none"
-        raise UsageError(f"host {host_name} has no scheduler_runtime_deployments.{program} profile "
+        raise UsageError(f"host {host.name} has no scheduler_runtime_deployments.{program} profile "
                          f"(profiles: {known})")
-    return host, profile
+    return profile

@@ -14,7 +14,9 @@ attests, and everything else fails closed::
 
 A refusal raises :class:`LauncherRefused` (exit 77 on the command line) with
 a machine-readable ``code``, a ``reason`` and a ``remedy``; a malformed
-argument raises :class:`BindingUsageError` (a ``ValueError``; exit 2).  No
+argument raises :class:`BindingUsageError` (a ``ValueError``; exit 2); a host
+or program without evidence that the configuration does not name, or a
+configuration that cannot be read then, raises ``UsageError`` (exit 2).  No
 call ever substitutes another launcher (a bare interpreter included) for a
 refused one.
 
@@ -27,10 +29,9 @@ and for ``check_on_host``; ``subprocess`` is imported only for
 from __future__ import annotations
 
 import os
-import re
 
 from . import registry
-from .agent.identifiers import FULL_SHA_RE, NAME_RE
+from .agent.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
 from .fastlookup import plain_resolve, state_root
 
 if False:  # for the type checker only (no typing or collections import on the per-job path)
@@ -43,10 +44,8 @@ if TYPE_CHECKING:
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
-_ANY_SHA_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
 #: Largest pin accepted (a pin is a few hundred characters).
 MAX_PIN_CHARS = 64 * 1024
-SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
@@ -262,7 +261,7 @@ def path_form_problem(path: object) -> str | None:
         return "no launcher path"
     if registry.CONTROL_RE.search(path):
         return "launcher path holds a control character"
-    shas = _ANY_SHA_RE.findall(path)
+    shas = SHA_IN_TEXT_RE.findall(path)
     if not shas:
         if "current" in path.split("/"):
             return launcher_problem(path, "0" * 40)  # names the stable link
@@ -321,7 +320,7 @@ def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
 
 def _name(value: object, what: str) -> None:
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise BindingUsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise BindingUsageError(f"{what} {value!r} must match {NAME_RULE}")
 
 
 _state_root = state_root  # one definition, with the per-job lookup's plain case
@@ -336,14 +335,13 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
         raise _corrupt(exc, program, host) from None
     from .readback import ConfigUnavailable, host_table
 
-    try:
+    try:  # a host (or program) the configuration does not name is a usage error, as for every verb
         table, _ = host_table(config_path, host)
     except ConfigUnavailable as exc:
-        raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {host}, and {exc}",
-                              f"deploy and verify it: vq admin update {program} {host} --expected-sha SHA") from None
+        raise UsageError(str(exc)) from None
     role = table.get("fleet_role")
     if role == "managed":
-        return host
+        return _profiled(table, host, program)
     if role == "alias":
         canonical = table.get("canonical_host")
         target = None
@@ -353,10 +351,19 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
             except ConfigUnavailable:
                 target = None
         if target is not None and isinstance(canonical, str) and target.get("fleet_role") == "managed":
-            return canonical
+            return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
                               f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
                               "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")
     raise LauncherRefused("unmanaged-host", f"{host} has fleet_role {role!r}, which has no runtime maintenance "
                           "authority, so no runtime evidence can exist for it",
                           "submit to a managed host (fleet_role = \"managed\")")
+
+
+def _profiled(table: Mapping[str, object], host: str, program: str) -> str:
+    """*host*, whose configuration *table* must have a profile of *program* (else a usage error naming them)."""
+    profiles = table.get("scheduler_runtime_deployments")
+    if not isinstance(profiles, dict) or program not in profiles:
+        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) and profiles else "none"
+        raise UsageError(f"host {host} has no scheduler_runtime_deployments.{program} profile (profiles: {known})")
+    return host

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .error_document import error_document
 from .outcome import UsageError, VqAdminError
 from .output import safe_text
+
+if TYPE_CHECKING:
+    from .fastupdate import EarlyStart
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -214,12 +217,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return args
 
 
-def run(prog: str, argv: list[str]) -> int:
+def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
     """The full command line after the console script's own work (:func:`vq_admin.entry.main`): parse,
-    dispatch to the verb's command, turn a definite error into its message (and JSON document)."""
+    dispatch to the verb's command (with *early*, what an ``update``'s early start read and started:
+    ``args.early_start``), turn a definite error into its message (and JSON document)."""
     args = None
     try:
         args = parse(build_parser(prog), argv)
+        args.early_start = early
         return _dispatch(args)
     except VqAdminError as exc:
         if "--json" in argv:

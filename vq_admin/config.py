@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from .agent import paths
-from .agent.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE
+from .agent.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
 from .outcome import UsageError
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
@@ -333,7 +333,7 @@ def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
 
 def _check_name(name: str, key: str, what: str) -> None:
     if not NAME_RE.match(name):
-        raise ConfigError(key, f"{what} {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise ConfigError(key, f"{what} {name!r} must match {NAME_RULE}")
 
 
 def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:

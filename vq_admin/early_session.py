@@ -10,8 +10,8 @@ connection master) as soon as the runtime host is known, and
 :meth:`vq_admin.lease.Lease.open_session` sends the request on its stdin once
 the plan is ready (:func:`take`), while the handshake went on meanwhile.
 For a plain ``update PROGRAM HOST --expected-sha SHA`` the console script
-started that process even earlier, before the command line was parsed
-(:mod:`vq_admin.fastupdate`); :func:`start` then adopts it.
+started it even earlier, right after reading the configuration and before the
+command line was parsed (:mod:`vq_admin.fastupdate`, the same :func:`start`).
 
 Until the request is sent nothing runs on the host but the agent's
 ``session`` waiting for it.  A run that ends before sending it (a refusal, a
@@ -30,24 +30,23 @@ from typing import IO, TYPE_CHECKING, Sequence
 
 from . import process
 from .agent import protocol
-# END_TIMEOUT: seconds end() waits for an unused early session to end after its stdin closed
-from .fastupdate import END_TIMEOUT, adopt_process, finish
 from .sshargv import probe_suffix
 from .transport import SshTransport, literal_words
 
 if TYPE_CHECKING:
-    from .process import LongLived
     from .config import HostConfig
     from .context import RunContext
 
 @dataclass
 class EarlySession:
     command: str  # the remote command line (what the login shell is given)
-    proc: "LongLived"  # the early start's posix_spawn process, or subprocess's
+    proc: "process.LongLived"
     stderr: IO[bytes]
 
 
 _EARLY: dict[int, EarlySession] = {}
+#: Seconds :func:`end` waits for an unused session to end after its stdin closed.
+END_TIMEOUT = 10.0
 
 
 def session_command(transport: SshTransport, argv: Sequence[str]) -> list[str]:
@@ -65,12 +64,6 @@ def start(transport: SshTransport, agent: Sequence[str]) -> None:
     if id(transport) in _EARLY or transport.shell_checked or not literal_words(agent):
         return
     full = session_command(transport, protocol.session(agent))
-    # started even earlier, before the command line was parsed (vq_admin.fastupdate): this one
-    adopted = adopt_process(transport.ssh_config, transport.destination, transport.control_dir, full[-1])
-    if adopted is not None:
-        _EARLY[id(transport)] = EarlySession(full[-1], *adopted)
-        transport.on_session_close.append(lambda: end(transport))
-        return
     stderr = tempfile.TemporaryFile()
     try:
         proc = process.spawn(full, stderr=stderr)
@@ -94,7 +87,14 @@ def end(transport: SshTransport) -> None:
     """End an early session that was never given its request: its stdin closes (nothing asked)."""
     early = _EARLY.pop(id(transport), None)
     if early is not None:
-        finish(early.proc, early.stderr, END_TIMEOUT)
+        for stream in (early.proc.stdin, early.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        process.end(early.proc, END_TIMEOUT)
+        early.stderr.close()
 
 
 def start_for(ctx: "RunContext", host: "HostConfig") -> None:

@@ -13,9 +13,10 @@ abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly, ``update``
-after :func:`vq_admin.fastupdate.start` started the ssh process of a plainly
-usual ``update PROGRAM HOST --expected-sha SHA`` (cron's already-current run),
-before argparse and the rest are imported.
+after :func:`vq_admin.fastupdate.start` read the configuration and started
+the first ssh process of a plainly usual ``update PROGRAM HOST --expected-sha
+SHA`` (cron's already-current run), before argparse and the rest are imported;
+the full command line is handed what it started.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import os
 import sys
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable, NoReturn, TypeVar
+    from typing import Callable, TypeVar
+
+    from .fastupdate import EarlyStart
+    from .plainargs import LauncherArgs
     _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
@@ -37,29 +41,11 @@ _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "
 _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 
 
-class LauncherArgs:
-    """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
-
-    def __init__(self, program: str, host: str, values: dict[str, Any]):
-        self.verb = self.func = "launcher"
-        self.program, self.host = program, host
-        self.expected_sha = _text(values, "expected_sha")
-        self.path = _text(values, "path")
-        self.pin = _text(values, "pin")
-        self.config = _text(values, "config")
-        self.state_dir = _text(values, "state_dir")
-        self.json = bool(values.get("json"))
-        self.check_on_host = bool(values.get("check_on_host"))
-
-
-def _text(values: dict[str, str | bool], key: str) -> str | None:
-    value = values.get(key)
-    return value if isinstance(value, str) else None
-
-
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.plainargs`)."""
     from .plainargs import plain_words
+
+    from .plainargs import LauncherArgs
 
     parsed = plain_words(words, _VALUED, _FLAGS)
     if parsed is None or len(parsed[0]) != 2:
@@ -153,49 +139,23 @@ def main(argv: list[str] | None = None) -> int:
         code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
-    if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before anything else
-        from .fastupdate import run_after_start
+    if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before argparse
+        from .fastupdate import start
 
-        return run_after_start(argv[1:], lambda: _full(prog, argv))
+        early = start(argv[1:])
+        try:
+            return _full(prog, argv, early)
+        finally:
+            if early is not None:
+                early.close()
     return _full(prog, argv)
 
 
-#: The exit status Python gives a run whose stdout cannot be flushed at exit.
-EXIT_FLUSH_FAILED = 120
-
-
-def leave(code: int) -> NoReturn:
-    """End the console script with *code*: what the interpreter does at exit, but its teardown.
-
-    Python's exit joins the non-daemon threads (and runs what ``threading``'s own exit hooks
-    hold), runs the :mod:`atexit` functions, flushes stdout and stderr, and then frees every
-    object and module it loaded, which for an ``update`` (several hundred modules) takes
-    10-15 ms on a small login node: a tenth of what an already-current run spends of its own.
-    This does the first three exactly, then ``os._exit``.  Nothing of vq-admin's is left to that
-    teardown: every record is written, fsynced and closed before the run returns (the state
-    tree's atomic writes, the admin log's appends), and every process it started was waited for.
-    A stdout that cannot be flushed ends the run with 120, as Python's exit does."""
-    threading = sys.modules.get("threading")
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            if stream is sys.stdout and code == 0:
-                code = EXIT_FLUSH_FAILED
-    os._exit(code)
-
-
-def _full(prog: str, argv: list[str]) -> int:
+def _full(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
     """The full command line (:func:`vq_admin.cli.run`), with argparse and every verb."""
     from .cli import run
 
-    return guarded(lambda: run(prog, argv))  # --help and --version leave through SystemExit
+    return guarded(lambda: run(prog, argv, early))  # --help and --version leave through SystemExit
 
 
 if __name__ == "__main__":

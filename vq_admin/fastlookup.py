@@ -38,28 +38,15 @@ import os
 
 from .agent import paths
 from .agent.securepath import open_trusted_dir, read_trusted_file
-from .launchers import is_full_sha, launcher_problem
+from .agent.names import is_full_sha, is_name, is_sha256
+from .launchers import launcher_problem
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"
 #: Largest entry file read back, in bytes (an entry is a few hundred bytes).
 MAX_ENTRY_BYTES = 64 * 1024
 
-_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-_NAME_REST = _NAME_FIRST | frozenset("._-")
-_HEX = frozenset("0123456789abcdef")
 _JSON_SPACE = " \t\n\r"
-
-
-def is_name(value: object) -> bool:
-    """``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``, the whole string (``registry.NAME_RE``)."""
-    return (isinstance(value, str) and 0 < len(value) <= 64 and value[0] in _NAME_FIRST
-            and _NAME_REST.issuperset(value))
-
-
-def is_sha256(value: object) -> bool:
-    """64 lower-case hex digits, the whole string (``registry.SHA256_RE``)."""
-    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
 
 
 def has_control(text: str) -> bool:

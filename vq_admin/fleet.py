@@ -198,10 +198,8 @@ class Rollout:
                     new = os.open(path, flags | os.O_CLOEXEC, 0o600)
                     os.dup2(new, fd)
                     os.close(new)
-                from . import fastupdate
                 from .entry import main
 
-                fastupdate.disable()  # forked with every module loaded: an early start gains nothing here
                 sys.argv[:1] = ["vq-admin"]
                 code = main(argv)
                 sys.stdout.flush()

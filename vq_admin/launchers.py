@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import posixpath
 
+from .agent.names import is_full_sha
+
 STABLE_LINK_NAMES = frozenset({"current"})
-_HEX = frozenset("0123456789abcdef")
-
-
-def is_full_sha(value: object) -> bool:
-    """40 or 64 lower-case hex digits, the whole string (no ``re``: the per-job path imports this)."""
-    return isinstance(value, str) and len(value) in (40, 64) and _HEX.issuperset(value)
 
 
 def launcher_problem(path: object, sha: str) -> str | None:

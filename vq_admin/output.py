@@ -61,10 +61,24 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     if vr and final.get("proven"):
         lines.append(_field("launcher", vr["active_path"]))
         lines.append(_field("sha256", vr["active_path_sha256"]))
+    rollback = receipt.get("rollback")
+    if rollback and receipt["outcome"] in ("ok", "already-current"):
+        to = str(rollback.get("to"))[:12]
+        if receipt["outcome"] == "ok":
+            via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
+            was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
+            done = f"rolled back {what} on {receipt['host']} from {was} to {to} ({via})"
+        else:
+            done = f"{to} was already active on {receipt['host']}; nothing was changed"
+        lines.append(_field("rollback", done))
+    prune = receipt.get("prune")
+    if prune and (prune.get("removed") or receipt["outcome"] in ("ok", "already-current")):  # what a prune did
+        lines += generation_lines(prune.get("keep") or {}, prune.get("removed") or [])
     deploy = receipt.get("deploy") or {}
     if deploy.get("exit_code") is not None:
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
-        lines.append(_field("deploy", f"exit {deploy['exit_code']}{job}"))
+        command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
+        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
     for note in receipt.get("notes") or []:
         lines.append(_field("note", note))
     for error in receipt.get("errors") or []:
@@ -77,6 +91,13 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     if receipt_path:
         lines.append(_field("receipt", receipt_path))
     return [safe_text(line) for line in lines]
+
+
+def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run: bool = False) -> list[str]:
+    """A prune's generations: each kept, with its reasons, then each removed (or, in a dry run, to be)."""
+    kept, gone = ("keep", "remove") if dry_run else ("kept", "removed")
+    return ([_field(kept, f"{sha}  {', '.join(keep[sha])}") for sha in sorted(keep)]
+            + [_field(gone, sha) for sha in removed])
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:

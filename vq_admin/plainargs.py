@@ -27,6 +27,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 
 def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str, str], *, together: bool = False
@@ -64,3 +65,23 @@ def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str,
             i += 1
         values[key] = value
     return operands, values, given
+
+
+class LauncherArgs:
+    """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
+
+    def __init__(self, program: str, host: str, values: dict[str, Any]):
+        self.verb = self.func = "launcher"
+        self.program, self.host = program, host
+        self.expected_sha = _text(values, "expected_sha")
+        self.path = _text(values, "path")
+        self.pin = _text(values, "pin")
+        self.config = _text(values, "config")
+        self.state_dir = _text(values, "state_dir")
+        self.json = bool(values.get("json"))
+        self.check_on_host = bool(values.get("check_on_host"))
+
+
+def _text(values: dict[str, str | bool], key: str) -> str | None:
+    value = values.get(key)
+    return value if isinstance(value, str) else None

@@ -309,24 +309,3 @@ def mark_local(step: Step, ok: bool, started: float, detail: str | None = None,
     step.seconds = time.monotonic() - started
     step.detail = detail
     failpoint("step-after", step.name)
-
-
-def execute_unwrapped(step: Step, transport: Transport, agent: Sequence[str], *, timeout: float,
-                      reason: str, **values: str) -> RunResult:
-    """Run the command *step*'s planned agent call wraps, without the agent: for an agent that
-    predates the planned verb.
-
-    *step* is planned as ``AGENT VERB -- COMMAND...`` (:func:`vq_admin.agent.protocol.command_words`);
-    what runs is exactly the planned ``COMMAND...`` words, slots filled from *values*, with the
-    planned environment: a part of the plan, never an argv built at run time.  The step's detail
-    says it ran without its agent, and *reason*."""
-    planned = list(step.planned_argv)
-    at = len(agent)
-    if planned[:at] != list(agent) or len(planned) < at + 3 or planned[at + 1] != "--":
-        raise SlotError(f"{step.name}: its planned argv is not an agent call wrapping a command; nothing was run")
-    unwrapped = Step(step.name, step.where, planned[at + 2:], step.purpose, dict(step.env))
-    argv, env = filled(unwrapped, **values)
-    result = _run(step, transport, argv, env if step.env else None, timeout=timeout, stdin=None, watch=None)
-    note = f"ran without its agent ({reason})"
-    step.detail = f"{note}; {step.detail}" if step.detail else note
-    return result

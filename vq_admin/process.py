@@ -43,12 +43,10 @@ import time
 TYPE_CHECKING = False  # not typing's: this module is on the launcher's --check-on-host path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from typing import IO, Union
+    from typing import IO
 
-    from .spawned import Spawned
-
-    #: A long-lived process vq-admin talks to: :func:`spawn`'s, or the early start's (:mod:`vq_admin.spawned`).
-    LongLived = Union[subprocess.Popen[bytes], Spawned]
+    #: A long-lived process vq-admin talks to (:func:`spawn`'s).
+    LongLived = subprocess.Popen[bytes]
 
 #: ssh's exit status for its own failures (and, ambiguously, a remote ``exit 255``).
 SSH_TRANSPORT_EXIT = 255
@@ -60,8 +58,22 @@ TERM_GRACE = 5.0
 #: The ssh client options of every ssh vq-admin starts: defined with the rest of the ssh words
 #: (:mod:`vq_admin.sshargv`, light enough for the early start), the one set.
 from .sshargv import SSH_OPTIONS as SSH_OPTIONS  # noqa: E402
-# the one unnamed scratch file (light, for the early start too)
-from .spawned import scratch_file as scratch_file  # noqa: E402
+
+
+def scratch_file() -> IO[bytes]:
+    """An unnamed temporary file (``O_TMPFILE`` in ``$TMPDIR`` or ``/tmp``), else
+    :func:`tempfile.TemporaryFile` (not imported on the launcher's path)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            fd = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
+        except OSError:
+            pass
+        else:
+            return os.fdopen(fd, "w+b")
+    import tempfile
+
+    return tempfile.TemporaryFile()
 
 #: How a process ended (:attr:`Completed.ended`).
 EXITED = "exited"

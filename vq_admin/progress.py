@@ -65,10 +65,10 @@ class LiveLine:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._drawn = False
-        self._thread = threading.Thread(target=self._loop, name="vq-live-line", daemon=True)
+        self._worker = threading.Thread(target=self._loop, name="vq-live-line", daemon=True)
 
     def start(self) -> "LiveLine":
-        self._thread.start()
+        self._worker.start()
         return self
 
     def _loop(self) -> None:
@@ -114,8 +114,8 @@ class LiveLine:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        if self._worker.is_alive():
+            self._worker.join(timeout=5)
         with self._lock:
             self._erase()
 

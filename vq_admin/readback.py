@@ -77,7 +77,9 @@ def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[d
     hosts = data.get("hosts")
     table = hosts.get(host) if isinstance(hosts, dict) else None
     if not isinstance(table, dict):
-        raise ConfigUnavailable(f"{host} is not a host in the configuration {config_path_of(config_path)}")
+        known = ", ".join(sorted(hosts)) if isinstance(hosts, dict) and hosts else "none"
+        raise ConfigUnavailable(f"host {host!r} is not in the configuration {config_path_of(config_path)} "
+                                f"(hosts: {known})")
     return table, data
 
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from vq_admin_hookspecs import Slot
 
 from . import registry
-from .agent.identifiers import SHA_RE
+from .agent.identifiers import SHA_IN_TEXT_RE, SHA_RE
 from .outcome import VqAdminError
 from .plan import fill
 from .state import StateDir, utc_now
@@ -55,7 +55,6 @@ TIMEOUT = 120.0
 #: Runs one of :data:`READS` (its name, then the job id for a per-job read) and returns its result.
 Reader = Callable[[str, "str | None"], RunResult]
 _GONE = re.compile(r"invalid job id", re.IGNORECASE)
-_FULL_SHA = re.compile(r"(?<![0-9A-Za-z])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9A-Za-z])")
 
 
 class CensusError(VqAdminError):
@@ -162,7 +161,7 @@ def census(state: StateDir, transport: Transport, host: str, program: str,
     known = {row["sha"] for row in rows}
     unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
     for job in jobs:
-        for sha in sorted(set(_FULL_SHA.findall(job["text"])) - known):
+        for sha in sorted(set(SHA_IN_TEXT_RE.findall(job["text"])) - known):
             unregistered.setdefault(sha, []).append(f"job {job['id']} ({job['state']})")
     for row in rows:
         row["referenced"] = bool(row["reasons"])

@@ -45,7 +45,7 @@ import json
 import os
 import re
 
-from .agent.identifiers import NAME_RE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
+from .agent.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from .bounded import InputError, loads_json
 from .fastlookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
 from .statefs import PrivateTree, UnsafeState, read_private_file, write_atomic_at
@@ -74,7 +74,7 @@ PRUNED_SCHEMA = "vq-admin/pruned/1"
 def lane_dir(state_root: str | os.PathLike[str], host: str, program: str) -> str:
     """``<state>/registry/<host>/<program>``; *host* and *program* must be valid names."""
     if not NAME_RE.match(host) or not NAME_RE.match(program):
-        raise RegistryError(f"host {host!r} and program {program!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise RegistryError(f"host {host!r} and program {program!r} must match {NAME_RULE}")
     return os.path.join(os.fspath(state_root), "registry", host, program)
 
 

@@ -9,17 +9,15 @@ repository that lies, is refused before anything is staged.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass
 
 from vq_admin_hookspecs import Slot
 
-from .agent.identifiers import TAG_RE
+from .agent.identifiers import SHA_RE, TAG_RE
 from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
-_HEX_RE = re.compile(r"\A[0-9a-f]+\Z")
 
 
 @dataclass(frozen=True)
@@ -171,7 +169,7 @@ def _commit_tree(repo: str, sha: str) -> str | None:
         return None
     first = body.partition(b"\n")[0]
     tree = first[len(b"tree "):].decode("ascii", "replace")
-    if not first.startswith(b"tree ") or len(tree) != len(sha) or not _HEX_RE.match(tree):
+    if not first.startswith(b"tree ") or len(tree) != len(sha) or not SHA_RE.match(tree):
         return None
     return tree
 

@@ -31,7 +31,6 @@ import shlex
 import shutil
 import stat
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -280,18 +279,12 @@ def _apply_fault(result: RunResult, fault: str) -> RunResult:
                      result.seconds, interrupted, result.stdout_truncated)
 
 
-#: A control directory without a pid in its name (an earlier version) is removed once this old and idle.
-LEGACY_CONTROL_AGE = 3600.0
-
-
 def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
     """Remove ``/tmp/vqssh-<pid>-*`` directories of this user whose run is gone.
 
     A killed run cannot close its shared ssh connection or remove its
     directory.  Removed here: directories owned by us (never a symlink, never
-    another user's) whose pid is no longer alive, and old ones without a pid
-    whose sockets no longer answer.  Removing the socket of a master that is
-    still persisting only ends its reuse; the master exits at ControlPersist.
+    another user's) whose pid is no longer alive.
     """
     from .state import pid_alive
 
@@ -309,35 +302,11 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue
         owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
-        if owner.isdigit() and "-" in name[len(CONTROL_PREFIX):]:
-            stale = int(owner) != os.getpid() and not pid_alive(int(owner))
-        else:
-            stale = time.time() - st.st_mtime > LEGACY_CONTROL_AGE and not _answers(path)
-        if stale:
+        another_run = owner.isdigit() and "-" in name[len(CONTROL_PREFIX):] and int(owner) != os.getpid()
+        if another_run and not pid_alive(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _answers(directory: str) -> bool:
-    """True when a control socket in *directory* still accepts a connection."""
-    import socket
-
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return False
-    for entry in entries:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(1.0)
-            sock.connect(os.path.join(directory, entry))
-            return True
-        except OSError:
-            continue
-        finally:
-            sock.close()
-    return False
 
 
 @dataclass
@@ -358,10 +327,7 @@ class Session:
                 # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
                 # later run remove the directory a killed run left (sweep_control_dirs).
                 sweep_control_dirs()
-                from .fastupdate import adopt_control_dir  # the one an early start made (vq_admin.fastupdate)
-
-                self._control_dir = (adopt_control_dir(self.ssh_config, destination)
-                                     or tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT))
+                self._control_dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-", dir=CONTROL_PARENT)
             self._ssh[destination] = SshTransport(destination, self.ssh_config, self._control_dir)
         return self._ssh[destination]
 
@@ -374,9 +340,6 @@ class Session:
         for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
             while t.on_session_close:
                 t.on_session_close.pop(0)()
-        from .fastupdate import end_pending
-
-        end_pending()  # an early start (vq_admin.fastupdate) nothing adopted: its stdin closes, nothing asked
         if self._control_dir and _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()

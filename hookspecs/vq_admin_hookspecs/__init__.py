@@ -5,11 +5,10 @@ Everything a provider package needs is importable from here::
     from vq_admin_hookspecs import hookimpl, ProviderCommand, RuntimeRequest
 """
 
+from vq_admin_identifiers import FULL_SHA_RE, NAME_RE, SHA256_RE, TAG_RE
+
 from .markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from .records import (
-    FULL_SHA_RE,
-    NAME_RE,
-    SHA256_RE,
     EvidenceError,
     HelperIdentity,
     HelperRequest,
@@ -32,6 +31,7 @@ __all__ = [
     "FULL_SHA_RE",
     "NAME_RE",
     "SHA256_RE",
+    "TAG_RE",
     "EvidenceError",
     "HelperIdentity",
     "HelperRequest",
@@ -47,4 +47,4 @@ __all__ = [
     "is_list_slot",
     "is_slot",
 ]
-__version__ = "1.1.0"
+__version__ = "1.2.0"

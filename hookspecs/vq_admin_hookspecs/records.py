@@ -10,21 +10,13 @@ a message naming the field, never later in a lane.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .slots import Slot, is_list_slot, is_slot
+from vq_admin_identifiers import ENV_NAME_RE, FULL_SHA_RE, SHA256_RE
 
-#: A full git object name: 40 (SHA-1) or 64 (SHA-256) hex digits.
-FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
-#: A SHA-256 digest in lower-case hex.
-SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
-#: Program and host names.
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-#: Environment variable names a provider may set for its command.
-ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+from .slots import Slot, is_list_slot, is_slot
 
 #: Largest verify receipt accepted, in bytes of UTF-8.
 MAX_RECEIPT_BYTES = 1 << 20

@@ -1,4 +1,5 @@
-"""``deploy`` and ``install``: build one immutable release, then switch ``current``.
+"""``deploy`` and ``install``: build one immutable release, then switch ``current``;
+``activate``: switch ``current`` back to an existing release (rollback).
 
 Order of one run (each step only after the previous one succeeded):
 
@@ -14,12 +15,16 @@ Any failure in 3-4 leaves ``current`` and every existing release untouched
 and removes only this run's partial directory (exit 1, or 3 for identity).
 Metrics go to stdout as ``VQ-DEPLOY-METRIC name=value``; narration and the
 build log go to stderr.
+
+``activate`` builds nothing and never touches a release: under the deploy lock it
+accepts ``releases/<sha>`` as a reuse would (real directory, ``VALIDATED``, the same
+``SOURCE-SHA``, ``PROGRAM`` and ``TAG``, its launcher's check passes), then replaces
+``current``; otherwise exit 1 with ``current`` unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import socket
 import sys
@@ -42,7 +47,7 @@ def _metric(name: str, value: object) -> None:
 
 
 def _utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _echo_log(lines: list[str]) -> None:
@@ -53,7 +58,8 @@ def _echo_log(lines: list[str]) -> None:
 
 
 def _extra_env(ns: argparse.Namespace) -> dict[str, str]:
-    return {"VQ_BUILD_JOBS": str(ns.jobs)} if ns.jobs is not None else {}
+    jobs = getattr(ns, "jobs", None)  # activate has no --jobs
+    return {"VQ_BUILD_JOBS": str(jobs)} if jobs is not None else {}
 
 
 def _read_meta(release: str, name: str) -> str:
@@ -77,10 +83,9 @@ def _reuse(lyt: lay.Layout, ns: argparse.Namespace) -> None:
         if have != want:
             raise failed(f"existing release {release} records {name} {have!r}, the request is {want!r}; "
                          "releases are immutable, so it is neither rewritten nor activated")
-    launcher = lyt.launcher(ns.expected_sha)
-    ok, log, detail = build.validate(launcher, os.path.join(release, "source"),
-                                     build.VALIDATE_TIMEOUT, _extra_env(ns))
-    _echo_log(log)
+    ok, detail, output = build.check(lyt.launcher(ns.expected_sha, ns.program), os.path.join(release, "source"),
+                                     build.BUILD_TIMEOUT, _extra_env(ns))
+    _echo_log([*output.splitlines(), detail])
     if not ok:
         raise failed(f"existing release {release} fails validation now ({detail}); current unchanged")
 
@@ -108,19 +113,19 @@ def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive
         with archive.open_tar() as tar:
             count = extract(tar, source)
         log = _header(ns, archive) + [f"unpacked {count} members into {source}"]
-        python, build_log = build.build_runtime(source, os.path.join(lyt.release(sha), "source"))
+        launcher, build_log = build.build_runtime(partial, lyt.release(sha), ns.program, sha)
         log += build_log
-        ok, val_log, detail = build.validate(python, source, build.VALIDATE_TIMEOUT, _extra_env(ns))
-        log += val_log + [f"validation: {'passed' if ok else 'FAILED'} ({detail})"]
-        fsutil.atomic_write_text(partial, "BUILD-LOG", "\n".join(log) + "\n")
+        ok, detail, output = build.check(launcher, source, build.BUILD_TIMEOUT, _extra_env(ns))
+        log += [*output.splitlines(), f"validation: {'passed' if ok else 'FAILED'} ({detail})"]
+        fsutil.atomic_write(partial, "BUILD-LOG", "\n".join(log) + "\n")
         _echo_log(log)
         if not ok:
             raise failed(f"validation failed: {detail}; releases/{sha} not created, current unchanged")
-        fsutil.atomic_write_text(partial, "SOURCE-SHA", sha + "\n")
-        fsutil.atomic_write_text(partial, "TAG", (ns.tag + "\n") if ns.tag else "")
-        fsutil.atomic_write_text(partial, "PROGRAM", ns.program + "\n")
-        fsutil.atomic_write_text(partial, "ARCHIVE-SHA256", archive.sha256 + "\n")
-        fsutil.atomic_write_text(partial, VALIDATED, f"validated {_utc_now()}: {detail}\n")
+        fsutil.atomic_write(partial, "SOURCE-SHA", sha + "\n")
+        fsutil.atomic_write(partial, "TAG", (ns.tag + "\n") if ns.tag else "")
+        fsutil.atomic_write(partial, "PROGRAM", ns.program + "\n")
+        fsutil.atomic_write(partial, "ARCHIVE-SHA256", archive.sha256 + "\n")
+        fsutil.atomic_write(partial, VALIDATED, f"validated {_utc_now()}: {detail}\n")
         lay.publish(lyt, partial, sha)
         published = True
     finally:
@@ -148,7 +153,7 @@ def _locked(lyt: lay.Layout, ns: argparse.Namespace) -> int:
     previous = lay.read_current(lyt)
     lay.switch_current(lyt, ns.expected_sha)
     _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); "
-         f"launcher {lyt.launcher(ns.expected_sha)}")
+         f"launcher {lyt.launcher(ns.expected_sha, ns.program)}")
     return 0
 
 
@@ -161,3 +166,18 @@ def run(ns: argparse.Namespace) -> int:
     lay.check_layout(lyt, create=(ns.verb == "install"))
     with lay.DeployLock(lyt):
         return _locked(lyt, ns)
+
+
+def activate(ns: argparse.Namespace) -> int:
+    """Entry point of the ``activate`` verb (``vq admin rollback``); returns the exit code."""
+    lyt = lay.Layout(ns.root)
+    lay.check_layout(lyt, create=False)
+    with lay.DeployLock(lyt):
+        release = lyt.release(ns.expected_sha)
+        if not os.path.lexists(release):
+            raise failed(f"{release} does not exist; activation never builds: deploy {ns.expected_sha} instead")
+        _reuse(lyt, ns)
+        previous = lay.read_current(lyt)
+        lay.switch_current(lyt, ns.expected_sha)
+    _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); nothing built")
+    return 0

@@ -43,23 +43,23 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import signal
 import stat
 import subprocess
 import sys
 import time
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
+
+from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 
 from . import fsutil, layout as lay
-from .args import FULL_SHA_RE
+from .cli import Parser, terminate
 from .errors import SiteError, failed, identity, usage
 from .identity import VerifiedArchive, check_archive
 from .unpack import extract
 
 RECORD_NAME = ".vq-admin-source.json"
 WRAPPER_NAME = "vq-admin-agent"
-SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 VALIDATE_TIMEOUT = 120
 #: Runs ``vq_admin.agent`` from the release given as the first argument.
 BOOT = ("import sys; sys.dont_write_bytecode = True; sys.path.insert(0, sys.argv.pop(1)); "
@@ -83,14 +83,9 @@ def _say(text: str) -> None:
     print(f"vq-site-example-helper-update: {text}", file=sys.stderr, flush=True)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise usage(message)
-
-
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """The command line; the request itself comes from the environment."""
-    parser = _Parser(prog="vq-site-example-helper-update", allow_abbrev=False)
+    parser = Parser(prog="vq-site-example-helper-update", allow_abbrev=False)
     parser.add_argument("--root", required=True, help="absolute helper root")
     parser.add_argument("--install", action="store_true", help="create ROOT when missing (first installation)")
     parser.add_argument("--python", default=sys.executable,
@@ -199,7 +194,7 @@ def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchi
         record = {"schema": "vq-admin/helper-source/1", "sha": ns.sha, "tree_sha256": actual,
                   "archive_sha256": archive.sha256, "installed_by": "vq-site-example-helper-update",
                   "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "uid": os.geteuid()}
-        fsutil.atomic_write_text(partial, RECORD_NAME, json.dumps(record, sort_keys=True, indent=2) + "\n")
+        fsutil.atomic_write(partial, RECORD_NAME, json.dumps(record, sort_keys=True, indent=2) + "\n")
         validate(ns.python, partial, ns.sha, ns.tree)
         _say(f"unpacked {count} members, tree {actual} validated in {partial}")
         lay.publish(lyt, partial, ns.sha)
@@ -255,16 +250,12 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise failed(f"terminated by signal {signum}; current unchanged unless the switch had completed")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``vq-site-example-helper-update``; returns the exit code."""
     try:
         ns = parse(sys.argv[1:] if argv is None else argv)
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _terminate)
+            signal.signal(sig, terminate)
         return run(ns)
     except SiteError as exc:
         print(f"vq-site-example-helper-update: error: {exc.message}", file=sys.stderr)

@@ -26,13 +26,12 @@ import re
 import stat
 import tarfile
 from dataclasses import dataclass
-from typing import BinaryIO
+from io import BufferedReader
+
+from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 
 from . import fsutil
-from .args import FULL_SHA_RE
 from .errors import identity
-
-SHA256_HEX_RE = re.compile(r"\A[0-9a-fA-F]{64}\Z")
 
 
 @dataclass
@@ -40,7 +39,7 @@ class VerifiedArchive:
     """An open, identity-checked archive.  Close it with :meth:`close`."""
 
     path: str
-    handle: BinaryIO
+    handle: BufferedReader
     sha256: str
     size: int
     source_sha: str
@@ -57,17 +56,17 @@ class VerifiedArchive:
 def _stage_value(stage: str, name: str, pattern: re.Pattern[str]) -> str:
     path = os.path.join(stage, name)
     try:
-        text = fsutil.read_small(path, 4096).strip()
+        text = fsutil.read_small(path, 4096).strip().lower()
     except FileNotFoundError:
         raise identity(f"cannot establish source identity: {path} is missing") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise identity(f"cannot establish source identity: cannot read {path}: {exc}") from None
     if not pattern.match(text):
         raise identity(f"cannot establish source identity: {path} does not hold a valid value ({text[:80]!r})")
-    return text.lower()
+    return text
 
 
-def _open_archive(path: str) -> BinaryIO:
+def _open_archive(path: str) -> BufferedReader:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -81,7 +80,7 @@ def _open_archive(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _pax_comment(handle: BinaryIO, path: str) -> tuple[str | None, str | None]:
+def _pax_comment(handle: BufferedReader, path: str) -> tuple[str | None, str | None]:
     """The global ``comment`` after the first member, and after the last."""
     handle.seek(0)
     try:
@@ -103,16 +102,12 @@ def check_archive(archive: str, expected_sha: str) -> VerifiedArchive:
     """
     expected_sha = expected_sha.lower()
     stage = os.path.dirname(archive)
-    recorded_sha256 = _stage_value(stage, "ARCHIVE-SHA256", SHA256_HEX_RE)
+    recorded_sha256 = _stage_value(stage, "ARCHIVE-SHA256", SHA256_RE)
     recorded_source = _stage_value(stage, "SOURCE-SHA", FULL_SHA_RE)
     handle = _open_archive(archive)
     try:
-        digest = hashlib.sha256()
-        size = 0
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
-        actual = digest.hexdigest()
+        actual = hashlib.file_digest(handle, "sha256").hexdigest()
+        size = handle.tell()
         if actual != recorded_sha256:
             raise identity(f"archive checksum differs: sha256({archive}) is {actual}, "
                            f"{stage}/ARCHIVE-SHA256 says {recorded_sha256}")

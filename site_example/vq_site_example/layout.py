@@ -9,8 +9,9 @@
       releases/
         <sha>/                      one immutable release per full commit id
           SOURCE-SHA TAG PROGRAM ARCHIVE-SHA256 BUILD-LOG VALIDATED
+          bin/<program>-<sha>       the generation's launcher (what jobs are bound to)
           source/                   the unpacked git archive
-            .venv/bin/python        the immutable per-SHA launcher
+            .venv/                  its virtual environment
         .partial.<sha>.<random>/    a build in progress (renamed to <sha> when validated)
 
 Nothing in ROOT is followed through a symlink this tool did not create: ROOT
@@ -24,6 +25,9 @@ import errno
 import fcntl
 import os
 import stat
+import tempfile
+
+from vq_admin_identifiers import FULL_SHA_RE
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
@@ -35,24 +39,11 @@ RELEASES_NAME = "releases"
 PARTIAL_PREFIX = ".partial."
 
 
-class Layout(tuple[str]):
-    """Paths below one runtime root (an absolute, normalised path); immutable.
+class Layout:
+    """Paths below one runtime root (an absolute, normalised path)."""
 
-    A one-element tuple rather than a dataclass or a named tuple: ``verify``, run for every
-    update, imports this module, and dataclasses would load inspect and more, collections
-    (for ``namedtuple``) a few milliseconds' worth."""
-
-    __slots__ = ()
-
-    def __new__(cls, root: str) -> Layout:
-        return super().__new__(cls, (root,))
-
-    def __repr__(self) -> str:
-        return f"Layout(root={self[0]!r})"
-
-    @property
-    def root(self) -> str:
-        return self[0]
+    def __init__(self, root: str) -> None:
+        self.root = root
 
     @property
     def releases(self) -> str:
@@ -74,9 +65,10 @@ class Layout(tuple[str]):
         """``ROOT/releases/<sha>``."""
         return os.path.join(self.releases, sha)
 
-    def launcher(self, sha: str) -> str:
-        """The immutable per-SHA launcher, never a path through ``current``."""
-        return os.path.join(self.release(sha), "source", ".venv", "bin", "python")
+    def launcher(self, sha: str, program: str) -> str:
+        """The generation's launcher, ``ROOT/releases/<sha>/bin/<program>-<sha>``: its name carries the
+        full SHA, and it is never a path through ``current``."""
+        return os.path.join(self.release(sha), "bin", f"{program}-{sha}")
 
 
 def check_layout(layout: Layout, create: bool) -> None:
@@ -93,17 +85,12 @@ def check_layout(layout: Layout, create: bool) -> None:
             if not create:
                 raise usage(f"{path} does not exist; use 'install' for a first-time installation")
             os.makedirs(path, mode=0o755, exist_ok=True)
-            fsync_parent(path)
+            fsutil.fsync_dir(os.path.dirname(path))
         if not fsutil.is_real_dir(path):
             raise usage(f"{path} exists but is not a directory")
     if os.path.lexists(layout.current) and not os.path.islink(layout.current):
         raise failed(f"{layout.current} exists and is not a symlink; this provider only manages a "
                      "'current' symlink: move it aside deliberately, then deploy again")
-
-
-def fsync_parent(path: str) -> None:
-    """fsync the directory holding *path*."""
-    fsutil.fsync_dir(os.path.dirname(path) or "/")
 
 
 class DeployLock:
@@ -135,7 +122,7 @@ class DeployLock:
             raise SiteError(EXIT_LOCKED, f"{self.layout.lock_path} is held by {who}; "
                             "another deploy is running, nothing was done") from None
         self.fd = fd
-        fsutil.atomic_write_text(self.layout.root, PID_NAME, f"{os.getpid()}\n")
+        fsutil.atomic_write(self.layout.root, PID_NAME, f"{os.getpid()}\n")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -181,15 +168,9 @@ def probe_quiescent(layout: Layout) -> tuple[bool, int | None]:
 
 def make_partial(layout: Layout, sha: str) -> str:
     """Create a fresh ``releases/.partial.<sha>.<random>`` directory (mode 0755)."""
-    for _ in range(16):
-        path = os.path.join(layout.releases, f"{PARTIAL_PREFIX}{sha}.{os.urandom(6).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(path, 0o755)
-        return path
-    raise failed(f"cannot create a fresh partial directory in {layout.releases}")
+    path = tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{sha}.", dir=layout.releases)
+    os.chmod(path, 0o755)
+    return path
 
 
 def publish(layout: Layout, partial: str, sha: str) -> None:
@@ -203,6 +184,16 @@ def publish(layout: Layout, partial: str, sha: str) -> None:
         raise failed(f"{final} appeared during the build; not replacing it")
     os.rename(partial, final)
     fsutil.fsync_dir(layout.releases)
+
+
+def release_named(layout: Layout, target: str) -> str | None:
+    """The full lower-case SHA when the link target *target* names ``releases/<full sha>`` of this
+    root (relative, or absolute below ROOT), else ``None``."""
+    for prefix in (RELEASES_NAME + "/", layout.releases + "/"):
+        name = target[len(prefix):] if target.startswith(prefix) else ""
+        if FULL_SHA_RE.match(name) and name == name.lower():
+            return name
+    return None
 
 
 def read_current(layout: Layout) -> str | None:
@@ -227,16 +218,8 @@ def switch_current(layout: Layout, sha: str) -> None:
     release = layout.release(sha)
     if not fsutil.is_real_dir(release):
         raise failed(f"{release} is not a real directory; not activating it")
-    target = os.path.join(RELEASES_NAME, sha)
-    for _ in range(16):
-        tmp = os.path.join(layout.root, f".current.{os.urandom(6).hex()}")
-        try:
-            os.symlink(target, tmp)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise failed(f"cannot create a temporary link in {layout.root}")
+    tmp = os.path.join(layout.root, f".current.{os.urandom(8).hex()}")
+    os.symlink(os.path.join(RELEASES_NAME, sha), tmp)
     try:
         if os.path.lexists(layout.current) and not stat.S_ISLNK(os.lstat(layout.current).st_mode):
             raise failed(f"{layout.current} is not a symlink; not replacing it")

@@ -29,6 +29,8 @@ from typing import Any, Mapping
 from vq_admin_hookspecs import ProviderCommand, PruneRequest, RuntimeRequest, hookimpl
 
 DEFAULT_COMMAND = "vq-site-example"
+#: The ``provider_options`` keys this provider takes; any other is a typo (exit 2, naming it).
+OPTIONS = ("root", "command")
 
 
 def _options(request: RuntimeRequest) -> tuple[str, str]:
@@ -37,6 +39,9 @@ def _options(request: RuntimeRequest) -> tuple[str, str]:
     if not isinstance(options, Mapping):
         raise ValueError("provider_options must be a table; provider_options.root (absolute path "
                          "of the runtime root) is required for provider site_example")
+    for key in options:
+        if key not in OPTIONS:
+            raise ValueError(f"provider_options.{key}: unknown key; site_example takes {', '.join(OPTIONS)}")
     root = options.get("root")
     if not isinstance(root, str) or not root.startswith("/") or "\0" in root or "\n" in root:
         raise ValueError(f"provider_options.root must be the absolute path of the runtime root "

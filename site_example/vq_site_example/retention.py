@@ -45,37 +45,15 @@ import json
 import os
 import secrets
 import time
-from typing import NoReturn, Sequence
+
+from vq_admin_identifiers import FULL_SHA_RE
 
 from . import fsutil
-from .args import FULL_SHA_RE, full_sha, program_name, root_path
 from .errors import failed, usage
-from .layout import DeployLock, Layout, read_current, RELEASES_NAME
+from .layout import DeployLock, Layout, read_current, release_named
 
 CENSUS_SCHEMA = "vq-admin/references/1"
 MAX_CENSUS_BYTES = 64 << 20
-DEFAULT_MAX_AGE = 900.0
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise usage(f"{self.prog}: {message}")
-
-
-def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = _Parser(prog="vq-site-example prune", allow_abbrev=False,
-                     description="Remove releases that are not current, not kept and not referenced.")
-    parser.add_argument("--root", required=True, type=root_path)
-    parser.add_argument("--program", required=True, type=program_name)
-    parser.add_argument("--referenced-file", metavar="CENSUS",
-                        help="output of 'vq admin references PROGRAM HOST --json'")
-    parser.add_argument("--keep", type=full_sha, action="append", default=[], metavar="SHA",
-                        help="the keep set computed by 'vq admin prune' (repeatable); prints kept as a list")
-    parser.add_argument("--keep-sha", type=full_sha, action="append", default=[], metavar="SHA")
-    parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE, metavar="SECONDS",
-                        help="refuse a census older than this (default 900)")
-    parser.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
-    return parser.parse_args(list(argv))
 
 
 def read_census(path: str, program: str, max_age: float) -> dict[str, list[str]]:
@@ -112,10 +90,8 @@ def read_census(path: str, program: str, max_age: float) -> dict[str, list[str]]
 
 def _current_sha(lyt: Layout) -> str:
     target = read_current(lyt)
-    name = target[len(RELEASES_NAME) + 1:] if target and target.startswith(RELEASES_NAME + "/") else None
-    if target and target.startswith(lyt.releases + "/"):
-        name = target[len(lyt.releases) + 1:]
-    if not name or not FULL_SHA_RE.match(name) or not fsutil.is_real_dir(lyt.release(name)):
+    name = release_named(lyt, target) if target else None
+    if not name or not fsutil.is_real_dir(lyt.release(name)):
         raise failed(f"{lyt.current} -> {target!r} does not name a release; not pruning while current is unknown")
     return name
 
@@ -134,9 +110,8 @@ def _remove(lyt: Layout, sha: str) -> None:
     fsutil.remove_own_tree(doomed)
 
 
-def run(argv: Sequence[str]) -> int:
+def run(ns: argparse.Namespace) -> int:
     """Entry point of the ``prune`` verb; returns the exit code."""
-    ns = parse(argv)
     if not 0 < ns.max_age < float("inf"):
         raise usage(f"--max-age {ns.max_age} must be a positive number of seconds")
     if ns.referenced_file is None and not ns.keep:
@@ -165,10 +140,9 @@ def run(argv: Sequence[str]) -> int:
             if not ns.dry_run:
                 _remove(lyt, name)
             removed.append(name)
+    report = {"root": lyt.root, "program": ns.program, "current": current, "dry_run": ns.dry_run,
+              "kept": kept, "removed": removed}
     if ns.keep:  # the vq-admin prune report: kept as a list, the reasons apart
-        print(json.dumps({"root": lyt.root, "program": ns.program, "current": current, "dry_run": ns.dry_run,
-                          "kept": sorted(kept), "reasons": kept, "removed": removed}, sort_keys=True))
-        return 0
-    print(json.dumps({"root": lyt.root, "program": ns.program, "current": current, "dry_run": ns.dry_run,
-                      "kept": kept, "removed": removed}, sort_keys=True))
+        report.update(kept=sorted(kept), reasons=kept)
+    print(json.dumps(report, sort_keys=True))
     return 0

@@ -140,24 +140,22 @@ SINFO_TIMEOUT = 20.0
 
 def _sinfo() -> dict[str, Any]:
     """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
-    import subprocess
+    from .spawn import TimeoutExpired, run_captured
 
     argv = ["sinfo", "-h", "-o", "%t"]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=SINFO_TIMEOUT)
-    except subprocess.TimeoutExpired:
+        code, out, err = run_captured(argv, timeout=SINFO_TIMEOUT)
+    except TimeoutExpired:
         return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
     states: dict[str, Any] = {}
-    for line in done.stdout.decode("utf-8", "replace").split():
+    for line in out.decode("utf-8", "replace").split():
         states[line] = states.get(line, 0) + 1
-    error = done.stderr.decode("utf-8", "replace").strip()[-300:] or None
-    if done.returncode == 0 and not states:
+    error = err.decode("utf-8", "replace").strip()[-300:] or None
+    if code == 0 and not states:
         error = "sinfo listed no nodes"
-    return {"argv": argv, "exit_code": done.returncode, "states": states,
-            "error": error if (done.returncode or not states) else None}
+    return {"argv": argv, "exit_code": code, "states": states, "error": error if (code or not states) else None}
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:

@@ -28,8 +28,9 @@ its supervisor running to the end.
 
 ``detach-run`` follows the build (``progress`` records with ``--progress``),
 bounds it by ``--timeout`` (at the bound the build's process group gets
-SIGTERM, then SIGKILL), then settles, applies retention and streams the
-transcripts exactly as ``alloc-run`` does.  ``detach-reconcile`` never
+SIGTERM, then SIGKILL), then looks at the transcripts once (they are this
+host's own files: nothing to settle), applies retention and streams them
+as ``alloc-run`` does.  ``detach-reconcile`` never
 starts anything: it waits (bounded) for the recorded build's ``exit`` and
 then does the same.  A missing attempt is created (fenced), as
 ``alloc-reconcile`` does, so an agent whose start was delayed past the drop
@@ -43,13 +44,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import allocation, procs, safedirs
+from . import allocation, procs, safedirs, spawn
 from .identifiers import ENV_NAME_RE
 from .frames import FrameWriter
 from .progress import Reporter
@@ -107,8 +107,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                       dir_fd=attempt.fd)
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=path,
-                                close_fds=True, start_new_session=True)
+        proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)
         os.close(out)
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
@@ -230,6 +229,13 @@ def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict
                                 "(the supervisor was killed?)")
 
 
+def _one_look(settle_kw: dict[str, Any] | None) -> dict[str, Any]:
+    """A fixed-host build's transcripts are files on this host, written by a build whose end is
+    recorded (or that still runs: then they are incomplete however long they are watched): one
+    observation, no settle.  The settle is for a batch job's files seen through a shared filesystem."""
+    return dict(settle_kw or {}, max_observations=1, required=1)
+
+
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
         attempt_name: str | None = None, *, settle_kw: dict[str, Any] | None = None,
         archive: str | None = None, archive_sha256: str | None = None,
@@ -269,7 +275,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
                 summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"))
         else:
             _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
+        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
     finally:
         attempt.close()
 
@@ -299,8 +305,6 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
             frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
         _establish(summary, end, record)
-        if not summary["established"]:  # still running (or never recorded): one look, no settle
-            settle_kw = dict(settle_kw or {}, max_observations=1)
-        return allocation.finish(attempt, frames, summary, settle_kw=settle_kw)
+        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw))
     finally:
         attempt.close()

@@ -21,10 +21,15 @@ import re
 SHA_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 #: A full git object name as an operator may type it (either case; vq-admin lower-cases it).
 FULL_SHA_RE = re.compile(r"\A(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")
+#: A full git object name (lower-case) inside a text, not part of a longer run of hex digits.
+SHA_IN_TEXT_RE = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
 #: A SHA-256 digest in lower-case hex.
 SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
-#: Program, host and provider names.
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+#: Program, host and provider names (:data:`NAME_RULE` names the rule in messages).
+NAME_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+NAME_RE = re.compile(rf"\A{NAME_RULE}\Z")
+#: What a refused SHA's message asks for.
+SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 #: Environment variable names a provider may set for its command.
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 #: git's ref name rules for refs/tags/<name>, narrowed to a safe alphabet: no "..", "//", "@{",

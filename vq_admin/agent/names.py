@@ -1,11 +1,17 @@
-"""The name rule of :data:`.identifiers.NAME_RE`, without ``re``.
+"""The plain-string twins of three rules of :mod:`.identifiers`, for the paths that cannot load ``re``.
 
-``NAME_RE`` (``\\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\\Z``: program, host and
-provider names) is the one definition; :func:`is_name` is the same anchored
-check spelled with ``str`` operations, for the agent's per-run path (the
-lease of ``session``), which imports neither ``re`` nor ``enum``.
-``tests/test_agent_fastpath.py`` proves with hypothesis that both accept exactly
-the same values.
+The regexes of :mod:`.identifiers` are the one definition of every rule.  The
+per-job ``vq admin launcher`` (:mod:`vq_admin.fastlookup`) answers its plain
+case importing nothing a bare interpreter has not (``re`` and its ``enum``
+cost that start more than the rest of its work), so the three rules it
+checks are spelled here again with ``str`` operations, and nowhere else:
+
+* :func:`is_name` is ``NAME_RE`` (program, host and provider names);
+* :func:`is_full_sha` is ``SHA_RE`` (40 or 64 lower-case hex digits);
+* :func:`is_sha256` is ``SHA256_RE`` (64 lower-case hex digits).
+
+``tests/test_agent_fastpath.py`` proves with hypothesis that each accepts
+exactly what its regex accepts.
 
 Standard library only; Python 3.8 and later.
 """
@@ -18,6 +24,7 @@ if TYPE_CHECKING:
 
 _FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 _REST = _FIRST | frozenset("._-")
+_HEX = frozenset("0123456789abcdef")
 
 
 def is_name(value: Any) -> bool:
@@ -27,3 +34,13 @@ def is_name(value: Any) -> bool:
 
         return bool(NAME_RE.match(value))
     return 0 < len(value) <= 64 and value[0] in _FIRST and all(c in _REST for c in value[1:])
+
+
+def is_full_sha(value: object) -> bool:
+    """``SHA_RE``: 40 or 64 lower-case hex digits, the whole string (``False`` for what is not a ``str``)."""
+    return isinstance(value, str) and len(value) in (40, 64) and _HEX.issuperset(value)
+
+
+def is_sha256(value: object) -> bool:
+    """``SHA256_RE``: 64 lower-case hex digits, the whole string (``False`` for what is not a ``str``)."""
+    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)

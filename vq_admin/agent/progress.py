@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import threading
 from typing import Any, Callable, Optional, Sequence, Tuple
+
+from .spawn import TimeoutExpired, run_captured
 
 #: The driver's poll; never more often than every MIN_INTERVAL seconds.
 DEFAULT_INTERVAL = 10.0
@@ -40,16 +41,15 @@ def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[
     """``(state, reason)`` from ``squeue -h -j ID -o %T|%r``; ``(None, None)`` when the job left the queue."""
     argv = ["squeue", "-h", "-j", job_id, "-o", "%T|%r"]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, out, err = run_captured(argv, timeout=timeout)
+    except (OSError, TimeoutExpired) as exc:
         return "UNKNOWN", f"squeue: {exc}"[:200]
-    if done.returncode != 0:
-        text = done.stderr.decode("utf-8", "replace").strip()
+    if code != 0:
+        text = err.decode("utf-8", "replace").strip()
         if "Invalid job id" in text:
             return None, None
-        return "UNKNOWN", f"squeue exit {done.returncode}: {text[-200:]}"
-    for line in done.stdout.decode("utf-8", "replace").splitlines():
+        return "UNKNOWN", f"squeue exit {code}: {text[-200:]}"
+    for line in out.decode("utf-8", "replace").splitlines():
         state, _, reason = line.strip().partition("|")
         if state:
             return state, (reason if reason and reason != "None" else None)
@@ -96,13 +96,13 @@ class Reporter:
         self.interval = max(MIN_INTERVAL, interval)
         self.state = state
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._worker: Optional[threading.Thread] = None
 
     def start(self, job_id: str) -> None:
-        if self._thread is not None:
+        if self._worker is not None:
             return
-        self._thread = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
-        self._thread.start()
+        self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
+        self._worker.start()
 
     def _loop(self, job_id: str) -> None:
         while not self._stop.is_set():
@@ -117,8 +117,8 @@ class Reporter:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=SQUEUE_TIMEOUT + 5)
+        if self._worker is not None:
+            self._worker.join(timeout=SQUEUE_TIMEOUT + 5)
 
 
 def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> dict[str, Any]:

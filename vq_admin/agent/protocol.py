@@ -19,12 +19,8 @@ answer with framed records (:mod:`.frames`), read as a stream by the driver;
 :func:`parse_framed` reads a whole captured stream.
 
 Every JSON text on both sides goes through :func:`encode` and :func:`decode`
-(:func:`encode_request` for the ``session`` request): exactly ``json.dumps(...,
-sort_keys=True)`` and ``json.loads``, built on json's own C accelerator
-(``_json``) so that the agent's fast paths (``session``, ``lease``,
-``verify-readback``) never import the ``json`` package, which loads ``re`` and
-``enum`` (about 8 ms of a login host's agent start); an interpreter without
-the accelerator, and every error, goes through ``json`` itself.
+(:func:`encode_request` for the ``session`` request): ``json.dumps(...,
+sort_keys=True)`` and ``json.loads``, imported when first used.
 
 Standard library only, Python 3.8 syntax at run time, and cheap to import
 (no ``typing``, ``json`` or ``re`` at run time): :mod:`.entry` dispatches the
@@ -126,84 +122,17 @@ class ProtocolError(ValueError):
 
 # -- the JSON codec (both sides) --------------------------------------------------------
 
-class _Context:
-    """What json's C scanner reads of a ``json.JSONDecoder()`` (the defaults of ``json.loads``)."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
-
-
-def _unserializable(value: Any) -> Any:
-    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
-
-
-#: A document and its text, to prove once per process that the accelerator is the one json uses.
-_PROOF_TEXT = '{"a": [1, -2.5, 1e+300, true, false, null, "\\u00e9\\n\\"", {}], "b": {"c": []}}'
-_FAST: List[Any] = []
-
-
-def _fast() -> Any:
-    """``(scan_once, make_encoder, escape)`` of json's C accelerator, or ``None`` (no accelerator, or
-    one whose answer to a known document is not json's: then :mod:`json` itself does the work)."""
-    if not _FAST:
-        found = None
-        try:
-            import _json
-
-            context: Any = _Context()
-            scan, make_encoder = _json.make_scanner(context), _json.make_encoder
-            escape = _json.encode_basestring_ascii
-            value: Dict[str, Any] = {"b": {"c": []}, "a": [1, -2.5, 1e300, True, False, None, "\u00e9\n\"", {}]}
-            chunks = make_encoder({}, _unserializable, escape, None, ": ", ", ", True, False, True)(value, 0)
-            if "".join(chunks) == _PROOF_TEXT and scan(_PROOF_TEXT, 0) == (value, len(_PROOF_TEXT)):
-                found = (scan, make_encoder, escape)
-        except Exception:  # noqa: BLE001 -- an accelerator other than json's: json itself is used
-            found = None
-        _FAST.append(found)
-    return _FAST[0]
-
-
-def _dumps(value: Any) -> str:
-    """Exactly ``json.dumps(value, sort_keys=True)``."""
-    fast = _fast()
-    if fast is not None:
-        try:
-            if isinstance(value, str):
-                return str(fast[2](value))
-            return "".join(fast[1]({}, _unserializable, fast[2], None, ": ", ", ", True, False, True)(value, 0))
-        except Exception:  # noqa: BLE001 -- json itself raises its own error (or answers)
-            pass
-    import json
-
-    return json.dumps(value, sort_keys=True)
-
-
-def _after_whitespace(text: str, index: int) -> int:
-    """The index of the first character at or after *index* that is not JSON whitespace."""
-    end = len(text)
-    while index < end and text[index] in " \t\n\r":
-        index += 1
-    return index
-
-
 def decode(text: str) -> Any:
-    """Exactly ``json.loads(text)`` for a ``str``: the value, or json's own ``ValueError``."""
-    fast = _fast()
-    if fast is not None and not text.startswith("\ufeff"):
-        try:
-            value, end = fast[0](text, _after_whitespace(text, 0))
-        except Exception:  # noqa: BLE001 -- json itself raises its own error
-            pass
-        else:
-            if _after_whitespace(text, end) == len(text):
-                return value
+    """``json.loads(text)``: the value, or json's own ``ValueError``."""
     import json
 
     return json.loads(text)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
 
 
 # -- encoders (the agent's side) --------------------------------------------------------

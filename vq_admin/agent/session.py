@@ -55,10 +55,8 @@ the answer is out (``os._exit`` after flushing: the interpreter's teardown
 frees nothing the lease needs).
 
 Standard library only; nothing of the verb table (:mod:`.cli`, argparse) is
-imported, nor ``json``, ``re``, ``enum``, ``threading`` or ``subprocess``
-(``tests/test_fast_paths.py`` pins the set): JSON goes through the
-protocol's codec, the verify through :mod:`.spawn`, and the watch of stdin
-is a ``_thread`` thread.
+imported: JSON goes through the protocol's codec, the verify through
+:mod:`.spawn`, and the watch of stdin is a thread.
 """
 
 from __future__ import annotations
@@ -91,7 +89,7 @@ def login_shell() -> str:
 
 def probe_shell(probe: Dict[str, Any]) -> Dict[str, Any]:
     """Run the driver's quoting probe through the login shell; ``posix`` true when it came back exact."""
-    import subprocess
+    from .spawn import TimeoutExpired, run_captured
 
     shell = login_shell()
     command, expected = probe.get("command"), probe.get("expected")
@@ -100,14 +98,13 @@ def probe_shell(probe: Dict[str, Any]) -> Dict[str, Any]:
         answer["error"] = "bad shell_probe request"
         return answer
     try:
-        done = subprocess.run([shell, "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=PROBE_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, out, err = run_captured([shell, "-c", command], timeout=PROBE_TIMEOUT)
+    except (OSError, TimeoutExpired) as exc:
         answer["error"] = f"cannot run {shell}: {getattr(exc, 'strerror', None) or exc}"
         return answer
-    answer.update(exit_code=done.returncode, stdout=done.stdout[:4096].decode("utf-8", "surrogateescape"),
-                  stderr=done.stderr[-2048:].decode("utf-8", "surrogateescape"),
-                  posix=done.returncode == 0 and done.stdout == expected.encode("utf-8", "surrogateescape"))
+    answer.update(exit_code=code, stdout=out[:4096].decode("utf-8", "surrogateescape"),
+                  stderr=err[-2048:].decode("utf-8", "surrogateescape"),
+                  posix=code == 0 and out == expected.encode("utf-8", "surrogateescape"))
     return answer
 
 
@@ -221,12 +218,12 @@ class Held:
     the lock's descriptor is close-on-exec, so no child shares it), or when the session fails."""
 
     def __init__(self, fd: int, path: str) -> None:
-        import _thread  # threading's own primitives: threading itself costs a bare start about 4 ms
+        import threading
 
         self.fd, self.path = fd, path
-        self._once = _thread.allocate_lock()
+        self._once = threading.Lock()
         self._released = False
-        self._watching: Optional[_thread.LockType] = None  # held while the watcher runs
+        self._watcher: Optional[threading.Thread] = None
 
     def release(self) -> None:
         with self._once:
@@ -242,10 +239,7 @@ class Held:
     def watch(self, stdin: BinaryIO) -> None:
         """Hold until *stdin* closes (the driver closed it, died, or the connection dropped), in a
         thread, so the lease ends then even while a part of the request is still running."""
-        import _thread
-
-        watching = _thread.allocate_lock()
-        watching.acquire()
+        import threading
 
         def run() -> None:
             try:
@@ -254,19 +248,15 @@ class Held:
             except (OSError, ValueError):
                 pass
             finally:
-                try:
-                    self.release()
-                finally:
-                    watching.release()
+                self.release()
 
-        self._watching = watching
-        _thread.start_new_thread(run, ())
+        self._watcher = threading.Thread(target=run, daemon=True)
+        self._watcher.start()
 
     def join(self) -> None:
         """Wait until the watcher has seen stdin close and released the lease (when one was started)."""
-        if self._watching is not None:
-            self._watching.acquire()
-            self._watching.release()
+        if self._watcher is not None:
+            self._watcher.join()
 
     @property
     def released(self) -> bool:

@@ -15,12 +15,13 @@ Standard library only: runs inside ``vq-admin-agent``.
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+from . import spawn
 
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -88,13 +89,12 @@ def _end_from(fields: dict[str, str], job_id: str, source: str) -> JobEnd | None
 
 def _run(argv: Sequence[str], timeout: float = QUERY_TIMEOUT) -> tuple[int | None, str, str]:
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, errors="replace")
-    except subprocess.TimeoutExpired:
+        code, out, err = spawn.run_captured(argv, timeout=timeout)
+    except spawn.TimeoutExpired:
         return None, "", f"{argv[0]}: no answer within {timeout:.0f} s"
     except OSError as exc:
         return None, "", f"{argv[0]}: {exc.strerror or exc}"
-    return done.returncode, done.stdout, done.stderr
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def scontrol_state(job_id: str, timeout: float = QUERY_TIMEOUT) -> tuple[str, dict[str, str]]:
@@ -240,7 +240,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
     result = Submission()
     with tempfile.TemporaryFile() as errfile:
         try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errfile)
+            proc = spawn.start(argv, stdout=spawn.PIPE, stderr=errfile)
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
@@ -261,7 +261,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
         reader.start()
         try:
             result.sbatch_exit_code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except spawn.TimeoutExpired:
             result.timed_out = True
             if result.job_id is not None:
                 result.cancel = cancel(result.job_id)
@@ -270,7 +270,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
                                  "message": "sbatch printed no job id before the bound; nothing to cancel"}
             try:
                 result.sbatch_exit_code = proc.wait(timeout=CANCEL_GRACE if result.cancel["ok"] else 0.1)
-            except subprocess.TimeoutExpired:
+            except spawn.TimeoutExpired:
                 proc.kill()
                 proc.wait()
                 result.sbatch_exit_code = None

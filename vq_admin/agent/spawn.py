@@ -1,38 +1,25 @@
-"""Run one command and capture its output, without :mod:`subprocess`.
+"""The agent's one process runner: every command the agent runs starts here.
 
-:func:`run_captured` is ``subprocess.run(argv, stdin=DEVNULL, stdout=PIPE,
-stderr=PIPE, env=env)`` for the agent's per-run path (the verify of
-``session`` and ``verify-readback``): importing ``subprocess`` loads
-``signal``, ``enum``, ``selectors``, ``threading``, ``locale`` and ``re``,
-about 13 ms of a login host's agent start; ``os.posix_spawn`` with two pipes
-and ``select.poll`` does the same work.  Same behaviour, point by point:
+:func:`run_captured` runs a command to its end and captures its output (the
+verify of ``session`` and ``verify-readback``, ``squeue``, ``sinfo``, ...);
+:func:`start` starts one that outlives the call (the fixed-host build's job
+script, sbatch while its job id is read).  Both behave as :mod:`subprocess`:
+an argv, never a shell; stdin ``/dev/null``; no descriptor but 0, 1 and 2
+passed on; ``SIGPIPE`` and ``SIGXFSZ`` at their defaults in the command.  A
+bound that passes raises :class:`TimeoutExpired` (the command killed and
+reaped, as ``subprocess.run`` does).
 
-* the command is an argv, never a shell; a word without ``/`` is looked up
-  in the ``PATH`` of the environment the command gets (as subprocess does),
-  trying each directory in turn; when none runs it, the error is the first
-  that is not "not found" (``ENOENT``, ``ENOTDIR``), else the last, raised
-  as the ``OSError`` subprocess raises (``FileNotFoundError``,
-  ``PermissionError``, ...);
-* stdin is ``/dev/null``, stdout and stderr are read to their end;
-* no descriptor but 0, 1 and 2 reaches the command (subprocess's
-  ``close_fds``): the agent's own are close-on-exec, and any inherited one
-  is closed in the child;
-* ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are the default again
-  in the command (subprocess's ``restore_signals``); one difference, the
-  same as in subprocess's own ``posix_spawn`` path: glibc's posix_spawn
-  leaves its two internal signals (32 and 33) ignored in the command, which
-  only a program's own C library uses (and installs its handlers for);
-* the command stays in the agent's process group and session, with no
-  bound of its own (as before: the driver bounds its wait, and a run that
-  ends frees the lease while a read-only verify finishes); if the agent is
-  interrupted while reading, the command gets ``SIGKILL`` and is reaped, as
-  ``subprocess.run`` does.
-
-Where that is not possible as stated (no ``os.posix_spawn``, a C library
-whose ``posix_spawn`` may not report a failed ``exec``: anything but glibc
-2.24 or later, no ``/proc/self/fd`` to find inherited descriptors, a pipe
-that would land on 0, 1 or 2), :func:`run_captured` is ``subprocess.run``
-itself.
+:func:`run_captured` without a bound is ``os.posix_spawn`` with two pipes and
+``select.poll``: importing ``subprocess`` costs a login host's agent start
+about a fifth of a bare interpreter's, and the verify of every
+already-current run starts here.  A word without ``/`` is looked up in the
+``PATH`` of the command's environment; when none runs it, the error is the
+first that is not "not found", else the last, as subprocess raises it; if
+the agent is interrupted while reading, the command gets ``SIGKILL`` and is
+reaped.  Where that is not plainly possible (no ``os.posix_spawn``, a C
+library whose ``posix_spawn`` may not report a failed ``exec``: anything but
+glibc 2.24 or later, no ``/proc/self/fd``, a pipe that would land on 0, 1 or
+2) and with a bound, it is ``subprocess.run`` itself.
 
 Standard library only; Python 3.8 and later.
 """
@@ -44,20 +31,44 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Tuple
+    import subprocess
+    from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+    Target = Union[int, IO[bytes]]
+
+#: subprocess's: the bound of :func:`run_captured` passed (subprocess is imported when first needed).
+TimeoutExpired: "type[subprocess.TimeoutExpired]"
+#: subprocess's ``PIPE``, for :func:`start`'s stdout.
+PIPE = -1
+
+
+def __getattr__(name: str) -> object:
+    if name == "TimeoutExpired":
+        import subprocess
+
+        return subprocess.TimeoutExpired
+    raise AttributeError(name)
+
+
+def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]",
+                    timeout: "Optional[float]") -> "Tuple[int, bytes, bytes]":
+    import subprocess
+
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
+          new_session: bool = False) -> "subprocess.Popen[bytes]":
+    """Start *argv* (stdout :data:`PIPE` or a descriptor/file); the caller waits for it."""
+    import subprocess
+
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd,
+                            close_fds=True, start_new_session=new_session)
+
 
 CHUNK = 32768
-
-
-def _signals() -> "Tuple[int, Tuple[int, ...]]":
-    """``(SIGKILL, the signals restored to default)`` from the C module ``signal`` wraps
-    (``signal`` itself builds enums)."""
-    try:
-        sig = __import__("_signal")
-    except ImportError:  # pragma: no cover -- CPython always has it
-        sig = __import__("signal")
-    restored = tuple(getattr(sig, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(sig, name))
-    return sig.SIGKILL, restored
 
 
 def inherited_fds() -> "Optional[List[int]]":
@@ -103,28 +114,26 @@ def _exit_code(status: int) -> int:
     return -os.WSTOPSIG(status)  # pragma: no cover -- waitpid without WUNTRACED
 
 
-def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]") -> "Tuple[int, bytes, bytes]":
-    import subprocess
-
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    return done.returncode, done.stdout, done.stderr
-
-
-def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "Tuple[int, bytes, bytes]":
+def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
+                 timeout: "Optional[float]" = None) -> "Tuple[int, bytes, bytes]":
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
-    *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start."""
+    *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
+    and :class:`TimeoutExpired` past *timeout* seconds."""
+    argv = list(argv)
     spawn = getattr(os, "posix_spawn", None)
     inherited = inherited_fds() if spawn is not None and spawn_reports_exec_errors() else None
-    if spawn is None or inherited is None or not argv:
-        return _subprocess_run(argv, env)
+    if timeout is not None or spawn is None or inherited is None or not argv:
+        return _subprocess_run(argv, env, timeout)
     environ = os.environ if env is None else env
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     if min(out_w, err_w) <= 2:  # the agent's own 0, 1 or 2 was closed: subprocess handles that case
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        return _subprocess_run(argv, env)
-    sigkill, restored = _signals()
+        return _subprocess_run(argv, env, timeout)
+    import signal
+
+    restored = (signal.SIGPIPE, signal.SIGXFSZ)
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
@@ -157,7 +166,7 @@ def run_captured(argv: "List[str]", env: "Optional[Dict[str, str]]" = None) -> "
                 os.close(fd)
         if pid is not None:  # interrupted while reading (or reaping): end the command, as subprocess.run does
             try:
-                os.kill(pid, sigkill)
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
             os.waitpid(pid, 0)

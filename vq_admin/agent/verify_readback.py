@@ -17,14 +17,10 @@ absolute ``active_path`` (the driver then reports the receipt's problem).
 
 ``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
 
-This module is the agent's light path: standard library only, and of the
-agent only the protocol's JSON codec, :mod:`.spawn` (the verify without
-``subprocess``) and :mod:`.securepath` (a launcher another user could replace
-is answered with exit 77 and ``untrusted``, never hashed), so the per-run remote start stays close to a bare
-interpreter: no ``json``, ``re``, ``enum`` or ``subprocess``, and
-``hashlib`` (OpenSSL, about 3 ms to load) only for a launcher larger than
-:data:`SMALL_FILE`, whose digest the interpreter's own SHA-256 computes
-faster than that load.
+Standard library only; of the agent only the protocol's JSON codec,
+:mod:`.spawn` (the agent's one process runner) and :mod:`.securepath` (a
+launcher another user could replace is answered with exit 77 and
+``untrusted``, never hashed).
 """
 
 from __future__ import annotations
@@ -45,27 +41,13 @@ STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
 EXIT_FAILED, EXIT_USAGE, EXIT_UNSAFE = 1, 2, 77
-#: Up to this size a file is hashed with the interpreter's built-in SHA-256 (no OpenSSL to load).
-SMALL_FILE = 1 << 20
 
 
-def sha256(size: int | None = None) -> Any:
-    """A fresh SHA-256 object: for *size* up to :data:`SMALL_FILE` bytes the interpreter's built-in
-    one when it has it (``_sha256``, ``_sha2`` from Python 3.12), else :mod:`hashlib`'s (OpenSSL).
-    The digest is SHA-256 either way."""
-    if size is not None and size <= SMALL_FILE:
-        try:
-            return __import__("_sha2" if sys.version_info >= (3, 12) else "_sha256").sha256()
-        except (ImportError, AttributeError):  # an interpreter built without them
-            pass
+def file_sha256(path: str) -> str:
+    """The SHA-256 of *path*'s bytes."""
     import hashlib
 
-    return hashlib.sha256()
-
-
-def file_sha256(path: str, size: int | None = None) -> str:
-    """The SHA-256 of *path*'s bytes (*size*: its size when known, to choose the implementation)."""
-    h = sha256(size)
+    h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(CHUNK), b""):
             h.update(chunk)
@@ -91,7 +73,7 @@ def hash_answer(path: str) -> tuple[dict[str, Any], int]:
     if untrusted:
         return {"path": path, "exists": True, "regular": True, "untrusted": untrusted, "error": untrusted}, EXIT_UNSAFE
     try:
-        digest = file_sha256(path, st.st_size)
+        digest = file_sha256(path)
     except OSError as exc:
         return {"path": path, "exists": True, "regular": True, "error": exc.strerror}, EXIT_FAILED
     return {

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ..agent.identifiers import FULL_SHA_RE, NAME_RE
+from ..agent.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE
+from ..agent.identifiers import SHA_RULE as SHA_RULE
 from ..outcome import UsageError
-
-SHA_RULE = "give the full commit SHA: 40 (or 64) hex digits; abbreviations and ref names are not accepted"
 
 
 def full_sha(value: str | None, option: str = "--expected-sha") -> str | None:
@@ -18,5 +17,5 @@ def full_sha(value: str | None, option: str = "--expected-sha") -> str | None:
 
 def check_name(value: str, what: str) -> str:
     if not NAME_RE.match(value):
-        raise UsageError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise UsageError(f"{what} {value!r} must match {NAME_RULE}")
     return value

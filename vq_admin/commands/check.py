@@ -1,8 +1,8 @@
 """``vq admin check``: validate the configuration and load the providers it
-names, running nothing anywhere (with ``--connect``: then reach every host,
-see :mod:`vq_admin.connectcheck`).  Each profile's provider is asked for its
-verify and update commands, so a provider that cannot answer for a profile
-is reported here rather than at 3 a.m.
+names, running nothing anywhere (with ``--connect``: then reach every login
+and build host it uses, see :mod:`vq_admin.connectcheck`).  Each profile's
+provider is asked for its verify and update commands, so a provider that
+cannot answer for a profile is reported here rather than at 3 a.m.
 """
 
 from __future__ import annotations
@@ -22,25 +22,12 @@ from ..plugins import Providers
 PROBE_SHA = "0" * 40
 
 
-def check_ssh_config(config: Config) -> None:
-    """A configured ``ssh_config`` must exist: every ssh would otherwise fail (exit 2, naming the key)."""
-    path = config.ssh_config
-    if path is None:
-        return
-    if not os.path.exists(path):
-        raise UsageError(f"ssh_config: {path} does not exist (every ssh and git-over-ssh is given it as -F); "
-                         "create it or remove the key")
-    if not os.path.isfile(path):
-        raise UsageError(f"ssh_config: {path} is not a regular file")
-    if not os.access(path, os.R_OK):
-        raise UsageError(f"ssh_config: {path} is not readable by this user")
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
         raise UsageError("--timeout applies only with --connect")
-    config = load_config(args.config)
-    check_ssh_config(config)
+    config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
+    if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
+        raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
     providers = Providers.load(config.provider_names())
     hosts = {}
     for name, host in config.hosts.items():
@@ -58,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(SCHEMAS["check"], Outcome.OK, document)
     else:
-        print(f"{config.path}: valid; {len(hosts)} hosts, providers: {', '.join(sorted(providers.info))}")
+        count = f"{len(hosts)} host" + ("" if len(hosts) == 1 else "s")
+        print(f"{config.path}: valid; {count}, providers: {', '.join(sorted(providers.info))}")
     return 0
 
 
@@ -73,7 +61,7 @@ def _connect(args: argparse.Namespace, config: Config) -> int:
     document = connectcheck.document(config, probes)
     outcome = Outcome.FAILED if document["failed"] else Outcome.OK
     if args.json:
-        failed = [f"{host}: {document['hosts'][host].get('reason') or 'failed'}" for host in document["failed"]]
+        failed = [f"{p.host}: {p.reason or 'failed'}" for p in probes if p.status == "failed"]
         emit(SCHEMAS["check-connect"], outcome, document, failed)
     else:
         stream = sys.stdout if outcome is Outcome.OK else sys.stderr

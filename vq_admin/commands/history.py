@@ -2,8 +2,10 @@
 
 Reads the history index (:mod:`vq_admin.history`) from its end and stops at
 ``--limit`` runs; never opens the receipts themselves (except once, to build
-the index for receipts stored before it existed).  Local and read-only: no
-configuration is needed and nothing runs on any host.
+the index for receipts stored before it existed).  Local and read-only: the
+configuration is read as by every verb (missing or invalid, a HOST it does
+not name, or a PROGRAM that host has no profile for, is exit 2) and nothing
+runs on any host.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import history
+from .. import authority, history
+from ..config import load_config
 from ..envelope import emit
 from ..outcome import Outcome, UsageError
 from ..output import safe_text
@@ -52,10 +55,11 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .arguments import check_name
 
+    config = load_config(args.config)
     if args.host is not None:
-        check_name(args.host, "HOST")
-    if args.program is not None:
-        check_name(args.program, "PROGRAM")
+        host = authority.lookup(config, check_name(args.host, "HOST"))
+        if args.program is not None:
+            authority.profile_of(host, check_name(args.program, "PROGRAM"))
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give a positive number of runs")
     limit = args.limit if args.limit is not None else DEFAULT_LIMIT

@@ -20,11 +20,11 @@ TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per
 if TYPE_CHECKING:
     import argparse
 
-    from ..entry import LauncherArgs
+    from ..plainargs import LauncherArgs
 
 
 def run(args: argparse.Namespace | LauncherArgs) -> int:
-    """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.entry.LauncherArgs`)."""
+    """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.plainargs.LauncherArgs`)."""
     if args.pin is not None and (args.expected_sha is not None or args.path is not None):
         raise UsageError("--pin carries its own SHA and launcher; do not combine it with --expected-sha or --path")
     try:

@@ -2,6 +2,7 @@
 
 Installed providers are listed from package metadata without importing them;
 only the ones the configuration selects are loaded (and their hooks shown).
+The configuration is read as by every verb: missing or invalid is exit 2.
 """
 
 from __future__ import annotations
@@ -11,18 +12,13 @@ from typing import Any
 
 from ..config import load_config
 from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome, UsageError
+from ..outcome import Outcome
 from ..plugins import BUILTIN, Providers, installed_providers
 
 
 def run(args: argparse.Namespace) -> int:
-    selected: list[str] = []
-    config_error = None
-    try:
-        selected = load_config(args.config).provider_names()
-    except UsageError as exc:
-        config_error = exc.message
-    loaded = Providers.load(selected) if selected else Providers.load([])
+    selected = load_config(args.config).provider_names()
+    loaded = Providers.load(selected)
     rows: list[dict[str, Any]] = []
     for name, info in sorted(loaded.info.items()):
         rows.append({"name": name, "distribution": info.distribution, "version": info.version,
@@ -35,11 +31,9 @@ def run(args: argparse.Namespace) -> int:
             rows.append({"name": name, "distribution": offer.distribution, "version": offer.version,
                          "builtin": False, "selected": False, "loaded": False, "hooks": None})
     if args.json:
-        return emit(SCHEMAS["providers"], Outcome.OK, {"providers": rows, "config_error": config_error})
+        return emit(SCHEMAS["providers"], Outcome.OK, {"providers": rows})
     for row in rows:
         mark = "*" if row["selected"] else " "
         hooks = ", ".join(row["hooks"]) if row["hooks"] is not None else "(not loaded: not selected)"
         print(f"{mark} {row['name']:<16} {row['distribution']} {row['version']}  {hooks}")
-    if config_error:
-        print(f"(configuration not read: {config_error})")
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 from .. import authority
 from ..config import load_config
 from ..envelope import emit
-from ..outcome import Outcome, Refused
+from ..outcome import Outcome
 from ..output import safe_text
 from ..references import SCHEMA, census
 from ..state import StateDir
@@ -42,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     host = authority.lookup(config, args.host)
     if host.fleet_role == "alias":
         host = authority.lookup(config, host.canonical_host or "")
-    if host.fleet_role != "managed":
-        raise Refused(f"host {host.name} has fleet_role {host.fleet_role!r}: it has no managed runtimes")
+    host, _ = authority.runtime_profile(config, host.name, args.program)  # 77 without authority, 2 without a profile
     with Session(config.ssh_config) as session:
         doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.name, args.program)
     doc["requested_host"] = args.host

@@ -1,7 +1,8 @@
 """``vq admin status [HOST]``: per host and lane, the last outcome, LAST OK and LAST GOOD.
 
-Helper evidence and runtime evidence are shown apart.  Reads the state
-directory only; runs nothing anywhere.
+Helper evidence and runtime evidence are shown apart.  Reads the
+configuration (as every verb: missing or invalid, or a HOST it does not name,
+is exit 2) and the state directory; runs nothing anywhere.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import argparse
 import sys
 from typing import Any
 
+from .. import authority
+from ..config import load_config
 from ..envelope import SCHEMAS, emit
 from ..outcome import Outcome, UsageError
 from ..output import safe_text
@@ -62,6 +65,9 @@ def _lines(status: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.host:
+        authority.lookup(config, args.host)
     if getattr(args, "all", False):
         from .status_all import run as run_all
 

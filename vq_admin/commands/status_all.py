@@ -3,7 +3,7 @@
 One block per runtime program (and one for the helper lane): a row per host
 with the SHA (first 12 digits), tag and time of its LAST OK, and whether the
 hosts agree, so drift across the fleet is visible at a glance.  Reads the
-state directory only; runs nothing anywhere.
+state directory (the configuration was read by ``status``); runs nothing anywhere.
 """
 
 from __future__ import annotations

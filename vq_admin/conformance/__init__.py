@@ -80,6 +80,7 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     sequence of words; ``{root}`` expands in every word).
     """
     from ..plugins import Providers
+    from . import generations
     from .kit import Kit
     from .world import World
 
@@ -90,7 +91,10 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     report = Report(provider=name)
     try:
         world = World(base)
-        report.checks = Kit(providers, name, world, options, script_args, commands).run()
+        kit = Kit(providers, name, world, options, script_args, commands)
+        report.checks = kit.run()
+        if kit.releases is not None:  # activation and prune, when the provider offers them
+            generations.run(kit, kit.releases)
         report.scheduler_calls = world.scheduler_calls()
     except Exception as exc:  # the kit's own failure must still produce a report
         report.error = f"{type(exc).__name__}: {exc}"

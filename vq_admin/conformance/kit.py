@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
 
+from ..agent.identifiers import FULL_SHA_RE
 from ..evidence import Check, parse_receipt, readback_check, receipt_checks
 from ..plugins import Providers, ProviderError
 from .world import LinkWatcher, World, snapshot
@@ -58,6 +59,8 @@ class Kit:
         self.commands = {k: tuple(w.replace("{root}", world.root) for w in words)
                          for k, words in (commands or {}).items() if words}
         self.checks: list[Check] = []
+        #: The releases A and B once the update sequence passed (what the generations' checks work on).
+        self.releases: dict[str, str] | None = None
         self.hooks = providers.info[name].hooks if name in providers.info else ()
 
     def offers(self, hook: str, command_key: str) -> bool:
@@ -116,7 +119,7 @@ class Kit:
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
                             f"{receipt.active_path} must exist below the disposable root {self.world.root}"))
-        if not receipt.source_sha or len(receipt.source_sha) not in (40, 64):
+        if not FULL_SHA_RE.match(receipt.source_sha or ""):
             checks.append(Check("full_sha", False, f"source_sha {receipt.source_sha!r} is not a full commit SHA"))
         return receipt, checks
 
@@ -175,10 +178,8 @@ class Kit:
                    f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
         self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
                         (b_dir, b_before, b.active_path, b_hash))
-        if ok:  # activation and prune, when the provider offers them (vq_admin.conformance.generations)
-            from . import generations
-
-            generations.run(self, {"A": a_dir, "B": b_dir})
+        if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
+            self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
 
     def evidence_ok(self, label: str) -> bool:

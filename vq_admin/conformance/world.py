@@ -155,7 +155,7 @@ class LinkWatcher:
         self.world = world
         self.seen: list[str | None] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._worker = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while True:
@@ -166,12 +166,12 @@ class LinkWatcher:
                 return
 
     def __enter__(self) -> "LinkWatcher":
-        self._thread.start()
+        self._worker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        self._worker.join()
         value = self.world.current()
         if self.seen[-1] != value:
             self.seen.append(value)

@@ -401,11 +401,10 @@ class AllocationDeploy(RuntimeStep):
             if not call.ended or got is None:
                 problems.append(f"{name}: the stream was cut before the end")
                 continue
-            # The agent names its checksum (xxh3_64, or blake2b without xxhash); an
-            # older agent sent only an "xxh3" digest.
-            algorithm = got.get("checksum", checksum.XXH3)
-            sent_digest = got.get("digest", got.get("xxh3"))
-            settled_digest = got.get("settled_digest", got.get("settled_xxh3"))
+            # The agent names its checksum (xxh3_64, or blake2b without xxhash).
+            algorithm = got.get("checksum")
+            sent_digest = got.get("digest")
+            settled_digest = got.get("settled_digest")
             if algorithm not in checksum.ALGORITHMS:
                 problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
             elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):

@@ -17,7 +17,8 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     A dry run stores nothing.  *verified* is given only for a verified success
     and is what LAST OK becomes.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
-    log line but leaves the lane's records alone.
+    log line but leaves the lane's records alone; so does a usage error (exit 2: a
+    ``provider_options`` typo the provider reports when asked), whenever it is found.
     """
     receipt.finish(outcome, utc_now())
     if ctx.options.dry_run:
@@ -61,7 +62,7 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         "at": receipt.finished_at,
         "errors": receipt.errors[:5],
     }
-    if lane_started and outcome is not Outcome.LOCKED:  # a locked run did nothing: the lane's last outcome stands
+    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):  # nothing ran: the last outcome stands
         try:
             ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
         except OSError as exc:

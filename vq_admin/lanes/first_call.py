@@ -20,7 +20,7 @@ The receipt keeps its steps: ``check-commands`` and ``pre-verify`` /
 injection of tests counts the session as the pre-verify's call.
 
 The helper lane does the same with its pre-identity read instead of the
-pre-verify and check (:func:`open_helper`).
+pre-verify and check (:func:`vq_admin.lanes.helper.open_helper`).
 
 Falls back to the separate calls (probe, ``lease``, ``check-paths``,
 ``verify-readback``) when the lease was not deferred (agent words that are
@@ -37,16 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..agent import protocol
 from ..agent.failpoints import failpoint
-from ..lease import AgentWithoutLease, Lease, LeaseUnreachable
+from ..lease import Lease, LeaseUnreachable
 from ..outcome import VqAdminError
-from ..plan import record, refuse_unsafe_command
+from ..plan import refuse_unsafe_command
 from ..transport import RunResult, SshTransport, quote_argv
 from . import allocation_attempt, remote_paths
-from .helper_readback import IdentityRead, judge_identity
 from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:
-    from .helper import HelperUpdate
     from .lane import RuntimeLane
 
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
@@ -63,7 +61,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     login = update.ctx.login(update.host)
     pre_verify, pre_readback = update.pre
     check_index, check_words = _login_check(update)
-    request: dict[str, Any] = {"lease": _lease_request(lease)}
+    request: dict[str, Any] = {"lease": lease_request(lease)}
     if check_words is not None:  # the planned check-commands step's words, run by the session
         check_step = update.receipt.plan.get(remote_paths.step_name(check_index))
         request["check_paths"] = protocol.command_words(check_step.planned_argv, update.host.agent)
@@ -109,55 +107,12 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
-    found = judge_verify(login, update.host, update.request(archive=None), pre_verify, pre_readback, result,
-                         update.profile.verify_timeout_seconds)
+    found = judge_verify(update.request(archive=None), pre_verify, pre_readback, result)
     failpoint("step-after", pre_verify.name)
     return found
 
 
-def open_helper(update: "HelperUpdate") -> IdentityRead | None:
-    """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
-    one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
-    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
-    than that: how it gets updated) runs without one and says so."""
-    lease: Lease | None = update.ctx.lease
-    if lease is None:
-        return None
-    step = update.receipt.plan.get("pre-identity")
-    failpoint("step-before", step.name)
-    started = time.monotonic()
-    answer = lease.open_session({"lease": _lease_request(lease), "identity": True})
-    seconds = time.monotonic() - started
-    if answer is None:
-        try:
-            lease.acquire()
-        except AgentWithoutLease as exc:
-            lease.release()
-            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
-            lease.record["note"] = note
-            update.receipt.notes.append(note)
-            update.ctx.narrate(note)
-        return None
-    step.argv, step.seconds = step.planned_argv, seconds
-    interrupted = answer.get("interrupted")
-    if interrupted is not None:
-        step.status, step.detail = "interrupted", str(interrupted)
-        failpoint("step-after", step.name)
-        return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
-    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-    step.purpose += PURPOSE
-    if "identity" in answer:
-        result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)
-    else:
-        result = RunResult(step.planned_argv, lease.where, 1, b"",
-                           str(answer.get("identity_error") or "no identity in the answer").encode(), seconds)
-    record(step, result)
-    found = judge_identity(step, result, update.sha, update.tree)
-    failpoint("step-after", step.name)
-    return found
-
-
-def _lease_request(lease: Lease) -> dict[str, Any]:
+def lease_request(lease: Lease) -> dict[str, Any]:
     argv = lease.argv
 
     def value(option: str) -> str | None:

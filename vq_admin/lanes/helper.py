@@ -33,7 +33,9 @@ runtime provider for anything and never runs a runtime command.
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from typing import Any
 
 from vq_admin_hookspecs import HelperRequest, ProviderCommand
@@ -41,9 +43,11 @@ from vq_admin_hookspecs.slots import place, place_env
 
 from .. import authority, source
 from ..config import HostConfig
+from ..agent.failpoints import failpoint
 from ..context import RunContext
+from ..lease import AgentWithoutLease, Lease
 from ..outcome import Outcome, UsageError
-from ..plan import execute, filled, offer
+from ..plan import execute, filled, offer, record
 from ..receipt import Receipt
 from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
@@ -51,7 +55,7 @@ from . import remote_paths, stat_paths
 from . import first_call
 from .common import conclude, provider_ended
 from .staging import STAGE, TREE_SHA256, SourceStage
-from .helper_readback import IdentityRead, Readback, identity_argv, read_identity, readback
+from .helper_readback import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
 
 STAGE_NAME = "helper"
 ACTIVATION = "activation.json"
@@ -60,7 +64,7 @@ ACTIVATION = "activation.json"
 class HelperUpdate:
     """One helper update of one host."""
 
-    #: The host-side lease is taken in the run's first agent call (:func:`.first_call.open_helper`).
+    #: The host-side lease is taken in the run's first agent call (:func:`open_helper`).
     opens_lease = True
 
     def __init__(self, ctx: RunContext, host_name: str, sha: str | None):
@@ -163,7 +167,7 @@ class HelperUpdate:
             assert self.source is not None  # make_plan resolved it
             self.source = self.staging.archive(self.source, workdir)
             # the lease and the pre-identity in one agent call over the run's connection master
-            pre = first_call.open_helper(self)
+            pre = open_helper(self)
             if pre is None:
                 pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}
@@ -269,3 +273,45 @@ def build_lane(ctx: RunContext, *, host_name: str, sha: str | None) -> HelperUpd
     host = authority.helper_host(ctx.config, host_name)
     ctx.providers = Providers.load([host.helper_provider])
     return HelperUpdate(ctx, host_name, sha)
+
+
+def open_helper(update: HelperUpdate) -> IdentityRead | None:
+    """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
+    one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
+    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
+    than that: how it gets updated) runs without one and says so."""
+    lease: Lease | None = update.ctx.lease
+    if lease is None:
+        return None
+    step = update.receipt.plan.get("pre-identity")
+    failpoint("step-before", step.name)
+    started = time.monotonic()
+    answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True})
+    seconds = time.monotonic() - started
+    if answer is None:
+        try:
+            lease.acquire()
+        except AgentWithoutLease as exc:
+            lease.release()
+            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+            lease.record["note"] = note
+            update.receipt.notes.append(note)
+            update.ctx.narrate(note)
+        return None
+    step.argv, step.seconds = step.planned_argv, seconds
+    interrupted = answer.get("interrupted")
+    if interrupted is not None:
+        step.status, step.detail = "interrupted", str(interrupted)
+        failpoint("step-after", step.name)
+        return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
+    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    step.purpose += first_call.PURPOSE
+    if "identity" in answer:
+        result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)
+    else:
+        result = RunResult(step.planned_argv, lease.where, 1, b"",
+                           str(answer.get("identity_error") or "no identity in the answer").encode(), seconds)
+    record(step, result)
+    found = judge_identity(step, result, update.sha, update.tree)
+    failpoint("step-after", step.name)
+    return found

@@ -22,23 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..receipt import Receipt
-
-
-def _stage(receipt: Receipt) -> str:
-    stage = (receipt.stage or {}).get("dir")
-    if stage:
-        return f"the source stage {stage} may be left behind; the next run of this lane reclaims it"
-    steps = {s.name: s for s in receipt.plan.steps}
-    create = steps.get("stage-create")
-    if create is not None and create.argv is not None and create.status != "ok":
-        return ("stage-create may have created a stage before it was interrupted; the next run of this lane "
-                "reclaims it")
-    return "no source stage was created"
+from .staging import left_stage
 
 
 def left_behind(receipt: Receipt) -> dict[str, Any]:
     """The facts of what an interrupted run may have left running or on disk."""
-    facts: dict[str, Any] = {"stage": _stage(receipt)}
+    facts: dict[str, Any] = {"stage": left_stage(receipt)}
     deploy = receipt.deploy or {}
     steps = {s.name: s for s in receipt.plan.steps}
     started = steps.get("deploy") is not None and steps["deploy"].argv is not None

@@ -26,9 +26,9 @@ One prune, in order (the same lane entry, lock and key as ``update``):
    attested SHA-256 on the login host; otherwise ``failed`` (1), naming it;
    a read-back whose transport was interrupted is ``unknown`` (3): rerun.
 
-``--dry-run`` runs the read-only steps 2 and 3, prints the keep set with its
-reasons and the registered generations that would be asked to go, and calls
-nothing; its plan shows the prune command with the keep set's slot.
+``--dry-run`` runs the read-only steps 2 and 3, prints each generation kept,
+with its reasons, and each registered generation that would be removed, and
+calls nothing; its plan shows the prune command with the keep set's slot.
 """
 
 from __future__ import annotations
@@ -370,14 +370,10 @@ def _hash_answer(stdout: bytes) -> dict[str, Any]:
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
-    from ..output import safe_text
+    from ..output import generation_lines, safe_text
 
-    lines = [f"vq-admin: dry run: prune {program} on {host}: keep {len(keep)}, "
-             f"{len(would)} registered generation(s) would be asked to go; nothing is called"]
-    for sha in sorted(keep):
-        lines.append(f"  keep  {sha}  {', '.join(keep[sha])}")
-    for sha in would:
-        lines.append(f"  go    {sha}")
+    lines = [f"vq-admin: dry run: prune {program} on {host} keeps {len(keep)} generation(s) and would remove "
+             f"{len(would)}; nothing is called", *generation_lines(keep, would, dry_run=True)]
     return [safe_text(line) for line in lines]
 
 
@@ -386,7 +382,6 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int) -> R
     provider loaded."""
     from ..plugins import Providers
 
-    host = authority.runtime_host(ctx.config, host_name)
-    profile = host.runtimes.get(program)
-    ctx.providers = Providers.load([profile.provider] if profile else [])
+    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
+    ctx.providers = Providers.load([profile.provider])
     return RuntimePrune(ctx, host_name, program, keep)

@@ -192,7 +192,6 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None)
     provider loaded."""
     from ..plugins import Providers
 
-    host = authority.runtime_host(ctx.config, host_name)
-    profile = host.runtimes.get(program)
-    ctx.providers = Providers.load([profile.provider] if profile else [])
+    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
+    ctx.providers = Providers.load([profile.provider])
     return RuntimeRollback(ctx, host_name, program, to)

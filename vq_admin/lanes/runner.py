@@ -50,11 +50,12 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
 
     A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
     """
-    config = load_config(args.config)
+    started = getattr(args, "early_start", None)  # vq_admin.fastupdate: the configuration read, ssh started
+    config = started.config if started is not None else load_config(args.config)
     authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
     options = options_from(args)
     lane_name, host_name, program = key
-    with Session(config.ssh_config) as session:
+    with started.session if started is not None else Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
                          stderr_narrator(options.verbose or sys.stderr.isatty()))
         try:

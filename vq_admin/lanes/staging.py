@@ -130,9 +130,7 @@ class SourceStage:
         """A staging step must succeed; nothing has been installed yet."""
         if not result.ok:
             if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
-                from .interrupt import left_behind
-
-                stage = left_behind(self.receipt)["stage"]
+                stage = left_stage(self.receipt)
                 self.receipt.interruption = {"step": what, "transport": result.describe(),
                                                       "installed": "nothing", "stage": stage}
             self.reclaim(success=False)
@@ -166,3 +164,16 @@ def _verdict(result: RunResult) -> protocol.StageVerdict:
         return protocol.parse_stage_verify(result.stdout)
     except protocol.ProtocolError:
         return protocol.StageVerdict({})
+
+
+def left_stage(receipt: Receipt) -> str:
+    """What this run knows it left of its source stage (an interrupted run's receipt says it)."""
+    stage = (receipt.stage or {}).get("dir")
+    if stage:
+        return f"the source stage {stage} may be left behind; the next run of this lane reclaims it"
+    steps = {s.name: s for s in receipt.plan.steps}
+    create = steps.get("stage-create")
+    if create is not None and create.argv is not None and create.status != "ok":
+        return ("stage-create may have created a stage before it was interrupted; the next run of this lane "
+                "reclaims it")
+    return "no source stage was created"

@@ -16,8 +16,8 @@ from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from ..plan import Plan, Step, execute, execute_unwrapped, fill, refuse_unsafe_command
-from ..transport import RunResult, Transport
+from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
+from ..transport import RunResult
 
 
 @dataclass
@@ -106,11 +106,10 @@ def run_verify(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, reque
     if verify_argv:
         refuse_unsafe_command(verify_step, login, verify_argv)
     result = execute(verify_step, login, timeout=timeout)
-    return judge_verify(login, host, request, verify_step, readback_step, result, timeout)
+    return judge_verify(request, verify_step, readback_step, result)
 
 
-def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                 readback_step: Step, result: RunResult, timeout: float) -> Verification:
+def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step, result: RunResult) -> Verification:
     """The verify-readback answer in *result* (run by :func:`run_verify`, or inside the run's first
     agent call, :mod:`.first_call`), judged into a :class:`Verification`."""
     found = Verification(step=verify_step.name)
@@ -118,8 +117,6 @@ def judge_verify(login: Transport, host: HostConfig, request: RuntimeRequest, ve
         found.interrupted, found.error = True, result.describe()
         readback_step.status = "skipped"
         return found
-    if _agent_lacks_verb(result):  # an older helper on the login host: the verify, then hash-file
-        return _run_verify_two_calls(login, host, request, verify_step, readback_step, timeout)
     answer, problem = _parse_answer(result)
     if problem is not None:
         verify_step.status, verify_step.detail = "failed", problem
@@ -182,11 +179,6 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     return receipt
 
 
-def _agent_lacks_verb(result: RunResult) -> bool:
-    """The login host's agent predates ``verify-readback`` (its argparse refused the verb)."""
-    return protocol.lacks_verb(VERIFY_READBACK, result.exit_code, result.stdout, result.stderr)
-
-
 def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     if result.exit_code != 0:
         return {}, f"the agent's {VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
@@ -195,39 +187,6 @@ def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     except protocol.ProtocolError as exc:
         return {}, str(exc)
     return dict(parsed.data, stdout_bytes=parsed.stdout_bytes), None
-
-
-def _run_verify_two_calls(login: Transport, host: HostConfig, request: RuntimeRequest, verify_step: Step,
-                          readback_step: Step, timeout: float) -> Verification:
-    """The verify and the read-back as two calls (an agent without ``verify-readback``): the verify
-    step's planned command without its agent, then the read-back step as planned."""
-    result = execute_unwrapped(verify_step, login, host.agent, timeout=timeout,
-                               reason=f"the agent on {login.where} predates {VERIFY_READBACK}")
-    found = Verification(step=verify_step.name)
-    if result.interrupted:
-        found.interrupted, found.error = True, result.describe()
-        readback_step.status = "skipped"
-        return found
-    receipt = _judge_receipt(found, verify_step, readback_step, request, result.stdout, result.exit_code,
-                             result.error_text())
-    if receipt is None:
-        return found
-    hashed = execute(readback_step, login, timeout=timeout, active_path=receipt.active_path)
-    if hashed.interrupted:
-        found.interrupted, found.error = True, hashed.describe()
-        return found
-    data, read_error = _parse_hash(hashed.stdout)
-    if hashed.exit_code != 0 and read_error is None:
-        read_error = (data or {}).get("error") or f"hash-file exited {hashed.exit_code}"
-    found.checks.append(readback_check(receipt, data, read_error))
-    return found
-
-
-def _parse_hash(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return protocol.parse_hash_file(stdout).data, None
-    except protocol.ProtocolError as exc:
-        return None, str(exc)
 
 
 #: How much of a verifier's unusable output a receipt keeps.
