@@ -335,7 +335,7 @@ def test_verified_deployment_registers_exactly_its_launcher(tmp_path):
     verified = receipt["verify"]["final"]["receipt"]
     done = run_vq("launcher", "vibeqc", "cluster", "--expected-sha", sha_a, config=config, state=state)
     assert (done.exit_code, done.stdout) == (0, verified["active_path"] + "\n")
-    assert done.stdout == f"{root}/releases/{sha_a}/source/.venv/bin/python\n"
+    assert done.stdout == f"{root}/releases/{sha_a}/bin/vibeqc-{sha_a}\n"  # the generation's own launcher
     entry = json.loads(Path(registry.entry_path(state, "cluster", "vibeqc", sha_a)).read_text())
     assert (entry["launcher_sha256"], entry["receipt"]) == (verified["active_path_sha256"], receipt["id"])
     before = Path(registry.entry_path(state, "cluster", "vibeqc", sha_a)).read_bytes()
