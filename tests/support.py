@@ -23,6 +23,10 @@ SITE_EXAMPLE = os.path.join(SCRIPTS, "vq-site-example")
 #: as pip installed it), not ``python -m vq_admin.cli``, which imports the command line before
 #: ``vq_admin.entry.main`` runs and so skips the early ssh start of ``update``.
 VQ_ADMIN = os.path.join(SCRIPTS, "vq-admin")
+#: The verify receipt of nothing active as a site verifier prints it: nulls (CONTRACT section 4).
+NOTHING_ACTIVE = {"program": "vibeqc", "source_sha": None, "tag": None, "healthy": False, "activation": "none",
+                  "quiescent": True, "updater_pid": None, "active_path": None, "active_path_sha256": None,
+                  "health_detail": "nothing is active"}
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from plan_match import slot_values
-from support import AGENT, GitRepo, run_vq, write_config
+from support import AGENT, NOTHING_ACTIVE, GitRepo, run_vq, write_config
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.lanes import allocation_step
 from vq_admin.lanes.allocation_stream import StreamCall, TranscriptSink
@@ -51,7 +51,7 @@ def world(tmp_path, monkeypatch):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     verify = tmp_path / "verify.py"
-    verify.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(1)\n")  # prints nothing: nothing installed yet
+    verify.write_text(f"#!{sys.executable}\nprint({json.dumps(NOTHING_ACTIVE)!r})\n")  # nothing installed yet
     verify.chmod(0o755)
     repo = GitRepo(tmp_path / "repo")
     sha = repo.commit("A")

@@ -8,6 +8,7 @@ identify its jobs in the shared cluster's job completion log.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import AGENT, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest, write_config
+from support import (AGENT, NOTHING_ACTIVE, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest,
+                     write_config)
 from vq_admin.agent.frames import read_frames
 
 pytestmark = pytest.mark.real
@@ -31,7 +33,8 @@ time.sleep(seconds)
 print("done", flush=True)
 sys.exit(code)
 """
-VERIFY_SCRIPT = "import sys\nsys.exit(1)\n"  # prints nothing: nothing installed (may proceed)
+#: nothing is ever active (so every run builds, and its final verify proves nothing)
+VERIFY_SCRIPT = f"print({json.dumps(NOTHING_ACTIVE)!r})\n"
 
 
 class World:

@@ -561,7 +561,7 @@ def test_a_verifier_printing_text_around_its_json_refuses_before_any_mutation(tm
     world._script("verify-wrapper", f"#!/bin/sh\necho Checking...\n{SITE_EXAMPLE} verify --root {world.root} \"$@\"\n"
                                     "echo done\n")
     done = world.run()
-    assert "the verifier's output is not a receipt; nothing was run" in done.receipt["errors"][-1]
+    assert done.receipt["errors"][-1].startswith("pre-verify: the verifier's output is not a receipt (")
     assert world.active() is None and not (world.marks / "switched").exists()
     record("a verifier that prints text around its JSON", "failed", done.outcome)
     world.set_verify("")

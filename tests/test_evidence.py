@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support import NOTHING_ACTIVE
 from vq_admin.evidence import receipt_checks
 from vq_admin.launchers import launcher_problem
 from vq_admin_hookspecs import EvidenceError, VerifyReceipt
@@ -31,12 +32,22 @@ def test_a_good_receipt_passes_every_check():
     (json.dumps(dict(GOOD, healthy="yes")), "'healthy' must be bool"),
     (json.dumps(dict(GOOD, updater_pid=True)), "'updater_pid' is a boolean"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "quiescent"}), "no field 'quiescent'"),
+    (json.dumps(dict(GOOD, active_path=None)), "'active_path' must be str, not NoneType"),  # healthy: no null
+    (json.dumps(dict(NOTHING_ACTIVE, program=None)), "'program' must be str, not NoneType"),
     ('{"x": NaN}', "non-standard JSON constant"),
     ("[" * 100000 + "]" * 100000, "nested too deeply"),
 ])
 def test_malformed_receipts_are_evidence_errors(text, message):
     with pytest.raises(EvidenceError, match=message):
         VerifyReceipt.parse(text)
+
+
+def test_a_receipt_of_nothing_active_parses_and_proves_nothing():
+    """CONTRACT section 4 (version 3): with healthy false the three fields may be null, read as ""."""
+    receipt = VerifyReceipt.parse(json.dumps(NOTHING_ACTIVE))
+    assert (receipt.source_sha, receipt.active_path, receipt.active_path_sha256) == ("", "", "")
+    failed = {c.name for c in receipt_checks(receipt, "vibeqc", SHA, None) if not c.ok}
+    assert failed == {"source_sha", "healthy", "activation", "active_path", "active_path_sha256_form"}
 
 
 def test_non_utf8_and_huge_receipts_are_refused():

@@ -39,7 +39,8 @@ def test_a_pre_verify_that_is_not_a_receipt_refuses_before_any_mutation(tmp_path
     result = c.update(c.a)
     receipt = result.json()
     assert result.exit_code == 1 and receipt["outcome"] == "failed", result.stderr
-    assert "the verifier's output is not a receipt; nothing was run" in receipt["errors"][-1]
+    assert receipt["errors"][-1].startswith("pre-verify: the verifier's output is not a receipt (verify receipt is "
+                                            "not JSON") and "; nothing was run" in receipt["errors"][-1]
     output = receipt["verify"]["pre"]["output"]
     assert output["excerpt"].startswith("Checking...\\n{") and "\\x1b[0m" in output["excerpt"]
     steps = steps_by_name(receipt)
@@ -47,8 +48,9 @@ def test_a_pre_verify_that_is_not_a_receipt_refuses_before_any_mutation(tmp_path
     assert not marker.exists() and not (tmp_path / "scratch" / ".vq-admin" / "stage").exists()
 
 
-def test_a_silent_failing_pre_verify_proceeds(tmp_path, real_sshd):
-    """Some site verifiers print nothing and exit non-zero before the first install: not a refusal."""
+def test_a_silent_failing_pre_verify_stops_before_any_mutation(tmp_path, real_sshd):
+    """A verifier that prints nothing and exits non-zero proves nothing, now or after a build: it stops the run
+    (a host with nothing active is told by a receipt, CONTRACT section 4)."""
     apps = tmp_path / "apps"
     verify = chatty_verifier(tmp_path, f'[ -e {apps / "current"} ] || exit 1\n'
                                        f'exec {SITE_EXAMPLE} verify --root {apps} "$@"')
@@ -61,9 +63,11 @@ def test_a_silent_failing_pre_verify_proceeds(tmp_path, real_sshd):
         """))
     result = c.update(c.b)
     receipt = result.json()
-    assert result.exit_code == 0 and receipt["outcome"] == "ok", result.stderr + result.stdout
-    assert receipt["verify"]["pre"]["error"].startswith("verify command exited 1")
+    assert result.exit_code == 1 and receipt["outcome"] == "failed", result.stderr + result.stdout
+    assert receipt["errors"] == [f"pre-verify: verify command {verify} exited 1: (no message on stderr); "
+                                 "nothing was run"]
     assert "output" not in receipt["verify"]["pre"]
+    assert not apps.exists() and not (tmp_path / "scratch" / ".vq-admin" / "stage").exists()
 
 
 def test_stage_verify_exit_0_without_a_proving_verdict_installs_nothing(tmp_path, real_sshd):

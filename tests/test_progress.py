@@ -24,7 +24,7 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import VQ_ADMIN, GitRepo, command_host, run_vq, write_config
+from support import NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, write_config
 from test_allocation_real import World
 from vq_admin import progress
 from vq_admin.agent import progress as agent_progress
@@ -159,16 +159,19 @@ def test_a_fixed_host_build_shows_elapsed_time_and_its_last_output_line(tmp_path
     build.write_text(f"#!{sys.executable}\nimport sys, time\nprint('compiling step 1', flush=True)\n"
                      "time.sleep(2.5)\nprint('compiling step 2', flush=True)\ntime.sleep(2.5)\n")
     build.chmod(0o755)
+    verify = tmp_path / "verify"  # nothing is ever active: every run builds (and fails its final verify)
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")
+    verify.chmod(0o755)
     (tmp_path / "scratch").mkdir()
     config = write_config(tmp_path / "admin.toml", command_host(
-        "fixed", scratch=tmp_path / "scratch", repo=repo.path, update=str(build), verify="/bin/false", host="here",
+        "fixed", scratch=tmp_path / "scratch", repo=repo.path, update=str(build), verify=str(verify), host="here",
         transport="local", timeout_seconds=120, verify_timeout_seconds=None))
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"), COLUMNS="200")
     run = PtyRun(["update", "fixed", "here", "--expected-sha", sha], env)
     first = run.wait_for(r"fixed: deploy on local \d+:\d\d \| compiling step 1$", 60)
     second = run.wait_for(r"fixed: deploy on local \d+:\d\d \| compiling step 2$", 60)
     print(f"\ncaptured: {first!r} then {second!r}")
-    assert run.finish(timeout=120) == 1  # /bin/false as verify
+    assert run.finish(timeout=120) == 1  # nothing is active after the build either
 
 
 # -- units: the renderer and the agent's records ------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from support import VQ_ADMIN, GitRepo, command_host, run_vq, site_example_host, tree_digest, write_config
+from support import (NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, site_example_host, tree_digest,
+                     write_config)
 from vq_admin.outcome import EXIT_CODES, Outcome
 
 
@@ -144,8 +146,11 @@ def slow_site(tmp_path):
         raise SystemExit(5)
         """))
     deploy.chmod(0o755)
+    verify = tmp_path / "verify-nothing"  # nothing is ever active: every run builds
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")
+    verify.chmod(0o755)
     config = write_config(tmp_path / "admin.toml", command_host(
-        "vibeqc", scratch=tmp_path, repo=repo.path, update=str(deploy), verify="/bin/false", transport="local",
+        "vibeqc", scratch=tmp_path, repo=repo.path, update=str(deploy), verify=str(verify), transport="local",
         timeout_seconds=None, verify_timeout_seconds=None))
     return sha, config, gate, started
 
@@ -179,13 +184,10 @@ def test_two_concurrent_runs_one_runs_the_other_exits_75(tmp_path):
         gate.touch()
         out, err = first.communicate(timeout=120)
     assert first.returncode == 1, err
-    import json
-
     assert json.loads(out)["deploy"]["exit_code"] == 5
 
 
 def test_sigterm_mid_deploy_is_unknown_with_a_receipt_and_frees_the_lock(tmp_path):
-    import json
     import signal
 
     sha, config, gate, started = slow_site(tmp_path)

@@ -1,4 +1,4 @@
-"""Exact source identity on the driver: the commit, its tree, its tag (never synthesized)."""
+"""Exact source identity on the driver: the commit, its tree, its tag (given, or the one at the SHA)."""
 
 from __future__ import annotations
 
@@ -23,21 +23,22 @@ def test_no_tag_is_none_never_synthesized(repo):
     assert ident.git_tree == git(repo.path, "rev-parse", f"{repo.two}^{{tree}}")
 
 
-def test_tags_at_the_sha_are_recorded_never_inferred(repo):
-    """CONTRACT section 4: the expected tag is null when none is requested (issue 14)."""
+def test_the_one_tag_at_the_sha_is_the_expected_tag(repo):
+    """CONTRACT section 1 (version 3): without --tag, the one tag at the SHA is expected."""
     repo.tag("v1", repo.one, annotated=True)
     ident = source.resolve(str(repo.path), repo.one, None)
-    assert ident.tag is None and ident.tags == ("v1",)
+    assert ident.tag == "v1" and ident.tags == ("v1",)
     repo.tag("light", repo.two)
-    assert source.resolve(str(repo.path), repo.two, None).tag is None
+    assert source.resolve(str(repo.path), repo.two, None).tag == "light"
 
 
-def test_several_tags_are_recorded_and_one_may_be_chosen(repo):
+def test_several_tags_ask_for_tag_and_one_may_be_chosen(repo):
     repo.tag("v1", repo.one)
     repo.tag("v1-final", repo.one, annotated=True)
-    ident = source.resolve(str(repo.path), repo.one, None)
-    assert ident.tag is None and ident.tags == ("v1", "v1-final")
-    assert source.resolve(str(repo.path), repo.one, "v1-final").tag == "v1-final"
+    with pytest.raises(UsageError, match=f"2 tags point at {repo.one}: v1, v1-final; name the one .* with --tag"):
+        source.resolve(str(repo.path), repo.one, None)
+    ident = source.resolve(str(repo.path), repo.one, "v1-final")
+    assert ident.tag == "v1-final" and ident.tags == ("v1", "v1-final")
 
 
 def test_a_given_tag_must_point_at_the_sha(repo):

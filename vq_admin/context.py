@@ -22,6 +22,9 @@ class RunOptions:
     cluster_install: bool = False
     update_script_args: tuple[str, ...] = ()
     verbose: bool = False
+    #: ``--config`` and ``--state-dir`` as given on the command line (for the ``next`` hint)
+    config: str | None = None
+    state_dir: str | None = None
 
 
 @dataclass

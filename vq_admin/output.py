@@ -30,6 +30,17 @@ def safe_text(text: str) -> str:
                         text)
 
 
+#: How much of a command's last stderr line the one-line error carries.
+LAST_LINE = 200
+
+
+def last_line(text: str) -> str:
+    """*text*'s last non-empty line, escaped and bounded (what a one-line error quotes of a command's stderr)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = safe_text(lines[-1].replace("\t", " ")) if lines else "(no message on stderr)"
+    return line if len(line) <= LAST_LINE else line[:LAST_LINE - 3] + "..."
+
+
 def _field(name: str, value: object) -> str:
     """``  name      value``; the lines of a multi-line value are indented under the value."""
     return f"  {name:<9} " + str(value).replace("\n", "\n" + CONTINUATION)

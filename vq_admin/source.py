@@ -130,8 +130,8 @@ def check_tag_name(tag: str) -> str:
 def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
     """Resolve *sha* (full, lower case) and its tag in *repo*, read-only.
 
-    The identity's ``tag`` is the requested one (checked to point at *sha*)
-    or ``None``; ``tags`` lists every tag at *sha*, for the record only.
+    The identity's ``tag`` is the requested one (checked to point at *sha*),
+    else the one tag at *sha* (:func:`expected_tag`); ``tags`` lists every tag at *sha*.
 
     *with_tags* false (the helper lane) leaves tags out of the identity.
 
@@ -150,9 +150,17 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
     tags = _tags_at(repo, sha)
     if (tag is not None and tag not in tags) or any(not TAG_RE.match(t) for t in tags):
         return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)  # the precise refusal
-    # Without --tag the expected tag is null (CONTRACT section 4): the tags at the SHA are recorded as
-    # information (source.tags in the receipt), never inferred and required.
-    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=check_tag_name(tag) if tag else None, tags=tags)
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tags=tags,
+                          tag=check_tag_name(tag) if tag else expected_tag(sha, tags))
+
+
+def expected_tag(sha: str, tags: tuple[str, ...]) -> str | None:
+    """Without ``--tag``, the tag the runtime must report (CONTRACT section 1): the one tag at *sha*
+    (every one passed the tag rule); none: ``None``; several: a usage error naming them."""
+    if len(tags) > 1:
+        raise UsageError(f"{len(tags)} tags point at {sha}: {', '.join(tags)}; name the one the runtime must "
+                         "report with --tag TAG; nothing was run")
+    return tags[0] if tags else None
 
 
 def _commit_tree(repo: str, sha: str) -> str | None:
@@ -217,9 +225,8 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
             raise Refused(f"tag {tag} does not exist in {repo}")
         if _one_line(at) != sha:
             raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
-    # Without --tag the expected tag is null (CONTRACT section 4): the tags at the SHA in the driver's
-    # checkout are recorded as information (source.tags in the receipt), never inferred and required.
-    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag if tag is not None else expected_tag(sha, tags),
+                          tags=tags)
 
 
 ARCHIVE_NAME = "source.tar"

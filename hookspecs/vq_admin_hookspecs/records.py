@@ -305,7 +305,9 @@ class VerifyReceipt:
     Field meanings are those of CONTRACT section 4.  Parsing checks shape and
     types only; whether the receipt *proves* the requested identity is decided
     by vq-admin (``vq_admin.evidence``), which also reads back the SHA-256 of
-    ``active_path`` on the login host itself.
+    ``active_path`` on the login host itself.  A receipt of nothing active
+    (``healthy`` false) may give ``source_sha``, ``active_path`` and
+    ``active_path_sha256`` as null: they are read as the empty string.
     """
 
     program: str
@@ -329,16 +331,18 @@ class VerifyReceipt:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "VerifyReceipt":
         w = cls.WHAT
+        healthy = _field(data, "healthy", (bool,), w)
+        nothing: tuple[type, ...] = (str,) if healthy else (str, type(None))  # nothing active: null or ""
         return cls(
             program=_field(data, "program", (str,), w),
-            source_sha=_field(data, "source_sha", (str,), w),
+            source_sha=_field(data, "source_sha", nothing, w) or "",
             tag=_field(data, "tag", (str, type(None)), w),
-            healthy=_field(data, "healthy", (bool,), w),
+            healthy=healthy,
             activation=_field(data, "activation", (str,), w),
             quiescent=_field(data, "quiescent", (bool,), w),
             updater_pid=_field(data, "updater_pid", (int, type(None)), w),
-            active_path=_field(data, "active_path", (str,), w),
-            active_path_sha256=_field(data, "active_path_sha256", (str,), w),
+            active_path=_field(data, "active_path", nothing, w) or "",
+            active_path_sha256=_field(data, "active_path_sha256", nothing, w) or "",
             health_detail=_field(data, "health_detail", (str,), w, required=False) or "",
         )
 

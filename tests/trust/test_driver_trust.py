@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
+from support import AGENT, NOTHING_ACTIVE, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from vq_admin import bindings, registry
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.context import stderr_narrator
@@ -283,7 +283,7 @@ def test_a_state_directory_that_is_a_regular_file_is_refused(arena):
     config = local_config(arena / "private" / "admin.toml")
     for done in (launcher(state, "--expected-sha", SHA),
                  run_vq("update", "vibeqc", "here", "--expected-sha", SHA, config=config, state=state),
-                 run_vq("status", state=state)):
+                 run_vq("status", config=config, state=state)):
         clean(done)
         assert done.exit_code == 77, done.stderr
         assert f"state directory {state} is not a directory" in done.stderr
@@ -329,7 +329,7 @@ def test_an_interpreter_prefixed_writable_script_is_refused(arena):
     script = arena / "shared" / "deploy.sh"
     nobody_sh(f"printf 'touch {marker}\\n' > {script}")
     verify = arena / "private" / "verify"
-    verify.write_text("#!/bin/sh\nexit 1\n")  # nothing installed yet: silent, non-zero (the build may proceed)
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")  # nothing installed yet
     verify.chmod(0o755)
     repo = GitRepo(arena / "private" / "repo")
     sha = repo.commit("A")
@@ -420,16 +420,16 @@ def test_a_verify_receipt_with_a_5000_digit_integer_ends_failed(arena):
 
 def test_a_state_record_with_hostile_content_is_ignored_not_fatal(arena):
     state = private_state(arena)
-    lane = state / "hosts" / "cluster" / "runtime" / "vibeqc"
+    lane = state / "hosts" / "here" / "runtime" / "vibeqc"
     lane.mkdir(parents=True, mode=0o700)
     (lane / "last-ok.json").write_text("[" * 50000 + "]" * 50000)
     (lane / "last.json").write_text('{"exit_code": ' + "7" * 5000 + "}")
     for name in ("last-ok.json", "last.json"):
         (lane / name).chmod(0o600)
-    done = run_vq("status", "--json", state=state)
+    done = run_vq("status", "--json", config=local_config(arena / "private" / "admin.toml"), state=state)
     clean(done)
     assert done.exit_code == 0, done.stderr
-    assert done.json()["hosts"]["cluster"]["runtimes"]["vibeqc"]["last_ok"] is None
+    assert done.json()["hosts"]["here"]["runtimes"]["vibeqc"]["last_ok"] is None
 
 
 # -- smaller points ---------------------------------------------------------------------------
@@ -449,7 +449,11 @@ def test_verbose_narration_of_a_run_prints_no_raw_escape_sequence(arena):
     deploy = arena / "private" / "deploy"
     deploy.write_text("#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J' >&2\nexit 3\n")
     deploy.chmod(0o755)
-    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", repo=str(repo.path))
+    verify = arena / "private" / "verify"
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")  # nothing installed yet
+    verify.chmod(0o755)
+    config = local_config(arena / "private" / "admin.toml", update=f"{deploy} \\u001b[31mred", verify=str(verify),
+                          repo=str(repo.path))
     done = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--verbose", config=config,
                   state=arena / "private" / "state")
     clean(done)

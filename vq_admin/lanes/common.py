@@ -6,8 +6,27 @@ from typing import Any, Callable
 
 from ..context import RunContext
 from ..outcome import Outcome
+from ..output import last_line
 from ..receipt import Receipt
 from ..state import utc_now
+from ..transport import quote_argv
+
+
+def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
+    """The ``next`` hint of every run (interrupted, unknown, locked): the command line that, run as printed, reruns
+    this run: the same verb (rollback and prune set ``receipt.rerun``; else ``update``), host, program,
+    SHA, tag, placement options, ``--config`` and ``--state-dir``."""
+    options = ctx.options
+    words = list(receipt.rerun or ())
+    if not words:
+        words = ["vq", "admin", "update", *([receipt.program] if receipt.program else []), receipt.host]
+        words += ["--expected-sha", receipt.expected_sha] if receipt.expected_sha else []
+        words += ["--tag", receipt.tag] if receipt.tag else []
+        words += ["--cluster-install"] if options.cluster_install else []
+        words += [f"--update-script-arg={arg}" for arg in options.update_script_args]
+    words += ["--config", options.config] if options.config else []
+    words += ["--state-dir", options.state_dir] if options.state_dir else []
+    return quote_argv(words)
 
 
 def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
@@ -18,11 +37,16 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     and is what LAST OK becomes.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
     log line but leaves the lane's records alone; so does a usage error (exit 2: a
-    ``provider_options`` typo the provider reports when asked), whenever it is found.
+    ``provider_options`` typo the provider reports when asked), whenever it is found.  A locked run names the
+    line to rerun.
     """
     receipt.finish(outcome, utc_now())
     if ctx.options.dry_run:
         return receipt
+    if outcome is Outcome.LOCKED and receipt.readback is None:  # the line to run once the holder has ended
+        receipt.readback = {"read": "nothing: another run holds the lane, or a deployment is under way",
+                            "proven": False, "next_command": rerun_command(ctx, receipt),
+                            "advice": "rerun it once that has ended; it verifies read-only first"}
     receipt.plan.skip_unrun()
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
@@ -121,15 +145,20 @@ PROVIDER_LOCKED_EXIT = 75
 def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
                    reclaim: Callable[..., None]) -> Receipt | None:
     """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
-    lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N"), the stage
-    reclaimed as failed."""
+    lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N: <the last line
+    of its stderr>", from the receipt's ``command_output``), the stage reclaimed as failed."""
     if exit_code == PROVIDER_LOCKED_EXIT:
         return provider_locked(ctx, receipt, what, reclaim)
     if exit_code != 0:
-        receipt.errors.append(f"{what} exited {exit_code}")
+        receipt.errors.append(exited(what, exit_code, receipt.command_output.get("stderr") or ""))
         reclaim(success=False)
         return conclude(ctx, receipt, Outcome.FAILED)
     return None
+
+
+def exited(what: str, exit_code: int | None, stderr: str) -> str:
+    """The one-line error of a provider command that failed: "<what> exited N: <its stderr's last line>"."""
+    return f"{what} exited {exit_code}: {last_line(stderr)}"
 
 
 def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:

@@ -40,8 +40,9 @@ from ..agent.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
 from ..outcome import VqAdminError
 from ..plan import refuse_unsafe_command
-from ..transport import RunResult, SshTransport, quote_argv
+from ..transport import RunResult, SshTransport
 from . import allocation_attempt, remote_paths
+from .common import rerun_command
 from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
             update.receipt.readback = {  # unknown names what it leaves behind (nothing) and the next command
                 "read": "nothing (the run's first agent call was interrupted before it answered)",
                 "proven": False, "reason": message, "stage": "no source stage was created",
-                "build": "no build was started", "next_command": quote_argv(update.rerun_argv()),
+                "build": "no build was started", "next_command": rerun_command(update.ctx, update.receipt),
                 "advice": "nothing was changed by this run; rerun when the login host is reachable"}
             raise LeaseUnreachable(message)
         pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted

@@ -53,7 +53,7 @@ from ..state import utc_now
 from ..transport import RunResult, Transport, quote_argv
 from . import remote_paths, stat_paths
 from . import first_call
-from .common import conclude, provider_ended
+from .common import conclude, provider_ended, rerun_command
 from .staging import STAGE, TREE_SHA256, SourceStage
 from .helper_readback import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
 
@@ -255,10 +255,10 @@ class HelperUpdate:
                 "version": ident.version, "interpreter": ident.interpreter}
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        command = ["vq", "admin", "update", self.host.name, "--expected-sha", str(self.sha)]
         self.receipt.readback = {
             "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
-            "proven": False, "reason": reason, "stage": self.stage_dir, "next_command": quote_argv(command),
+            "proven": False, "reason": reason, "stage": self.stage_dir,
+            "next_command": rerun_command(self.ctx, self.receipt),
             "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
                        "identity first and reports already-current if it completed. Do not install by hand."
                        if changed else "nothing was changed by this run; rerun when the login host is reachable"),

@@ -33,6 +33,7 @@ from ..mirror_feed import Feed, Runner
 from ..outcome import Interrupted, VqAdminError
 from ..plan import SlotError, SlotValue, execute
 from ..transport import RunResult, Transport, quote_argv
+from .common import rerun_command
 from .runtime_step import RuntimeStep
 
 
@@ -98,7 +99,7 @@ class MirrorFeed(RuntimeStep):
                 "reason": exc.message,
                 "stage": "no source stage was created",
                 "build": "no build was started",
-                "next_command": quote_argv(self.update_argv()),
+                "next_command": rerun_command(self.ctx, self.receipt),
                 "advice": "rerunning reads the mirror first: a feed that did apply shows as unchanged refs",
             }
             self.reclaim(success=False)
@@ -154,7 +155,7 @@ class MirrorFeed(RuntimeStep):
                 "preparer": f"the site preparer may still be running on {step.where}",
                 "stage": "no source stage was created",
                 "build": "no build was started",
-                "next_command": quote_argv(self.update_argv()),
+                "next_command": rerun_command(self.ctx, self.receipt),
                 "advice": "rerun the update once the preparer has finished; the feed is already in place",
             }
             raise Interrupted(f"prepare: {result.describe()}; the preparer may still be running on {step.where}; "

@@ -53,7 +53,7 @@ from ..references import TIMEOUT as CENSUS_TIMEOUT
 from ..state import utc_now
 from ..transport import RunResult, quote_argv
 from . import remote_paths
-from .common import conclude
+from .common import conclude, exited, rerun_command
 from .verify import Verification, plan_verify, run_verify
 
 DEFAULT_KEEP = 3
@@ -252,7 +252,7 @@ class RuntimePrune:
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")
             receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
-                                "next_command": quote_argv(receipt.rerun or ()),
+                                "next_command": rerun_command(ctx, receipt),
                                 "advice": "what the provider removed is not known; rerunning prunes again with a "
                                           "fresh census and reports what is gone"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
@@ -263,7 +263,7 @@ class RuntimePrune:
         except EvidenceError as exc:
             failures.append(f"prune: {exc}")
         if result.exit_code != 0:
-            failures.insert(0, f"prune: the provider exited {result.exit_code}")
+            failures.insert(0, exited("prune: the provider", result.exit_code, result.error_text()))
         if report is not None:
             self.prune_record()["removed"] = list(report.removed)
             self.prune_record()["kept"] = list(report.kept)
@@ -289,7 +289,7 @@ class RuntimePrune:
         if unread:  # the prune ran; whether what must stay is intact could not be read back
             receipt.errors.extend(unread)
             receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
-                                "proven": False, "next_command": quote_argv(receipt.rerun or ()),
+                                "proven": False, "next_command": rerun_command(ctx, receipt),
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)

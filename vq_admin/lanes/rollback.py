@@ -41,7 +41,7 @@ from ..receipt import Receipt
 from ..state import StateDir, read_json
 from ..transport import quote_argv
 from . import allocation_attempt, remote_paths
-from .common import conclude
+from .common import conclude, provider_ended
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
 
@@ -91,14 +91,11 @@ class RuntimeRollback(RuntimeUpdate):
             self.profile.provider, self.request(archive=None, where=self.activate_place))
         self.receipt.rollback = {"from": None, "to": self.sha,
                                           "via": "activate" if self.activation else "update"}
-        self.receipt.rerun = self.rerun_argv()
+        self.receipt.rerun = ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
 
     @property
     def activate_place(self) -> str:
         return "build-host" if self.profile.update_host else "login-host"
-
-    def rerun_argv(self) -> list[str]:
-        return ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -181,9 +178,10 @@ class RuntimeRollback(RuntimeUpdate):
         self.receipt.record_command(result, step.where)
         if result.interrupted:
             return self.resolve_unknown(f"activate: {result.describe()}")
-        if result.exit_code != 0:
-            self.receipt.errors.append(f"activate: the provider exited {result.exit_code}")
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        ended = provider_ended(self.ctx, self.receipt, "activate: the provider", result.exit_code,
+                               lambda success: None)  # an activation staged nothing
+        if ended is not None:
+            return ended
         return self.conclude_final(reclaim=False)  # an activation staged nothing
 
 

@@ -26,7 +26,7 @@ from ..receipt import Receipt
 from ..state import StateDir, utc_now
 from ..statefs import UnsafeState
 from ..transport import Session
-from .common import conclude
+from .common import conclude, rerun_command
 
 if TYPE_CHECKING:
     from .lane import Lane
@@ -40,6 +40,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         cluster_install=args.cluster_install,
         update_script_args=tuple(args.update_script_arg or ()),
         verbose=args.verbose,
+        config=args.config,
+        state_dir=args.state_dir,
     )
 
 
@@ -108,7 +110,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         from .interrupt import interrupted_readback
 
         if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
-            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(receipt))
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt))
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
@@ -118,7 +120,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                               "the outcome is unknown (please report this with the receipt)")
         receipt.traceback = traceback.format_exc()
         receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
-                            "next_command": rerun_command(receipt)}
+                            "next_command": rerun_command(ctx, receipt)}
         receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
     finally:
         for sig, handler in previous.items():
@@ -129,17 +131,6 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
 def _current_step(receipt: Receipt) -> str:
     started = [s.name for s in receipt.plan.steps if s.argv is not None]
     return started[-1] if started else "(before any step)"
-
-
-def rerun_command(receipt: Receipt) -> str:
-    from ..transport import quote_argv
-
-    if receipt.rerun is not None:  # rollback and prune name their own verb
-        return quote_argv(receipt.rerun)
-    words = ["vq", "admin", "update"] + ([receipt.program] if receipt.program else []) + [receipt.host]
-    if receipt.expected_sha:
-        words += ["--expected-sha", receipt.expected_sha]
-    return quote_argv(words)
 
 
 def emit(ctx: RunContext, receipt: Receipt) -> int:

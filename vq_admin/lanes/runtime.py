@@ -30,13 +30,13 @@ from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..context import RunContext
-from ..outcome import Locked, Outcome, UsageError
+from ..outcome import Locked, Outcome, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..progress import CommandView
 from ..receipt import Receipt
 from ..transport import RunResult, Transport, quote_argv
 from . import first_call, remote_paths
-from .common import conclude, provider_ended
+from .common import conclude, provider_ended, rerun_command
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -189,13 +189,6 @@ class RuntimeUpdate:
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = {"pre": pre.to_dict()}
-        if pre.not_receipt is not None:
-            # A verifier whose output is not a receipt cannot prove anything afterwards either.  (A
-            # pre-verify that prints nothing and exits non-zero -- nothing installed yet -- proceeds.)
-            self.receipt.errors.append(f"pre-verify: the verifier's output is not a receipt; nothing was run "
-                                       f"({pre.not_receipt['parse_error']}; its output, escaped, is in "
-                                       "verify.pre.output)")
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         self.require_quiescent(pre)
         if self.mirror is not None:
             self.mirror.run()
@@ -230,8 +223,13 @@ class RuntimeUpdate:
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
 
     def require_quiescent(self, pre: Verification) -> None:
-        """Never start a build while the provider reports one in progress on the host
-        (e.g. the build an interrupted run left running): exit 75, nothing run."""
+        """Never start a build on a verify that cannot start, fails or prints no receipt: it cannot prove
+        anything afterwards either (exit 1; a receipt of nothing active, CONTRACT section 4, is "not
+        current"); nor while the provider reports one in progress on the host (e.g. the build an
+        interrupted run left running): exit 75.  Nothing is run either way."""
+        if pre.broken is not None:
+            raise VqAdminError(f"pre-verify: {pre.broken}; nothing was run"
+                               + ("; its output, escaped, is in verify.pre.output" if pre.not_receipt else ""))
         receipt = pre.receipt
         if receipt is not None and (receipt.quiescent is not True or receipt.updater_pid is not None):
             raise Locked(
@@ -284,18 +282,13 @@ class RuntimeUpdate:
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
-    def rerun_argv(self) -> list[str]:
-        """The command that resolves an unknown outcome (a rollback names its own verb)."""
-        return ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
-
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        command = self.rerun_argv()
         self.receipt.readback = {
             "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
             "proven": False,
             "reason": reason,
             "stage": self.stage_dir,
-            "next_command": quote_argv(command),
+            "next_command": rerun_command(self.ctx, self.receipt),
             "advice": (
                 "the build may have finished or may still be running on the build host; rerunning first verifies "
                 "read-only and reports already-current if it completed. Do not start a build by hand."

@@ -66,9 +66,5 @@ class RuntimeStep:
     def reclaim(self, success: bool) -> None:
         self.stage.reclaim(success)
 
-    def update_argv(self) -> list[str]:
-        """``vq admin update PROGRAM HOST --expected-sha SHA``: what resolves an interrupted feed or build."""
-        return ["vq", "admin", "update", self.profile.program, self.host.name, "--expected-sha", self.sha]
-
 
 __all__ = ["RuntimeStep"]

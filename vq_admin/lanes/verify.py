@@ -16,8 +16,9 @@ from ..agent.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
+from ..output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
-from ..transport import RunResult
+from ..transport import RunResult, quote_argv
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Verification:
     interrupted: bool = False
     #: set when the verifier printed something that is not one valid receipt (bounded, escaped)
     not_receipt: dict[str, Any] | None = None
+    #: one line, when the verify itself failed: it could not start, exited non-zero, or printed no receipt
+    broken: str | None = None
 
     @property
     def proven(self) -> bool:
@@ -126,10 +129,6 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
     verify = answer["verify"]
     code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
-    if code != 0:
-        verify_step.status = "failed"
-        tail = verify.get("stderr", "").strip().splitlines()[-3:]
-        verify_step.detail = f"exit status {code} on {result.where}" + (": " + " | ".join(tail) if tail else "")
     receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
     if receipt is None:
         return found
@@ -159,15 +158,14 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     receipt, error = parse_receipt(stdout)
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
-    if code != 0:
-        found.error = f"verify command exited {code}: {stderr.strip()[-500:]}"
-        if receipt is None:
-            readback_step.status = "skipped"
-            return None
+    if code != 0:  # the verify command: the word after the agent's "verify-readback --"
+        command = verify_step.planned_argv[verify_step.planned_argv.index(VERIFY_READBACK) + 2]
+        found.error = found.broken = f"verify command {quote_argv([command])} exited {code}: {last_line(stderr)}"
+    elif receipt is None:
+        found.error, found.broken = error, f"the verifier's output is not a receipt ({error})"
+    if found.broken is not None:
+        verify_step.status, verify_step.detail = "failed", found.broken
     if receipt is None:
-        found.error = error
-        verify_step.status = "failed"
-        verify_step.detail = error
         readback_step.status = "skipped"
         return None
     found.receipt = receipt
