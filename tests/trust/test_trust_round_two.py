@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, command_host, git, run_vq, tree_digest, write_config
+from support import AGENT, NOTHING_ACTIVE, GitRepo, command_host, git, run_vq, tree_digest, write_config
 from vq_admin import source
 from vq_admin.agent import securepath
 from vq_admin.bounded import InputError, loads_json, loads_toml
@@ -32,7 +32,6 @@ from vq_admin.transport import LocalTransport
 #: Unique to these tests and to this process (other test files, and other xdist workers, run concurrently).
 ATTACKER = f"vqht{os.getpid()}"
 AS_ATTACKER = ["setpriv", f"--reuid={ATTACKER}", f"--regid={ATTACKER}", "--clear-groups", "--"]
-VERIFY_FAILS = "#!/bin/sh\nexit 1\n"
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +94,9 @@ class Site:
         self.program = program
         self.scratch = scratch or arena / "scratch"
         self.scratch.mkdir(exist_ok=True)
-        if verify is None:
+        if verify is None:  # nothing installed yet: the nothing-active receipt, which proves nothing
             verify_file = arena / "verify.sh"
-            verify_file.write_text(VERIFY_FAILS)
+            verify_file.write_text("#!/bin/sh\necho '" + json.dumps(dict(NOTHING_ACTIVE, program=program)) + "'\n")
             verify_file.chmod(0o755)
             verify = str(verify_file)
         if update is None:
