@@ -362,11 +362,11 @@ def close_masters(names: set[str]) -> None:
     Only directories whose run is gone (``vqssh-<pid>-*`` with a dead pid): /tmp is
     shared, and a live run's directory (another test's, another user's) is never touched.
     """
-    from vq_admin.state import pid_alive
+    from vq_admin.agent.procs import process_alive
 
     for name in names:
         owner = name[len("vqssh-"):].split("-", 1)[0]
-        if not (owner.isdigit() and "-" in name[len("vqssh-"):]) or pid_alive(int(owner)):
+        if not (owner.isdigit() and "-" in name[len("vqssh-"):]) or process_alive(int(owner)):
             continue
         directory = Path("/tmp") / name
         for sock in directory.glob("*"):

@@ -48,8 +48,10 @@ class Fleet:
     """Hosts by name: ``managed`` ones get a ``vibeqc`` profile; ``alias``/``excluded`` ones too
     (with their own root), so a test can prove they were never touched."""
 
-    def __init__(self, tmp: Path, ssh_config: str | None, hosts: dict[str, dict], *, program: str = "vibeqc"):
+    def __init__(self, tmp: Path, ssh_config: str | None, hosts: dict[str, dict], *, program: str = "vibeqc",
+                 sshd=None):
         self.tmp = Path(tmp)
+        self.sshd = sshd  # the SshdServer behind ssh_config: where each alias keeps its agent state
         self.program = program
         self.repo = GitRepo(self.tmp / "src")
         self.a = self.repo.commit("generation A")
@@ -91,7 +93,13 @@ class Fleet:
         return self.tmp / "hosts" / name / "scratch"
 
     def lock_file(self, name: str) -> Path:
-        return self.scratch(name) / ".vq-admin" / "locks" / f"runtime.{name}.{self.program}.lock"
+        """The host-side lease of *name*: in the agent's state directory of the login host's account."""
+        spec = self.hosts[name]
+        if spec.get("transport", "ssh") == "ssh":
+            state = self.sshd.agent_state(spec["ssh"])
+        else:
+            state = Path(os.environ["XDG_STATE_HOME"])
+        return state / "vq-admin-agent" / "locks" / f"runtime.{self.program}.lock"
 
     def holder(self, name: str) -> dict | None:
         try:
@@ -99,9 +107,16 @@ class Fleet:
         except (OSError, ValueError):
             return None
 
-    def lease_free(self, name: str) -> bool:
-        """True when nobody holds the host's lease (a non-blocking flock succeeds)."""
-        path = self.lock_file(name)
+    def active_sha(self, name: str) -> str:
+        """The SHA the host runs, by the provider's own verify (run independently of vq-admin)."""
+        done = subprocess.run([SITE_EXAMPLE, "verify", "--root", str(self.root(name)), "--program", self.program,
+                               "--expected-sha", self.a], capture_output=True, text=True, timeout=60)
+        return json.loads(done.stdout)["source_sha"]
+
+    def lease_free(self, name: str, lock: str = "") -> bool:
+        """True when nobody holds the host's lease (a non-blocking flock succeeds); *lock* ``".work"``:
+        its work lock (held by a build or job a run left running)."""
+        path = Path(str(self.lock_file(name)) + lock)
         if not path.exists():
             return True
         fd = os.open(path, os.O_RDWR)

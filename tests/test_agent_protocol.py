@@ -408,15 +408,15 @@ def rt_detach_reconcile(w: World) -> None:
 
 def rt_lease(w: World) -> None:
     h = holder()
-    argv = protocol.lease(AGENT, root=str(w.scratch), lane="runtime", host="login1", program="prog", **h)
+    argv = protocol.lease(AGENT, lane="runtime", host="login1", program="prog", **h)
     answer = protocol.parse_lease(run(argv, w.tmp))  # stdin closed at once: the lease ends with it
-    assert answer.held and answer.lock and answer.lock.startswith(str(w.scratch))
+    assert answer.held and answer.lock and answer.lock.startswith(os.environ["XDG_STATE_HOME"])
     assert answer.holder is not None and answer.holder["run_id"] == h["run_id"]
 
 
 def rt_session(w: World) -> None:
-    request = {"lease": {"root": str(w.scratch), "lane": "runtime", "host": "login1", "program": "prog",
-                         "holder": holder()},
+    request = {"protocol": protocol.SESSION_PROTOCOL,
+               "lease": {"lane": "runtime", "host": "login1", "program": "prog", "holder": holder()},
                "check_paths": ["/bin/sh"]}
     answer = protocol.parse_session(run(protocol.session(AGENT), w.tmp, stdin=protocol.encode_request(request)))
     assert answer.lease is not None and answer.lease.held and answer.lease.lock

@@ -229,8 +229,8 @@ def test_the_bound_cancels_the_job_and_says_so(tmp_path, real_cluster):
 
 
 def _agent(real_cluster, *argv: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([AGENT, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **real_cluster.slurm.env}, **kw)
+    kw.setdefault("env", {**os.environ, **real_cluster.slurm.env})
+    return subprocess.Popen([AGENT, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
 def _frames(proc: subprocess.Popen) -> tuple[dict, dict[str, int]]:
@@ -294,8 +294,15 @@ def test_two_concurrent_runs_never_remove_each_others_current_attempt(tmp_path, 
 
     first_dir = wait_until(first_wrote_all, 120.0, interval=0.1)
     assert first_dir is not None
+    held = _agent(real_cluster, *common, "-")  # the same account: the first job holds the host-side lease
+    _, err = held.communicate(timeout=60)
+    assert held.returncode == 1 and b"is held by the allocation job" in err and b"nothing was started" in err, err
+    # another account's agent (its own state directory) sharing this scratch: the retention rule decides
+    other = tmp_path / "other-account"
+    other.mkdir(mode=0o700)
     try:
-        second = _agent(real_cluster, *common, "-")
+        second = _agent(real_cluster, *common, "-", env={**os.environ, **real_cluster.slurm.env,
+                                                         "XDG_STATE_HOME": str(other)})
         rec2, sizes2 = _frames(second)
     finally:
         release.write_text("go")

@@ -24,7 +24,16 @@ JOBCOMP = (
 
 def test_parse_fields_does_not_take_derived_exit_code():
     fields = slurmjob.parse_fields(JOBCOMP.splitlines()[0])
-    assert fields == {"JobId": "7", "JobState": "COMPLETED", "ExitCode": "0:0", "Name": "vq-deploy-prog"}
+    assert fields == {"JobId": "7", "JobState": "COMPLETED", "ExitCode": "0:0", "Name": "vq-deploy-prog",
+                      "NodeList": "vm"}
+
+
+def test_a_cancelled_job_without_a_node_never_started():
+    ran = "JobId=9 JobState=CANCELLED ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm"
+    pending = "JobId=9 JobState=CANCELLED ReqNodeList=(null) ExcNodeList=(null) NodeList= "
+    assert slurmjob.never_started(slurmjob.parse_fields(pending))
+    assert not slurmjob.never_started(slurmjob.parse_fields(ran))
+    assert not slurmjob.never_started(slurmjob.parse_fields(pending.replace("CANCELLED", "FAILED")))
 
 
 @pytest.mark.parametrize("state, status, signal, expected", [
@@ -108,9 +117,10 @@ def test_submit_records_the_job_id_before_sbatch_returns(fake_bin, tmp_path):
     fake_bin("sbatch", f"echo 31; while [ ! -e {marker} ]; do sleep 0.01; done; exit 4\n")
     seen = []
 
-    def on_job_id(job_id):
+    def on_job_id(job_id, sbatch_pid):
         seen.append(job_id)
         marker.write_text(job_id)  # sbatch ends only once the id was recorded
+        assert os.path.exists(f"/proc/{sbatch_pid}")  # the sbatch that waits (it holds the lease's work lock)
 
     result = slurmjob.submit_and_wait(["sbatch"], 60.0, on_job_id)
     assert seen == ["31"] and result.job_id == "31" and result.sbatch_exit_code == 4 and not result.timed_out
@@ -121,13 +131,13 @@ def test_the_bound_cancels_the_submitted_job(fake_bin, tmp_path):
     fake_bin("sbatch", f"echo $$ > {pid}; echo 32; exec sleep 60\n")
     # like sbatch --wait noticing the cancelled job: it exits 1
     fake_bin("scancel", f"echo \"$@\" > {cancelled}; kill $(cat {pid})\n")
-    result = slurmjob.submit_and_wait(["sbatch"], 0.5, lambda job_id: None)
+    result = slurmjob.submit_and_wait(["sbatch"], 0.5, lambda job_id, pid: None)
     assert result.timed_out and result.cancel["ok"] and cancelled.read_text() == "32\n"
     assert result.job_id == "32" and result.sbatch_exit_code == -15
 
 
 def test_a_bound_without_a_job_id_has_nothing_to_cancel(fake_bin):
     fake_bin("sbatch", "exec sleep 60\n")
-    result = slurmjob.submit_and_wait(["sbatch"], 0.3, lambda job_id: None)
+    result = slurmjob.submit_and_wait(["sbatch"], 0.3, lambda job_id, pid: None)
     assert result.timed_out and result.job_id is None and not result.cancel["ok"]
     assert "nothing to cancel" in result.cancel["message"] and result.sbatch_exit_code is None

@@ -212,10 +212,14 @@ def converge(world: World, expected: str = "already-current") -> Done:
 
 def test_ssh_client_killed_just_after_the_switch_is_resolved_by_readback(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-deploy")
-    world.set_deploy("", "sleep 30")  # activated; the ssh session stays open while the provider lingers
+    world.set_deploy("", "sleep 10")  # activated; the ssh session stays open while the provider lingers
     done = ssh_client_killed_at(world, "switched", "deploy-wrapper")
     assert any("killed by SIGKILL" in e for e in done.receipt["errors"]), done.receipt["errors"]
     record("SIGKILL of the ssh client just after the switch (fixed-host deploy)", "ok", done.outcome)
+    # the provider still runs (it could still change the runtime): the host-side lease is its until it ends
+    held = world.run()
+    assert held.code == 75 and "held by the build pid" in held.receipt["errors"][-1], held.stdout
+    assert wait_until(lambda: work_free(real_sshd, world.program), 60)
     clean_after(world, done, converge(world))
 
 
@@ -395,7 +399,9 @@ def _sigterm_case(tmp_path, real_cluster, program: str, pending: bool):
             observed += f"; next run while pending: {held.outcome}"
             slurm.run("scancel", blocker)
             blocker = None
-        assert wait_until(lambda: _job_gone(slurm, job), 120), "the job never ended"
+        # ... and the sbatch --wait that held the host-side lease for it has noticed
+        assert wait_until(lambda: _job_gone(slurm, job) and work_free(real_cluster.sshd, program), 120), \
+            "the job never ended"
         world.mark("switched", 30)
         again = converge(world)
         assert again.receipt["previous_attempt"]["job_id"] == job
@@ -424,7 +430,8 @@ def test_sigkill_of_vq_while_the_allocation_job_runs_is_reconciled_by_the_next_r
     assert vq.returncode == -signal.SIGKILL and out == ""
     assert (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
     job = next((world.scratch / ".vq-admin" / "runtime-deploy" / program).glob("deploy.*/job")).read_text().strip()
-    assert wait_until(lambda: _job_gone(slurm, job), 120), "the job never ended"
+    assert wait_until(lambda: _job_gone(slurm, job) and work_free(real_cluster.sshd, program), 120), \
+        "the job never ended"
     again = converge(world)
     assert again.receipt["previous_attempt"]["job_id"] == job
     assert not (world.state / "hosts" / "cluster" / "runtime" / program / "attempt.json").exists()
@@ -565,4 +572,174 @@ def test_a_verifier_printing_text_around_its_json_refuses_before_any_mutation(tm
     assert world.active() is None and not (world.marks / "switched").exists()
     record("a verifier that prints text around its JSON", "failed", done.outcome)
     world.set_verify("")
+    clean_after(world, done, converge(world, "ok"))
+
+
+# -- issue 26: a lease as long as the work, every bound the configured one ----------------------------
+
+
+def work_free(sshd, program: str) -> bool:
+    """True when no build or job holds the host-side lease's work lock of *program* (the account of the
+    alias ``cluster``, whose agent state directory the fixture gives)."""
+    import fcntl
+
+    path = sshd.agent_state("cluster") / "vq-admin-agent" / "locks" / f"runtime.{program}.lock.work"
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def other_administrator(world: World, state: Path, sha: str | None = None) -> Done:
+    """A run of the same configuration from another state directory (so no attempt record of the first)."""
+    proc = subprocess.Popen(world.argv(sha), env=dict(world.env(), VQ_ADMIN_STATE_DIR=str(state)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return finish(proc)
+
+
+def test_a_second_administrator_waits_for_an_allocation_job_whose_driver_was_killed(tmp_path, real_cluster):
+    """A's driver SIGKILLed while its job runs; B (its own state directory) is 75 naming the job until the
+    job has ended, then deploys its SHA; the host runs what B's receipt and LAST OK name."""
+    slurm, program = real_cluster.slurm, "chaos-two-admins-alloc"
+    world = World(tmp_path, real_cluster.sshd.ssh_config, program, allocation=True)
+    world.set_deploy(f"touch {tmp_path}/marks/running; i=0; while [ ! -e {tmp_path}/marks/release ] && "
+                     "[ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done")
+    vq = world.start(world.a)
+    world.mark("running")
+    vq.kill()
+    vq.communicate(timeout=30)
+    bob = tmp_path / "state-bob"
+    held = other_administrator(world, bob)
+    job = next((world.scratch / ".vq-admin" / "runtime-deploy" / program).glob("deploy.*/job")).read_text().strip()
+    message = held.receipt["errors"][-1]
+    assert held.code == 75 and f"allocation job {job}" in message and "whose driver has ended" in message, message
+    assert f"scancel {job}" in message, message
+    (world.marks / "release").touch()
+    assert wait_until(lambda: _job_gone(slurm, job) and work_free(real_cluster.sshd, program), 120)
+    last = other_administrator(world, bob)
+    record("two administrators: SIGKILL of A's driver while its allocation job runs",
+           "B locked while the job runs; after it: ok",
+           f"B {held.outcome} while the job runs; after it: {last.outcome}")
+    assert world.active() == world.sha and last.receipt["source"]["sha"] == world.sha
+    lane = json.loads((bob / "hosts" / "cluster" / "runtime" / program / "last.json").read_text())
+    assert lane["outcome"] == "ok"
+
+
+def test_the_state_filesystem_filling_during_the_build(tmp_path, real_sshd, small_tmpfs):
+    """The build fills the state filesystem while its transcript streams into the driver's copy: the copy
+    ends, the run goes on to its final verify and prints an ok receipt it could not store."""
+    state = small_tmpfs / "state"
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-fills-mid", state=state)
+    world.set_deploy(f"{sys.executable} -c 'import os\ntry:\n"
+                     f"  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
+                     f"except OSError: pass'\nfor i in $(seq 1 200); do echo line $i of the build; done")
+    done = world.run()
+    assert world.active() == world.sha
+    assert done.receipt.get("stored") is False and "the receipt" in done.receipt["not_stored"], done.stdout
+    assert "line 200 of the build" in done.receipt["command_output"]["stdout"]
+    assert any("transcripts could not be stored" in note for note in done.receipt["notes"]), done.receipt["notes"]
+    assert done.receipt["verify"]["final"]["proven"] is True
+    record("state filesystem filled by the build while its transcript streams", "ok (receipt printed, not stored)",
+           f"{done.outcome} (receipt printed, {'not stored' if done.receipt.get('stored') is False else 'stored'})")
+    (small_tmpfs / "filler").unlink()
+    clean_after(world, done, converge(world))
+
+
+def test_a_verifier_slower_than_the_lease_wait_is_bounded_by_verify_timeout_seconds(tmp_path, real_sshd,
+                                                                                    monkeypatch):
+    """The pre-verify runs under verify_timeout_seconds, not the lease's own (short) wait: a verifier
+    slower than the lease wait (set to 2 s by the failpoint lease-wait) under a 60 s bound is ok."""
+    monkeypatch.setenv("VQ_ADMIN_TESTING", "1")
+    monkeypatch.setenv("VQ_ADMIN_LEASE_WAIT", "2")
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-slow-verify")
+    world.set_verify("sleep 4")
+    done = world.run()
+    record("a verifier slower than the lease's wait, under a larger verify_timeout_seconds", "ok", done.outcome)
+    no_false_ok(world, done)
+    clean_after(world, done)
+
+
+def test_a_hung_verifier_is_failed_with_the_true_reason_and_ended_on_the_host(tmp_path, real_sshd):
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-hung-verify")
+    world.config.write_text(world.config.read_text().replace("verify_timeout_seconds = 60",
+                                                             "verify_timeout_seconds = 3"))
+    world.set_verify(f"echo $$ > {world.marks}/verifier; sleep 300 & echo $! > {world.marks}/child; wait")
+    started = time.monotonic()
+    done = world.run()
+    took = time.monotonic() - started
+    error = done.receipt["errors"][-1]
+    assert "the verifier did not answer within 3 s" in error and "nothing was run" in error, error
+    assert "ssh" not in error and took < 30, (error, took)
+    assert world.active() is None and not (world.marks / "switched").exists()
+    pids = [int((world.marks / name).read_text()) for name in ("verifier", "child")]
+    left = [pid for pid in pids if Path(f"/proc/{pid}").exists()
+            and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not left, f"left running on the login host: {left}"
+    record("a hung verifier under verify_timeout_seconds = 3", "failed", done.outcome)
+    clean_after(world, done)
+
+
+def test_a_frozen_connection_leaves_a_lease_that_says_so(tmp_path, real_sshd):
+    """The sshd process serving a run's session is stopped (SIGSTOP) and its driver gone: the next run is
+    75, naming the agent's pid, that its connection is frozen, and how the lease ends."""
+    from realhosts.procs import pid_alive
+
+    world = World(tmp_path, real_sshd.ssh_config, "chaos-frozen")
+    world.set_deploy(f"touch {tmp_path}/marks/building; i=0; while [ ! -e {tmp_path}/marks/release ] && "
+                     "[ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done")
+    vq = world.start()
+    world.mark("building")
+    lock = real_sshd.agent_state("cluster") / "vq-admin-agent" / "locks" / f"runtime.{world.program}.lock"
+    holder = json.loads(Path(f"{lock}.holder").read_text())
+    sshd = holder["agent_ppid"]
+    while Path(f"/proc/{sshd}/comm").read_text().strip() != "sshd":  # up from the shell that ran the agent
+        sshd = int(Path(f"/proc/{sshd}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        vq.kill()  # its driver is gone (as after ServerAlive gave up), its connection frozen
+        vq.communicate(timeout=30)
+        (world.marks / "release").touch()
+        assert wait_until(lambda: (world.marks / "switched").exists() and work_free(real_sshd, world.program), 60)
+        held = world.run()
+        message = held.receipt["errors"][-1]
+        assert held.code == 75 and f"the agent pid {holder['agent_pid']}" in message, message
+        assert f"its connection is frozen (pid {sshd}" in message and f"(kill {sshd})" in message, message
+        print(f"\nrerun behind a frozen connection: exit 75: {message}")
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    assert wait_until(lambda: not pid_alive(holder["agent_pid"]), 30), "the lease outlived its continued sshd"
+    again, after = reconciled(world)
+    record("a frozen sshd session (SIGSTOP) holding the lease; rerun", "locked; after SIGCONT: already-current",
+           f"{held.outcome}; after SIGCONT: {again.outcome}")
+    clean_after(world, again)
+
+
+def test_scancel_of_a_pending_job_is_failed_nothing_ran(tmp_path, real_cluster):
+    slurm, program = real_cluster.slurm, "chaos-scancel-pending"
+    world = World(tmp_path, real_cluster.sshd.ssh_config, program, allocation=True)
+    blocker = _blocker(slurm)
+    try:
+        vq = world.start()
+        job_file = wait_until(lambda: next((p for p in (world.scratch / ".vq-admin" / "runtime-deploy" / program)
+                                            .glob("deploy.*/job") if p.read_text().strip()), None), 120)
+        assert job_file, "the job was never submitted"
+        job = job_file.read_text().strip()
+        assert "PENDING" in slurm.run("scontrol", "show", "job", job).stdout
+        slurm.run("scancel", job, check=True)
+        done = finish(vq)
+    finally:
+        slurm.run("scancel", blocker)
+    no_false_ok(world, done)
+    error = done.receipt["errors"][-1]
+    assert "the job was cancelled before it started; nothing ran" in error and job in error, error
+    assert world.active() is None and not (world.marks / "switched").exists()
+    assert not attempt_record(world).exists()
+    record("scancel of the build job while it is pending", "failed", done.outcome)
+    assert wait_until(lambda: work_free(real_cluster.sshd, program), 60)
     clean_after(world, done, converge(world, "ok"))

@@ -142,6 +142,11 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "side-by-side": lambda w: ["status", "--all", "--json"],
         "json-and-prometheus": lambda w: ["status", "--prometheus", "--json"],
     },
+    ("verify",): {
+        "current": lambda w: ["verify", "vibeqc", "cluster", "--json"],
+        "other-sha-drifted": lambda w: ["verify", "vibeqc", "cluster", "--expected-sha", "b" * 40, "--json"],
+        "alias-refused": lambda w: ["verify", "vibeqc", "login2", "--json"],
+    },
     ("providers",): {"list": lambda w: ["providers", "--json"]},
     ("check",): {
         "valid": lambda w: ["check", "--json"],
@@ -196,6 +201,9 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "status|one-host": ("status", "ok"),
     "status|side-by-side": ("status-all", "ok"),
     "status|json-and-prometheus": ("error", "usage"),
+    "verify|current": ("verify", "ok"),
+    "verify|other-sha-drifted": ("verify", "failed"),
+    "verify|alias-refused": ("error", "refused"),
     "providers|list": ("providers", "ok"),
     "check|valid": ("check", "ok"),
     "check|connect": ("check-connect", "ok"),  # the alias login2 is never contacted under its own name

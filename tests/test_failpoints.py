@@ -48,7 +48,7 @@ def calls_in_package() -> dict[str, list[str]]:
 
 def test_every_point_is_declared_once_with_a_docstring_and_reached_by_production_code():
     assert set(POINTS) == {"call", "step-before", "step-after", "mirror-before-push", "install-file-before-rename",
-                           "helper-rereads", "helper-reread-interval"}
+                           "helper-rereads", "helper-reread-interval", "lease-wait"}
     for point in POINTS.values():
         assert len(point.doc) > 40, point.name
         assert point.variables and all(v.startswith("VQ_ADMIN_") for v in point.variables), point.name
@@ -104,7 +104,7 @@ class Recording(dict):  # type: ignore[type-arg]
 
 EVERYTHING = {"VQ_ADMIN_FAULT": "call:1:drop-before,step:deploy:sigkill", "VQ_ADMIN_FAULT_LOG": "/nonexistent/log",
               "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH": "/bin/false", "VQ_ADMIN_AGENT_CRASH": "before-rename",
-              "VQ_ADMIN_HELPER_REREADS": "0", "VQ_ADMIN_HELPER_REREAD_INTERVAL": "0"}
+              "VQ_ADMIN_HELPER_REREADS": "0", "VQ_ADMIN_HELPER_REREAD_INTERVAL": "0", "VQ_ADMIN_LEASE_WAIT": "1"}
 
 
 @pytest.mark.parametrize("switch", [None, "", "0", "true", "yes", " 1", "1 "])

@@ -9,6 +9,7 @@ interrupted wait at a gate (see fleet_world), never on time.
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -25,7 +26,8 @@ ALIASES = ("login-a", "login-b", "login-c", "login-d")
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    server = SshdServer(tmp_path_factory.mktemp("fleet-sshd"), env={"PATH": remote_path()}, aliases=ALIASES)
+    server = SshdServer(tmp_path_factory.mktemp("fleet-sshd"), env={"PATH": remote_path()}, aliases=ALIASES,
+                          separate_accounts=True)
     server.start()
     yield server
     server.stop()
@@ -49,7 +51,7 @@ def fleet_run(f: Fleet, state: Path, *extra: str):
 
 
 def test_rollout_changes_only_managed_hosts_then_is_already_current(tmp_path, sshd):
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts())
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(), sshd=sshd)
     state = tmp_path / "state"
     done = fleet_run(f, state, f.a, "--json")
     assert done.exit_code == 0, done.stdout + done.stderr
@@ -96,7 +98,7 @@ def test_rollout_changes_only_managed_hosts_then_is_already_current(tmp_path, ss
 
 
 def test_a_failing_canary_starts_nothing_else(tmp_path, sshd):
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(beta={"update": "/bin/false"}))
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(beta={"update": "/bin/false"}), sshd=sshd)
     state = tmp_path / "state"
     done = fleet_run(f, state, f.a, "--canary", "beta", "--json")
     assert done.exit_code == 1, done.stdout + done.stderr
@@ -109,7 +111,7 @@ def test_a_failing_canary_starts_nothing_else(tmp_path, sshd):
 
 
 def test_usage_errors_name_the_rule(tmp_path, sshd):
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts())
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(), sshd=sshd)
     state = tmp_path / "state"
     for extra, text in ((["--canary", "beta-alias"], "--canary beta-alias: the host is not in this rollout"),
                         (["--parallel", "0"], "--parallel 0: must be at least 1"),
@@ -123,7 +125,7 @@ def test_usage_errors_name_the_rule(tmp_path, sshd):
 
 @pytest.mark.parametrize("max_failed,gamma", [(0, "skipped"), (1, "ok")])
 def test_max_failed_with_parallel_1(tmp_path, sshd, max_failed, gamma):
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(beta={"update": "/bin/false"}))
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(beta={"update": "/bin/false"}), sshd=sshd)
     state = tmp_path / "state"
     done = fleet_run(f, state, f.a, "--parallel", "1", "--max-failed", str(max_failed), "--json")
     assert done.exit_code == 1, done.stdout + done.stderr
@@ -134,7 +136,7 @@ def test_max_failed_with_parallel_1(tmp_path, sshd, max_failed, gamma):
 
 def test_parallel_3_really_overlaps(tmp_path, sshd):
     gated = {"gated": True}
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(alpha=gated, beta=gated, gamma=gated))
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(alpha=gated, beta=gated, gamma=gated), sshd=sshd)
     f.need(3)  # each build waits until all three have started: only a parallel rollout gets through
     state = tmp_path / "state"
     done = fleet_run(f, state, f.a, "--parallel", "3", "--json")
@@ -147,7 +149,7 @@ def test_parallel_3_really_overlaps(tmp_path, sshd):
 
 def test_sigint_records_every_host_and_leaves_no_lease(tmp_path, sshd):
     gated = {"gated": True}
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(alpha=gated, beta=gated, gamma=gated))
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(alpha=gated, beta=gated, gamma=gated), sshd=sshd)
     state = tmp_path / "state"
     proc = f.start("update", f.program, "--all", "--expected-sha", f.a, "--parallel", "2", "--json", state=state)
     wait_for(lambda: f.started() == 2 or proc.poll() is not None, "two builds to start")
@@ -175,7 +177,7 @@ def test_sigint_records_every_host_and_leaves_no_lease(tmp_path, sshd):
 
 
 def test_dry_run_prints_hosts_in_order_with_their_plans(tmp_path, sshd):
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts())
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(), sshd=sshd)
     state = tmp_path / "state"
     done = fleet_run(f, state, f.a, "--canary", "gamma", "--dry-run")
     assert done.exit_code == 0, done.stderr
@@ -192,7 +194,7 @@ def test_dry_run_prints_hosts_in_order_with_their_plans(tmp_path, sshd):
 
 def test_rollout_with_an_allocation_host_over_real_slurm(tmp_path, real_cluster):
     """One host builds in a real Slurm allocation, one on its login host; both roll out together."""
-    f = Fleet(tmp_path, str(real_cluster.sshd.ssh_config), {
+    f = Fleet(tmp_path, str(real_cluster.sshd.ssh_config), sshd=real_cluster.sshd, hosts={
         "alpha": {"ssh": "cluster", "allocation": ["--time=10"]},
         "beta": {"ssh": "cluster2"},
         "alpha-alias": {"role": "alias", "canonical": "alpha", "ssh": "cluster-login"},
@@ -216,12 +218,13 @@ def test_a_host_leased_by_another_administrator_is_locked_in_the_rollout(tmp_pat
 
     from support import AGENT
 
-    f = Fleet(tmp_path, str(sshd.ssh_config), hosts())
+    f = Fleet(tmp_path, str(sshd.ssh_config), hosts(), sshd=sshd)
     state = tmp_path / "state"
-    other = subprocess.Popen([AGENT, "lease", "--root", str(f.scratch("beta")), "--lane", "runtime", "--host", "beta",
+    other = subprocess.Popen([AGENT, "lease", "--lane", "runtime", "--host", "beta-elsewhere",
                               "--program", f.program, "--driver-host", "admin2", "--user", "bob", "--pid", "4242",
                               "--since", "2026-11-30T00:00:00Z", "--run-id", "bobs-run"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=dict(os.environ, XDG_STATE_HOME=str(sshd.agent_state("login-b"))))
     try:
         assert json.loads(other.stdout.readline())["held"] is True
         done = fleet_run(f, state, f.a, "--max-failed", "1", "--json")

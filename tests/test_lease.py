@@ -11,7 +11,6 @@ wait is on a condition with a bound.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import signal
@@ -26,11 +25,13 @@ from support import AGENT
 from vq_admin.agent import lease as agent_lease
 
 
-def lease_proc(root: Path, pid: int = 111, host: str = "h") -> subprocess.Popen:
-    argv = [AGENT, "lease", "--root", str(root), "--lane", "runtime", "--host", host, "--program", "p",
+def lease_proc(root: Path, pid: int = 111, host: str = "h", program: str = "p") -> subprocess.Popen:
+    """``vq-admin-agent lease`` of an account whose state directory is *root*."""
+    argv = [AGENT, "lease", "--lane", "runtime", "--host", host, "--program", program,
             "--driver-host", "admin-a", "--user", "alice", "--pid", str(pid), "--since", "2026-01-01T00:00:00Z",
             "--run-id", f"run-{pid}"]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, XDG_STATE_HOME=str(root)))
 
 
 def first_line(proc: subprocess.Popen) -> dict:
@@ -43,9 +44,9 @@ def first_line(proc: subprocess.Popen) -> dict:
 def test_agent_lease_is_exclusive_names_the_holder_and_ends_with_its_stdin(tmp_path):
     holder = lease_proc(tmp_path, pid=111)
     held = first_line(holder)
-    assert held["held"] is True and held["lock"] == f"{tmp_path}/.vq-admin/locks/runtime.h.p.lock"
+    assert held["held"] is True and held["lock"] == f"{tmp_path}/vq-admin-agent/locks/runtime.p.lock"
     assert held["holder"]["agent_pid"] == holder.pid
-    assert os.stat(tmp_path / ".vq-admin" / "locks").st_mode & 0o777 == 0o700
+    assert os.stat(tmp_path / "vq-admin-agent" / "locks").st_mode & 0o777 == 0o700
 
     second = lease_proc(tmp_path, pid=222)
     out, err = second.communicate(timeout=30)  # never waits: answers at once
@@ -53,10 +54,14 @@ def test_agent_lease_is_exclusive_names_the_holder_and_ends_with_its_stdin(tmp_p
     answer = json.loads(out)
     assert answer["held"] is False
     assert answer["holder"]["pid"] == 111 and answer["holder"]["driver_host"] == "admin-a"
-    assert "alice@admin-a pid 111 since 2026-01-01T00:00:00Z" in answer["message"]
+    assert "alice@admin-a pid 111, since 2026-01-01T00:00:00Z" in answer["message"]
+    assert f"the agent pid {holder.pid}" in answer["message"] and "its run is under way" in answer["message"]
 
-    other_lane = lease_proc(tmp_path, pid=333, host="other")
-    assert first_line(other_lane)["held"] is True  # another host's lane is not blocked
+    also = lease_proc(tmp_path, pid=222, host="other-name")  # however the driver names the host: same lease
+    assert also.wait(timeout=30) == 75
+
+    other_lane = lease_proc(tmp_path, pid=333, program="q")
+    assert first_line(other_lane)["held"] is True  # another program's lane is not blocked
     other_lane.stdin.close()
     assert other_lane.wait(timeout=30) == 0
 
@@ -74,13 +79,13 @@ def test_agent_lease_is_exclusive_names_the_holder_and_ends_with_its_stdin(tmp_p
 
 
 def test_agent_lease_refuses_an_unsafe_directory(tmp_path):
-    (tmp_path / ".vq-admin").mkdir()
-    os.chmod(tmp_path / ".vq-admin", 0o777)
+    (tmp_path / "vq-admin-agent").mkdir()
+    os.chmod(tmp_path / "vq-admin-agent", 0o777)
     proc = lease_proc(tmp_path)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 4, err
-    assert "refused" in err.decode() and ".vq-admin" in err.decode() and "other-writable" in err.decode()
-    assert not (tmp_path / ".vq-admin" / "locks").exists()
+    assert "refused" in err.decode() and "vq-admin-agent" in err.decode() and "other-writable" in err.decode()
+    assert not (tmp_path / "vq-admin-agent" / "locks").exists()
 
 
 def test_a_lock_that_cannot_be_taken_is_a_clear_error_not_held(tmp_path, monkeypatch):
@@ -88,19 +93,20 @@ def test_a_lock_that_cannot_be_taken_is_a_clear_error_not_held(tmp_path, monkeyp
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     monkeypatch.setattr(agent_lease.fcntl, "flock", no_flock)
-    with pytest.raises(agent_lease.LeaseError) as caught:
-        agent_lease.hold(str(tmp_path / "locks"), "runtime.h.p.lock", {}, io.BytesIO(b""), io.StringIO())
-    message = str(caught.value)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    answer, fd = agent_lease.take({"lane": "runtime", "program": "p", "holder": {}})
+    assert fd is None and answer["exit"] == 1
+    message = answer["error"]
     assert "cannot take flock on" in message and "No locks available" in message
     assert "NFS" in message and "Lustre" in message
 
 
 def test_agent_lease_never_follows_a_planted_symlink(tmp_path):
-    locks = tmp_path / ".vq-admin" / "locks"
+    locks = tmp_path / "vq-admin-agent" / "locks"
     locks.mkdir(parents=True, mode=0o700)
-    os.chmod(tmp_path / ".vq-admin", 0o700)
+    os.chmod(tmp_path / "vq-admin-agent", 0o700)
     target = tmp_path / "elsewhere"
-    os.symlink(target, locks / "runtime.h.p.lock")
+    os.symlink(target, locks / "runtime.p.lock")
     proc = lease_proc(tmp_path)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "symbolic link" in err.decode()
@@ -121,7 +127,7 @@ def sshd(tmp_path_factory):
 
 def fleet(tmp_path, sshd, transport="ssh") -> Fleet:
     spec = {"ssh": "login-a", "gated": True, "transport": transport}
-    return Fleet(tmp_path, str(sshd.ssh_config) if transport == "ssh" else None, {"cluster": spec})
+    return Fleet(tmp_path, str(sshd.ssh_config) if transport == "ssh" else None, {"cluster": spec}, sshd=sshd)
 
 
 def start_first(f: Fleet, state: Path) -> subprocess.Popen:
@@ -160,20 +166,64 @@ def test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing(tmp_pa
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("transport", ["ssh", "local"])
-def test_sigkill_of_the_driver_mid_build_frees_the_lease(tmp_path, sshd, transport):
-    f = fleet(tmp_path, sshd, transport)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_driver_killed_mid_build_leaves_the_lease_to_its_build(tmp_path, sshd, sig):
+    """Issue 26: A's driver dies while its detached build runs; B (another state directory, so no attempt
+    record) is 75 naming that build until it ends, then deploys; the host agrees with the last ok."""
+    f = fleet(tmp_path, sshd)
+    first = start_first(f, tmp_path / "state-alice")
+    agent_pid = f.holder("cluster")["agent_pid"]
+    kill(first, sig)
+    wait_gone(agent_pid)  # the driver's own session ended with it ...
+    assert f.lease_free("cluster") and not f.lease_free("cluster", ".work")  # ... its build holds on
+
+    code, out, err = finish(f.update("cluster", f.b, state=tmp_path / "state-bob"), timeout=120)
+    assert code == 75, out + err
+    message = json.loads(out)["errors"][-1]
+    assert "held by the build pid" in message and "/runtime-deploy/vibeqc/deploy." in message, message
+    assert f"pid {first.pid}" in message and "whose driver has ended" in message, message
+    assert "it ends when the build ends" in message, message
+    assert f.started() == 1, "the second run started a build"
+    print(f"\nsecond administrator after {signal.Signals(sig).name} of the first: exit 75: {message}")
+
+    f.open_gate()  # A's build finishes (A's SHA goes live), then its supervisor frees the work lock
+    wait_for(lambda: f.done() == 1 and f.lease_free("cluster", ".work"), "the orphaned build to end")
+    code, out, err = finish(f.update("cluster", f.b, state=tmp_path / "state-bob"), timeout=180)
+    assert code == 0 and json.loads(out)["outcome"] == "ok", out + err
+    assert f.active_sha("cluster") == f.b == json.loads(out)["source"]["sha"]
+
+
+@pytest.mark.real
+def test_sigkill_of_a_local_driver_frees_its_lease(tmp_path, sshd):
+    """``transport = "local"``: the lease's agent is the driver's child and ends with it."""
+    f = fleet(tmp_path, sshd, "local")
     first = start_first(f, tmp_path / "state-alice")
     agent_pid = f.holder("cluster")["agent_pid"]
     kill(first, signal.SIGKILL)
-    wait_gone(agent_pid)  # the lease agent ends once the dead driver's pipe closes
+    wait_gone(agent_pid)
     assert f.lease_free("cluster")
-    f.open_gate()  # let the orphaned build finish (it keeps running, as on a real host)
+    f.open_gate()
     wait_for(lambda: f.done() == 1, "the orphaned build to end")
-
     code, out, err = finish(f.update("cluster", f.a, state=tmp_path / "state-bob"), timeout=120)
-    assert code != 75, out + err
     assert code == 0 and json.loads(out)["outcome"] == "already-current", out + err
+
+
+@pytest.mark.real
+def test_two_configurations_naming_one_login_host_differently_exclude_each_other(tmp_path, sshd):
+    """Issue 25: the lease belongs to the login host's account and the program: a configuration that calls
+    the host ``elsewhere``, reaches it through another alias and has another scratch_root is 75 while the
+    first one builds."""
+    f = fleet(tmp_path / "alice", sshd)
+    first = start_first(f, tmp_path / "state-alice")
+    other = Fleet(tmp_path / "bob", str(sshd.ssh_config), {"elsewhere": {"ssh": "login-b"}}, sshd=sshd)
+    assert other.scratch("elsewhere") != f.scratch("cluster")
+    code, out, err = finish(other.update("elsewhere", other.b, state=tmp_path / "state-bob"), timeout=120)
+    assert code == 75, out + err
+    assert f"pid {first.pid}" in json.loads(out)["errors"][-1]
+    assert not other.root("elsewhere").exists(), "the second configuration deployed"
+    f.open_gate()
+    code, out, err = finish(first)
+    assert code == 0, out + err
 
 
 @pytest.mark.real
@@ -213,7 +263,11 @@ def test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed(tmp_path):
 
 OLD_AGENT = """\
 #!/bin/sh
-# An agent from before the lease verb (and so before session): argparse's answer to an unknown verb.
+# An agent of another version: its session verb does not know this request (argparse's answer to a verb it
+# lacks), or answers in another protocol version.
+if [ "$1" = session ] && [ -n "$VQ_TEST_OTHER_VERSION" ]; then
+    read -r request; echo '{{"protocol": 7}}'; exit 0
+fi
 if [ "$1" = lease ] || [ "$1" = session ]; then
     echo "usage: vq-admin-agent [-h] {{hash-file,stage-create}} ..." >&2
     echo "vq-admin-agent: error: argument verb: invalid choice: '$1' (choose from 'hash-file', 'stage-create')" >&2
@@ -223,29 +277,17 @@ exec {agent} "$@"
 """
 
 
-def test_an_agent_without_the_lease_verb(tmp_path):
+@pytest.mark.parametrize("version", ["", "7"], ids=["without-session", "protocol-7"])
+def test_an_agent_of_another_version_is_refused_once_with_the_update_command(tmp_path, monkeypatch, version):
     old = tmp_path / "old-agent"
     old.write_text(OLD_AGENT.format(agent=AGENT))
     old.chmod(0o755)
+    monkeypatch.setenv("VQ_TEST_OTHER_VERSION", version)
     f = Fleet(tmp_path, None, {"cluster": {"transport": "local", "agent": str(old)}})
-    # the runtime lane refuses (nothing runs) and says what to do
     code, out, err = finish(f.update("cluster", f.a, state=tmp_path / "state"), timeout=120)
     assert code == 77, out + err
     receipt = json.loads(out)
-    assert "has no lease verb" in receipt["errors"][-1] and "vq admin update HOST" in receipt["errors"][-1]
-    assert not f.root("cluster").exists()
-
-    # the helper lane is how that agent gets updated: it runs without a lease and says so
-    from vq_admin.config import load_config
-    from vq_admin.context import RunContext
-    from vq_admin.lease import host_lease
-    from vq_admin.receipt import Receipt
-    from vq_admin.state import StateDir
-    from vq_admin.transport import Session
-
-    with Session(None) as session:
-        ctx = RunContext(load_config(f.config), StateDir(tmp_path / "state"), session, None)  # type: ignore[arg-type]
-        receipt = Receipt("helper", "cluster", None, None, None, "2026-01-01T00:00:00Z")
-        with host_lease(ctx, receipt, "helper", "cluster", None) as lease:
-            assert lease is None
-    assert "runs without a lease" in receipt.notes[0]
+    message = receipt["errors"][-1]
+    assert f"speaks session protocol {version or 'none (an older helper)'}, this vq-admin 1" in message, message
+    assert "update the helper first (vq admin update cluster --expected-sha SHA)" in message
+    assert not f.root("cluster").exists() and all(s["status"] == "skipped" for s in receipt["steps"])

@@ -315,8 +315,8 @@ def test_the_runner_imports_nothing_but_what_subprocess_does():
         return set(done.stdout.split())
 
     loaded = imported("vq_admin.process")
-    # the ssh words and the unnamed scratch file live in the light modules the early start shares
-    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process", "vq_admin.sshargv"}, loaded
+    # the ssh words (sshargv: shlex quotes the probe's words)
+    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process", "vq_admin.sshargv", "shlex"}, loaded
     assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.agent.failpoints"}
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from vq_admin.agent import detached, lease, procs
-from vq_admin.state import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1] / "vq_admin"
 
@@ -22,7 +21,7 @@ def test_a_running_process_is_alive_with_and_without_its_start_time():
         started = procs.proc_start_time(proc.pid)
         assert started is not None and started.isdigit()
         assert procs.process_alive(proc.pid) and procs.process_alive(proc.pid, started)
-        assert pid_alive(proc.pid) and detached.process_alive(proc.pid, started)
+        assert detached.process_alive(proc.pid, started)
         assert not procs.process_alive(proc.pid, str(int(started) + 1))  # a reused pid: another start time
         proc.stdin.close()  # type: ignore[union-attr]
 
@@ -39,7 +38,7 @@ def test_a_zombie_is_dead():
             time.sleep(0.05)
         else:
             pytest.fail("the child never became a zombie")
-        assert not procs.process_alive(proc.pid) and not pid_alive(proc.pid)
+        assert not procs.process_alive(proc.pid)
     finally:
         proc.wait()
     assert not procs.process_alive(proc.pid)  # reaped: gone

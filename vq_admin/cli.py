@@ -91,6 +91,20 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func="status")
 
+    p = sub.add_parser("verify", help="read-only drift check: is the runtime LAST OK names (or SHA) still active?",
+                       description="Run the profile's verify and the launcher read-back on the login host(s); "
+                       "change nothing. Each runtime is current, drifted, unhealthy or unknown.")
+    p.add_argument("program", nargs="?", metavar="PROGRAM")
+    p.add_argument("host", nargs="?", metavar="HOST")
+    p.add_argument("--all", action="store_true",
+                   help="every managed host's profile of PROGRAM (of every program without PROGRAM)")
+    p.add_argument("--expected-sha", metavar="SHA", help="compare with this full commit SHA instead of LAST OK")
+    p.add_argument("--prometheus", action="store_true", help="print the drift gauge in the Prometheus text format")
+    p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the table even when every runtime is current")
+    _common(p)
+    p.set_defaults(func="verify")
+
     p = sub.add_parser("providers", help="list installed and selected providers")
     _common(p)
     p.set_defaults(func="providers")

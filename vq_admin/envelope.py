@@ -56,6 +56,7 @@ SCHEMAS = {
     "references": "vq-admin/references/1",
     "launcher-binding": "vq-admin/launcher-binding/1",  # launcher
     "conformance": "vq-admin/conformance/1",  # provider test
+    "verify": "vq-admin/verify/1",          # verify (read-only drift check)
     "error": "vq-admin/error/1",            # a usage error or refusal before any verb's own data exists
 }
 

@@ -11,10 +11,18 @@ only writer of the pipe into that process, so the lease ends when the run
 ends, however it ends: normal exit, exception, SIGKILL of the driver, a
 dropped connection.
 
-Taking it never waits: a held lease is exit 75 naming the holder (driver
-host, user, pid, since, run id); an unsafe lease directory or a filesystem
-where ``flock`` does not work is exit 77 with the agent's reason; a host
-that cannot be reached is ``unknown`` (exit 3; nothing ran).
+The lease belongs to the login host's account and the program (the agent
+keeps it in its own state directory there, :mod:`vq_admin.agent.lease`), and
+what a run leaves running there (a detached build, an allocation job) holds
+it too until it ends, so a driver's death frees only its own session.
+
+Taking it never waits: a held lease is exit 75 naming what holds it on the
+login host (the agent, build or job, its pid, the run that started it and
+whether that run's session is still there); an unsafe lease directory or a
+filesystem where ``flock`` does not work is exit 77 with the agent's reason;
+an agent of another session protocol is exit 77 naming the command that
+updates the helper; a host that cannot be reached is ``unknown`` (exit 3;
+nothing ran).
 """
 
 from __future__ import annotations
@@ -22,7 +30,6 @@ from __future__ import annotations
 import getpass
 import os
 import select
-import shlex
 import socket
 import tempfile
 import time
@@ -39,8 +46,9 @@ if TYPE_CHECKING:
     from .context import RunContext
     from .receipt import Receipt
 
-#: How long to wait for the agent's one line (covers ssh connection setup).
-ACQUIRE_TIMEOUT = 60.0
+#: How long to wait for the lease's answer (covers ssh connection setup); the verify of the first call
+#: has its own bound, the profile's verify_timeout_seconds, on top of it.
+LEASE_WAIT = 30.0
 #: How long to wait for the agent to end after its stdin closed.
 RELEASE_TIMEOUT = 15.0
 #: How long the run's connection master may stay once its session has ended: longer, it only
@@ -57,13 +65,13 @@ class LeaseUnreachable(VqAdminError):
     outcome = Outcome.UNKNOWN
 
 
-class AgentWithoutLease(Refused):
-    """The login host's agent predates the lease verb (exit 77, except in the helper lane)."""
+class OtherProtocol(Refused):
+    """The login host's agent speaks another session protocol (exit 77, except in the helper lane)."""
 
 
-def lease_argv(agent: tuple[str, ...] | list[str], scratch_root: str | None, lane: str, host: str,
-               program: str | None, run_id: str, since: str) -> list[str]:
-    return protocol.lease(agent, root=scratch_root, lane=lane, host=host, program=program,
+def lease_argv(agent: tuple[str, ...] | list[str], lane: str, host: str, program: str | None, run_id: str,
+               since: str) -> list[str]:
+    return protocol.lease(agent, lane=lane, host=host, program=program,
                           driver_host=socket.gethostname(), user=_user(), pid=os.getpid(), since=since,
                           run_id=run_id)
 
@@ -88,8 +96,10 @@ class Lease:
         self.lost = False
         self.exit_code: int | None = None
         self.released_at: str | None = None
+        self._buffer = b""
+        self._waited_out = False
 
-    def acquire(self, timeout: float = ACQUIRE_TIMEOUT) -> dict[str, Any]:
+    def acquire(self, timeout: float = LEASE_WAIT) -> dict[str, Any]:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
         probe = getattr(self.transport, "check_login_shell", None)
         if probe is not None and not getattr(self.transport, "shell_checked", True):
@@ -128,14 +138,10 @@ class Lease:
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
                                    f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
                                    "this run changed nothing")
-        if protocol.lacks_verb(protocol.LEASE, code, b"", error):
-            raise AgentWithoutLease(f"the agent on {self.where} ({self.argv[0]}) has no lease verb (an older helper); "
-                                    "update the helper first (vq admin update HOST); nothing was run")
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}; nothing was run")
 
-    def open_session(self, request: dict[str, Any], timeout: float = ACQUIRE_TIMEOUT,
-                     probe_on_line: bool = True) -> dict[str, Any] | None:
+    def open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -143,41 +149,74 @@ class Lease:
         is released.  The command line is the agent's words and ``session`` (each a
         :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is) and, on
         first contact, ``--probe`` and the login-shell probe's words quoted for a POSIX shell (the
-        words the separate probe sends; the agent judges what reached it, so the shell sshd runs
-        for this session is the one judged and no second shell starts); the request goes on stdin.  Returns the
-        agent's answer with the lease held (``answer["lease"]``), or ``None`` when the agent
-        has no ``session`` verb (an older helper: the caller takes the lease the old way).
-        A transport lost before or after the agent answered is ``answer["interrupted"]``
-        (text), with no lease held.  Raises as :meth:`acquire` does for a lease not held,
-        and :class:`Refused` for a login shell that is not POSIX.
+        agent judges what reached it, so the shell sshd runs for this session is the one judged);
+        the request goes on stdin.  The lease's answer line is waited for :data:`LEASE_WAIT`
+        seconds, the rest (the verify bounded by *verify_timeout* on the host) that much longer.
+        Returns the agent's answer with the lease held (``answer["lease"]``); a transport lost
+        before or after the agent answered is ``answer["interrupted"]`` (text), with no lease held.
+        Raises as :meth:`acquire` does for a lease not held, :class:`OtherProtocol` for an agent
+        of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
         from .agent.failpoints import failpoint
+        from .transport import describe_interruption
+
+        ssh = self.transport if isinstance(self.transport, SshTransport) else None
+        request = dict(request, protocol=protocol.SESSION_PROTOCOL)
+        full = self._session_argv(ssh, request)
+        fault = failpoint("call", self.where, *self.record["argv"])
+        if fault == "drop-before":
+            return self._interrupted(SSH_TRANSPORT_EXIT, "vq-admin test fault: connection dropped before the command "
+                                                         "ran")
+        started = time.monotonic()
+        self._start_session(ssh, full, request)
+        first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
+        held = _member(first, protocol.LEASE)
+        ours = first.get("protocol") == protocol.SESSION_PROTOCOL
+        if ours and held.get("held") is True and fault is None:
+            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
+            if ssh is not None:
+                ssh.shell_checked = True
+            rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
+            self.record["seconds"] = round(time.monotonic() - started, 3)
+            answer = dict(first, **_parse(protocol.SESSION, rest))
+            if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
+                bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
+                answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
+                                         f"within {self.lease_wait + (verify_timeout or 0.0):g} s{bound}")
+            elif not rest:
+                assert self.proc is not None
+                answer["interrupted"] = (f"{describe_interruption(self.where, self.proc.poll())}: the connection "
+                                         "ended after the lease was taken, before the rest of the answer")
+            return answer
+        self.record["seconds"] = round(time.monotonic() - started, 3)
+        return self._not_held(ssh, first, fault)
+
+    @property
+    def lease_wait(self) -> float:
+        """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
+        from .agent.failpoints import failpoint
+
+        return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
+
+    def _session_argv(self, ssh: SshTransport | None, request: dict[str, Any]) -> list[str]:
+        """The ``session`` command line (with the login-shell probe's words on first contact)."""
         from .early_session import session_command
-        from .early_session import take as take_early
-        from .transport import SHELL_PROBE, SHELL_PROBE_EXPECTED, SshTransport, describe_interruption
+        from .transport import SHELL_PROBE_EXPECTED
 
         argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
-        ssh = self.transport if isinstance(self.transport, SshTransport) else None
-        on_line = ssh is not None and not ssh.shell_checked and probe_on_line
-        if ssh is not None and not ssh.shell_checked:
-            # First contact: the probe's words ride on this session's own command line (the login
-            # shell sshd runs for it is the one judged, no second shell starts on the host); an
-            # agent that predates --probe gets them as a command its login shell runs (-c).
-            probe: dict[str, Any] = ({"argv": True} if on_line
-                                     else {"command": " ".join(shlex.quote(w) for w in SHELL_PROBE)})
-            request = dict(request, shell_probe=dict(probe, expected=SHELL_PROBE_EXPECTED.decode()))
-        if ssh is not None and on_line:
-            full = session_command(ssh, argv)
-        else:
-            full = ssh.master_wrap(argv) if ssh is not None else self.transport.wrap(argv, {})
-        # started early, as soon as the host was known (vq_admin.early_session): its request goes now
-        early = take_early(ssh, full[-1]) if ssh is not None else None
         self.record["argv"] = argv
-        fault = failpoint("call", self.where, *argv)
-        if fault == "drop-before":
-            return {"interrupted": f"{describe_interruption(self.where, SSH_TRANSPORT_EXIT)}: vq-admin test fault: "
-                                   "connection dropped before the command ran"}
-        started = time.monotonic()
+        if ssh is None:
+            return self.transport.wrap(argv, {})
+        if not ssh.shell_checked:
+            request["shell_probe"] = {"argv": True, "expected": SHELL_PROBE_EXPECTED.decode()}
+            return session_command(ssh, argv)
+        return ssh.master_wrap(argv)
+
+    def _start_session(self, ssh: SshTransport | None, full: list[str], request: dict[str, Any]) -> None:
+        """Start the session (or adopt the one started early, :mod:`vq_admin.early_session`) and send *request*."""
+        from .early_session import take as take_early
+
+        early = take_early(ssh, full[-1]) if ssh is not None else None
         try:
             if early is not None:
                 self._stderr.close()
@@ -191,52 +230,55 @@ class Lease:
             pass  # the agent (or ssh) ended at once: its status says why
         except OSError as exc:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
-        line = self._read_line(timeout)
-        self.record["seconds"] = round(time.monotonic() - started, 3)
-        answer = _parse(protocol.SESSION, line)
-        raw = answer.get("lease")
-        held: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        if answer and held.get("held") is True and fault is None:
-            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
-            if ssh is not None:
-                ssh.shell_checked = True
-            return answer
+
+    def _interrupted(self, code: int | None, why: str) -> dict[str, Any]:
+        from .transport import describe_interruption
+
+        return {"interrupted": f"{describe_interruption(self.where, code)}: {why}"}
+
+    def _not_held(self, ssh: SshTransport | None, first: dict[str, Any], fault: str | None) -> dict[str, Any]:
+        """The session ended without holding the lease: say why (an interruption is returned, the rest raised)."""
+        waited_out = self._waited_out
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
         error = self._error_text()
-        if fault is not None or not answer:
-            if not answer and protocol.lacks_verb(protocol.SESSION, code, b"", error):
-                self.record["argv"] = self.argv  # the caller takes the lease with the lease verb
-                self._stderr.seek(0)
-                self._stderr.truncate()
-                return None
-            if not answer and code == 2 and on_line and "usage: vq-admin-agent session" in error:
-                # an agent whose session predates --probe: again, its login shell running the probe
-                self._stderr.seek(0)
-                self._stderr.truncate()
-                return self.open_session(request, timeout, probe_on_line=False)
-            if fault is None and code is not None and code not in (SSH_TRANSPORT_EXIT,) and code >= 0:
+        if fault is not None:
+            return self._interrupted(SSH_TRANSPORT_EXIT, f"vq-admin test fault: {fault}")
+        if not first:
+            if waited_out:
+                return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
+                                       "while taking the host-side lease"}
+            if protocol.lacks_verb(protocol.SESSION, code, b"", error):
+                self._other_protocol(None)
+            if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
                 if ssh is not None and not ssh.shell_checked:
                     # No answer at all (the login shell could not even run the agent's words?): the
                     # separate probe tells a login shell that is not POSIX (77) from a broken agent.
                     ssh.check_login_shell()
                 raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
                               f"{code}: {error or 'no answer'}; nothing was run")
-            tail = error.splitlines()[-1] if error else "no message"
-            return {"interrupted": f"{describe_interruption(self.where, code if fault is None else SSH_TRANSPORT_EXIT)}"
-                                   f": {('vq-admin test fault: ' + fault) if fault else tail}"}
-        shell = answer.get("shell")
+            return self._interrupted(code, error.splitlines()[-1] if error else "no message")
+        if first.get("protocol") != protocol.SESSION_PROTOCOL:
+            self._other_protocol(first.get("protocol"))
+        shell = first.get("shell")
         if ssh is not None and isinstance(shell, dict) and shell.get("posix") is not True:
             stdout, exit_code = shell.get("stdout"), shell.get("exit_code")
             text = stdout if isinstance(stdout, str) else ""
             ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), exit_code if isinstance(exit_code, int) else None,
-                             f"login shell {shell.get('shell')}: "
-                             + str(shell.get("stderr") or shell.get("error") or ""))
+                             f"login shell {shell.get('shell')}: {shell.get('stderr') or shell.get('error') or ''}")
         if ssh is not None:
             ssh.shell_checked = True
+        held = _member(first, protocol.LEASE)
         status = held.get("exit")
         self._refuse(held, status if isinstance(status, int) else code,
                      str(held.get("error") or error).replace("vq-admin-agent: ", ""))
+
+    def _other_protocol(self, theirs: Any) -> NoReturn:
+        host = self.argv[self.argv.index(protocol.HOST) + 1]
+        raise OtherProtocol(f"the agent on {self.where} ({self.argv[0]}) speaks session protocol "
+                            f"{theirs if theirs is not None else 'none (an older helper)'}, this vq-admin "
+                            f"{protocol.SESSION_PROTOCOL}; update the helper first (vq admin update {host} "
+                            "--expected-sha SHA); nothing was run")
 
     def release(self) -> None:
         # The receipt (holding self.record) is stored before the lease is released and
@@ -258,22 +300,22 @@ class Lease:
         return f"{lane} {host}" + (f" {program}" if program else "")
 
     def _read_line(self, timeout: float) -> str:
+        """The agent's next answer line, waiting at most *timeout* seconds ("" when none came)."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        data = b""
-        while b"\n" not in data:
+        while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([fd], [], [], left)
+            ready = select.select([fd], [], [], left)[0] if left > 0 else []
             if not ready:
+                self._waited_out = True
                 break
             chunk = os.read(fd, 65536)
             if not chunk:
                 break
-            data += chunk
-        return data.split(b"\n", 1)[0].decode("utf-8", "replace")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", "replace")
 
     def _end(self, timeout: float, linger: float | None = None) -> int | None:
         """Close the agent's stdin and wait for the process (ssh or the agent) to end, at most
@@ -324,6 +366,11 @@ def _parse(verb: str, line: str) -> dict[str, Any]:
         return {}
 
 
+def _member(answer: dict[str, Any], name: str) -> dict[str, Any]:
+    value = answer.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -332,7 +379,7 @@ def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
     host = ctx.config.hosts.get(host_name)
     if host is not None:
-        argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, "<run id>", receipt.started_at)
+        argv = lease_argv(host.agent, lane, host_name, program, "<run id>", receipt.started_at)
         receipt.lease = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
 
 
@@ -356,7 +403,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         return
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    argv = lease_argv(host.agent, host.scratch_root, lane, host_name, program, receipt.id, receipt.started_at)
+    argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at)
     lease = Lease(ctx.login(host), argv)
     receipt.lease = lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
@@ -373,16 +420,6 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         return
     try:
         lease.acquire()
-    except AgentWithoutLease as exc:
-        lease.release()
-        if lane != "helper":
-            raise
-        # The helper lane is how an older agent gets the lease verb: it runs without one, and says so.
-        lease.record["note"] = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
-        receipt.notes.append(lease.record["note"])
-        ctx.narrate(lease.record["note"])
-        yield None
-        return
     except BaseException:
         lease.release()
         raise

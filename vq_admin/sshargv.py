@@ -1,17 +1,17 @@
-"""The words of vq-admin's ssh command lines, importable before anything heavy.
+"""The words of vq-admin's ssh command lines.
 
 The one set of ssh client options, the login-shell probe, the literal-word
 rule, the control directory's name and the argv of the run's connection
-master live here, light enough (``os``-level only: no ``re``, ``shlex``,
-``subprocess``) that :mod:`vq_admin.transport`, :mod:`vq_admin.process` and the
-early start of an already-current update (:mod:`vq_admin.fastupdate`, before
-the interpreter has loaded anything else) build the one ssh command line from
-the same words.
+master live here, so :mod:`vq_admin.transport` and :mod:`vq_admin.process`
+build the one ssh command line from the same words.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing's: imported before the command line is (vq_admin.fastupdate)
+import re
+import shlex
+
+TYPE_CHECKING = False  # not typing's: on the launcher's --check-on-host path (vq_admin.process)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -36,35 +36,19 @@ SHELL_PROBE_EXPECTED = "".join(f"{w}|" for w in SHELL_PROBE[2:]).encode()
 CONTROL_PARENT = "/tmp"
 CONTROL_PREFIX = "vqssh-"
 
-_LITERAL_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./,+")
-_LITERAL_REST = _LITERAL_FIRST | frozenset("-")
-#: The literal-word rule as the anchored pattern it is (documentation; :func:`literal_word` applies it
-#: without ``re``, and tests/test_sshargv.py checks the two agree).
-LITERAL_WORD_PATTERN = r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z"
+#: A word that sh, bash, dash, ksh, zsh, tcsh and fish all read as itself: no quoting, globbing,
+#: expansion, history or job syntax (no leading "-", "~" or "=").
+LITERAL_WORD_RE = re.compile(r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z")
 
 
 def literal_word(word: str) -> bool:
-    """A word that sh, bash, dash, ksh, zsh, tcsh and fish all read as itself: no quoting, globbing,
-    expansion, history or job syntax (no leading "-", "~" or "="): :data:`LITERAL_WORD_PATTERN`."""
-    return bool(word) and word[0] in _LITERAL_FIRST and _LITERAL_REST.issuperset(word)
+    """:data:`LITERAL_WORD_RE`."""
+    return bool(LITERAL_WORD_RE.match(word))
 
 
 def literal_words(words: Iterable[str]) -> bool:
     """True when every word is literal (:func:`literal_word`: safe to send before the login shell is known)."""
     return all(literal_word(w) for w in words)
-
-
-_SHELL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-")
-
-
-def shell_quote(word: str) -> str:
-    """*word* quoted for a POSIX shell, exactly as :func:`shlex.quote` does (without importing
-    :mod:`shlex` and its ``re``; tests/test_sshargv.py checks they agree)."""
-    if not word:
-        return "''"
-    if _SHELL_SAFE.issuperset(word):
-        return word
-    return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
 def master_argv(ssh_config: str | None, control_dir: str | None, master: bool, destination: str,
@@ -86,4 +70,4 @@ def probe_suffix() -> str:
     words, quoted for a POSIX shell (the agent judges what reached it)."""
     from .agent import protocol
 
-    return " " + " ".join(shell_quote(w) for w in protocol.session_probe(SHELL_PROBE[2:]))
+    return " " + " ".join(shlex.quote(w) for w in protocol.session_probe(SHELL_PROBE[2:]))

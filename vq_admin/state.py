@@ -44,10 +44,6 @@ def default_state_dir() -> Path:
     return Path(paths.default_state_dir())
 
 
-#: The one liveness rule (:mod:`.agent.procs`), under the name the driver's callers use.
-pid_alive = process_alive
-
-
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -186,7 +182,7 @@ class StateDir:
                 try:
                     st = os.lstat(path)
                     if owner is not None:
-                        stale = owner != os.getpid() and not pid_alive(owner)
+                        stale = owner != os.getpid() and not process_alive(owner)
                     else:
                         stale = now - st.st_mtime > LEGACY_TEMP_AGE
                     if stale:

@@ -18,12 +18,17 @@ One series set per host and lane (``program`` is empty for the helper lane):
 * ``vq_admin_transcript_complete{host,program,lane}``: 1 or 0, only when the
   last run built in a Slurm allocation (its receipt has a transcript log
   directory).
+
+``vq admin verify --prometheus`` / ``--textfile PATH`` publish one gauge per host and program,
+``vq_admin_runtime_drift{host,program,state}`` (:func:`drift_registry`), in a file of its own
+beside this one.
 """
 
 from __future__ import annotations
 
 import calendar
 import os
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -103,11 +108,30 @@ def _receipt(state: StateDir, receipt_id: Any) -> dict[str, Any]:
     return state.read_receipt(receipt_id) or {}
 
 
-def exposition(status: dict[str, Any], state: StateDir) -> str:
-    """The text exposition format (``# HELP``, ``# TYPE``, samples)."""
-    from prometheus_client import generate_latest
+def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]]) -> CollectorRegistry:
+    """``vq admin verify``'s drift gauge: ``vq_admin_runtime_drift{host,program,state}``, 0 when the runtime is
+    ``current``, else 1 (the state label says ``drifted``, ``unhealthy`` or ``unknown``)."""
+    from prometheus_client import CollectorRegistry, Gauge
 
-    return generate_latest(registry_for(status, state)).decode("utf-8")
+    registry = CollectorRegistry(auto_describe=True)
+    drift = Gauge("vq_admin_runtime_drift", "0 when vq admin verify found the runtime LAST OK names active and "
+                  "verified, else 1 (state: drifted, unhealthy or unknown)", ("host", "program", "state"),
+                  registry=registry)
+    for host, programs in sorted(hosts.items()):
+        for program, entry in sorted(programs.items()):
+            drift.labels(host=host, program=program, state=entry["state"]).set(entry["state"] != "current")
+    return registry
+
+
+def publish(registry: CollectorRegistry, *, prometheus: bool, textfile: str | None) -> None:
+    """Write *registry* to *textfile* atomically (temp file in the same directory, then rename) and, with
+    *prometheus*, print it in the text exposition format (``# HELP``, ``# TYPE``, samples)."""
+    from prometheus_client import generate_latest, write_to_textfile
+
+    if textfile:
+        write_to_textfile(textfile, registry)
+    if prometheus:
+        sys.stdout.write(generate_latest(registry).decode("utf-8"))
 
 
 def check_textfile(path: str) -> str:
@@ -129,10 +153,3 @@ def check_textfile(path: str) -> str:
     if os.path.isdir(path):
         raise UsageError(f"--textfile {path} is a directory; give the .prom file to write")
     return path
-
-
-def write_textfile(path: str, status: dict[str, Any], state: StateDir) -> None:
-    """Write the metrics to *path* atomically (temp file in the same directory, then rename)."""
-    from prometheus_client import write_to_textfile
-
-    write_to_textfile(path, registry_for(status, state))

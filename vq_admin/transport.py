@@ -286,7 +286,7 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
     directory.  Removed here: directories owned by us (never a symlink, never
     another user's) whose pid is no longer alive.
     """
-    from .state import pid_alive
+    from .agent.procs import process_alive
 
     removed: list[str] = []
     try:
@@ -303,7 +303,7 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
             continue
         owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
         another_run = owner.isdigit() and "-" in name[len(CONTROL_PREFIX):] and int(owner) != os.getpid()
-        if another_run and not pid_alive(int(owner)):
+        if another_run and not process_alive(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

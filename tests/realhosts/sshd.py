@@ -76,6 +76,12 @@ class SshdServer:
             (e.g. ``PATH``, ``SLURM_CONF``), after :data:`SESSION_ENV`.
         read_bashrc: let the sessions' bash read the account's ``~/.bashrc`` (no
             :data:`SESSION_ENV`): the benchmarks do, whose documented figures include it.
+        separate_accounts: each alias stands for a login host of its own account: its
+            sessions get their own ``XDG_STATE_HOME`` (the agent's state directory, where
+            the host-side lease lives).  Otherwise only ``cluster2`` (a second cluster) has
+            its own and every other alias shares one (one account on one cluster, as a login
+            host and its build host share a home), all under *base_dir*, never the real
+            account's home.
         aliases: host aliases written to :attr:`ssh_config`.
         start_timeout: seconds to wait for the first successful login.
 
@@ -91,7 +97,9 @@ class SshdServer:
         aliases: Iterable[str] = DEFAULT_ALIASES,
         start_timeout: float = 10.0,
         read_bashrc: bool = False,
+        separate_accounts: bool = False,
     ) -> None:
+        self.separate_accounts = separate_accounts
         self.base_dir = Path(base_dir)
         self.env = dict(env or {})
         self.aliases = tuple(aliases)
@@ -217,6 +225,7 @@ class SshdServer:
             "MaxStartups 100",
             "MaxSessions 100",
             "Subsystem sftp internal-sftp",
+            "AcceptEnv XDG_STATE_HOME",
             _setenv_line({**({} if self.read_bashrc else SESSION_ENV), **self.env}),
         ]
         self.sshd_config.write_text("\n".join(ln for ln in lines if ln) + "\n")
@@ -235,8 +244,16 @@ class SshdServer:
                 "    StrictHostKeyChecking yes",
                 "    BatchMode yes",
                 "    LogLevel ERROR",
+                f"    SetEnv XDG_STATE_HOME={self.agent_state(alias)}",
             ]))
         self.ssh_config.write_text("\n\n".join(blocks) + "\n")
+
+    def agent_state(self, alias: str) -> Path:
+        """The ``XDG_STATE_HOME`` of *alias*'s sessions (created owner-only)."""
+        own = self.separate_accounts or alias == "cluster2"
+        path = self.base_dir / "accounts" / (alias if own else "shared")
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return path
 
     def _login_works(self) -> bool:
         try:

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from . import checksum, retention, safedirs, securepath, slurmjob
+from . import checksum, lease, retention, safedirs, securepath, slurmjob
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
 from .progress import Reporter, settle_record
@@ -428,7 +428,13 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     safedirs.check_scratch(root)
     spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
     binding = bind(spec, archive, archive_sha256)  # before anything is created: a changed archive is refused
-    attempt = create_attempt(root, program, attempt_name)
+    work_fd, lease_path = lease.hold_work(program)  # sbatch --wait keeps it until the job has ended
+    try:
+        attempt = create_attempt(root, program, attempt_name)
+    except BaseException:
+        os.close(work_fd)
+        raise
+    sub: slurmjob.Submission | None = None
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         attempt.write_file("argv.json", spec)
@@ -437,9 +443,12 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
                     if progress else None)
 
-        def on_job_id(job_id: str) -> None:
+        def on_job_id(job_id: str, sbatch_pid: int) -> None:
             try:
                 attempt.write_file("job", f"{job_id}\n".encode())
+                lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.path,
+                                               "pid": sbatch_pid, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime())})
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
@@ -447,7 +456,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 reporter.start(job_id)
 
         try:
-            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id)
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id,
+                                           pass_fds=(work_fd,))
         finally:
             if reporter is not None:
                 reporter.stop()
@@ -460,7 +470,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             summary.update(exit_code=sub.sbatch_exit_code, established=True, end_source="sbatch")
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
-                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"))
+                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
+                               never_started=slurmjob.never_started(fields))
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
                 end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
                 if end is not None:
@@ -476,6 +487,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                     summary["job_exit_code"] = search.end.raw_exit
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
+        if sub is not None:  # sbatch has ended (or was ended at the bound): so has the job's hold
+            lease.end_work(work_fd, lease_path)
+        else:  # sbatch (if it started) keeps the lock and its record until the job ends
+            os.close(work_fd)
         attempt.close()
 
 

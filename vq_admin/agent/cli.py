@@ -358,13 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_detach_reconcile)
 
     p = sub.add_parser(protocol.LEASE, help="hold the host-side lease of one lane until stdin closes (75 when held)",
-                       description="Take an exclusive flock on <root>/.vq-admin/locks/<lane>.<host>[.<program>].lock "
-                                   "(without --root: the agent's state directory), record the holder, print one "
-                                   "JSON line, and hold it until stdin closes. Never waits: exit 75 naming the "
-                                   "holder when another run holds it.")
-    p.add_argument(protocol.ROOT, help="scratch root (absolute); default: the agent's state directory")
+                       description="Take an exclusive flock on $XDG_STATE_HOME/vq-admin-agent/locks/"
+                                   "runtime.<program>.lock (helper.lock for the helper lane), record the holder, "
+                                   "print one JSON line, and hold it until stdin closes. Never waits: exit 75 "
+                                   "naming what holds it (a run's agent, or a build or job a run left running).")
     p.add_argument(protocol.LANE, choices=lease.LANES, required=True)
-    p.add_argument(protocol.HOST, required=True, help="the configured host name")
+    p.add_argument(protocol.HOST, required=True, help="holder record: the host name in the driver's configuration")
     p.add_argument(protocol.PROGRAM, help="the program (runtime lane only)")
     p.add_argument(protocol.DRIVER_HOST, required=True, help="holder record: the driver's host name")
     p.add_argument(protocol.USER, required=True, help="holder record: the user running vq-admin")

@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import allocation, procs, safedirs, spawn
+from . import allocation, lease, procs, safedirs, spawn
 from .identifiers import ENV_NAME_RE
 from .frames import FrameWriter
 from .progress import Reporter
@@ -90,8 +90,10 @@ def _utc() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int) -> None:
-    """The supervisor (a grandchild of the agent, in its own session): never returns."""
+def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
+               work: tuple[int, str]) -> None:
+    """The supervisor (a grandchild of the agent, in its own session; it holds the lease's work lock,
+    inherited from the agent, until it ends): never returns."""
     code = 70
     try:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -115,11 +117,17 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                   "archive_sha256": binding.archive_sha256, "started": _utc()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
+            lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
+                                           "attempt": attempt.path, "since": record["started"]})
+        except OSError:
+            pass  # the lock is held all the same; only its record is missing
+        try:
             os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
             os.close(report_fd)
         except OSError:
             pass  # the agent is gone: the build runs on regardless
         status = proc.wait()
+        lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
                "pid": proc.pid, "ended": _utc()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
@@ -128,8 +136,9 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os._exit(code)
 
 
-def start(attempt: allocation.Attempt, binding: allocation.Binding) -> dict[str, Any]:
-    """Start the supervisor (double fork, own session) and return the ``build`` record it wrote."""
+def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str]) -> dict[str, Any]:
+    """Start the supervisor (double fork, own session; it inherits the lease's work lock the caller
+    holds) and return the ``build`` record it wrote."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -139,7 +148,7 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding) -> dict[str,
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _supervise(attempt, binding, write_fd)
+                _supervise(attempt, binding, write_fd, work)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -248,12 +257,19 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
     safedirs.check_scratch(root)
     spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
     binding = allocation.bind(spec, archive, archive_sha256)  # a changed archive is refused before anything
-    attempt = allocation.create_attempt(root, program, attempt_name)
+    work_fd, lease_path = lease.hold_work(program)  # the supervisor keeps it until the build has ended
+    try:
+        attempt = allocation.create_attempt(root, program, attempt_name)
+    except BaseException:
+        os.close(work_fd)
+        raise
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         attempt.write_file("argv.json", spec)
         attempt.write_file("job.py", allocation.job_script(), 0o700)
-        record = start(attempt, binding)
+        record = start(attempt, binding, (work_fd, lease_path))
+        os.close(work_fd)
+        work_fd = -1
         summary = _summary(attempt, record)
         frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         reporter = None
@@ -277,6 +293,8 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
             _establish(summary, end, record)
         return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
     finally:
+        if work_fd >= 0:
+            os.close(work_fd)
         attempt.close()
 
 

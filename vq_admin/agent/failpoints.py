@@ -30,7 +30,10 @@ The points (see each handler's docstring):
 ``install-file-before-rename``
     in the agent, between the write and the rename (``VQ_ADMIN_AGENT_CRASH=before-rename``);
 ``helper-rereads`` / ``helper-reread-interval``
-    the helper read-back's bound (``VQ_ADMIN_HELPER_REREADS``, ``VQ_ADMIN_HELPER_REREAD_INTERVAL``).
+    the helper read-back's bound (``VQ_ADMIN_HELPER_REREADS``, ``VQ_ADMIN_HELPER_REREAD_INTERVAL``);
+``lease-wait``
+    how long the driver waits for the host-side lease's answer (``VQ_ADMIN_LEASE_WAIT``), never the
+    verify's own bound.
 
 Standard library only; Python 3.8 and later (the agent imports it on the
 login host).  It is never imported on the launcher path.
@@ -179,6 +182,13 @@ def _helper_reread_interval(settings: Settings, args: tuple[str, ...]) -> str | 
     """The seconds between two helper read-backs: returns
     ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60)."""
     return settings.values.get("VQ_ADMIN_HELPER_REREAD_INTERVAL")
+
+
+@_point("lease-wait", "VQ_ADMIN_LEASE_WAIT")
+def _lease_wait(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """The seconds the driver waits for the lease's answer line: returns ``VQ_ADMIN_LEASE_WAIT`` as given
+    (the caller parses and clamps it to 1-60); the session's verify keeps verify_timeout_seconds."""
+    return settings.values.get("VQ_ADMIN_LEASE_WAIT")
 
 
 def variables() -> tuple[str, ...]:

@@ -1,29 +1,37 @@
-"""``vq-admin-agent lease``: the host-side lease of one lane, held for one run.
+"""``vq-admin-agent lease``: the host-side lease of one lane, held for as long as the work.
 
-A lease is an exclusive, non-blocking ``flock(2)`` on a file in a private
-directory of the login host:
-
-* ``<scratch_root>/.vq-admin/locks/`` when the host has a ``scratch_root``;
-* else the agent's own state directory,
-  ``$XDG_STATE_HOME/vq-admin-agent/locks`` (``~/.local/state/...``).
-
-The directory and every directory above it must pass the secure-path rule
-(:mod:`.securepath`); it is created owner-only when missing.  The file is
-``runtime.<host>.<program>.lock`` (``helper.<host>.lock`` for the helper
-lane); next to it, ``<file>.holder`` records who holds it (driver host, user,
-pid, start time, run id, this agent's pid), written atomically.
+A lease is an exclusive, non-blocking ``flock(2)`` on a file in the agent's
+own state directory of the login host's account,
+``${XDG_STATE_HOME:-~/.local/state}/vq-admin-agent/locks/``: the file is
+``runtime.<program>.lock`` (``helper.lock`` for the helper lane), so every
+driver that logs in as that account finds the same lease, whatever its
+configuration calls the host and whatever its ``scratch_root``.  The
+directory and every directory above it must pass the secure-path rule
+(:mod:`.securepath`); it is created owner-only when missing.  Next to the
+file, ``<file>.holder`` records who holds it (driver host, user, pid, start
+time, run id, this agent's pid and its parent's), written atomically.
 
 Once the lock is held, one JSON line ``{"held": true, ...}`` is printed and
 the agent then blocks reading its stdin.  When stdin closes (the driver
 closed it, the driver died, the ssh connection dropped) the holder record is
-removed and the process exits, and the kernel frees the lock with it: the
-lease can never outlive its run, whatever ends the run.
+removed and the process exits, and the kernel frees the lock with it.
+
+What a run leaves running holds the lease's second lock, ``<file>.work``,
+for as long as it can change the runtime: the supervisor of a detached build
+(from before it starts the provider until the provider ended) and the
+``sbatch --wait`` of an allocation job (until the job ended); its record is
+``<file>.work.holder``.  Taking the lease checks that lock too, so a second
+run from any driver is 75 until the last of them ends, and a driver's death
+frees only what it alone held (its session).
 
 Never waits for a held lock: contention prints ``{"held": false, "holder":
-{...}}`` and exits 75 (EX_TEMPFAIL) at once.  A lock that cannot be taken for
-another reason (a filesystem without working ``flock``: NFS without local
-locks, Lustre without the ``flock`` mount option) exits 1 with a message
-naming the path and the reason; an unsafe directory exits 4.
+{...}, "message": ...}`` and exits 75 (EX_TEMPFAIL) at once; the message
+names what holds it on this host (the agent, build or job, with its pid),
+whether the run that started it still has its session here, and how it ends.
+A lock that cannot be taken for another reason (a filesystem without working
+``flock``: NFS without local locks, Lustre without the ``flock`` mount
+option) exits 1 with a message naming the path and the reason; an unsafe
+directory exits 4.
 
 Standard library only.
 """
@@ -44,41 +52,41 @@ from .names import is_name
 # run time (its JSON goes through the protocol's codec, its names through the re-free name rule).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO, Dict, Optional, TextIO
+    from typing import Any, Dict, Optional, Tuple
 
 EXIT_HELD = 75
+EXIT_UNSAFE = 4
 LANES = ("runtime", "helper")
+WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
-FLOCK_HINT = ("the lease directory must be on a filesystem where flock(2) works: a local filesystem, "
-              "NFS with local locks (mount option local_lock=flock or =all), or Lustre mounted with -o flock")
+FLOCK_HINT = ("the lease directory (the account's ~/.local/state) must be on a filesystem where flock(2) works "
+              "between every login host that shares it: a local filesystem, NFS with working locks between "
+              "clients, or Lustre mounted with -o flock")
 
 
 class LeaseError(Exception):
     """The lock could not be taken for a reason other than "held" (exit 1)."""
 
 
-def default_dir() -> str:
+class WorkHeld(OSError):
+    """What an earlier run left running still holds the lease's work lock (nothing is started)."""
+
+
+def lease_dir() -> str:
     return paths.agent_lock_dir()
 
 
-def lease_dir(scratch_root: Optional[str]) -> str:
-    if scratch_root:
-        return os.path.join(scratch_root, ".vq-admin", "locks")
-    return default_dir()
-
-
-def lock_name(lane: str, host: str, program: Optional[str]) -> str:
+def lock_name(lane: str, program: Optional[str]) -> str:
     if lane not in LANES:
         raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
-    for value, what in ((host, "host"), (program, "program")):
-        if value is not None and not is_name(value):
-            raise ValueError(f"{what} {value!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+    if program is not None and not is_name(program):
+        raise ValueError(f"program {program!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
     if lane == "runtime" and not program:
         raise ValueError("the runtime lane's lease needs --program")
     if lane == "helper" and program:
         raise ValueError("the helper lane's lease takes no --program")
-    return f"{lane}.{host}" + (f".{program}" if program else "") + ".lock"
+    return f"{lane}.{program}.lock" if program else f"{lane}.lock"
 
 
 def read_holder(path: str) -> Optional[Dict[str, Any]]:
@@ -92,34 +100,86 @@ def read_holder(path: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
-def current_holder(path: str, settle: float = HOLDER_SETTLE_SECONDS) -> Optional[Dict[str, Any]]:
-    """The holder record of a held lock, once it names a live agent (bounded wait).
+def current_holder(path: str, key: str = "agent_pid", settle: float = HOLDER_SETTLE_SECONDS,
+                   ) -> Optional[Dict[str, Any]]:
+    """The holder record of a held lock, once it names a live process under *key* (bounded wait).
 
     Between a holder's ``flock`` and its record's rename there is a short
-    window; a record naming a dead agent is the previous holder's.
+    window; a record naming a dead process is the previous holder's.
     """
     deadline = time.monotonic() + settle
     while True:
         found = read_holder(path)
-        if found is not None and procs.process_alive(found.get("agent_pid")):
+        if found is not None and procs.process_alive(found.get(key)):
             return found
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
 
 
+def _ago(since: Any) -> str:
+    import calendar  # contention only
+
+    try:
+        seconds = time.time() - calendar.timegm(time.strptime(str(since), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return ""
+    return f" ({seconds:.0f} s ago)"
+
+
+def _connection(holder: Dict[str, Any]) -> str:
+    """How the session agent's connection stands, judged from its ancestors (the shell and sshd that ran
+    it, or the local driver): one of them stopped is a frozen connection."""
+    pid, found = holder.get("agent_ppid"), None
+    for _ in range(4):
+        state = procs.process_state(pid) if isinstance(pid, int) and pid > 1 else None
+        if state is None or state[0] in "Tt":
+            found = state
+            break
+        pid = state[1]
+    if found is not None:
+        return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
+                f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
+                f"{pid} is continued or ended (kill {pid}), not by itself")
+    if procs.process_state(holder.get("agent_ppid")) is None:  # type: ignore[arg-type]
+        return (f"; the connection that started it is gone: the lease ends when the agent "
+                f"(pid {holder.get('agent_pid')}) exits")
+    return "; its run is under way: the lease ends when that run ends or its connection drops"
+
+
 def describe(holder: Optional[Dict[str, Any]]) -> str:
     if not holder:
         return "holder not recorded"
-    return (f"held by {holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')} "
-            f"since {holder.get('since')} (run {holder.get('run_id')})")
+    return (f"held by the agent pid {holder.get('agent_pid')} on {holder.get('agent_host')} for run "
+            f"{holder.get('run_id')} of {holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')}, "
+            f"since {holder.get('since')}{_ago(holder.get('since'))}" + _connection(holder))
+
+
+def describe_work(work: Optional[Dict[str, Any]]) -> str:
+    """What holds the work lock: a detached build or an allocation job an earlier run left running."""
+    if not work:
+        return "held by a build or job whose record is missing"
+    run = work.get("session") or {}
+    started = (f"run {run.get('run_id')} of {run.get('user')}@{run.get('driver_host')} pid {run.get('pid')}"
+               if run else "a run")
+    session = run.get("agent_pid")
+    driver = ("whose session on this host (agent pid {}) is still open".format(session)
+              if procs.process_alive(session) else "whose driver has ended (its session here is gone)")
+    if work.get("kind") == "job":
+        job = work.get("job_id") or "(id not yet recorded)"
+        return (f"held by the allocation job {job} (attempt {work.get('attempt')}, sbatch --wait pid "
+                f"{work.get('pid')} on {work.get('host')}) that {started} submitted, {driver}; it ends when the "
+                f"job ends (squeue -j {job}; scancel {job} to end it)")
+    return (f"held by the build pid {work.get('pid')} (attempt {work.get('attempt')}, supervisor pid "
+            f"{work.get('supervisor_pid')} on {work.get('host')}, since {work.get('since')}{_ago(work.get('since'))}) "
+            f"that {started} started, {driver}; it ends when the build ends")
 
 
 def _write_atomic(path: str, data: bytes) -> None:
     """Replace the holder record *path* with *data*, atomically (a temporary file renamed over it).
 
-    Not ``fsync``-ed: the record means something only while the agent it names runs (a reader
-    checks that, :func:`current_holder`), and a crash of the host ends that agent and frees its
+    Not ``fsync``-ed: the record means something only while the process it names runs (a reader
+    checks that, :func:`current_holder`), and a crash of the host ends that process and frees its
     flock, so a record lost or emptied by a crash is only the stale record of a lease nobody
     holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
     disk flush (several ms on a local disk, more on a shared scratch filesystem).
@@ -164,57 +224,111 @@ def try_lock(fd: int, path: str) -> bool:
         raise LeaseError(f"cannot take flock on {path}: {exc.strerror or exc}; {FLOCK_HINT}") from None
 
 
-def hold(directory: str, name: str, holder: Dict[str, Any], stdin: BinaryIO, out: TextIO) -> int:
-    """Take the lease, print one line, hold until *stdin* closes.  Returns the exit status."""
-    prepare_dir(directory)
-    path = os.path.join(directory, name)
-    fd = open_lock(path)
+def work_holder(path: str) -> Optional[Dict[str, Any]]:
+    """``None`` when nothing holds the work lock of the lease *path*, else its record (``{}``: none yet)."""
+    fd = open_lock(path + WORK)
     try:
+        if try_lock(fd, path + WORK):
+            return None
+        return current_holder(path + WORK, key="pid") or read_holder(path + WORK) or {}
+    finally:
+        os.close(fd)  # releases it when it was free
+
+
+def hold_work(program: str) -> Tuple[int, str]:
+    """Take the work lock of *program*'s runtime lease for a build or job about to start: ``(fd, lease
+    path)``; the holder keeps *fd* open until the work has ended.  Raises :class:`WorkHeld`."""
+    directory = lease_dir()
+    prepare_dir(directory)
+    path = os.path.join(directory, lock_name("runtime", program))
+    fd = open_lock(path + WORK)
+    if not try_lock(fd, path + WORK):
+        found = current_holder(path + WORK, key="pid") or read_holder(path + WORK)
+        os.close(fd)
+        raise WorkHeld(f"the host-side lease {path} is {describe_work(found)}; nothing was started")
+    return fd, path
+
+
+def record_work(path: str, record: Dict[str, Any]) -> None:
+    """Record what holds the work lock of the lease *path* (with the session that started it)."""
+    record = dict(record, session=read_holder(path) or {}, host=os.uname().nodename)
+    _write_atomic(path + WORK + ".holder", protocol.encode(record).encode())
+
+
+def end_work(fd: int, path: str) -> None:
+    """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes, and
+    the lock with *fd* (unless another process still shares it)."""
+    try:
+        os.unlink(path + WORK + ".holder")
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
+    """Take the lease a ``lease`` or ``session`` request names: ``(answer, fd holding it or None)``;
+    the answer's ``exit`` is 75 held (by a session, or by work an earlier run left running), 4 an
+    unsafe directory, 2 a bad request, 1 any other reason."""
+    holder = request.get("holder")
+    try:
+        name = lock_name(request.get("lane"), request.get("program"))  # type: ignore[arg-type]
+        if not isinstance(holder, dict):
+            raise ValueError("no holder record")
+    except (ValueError, TypeError) as exc:
+        return {"held": False, "exit": 2, "error": f"lease: {exc}"}, None
+    directory = lease_dir()
+    path = os.path.join(directory, name)
+    fd = -1
+    try:
+        prepare_dir(directory)
+        fd = open_lock(path)
         if not try_lock(fd, path):
             found = current_holder(path)
-            out.write(protocol.encode({"held": False, "lock": path, "holder": found, "message": describe(found)}))
-            out.flush()
-            return EXIT_HELD
-        record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
-        _write_atomic(path + ".holder", protocol.encode(record).encode())
-        out.write(protocol.encode({"held": True, "lock": path, "holder": record}))
-        out.flush()
-        try:
-            while stdin.read(65536):
-                pass
-        except OSError:
-            pass
-        finally:
-            try:
-                os.unlink(path + ".holder")
-            except OSError:
-                pass
-        return 0
-    finally:
-        os.close(fd)  # releases the flock
+            answer = {"held": False, "exit": EXIT_HELD, "lock": path, "holder": found, "message": describe(found)}
+        else:
+            work = work_holder(path)
+            if work is None:
+                record = dict(holder, agent_pid=os.getpid(), agent_ppid=os.getppid(), agent_host=os.uname().nodename)
+                _write_atomic(path + ".holder", protocol.encode(record).encode())
+                return {"held": True, "lock": path, "holder": record}, fd
+            answer = {"held": False, "exit": EXIT_HELD, "lock": path + WORK, "holder": work,
+                      "message": describe_work(work)}
+    except securepath.Untrusted as exc:
+        answer = {"held": False, "exit": EXIT_UNSAFE, "error": f"refused: {exc}"}
+    except LeaseError as exc:
+        answer = {"held": False, "exit": 1, "error": f"lease: {exc}"}
+    except OSError as exc:
+        answer = {"held": False, "exit": 1, "error": f"lease: cannot write {path}.holder: {exc.strerror}"}
+    if fd >= 0:
+        os.close(fd)
+    return answer, None
+
+
+def release(fd: int, path: str) -> None:
+    """Remove the holder record, then close *fd* (which frees the lock)."""
+    try:
+        os.unlink(path + ".holder")
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def main_lease(args: Any) -> int:
+    holder = {"host": args.host, "driver_host": args.driver_host, "user": args.user, "pid": args.pid,
+              "since": args.since, "run_id": args.run_id}
+    answer, fd = take({"lane": args.lane, "program": args.program, "holder": holder})
+    if fd is None:
+        if "error" in answer:
+            print(f"vq-admin-agent: {answer['error']}", file=sys.stderr)
+        else:
+            print(protocol.encode(answer), end="", flush=True)
+        return int(answer["exit"])
+    print(protocol.encode(answer), end="", flush=True)
     try:
-        name = lock_name(args.lane, args.host, args.program)
-    except ValueError as exc:
-        print(f"vq-admin-agent: lease: {exc}", file=sys.stderr)
-        return 2
-    if args.root is not None and not os.path.isabs(args.root):
-        print(f"vq-admin-agent: lease: --root {args.root!r} is not an absolute path", file=sys.stderr)
-        return 2
-    holder = {
-        "driver_host": args.driver_host,
-        "user": args.user,
-        "pid": args.pid,
-        "since": args.since,
-        "run_id": args.run_id,
-    }
-    try:
-        return hold(lease_dir(args.root), name, holder, sys.stdin.buffer, sys.stdout)
-    except securepath.Untrusted as exc:
-        print(f"vq-admin-agent: refused: {exc}", file=sys.stderr)
-        return 4
-    except LeaseError as exc:
-        print(f"vq-admin-agent: lease: {exc}", file=sys.stderr)
-        return 1
+        while sys.stdin.buffer.read(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        release(fd, answer["lock"])
+    return 0

@@ -35,6 +35,13 @@ def _stat_fields(pid: int) -> Optional[List[bytes]]:
     return data[data.rfind(b")") + 2:].split()
 
 
+def process_state(pid: int) -> "Optional[tuple[str, int]]":
+    """The kernel's one-letter state of *pid* (``R``, ``S``, ``T`` stopped, ``Z``...) and its parent's
+    pid, or ``None`` when it is gone (or the system has no ``/proc``)."""
+    fields = _stat_fields(pid)
+    return (fields[0].decode("ascii", "replace"), int(fields[1])) if fields and len(fields) > 1 else None
+
+
 def proc_start_time(pid: int) -> Optional[str]:
     """The kernel's start time of *pid* (``/proc/PID/stat`` field 22), or ``None``.
 

@@ -54,6 +54,9 @@ DETACH_RUN = "detach-run"
 DETACH_RECONCILE = "detach-reconcile"
 LEASE = "lease"
 SESSION = "session"
+#: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
+#: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
+SESSION_PROTOCOL = 1
 
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
@@ -284,10 +287,10 @@ def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt:
     return build(agent, root=root, program=program, attempt=attempt, timeout=timeout)
 
 
-def lease(agent: Words, *, root: Optional[str], lane: str, host: str, program: Optional[str], driver_host: str,
+def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
           user: str, pid: int, since: str, run_id: str) -> List[str]:
     """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere)."""
-    argv = [*agent, LEASE, *_root(root), LANE, lane, HOST, host]
+    argv = [*agent, LEASE, LANE, lane, HOST, host]
     if program:
         argv += [PROGRAM, program]
     return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
@@ -564,8 +567,8 @@ def parse_lease(stdout: Output) -> LeaseAnswer:
 
 
 class SessionAnswer(Answer):
-    """``session``: one member per part done (``shell_probe``, ``lease``, ``check_paths``, ``identity``,
-    ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
+    """``session``: its ``protocol`` and one member per part done (``shell``, ``lease``, ``check_paths``,
+    ``identity``, ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
 
     __slots__ = ("lease",)
     verb = SESSION
@@ -577,8 +580,13 @@ class SessionAnswer(Answer):
 
 
 def parse_session(stdout: Output) -> SessionAnswer:
+    """The session's answer lines (the lease's, then the later parts') as one answer."""
     text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
-    return SessionAnswer(_object(SESSION, text.split("\n", 1)[0]))
+    first, _, rest = text.partition("\n")
+    data = _object(SESSION, first)
+    if rest.strip():
+        data.update(_object(SESSION, rest.split("\n", 1)[0]))
+    return SessionAnswer(data)
 
 
 class Framed(Answer):

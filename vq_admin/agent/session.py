@@ -7,24 +7,25 @@ agent's validated path and this verb); everything else comes on stdin as one
 JSON request line, so the login shell parses nothing that could mean
 something else there::
 
-    {"shell_probe": {"argv": true, "expected": "..."},                 (optional; or
-                    {"command": "printf ...", "expected": "..."})
-     "lease": {"root": ..., "lane": ..., "host": ..., "program": ...,
+    {"protocol": 1,
+     "shell_probe": {"argv": true, "expected": "..."},                  (optional)
+     "lease": {"lane": ..., "host": ..., "program": ...,
                "holder": {"driver_host", "user", "pid", "since", "run_id"}},
      "check_paths": ["/abs/word", ...],                                 (optional)
      "identity": true,                                                  (optional)
-     "verify": {"argv": [...], "env": {...}}}                           (optional)
+     "verify": {"argv": [...], "env": {...}, "timeout": SECONDS}}       (optional)
 
-In order, each only when everything before it passed:
+``protocol`` is :data:`.protocol.SESSION_PROTOCOL` of the driver; an agent
+of another version answers only its own (``{"protocol": N}``) and does
+nothing (the driver refuses, 77, naming the command that updates the
+helper).  Then, in order, each only when everything before it passed:
 
-1. ``shell_probe``: with ``"argv": true`` the probe's words came on this
-   session's own command line (``session --probe WORD...``, quoted for a
-   POSIX shell by the driver), so the login shell sshd ran for this very
-   session, with the startup files it read, is the one judged, and no second
-   shell starts; with ``"command"`` the account's login shell (``getpwuid``)
-   runs ``-c COMMAND``.  Unless the words joined as ``WORD|`` (or the
-   command's output) are exactly ``expected`` (what a POSIX shell gives)
-   nothing else is done, and the driver refuses (77);
+1. ``shell_probe``: the probe's words came on this session's own command
+   line (``session --probe WORD...``, quoted for a POSIX shell by the
+   driver), so the login shell sshd ran for this very session, with the
+   startup files it read, is the one judged, and no second shell starts.
+   Unless the words joined as ``WORD|`` are exactly ``expected`` (what a
+   POSIX shell gives) nothing else is done, and the driver refuses (77);
 2. ``lease``: the host-side lease, exactly as the ``lease`` verb takes it
    (:mod:`.lease`); held elsewhere or not takeable: nothing else is done;
 3. ``check_paths``: the ``check-paths`` rule (:mod:`.checkpaths`); a refused
@@ -32,9 +33,14 @@ In order, each only when everything before it passed:
 4. ``identity``: this helper's identity, as ``identity --json`` prints it
    (the helper lane's pre-identity);
 5. ``verify``: the read-only verify and the launcher read-back, as
-   ``verify-readback`` does (:mod:`.verify_readback`).
+   ``verify-readback`` does (:mod:`.verify_readback`), bounded by
+   ``timeout`` (the profile's ``verify_timeout_seconds``): at the bound the
+   verify's process group is ended and the answer says so.
 
-One JSON line answers with one member per part done.  When the lease is
+The answer is two JSON lines: the first with ``protocol``, ``shell`` and
+``lease`` as soon as the lease is decided (the driver's short lease wait
+covers only that), the second with one member per later part done (none
+when the lease was not held).  When the lease is
 held, the agent then holds it until its stdin closes (the driver closed it,
 died, or the connection dropped), removes the holder record and exits 0:
 the lease ends with the run however the run ends.  Stdin is watched from the
@@ -68,49 +74,22 @@ from . import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
-    from typing import Any, BinaryIO, Callable, Dict, List, Optional, TextIO
+    from typing import Any, BinaryIO, Dict, List, Optional, TextIO
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
 EXIT_USAGE = 2
-PROBE_TIMEOUT = 30.0
-
-
-def login_shell() -> str:
-    """The login shell sshd hands commands to (``/bin/sh`` when the account names none)."""
-    import pwd
-
-    try:
-        shell = pwd.getpwuid(os.getuid()).pw_shell
-    except KeyError:
-        shell = ""
-    return shell or "/bin/sh"
-
-
-def probe_shell(probe: Dict[str, Any]) -> Dict[str, Any]:
-    """Run the driver's quoting probe through the login shell; ``posix`` true when it came back exact."""
-    from .spawn import TimeoutExpired, run_captured
-
-    shell = login_shell()
-    command, expected = probe.get("command"), probe.get("expected")
-    answer: Dict[str, Any] = {"shell": shell, "posix": False}
-    if not isinstance(command, str) or not isinstance(expected, str):
-        answer["error"] = "bad shell_probe request"
-        return answer
-    try:
-        code, out, err = run_captured([shell, "-c", command], timeout=PROBE_TIMEOUT)
-    except (OSError, TimeoutExpired) as exc:
-        answer["error"] = f"cannot run {shell}: {getattr(exc, 'strerror', None) or exc}"
-        return answer
-    answer.update(exit_code=code, stdout=out[:4096].decode("utf-8", "surrogateescape"),
-                  stderr=err[-2048:].decode("utf-8", "surrogateescape"),
-                  posix=code == 0 and out == expected.encode("utf-8", "surrogateescape"))
-    return answer
 
 
 def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
     """Judge the probe words that reached this session's argv through the login shell."""
-    answer: Dict[str, Any] = {"shell": login_shell(), "posix": False, "via": "the session's command line"}
+    import pwd
+
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
+    except KeyError:
+        shell = "/bin/sh"
+    answer: Dict[str, Any] = {"shell": shell, "posix": False, "via": "the session's command line"}
     if not isinstance(expected, str):
         answer["error"] = "bad shell_probe request"
         return answer
@@ -122,66 +101,30 @@ def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
     return answer
 
 
-def _take_lease(request: Dict[str, Any]) -> "tuple[Dict[str, Any], Optional[int], Optional[str]]":
-    """``(answer, fd holding the lock or None, lock path)``."""
-    from . import lease, securepath
-
-    try:
-        name = lease.lock_name(request.get("lane"), request.get("host"), request.get("program"))  # type: ignore[arg-type]
-        root = request.get("root")
-        if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
-            raise ValueError(f"root {root!r} is not an absolute path")
-        holder = request.get("holder")
-        if not isinstance(holder, dict):
-            raise ValueError("no holder record")
-    except (ValueError, TypeError) as exc:
-        return {"held": False, "exit": EXIT_USAGE, "error": f"lease: {exc}"}, None, None
-    directory = lease.lease_dir(root)
-    path = os.path.join(directory, name)
-    try:
-        lease.prepare_dir(directory)
-        fd = lease.open_lock(path)
-    except securepath.Untrusted as exc:
-        return {"held": False, "exit": 4, "error": f"refused: {exc}"}, None, path
-    except lease.LeaseError as exc:
-        return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
-    try:
-        if not lease.try_lock(fd, path):
-            os.close(fd)
-            found = lease.current_holder(path)
-            return ({"held": False, "exit": lease.EXIT_HELD, "lock": path, "holder": found,
-                     "message": lease.describe(found)}, None, path)
-    except lease.LeaseError as exc:
-        os.close(fd)
-        return {"held": False, "exit": 1, "error": f"lease: {exc}"}, None, path
-    record = dict(holder, agent_pid=os.getpid(), agent_host=os.uname().nodename)
-    try:
-        lease._write_atomic(path + ".holder", protocol.encode(record).encode())
-    except OSError as exc:
-        os.close(fd)
-        return {"held": False, "exit": 1, "error": f"lease: cannot write {path}.holder: {exc.strerror}"}, None, path
-    return {"held": True, "lock": path, "holder": record}, fd, path
-
-
-def answer_request(request: Dict[str, Any], on_lease: "Callable[[int, str], None]",
-                   probe: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Do the request's parts in order; *on_lease* gets the lock's descriptor and path once held;
-    *probe* is the probe words of the command line (``session --probe WORD...``), if any."""
-    answer: Dict[str, Any] = {}
+def first_part(request: Dict[str, Any], probe: Optional[List[str]]) -> "tuple[Dict[str, Any], Optional[int]]":
+    """The first answer line (protocol, shell probe, lease) and the lease's descriptor when it is held
+    (-1: no lease was asked; ``None``: nothing else is done); *probe* is the probe words of the command
+    line (``session --probe WORD...``), if any."""
+    answer: Dict[str, Any] = {"protocol": protocol.SESSION_PROTOCOL}
+    if request.get("protocol") != protocol.SESSION_PROTOCOL:
+        return answer, None
     asked = request.get("shell_probe")
     if asked is not None:
-        if isinstance(asked, dict) and asked.get("argv") is True:
-            answer["shell"] = probe_words(probe, asked.get("expected"))
-        else:
-            answer["shell"] = probe_shell(asked if isinstance(asked, dict) else {})
+        answer["shell"] = probe_words(probe, asked.get("expected") if isinstance(asked, dict) else None)
         if not answer["shell"]["posix"]:
-            return answer
+            return answer, None
     wanted = request.get("lease")
-    if wanted is not None:
-        answer["lease"], fd, path = _take_lease(wanted if isinstance(wanted, dict) else {})
-        if fd is None or path is None:
-            return answer
-        on_lease(fd, path)
+    if wanted is None:  # nothing to hold: the later parts go on all the same
+        return answer, -1
+    from . import lease
+
+    answer["lease"], fd = lease.take(wanted if isinstance(wanted, dict) else {})
+    return answer, fd
+
+
+def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
+    """The second answer line: the command-file check, the identity and the bounded verify."""
+    answer: Dict[str, Any] = {}
     words = request.get("check_paths")
     if words is not None:
         from . import checkpaths
@@ -202,11 +145,11 @@ def answer_request(request: Dict[str, Any], on_lease: "Callable[[int, str], None
     if isinstance(verify, dict):
         from .verify_readback import verify_readback
 
-        argv = verify.get("argv")
-        env = verify.get("env") or {}
+        argv, env, timeout = verify.get("argv"), verify.get("env") or {}, verify.get("timeout")
         if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
-                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-            answer["verify"] = verify_readback(argv, env)
+                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+                and isinstance(timeout, (int, float)) and timeout > 0):
+            answer["verify"] = verify_readback(argv, env, float(timeout))
         else:
             answer["verify"] = {"error": "bad verify request"}
     return answer
@@ -230,11 +173,9 @@ class Held:
             if self._released:
                 return
             self._released = True
-            try:
-                os.unlink(f"{self.path}.holder")
-            except OSError:
-                pass
-            os.close(self.fd)  # releases the flock
+            from .lease import release
+
+            release(self.fd, self.path)
 
     def watch(self, stdin: BinaryIO) -> None:
         """Hold until *stdin* closes (the driver closed it, died, or the connection dropped), in a
@@ -274,25 +215,28 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
     if not isinstance(request, dict):
         err.write("vq-admin-agent: session: stdin must start with one JSON request object line\n")
         return EXIT_USAGE
-    held: List[Held] = []
-
-    def on_lease(fd: int, path: str) -> None:
-        held.append(Held(fd, path))
-        held[0].watch(stdin)
-
+    answer, fd = first_part(request, probe)
+    out.write(protocol.encode(answer))
+    out.flush()
+    if fd is None:
+        return 0
+    if fd < 0:
+        out.write(protocol.encode(second_part(request)))
+        out.flush()
+        return 0
+    held = Held(fd, answer["lease"]["lock"])
+    held.watch(stdin)
     try:
-        answer = answer_request(request, on_lease, probe)
-        if held and held[0].released and isinstance(answer.get("lease"), dict):
-            answer["lease"]["released"] = "stdin closed before the answer"
-        out.write(protocol.encode(answer))
+        rest = second_part(request)
+        if held.released:
+            rest["released"] = "stdin closed before the answer"
+        out.write(protocol.encode(rest))
         out.flush()
     except BaseException:
-        for lease in held:
-            lease.release()
+        held.release()
         raise
-    for lease in held:
-        lease.join()
-        lease.release()
+    held.join()
+    held.release()
     return 0
 
 

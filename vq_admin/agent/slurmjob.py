@@ -35,6 +35,8 @@ _FIELD_RE = {
     "JobState": re.compile(r"(?:^|\s)JobState=([A-Z_]+)"),
     "ExitCode": re.compile(r"(?:^|\s)ExitCode=(\d+):(\d+)"),
     "Name": re.compile(r"(?:^|\s)(?:Job)?Name=(\S*)"),
+    "NodeList": re.compile(r"(?:^|\s)NodeList=(\S*)"),
+    "BatchHost": re.compile(r"(?:^|\s)BatchHost=(\S*)"),
 }
 
 
@@ -67,13 +69,20 @@ def wait_status(state: str, status: int | None, signal: int | None) -> int:
 
 
 def parse_fields(line: str) -> dict[str, str]:
-    """``JobId``, ``JobState``, ``ExitCode`` (``"3:0"``) and ``Name`` of one record line."""
+    """``JobId``, ``JobState``, ``ExitCode`` (``"3:0"``), ``Name``, ``NodeList`` and ``BatchHost`` (both empty
+    or missing for a job that never started) of one record line."""
     found: dict[str, str] = {}
     for key, rx in _FIELD_RE.items():
         m = rx.search(line)
         if m:
             found[key] = ":".join(m.groups()) if key == "ExitCode" else m.group(1)
     return found
+
+
+def never_started(fields: dict[str, str]) -> bool:
+    """A cancelled job that the scheduler never gave a node (no ``BatchHost``, an empty ``NodeList``)."""
+    return (fields.get("JobState") == "CANCELLED" and not fields.get("BatchHost")
+            and fields.get("NodeList", "(null)") in ("", "(null)"))
 
 
 def _end_from(fields: dict[str, str], job_id: str, source: str) -> JobEnd | None:
@@ -231,8 +240,10 @@ def cancel(job_id: str) -> dict[str, object]:
     return {"job_id": job_id, "exit_code": code, "ok": code == 0, "message": (err or out).strip()[-300:]}
 
 
-def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[str], None]) -> Submission:
-    """Run sbatch; call *on_job_id* the moment it prints the id; bound the wait by *timeout*.
+def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[str, int], None],
+                    pass_fds: Sequence[int] = ()) -> Submission:
+    """Run sbatch; call *on_job_id* (job id, sbatch's pid) the moment it prints the id; bound the wait
+    by *timeout*.  *pass_fds* stay open in sbatch for as long as it waits (the lease's work lock).
 
     At the bound the job is cancelled (``scancel``), sbatch is given
     :data:`CANCEL_GRACE` seconds to notice and is then killed.
@@ -240,7 +251,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
     result = Submission()
     with tempfile.TemporaryFile() as errfile:
         try:
-            proc = spawn.start(argv, stdout=spawn.PIPE, stderr=errfile)
+            proc = spawn.start(argv, stdout=spawn.PIPE, stderr=errfile, pass_fds=pass_fds)
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
@@ -253,7 +264,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
                 if m and result.job_id is None:
                     result.job_id = m.group(1)
                     try:
-                        on_job_id(result.job_id)
+                        on_job_id(result.job_id, proc.pid)
                     finally:
                         got_id.set()
 

@@ -50,22 +50,48 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 
+#: Seconds between SIGTERM and SIGKILL of a bounded command's process group cut off at its bound.
+KILL_GRACE = 2.0
+
+
 def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]",
                     timeout: "Optional[float]") -> "Tuple[int, bytes, bytes]":
+    """With a bound the command leads a process group of its own, and at the bound the whole group gets
+    SIGTERM, then SIGKILL after :data:`KILL_GRACE` (nothing it started is left running)."""
+    import signal
     import subprocess
 
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                          timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          start_new_session=timeout is not None) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
+                try:
+                    os.killpg(proc.pid, sig)
+                except OSError:
+                    break
+                try:
+                    proc.wait(KILL_GRACE)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:
+                out, err = proc.communicate(timeout=KILL_GRACE)
+            except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
+                proc.kill()
+                out, err = b"", b""
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0, out, err) from None
+    return proc.returncode, out, err
 
 
 def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
-          new_session: bool = False) -> "subprocess.Popen[bytes]":
-    """Start *argv* (stdout :data:`PIPE` or a descriptor/file); the caller waits for it."""
+          new_session: bool = False, pass_fds: "Sequence[int]" = ()) -> "subprocess.Popen[bytes]":
+    """Start *argv* (stdout :data:`PIPE` or a descriptor/file); the caller waits for it; *pass_fds* stay
+    open in it (the lease's work lock an sbatch --wait holds)."""
     import subprocess
 
     return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd,
-                            close_fds=True, start_new_session=new_session)
+                            close_fds=True, start_new_session=new_session, pass_fds=tuple(pass_fds))
 
 
 CHUNK = 32768

@@ -103,16 +103,23 @@ def active_path_of(stdout: bytes) -> str | None:
     return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None
 
 
-def verify_readback(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run the verify *argv* (with *env* added to this environment), then hash the launcher its receipt names."""
-    from .spawn import run_captured
+def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None,
+                    ) -> dict[str, Any]:
+    """Run the verify *argv* (with *env* added to this environment; at most *timeout* seconds: then its
+    process group is ended and ``verify.timed_out`` names the bound), then hash the launcher its receipt names."""
+    from . import spawn
 
     started = time.monotonic()
     try:
-        code, out, err = run_captured(argv, dict(os.environ, **env) if env else None)
+        code, out, err = spawn.run_captured(argv, dict(os.environ, **env) if env else None, timeout)
     except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
+    except spawn.TimeoutExpired as exc:
+        out, err = exc.output or b"", exc.stderr or b""
+        return {"verify": {"exit_code": None, "timed_out": timeout, "stdout": _text(out[:STDOUT_LIMIT]),
+                           "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},
+                "readback": None, "readback_exit": None, "readback_seconds": None}
     answer: dict[str, Any] = {"verify": {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
                                "stdout_truncated": len(out) > STDOUT_LIMIT,
                                "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},

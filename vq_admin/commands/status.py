@@ -83,11 +83,8 @@ def run(args: argparse.Namespace) -> int:
         from .. import status_metrics
 
         path = status_metrics.check_textfile(textfile) if textfile else None
-        status = collect(state, args.host)
-        if path:
-            status_metrics.write_textfile(path, status, state)
-        if prometheus:
-            sys.stdout.write(status_metrics.exposition(status, state))
+        registry = status_metrics.registry_for(collect(state, args.host), state)
+        status_metrics.publish(registry, prometheus=prometheus, textfile=path)
         return 0
     status = collect(state, args.host)
     if args.json:

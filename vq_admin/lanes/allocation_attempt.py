@@ -58,9 +58,11 @@ def record(inputs: RuntimeStep, attempt: str, directory: str, kind: str = "alloc
 
 
 def clear(inputs: RuntimeStep) -> None:
+    """Remove the record once the attempt's end is known; a state filesystem that refuses leaves it for the
+    next run, whose reconcile finds that attempt ended (and the host-side lease free)."""
     try:
         _path(inputs).unlink()
-    except FileNotFoundError:
+    except OSError:
         pass
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from vq_admin_hookspecs import ProviderCommand, Slot
@@ -252,8 +253,15 @@ class AllocationDeploy(RuntimeStep):
             # the attempt record, the transcript directory and the sinks' temporary files exist only once
             # the step runs: a step refused, or killed, at its start leaves none of them behind
             if starting is not None:
-                starting()
-            directory = self.ctx.state.transcript_dir(receipt_id)
+                try:
+                    starting()
+                except OSError as exc:
+                    raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
+                                       f"{exc.strerror or exc}; nothing was started") from None
+            try:
+                directory: Path | OSError = self.ctx.state.transcript_dir(receipt_id)
+            except OSError as exc:  # a full or failing state filesystem: the sinks say so, the deploy goes on
+                directory = exc
             sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
             return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
 
@@ -348,6 +356,11 @@ class AllocationDeploy(RuntimeStep):
                                  "; ".join(summary.get("notes") or []) or "the job's end was not established")
         if summary["exit_code"] == JOB_TAMPERED_EXIT:
             self.tampered(sinks, f"batch job {deploy['job_id']}")
+        if signalled and summary.get("never_started") is True:  # the scheduler never gave it a node
+            allocation_attempt.clear(self)
+            self.reclaim(success=False)
+            raise VqAdminError(f"deploy: allocation job {deploy['job_id']} {signalled}: the job was cancelled "
+                               "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, int(summary["exit_code"]),
                              stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
@@ -393,9 +406,16 @@ class AllocationDeploy(RuntimeStep):
         problems = []
         transcript = None
         if sinks:
-            for sink in sinks.values():
-                path = sink.commit()
-            transcript = str(path.parent)
+            paths = [sink.commit() for sink in sinks.values()]
+            failed = [f"{sink.name}: {sink.error}" for sink in sinks.values() if sink.error]
+            if failed:  # a full or failing state filesystem: the run goes on to its verify all the same
+                note = (f"the driver's copy of the deploy transcripts could not be stored in "
+                        f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
+                        f"log directory {receipt.deploy['log_dir']} on the host the whole of them")
+                receipt.notes.append(note)
+                self.ctx.narrate(note)
+            elif paths[0] is not None:
+                transcript = str(paths[0].parent)
         for name, sink in sinks.items():
             got = sent.get(name)
             if not call.ended or got is None:
@@ -425,7 +445,8 @@ class AllocationDeploy(RuntimeStep):
             "checksum": settle.get("checksum") or out.algorithm,
         }
         if out.truncated or err.truncated:
-            output["kept"] = f"the last {out.keep} bytes of each stream; the whole transcript is in {transcript}"
+            output["kept"] = (f"the last {out.keep} bytes of each stream; the whole transcript is in "
+                              f"{transcript or receipt.deploy['log_dir']}")
         if not complete:
             output["problems"] = problems
             output["note"] = (f"incomplete transcript ({reason}): the retained log directory "

@@ -37,11 +37,15 @@ class TranscriptSink:
     """One transcript (``stdout`` or ``stderr``) arriving in chunks.
 
     Written to a temporary file in *directory* and renamed into place by
-    :meth:`commit`, so the driver's copy is never half-written.
+    :meth:`commit`, so the driver's copy is never half-written.  A state
+    filesystem that is full or failing only ends the copy: :attr:`error` says
+    why, and the checksum, metrics and tail go on from the stream itself.
     """
 
-    def __init__(self, directory: Path, name: str, keep: int = TEXT_LIMIT, algorithm: str = checksum.XXH3):
-        self.directory = Path(directory)
+    def __init__(self, directory: Path | OSError, name: str, keep: int = TEXT_LIMIT,
+                 algorithm: str = checksum.XXH3):
+        """*directory* is where the copy goes, or the error that stopped its creation."""
+        self.directory = Path(directory.filename or "") if isinstance(directory, OSError) else Path(directory)
         self.name = name
         self.keep = keep
         self.bytes = 0
@@ -52,10 +56,22 @@ class TranscriptSink:
         self._line = bytearray()
         self._line_dropped = False
         self.metrics: dict[str, Any] = {}
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.error: str | None = None
         self._tmp = self.directory / temp_name(name)  # with our pid: a later run removes it if we are killed
-        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        self._fh = os.fdopen(fd, "wb")
+        self._fh: IO[bytes] | None = None
+        try:
+            if isinstance(directory, OSError):
+                raise directory
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            self._fh = os.fdopen(fd, "wb")
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        """The copy cannot be written (a full or failing state filesystem): drop it, say why."""
+        self.error = exc.strerror or str(exc)
+        self.discard()
 
     def use_checksum(self, algorithm: str) -> None:
         """Checksum with *algorithm* (the one the agent names); only before any data arrived."""
@@ -63,7 +79,11 @@ class TranscriptSink:
             self._hash, self.algorithm = checksum.new(algorithm), algorithm
 
     def write(self, chunk: bytes) -> None:
-        self._fh.write(chunk)
+        if self._fh is not None:
+            try:
+                self._fh.write(chunk)
+            except OSError as exc:
+                self._fail(exc)
         self._hash.update(chunk)
         self.bytes += len(chunk)
         self._tail.append(chunk)
@@ -104,9 +124,12 @@ class TranscriptSink:
         if algorithm == self.algorithm:
             return self.digest
         h = checksum.new(algorithm)
-        with open(self.directory / self.name, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        try:
+            with open(self.directory / self.name, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError:
+            return "(the driver's copy is unreadable)"
         return h.hexdigest()
 
     @property
@@ -117,22 +140,33 @@ class TranscriptSink:
         data = b"".join(self._tail)
         return data[-self.keep:].decode("utf-8", "replace")
 
-    def commit(self) -> Path:
-        """Close and rename into ``<directory>/<name>``; returns the final path."""
+    def commit(self) -> Path | None:
+        """Close and rename into ``<directory>/<name>``; returns the final path (``None``: not stored,
+        :attr:`error` says why)."""
         self._end_line()
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        final = self.directory / self.name
-        os.replace(self._tmp, final)
+        if self._fh is None:
+            return None
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            final = self.directory / self.name
+            os.replace(self._tmp, final)
+        except OSError as exc:
+            self._fail(exc)
+            return None
         return final
 
     def discard(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if self._fh is not None and not self._fh.closed:
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # what it could not flush is dropped with it
+        self._fh = None
         try:
             os.unlink(self._tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
 
 

@@ -22,11 +22,16 @@ injection of tests counts the session as the pre-verify's call.
 The helper lane does the same with its pre-identity read instead of the
 pre-verify and check (:func:`vq_admin.lanes.helper.open_helper`).
 
-Falls back to the separate calls (probe, ``lease``, ``check-paths``,
-``verify-readback``) when the lease was not deferred (agent words that are
-not literal) or the login host's agent predates ``session``; an allocation
-profile does the pre-verify separately, after the previous attempt is
-reconciled.
+The session's pre-verify runs on the login host under the profile's
+``verify_timeout_seconds``, like every other verify: a verifier that did not
+answer by then has its process group ended there, and the run is ``failed``
+("the verifier did not answer within N s"; nothing was run).  An agent of
+another session protocol is refused (77, naming the command that updates the
+helper); the helper lane, which is how that agent gets updated, runs without
+the lease and says so.  The separate calls (probe, ``lease``, ``check-paths``,
+``verify-readback``) remain for agent words that are not literal (the lease
+is not deferred); an allocation profile does the pre-verify separately,
+after the previous attempt is reconciled.
 """
 
 from __future__ import annotations
@@ -76,12 +81,11 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     if with_verify:
         failpoint("step-before", pre_verify.name)
     started = time.monotonic()
-    answer = lease.open_session(request)
+    timeout = update.profile.verify_timeout_seconds
+    if with_verify:
+        request["verify"]["timeout"] = timeout
+    answer = lease.open_session(request, timeout if with_verify else None)
     seconds = time.monotonic() - started
-    if answer is None:  # an older agent: the separate calls
-        lease.acquire()
-        remote_paths.run(update)
-        return None
     interrupted = answer.get("interrupted")
     if interrupted is not None:
         if not with_verify:
@@ -105,6 +109,13 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
         return None
     pre_verify.purpose += PURPOSE
     verify = answer.get("verify")
+    ran = verify.get("verify") if isinstance(verify, dict) else None
+    if isinstance(ran, dict) and ran.get("timed_out") is not None:
+        pre_verify.argv, pre_verify.status, pre_verify.seconds = pre_verify.planned_argv, "failed", seconds
+        pre_verify.detail = (f"the verifier did not answer within {timeout:g} s (verify_timeout_seconds); its "
+                             f"process group on {login.where} was ended")
+        pre_readback.status = "skipped"
+        raise VqAdminError(f"{pre_verify.name}: {pre_verify.detail}; nothing was run")
     result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds
@@ -119,7 +130,7 @@ def lease_request(lease: Lease) -> dict[str, Any]:
     def value(option: str) -> str | None:
         return argv[argv.index(option) + 1] if option in argv else None
 
-    return {"root": value(protocol.ROOT), "lane": value(protocol.LANE), "host": value(protocol.HOST),
+    return {"lane": value(protocol.LANE), "host": value(protocol.HOST),
             "program": value(protocol.PROGRAM),
             "holder": {"driver_host": value(protocol.DRIVER_HOST), "user": value(protocol.USER),
                        "pid": int(value(protocol.PID) or 0), "since": value(protocol.SINCE),

@@ -45,7 +45,7 @@ from .. import authority, source
 from ..config import HostConfig
 from ..agent.failpoints import failpoint
 from ..context import RunContext
-from ..lease import AgentWithoutLease, Lease
+from ..lease import Lease, OtherProtocol
 from ..outcome import Outcome, UsageError
 from ..plan import execute, filled, offer, record
 from ..receipt import Receipt
@@ -278,26 +278,23 @@ def build_lane(ctx: RunContext, *, host_name: str, sha: str | None) -> HelperUpd
 def open_helper(update: HelperUpdate) -> IdentityRead | None:
     """The helper lane's first call: the login-shell probe, the lease and the pre-identity read in
     one agent start.  Returns the pre-identity when it was read here, else ``None`` (the caller
-    reads it); an agent without ``session`` takes the lease with ``lease``, or (an agent older
-    than that: how it gets updated) runs without one and says so."""
+    reads it); an agent of another session protocol (how it gets updated) runs without a lease
+    and says so."""
     lease: Lease | None = update.ctx.lease
     if lease is None:
         return None
     step = update.receipt.plan.get("pre-identity")
     failpoint("step-before", step.name)
     started = time.monotonic()
-    answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True})
-    seconds = time.monotonic() - started
-    if answer is None:
-        try:
-            lease.acquire()
-        except AgentWithoutLease as exc:
-            lease.release()
-            note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
-            lease.record["note"] = note
-            update.receipt.notes.append(note)
-            update.ctx.narrate(note)
+    try:
+        answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True})
+    except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
+        note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+        lease.record["note"] = note
+        update.receipt.notes.append(note)
+        update.ctx.narrate(note)
         return None
+    seconds = time.monotonic() - started
     step.argv, step.seconds = step.planned_argv, seconds
     interrupted = answer.get("interrupted")
     if interrupted is not None:

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: vq-admin maintainers; BSD-3-Clause (see LICENSE of vq-admin)
+"""Shared by the vq.admin modules: find C(vq) on the driver, run C(vq admin VERB ... --json), read its one
+JSON document, and map its outcome onto Ansible's changed/failed."""
+
+import json
+import os
+
+COMMON_ARGS = dict(
+    vq=dict(type="str", default="vq"),
+    config=dict(type="path"),
+    state_dir=dict(type="path"),
+)
+
+#: The outcomes that are not failures, and whether they changed anything.
+CHANGED = {"ok": True, "already-current": False}
+
+
+class Vq(object):
+    """The installed C(vq) of the driver, for one module run."""
+
+    def __init__(self, module):
+        self.module = module
+        name = module.params["vq"]
+        self.path = name if os.sep in name else module.get_bin_path(name)
+        if not self.path or not os.access(self.path, os.X_OK):
+            module.fail_json(msg="vq is not installed on the driver (%s not found or not executable): install "
+                                 "vq-admin there, or give its path as vq" % name)
+
+    def run(self, *words):
+        """C(vq admin WORDS --json [--config ..] [--state-dir ..]): its document (an envelope), or a one-line
+        failure when C(vq) printed none (too old, or not vq-admin)."""
+        argv = [self.path, "admin"] + list(words) + ["--json"]
+        for key, option in (("config", "--config"), ("state_dir", "--state-dir")):
+            if self.module.params[key]:
+                argv += [option, self.module.params[key]]
+        rc, out, err = self.module.run_command(argv)
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("vq-admin/"):
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            msg = ("%s is too old for this collection or is not vq-admin: 'vq admin %s --json' printed no "
+                   "vq-admin JSON document (exit %s: %s)" % (self.path, words[0], rc, tail))
+            self.module.fail_json(msg=msg, exit_code=rc, cmd=argv)
+        return doc
+
+    def finish(self, doc, **extra):
+        """Exit with *doc*'s outcome: C(ok) changed, C(already-current) not; anything else failed, with the
+        first error line as C(msg). C(outcome), C(exit_code) and the document (C(receipt)) are returned."""
+        outcome = doc.get("outcome")
+        result = dict(extra, outcome=outcome, exit_code=doc.get("exit_code"), receipt=doc)
+        if outcome in CHANGED:
+            self.module.exit_json(changed=CHANGED[outcome], **result)
+        errors = doc.get("errors") or ["vq admin ended %s (exit %s)" % (outcome, doc.get("exit_code"))]
+        self.module.fail_json(msg=(errors[0].splitlines() or [outcome])[0], **result)
+
+
+def lane_words(params, *targets):
+    """The C(update) command line of a lane: TARGETS and the options the module was given."""
+    words = ["update"] + list(targets)
+    if params.get("expected_sha"):
+        words += ["--expected-sha", params["expected_sha"]]
+    if params.get("tag"):
+        words += ["--tag", params["tag"]]
+    if params.get("cluster_install"):
+        words.append("--cluster-install")
+    for arg in params.get("update_script_args") or ():
+        words.append("--update-script-arg=" + arg)
+    return words

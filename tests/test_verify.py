@@ -1,0 +1,114 @@
+"""``vq admin verify``: the read-only drift check, against the real sshd.
+
+Four managed hosts, each an alias of one loopback sshd with its own runtime
+root, all verified at one SHA by the tool; then, behind its back, beta's
+``current`` link is moved to another generation, gamma's launcher is
+replaced, and delta's ssh alias points at a closed port.  ``verify --all``
+must say current / drifted (both SHAs) / drifted (both hashes) / unknown,
+and change nothing under the state directory or on any host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from fleet_world import Fleet
+from realhosts import SshdServer, remote_path
+from support import run_vq, tree_digest
+
+pytestmark = pytest.mark.real
+
+ALIASES = ("login-a", "login-b", "login-c", "login-d")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    server = SshdServer(tmp_path_factory.mktemp("verify-sshd"), env={"PATH": remote_path()}, aliases=ALIASES,
+                          separate_accounts=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_verify_names_current_drifted_and_unknown_and_changes_nothing(tmp_path, sshd):
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(sshd.ssh_config.read_text())
+    f = Fleet(tmp_path, str(ssh_config), {name: {"ssh": alias} for name, alias in
+                                         zip(("alpha", "beta", "gamma", "delta"), ALIASES, strict=True)},
+              sshd=sshd)
+    state = tmp_path / "state"
+    done = run_vq("update", f.program, "--all", "--expected-sha", f.a, "--json", config=f.config, state=state)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    done = run_vq("update", f.program, "beta", "--expected-sha", f.b, "--json", config=f.config, state=state)
+    assert done.exit_code == 0, done.stdout + done.stderr
+
+    # behind the tool's back: beta's current back to A, gamma's launcher replaced, delta unreachable
+    current = f.root("beta") / "current"
+    os.symlink(os.readlink(current).replace(f.b, f.a), f.root("beta") / "current.tmp")
+    os.replace(f.root("beta") / "current.tmp", current)
+    last_ok = json.loads((state / "hosts" / "gamma" / "runtime" / f.program / "last-ok.json").read_text())
+    launcher = Path(last_ok["launcher"])
+    launcher.unlink()
+    launcher.write_text('#!/bin/sh\nexec python3 "$@"\n')
+    launcher.chmod(0o755)
+    blocks = ssh_config.read_text().split("\n\n")  # one per alias, in ALIASES order
+    blocks[3] = blocks[3].replace(f"Port {sshd.port}", f"Port {closed_port()}")
+    ssh_config.write_text("\n\n".join(blocks))
+    before = (tree_digest(state), tree_digest(tmp_path / "hosts"))
+
+    done = run_vq("verify", f.program, "--all", "--json", config=f.config, state=state)
+    assert done.exit_code == 3, done.stdout + done.stderr
+    doc = done.json()
+    assert (doc["schema"], doc["outcome"], doc["exit_code"]) == ("vq-admin/verify/1", "unknown", 3)
+    hosts = {name: doc["hosts"][name][f.program] for name in ("alpha", "beta", "gamma", "delta")}
+    assert {name: entry["state"] for name, entry in hosts.items()} == {
+        "alpha": "current", "beta": "drifted", "gamma": "drifted", "delta": "unknown"}
+    assert hosts["beta"]["detail"] == f"active SHA {f.a}; LAST OK names {f.b}"
+    assert hosts["beta"]["active"]["sha"] == f.a and hosts["beta"]["expected"]["sha"] == f.b
+    new_hash = hosts["gamma"]["active"]["launcher_sha256"]
+    assert new_hash and new_hash != last_ok["launcher_sha256"]
+    assert hosts["gamma"]["detail"] == (f"launcher {launcher} has SHA-256 {new_hash}; "
+                                        f"LAST OK attested {last_ok['launcher_sha256']}")
+    assert "delta could not be reached" in hosts["delta"]["detail"]
+    assert [e.split(":")[0] for e in doc["errors"]] == [f"beta {f.program}", f"gamma {f.program}",
+                                                        f"delta {f.program}"]
+
+    # the table off a terminal: printed because something is not current; one host: 0 and silent
+    table = run_vq("verify", f.program, "--all", config=f.config, state=state)
+    assert table.exit_code == 3 and table.stdout.splitlines()[0].split() == ["HOST", "PROGRAM", "STATE", "DETAIL"]
+    assert [line.split()[:3] for line in table.stdout.splitlines()[1:]] == [
+        ["alpha", f.program, "current"], ["beta", f.program, "drifted"], ["gamma", f.program, "drifted"],
+        ["delta", f.program, "unknown"]]
+    alone = run_vq("verify", f.program, "alpha", config=f.config, state=state)
+    assert (alone.exit_code, alone.stdout) == (0, ""), alone.stderr
+    # --expected-sha A: what beta now runs is what was asked for
+    asked = run_vq("verify", f.program, "beta", "--expected-sha", f.a, "--json", config=f.config, state=state)
+    assert asked.exit_code == 0 and asked.json()["hosts"]["beta"][f.program]["state"] == "current", asked.stdout
+    # gamma alone is drifted: exit 1 (failed)
+    assert run_vq("verify", f.program, "gamma", config=f.config, state=state).exit_code == 1
+
+    prom = tmp_path / "metrics" / "vq_admin_verify.prom"
+    prom.parent.mkdir(mode=0o755)
+    done = run_vq("verify", "--all", "--textfile", str(prom), config=f.config, state=state)
+    assert done.exit_code == 3 and done.stdout == ""
+    text = prom.read_text()
+    assert "# TYPE vq_admin_runtime_drift gauge" in text
+    for name, state_label, value in (("alpha", "current", "0.0"), ("beta", "drifted", "1.0"),
+                                     ("gamma", "drifted", "1.0"), ("delta", "unknown", "1.0")):
+        assert f'vq_admin_runtime_drift{{host="{name}",program="{f.program}",state="{state_label}"}} {value}' in text
+
+    unknown = run_vq("verify", f.program, "nosuch", "--json", config=f.config, state=state)
+    assert unknown.exit_code == 2 and "hosts: alpha, beta, delta, gamma" in unknown.json()["errors"][0]
+    # nothing changed: no receipt, record or log line under the state directory, nothing on any host
+    assert (tree_digest(state), tree_digest(tmp_path / "hosts")) == before

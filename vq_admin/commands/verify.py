@@ -1,0 +1,147 @@
+"""``vq admin verify PROGRAM HOST [--expected-sha SHA]`` and ``vq admin verify [PROGRAM] --all``: the
+read-only drift check (cron, and the Ansible modules' check mode).
+
+For each host and program it runs the runtime lane's own verify step and launcher read-back on the
+login host (:mod:`vq_admin.lanes.verify`, as the pre-verify of an update does) and compares what is
+active with what LAST OK names (or ``--expected-sha``):
+
+* ``current``: that SHA is active, verified, and its launcher has the SHA-256 LAST OK attested;
+* ``drifted``: another SHA, or another launcher hash, is active (both are named);
+* ``unhealthy``: the verify could not prove the runtime (a failed check, no receipt);
+* ``unknown``: the login host could not be reached (or there is nothing to compare with).
+
+It takes no lock and no lease and writes nothing: not under the state directory, not on a host.
+Exit 0 only when every checked runtime is ``current``; else 3 when one is ``unknown``, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from vq_admin_hookspecs import RuntimeRequest
+
+from .. import authority
+from ..config import Config, HostConfig, RuntimeProfile, load_config
+from ..context import RunContext
+from ..envelope import SCHEMAS, emit
+from ..outcome import Outcome, UsageError
+from ..output import safe_text
+from ..state import StateDir
+from ..transport import Session
+from .arguments import check_name, full_sha
+
+STATES = ("current", "drifted", "unhealthy", "unknown")
+
+
+def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
+    """``PROGRAM HOST`` (authority and profile as for an update), or with ``--all`` every managed host's
+    profile of PROGRAM (of every program without it), in configuration order."""
+    program = check_name(args.program, "PROGRAM") if args.program else None
+    if not args.all:
+        if program is None or args.host is None:
+            raise UsageError("verify takes PROGRAM HOST, or [PROGRAM] --all")
+        return [authority.runtime_profile(config, check_name(args.host, "HOST"), program)]
+    if args.host is not None:
+        raise UsageError("verify --all checks every managed host; give no HOST")
+    found = [(host, profile) for host in config.hosts.values() if host.fleet_role in authority.RUNTIME_ROLES
+             for name, profile in host.runtimes.items() if program in (None, name)]
+    if not found:
+        raise UsageError(f"no host has fleet_role \"managed\" and a scheduler_runtime_deployments.{program or '*'} "
+                         "profile")
+    return found
+
+
+def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None) -> dict[str, Any]:
+    """Verify one runtime read-only and say which of :data:`STATES` it is in."""
+    from ..lanes.verify import plan_verify, run_verify
+    from ..plan import Plan
+
+    last_ok = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
+    sha = sha or last_ok.get("sha")
+    same = bool(sha) and last_ok.get("sha") == sha
+    expected = {"sha": sha, "tag": last_ok.get("tag") if same else None, "from": "last-ok" if same else "expected-sha",
+                "launcher": last_ok.get("launcher") if same else None,
+                "launcher_sha256": last_ok.get("launcher_sha256") if same else None}
+    entry: dict[str, Any] = {"expected": expected, "active": None, "steps": [], "verify": None}
+    if not sha:
+        return dict(entry, state="unknown", detail=f"no LAST OK for {profile.program} on {host.name} and no "
+                    "--expected-sha: nothing to compare with")
+    request = RuntimeRequest(program=profile.program, host=host.name, expected_sha=sha, tag=expected["tag"],
+                             settings=profile.settings())
+    plan = Plan()
+    found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request))
+    entry.update(steps=plan.to_list(), verify=found.to_dict())
+    receipt = found.receipt
+    if found.interrupted:
+        return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
+    if receipt is None:
+        return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
+    active_sha = (receipt.source_sha or "").lower() or None
+    read = {c.name: c for c in found.checks}.get("active_path_sha256")
+    entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
+                       "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
+    if active_sha != sha:
+        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
+        return dict(entry, state="drifted", detail=f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}")
+    attested = expected["launcher_sha256"]
+    if read and read.ok and attested and receipt.active_path_sha256 != attested:
+        return dict(entry, state="drifted", detail=f"launcher {receipt.active_path} has SHA-256 "
+                    f"{receipt.active_path_sha256}; LAST OK attested {attested}")
+    failed = [f"{c.name}: {c.detail}" for c in found.checks
+              if not c.ok and not (c.name == "tag" and expected["tag"] is None)]
+    if failed or found.error:
+        return dict(entry, state="unhealthy", detail="; ".join(([found.error] if found.error else []) + failed))
+    return dict(entry, state="current", detail=f"{sha} active and verified" +
+                (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
+
+
+def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
+    states = {entry["state"] for programs in hosts.values() for entry in programs.values()}
+    if states <= {"current"}:
+        return Outcome.OK
+    return Outcome.UNKNOWN if "unknown" in states else Outcome.FAILED
+
+
+def table(hosts: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    rows = [(host, program, entry["state"], entry["detail"]) for host, programs in hosts.items()
+            for program, entry in programs.items()]
+    widths = [max(len(row[i]) for row in rows + [("HOST", "PROGRAM", "STATE", "")]) for i in range(3)]
+    return [safe_text(f"{h:<{widths[0]}}  {p:<{widths[1]}}  {s:<{widths[2]}}  {d}".rstrip())
+            for h, p, s, d in [("HOST", "PROGRAM", "STATE", "DETAIL"), *rows]]
+
+
+def run(args: argparse.Namespace) -> int:
+    prometheus, textfile = args.prometheus, args.textfile
+    if args.json and (prometheus or textfile):
+        raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
+    sha = full_sha(args.expected_sha)
+    config = load_config(args.config)
+    chosen = targets(config, args)
+    if sha is not None and args.all and len({profile.program for _, profile in chosen}) > 1:
+        raise UsageError("verify --all --expected-sha needs PROGRAM (one SHA names one program's commit)")
+    if textfile:
+        from ..status_metrics import check_textfile
+
+        textfile = check_textfile(textfile)
+    from ..plugins import Providers
+
+    hosts: dict[str, dict[str, dict[str, Any]]] = {}
+    with Session(config.ssh_config) as session:
+        ctx = RunContext(config, StateDir(args.state_dir), session,
+                         Providers.load({profile.provider for _, profile in chosen}))
+        for host, profile in chosen:
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha)
+    outcome = outcome_of(hosts)
+    errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
+              for program, entry in programs.items() if entry["state"] != "current"]
+    if prometheus or textfile:
+        from ..status_metrics import drift_registry, publish
+
+        publish(drift_registry(hosts), prometheus=prometheus, textfile=textfile)
+    elif args.json:
+        emit(SCHEMAS["verify"], outcome, {"expected_sha": sha, "hosts": hosts}, errors)
+    elif errors or args.verbose or sys.stdout.isatty():
+        print("\n".join(table(hosts)))
+    return outcome.exit_code
