@@ -27,7 +27,8 @@ urls = st.one_of(st.builds(lambda h, p: f"{h}:/{p}", st.sampled_from(["cluster",
                            st.text(NAME_CHARS + " :", min_size=1, max_size=30)),
                  st.builds(lambda p: "/" + p, st.text(NAME_CHARS + " :", min_size=1, max_size=30)))
 
-OPTIONS = ["--atomic", "--porcelain", "--no-follow-tags", "--no-recurse-submodules", "--no-verify"]
+OPTIONS = ["--atomic", "--porcelain", "--no-follow-tags", "--no-recurse-submodules", "--no-verify",
+           "--receive-pack=git -c core.hooksPath=/dev/null receive-pack"]
 
 
 @st.composite

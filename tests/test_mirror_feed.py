@@ -20,6 +20,7 @@ from support import GitRepo, git
 from vq_admin import mirror
 from vq_admin.mirror_feed import LANE_FED, LANE_LEFT, Feed, plain_runner
 from vq_admin.outcome import Refused
+from vq_admin.source import GIT_ENV, RECEIVE_PACK
 from vq_admin.plan import fill
 from vq_admin.transport import Session
 
@@ -81,7 +82,8 @@ def assert_unforced(argv: list[str]) -> None:
     """A push argv: no force or mirror option, no '+' refspec, only OBJECT:refs/... after '--'."""
     assert argv[:4] == ["git", "-C", argv[2], "push"]
     options, specs = argv[4:argv.index("--")], argv[argv.index("--") + 2:]
-    assert options == ["--atomic", "--porcelain", "--no-follow-tags", "--no-recurse-submodules", "--no-verify"]
+    assert options == ["--atomic", "--porcelain", "--no-follow-tags", "--no-recurse-submodules", "--no-verify",
+                       f"--receive-pack={RECEIVE_PACK}"]  # the mirror's hooks off
     for word in argv:
         assert word not in mirror.FORBIDDEN_PUSH_OPTIONS
         assert not word.startswith(("--force", "--mirror", "+"))
@@ -399,7 +401,7 @@ def test_local_transport_feeds_the_plain_path(tmp_path, bare, driver):
     feed = Feed(login=LocalTransport(), path=str(bare), repo=driver.path, sha=driver.b, lane="main",
                 preparer_reads="lane", program="vibeqc", host="cluster", run=log)
     feed.feed()
-    assert feed.mirror.url == str(bare) and feed.git_env == {}
+    assert feed.mirror.url == str(bare) and feed.git_env == GIT_ENV  # no ssh: only how git is run
     assert ref_map(bare)["refs/heads/main"] == driver.b
 
 

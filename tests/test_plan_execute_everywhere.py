@@ -30,6 +30,7 @@ from support import AGENT
 from vq_admin.mirror_feed import LANE_LEFT
 from vq_admin.lanes import helper_readback, remote_paths
 from vq_admin.plan import Plan, SlotError, execute
+from vq_admin.source import GIT_ENV
 from vq_admin.transport import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +221,7 @@ def test_the_mirror_feed_and_the_preparer_run_their_planned_argv_and_env(tmp_pat
     assert by_name["mirror-symrefs"]["argv"] == ["git", "-C", str(site.mirror), "symbolic-ref", "-q", "<ref>"]
     for name in ("mirror-read", "mirror-feed", "mirror-confirm"):  # git on the driver, over the run's ssh master
         env = by_name[name]["env"]
-        assert set(env) == {"GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "LC_ALL"}
+        assert set(env) == {"GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "LC_ALL", *GIT_ENV}  # GIT_ENV: how git is run
         assert "ControlPath=<ssh control dir>/%C" in shlex.split(env["GIT_SSH_COMMAND"]), env
     result, receipt = site.update(b)
     assert result.exit_code == 0, result.stderr

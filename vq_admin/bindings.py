@@ -49,7 +49,7 @@ MAX_PIN_CHARS = 64 * 1024
 
 #: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
 CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
-         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned")
+         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned", "untrusted-launcher")
 
 
 class LauncherRefused(Refused):

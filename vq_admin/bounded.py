@@ -57,13 +57,20 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
 
 
 def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
-    """The deepest ``[``/``{`` nesting of TOML *text* outside strings and comments."""
-    if text.count("[") + text.count("{") <= limit:  # cannot be deeper (C-speed fast path)
+    """The deepest nesting of TOML *text* outside strings and comments: ``[``/``{`` levels plus the
+    dots of the key being read (``a.b.c = 1`` nests three tables deep, as ``[a.b.c]`` does)."""
+    if text.count("[") + text.count("{") + text.count(".") <= limit:  # cannot be deeper (C-speed fast path)
         return 0
-    depth = deepest = 0
+    depth = deepest = dots = 0
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
+        if ch == ".":
+            dots += 1
+            if depth + dots > limit:
+                return depth + dots
+        elif ch in "\n=,{":
+            dots = 0
         if ch == "#":
             end = text.find("\n", i)
             i = n if end < 0 else end + 1
@@ -106,6 +113,15 @@ def _no_constant(name: str) -> object:
     raise InputError(f"holds {name}, which is not JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise InputError(f"holds the key {twice!r} more than once (which one counts is not defined)")
+    return found
+
+
 def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> object:
     """Parse one JSON document of at most *limit* bytes and *max_depth* nesting.
 
@@ -122,7 +138,7 @@ def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX
     if json_depth(data, max_depth) > max_depth:
         raise InputError(f"{what} is nested more than {max_depth} levels deep")
     try:
-        return json.loads(data, parse_int=_parse_int, parse_constant=_no_constant)
+        return json.loads(data, parse_int=_parse_int, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except InputError as exc:
         raise InputError(f"{what} {exc}") from None
     except RecursionError:
@@ -151,11 +167,14 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
         raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
 
 
-def read_regular_file(path: str, what: str, *, limit: int) -> bytes:
+def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False) -> bytes:
     """The bytes of the regular file *path* (a symlink the operator named is followed).
 
     Opened with ``O_NONBLOCK`` so a FIFO never blocks; anything but a regular
-    file, or more than *limit* bytes, raises :class:`InputError`.
+    file, or more than *limit* bytes, raises :class:`InputError`.  With
+    *trusted*, the file must also pass the secure-path rule, checked on the
+    open file (``fstat``, :func:`~vq_admin.agent.securepath.opened_problem`):
+    what is read is what was checked (else :class:`InputError`, "... refusing it").
     ``FileNotFoundError`` and other ``OSError`` propagate."""
     import os
     import stat
@@ -171,6 +190,12 @@ def read_regular_file(path: str, what: str, *, limit: int) -> bytes:
             raise InputError(f"{what} {path} is a {kind}, not a regular file")
         if st.st_size > limit:
             raise InputError(f"{what} {path} is larger than {limit} bytes")
+        if trusted:
+            from .agent.securepath import opened_problem
+
+            problem = opened_problem(path, fd, st, what=what)
+            if problem:
+                raise InputError(f"{problem}; refusing it")
         data = os.read(fd, limit + 1)
         while len(data) <= limit:
             chunk = os.read(fd, limit + 1 - len(data))

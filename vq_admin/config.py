@@ -150,31 +150,23 @@ def default_config_path() -> Path:
 from .bounded import MAX_CONFIG_BYTES  # noqa: E402
 
 
-def check_file_is_private(path: Path, what: str = "configuration file") -> None:
-    """Refuse a file another user could have written, or one below a directory another
-    user could change (the secure-path rule, :mod:`vq_admin.agent.securepath`)."""
-    from .agent.securepath import path_problem
-
-    problem = path_problem(os.path.abspath(path), what=what)
-    if problem:
-        raise ConfigError("", f"{problem}; refusing it")
-
-
 def check_ssh_config(config: "Config") -> None:
-    """Refuse (exit 77) an ``ssh_config`` another user could change: ssh runs its
-    ``Match exec`` and ``ProxyCommand`` lines as the administrator."""
+    """Refuse (exit 77) an ``ssh_config`` another user could change, or one that Includes such a file
+    or names such a program: ssh runs its ``Match exec``, ``ProxyCommand``, ``LocalCommand`` and
+    ``KnownHostsCommand`` as the administrator (:func:`~vq_admin.agent.securepath.ssh_config_problem`)."""
     if config.ssh_config is None:
         return
-    from .agent.securepath import path_problem
+    from .agent.securepath import ssh_config_problem
     from .outcome import Refused
 
     if not os.path.lexists(config.ssh_config):
         raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
-    problem = path_problem(config.ssh_config, what="ssh_config")
-    if problem:
-        raise Refused(f"{problem}; ssh would run commands it names (Match exec, ProxyCommand) as you; refusing it")
     if not os.path.isfile(config.ssh_config):
         raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
+    problem = ssh_config_problem(config.ssh_config)
+    if problem:
+        raise Refused(f"{problem}; ssh runs the programs an ssh_config names (Match exec, ProxyCommand, "
+                      "LocalCommand, KnownHostsCommand) as you; refusing it")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -186,9 +178,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     try:
         if not chosen.exists():
             raise FileNotFoundError(chosen)
-        check_file_is_private(chosen)
-        data = loads_toml(read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES),
-                          f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
+        raw = read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
+        data = loads_toml(raw, f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
     except InputError as exc:

@@ -49,8 +49,16 @@ def receipt_checks(receipt: VerifyReceipt, program: str, sha: str, tag: str | No
     ]
 
 
+#: The check a launcher fails when another user could replace it (or a directory above it): the run is
+#: refused (77), never recorded as verified.
+LAUNCHER_TRUST = "launcher_trust"
+
+
 def readback_check(receipt: VerifyReceipt, hashed: dict[str, Any] | None, error: str | None) -> Check:
-    """Compare the receipt's launcher hash with what the login host read."""
+    """Compare the receipt's launcher hash with what the login host read (a launcher another user
+    could replace fails :data:`LAUNCHER_TRUST`, whatever its hash)."""
+    if hashed is not None and isinstance(hashed.get("untrusted"), str):
+        return Check(LAUNCHER_TRUST, False, hashed["untrusted"])
     if error is not None or hashed is None:
         return Check("active_path_sha256", False, f"could not read back {receipt.active_path}: {error}")
     actual = hashed.get("sha256")

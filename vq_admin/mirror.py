@@ -44,6 +44,7 @@ from .agent.failpoints import failpoint
 from .agent.identifiers import SHA_RE
 from .config import ConfigError
 from .outcome import Outcome, VqAdminError
+from .source import GIT_ENV, RECEIVE_PACK, run_git
 from .transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
@@ -167,14 +168,14 @@ def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
     if not path.startswith("/"):
         raise VqAdminError(f"feed_source_mirror {path!r} is not an absolute path")
     if not isinstance(transport, SshTransport):
-        return Mirror(path=path, where=transport.where, url=path)
+        return Mirror(path=path, where=transport.where, url=path, git_env=dict(GIT_ENV))
     dest = transport.destination
     if ":" in dest or "/" in dest:
         raise ConfigError(ssh_key, f"{dest!r} contains ':' or '/', which git cannot use in the url of "
                                    "feed_source_mirror; give the host an alias in the ssh configuration")
     # LC_ALL=C: git's own words on a lost connection are read (mirror_feed.lost_mid_push)
     command, values = git_ssh_command(transport)
-    env = {"GIT_SSH_COMMAND": command, "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
+    env = {**GIT_ENV, "GIT_SSH_COMMAND": command, "GIT_SSH_VARIANT": "ssh", "LC_ALL": "C"}
     return Mirror(path=path, where=dest, url=f"{dest}:{path}", git_env=env, git_values=values)
 
 
@@ -193,7 +194,7 @@ def tags_at(repo: str, sha: str) -> list[FeedRef]:
     """Every ``refs/tags/*`` of *repo* naming *sha*: a light tag, or an annotated tag object whose target it is."""
     argv = ["git", "-C", repo, "for-each-ref", f"--points-at={sha}",
             "--format=%(objectname) %(objecttype) %(*objectname) %(refname)", "refs/tags/"]
-    listed = run_local_argv(argv, argv, "local", timeout=LOCAL_GIT_TIMEOUT)
+    listed = run_git(argv, timeout=LOCAL_GIT_TIMEOUT)
     if not listed.ok:
         raise VqAdminError(f"cannot list the tags at {sha} in {repo}: {listed.error_text()}")
     tags = []
@@ -217,7 +218,7 @@ def probe_argv(path: str) -> list[str]:
 
 def probe_env(path: str) -> dict[str, str]:
     """Stop git's repository discovery at *path* (never look in a parent) and keep its messages parseable."""
-    return {"GIT_CEILING_DIRECTORIES": posixpath.dirname(path.rstrip("/")) or "/", "LC_ALL": "C"}
+    return {**GIT_ENV, "GIT_CEILING_DIRECTORIES": posixpath.dirname(path.rstrip("/")) or "/", "LC_ALL": "C"}
 
 
 #: The ref one ``mirror-symrefs`` read asks about: the step is planned once, with this slot, and
@@ -246,7 +247,8 @@ def symref_argv(path: str, ref: str = REF) -> list[str]:
 
 def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
     """``git ls-remote`` of exactly the refs of the set (filtered to exact names by :func:`parse_ls_remote`)."""
-    return ["git", "-C", repo, "ls-remote", "--refs", "--", mirror.url, *(r.ref for r in refs)]
+    return ["git", "-C", repo, "ls-remote", "--refs", "--upload-pack=git-upload-pack", "--", mirror.url,
+            *(r.ref for r in refs)]
 
 
 def refspec(obj: str, ref: str) -> str:
@@ -260,13 +262,14 @@ def refspec(obj: str, ref: str) -> str:
 def push_argv(repo: str, url: str, refspecs: Sequence[tuple[str, str]]) -> list[str]:
     """The one push: atomic, porcelain, ``OBJECT:REF`` refspecs, no ``+``, no force, no tags or submodules followed.
 
-    ``--no-verify`` keeps the driver checkout's own pre-push hook out of the feed.
+    ``--no-verify`` keeps the driver checkout's own pre-push hook out of the feed, and the mirror
+    runs :data:`~vq_admin.source.RECEIVE_PACK` (its hooks off) whatever the checkout configures.
     """
     specs = [refspec(obj, ref) for obj, ref in refspecs]
     if not specs:
         raise ValueError("a feed pushes at least the pin ref")
     return ["git", "-C", repo, "push", "--atomic", "--porcelain", "--no-follow-tags",
-            "--no-recurse-submodules", "--no-verify", "--", url, *specs]
+            "--no-recurse-submodules", "--no-verify", f"--receive-pack={RECEIVE_PACK}", "--", url, *specs]
 
 
 #: The lane's branch pair in the planned push.  Only the mirror's read tells whether it is fed (two
@@ -329,8 +332,7 @@ def parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
 
 
 def _git(repo: str, *args: str) -> RunResult:
-    argv = ["git", "-C", repo, *args]
-    return run_local_argv(argv, argv, "local", timeout=LOCAL_GIT_TIMEOUT)
+    return run_git(["git", "-C", repo, *args], timeout=LOCAL_GIT_TIMEOUT)
 
 
 def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from .agent import paths
 from .agent.identifiers import DESTINATION_RE
 
-_cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+_cache: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
 
 
 class ConfigUnavailable(Exception):
@@ -50,7 +50,6 @@ def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
     blocks) of bounded size and nesting."""
-    from .agent.securepath import path_problem
     from .bounded import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
     path = config_path_of(config_path)
@@ -58,13 +57,10 @@ def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
         st = os.stat(path)
     except OSError as exc:
         raise ConfigUnavailable(f"the configuration {path} cannot be read ({exc.strerror})") from None
-    problem = path_problem(os.path.abspath(path), what="configuration file")
-    if problem:
-        raise ConfigUnavailable(f"{problem}; refusing it")
-    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _cache:
         try:
-            data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES),
+            data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES, trusted=True),
                               f"the configuration {path}", limit=MAX_CONFIG_BYTES)
         except InputError as exc:
             raise ConfigUnavailable(str(exc)) from None
@@ -94,7 +90,7 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     if not words:
         raise ConfigUnavailable(f"hosts.{host}.agent is not a command")
     from .agent.protocol import hash_file
-    from .agent.securepath import command_problem, path_problem
+    from .agent.securepath import command_problem, ssh_config_problem
 
     remote = hash_file(words, launcher)
 
@@ -110,7 +106,7 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
 
     ssh = ["ssh"]
     if isinstance(data.get("ssh_config"), str):
-        problem = path_problem(data["ssh_config"], what="ssh_config")
+        problem = ssh_config_problem(data["ssh_config"])
         if problem:
             raise ConfigUnavailable(f"{problem}; ssh would run commands it names as you; refusing it")
         ssh += ["-F", data["ssh_config"]]
@@ -146,6 +142,10 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
                f"changed it, then deploy a new generation "
                f"(vq admin update {entry['program']} {host} --expected-sha SHA) "
                "and resubmit with the launcher vq admin launcher prints")
+    if isinstance(answer.get("untrusted"), str):
+        raise ReadbackRefused("untrusted-launcher", f"{answer['untrusted']} (launcher {launcher} on {host})",
+                              "do not run it until the directory is fixed; then deploy a new generation "
+                              f"(vq admin update {entry['program']} {host} --expected-sha SHA)")
     if answer.get("exists") is False:
         raise ReadbackRefused("launcher-changed",
                               f"the verified launcher {launcher} no longer exists on {host}", changed)

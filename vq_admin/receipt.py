@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
@@ -16,6 +16,20 @@ if TYPE_CHECKING:
 
 SCHEMA = envelope.SCHEMAS["receipt"]
 PLAN_SCHEMA = envelope.SCHEMAS["plan"]
+#: The most of one stream of a command's output a receipt keeps: its head and tail, half each.
+OUTPUT_KEPT = 2 << 20
+
+
+def _head_and_tail(data: bytes) -> str:
+    """*data* as text, or its head and tail (:data:`OUTPUT_KEPT` bytes in all) around a marker."""
+    if len(data) <= OUTPUT_KEPT:
+        return data.decode("utf-8", "replace")
+    half = OUTPUT_KEPT // 2
+    cut = len(data) - 2 * half
+    return (data[:half].decode("utf-8", "replace") + f"\n[... {cut} bytes left out: see the transcript ...]\n"
+            + data[-half:].decode("utf-8", "replace"))
+
+
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)
 
 
@@ -100,6 +114,8 @@ class Receipt:
     not_stored: list[str] | None = None
     #: an internal error's traceback
     traceback: str | None = None
+    #: the whole of each stream :meth:`record_command` kept only the head and tail of (not a section)
+    transcript: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def set_section(self, name: str, value: Any) -> None:
         """Set the declared section *name*; any other name raises :class:`UndeclaredSection`."""
@@ -127,7 +143,11 @@ class Receipt:
         return found
 
     def record_command(self, result: RunResult, where: str) -> None:
-        """A provider command run to its end on a fixed host: exit status, output, metrics."""
+        """A provider command run to its end on a fixed host: exit status, output, metrics.
+
+        Each stream's head and tail (:data:`OUTPUT_KEPT` bytes in all) are kept in the receipt; a
+        longer one is kept whole (as captured) in the receipt's transcript directory when the
+        receipt is stored (:attr:`transcript`), and the receipt says so."""
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
         self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
@@ -136,11 +156,26 @@ class Receipt:
             "reason": None if complete else "unavailable",
             "log_dir": None,
             "observations": 0,
-            "stdout": stdout,
-            "stderr": stderr,
+            "stdout": _head_and_tail(result.stdout),
+            "stderr": _head_and_tail(result.stderr),
         }
+        self.transcript = {name: data for name, data in (("stdout", result.stdout), ("stderr", result.stderr))
+                           if len(data) > OUTPUT_KEPT}
+        if self.transcript:
+            self.command_output["truncated"] = True
+            self.command_output["kept"] = (f"the first and last {OUTPUT_KEPT // 2} bytes of "
+                                           f"{' and '.join(self.transcript)}; the whole output is in the transcript")
         self.metrics = parse_metrics(stdout, stderr)
         self.metrics_complete = complete
+
+    def keep_transcript(self, directory: Callable[[], str], write: Callable[[str, bytes], str]) -> None:
+        """Store the streams :meth:`record_command` cut in the receipt's transcript *directory*
+        (``write(name, data)`` gives each file's path) and name it in ``command_output``."""
+        if self.transcript:
+            for name, data in self.transcript.items():
+                write(name, data)
+            self.command_output["transcript"] = directory()
+            self.transcript = {}
 
     def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
         self.outcome = outcome

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+from vq_admin_hookspecs import Slot
+
 from .agent.identifiers import SHA_RE, TAG_RE
 from .outcome import Refused, UsageError, VqAdminError
 from .transport import RunResult, run_local_argv
@@ -46,9 +48,61 @@ class SourceIdentity:
         return data
 
 
+#: How vq-admin runs git, on the driver and on the login host (one home, CONTRACT section 10): no
+#: program a repository names runs, even in a private repository.  No system-wide file is read, and
+#: the environment's configuration (which outranks every file) turns hooks off and overrides the
+#: repository's fsmonitor, ssh command and ``ext::`` transport; filter drivers and textconv never run
+#: (the archive is made where the repository's configuration and attributes are not read,
+#: :func:`make_archive`, and the helper lane's status has them emptied, :func:`head_commit`); the
+#: mirror's push names the ``receive-pack`` it runs, hooks off (:data:`RECEIVE_PACK`).
+GIT_SETTINGS = (("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("core.sshCommand", "ssh"),
+                ("protocol.ext.allow", "never"))
+
+
+def git_env(*extra: tuple[str, str]) -> dict[str, str]:
+    """The environment every git vq-admin starts runs with: :data:`GIT_SETTINGS` and *extra* settings."""
+    env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_COUNT": str(len(GIT_SETTINGS) + len(extra))}
+    for index, (key, value) in enumerate(GIT_SETTINGS + extra):
+        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+    return env
+
+
+GIT_ENV = git_env()
+#: What a feed's push runs on the mirror: its ``receive-pack`` with hooks off (the pushing user would run them).
+RECEIVE_PACK = "git -c core.hooksPath=/dev/null receive-pack"
+
+
+def run_git(argv: list[str], *, timeout: float = GIT_TIMEOUT, stdin: bytes | None = None,
+            env: dict[str, str] | None = None) -> RunResult:
+    """Run the git *argv* on the driver with :data:`GIT_ENV` (or *env*)."""
+    return run_local_argv(argv, argv, "local", timeout=timeout, stdin=stdin, env=env or GIT_ENV)
+
+
 def git(repo: str, *args: str, timeout: float = GIT_TIMEOUT) -> RunResult:
-    argv = ["git", "-C", repo, *args]
-    return run_local_argv(argv, argv, "local", timeout=timeout)
+    return run_git(["git", "-C", repo, *args], timeout=timeout)
+
+
+def git_dir_of(repo: str) -> str:
+    """The git directory of the checkout (or bare repository) *repo*: where its configuration,
+    hooks and objects are (a worktree's ``.git`` file is followed to its common directory)."""
+    dot = os.path.join(repo, ".git")
+    if os.path.isfile(dot):
+        done = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+        return _checked(done, "the git directory", repo)
+    return dot if os.path.isdir(dot) else repo
+
+
+def check_repository(repo: str, what: str) -> None:
+    """Refuse (77) the checkout *repo* unless it, its git directory and its configuration pass the
+    secure-path rule: git reads them as the administrator (CONTRACT section 10)."""
+    from .agent.securepath import path_problem
+
+    if not os.path.isdir(repo):
+        raise Refused(f"{what} {repo} does not exist")
+    for path in (repo, git_dir := git_dir_of(repo), os.path.join(git_dir, "config")):
+        problem = path_problem(path, what=what, missing_ok=path != repo)
+        if problem:
+            raise Refused(f"{problem}; refusing it (another user could make git run a program as you)")
 
 
 def _one_line(result: RunResult) -> str:
@@ -87,8 +141,7 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
     as that exact commit, a tag given that is not among those) is resolved step
     by step for the precise refusal.
     """
-    if not os.path.isdir(repo):
-        raise Refused(f"source repository {repo} does not exist")
+    check_repository(repo, "source repository")
     tree = _commit_tree(repo, sha)
     if tree is None:
         return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)
@@ -113,8 +166,7 @@ def expected_tag(sha: str, tags: tuple[str, ...]) -> str | None:
 def _commit_tree(repo: str, sha: str) -> str | None:
     """The tree of commit *sha* from one ``git cat-file --batch``; ``None`` when
     git's answer is not exactly that commit (missing, another object format, ...)."""
-    argv = ["git", "-C", repo, "cat-file", "--batch"]
-    done = run_local_argv(argv, argv, "local", timeout=GIT_TIMEOUT, stdin=f"{sha}^{{commit}}\n".encode())
+    done = run_git(["git", "-C", repo, "cat-file", "--batch"], stdin=f"{sha}^{{commit}}\n".encode())
     if done.interrupted:  # a timed-out or killed git says nothing about the repository
         _checked(done, f"commit {sha}", repo)
     if not done.ok or done.stdout_truncated:
@@ -139,8 +191,6 @@ def _tags_at(repo: str, sha: str) -> tuple[str, ...]:
 
 def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
     """:func:`resolve` one question per git call, for the precise refusal."""
-    if not os.path.isdir(repo):
-        raise Refused(f"source repository {repo} does not exist")
     fmt = git(repo, "rev-parse", "--show-object-format")
     if not fmt.ok:
         if _answered(fmt, 128):  # git's own answer; a timeout or a killed git proves nothing
@@ -182,20 +232,48 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
 ARCHIVE_NAME = "source.tar"
 
 
-def archive_argv(repo: str, sha: str, path: str) -> list[str]:
-    """The ``git archive`` of the exact commit *sha* of *repo* into *path* (what the ``source`` step runs)."""
-    return ["git", "-C", repo, "archive", "--format=tar", "-o", path, "--end-of-options", sha]
+#: The objects-only repository the archive is made in, below the run's work directory.
+OBJECTS_ONLY = "objects-only.git"
+
+
+def archive_argv(repo: str, sha: str, workdir: str | Slot) -> list[str | Slot]:
+    """The ``git archive`` of the exact commit *sha* of *repo* into ``<workdir>/source.tar`` (what the
+    ``source`` step runs): made in an objects-only repository below *workdir* whose objects are
+    *repo*'s (:func:`make_archive`), so no configuration, hook, filter or ``info/attributes`` of *repo*
+    takes part; *workdir* is a directory or (the plan) a slot."""
+    def below(name: str, prefix: str = "") -> str | Slot:
+        if isinstance(workdir, Slot):
+            return Slot(workdir.name, label=workdir.label, prefix=prefix, suffix=f"/{name}")
+        return f"{prefix}{workdir}/{name}"
+
+    return ["git", "-C", repo, below(OBJECTS_ONLY, "--git-dir="), "archive", "--format=tar",
+            "-o", below(ARCHIVE_NAME), "--end-of-options", sha]
 
 
 def make_archive(ident: SourceIdentity, workdir: str, argv: list[str] | None = None) -> SourceIdentity:
     """Archive the exact commit into *workdir* and prove the archive's tree.  *argv* is the planned
-    ``source`` step's, filled (:func:`archive_argv`); any other argv is refused before git runs."""
+    ``source`` step's, filled (:func:`archive_argv`); any other argv is refused before git runs.
+
+    git runs in a fresh repository holding only an ``objects/info/alternates`` line naming the
+    checkout's objects, with no global configuration either: the archive depends on the commit
+    alone (its own ``.gitattributes`` included, which the tree proof then judges)."""
     path = os.path.join(workdir, ARCHIVE_NAME)
-    exact = archive_argv(ident.repo, ident.sha, path)
+    exact = [str(word) for word in archive_argv(ident.repo, ident.sha, workdir)]
     if argv is not None and argv != exact:
         raise VqAdminError(f"the planned archive {argv!r} is not the archive of {ident.sha} into {path}; "
                            "nothing was run")
-    return prove_archive(ident, path, run_local_argv(exact, exact, "local", timeout=GIT_TIMEOUT))
+    bare = os.path.join(workdir, OBJECTS_ONLY)
+    for level in (bare, f"{bare}/objects", f"{bare}/objects/info", f"{bare}/refs"):
+        os.mkdir(level, 0o700)
+    fmt = "sha256" if len(ident.sha) == 64 else "sha1"
+    files = {"HEAD": "ref: refs/heads/main\n",
+             "config": f"[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = {fmt}\n",
+             "objects/info/alternates": os.path.join(os.path.abspath(git_dir_of(ident.repo)), "objects") + "\n"}
+    for name, text in files.items():
+        with open(os.path.join(bare, name), "x", encoding="utf-8") as fh:
+            fh.write(text)
+    made = run_git(exact, env={**GIT_ENV, "GIT_CONFIG_GLOBAL": os.devnull})
+    return prove_archive(ident, path, made)
 
 
 def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceIdentity:
@@ -224,8 +302,13 @@ def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceId
 
 
 def head_commit(repo: str) -> str:
-    """The full SHA of HEAD, refusing a dirty working tree (helper lane)."""
-    status = git(repo, "status", "--porcelain", "--untracked-files=no")
+    """The full SHA of HEAD, refusing a dirty working tree (helper lane).  ``git status`` cleans
+    changed files through their filter drivers: every one configured is emptied for it."""
+    check_repository(repo, "helper source repository")
+    drivers = git(repo, "config", "--name-only", "--get-regexp", r"^filter\.")
+    emptied = tuple((key, "false" if key.endswith(".required") else "")
+                    for key in sorted(set(drivers.text().split())) if drivers.ok)
+    status = run_git(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"], env=git_env(*emptied))
     if not status.ok:
         raise Refused(f"{repo} is not a git repository: {status.error_text()}")
     if status.text().strip():

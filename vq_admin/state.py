@@ -119,6 +119,15 @@ class StateDir:
         if fd is not None:
             os.close(fd)
 
+    def check_run_dirs(self, lane: str, host: str, program: str | None) -> None:
+        """Refuse (exit 77) before a run writes anything (its lock, holder, receipt) when a directory it
+        would write is not the administrator's own: every existing level checked, nothing created."""
+        lane_parts = self.lane_parts(lane, host, program)
+        for parts in (["locks"], ["receipts"], ["registry", host, program or ""], lane_parts):
+            fd = self.tree.open_dir(parts if program or parts[0] != "registry" else ["registry"], create=False)
+            if fd is not None:
+                os.close(fd)
+
     # -- room to record a run -------------------------------------------------------
 
     def free_bytes(self) -> int:

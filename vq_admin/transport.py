@@ -249,8 +249,10 @@ def run_local_argv(
     stdin: bytes | str | None = None,
     transport_exit: int | None = None,
     watch: Callable[..., None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Run *full* locally (no shell) with :func:`vq_admin.process.run`, recorded as *argv* on *where*.
+    """Run *full* locally (no shell) with :func:`vq_admin.process.run`, recorded as *argv* on *where*
+    (*env* added to this process's environment).
 
     On timeout the whole process group is ended and ``interrupted`` is
     ``"timeout"``; when *transport_exit* is the exit status (or a signal ended
@@ -261,7 +263,7 @@ def run_local_argv(
         return RunResult(argv, where, SSH_TRANSPORT_EXIT, b"",
                          b"vq-admin test fault: connection dropped before the command ran\n",
                          0.0, "transport")
-    done = process.run(full, timeout=timeout, stdin=stdin, watch=watch)
+    done = process.run(full, timeout=timeout, stdin=stdin, watch=watch, env={**os.environ, **env} if env else None)
     result = RunResult(argv, where, done.exit_code, done.stdout, done.stderr, done.seconds,
                        done.interruption(transport_exit), done.stdout_truncated)
     return _apply_fault(result, fault) if fault and done.ended != process.NOT_STARTED else result

@@ -95,7 +95,8 @@ def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
                 nfd = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if os.path.islink(shown):
-                    raise UnsafePath(f"{shown} is a symlink; refusing to follow it") from None
+                    owner = securepath._owner_name(os.lstat(shown).st_uid)
+                    raise UnsafePath(f"{shown} is a symlink (owner {owner}); refusing to follow it") from None
                 raise UnsafePath(f"{shown}: {exc.strerror}") from None
             os.close(fd)
             fd = nfd

@@ -9,8 +9,9 @@ secure path checks).  For each level, from the path itself up to ``/``:
   bit (``/tmp``): there others cannot rename or remove what they do not own.
 
 A symlink the operator named is followed, and both the path as given and what
-it resolves to are checked (a link can only be swapped by someone who can
-write the directory holding it, which the given chain covers).
+it resolves to are checked; a symlink on the way owned by another user is
+refused (its owner can repoint it, and in a sticky directory only they can
+remove it: :func:`link_problem`).
 
 Standard library only: ``vq-admin-agent`` runs it on login hosts, and the
 per-job launcher resolution imports it.  Nothing here writes, but for the
@@ -98,9 +99,45 @@ def path_problem(path: str, *, what: str, missing_ok: bool = False) -> str | Non
         return f"{what} {path} is not an absolute path"
     path = os.path.normpath(path)
     try:
-        return chain_problem(path, os.path.realpath(path), os.stat, what=what, missing_ok=missing_ok)
+        return link_problem(path, what) or chain_problem(path, os.path.realpath(path), os.stat, what=what,
+                                                         missing_ok=missing_ok)
     except OSError as exc:
         return f"cannot check {what} {path}: {exc.strerror or exc}"
+
+
+def link_problem(path: str, what: str) -> str | None:
+    """Why a symlink among the levels of *path* (as given) cannot be trusted, or ``None``.
+
+    A symlink's own owner can repoint it whatever its mode, and in a sticky directory
+    (``/scratch`` 1777) nobody else can remove it: one not created by you or root is refused,
+    wherever it points (the checks that follow it see only its target)."""
+    level = ""
+    for name in path.split("/")[1:]:
+        level += "/" + name
+        try:
+            st = os.lstat(level)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
+            return (f"{what} {path}: symlink {level} is owned by {_owner_name(st.st_uid)}, not by you or root, "
+                    f"who can point it anywhere; vq-admin never follows it; fix: remove it (rm {level}) and "
+                    f"use a private directory")
+    return None
+
+
+def opened_problem(path: str, fd: int, st: os.stat_result, *, what: str) -> str | None:
+    """:func:`path_problem` for the file open as *fd* (``fstat``: *st*), which *path* named when it was
+    opened: the owner and mode of what was opened, the symlinks of *path* and the directories above
+    both it and the file opened (its real path, as the kernel names the open file)."""
+    path = os.path.normpath(os.path.abspath(path))
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the path's own resolution
+        real = os.path.realpath(path)
+    problem = level_problem(real, st, is_dir=False)
+    if problem:
+        return _with_fix(what, path, problem, real, real)
+    return link_problem(path, what) or chain_problem(path, real, os.stat, what=what)
 
 
 def chain_problem(path: str, real: str, stat_of: "StatOf", *, what: str, missing_ok: bool = False,
@@ -231,6 +268,54 @@ def command_problem(words: "Iterable[object]", *, what: str = "command") -> str 
         problem = path_problem(word, what=what, missing_ok=True)
         if problem:
             return problem
+    return None
+
+
+#: The ``ssh_config`` keywords whose values ssh runs as a program (``Match`` lines: their ``exec``).
+SSH_PROGRAM_KEYWORDS = frozenset({"proxycommand", "localcommand", "knownhostscommand", "match"})
+
+
+def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -> str | None:
+    """``None`` when the ssh configuration *path*, every file it ``Include``s (recursively) and every
+    absolute path among the words of a program it names (``ProxyCommand``, ``LocalCommand``,
+    ``KnownHostsCommand``, ``Match exec``, for any host: ``ProxyJump`` hosts are read from the same
+    files) pass the rule; else one line naming the offender, the line that names it and the fix.
+    Read before ssh ever runs (``ssh -G`` would run ``Match exec``)."""
+    problem = path_problem(path, what=what)
+    if problem or depth > 16:
+        return problem or f"{what} {path}: Include nested more than 16 files deep"
+    try:
+        fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"{what} {path} is not a regular file"
+            text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot read {what} {path}: {exc.strerror or exc}"
+    checked: set[str] = set()
+    for line in text.splitlines():
+        line = line.strip()
+        cut = min((i for i in (line.find(" "), line.find("\t"), line.find("=")) if i > 0), default=len(line))
+        keyword, value = line[:cut].lower(), line[cut:].strip(" \t=")
+        words = [os.path.expanduser(w) for w in value.replace('"', " ").replace("'", " ").split()]
+        if keyword == "include":
+            import glob
+
+            for pattern in words:
+                pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
+                for found in sorted(glob.glob(pattern)) or [pattern]:
+                    problem = ssh_config_problem(found, what=f"{what} {path} Includes", depth=depth + 1) \
+                        if os.path.lexists(found) else path_problem(found, what="Include", missing_ok=True)
+                    if problem:
+                        return problem
+        elif keyword in SSH_PROGRAM_KEYWORDS:
+            new = [w for w in words if w not in checked]
+            checked.update(new)
+            problem = command_problem(new, what=f"program {what} {path} names ({line[:cut]})")
+            if problem:
+                return f"{problem}; ssh would run it as you"
     return None
 
 

@@ -17,8 +17,10 @@ absolute ``active_path`` (the driver then reports the receipt's problem).
 
 ``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
 
-Standard library only; of the agent only the protocol's JSON codec and
-:mod:`.spawn` (the agent's one process runner).
+Standard library only; of the agent only the protocol's JSON codec,
+:mod:`.spawn` (the agent's one process runner) and :mod:`.securepath` (a
+launcher another user could replace is answered with exit 77 and
+``untrusted``, never hashed).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ CHUNK = 1 << 20
 STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
-EXIT_FAILED, EXIT_USAGE = 1, 2
+EXIT_FAILED, EXIT_USAGE, EXIT_UNSAFE = 1, 2, 77
 
 
 def file_sha256(path: str) -> str:
@@ -54,7 +56,9 @@ def file_sha256(path: str) -> str:
 
 
 def hash_answer(path: str) -> tuple[dict[str, Any], int]:
-    """The ``hash-file`` answer for *path* (following symlinks) and its exit status."""
+    """The ``hash-file`` answer for *path* (following symlinks) and its exit status: 77 (``untrusted``
+    names the offender and the fix, no hash) when another user could replace the launcher (the
+    secure-path rule, CONTRACT section 10)."""
     try:
         st = os.stat(path)
         real = os.path.realpath(path)
@@ -63,6 +67,11 @@ def hash_answer(path: str) -> tuple[dict[str, Any], int]:
         return {"path": path, "exists": False, "error": exc.strerror}, EXIT_FAILED
     if not stat.S_ISREG(st.st_mode):
         return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
+    from .securepath import path_problem
+
+    untrusted = path_problem(path, what="launcher")  # it, its real path and every directory above both
+    if untrusted:
+        return {"path": path, "exists": True, "regular": True, "untrusted": untrusted, "error": untrusted}, EXIT_UNSAFE
     try:
         digest = file_sha256(path)
     except OSError as exc:
@@ -88,7 +97,7 @@ def active_path_of(stdout: bytes) -> str | None:
     """The absolute ``active_path`` the verify receipt names, or ``None``."""
     try:
         value = protocol.decode(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nested too deep: the driver fails it (1)
         return None
     path = value.get("active_path") if isinstance(value, dict) else None
     return path if isinstance(path, str) and path.startswith("/") and "\0" not in path else None

@@ -22,13 +22,13 @@ from .. import process
 from ..agent import checksum
 from ..agent.failpoints import failpoint
 from ..agent.frames import FrameError, read_frames
-from ..receipt import parse_metrics
+from ..receipt import OUTPUT_KEPT, parse_metrics
 from ..statefs import temp_name
 from ..transport import Transport, describe_interruption
 
-#: How much of each transcript the receipt carries inline (the tail); the
-#: driver's copy next to the receipt always holds all of it.
-TEXT_LIMIT = 16 << 20
+#: How much of each transcript the receipt carries inline (the tail: a few MiB, as for a command's
+#: output, :data:`vq_admin.receipt.OUTPUT_KEPT`); the driver's copy next to the receipt holds all of it.
+TEXT_LIMIT = OUTPUT_KEPT
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
 MAX_METRIC_LINE = 64 << 10
 

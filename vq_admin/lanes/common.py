@@ -65,6 +65,9 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
     # last.json, the admin log) names it, so none may exist without it.
     try:
+        transcript = ["receipts", f"{receipt.id}.transcript"]
+        receipt.keep_transcript(lambda: ctx.state.tree.path(*transcript),
+                                lambda name, data: ctx.state.tree.write_atomic(transcript, name, data))
         path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
     except OSError as exc:
         return _not_stored(ctx, receipt, exc)

@@ -96,6 +96,9 @@ def command_words(update: "RuntimeLane") -> list[Place]:
         (login, f"{profile_key}.verify_command", profile_words(p, "verify_command", verify.argv))]
     if p.prepare_command:
         entries.append((login, f"{profile_key}.prepare_command", p.prepare_command))
+    if p.feed_source_mirror:  # the feed writes there; its config and hooks are git's to read
+        mirror = p.feed_source_mirror.rstrip("/")
+        entries.append((login, f"{profile_key}.feed_source_mirror", [mirror, f"{mirror}/config", f"{mirror}/hooks"]))
     key = "install_command" if ctx.options.cluster_install else "update_command"
     deploy = update.planned_deploy()
     target = login if p.update_allocation is not None else build

@@ -96,6 +96,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                 receipt = body()
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
+                ctx.state.check_run_dirs(*lock_key)  # a loose directory there: refused before the lock is written
                 with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
                                                                       deferred=deferred_lease):
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)

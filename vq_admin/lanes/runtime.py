@@ -28,6 +28,7 @@ from vq_admin_hookspecs.slots import place, place_env
 
 from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
+from ..evidence import LAUNCHER_TRUST
 from ..context import RunContext
 from ..outcome import Locked, Outcome, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
@@ -210,7 +211,8 @@ class RuntimeUpdate:
             self.receipt.errors.extend(self.verify_errors(post))
             if reclaim:
                 self.reclaim(success=False)
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+            untrusted = any(c.name == LAUNCHER_TRUST and not c.ok for c in post.checks)
+            return conclude(self.ctx, self.receipt, Outcome.REFUSED if untrusted else Outcome.FAILED)
         if reclaim:
             self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))

@@ -31,7 +31,7 @@ STAGE_TIMEOUT = 120.0
 RECLAIM_TIMEOUT = 300.0
 
 #: The run-time values of the staging steps, as named slots of their planned argv.
-WORKDIR = Slot("workdir", suffix="/" + source.ARCHIVE_NAME)
+WORKDIR = Slot("workdir")  # the run's work directory: source.archive_argv places its words below it
 STAGE = Slot("stage")
 ARCHIVE_SHA256 = Slot("archive_sha256")
 TREE_SHA256 = Slot("tree_sha256")
