@@ -37,11 +37,13 @@ pathlib.Path(sys.argv[1]).write_text(" ".join(sys.argv[2:]))
 sys.exit(0)
 """
 VERIFY = """\
-import pathlib, sys
+import json, sys
 with open(sys.argv[1], "a") as fh:
     fh.write(" ".join(sys.argv[2:]) + "\\n")
-sys.exit(1)  # nothing proven: silent and non-zero, as a verifier before the first install
-"""
+program = sys.argv[sys.argv.index("--program") + 1]
+print(json.dumps({"program": program, "source_sha": None, "tag": None, "healthy": False, "activation": "none",
+                  "quiescent": True, "updater_pid": None, "active_path": None, "active_path_sha256": None}))
+"""  # nothing proven: the receipt of nothing active (CONTRACT section 4), as before the first install
 
 
 def as_nobody(*argv: str) -> subprocess.CompletedProcess:
