@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -86,6 +87,17 @@ def _start_sshd(base_dir, env: dict[str, str]) -> SshdServer:
     server = SshdServer(base_dir, env={"PATH": remote_path(), **env})
     server.start()
     return server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_xdg_state_per_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same for what module- and session-scoped fixtures run (they start before any test's own
+    home is set): each pytest-xdist worker its own XDG state home, never the account's."""
+    home = tmp_path_factory.mktemp("xdg-state-worker")
+    home.chmod(0o700)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(home))
+        yield
 
 
 @pytest.fixture(autouse=True)
