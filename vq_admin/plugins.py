@@ -30,8 +30,6 @@ from vq_admin_hookspecs import (
 )
 from vq_admin_hookspecs import specs as hookspec_module
 
-from .entrypoints import entry_points
-from .entrypoints import load as load_entry_point
 from .outcome import UsageError
 from .providers import command as command_provider
 
@@ -60,14 +58,13 @@ class ProviderInfo:
 
 
 def installed_providers() -> dict[str, list[InstalledProvider]]:
-    """Every provider entry point installed, by name (without loading any).
+    """Every provider entry point installed, by name (without loading any)."""
+    from importlib.metadata import entry_points
 
-    Read from the distributions' metadata files by :mod:`vq_admin.entrypoints`
-    (not ``importlib.metadata``, whose import alone costs more than the rest
-    of an already-current run's imports)."""
     found: dict[str, list[InstalledProvider]] = {}
-    for ep in entry_points(ENTRY_POINT_GROUP):
-        item = InstalledProvider(ep.name, ep.distribution, ep.version, ep.value)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist, version = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+        item = InstalledProvider(ep.name, dist, version, ep.value)
         if item not in found.setdefault(ep.name, []):
             found[ep.name].append(item)
     return found
@@ -107,7 +104,9 @@ class Providers:
                 raise ProviderError(f"provider {name!r} is offered by more than one distribution: {both}")
             offer = offers[0]
             try:
-                plugin = load_entry_point(offer.value)
+                from importlib.metadata import EntryPoint
+
+                plugin = EntryPoint(name, offer.value, ENTRY_POINT_GROUP).load()
             except Exception as exc:  # a broken provider must name itself
                 raise ProviderError(
                     f"provider {name!r} (entry point {offer.value} of {offer.distribution} {offer.version}) "
