@@ -83,10 +83,7 @@ class Providers:
 
     @classmethod
     def load(cls, names: Iterable[str]) -> "Providers":
-        pm = pluggy.PluginManager(PROJECT_NAME)
-        pm.add_hookspecs(hookspec_module)
-        pm.register(command_provider, name=BUILTIN)
-        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        pm, info = _with_builtin()
         installed: dict[str, list[InstalledProvider]] | None = None  # read only for a plugin provider
         for name in names:
             if name == BUILTIN or name in info:
@@ -127,10 +124,7 @@ class Providers:
     def from_plugins(cls, plugins: Mapping[str, object]) -> "Providers":
         """Providers from already-imported plugin objects, by name (tests and the
         conformance kit); no entry point is loaded.  Checked like :meth:`load`."""
-        pm = pluggy.PluginManager(PROJECT_NAME)
-        pm.add_hookspecs(hookspec_module)
-        pm.register(command_provider, name=BUILTIN)
-        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        pm, info = _with_builtin()
         for name, plugin in plugins.items():
             try:
                 pm.register(plugin, name=name)
@@ -211,8 +205,11 @@ def _hooks_of(pm: pluggy.PluginManager, name: str) -> tuple[str, ...]:
     return tuple(h for h in HOOK_NAMES if h in names)
 
 
-def _own_version() -> str:
-    """vq-admin's own version (the package's, without scanning the installed distributions)."""
+def _with_builtin() -> tuple[pluggy.PluginManager, dict[str, ProviderInfo]]:
+    """A plugin manager with the hook specifications and the built-in provider registered, and its info."""
     from . import __version__
 
-    return __version__
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspec_module)
+    pm.register(command_provider, name=BUILTIN)
+    return pm, {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", __version__, _hooks_of(pm, BUILTIN), builtin=True)}
