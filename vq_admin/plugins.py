@@ -30,8 +30,6 @@ from vq_admin_hookspecs import (
 )
 from vq_admin_hookspecs import specs as hookspec_module
 
-from .entrypoints import entry_points
-from .entrypoints import load as load_entry_point
 from .outcome import UsageError
 from .providers import command as command_provider
 
@@ -60,14 +58,13 @@ class ProviderInfo:
 
 
 def installed_providers() -> dict[str, list[InstalledProvider]]:
-    """Every provider entry point installed, by name (without loading any).
+    """Every provider entry point installed, by name (without loading any)."""
+    from importlib.metadata import entry_points
 
-    Read from the distributions' metadata files by :mod:`vq_admin.entrypoints`
-    (not ``importlib.metadata``, whose import alone costs more than the rest
-    of an already-current run's imports)."""
     found: dict[str, list[InstalledProvider]] = {}
-    for ep in entry_points(ENTRY_POINT_GROUP):
-        item = InstalledProvider(ep.name, ep.distribution, ep.version, ep.value)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist, version = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+        item = InstalledProvider(ep.name, dist, version, ep.value)
         if item not in found.setdefault(ep.name, []):
             found[ep.name].append(item)
     return found
@@ -86,10 +83,7 @@ class Providers:
 
     @classmethod
     def load(cls, names: Iterable[str]) -> "Providers":
-        pm = pluggy.PluginManager(PROJECT_NAME)
-        pm.add_hookspecs(hookspec_module)
-        pm.register(command_provider, name=BUILTIN)
-        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        pm, info = _with_builtin()
         installed: dict[str, list[InstalledProvider]] | None = None  # read only for a plugin provider
         for name in names:
             if name == BUILTIN or name in info:
@@ -107,7 +101,9 @@ class Providers:
                 raise ProviderError(f"provider {name!r} is offered by more than one distribution: {both}")
             offer = offers[0]
             try:
-                plugin = load_entry_point(offer.value)
+                from importlib.metadata import EntryPoint
+
+                plugin = EntryPoint(name, offer.value, ENTRY_POINT_GROUP).load()
             except Exception as exc:  # a broken provider must name itself
                 raise ProviderError(
                     f"provider {name!r} (entry point {offer.value} of {offer.distribution} {offer.version}) "
@@ -128,10 +124,7 @@ class Providers:
     def from_plugins(cls, plugins: Mapping[str, object]) -> "Providers":
         """Providers from already-imported plugin objects, by name (tests and the
         conformance kit); no entry point is loaded.  Checked like :meth:`load`."""
-        pm = pluggy.PluginManager(PROJECT_NAME)
-        pm.add_hookspecs(hookspec_module)
-        pm.register(command_provider, name=BUILTIN)
-        info = {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", _own_version(), _hooks_of(pm, BUILTIN), builtin=True)}
+        pm, info = _with_builtin()
         for name, plugin in plugins.items():
             try:
                 pm.register(plugin, name=name)
@@ -212,8 +205,11 @@ def _hooks_of(pm: pluggy.PluginManager, name: str) -> tuple[str, ...]:
     return tuple(h for h in HOOK_NAMES if h in names)
 
 
-def _own_version() -> str:
-    """vq-admin's own version (the package's, without scanning the installed distributions)."""
+def _with_builtin() -> tuple[pluggy.PluginManager, dict[str, ProviderInfo]]:
+    """A plugin manager with the hook specifications and the built-in provider registered, and its info."""
     from . import __version__
 
-    return __version__
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspec_module)
+    pm.register(command_provider, name=BUILTIN)
+    return pm, {BUILTIN: ProviderInfo(BUILTIN, "vq-admin", __version__, _hooks_of(pm, BUILTIN), builtin=True)}

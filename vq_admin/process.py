@@ -376,8 +376,3 @@ def _read_capped(fh: IO[bytes], *, tail: bool = False) -> tuple[bytes, bool]:
     fh.seek(0)
     data = fh.read(CAPTURE_LIMIT + 1)
     return data[:CAPTURE_LIMIT], len(data) > CAPTURE_LIMIT
-
-
-__all__ = ["CAPTURE_LIMIT", "Completed", "EXITED", "FAULT_OUTCOMES", "NOT_STARTED", "SIGNALLED", "SSH_OPTIONS",
-           "SSH_TRANSPORT_EXIT", "TERM_GRACE", "TIMED_OUT", "classify_exit", "describe_interruption", "end",
-           "find_program", "kill_group", "output", "run", "spawn", "terminate"]

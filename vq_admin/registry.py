@@ -308,22 +308,6 @@ def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, n
         os.close(dfd)
 
 
-def read_entry(path: str) -> dict[str, Any] | None:
-    """The JSON object at *path*; ``None`` when it does not exist.  Raises
-    :class:`RegistryError` when it exists but cannot be trusted (a symlink, not
-    a regular file, another owner, a loose mode) or read as one object."""
-    try:
-        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RegistryError(f"cannot open {os.path.dirname(path)}: {exc.strerror}") from None
-    try:
-        return _read_at(dfd, os.path.basename(path), path)
-    finally:
-        os.close(dfd)
-
-
 def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> bool:
     """True when any verification of *program* on *host* was ever registered."""
     dfd = _lane_fd(state_root, host, program, create=False)

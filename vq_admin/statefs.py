@@ -239,27 +239,7 @@ def open_private_file(dfd: int, name: str, shown: str) -> int | None:
     """An fd of *name* in the directory *dfd* for reading (the caller closes it); ``None``
     when absent.  Refuses (UnsafeState) a symlink, a non-regular file (FIFO, directory,
     device), another owner or a group/other-writable file; never blocks."""
-    try:
-        fd = os.open(name, READ_FLAGS, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK):
-            raise _refuse(shown, f"{shown} is a {_kind(name, dfd)} (vq-admin never follows a symlink inside "
-                                 "the state directory)") from None
-        raise UnsafeState(f"state directory: cannot open {shown}: {exc.strerror or exc}", shown) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse(shown, f"{shown} is a {_mode_kind(st.st_mode)}, not a regular file (owner "
-                                 f"{_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
-        problem = level_problem(shown, st, is_dir=False)
-        if problem:
-            raise _refuse(shown, problem)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_checked(dfd, name, shown, READ_FLAGS, absent_ok=True)
 
 
 def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes | None:
@@ -286,24 +266,36 @@ def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes |
         os.close(fd)
 
 
-def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
+def _open_checked(dfd: int, name: str, shown: str, flags: int, *, absent_ok: bool = False) -> int | None:
+    """*name* in *dfd* opened with *flags* and checked as :func:`open_private_file` says (``None`` when
+    absent and *absent_ok*)."""
     try:
         fd = os.open(name, flags, 0o600, dir_fd=dfd)
     except OSError as exc:
+        if absent_ok and isinstance(exc, FileNotFoundError):
+            return None
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise _refuse(shown, f"{shown} is a {_kind(name, dfd)} (vq-admin never follows a symlink inside "
                                  "the state directory)") from None
         raise UnsafeState(f"state directory: cannot open {shown}: {exc.strerror or exc}", shown) from None
-    st = os.fstat(fd)
-    problem = None
-    if not stat.S_ISREG(st.st_mode):
-        problem = (f"{shown} is a {_mode_kind(st.st_mode)}, not a regular file (owner {_owner(st.st_uid)}, "
-                   f"mode {stat.S_IMODE(st.st_mode):04o})")
-    else:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(shown, f"{shown} is a {_mode_kind(st.st_mode)}, not a regular file (owner "
+                                 f"{_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
         problem = level_problem(shown, st, is_dir=False)
-    if problem:
+        if problem:
+            raise _refuse(shown, problem)
+    except BaseException:
         os.close(fd)
-        raise _refuse(shown, problem)
+        raise
+    return fd
+
+
+def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
+    fd = _open_checked(dfd, name, shown, flags)
+    assert fd is not None
+    st = os.fstat(fd)
     if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o600:
         os.fchmod(fd, 0o600)
     return fd

@@ -29,8 +29,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .spawn import TimeoutExpired, run_captured
 
-#: The driver's poll; never more often than every MIN_INTERVAL seconds.
-DEFAULT_INTERVAL = 10.0
+#: The shortest poll interval, in seconds.
 MIN_INTERVAL = 1.0
 TAIL_BYTES = 4096
 LINE_LIMIT = 300

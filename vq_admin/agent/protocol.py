@@ -31,10 +31,11 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+    from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
     Words = Sequence[str]
     Output = Union[bytes, str]
+    AnswerT = TypeVar("AnswerT", bound="Answer")
 
 # -- verbs ------------------------------------------------------------------------------
 
@@ -357,6 +358,11 @@ class Answer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.data!r})"
 
+    @classmethod
+    def parse(cls: Type[AnswerT], stdout: Output) -> AnswerT:
+        """The answer *stdout* holds (one JSON object), or :class:`ProtocolError`."""
+        return cls(_object(cls.verb, stdout))
+
 
 class HashAnswer(Answer):
     """``hash-file``: ``sha256`` is ``None`` when the file could not be read (``error`` says why)."""
@@ -374,9 +380,6 @@ class HashAnswer(Answer):
         self.error: Optional[str] = error if isinstance(error, str) else None
 
 
-def parse_hash_file(stdout: Output) -> HashAnswer:
-    return HashAnswer(_object(HASH_FILE, stdout))
-
 
 class CheckedPaths(Answer):
     """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
@@ -389,9 +392,6 @@ class CheckedPaths(Answer):
         self.checked: List[str] = _loose(data, "checked", list, [])
         self.refused: List[Dict[str, Any]] = _loose(data, "refused", list, [])
 
-
-def parse_check_paths(stdout: Output) -> CheckedPaths:
-    return CheckedPaths(_object(CHECK_PATHS, stdout))
 
 
 class VerifyReadback(Answer):
@@ -416,9 +416,6 @@ class VerifyReadback(Answer):
         self.readback: Optional[Dict[str, Any]] = readback if isinstance(readback, dict) else None
 
 
-def parse_verify_readback(stdout: Output) -> VerifyReadback:
-    return VerifyReadback(_object(VERIFY_READBACK, stdout))
-
 
 class StageCreated(Answer):
     """``stage-create``: the new stage's absolute path."""
@@ -434,9 +431,6 @@ class StageCreated(Answer):
         self.stage: str = stage
 
 
-def parse_stage_create(stdout: Output) -> StageCreated:
-    return StageCreated(_object(STAGE_CREATE, stdout))
-
 
 class StageReceived(Answer):
     """``stage-receive``: the stage and the archive's size in bytes."""
@@ -449,9 +443,6 @@ class StageReceived(Answer):
         self.stage: str = _member(self.verb, data, "stage", str)
         self.size: int = _member(self.verb, data, "bytes", int)
 
-
-def parse_stage_receive(stdout: Output) -> StageReceived:
-    return StageReceived(_object(STAGE_RECEIVE, stdout))
 
 
 class StageVerdict(Answer):
@@ -469,9 +460,6 @@ class StageVerdict(Answer):
                                       else [mismatches] if mismatches else [])
 
 
-def parse_stage_verify(stdout: Output) -> StageVerdict:
-    return StageVerdict(_object(STAGE_VERIFY, stdout))
-
 
 class StageReclaimed(Answer):
     """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
@@ -485,9 +473,6 @@ class StageReclaimed(Answer):
         self.abandoned: List[Any] = _member(self.verb, data, "abandoned", list)
 
 
-def parse_stage_reclaim(stdout: Output) -> StageReclaimed:
-    return StageReclaimed(_object(STAGE_RECLAIM, stdout))
-
 
 class IdentityAnswer(Answer):
     """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
@@ -500,9 +485,6 @@ class IdentityAnswer(Answer):
         self.version: str = _member(self.verb, data, "version", str)
         self.tree_sha256: Optional[str] = _member(self.verb, data, "tree_sha256", str, optional=True)
 
-
-def parse_identity(stdout: Output) -> IdentityAnswer:
-    return IdentityAnswer(_object(IDENTITY, stdout))
 
 
 #: The members of a ``version`` answer (``sinfo`` only when asked).
@@ -525,9 +507,6 @@ class VersionAnswer(Answer):
         return {k: self.data.get(k) for k in VERSION_KEYS}
 
 
-def parse_version(stdout: Output) -> VersionAnswer:
-    return VersionAnswer(_object(VERSION, stdout))
-
 
 class Installed(Answer):
     """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
@@ -543,8 +522,17 @@ class Installed(Answer):
         self.old_sha256: Optional[str] = _loose(data, "old_sha256", str)
 
 
-def parse_install_file(stdout: Output) -> Installed:
-    return Installed(_object(INSTALL_FILE, stdout))
+
+parse_hash_file = HashAnswer.parse
+parse_check_paths = CheckedPaths.parse
+parse_verify_readback = VerifyReadback.parse
+parse_stage_create = StageCreated.parse
+parse_stage_receive = StageReceived.parse
+parse_stage_verify = StageVerdict.parse
+parse_stage_reclaim = StageReclaimed.parse
+parse_identity = IdentityAnswer.parse
+parse_version = VersionAnswer.parse
+parse_install_file = Installed.parse
 
 
 class LeaseAnswer(Answer):

@@ -56,7 +56,6 @@ from . import remote_paths
 from .common import conclude, exited, rerun_command
 from .verify import Verification, plan_verify, run_verify
 
-DEFAULT_KEEP = 3
 VERIFIED = ("ok", "already-current")
 #: The slot of the ``kept-readback`` step: each kept launcher, one step per launcher at run time.
 KEPT_LAUNCHER = Slot("launcher", label="each kept launcher")
