@@ -30,7 +30,7 @@ from .. import authority, progress, source
 from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..context import RunContext
-from ..outcome import Locked, Outcome, UsageError, VqAdminError
+from ..outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..progress import CommandView
 from ..receipt import Receipt
@@ -211,8 +211,7 @@ class RuntimeUpdate:
             self.receipt.errors.extend(self.verify_errors(post))
             if reclaim:
                 self.reclaim(success=False)
-            untrusted = any(c.name == LAUNCHER_TRUST and not c.ok for c in post.checks)
-            return conclude(self.ctx, self.receipt, Outcome.REFUSED if untrusted else Outcome.FAILED)
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
         if reclaim:
             self.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
@@ -221,10 +220,14 @@ class RuntimeUpdate:
         """Never start a build on a verify that cannot start, fails or prints no receipt: it cannot prove
         anything afterwards either (exit 1; a receipt of nothing active, CONTRACT section 4, is "not
         current"); nor while the provider reports one in progress on the host (e.g. the build an
-        interrupted run left running): exit 75.  Nothing is run either way."""
+        interrupted run left running): exit 75; nor into a runtime tree another user could change (a
+        launcher failing launcher_trust): exit 77.  Nothing is run in any case."""
         if pre.broken is not None:
             raise VqAdminError(f"pre-verify: {pre.broken}; nothing was run"
                                + ("; its output, escaped, is in verify.pre.output" if pre.not_receipt else ""))
+        untrusted = [c.detail for c in pre.checks if c.name == LAUNCHER_TRUST and not c.ok]
+        if untrusted:  # the runtime tree itself is open to another user: refused before any mutation (77)
+            raise Refused(f"pre-verify: {LAUNCHER_TRUST}: {untrusted[0]}; nothing was run")
         receipt = pre.receipt
         if receipt is not None and (receipt.quiescent is not True or receipt.updater_pid is not None):
             raise Locked(
