@@ -22,7 +22,11 @@ import pytest
 from fleet_world import Fleet, finish, kill, wait_for, wait_gone
 from realhosts import SshdServer, remote_path
 from support import AGENT
+from vq_admin.agent import cli as agent_cli
 from vq_admin.agent import lease as agent_lease
+from vq_admin.agent import securepath
+from vq_admin.lanes import allocation_step
+from vq_admin.outcome import Locked, Refused, VqAdminError
 
 
 def lease_proc(root: Path, pid: int = 111, host: str = "h", program: str = "p") -> subprocess.Popen:
@@ -291,3 +295,26 @@ def test_an_agent_of_another_version_is_refused_once_with_the_update_command(tmp
     assert f"speaks session protocol {version or 'none (an older helper)'}, this vq-admin 1" in message, message
     assert "update the helper first (vq admin update cluster --expected-sha SHA)" in message
     assert not f.root("cluster").exists() and all(s["status"] == "skipped" for s in receipt["steps"])
+
+
+@pytest.mark.parametrize("raised, code", [
+    (agent_lease.WorkHeld("the host-side lease /l is held by the build pid 7; nothing was started"), 75),
+    (securepath.Untrusted("directory /s is group-writable", "/s"), 4),
+    (agent_lease.LeaseError("flock does not work on /l"), 1),
+])
+def test_a_build_verb_that_cannot_take_the_work_lock_says_why_in_its_exit(raised, code, capsys):
+    """detach-run and alloc-run take the lease's work lock before anything starts: a lock held by an
+    earlier run's build is 75, an unsafe lease directory 4, a lock that does not work 1; never a
+    traceback."""
+    def body(_frames):
+        raise raised
+    assert agent_cli._alloc_verb(body) == code
+    assert capsys.readouterr().err == f"vq-admin-agent: {'refused: ' if code == 4 else ''}{raised}\n"
+
+
+def test_the_driver_reads_a_held_work_lock_as_locked_and_an_unsafe_path_as_refused():
+    held = allocation_step.refused_before_submit(75, "deploy: the helper on h refused before submitting", "held\n")
+    assert isinstance(held, Locked) and "work lock is held" in str(held) and str(held).endswith(": held")
+    assert isinstance(allocation_step.refused_before_submit(4, "deploy", "unsafe"), Refused)
+    other = allocation_step.refused_before_submit(2, "deploy", "usage")
+    assert not isinstance(other, (Locked, Refused)) and isinstance(other, VqAdminError)

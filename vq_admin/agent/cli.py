@@ -30,8 +30,8 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import (allocation, checkpaths, detached, identity, install_file, lease, protocol, safedirs, stage,
-               verify_readback)
+from . import (allocation, checkpaths, detached, identity, install_file, lease, protocol, safedirs, securepath,
+               stage, verify_readback)
 from .frames import FrameWriter
 from .identifiers import ENV_NAME_RE
 
@@ -199,11 +199,13 @@ def _alloc_verb(body: Callable[[FrameWriter], object]) -> int:
     try:
         body(FrameWriter())
         return 0
-    except safedirs.UnsafePath as exc:
+    except lease.WorkHeld as exc:  # an earlier run's build or job still holds the lease's work lock
+        message, code = f"vq-admin-agent: {exc}", EXIT_HELD
+    except (safedirs.UnsafePath, securepath.Untrusted) as exc:
         message, code = f"vq-admin-agent: refused: {exc}", EXIT_UNSAFE
     except allocation.MissingDependency as exc:
         message, code = f"vq-admin-agent: {exc}", EXIT_USAGE
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, lease.LeaseError) as exc:
         message, code = f"vq-admin-agent: {exc}", EXIT_FAILED
     try:
         print(message, file=sys.stderr, flush=True)

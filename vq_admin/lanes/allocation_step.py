@@ -44,7 +44,7 @@ from vq_admin_hookspecs.slots import find_slot
 from .. import progress
 from ..agent import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
-from ..outcome import Refused, VqAdminError
+from ..outcome import Locked, Refused, VqAdminError
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
@@ -70,7 +70,15 @@ MARGIN = 180.0
 CANCEL_GRACE = 30.0
 RECONCILE_TRIES = 3
 #: Agent exit statuses that mean "refused before anything was submitted".
-REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused"}
+REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused",
+                         75: "the lease's work lock is held by an earlier run's build or job"}
+
+
+def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
+    """The error of an agent that refused before it started anything: 77 for an unsafe path, 75 for a
+    held work lock, else 1."""
+    error = Refused if code == 4 else Locked if code == 75 else VqAdminError
+    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {stderr.strip()[-500:]}")
 
 
 def _seconds(value: float) -> str:
@@ -207,9 +215,8 @@ class AllocationDeploy(RuntimeStep):
             if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
                 _discard(sinks)
                 self.reclaim(success=False)
-                error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
-                raise error(f"deploy: the helper on {login.where} refused before submitting "
-                            f"({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+                raise refused_before_submit(call.exit_code, f"deploy: the helper on {login.where} refused before "
+                                            "submitting", call.stderr)
             ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
             call, sinks = self._reconcile(attempt, deadline, call, sinks)
         result = self._conclude(command, call, sinks)

@@ -37,7 +37,6 @@ from vq_admin_hookspecs import ProviderCommand
 from .. import progress
 from ..agent import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
-from ..outcome import Refused, VqAdminError
 from ..transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
@@ -112,9 +111,9 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
                 allocation_step._discard(sinks)
                 allocation_attempt.clear(self)
                 self.reclaim(success=False)
-                error = Refused if call.exit_code == 4 else VqAdminError  # an unsafe path: a guard refused (77)
-                raise error(f"deploy: the helper on {transport.where} refused before starting the build "
-                            f"({allocation_step.REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
+                raise allocation_step.refused_before_submit(
+                    call.exit_code, f"deploy: the helper on {transport.where} refused before starting the build",
+                    call.stderr)
             receipt.deploy["interruption"] = call.describe()
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                         "(it is never restarted)")
