@@ -203,7 +203,7 @@ def test_a_symlinked_program_directory_is_refused_through_the_driver(world):
 # -- the transcript sink ------------------------------------------------------------------
 
 
-def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_tail(tmp_path):
+def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_head_and_tail(tmp_path):
     import xxhash
 
     sink = TranscriptSink(tmp_path / "t", "stdout", keep=64)
@@ -215,7 +215,8 @@ def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_tail(tmp_path)
     assert sink.metrics == {"files": 12, "ratio": 0.5}
     assert path.read_bytes() == data and sink.bytes == len(data)
     assert sink.digest == xxhash.xxh3_64(data).hexdigest() and sink.algorithm == "xxh3_64"
-    assert sink.truncated and sink.text() == data[-64:].decode()
+    marker = f"\n[... {len(data) - 64} bytes left out: see the transcript ...]\n"  # the head and tail around it
+    assert sink.truncated and sink.text() == data[:32].decode() + marker + data[-32:].decode()
     assert [p.name for p in path.parent.iterdir()] == ["stdout"]  # no temp file left behind
 
 

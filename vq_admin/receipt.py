@@ -25,9 +25,14 @@ def _head_and_tail(data: bytes) -> str:
     if len(data) <= OUTPUT_KEPT:
         return data.decode("utf-8", "replace")
     half = OUTPUT_KEPT // 2
-    cut = len(data) - 2 * half
-    return (data[:half].decode("utf-8", "replace") + f"\n[... {cut} bytes left out: see the transcript ...]\n"
-            + data[-half:].decode("utf-8", "replace"))
+    return head_and_tail(data[:half], data[-half:], len(data))
+
+
+def head_and_tail(head: bytes, tail: bytes, total: int) -> str:
+    """The *head* and *tail* of *total* bytes of output as text, around a marker naming what was left out."""
+    cut = total - len(head) - len(tail)
+    return (head.decode("utf-8", "replace") + f"\n[... {cut} bytes left out: see the transcript ...]\n"
+            + tail.decode("utf-8", "replace"))
 
 
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)

@@ -452,7 +452,7 @@ class AllocationDeploy(RuntimeStep):
             "checksum": settle.get("checksum") or out.algorithm,
         }
         if out.truncated or err.truncated:
-            output["kept"] = (f"the last {out.keep} bytes of each stream; the whole transcript is in "
+            output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
                               f"{transcript or receipt.deploy['log_dir']}")
         if not complete:
             output["problems"] = problems

@@ -22,7 +22,7 @@ from .. import process
 from ..agent import checksum
 from ..agent.failpoints import failpoint
 from ..agent.frames import FrameError, read_frames
-from ..receipt import OUTPUT_KEPT, parse_metrics
+from ..receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
 from ..statefs import temp_name
 from ..transport import Transport, describe_interruption
 
@@ -51,6 +51,7 @@ class TranscriptSink:
         self.bytes = 0
         self.algorithm = algorithm
         self._hash = checksum.new(algorithm)
+        self._head = bytearray()  # the first keep // 2 bytes: with the tail, what the receipt shows
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_bytes = 0
         self._line = bytearray()
@@ -85,6 +86,8 @@ class TranscriptSink:
             except OSError as exc:
                 self._fail(exc)
         self._hash.update(chunk)
+        if len(self._head) < self.keep // 2:
+            self._head += chunk[: self.keep // 2 - len(self._head)]
         self.bytes += len(chunk)
         self._tail.append(chunk)
         self._tail_bytes += len(chunk)
@@ -137,8 +140,12 @@ class TranscriptSink:
         return self.bytes > self.keep
 
     def text(self) -> str:
+        """Everything written, or its head and tail (:attr:`keep` bytes in all) around a marker."""
         data = b"".join(self._tail)
-        return data[-self.keep:].decode("utf-8", "replace")
+        if not self.truncated:
+            return data.decode("utf-8", "replace")
+        half = self.keep // 2
+        return head_and_tail(bytes(self._head), data[-(self.keep - half):], self.bytes)
 
     def commit(self) -> Path | None:
         """Close and rename into ``<directory>/<name>``; returns the final path (``None``: not stored,
