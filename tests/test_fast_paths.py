@@ -47,7 +47,8 @@ PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.fastl
              "vq_admin.agent.paths",
              "vq_admin.agent.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
-             "vq_admin.agent.protocol", "vq_admin.agent.spawn"}
+             "vq_admin.agent.protocol", "vq_admin.agent.spawn",
+             "vq_admin.agent.securepath"}  # the launcher's path is checked before it is hashed
 #: The agent's own modules its ``session`` (an already-current run's one agent start) imports.
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.agent.paths", "vq_admin.agent.procs",
