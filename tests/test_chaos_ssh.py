@@ -464,7 +464,12 @@ exec /usr/bin/git-upload-pack "$@"
 GIT_WRAPPER = f"""#!/bin/sh
 # git on the mirror host, first on PATH: the probe (git -C MIRROR rev-parse --is-bare-repository)
 # of a mirror with <mirror>.holdprobe, or the first symbolic-ref read of one with <mirror>.holdsymref,
-# answers, then holds until <mirror>.release exists.
+# answers, then holds until <mirror>.release exists.  The feed's receive-pack (hooks off, as vq-admin
+# runs it) of a mirror with <mirror>.holdpush runs with the hooks of the directory that file names
+# instead: a receive slowed between the pack and the refs, as a slow or busy mirror is.
+if [ "$1" = -c ] && [ "$2" = core.hooksPath=/dev/null ] && [ "$3" = receive-pack ] && [ -e "$4.holdpush" ]; then
+  exec /usr/bin/git -c "core.hooksPath=$(cat "$4.holdpush")" receive-pack "$4"
+fi
 if {{ {{ [ "$1" = -C ] && [ "$3" = rev-parse ] && [ "$4" = --is-bare-repository ] && [ -e "$2.holdprobe" ]; }} \\
      || {{ [ "$1" = -C ] && [ "$3" = symbolic-ref ] && [ -e "$2.holdsymref" ]; }}; }} \\
    && mkdir "$2.held" 2>/dev/null; then
@@ -526,11 +531,14 @@ def killed_while_held(world: World, mirror: Path, needle: str, what: str) -> Don
 
 
 def test_ssh_client_of_the_push_killed_while_the_mirror_receives(tmp_path: Path, mirror_sshd: SshdServer) -> None:
-    """The mirror's pre-receive hook holds the push; its ssh client is killed; the read-back then shows
-    nothing applied *yet*.  Released after vq-admin has reported, the mirror's receive goes on and applies
-    the push: ``failed`` ("nothing changed") would have been false, so the feed is ``unknown``."""
+    """The mirror's receive is held between the pack and the refs (a pre-receive hook the test's git
+    wrapper puts in: the feed runs the mirror's own hooks off); its ssh client is killed; the read-back
+    then shows nothing applied *yet*.  Released after vq-admin has reported, the mirror's receive goes on
+    and applies the push: ``failed`` ("nothing changed") would have been false, so the feed is ``unknown``."""
     world, mirror = mirror_world(tmp_path, mirror_sshd, "chaos-kill-push")
-    hook = mirror / "hooks" / "pre-receive"
+    (tmp_path / "hooks").mkdir()
+    Path(f"{mirror}.holdpush").write_text(str(tmp_path / "hooks"))
+    hook = tmp_path / "hooks" / "pre-receive"
     hold = tmp_path / "hold-push"
     hook.write_text(f"#!/bin/sh\n[ -e {hold} ] || exit 0\nmkdir {world.marks}/held && : > {world.marks}/held/at\n"
                     f"i=0; while [ ! -e {world.marks}/release ] && [ $i -lt {HOLD_BOUND * 10} ]; do sleep 0.1; "
@@ -538,7 +546,7 @@ def test_ssh_client_of_the_push_killed_while_the_mirror_receives(tmp_path: Path,
     hook.chmod(0o755)
     hold.touch()
     before = refs(mirror)
-    done = kill_at(world, "git-receive-pack")  # releases the hook only after vq-admin has ended
+    done = kill_at(world, "receive-pack")  # releases the hook only after vq-admin has ended
     no_false_ok(world, done)
     assert world.active() is None
     steps = {s["name"]: s for s in done.receipt["steps"]}
@@ -552,6 +560,7 @@ def test_ssh_client_of_the_push_killed_while_the_mirror_receives(tmp_path: Path,
     record("SIGKILL of the ssh client during the mirror push (the mirror's hook holds it, then accepts)", "unknown",
            done.outcome)
     hold.unlink()
+    Path(f"{mirror}.holdpush").unlink()
     again = converge(world, "ok")
     clean_after(world, done, again)
 

@@ -42,7 +42,7 @@ def world(tmp):
 
 
 def launcher_of(tmp, i, sha):
-    return f"{tmp}/root{i}/releases/{sha}/source/.venv/bin/python"
+    return f"{tmp}/root{i}/releases/{sha}/bin/prog{i}-{sha}"  # the example provider's per-generation launcher
 
 
 _COUNT = threading.Lock()
