@@ -296,7 +296,7 @@ def test_two_concurrent_runs_never_remove_each_others_current_attempt(tmp_path, 
     assert first_dir is not None
     held = _agent(real_cluster, *common, "-")  # the same account: the first job holds the host-side lease
     _, err = held.communicate(timeout=60)
-    assert held.returncode == 1 and b"is held by the allocation job" in err and b"nothing was started" in err, err
+    assert held.returncode == 75 and b"is held by the allocation job" in err and b"nothing was started" in err, err
     # another account's agent (its own state directory) sharing this scratch: the retention rule decides
     other = tmp_path / "other-account"
     other.mkdir(mode=0o700)
