@@ -11,7 +11,6 @@ that it ended.  Tests wait on those files, never on time.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from realhosts.procs import pid_alive, wait_until
-from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, write_config
+from support import AGENT, SITE_EXAMPLE, VQ_ADMIN, GitRepo, flock_free, write_config
 
 GATE = """\
 #!/bin/sh
@@ -119,17 +118,7 @@ class Fleet:
     def lease_free(self, name: str, lock: str = "") -> bool:
         """True when nobody holds the host's lease (a non-blocking flock succeeds); *lock* ``".work"``:
         its work lock (held by a build or job a run left running)."""
-        path = Path(str(self.lock_file(name)) + lock)
-        if not path.exists():
-            return True
-        fd = os.open(path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
+        return flock_free(Path(str(self.lock_file(name)) + lock))
 
     def started(self) -> int:
         return len(list(self.gate.glob("started.*")))

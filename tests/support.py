@@ -6,6 +6,7 @@ pytest's rootdir conftest handling).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -229,3 +230,17 @@ def run_vq_inprocess(*args: str, config: Path | str | None = None, state: Path |
         out.seek(0)
         err.seek(0)
         return CliResult(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+
+
+def flock_free(path: Path) -> bool:
+    """True when nobody holds the kernel lock of *path* (a non-blocking flock succeeds, or no file)."""
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from realhosts.procs import descendants, wait_until
-from support import SITE_EXAMPLE, VQ_ADMIN, GitRepo, command_host, write_config
+from support import SITE_EXAMPLE, VQ_ADMIN, GitRepo, command_host, flock_free, write_config
 
 pytestmark = pytest.mark.real
 
@@ -366,6 +366,14 @@ def _job_gone(slurm, job: str) -> bool:
     return out == "" or out in ("COMPLETED", "CANCELLED", "FAILED")
 
 
+def _submitted_job(world: World, program: str) -> Path:
+    """The ``job`` file of the run's allocation attempt, once it records the Slurm job id (bounded)."""
+    job_file = wait_until(lambda: next((p for p in (world.scratch / ".vq-admin" / "runtime-deploy" / program)
+                                        .glob("deploy.*/job") if p.read_text().strip()), None), 120)
+    assert job_file, "the job was never submitted"
+    return job_file
+
+
 def _sigterm_case(tmp_path, real_cluster, program: str, pending: bool):
     slurm = real_cluster.slurm
     world = World(tmp_path, real_cluster.sshd.ssh_config, program, allocation=True)
@@ -373,9 +381,7 @@ def _sigterm_case(tmp_path, real_cluster, program: str, pending: bool):
     blocker = _blocker(slurm) if pending else None
     try:
         vq = world.start()
-        job_file = wait_until(lambda: next((p for p in (world.scratch / ".vq-admin" / "runtime-deploy" / program)
-                                            .glob("deploy.*/job") if p.read_text().strip()), None), 120)
-        assert job_file, "the job was never submitted"
+        job_file = _submitted_job(world, program)
         job = job_file.read_text().strip()
         if not pending:
             world.mark("running")
@@ -581,19 +587,7 @@ def test_a_verifier_printing_text_around_its_json_refuses_before_any_mutation(tm
 def work_free(sshd, program: str) -> bool:
     """True when no build or job holds the host-side lease's work lock of *program* (the account of the
     alias ``cluster``, whose agent state directory the fixture gives)."""
-    import fcntl
-
-    path = sshd.agent_state("cluster") / "vq-admin-agent" / "locks" / f"runtime.{program}.lock.work"
-    if not path.exists():
-        return True
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+    return flock_free(sshd.agent_state("cluster") / "vq-admin-agent" / "locks" / f"runtime.{program}.lock.work")
 
 
 def other_administrator(world: World, state: Path, sha: str | None = None) -> Done:
@@ -726,9 +720,7 @@ def test_scancel_of_a_pending_job_is_failed_nothing_ran(tmp_path, real_cluster):
     blocker = _blocker(slurm)
     try:
         vq = world.start()
-        job_file = wait_until(lambda: next((p for p in (world.scratch / ".vq-admin" / "runtime-deploy" / program)
-                                            .glob("deploy.*/job") if p.read_text().strip()), None), 120)
-        assert job_file, "the job was never submitted"
+        job_file = _submitted_job(world, program)
         job = job_file.read_text().strip()
         assert "PENDING" in slurm.run("scontrol", "show", "job", job).stdout
         slurm.run("scancel", job, check=True)
