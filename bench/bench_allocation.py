@@ -45,7 +45,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 CHILD_IDLE_DRIVER = """
 import resource, sys
-from vq_admin.agent import frames
+from vq_admin.core import frames
 from vq_admin.lanes.allocation_stream import TranscriptSink
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -60,7 +60,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 CHILD_RECEIVE = """
 import os, resource, sys, threading
 from pathlib import Path
-from vq_admin.agent import frames
+from vq_admin.core import frames
 from vq_admin.lanes.allocation_stream import TranscriptSink
 src = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 r, w = os.pipe()

@@ -40,7 +40,7 @@ LOOKUP_TARGET, START_TARGET = 1.5, 1.5
 
 def build(root: Path, count: int) -> list[str]:
     """A registry of *count* entries for (HOST, PROGRAM); returns their SHAs."""
-    from vq_admin import registry
+    from vq_admin.launcher import registry
 
     shas = [f"{i:040x}" for i in range(1, count + 1)]
     directory = Path(registry.lane_dir(root, HOST, PROGRAM))

@@ -1,7 +1,7 @@
 """History: ``vq admin history --limit 20`` over 100,000 stored receipts vs reading one receipt,
 measured in the same run.
 
-* figure: :func:`vq_admin.history.runs` (what ``vq admin history HOST PROGRAM
+* figure: :func:`vq_admin.state.history.runs` (what ``vq admin history HOST PROGRAM
   --limit 20`` calls) over a state directory of 100,000 receipts and their
   index, median per call;
 * baseline: opening and parsing one stored receipt (``json.load``), median;
@@ -39,7 +39,7 @@ def build(root: Path, count: int, index_only: bool = False) -> Path:
 
     *index_only* (``--quick``): every receipt's index line is written, but only
     the last receipt file (history never opens the others)."""
-    from vq_admin import history
+    from vq_admin.state import history
 
     receipts = root / "receipts"
     receipts.mkdir(parents=True)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed (standalone only)")
     args, _ = parser.parse_known_args(argv)
     repeat = 11 if args.quick else args.repeat
-    from vq_admin import history
+    from vq_admin.state import history
 
     with tempfile.TemporaryDirectory(prefix="vq-bench-history-") as tmp:
         root = Path(tmp) / "state"

@@ -51,14 +51,17 @@ class Imports(unittest.TestCase):
         import pkgutil
 
         import vq_admin.agent as agent
+        import vq_admin.core as core
 
-        names = sorted(m.name for m in pkgutil.iter_modules(agent.__path__) if m.name != "__main__")
-        self.assertIn("settle", names)
-        self.assertIn("securepath", names)
+        names = sorted(f"{package.__name__}.{m.name}" for package in (core, agent)
+                       for m in pkgutil.iter_modules(package.__path__) if m.name != "__main__")
+        self.assertIn("vq_admin.agent.settle", names)
+        self.assertIn("vq_admin.core.securepath", names)
         for name in names:
-            __import__("vq_admin.agent." + name)
+            __import__(name)
         # nothing of the driver side came along
-        loaded = [m for m in sys.modules if m.startswith("vq_admin.") and not m.startswith("vq_admin.agent")]
+        loaded = [m for m in sys.modules if m.startswith("vq_admin.")
+                  and not m.startswith(("vq_admin.agent", "vq_admin.core"))]
         self.assertEqual(loaded, [])
         for third_party in ("pluggy", "plumbum", "filelock", "vq_admin_hookspecs"):
             self.assertNotIn(third_party, sys.modules)
@@ -66,7 +69,7 @@ class Imports(unittest.TestCase):
 
 class Checksum(unittest.TestCase):
     def test_default_is_xxh3_when_importable_else_blake2b(self):
-        from vq_admin.agent import checksum
+        from vq_admin.core import checksum
 
         want = checksum.XXH3 if xxhash_importable() else checksum.BLAKE2B
         self.assertEqual(checksum.default_algorithm(), want)
@@ -174,7 +177,7 @@ class Settle(unittest.TestCase):
 
 class Frames(unittest.TestCase):
     def test_round_trip(self):
-        from vq_admin.agent.frames import FrameWriter, read_frames
+        from vq_admin.core.frames import FrameWriter, read_frames
 
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "stdout"), "wb") as fh:
@@ -200,7 +203,7 @@ class Frames(unittest.TestCase):
 
 class SecurePath(unittest.TestCase):
     def test_other_writable_directory_is_refused_and_sticky_is_not(self):
-        from vq_admin.agent import securepath
+        from vq_admin.core import securepath
 
         with tempfile.TemporaryDirectory() as tmp:
             os.chmod(tmp, 0o700)
@@ -239,7 +242,7 @@ echo "RUNNING|None"
 
 class AllocRun(unittest.TestCase):
     def test_alloc_run_streams_the_transcript_with_the_checksum_it_names(self):
-        from vq_admin.agent.frames import read_frames
+        from vq_admin.core.frames import read_frames
 
         with tempfile.TemporaryDirectory() as tmp:
             bindir = os.path.join(tmp, "bin")

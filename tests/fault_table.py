@@ -1,6 +1,6 @@
 """The fault table: enumerate every external call and step boundary of one clean
 run (``VQ_ADMIN_FAULT_LOG``), inject a fault into each (``VQ_ADMIN_FAULT``,
-see vq_admin/agent/failpoints.py), and judge each row against the only acceptable
+see vq_admin/core/failpoints.py), and judge each row against the only acceptable
 behaviours (docs/reliability.md, "What each outcome promises").
 
 A row is judged by :func:`run_row`; the worlds are in tests/fault_worlds.py and
@@ -362,7 +362,7 @@ def close_masters(names: set[str]) -> None:
     Only directories whose run is gone (``vqssh-<pid>-*`` with a dead pid): /tmp is
     shared, and a live run's directory (another test's, another user's) is never touched.
     """
-    from vq_admin.agent.procs import process_alive
+    from vq_admin.core.procs import process_alive
 
     for name in names:
         owner = name[len("vqssh-"):].split("-", 1)[0]

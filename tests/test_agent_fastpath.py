@@ -1,4 +1,4 @@
-"""The plain-string twins of the identifier rules (vq_admin.agent.names), the verify's answer, the
+"""The plain-string twins of the identifier rules (vq_admin.core.names), the verify's answer, the
 agent's prompt exit."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from vq_admin.agent import protocol, verify_readback
-from vq_admin.agent.identifiers import NAME_RE, SHA256_RE, SHA_RE
-from vq_admin.agent.names import is_full_sha, is_name, is_sha256
+from vq_admin.agent import verify_readback
+from vq_admin.core import protocol
+from vq_admin.core.identifiers import NAME_RE, SHA256_RE, SHA_RE
+from vq_admin.core.names import is_full_sha, is_name, is_sha256
 
 
 def test_nan_survives_a_round_trip() -> None:

@@ -24,7 +24,7 @@ from support import GitRepo, git
 from vq_admin_hookspecs import HelperIdentity
 
 from vq_admin.agent.identity import RECORD_NAME, make_record
-from vq_admin.agent.treeid import archive_identity, directory_tree_sha256
+from vq_admin.core.treeid import archive_identity, directory_tree_sha256
 
 sys.path.insert(0, str(HERE / "site_example"))
 from vq_site_example.helper_update import tree_sha256 as site_tree_sha256  # noqa: E402
@@ -105,7 +105,7 @@ def test_installed_helper_reports_bound_identity(installed):
 
 def test_changed_file_makes_the_record_stale(installed):
     root, sha = installed["root"], installed["sha"]
-    target = root / "releases" / sha / "vq_admin" / "outcome.py"
+    target = root / "releases" / sha / "vq_admin" / "report" / "outcome.py"
     target.write_text(target.read_text() + "# changed after installation\n")
     found = live_identity(root)
     assert found["record"] == "stale"

@@ -131,7 +131,8 @@ def test_pyz_is_reproducible_and_holds_only_the_agent(tmp_path):
     assert Path(a).read_bytes() == Path(b).read_bytes()
     names = zipfile.ZipFile(a).namelist()
     assert "__main__.py" in names and "vq_admin/agent/cli.py" in names
-    assert all(n == "__main__.py" or n == "vq_admin/__init__.py" or n.startswith("vq_admin/agent/") for n in names)
+    assert all(n == "__main__.py" or n == "vq_admin/__init__.py" or n.startswith(("vq_admin/agent/", "vq_admin/core/"))
+               for n in names)
     assert not any(n.endswith(".pyc") for n in names)
     assert Path(a).read_bytes().startswith(b"#!/usr/bin/env python3\n")
 
@@ -140,7 +141,7 @@ def test_the_driver_reads_a_blake2b_stream_from_a_python38_agent(agent_pyz, tmp_
     """A 3.8 agent without xxhash streams blake2b digests; the driver checks them as named."""
     import agent_selftest
     from vq_admin.lanes.allocation_stream import TranscriptSink, stream_call
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     python = find_python("3.8")
     assert python, "no Python 3.8 found"

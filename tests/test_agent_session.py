@@ -104,7 +104,7 @@ def test_a_refused_command_path_stops_before_the_verify(tmp_path, scratch):
 
 
 def test_an_unsafe_lease_directory_is_4(tmp_path):
-    from vq_admin.transport import SHELL_PROBE, SHELL_PROBE_EXPECTED
+    from vq_admin.ssh.transport import SHELL_PROBE, SHELL_PROBE_EXPECTED
 
     loose = tmp_path / "loose-state"
     loose.mkdir()
@@ -138,7 +138,7 @@ def test_a_verify_past_its_bound_has_its_process_group_ended(tmp_path):
 
 
 def test_the_probe_words_on_the_session_command_line_are_judged_as_they_arrived(tmp_path, scratch):
-    from vq_admin.transport import SHELL_PROBE, SHELL_PROBE_EXPECTED
+    from vq_admin.ssh.transport import SHELL_PROBE, SHELL_PROBE_EXPECTED
 
     probe = {"argv": True, "expected": SHELL_PROBE_EXPECTED.decode()}
     ran = tmp_path / "ran"
@@ -164,7 +164,7 @@ def test_a_request_that_is_not_one_json_object_line_is_a_usage_error(data):
 
 def test_stdin_closed_before_any_request_is_nothing_asked(tmp_path):
     # a session started early whose run ended before sending its request: nothing done, exit 0
-    from vq_admin.transport import SHELL_PROBE
+    from vq_admin.ssh.transport import SHELL_PROBE
 
     done = subprocess.run([AGENT, "session", "--probe", *SHELL_PROBE[2:]], input=b"", capture_output=True,
                           timeout=30, cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
@@ -185,8 +185,8 @@ def test_the_session_imports_no_verb_table(tmp_path, scratch):
     found = set(ast.literal_eval(line[-1][len("MODULES "):]))
     assert "argparse" not in found and "vq_admin.agent.cli" not in found and "tarfile" not in found, sorted(found)
     own = {m for m in found if m.startswith("vq_admin")} - {"vq_admin"}
-    assert own <= {m for m in found if m.startswith("vq_admin.agent")}, \
-        sorted(found)  # the package itself and the agent only: nothing of the driver
+    assert own <= {m for m in found if m.startswith(("vq_admin.agent", "vq_admin.core"))}, \
+        sorted(found)  # the package itself, the agent and the shared core only: nothing of the driver
 
 
 def test_the_lease_ends_when_stdin_closes_even_while_the_verify_still_runs(tmp_path, scratch):

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from support import GitRepo, git, plant_symlink
-from vq_admin.agent import safedirs, stage
-from vq_admin.agent.treeid import archive_identity, directory_tree_sha256
+from vq_admin.agent import stage
+from vq_admin.core import safedirs
+from vq_admin.core.treeid import archive_identity, directory_tree_sha256
 
 
 def archive(repo: GitRepo, sha: str, out) -> str:

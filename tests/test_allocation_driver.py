@@ -18,7 +18,7 @@ from support import AGENT, NOTHING_ACTIVE, GitRepo, run_vq, write_config
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.lanes import allocation_step
 from vq_admin.lanes.allocation_stream import StreamCall, TranscriptSink
-from vq_admin.receipt import Receipt
+from vq_admin.report.receipt import Receipt
 
 FAKE_SBATCH = """#!{python}
 import os, sys
@@ -152,7 +152,7 @@ def test_the_run_fills_exactly_the_planned_agent_argv(world):
 
 
 def test_a_live_run_fills_the_progress_slot_with_the_poll_interval():
-    from vq_admin import progress
+    from vq_admin.report import progress
     from vq_admin.plan import Plan, filled
 
     step = Plan().add("deploy", "h", ["/agent", "alloc-run", "--attempt", allocation_step.ATTEMPT,
@@ -169,7 +169,7 @@ def test_a_live_run_fills_the_progress_slot_with_the_poll_interval():
 def test_a_slot_the_provider_placed_in_its_env_stays_a_slot_inside_the_agents_env_word():
     from vq_admin_hookspecs import ProviderCommand, Slot
 
-    from vq_admin.agent import protocol
+    from vq_admin.core import protocol
     from vq_admin.plan import Plan, filled
 
     archive = Slot("stage", suffix="/source.tar")

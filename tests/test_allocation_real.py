@@ -20,7 +20,7 @@ from plan_match import slot_values
 from realhosts.procs import wait_until
 from support import (AGENT, NOTHING_ACTIVE, GitRepo, command_host, in_thread, run_vq, site_example_host, tree_digest,
                      write_config)
-from vq_admin.agent.frames import read_frames
+from vq_admin.core.frames import read_frames
 
 pytestmark = pytest.mark.real
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, plant_symlink, tree_digest
-from vq_admin.agent import allocation, retention, safedirs
+from vq_admin.agent import allocation, retention
+from vq_admin.core import safedirs
 
 MiB = 1 << 20
 
@@ -284,7 +285,7 @@ def test_program_lock_is_exclusive_and_never_follows_a_symlink(tmp_path):
 
 
 def test_reconcile_fences_a_missing_attempt(tmp_path):
-    from vq_admin.agent.frames import FrameWriter
+    from vq_admin.core.frames import FrameWriter
 
     out_r, out_w = os.pipe()
     summary = allocation.reconcile(str(tmp_path), "prog", "deploy.20260105T000000Z.0a0b0c0d", 5.0, FrameWriter(out_w))

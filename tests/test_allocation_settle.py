@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from vq_admin.agent import allocation, settle
-from vq_admin.agent.frames import FrameWriter, read_frames
+from vq_admin.core.frames import FrameWriter, read_frames
 
 WRITER = r"""
 import os, sys

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
-from vq_admin import bindings, registry
+from vq_admin import bindings
+from vq_admin.launcher import registry
 from vq_admin.bindings import Binding, LauncherRefused, check_pin, resolve_launcher
 
 SHA_A = "a" * 40
@@ -28,7 +29,8 @@ SHA_C = "c" * 40
 HEAVY = ("pluggy", "plumbum", "filelock", "vq_admin_hookspecs", "vq_site_example")
 #: The one profile of ``cluster`` and ``fresh`` (a PROGRAM the configuration does not name is a usage error).
 PROFILE = 'update_command = "/bin/true"\nverify_command = "/bin/true"\nsource_repo = "/srv/src/vibeqc"'
-HEAVY_OWN = ("vq_admin.config", "vq_admin.plugins", "vq_admin.transport", "vq_admin.state", "vq_admin.providers")
+HEAVY_OWN = ("vq_admin.config", "vq_admin.plugins", "vq_admin.ssh.transport", "vq_admin.state.records",
+             "vq_admin.providers")
 
 
 def launcher_of(root: Path, sha: str) -> str:
@@ -311,8 +313,8 @@ def test_launcher_command_loads_nothing_heavy(world, host):
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(world["config"]), VQ_ADMIN_STATE_DIR=str(world["state"]))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     mods = json.loads(done.stdout.splitlines()[-1])
-    # The verb ran: its plain success through vq_admin.fastlookup, anything else through the command.
-    assert "vq_admin.commands.launcher" in mods or (host == "cluster" and "vq_admin.fastlookup" in mods)
+    # The verb ran: its plain success through vq_admin.launcher.plain_lookup, anything else through the command.
+    assert "vq_admin.commands.launcher" in mods or (host == "cluster" and "vq_admin.launcher.plain_lookup" in mods)
     assert [m for m in mods if m.split(".")[0] in HEAVY or m in HEAVY_OWN] == []
 
 

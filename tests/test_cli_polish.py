@@ -15,7 +15,7 @@ import pytest
 from support import SCRIPTS, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin.cli import build_parser
 from vq_admin.entry import EXIT_CLOSED_PIPE
-from vq_admin.state import StateDir
+from vq_admin.state.records import StateDir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -8,12 +8,12 @@ so.  ``conclude`` once read ``exc.strerror`` from it and crashed with
 
 from __future__ import annotations
 
-from vq_admin import registry
+from vq_admin.launcher import registry
 from vq_admin.context import RunContext
-from vq_admin.lanes.common import conclude
-from vq_admin.outcome import Outcome
-from vq_admin.receipt import Receipt
-from vq_admin.state import StateDir, utc_now
+from vq_admin.lanes.conclude import conclude
+from vq_admin.report.outcome import Outcome
+from vq_admin.report.receipt import Receipt
+from vq_admin.state.records import StateDir, utc_now
 
 SHA = "a" * 40
 

@@ -17,8 +17,9 @@ import sys
 import textwrap
 
 from support import run_vq, write_config
-from vq_admin import bindings, registry
-from vq_admin.state import StateDir
+from vq_admin import bindings
+from vq_admin.launcher import registry
+from vq_admin.state.records import StateDir
 
 A, B = "a" * 40, "b" * 40
 
@@ -35,8 +36,8 @@ def crash_while(state, code: str) -> None:
         def die(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
         os.replace = os.link = die
-        from vq_admin import registry
-        from vq_admin.state import StateDir
+        from vq_admin.launcher import registry
+        from vq_admin.state.records import StateDir
         state = StateDir({str(state)!r})
         """) + code
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from realhosts.procs import pid_alive, wait_until
 
-from vq_admin.agent.frames import read_frames
+from vq_admin.core.frames import read_frames
 
 AGENT = [sys.executable, "-m", "vq_admin.agent"]
 

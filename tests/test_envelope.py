@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 from support import GitRepo, run_vq, site_example_host, write_config
 
-from vq_admin import cli, entry, envelope
-from vq_admin.outcome import EXIT_CODES, Outcome, UsageError
-from vq_admin.receipt import SECTIONS, Receipt, UndeclaredSection
+from vq_admin import cli, entry
+from vq_admin.report import envelope
+from vq_admin.report.outcome import EXIT_CODES, Outcome, UsageError
+from vq_admin.report.receipt import SECTIONS, Receipt, UndeclaredSection
 
 OUTCOMES = {o.value: code for o, code in EXIT_CODES.items()}
 
@@ -341,9 +342,9 @@ def test_a_receipt_section_nobody_declared_raises() -> None:
 
 def test_json_reaches_stdout_only_through_the_envelope_module() -> None:
     """No verb prints a JSON document by itself: ``print_json`` is left to the per-job launcher path
-    (which cannot import more than it does), everything else calls ``vq_admin.envelope``."""
+    (which cannot import more than it does), everything else calls ``vq_admin.report.envelope``."""
     root = Path(cli.__file__).parent
-    launcher_path = {"output.py", "entry.py", "commands/launcher.py"}
+    launcher_path = {"report/output.py", "entry.py", "commands/launcher.py"}
     offenders = []
     for path in root.rglob("*.py"):
         rel = str(path.relative_to(root))

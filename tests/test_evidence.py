@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from support import NOTHING_ACTIVE
 from vq_admin.evidence import receipt_checks
-from vq_admin.launchers import launcher_problem
+from vq_admin.launcher.immutable import launcher_problem
 from vq_admin_hookspecs import EvidenceError, VerifyReceipt
 
 SHA = "ab" * 20

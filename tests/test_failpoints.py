@@ -1,4 +1,4 @@
-"""Issue 11: every test-only switch is a failpoint declared in vq_admin/agent/failpoints.py, read nowhere else.
+"""Issue 11: every test-only switch is a failpoint declared in vq_admin/core/failpoints.py, read nowhere else.
 
 * every declared point is reached by production code (an AST scan of every
   ``failpoint("NAME", ...)`` call) and every call names a declared point;
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin.agent import failpoints
-from vq_admin.agent.failpoints import POINTS, failpoint
+from vq_admin.core import failpoints
+from vq_admin.core.failpoints import POINTS, failpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "vq_admin"
-HOME = PACKAGE / "agent" / "failpoints.py"
+HOME = PACKAGE / "core" / "failpoints.py"
 TESTS = Path(__file__).resolve().parent
 #: How the suite enables each point beyond its variables (``VQ_ADMIN_FAULT``'s rule kinds).
 RULE_KIND = {"call": '"call:', "step-before": '"sigkill"', "step-after": '"sigkill-after"'}
@@ -126,7 +126,7 @@ def test_with_the_switch_on_every_declared_variable_is_read():
 def test_a_process_with_the_switch_off_is_inert(tmp_path):
     log = tmp_path / "log"
     code = ("import os, sys\n"
-            "from vq_admin.agent.failpoints import POINTS, enabled, failpoint\n"
+            "from vq_admin.core.failpoints import POINTS, enabled, failpoint\n"
             "assert not enabled()\n"
             "for name in POINTS:\n"
             "    assert failpoint(name, 'local', 'true') is None, name\n"
@@ -176,7 +176,7 @@ def test_value_points_return_what_the_test_set(enable):
     enable(VQ_ADMIN_TEST_HOOK_BEFORE_PUSH="/x/hook", VQ_ADMIN_HELPER_REREADS="3",
            VQ_ADMIN_HELPER_REREAD_INTERVAL="0.05")
     assert failpoint("mirror-before-push") == "/x/hook"
-    from vq_admin.lanes.helper_readback import reread_policy
+    from vq_admin.lanes.helper_identity import reread_policy
 
     assert reread_policy() == (3, 0.05)
     enable(VQ_ADMIN_HELPER_REREADS="999", VQ_ADMIN_HELPER_REREAD_INTERVAL="-1")
@@ -191,7 +191,7 @@ def test_value_points_return_what_the_test_set(enable):
     ("install-file-before-rename", {"VQ_ADMIN_AGENT_CRASH": "before-rename"}),
 ])
 def test_kill_points_sigkill_their_process_only_when_enabled(point, env):
-    code = ("from vq_admin.agent.failpoints import failpoint\n"
+    code = ("from vq_admin.core.failpoints import failpoint\n"
             "print('reached', flush=True)\n"
             f"failpoint({point!r}, 'deploy')\nprint('survived')\n")
     for testing, expected in (("1", -signal.SIGKILL), ("0", 0)):

@@ -26,37 +26,39 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
-from vq_admin import registry
+from vq_admin.launcher import registry
 
 SHA = "a" * 40
 #: What the launcher path may import of vq-admin itself.
 #: The registry reader's trust checks (section 10): the private state tree, bounded parsing and the
 #: secure-path rule, all standard library only.
-TRUST_OWN = {"vq_admin.statefs", "vq_admin.bounded", "vq_admin.agent", "vq_admin.agent.securepath",
-             "vq_admin.agent.identifiers", "vq_admin.agent.paths",  # the one home of identifiers and default paths
-             "vq_admin.agent.names"}
-LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.commands", "vq_admin.commands.launcher",
-                "vq_admin.bindings",
-                "vq_admin.registry", "vq_admin.launchers", "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
-BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.registry", "vq_admin.launchers",
-                "vq_admin.outcome", "vq_admin.fastlookup"} | TRUST_OWN
-#: The launcher's plain success (vq_admin.fastlookup): these and nothing a bare interpreter has not
+TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin.core.bounds",
+             "vq_admin.core.securepath", "vq_admin.core.names",
+             # the one home of identifiers and default paths
+             "vq_admin.core.identifiers", "vq_admin.core.default_paths"}
+LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
+                "vq_admin.commands.launcher", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
+                "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN
+BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
+                "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN
+#: The launcher's plain success (vq_admin.launcher.plain_lookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
-PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.fastlookup", "vq_admin.launchers",
-             "vq_admin.agent", "vq_admin.agent.names",
-             "vq_admin.agent.paths",
-             "vq_admin.agent.securepath"}
+PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs", "vq_admin.launcher",
+             "vq_admin.launcher.plain_lookup", "vq_admin.launcher.immutable", "vq_admin.core.names",
+             "vq_admin.core.default_paths", "vq_admin.core.securepath"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
-             "vq_admin.agent.protocol", "vq_admin.agent.spawn",
-             "vq_admin.agent.securepath"}  # the launcher's path is checked before it is hashed
+             "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
+             "vq_admin.core.securepath"}  # the launcher's path is checked before it is hashed
 #: The agent's own modules its ``session`` (an already-current run's one agent start) imports.
-SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.protocol",
-               "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.agent.paths", "vq_admin.agent.procs",
-               "vq_admin.agent.securepath", "vq_admin.agent.names", "vq_admin.agent.checkpaths",
+SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
+               "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
+               "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
                "vq_admin.agent.verify_readback", "vq_admin.agent.spawn"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
-         "vq_admin.agent.failpoints")
+         "vq_admin.core.failpoints")
 
 
 def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[str], set[str]]:
@@ -106,8 +108,8 @@ def test_everything_but_the_plain_success_runs_the_full_verb(tmp_path, words):
             "from vq_admin.entry import main\ncode = main()\nassert code in (0, 77), code\n" % (words,))
     found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
                                              "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
-    # vq_admin.output: the refusal; vq_admin.envelope: the JSON document
-    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.output", "vq_admin.envelope"})
+    # vq_admin.report.output: the refusal; vq_admin.report.envelope: the JSON document
+    check_import_set(found, json_set, LAUNCHER_OWN | {"vq_admin.report.output", "vq_admin.report.envelope"})
     assert "vq_admin.commands.launcher" in found  # the verb ran, through the hand-parsed entry
 
 

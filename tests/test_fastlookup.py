@@ -1,4 +1,4 @@
-"""The per-job launcher lookup's plain case (vq_admin.fastlookup) can make an answer slower, never different.
+"""The per-job launcher lookup's plain case (vq_admin.launcher.plain_lookup) can make an answer slower, never different.
 
 * its flat-object reader returns exactly what ``json.loads`` returns, or nothing (hypothesis);
 * its hand-written name and SHA rules are the registry's regular expressions (hypothesis);
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vq_admin import fastlookup, registry
+from vq_admin.launcher import plain_lookup as fastlookup, registry
 from vq_admin.bindings import LauncherRefused, resolve_launcher
 from vq_admin.entry import EXIT_CLOSED_PIPE
 

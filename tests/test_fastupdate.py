@@ -1,5 +1,5 @@
 """Cron's already-current ``update PROGRAM HOST --expected-sha SHA`` starts its one ssh process
-right after the configuration is read, before the command line is parsed (vq_admin.fastupdate);
+right after the configuration is read, before the command line is parsed (vq_admin.ssh.early_start);
 anything unusual starts nothing there, and the full path then behaves exactly as it did.
 
 The ssh here is a double (a script that logs its argv and what reached its stdin, and ends when
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support import write_config
-from vq_admin.fastupdate import parse_update
+from vq_admin.ssh.early_start import parse_update
 
 SHA = "a" * 40
 UPDATE = ["vibeqc", "cluster", "--expected-sha", SHA]
@@ -57,7 +57,7 @@ def config_text(tmp_path: Path, *, host: str = "", profile: str = "", ssh_config
 PROBE = r"""
 import json, os, sys
 _before = set(sys.modules)
-from vq_admin import fastupdate
+from vq_admin.ssh import early_start as fastupdate
 seen = {}
 import subprocess
 _real = subprocess.Popen
@@ -106,7 +106,7 @@ def test_the_early_start_is_the_sessions_ssh_process_and_imports_no_command_line
 def test_the_console_script_starts_ssh_before_the_command_line_is_imported(tmp_path):
     config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
     wrap, log = fake_ssh(tmp_path)
-    code = ("import json, os, sys\nfrom vq_admin import fastupdate\n_start = fastupdate.start\n"
+    code = ("import json, os, sys\nfrom vq_admin.ssh import early_start as fastupdate\n_start = fastupdate.start\n"
             "def start(words):\n    early = _start(words)\n"
             "    print(json.dumps({'started': early is not None, 'cli': 'vq_admin.cli' in sys.modules,\n"
             "                      'argparse': 'argparse' in sys.modules}), flush=True)\n"
@@ -191,7 +191,7 @@ def cli(tmp_path: Path, words: list[str], config: Path, early: bool) -> tuple[in
     """``vq-admin update WORDS`` (the full command line), with or without the early start."""
     wrap, log = fake_ssh(tmp_path)
     log.unlink(missing_ok=True)
-    code = ("import sys\nimport vq_admin.fastupdate as f\n" + ("" if early else "f.start = lambda words: None\n") +
+    code = ("import sys\nimport vq_admin.ssh.early_start as f\n" + ("" if early else "f.start = lambda words: None\n") +
             "from vq_admin.entry import main\nsys.exit(main())\n")
     env = dict(os.environ, PATH=f"{wrap}:{os.environ['PATH']}", VQ_ADMIN_CONFIG=str(config),
                VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))

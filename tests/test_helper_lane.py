@@ -21,7 +21,7 @@ from helper_world import (FAST_REREADS, HELPER_UPDATE, PYTHON, bootstrap, helper
 from plan_match import slot_values
 from support import SCRIPTS, run_vq, write_config
 
-from vq_admin.locks import lock_path
+from vq_admin.state.locks import lock_path
 
 
 @pytest.fixture

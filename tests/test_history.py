@@ -10,8 +10,8 @@ import os
 import pytest
 
 from support import run_vq_inprocess, write_config
-from vq_admin import history
-from vq_admin.state import StateDir, dump_json, write_atomic
+from vq_admin.state import history
+from vq_admin.state.records import StateDir, dump_json, write_atomic
 
 SHA = {k: k.lower() * 40 for k in "ABCDEF"}
 

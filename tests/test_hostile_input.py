@@ -21,14 +21,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vq_admin import bindings, cli, entry, registry
+from vq_admin import bindings, cli, entry
+from vq_admin.launcher import registry
 from vq_admin.commands.arguments import SHA_RULE, check_name, full_sha
-from vq_admin.locks import lock_path
-from vq_admin.outcome import Outcome, UsageError
-from vq_admin.output import CONTINUATION, print_json, receipt_summary
-from vq_admin.receipt import Receipt, parse_metrics
+from vq_admin.state.locks import lock_path
+from vq_admin.report.outcome import Outcome, UsageError
+from vq_admin.report.output import CONTINUATION, print_json, receipt_summary
+from vq_admin.report.receipt import Receipt, parse_metrics
 from vq_admin.source import check_tag_name
-from vq_admin.state import StateDir
+from vq_admin.state.records import StateDir
 
 HEX = "0123456789abcdefABCDEF"
 NAME_CHARS = string.ascii_letters + string.digits + "._-"

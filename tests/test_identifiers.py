@@ -1,4 +1,4 @@
-"""Issue 11: one definition of every identifier (vq_admin/agent/identifiers.py).
+"""Issue 11: one definition of every identifier (vq_admin/core/identifiers.py).
 
 * no other module of vq_admin compiles an anchored SHA, digest or name pattern
   of its own (an AST scan of every ``re.compile`` call);
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import vq_admin_identifiers as vq_admin_hookspecs  # where its copies live (vq-admin-hookspecs)
 
-from vq_admin.agent import identifiers
+from vq_admin.core import identifiers
 
 PACKAGE = Path(identifiers.__file__).resolve().parent.parent
 SHARED = ("FULL_SHA_RE", "SHA256_RE", "NAME_RE", "ENV_NAME_RE", "TAG_RE")
@@ -97,4 +97,4 @@ def test_no_other_module_defines_an_identifier_pattern():
             continue
         for line, pattern in anchored_patterns(path):
             assert not re.search(r"\{40\}|\{64\}|\{0,63\}|\{0,254\}", pattern) or not pattern.startswith(r"\A"), \
-                f"{path}:{line} defines {pattern!r}; use vq_admin.agent.identifiers"
+                f"{path}:{line} defines {pattern!r}; use vq_admin.core.identifiers"

@@ -130,5 +130,5 @@ def test_only_the_lane_modules_import_runtime_update() -> None:
     importers = {e.source for e in graph.importers("vq_admin.lanes.runtime", "RuntimeUpdate")}
     assert importers <= {"vq_admin.lanes.rollback"}, sorted(importers)
     steps = {"vq_admin.lanes.mirror_step", "vq_admin.lanes.allocation_step", "vq_admin.lanes.detached_step",
-             "vq_admin.lanes.allocation_attempt", "vq_admin.lanes.first_call", "vq_admin.lanes.remote_paths"}
+             "vq_admin.lanes.allocation_attempt", "vq_admin.lanes.first_call", "vq_admin.lanes.command_files"}
     assert not {e.source for e in graph.importers("vq_admin.lanes.runtime")} & steps

@@ -28,8 +28,8 @@ from vq_admin.lanes.helper import HelperUpdate
 from vq_admin.lanes.runtime import RuntimeUpdate
 from vq_admin.plugins import Providers
 from vq_admin.providers import command as command_provider
-from vq_admin.state import StateDir
-from vq_admin.transport import Session
+from vq_admin.state.records import StateDir
+from vq_admin.ssh.transport import Session
 
 LOGGER = """#!{python}
 import json, os, sys

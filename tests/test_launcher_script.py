@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from installed_venv import ROOT, clean_env, installed_prefix
-from vq_admin import registry
+from vq_admin.launcher import registry
 
 SHA = "a" * 40
 LAUNCHER = f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
 #: Imported by the plain ``vq admin launcher`` success beyond a bare interpreter's start.
-PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.plainargs", "vq_admin.agent",
-         "vq_admin.agent.securepath", "vq_admin.launchers", "vq_admin.fastlookup", "vq_admin.agent.paths",
-         "vq_admin.agent.names"}
+PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs",
+         "vq_admin.core.securepath", "vq_admin.launcher", "vq_admin.launcher.immutable",
+         "vq_admin.launcher.plain_lookup", "vq_admin.core.default_paths", "vq_admin.core.names"}
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from realhosts import SshdServer, remote_path
 from support import AGENT
 from vq_admin.agent import cli as agent_cli
 from vq_admin.agent import lease as agent_lease
-from vq_admin.agent import securepath
+from vq_admin.core import securepath
 from vq_admin.lanes import allocation_step
-from vq_admin.outcome import Locked, Refused, VqAdminError
+from vq_admin.report.outcome import Locked, Refused, VqAdminError
 
 
 def lease_proc(root: Path, pid: int = 111, host: str = "h", program: str = "p") -> subprocess.Popen:

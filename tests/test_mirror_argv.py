@@ -1,4 +1,4 @@
-"""The feed's push argv, as built by vq_admin.mirror: never a force, never a mirror-sync.
+"""The feed's push argv, as built by vq_admin.source.mirror: never a force, never a mirror-sync.
 
 Pure unit tests over hypothesis-generated ref sets; nothing is run.
 """
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vq_admin import mirror
+from vq_admin.source import mirror
 from vq_admin.config import BRANCH_RE
-from vq_admin.mirror import FeedRef, feed_refspecs, parse_ls_remote, parse_porcelain, push_argv
+from vq_admin.source.mirror import FeedRef, feed_refspecs, parse_ls_remote, parse_porcelain, push_argv
 from vq_admin.source import TAG_RE
 
 HEX = "0123456789abcdef"

@@ -14,9 +14,9 @@ import pytest
 
 from support import run_vq, site_example_host, write_config
 from test_mirror_feed import Driver, assert_unforced, expected_refusal, ref_map, snapshot
-from vq_admin import mirror
-from vq_admin.agent import failpoints
-from vq_admin.mirror_feed import LANE_FED, LANE_LEFT
+from vq_admin.source import mirror
+from vq_admin.core import failpoints
+from vq_admin.source.mirror_feed import LANE_FED, LANE_LEFT
 
 pytestmark = pytest.mark.real
 MIRROR_STEPS = ["mirror-probe", "mirror-symrefs", "mirror-read", "mirror-feed", "mirror-confirm"]

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from support import GitRepo, git
-from vq_admin import mirror
-from vq_admin.mirror_feed import LANE_FED, LANE_LEFT, Feed, plain_runner
-from vq_admin.outcome import Refused
+from vq_admin.source import mirror
+from vq_admin.source.mirror_feed import LANE_FED, LANE_LEFT, Feed, plain_runner
+from vq_admin.report.outcome import Refused
 from vq_admin.source import GIT_ENV, RECEIVE_PACK
 from vq_admin.plan import fill
-from vq_admin.transport import Session
+from vq_admin.ssh.transport import Session
 
 pytestmark = pytest.mark.real
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
@@ -395,7 +395,7 @@ def test_ref_set_is_exactly_pin_pair_and_tags_at_the_pin(driver):
 
 
 def test_local_transport_feeds_the_plain_path(tmp_path, bare, driver):
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     log = Log()
     feed = Feed(login=LocalTransport(), path=str(bare), repo=driver.path, sha=driver.b, lane="main",
@@ -406,8 +406,8 @@ def test_local_transport_feeds_the_plain_path(tmp_path, bare, driver):
 
 
 def test_a_destination_git_cannot_put_in_a_url_is_a_usage_error(bare):
-    from vq_admin.outcome import UsageError
-    from vq_admin.transport import SshTransport
+    from vq_admin.report.outcome import UsageError
+    from vq_admin.ssh.transport import SshTransport
 
     with pytest.raises(UsageError, match=r"^hosts\.cluster\.ssh: 'fe80::1' contains ':'") as caught:
         mirror.mirror_for(SshTransport("fe80::1", None, None), str(bare), "hosts.cluster.ssh")
@@ -436,7 +436,7 @@ class DroppedPush(Log):
         self.push_first, self.read_back_fails, self.words = push_first, read_back_fails, words
 
     def __call__(self, name, transport, argv, env, timeout, **values):
-        from vq_admin.transport import RunResult
+        from vq_admin.ssh.transport import RunResult
 
         if name == "mirror-feed":
             if self.push_first:
@@ -460,7 +460,7 @@ def test_a_dropped_push_that_applied_is_settled_as_fed(session, bare, driver):
 
 
 def test_a_push_that_never_reached_the_mirror_fails_with_nothing_changed(session, bare, driver):
-    from vq_admin.outcome import VqAdminError
+    from vq_admin.report.outcome import VqAdminError
 
     runner = DroppedPush(push_first=False, words="fatal: Could not read from remote repository.")
     feed = make_feed(session, bare, driver, driver.b, log=runner)

@@ -1,4 +1,4 @@
-"""Issue 11: default locations in one place (vq_admin/agent/paths.py): driver, launcher path and agent alike."""
+"""Issue 11: default locations in one place (vq_admin/core/default_paths.py): driver, launcher path and agent alike."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin import bindings, config, readback, state
-from vq_admin.agent import lease, paths
+from vq_admin import bindings, config
+from vq_admin.launcher import profile_view as readback
+from vq_admin.state import records as state
+from vq_admin.agent import lease
+from vq_admin.core import default_paths as paths
 
 PACKAGE = Path(paths.__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """A command file another user could have replaced is refused before it runs
 (vq_admin/permissions.py over the one secure-path rule in
-vq_admin/agent/securepath.py, called by vq_admin.plan.execute for local
+vq_admin/core/securepath.py, called by vq_admin.plan.execute for local
 commands: every absolute word, interpreter and script alike)."""
 
 from __future__ import annotations

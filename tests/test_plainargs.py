@@ -1,4 +1,4 @@
-"""vq_admin.plainargs: whatever the hand parser of ``launcher`` and ``update`` takes, the verb's
+"""vq_admin.core.plainargs: whatever the hand parser of ``launcher`` and ``update`` takes, the verb's
 argparse reads the same way (checked with hypothesis against the real parser); anything it does
 not take is left to argparse."""
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from vq_admin.cli import build_parser
 from vq_admin.entry import parse_launcher
-from vq_admin.fastupdate import parse_update
-from vq_admin.plainargs import plain_words
+from vq_admin.ssh.early_start import parse_update
+from vq_admin.core.plainargs import plain_words
 
 SHA = "a" * 40
 PARSER = build_parser()

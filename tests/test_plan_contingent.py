@@ -23,11 +23,11 @@ from vq_admin.agent.allocation import new_attempt_name
 from vq_admin.context import RunContext, RunOptions
 from vq_admin.lanes import allocation_attempt
 from vq_admin.lanes.runtime import RuntimeUpdate
-from vq_admin.outcome import Locked
+from vq_admin.report.outcome import Locked
 from vq_admin.plan import Plan, SlotError, Step, execute, execute_stream
 from vq_admin.plugins import Providers
-from vq_admin.state import StateDir
-from vq_admin.transport import RunResult, Session, Transport
+from vq_admin.state.records import StateDir
+from vq_admin.ssh.transport import RunResult, Session, Transport
 
 
 class Double(Transport):

@@ -2,8 +2,8 @@
 
 One test per caller of :func:`vq_admin.plan.execute` that used to pass an argv
 it built at run time: the mirror feed and the preparer, the command-file
-checks (:mod:`vq_admin.lanes.remote_paths`), the helper's identity reads and
-re-reads (:mod:`vq_admin.lanes.helper_readback`), ``provider install`` and
+checks (:mod:`vq_admin.lanes.command_files`), the helper's identity reads and
+re-reads (:mod:`vq_admin.lanes.helper_identity`), ``provider install`` and
 its read-back, and the verify of a login host whose agent predates
 ``verify-readback``.  Each shows that what ran (the receipt's or the double's
 argv) is the planned argv with its slots filled (:mod:`plan_match`), and that
@@ -27,11 +27,11 @@ from test_provider_install import world as install_world  # noqa: F401  (a fixtu
 from plan_match import slot_values
 from support import AGENT
 
-from vq_admin.mirror_feed import LANE_LEFT
-from vq_admin.lanes import helper_readback, remote_paths
+from vq_admin.source.mirror_feed import LANE_LEFT
+from vq_admin.lanes import helper_identity as helper_readback, command_files as remote_paths
 from vq_admin.plan import Plan, SlotError, execute
 from vq_admin.source import GIT_ENV
-from vq_admin.transport import RunResult
+from vq_admin.ssh.transport import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -242,7 +242,7 @@ def test_the_mirror_feed_and_the_preparer_run_their_planned_argv_and_env(tmp_pat
 
 
 def test_the_mirror_symref_read_is_planned_once_with_a_ref_slot():
-    from vq_admin import mirror
+    from vq_admin.source import mirror
 
     argv = mirror.symref_argv("/srv/git/m.git")
     assert argv[-1] == "<ref>" and argv[-1] is mirror.REF

@@ -34,12 +34,12 @@ from vq_admin.context import RunContext, RunOptions
 from vq_admin.lanes.helper import HelperUpdate
 from vq_admin.lanes.prune import KEEP, RuntimePrune
 from vq_admin.lanes.runtime import RuntimeUpdate
-from vq_admin.outcome import UsageError
+from vq_admin.report.outcome import UsageError
 from vq_admin.plan import Plan, SlotError, execute, fill_command, filled
 from vq_admin.plugins import Providers
 from vq_admin.providers import command as command_provider
-from vq_admin.state import StateDir
-from vq_admin.transport import RunResult, Session
+from vq_admin.state.records import StateDir
+from vq_admin.ssh.transport import RunResult, Session
 
 # -- Slot -------------------------------------------------------------------------------------
 

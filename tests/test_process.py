@@ -1,4 +1,4 @@
-"""The one process runner (vq_admin.process): capture and stream modes, one bounded
+"""The one process runner (vq_admin.ssh.process): capture and stream modes, one bounded
 timeout -> SIGTERM -> grace -> SIGKILL path, one classification, one set of ssh
 options, one wait-then-kill, and no other module starting processes on its own."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin import process
+from vq_admin.ssh import process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,7 +218,7 @@ def test_local_classification_has_no_transport_exit(fp):
 
 
 def test_every_fault_mode_of_the_call_failpoint_has_one_outcome():
-    from vq_admin.agent.failpoints import MODES
+    from vq_admin.core.failpoints import MODES
 
     assert set(process.FAULT_OUTCOMES) == set(MODES)
 
@@ -237,9 +237,9 @@ def contains(argv: list[str], part: tuple[str, ...]) -> bool:
 
 
 def test_every_ssh_argv_carries_the_one_set_of_options():
-    from vq_admin import readback
-    from vq_admin.early_session import session_command
-    from vq_admin.transport import SshTransport
+    from vq_admin.launcher import profile_view as readback
+    from vq_admin.ssh.early_session import session_command
+    from vq_admin.ssh.transport import SshTransport
 
     assert "ServerAliveInterval=15" in process.SSH_OPTIONS and "ServerAliveCountMax=4" in process.SSH_OPTIONS
     t = SshTransport("cluster", None, "/tmp/vqssh-x")
@@ -254,7 +254,7 @@ def test_every_ssh_argv_carries_the_one_set_of_options():
 # -- nobody else starts processes -----------------------------------------------------------
 
 #: Calls in vq_admin (outside vq_admin/agent/, which runs on the login host with its own
-#: standard-library calls) that start a process without vq_admin.process, and why.
+#: standard-library calls) that start a process without vq_admin.ssh.process, and why.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("vq_admin/fleet.py", "os.fork"): "each host of `update --all --parallel` runs in a forked copy of the driver "
                                       "(no program is started; that copy's commands go through the runner)",
@@ -287,12 +287,12 @@ def test_no_module_but_the_runner_starts_a_process():
     offenders = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in ("vq_admin/agent/spawn.py", "vq_admin/process.py"):  # the one runner of each side
+        if rel in ("vq_admin/agent/spawn.py", "vq_admin/ssh/process.py"):  # the one runner of each side
             continue
         found = [f for f in starters_in(path) if (rel, f.split(" at ")[0]) not in EXCEPTIONS]
         if found:
             offenders[rel] = found
-    assert not offenders, f"start processes through vq_admin.process (agent: agent/spawn.py): {offenders}"
+    assert not offenders, f"start processes through vq_admin.ssh.process (agent: agent/spawn.py): {offenders}"
     for (rel, call) in EXCEPTIONS:  # each exception is still needed
         assert any(f.startswith(call + " at") for f in starters_in(ROOT / rel)), (rel, call)
 
@@ -314,17 +314,18 @@ def test_the_runner_imports_nothing_but_what_subprocess_does():
         assert done.returncode == 0, done.stderr
         return set(done.stdout.split())
 
-    loaded = imported("vq_admin.process")
+    loaded = imported("vq_admin.ssh.process")
     # the ssh words (sshargv: shlex quotes the probe's words)
-    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.process", "vq_admin.sshargv", "shlex"}, loaded
-    assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.agent.failpoints"}
+    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.ssh", "vq_admin.ssh.process", "vq_admin.ssh.argv",
+                                               "shlex"}, loaded
+    assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.core.failpoints"}
 
 
 # -- the allocation stream runs through the runner ----------------------------------------
 
 def test_the_allocation_stream_reads_records_as_they_arrive_and_reports_the_status(tmp_path):
     from vq_admin.lanes.allocation_stream import TranscriptSink, stream_call
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     script = ('printf \'job {"job_id": "42"}\\nout 5\\nhello\'; printf \'end {}\\n\'; echo ssh-note >&2; exit 3')
     sinks = {name: TranscriptSink(tmp_path, name) for name in ("stdout", "stderr")}
@@ -340,7 +341,7 @@ def test_the_allocation_stream_reads_records_as_they_arrive_and_reports_the_stat
 
 def test_an_allocation_stream_past_its_timeout_is_a_timeout():
     from vq_admin.lanes.allocation_stream import stream_call
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     started = time.monotonic()
     call = stream_call(LocalTransport(), ["sh", "-c", "sleep 60"], timeout=0.3, sinks={})
@@ -350,7 +351,7 @@ def test_an_allocation_stream_past_its_timeout_is_a_timeout():
 
 def test_an_allocation_stream_that_is_not_frames_is_cut_off_at_once():
     from vq_admin.lanes.allocation_stream import stream_call
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     started = time.monotonic()
     call = stream_call(LocalTransport(), ["sh", "-c", "echo 'garbage here'; sleep 60"], timeout=60, sinks={})
@@ -361,7 +362,7 @@ def test_an_allocation_stream_that_is_not_frames_is_cut_off_at_once():
 
 def test_an_allocation_stream_that_cannot_start_is_127():
     from vq_admin.lanes.allocation_stream import stream_call
-    from vq_admin.transport import LocalTransport
+    from vq_admin.ssh.transport import LocalTransport
 
     call = stream_call(LocalTransport(), ["/nonexistent/ssh"], timeout=10, sinks={})
     assert call.exit_code == 127 and call.interrupted is None and "/nonexistent/ssh" in call.stderr

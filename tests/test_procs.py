@@ -1,4 +1,4 @@
-"""The one liveness rule (``vq_admin.agent.procs``): a running process, a zombie, a reused pid
+"""The one liveness rule (``vq_admin.core.procs``): a running process, a zombie, a reused pid
 (another start time), a dead pid, a bogus value; and no other module reads a process's state."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin.agent import detached, lease, procs
+from vq_admin.agent import detached, lease
+from vq_admin.core import procs
 
 ROOT = Path(__file__).resolve().parents[1] / "vq_admin"
 
@@ -65,9 +66,9 @@ def test_the_lease_reads_a_holder_through_the_rule(tmp_path):
 def test_no_other_module_reads_a_process_state():
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        if path.name == "procs.py" and path.parent.name == "agent":
+        if path.name == "procs.py" and path.parent.name == "core":
             continue
         text = path.read_text()
         if '/proc/{pid}/stat' in text or "/proc/{pid}/status" in text:
             found.append(str(path.relative_to(ROOT)))
-    assert not found, f"process liveness belongs in vq_admin/agent/procs.py only: {found}"
+    assert not found, f"process liveness belongs in vq_admin/core/procs.py only: {found}"

@@ -26,7 +26,7 @@ from plan_match import slot_values
 from realhosts.procs import wait_until
 from support import NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, write_config
 from test_allocation_real import World
-from vq_admin import progress
+from vq_admin.report import progress
 from vq_admin.agent import progress as agent_progress
 from vq_admin.agent.settle import FileState
 

@@ -93,7 +93,7 @@ def named(tmp_path, *hosts: str):
 
 
 def test_helper_lane_has_an_empty_program_label(tmp_path):
-    from vq_admin.state import StateDir
+    from vq_admin.state.records import StateDir
 
     StateDir(tmp_path).record_run("helper", "login", None, {"outcome": "refused", "exit_code": 77,
                                                               "at": "2026-11-30T10:00:00Z"}, None)

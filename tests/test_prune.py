@@ -18,7 +18,7 @@ import pytest
 
 from real_jobs import SELFTEST, release_and_wait, ssh, submit_held_selftest
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, tree_digest, write_config
-from vq_admin.output import receipt_summary
+from vq_admin.report.output import receipt_summary
 
 pytestmark = pytest.mark.real
 
@@ -201,7 +201,7 @@ def test_a_profile_without_a_prune_operation_is_a_usage_error(tmp_path):
 
 
 def test_a_pruned_mark_refuses_the_launcher_until_the_sha_is_verified_again(tmp_path):
-    from vq_admin import registry
+    from vq_admin.launcher import registry
     from vq_admin.bindings import LauncherRefused, resolve_launcher
 
     state = tmp_path / "state"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin import registry
-from vq_admin.references import CensusError, census
-from vq_admin.state import StateDir, dump_json, write_atomic
-from vq_admin.transport import RunResult, Transport
+from vq_admin.launcher import registry
+from vq_admin.launcher.references import CensusError, census
+from vq_admin.state.records import StateDir, dump_json, write_atomic
+from vq_admin.ssh.transport import RunResult, Transport
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "site_example"
 SHA = {k: k.lower() * 40 for k in "ABCD"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, SITE_EXAMPLE, GitRepo, git, run_vq, tree_digest, write_config
-from vq_admin.output import receipt_summary
+from vq_admin.report.output import receipt_summary
 
 pytestmark = pytest.mark.real
 

@@ -14,7 +14,7 @@ import pytest
 
 from support import (NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, site_example_host, tree_digest,
                      write_config)
-from vq_admin.outcome import EXIT_CODES, Outcome
+from vq_admin.report.outcome import EXIT_CODES, Outcome
 
 
 def test_the_exit_code_table_is_pinned():

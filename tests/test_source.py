@@ -6,7 +6,7 @@ import pytest
 
 from support import GitRepo, git
 from vq_admin import source
-from vq_admin.outcome import Refused, UsageError
+from vq_admin.report.outcome import Refused, UsageError
 
 
 @pytest.fixture

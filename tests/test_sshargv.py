@@ -1,10 +1,10 @@
-"""The literal-word rule (vq_admin.sshargv): the words any login shell reads as themselves."""
+"""The literal-word rule (vq_admin.ssh.argv): the words any login shell reads as themselves."""
 
 from __future__ import annotations
 
 import pytest
 
-from vq_admin.sshargv import literal_word, literal_words
+from vq_admin.ssh.argv import literal_word, literal_words
 
 
 @pytest.mark.parametrize("word", ["/opt/vq/bin/vq-admin-agent", "session", "a,b+c.d_e", "x-y"])

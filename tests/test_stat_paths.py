@@ -1,4 +1,4 @@
-"""The helper lane's remote command-file check (vq_admin.lanes.stat_paths) against the real
+"""The helper lane's remote command-file check (vq_admin.lanes.command_files_stat) against the real
 coreutils of this machine, run through a local transport: the facts it reads and the rule it
 applies must give what the secure-path rule gives locally, and anything it cannot read back
 refuses (fails closed)."""
@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from vq_admin.agent import securepath
-from vq_admin.lanes import stat_paths
-from vq_admin.outcome import Refused
+from vq_admin.core import securepath
+from vq_admin.lanes import command_files_stat as stat_paths
+from vq_admin.report.outcome import Refused
 from vq_admin.plan import Plan, SlotError
-from vq_admin.transport import LocalTransport, RunResult, Transport
+from vq_admin.ssh.transport import LocalTransport, RunResult, Transport
 
 
 class Here(Transport):
@@ -131,7 +131,7 @@ def test_facts_that_cannot_be_read_back_refuse(answers, program):
 
 
 def test_an_interrupted_read_is_a_failure_naming_the_step():
-    from vq_admin.outcome import VqAdminError
+    from vq_admin.report.outcome import VqAdminError
 
     dropped = RunResult([], "h", 255, b"", b"Connection closed", interrupted="transport")
     with pytest.raises(VqAdminError) as failed:

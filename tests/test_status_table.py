@@ -15,8 +15,8 @@ import pytest
 
 from support import VQ_ADMIN, run_vq_inprocess, write_config
 from vq_admin.commands.status import collect
-from vq_admin.state import StateDir
-from vq_admin.status_table import age, render
+from vq_admin.state.records import StateDir
+from vq_admin.report.status_table import age, render
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 A, B, C = "a" * 40, "b" * 40, "c" * 64
@@ -124,8 +124,8 @@ def test_off_a_terminal_the_full_lines_stay(state):
 def test_json_is_unchanged_in_content_on_a_terminal(state):
     code, screen = on_terminal(["status", "--json"], _env(state))
     assert code == 0 and "\x1b[" not in screen
-    from vq_admin.envelope import SCHEMAS, document
-    from vq_admin.outcome import Outcome
+    from vq_admin.report.envelope import SCHEMAS, document
+    from vq_admin.report.outcome import Outcome
 
     expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
     again = run_vq_inprocess("status", "--json", state=state.root, config=config_for(state))

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from vq_admin.transport import LocalTransport, RunResult, Session, SshTransport
+from vq_admin.ssh.transport import LocalTransport, RunResult, Session, SshTransport
 
 
 def test_ssh_argv_quotes_each_word_and_never_uses_a_local_shell():
@@ -102,7 +102,7 @@ def test_the_streamed_call_of_a_killed_ssh_client_is_interrupted():
 def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
     import os
 
-    from vq_admin.transport import sweep_control_dirs
+    from vq_admin.ssh.transport import sweep_control_dirs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -120,7 +120,7 @@ def test_control_directories_of_dead_runs_are_removed_and_live_ones_kept(tmp_pat
 def test_temp_files_of_killed_runs_are_swept_from_the_state_directory(tmp_path):
     import os
 
-    from vq_admin.state import StateDir
+    from vq_admin.state.records import StateDir
 
     dead = subprocess.Popen(["true"])
     dead.wait()

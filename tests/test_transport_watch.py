@@ -7,7 +7,7 @@ before anything ran; ``mypy --strict`` found the incompatible override.
 
 from __future__ import annotations
 
-from vq_admin.transport import LocalTransport, SshTransport
+from vq_admin.ssh.transport import LocalTransport, SshTransport
 
 
 def test_ssh_run_passes_watch_the_capture_files_then_none(fp):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from support import AGENT, GitRepo, run_vq_inprocess, write_config
-from vq_admin.state import StateDir
+from vq_admin.state.records import StateDir
 
 SHA = "a" * 40
 #: Every verb that reads the configuration, with its operands naming host ``cluster`` (and program ``toyrt``).

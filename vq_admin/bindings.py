@@ -3,7 +3,7 @@
 A registry SHA describes a runtime when it was inspected; a stable launcher
 that follows ``current`` may run another generation after a scheduler wait.
 So a named runtime submission may only run an immutable per-SHA launcher that
-verified deployment evidence (the registry, :mod:`vq_admin.registry`)
+verified deployment evidence (the registry, :mod:`vq_admin.launcher.registry`)
 attests, and everything else fails closed::
 
     from vq_admin.bindings import LauncherRefused, check_pin, resolve_launcher
@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import os
 
-from . import registry
-from .agent.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
-from .fastlookup import plain_resolve, state_root
+from .launcher import registry
+from .core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
+from .launcher.plain_lookup import plain_resolve, state_root
 
 if False:  # for the type checker only (no typing or collections import on the per-job path)
     from collections.abc import Mapping
-from .launchers import launcher_problem
-from .outcome import Refused, UsageError
+from .launcher.immutable import launcher_problem
+from .report.outcome import Refused, UsageError
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any, NoReturn
@@ -171,7 +171,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
                               "an explicit path authenticates nothing",
                               _use_printed(program, canonical, entry["sha"]))
     if check_on_host:
-        from .readback import ReadbackRefused, check_launcher_on_host
+        from .launcher.profile_view import ReadbackRefused, check_launcher_on_host
 
         try:
             check_launcher_on_host(entry, config_path, timeout)
@@ -205,7 +205,7 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
                                   f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
                                   "would run whatever its script names (a stable launcher follows current)",
                                   _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
-        from .bounded import InputError, loads_json
+        from .core.bounds import InputError, loads_json
 
         try:
             loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
@@ -333,7 +333,7 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
             return host
     except registry.RegistryError as exc:
         raise _corrupt(exc, program, host) from None
-    from .readback import ConfigUnavailable, host_table
+    from .launcher.profile_view import ConfigUnavailable, host_table
 
     try:  # a host (or program) the configuration does not name is a usage error, as for every verb
         table, _ = host_table(config_path, host)

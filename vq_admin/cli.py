@@ -12,12 +12,12 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .error_document import error_document
-from .outcome import UsageError, VqAdminError
-from .output import safe_text
+from .report.error_document import error_document
+from .report.outcome import UsageError, VqAdminError
+from .report.output import safe_text
 
 if TYPE_CHECKING:
-    from .fastupdate import EarlyStart
+    from .ssh.early_start import EarlyStart
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -242,7 +242,7 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
         return _dispatch(args)
     except VqAdminError as exc:
         if "--json" in argv:
-            from .envelope import write
+            from .report.envelope import write
 
             write(error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)

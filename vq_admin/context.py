@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .config import Config, HostConfig
-from .state import StateDir
-from .transport import Session, Transport
+from .state.records import StateDir
+from .ssh.transport import Session, Transport
 
 if TYPE_CHECKING:  # loaded only when a run needs a provider (vq_admin.plugins imports pluggy)
     from .plugins import Providers
@@ -50,7 +50,7 @@ class RunContext:
 def stderr_narrator(enabled: bool) -> Callable[[str], None]:
     def narrate(message: str) -> None:
         if enabled:  # narration quotes remote stderr: escaped like the summary
-            from .output import CONTINUATION, safe_text
+            from .report.output import CONTINUATION, safe_text
 
             text = safe_text(message).replace("\n", "\n" + CONTINUATION)
             try:

@@ -29,8 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import process
-from .transport import quote_argv
+from .ssh import process
+from .ssh.transport import quote_argv
 
 PROGRAM = "vibeqc"
 #: Seconds one git command of the demo repository may take.

@@ -6,14 +6,14 @@ few options are parsed here by hand (standard library ``os`` and ``sys``; the
 verb itself reads a small JSON registry entry through
 :mod:`vq_admin.bindings`), and argparse, typing and the rest of the command
 line are never loaded.  Its plain, successful case (no ``--pin``, ``--path``,
-``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.fastlookup`
+``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.launcher.plain_lookup`
 without ``re``, ``json`` or ``enum``; everything else runs the verb as before.
 Anything this parser does not take as plainly well-formed (``--help``, an
 abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
 :mod:`vq_admin.cli`, which then behaves, and words its usage errors, exactly as
 for every other verb.  Every other verb goes there directly, ``update``
-after :func:`vq_admin.fastupdate.start` read the configuration and started
+after :func:`vq_admin.ssh.early_start.start` read the configuration and started
 the first ssh process of a plainly usual ``update PROGRAM HOST --expected-sha
 SHA`` (cron's already-current run), before argparse and the rest are imported;
 the full command line is handed what it started.
@@ -27,8 +27,8 @@ TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
 
-    from .fastupdate import EarlyStart
-    from .plainargs import LauncherArgs
+    from .ssh.early_start import EarlyStart
+    from .core.plainargs import LauncherArgs
     _T = TypeVar("_T")
 
 if False:  # for the type checker only: this module imports nothing but os and sys at run time
@@ -42,10 +42,10 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 
 
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
-    """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.plainargs`)."""
-    from .plainargs import plain_words
+    """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.core.plainargs`)."""
+    from .core.plainargs import plain_words
 
-    from .plainargs import LauncherArgs
+    from .core.plainargs import LauncherArgs
 
     parsed = plain_words(words, _VALUED, _FLAGS)
     if parsed is None or len(parsed[0]) != 2:
@@ -60,7 +60,7 @@ def launcher(words: list[str], prog: str) -> int | None:
     if args is None:
         return None
     if args.pin is None and args.path is None and not args.check_on_host and not args.json:
-        from .fastlookup import plain_launcher
+        from .launcher.plain_lookup import plain_launcher
 
         try:
             found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
@@ -71,15 +71,15 @@ def launcher(words: list[str], prog: str) -> int | None:
         except KeyboardInterrupt:
             print(f"{prog}: interrupted", file=sys.stderr)
             return 130
-    from .outcome import VqAdminError
+    from .report.outcome import VqAdminError
 
     try:
         from .commands.launcher import run
 
         return run(args)
     except VqAdminError as exc:
-        from .error_document import error_document
-        from .output import print_json, safe_text
+        from .report.error_document import error_document
+        from .report.output import print_json, safe_text
 
         if "--json" in words:
             print_json(error_document(args, exc))  # type: ignore[arg-type]
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if invoked == "vq":
         prog = "vq admin"
         if not argv or argv[0] != "admin":
-            from .outcome import Outcome
+            from .report.outcome import Outcome
 
             print("usage: vq admin VERB ... (this entry point only serves 'vq admin')", file=sys.stderr)
             return Outcome.USAGE.exit_code
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if code is not None:
             return code
     if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before argparse
-        from .fastupdate import start
+        from .ssh.early_start import start
 
         early = start(argv[1:])
         try:

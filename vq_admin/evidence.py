@@ -12,8 +12,8 @@ from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, VerifyReceipt
 
-from .agent.identifiers import SHA256_RE
-from .launchers import launcher_problem
+from .core.identifiers import SHA256_RE
+from .launcher.immutable import launcher_problem
 
 
 @dataclass(frozen=True)

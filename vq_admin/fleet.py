@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from . import envelope
+from .report import envelope
 from .config import Config, load_config
-from .outcome import Outcome, UsageError
-from .output import safe_text
-from .state import StateDir, dump_json, utc_now, write_atomic
+from .report.outcome import Outcome, UsageError
+from .report.output import safe_text
+from .state.records import StateDir, dump_json, utc_now, write_atomic
 
 SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
@@ -415,7 +415,7 @@ def table(doc: dict[str, Any]) -> list[str]:
 
 
 def dry_run_lines(doc: dict[str, Any]) -> list[str]:
-    from .output import plan_summary
+    from .report.output import plan_summary
 
     lines = [f"vq-admin: dry run: fleet {doc['program']} {doc['expected_sha']}: {len(doc['order'])} host(s) in this "
              f"order (--parallel {doc['parallel']}, --max-failed {doc['max_failed']}"
@@ -488,7 +488,9 @@ def _preload(config: Config, program: str) -> None:
     for it): the lane modules, what a run imports on its way (the early ssh session,
     the deploy steps, the registry and history, ``time.strptime``'s module), and the
     providers the rollout's profiles name."""
-    from . import early_session, history, registry  # noqa: F401
+    from .ssh import early_session  # noqa: F401
+    from .state import history  # noqa: F401
+    from .launcher import registry  # noqa: F401
     from .lanes import allocation_step, detached_step, runner, runtime  # noqa: F401
     from .plugins import Providers
 

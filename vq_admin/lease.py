@@ -1,6 +1,6 @@
 """The host-side lease: one run per lane on the login host, whatever driver runs it.
 
-The driver-side lane lock (:mod:`vq_admin.locks`) keeps two runs of one
+The driver-side lane lock (:mod:`vq_admin.state.locks`) keeps two runs of one
 state directory apart.  The lease keeps every driver apart: a
 ``vq-admin-agent lease`` process on the login host takes a kernel lock
 (``flock``) and holds it until its stdin closes.  The driver starts it over
@@ -36,15 +36,16 @@ import time
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
-from . import process
-from .agent import TOO_OLD, protocol
-from .outcome import Locked, Outcome, Refused, VqAdminError
-from .transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
+from .ssh import process
+from .agent import TOO_OLD
+from .core import protocol
+from .report.outcome import Locked, Outcome, Refused, VqAdminError
+from .ssh.transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
 
 if TYPE_CHECKING:
-    from .process import LongLived
+    from .ssh.process import LongLived
     from .context import RunContext
-    from .receipt import Receipt
+    from .report.receipt import Receipt
 
 #: How long to wait for the lease's answer (covers ssh connection setup); the verify of the first call
 #: has its own bound, the profile's verify_timeout_seconds, on top of it.
@@ -163,7 +164,7 @@ class Lease:
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
         ControlPersist): later calls of the run multiplex over it, and it ends when the lease
         is released.  The command line is the agent's words and ``session`` (each a
-        :func:`~vq_admin.transport.literal_words` word, so any login shell runs it as is) and, on
+        :func:`~vq_admin.ssh.transport.literal_words` word, so any login shell runs it as is) and, on
         first contact, ``--probe`` and the login-shell probe's words quoted for a POSIX shell (the
         agent judges what reached it, so the shell sshd runs for this session is the one judged);
         the request goes on stdin.  The lease's answer line is waited for :data:`LEASE_WAIT`
@@ -173,8 +174,8 @@ class Lease:
         Raises as :meth:`acquire` does for a lease not held, :class:`OtherProtocol` for an agent
         of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
-        from .agent.failpoints import failpoint
-        from .transport import describe_interruption
+        from .core.failpoints import failpoint
+        from .ssh.transport import describe_interruption
 
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
         request = dict(request, protocol=protocol.SESSION_PROTOCOL)
@@ -210,14 +211,14 @@ class Lease:
     @property
     def lease_wait(self) -> float:
         """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
-        from .agent.failpoints import failpoint
+        from .core.failpoints import failpoint
 
         return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
 
     def _session_argv(self, ssh: SshTransport | None, request: dict[str, Any]) -> list[str]:
         """The ``session`` command line (with the login-shell probe's words on first contact)."""
-        from .early_session import session_command
-        from .transport import SHELL_PROBE_EXPECTED
+        from .ssh.early_session import session_command
+        from .ssh.transport import SHELL_PROBE_EXPECTED
 
         argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
         self.record["argv"] = argv
@@ -229,8 +230,8 @@ class Lease:
         return ssh.master_wrap(argv)
 
     def _start_session(self, ssh: SshTransport | None, full: list[str], request: dict[str, Any]) -> None:
-        """Start the session (or adopt the one started early, :mod:`vq_admin.early_session`) and send *request*."""
-        from .early_session import take as take_early
+        """Start the session (or adopt the one started early, :mod:`vq_admin.ssh.early_session`) and send *request*."""
+        from .ssh.early_session import take as take_early
 
         early = take_early(ssh, full[-1]) if ssh is not None else None
         try:
@@ -250,7 +251,7 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
 
     def _interrupted(self, code: int | None, why: str) -> dict[str, Any]:
-        from .transport import describe_interruption
+        from .ssh.transport import describe_interruption
 
         return {"interrupted": f"{describe_interruption(self.where, code)}: {why}"}
 
@@ -426,7 +427,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     lease = Lease(ctx.login(host), argv)
     receipt.lease = lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
-        from .lanes.stat_paths import check_agent_before_lease
+        from .lanes.command_files_stat import check_agent_before_lease
 
         check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
     if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):

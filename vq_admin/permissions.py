@@ -3,7 +3,7 @@
 vq-admin runs configured commands (provider commands, the agent, a preparer)
 with the operator's rights.  On a ``transport = "local"`` host it runs them
 itself, so before running one it applies the secure-path rule
-(:mod:`vq_admin.agent.securepath`, the one definition shared with the agent)
+(:mod:`vq_admin.core.securepath`, the one definition shared with the agent)
 to *every* absolute path among the command's words, interpreter and script
 alike (``/bin/bash /site/deploy.sh``): each must be owned by you or root and
 not writable by group or others, and so must every directory above it (a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .agent.securepath import command_problem as _words_problem
+from .core.securepath import command_problem as _words_problem
 
 
 def command_problem(argv: Sequence[str] | str) -> str | None:

@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
 from vq_admin_hookspecs import ProviderCommand, Slot
 
 from . import permissions
-from .agent.failpoints import failpoint
-from .outcome import Refused, VqAdminError
-from .transport import LocalTransport, RunResult, Transport
+from .core.failpoints import failpoint
+from .report.outcome import Refused, VqAdminError
+from .ssh.transport import LocalTransport, RunResult, Transport
 
 
 @dataclass

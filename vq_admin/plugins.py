@@ -30,7 +30,7 @@ from vq_admin_hookspecs import (
 )
 from vq_admin_hookspecs import specs as hookspec_module
 
-from .outcome import UsageError
+from .report.outcome import UsageError
 from .providers import command as command_provider
 
 BUILTIN = "command"

@@ -37,18 +37,18 @@ import socket
 import sys
 from typing import Any
 
-from . import authority
-from .agent import protocol
+from .config import authority
+from .core import protocol
 from .agent.install_file import PRODUCT_MARKERS
-from .agent.securepath import ancestors
+from .core.securepath import ancestors
 from .config import Config, HostConfig, load_config
-from .envelope import write
-from .outcome import Outcome, Refused, UsageError
-from .output import safe_text
+from .report.envelope import write
+from .report.outcome import Outcome, Refused, UsageError
+from .report.output import safe_text
 from .plan import Plan, Step, execute
-from .receipt import Receipt
-from .state import StateDir, utc_now
-from .transport import RunResult, Session, Transport, quote_argv
+from .report.receipt import Receipt
+from .state.records import StateDir, utc_now
+from .ssh.transport import RunResult, Session, Transport, quote_argv
 
 MAX_SOURCE_BYTES = 16 << 20
 ROLES = ("managed", "helper-only")
@@ -85,7 +85,7 @@ def product_roots(config: Config) -> list[tuple[str, str]]:
 
 
 def _is_source_tree(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "vq_admin", "agent", "treeid.py")) and (
+    return os.path.isfile(os.path.join(path, "vq_admin", "core", "treeid.py")) and (
         os.path.exists(os.path.join(path, ".git")) or os.path.isfile(os.path.join(path, "setup.cfg")))
 
 

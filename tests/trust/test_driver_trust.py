@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, NOTHING_ACTIVE, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
-from vq_admin import bindings, registry
+from vq_admin import bindings
+from vq_admin.launcher import registry
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.context import stderr_narrator
-from vq_admin.sbatch_args import sbatch_arg_problem
+from vq_admin.config.sbatch_args import sbatch_arg_problem
 
 SHA = "a" * 40
 OTHER = "b" * 40

@@ -23,11 +23,11 @@ import pytest
 
 from support import AGENT, NOTHING_ACTIVE, GitRepo, command_host, git, run_vq, tree_digest, write_config
 from vq_admin import source
-from vq_admin.agent import securepath
-from vq_admin.bounded import InputError, loads_json, loads_toml
-from vq_admin.mirror_feed import Feed
-from vq_admin.outcome import Refused
-from vq_admin.transport import LocalTransport
+from vq_admin.core import securepath
+from vq_admin.core.bounds import InputError, loads_json, loads_toml
+from vq_admin.source.mirror_feed import Feed
+from vq_admin.report.outcome import Refused
+from vq_admin.ssh.transport import LocalTransport
 
 #: Unique to these tests and to this process (other test files, and other xdist workers, run concurrently).
 ATTACKER = f"vqht{os.getpid()}"
@@ -337,7 +337,7 @@ def test_check_on_host_refuses_a_launcher_the_attacker_replaced(tmp_path, arena,
     launcher.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
     launcher.chmod(0o755)
     digest = __import__("hashlib").sha256(launcher.read_bytes()).hexdigest()
-    from vq_admin import registry
+    from vq_admin.launcher import registry
 
     site.state.mkdir(mode=0o700)
     registry.record_verified(site.state, "cluster", site.program, {
@@ -422,7 +422,7 @@ def test_dotted_keys_count_toward_the_depth_bound():
 
 
 def test_registry_entry_with_a_duplicate_key_is_refused_by_every_lookup(tmp_path):
-    from vq_admin import fastlookup, registry
+    from vq_admin.launcher import plain_lookup as fastlookup, registry
 
     sha = "c" * 40
     path = Path(registry.entry_path(tmp_path, "cluster", "toy", sha))

@@ -42,9 +42,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from . import checksum, lease, retention, safedirs, securepath, slurmjob
-from .frames import FrameWriter
-from .identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
+from ..core import checksum, safedirs, securepath
+from . import lease, retention, slurmjob
+from ..core.frames import FrameWriter
+from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
@@ -78,7 +79,7 @@ def refuse(why):
             pass
     os._exit(TAMPERED)
 try:
-    from vq_admin.agent import securepath
+    from vq_admin.core import securepath
 except ImportError as exc:
     refuse("cannot import the secure-path rule (%%s) with %%s" %% (exc, sys.executable))
 NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from . import securepath
+from ..core import securepath
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

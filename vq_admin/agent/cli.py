@@ -19,7 +19,7 @@ package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
 closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
 
 ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile`` print framed records rather than one
-JSON object (see :mod:`vq_admin.agent.frames`); they exit 0 whenever their
+JSON object (see :mod:`vq_admin.core.frames`); they exit 0 whenever their
 ``summary`` record was written, whatever the deployment's own exit status.
 """
 
@@ -30,10 +30,10 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import (allocation, checkpaths, detached, identity, install_file, lease, protocol, safedirs, securepath,
-               stage, verify_readback)
-from .frames import FrameWriter
-from .identifiers import ENV_NAME_RE
+from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
+from ..core import protocol, safedirs, securepath
+from ..core.frames import FrameWriter
+from ..core.identifiers import ENV_NAME_RE
 
 EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = (protocol.EXIT_FAILED, protocol.EXIT_USAGE,
                                                     protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE)
@@ -121,7 +121,7 @@ def cmd_identity(args: argparse.Namespace) -> int:
 def cmd_version(args: argparse.Namespace) -> int:
     """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
     from .. import __version__
-    from . import checksum
+    from ..core import checksum
 
     found: dict[str, Any] = {
         "version": __version__,

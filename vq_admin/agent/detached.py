@@ -49,9 +49,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import allocation, lease, procs, safedirs, spawn
-from .identifiers import ENV_NAME_RE
-from .frames import FrameWriter
+from . import allocation, lease, spawn
+from ..core import procs, safedirs
+from ..core.identifiers import ENV_NAME_RE
+from ..core.frames import FrameWriter
 from .progress import Reporter
 
 #: The build's record and its end, inside the attempt directory.

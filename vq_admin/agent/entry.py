@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .protocol import SESSION, VERIFY_READBACK
+from ..core.protocol import SESSION, VERIFY_READBACK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

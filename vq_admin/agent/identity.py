@@ -42,8 +42,8 @@ import stat
 import sys
 from typing import Any
 
-from .identifiers import SHA256_RE, SHA_RE
-from .treeid import directory_tree_sha256, file_sha256
+from ..core.identifiers import SHA256_RE, SHA_RE
+from ..core.treeid import directory_tree_sha256, file_sha256
 
 RECORD_NAME = ".vq-admin-source.json"
 RECORD_SCHEMA = "vq-admin/helper-source/1"

@@ -13,7 +13,7 @@ shebang line, the program it names, and for ``#!/usr/bin/env CMD`` the path
 ``CMD`` resolves to on this host's ``PATH`` (realpath included).
 
 Test hook: the ``install-file-before-rename`` failpoint
-(:mod:`vq_admin.agent.failpoints`; ``VQ_ADMIN_TESTING=1`` with
+(:mod:`vq_admin.core.failpoints`; ``VQ_ADMIN_TESTING=1`` with
 ``VQ_ADMIN_AGENT_CRASH=before-rename``) kills the agent with SIGKILL
 between the write and the rename.
 
@@ -32,8 +32,8 @@ import stat
 import time
 from typing import BinaryIO
 
-from .failpoints import failpoint
-from .safedirs import UnsafePath
+from ..core.failpoints import failpoint
+from ..core.safedirs import UnsafePath
 
 MAX_BYTES = 16 << 20
 SHEBANG_LIMIT = 512
@@ -126,7 +126,7 @@ def product_tree_problem(directory: str) -> str | None:
     Private site commands never live inside a stage, an installed helper
     release or a runtime release: those trees are immutable product content.
     """
-    from .securepath import ancestors
+    from ..core.securepath import ancestors
 
     real = os.path.realpath(directory)
     if f"{os.sep}.vq-admin{os.sep}stage{os.sep}" in real + os.sep:
@@ -149,7 +149,7 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         raise UnsafePath(f"--mode {mode:04o} is refused: setuid, setgid and sticky bits are not allowed on a site "
                          "command (use a mode such as 0755)")
     parent, name = os.path.split(dest)
-    from .securepath import discard, path_problem
+    from ..core.securepath import discard, path_problem
 
     unsafe = path_problem(parent, what="destination directory")
     if unsafe:

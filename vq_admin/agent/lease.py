@@ -44,8 +44,8 @@ import os
 import sys
 import time
 
-from . import paths, procs, protocol, securepath
-from .names import is_name
+from ..core import default_paths as paths, procs, protocol, securepath
+from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
 # stays near a bare interpreter start, so typing, socket, secrets, json and re are not imported at

@@ -6,7 +6,7 @@ that has a Python (3.8 or later) and nothing else.
     python3 -m vq_admin.agent.pyz [OUT]      # default OUT: ./vq-admin-agent.pyz
 
 The archive (:mod:`zipapp`, standard library) holds exactly
-``vq_admin/__init__.py`` and ``vq_admin/agent/*.py`` of the tree it is built
+``vq_admin/__init__.py``, ``vq_admin/core/*.py`` and ``vq_admin/agent/*.py`` of the tree it is built
 from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`; no
 bytecode, no driver module, no third-party package.  Run it as
 ``python3 vq-admin-agent.pyz VERB ...`` or directly (its first line is
@@ -23,7 +23,7 @@ import sys
 import zipfile
 from typing import List, Optional
 
-from . import securepath
+from ..core import securepath
 
 INTERPRETER = "/usr/bin/env python3"
 MAIN = (
@@ -39,9 +39,11 @@ FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 def members(tree: str) -> List[str]:
     """Paths (relative to *tree*, the directory above ``vq_admin``) that go into the archive."""
-    agent = os.path.join(tree, "vq_admin", "agent")
-    names = sorted(n for n in os.listdir(agent) if n.endswith(".py") and n != "__main__.py")
-    return ["vq_admin/__init__.py"] + [f"vq_admin/agent/{n}" for n in names]
+    found = ["vq_admin/__init__.py"]
+    for package in ("core", "agent"):
+        names = sorted(n for n in os.listdir(os.path.join(tree, "vq_admin", package)) if n.endswith(".py"))
+        found += [f"vq_admin/{package}/{n}" for n in names if n != "__main__.py"]
+    return found
 
 
 def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) -> str:

@@ -34,7 +34,7 @@ import re
 import stat
 from typing import Callable, Iterable
 
-from . import safedirs
+from ..core import safedirs
 
 CAP_BYTES = 100 * 1024 * 1024
 ATTEMPT_RE = re.compile(r"\Adeploy\.(\d{8}T\d{6}Z)\.([0-9a-f]{8,64})\Z")

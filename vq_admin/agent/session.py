@@ -70,7 +70,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import protocol
+from ..core import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
-from . import checksum
+from ..core import checksum
 
 CHUNK = 1 << 20
 INTERVAL = 1.0

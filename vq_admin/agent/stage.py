@@ -22,8 +22,8 @@ import re
 import stat
 from typing import BinaryIO
 
-from . import safedirs, securepath
-from .treeid import archive_identity
+from ..core import safedirs, securepath
+from ..core.treeid import archive_identity
 
 STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
 KINDS = ("runtime", "helper")

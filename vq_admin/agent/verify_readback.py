@@ -30,7 +30,7 @@ import stat
 import sys
 import time
 
-from . import protocol
+from ..core import protocol
 TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
 if TYPE_CHECKING:
     from typing import Any
@@ -67,7 +67,7 @@ def hash_answer(path: str) -> tuple[dict[str, Any], int]:
         return {"path": path, "exists": False, "error": exc.strerror}, EXIT_FAILED
     if not stat.S_ISREG(st.st_mode):
         return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
-    from .securepath import path_problem
+    from ..core.securepath import path_problem
 
     untrusted = path_problem(path, what="launcher")  # it, its real path and every directory above both
     if untrusted:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..agent.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE
-from ..agent.identifiers import SHA_RULE as SHA_RULE
-from ..outcome import UsageError
+from ..core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE
+from ..core.identifiers import SHA_RULE as SHA_RULE
+from ..report.outcome import UsageError
 
 
 def full_sha(value: str | None, option: str = "--expected-sha") -> str | None:

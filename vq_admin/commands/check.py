@@ -1,6 +1,6 @@
 """``vq admin check``: validate the configuration and load the providers it
 names, running nothing anywhere (with ``--connect``: then reach every login
-and build host it uses, see :mod:`vq_admin.connectcheck`).  Each profile's
+and build host it uses, see :mod:`vq_admin.ssh.connect_check`).  Each profile's
 provider is asked for its verify and update commands, so a provider that
 cannot answer for a profile is reported here rather than at 3 a.m.
 """
@@ -15,8 +15,8 @@ import sys
 from vq_admin_hookspecs import RuntimeRequest
 
 from ..config import Config, load_config
-from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome, UsageError
+from ..report.envelope import SCHEMAS, emit
+from ..report.outcome import Outcome, UsageError
 from ..plugins import Providers
 
 PROBE_SHA = "0" * 40
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _connect(args: argparse.Namespace, config: Config) -> int:
     """``--connect``: one round trip per host, in parallel; exit 0 when all answered, else 1."""
-    from .. import connectcheck
+    from ..ssh import connect_check as connectcheck
 
     timeout = args.timeout if args.timeout is not None else connectcheck.DEFAULT_TIMEOUT
     if not (timeout > 0 and math.isfinite(timeout)):

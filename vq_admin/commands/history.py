@@ -1,6 +1,6 @@
 """``vq admin history [HOST [PROGRAM]] [--limit N] [--json]``: stored receipts, newest first.
 
-Reads the history index (:mod:`vq_admin.history`) from its end and stops at
+Reads the history index (:mod:`vq_admin.state.history`) from its end and stops at
 ``--limit`` runs; never opens the receipts themselves (except once, to build
 the index for receipts stored before it existed).  Local and read-only: the
 configuration is read as by every verb (missing or invalid, a HOST it does
@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import authority, history
+from ..config import authority
+from ..state import history
 from ..config import load_config
-from ..envelope import emit
-from ..outcome import Outcome, UsageError
-from ..output import safe_text
-from ..state import StateDir
+from ..report.envelope import emit
+from ..report.outcome import Outcome, UsageError
+from ..report.output import safe_text
+from ..state.records import StateDir
 
 DEFAULT_LIMIT = 20
 

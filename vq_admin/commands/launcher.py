@@ -14,17 +14,17 @@ from __future__ import annotations
 import sys
 
 from ..bindings import SCHEMA_LAUNCHER, LauncherRefused, check_pin, resolve_launcher
-from ..outcome import Outcome, UsageError
+from ..report.outcome import Outcome, UsageError
 
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     import argparse
 
-    from ..plainargs import LauncherArgs
+    from ..core.plainargs import LauncherArgs
 
 
 def run(args: argparse.Namespace | LauncherArgs) -> int:
-    """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.plainargs.LauncherArgs`)."""
+    """*args*: the parsed verb (an ``argparse.Namespace`` or :class:`vq_admin.core.plainargs.LauncherArgs`)."""
     if args.pin is not None and (args.expected_sha is not None or args.path is not None):
         raise UsageError("--pin carries its own SHA and launcher; do not combine it with --expected-sha or --path")
     try:
@@ -36,10 +36,10 @@ def run(args: argparse.Namespace | LauncherArgs) -> int:
                                        state_dir=args.state_dir, config_path=args.config,
                                        check_on_host=args.check_on_host)
     except LauncherRefused as exc:
-        from ..output import safe_text
+        from ..report.output import safe_text
 
         if args.json:
-            from ..envelope import emit
+            from ..report.envelope import emit
 
             emit(SCHEMA_LAUNCHER, exc.outcome, {"program": args.program, "host": args.host,
                                                 "expected_sha": args.expected_sha, "launcher": None,
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace | LauncherArgs) -> int:
         print(f"  remedy: {safe_text(exc.remedy)}", file=sys.stderr, flush=True)
         return exc.outcome.exit_code
     if args.json:
-        from ..envelope import emit
+        from ..report.envelope import emit
 
         emit(SCHEMA_LAUNCHER, Outcome.OK, {"requested_host": args.host, **binding.to_dict(), "pin": binding.pin()})
     else:

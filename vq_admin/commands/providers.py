@@ -11,8 +11,8 @@ import argparse
 from typing import Any
 
 from ..config import load_config
-from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome
+from ..report.envelope import SCHEMAS, emit
+from ..report.outcome import Outcome
 from ..plugins import BUILTIN, Providers, installed_providers
 
 

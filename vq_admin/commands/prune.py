@@ -7,7 +7,7 @@ import argparse
 from functools import partial
 
 from ..lanes.runner import run_lane
-from ..outcome import UsageError
+from ..report.outcome import UsageError
 from .arguments import check_name
 
 

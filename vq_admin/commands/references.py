@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import authority
+from ..config import authority
 from ..config import load_config
-from ..envelope import emit
-from ..outcome import Outcome
-from ..output import safe_text
-from ..references import SCHEMA, census
-from ..state import StateDir
-from ..transport import Session
+from ..report.envelope import emit
+from ..report.outcome import Outcome
+from ..report.output import safe_text
+from ..launcher.references import SCHEMA, census
+from ..state.records import StateDir
+from ..ssh.transport import Session
 
 
 def _lines(doc: dict[str, Any]) -> list[str]:

@@ -11,12 +11,12 @@ import argparse
 import sys
 from typing import Any
 
-from .. import authority
+from ..config import authority
 from ..config import load_config
-from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome, UsageError
-from ..output import safe_text
-from ..state import StateDir
+from ..report.envelope import SCHEMAS, emit
+from ..report.outcome import Outcome, UsageError
+from ..report.output import safe_text
+from ..state.records import StateDir
 
 
 def collect(state: StateDir, host: str | None) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     state = StateDir(args.state_dir)
     if prometheus or textfile:
-        from .. import status_metrics
+        from ..report import metrics as status_metrics
 
         path = status_metrics.check_textfile(textfile) if textfile else None
         registry = status_metrics.registry_for(collect(state, args.host), state)
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(SCHEMAS["status"], Outcome.OK, status)
     elif sys.stdout.isatty():
-        from ..status_table import render, use_color
+        from ..report.status_table import render, use_color
 
         print("\n".join(render(status, color=use_color(sys.stdout))))
     else:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome
-from ..output import safe_text
-from ..state import StateDir
+from ..report.envelope import SCHEMAS, emit
+from ..report.outcome import Outcome
+from ..report.output import safe_text
+from ..state.records import StateDir
 
 
 def collect(state: StateDir) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import argparse
 from functools import partial
 
 from ..lanes.runner import run_lane
-from ..outcome import UsageError
+from ..report.outcome import UsageError
 from ..source import check_tag_name
 from .arguments import SHA_RULE, check_name, full_sha
 

@@ -22,14 +22,14 @@ from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest
 
-from .. import authority
+from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
 from ..context import RunContext
-from ..envelope import SCHEMAS, emit
-from ..outcome import Outcome, UsageError
-from ..output import safe_text
-from ..state import StateDir
-from ..transport import Session
+from ..report.envelope import SCHEMAS, emit
+from ..report.outcome import Outcome, UsageError
+from ..report.output import safe_text
+from ..state.records import StateDir
+from ..ssh.transport import Session
 from .arguments import check_name, full_sha
 
 STATES = ("current", "drifted", "unhealthy", "unknown")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if sha is not None and args.all and len({profile.program for _, profile in chosen}) > 1:
         raise UsageError("verify --all --expected-sha needs PROGRAM (one SHA names one program's commit)")
     if textfile:
-        from ..status_metrics import check_textfile
+        from ..report.metrics import check_textfile
 
         textfile = check_textfile(textfile)
     from ..plugins import Providers
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]
     if prometheus or textfile:
-        from ..status_metrics import drift_registry, publish
+        from ..report.metrics import drift_registry, publish
 
         publish(drift_registry(hosts), prometheus=prometheus, textfile=textfile)
     elif args.json:

@@ -12,9 +12,9 @@ import argparse
 import shlex
 import sys
 
-from ..envelope import emit
-from ..outcome import Outcome, UsageError
-from ..output import safe_text
+from ..report.envelope import emit
+from ..report.outcome import Outcome, UsageError
+from ..report.output import safe_text
 from . import SCHEMA, run_conformance
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest
 
-from ..outcome import UsageError
+from ..report.outcome import UsageError
 from ..plugins import ProviderError
 from .world import LinkWatcher, snapshot
 

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
 
-from ..agent.identifiers import FULL_SHA_RE
+from ..core.identifiers import FULL_SHA_RE
 from ..evidence import Check, parse_receipt, readback_check, receipt_checks
 from ..plugins import Providers, ProviderError
 from .world import LinkWatcher, World, snapshot

@@ -11,7 +11,7 @@ Everything lives below one temporary directory::
     doubles/         scheduler doubles (sbatch, squeue, scontrol, srun, sacct)
                      first on PATH; every call is logged, none reaches Slurm
 
-Provider commands run locally through :class:`~vq_admin.transport.LocalTransport`
+Provider commands run locally through :class:`~vq_admin.ssh.transport.LocalTransport`
 as argv lists, with the provider's environment plus ``PATH`` through the
 doubles.
 """
@@ -26,9 +26,10 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import process, source
-from ..agent import protocol
-from ..transport import LocalTransport, RunResult
+from ..ssh import process
+from .. import source
+from ..core import protocol
+from ..ssh.transport import LocalTransport, RunResult
 
 SELFTEST = {
     "ok": "print('vq conformance selftest {label}: ok')\n",

@@ -31,11 +31,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..agent import protocol
-from ..outcome import Locked
-from ..state import dump_json, read_json, write_atomic
+from ..core import protocol
+from ..report.outcome import Locked
+from ..state.records import dump_json, read_json, write_atomic
 from ..plan import execute_stream, settled
-from ..transport import Transport
+from ..ssh.transport import Transport
 from .allocation_stream import StreamCall, stream_call
 from .runtime_step import RuntimeStep
 

@@ -41,12 +41,12 @@ from typing import Any, Callable
 from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
 
-from .. import progress
-from ..agent import checksum, protocol
+from ..report import progress
+from ..core import checksum, protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
-from ..outcome import Locked, Refused, VqAdminError
+from ..report.outcome import Locked, Refused, VqAdminError
 from ..plan import SlotValue, Step, execute_stream, settled
-from ..transport import RunResult, Transport, quote_argv
+from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 from .runtime_step import RuntimeStep

@@ -2,7 +2,7 @@
 
 :func:`stream_call` runs ``alloc-run`` or ``alloc-reconcile`` through a
 transport and reads its records as they arrive (see
-:mod:`vq_admin.agent.frames`): the job id is known the moment the agent
+:mod:`vq_admin.core.frames`): the job id is known the moment the agent
 reports it, even if the connection drops later.  The transcripts are
 streamed, in constant memory, into the driver's copy next to the receipt
 (:class:`TranscriptSink`), which also checksums them, collects
@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
-from .. import process
-from ..agent import checksum
-from ..agent.failpoints import failpoint
-from ..agent.frames import FrameError, read_frames
-from ..receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
-from ..statefs import temp_name
-from ..transport import Transport, describe_interruption
+from ..ssh import process
+from ..core import checksum
+from ..core.failpoints import failpoint
+from ..core.frames import FrameError, read_frames
+from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
+from ..state.tree import temp_name
+from ..ssh.transport import Transport, describe_interruption
 
 #: How much of each transcript the receipt carries inline (the tail: a few MiB, as for a command's
-#: output, :data:`vq_admin.receipt.OUTPUT_KEPT`); the driver's copy next to the receipt holds all of it.
+#: output, :data:`vq_admin.report.receipt.OUTPUT_KEPT`); the driver's copy next to the receipt holds all of it.
 TEXT_LIMIT = OUTPUT_KEPT
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
 MAX_METRIC_LINE = 64 << 10
@@ -225,7 +225,7 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
                 on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
-    It runs through :func:`vq_admin.process.run` in stream mode: the whole call is
+    It runs through :func:`vq_admin.ssh.process.run` in stream mode: the whole call is
     bounded by *timeout* (the local process group is ended at the bound:
     ``interrupted = "timeout"``); ssh's own exit 255, or the ssh client ended by a
     signal, is ``interrupted = "transport"``.

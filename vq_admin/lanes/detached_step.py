@@ -34,10 +34,10 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import progress
-from ..agent import protocol
+from ..report import progress
+from ..core import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
-from ..transport import RunResult, SshTransport
+from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
 from .runtime_step import RuntimeStep

@@ -40,14 +40,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..agent import protocol
-from ..agent.failpoints import failpoint
+from ..core import protocol
+from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
-from ..outcome import VqAdminError
+from ..report.outcome import VqAdminError
 from ..plan import refuse_unsafe_command
-from ..transport import RunResult, SshTransport
-from . import allocation_attempt, remote_paths
-from .common import rerun_command
+from ..ssh.transport import RunResult, SshTransport
+from . import allocation_attempt, command_files as remote_paths
+from .conclude import rerun_command
 from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:

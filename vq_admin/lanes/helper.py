@@ -43,21 +43,22 @@ from typing import Any
 from vq_admin_hookspecs import HelperRequest, ProviderCommand
 from vq_admin_hookspecs.slots import place, place_env
 
-from .. import authority, source
+from ..config import authority
+from .. import source
 from ..config import HostConfig
-from ..agent.failpoints import failpoint
+from ..core.failpoints import failpoint
 from ..context import RunContext
 from ..lease import AgentMissing, Lease, OtherProtocol
-from ..outcome import Outcome, Refused, UsageError
+from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
-from ..receipt import Receipt
-from ..state import utc_now
-from ..transport import RunResult, SshTransport, Transport, quote_argv
-from . import remote_paths, stat_paths
+from ..report.receipt import Receipt
+from ..state.records import utc_now
+from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
+from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
-from .common import conclude, provider_ended, rerun_command
+from .conclude import conclude, provider_ended, rerun_command
 from .staging import STAGE, TREE_SHA256, SourceStage
-from .helper_readback import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
+from .helper_identity import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
 
 STAGE_NAME = "helper"
 NOTHING = "; nothing was run"

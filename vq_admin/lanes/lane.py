@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from ..receipt import Receipt
+from ..report.receipt import Receipt
 
 if TYPE_CHECKING:
     from vq_admin_hookspecs import ProviderCommand, RuntimeRequest
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..config import HostConfig, RuntimeProfile
     from ..context import RunContext
     from ..plan import Step
-    from ..transport import Transport
+    from ..ssh.transport import Transport
     from .runtime_step import RuntimeStep
 
 

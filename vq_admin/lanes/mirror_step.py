@@ -28,12 +28,12 @@ refused before it runs.
 
 from __future__ import annotations
 
-from ..mirror import FeedUnknown
-from ..mirror_feed import Feed, Runner
-from ..outcome import Interrupted, VqAdminError
+from ..source.mirror import FeedUnknown
+from ..source.mirror_feed import Feed, Runner
+from ..report.outcome import Interrupted, VqAdminError
 from ..plan import SlotError, SlotValue, execute
-from ..transport import RunResult, Transport, quote_argv
-from .common import rerun_command
+from ..ssh.transport import RunResult, Transport, quote_argv
+from .conclude import rerun_command
 from .runtime_step import RuntimeStep
 
 

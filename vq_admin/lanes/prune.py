@@ -8,7 +8,7 @@ One prune, in order (the same lane entry, lock and key as ``update``):
 2. ``verify-active``: a fresh read-only verify of LAST OK on the login host;
    not proven: 77, nothing is called;
 3. ``census``: every pending, running, suspended, requeued or held Slurm job
-   and the generations it references (:func:`vq_admin.references.census`);
+   and the generations it references (:func:`vq_admin.launcher.references.census`);
    incomplete (controller down, timeout, an unreadable job script): 77,
    nothing is called;
 4. the keep set, each SHA with its reasons: ``active``, ``last-ok``,
@@ -39,21 +39,23 @@ from typing import Any
 from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
-from .. import authority, history, registry
-from ..agent import protocol
-from ..agent.identifiers import SHA_RE
+from ..config import authority
+from ..state import history
+from ..launcher import registry
+from ..core import protocol
+from ..core.identifiers import SHA_RE
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
-from ..outcome import Outcome, Refused, UsageError
+from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
 from ..plugins import ProviderError
-from ..receipt import Receipt
-from ..references import READS, SQUEUE, CensusError, census
-from ..references import TIMEOUT as CENSUS_TIMEOUT
-from ..state import utc_now
-from ..transport import RunResult, quote_argv
-from . import remote_paths
-from .common import conclude, exited, rerun_command
+from ..report.receipt import Receipt
+from ..launcher.references import READS, SQUEUE, CensusError, census
+from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
+from ..state.records import utc_now
+from ..ssh.transport import RunResult, quote_argv
+from . import command_files as remote_paths
+from .conclude import conclude, exited, rerun_command
 from .verify import Verification, plan_verify, run_verify
 
 VERIFIED = ("ok", "already-current")
@@ -369,7 +371,7 @@ def _hash_answer(stdout: bytes) -> dict[str, Any]:
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
-    from ..output import generation_lines, safe_text
+    from ..report.output import generation_lines, safe_text
 
     lines = [f"vq-admin: dry run: prune {program} on {host} keeps {len(keep)} generation(s) and would remove "
              f"{len(would)}; nothing is called", *generation_lines(keep, would, dry_run=True)]

@@ -19,7 +19,7 @@ The runtime lane, aimed at an earlier generation:
 4. any interruption is ``unknown`` until a fresh read-only verify proves the
    target; the receipt adds ``"rollback": {"from", "to"}``.  On success LAST
    OK becomes the target and LAST GOOD the previous LAST OK
-   (:meth:`vq_admin.state.StateDir.record_run`).
+   (:meth:`vq_admin.state.records.StateDir.record_run`).
 
 The lane runs through the same entry as ``update``
 (:func:`vq_admin.lanes.runner.run_lane`): the lane lock (and whatever
@@ -32,16 +32,17 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from .. import authority, registry
-from ..agent.identifiers import SHA_RE
+from ..config import authority
+from ..launcher import registry
+from ..core.identifiers import SHA_RE
 from ..context import RunContext
-from ..outcome import Outcome, Refused
+from ..report.outcome import Outcome, Refused
 from ..plan import Step, execute
-from ..receipt import Receipt
-from ..state import StateDir, read_json
-from ..transport import quote_argv
-from . import allocation_attempt, remote_paths
-from .common import conclude, provider_ended
+from ..report.receipt import Receipt
+from ..state.records import StateDir, read_json
+from ..ssh.transport import quote_argv
+from . import allocation_attempt, command_files as remote_paths
+from .conclude import conclude, provider_ended
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
 

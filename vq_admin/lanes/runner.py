@@ -15,18 +15,18 @@ import traceback
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from .. import authority
+from ..config import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
 from ..lease import host_lease, plan_lease
-from ..locks import lane_lock
-from ..outcome import Interrupted, Outcome, VqAdminError
-from ..output import plan_summary, receipt_summary, report
-from ..receipt import Receipt
-from ..state import StateDir, utc_now
-from ..statefs import UnsafeState
-from ..transport import Session
-from .common import conclude, rerun_command
+from ..state.locks import lane_lock
+from ..report.outcome import Interrupted, Outcome, VqAdminError
+from ..report.output import plan_summary, receipt_summary, report
+from ..report.receipt import Receipt
+from ..state.records import StateDir, utc_now
+from ..state.tree import UnsafeState
+from ..ssh.transport import Session
+from .conclude import conclude, rerun_command
 
 if TYPE_CHECKING:
     from .lane import Lane
@@ -52,7 +52,7 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
 
     A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
     """
-    started = getattr(args, "early_start", None)  # vq_admin.fastupdate: the configuration read, ssh started
+    started = getattr(args, "early_start", None)  # vq_admin.ssh.early_start: the configuration read, ssh started
     config = started.config if started is not None else load_config(args.config)
     authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
     options = options_from(args)
@@ -107,7 +107,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
-        from .interrupt import interrupted_readback
+        from .interrupted import interrupted_readback
 
         if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
             receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt))
@@ -151,7 +151,7 @@ def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, A
     targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
                                                   if getattr(args, k, None)]  # rollback, prune
     if getattr(args, "all", False):  # a fleet rollout refused before any host started
-        from ..envelope import SCHEMAS, document
+        from ..report.envelope import SCHEMAS, document
 
         return document(SCHEMAS["fleet"], error.outcome, {"program": targets[0] if targets else None,
                                                 "expected_sha": getattr(args, "expected_sha", None), "hosts": {}},

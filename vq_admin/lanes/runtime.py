@@ -26,17 +26,19 @@ from typing import TYPE_CHECKING, Any
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
-from .. import authority, progress, source
+from ..config import authority
+from ..report import progress
+from .. import source
 from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..context import RunContext
-from ..outcome import Locked, Outcome, Refused, UsageError, VqAdminError
+from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
-from ..progress import CommandView
-from ..receipt import Receipt
-from ..transport import RunResult, Transport, quote_argv
-from . import first_call, remote_paths
-from .common import conclude, provider_ended, rerun_command
+from ..report.progress import CommandView
+from ..report.receipt import Receipt
+from ..ssh.transport import RunResult, Transport, quote_argv
+from . import first_call, command_files as remote_paths
+from .conclude import conclude, provider_ended, rerun_command
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -336,7 +338,7 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
     host = authority.runtime_host(ctx.config, host_name)
     profile = host.runtimes.get(program)
     if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
-        from ..early_session import start_for
+        from ..ssh.early_session import start_for
 
         start_for(ctx, host)
     ctx.providers = Providers.load([profile.provider] if profile else [])
@@ -344,6 +346,6 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
 
 
 def _now() -> str:
-    from ..state import utc_now
+    from ..state.records import utc_now
 
     return utc_now()

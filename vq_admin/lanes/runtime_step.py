@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:  # annotations only: this module imports nothing of the lanes at run time
     from ..config import HostConfig, RuntimeProfile
     from ..context import RunContext
-    from ..receipt import Receipt
+    from ..report.receipt import Receipt
     from ..source import SourceIdentity
-    from ..transport import Transport
+    from ..ssh.transport import Transport
     from .staging import SourceStage
 
 _S = TypeVar("_S", bound="RuntimeStep")

@@ -20,11 +20,11 @@ import time
 from vq_admin_hookspecs import Slot
 
 from .. import source
-from ..agent import protocol
-from ..outcome import Refused, VqAdminError
+from ..core import protocol
+from ..report.outcome import Refused, VqAdminError
 from ..plan import Plan, execute, fill, mark_local
-from ..receipt import Receipt
-from ..transport import RunResult, Transport
+from ..report.receipt import Receipt
+from ..ssh.transport import RunResult, Transport
 
 KEEP_FAILED = 3
 STAGE_TIMEOUT = 120.0

@@ -11,14 +11,14 @@ from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
-from ..agent import protocol
-from ..agent.failpoints import failpoint
+from ..core import protocol
+from ..core.failpoints import failpoint
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
-from ..output import last_line
+from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
-from ..transport import RunResult, quote_argv
+from ..ssh.transport import RunResult, quote_argv
 
 
 @dataclass

@@ -1,0 +1,434 @@
+"""External configuration: TOML -> frozen records (CONTRACT section 3).
+
+Every rule is checked here, before anything runs.  A violation raises
+:class:`ConfigError` (exit 2) whose message starts with the dotted key and
+says why.  Unknown keys are errors too, so a misspelt key never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
+
+from ..core import default_paths as paths
+from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
+from ..report.outcome import UsageError
+
+ROLES = ("managed", "helper-only", "alias", "excluded")
+TRANSPORTS = ("ssh", "local")
+SCHEDULERS = ("slurm",)
+PREPARER_READS = ("lane", "pin")
+MAX_TIMEOUT = 30 * 24 * 3600.0
+
+
+class ConfigError(UsageError):
+    """Invalid configuration; the message names the dotted key and the reason."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(f"{key}: {reason}" if key else reason)
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """``update_allocation``: run the build as a Slurm batch job."""
+
+    sbatch_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """One ``[hosts.H.scheduler_runtime_deployments.P]`` table."""
+
+    program: str
+    provider: str = "command"
+    update_command: tuple[str, ...] | None = None
+    install_command: tuple[str, ...] | None = None
+    verify_command: tuple[str, ...] | None = None
+    update_host: str | None = None
+    update_allocation: Allocation | None = None
+    timeout_seconds: float = 14400.0
+    verify_timeout_seconds: float = 600.0
+    source_repo: str | None = None
+    feed_source_mirror: str | None = None
+    lane: str = "main"
+    prepare_command: tuple[str, ...] | None = None
+    preparer_reads: str = "lane"
+    provider_options: Mapping[str, str] = field(default_factory=dict)
+    activate_command: tuple[str, ...] | None = None  # rollback: switch current to an existing release
+    prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
+
+    @property
+    def has_install(self) -> bool:
+        """The provider offers an install (``--cluster-install``): a plugin always, ``command`` with
+        ``install_command``."""
+        return self.provider != "command" or self.install_command is not None
+
+    @property
+    def build_place(self) -> str:
+        if self.update_allocation is not None:
+            return "allocation"
+        return "build-host" if self.update_host else "login-host"
+
+    def settings(self) -> dict[str, Any]:
+        """The profile as plain data, handed to providers."""
+        return {
+            "program": self.program,
+            "provider": self.provider,
+            "update_command": self.update_command,
+            "install_command": self.install_command,
+            "verify_command": self.verify_command,
+            "update_host": self.update_host,
+            "update_allocation": (
+                {"sbatch_args": list(self.update_allocation.sbatch_args)} if self.update_allocation else None
+            ),
+            "timeout_seconds": self.timeout_seconds,
+            "verify_timeout_seconds": self.verify_timeout_seconds,
+            "source_repo": self.source_repo,
+            "feed_source_mirror": self.feed_source_mirror,
+            "lane": self.lane,
+            "prepare_command": self.prepare_command,
+            "preparer_reads": self.preparer_reads,
+            "provider_options": dict(self.provider_options),
+            "activate_command": self.activate_command,
+            "prune_command": self.prune_command,
+        }
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One ``[hosts.H]`` table."""
+
+    name: str
+    fleet_role: str
+    transport: str = "ssh"
+    ssh: str = ""
+    canonical_host: str | None = None
+    scheduler: str = "slurm"
+    scratch_root: str | None = None
+    agent: tuple[str, ...] = ("vq-admin-agent",)
+    helper_provider: str = "command"
+    helper_update_command: tuple[str, ...] | None = None
+    helper_install_command: tuple[str, ...] | None = None
+    helper_update_host: str | None = None
+    helper_source_repo: str | None = None
+    helper_timeout_seconds: float = 7200.0
+    runtimes: Mapping[str, RuntimeProfile] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str | None
+    ssh_config: str | None
+    hosts: Mapping[str, HostConfig]
+
+    def provider_names(self) -> list[str]:
+        """Every provider a profile or helper selects, in first-use order."""
+        names: list[str] = []
+        for host in self.hosts.values():
+            for name in [host.helper_provider] + [p.provider for p in host.runtimes.values()]:
+                if name not in names:
+                    names.append(name)
+        return names
+
+
+# -- reading ----------------------------------------------------------------------
+
+
+def default_config_path() -> Path:
+    return Path(paths.default_config_path())
+
+
+#: Largest configuration file read: vq_admin.core.bounds.MAX_CONFIG_BYTES (one home, also read before the
+#: command line is parsed, vq_admin.ssh.early_start).
+from ..core.bounds import MAX_CONFIG_BYTES  # noqa: E402
+
+
+def check_ssh_config(config: "Config") -> None:
+    """Refuse (exit 77) an ``ssh_config`` another user could change, or one that Includes such a file
+    or names such a program: ssh runs its ``Match exec``, ``ProxyCommand``, ``LocalCommand`` and
+    ``KnownHostsCommand`` as the administrator (:func:`~vq_admin.core.securepath.ssh_config_problem`)."""
+    if config.ssh_config is None:
+        return
+    from ..core.securepath import ssh_config_problem
+    from ..report.outcome import Refused
+
+    if not os.path.lexists(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
+    if not os.path.isfile(config.ssh_config):
+        raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
+    problem = ssh_config_problem(config.ssh_config)
+    if problem:
+        raise Refused(f"{problem}; ssh runs the programs an ssh_config names (Match exec, ProxyCommand, "
+                      "LocalCommand, KnownHostsCommand) as you; refusing it")
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and validate the configuration; raise :class:`ConfigError` on any fault
+    (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
+    from ..core.bounds import InputError, loads_toml, read_regular_file
+
+    chosen = Path(path) if path else Path(paths.config_path())
+    try:
+        if not chosen.exists():
+            raise FileNotFoundError(chosen)
+        raw = read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
+        data = loads_toml(raw, f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+    except InputError as exc:
+        raise ConfigError("", str(exc)) from None
+    except OSError as exc:
+        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
+    config = parse_config(data, str(chosen))
+    check_ssh_config(config)
+    return config
+
+
+def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
+    _only_keys(data, "", {"ssh_config", "hosts"})
+    ssh_config = _abs_path(data, "ssh_config", "") if "ssh_config" in data else None
+    hosts_raw = data.get("hosts", {})
+    if not isinstance(hosts_raw, dict):
+        raise ConfigError("hosts", "must be a table of host tables")
+    hosts: dict[str, HostConfig] = {}
+    for name, table in hosts_raw.items():
+        hosts[name] = _parse_host(name, table)
+    for name, host in hosts.items():
+        if host.fleet_role == "alias":
+            target = hosts.get(host.canonical_host or "")
+            if target is None:
+                raise ConfigError(f"hosts.{name}.canonical_host",
+                                  f"names {host.canonical_host!r}, which is not a host in this file")
+            if target.fleet_role == "alias":
+                raise ConfigError(f"hosts.{name}.canonical_host", f"names {target.name!r}, which is itself an alias")
+    return Config(path=path, ssh_config=ssh_config, hosts=hosts)
+
+
+HOST_KEYS = {
+    "fleet_role", "transport", "ssh", "canonical_host", "scheduler", "scratch_root", "agent",
+    "helper_provider", "helper_update_command", "helper_install_command", "helper_update_host",
+    "helper_source_repo", "helper_timeout_seconds", "scheduler_runtime_deployments",
+}
+PROFILE_KEYS = {
+    "provider", "update_command", "install_command", "verify_command", "update_host",
+    "update_allocation", "timeout_seconds", "verify_timeout_seconds", "source_repo",
+    "feed_source_mirror", "lane", "prepare_command", "preparer_reads", "provider_options",
+    "activate_command", "prune_command",
+}
+
+
+def _parse_host(name: str, table: Any) -> HostConfig:
+    key = f"hosts.{name}"
+    _check_name(name, key, "host name")
+    if not isinstance(table, dict):
+        raise ConfigError(key, "must be a table")
+    _only_keys(table, key, HOST_KEYS)
+    if "fleet_role" not in table:
+        raise ConfigError(f"{key}.fleet_role", f"is required (one of {', '.join(ROLES)}); there is no default")
+    role = _choice(table, "fleet_role", key, ROLES)
+    if role == "alias" and "canonical_host" not in table:
+        raise ConfigError(f"{key}.canonical_host", "is required when fleet_role is \"alias\"")
+    if role != "alias" and "canonical_host" in table:
+        raise ConfigError(f"{key}.canonical_host", "is only allowed when fleet_role is \"alias\"")
+    profiles_raw = table.get("scheduler_runtime_deployments", {})
+    if not isinstance(profiles_raw, dict):
+        raise ConfigError(f"{key}.scheduler_runtime_deployments", "must be a table of program tables")
+    runtimes = {p: _parse_profile(p, t, f"{key}.scheduler_runtime_deployments.{p}") for p, t in profiles_raw.items()}
+    if "helper_update_host" in table and "helper_update_command" not in table:
+        raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
+    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
+    ssh_dest = table.get("ssh", name)
+    if fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest,
+                                                                     str) and (":" in ssh_dest or "/" in ssh_dest):
+        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
+                                        f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
+    allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
+    if allocated:
+        if "scratch_root" not in table:
+            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation, "
+                                                     "and allocation transcripts live below scratch_root")
+        if any(c in str(table["scratch_root"]) for c in "%\\"):
+            raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
+                                                     "(Slurm expands them in --output/--error file names)")
+    return HostConfig(
+        name=name,
+        fleet_role=role,
+        transport=_choice(table, "transport", key, TRANSPORTS, "ssh"),
+        ssh=_destination(table, "ssh", key) or name,
+        canonical_host=_str(table, "canonical_host", key),
+        scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
+        scratch_root=_abs_path(table, "scratch_root", key),
+        agent=_command(table, "agent", key) or ("vq-admin-agent",),
+        helper_provider=_provider_name(table, "helper_provider", key),
+        helper_update_command=_command(table, "helper_update_command", key),
+        helper_install_command=_command(table, "helper_install_command", key),
+        helper_update_host=_destination(table, "helper_update_host", key),
+        helper_source_repo=_abs_path(table, "helper_source_repo", key),
+        helper_timeout_seconds=_timeout(table, "helper_timeout_seconds", key, 7200.0),
+        runtimes=runtimes,
+    )
+
+
+def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
+    _check_name(program, key, "program name")
+    if not isinstance(table, dict):
+        raise ConfigError(key, "must be a table")
+    _only_keys(table, key, PROFILE_KEYS)
+    if "update_host" in table and "update_allocation" in table:
+        raise ConfigError(f"{key}.update_allocation",
+                          "update_host and update_allocation are mutually exclusive; set one")
+    provider = _provider_name(table, "provider", key)
+    options = table.get("provider_options", {})
+    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+        raise ConfigError(f"{key}.provider_options", "must be a table of strings")
+    for opt_key, opt_value in options.items():
+        if "\0" in opt_value or "\n" in opt_value:
+            raise ConfigError(f"{key}.provider_options.{opt_key}", "must be one line")
+    if provider == "command":
+        if options:
+            raise ConfigError(f"{key}.provider_options", "is only for plugin providers; provider is \"command\"")
+        for required in ("update_command", "verify_command"):
+            if required not in table:
+                raise ConfigError(f"{key}.{required}", "is required with provider = \"command\"")
+    source_repo = _abs_path(table, "source_repo", key)
+    if source_repo is None:
+        raise ConfigError(f"{key}.source_repo", "is required: the driver-side checkout the exact commit is staged from")
+    if "prepare_command" in table and "feed_source_mirror" not in table:
+        raise ConfigError(f"{key}.prepare_command", "needs feed_source_mirror (the preparer reads the fed mirror)")
+    lane = _str(table, "lane", key) or "main"
+    if not BRANCH_RE.match(lane):
+        raise ConfigError(f"{key}.lane", f"{lane!r} is not a branch name this tool will feed (git "
+                                         "check-ref-format --branch rules, a letter or digit first, and never HEAD)")
+    return RuntimeProfile(
+        program=program,
+        provider=provider,
+        update_command=_command(table, "update_command", key),
+        install_command=_command(table, "install_command", key),
+        verify_command=_command(table, "verify_command", key),
+        update_host=_destination(table, "update_host", key),
+        update_allocation=_allocation(table, key),
+        timeout_seconds=_timeout(table, "timeout_seconds", key, 14400.0),
+        verify_timeout_seconds=_timeout(table, "verify_timeout_seconds", key, 600.0),
+        source_repo=source_repo,
+        feed_source_mirror=_abs_path(table, "feed_source_mirror", key),
+        lane=lane,
+        prepare_command=_command(table, "prepare_command", key),
+        preparer_reads=_choice(table, "preparer_reads", key, PREPARER_READS, "lane"),
+        provider_options=dict(options),
+        activate_command=_command(table, "activate_command", key),
+        prune_command=_command(table, "prune_command", key),
+    )
+
+
+# -- single-value rules -----------------------------------------------------------
+
+
+def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
+    for k in table:
+        if k not in allowed:
+            dotted = f"{key}.{k}" if key else k
+            raise ConfigError(dotted, "unknown key")
+
+
+def _check_name(name: str, key: str, what: str) -> None:
+    if not NAME_RE.match(name):
+        raise ConfigError(key, f"{what} {name!r} must match {NAME_RULE}")
+
+
+def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:
+    if name not in table:
+        return None
+    value = table[name]
+    if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
+        raise ConfigError(f"{key}.{name}", "must be a non-empty one-line string")
+    return value
+
+
+def _choice(table: Mapping[str, Any], name: str, key: str, allowed: tuple[str, ...], default: str | None = None) -> str:
+    value = table.get(name, default)
+    if value not in allowed:
+        raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(allowed)}, not {value!r}")
+    return str(value)
+
+
+def _provider_name(table: Mapping[str, Any], name: str, key: str) -> str:
+    value = table.get(name, "command")
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ConfigError(f"{key}.{name}",
+                          "must be \"command\" or the entry-point name of an installed provider plugin")
+    return value
+
+
+def _destination(table: Mapping[str, Any], name: str, key: str) -> str | None:
+    value = _str(table, name, key)
+    if value is not None and not DESTINATION_RE.match(value):
+        raise ConfigError(f"{key}.{name}",
+                          f"{value!r} is not an ssh destination (letters, digits, _.@:+%-; not starting with '-')")
+    return value
+
+
+def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
+    value = _str(table, name, key)
+    if value is None:
+        return None
+    where = f"{key}.{name}" if key else name
+    if not value.startswith("/"):
+        raise ConfigError(where, f"must be an absolute path, not {value!r}")
+    if ".." in PurePosixPath(value).parts:
+        raise ConfigError(where, "must not contain '..'")
+    return os.path.normpath(value)
+
+
+def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
+    value = table.get(name)
+    if value is None:
+        return None
+    where = f"{key}.{name}"
+    if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
+        raise ConfigError(where, "must be a command on one line (a string)")
+    try:
+        words = shlex.split(value, posix=True)
+    except ValueError as exc:
+        raise ConfigError(where, f"cannot be split into words: {exc}") from None
+    if not words or not words[0]:
+        raise ConfigError(where, "must not be empty")
+    if "=" in words[0]:
+        raise ConfigError(where, f"the command word {words[0]!r} contains '=', which env(1) would take for a "
+                                 "variable assignment; name the program without '=' (rename it or use a symlink)")
+    return tuple(words)
+
+
+def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> float:
+    value = table.get(name, default)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0 or value > MAX_TIMEOUT):
+        raise ConfigError(f"{key}.{name}",
+                          f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
+    return float(value)
+
+
+def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:
+    if "update_allocation" not in table:
+        return None
+    where = f"{key}.update_allocation"
+    value = table["update_allocation"]
+    if not isinstance(value, dict):
+        raise ConfigError(where, "must be a table such as { sbatch_args = [\"--time=04:00:00\"] }")
+    _only_keys(value, where, {"sbatch_args"})
+    args = value.get("sbatch_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}.sbatch_args", "must be a list of strings")
+    from .sbatch_args import sbatch_arg_problem
+
+    for arg in args:  # an allow-list, read the way sbatch's getopt_long reads it (vq_admin/config/sbatch_args.py)
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(f"{where}.sbatch_args", problem)
+    return Allocation(sbatch_args=tuple(args))

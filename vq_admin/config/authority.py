@@ -1,0 +1,61 @@
+"""Who may maintain what: fleet roles from the external configuration.
+
+The runtime lane needs ``fleet_role = "managed"``; the helper lane needs
+``managed`` or ``helper-only``.  Nothing on the command line widens this
+(``--force`` included): a refusal is exit 77 naming the role, and for an
+alias the canonical host to use instead.
+"""
+
+from __future__ import annotations
+
+from . import Config, HostConfig, RuntimeProfile
+from ..report.outcome import Refused, UsageError
+
+RUNTIME_ROLES = ("managed",)
+HELPER_ROLES = ("managed", "helper-only")
+
+
+def lookup(config: Config, host: str) -> HostConfig:
+    try:
+        return config.hosts[host]
+    except KeyError:
+        known = ", ".join(sorted(config.hosts)) or "none"
+        raise UsageError(f"host {host!r} is not in the configuration {config.path} (hosts: {known})") from None
+
+
+def _refuse(host: HostConfig, lane: str) -> Refused:
+    message = f"host {host.name} has fleet_role {host.fleet_role!r}, which has no {lane} maintenance authority"
+    if host.fleet_role == "alias":
+        message += f"; it is an alias of {host.canonical_host}: run the update against {host.canonical_host}"
+    return Refused(message)
+
+
+def runtime_host(config: Config, name: str) -> HostConfig:
+    host = lookup(config, name)
+    if host.fleet_role not in RUNTIME_ROLES:
+        raise _refuse(host, "runtime")
+    return host
+
+
+def helper_host(config: Config, name: str) -> HostConfig:
+    host = lookup(config, name)
+    if host.fleet_role not in HELPER_ROLES:
+        raise _refuse(host, "helper")
+    return host
+
+
+def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:
+    """The host (with runtime authority, :func:`runtime_host`) and its profile of *program*; a
+    program the host has no profile for is a usage error naming the profiles it has."""
+    host = runtime_host(config, host_name)
+    return host, profile_of(host, program)
+
+
+def profile_of(host: HostConfig, program: str) -> RuntimeProfile:
+    """*host*'s profile of *program*; none is a usage error naming the profiles it has."""
+    profile = host.runtimes.get(program)
+    if profile is None:
+        known = ", ".join(sorted(host.runtimes)) or "none"
+        raise UsageError(f"host {host.name} has no scheduler_runtime_deployments.{program} profile "
+                         f"(profiles: {known})")
+    return profile

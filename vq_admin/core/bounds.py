@@ -1,0 +1,209 @@
+"""Bounds checked before parsing any input (CONTRACT section 10, hostile input).
+
+Every document vq-admin parses (the configuration, verify receipts, registry
+entries, ``--pin``, state files) has a size bound, a nesting bound checked by
+a linear scan *before* the parser runs, and type checks after; a parser
+failure of any kind (``RecursionError``, a ``ValueError`` from a 5,000-digit
+integer) is turned into :class:`InputError` with one line naming the input.
+
+Standard library only (the per-job launcher lookup uses it).
+"""
+
+from __future__ import annotations
+
+import json
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any
+
+
+#: Deepest nesting of arrays/objects/tables accepted in any document.
+MAX_DEPTH = 64
+#: Largest integer literal, in digits (Python's own limit for str -> int is 4,300).
+MAX_INT_DIGITS = 40
+#: Largest configuration file read (a site's file is a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class InputError(ValueError):
+    """An input that cannot be parsed safely; ``str()`` is one line."""
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest ``[``/``{`` nesting of JSON *text*, scanning at most until it exceeds *limit*."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper (C-speed fast path)
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of TOML *text* outside strings and comments: ``[``/``{`` levels plus the
+    dots of the key being read (``a.b.c = 1`` nests three tables deep, as ``[a.b.c]`` does)."""
+    if text.count("[") + text.count("{") + text.count(".") <= limit:  # cannot be deeper (C-speed fast path)
+        return 0
+    depth = deepest = dots = 0
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == ".":
+            dots += 1
+            if depth + dots > limit:
+                return depth + dots
+        elif ch in "\n=,{":
+            dots = 0
+        if ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if ch in "\"'":
+            triple = text.startswith(ch * 3, i)
+            quote = ch * 3 if triple else ch
+            j = i + len(quote)
+            while j < n:
+                if ch == '"' and text[j] == "\\":
+                    j += 2
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if not triple and text[j] == "\n":
+                    break
+                j += 1
+            i = j + len(quote)
+            continue
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return deepest
+
+
+def _parse_int(literal: str) -> int:
+    digits = literal.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise InputError(f"holds an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+def _no_constant(name: str) -> object:
+    raise InputError(f"holds {name}, which is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise InputError(f"holds the key {twice!r} more than once (which one counts is not defined)")
+    return found
+
+
+def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> object:
+    """Parse one JSON document of at most *limit* bytes and *max_depth* nesting.
+
+    Raises :class:`InputError` ("<what> ...: reason") for anything else."""
+    if isinstance(data, bytes):
+        if len(data) > limit:
+            raise InputError(f"{what} is larger than {limit} bytes")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    elif len(data) > limit:
+        raise InputError(f"{what} is larger than {limit} characters")
+    if json_depth(data, max_depth) > max_depth:
+        raise InputError(f"{what} is nested more than {max_depth} levels deep")
+    try:
+        return json.loads(data, parse_int=_parse_int, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except InputError as exc:
+        raise InputError(f"{what} {exc}") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and int conversion limits
+        raise InputError(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """Parse a TOML document with the same bounds as :func:`loads_json`."""
+    import tomllib
+
+    if len(data) > limit:
+        raise InputError(f"{what} is larger than {limit} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not valid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if toml_depth(text, max_depth) > max_depth:
+        raise InputError(f"{what} is nested more than {max_depth} levels deep")
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # TOMLDecodeError, and int conversion limits
+        raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
+
+
+def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False) -> bytes:
+    """The bytes of the regular file *path* (a symlink the operator named is followed).
+
+    Opened with ``O_NONBLOCK`` so a FIFO never blocks; anything but a regular
+    file, or more than *limit* bytes, raises :class:`InputError`.  With
+    *trusted*, the file must also pass the secure-path rule, checked on the
+    open file (``fstat``, :func:`~vq_admin.core.securepath.opened_problem`):
+    what is read is what was checked (else :class:`InputError`, "... refusing it").
+    ``FileNotFoundError`` and other ``OSError`` propagate."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except IsADirectoryError:
+        raise InputError(f"{what} {path} is a directory, not a regular file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "directory" if stat.S_ISDIR(st.st_mode) else "FIFO" if stat.S_ISFIFO(st.st_mode) else "special file"
+            raise InputError(f"{what} {path} is a {kind}, not a regular file")
+        if st.st_size > limit:
+            raise InputError(f"{what} {path} is larger than {limit} bytes")
+        if trusted:
+            from .securepath import opened_problem
+
+            problem = opened_problem(path, fd, st, what=what)
+            if problem:
+                raise InputError(f"{problem}; refusing it")
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if len(data) > limit:
+            raise InputError(f"{what} {path} is larger than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)

@@ -1,0 +1,170 @@
+"""What both lanes share: concluding a run into receipt, state and admin log."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..context import RunContext
+from ..report.outcome import Outcome
+from ..report.output import last_line
+from ..report.receipt import Receipt
+from ..state.records import utc_now
+from ..ssh.transport import quote_argv
+
+
+def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
+    """The ``next`` hint of every run (interrupted, unknown, locked): the command line that, run as printed, reruns
+    this run: the same verb (rollback and prune set ``receipt.rerun``; else ``update``), host, program,
+    SHA, tag, placement options, ``--config`` and ``--state-dir``."""
+    options = ctx.options
+    words = list(receipt.rerun or ())
+    if not words:
+        words = ["vq", "admin", "update", *([receipt.program] if receipt.program else []), receipt.host]
+        words += ["--expected-sha", receipt.expected_sha] if receipt.expected_sha else []
+        words += ["--tag", receipt.tag] if receipt.tag else []
+        words += ["--cluster-install"] if options.cluster_install else []
+        words += [f"--update-script-arg={arg}" for arg in options.update_script_args]
+    words += ["--config", options.config] if options.config else []
+    words += ["--state-dir", options.state_dir] if options.state_dir else []
+    return quote_argv(words)
+
+
+def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
+             *, lane_started: bool = True) -> Receipt:
+    """Finish *receipt*; store it, the lane records and one admin-log line.
+
+    A dry run stores nothing.  *verified* is given only for a verified success
+    and is what LAST OK becomes.  A run refused before its lane started
+    (*lane_started* false: no authority, no such profile) gets a receipt and a
+    log line but leaves the lane's records alone; so does a usage error (exit 2: a
+    ``provider_options`` typo the provider reports when asked), whenever it is found.  A locked run names the
+    line to rerun.
+    """
+    receipt.finish(outcome, utc_now())
+    if ctx.options.dry_run:
+        return receipt
+    if outcome is Outcome.LOCKED and receipt.readback is None:  # the line to run once the holder has ended
+        receipt.readback = {"read": "nothing: another run holds the lane, or a deployment is under way",
+                            "proven": False, "next_command": rerun_command(ctx, receipt),
+                            "advice": "rerun it once that has ended; it verifies read-only first"}
+    receipt.plan.skip_unrun()
+    if receipt.id is None:
+        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    apply_registry = None
+    if verified is not None:
+        verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
+        # the registry of verified launchers (vq_admin.launcher.registry)
+        if receipt.lane == "runtime" and receipt.program is not None:
+            from ..launcher import registry
+
+            try:
+                receipt.registry, apply_registry = registry.plan_verified(
+                    ctx.state.root, receipt.host, receipt.program, verified)
+            except registry.RegistryError as exc:
+                receipt.registry = {"entry": None, "error": str(exc)}
+    # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
+    # last.json, the admin log) names it, so none may exist without it.
+    try:
+        transcript = ["receipts", f"{receipt.id}.transcript"]
+        receipt.keep_transcript(lambda: ctx.state.tree.path(*transcript),
+                                lambda name, data: ctx.state.tree.write_atomic(transcript, name, data))
+        path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
+    except OSError as exc:
+        return _not_stored(ctx, receipt, exc)
+    unstored: list[tuple[str, OSError | ValueError]] = []
+    if apply_registry is not None:
+        try:
+            apply_registry()
+        except (OSError, ValueError) as exc:
+            unstored.append(("the registry entry of the verified launcher", exc))
+    summary = {
+        "outcome": outcome.value,
+        "exit_code": outcome.exit_code,
+        "expected_sha": receipt.expected_sha,
+        "tag": receipt.tag,
+        "receipt": receipt.id,
+        "at": receipt.finished_at,
+        "errors": receipt.errors[:5],
+    }
+    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):  # nothing ran: the last outcome stands
+        try:
+            ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
+        except OSError as exc:
+            unstored.append(("the lane records (last.json" + (", LAST OK, LAST GOOD)" if verified else ")"), exc))
+    try:
+        ctx.state.append_log({
+            "at": receipt.finished_at,
+            "lane": receipt.lane,
+            "host": receipt.host,
+            "program": receipt.program,
+            "expected_sha": receipt.expected_sha,
+            "outcome": outcome.value,
+            "exit_code": outcome.exit_code,
+            "receipt": str(path),
+            "errors": receipt.errors[:5],
+        })
+    except OSError as exc:
+        unstored.append(("the admin log line", exc))
+    if unstored:  # the stored receipt stands; what is printed also names what could not be recorded
+        receipt.not_stored = [f"{what}: {_reason(err)}" for what, err in unstored]
+        for what, err in unstored:
+            receipt.errors.append(f"could not store {what} in {ctx.state.root}: {_reason(err)} "
+                                  f"(the receipt {path} was stored)")
+    return receipt
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """Why a record was not stored: an OSError's strerror, else the exception's text."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
+    """The receipt could not be stored (a full or read-only state filesystem).
+
+    Nothing that would name it is written (registry, LAST OK, last.json, the
+    admin log); the receipt is still printed, saying what was not stored, so
+    the outcome on the host is never lost from the operator's view.
+    """
+    reason = exc.strerror or str(exc)
+    if receipt.registry:
+        receipt.registry = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
+    receipt.not_stored = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
+                                   "the admin log line"]
+    receipt.errors.append(f"could not store the receipt in {ctx.state.root}: {reason}; nothing naming it was "
+                          "recorded (registry, LAST OK, last.json, admin log): keep this printed receipt, free "
+                          "space in the state directory, then rerun (it verifies read-only first)")
+    receipt.stored = False
+    return receipt
+
+
+#: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
+#: another deploy holds the host.  Nothing was changed by this run.
+PROVIDER_LOCKED_EXIT = 75
+
+
+def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
+                   reclaim: Callable[..., None]) -> Receipt | None:
+    """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
+    lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N: <the last line
+    of its stderr>", from the receipt's ``command_output``), the stage reclaimed as failed."""
+    if exit_code == PROVIDER_LOCKED_EXIT:
+        return provider_locked(ctx, receipt, what, reclaim)
+    if exit_code != 0:
+        receipt.errors.append(exited(what, exit_code, receipt.command_output.get("stderr") or ""))
+        reclaim(success=False)
+        return conclude(ctx, receipt, Outcome.FAILED)
+    return None
+
+
+def exited(what: str, exit_code: int | None, stderr: str) -> str:
+    """The one-line error of a provider command that failed: "<what> exited N: <its stderr's last line>"."""
+    return f"{what} exited {exit_code}: {last_line(stderr)}"
+
+
+def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:
+    """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
+    reclaimed as not failed (nothing was tried on it)."""
+    receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "
+                          "deploy; nothing was changed by this run; rerun when that deploy has ended")
+    reclaim(success=True)
+    return conclude(ctx, receipt, Outcome.LOCKED)

@@ -1,0 +1,73 @@
+"""What an interrupted run leaves behind, said exactly in its receipt.
+
+When vq-admin itself is interrupted (SIGTERM, SIGINT, SIGHUP) or a step's
+transport is, the receipt's ``readback`` (for ``unknown``) or
+``interruption`` (for ``failed``) object names what this run knows it left:
+
+* an allocation build: the batch job (``job_id``, else the attempt's ``job``
+  file that holds it), the attempt directory and the log directory.  The job
+  is **not** cancelled: it keeps running (or waiting in the queue) to its
+  end, and the next run of the lane reconciles it from the attempt record
+  before it builds anything (:mod:`.allocation_attempt`);
+* a fixed-host or login-host build over ssh runs detached (:mod:`.detached_step`):
+  "the build keeps running on HOST under attempt DIR (pid N); the next run
+  reconciles it"; over a local transport, the provider command may still be
+  running;
+* a source stage: created (its path) or possibly created (stage-create was
+  interrupted); the next run of the lane reclaims it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..report.receipt import Receipt
+from .staging import left_stage
+
+
+def left_behind(receipt: Receipt) -> dict[str, Any]:
+    """The facts of what an interrupted run may have left running or on disk."""
+    facts: dict[str, Any] = {"stage": left_stage(receipt)}
+    deploy = receipt.deploy or {}
+    steps = {s.name: s for s in receipt.plan.steps}
+    started = steps.get("deploy") is not None and steps["deploy"].argv is not None
+    if deploy.get("build_place") == "allocation" and started:
+        for key in ("job_id", "job_state", "attempt", "attempt_dir", "log_dir"):
+            if deploy.get(key) is not None:
+                facts[key] = deploy[key]
+        job = (deploy.get("job_id")
+               or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)")
+        facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
+                          "the next run of this lane reconciles it from the attempt record before building")
+    elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):
+        from .detached_step import left_running
+
+        for key in ("attempt", "attempt_dir", "log_dir", "pid"):
+            if deploy.get(key) is not None:
+                facts[key] = deploy[key]
+        facts["build"] = left_running(deploy)
+    elif started and steps["deploy"].status not in ("ok", "failed"):
+        facts["build"] = f"the provider's deploy may still be running on {steps['deploy'].where}"
+    elif started:
+        facts["build"] = f"the deploy on {steps['deploy'].where} had ended ({steps['deploy'].status})"
+    else:
+        facts["build"] = "no build was started"
+    prepare = steps.get("prepare")
+    if prepare is not None and prepare.argv is not None and prepare.status == "interrupted":
+        facts["preparer"] = f"the site preparer may still be running on {prepare.where}"
+    return facts
+
+
+def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str) -> dict[str, Any]:
+    """The ``readback`` of a run that vq-admin itself did not finish (a signal)."""
+    facts = left_behind(receipt)
+    return {
+        "read": f"nothing after the signal ({signal_text}): vq-admin stopped at once and read nothing back",
+        "proven": False,
+        **facts,
+        "next_command": next_command,
+        "advice": "the rerun verifies read-only first and reports already-current if the interrupted run "
+                  "completed" + ("; it first reconciles the batch job left running"
+                                 if "job_id" in facts else "; it first reconciles the build left running"
+                                 if "attempt_dir" in facts else ""),
+    }

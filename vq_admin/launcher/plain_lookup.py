@@ -1,0 +1,215 @@
+"""The per-job launcher lookup's plain case, at the cost of a few system calls.
+
+``vq admin launcher PROGRAM HOST [--expected-sha SHA]`` runs for every job the
+queue driver submits, so its interpreter start is the figure that matters
+(issue 15: within 1.5 times a bare ``python -c pass``).  This module answers
+the plain, successful case with nothing beyond what a bare interpreter has
+already imported (``os``, ``posixpath``, ``stat``) plus the secure-path rule
+(:mod:`vq_admin.core.securepath`) and the launcher rule
+(:mod:`vq_admin.launcher.immutable`): no ``re``, no ``json``, no ``enum``.
+
+It decides only one thing: that the full lookup (:func:`vq_admin.bindings.resolve_launcher`,
+through :mod:`vq_admin.launcher.registry` and :mod:`vq_admin.state.tree`) would return this
+entry.  It returns ``None`` for everything else (a refusal, a symlink the
+operator named, an entry it does not parse, an error of any kind), and the
+caller then runs the full lookup, which words the refusal, its code and its
+remedy exactly as before.  So it can make an answer slower, never different.
+
+What it checks, every time (CONTRACT section 10, the same rule as the full
+lookup, applied through file descriptors):
+
+* every level from ``/`` down to ``registry/<host>/<program>`` is opened
+  relative to the one above without following a symlink and passes
+  :func:`~vq_admin.core.securepath.level_problem` on its ``fstat``;
+* ``latest.json`` and ``<sha>.json`` are opened ``O_NOFOLLOW | O_NONBLOCK``
+  (a FIFO never blocks), must be regular files passing the same rule, and are
+  read with the registry's size bound;
+* each is the flat JSON object the registry writes (:func:`flat_object`), the
+  pointer names a full SHA, the entry passes :func:`entry_problem`;
+* ``pruned/<sha>.json`` and ``conflicts/<sha>.json`` are absent.
+
+Standard library only; the entry point :mod:`vq_admin.entry` imports it before
+anything else of vq-admin.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core import default_paths as paths
+from ..core.securepath import open_trusted_dir, read_trusted_file
+from ..core.names import is_full_sha, is_name, is_sha256
+from .immutable import launcher_problem
+
+SCHEMA = "vq-admin/launcher/1"
+POINTER_SCHEMA = "vq-admin/launcher-latest/1"
+#: Largest entry file read back, in bytes (an entry is a few hundred bytes).
+MAX_ENTRY_BYTES = 64 * 1024
+
+_JSON_SPACE = " \t\n\r"
+
+
+def has_control(text: str) -> bool:
+    """Whether *text* holds a character U+0000-U+001F or U+007F (``registry.CONTROL_RE``)."""
+    return any(ch < " " or ch == "\x7f" for ch in text)
+
+
+def entry_problem(entry: object, host: str, program: str, sha: str | None = None) -> str | None:
+    """``None`` when *entry* is a well-formed entry for (host, program[, sha]), else why not."""
+    if not isinstance(entry, dict) or entry.get("schema") != SCHEMA:
+        return f"not a {SCHEMA} entry"
+    if entry.get("host") != host or entry.get("program") != program:
+        return f"entry names {entry.get('program')!r} on {entry.get('host')!r}"
+    entry_sha = entry.get("sha")
+    if not isinstance(entry_sha, str) or not is_full_sha(entry_sha) or (sha is not None and entry_sha != sha):
+        return f"entry sha {entry_sha!r} is not {sha or 'a full SHA'}"
+    launcher = entry.get("launcher")
+    problem = launcher_problem(launcher, entry_sha)
+    if problem is not None:
+        return problem
+    assert isinstance(launcher, str)  # launcher_problem refuses anything else
+    if has_control(launcher):
+        return "launcher path holds a control character"
+    if not is_sha256(entry.get("launcher_sha256")):
+        return "launcher_sha256 is not 64 lower-case hex digits"
+    for key in ("receipt", "verified_at"):
+        value = entry.get(key)
+        if not isinstance(value, str) or not value:
+            return f"{key} is missing"
+    return None
+
+
+def flat_object(data: bytes) -> dict[str, str | None] | None:
+    """The flat JSON object the registry writes, or ``None`` when *data* is anything else.
+
+    Accepted: one object whose values are strings or ``null``, in printable
+    ASCII without escapes, any JSON whitespace, no repeated key.  That is
+    every entry and pointer :func:`vq_admin.launcher.registry.encode` writes for a
+    well-formed identity.  Whatever it returns equals ``json.loads(data)``
+    (tests/test_fast_paths.py checks this with hypothesis); ``None`` sends the
+    caller to the full parser, which accepts or refuses as before.
+    """
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    n = len(text)
+    i = _skip_space(text, 0)
+    if i >= n or text[i] != "{":
+        return None
+    found: dict[str, str | None] = {}
+    i = _skip_space(text, i + 1)
+    if i < n and text[i] == "}":
+        return found if _skip_space(text, i + 1) == n else None
+    while True:
+        key, i = _string(text, i)
+        if key is None or key in found:
+            return None
+        i = _skip_space(text, i)
+        if i >= n or text[i] != ":":
+            return None
+        i = _skip_space(text, i + 1)
+        if text.startswith("null", i):
+            value: str | None = None
+            i += 4
+        else:
+            value, i = _string(text, i)
+            if value is None:
+                return None
+        found[key] = value
+        i = _skip_space(text, i)
+        if i >= n:
+            return None
+        if text[i] == "}":
+            return found if _skip_space(text, i + 1) == n else None
+        if text[i] != ",":
+            return None
+        i = _skip_space(text, i + 1)
+
+
+def _skip_space(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in _JSON_SPACE:
+        i += 1
+    return i
+
+
+def _string(text: str, i: int) -> tuple[str | None, int]:
+    """The string literal at *i* (no escapes, printable ASCII) and the index after it."""
+    if i >= len(text) or text[i] != '"':
+        return None, i
+    end = text.find('"', i + 1)
+    if end < 0:
+        return None, i
+    value = text[i + 1:end]
+    if "\\" in value or not value.isprintable():
+        return None, i
+    return value, end + 1
+
+
+def state_root(state_dir: str | os.PathLike[str] | None) -> str:
+    """The state directory: *state_dir*, else ``$VQ_ADMIN_STATE_DIR``, else
+    ``$XDG_STATE_HOME/vq-admin`` (``~/.local/state/vq-admin``)."""
+    return os.fspath(state_dir) if state_dir else paths.state_dir()
+
+
+def plain_resolve(root: str, host: str, program: str, sha: str | None
+                  ) -> tuple[str, dict[str, str | None]] | None:
+    """``(latest SHA, entry)`` when the full lookup of *sha* (or of the latest, when
+    ``None``) would return this entry for *host* itself; ``None`` for anything else."""
+    if not is_name(host) or not is_name(program):
+        return None
+    if sha is not None:
+        if not sha.isascii():  # the full lookup takes ASCII hex digits of either case, only
+            return None
+        sha = sha.lower()
+        if not is_full_sha(sha):
+            return None
+    lane = os.path.join(os.path.normpath(os.path.abspath(root)), "registry", host, program)
+    dfd = open_trusted_dir(lane)
+    if dfd is None:
+        return None
+    try:
+        pointer = _read(dfd, "latest.json")
+        if pointer is None or pointer.get("schema") != POINTER_SCHEMA:
+            return None
+        latest = pointer.get("sha")
+        if latest is None or not is_full_sha(latest):
+            return None
+        wanted = sha or latest
+        entry = _read(dfd, wanted + ".json")
+        if entry is None or entry_problem(entry, host, program, wanted) is not None:
+            return None
+        if not (_absent(dfd, "pruned", wanted) and _absent(dfd, "conflicts", wanted)):
+            return None
+        return latest, entry
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(dfd)
+
+
+def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None) -> str | None:
+    """The launcher ``vq admin launcher PROGRAM HOST [--expected-sha SHA]`` prints, when the
+    plain case holds; ``None`` sends the caller to the full command."""
+    found = plain_resolve(state_root(state_dir), host, program, expected_sha)
+    if found is None:
+        return None
+    launcher = found[1]["launcher"]
+    return launcher if isinstance(launcher, str) else None
+
+
+def _read(dfd: int, name: str) -> dict[str, str | None] | None:
+    data = read_trusted_file(dfd, name, MAX_ENTRY_BYTES)
+    return None if data is None else flat_object(data)
+
+
+def _absent(dfd: int, directory: str, sha: str) -> bool:
+    """Whether ``<directory>/<sha>.json`` is certainly absent (never followed)."""
+    try:
+        os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False

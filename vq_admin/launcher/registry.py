@@ -1,0 +1,421 @@
+"""The registry of verified launchers on the driver (standard library only).
+
+Written only from a verified runtime deployment (``conclude()`` of the runtime
+lane, after every verify check passed); read for every job the queue driver
+submits or dispatches, through :mod:`vq_admin.bindings`.  Layout under the
+state directory::
+
+    registry/<host>/<program>/<full sha>.json    one immutable entry per SHA
+    registry/<host>/<program>/latest.json        {"sha": ...}: the latest verified SHA
+    registry/<host>/<program>/conflicts/<full sha>.json
+                                                  a later verification of the same SHA
+                                                  that attested a different launcher or bytes
+    registry/<host>/<program>/pruned/<full sha>.json
+                                                  ``vq admin prune`` removed the generation;
+                                                  lookups refuse it (PrunedError) until it is
+                                                  deployed and verified again
+
+An entry is created with ``link(2)`` from a fully written temp file, so it is
+never half-written and never replaced: a second verification of the same SHA
+leaves the first entry as it is.  Only ``latest.json`` is ever replaced
+(temp file + ``rename(2)``).  A lookup by (host, program, sha) is one
+``open()`` plus one ``stat()`` each in the (normally absent) ``pruned`` and
+``conflicts`` directories, whatever the number of entries; no directory is ever listed on
+the lookup path.
+
+Reading fails closed (CONTRACT section 10): every level from the state
+directory down to the entry is opened relative to the one above with
+``O_NOFOLLOW`` and checked with ``fstat`` (owned by you or root, not writable
+by group or others), the entry is opened ``O_NONBLOCK`` and must be a regular
+file of at most :data:`MAX_ENTRY_BYTES` (a FIFO never blocks), and anything
+else raises :class:`RegistryError` naming the path, its owner and mode.
+Directories are created 0700 and files 0600 whatever the umask.  The entry's
+shape (:func:`entry_problem`) and the schemas are defined in
+:mod:`vq_admin.launcher.plain_lookup`, the per-job plain case, and re-exported here.
+
+This module must stay tiny and import nothing beyond the standard library
+and small stdlib-only modules of this package (:mod:`vq_admin.launcher.immutable`,
+:mod:`vq_admin.state.tree`, :mod:`vq_admin.core.bounds`): the queue driver imports
+it per job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
+from ..core.bounds import InputError, loads_json
+from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
+from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
+TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class RegistryError(ValueError):
+    """An identity that cannot be registered, or an entry that cannot be trusted."""
+
+
+class PrunedError(RegistryError):
+    """The generation was removed by ``vq admin prune``; its launcher no longer exists."""
+
+    def __init__(self, message: str, sha: str) -> None:
+        super().__init__(message)
+        self.sha = sha
+
+
+PRUNED_SCHEMA = "vq-admin/pruned/1"
+
+
+def lane_dir(state_root: str | os.PathLike[str], host: str, program: str) -> str:
+    """``<state>/registry/<host>/<program>``; *host* and *program* must be valid names."""
+    if not NAME_RE.match(host) or not NAME_RE.match(program):
+        raise RegistryError(f"host {host!r} and program {program!r} must match {NAME_RULE}")
+    return os.path.join(os.fspath(state_root), "registry", host, program)
+
+
+def entry_path(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> str:
+    if not SHA_RE.match(sha):
+        raise RegistryError(f"{sha!r} is not a full lower-case SHA")
+    return os.path.join(lane_dir(state_root, host, program), sha + ".json")
+
+
+def pruned_path(entry: str) -> str:
+    """Where the mark of a pruned generation is kept (``pruned/<sha>.json``, normally absent)."""
+    directory, name = os.path.split(entry)
+    return os.path.join(directory, "pruned", name)
+
+
+def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str, receipt: str, at: str) -> str:
+    """Record that *sha* was removed by a prune (receipt *receipt*); its lookups then refuse."""
+    path = pruned_path(entry_path(state_root, host, program, sha))
+    mark = {"schema": PRUNED_SCHEMA, "host": host, "program": program, "sha": sha, "receipt": receipt,
+            "pruned_at": at}
+    _write(state_root, path, encode(mark), exclusive=True)  # a second prune of the same SHA keeps the first mark
+    return path
+
+
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+    """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
+    path = entry_path(state_root, host, program, sha)
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _read_mark_at(dfd, path, sha) if _exists_at(dfd, "pruned", sha) else None
+    finally:
+        os.close(dfd)
+
+
+def _exists_at(dfd: int, directory: str, sha: str) -> bool:
+    """Whether ``<directory>/<sha>.json`` exists in the lane (one ``stat``, never followed);
+    a lane whose answer cannot be read counts as having it (fail closed)."""
+    try:
+        os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+
+
+def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
+    """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
+    try:
+        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return {"receipt": "?", "pruned_at": "?"}
+    try:
+        return _read_at(sub, sha + ".json", pruned_path(entry)) or {"receipt": "?", "pruned_at": "?"}
+    except RegistryError:
+        return {"receipt": "?", "pruned_at": "?"}
+    finally:
+        os.close(sub)
+
+
+def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> None:
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return
+    try:
+        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RegistryError(f"cannot open {lane_dir(state_root, host, program)}/pruned: {exc.strerror}") from None
+    finally:
+        os.close(dfd)
+    try:
+        os.unlink(sha + ".json", dir_fd=sub)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(sub)
+
+
+def conflict_path(entry: str) -> str:
+    """Where a conflicting re-attestation of the entry at *entry* is kept.
+
+    In its own, normally absent, directory: checking it then costs one
+    negative lookup of ``conflicts`` however many entries there are."""
+    directory, name = os.path.split(entry)
+    return os.path.join(directory, "conflicts", name)
+
+
+def make_entry(host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
+    """The registry entry for a verified identity (``sha``, ``tag``, ``launcher``,
+    ``launcher_sha256``, ``receipt``, ``at`` as ``conclude()`` builds it)."""
+    sha = str(verified.get("sha") or "").lower()
+    entry = {
+        "schema": SCHEMA,
+        "host": host,
+        "program": program,
+        "sha": sha,
+        "tag": verified.get("tag"),
+        "launcher": verified.get("launcher"),
+        "launcher_sha256": verified.get("launcher_sha256"),
+        "receipt": verified.get("receipt"),
+        "verified_at": verified.get("at"),
+    }
+    problem = entry_problem(entry, host, program, sha)
+    if problem is not None:
+        raise RegistryError(f"not registered: {problem}")
+    return entry
+
+
+def encode(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, create: bool) -> int | None:
+    """An fd of ``registry/<host>/<program>`` with every level checked; ``None`` when missing."""
+    lane_dir(state_root, host, program)  # validates the names
+    try:
+        return PrivateTree(state_root).open_dir(["registry", host, program], create=create)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+
+
+def _split(state_root: str | os.PathLike[str], path: str) -> tuple[list[str], str]:
+    """``path`` (below *state_root*) as (directory parts, file name)."""
+    rel = os.path.relpath(path, os.path.abspath(os.fspath(state_root)))
+    parts = rel.split(os.sep)
+    if rel.startswith("..") or not parts:
+        raise RegistryError(f"{path} is not below the state directory {state_root}")
+    return parts[:-1], parts[-1]
+
+
+def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclusive: bool) -> bool:
+    """Temp file (0600, ``O_EXCL|O_NOFOLLOW``) + fsync, then ``link`` (exclusive: False if
+    *path* exists) or ``rename``; every directory level checked and created 0700."""
+    parts, name = _split(state_root, path)
+    try:
+        tree = PrivateTree(state_root)
+        dfd = tree.open_dir(parts, create=True)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+    assert dfd is not None
+    try:
+        write_atomic_at(dfd, name, data, exclusive=exclusive)
+    except FileExistsError:
+        return False
+    finally:
+        os.close(dfd)
+    return True
+
+
+def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                    verified: dict[str, Any]) -> dict[str, Any]:
+    """Register the launcher a verified runtime deployment attested.
+
+    Returns what happened, for the receipt: ``{"entry": path, "created": bool,
+    "conflict": None | path}``.  An existing entry for the SHA is never
+    rewritten; when the new attestation differs from it (another launcher or
+    other bytes), the new one is kept apart in ``conflicts/<sha>.json`` and
+    lookups of that SHA refuse until an operator resolves it.  Raises
+    :class:`RegistryError` for an identity that is not an immutable launcher.
+    """
+    result, apply = plan_verified(state_root, host, program, verified)
+    apply()
+    return result
+
+
+def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
+                  verified: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None]]:
+    """What :func:`record_verified` will do, decided before anything is written.
+
+    Returns ``(result, apply)``: *result* is the receipt's ``registry``
+    object; ``apply()`` writes the entry (or the conflict) and ``latest.json``.
+    The caller stores the receipt first, so no record ever names a receipt
+    that does not exist (the lane lock keeps the decision valid until then).
+    """
+    entry = make_entry(host, program, verified)
+    path = entry_path(state_root, host, program, entry["sha"])
+    first = _read_in_lane(state_root, host, program, os.path.basename(path))
+    created = first is None
+    conflict = None
+    if first is not None:
+        same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
+        if not same:
+            conflict = conflict_path(path)
+    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"],
+               "verified_at": entry["verified_at"]}
+
+    def apply() -> None:
+        if created:
+            _write(state_root, path, encode(entry), exclusive=True)
+        elif conflict is not None:
+            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+        if conflict is None:  # deployed and verified again after a prune: valid again
+            _clear_pruned_mark(state_root, host, program, entry["sha"])
+        _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
+
+    return {"entry": path, "created": created, "conflict": conflict}, apply
+
+
+def _parse_entry(data: bytes | None, path: str) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        value = loads_json(data, path, limit=MAX_ENTRY_BYTES)
+    except InputError as exc:
+        raise RegistryError(f"{exc}; it is not one JSON object") from None
+    if not isinstance(value, dict):
+        raise RegistryError(f"{path} is not one JSON object")
+    return value
+
+
+def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
+    try:
+        data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
+    except UnsafeState as exc:
+        raise RegistryError(str(exc)) from None
+    return _parse_entry(data, shown)
+
+
+def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict[str, Any] | None:
+    """``registry/<host>/<program>/<name>``, every level checked; ``None`` when absent."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _read_at(dfd, name, os.path.join(lane_dir(state_root, host, program), name))
+    finally:
+        os.close(dfd)
+
+
+def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> bool:
+    """True when any verification of *program* on *host* was ever registered."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return False
+    try:
+        os.stat("latest.json", dir_fd=dfd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
+
+
+def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
+    """The SHA of the latest verified deployment, or ``None`` when there is none."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _latest_at(dfd, state_root, host, program)
+    finally:
+        os.close(dfd)
+
+
+def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
+            ) -> tuple[str | None, dict[str, Any] | None]:
+    """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
+    walk of the directories (the per-job path).  Raises :class:`RegistryError` as
+    :func:`latest_sha` and :func:`lookup` do."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None, None
+    try:
+        latest = _latest_at(dfd, state_root, host, program)
+        wanted = sha or latest
+        return latest, (_lookup_at(dfd, state_root, host, program, wanted) if wanted else None)
+    finally:
+        os.close(dfd)
+
+
+def _latest_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
+    pointer = _read_at(dfd, "latest.json", os.path.join(lane_dir(state_root, host, program), "latest.json"))
+    if pointer is None:
+        return None
+    sha = pointer.get("sha")
+    if pointer.get("schema") != POINTER_SCHEMA or not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise RegistryError(f"{lane_dir(state_root, host, program)}/latest.json names no full SHA")
+    return sha
+
+
+def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str,
+               sha: str) -> dict[str, Any] | None:
+    path = entry_path(state_root, host, program, sha)
+    entry = _read_at(dfd, sha + ".json", path)
+    if entry is None:
+        return None
+    problem = entry_problem(entry, host, program, sha)
+    if problem is not None:
+        raise RegistryError(f"{path}: {problem}")
+    if _exists_at(dfd, "pruned", sha):
+        found = _read_mark_at(dfd, path, sha)
+        raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
+                          f"release and launcher {entry['launcher']} were removed", sha)
+    if _exists_at(dfd, "conflicts", sha):
+        raise RegistryError(
+            f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
+            f"bytes than {path}; the launcher is not immutable")
+    return entry
+
+
+def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+    """The checked entry for (host, program, sha), or ``None`` when none was registered.
+
+    Raises :class:`RegistryError` when the entry or a directory above it cannot
+    be trusted, is malformed, or a conflicting later attestation exists for the SHA.
+    """
+    entry_path(state_root, host, program, sha)  # validates the SHA
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        return _lookup_at(dfd, state_root, host, program, sha)
+    finally:
+        os.close(dfd)
+
+
+def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict[str, Any]]:
+    """Every well-formed entry of (host, program), oldest verification first.
+
+    Lists a directory: for the references census and status, never for the
+    per-job lookup.
+    """
+    directory = lane_dir(state_root, host, program)
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return []
+    found = []
+    try:
+        for name in os.listdir(dfd):
+            sha = name[: -len(".json")]
+            if name.endswith(".json") and SHA_RE.match(sha):
+                try:
+                    entry = _read_at(dfd, name, os.path.join(directory, name))
+                except RegistryError:
+                    continue
+                if entry is not None and entry_problem(entry, host, program, sha) is None:
+                    found.append(entry)
+    finally:
+        os.close(dfd)
+    return sorted(found, key=lambda e: (e["verified_at"], e["sha"]))

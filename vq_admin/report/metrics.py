@@ -1,0 +1,155 @@
+"""``vq admin status --prometheus`` / ``--textfile PATH``: the state directory as metrics.
+
+For node_exporter's textfile collector: the Prometheus text exposition format,
+built with ``prometheus_client`` (a registry of its own, ``generate_latest``,
+and ``write_to_textfile`` for an atomic temp-file-and-rename write).  Imported
+only for these options: ``vq admin status`` without them, and every other
+verb, never load ``prometheus_client``.
+
+One series set per host and lane (``program`` is empty for the helper lane):
+
+* ``vq_admin_last_outcome{host,program,lane,outcome} 1``: the last run's outcome;
+* ``vq_admin_last_exit_code{host,program,lane}``: its exit status;
+* ``vq_admin_last_run_timestamp_seconds{host,program,lane}``: when it finished;
+* ``vq_admin_last_ok_timestamp_seconds{host,program,lane}``: when LAST OK was
+  proven (absent until a run has been verified);
+* ``vq_admin_last_run_duration_seconds{host,program,lane}``: finished minus
+  started, from the run's receipt;
+* ``vq_admin_transcript_complete{host,program,lane}``: 1 or 0, only when the
+  last run built in a Slurm allocation (its receipt has a transcript log
+  directory).
+
+``vq admin verify --prometheus`` / ``--textfile PATH`` publish one gauge per host and program,
+``vq_admin_runtime_drift{host,program,state}`` (:func:`drift_registry`), in a file of its own
+beside this one.
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .outcome import Refused, UsageError
+from ..state.records import StateDir
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+LABELS = ("host", "program", "lane")
+
+
+def _epoch(stamp: Any) -> float | None:
+    """``2026-11-30T10:00:00Z`` -> seconds since the epoch (UTC), or None."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def _lanes(status: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(host, lane, program, entry) for every recorded lane of a :func:`commands.status.collect` document."""
+    for host, slot in sorted(status["hosts"].items()):
+        if slot.get("helper"):
+            yield host, "helper", "", slot["helper"]
+        for program, entry in sorted(slot.get("runtimes", {}).items()):
+            yield host, "runtime", program, entry
+
+
+def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
+    """A fresh ``CollectorRegistry`` holding the metrics of *status*."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry(auto_describe=True)
+
+    def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(name, doc, LABELS + extra, registry=registry)
+
+    outcome = gauge("vq_admin_last_outcome", "Outcome of the last vq-admin run of this host and lane (always 1; "
+                    "the outcome label carries it)", ("outcome",))
+    exit_code = gauge("vq_admin_last_exit_code", "Exit status of the last vq-admin run of this host and lane")
+    last_run = gauge("vq_admin_last_run_timestamp_seconds", "When the last vq-admin run of this host and lane "
+                     "finished, seconds since the epoch")
+    last_ok = gauge("vq_admin_last_ok_timestamp_seconds", "When the identity now LAST OK was verified, seconds "
+                    "since the epoch")
+    duration = gauge("vq_admin_last_run_duration_seconds", "How long the last vq-admin run of this host and "
+                     "lane took, from its receipt")
+    transcript = gauge("vq_admin_transcript_complete", "1 when the last allocation build's transcript settled "
+                       "complete, 0 when it is incomplete (only for runs that built in a Slurm allocation)")
+    for host, lane, program, entry in _lanes(status):
+        labels = {"host": host, "program": program, "lane": lane}
+        last = entry.get("last") or {}
+        if last.get("outcome"):
+            outcome.labels(outcome=str(last["outcome"]), **labels).set(1)
+        if isinstance(last.get("exit_code"), int):
+            exit_code.labels(**labels).set(last["exit_code"])
+        at = _epoch(last.get("at"))
+        if at is not None:
+            last_run.labels(**labels).set(at)
+        ok_at = _epoch((entry.get("last_ok") or {}).get("at"))
+        if ok_at is not None:
+            last_ok.labels(**labels).set(ok_at)
+        receipt = _receipt(state, last.get("receipt"))
+        started, finished = _epoch(receipt.get("started_at")), _epoch(receipt.get("finished_at"))
+        if started is not None and finished is not None and finished >= started:
+            duration.labels(**labels).set(finished - started)
+        if (receipt.get("deploy") or {}).get("log_dir") and isinstance(receipt.get("command_output"), dict):
+            transcript.labels(**labels).set(1 if receipt["command_output"].get("complete") is True else 0)
+    return registry
+
+
+def _receipt(state: StateDir, receipt_id: Any) -> dict[str, Any]:
+    if not isinstance(receipt_id, str) or "/" in receipt_id or receipt_id.startswith("."):
+        return {}
+    return state.read_receipt(receipt_id) or {}
+
+
+def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]]) -> CollectorRegistry:
+    """``vq admin verify``'s drift gauge: ``vq_admin_runtime_drift{host,program,state}``, 0 when the runtime is
+    ``current``, else 1 (the state label says ``drifted``, ``unhealthy`` or ``unknown``)."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry(auto_describe=True)
+    drift = Gauge("vq_admin_runtime_drift", "0 when vq admin verify found the runtime LAST OK names active and "
+                  "verified, else 1 (state: drifted, unhealthy or unknown)", ("host", "program", "state"),
+                  registry=registry)
+    for host, programs in sorted(hosts.items()):
+        for program, entry in sorted(programs.items()):
+            drift.labels(host=host, program=program, state=entry["state"]).set(entry["state"] != "current")
+    return registry
+
+
+def publish(registry: CollectorRegistry, *, prometheus: bool, textfile: str | None) -> None:
+    """Write *registry* to *textfile* atomically (temp file in the same directory, then rename) and, with
+    *prometheus*, print it in the text exposition format (``# HELP``, ``# TYPE``, samples)."""
+    from prometheus_client import generate_latest, write_to_textfile
+
+    if textfile:
+        write_to_textfile(textfile, registry)
+    if prometheus:
+        sys.stdout.write(generate_latest(registry).decode("utf-8"))
+
+
+def check_textfile(path: str) -> str:
+    """The absolute *path* for ``--textfile``, or a usage error / refusal naming the rule."""
+    from ..core.securepath import path_problem
+
+    if not path.endswith(".prom"):
+        raise UsageError(f"--textfile {path!r} must end in .prom (node_exporter's textfile collector reads only "
+                         "*.prom files)")
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise UsageError(f"--textfile {path}: the directory {directory} does not exist")
+    # The temp file is written next to PATH under a predictable name: a directory others can
+    # write to could hold a link planted there, so it must pass the secure-path rule.
+    problem = path_problem(directory, what="textfile directory")
+    if problem:
+        raise Refused(problem)
+    if os.path.isdir(path):
+        raise UsageError(f"--textfile {path} is a directory; give the .prom file to write")
+    return path

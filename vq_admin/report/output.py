@@ -1,0 +1,148 @@
+"""What a run prints.
+
+* ``--json``: exactly one JSON document on stdout, on success and on failure;
+  narration goes to stderr.
+* otherwise a short human summary: on stdout when it is a terminal (or with
+  ``--verbose``); nothing at all on success when stdout is not a terminal, so
+  cron mails only on failure; on failure, on stderr.
+
+Text that came from a remote host is escaped before it reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
+if TYPE_CHECKING:
+    from typing import Any, TextIO
+
+#: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
+#: controls that reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
+CONTINUATION = " " * 12
+
+
+def safe_text(text: str) -> str:
+    """Escape control characters (terminal escape sequences included); tab and newline stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
+
+#: How much of a command's last stderr line the one-line error carries.
+LAST_LINE = 200
+
+
+def last_line(text: str) -> str:
+    """*text*'s last non-empty line, escaped and bounded (what a one-line error quotes of a command's stderr)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = safe_text(lines[-1].replace("\t", " ")) if lines else "(no message on stderr)"
+    return line if len(line) <= LAST_LINE else line[:LAST_LINE - 3] + "..."
+
+
+def _field(name: str, value: object) -> str:
+    """``  name      value``; the lines of a multi-line value are indented under the value."""
+    return f"  {name:<9} " + str(value).replace("\n", "\n" + CONTINUATION)
+
+
+def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
+    """Print *document* in envelope order (:func:`vq_admin.report.envelope.ordered`), unchecked.
+
+    Verbs print through :mod:`vq_admin.report.envelope` (``emit``/``write``), which also checks the
+    envelope; this stays for the per-job ``launcher`` path, whose documents carry no ``errors``."""
+    from .envelope import dumps
+
+    stream = stream or sys.stdout
+    stream.write(dumps(document))
+    stream.flush()
+
+
+def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
+    first = (f"vq-admin: {_lane(receipt)} on {receipt['host']}: {receipt['outcome']} "
+             f"(exit {receipt['exit_code']})")
+    lines = [first.replace("\n", "\n" + CONTINUATION)]
+    if receipt.get("expected_sha"):
+        lines.append(_field("sha", receipt["expected_sha"]))
+    if receipt.get("tag"):
+        lines.append(_field("tag", receipt["tag"]))
+    final = (receipt.get("verify") or {}).get("final") or (receipt.get("verify") or {}).get("readback") or {}
+    vr = final.get("receipt") if isinstance(final, dict) else None
+    if vr and final.get("proven"):
+        lines.append(_field("launcher", vr["active_path"]))
+        lines.append(_field("sha256", vr["active_path_sha256"]))
+    rollback = receipt.get("rollback")
+    if rollback and receipt["outcome"] in ("ok", "already-current"):
+        to = str(rollback.get("to"))[:12]
+        if receipt["outcome"] == "ok":
+            via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
+            was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
+            done = f"rolled back {receipt['program']} on {receipt['host']} from {was} to {to} ({via})"
+        else:
+            done = f"{to} was already active on {receipt['host']}; nothing was changed"
+        lines.append(_field("rollback", done))
+    prune = receipt.get("prune")
+    if prune and (prune.get("removed") or receipt["outcome"] in ("ok", "already-current")):  # what a prune did
+        lines += generation_lines(prune.get("keep") or {}, prune.get("removed") or [])
+    deploy = receipt.get("deploy") or {}
+    if deploy.get("exit_code") is not None:
+        job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
+        command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
+        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
+    for note in receipt.get("notes") or []:
+        lines.append(_field("note", note))
+    for error in receipt.get("errors") or []:
+        lines.append(_field("error", error))
+    readback = receipt.get("readback")
+    if readback and readback.get("next_command"):
+        lines.append(_field("next", readback["next_command"]))
+        if readback.get("advice"):
+            lines.append(_field("", readback["advice"]))
+    if receipt_path:
+        lines.append(_field("receipt", receipt_path))
+    return [safe_text(line) for line in lines]
+
+
+def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run: bool = False) -> list[str]:
+    """A prune's generations: each kept, with its reasons, then each removed (or, in a dry run, to be)."""
+    kept, gone = ("keep", "remove") if dry_run else ("kept", "removed")
+    return ([_field(kept, f"{sha}  {', '.join(keep[sha])}") for sha in sorted(keep)]
+            + [_field(gone, sha) for sha in removed])
+
+
+def plan_summary(plan: dict[str, Any]) -> list[str]:
+    lines = [f"vq-admin: dry run: {_lane(plan)} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
+    for i, step in enumerate(plan["steps"], 1):
+        lines += _step_lines(f"{i:2d}.", step)
+    needed = plan.get("when_needed") or []
+    if needed:
+        lines.append("  only when needed:")
+    for step in needed:
+        lines += _step_lines("  -", step)
+    return [safe_text(line) for line in lines]
+
+
+def _lane(receipt: dict[str, Any]) -> str:
+    """``runtime vibeqc`` (the lane and its program), or ``helper`` (a lane without one)."""
+    return f"{receipt['lane']} {receipt['program']}" if receipt.get("program") else str(receipt["lane"])
+
+
+def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
+    from ..ssh.transport import quote_argv
+
+    env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
+    return [f"  {mark} {step['name']} [{step['where']}] {step['purpose']}",
+            f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}"]
+
+
+def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
+    if as_json:
+        from .envelope import write
+
+        write(document)
+        return
+    if success:
+        if verbose or sys.stdout.isatty():
+            print("\n".join(lines), flush=True)
+    else:
+        print("\n".join(lines), file=sys.stderr, flush=True)

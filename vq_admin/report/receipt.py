@@ -1,0 +1,229 @@
+"""The receipt: one versioned JSON object per run (CONTRACT section 6)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import envelope
+from .outcome import Outcome
+from ..plan import Plan
+
+if TYPE_CHECKING:
+    from ..ssh.transport import RunResult
+
+SCHEMA = envelope.SCHEMAS["receipt"]
+PLAN_SCHEMA = envelope.SCHEMAS["plan"]
+#: The most of one stream of a command's output a receipt keeps: its head and tail, half each.
+OUTPUT_KEPT = 2 << 20
+
+
+def _head_and_tail(data: bytes) -> str:
+    """*data* as text, or its head and tail (:data:`OUTPUT_KEPT` bytes in all) around a marker."""
+    if len(data) <= OUTPUT_KEPT:
+        return data.decode("utf-8", "replace")
+    half = OUTPUT_KEPT // 2
+    return head_and_tail(data[:half], data[-half:], len(data))
+
+
+def head_and_tail(head: bytes, tail: bytes, total: int) -> str:
+    """The *head* and *tail* of *total* bytes of output as text, around a marker naming what was left out."""
+    cut = total - len(head) - len(tail)
+    return (head.decode("utf-8", "replace") + f"\n[... {cut} bytes left out: see the transcript ...]\n"
+            + tail.decode("utf-8", "replace"))
+
+
+METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)
+
+
+def parse_metrics(*texts: str) -> dict[str, Any]:
+    """``VQ-DEPLOY-METRIC name=value`` lines; finite numbers become numbers, anything else stays text."""
+    metrics: dict[str, Any] = {}
+    for text in texts:
+        for name, raw in METRIC_RE.findall(text):
+            raw = raw.strip()
+            value: Any = raw
+            for convert in (int, float):
+                try:
+                    value = convert(raw)
+                    break
+                except ValueError:
+                    continue
+            if isinstance(value, float) and not math.isfinite(value):
+                value = raw  # "nan", "inf", "1e999": JSON has no such number; keep the text
+            metrics[name] = value
+    return metrics
+
+
+#: The optional sections of a receipt, in order: each is a declared field of
+#: :class:`Receipt`, printed only when set (``notes`` when not empty, ``stored``
+#: only when false).  Setting any other section is a programming error.
+SECTIONS = ("provider", "build_place", "stage", "lease", "previous_attempt", "interruption", "activation",
+            "rollback", "prune", "install", "registry", "notes", "rerun", "stored", "not_stored", "traceback")
+
+
+class UndeclaredSection(AttributeError):
+    """A section no receipt declares: a bug in vq-admin, never a silent overwrite of a declared key."""
+
+
+@dataclass
+class Receipt:
+    lane: str
+    host: str
+    program: str | None
+    expected_sha: str | None
+    tag: str | None
+    started_at: str
+    plan: Plan = field(default_factory=Plan)
+    id: str | None = None
+    outcome: Outcome | None = None
+    finished_at: str | None = None
+    deploy: dict[str, Any] = field(default_factory=dict)
+    command_output: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics_complete: bool = False
+    verify: dict[str, Any] = field(default_factory=dict)
+    mirror: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+    readback: dict[str, Any] | None = None
+    # -- optional sections (SECTIONS) --
+    #: the provider that ran the lane's operations, and where the build ran
+    provider: str | None = None
+    build_place: str | None = None
+    #: the staged source directory on the build host
+    stage: dict[str, Any] | None = None
+    #: the host-side lease (CONTRACT section 9)
+    lease: dict[str, Any] | None = None
+    #: an earlier allocation attempt this run reconciled
+    previous_attempt: dict[str, Any] | None = None
+    #: which step a dropped transport cut, and what it left behind
+    interruption: dict[str, Any] | None = None
+    #: the helper activation record (helper lane)
+    activation: dict[str, Any] | None = None
+    #: ``{"from", "to", "via"}`` of a rollback (CONTRACT section 8)
+    rollback: dict[str, Any] | None = None
+    #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
+    prune: dict[str, Any] | None = None
+    #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
+    install: dict[str, Any] | None = None
+    #: the registry entry of the verified launcher (runtime lane)
+    registry: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    #: the argv that re-runs this verb (rollback and prune name their own)
+    rerun: list[str] | None = None
+    #: false when the state directory could not take the receipt
+    stored: bool = True
+    not_stored: list[str] | None = None
+    #: an internal error's traceback
+    traceback: str | None = None
+    #: the whole of each stream :meth:`record_command` kept only the head and tail of (not a section)
+    transcript: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def set_section(self, name: str, value: Any) -> None:
+        """Set the declared section *name*; any other name raises :class:`UndeclaredSection`."""
+        if name not in SECTIONS:
+            raise UndeclaredSection(f"receipt section {name!r} is not declared (declared: {', '.join(SECTIONS)})")
+        setattr(self, name, value)
+
+    def set_sections(self, sections: dict[str, Any] | None) -> None:
+        for name, value in (sections or {}).items():
+            self.set_section(name, value)
+
+    def sections(self) -> dict[str, Any]:
+        """The optional sections that are set, in declared order."""
+        found: dict[str, Any] = {}
+        for name in SECTIONS:
+            value = getattr(self, name)
+            if name == "stored":
+                if value is False:
+                    found[name] = False
+            elif name == "notes":
+                if value:
+                    found[name] = list(value)
+            elif value is not None:
+                found[name] = value
+        return found
+
+    def record_command(self, result: RunResult, where: str) -> None:
+        """A provider command run to its end on a fixed host: exit status, output, metrics.
+
+        Each stream's head and tail (:data:`OUTPUT_KEPT` bytes in all) are kept in the receipt; a
+        longer one is kept whole (as captured) in the receipt's transcript directory when the
+        receipt is stored (:attr:`transcript`), and the receipt says so."""
+        stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
+        complete = result.interrupted is None and not result.stdout_truncated
+        self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
+        self.command_output = {
+            "complete": complete,
+            "reason": None if complete else "unavailable",
+            "log_dir": None,
+            "observations": 0,
+            "stdout": _head_and_tail(result.stdout),
+            "stderr": _head_and_tail(result.stderr),
+        }
+        self.transcript = {name: data for name, data in (("stdout", result.stdout), ("stderr", result.stderr))
+                           if len(data) > OUTPUT_KEPT}
+        if self.transcript:
+            self.command_output["truncated"] = True
+            self.command_output["kept"] = (f"the first and last {OUTPUT_KEPT // 2} bytes of "
+                                           f"{' and '.join(self.transcript)}; the whole output is in the transcript")
+        self.metrics = parse_metrics(stdout, stderr)
+        self.metrics_complete = complete
+
+    def keep_transcript(self, directory: Callable[[], str], write: Callable[[str, bytes], str]) -> None:
+        """Store the streams :meth:`record_command` cut in the receipt's transcript *directory*
+        (``write(name, data)`` gives each file's path) and name it in ``command_output``."""
+        if self.transcript:
+            for name, data in self.transcript.items():
+                write(name, data)
+            self.command_output["transcript"] = directory()
+            self.transcript = {}
+
+    def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
+        self.outcome = outcome
+        self.finished_at = finished_at
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt (CONTRACT section 6) in its envelope (:mod:`vq_admin.report.envelope`)."""
+        assert self.outcome is not None
+        data: dict[str, Any] = {
+            "id": self.id,
+            "lane": self.lane,
+            "host": self.host,
+            "program": self.program,
+            "expected_sha": self.expected_sha,
+            "tag": self.tag,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "steps": self.plan.to_list(),
+            "deploy": self.deploy,
+            "command_output": self.command_output,
+            "metrics": self.metrics,
+            "metrics_complete": self.metrics_complete,
+            "verify": self.verify,
+            "mirror": self.mirror,
+            "source": self.source,
+            "readback": self.readback,
+        }
+        data.update(self.sections())
+        return envelope.document(SCHEMA, self.outcome, data, self.errors)
+
+    def plan_dict(self) -> dict[str, Any]:
+        """What ``--dry-run`` prints: the plan, nothing executed (outcome ``ok``: nothing was refused)."""
+        data: dict[str, Any] = {
+            "dry_run": True,
+            "lane": self.lane,
+            "host": self.host,
+            "program": self.program,
+            "expected_sha": self.expected_sha,
+            "tag": self.tag,
+            "steps": [dict(s.to_dict(), status="planned") for s in self.plan.steps],
+        }
+        if self.plan.when_needed:
+            data["when_needed"] = self.plan.when_needed_list()
+        data.update(self.sections())
+        return envelope.document(PLAN_SCHEMA, Outcome.OK, data, self.errors)

@@ -1,0 +1,169 @@
+"""``vq admin check --connect``: can every host the configuration would use be
+reached, and does the agent answer there?
+
+The hosts are the login hosts (in configuration order; ``excluded`` hosts and
+aliases are listed, not contacted: an alias is reached as its canonical host)
+and the build hosts (``update_host`` of a managed host's profiles,
+``helper_update_host``), each destination once.  A mirror
+(``feed_source_mirror``) lives on its login host, so that row covers it.
+Each gets one call through its transport (one ssh round trip, no shared
+connection) that runs ``AGENT version`` (the agent of the host that names it)
+— with ``--sinfo`` when a profile of a login host builds in an allocation, so
+the same round trip asks Slurm whether it answers.  The hosts are probed in
+parallel threads, each bounded by the timeout.  A host is ``ok`` when the
+agent printed its version object and, where asked, ``sinfo`` answered and
+listed nodes; otherwise ``failed`` with the reason: the ssh error, the agent
+not found (exit 127), an answer that is not the agent's, or the ``sinfo``
+error.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import protocol
+from ..config import Config, HostConfig
+from ..report.output import safe_text
+from .transport import SSH_TRANSPORT_EXIT, Session, Transport
+
+DEFAULT_TIMEOUT = 30.0
+MAX_THREADS = 16
+SCHEMA = "vq-admin/check-connect/1"
+
+
+@dataclass
+class Probe:
+    """What one host answered."""
+
+    host: str
+    fleet_role: str  # the host's, or "build" for a build host
+    where: str
+    argv: list[str]
+    status: str = "failed"  # ok | failed | skipped
+    reason: str | None = None
+    seconds: float = 0.0
+    agent: dict[str, Any] = field(default_factory=dict)
+    sinfo: dict[str, Any] | None = None
+    #: What else the configuration uses this host for (a build host: the keys that name it; a login host: mirrors).
+    used_by: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fleet_role": self.fleet_role, "where": self.where, "argv": self.argv, "status": self.status,
+                "reason": self.reason, "seconds": round(self.seconds, 3), "agent": self.agent or None,
+                "sinfo": self.sinfo, "used_by": self.used_by}
+
+
+def wants_sinfo(host: HostConfig) -> bool:
+    return any(p.update_allocation is not None for p in host.runtimes.values())
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no message)"
+
+
+def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
+    argv = found.argv
+    result = transport.run(argv, timeout=timeout)
+    found.seconds = result.seconds
+    out = result.stdout.decode("utf-8", "replace")
+    err = result.stderr.decode("utf-8", "replace")
+    if result.interrupted == "timeout":
+        found.reason = f"no answer within {timeout:g} s"
+        return found
+    if result.interrupted == "transport" or (transport.transport_exit is not None
+                                             and result.exit_code == SSH_TRANSPORT_EXIT):
+        found.reason = f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
+        return found
+    if result.exit_code == 127:
+        found.reason = f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}"
+        return found
+    if result.exit_code != 0:
+        found.reason = f"agent exited {result.exit_code}: {_last_line(err)}"
+        return found
+    try:
+        answer = protocol.parse_version(out)
+    except protocol.ProtocolError:
+        answer = None
+    if answer is None:
+        found.reason = (f"the answer is not vq-admin-agent's version object (an older agent without the "
+                        f"'version' verb, or another program): {_last_line(out or err)}")
+        return found
+    found.agent = answer.facts()
+    if protocol.SINFO in argv:
+        found.sinfo = answer.sinfo if answer.sinfo is not None else {"error": "not reported"}
+        if found.sinfo.get("error"):
+            found.reason = f"sinfo: {_last_line(str(found.sinfo['error']))}"
+            return found
+    found.status = "ok"
+    return found
+
+
+def probes(config: Config, session: Session) -> list[tuple[Probe, Transport | None]]:
+    """What ``--connect`` reaches, in configuration order, each with its transport (``None``: skipped):
+    every login host, then each build host destination once (running the agent of the host naming it)."""
+    rows: list[tuple[Probe, Transport | None]] = []
+    builds: dict[str, tuple[Probe, Transport]] = {}
+    for host in config.hosts.values():
+        if host.fleet_role in ("excluded", "alias"):
+            why = ("fleet_role = \"excluded\": never contacted" if host.fleet_role == "excluded"
+                   else f"alias of {host.canonical_host}: reached as {host.canonical_host}, never under this name")
+            rows.append((Probe(host.name, host.fleet_role, host.ssh, [], "skipped", why), None))
+            continue
+        managed = host.runtimes if host.fleet_role == "managed" else {}
+        mirrors = [f"feed_source_mirror of {program}" for program, p in managed.items() if p.feed_source_mirror]
+        rows.append((Probe(host.name, host.fleet_role, host.ssh, protocol.version(host.agent, sinfo=wants_sinfo(host)),
+                           used_by=mirrors), session.for_host(host.transport, host.ssh)))
+        uses = [(host.helper_update_host, f"helper_update_host of {host.name}")]
+        uses += [(p.update_host, f"update_host of {host.name}/{program}") for program, p in managed.items()]
+        for destination, use in uses:
+            if destination:
+                found = builds.setdefault(destination, (Probe(destination, "build", destination,
+                                                              protocol.version(host.agent)), session.ssh(destination)))
+                found[0].used_by.append(use)
+    return rows + list(builds.values())
+
+
+def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT) -> list[Probe]:
+    """Probe every host the configuration uses (:func:`probes`) in parallel; results in that order."""
+    with Session(config.ssh_config, share_connections=False) as session:
+        planned = probes(config, session)
+        with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(planned)))) as pool:
+            jobs = [(found, pool.submit(probe, found, transport, timeout) if transport else None)
+                    for found, transport in planned]
+        for found, job in jobs:
+            try:
+                if job is not None:
+                    job.result()
+            except Exception as exc:  # a probe must never take the others down
+                found.status, found.reason = "failed", f"internal error: {type(exc).__name__}: {exc}"
+    return [found for found, _ in planned]
+
+
+def document(config: Config, probes: list[Probe]) -> dict[str, Any]:
+    failed = [p.host for p in probes if p.status == "failed"]
+    return {"config": config.path, "valid": True, "reachable": not failed, "failed": failed,
+            "hosts": {p.host: p.to_dict() for p in probes if p.fleet_role != "build"},
+            "build_hosts": {p.host: p.to_dict() for p in probes if p.fleet_role == "build"}}
+
+
+def table(probes: list[Probe]) -> list[str]:
+    """One line per host: HOST ROLE WHERE STATUS AGENT PYTHON SINFO SECONDS DETAIL (the reason it failed
+    or was skipped; else what else uses it)."""
+    rows = [("HOST", "ROLE", "WHERE", "STATUS", "AGENT", "PYTHON", "SINFO", "SECONDS", "DETAIL")]
+    for p in probes:
+        if p.sinfo is None:
+            sinfo = "-"
+        elif p.sinfo.get("error"):
+            sinfo = "failed"
+        else:
+            sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.get("states") or {}).items()))
+        detail = p.reason if p.status != "ok" and p.reason else ", ".join(p.used_by) or "-"
+        rows.append((p.host, p.fleet_role, p.where, p.status, str(p.agent.get("version") or "-"),
+                     str(p.agent.get("python_version") or "-"), sinfo,
+                     f"{p.seconds:.1f}" if p.status != "skipped" else "-", detail))
+    widths = [max(len(safe_text(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [("  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + safe_text(r[-1]))
+            .rstrip() for r in rows]

@@ -1,0 +1,103 @@
+"""``update PROGRAM HOST --expected-sha SHA``, what cron runs most: its first call's ssh started first.
+
+An already-current update is one ssh session: ``AGENT... session --probe
+WORD...`` with its request on stdin (:mod:`vq_admin.ssh.early_session`).  Its ssh
+handshake and the login shell's start on the host need only the configuration.
+So for a plainly usual ``update PROGRAM HOST --expected-sha SHA`` the console
+script (:func:`vq_admin.entry.main`) calls :func:`start` before argparse and
+the rest of the command line are imported: it reads the configuration
+(:func:`vq_admin.config.load_config`, the one reader), opens the run's
+:class:`~vq_admin.ssh.transport.Session` and starts the session's ssh process on
+the host's login host (:func:`vq_admin.ssh.early_session.start`, as the full path
+would).  The :class:`EarlyStart` it returns is handed to the full command line,
+whose lane runner (:func:`vq_admin.lanes.runner.run_lane`) takes its
+configuration and session instead of reading and opening them again, so the
+handshake went on while the driver imported and planned.
+
+Anything unusual (another command line, a configuration the full path would
+refuse, a host without ssh or without a profile of PROGRAM, a dry run) starts
+nothing here; the full path then behaves, and reports, exactly as without.
+Until the request is sent nothing runs on the host but the agent's
+``session`` waiting for it: a run that ends before (a refusal, a usage error,
+an exception) closes the session (:meth:`EarlyStart.close`), whose stdin
+closes, "nothing asked", and nothing is done.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing's: this module is imported before the command line is
+if TYPE_CHECKING:
+    from ..config import Config
+    from .transport import Session
+
+#: ``update`` options this entry takes (each once), and the key each sets; any other word but
+#: the two operands leaves the command line to the full parser.
+_VALUED = {"--expected-sha": "expected_sha", "--tag": "tag", "--config": "config", "--state-dir": "state_dir"}
+_FLAGS = {"--json": "json", "--verbose": "verbose", "-v": "verbose"}
+
+
+class EarlyStart:
+    """The configuration an ``update`` read first and the session whose first ssh process it started."""
+
+    def __init__(self, config: Config, session: Session):
+        self.config, self.session = config, session
+
+    def close(self) -> None:
+        """End what nothing took over (the session's unsent first call: nothing asked)."""
+        self.session.close()
+
+
+def parse_update(words: list[str]) -> dict[str, str] | None:
+    """*words* after ``update``: ``program``, ``host``, ``expected_sha`` and the options given,
+    or ``None`` unless they are plainly ``PROGRAM HOST --expected-sha SHA`` with a few options
+    (:mod:`vq_admin.core.plainargs`)."""
+    from ..core.plainargs import plain_words
+
+    parsed = plain_words(words, _VALUED, _FLAGS, together=True)
+    if parsed is None:
+        return None
+    operands, values, _flags = parsed
+    if len(operands) != 2 or "expected_sha" not in values:
+        return None
+    values["program"], values["host"] = operands
+    return values
+
+
+def start(words: list[str]) -> EarlyStart | None:
+    """The early start of ``update`` *words* when they and the configuration are plainly usual;
+    never raises: anything unusual starts nothing."""
+    try:
+        return _start(words)
+    except Exception:  # noqa: BLE001 -- anything unusual is the full path's to report
+        return None
+
+
+def _start(words: list[str]) -> EarlyStart | None:
+    values = parse_update(words)
+    if values is None:
+        return None
+    from ..core.identifiers import FULL_SHA_RE, NAME_RE, TAG_RE
+
+    if not (FULL_SHA_RE.match(values["expected_sha"]) and NAME_RE.match(values["program"])
+            and NAME_RE.match(values["host"])):
+        return None
+    if "tag" in values and not TAG_RE.match(values["tag"]):
+        return None
+    from ..config import authority
+    from . import early_session
+    from ..config import load_config
+    from .transport import Session, SshTransport
+
+    config = load_config(values.get("config"))
+    host = authority.runtime_host(config, values["host"])
+    if values["program"] not in host.runtimes or host.transport != "ssh":
+        return None
+    session = Session(config.ssh_config)
+    try:
+        login = session.ssh(host.ssh)
+        assert isinstance(login, SshTransport)
+        early_session.start(login, host.agent)
+    except BaseException:
+        session.close()
+        raise
+    return EarlyStart(config, session)

@@ -1,0 +1,215 @@
+"""The history index: one JSON line per stored receipt, read from the end.
+
+``<state>/receipts/index.jsonl`` gets one line for every receipt stored
+(:meth:`vq_admin.state.records.StateDir.store_receipt` calls :func:`append`), in one
+``write(2)`` on a descriptor opened with ``O_APPEND``, under an exclusive
+``flock``.  ``vq admin history`` reads the file backwards in blocks and stops
+as soon as it has the runs it prints, so its cost depends on ``--limit``, not
+on the number of receipts (bench/bench_history.py).
+
+Receipts stored before the index existed: the first time the index is
+created (its size is 0 under the lock, either on the next stored receipt or
+on the first ``vq admin history``), every receipt already in ``receipts/`` is
+read once and written to it, oldest first; from then on each new receipt
+appends one line.  Deleting the index is safe: it is rebuilt the same way.
+A line a crash left half-written is skipped on reading.
+"""
+
+from __future__ import annotations
+
+import calendar
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .tree import PrivateTree, UnsafeState, open_private_file
+
+SCHEMA = "vq-admin/history/1"
+INDEX_NAME = "index.jsonl"
+BLOCK = 64 * 1024
+FIELDS = ("receipt", "lane", "verb", "host", "program", "outcome", "exit_code", "expected_sha", "tag",
+          "started_at", "finished_at", "seconds")
+
+
+def index_path(state_root: str | os.PathLike[str]) -> Path:
+    return Path(state_root) / "receipts" / INDEX_NAME
+
+
+def _seconds(started: object, finished: object) -> float | None:
+    try:
+        a = calendar.timegm(time.strptime(str(started), "%Y-%m-%dT%H:%M:%SZ"))
+        b = calendar.timegm(time.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+    return float(b - a)
+
+
+def entry(receipt: dict[str, Any]) -> dict[str, Any]:
+    """The index line of one stored receipt."""
+    verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
+            else "install" if "install" in receipt else "update")
+    return {
+        "receipt": receipt.get("id"),
+        "lane": receipt.get("lane"),
+        "verb": verb,
+        "host": receipt.get("host"),
+        "program": receipt.get("program"),
+        "outcome": receipt.get("outcome"),
+        "exit_code": receipt.get("exit_code"),
+        "expected_sha": receipt.get("expected_sha"),
+        "tag": receipt.get("tag"),
+        "started_at": receipt.get("started_at"),
+        "finished_at": receipt.get("finished_at"),
+        "seconds": _seconds(receipt.get("started_at"), receipt.get("finished_at")),
+    }
+
+
+def _line(item: dict[str, Any]) -> bytes:
+    return (json.dumps(item, sort_keys=True, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
+    """Every stored receipt's index line, oldest first (the one-time rebuild)."""
+    found = []
+    dfd = tree.open_dir(["receipts"], create=False)
+    if dfd is None:
+        return []
+    try:
+        names = os.listdir(dfd)
+    finally:
+        os.close(dfd)
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            data = tree.read(["receipts"], name)
+            doc = json.loads(data) if data is not None else None
+        except (UnsafeState, ValueError, RecursionError):
+            continue  # a receipt that cannot be trusted or read is not listed
+        if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
+            found.append(entry(doc))
+    return sorted(found, key=lambda e: (str(e["finished_at"]), str(e["receipt"])))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _open_locked(tree: PrivateTree) -> int:
+    """The index, opened for appending (created 0600, never through a symlink) and locked."""
+    fd = tree.open_lock(["receipts"], INDEX_NAME)
+    try:
+        os.set_blocking(fd, True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.lseek(fd, 0, os.SEEK_END)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append(state_root: str | os.PathLike[str], receipt: dict[str, Any]) -> None:
+    """Append the line of *receipt* (already stored); build the index first when it is new."""
+    tree = PrivateTree(state_root)
+    fd = _open_locked(tree)
+    try:
+        if os.fstat(fd).st_size == 0:  # new index: cover every receipt stored before it (this one included)
+            _write_all(fd, b"".join(_line(e) for e in _scan(tree)))
+        else:
+            _write_all(fd, _line(entry(receipt)))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure(state_root: str | os.PathLike[str]) -> None:
+    """Build the index once when receipts exist but no index does (stored before it existed)."""
+    tree = PrivateTree(state_root)
+    dfd = tree.open_dir(["receipts"], create=False)
+    if dfd is None:
+        return
+    try:
+        st = os.stat(INDEX_NAME, dir_fd=dfd, follow_symlinks=False)
+        if st.st_size > 0:
+            return
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(dfd)
+    fd = _open_locked(tree)
+    try:
+        if os.fstat(fd).st_size == 0:
+            _write_all(fd, b"".join(_line(e) for e in _scan(tree)))
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Index lines from the last to the first, reading the file backwards in blocks."""
+    dfd = PrivateTree(state_root).open_dir(["receipts"], create=False)
+    if dfd is None:
+        return
+    try:
+        fd = open_private_file(dfd, INDEX_NAME, str(index_path(state_root)))
+    finally:
+        os.close(dfd)
+    if fd is None:
+        return
+    try:
+        position = os.fstat(fd).st_size
+        tail = b""
+        while position > 0:
+            size = min(BLOCK, position)
+            position -= size
+            chunk = os.pread(fd, size, position) + tail
+            lines = chunk.split(b"\n")
+            tail = lines[0]  # possibly partial: completed by the next (earlier) block
+            for raw in reversed(lines[1:]):
+                item = _parse(raw)
+                if item is not None:
+                    yield item
+        item = _parse(tail)
+        if item is not None:
+            yield item
+    finally:
+        os.close(fd)
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None
+    if len(raw) > 64 * 1024:
+        return None  # no index line is that long: not one of ours
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None  # a line a crash cut short
+    return value if isinstance(value, dict) else None
+
+
+def runs(state_root: str | os.PathLike[str], host: str | None = None, program: str | None = None,
+         limit: int | None = 20, *, lane: str | None = None) -> list[dict[str, Any]]:
+    """Up to *limit* runs (None: all), newest first, of *host* (and *program*)."""
+    ensure(state_root)
+    found: list[dict[str, Any]] = []
+    seen: set[object] = set()
+    for item in newest_first(state_root):
+        if item.get("receipt") in seen:  # a receipt stored while the index was being built is listed twice
+            continue
+        seen.add(item.get("receipt"))
+        if host is not None and item.get("host") != host:
+            continue
+        if program is not None and item.get("program") != program:
+            continue
+        if lane is not None and item.get("lane") != lane:
+            continue
+        found.append({k: item.get(k) for k in FIELDS})
+        if limit is not None and len(found) >= limit:
+            break
+    return found

@@ -1,0 +1,63 @@
+"""Lane locks: one run per lane (host, and program for the runtime lane).
+
+Kernel locks (``flock``) die with their holder, so a crashed run never
+leaves a stale lock behind.  Acquisition never waits: a second run exits 75
+at once, naming the holder recorded next to the lock.  Only the holder
+releases its lock.
+
+The lock file and the holder record live in ``<state>/locks/``, opened
+through :class:`~vq_admin.state.tree.PrivateTree` (every level checked, never
+through a symlink, created 0600 whatever the umask); the holder record is
+written to a fresh ``O_CREAT|O_EXCL|O_NOFOLLOW`` temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from ..report.outcome import Locked
+from .records import StateDir
+
+if TYPE_CHECKING:
+    from .tree import PrivateTree
+
+
+def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Path:
+    name = f"{lane}.{host}" + (f".{program}" if program else "") + ".lock"
+    return state_root / "locks" / name
+
+
+@contextmanager
+def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> Iterator[Path]:
+    path = lock_path(state_root, lane, host, program)
+    tree = StateDir(state_root).tree
+    fd = tree.open_lock(["locks"], path.name)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
+                         f"({_holder(tree, path)}); nothing was run") from None
+        holder = {"pid": os.getpid(), "host": os.uname().nodename,
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        try:
+            tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
+        except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one
+            pass
+        yield path
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _holder(tree: PrivateTree, path: Path) -> str:
+    try:
+        info = json.loads(tree.read(["locks"], path.name + ".holder", limit=4096) or b"")
+        return f"held by pid {info['pid']} on {info['host']} since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return "holder unknown"

@@ -1,0 +1,267 @@
+"""Driver state: receipts, LAST OK / LAST GOOD, the admin log.
+
+Layout under the state directory (CONTRACT section 5)::
+
+    receipts/<id>.json                      one immutable receipt per run
+    receipts/<id>.transcript/{stdout,stderr} an allocation transcript, when any
+    admin.log                               append-only JSON lines, one per run
+    hosts/<host>/runtime/<program>/last.json      the last run's outcome
+    hosts/<host>/runtime/<program>/last-ok.json   LAST OK
+    hosts/<host>/runtime/<program>/last-good.json LAST GOOD
+    hosts/<host>/helper/...                 the same for the helper lane, apart
+
+LAST OK is the identity proven by the most recent verified success (``ok``
+or ``already-current``); nothing else ever writes it.  LAST GOOD is the
+previous verified identity with a different SHA: the generation to fall back
+to, which retention must keep.  A failed, refused or unknown run moves
+neither; both are carried forward unchanged.
+
+Every file is written atomically (temp file, fsync, rename, fsync of the
+directory), so a crash leaves either the old or the new file, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core import default_paths as paths
+from ..core.procs import process_alive
+from ..core.bounds import InputError, loads_json
+from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
+
+
+#: Free space the state directory must have before a run changes anything (receipts with
+#: transcripts are larger; this is the floor that keeps the records of one run writable).
+MIN_FREE_BYTES = 1 << 20
+
+
+def default_state_dir() -> Path:
+    return Path(paths.default_state_dir())
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+#: Temp files without a pid in their name (written by an earlier version) are removed after this long.
+LEGACY_TEMP_AGE = 24 * 3600.0
+
+
+def _temp_owner(name: str) -> int | None:
+    """The pid in a temp file name (``.tmp.<name>.<pid>.<hex>``, ``<lock>.holder.<pid>``), if any."""
+    parts = name.split(".")
+    if ".holder." in name and parts[-1].isdigit():
+        return int(parts[-1])
+    if len(parts) >= 4 and parts[-2].isdigit():
+        return int(parts[-2])
+    return None
+
+
+def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write *data* to *path* by temp file + rename; *exclusive* never replaces.
+
+    Missing directories are created 0700 whatever the umask; the temp file is
+    created 0600 with ``O_EXCL|O_NOFOLLOW``.  Inside the state directory,
+    prefer :class:`StateDir`, which also checks every level."""
+    from ..core.securepath import makedirs_private
+
+    makedirs_private(str(Path(path).parent))
+    dfd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic_at(dfd, Path(path).name, data, exclusive=exclusive)
+    finally:
+        os.close(dfd)
+
+
+def dump_json(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def parse_record(data: bytes | None, what: str) -> dict[str, Any] | None:
+    """A state record's JSON object; ``None`` when absent or not one bounded JSON object."""
+    if data is None:
+        return None
+    try:
+        value = loads_json(data, what, limit=MAX_STATE_FILE)
+    except InputError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from any *path* (bounded, never blocking); ``None`` when absent or malformed."""
+    from ..core.bounds import read_regular_file
+
+    try:
+        data = read_regular_file(str(path), "state file", limit=MAX_STATE_FILE)
+    except (OSError, InputError):
+        return None
+    return parse_record(data, str(path))
+
+
+class StateDir:
+    """The driver's state directory; every access goes through :class:`~vq_admin.state.tree.PrivateTree`
+    (checked at every level, never following a symlink, created owner-only)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None):
+        chosen = root or paths.state_dir()
+        self.tree = PrivateTree(chosen)
+        self.root = Path(self.tree.root)
+
+    def check(self, *, create: bool = False) -> None:
+        """Refuse (exit 77) now when the state directory cannot be trusted."""
+        fd = self.tree.open_dir([], create=create)
+        if fd is not None:
+            os.close(fd)
+
+    def check_run_dirs(self, lane: str, host: str, program: str | None) -> None:
+        """Refuse (exit 77) before a run writes anything (its lock, holder, receipt) when a directory it
+        would write is not the administrator's own: every existing level checked, nothing created."""
+        lane_parts = self.lane_parts(lane, host, program)
+        for parts in (["locks"], ["receipts"], ["registry", host, program or ""], lane_parts):
+            fd = self.tree.open_dir(parts if program or parts[0] != "registry" else ["registry"], create=False)
+            if fd is not None:
+                os.close(fd)
+
+    # -- room to record a run -------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Bytes available to vq-admin in the state directory's filesystem (its nearest existing ancestor)."""
+        probe = self.root
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        st = os.statvfs(probe)
+        return st.f_bavail * st.f_frsize
+
+    def require_free_space(self, minimum: int | None = None) -> None:
+        """Refuse (77) before any mutation when the state filesystem cannot hold a run's records.
+
+        A run that changed a host must be able to store its receipt, the
+        registry entry, LAST OK and the admin log line; below
+        :data:`MIN_FREE_BYTES` nothing is started.
+        """
+        from ..report.outcome import Refused
+
+        minimum = MIN_FREE_BYTES if minimum is None else minimum
+        try:
+            free = self.free_bytes()
+        except OSError as exc:
+            raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); "
+                          "nothing was run") from None
+        if free < minimum:
+            raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
+                          f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
+                          "log); nothing was run: free space there, then rerun")
+
+    # -- leftovers of killed runs ----------------------------------------------------
+
+    def sweep_leftovers(self) -> list[str]:
+        """Remove temp files that killed runs left in the state directory.
+
+        A temp file (``.tmp.*``, including ``receipts/<id>.transcript/.tmp.*``,
+        and a lock's ``.holder.<pid>``) is removed when the process named in it
+        is gone; one without a pid only when older than a day.  Nothing else
+        is touched, symlinks are never followed, and errors are ignored (this
+        is housekeeping, never a reason to fail a run).
+        """
+        removed: list[str] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):
+            for name in filenames:
+                if not (name.startswith(".tmp.") or ".holder." in name):
+                    continue
+                path = os.path.join(dirpath, name)
+                owner = _temp_owner(name)
+                try:
+                    st = os.lstat(path)
+                    if owner is not None:
+                        stale = owner != os.getpid() and not process_alive(owner)
+                    else:
+                        stale = now - st.st_mtime > LEGACY_TEMP_AGE
+                    if stale:
+                        os.unlink(path)
+                        removed.append(os.path.relpath(path, self.root))
+                except OSError:
+                    continue
+        return removed
+
+    # -- receipts -------------------------------------------------------------------
+
+    def new_receipt_id(self, lane: str, host: str, program: str | None) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        parts = [stamp, lane, host] + ([program] if program else []) + [secrets.token_hex(4)]
+        return "-".join(parts)
+
+    def receipt_path(self, receipt_id: str) -> Path:
+        return self.root / "receipts" / f"{receipt_id}.json"
+
+    def read_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+        """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
+        if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
+            return None
+        name = f"{receipt_id}.json"
+        return parse_record(self.tree.read(["receipts"], name), self.tree.path("receipts", name))
+
+    def transcript_dir(self, receipt_id: str) -> Path:
+        """The transcript directory of a receipt, created (0700, every level checked)."""
+        return Path(self.tree.ensure_dir(["receipts", f"{receipt_id}.transcript"]))
+
+    def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
+        self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
+        from . import history
+
+        history.append(self.root, receipt)  # one line in receipts/index.jsonl, for vq admin history
+        return self.receipt_path(receipt_id)
+
+    # -- per-lane records -----------------------------------------------------------
+
+    @staticmethod
+    def lane_parts(lane: str, host: str, program: str | None) -> list[str]:
+        return ["hosts", host, "helper"] if lane == "helper" else ["hosts", host, "runtime", program or ""]
+
+    def lane_dir(self, lane: str, host: str, program: str | None) -> Path:
+        return self.root.joinpath(*self.lane_parts(lane, host, program))
+
+    def read_record(self, lane: str, host: str, program: str | None, which: str) -> dict[str, Any] | None:
+        parts = self.lane_parts(lane, host, program)
+        return parse_record(self.tree.read(parts, f"{which}.json"), self.tree.path(*parts, f"{which}.json"))
+
+    def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
+        return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
+
+    def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any],
+                   verified: dict[str, Any] | None) -> None:
+        """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
+        parts = self.lane_parts(lane, host, program)
+        if verified is not None:
+            previous = self.read_record(lane, host, program, "last-ok")
+            if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
+                self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
+            self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
+        self.tree.write_atomic(parts, "last.json", dump_json(summary))
+
+    def lanes(self) -> list[tuple[str, str, str | None]]:
+        """Every (host, lane, program) with recorded state, sorted."""
+        found: list[tuple[str, str, str | None]] = []
+        for host in self.tree.subdirs(["hosts"]):
+            kinds = self.tree.subdirs(["hosts", host])
+            if "helper" in kinds:
+                found.append((host, "helper", None))
+            if "runtime" in kinds:
+                for program in self.tree.subdirs(["hosts", host, "runtime"]):
+                    found.append((host, "runtime", program))
+        return found
+
+    # -- admin log ------------------------------------------------------------------
+
+    def append_log(self, entry: dict[str, Any]) -> None:
+        """Append one JSON line, under an exclusive lock, in one write."""
+        line = (json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+        self.tree.append([], "admin.log", line)
