@@ -32,24 +32,19 @@ import os
 
 from .launcher import registry
 from .core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
-from .launcher.plain_lookup import plain_resolve, state_root
-
-if False:  # for the type checker only (no typing or collections import on the per-job path)
-    from collections.abc import Mapping
 from .launcher.immutable import launcher_problem
+from .launcher.plain_lookup import plain_resolve, state_root
 from .report.outcome import Refused, UsageError
+
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, NoReturn
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
 #: Largest pin accepted (a pin is a few hundred characters).
 MAX_PIN_CHARS = 64 * 1024
-
-#: Refusal codes (``LauncherRefused.code``); see docs/bindings.md.
-CODES = ("no-evidence", "sha-mismatch", "path-mismatch", "mutable-launcher", "legacy-pin", "pin-mismatch",
-         "unmanaged-host", "evidence-corrupt", "launcher-changed", "readback-failed", "pruned", "untrusted-launcher")
 
 
 class LauncherRefused(Refused):
@@ -141,27 +136,17 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         if problem is not None:
             raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
                                   _use_printed(program, host, sha))
-    root = _state_root(state_dir)
+    root = state_root(state_dir)
     canonical = host
     if path is None and not check_on_host:
         plain = plain_resolve(root, host, program, sha)  # a few system calls; None: the full lookup decides
         if plain is not None:
             return _binding(plain[1], host, program, plain[0], False)
-    try:
-        latest, entry = registry.resolve(root, host, program, sha)  # one checked walk of the registry
-    except registry.PrunedError as exc:
-        raise _pruned(exc, program, host) from None
-    except registry.RegistryError as exc:
-        raise _corrupt(exc, program, host) from None
+    latest, entry = _resolve(root, host, program, sha)
     if latest is None:  # no evidence under this name: an alias, or nothing yet
         canonical = _canonical_host(root, program, host, config_path)
         if canonical != host:
-            try:
-                latest, entry = registry.resolve(root, canonical, program, sha)
-            except registry.PrunedError as exc:
-                raise _pruned(exc, program, canonical) from None
-            except registry.RegistryError as exc:
-                raise _corrupt(exc, program, canonical) from None
+            latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
     assert entry is not None  # _refuse_missing always raises
@@ -178,6 +163,18 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         except ReadbackRefused as exc:
             raise LauncherRefused(exc.code, exc.reason, exc.remedy) from None
     return _binding(entry, canonical, program, latest, bool(check_on_host))
+
+
+def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str | None, dict[str, Any] | None]:
+    """:func:`registry.resolve` (one checked walk of the registry), its errors as refusals."""
+    try:
+        return registry.resolve(root, host, program, sha)
+    except registry.PrunedError as exc:
+        raise LauncherRefused("pruned", f"{program} on {host}: {exc}",
+                              f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy "
+                              f"this one again: vq admin update {program} {host} --expected-sha {exc.sha}") from None
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
 
 
 def _binding(entry: Mapping[str, object], host: str, program: str, latest: str | None,
@@ -221,7 +218,7 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
     program = _pin_field(pin, "program", program)
     if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and NAME_RE.match(host)
             and isinstance(program, str) and NAME_RE.match(program)
-            and _canonical_host(_state_root(state_dir), program, host, config_path) == pin["host"]):
+            and _canonical_host(state_root(state_dir), program, host, config_path) == pin["host"]):
         host = pin["host"]  # dispatched through an alias of the pinned host
     host = _pin_field(pin, "host", host)
     sha = pin.get("sha", pin.get("expected_sha"))
@@ -291,12 +288,6 @@ def _corrupt(exc: Exception, program: str, host: str) -> LauncherRefused:
                            f"vq admin update {program} {host} --expected-sha SHA --force")
 
 
-def _pruned(exc: "registry.PrunedError", program: str, host: str) -> LauncherRefused:
-    return LauncherRefused("pruned", f"{program} on {host}: {exc}",
-                           f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy this "
-                           f"one again: vq admin update {program} {host} --expected-sha {exc.sha}")
-
-
 def _use_printed(program: str, host: str, sha: str | None) -> str:
     return (f"use exactly the launcher printed by: vq admin launcher {program} {host} --expected-sha {sha or 'SHA'} "
             "(never a path through current, a stable wrapper or a bare interpreter)")
@@ -321,9 +312,6 @@ def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
 def _name(value: object, what: str) -> None:
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise BindingUsageError(f"{what} {value!r} must match {NAME_RULE}")
-
-
-_state_root = state_root  # one definition, with the per-job lookup's plain case
 
 
 def _canonical_host(root: str, program: str, host: str, config_path: str | os.PathLike[str] | None) -> str:

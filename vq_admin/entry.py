@@ -7,7 +7,7 @@ verb itself reads a small JSON registry entry through
 :mod:`vq_admin.bindings`), and argparse, typing and the rest of the command
 line are never loaded.  Its plain, successful case (no ``--pin``, ``--path``,
 ``--check-on-host`` or ``--json``) is answered by :mod:`vq_admin.launcher.plain_lookup`
-without ``re``, ``json`` or ``enum``; everything else runs the verb as before.
+without ``re``, ``json`` or ``enum``; everything else runs the verb.
 Anything this parser does not take as plainly well-formed (``--help``, an
 abbreviated or unknown option, a value that looks like an option, a wrong
 number of operands) goes to the full parser in
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from .core.plainargs import LauncherArgs
     _T = TypeVar("_T")
 
-if False:  # for the type checker only: this module imports nothing but os and sys at run time
-    from collections.abc import Callable
-
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
            "--state-dir": "state_dir"}
@@ -43,9 +40,7 @@ _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 
 def parse_launcher(words: list[str]) -> LauncherArgs | None:
     """*words* after ``launcher``; ``None`` unless they are plainly well-formed (:mod:`vq_admin.core.plainargs`)."""
-    from .core.plainargs import plain_words
-
-    from .core.plainargs import LauncherArgs
+    from .core.plainargs import LauncherArgs, plain_words
 
     parsed = plain_words(words, _VALUED, _FLAGS)
     if parsed is None or len(parsed[0]) != 2:
@@ -59,32 +54,28 @@ def launcher(words: list[str], prog: str) -> int | None:
     args = parse_launcher(words)
     if args is None:
         return None
-    if args.pin is None and args.path is None and not args.check_on_host and not args.json:
-        from .launcher.plain_lookup import plain_launcher
+    try:
+        if args.pin is None and args.path is None and not args.check_on_host and not args.json:
+            from .launcher.plain_lookup import plain_launcher
 
-        try:
             found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
             if found is not None:  # what the full command prints; anything else is decided by it
                 sys.stdout.write(found + "\n")
                 sys.stdout.flush()
                 return 0
-        except KeyboardInterrupt:
-            print(f"{prog}: interrupted", file=sys.stderr)
-            return 130
-    from .report.outcome import VqAdminError
-
-    try:
         from .commands.launcher import run
+        from .report.outcome import VqAdminError
 
-        return run(args)
-    except VqAdminError as exc:
-        from .report.error_document import error_document
-        from .report.output import print_json, safe_text
+        try:
+            return run(args)
+        except VqAdminError as exc:
+            from .report.error_document import error_document
+            from .report.output import print_json, safe_text
 
-        if "--json" in words:
-            print_json(error_document(args, exc))  # type: ignore[arg-type]
-        print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
-        return exc.outcome.exit_code
+            if "--json" in words:
+                print_json(error_document(args, exc))  # type: ignore[arg-type]
+            print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
+            return exc.outcome.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
@@ -106,7 +97,6 @@ def closed_stdout() -> int:
     except (OSError, ValueError):
         pass
     return EXIT_CLOSED_PIPE
-
 
 
 def guarded(call: Callable[[], _T]) -> _T | int:

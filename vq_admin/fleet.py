@@ -35,6 +35,7 @@ import json
 import os
 import secrets
 import select
+import shutil
 import signal
 import sys
 import tempfile
@@ -47,7 +48,7 @@ from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
-from .state.records import StateDir, dump_json, utc_now, write_atomic
+from .state.records import StateDir, dump_json, utc_now
 
 SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
@@ -317,7 +318,7 @@ class Rollout:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            _remove_tree(self.tmp)
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return self.document()
 
     def stopping(self) -> bool:
@@ -439,11 +440,7 @@ def store(state: StateDir, doc: dict[str, Any]) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
     path = state.root / "fleet" / f"{doc['id']}.json"
-    tree = getattr(state, "tree", None)
-    if tree is not None:  # the private state tree: every level checked, never through a symlink
-        tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)
-    else:
-        write_atomic(path, dump_json(doc), exclusive=True)
+    state.tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)  # every level checked
     state.append_log({
         "at": doc["finished_at"],
         "lane": "fleet",
@@ -464,22 +461,15 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     config = load_config(args.config)
     rollout = Rollout(args, config, program, sha)
     doc = rollout.run()
-    if rollout.dry_run:
-        if args.json:
-            envelope.write(doc)
-        else:
-            print("\n".join(dry_run_lines(doc)), flush=True)
-        return 0 if doc["exit_code"] == 0 else doc["exit_code"]
-    path = store(StateDir(args.state_dir), doc)
+    path = None if rollout.dry_run else store(StateDir(args.state_dir), doc)
     if args.json:
         envelope.write(doc)
-        return int(doc["exit_code"])
-    lines = table(doc) + [f"  receipt   {path}"]
-    if doc["exit_code"] == 0:
-        if rollout.terminal or args.verbose:
-            print("\n".join(lines), flush=True)
-    else:
-        print("\n".join(lines), file=sys.stderr, flush=True)
+    elif path is None:
+        print("\n".join(dry_run_lines(doc)), flush=True)
+    elif doc["exit_code"] != 0:
+        print("\n".join(table(doc) + [f"  receipt   {path}"]), file=sys.stderr, flush=True)
+    elif rollout.terminal or args.verbose:
+        print("\n".join(table(doc) + [f"  receipt   {path}"]), flush=True)
     return int(doc["exit_code"])
 
 
@@ -524,12 +514,3 @@ def _tail(path: str | None) -> str:
         return ""
     return lines[-1] if lines else ""
 
-
-def _remove_tree(path: str) -> None:
-    """Remove the temp directory this run created (its own files only)."""
-    try:
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
-    except OSError:
-        pass

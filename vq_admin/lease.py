@@ -36,11 +36,14 @@ import time
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
 
-from .ssh import process
 from .agent import TOO_OLD
 from .core import protocol
+from .core.failpoints import failpoint
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
-from .ssh.transport import SSH_TRANSPORT_EXIT, SshTransport, Transport, literal_words
+from .ssh import process
+from .ssh.early_session import session_command, take
+from .ssh.transport import (SHELL_PROBE_EXPECTED, SSH_TRANSPORT_EXIT, SshTransport, Transport,
+                            describe_interruption, literal_words)
 
 if TYPE_CHECKING:
     from .ssh.process import LongLived
@@ -109,9 +112,6 @@ class Lease:
         self.proc: LongLived | None = None
         self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        self.lost = False
-        self.exit_code: int | None = None
-        self.released_at: str | None = None
         self._buffer = b""
         self._waited_out = False
 
@@ -174,9 +174,6 @@ class Lease:
         Raises as :meth:`acquire` does for a lease not held, :class:`OtherProtocol` for an agent
         of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
-        from .core.failpoints import failpoint
-        from .ssh.transport import describe_interruption
-
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
         request = dict(request, protocol=protocol.SESSION_PROTOCOL)
         full = self._session_argv(ssh, request)
@@ -202,8 +199,8 @@ class Lease:
                                          f"within {self.lease_wait + (verify_timeout or 0.0):g} s{bound}")
             elif not rest:
                 assert self.proc is not None
-                answer["interrupted"] = (f"{describe_interruption(self.where, self.proc.poll())}: the connection "
-                                         "ended after the lease was taken, before the rest of the answer")
+                answer.update(self._interrupted(self.proc.poll(), "the connection ended after the lease was taken, "
+                                                "before the rest of the answer"))
             return answer
         self.record["seconds"] = round(time.monotonic() - started, 3)
         return self._not_held(ssh, first, fault)
@@ -211,15 +208,10 @@ class Lease:
     @property
     def lease_wait(self) -> float:
         """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
-        from .core.failpoints import failpoint
-
         return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
 
     def _session_argv(self, ssh: SshTransport | None, request: dict[str, Any]) -> list[str]:
         """The ``session`` command line (with the login-shell probe's words on first contact)."""
-        from .ssh.early_session import session_command
-        from .ssh.transport import SHELL_PROBE_EXPECTED
-
         argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
         self.record["argv"] = argv
         if ssh is None:
@@ -231,9 +223,7 @@ class Lease:
 
     def _start_session(self, ssh: SshTransport | None, full: list[str], request: dict[str, Any]) -> None:
         """Start the session (or adopt the one started early, :mod:`vq_admin.ssh.early_session`) and send *request*."""
-        from .ssh.early_session import take as take_early
-
-        early = take_early(ssh, full[-1]) if ssh is not None else None
+        early = take(ssh, full[-1]) if ssh is not None else None
         try:
             if early is not None:
                 self._stderr.close()
@@ -251,8 +241,6 @@ class Lease:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
 
     def _interrupted(self, code: int | None, why: str) -> dict[str, Any]:
-        from .ssh.transport import describe_interruption
-
         return {"interrupted": f"{describe_interruption(self.where, code)}: {why}"}
 
     def _not_held(self, ssh: SshTransport | None, first: dict[str, Any], fault: str | None) -> dict[str, Any]:
@@ -301,13 +289,10 @@ class Lease:
                             "--expected-sha SHA); nothing was run")
 
     def release(self) -> None:
-        # The receipt (holding self.record) is stored before the lease is released and
-        # never changes afterwards: what happens at release is kept here only.
+        """End the agent (the receipt holding :attr:`record` is stored before and never changes after)."""
         if self.proc is None:
             return
-        self.lost = self.proc.poll() is not None  # the agent ended (dropped connection?) before the run did
-        self.exit_code = self._end(RELEASE_TIMEOUT, linger=MASTER_LINGER)
-        self.released_at = _now()
+        self._end(RELEASE_TIMEOUT, linger=MASTER_LINGER)
         self.proc = None
         self._stderr.close()
 

@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
 
 from vq_admin_hookspecs import ProviderCommand, Slot
 
-from . import permissions
 from .core.failpoints import failpoint
+from .core.securepath import command_problem
 from .report.outcome import Refused, VqAdminError
 from .ssh.transport import LocalTransport, RunResult, Transport
 
@@ -222,8 +222,12 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
         raise SlotError(f"{step.name}: an explicit argv or environment instead of the planned one; "
                         "nothing was run")
     planned_argv, planned_env = filled(step, **{**(values or {}), **slot_values})
-    return _run(step, transport, planned_argv, planned_env if step.env else None, timeout=timeout, stdin=stdin,
-                watch=watch)
+    _start(step, transport, planned_argv, planned_env if step.env else None)
+    result = transport.run(step.argv or [], timeout=timeout, env=step.ran_env or None, stdin=stdin,
+                           **({"watch": watch} if watch is not None else {}))
+    record(step, result)
+    settled(step)
+    return result
 
 
 Streamed = TypeVar("Streamed")
@@ -263,23 +267,11 @@ def _start(step: Step, transport: Transport, argv: Sequence[str], env: dict[str,
     refuse_unsafe_command(step, transport, step.argv)
 
 
-def _run(step: Step, transport: Transport, argv: Sequence[str], env: dict[str, str] | None, *, timeout: float,
-         stdin: bytes | str | None, watch: Callable[..., None] | None) -> RunResult:
-    """Run *argv* (with *env*) as *step* and record it there: the step's failpoints, the driver's
-    own check of a local command, the transport's run."""
-    _start(step, transport, argv, env)
-    result = transport.run(step.argv or [], timeout=timeout, env=step.ran_env or None, stdin=stdin,
-                           **({"watch": watch} if watch is not None else {}))
-    record(step, result)
-    settled(step)
-    return result
-
-
 def refuse_unsafe_command(step: Step, transport: Transport, argv: Sequence[str]) -> None:
     """A local command with a word another user could have replaced is never run (exit 77):
     every absolute word counts, interpreter and script alike."""
     if isinstance(transport, LocalTransport) and argv:
-        problem = permissions.command_problem(list(argv))
+        problem = command_problem(argv)
         if problem:
             step.status, step.detail = "failed", problem
             raise Refused(f"{step.name}: {problem}; refusing to run it")
@@ -308,4 +300,4 @@ def mark_local(step: Step, ok: bool, started: float, detail: str | None = None,
     step.exit_code = 0 if ok else 1
     step.seconds = time.monotonic() - started
     step.detail = detail
-    failpoint("step-after", step.name)
+    settled(step)

@@ -1,7 +1,7 @@
 """``vq admin update``: the helper lane (one positional) or the runtime lane (two).
 
-A thin typed function: it checks the arguments, names the lane's builder and hands both to
-the lane runner (:mod:`vq_admin.lanes.runner`).
+A thin typed function: it checks the arguments, names the lane's builder (:mod:`vq_admin.lanes.helper`,
+:mod:`vq_admin.lanes.runtime`) and hands both to the lane runner (:mod:`vq_admin.lanes.runner`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from ..lanes.runner import run_lane
 from ..report.outcome import UsageError
 from ..source import check_tag_name
 from .arguments import SHA_RULE, check_name, full_sha
-
-__all__ = ["SHA_RULE", "check_name", "full_sha", "run", "run_fleet"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,9 +30,10 @@ def run(args: argparse.Namespace) -> int:
     if len(targets) == 1:
         if args.tag is not None:
             raise UsageError("--tag belongs to the runtime lane (PROGRAM HOST)")
-        from .update_helper import run_helper
+        from ..lanes.helper import build_lane as build_helper
 
-        return run_helper(args, targets[0], sha)
+        host = check_name(targets[0], "HOST")
+        return run_lane(args, ("helper", host, None), sha, None, partial(build_helper, host_name=host, sha=sha))
     program, host_name = targets
     if sha is None:
         raise UsageError(f"the runtime lane needs --expected-sha; {SHA_RULE}")

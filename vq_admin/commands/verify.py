@@ -32,8 +32,6 @@ from ..state.records import StateDir
 from ..ssh.transport import Session
 from .arguments import check_name, full_sha
 
-STATES = ("current", "drifted", "unhealthy", "unknown")
-
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
     """``PROGRAM HOST`` (authority and profile as for an update), or with ``--all`` every managed host's
@@ -54,7 +52,7 @@ def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, 
 
 
 def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None) -> dict[str, Any]:
-    """Verify one runtime read-only and say which of :data:`STATES` it is in."""
+    """Verify one runtime read-only and say which state (module docstring) it is in."""
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
 
