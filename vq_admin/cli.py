@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import import_module
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
@@ -79,7 +80,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--max-failed", metavar="K", type=int, help="with --all: once more than K hosts end other than "
                    "ok/already-current, start no further host (default 0)")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
-    p.set_defaults(func="update")
+    p.set_defaults(func="commands.update")
 
     p = sub.add_parser("status", help="last outcome, LAST OK and LAST GOOD per host and lane")
     p.add_argument("host", nargs="?", metavar="HOST")
@@ -89,7 +90,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="print the Prometheus text exposition format (for node_exporter's textfile collector)")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically; print nothing")
     _common(p)
-    p.set_defaults(func="status")
+    p.set_defaults(func="commands.status")
 
     p = sub.add_parser("verify", help="read-only drift check: is the runtime LAST OK names (or SHA) still active?",
                        description="Run the profile's verify and the launcher read-back on the login host(s); "
@@ -103,11 +104,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically")
     p.add_argument("-v", "--verbose", action="store_true", help="print the table even when every runtime is current")
     _common(p)
-    p.set_defaults(func="verify")
+    p.set_defaults(func="commands.verify")
 
     p = sub.add_parser("providers", help="list installed and selected providers")
     _common(p)
-    p.set_defaults(func="providers")
+    p.set_defaults(func="commands.providers")
 
     p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
     p.add_argument("--connect", action="store_true",
@@ -116,7 +117,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
                    help="with --connect: bound on each host's round trip (default 30)")
     _common(p)
-    p.set_defaults(func="check")
+    p.set_defaults(func="commands.check")
 
     p = sub.add_parser("launcher", help="print the verified immutable launcher of a runtime, or refuse")
     p.add_argument("program", metavar="PROGRAM")
@@ -128,14 +129,14 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--check-on-host", action="store_true",
                    help="re-hash the launcher on the login host; refuse unless it has the attested SHA-256")
     _common(p)
-    p.set_defaults(func="launcher")
+    p.set_defaults(func="commands.launcher")
 
     p = sub.add_parser("references", help="why each verified generation and launcher must be kept (current, "
                        "LAST GOOD, queued or running jobs)")
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
     _common(p)
-    p.set_defaults(func="references")
+    p.set_defaults(func="commands.references")
 
     p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
     p.add_argument("program", metavar="PROGRAM")
@@ -145,7 +146,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
-    p.set_defaults(func="rollback", force=False, cluster_install=False, update_script_arg=[])
+    p.set_defaults(func="commands.rollback", force=False, cluster_install=False, update_script_arg=[])
 
     p = sub.add_parser("prune", help="remove generations no job, LAST OK, LAST GOOD or recent run needs")
     p.add_argument("program", metavar="PROGRAM")
@@ -156,14 +157,14 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="narrate on stderr and print the summary even when not a terminal")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
-    p.set_defaults(func="prune", force=False, cluster_install=False, update_script_arg=[])
+    p.set_defaults(func="commands.prune", force=False, cluster_install=False, update_script_arg=[])
 
     p = sub.add_parser("history", help="stored runs, newest first")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("program", nargs="?", metavar="PROGRAM")
     p.add_argument("--limit", metavar="N", type=int, default=None, help="print at most N runs (default 20)")
     _common(p, "print one JSON document (schema vq-admin/history/1) on stdout")
-    p.set_defaults(func="history")
+    p.set_defaults(func="commands.history")
 
     p = sub.add_parser("provider", help="install or test a private site provider command")
     psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
@@ -176,6 +177,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     q.add_argument("--mode", default="0755", help="octal mode of the installed file (default 0755)")
     q.add_argument("--dry-run", action="store_true", help="print what would run; run and change nothing")
     _common(q, "print exactly one JSON document (the install receipt) on stdout")
+    q.set_defaults(func="provider_install")
     q = psub.add_parser("test", help="run the provider conformance kit against a disposable root")
     q.add_argument("name", metavar="NAME", help="provider entry-point name")
     q.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
@@ -189,7 +191,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
         q.add_argument(option, metavar="CMD", help=f"built-in 'command' provider only: the site's {what} command "
                        "line ({root} expands to the disposable root)")
     _common(q, "print exactly one JSON document (the conformance report) on stdout")
-    p.set_defaults(func="provider")
+    q.set_defaults(func="conformance.cli")
 
     p = sub.add_parser("completion", help="print the bash or zsh completion script of vq and vq-admin")
     p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
@@ -204,14 +206,6 @@ def _set_top_prog(parser: argparse.ArgumentParser, prog: str) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _set_top_prog(child, prog)
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    from importlib import import_module
-
-    module = import_module(f".commands.{args.func}", __package__)
-    code: int = module.run(args)
-    return code
 
 
 #: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).
@@ -239,7 +233,8 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
     try:
         args = parse(build_parser(prog), argv)
         args.early_start = early
-        return _dispatch(args)
+        code: int = import_module(f".{args.func}", __package__).run(args)  # the verb's module
+        return code
     except VqAdminError as exc:
         if "--json" in argv:
             from .report.envelope import write

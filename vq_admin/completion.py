@@ -125,6 +125,12 @@ def all_scripts(shell: str) -> str:
     return "\n".join(script(shell, command) for command in COMMANDS)
 
 
+def run(args: argparse.Namespace) -> int:
+    """``vq admin completion bash|zsh``: :func:`all_scripts` on stdout."""
+    sys.stdout.write(all_scripts(args.shell))
+    return 0
+
+
 def write(directory: Path) -> list[Path]:
     """(Re)generate the installed files under *directory* (the tree's ``completions/``)."""
     written = []

@@ -74,10 +74,9 @@ class HostRun:
     finished_at: str | None = None
     seconds: float | None = None
     document: dict[str, Any] | None = None
-    pid: int | None = None
     _t0: float = 0.0
-    _out: str | None = None
-    _err: str | None = None
+    _out: str = ""  # the worker's stdout and stderr files
+    _err: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -215,7 +214,6 @@ class Rollout:
                 code = 70
             finally:
                 os._exit(code)
-        host.pid = pid
         self.running[pid] = host
         self._pidfds[pid] = os.pidfd_open(pid)
 
@@ -273,7 +271,7 @@ class Rollout:
                     self.reap(pid, status)
                 return
 
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.interrupted:
             return
         self.interrupted = signal.Signals(signum).name
@@ -493,9 +491,7 @@ def _preload(config: Config, program: str) -> None:
         pass
 
 
-def _read_json(path: str | None) -> dict[str, Any] | None:
-    if not path:
-        return None
+def _read_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
             value = json.loads(fh.read() or b"null")
@@ -504,9 +500,7 @@ def _read_json(path: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _tail(path: str | None) -> str:
-    if not path:
-        return ""
+def _tail(path: str) -> str:
     try:
         with open(path, "rb") as fh:
             lines = fh.read()[-2000:].decode("utf-8", "replace").strip().splitlines()

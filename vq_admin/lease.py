@@ -41,6 +41,7 @@ from .core import protocol
 from .core.failpoints import failpoint
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
+from .state.records import utc_now
 from .ssh.early_session import session_command, take
 from .ssh.transport import (SHELL_PROBE_EXPECTED, SSH_TRANSPORT_EXIT, SshTransport, Transport,
                             describe_interruption, literal_words)
@@ -134,7 +135,7 @@ class Lease:
         answer = _parse(protocol.LEASE, line)
         if answer.get("held") is True:
             self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
-                               acquired_at=_now())
+                               acquired_at=utc_now())
             return self.record
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
@@ -187,7 +188,7 @@ class Lease:
         held = _member(first, protocol.LEASE)
         ours = first.get("protocol") == protocol.SESSION_PROTOCOL
         if ours and held.get("held") is True and fault is None:
-            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=_now())
+            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=utc_now())
             if ssh is not None:
                 ssh.shell_checked = True
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
@@ -376,10 +377,6 @@ def _member(answer: dict[str, Any], name: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> None:
     """For ``--dry-run``: the lease command that would run, where (nothing runs)."""
     host = ctx.config.hosts.get(host_name)
@@ -394,7 +391,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``
-    record: where, argv, the holder, when it was acquired and released.
+    record: where, argv, the holder, when it was acquired.
 
     *deferred* (a lane that opens its first call itself, see
     :mod:`vq_admin.lanes.first_call`): when the agent's words can be sent before

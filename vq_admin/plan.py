@@ -4,13 +4,10 @@ each step's result filled in.
 ``--dry-run`` prints the plan (``Step.planned_argv``: the exact argv, with
 values only known at run time as named :class:`Slot` markers, printed as
 ``<stage>``) and runs nothing.  :func:`execute` runs exactly the planned argv
-with its slots filled (``execute(step, transport, timeout=..., stage=path)``),
-refusing a slot left unfilled or a value for a slot the step does not hold,
-fills a list slot (zero or more whole words, printed ``[--keep <kept sha>]...``)
-with a list and refuses a list for a one-word slot or a string for a list slot,
-and records the filled argv, where it ran, its exit status and its duration
-into the same object.  Provider hooks are called once, when the plan is made;
-the slots they placed are filled here (see ``vq_admin_hookspecs.slots``).
+with its slots filled (``execute(step, transport, timeout=..., stage=path)``,
+:func:`filled`) and records the filled argv, where it ran, its exit status and
+its duration into the same step.  Provider hooks are called once, when the plan
+is made; the slots they placed are filled here (see ``vq_admin_hookspecs.slots``).
 """
 
 from __future__ import annotations
@@ -216,8 +213,7 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
     Without *argv*, what runs is exactly the planned argv (and environment) with its slots
     filled from the keyword arguments (``stage=PATH``, a list slot ``keep=[SHA, ...]``) and
     *values* (:func:`filled`; an unfilled or unknown slot, or a value of the wrong kind, is
-    refused before anything runs).  An explicit *argv* or *env* (the older form, an argv built at
-    run time) is refused before anything runs: what runs is the plan."""
+    refused before anything runs).  An explicit *argv* or *env* is refused too: what runs is the plan."""
     if argv is not None or env is not None:
         raise SlotError(f"{step.name}: an explicit argv or environment instead of the planned one; "
                         "nothing was run")

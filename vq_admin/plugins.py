@@ -188,9 +188,9 @@ class Providers:
         return result
 
     def _checked(self, provider: str, hook: str, result: object, optional: bool) -> ProviderCommand | None:
-        if result is None and optional:
-            return None
         if result is None:
+            if optional:
+                return None
             raise ProviderError(f"provider {provider!r} does not provide {hook} for this profile")
         if not isinstance(result, ProviderCommand):
             raise ProviderError(f"provider {provider!r} returned {type(result).__name__} from {hook}, "

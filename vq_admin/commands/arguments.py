@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE
-from ..core.identifiers import SHA_RULE as SHA_RULE
+from ..core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_RULE
 from ..report.outcome import UsageError
 
 

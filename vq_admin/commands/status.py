@@ -3,6 +3,11 @@
 Helper evidence and runtime evidence are shown apart.  Reads the
 configuration (as every verb: missing or invalid, or a HOST it does not name,
 is exit 2) and the state directory; runs nothing anywhere.
+
+``vq admin status --all``: every host's LAST OK side by side, one block per
+runtime program (and one for the helper lane): a row per host with the SHA
+(first 12 digits), tag and time of its LAST OK, and whether the hosts agree,
+so drift across the fleet is visible at a glance.
 """
 
 from __future__ import annotations
@@ -64,18 +69,56 @@ def _lines(status: dict[str, Any]) -> list[str]:
     return [safe_text(line) for line in lines]
 
 
+def collect_all(state: StateDir) -> dict[str, Any]:
+    groups: dict[str, dict[str, Any]] = {}
+    for host, lane, program in state.lanes():
+        key = "helper" if lane == "helper" else f"runtime {program}"
+        last_ok = state.read_record(lane, host, program, "last-ok") or {}
+        last = state.read_record(lane, host, program, "last") or {}
+        groups.setdefault(key, {})[host] = {
+            "sha": last_ok.get("sha"),
+            "tag": last_ok.get("tag"),
+            "at": last_ok.get("at"),
+            "last_outcome": last.get("outcome"),
+        }
+    return {"state_dir": str(state.root), "last_ok": groups}
+
+
+def _lines_all(status: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, hosts in sorted(status["last_ok"].items(), key=lambda kv: (kv[0] == "helper", kv[0])):
+        shas = {h["sha"] for h in hosts.values() if h["sha"]}
+        missing = sum(1 for h in hosts.values() if not h["sha"])
+        if len(shas) <= 1 and not missing:
+            agree = "all hosts agree"
+        else:
+            agree = f"DRIFT: {len(shas)} distinct SHA(s)" + (f", {missing} host(s) without LAST OK" if missing else "")
+        out.append(f"{key}: LAST OK on {len(hosts)} host(s), {agree}")
+        width = max(len(name) for name in hosts)
+        for name, h in sorted(hosts.items()):
+            sha = (h["sha"] or "-")[:12]
+            out.append(f"  {name:<{width}}  {sha:<12}  {h['tag'] or '-':<12}  {h['at'] or '-':<20}  "
+                       f"last {h['last_outcome'] or '-'}")
+    if not out:
+        out.append(f"no recorded runs in {status['state_dir']}")
+    return [safe_text(line) for line in out]
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.host:
         authority.lookup(config, args.host)
+    prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
     if getattr(args, "all", False):
-        from .status_all import run as run_all
-
-        if args.host or getattr(args, "prometheus", False) or getattr(args, "textfile", None):
+        if args.host or prometheus or textfile:
             raise UsageError("status --all shows every host's LAST OK side by side; not with HOST, --prometheus "
                              "or --textfile")
-        return run_all(args)
-    prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
+        side_by_side = collect_all(StateDir(args.state_dir))
+        if args.json:
+            emit(SCHEMAS["status-all"], Outcome.OK, side_by_side)
+        else:
+            print("\n".join(_lines_all(side_by_side)))
+        return 0
     if args.json and (prometheus or textfile):
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     state = StateDir(args.state_dir)

@@ -9,22 +9,30 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from ..core.identifiers import SHA_RULE
 from ..lanes.runner import run_lane
 from ..report.outcome import UsageError
 from ..source import check_tag_name
-from .arguments import SHA_RULE, check_name, full_sha
+from .arguments import check_name, full_sha
 
 
 def run(args: argparse.Namespace) -> int:
-    targets = args.targets
-    if getattr(args, "all", False):
-        return run_fleet(args)
-    for option in ("canary", "parallel", "max_failed"):
-        if getattr(args, option, None) is not None:
-            raise UsageError(f"--{option.replace('_', '-')} belongs to a fleet rollout (update PROGRAM --all)")
-    if len(targets) > 2:
-        raise UsageError("update takes HOST (helper lane) or PROGRAM HOST (runtime lane)")
+    targets, fleet = args.targets, getattr(args, "all", False)
+    if not fleet:
+        for option in ("canary", "parallel", "max_failed"):
+            if getattr(args, option, None) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} belongs to a fleet rollout (update PROGRAM --all)")
+        if len(targets) > 2:
+            raise UsageError("update takes HOST (helper lane) or PROGRAM HOST (runtime lane)")
     sha = full_sha(args.expected_sha)
+    if fleet:  # update PROGRAM --all: see vq_admin.fleet
+        from ..fleet import run_fleet
+
+        if sha is None:
+            raise UsageError(f"a fleet rollout needs --expected-sha; {SHA_RULE}")
+        if args.tag is not None:
+            check_tag_name(args.tag)
+        return run_fleet(args, check_name(targets[0], "PROGRAM"), sha)
     if args.tag is not None:
         check_tag_name(args.tag)
     if len(targets) == 1:
@@ -44,15 +52,3 @@ def run(args: argparse.Namespace) -> int:
 
     return run_lane(args, ("runtime", host_name, program), sha, args.tag,
                     partial(build_lane, host_name=host_name, program=program, sha=sha, tag=args.tag))
-
-
-def run_fleet(args: argparse.Namespace) -> int:
-    """``update PROGRAM --all``: see :mod:`vq_admin.fleet`."""
-    from ..fleet import run_fleet as fleet
-
-    sha = full_sha(args.expected_sha)
-    if sha is None:
-        raise UsageError(f"a fleet rollout needs --expected-sha; {SHA_RULE}")
-    if args.tag is not None:
-        check_tag_name(args.tag)
-    return fleet(args, check_name(args.targets[0], "PROGRAM"), sha)

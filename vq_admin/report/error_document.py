@@ -10,7 +10,7 @@ from .outcome import VqAdminError
 
 
 def error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
-    if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
+    if args is not None and getattr(args, "verb", None) in ("update", "rollback", "prune"):
         from ..lanes.runner import error_document as lane_error_document
 
         return lane_error_document(args, error)
