@@ -149,7 +149,6 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
-    assert entry is not None  # _refuse_missing always raises
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "

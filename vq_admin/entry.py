@@ -27,8 +27,8 @@ TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
 
-    from .ssh.early_start import EarlyStart
     from .core.plainargs import LauncherArgs
+    from .ssh.early_start import EarlyStart
     _T = TypeVar("_T")
 
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
@@ -86,29 +86,24 @@ def launcher(words: list[str], prog: str) -> int | None:
 EXIT_CLOSED_PIPE = 128 + 13
 
 
-def closed_stdout() -> int:
-    """End quietly after the reader of stdout closed the pipe: no traceback, no second error
-    when Python flushes stdout at exit.  A run's receipt and admin-log line are stored
-    before anything is printed, so the outcome is still on record."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-    return EXIT_CLOSED_PIPE
-
-
 def guarded(call: Callable[[], _T]) -> _T | int:
     """``call()``, with stdout flushed here (not at interpreter exit), so a reader that closed
-    the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`, never a traceback."""
+    the pipe ends the run quietly with :data:`EXIT_CLOSED_PIPE`: no traceback, no second error
+    when Python flushes stdout at exit.  A run's receipt and admin-log line are stored before
+    anything is printed, so the outcome is still on record."""
     try:
         try:
             return call()
         finally:
             sys.stdout.flush()
     except BrokenPipeError:
-        return closed_stdout()
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        return EXIT_CLOSED_PIPE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,9 +118,8 @@ class Lease:
 
     def acquire(self, timeout: float = LEASE_WAIT) -> dict[str, Any]:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
-        probe = getattr(self.transport, "check_login_shell", None)
-        if probe is not None and not getattr(self.transport, "shell_checked", True):
-            failed = probe()
+        if isinstance(self.transport, SshTransport) and not self.transport.shell_checked:
+            failed = self.transport.check_login_shell()
             if failed is not None:
                 raise LeaseUnreachable(f"cannot take the host-side lease: {failed.describe()}; "
                                        "this run changed nothing")
@@ -342,17 +341,10 @@ class Lease:
         return process.end(proc, timeout if linger is None else linger)
 
     def _drain(self, timeout: float) -> None:
-        """Read the agent's stdout until it closes, at most *timeout* seconds."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
+        """Read the agent's stdout until it closes (the agent prints no empty line), at most *timeout* seconds."""
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready or not os.read(fd, 65536):
-                return
+        while self._read_line(deadline - time.monotonic()):
+            pass
 
     def _error_text(self) -> str:
         try:
@@ -412,21 +404,13 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         from .lanes.command_files_stat import check_agent_before_lease
 
         check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
-    if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
-        ctx.lease = lease
-        try:
-            yield lease
-        finally:
-            ctx.lease = None
-            lease.release()
-        return
     try:
-        lease.acquire()
-    except BaseException:
-        lease.release()
-        raise
-    ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-    try:
+        if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
+            ctx.lease = lease
+        else:
+            lease.acquire()
+            ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
         yield lease
     finally:
+        ctx.lease = None
         lease.release()

@@ -197,8 +197,6 @@ def run(args: argparse.Namespace) -> int:
 def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport, host: HostConfig,
            dest: str) -> Outcome:
     install = receipt.install if receipt.install is not None else {}
-    if not result.ok:  # the agent's own words, at length (the plan's record keeps the last three lines)
-        step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     if result.ok:
         try:
             answer: dict[str, Any] | None = protocol.parse_install_file(result.stdout).data
@@ -214,6 +212,8 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
             receipt.errors.append(f"the host reports {answer.get('new_sha256')}, SRC is {install['src_sha256']}")
             return Outcome.FAILED
         return Outcome.OK
+    # the agent's own words, at length (the plan's record keeps the last three lines)
+    step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     held = _hash_back(receipt.plan, transport)
     receipt.readback = {"read": f"{protocol.HASH_FILE} {dest} on {transport.where}", "dest_sha256": held}
     if result.interrupted:
