@@ -105,9 +105,7 @@ def _header(ns: argparse.Namespace, archive: VerifiedArchive) -> list[str]:
 def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
     """Unpack, build and validate in a fresh partial dir, then publish it."""
     sha = ns.expected_sha
-    partial = lay.make_partial(lyt, sha)
-    published = False
-    try:
+    with lay.new_release(lyt, sha) as partial:
         source = os.path.join(partial, "source")
         os.mkdir(source, 0o755)
         with archive.open_tar() as tar:
@@ -126,16 +124,10 @@ def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive
         fsutil.atomic_write(partial, "PROGRAM", ns.program + "\n")
         fsutil.atomic_write(partial, "ARCHIVE-SHA256", archive.sha256 + "\n")
         fsutil.atomic_write(partial, VALIDATED, f"validated {_utc_now()}: {detail}\n")
-        lay.publish(lyt, partial, sha)
-        published = True
-    finally:
-        if not published:
-            fsutil.remove_own_tree(partial)
 
 
 def _locked(lyt: lay.Layout, ns: argparse.Namespace) -> int:
-    archive = check_archive(ns.source_archive, ns.expected_sha)
-    try:
+    with check_archive(ns.source_archive, ns.expected_sha) as archive:
         _say(f"archive identity ok: {ns.source_archive} is commit {ns.expected_sha} "
              f"(sha256 {archive.sha256})")
         started = time.monotonic()
@@ -145,13 +137,10 @@ def _locked(lyt: lay.Layout, ns: argparse.Namespace) -> int:
             _reuse(lyt, ns)
         else:
             _build_new(lyt, ns, archive)
-    finally:
-        archive.close()
     _metric("build_seconds", f"{time.monotonic() - started:.3f}")
     _metric("release_bytes", fsutil.tree_bytes(lyt.release(ns.expected_sha)))
     _metric("release_reused", int(reused))
-    previous = lay.read_current(lyt)
-    lay.switch_current(lyt, ns.expected_sha)
+    previous = lay.switch_current(lyt, ns.expected_sha)
     _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); "
          f"launcher {lyt.launcher(ns.expected_sha, ns.program)}")
     return 0
@@ -177,7 +166,6 @@ def activate(ns: argparse.Namespace) -> int:
         if not os.path.lexists(release):
             raise failed(f"{release} does not exist; activation never builds: deploy {ns.expected_sha} instead")
         _reuse(lyt, ns)
-        previous = lay.read_current(lyt)
-        lay.switch_current(lyt, ns.expected_sha)
+        previous = lay.switch_current(lyt, ns.expected_sha)
     _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); nothing built")
     return 0

@@ -55,7 +55,7 @@ from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 from . import fsutil, layout as lay
 from .cli import Parser, terminate
 from .errors import SiteError, failed, identity, usage
-from .identity import VerifiedArchive, check_archive
+from .identity import VerifiedArchive, check_archive, stage_value
 from .unpack import extract
 
 RECORD_NAME = ".vq-admin-source.json"
@@ -137,13 +137,6 @@ def tree_sha256(root: str, skip: str = RECORD_NAME) -> str:
     return hashlib.sha256(b"".join(lines)).hexdigest()
 
 
-def _stage_tree(stage: str) -> str:
-    try:
-        return fsutil.read_small(os.path.join(stage, "SOURCE-TREE-SHA256"), 4096).strip().lower()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise identity(f"cannot establish the helper's tree identity: {stage}/SOURCE-TREE-SHA256: {exc}") from None
-
-
 def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
     """Run the helper in *release* itself: its identity must be bound to *sha* and *tree*."""
     argv = [python, "-I", "-B", "-c", BOOT, release, "identity", "--json"]
@@ -183,9 +176,7 @@ def _reuse(lyt: lay.Layout, sha: str, tree: str) -> None:
 
 
 def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
-    partial = lay.make_partial(lyt, ns.sha)
-    published = False
-    try:
+    with lay.new_release(lyt, ns.sha) as partial:
         with archive.open_tar() as tar:
             count = extract(tar, partial)
         actual = tree_sha256(partial)
@@ -197,11 +188,6 @@ def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchi
         fsutil.atomic_write(partial, RECORD_NAME, json.dumps(record, sort_keys=True, indent=2) + "\n")
         validate(ns.python, partial, ns.sha, ns.tree)
         _say(f"unpacked {count} members, tree {actual} validated in {partial}")
-        lay.publish(lyt, partial, ns.sha)
-        published = True
-    finally:
-        if not published:
-            fsutil.remove_own_tree(partial)
 
 
 def write_wrapper(lyt: lay.Layout, python: str) -> str:
@@ -228,10 +214,9 @@ def run(ns: argparse.Namespace) -> int:
     lay.check_layout(lyt, create=ns.install)
     started = time.monotonic()
     with lay.DeployLock(lyt):
-        if _stage_tree(ns.stage) != ns.tree:
+        if stage_value(ns.stage, "SOURCE-TREE-SHA256", SHA256_RE) != ns.tree:
             raise identity(f"{ns.stage}/SOURCE-TREE-SHA256 differs from VQ_HELPER_EXPECTED_TREE_SHA256 {ns.tree}")
-        archive = check_archive(os.path.join(ns.stage, "source.tar"), ns.sha)
-        try:
+        with check_archive(os.path.join(ns.stage, "source.tar"), ns.sha) as archive:
             reused = os.path.lexists(lyt.release(ns.sha))
             if reused:
                 _say(f"releases/{ns.sha} exists; checking it for reuse (never rewritten)")
@@ -239,11 +224,8 @@ def run(ns: argparse.Namespace) -> int:
                 validate(ns.python, lyt.release(ns.sha), ns.sha, ns.tree)
             else:
                 _install_new(lyt, ns, archive)
-        finally:
-            archive.close()
         wrapper = write_wrapper(lyt, ns.python)
-        previous = lay.read_current(lyt)
-        lay.switch_current(lyt, ns.sha)
+        previous = lay.switch_current(lyt, ns.sha)
     print(f"VQ-DEPLOY-METRIC helper_install_seconds={time.monotonic() - started:.3f}")
     print(f"VQ-DEPLOY-METRIC helper_release_reused={int(reused)}", flush=True)
     _say(f"current -> releases/{ns.sha} (was {previous or 'absent'}); entry point {wrapper}")
@@ -258,5 +240,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, terminate)
         return run(ns)
     except SiteError as exc:
-        print(f"vq-site-example-helper-update: error: {exc.message}", file=sys.stderr)
+        print(f"vq-site-example-helper-update: error: {exc}", file=sys.stderr)
         return exc.code
