@@ -1,25 +1,11 @@
 """``deploy`` and ``install``: build one immutable release, then switch ``current``;
 ``activate``: switch ``current`` back to an existing release (rollback).
 
-Order of one run (each step only after the previous one succeeded):
-
-1. arguments valid (exit 2), ROOT layout present or created by ``install``;
-2. exclusive non-blocking ``ROOT/.deploy.lock`` (exit 75 when held);
-3. archive identity checked before unpacking (exit 3);
-4. ``releases/<sha>`` already validated: reuse it (re-validated, never
-   rewritten); otherwise unpack into a fresh ``releases/.partial.<sha>.<r>/``,
-   build, validate, record metadata, and rename to ``releases/<sha>``;
-5. only then ``current`` is replaced atomically.
-
-Any failure in 3-4 leaves ``current`` and every existing release untouched
-and removes only this run's partial directory (exit 1, or 3 for identity).
-Metrics go to stdout as ``VQ-DEPLOY-METRIC name=value``; narration and the
-build log go to stderr.
-
-``activate`` builds nothing and never touches a release: under the deploy lock it
-accepts ``releases/<sha>`` as a reuse would (real directory, ``VALIDATED``, the same
-``SOURCE-SHA``, ``PROGRAM`` and ``TAG``, its launcher's check passes), then replaces
-``current``; otherwise exit 1 with ``current`` unchanged.
+README.md ("The runtime root") gives the order of one deploy: each step runs only after the
+previous one succeeded, and a failure before the switch leaves ``current`` and every existing
+release untouched and removes only this run's partial directory (exit 1, or 3 for identity).
+``activate`` builds nothing: it accepts ``releases/<sha>`` as a reuse would, then switches.
+Metrics go to stdout as ``VQ-DEPLOY-METRIC name=value``; narration and the build log to stderr.
 """
 
 from __future__ import annotations

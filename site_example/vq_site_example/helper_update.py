@@ -1,40 +1,12 @@
 """Console script ``vq-site-example-helper-update``: install the staged vq helper
-(``vq-admin-agent``) out of place and switch to it atomically.
+(``vq-admin-agent``) out of place, prove it, and switch to it atomically.
 
-vq-admin runs it as ``helper_update_command`` (or ``helper_install_command``)
-on ``helper_update_host`` or the login host, with the verified stage in the
-environment::
-
-    VQ_HELPER_STAGE=<stage dir>  VQ_HELPER_EXPECTED_SHA=<full sha>
-    VQ_HELPER_EXPECTED_TREE_SHA256=<64 hex>
-    vq-site-example-helper-update --root ROOT [--install] [--python PATH]
-
-Layout below ROOT (the runtime layout of this package, reused)::
-
-    ROOT/
-      .deploy.lock  .updater.pid     the same lock as the runtime deploys
-      current -> releases/<sha>      the stable link, replaced with rename(2)
-      releases/<sha>/                the unpacked helper archive (the whole
-                                     source tree) plus .vq-admin-source.json
-      releases/.partial.<sha>.<r>/   an installation in progress
-      bin/vq-admin-agent             the entry point operators configure as
-                                     ``agent``: runs the release ``current``
-                                     names, with an interpreter fixed at install
-
-One run, in order: arguments and environment (exit 2); the lock (75); the
-stage identity, before unpacking (3): ``SOURCE-SHA``, ``ARCHIVE-SHA256`` and
-the archive's pax commit (as for runtimes) and ``SOURCE-TREE-SHA256``; then a
-fresh partial directory, the safe unpack, an independent tree digest that
-must equal the expected one (3), the install record bound to that digest, and
-validation: the *new* helper itself must report ``identity`` bound to the
-requested SHA and tree from the partial directory (1).  Only then is the
-partial directory renamed to ``releases/<sha>``, the wrapper written (when it
-differs) and ``current`` switched.  An existing ``releases/<sha>`` is reused
-only when its record and files match; releases are never rewritten or
-removed.  ``--install`` creates ROOT when missing (first installation).
-
-Exit codes: 0 done, 1 failed, 2 usage, 3 identity, 75 locked (as
-``vq-site-example``).  Standard library only.
+vq-admin runs it as ``helper_update_command`` (or ``helper_install_command``) with the
+verified stage in ``VQ_HELPER_STAGE``, ``VQ_HELPER_EXPECTED_SHA`` and
+``VQ_HELPER_EXPECTED_TREE_SHA256``.  It reuses the runtime root's layout, deploy lock and
+exit codes; README.md ("The helper updater") gives the layout, the order of one run and
+what the wrapper ``ROOT/bin/vq-admin-agent`` does.  An existing ``releases/<sha>`` is reused
+only when its record and files match; releases are never rewritten or removed.
 """
 
 from __future__ import annotations
