@@ -138,10 +138,8 @@ class PruneRequest:
     vq-admin asks the hook once, when the plan is made, before the census
     has found the jobs' SHAs: ``keep`` is then the **list slot**
     ``[<kept sha>]...`` (see :mod:`.slots`), filled with the keep set when
-    the command runs.  Place it with :meth:`keep_words`
-    (``*request.keep_words("--keep")`` gives ``--keep SHA`` per kept SHA),
-    which also expands a plain tuple of SHAs (a provider's own tests, the
-    conformance kit's requests); never iterate ``keep``.
+    the command runs.  Place it with :meth:`keep_words` (which also expands
+    a plain tuple of SHAs); never iterate ``keep``.
     """
 
     program: str
