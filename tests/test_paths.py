@@ -28,12 +28,12 @@ def test_every_module_resolves_the_same_defaults(monkeypatch, tmp_path, xdg, ove
     config_home = xdg or f"{tmp_path}/.config"
     expected_state = override or f"{state_home}/vq-admin"
     expected_config = override or f"{config_home}/vq/admin.toml"
-    assert paths.state_dir() == bindings._state_root(None) == expected_state
+    assert paths.state_dir() == bindings.state_root(None) == expected_state
     assert str(state.default_state_dir()) == f"{state_home}/vq-admin"
     assert paths.config_path() == readback.config_path_of(None) == expected_config
     assert str(config.default_config_path()) == f"{config_home}/vq/admin.toml"
     assert lease.lease_dir() == paths.agent_lock_dir() == f"{state_home}/vq-admin-agent/locks"
-    assert bindings._state_root("/given") == "/given" and readback.config_path_of("/given.toml") == "/given.toml"
+    assert bindings.state_root("/given") == "/given" and readback.config_path_of("/given.toml") == "/given.toml"
 
 
 def test_no_other_module_reads_an_xdg_variable():
