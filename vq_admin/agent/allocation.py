@@ -162,10 +162,6 @@ except OSError as exc:
 """ % {"tampered": JOB_TAMPERED_EXIT, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
 
 
-class MissingDependency(Exception):
-    """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
-
-
 #: Seconds the agent looks for a cancelled job's final state after a timeout.
 CANCEL_STATE_WAIT = 10.0
 
@@ -232,13 +228,17 @@ class Attempt:
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         os.fsync(self.fd)
 
-    def read_job_id(self) -> str | None:
+    def read(self, name: str, limit: int) -> bytes | None:
+        """At most *limit* bytes of *name* inside the attempt (never through a symlink), or None."""
         try:
-            fd = os.open("job", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as fh:
-            text = fh.read(100).decode("ascii", "replace").strip()
+            return fh.read(limit)
+
+    def read_job_id(self) -> str | None:
+        text = (self.read("job", 100) or b"").decode("ascii", "replace").strip()
         return text if text.isdigit() else None
 
 
@@ -412,6 +412,35 @@ def base_summary(attempt: Attempt) -> dict[str, Any]:
     }
 
 
+def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], frames: FrameWriter,
+          attempt_name: str | None, archive: str | None, archive_sha256: str | None,
+          ) -> tuple[Attempt, Binding, int, str]:
+    """The start of ``alloc-run`` and ``detach-run``: check the inputs, bind the job to them (a changed
+    archive is refused before anything is created), take the lease's work lock, create the attempt and
+    write what the job runs there.  Returns ``(attempt, binding, work lock fd, lease path)``."""
+    for key in env:
+        if not ENV_NAME_RE.match(key):
+            raise ValueError(f"bad environment variable name {key!r}")
+    check_root(root)
+    safedirs.check_scratch(root)
+    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
+    binding = bind(spec, archive, archive_sha256)
+    work_fd, lease_path = lease.hold_work(program)
+    try:
+        attempt = create_attempt(root, program, attempt_name)
+        try:
+            frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+            attempt.write_file("argv.json", spec)
+            attempt.write_file("job.py", job_script(), 0o700)
+        except BaseException:
+            attempt.close()
+            raise
+    except BaseException:
+        os.close(work_fd)
+        raise
+    return attempt, binding, work_fd, lease_path
+
+
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
         settle_kw: dict[str, Any] | None = None, archive: str | None = None, archive_sha256: str | None = None,
@@ -422,24 +451,11 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     and the transcript's last line during the wait, and each settle
     observation (see :mod:`.progress`).
     """
-    for key in env:
-        if not ENV_NAME_RE.match(key):
-            raise ValueError(f"bad environment variable name {key!r}")
-    check_root(root)
-    safedirs.check_scratch(root)
-    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
-    binding = bind(spec, archive, archive_sha256)  # before anything is created: a changed archive is refused
-    work_fd, lease_path = lease.hold_work(program)  # sbatch --wait keeps it until the job has ended
-    try:
-        attempt = create_attempt(root, program, attempt_name)
-    except BaseException:
-        os.close(work_fd)
-        raise
+    # sbatch --wait keeps the lease's work lock until the job has ended
+    attempt, binding, work_fd, lease_path = prepare(root, program, argv, env, frames, attempt_name, archive,
+                                                  archive_sha256)
     sub: slurmjob.Submission | None = None
     try:
-        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
-        attempt.write_file("argv.json", spec)
-        attempt.write_file("job.py", job_script(), 0o700)
         summary = base_summary(attempt)
         reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
                     if progress else None)

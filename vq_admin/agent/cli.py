@@ -203,8 +203,6 @@ def _alloc_verb(body: Callable[[FrameWriter], object]) -> int:
         message, code = f"vq-admin-agent: {exc}", EXIT_HELD
     except (safedirs.UnsafePath, securepath.Untrusted) as exc:
         message, code = f"vq-admin-agent: refused: {exc}", EXIT_UNSAFE
-    except allocation.MissingDependency as exc:
-        message, code = f"vq-admin-agent: {exc}", EXIT_USAGE
     except (OSError, ValueError, lease.LeaseError) as exc:
         message, code = f"vq-admin-agent: {exc}", EXIT_FAILED
     try:

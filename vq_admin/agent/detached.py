@@ -50,8 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import allocation, lease, spawn
-from ..core import procs, safedirs
-from ..core.identifiers import ENV_NAME_RE
+from ..core import procs
 from ..core.frames import FrameWriter
 from .progress import Reporter
 
@@ -74,14 +73,9 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
+    data = attempt.read(name, RECORD_LIMIT + 1)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=attempt.fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(RECORD_LIMIT + 1)
-    try:
-        value = json.loads(data.decode("utf-8")) if len(data) <= RECORD_LIMIT else None
+        value = json.loads(data.decode("utf-8")) if data is not None and len(data) <= RECORD_LIMIT else None
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -178,6 +172,12 @@ def _state(record: dict[str, Any]) -> tuple[str | None, str | None]:
     return ("RUNNING" if alive else None), None
 
 
+def _running(record: dict[str, Any]) -> bool:
+    """The recorded build or its supervisor still runs."""
+    return (process_alive(record.get("pid"), record.get("start_time"))
+            or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time")))
+
+
 def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
     """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
     pid, start_time = record.get("pid"), record.get("start_time")
@@ -208,10 +208,7 @@ def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, t
         end = read_record(attempt, EXIT_FILE)
         if end is not None:
             return end
-        running = record is not None and (
-            process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))
-            or process_alive(record.get("pid"), record.get("start_time")))
-        if not running or time.monotonic() >= deadline:
+        if record is None or not _running(record) or time.monotonic() >= deadline:
             return None
         time.sleep(POLL)
 
@@ -230,8 +227,7 @@ def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict
                        established=True, end_source="supervisor")
         if end.get("signal"):
             summary["notes"].append(f"the build was ended by signal {end['signal']}")
-    elif record is not None and (process_alive(record.get("pid"), record.get("start_time"))
-                                 or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))):
+    elif record is not None and _running(record):
         summary["job_state"] = "RUNNING"
         summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
     elif record is not None:
@@ -251,23 +247,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
         archive: str | None = None, archive_sha256: str | None = None,
         progress: float | None = None) -> dict[str, Any]:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
-    for key in env:
-        if not ENV_NAME_RE.match(key):
-            raise ValueError(f"bad environment variable name {key!r}")
-    allocation.check_root(root)
-    safedirs.check_scratch(root)
-    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
-    binding = allocation.bind(spec, archive, archive_sha256)  # a changed archive is refused before anything
-    work_fd, lease_path = lease.hold_work(program)  # the supervisor keeps it until the build has ended
+    # the supervisor keeps the lease's work lock until the build has ended
+    attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, env, frames, attempt_name,
+                                                             archive, archive_sha256)
     try:
-        attempt = allocation.create_attempt(root, program, attempt_name)
-    except BaseException:
-        os.close(work_fd)
-        raise
-    try:
-        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
-        attempt.write_file("argv.json", spec)
-        attempt.write_file("job.py", allocation.job_script(), 0o700)
         record = start(attempt, binding, (work_fd, lease_path))
         os.close(work_fd)
         work_fd = -1

@@ -46,6 +46,13 @@ def members(tree: str) -> List[str]:
     return found
 
 
+def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, FIXED_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
+
+
 def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) -> str:
     """Write the archive to *out* (atomically: temp file + rename); returns *out*."""
     if tree is None:
@@ -55,17 +62,10 @@ def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) 
         with open(tmp, "wb") as fh:
             fh.write(b"#!" + interpreter.encode("utf-8") + b"\n")
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                entries = [(rel, os.path.join(tree, rel)) for rel in members(tree)]
-                for rel, full in entries:
-                    with open(full, "rb") as src:
-                        info = zipfile.ZipInfo(rel, FIXED_TIME)
-                        info.compress_type = zipfile.ZIP_DEFLATED
-                        info.external_attr = 0o644 << 16
-                        zf.writestr(info, src.read())
-                info = zipfile.ZipInfo("__main__.py", FIXED_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, MAIN)
+                for rel in members(tree):
+                    with open(os.path.join(tree, rel), "rb") as src:
+                        _add(zf, rel, src.read())
+                _add(zf, "__main__.py", MAIN.encode())
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     except BaseException:

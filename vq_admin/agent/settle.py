@@ -18,9 +18,6 @@ empty -> ``empty``; otherwise -> ``unstable``.  This bounded settle handles
 ordinary visibility delays; it cannot certify completeness after arbitrary
 delayed writes.
 
-The loop takes its clock, its sleep and its observation function as
-arguments, so tests drive it deterministically without real sleeps.
-
 Standard library (+ ``xxhash`` when importable); runs inside
 ``vq-admin-agent`` on Python 3.8 and later.
 """
@@ -40,7 +37,6 @@ INTERVAL = 1.0
 MAX_OBSERVATIONS = 10
 REQUIRED_IDENTICAL = 3
 FILES = ("stdout", "stderr")
-REASONS = ("empty", "unavailable", "unstable")
 
 
 @dataclass(frozen=True)
@@ -62,20 +58,6 @@ class FileState:
 Observation = Tuple[FileState, ...]  # typing.Tuple: evaluated at import, and 3.8 has no tuple[...]
 
 
-def hash_fd(fd: int, limit: int | None = None, algorithm: str | None = None) -> tuple[int, str]:
-    """Stream *fd* from its current offset (at most *limit* bytes): ``(bytes, hex digest)``."""
-    h = checksum.new(algorithm)
-    size = 0
-    while limit is None or size < limit:
-        want = CHUNK if limit is None else min(CHUNK, limit - size)
-        chunk = os.read(fd, want)
-        if not chunk:
-            break
-        h.update(chunk)
-        size += len(chunk)
-    return size, h.hexdigest()
-
-
 def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileState:
     """Checksum file *name* below *dir_fd* (never through a symlink)."""
     try:
@@ -87,8 +69,12 @@ def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileStat
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return FileState(error="not a regular file")
-        size, digest = hash_fd(fd, algorithm=algorithm)
-        return FileState(size=size, digest=digest)
+        h = checksum.new(algorithm)
+        size = 0
+        for chunk in iter(lambda: os.read(fd, CHUNK), b""):
+            h.update(chunk)
+            size += len(chunk)
+        return FileState(size=size, digest=h.hexdigest())
     except OSError as exc:
         return FileState(error=exc.strerror or str(exc))
     finally:
@@ -128,7 +114,7 @@ class DirectoryObserver:
 @dataclass(frozen=True)
 class SettleResult:
     settled: bool
-    reason: str | None  # None when settled; else one of REASONS
+    reason: str | None  # None when settled; else "empty", "unavailable" or "unstable"
     observations: int
     last: Observation
     seconds: float

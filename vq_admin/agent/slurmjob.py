@@ -255,18 +255,13 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
-        got_id = threading.Event()
-
         def read_stdout() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 m = JOB_ID_RE.match(raw.decode("utf-8", "replace").strip())
                 if m and result.job_id is None:
                     result.job_id = m.group(1)
-                    try:
-                        on_job_id(result.job_id, proc.pid)
-                    finally:
-                        got_id.set()
+                    on_job_id(result.job_id, proc.pid)
 
         reader = threading.Thread(target=read_stdout, name="sbatch-stdout", daemon=True)
         reader.start()
