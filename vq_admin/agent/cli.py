@@ -1,26 +1,15 @@
-"""``vq-admin-agent``: the scheduler-side helper's verbs.
+"""``vq-admin-agent``: the scheduler-side helper's verbs, which the driver runs on a login or
+build host over ssh (``session`` and ``verify-readback`` are served by :mod:`.entry` before this
+table is imported).
 
-The driver runs these on a login or build host over ssh.  Each verb prints
-one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
-stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
-75 (``lease`` only) the lease is held by another run.
+Each verb prints one JSON object on stdout.  Exit status: 0 done, 1 failed (message on stderr),
+2 usage, 3 an identity did not match, 4 an unsafe path was refused, 75 (``lease`` only) the lease
+is held by another run.  ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and
+``detach-reconcile`` print framed records instead (:mod:`vq_admin.core.frames`) and exit 0
+whenever their ``summary`` record was written, whatever the deployment's own exit status.
 
-``session`` (a run's first call: the login-shell probe, the lease,
-``check-paths`` and ``verify-readback`` in one start, see :mod:`.session`)
-and ``verify-readback`` are served by :mod:`.entry` before this verb table
-is imported.
-
-Standard library only, on Python 3.8 and later (the allocation verbs use
-``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
-the driver side is imported: the agent must run on a host that has only this
-package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
-
-``lease`` prints one JSON line and then holds the lease until its stdin
-closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
-
-``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile`` print framed records rather than one
-JSON object (see :mod:`vq_admin.core.frames`); they exit 0 whenever their
-``summary`` record was written, whatever the deployment's own exit status.
+Standard library only, Python 3.8 and later; nothing of the driver side is imported: the agent
+must run on a host that has only this package's files (or only ``vq-admin-agent.pyz``).
 """
 
 from __future__ import annotations
@@ -58,15 +47,7 @@ def cmd_verify_readback(args: argparse.Namespace) -> int:
 
 
 def cmd_check_paths(args: argparse.Namespace) -> int:
-    """The secure-path rule on every absolute PATH, on this host; exit 4 when one fails it.
-
-    The driver runs this before any configured command runs on this host, with
-    every absolute word of those commands (interpreter and script alike).  A
-    word that is not an absolute path is looked up in PATH and not checked.  A
-    word naming nothing yet (an output file, say) passes when its existing
-    directories pass and the nearest one is writable by nobody else at all
-    (a sticky ``/tmp`` would let another user create it first).
-    """
+    """The secure-path rule on every absolute PATH (see :mod:`.checkpaths`); exit 4 when one fails it."""
     checked, refused = checkpaths.check(args.paths)
     _emit({"checked": checked, "refused": refused})
     for item in refused:
@@ -74,14 +55,13 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
     return EXIT_UNSAFE if refused else 0
 
 
+def _stage_identity(args: argparse.Namespace) -> dict[str, str]:
+    values = (args.sha, args.archive_sha256, args.tree_sha256, args.git_tree)
+    return dict(zip(stage.IDENTITY_FILES, values))
+
+
 def cmd_stage_create(args: argparse.Namespace) -> int:
-    identity = {
-        "SOURCE-SHA": args.sha,
-        "ARCHIVE-SHA256": args.archive_sha256,
-        "SOURCE-TREE-SHA256": args.tree_sha256,
-        "GIT-TREE": args.git_tree,
-    }
-    _emit(stage.create(args.root or os.path.expanduser("~"), args.kind, args.name, identity))
+    _emit(stage.create(args.root or os.path.expanduser("~"), args.kind, args.name, _stage_identity(args)))
     return 0
 
 
@@ -91,12 +71,7 @@ def cmd_stage_receive(args: argparse.Namespace) -> int:
 
 
 def cmd_stage_verify(args: argparse.Namespace) -> int:
-    result = stage.verify(args.stage, {
-        "SOURCE-SHA": args.sha,
-        "ARCHIVE-SHA256": args.archive_sha256,
-        "SOURCE-TREE-SHA256": args.tree_sha256,
-        "GIT-TREE": args.git_tree,
-    })
+    result = stage.verify(args.stage, _stage_identity(args))
     _emit(result)
     return 0 if result["verified"] else EXIT_MISMATCH
 

@@ -1,40 +1,20 @@
-"""Fixed-host builds, detached from the connection that started them.
+"""Fixed-host builds (``detach-run``, ``detach-reconcile``), detached from the connection that
+started them, in the allocation lane's attempt directories (:mod:`.allocation`; the layout, with
+``build`` and ``exit`` in place of ``job``, is in docs/allocation-transcripts.md).
 
-A build on a fixed host (a profile without ``update_allocation``) runs the
-way an allocation build does, with a supervising process in place of the
-batch job::
+The agent double-forks a **supervisor** in its own session (``setsid``), stdin from
+``/dev/null``, no descriptor of the ssh session kept.  The supervisor starts the build
+(``job.py``, in a session of its own so a bound can end its whole process group), records
+``build`` atomically, waits for it and records ``exit`` atomically; it holds the attempt's
+``.live`` lock until then, so no run's retention removes a running build's directory.  A dropped
+connection, a killed driver or a killed agent leave the build and its supervisor running to the
+end.
 
-    vq-admin-agent detach-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
-        --timeout TIMEOUT_SECONDS [--env NAME=VALUE]... [--archive A --archive-sha256 H] -- PROVIDER ARGV...
-
-The attempt directory is the allocation lane's (same place, same layout,
-same never-reused 0700 directory, same ``.live`` lock, same retention; see
-:mod:`.allocation`)::
-
-    deploy.<UTC>.<hex>/
-        argv.json  job.py      what runs (job.py checks argv.json's and the archive's SHA-256, then execs)
-        stdout  stderr         the build's transcripts (created here, 0600, O_EXCL|O_NOFOLLOW)
-        build                  JSON: pid and start time of the build and of its supervisor, argv.json's SHA-256
-        exit                   JSON: the build's exit status (or signal), written when it ended
-
-The agent double-forks a **supervisor** in its own session (``setsid``),
-stdin from ``/dev/null``, no descriptor of the ssh session kept.  The
-supervisor starts the build (``job.py``, in a session of its own so a bound
-can end its whole process group), records ``build`` atomically, waits for
-it and records ``exit`` atomically; it holds the attempt's ``.live`` lock
-until then, so no run's retention removes a running build's directory.  A
-dropped connection, a killed driver or a killed agent leave the build and
-its supervisor running to the end.
-
-``detach-run`` follows the build (``progress`` records with ``--progress``),
-bounds it by ``--timeout`` (at the bound the build's process group gets
-SIGTERM, then SIGKILL), then looks at the transcripts once (they are this
-host's own files: nothing to settle), applies retention and streams them
-as ``alloc-run`` does.  ``detach-reconcile`` never
-starts anything: it waits (bounded) for the recorded build's ``exit`` and
-then does the same.  A missing attempt is created (fenced), as
-``alloc-reconcile`` does, so an agent whose start was delayed past the drop
-can no longer start a build under that name.
+``detach-run`` follows the build, bounds it by ``--timeout`` (SIGTERM to its process group, then
+SIGKILL), looks at the transcripts once (this host's own files: nothing to settle), applies
+retention and streams them as ``alloc-run`` does.  ``detach-reconcile`` never starts anything:
+it waits (bounded) for the recorded build's ``exit``, then does the same; a missing attempt is
+created (fenced), as ``alloc-reconcile`` does.
 
 Standard library only; Python 3.8 and later.
 """

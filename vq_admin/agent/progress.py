@@ -1,14 +1,10 @@
-"""Progress records of ``alloc-run --progress SECONDS`` (for a terminal).
+"""Progress records of ``alloc-run --progress SECONDS`` (for a terminal; none without it).
 
 While ``sbatch --wait`` runs, a thread of the agent reports, once when the
-job id is known and then every *SECONDS* (the driver asks for 10), one
-``progress`` record: the job's queue state and pending reason (``squeue``
-on the login host the agent runs on: no extra connection) and the last line
-of the attempt's transcript.  During the settle every observation is
-reported too.  The driver renders them as one live line on a terminal; the
-agent sends none without ``--progress``, so a run off a terminal costs
-nothing extra and an older driver never sees a record kind it does not
-know.
+job id is known and then every *SECONDS*, one ``progress`` record: the job's
+queue state and pending reason (``squeue`` on the login host) and the last
+line of the attempt's transcript.  During the settle every observation is
+reported too.
 
 Record payloads::
 

@@ -77,19 +77,8 @@ def choose_removals(current: str, others: Iterable[str], size: Callable[[str], i
     return remove, total
 
 
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
 def is_live(program_fd: int, name: str) -> bool:
-    """True when another process holds the attempt's ``.live`` lock.
-
-    An attempt without a ``.live`` file (a crash before it was made, or a
-    directory of an older version) is not live.
-    """
+    """True when another process holds the attempt's ``.live`` lock (an attempt without one is not live)."""
     try:
         afd = os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)
     except OSError:
@@ -148,8 +137,9 @@ def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, obje
             errors.append(f"{name}: {exc.strerror or exc}")
     legacy = []
     for name in LEGACY_FILES:
-        st = _lstat(program_fd, name)
-        if st is None:
+        try:
+            st = os.stat(name, dir_fd=program_fd, follow_symlinks=False)
+        except FileNotFoundError:
             continue
         if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             try:

@@ -89,24 +89,22 @@ class DirectoryObserver:
     are opened relative to that open directory instead of by path.
     """
 
-    def __init__(self, directory: str, names: Sequence[str] = FILES, algorithm: str | None = None,
-                 dir_fd: int | None = None):
+    def __init__(self, directory: str, algorithm: str | None = None, dir_fd: int | None = None):
         self.directory = directory
-        self.names = tuple(names)
         self.algorithm = algorithm or checksum.default_algorithm()
         self.dir_fd = dir_fd
 
     def __call__(self) -> Observation:
         if self.dir_fd is not None:  # the directory the caller holds open: its path may lead elsewhere by now
-            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in self.names)
+            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in FILES)
         try:
             dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            return tuple(FileState(error="directory missing") for _ in self.names)
+            return tuple(FileState(error="directory missing") for _ in FILES)
         except OSError as exc:
-            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in self.names)
+            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in FILES)
         try:
-            return tuple(file_state(dfd, name, self.algorithm) for name in self.names)
+            return tuple(file_state(dfd, name, self.algorithm) for name in FILES)
         finally:
             os.close(dfd)
 
@@ -120,14 +118,14 @@ class SettleResult:
     seconds: float
     checksum: str = checksum.XXH3
 
-    def to_dict(self, names: Sequence[str] = FILES) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "checksum": self.checksum,
             "settled": self.settled,
             "reason": self.reason,
             "observations": self.observations,
             "seconds": round(self.seconds, 3),
-            "files": {name: state.to_dict() for name, state in zip(names, self.last)},
+            "files": {name: state.to_dict() for name, state in zip(FILES, self.last)},
         }
 
 
