@@ -1,31 +1,20 @@
 """Allocation builds on the login host: attempt directories, the batch job,
 settle, retention, and reconciliation after a dropped connection.
 
-Layout (CONTRACT section 5)::
-
-    <scratch_root>/.vq-admin/runtime-deploy/<program>/
-        .lock                          per-program lock (creation and retention)
-        deploy.<UTC>.<hex>/            one attempt, 0700, created fresh
-            stdout  stderr             the job's transcripts, opened by the job itself
-                                       (O_CREAT|O_EXCL|O_NOFOLLOW, relative to the attempt it
-                                       checked); Slurm's own --output/--error are /dev/null
-            job                        the Slurm job id, written the moment sbatch prints it
-            argv.json  job.py          what the job runs (no shell anywhere)
-            .live                      held (shared flock) while a run uses the attempt
-
-Every level the tool creates is opened with ``O_NOFOLLOW`` below its
-parent, so a symlink planted at ``.vq-admin``, ``runtime-deploy``, the
-program directory or the attempt is refused and nothing is written through
-it.  An attempt directory is never reused: creating an existing name fails.
+An attempt is ``<scratch_root>/.vq-admin/runtime-deploy/<program>/deploy.<UTC>.<hex>/``, 0700,
+created fresh and never reused, beside the per-program ``.lock`` (layout in
+docs/allocation-transcripts.md).  Every level the tool creates is opened with ``O_NOFOLLOW``
+below its parent, so a symlink planted at any level is refused and nothing is written through
+it.  The job opens its own transcripts (Slurm's ``--output``/``--error`` are ``/dev/null``);
+``.live`` is held (shared flock) while a run uses the attempt.
 
 ``run`` submits ``sbatch --parsable --wait`` and bounds the wait;
 ``reconcile`` never submits: it establishes the end of the job recorded in
 ``job`` (``scontrol``, else the job completion log, else ``sacct``).  Both
 then settle the transcripts, apply retention and stream the transcripts
-back (see :mod:`.frames`) while the attempt is still live.
+back (:mod:`vq_admin.core.frames`) while the attempt is still live.
 
-Standard library (+ ``xxhash`` when importable): runs inside
-``vq-admin-agent`` on Python 3.8 and later.
+Standard library (+ ``xxhash`` when importable), Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -363,13 +352,12 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding | None = None) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding) -> list[str]:
     path = attempt.path
-    job = binding.job_args(path) if binding is not None else [f"{path}/argv.json"]
     return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
-            "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *job]
+            "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]
 
 
 def finish(attempt: Attempt, frames: FrameWriter, summary: dict[str, Any], *, settle_kw: dict[str, Any] | None = None,

@@ -23,11 +23,7 @@ from . import allocation, checkpaths, detached, identity, install_file, lease, s
 from ..core import protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
-
-EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = (protocol.EXIT_FAILED, protocol.EXIT_USAGE,
-                                                    protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE)
-#: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
-EXIT_HELD = lease.EXIT_HELD
+from ..core.protocol import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -39,11 +35,6 @@ def cmd_hash_file(args: argparse.Namespace) -> int:
     answer, code = verify_readback.hash_answer(args.path)
     _emit(answer)
     return code
-
-
-def cmd_verify_readback(args: argparse.Namespace) -> int:
-    """The read-only verify and the launcher read-back in one call (see :mod:`.verify_readback`)."""
-    return verify_readback.main(args.command)
 
 
 def cmd_check_paths(args: argparse.Namespace) -> int:
@@ -254,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
-    p.set_defaults(func=cmd_verify_readback)
+    p.set_defaults(func=lambda args: verify_readback.main(args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)

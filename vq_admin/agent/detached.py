@@ -78,10 +78,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         for fd in (0, 1, 2):  # nothing of the ssh session stays open here
             os.dup2(null, fd)
         os.close(null)
-        out = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=attempt.fd)
-        err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=attempt.fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out, err = (os.open(name, flags, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
         proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)
@@ -164,7 +162,7 @@ def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str
     sent: list[str] = []
     if not isinstance(pid, int):
         return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, KILL_GRACE)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
             break
         try:
@@ -172,7 +170,7 @@ def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str
             sent.append(sig.name)
         except (ProcessLookupError, PermissionError):
             break
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + KILL_GRACE
         while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
             time.sleep(POLL)
     ended = read_record(attempt, EXIT_FILE) is not None

@@ -23,7 +23,7 @@ import stat
 import threading
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from .spawn import TimeoutExpired, run_captured
+from .slurmjob import query
 
 #: The shortest poll interval, in seconds.
 MIN_INTERVAL = 1.0
@@ -34,17 +34,14 @@ SQUEUE_TIMEOUT = 20.0
 
 def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[str], Optional[str]]:
     """``(state, reason)`` from ``squeue -h -j ID -o %T|%r``; ``(None, None)`` when the job left the queue."""
-    argv = ["squeue", "-h", "-j", job_id, "-o", "%T|%r"]
-    try:
-        code, out, err = run_captured(argv, timeout=timeout)
-    except (OSError, TimeoutExpired) as exc:
-        return "UNKNOWN", f"squeue: {exc}"[:200]
+    code, out, err = query(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], timeout)
+    if code is None:
+        return "UNKNOWN", err[:200]
     if code != 0:
-        text = err.decode("utf-8", "replace").strip()
-        if "Invalid job id" in text:
+        if "Invalid job id" in err:
             return None, None
-        return "UNKNOWN", f"squeue exit {code}: {text[-200:]}"
-    for line in out.decode("utf-8", "replace").splitlines():
+        return "UNKNOWN", f"squeue exit {code}: {err.strip()[-200:]}"
+    for line in out.splitlines():
         state, _, reason = line.strip().partition("|")
         if state:
             return state, (reason if reason and reason != "None" else None)
