@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from typing import Any, Callable
 
 from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
@@ -115,9 +116,7 @@ def _sinfo() -> dict[str, Any]:
         return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
-    states: dict[str, Any] = {}
-    for line in out.decode("utf-8", "replace").split():
-        states[line] = states.get(line, 0) + 1
+    states = dict(Counter(out.decode("utf-8", "replace").split()))
     error = err.decode("utf-8", "replace").strip()[-300:] or None
     if code == 0 and not states:
         error = "sinfo listed no nodes"

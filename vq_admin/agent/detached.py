@@ -37,7 +37,7 @@ from .progress import Reporter
 #: The build's record and its end, inside the attempt directory.
 BUILD_FILE = "build"
 EXIT_FILE = "exit"
-#: Seconds the agent waits for the supervisor to report the build's pid.
+#: Seconds a reconcile waits for a live original agent to record the build it starts.
 START_WAIT = 30.0
 #: Seconds between SIGTERM and SIGKILL of a build cut off at its bound.
 KILL_GRACE = 10.0
@@ -126,16 +126,8 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
             os._exit(0)
     os.close(write_fd)
     os.waitpid(child, 0)
-    data = b""
-    deadline = time.monotonic() + START_WAIT
-    try:
-        while time.monotonic() < deadline and not data.endswith(b"\n"):
-            chunk = os.read(read_fd, RECORD_LIMIT)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(read_fd)
+    with os.fdopen(read_fd, "rb") as fh:  # the record's line, or EOF when the supervisor failed
+        data = fh.readline(RECORD_LIMIT)
     try:
         record = json.loads(data.decode("utf-8"))
     except ValueError:

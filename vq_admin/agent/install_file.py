@@ -158,7 +158,6 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         old_sha, old_head, old_mode = _old(pfd, name, dest)
         new_sha = hashlib.sha256(new).hexdigest()
         changed = old_sha != new_sha or old_mode != mode
-        temp = None
         if changed:
             temp = f".{name}.vq-install.{secrets.token_hex(6)}"
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)

@@ -1,19 +1,12 @@
-"""Build ``vq-admin-agent.pyz``: the helper as one file, for a login host
-that has a Python (3.8 or later) and nothing else.
+"""Build ``vq-admin-agent.pyz`` (``python3 -m vq_admin.agent.pyz [OUT]``, default
+``./vq-admin-agent.pyz``): the helper as one file, for a login host that has a Python (3.8 or
+later) and nothing else.
 
-::
-
-    python3 -m vq_admin.agent.pyz [OUT]      # default OUT: ./vq-admin-agent.pyz
-
-The archive (:mod:`zipapp`, standard library) holds exactly
-``vq_admin/__init__.py``, ``vq_admin/core/*.py`` and ``vq_admin/agent/*.py`` of the tree it is built
-from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`; no
-bytecode, no driver module, no third-party package.  Run it as
-``python3 vq-admin-agent.pyz VERB ...`` or directly (its first line is
-``#!/usr/bin/env python3``).  Member timestamps are fixed, so the same
-tree builds the same bytes.
-
-Standard library only; Python 3.8 and later.
+The archive (:mod:`zipapp` layout, its first line ``#!/usr/bin/env python3``) holds exactly
+``vq_admin/__init__.py``, ``vq_admin/core/*.py`` and ``vq_admin/agent/*.py`` of the tree it is
+built from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`: no bytecode, no
+driver module, no third-party package.  Member timestamps are fixed, so the same tree builds the
+same bytes.
 """
 
 from __future__ import annotations

@@ -85,12 +85,8 @@ def is_live(program_fd: int, name: str) -> bool:
 
 
 def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
-    """Apply the retention rule below the open program directory *program_fd*.
-
-    Returns ``{"removed", "removed_bytes", "legacy_removed", "live_skipped",
-    "retained_bytes", "errors"}``.  A failure to remove one attempt is
-    reported in ``errors`` and does not stop the others.
-    """
+    """Apply the retention rule below the open program directory *program_fd*; a failure to remove
+    one attempt is reported in ``errors`` and does not stop the others."""
     attempts = [entry.name for entry in os.scandir(program_fd)
                 if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
     live_skipped: list[str] = []
