@@ -161,6 +161,10 @@ def program_parts(program: str) -> list[str]:
     return [".vq-admin", "runtime-deploy", program]
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def new_attempt_name() -> str:
     return f"deploy.{safedirs.utc_stamp()}.{secrets.token_hex(4)}"
 
@@ -452,8 +456,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             try:
                 attempt.write_file("job", f"{job_id}\n".encode())
                 lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.path,
-                                               "pid": sbatch_pid, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                         time.gmtime())})
+                                               "pid": sbatch_pid, "since": utc_now()})
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})

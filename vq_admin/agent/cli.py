@@ -20,11 +20,13 @@ import sys
 from collections import Counter
 from typing import Any, Callable
 
+from .. import __version__
 from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
-from ..core import protocol, safedirs, securepath
+from ..core import checksum, protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
 from ..core.protocol import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
+from .spawn import TimeoutExpired, run_captured
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -76,7 +78,6 @@ def cmd_stage_reclaim(args: argparse.Namespace) -> int:
 
 
 def cmd_identity(args: argparse.Namespace) -> int:
-    """The running helper's identity (see :mod:`.identity`); exit 0 when computed."""
     found = identity.identity()
     if args.json:
         _emit(found)
@@ -87,9 +88,6 @@ def cmd_identity(args: argparse.Namespace) -> int:
 
 def cmd_version(args: argparse.Namespace) -> int:
     """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
-    from .. import __version__
-    from ..core import checksum
-
     found: dict[str, Any] = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
@@ -107,8 +105,6 @@ SINFO_TIMEOUT = 20.0
 
 def _sinfo() -> dict[str, Any]:
     """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
-    from .spawn import TimeoutExpired, run_captured
-
     argv = ["sinfo", "-h", "-o", "%t"]
     try:
         code, out, err = run_captured(argv, timeout=SINFO_TIMEOUT)
@@ -124,7 +120,6 @@ def _sinfo() -> dict[str, Any]:
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:
-    """Replace one file atomically from stdin (see :mod:`.install_file`)."""
     try:
         mode = int(args.mode, 8)
     except ValueError:

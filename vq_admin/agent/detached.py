@@ -61,10 +61,6 @@ def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None
     return value if isinstance(value, dict) else None
 
 
-def _utc() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
                work: tuple[int, str]) -> None:
     """The supervisor (a grandchild of the agent, in its own session; it holds the lease's work lock,
@@ -87,7 +83,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
                   "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
-                  "archive_sha256": binding.archive_sha256, "started": _utc()}
+                  "archive_sha256": binding.archive_sha256, "started": allocation.utc_now()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
@@ -102,7 +98,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
-               "pid": proc.pid, "ended": _utc()}
+               "pid": proc.pid, "ended": allocation.utc_now()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
         code = 0
     finally:

@@ -91,8 +91,6 @@ class Reporter:
         self._worker: Optional[threading.Thread] = None
 
     def start(self, job_id: str) -> None:
-        if self._worker is not None:
-            return
         self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
         self._worker.start()
 

@@ -46,20 +46,16 @@ def choose_removals(current: str, others: Iterable[str], size: Callable[[str], i
     attempts whose size matters (not for those already condemned).
     """
     total = size(current)
-    removing = False
     remove: list[str] = []
     for name in newest_first(n for n in others if n != current):
         if live(name):
             continue
-        if removing:
-            remove.append(name)
-            continue
-        bytes_ = size(name)
-        if total + bytes_ <= cap:
-            total += bytes_
-        else:
-            removing = True
-            remove.append(name)
+        if not remove:  # nothing condemned yet: keep it while it fits
+            bytes_ = size(name)
+            if total + bytes_ <= cap:
+                total += bytes_
+                continue
+        remove.append(name)
     return remove, total
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
 from ..core import checksum
@@ -50,9 +50,6 @@ class FileState:
     @property
     def readable(self) -> bool:
         return self.error is None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"size": self.size, "digest": self.digest, "error": self.error}
 
 
 Observation = Tuple[FileState, ...]  # typing.Tuple: evaluated at import, and 3.8 has no tuple[...]
@@ -125,7 +122,7 @@ class SettleResult:
             "reason": self.reason,
             "observations": self.observations,
             "seconds": round(self.seconds, 3),
-            "files": {name: state.to_dict() for name, state in zip(FILES, self.last)},
+            "files": {name: asdict(state) for name, state in zip(FILES, self.last)},
         }
 
 
