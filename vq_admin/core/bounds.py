@@ -47,10 +47,9 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    return deepest
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
     return deepest
@@ -92,10 +91,9 @@ def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
             continue
         if ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    return deepest
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
         i += 1

@@ -15,8 +15,7 @@ run time.  A parser takes the agent's stdout and returns a small record
 or raises :class:`ProtocolError`, whose message names the verb.
 
 ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile``
-answer with framed records (:mod:`.frames`), read as a stream by the driver;
-:func:`parse_framed` reads a whole captured stream.
+answer with framed records (:mod:`.frames`), read as a stream by the driver.
 
 Every JSON text on both sides goes through :func:`encode` and :func:`decode`
 (:func:`encode_request` for the ``session`` request): ``json.dumps(...,
@@ -272,20 +271,10 @@ def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: 
     return argv + _archive_env_command(archive, archive_sha256, env, command)
 
 
-def alloc_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """``alloc-reconcile``: the end of an attempt's recorded batch job (never submits; framed answer)."""
-    return [*agent, ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
-
-
-def detach_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """``detach-reconcile``: the end of an attempt's detached build (never starts one; framed answer)."""
-    return [*agent, DETACH_RECONCILE, *_job_words(root, program, attempt, timeout)]
-
-
 def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """:func:`detach_reconcile` when *detached*, else :func:`alloc_reconcile`."""
-    build = detach_reconcile if detached else alloc_reconcile
-    return build(agent, root=root, program=program, attempt=attempt, timeout=timeout)
+    """``detach-reconcile`` when *detached* (the end of an attempt's detached build, never starting one), else
+    ``alloc-reconcile`` (the end of its recorded batch job, never submitting); framed answer."""
+    return [*agent, DETACH_RECONCILE if detached else ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
 
 
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
@@ -380,7 +369,6 @@ class HashAnswer(Answer):
         self.error: Optional[str] = error if isinstance(error, str) else None
 
 
-
 class CheckedPaths(Answer):
     """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
 
@@ -391,7 +379,6 @@ class CheckedPaths(Answer):
         super().__init__(data)
         self.checked: List[str] = _loose(data, "checked", list, [])
         self.refused: List[Dict[str, Any]] = _loose(data, "refused", list, [])
-
 
 
 class VerifyReadback(Answer):
@@ -416,7 +403,6 @@ class VerifyReadback(Answer):
         self.readback: Optional[Dict[str, Any]] = readback if isinstance(readback, dict) else None
 
 
-
 class StageCreated(Answer):
     """``stage-create``: the new stage's absolute path."""
 
@@ -431,7 +417,6 @@ class StageCreated(Answer):
         self.stage: str = stage
 
 
-
 class StageReceived(Answer):
     """``stage-receive``: the stage and the archive's size in bytes."""
 
@@ -442,7 +427,6 @@ class StageReceived(Answer):
         super().__init__(data)
         self.stage: str = _member(self.verb, data, "stage", str)
         self.size: int = _member(self.verb, data, "bytes", int)
-
 
 
 class StageVerdict(Answer):
@@ -460,7 +444,6 @@ class StageVerdict(Answer):
                                       else [mismatches] if mismatches else [])
 
 
-
 class StageReclaimed(Answer):
     """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
 
@@ -473,7 +456,6 @@ class StageReclaimed(Answer):
         self.abandoned: List[Any] = _member(self.verb, data, "abandoned", list)
 
 
-
 class IdentityAnswer(Answer):
     """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
 
@@ -484,7 +466,6 @@ class IdentityAnswer(Answer):
         super().__init__(data)
         self.version: str = _member(self.verb, data, "version", str)
         self.tree_sha256: Optional[str] = _member(self.verb, data, "tree_sha256", str, optional=True)
-
 
 
 #: The members of a ``version`` answer (``sinfo`` only when asked).
@@ -507,7 +488,6 @@ class VersionAnswer(Answer):
         return {k: self.data.get(k) for k in VERSION_KEYS}
 
 
-
 class Installed(Answer):
     """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
 
@@ -520,7 +500,6 @@ class Installed(Answer):
         self.changed: bool = data.get("changed") is True
         self.new_sha256: Optional[str] = _loose(data, "new_sha256", str)
         self.old_sha256: Optional[str] = _loose(data, "old_sha256", str)
-
 
 
 parse_hash_file = HashAnswer.parse
@@ -575,51 +554,6 @@ def parse_session(stdout: Output) -> SessionAnswer:
     if rest.strip():
         data.update(_object(SESSION, rest.split("\n", 1)[0]))
     return SessionAnswer(data)
-
-
-class Framed(Answer):
-    """A framed verb's whole captured stream: the JSON records by kind, the transcripts' bytes, and
-    ``complete`` when the stream ended with its ``end`` record."""
-
-    __slots__ = ("records", "transcripts", "complete")
-
-    def __init__(self, verb: str, records: Dict[str, Dict[str, Any]], transcripts: Dict[str, bytes],
-                 complete: bool) -> None:
-        super().__init__({"verb": verb, "records": records, "complete": complete})
-        self.records = records
-        self.transcripts = transcripts
-        self.complete = complete
-
-    @property
-    def summary(self) -> Dict[str, Any]:
-        return self.records.get("summary") or {}
-
-
-def parse_framed(verb: str, stdout: bytes) -> Framed:
-    """A framed verb's captured stdout (see :mod:`.frames`); raises :class:`ProtocolError` when the
-    stream is malformed or has no ``summary`` record."""
-    import io
-
-    from .frames import FrameError, read_frames
-
-    if verb not in FRAMED_VERBS:
-        raise ValueError(f"{verb} is not a framed verb")
-    records: Dict[str, Dict[str, Any]] = {}
-    transcripts = {"stdout": b"", "stderr": b""}
-
-    def on_record(kind: str, payload: Dict[str, Any]) -> None:
-        records[kind] = payload
-
-    def on_data(name: str, chunk: bytes) -> None:
-        transcripts[name] += chunk
-
-    try:
-        complete = read_frames(io.BytesIO(stdout), on_record, on_data)
-    except (FrameError, ValueError) as exc:
-        raise ProtocolError(verb, f"is not a framed stream: {exc}") from None
-    if "summary" not in records:
-        raise ProtocolError(verb, "has no summary record")
-    return Framed(verb, records, transcripts, complete)
 
 
 #: Each verb's parser (the round-trip test reads this table).

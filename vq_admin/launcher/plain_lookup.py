@@ -180,7 +180,7 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         entry = _read(dfd, wanted + ".json")
         if entry is None or entry_problem(entry, host, program, wanted) is not None:
             return None
-        if not (_absent(dfd, "pruned", wanted) and _absent(dfd, "conflicts", wanted)):
+        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)):
             return None
         return latest, entry
     except (OSError, ValueError):
@@ -204,8 +204,9 @@ def _read(dfd: int, name: str) -> dict[str, str | None] | None:
     return None if data is None else flat_object(data)
 
 
-def _absent(dfd: int, directory: str, sha: str) -> bool:
-    """Whether ``<directory>/<sha>.json`` is certainly absent (never followed)."""
+def absent(dfd: int, directory: str, sha: str) -> bool:
+    """Whether ``<directory>/<sha>.json`` is certainly absent in the lane *dfd* (one ``stat``, never
+    followed); a lane whose answer cannot be read counts as having it (fail closed)."""
     try:
         os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):

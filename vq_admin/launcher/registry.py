@@ -47,7 +47,7 @@ import re
 
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from ..core.bounds import InputError, loads_json
-from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
+from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry_problem
 from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
@@ -106,21 +106,9 @@ def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str
     if dfd is None:
         return None
     try:
-        return _read_mark_at(dfd, path, sha) if _exists_at(dfd, "pruned", sha) else None
+        return None if absent(dfd, "pruned", sha) else _read_mark_at(dfd, path, sha)
     finally:
         os.close(dfd)
-
-
-def _exists_at(dfd: int, directory: str, sha: str) -> bool:
-    """Whether ``<directory>/<sha>.json`` exists in the lane (one ``stat``, never followed);
-    a lane whose answer cannot be read counts as having it (fail closed)."""
-    try:
-        os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
-        return True
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError:
-        return True
 
 
 def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
@@ -322,22 +310,11 @@ def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> boo
         os.close(dfd)
 
 
-def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
-    """The SHA of the latest verified deployment, or ``None`` when there is none."""
-    dfd = _lane_fd(state_root, host, program, create=False)
-    if dfd is None:
-        return None
-    try:
-        return _latest_at(dfd, state_root, host, program)
-    finally:
-        os.close(dfd)
-
-
 def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
             ) -> tuple[str | None, dict[str, Any] | None]:
     """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
     walk of the directories (the per-job path).  Raises :class:`RegistryError` as
-    :func:`latest_sha` and :func:`lookup` do."""
+    :func:`lookup` does, and for a ``latest.json`` that names no full SHA."""
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
         return None, None
@@ -368,11 +345,11 @@ def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
     problem = entry_problem(entry, host, program, sha)
     if problem is not None:
         raise RegistryError(f"{path}: {problem}")
-    if _exists_at(dfd, "pruned", sha):
+    if not absent(dfd, "pruned", sha):
         found = _read_mark_at(dfd, path, sha)
         raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
                           f"release and launcher {entry['launcher']} were removed", sha)
-    if _exists_at(dfd, "conflicts", sha):
+    if not absent(dfd, "conflicts", sha):
         raise RegistryError(
             f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
             f"bytes than {path}; the launcher is not immutable")
