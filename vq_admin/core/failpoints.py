@@ -112,32 +112,25 @@ def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     return mode
 
 
-def _boundary(settings: Settings, args: tuple[str, ...], when: str) -> str | None:
-    name = args[0] if args else ""
-    settings.log({"step": name, "when": when})
-    if (name, when) in settings.steps:
-        _sigkill()
-    return None
+def _boundary(when: str, doc: str) -> None:
+    """Declare the point ``step-<when>``, which logs the step boundary and SIGKILLs vq-admin there when asked."""
+    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
+        name = args[0] if args else ""
+        settings.log({"step": name, "when": when})
+        if (name, when) in settings.steps:
+            _sigkill()
+        return None
+
+    handler.__doc__ = doc
+    _point(f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")(handler)
 
 
-@_point("step-before", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_before(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right before a step starts (``args``: the step's name).
-
-    ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
-    ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).
-    """
-    return _boundary(settings, args, "before")
-
-
-@_point("step-after", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_after(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right after a step's result was recorded (``args``: the step's name).
-
-    ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
-    there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.
-    """
-    return _boundary(settings, args, "after")
+_boundary("before", """Right before a step starts (``args``: the step's name).
+          ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
+          ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).""")
+_boundary("after", """Right after a step's result was recorded (``args``: the step's name).
+          ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
+          there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.""")
 
 
 @_point("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH")

@@ -132,23 +132,17 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-def _dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True)
-
-
-# -- encoders (the agent's side) --------------------------------------------------------
-
 def encode(answer: Dict[str, Any]) -> str:
     """One answer (or record) as the agent prints it: one JSON object line, keys sorted
     (``json.dumps(answer, sort_keys=True)`` and a newline)."""
-    return _dumps(answer) + "\n"
+    import json
+
+    return json.dumps(answer, sort_keys=True) + "\n"
 
 
 def encode_request(request: Dict[str, Any]) -> bytes:
     """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
-    return _dumps(request).encode() + b"\n"
+    return encode(request).encode()
 
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
@@ -332,7 +326,6 @@ def _member(verb: str, data: Dict[str, Any], key: str, kind: Any, optional: bool
 class Answer:
     """An agent answer: ``data`` is the whole JSON object, the rest its typed members."""
 
-    __slots__ = ("data",)
     verb = ""
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -356,23 +349,20 @@ class Answer:
 class HashAnswer(Answer):
     """``hash-file``: ``sha256`` is ``None`` when the file could not be read (``error`` says why)."""
 
-    __slots__ = ("path", "exists", "sha256", "error")
     verb = HASH_FILE
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
         # lenient: the driver's read-back check judges each member (evidence.readback_check)
-        path, sha256, error = data.get("path"), data.get("sha256"), data.get("error")
-        self.path: Optional[str] = path if isinstance(path, str) else None
+        self.path: Optional[str] = _loose(data, "path", str)
         self.exists: bool = data.get("exists") is True
-        self.sha256: Optional[str] = sha256 if isinstance(sha256, str) else None
-        self.error: Optional[str] = error if isinstance(error, str) else None
+        self.sha256: Optional[str] = _loose(data, "sha256", str)
+        self.error: Optional[str] = _loose(data, "error", str)
 
 
 class CheckedPaths(Answer):
     """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
 
-    __slots__ = ("checked", "refused")
     verb = CHECK_PATHS
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -384,7 +374,6 @@ class CheckedPaths(Answer):
 class VerifyReadback(Answer):
     """``verify-readback``: the verify's exit status and output, and the launcher's ``hash-file`` answer."""
 
-    __slots__ = ("verify", "stdout_bytes", "readback")
     verb = VERIFY_READBACK
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -399,14 +388,12 @@ class VerifyReadback(Answer):
             raise ProtocolError(self.verb, "holds text that is not the verify's output") from None
         self.verify: Dict[str, Any] = verify
         self.stdout_bytes: bytes = stdout_bytes
-        readback = data.get("readback")
-        self.readback: Optional[Dict[str, Any]] = readback if isinstance(readback, dict) else None
+        self.readback: Optional[Dict[str, Any]] = _loose(data, "readback", dict)
 
 
 class StageCreated(Answer):
     """``stage-create``: the new stage's absolute path."""
 
-    __slots__ = ("stage",)
     verb = STAGE_CREATE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -420,7 +407,6 @@ class StageCreated(Answer):
 class StageReceived(Answer):
     """``stage-receive``: the stage and the archive's size in bytes."""
 
-    __slots__ = ("stage", "size")
     verb = STAGE_RECEIVE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -432,13 +418,12 @@ class StageReceived(Answer):
 class StageVerdict(Answer):
     """``stage-verify``: ``verified`` only when nothing mismatched (exit 3 otherwise)."""
 
-    __slots__ = ("stage", "verified", "mismatches")
     verb = STAGE_VERIFY
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        stage, mismatches = data.get("stage"), data.get("mismatches")
-        self.stage: Optional[str] = stage if isinstance(stage, str) else None
+        mismatches = data.get("mismatches")
+        self.stage: Optional[str] = _loose(data, "stage", str)
         self.verified: bool = data.get("verified") is True
         self.mismatches: List[Any] = (mismatches if isinstance(mismatches, list)
                                       else [mismatches] if mismatches else [])
@@ -447,7 +432,6 @@ class StageVerdict(Answer):
 class StageReclaimed(Answer):
     """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
 
-    __slots__ = ("removed", "abandoned")
     verb = STAGE_RECLAIM
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -459,7 +443,6 @@ class StageReclaimed(Answer):
 class IdentityAnswer(Answer):
     """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
 
-    __slots__ = ("version", "tree_sha256")
     verb = IDENTITY
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -475,7 +458,6 @@ VERSION_KEYS = ("version", "python_version", "interpreter", "checksum")
 class VersionAnswer(Answer):
     """``version``: the helper's version, Python, interpreter and checksum (and ``sinfo`` when asked)."""
 
-    __slots__ = ("version", "sinfo")
     verb = VERSION
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -491,7 +473,6 @@ class VersionAnswer(Answer):
 class Installed(Answer):
     """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
 
-    __slots__ = ("dest", "changed", "new_sha256", "old_sha256")
     verb = INSTALL_FILE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -517,7 +498,6 @@ parse_install_file = Installed.parse
 class LeaseAnswer(Answer):
     """``lease`` (and the ``lease`` member of a ``session`` answer): held, or who holds it."""
 
-    __slots__ = ("held", "lock", "holder")
     verb = LEASE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -537,13 +517,12 @@ class SessionAnswer(Answer):
     """``session``: its ``protocol`` and one member per part done (``shell``, ``lease``, ``check_paths``,
     ``identity``, ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
 
-    __slots__ = ("lease",)
     verb = SESSION
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        raw = data.get("lease")
-        self.lease: Optional[LeaseAnswer] = LeaseAnswer(raw) if isinstance(raw, dict) else None
+        lease = _loose(data, "lease", dict)
+        self.lease: Optional[LeaseAnswer] = None if lease is None else LeaseAnswer(lease)
 
 
 def parse_session(stdout: Output) -> SessionAnswer:
