@@ -70,12 +70,13 @@ def canned(work: Path) -> bytes:
     receipt = work / "receipt.json"
     receipt.write_text(json.dumps({"active_path": str(launcher), "program": "vibeqc"}) + "\n")
     request = {
+        "protocol": 1,
         "shell_probe": {"argv": True, "expected": "".join(w + "|" for w in PROBE)},
         "lease": {"root": str(work / "scratch"), "lane": "runtime", "host": "cluster", "program": "vibeqc",
                   "holder": {"driver_host": "bench", "user": "bench", "pid": os.getpid(),
                              "since": "2026-12-01T00:00:00Z", "run_id": "bench"}},
         "check_paths": ["/bin/cat", str(receipt)],
-        "verify": {"argv": ["/bin/cat", str(receipt)], "env": {"VQ_BENCH": "1"}},
+        "verify": {"argv": ["/bin/cat", str(receipt)], "env": {"VQ_BENCH": "1"}, "timeout": 600},
     }
     return json.dumps(request, sort_keys=True).encode() + b"\n"
 
