@@ -73,10 +73,6 @@ class WorkHeld(OSError):
     """What an earlier run left running still holds the lease's work lock (nothing is started)."""
 
 
-def lease_dir() -> str:
-    return paths.agent_lock_dir()
-
-
 def lock_name(lane: str, program: Optional[str]) -> str:
     if lane not in LANES:
         raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
@@ -238,7 +234,7 @@ def work_holder(path: str) -> Optional[Dict[str, Any]]:
 def hold_work(program: str) -> Tuple[int, str]:
     """Take the work lock of *program*'s runtime lease for a build or job about to start: ``(fd, lease
     path)``; the holder keeps *fd* open until the work has ended.  Raises :class:`WorkHeld`."""
-    directory = lease_dir()
+    directory = paths.agent_lock_dir()
     prepare_dir(directory)
     path = os.path.join(directory, lock_name("runtime", program))
     fd = open_lock(path + WORK)
@@ -258,11 +254,7 @@ def record_work(path: str, record: Dict[str, Any]) -> None:
 def end_work(fd: int, path: str) -> None:
     """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes, and
     the lock with *fd* (unless another process still shares it)."""
-    try:
-        os.unlink(path + WORK + ".holder")
-    except OSError:
-        pass
-    os.close(fd)
+    release(fd, path + WORK)
 
 
 def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
@@ -276,7 +268,7 @@ def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
             raise ValueError("no holder record")
     except (ValueError, TypeError) as exc:
         return {"held": False, "exit": 2, "error": f"lease: {exc}"}, None
-    directory = lease_dir()
+    directory = paths.agent_lock_dir()
     path = os.path.join(directory, name)
     fd = -1
     try:
