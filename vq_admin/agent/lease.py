@@ -48,8 +48,7 @@ from ..core import default_paths as paths, procs, protocol, securepath
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
-# stays near a bare interpreter start, so typing, socket, secrets, json and re are not imported at
-# run time (its JSON goes through the protocol's codec, its names through the re-free name rule).
+# stays near a bare interpreter start, so typing is not imported at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
@@ -86,11 +85,9 @@ def lock_name(lane: str, program: Optional[str]) -> str:
 
 
 def read_holder(path: str) -> Optional[Dict[str, Any]]:
-    import json  # contention only: the record of a lease held elsewhere
-
     try:
         with open(path + ".holder", "rb") as fh:
-            value = json.loads(fh.read(65536))
+            value = protocol.decode(fh.read(65536).decode())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
