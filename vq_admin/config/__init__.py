@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
@@ -78,27 +78,11 @@ class RuntimeProfile:
 
     def settings(self) -> dict[str, Any]:
         """The profile as plain data, handed to providers."""
-        return {
-            "program": self.program,
-            "provider": self.provider,
-            "update_command": self.update_command,
-            "install_command": self.install_command,
-            "verify_command": self.verify_command,
-            "update_host": self.update_host,
-            "update_allocation": (
-                {"sbatch_args": list(self.update_allocation.sbatch_args)} if self.update_allocation else None
-            ),
-            "timeout_seconds": self.timeout_seconds,
-            "verify_timeout_seconds": self.verify_timeout_seconds,
-            "source_repo": self.source_repo,
-            "feed_source_mirror": self.feed_source_mirror,
-            "lane": self.lane,
-            "prepare_command": self.prepare_command,
-            "preparer_reads": self.preparer_reads,
-            "provider_options": dict(self.provider_options),
-            "activate_command": self.activate_command,
-            "prune_command": self.prune_command,
-        }
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.update_allocation:
+            data["update_allocation"] = {"sbatch_args": list(self.update_allocation.sbatch_args)}
+        data["provider_options"] = dict(self.provider_options)
+        return data
 
 
 @dataclass(frozen=True)
@@ -141,15 +125,6 @@ class Config:
 # -- reading ----------------------------------------------------------------------
 
 
-def default_config_path() -> Path:
-    return Path(paths.default_config_path())
-
-
-#: Largest configuration file read: vq_admin.core.bounds.MAX_CONFIG_BYTES (one home, also read before the
-#: command line is parsed, vq_admin.ssh.early_start).
-from ..core.bounds import MAX_CONFIG_BYTES  # noqa: E402
-
-
 def check_ssh_config(config: "Config") -> None:
     """Refuse (exit 77) an ``ssh_config`` another user could change, or one that Includes such a file
     or names such a program: ssh runs its ``Match exec``, ``ProxyCommand``, ``LocalCommand`` and
@@ -172,7 +147,7 @@ def check_ssh_config(config: "Config") -> None:
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate the configuration; raise :class:`ConfigError` on any fault
     (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
-    from ..core.bounds import InputError, loads_toml, read_regular_file
+    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
     chosen = Path(path) if path else Path(paths.config_path())
     try:
@@ -211,17 +186,9 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     return Config(path=path, ssh_config=ssh_config, hosts=hosts)
 
 
-HOST_KEYS = {
-    "fleet_role", "transport", "ssh", "canonical_host", "scheduler", "scratch_root", "agent",
-    "helper_provider", "helper_update_command", "helper_install_command", "helper_update_host",
-    "helper_source_repo", "helper_timeout_seconds", "scheduler_runtime_deployments",
-}
-PROFILE_KEYS = {
-    "provider", "update_command", "install_command", "verify_command", "update_host",
-    "update_allocation", "timeout_seconds", "verify_timeout_seconds", "source_repo",
-    "feed_source_mirror", "lane", "prepare_command", "preparer_reads", "provider_options",
-    "activate_command", "prune_command",
-}
+#: The keys of a host table and of a profile table: the records' fields, as the file spells them.
+HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
+PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:

@@ -22,6 +22,7 @@ directory), so a crash leaves either the old or the new file, never half.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import secrets
@@ -40,12 +41,16 @@ from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 MIN_FREE_BYTES = 1 << 20
 
 
-def default_state_dir() -> Path:
-    return Path(paths.default_state_dir())
-
-
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def parse_utc(stamp: object) -> float | None:
+    """A :func:`utc_now` time (``2026-11-30T10:00:00Z``) as seconds since the epoch; ``None`` when unreadable."""
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 #: Temp files without a pid in their name (written by an earlier version) are removed after this long.
@@ -202,7 +207,7 @@ class StateDir:
     def receipt_path(self, receipt_id: str) -> Path:
         return self.root / "receipts" / f"{receipt_id}.json"
 
-    def read_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+    def read_receipt(self, receipt_id: object) -> dict[str, Any] | None:
         """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
         if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
             return None
