@@ -232,10 +232,10 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         canonical_host=_str(table, "canonical_host", key),
         scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
         scratch_root=_abs_path(table, "scratch_root", key),
-        agent=_command(table, "agent", key) or ("vq-admin-agent",),
+        agent=parse_command(table, "agent", key) or ("vq-admin-agent",),
         helper_provider=_provider_name(table, "helper_provider", key),
-        helper_update_command=_command(table, "helper_update_command", key),
-        helper_install_command=_command(table, "helper_install_command", key),
+        helper_update_command=parse_command(table, "helper_update_command", key),
+        helper_install_command=parse_command(table, "helper_install_command", key),
         helper_update_host=_destination(table, "helper_update_host", key),
         helper_source_repo=_abs_path(table, "helper_source_repo", key),
         helper_timeout_seconds=_timeout(table, "helper_timeout_seconds", key, 7200.0),
@@ -276,9 +276,9 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
     return RuntimeProfile(
         program=program,
         provider=provider,
-        update_command=_command(table, "update_command", key),
-        install_command=_command(table, "install_command", key),
-        verify_command=_command(table, "verify_command", key),
+        update_command=parse_command(table, "update_command", key),
+        install_command=parse_command(table, "install_command", key),
+        verify_command=parse_command(table, "verify_command", key),
         update_host=_destination(table, "update_host", key),
         update_allocation=_allocation(table, key),
         timeout_seconds=_timeout(table, "timeout_seconds", key, 14400.0),
@@ -286,11 +286,11 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         source_repo=source_repo,
         feed_source_mirror=_abs_path(table, "feed_source_mirror", key),
         lane=lane,
-        prepare_command=_command(table, "prepare_command", key),
+        prepare_command=parse_command(table, "prepare_command", key),
         preparer_reads=_choice(table, "preparer_reads", key, PREPARER_READS, "lane"),
         provider_options=dict(options),
-        activate_command=_command(table, "activate_command", key),
-        prune_command=_command(table, "prune_command", key),
+        activate_command=parse_command(table, "activate_command", key),
+        prune_command=parse_command(table, "prune_command", key),
     )
 
 
@@ -353,11 +353,13 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
     return os.path.normpath(value)
 
 
-def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
+def parse_command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
+    """*table*'s command line *name* as words (``None`` when unset); a fault names ``key.name`` (*name* alone
+    when *key* is empty)."""
     value = table.get(name)
     if value is None:
         return None
-    where = f"{key}.{name}"
+    where = f"{key}.{name}" if key else name
     if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
         raise ConfigError(where, "must be a command on one line (a string)")
     try:

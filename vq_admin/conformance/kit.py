@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
 
+from ..config import RuntimeProfile
 from ..core.identifiers import FULL_SHA_RE
 from ..evidence import Check, parse_receipt, readback_check, receipt_checks
 from ..plugins import Providers, ProviderError
@@ -80,15 +81,13 @@ class Kit:
         return bool(ok)
 
     def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
-        settings = {"program": PROGRAM, "provider": self.name,
-                    "update_command": self.commands.get("update_command"),
-                    "install_command": self.commands.get("install_command"),
-                    "verify_command": self.commands.get("verify_command"),
-                    "activate_command": self.commands.get("activate_command"),
-                    "prune_command": self.commands.get("prune_command"), "update_host": None, "update_allocation": None,
-                    "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
-                    "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
-                    "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
+        given = self.commands.get
+        settings = RuntimeProfile(
+            program=PROGRAM, provider=self.name, update_command=given("update_command"),
+            install_command=given("install_command"), verify_command=given("verify_command"),
+            activate_command=given("activate_command"), prune_command=given("prune_command"),
+            timeout_seconds=DEPLOY_TIMEOUT, verify_timeout_seconds=VERIFY_TIMEOUT, source_repo=self.world.repo,
+            provider_options=dict(self.options)).settings()
         return RuntimeRequest(program=PROGRAM, host="conformance", expected_sha=self.world.sha[label], tag=None,
                               update_script_args=tuple(args), source_archive=archive,
                               where="login-host" if archive is None else "build-host", settings=settings)
@@ -113,8 +112,9 @@ class Kit:
             return None, [Check("receipt", False, f"verify exited {result.exit_code} and printed no verify "
                                 f"receipt: {error}")]
         checks = receipt_checks(receipt, PROGRAM, request.expected_sha, None)
-        hashed, problem = _hash(receipt.active_path)
-        checks.append(readback_check(receipt, hashed, problem))
+        digest = _digest(receipt.active_path)  # the launcher hashed here, in the shape readback_check takes
+        checks.append(readback_check(receipt, {"sha256": digest} if digest else None,
+                                     None if digest else f"cannot read {receipt.active_path}"))
         path, roots = os.path.normpath(receipt.active_path), {self.world.root, os.path.realpath(self.world.root)}
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
@@ -252,9 +252,3 @@ def _digest(path: str) -> str | None:
             return hashlib.sha256(fh.read()).hexdigest()
     except OSError:
         return None
-
-
-def _hash(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """*path* hashed here, in the shape :func:`readback_check` takes."""
-    digest = _digest(path)
-    return ({"sha256": digest}, None) if digest else (None, f"cannot read {path}")

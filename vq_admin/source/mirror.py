@@ -44,7 +44,7 @@ from ..core.failpoints import failpoint
 from ..core.identifiers import SHA_RE
 from ..config import ConfigError
 from ..report.outcome import Outcome, VqAdminError
-from . import GIT_ENV, RECEIVE_PACK, run_git
+from . import GIT_ENV, RECEIVE_PACK, git, run_git
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
@@ -331,10 +331,6 @@ def parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
 # -- deciding -----------------------------------------------------------------------
 
 
-def _git(repo: str, *args: str) -> RunResult:
-    return run_git(["git", "-C", repo, *args], timeout=LOCAL_GIT_TIMEOUT)
-
-
 def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
     """Fill ``old``, ``action`` and ``reason`` of each ref from the mirror's values *held*."""
     for ref in refs:
@@ -353,19 +349,19 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
 
 
 def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
-    kind = _git(repo, "cat-file", "-t", "--end-of-options", old)
+    kind = git(repo, "cat-file", "-t", "--end-of-options", old, timeout=LOCAL_GIT_TIMEOUT)
     if not kind.ok:
         if kind.interrupted is None and kind.exit_code == 128:  # git: no such object here
             return "refuse", UNSEEN
         raise VqAdminError(f"git cat-file -t {old} failed in {repo} ({kind.describe()}): {kind.error_text()[-300:]}")
     if kind.text().strip() != "commit":
         return "refuse", NOT_A_COMMIT.format(type=kind.text().strip())
-    forward = _git(repo, "merge-base", "--is-ancestor", old, new)
+    forward = git(repo, "merge-base", "--is-ancestor", old, new, timeout=LOCAL_GIT_TIMEOUT)
     if forward.exit_code == 0:
         return "fast-forward", None
     if forward.exit_code != 1:
         raise VqAdminError(f"git merge-base --is-ancestor {old} {new} failed in {repo}: {forward.error_text()}")
-    behind = _git(repo, "merge-base", "--is-ancestor", new, old)
+    behind = git(repo, "merge-base", "--is-ancestor", new, old, timeout=LOCAL_GIT_TIMEOUT)
     if behind.interrupted or behind.exit_code not in (0, 1):
         raise VqAdminError(f"git merge-base --is-ancestor {new} {old} failed in {repo}: {behind.describe()}")
     return "refuse", ADVANCED if behind.exit_code == 0 else DIVERGED
