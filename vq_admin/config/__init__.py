@@ -172,9 +172,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     hosts_raw = data.get("hosts", {})
     if not isinstance(hosts_raw, dict):
         raise ConfigError("hosts", "must be a table of host tables")
-    hosts: dict[str, HostConfig] = {}
-    for name, table in hosts_raw.items():
-        hosts[name] = _parse_host(name, table)
+    hosts = {name: _parse_host(name, table) for name, table in hosts_raw.items()}
     for name, host in hosts.items():
         if host.fleet_role == "alias":
             target = hosts.get(host.canonical_host or "")
@@ -297,11 +295,15 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
 # -- single-value rules -----------------------------------------------------------
 
 
+def _where(key: str, name: str) -> str:
+    """The dotted key of *name* in the table *key* (the file's top level when empty)."""
+    return f"{key}.{name}" if key else name
+
+
 def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
     for k in table:
         if k not in allowed:
-            dotted = f"{key}.{k}" if key else k
-            raise ConfigError(dotted, "unknown key")
+            raise ConfigError(_where(key, k), "unknown key")
 
 
 def _check_name(name: str, key: str, what: str) -> None:
@@ -314,7 +316,7 @@ def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:
         return None
     value = table[name]
     if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
-        raise ConfigError(f"{key}.{name}", "must be a non-empty one-line string")
+        raise ConfigError(_where(key, name), "must be a non-empty one-line string")
     return value
 
 
@@ -345,7 +347,7 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
     value = _str(table, name, key)
     if value is None:
         return None
-    where = f"{key}.{name}" if key else name
+    where = _where(key, name)
     if not value.startswith("/"):
         raise ConfigError(where, f"must be an absolute path, not {value!r}")
     if ".." in PurePosixPath(value).parts:
@@ -354,12 +356,11 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
 
 
 def parse_command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
-    """*table*'s command line *name* as words (``None`` when unset); a fault names ``key.name`` (*name* alone
-    when *key* is empty)."""
+    """*table*'s command line *name* as words (``None`` when unset); a fault names :func:`_where` it is."""
     value = table.get(name)
     if value is None:
         return None
-    where = f"{key}.{name}" if key else name
+    where = _where(key, name)
     if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
         raise ConfigError(where, "must be a command on one line (a string)")
     try:

@@ -144,8 +144,8 @@ class Kit:
         a = self.evidence("evidence-A", "A")
         if a is None:
             return self.checks
-        a_dir, a_hash = release_dir(a.active_path, a.source_sha), _digest(a.active_path)
-        a_before = snapshot(a_dir)
+        a_dir = release_dir(a.active_path, a.source_sha)
+        a_kept = (a_dir, snapshot(a_dir), a.active_path, _digest(a.active_path))
         code, _, tail = self.deploy("B")
         if not self.check("deploy-B", code == 0, f"update to B exited {code}" + (f": {tail}" if code else "")):
             return self.checks
@@ -155,8 +155,8 @@ class Kit:
         b_dir = release_dir(b.active_path, b.source_sha)
         nested = a_dir == b_dir or a_dir.startswith(b_dir + os.sep) or b_dir.startswith(a_dir + os.sep)
         self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
-        self.check_kept("older-kept-after-B", a_dir, a_before, a.active_path, a_hash)
-        b_before, b_hash, link_before = snapshot(b_dir), _digest(b.active_path), self.world.current()
+        self.check_kept("older-kept-after-B", a_kept)
+        b_kept, link_before = (b_dir, snapshot(b_dir), b.active_path, _digest(b.active_path)), self.world.current()
         code, seen, tail = self.deploy("C")
         self.check("failed-validation-exits-nonzero", code not in (0, None),
                    f"deploying C (its selftest fails) exited {code}: {tail}")
@@ -170,14 +170,12 @@ class Kit:
         active = receipt.source_sha if receipt else None
         self.check("verify-truthful", active == b.source_sha,
                    f"asked about C after its failed deploy, verify reports {active!r}; active is B {b.source_sha}")
-        self.check_kept("releases-kept-after-failure", a_dir, a_before, a.active_path, a_hash,
-                        (b_dir, b_before, b.active_path, b_hash))
+        self.check_kept("releases-kept-after-failure", a_kept, b_kept)
         code, _, tail = self.deploy("A")
         ok = code == 0 and self.evidence_ok("A")
         self.check("redeploy-A", ok,
                    f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
-        self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
-                        (b_dir, b_before, b.active_path, b_hash))
+        self.check_kept("older-not-rewritten", a_kept, b_kept)
         if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
             self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
@@ -217,10 +215,10 @@ class Kit:
         return self.check("argv-shape", not problems, "; ".join(problems) or
                           "script arguments kept contiguous and in order; full SHA and archive passed verbatim")
 
-    def check_kept(self, name: str, a_dir: str, a_before: dict[str, str], a_launcher: str, a_hash: str | None,
-                   *others: tuple[str, dict[str, str], str, str | None]) -> None:
+    def check_kept(self, name: str, *releases: tuple[str, dict[str, str], str, str | None]) -> None:
+        """Each of *releases* (its directory, snapshot, launcher and the launcher's hash) is as it was."""
         problems = []
-        for where, before, launcher, digest in ((a_dir, a_before, a_launcher, a_hash), *others):
+        for where, before, launcher, digest in releases:
             now = snapshot(where)
             if not now:
                 problems.append(f"{where} was removed")

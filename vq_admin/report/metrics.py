@@ -6,18 +6,8 @@ and ``write_to_textfile`` for an atomic temp-file-and-rename write).  Imported
 only for these options: ``vq admin status`` without them, and every other
 verb, never load ``prometheus_client``.
 
-One series set per host and lane (``program`` is empty for the helper lane):
-
-* ``vq_admin_last_outcome{host,program,lane,outcome} 1``: the last run's outcome;
-* ``vq_admin_last_exit_code{host,program,lane}``: its exit status;
-* ``vq_admin_last_run_timestamp_seconds{host,program,lane}``: when it finished;
-* ``vq_admin_last_ok_timestamp_seconds{host,program,lane}``: when LAST OK was
-  proven (absent until a run has been verified);
-* ``vq_admin_last_run_duration_seconds{host,program,lane}``: finished minus
-  started, from the run's receipt;
-* ``vq_admin_transcript_complete{host,program,lane}``: 1 or 0, only when the
-  last run built in a Slurm allocation (its receipt has a transcript log
-  directory).
+One series set per host and lane (``program`` is empty for the helper lane), each gauge
+described in :func:`registry_for` (and in docs/operator-guide.md).
 
 ``vq admin verify --prometheus`` / ``--textfile PATH`` publish one gauge per host and program,
 ``vq_admin_runtime_drift{host,program,state}`` (:func:`drift_registry`), in a file of its own

@@ -90,11 +90,6 @@ class LiveLine:
             except (OSError, ValueError):
                 self._stop.set()
 
-    def clear(self) -> None:
-        """Erase the line (before other output), keeping the ticker."""
-        with self._lock:
-            self._erase()
-
     def _erase(self) -> None:
         """Erase a drawn line (the caller holds the lock); a stream that fails is left alone."""
         if self._drawn:
@@ -108,7 +103,8 @@ class LiveLine:
     def wrap(self, narrate: Callable[[str], None]) -> Callable[[str], None]:
         """A narrator that erases the live line before it prints."""
         def say(message: str) -> None:
-            self.clear()
+            with self._lock:
+                self._erase()
             narrate(message)
         return say
 

@@ -155,16 +155,10 @@ def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
 
 
 def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
-    """The mirror *path* on the host *transport* reaches, with vq-admin's own ssh settings.
-
-    Over ssh, git runs exactly :meth:`SshTransport.ssh_base` (``-F ssh_config``,
-    BatchMode, keep-alives, the run's shared ControlMaster connection) through
-    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted; the
-    run's control directory is a slot, :func:`git_ssh_command`) and
-    the scp-form url ``DEST:PATH``.  A local host's url is the plain path.
-    A destination git cannot put in that url (one with ``:``) is a
-    configuration error naming *ssh_key* (exit 2).
-    """
+    """The mirror *path* on the host *transport* reaches, with vq-admin's own ssh settings: over ssh, git
+    runs exactly :meth:`SshTransport.ssh_base` (:func:`git_ssh_command`) with the scp-form url ``DEST:PATH``;
+    a local host's url is the plain path.  A destination git cannot put in that url (one with ``:`` or ``/``)
+    is a configuration error naming *ssh_key* (exit 2)."""
     if not path.startswith("/"):
         raise VqAdminError(f"feed_source_mirror {path!r} is not an absolute path")
     if not isinstance(transport, SshTransport):

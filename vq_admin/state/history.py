@@ -51,20 +51,10 @@ def entry(receipt: dict[str, Any]) -> dict[str, Any]:
     """The index line of one stored receipt."""
     verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
             else "install" if "install" in receipt else "update")
-    return {
-        "receipt": receipt.get("id"),
-        "lane": receipt.get("lane"),
-        "verb": verb,
-        "host": receipt.get("host"),
-        "program": receipt.get("program"),
-        "outcome": receipt.get("outcome"),
-        "exit_code": receipt.get("exit_code"),
-        "expected_sha": receipt.get("expected_sha"),
-        "tag": receipt.get("tag"),
-        "started_at": receipt.get("started_at"),
-        "finished_at": receipt.get("finished_at"),
-        "seconds": _seconds(receipt.get("started_at"), receipt.get("finished_at")),
-    }
+    line = {key: receipt.get(key) for key in FIELDS}
+    line.update(receipt=receipt.get("id"), verb=verb,
+                seconds=_seconds(receipt.get("started_at"), receipt.get("finished_at")))
+    return line
 
 
 def _line(item: dict[str, Any]) -> bytes:
