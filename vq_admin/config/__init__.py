@@ -210,8 +210,8 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
     fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
     ssh_dest = table.get("ssh", name)
-    if fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest,
-                                                                     str) and (":" in ssh_dest or "/" in ssh_dest):
+    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
+            and (":" in ssh_dest or "/" in ssh_dest)):
         raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
     allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
