@@ -1,7 +1,7 @@
 """Command files on a remote host, checked without the agent: for the helper lane.
 
 The runtime lane asks the agent on each host (``check-paths``,
-:mod:`.remote_paths`).  The helper lane cannot: it is the lane that installs
+:mod:`.command_files`).  The helper lane cannot: it is the lane that installs
 and replaces that agent, so the agent there may predate ``check-paths``, and
 the agent is itself one of the command files to judge -- asking it whether
 it can be trusted would run it first.  So before the helper lane runs
