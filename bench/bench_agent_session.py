@@ -7,7 +7,7 @@ with a request such as the driver sends (the login-shell probe's words on its
 command line; the lease, the command-file check and a verify that only prints
 a receipt naming a small launcher, on stdin), and timed
 
-* from its start to its answer line (``answer``), and
+* from its start to its answer (``answer``: both lines), and
 * from its start until it has exited after its stdin was closed (``exit``),
 
 against ``python -c pass`` with the same interpreter, runs interleaved,
@@ -70,12 +70,13 @@ def canned(work: Path) -> bytes:
     receipt = work / "receipt.json"
     receipt.write_text(json.dumps({"active_path": str(launcher), "program": "vibeqc"}) + "\n")
     request = {
+        "protocol": 1,
         "shell_probe": {"argv": True, "expected": "".join(w + "|" for w in PROBE)},
         "lease": {"root": str(work / "scratch"), "lane": "runtime", "host": "cluster", "program": "vibeqc",
                   "holder": {"driver_host": "bench", "user": "bench", "pid": os.getpid(),
                              "since": "2026-12-01T00:00:00Z", "run_id": "bench"}},
         "check_paths": ["/bin/cat", str(receipt)],
-        "verify": {"argv": ["/bin/cat", str(receipt)], "env": {"VQ_BENCH": "1"}},
+        "verify": {"argv": ["/bin/cat", str(receipt)], "env": {"VQ_BENCH": "1"}, "timeout": 600},
     }
     return json.dumps(request, sort_keys=True).encode() + b"\n"
 
@@ -88,12 +89,15 @@ def session_once(agent: str, request: bytes) -> tuple[float, float]:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(request)
     proc.stdin.flush()
-    line = proc.stdout.readline()
+    line = proc.stdout.readline()  # protocol, shell and lease; the rest on a second line when the lease is held
+    answer = json.loads(line) if line else {}
+    if answer.get("lease", {}).get("held"):
+        line = proc.stdout.readline()
+        answer.update(json.loads(line) if line else {})
     answered = time.perf_counter() - started
     proc.stdin.close()
     code = proc.wait(timeout=60)
     ended = time.perf_counter() - started
-    answer = json.loads(line) if line else {}
     if code != 0 or not answer.get("lease", {}).get("held") or answer.get("verify", {}).get("readback_exit") != 0:
         raise RuntimeError(f"{agent} session: exit {code}, answer {line[:500]!r}, {proc.stderr.read()[-500:]!r}")
     proc.stdout.close()

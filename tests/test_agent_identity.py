@@ -23,7 +23,7 @@ from helper_world import (HERE, PYTHON, bootstrap, helper_repo, live_identity, r
 from support import GitRepo, git
 from vq_admin_hookspecs import HelperIdentity
 
-from vq_admin.agent.identity import RECORD_NAME, make_record
+from vq_admin.agent.identity import RECORD_NAME
 from vq_admin.core.treeid import archive_identity, directory_tree_sha256
 
 sys.path.insert(0, str(HERE / "site_example"))
@@ -119,7 +119,8 @@ def test_malformed_record_is_stale_and_claims_nothing(installed):
     (release / RECORD_NAME).write_text("{not json")
     found = live_identity(installed["root"])
     assert found["record"] == "stale" and found["source_sha"] is None
-    (release / RECORD_NAME).write_bytes(make_record(installed["sha"], "0" * 64))
+    record = {"schema": "vq-admin/helper-source/1", "sha": installed["sha"], "tree_sha256": "0" * 64}
+    (release / RECORD_NAME).write_text(json.dumps(record))
     assert live_identity(installed["root"])["record"] == "stale"
 
 

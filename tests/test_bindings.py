@@ -102,7 +102,8 @@ def test_entry_is_never_rewritten_and_latest_moves(world):
     assert outcome["created"] is False and outcome["conflict"] is None
     assert entry.read_bytes() == before
     assert json.loads(before)["receipt"] == "r-a"
-    assert registry.latest_sha(world["state"], "cluster", "vibeqc") == SHA_A  # re-verified A is the latest again
+    latest, _ = registry.resolve(world["state"], "cluster", "vibeqc", None)
+    assert latest == SHA_A  # re-verified A is the latest again
     assert resolve_launcher("vibeqc", "cluster", state_dir=world["state"], config_path=world["config"]).receipt == "r-a"
 
 

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vq_admin import bindings, config
+from vq_admin import bindings
 from vq_admin.launcher import profile_view as readback
-from vq_admin.state import records as state
-from vq_admin.agent import lease
 from vq_admin.core import default_paths as paths
 
 PACKAGE = Path(paths.__file__).resolve().parent.parent
@@ -29,10 +27,10 @@ def test_every_module_resolves_the_same_defaults(monkeypatch, tmp_path, xdg, ove
     expected_state = override or f"{state_home}/vq-admin"
     expected_config = override or f"{config_home}/vq/admin.toml"
     assert paths.state_dir() == bindings.state_root(None) == expected_state
-    assert str(state.default_state_dir()) == f"{state_home}/vq-admin"
+    assert paths.default_state_dir() == f"{state_home}/vq-admin"
     assert paths.config_path() == readback.config_path_of(None) == expected_config
-    assert str(config.default_config_path()) == f"{config_home}/vq/admin.toml"
-    assert lease.lease_dir() == paths.agent_lock_dir() == f"{state_home}/vq-admin-agent/locks"
+    assert paths.default_config_path() == f"{config_home}/vq/admin.toml"
+    assert paths.agent_lock_dir() == f"{state_home}/vq-admin-agent/locks"
     assert bindings.state_root("/given") == "/given" and readback.config_path_of("/given.toml") == "/given.toml"
 
 

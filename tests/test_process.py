@@ -238,16 +238,17 @@ def contains(argv: list[str], part: tuple[str, ...]) -> bool:
 
 def test_every_ssh_argv_carries_the_one_set_of_options():
     from vq_admin.launcher import profile_view as readback
+    from vq_admin.ssh.argv import SSH_OPTIONS
     from vq_admin.ssh.early_session import session_command
     from vq_admin.ssh.transport import SshTransport
 
-    assert "ServerAliveInterval=15" in process.SSH_OPTIONS and "ServerAliveCountMax=4" in process.SSH_OPTIONS
+    assert "ServerAliveInterval=15" in SSH_OPTIONS and "ServerAliveCountMax=4" in SSH_OPTIONS
     t = SshTransport("cluster", None, "/tmp/vqssh-x")
     argvs = [t.describe_argv(["true"]), t.master_wrap(["true"]), session_command(t, ["agent", "session"]),
              SshTransport("cluster", None, None).describe_argv(["true"]),
              readback.hash_argv({"ssh": "cluster", "agent": "/opt/vq/agent"}, {}, "cluster", "/opt/vq/launcher")]
     for argv in argvs:
-        assert argv[0] == "ssh" and contains(argv, process.SSH_OPTIONS), argv
+        assert argv[0] == "ssh" and contains(argv, SSH_OPTIONS), argv
     assert not hasattr(readback, "SSH_OPTIONS")  # no second definition to drift
 
 
@@ -315,9 +316,7 @@ def test_the_runner_imports_nothing_but_what_subprocess_does():
         return set(done.stdout.split())
 
     loaded = imported("vq_admin.ssh.process")
-    # the ssh words (sshargv: shlex quotes the probe's words)
-    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.ssh", "vq_admin.ssh.process", "vq_admin.ssh.argv",
-                                               "shlex"}, loaded
+    assert loaded - imported("subprocess") == {"vq_admin", "vq_admin.ssh", "vq_admin.ssh.process"}, loaded
     assert not loaded & {"typing", "shutil", "tempfile", "dataclasses", "vq_admin.core.failpoints"}
 
 

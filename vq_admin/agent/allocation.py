@@ -1,31 +1,20 @@
 """Allocation builds on the login host: attempt directories, the batch job,
 settle, retention, and reconciliation after a dropped connection.
 
-Layout (CONTRACT section 5)::
-
-    <scratch_root>/.vq-admin/runtime-deploy/<program>/
-        .lock                          per-program lock (creation and retention)
-        deploy.<UTC>.<hex>/            one attempt, 0700, created fresh
-            stdout  stderr             the job's transcripts, opened by the job itself
-                                       (O_CREAT|O_EXCL|O_NOFOLLOW, relative to the attempt it
-                                       checked); Slurm's own --output/--error are /dev/null
-            job                        the Slurm job id, written the moment sbatch prints it
-            argv.json  job.py          what the job runs (no shell anywhere)
-            .live                      held (shared flock) while a run uses the attempt
-
-Every level the tool creates is opened with ``O_NOFOLLOW`` below its
-parent, so a symlink planted at ``.vq-admin``, ``runtime-deploy``, the
-program directory or the attempt is refused and nothing is written through
-it.  An attempt directory is never reused: creating an existing name fails.
+An attempt is ``<scratch_root>/.vq-admin/runtime-deploy/<program>/deploy.<UTC>.<hex>/``, 0700,
+created fresh and never reused, beside the per-program ``.lock`` (layout in
+docs/allocation-transcripts.md).  Every level the tool creates is opened with ``O_NOFOLLOW``
+below its parent, so a symlink planted at any level is refused and nothing is written through
+it.  The job opens its own transcripts (Slurm's ``--output``/``--error`` are ``/dev/null``);
+``.live`` is held (shared flock) while a run uses the attempt.
 
 ``run`` submits ``sbatch --parsable --wait`` and bounds the wait;
 ``reconcile`` never submits: it establishes the end of the job recorded in
 ``job`` (``scontrol``, else the job completion log, else ``sacct``).  Both
 then settle the transcripts, apply retention and stream the transcripts
-back (see :mod:`vq_admin.core.frames`) while the attempt is still live.
+back (:mod:`vq_admin.core.frames`) while the attempt is still live.
 
-Standard library (+ ``xxhash`` when importable): runs inside
-``vq-admin-agent`` on Python 3.8 and later.
+Standard library (+ ``xxhash`` when importable), Python 3.8 and later.
 """
 
 from __future__ import annotations
@@ -162,10 +151,6 @@ except OSError as exc:
 """ % {"tampered": JOB_TAMPERED_EXIT, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
 
 
-class MissingDependency(Exception):
-    """The helper's Python lacks a module the allocation verbs need (nothing was submitted)."""
-
-
 #: Seconds the agent looks for a cancelled job's final state after a timeout.
 CANCEL_STATE_WAIT = 10.0
 
@@ -174,6 +159,10 @@ def program_parts(program: str) -> list[str]:
     if not NAME_RE.match(program):
         raise safedirs.UnsafePath(f"bad program name {program!r}")
     return [".vq-admin", "runtime-deploy", program]
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def new_attempt_name() -> str:
@@ -232,13 +221,17 @@ class Attempt:
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         os.fsync(self.fd)
 
-    def read_job_id(self) -> str | None:
+    def read(self, name: str, limit: int) -> bytes | None:
+        """At most *limit* bytes of *name* inside the attempt (never through a symlink), or None."""
         try:
-            fd = os.open("job", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as fh:
-            text = fh.read(100).decode("ascii", "replace").strip()
+            return fh.read(limit)
+
+    def read_job_id(self) -> str | None:
+        text = (self.read("job", 100) or b"").decode("ascii", "replace").strip()
         return text if text.isdigit() else None
 
 
@@ -363,13 +356,12 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding | None = None) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding) -> list[str]:
     path = attempt.path
-    job = binding.job_args(path) if binding is not None else [f"{path}/argv.json"]
     return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
-            "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *job]
+            "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]
 
 
 def finish(attempt: Attempt, frames: FrameWriter, summary: dict[str, Any], *, settle_kw: dict[str, Any] | None = None,
@@ -412,6 +404,35 @@ def base_summary(attempt: Attempt) -> dict[str, Any]:
     }
 
 
+def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], frames: FrameWriter,
+          attempt_name: str | None, archive: str | None, archive_sha256: str | None,
+          ) -> tuple[Attempt, Binding, int, str]:
+    """The start of ``alloc-run`` and ``detach-run``: check the inputs, bind the job to them (a changed
+    archive is refused before anything is created), take the lease's work lock, create the attempt and
+    write what the job runs there.  Returns ``(attempt, binding, work lock fd, lease path)``."""
+    for key in env:
+        if not ENV_NAME_RE.match(key):
+            raise ValueError(f"bad environment variable name {key!r}")
+    check_root(root)
+    safedirs.check_scratch(root)
+    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
+    binding = bind(spec, archive, archive_sha256)
+    work_fd, lease_path = lease.hold_work(program)
+    try:
+        attempt = create_attempt(root, program, attempt_name)
+        try:
+            frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+            attempt.write_file("argv.json", spec)
+            attempt.write_file("job.py", job_script(), 0o700)
+        except BaseException:
+            attempt.close()
+            raise
+    except BaseException:
+        os.close(work_fd)
+        raise
+    return attempt, binding, work_fd, lease_path
+
+
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
         settle_kw: dict[str, Any] | None = None, archive: str | None = None, archive_sha256: str | None = None,
@@ -422,24 +443,11 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     and the transcript's last line during the wait, and each settle
     observation (see :mod:`.progress`).
     """
-    for key in env:
-        if not ENV_NAME_RE.match(key):
-            raise ValueError(f"bad environment variable name {key!r}")
-    check_root(root)
-    safedirs.check_scratch(root)
-    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
-    binding = bind(spec, archive, archive_sha256)  # before anything is created: a changed archive is refused
-    work_fd, lease_path = lease.hold_work(program)  # sbatch --wait keeps it until the job has ended
-    try:
-        attempt = create_attempt(root, program, attempt_name)
-    except BaseException:
-        os.close(work_fd)
-        raise
+    # sbatch --wait keeps the lease's work lock until the job has ended
+    attempt, binding, work_fd, lease_path = prepare(root, program, argv, env, frames, attempt_name, archive,
+                                                  archive_sha256)
     sub: slurmjob.Submission | None = None
     try:
-        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
-        attempt.write_file("argv.json", spec)
-        attempt.write_file("job.py", job_script(), 0o700)
         summary = base_summary(attempt)
         reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
                     if progress else None)
@@ -448,8 +456,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             try:
                 attempt.write_file("job", f"{job_id}\n".encode())
                 lease.record_work(lease_path, {"kind": "job", "job_id": job_id, "attempt": attempt.path,
-                                               "pid": sbatch_pid, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                         time.gmtime())})
+                                               "pid": sbatch_pid, "since": utc_now()})
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})

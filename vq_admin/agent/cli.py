@@ -1,26 +1,15 @@
-"""``vq-admin-agent``: the scheduler-side helper's verbs.
+"""``vq-admin-agent``: the scheduler-side helper's verbs, which the driver runs on a login or
+build host over ssh (``session`` and ``verify-readback`` are served by :mod:`.entry` before this
+table is imported).
 
-The driver runs these on a login or build host over ssh.  Each verb prints
-one JSON object on stdout.  Exit status: 0 done, 1 failed (message on
-stderr), 2 usage, 3 an identity did not match, 4 an unsafe path was refused,
-75 (``lease`` only) the lease is held by another run.
+Each verb prints one JSON object on stdout.  Exit status: 0 done, 1 failed (message on stderr),
+2 usage, 3 an identity did not match, 4 an unsafe path was refused, 75 (``lease`` only) the lease
+is held by another run.  ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and
+``detach-reconcile`` print framed records instead (:mod:`vq_admin.core.frames`) and exit 0
+whenever their ``summary`` record was written, whatever the deployment's own exit status.
 
-``session`` (a run's first call: the login-shell probe, the lease,
-``check-paths`` and ``verify-readback`` in one start, see :mod:`.session`)
-and ``verify-readback`` are served by :mod:`.entry` before this verb table
-is imported.
-
-Standard library only, on Python 3.8 and later (the allocation verbs use
-``xxhash`` when it is importable, else ``hashlib.blake2b``), and nothing of
-the driver side is imported: the agent must run on a host that has only this
-package's files (or only ``vq-admin-agent.pyz``, see :mod:`.pyz`).
-
-``lease`` prints one JSON line and then holds the lease until its stdin
-closes; it exits 75 at once when another run holds it (see :mod:`.lease`).
-
-``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile`` print framed records rather than one
-JSON object (see :mod:`vq_admin.core.frames`); they exit 0 whenever their
-``summary`` record was written, whatever the deployment's own exit status.
+Standard library only, Python 3.8 and later; nothing of the driver side is imported: the agent
+must run on a host that has only this package's files (or only ``vq-admin-agent.pyz``).
 """
 
 from __future__ import annotations
@@ -28,17 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from typing import Any, Callable
 
+from .. import __version__
 from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
-from ..core import protocol, safedirs, securepath
+from ..core import checksum, protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
-
-EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE = (protocol.EXIT_FAILED, protocol.EXIT_USAGE,
-                                                    protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE)
-#: ``lease`` only: another run holds the lease (EX_TEMPFAIL).
-EXIT_HELD = lease.EXIT_HELD
+from ..core.protocol import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
+from .spawn import TimeoutExpired, run_captured
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -52,21 +40,8 @@ def cmd_hash_file(args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_verify_readback(args: argparse.Namespace) -> int:
-    """The read-only verify and the launcher read-back in one call (see :mod:`.verify_readback`)."""
-    return verify_readback.main(args.command)
-
-
 def cmd_check_paths(args: argparse.Namespace) -> int:
-    """The secure-path rule on every absolute PATH, on this host; exit 4 when one fails it.
-
-    The driver runs this before any configured command runs on this host, with
-    every absolute word of those commands (interpreter and script alike).  A
-    word that is not an absolute path is looked up in PATH and not checked.  A
-    word naming nothing yet (an output file, say) passes when its existing
-    directories pass and the nearest one is writable by nobody else at all
-    (a sticky ``/tmp`` would let another user create it first).
-    """
+    """The secure-path rule on every absolute PATH (see :mod:`.checkpaths`); exit 4 when one fails it."""
     checked, refused = checkpaths.check(args.paths)
     _emit({"checked": checked, "refused": refused})
     for item in refused:
@@ -74,14 +49,13 @@ def cmd_check_paths(args: argparse.Namespace) -> int:
     return EXIT_UNSAFE if refused else 0
 
 
+def _stage_identity(args: argparse.Namespace) -> dict[str, str]:
+    values = (args.sha, args.archive_sha256, args.tree_sha256, args.git_tree)
+    return dict(zip(stage.IDENTITY_FILES, values))
+
+
 def cmd_stage_create(args: argparse.Namespace) -> int:
-    identity = {
-        "SOURCE-SHA": args.sha,
-        "ARCHIVE-SHA256": args.archive_sha256,
-        "SOURCE-TREE-SHA256": args.tree_sha256,
-        "GIT-TREE": args.git_tree,
-    }
-    _emit(stage.create(args.root or os.path.expanduser("~"), args.kind, args.name, identity))
+    _emit(stage.create(args.root or os.path.expanduser("~"), args.kind, args.name, _stage_identity(args)))
     return 0
 
 
@@ -91,12 +65,7 @@ def cmd_stage_receive(args: argparse.Namespace) -> int:
 
 
 def cmd_stage_verify(args: argparse.Namespace) -> int:
-    result = stage.verify(args.stage, {
-        "SOURCE-SHA": args.sha,
-        "ARCHIVE-SHA256": args.archive_sha256,
-        "SOURCE-TREE-SHA256": args.tree_sha256,
-        "GIT-TREE": args.git_tree,
-    })
+    result = stage.verify(args.stage, _stage_identity(args))
     _emit(result)
     return 0 if result["verified"] else EXIT_MISMATCH
 
@@ -109,7 +78,6 @@ def cmd_stage_reclaim(args: argparse.Namespace) -> int:
 
 
 def cmd_identity(args: argparse.Namespace) -> int:
-    """The running helper's identity (see :mod:`.identity`); exit 0 when computed."""
     found = identity.identity()
     if args.json:
         _emit(found)
@@ -120,9 +88,6 @@ def cmd_identity(args: argparse.Namespace) -> int:
 
 def cmd_version(args: argparse.Namespace) -> int:
     """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
-    from .. import __version__
-    from ..core import checksum
-
     found: dict[str, Any] = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
@@ -140,8 +105,6 @@ SINFO_TIMEOUT = 20.0
 
 def _sinfo() -> dict[str, Any]:
     """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
-    from .spawn import TimeoutExpired, run_captured
-
     argv = ["sinfo", "-h", "-o", "%t"]
     try:
         code, out, err = run_captured(argv, timeout=SINFO_TIMEOUT)
@@ -149,9 +112,7 @@ def _sinfo() -> dict[str, Any]:
         return {"argv": argv, "exit_code": None, "error": f"no answer within {SINFO_TIMEOUT:.0f} s"}
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
-    states: dict[str, Any] = {}
-    for line in out.decode("utf-8", "replace").split():
-        states[line] = states.get(line, 0) + 1
+    states = dict(Counter(out.decode("utf-8", "replace").split()))
     error = err.decode("utf-8", "replace").strip()[-300:] or None
     if code == 0 and not states:
         error = "sinfo listed no nodes"
@@ -159,7 +120,6 @@ def _sinfo() -> dict[str, Any]:
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:
-    """Replace one file atomically from stdin (see :mod:`.install_file`)."""
     try:
         mode = int(args.mode, 8)
     except ValueError:
@@ -203,8 +163,6 @@ def _alloc_verb(body: Callable[[FrameWriter], object]) -> int:
         message, code = f"vq-admin-agent: {exc}", EXIT_HELD
     except (safedirs.UnsafePath, securepath.Untrusted) as exc:
         message, code = f"vq-admin-agent: refused: {exc}", EXIT_UNSAFE
-    except allocation.MissingDependency as exc:
-        message, code = f"vq-admin-agent: {exc}", EXIT_USAGE
     except (OSError, ValueError, lease.LeaseError) as exc:
         message, code = f"vq-admin-agent: {exc}", EXIT_FAILED
     try:
@@ -281,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
-    p.set_defaults(func=cmd_verify_readback)
+    p.set_defaults(func=lambda args: verify_readback.main(args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)

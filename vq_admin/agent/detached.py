@@ -1,40 +1,20 @@
-"""Fixed-host builds, detached from the connection that started them.
+"""Fixed-host builds (``detach-run``, ``detach-reconcile``), detached from the connection that
+started them, in the allocation lane's attempt directories (:mod:`.allocation`; the layout, with
+``build`` and ``exit`` in place of ``job``, is in docs/allocation-transcripts.md).
 
-A build on a fixed host (a profile without ``update_allocation``) runs the
-way an allocation build does, with a supervising process in place of the
-batch job::
+The agent double-forks a **supervisor** in its own session (``setsid``), stdin from
+``/dev/null``, no descriptor of the ssh session kept.  The supervisor starts the build
+(``job.py``, in a session of its own so a bound can end its whole process group), records
+``build`` atomically, waits for it and records ``exit`` atomically; it holds the attempt's
+``.live`` lock until then, so no run's retention removes a running build's directory.  A dropped
+connection, a killed driver or a killed agent leave the build and its supervisor running to the
+end.
 
-    vq-admin-agent detach-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
-        --timeout TIMEOUT_SECONDS [--env NAME=VALUE]... [--archive A --archive-sha256 H] -- PROVIDER ARGV...
-
-The attempt directory is the allocation lane's (same place, same layout,
-same never-reused 0700 directory, same ``.live`` lock, same retention; see
-:mod:`.allocation`)::
-
-    deploy.<UTC>.<hex>/
-        argv.json  job.py      what runs (job.py checks argv.json's and the archive's SHA-256, then execs)
-        stdout  stderr         the build's transcripts (created here, 0600, O_EXCL|O_NOFOLLOW)
-        build                  JSON: pid and start time of the build and of its supervisor, argv.json's SHA-256
-        exit                   JSON: the build's exit status (or signal), written when it ended
-
-The agent double-forks a **supervisor** in its own session (``setsid``),
-stdin from ``/dev/null``, no descriptor of the ssh session kept.  The
-supervisor starts the build (``job.py``, in a session of its own so a bound
-can end its whole process group), records ``build`` atomically, waits for
-it and records ``exit`` atomically; it holds the attempt's ``.live`` lock
-until then, so no run's retention removes a running build's directory.  A
-dropped connection, a killed driver or a killed agent leave the build and
-its supervisor running to the end.
-
-``detach-run`` follows the build (``progress`` records with ``--progress``),
-bounds it by ``--timeout`` (at the bound the build's process group gets
-SIGTERM, then SIGKILL), then looks at the transcripts once (they are this
-host's own files: nothing to settle), applies retention and streams them
-as ``alloc-run`` does.  ``detach-reconcile`` never
-starts anything: it waits (bounded) for the recorded build's ``exit`` and
-then does the same.  A missing attempt is created (fenced), as
-``alloc-reconcile`` does, so an agent whose start was delayed past the drop
-can no longer start a build under that name.
+``detach-run`` follows the build, bounds it by ``--timeout`` (SIGTERM to its process group, then
+SIGKILL), looks at the transcripts once (this host's own files: nothing to settle), applies
+retention and streams them as ``alloc-run`` does.  ``detach-reconcile`` never starts anything:
+it waits (bounded) for the recorded build's ``exit``, then does the same; a missing attempt is
+created (fenced), as ``alloc-reconcile`` does.
 
 Standard library only; Python 3.8 and later.
 """
@@ -50,15 +30,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import allocation, lease, spawn
-from ..core import procs, safedirs
-from ..core.identifiers import ENV_NAME_RE
+from ..core import procs
 from ..core.frames import FrameWriter
 from .progress import Reporter
 
 #: The build's record and its end, inside the attempt directory.
 BUILD_FILE = "build"
 EXIT_FILE = "exit"
-#: Seconds the agent waits for the supervisor to report the build's pid.
+#: Seconds a reconcile waits for a live original agent to record the build it starts.
 START_WAIT = 30.0
 #: Seconds between SIGTERM and SIGKILL of a build cut off at its bound.
 KILL_GRACE = 10.0
@@ -74,21 +53,12 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
+    data = attempt.read(name, RECORD_LIMIT + 1)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=attempt.fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(RECORD_LIMIT + 1)
-    try:
-        value = json.loads(data.decode("utf-8")) if len(data) <= RECORD_LIMIT else None
+        value = json.loads(data.decode("utf-8")) if data is not None and len(data) <= RECORD_LIMIT else None
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _utc() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -104,10 +74,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         for fd in (0, 1, 2):  # nothing of the ssh session stays open here
             os.dup2(null, fd)
         os.close(null)
-        out = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=attempt.fd)
-        err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=attempt.fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out, err = (os.open(name, flags, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
         proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)
@@ -115,7 +83,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
                   "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
-                  "archive_sha256": binding.archive_sha256, "started": _utc()}
+                  "archive_sha256": binding.archive_sha256, "started": allocation.utc_now()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
@@ -130,7 +98,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
-               "pid": proc.pid, "ended": _utc()}
+               "pid": proc.pid, "ended": allocation.utc_now()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
         code = 0
     finally:
@@ -154,16 +122,8 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
             os._exit(0)
     os.close(write_fd)
     os.waitpid(child, 0)
-    data = b""
-    deadline = time.monotonic() + START_WAIT
-    try:
-        while time.monotonic() < deadline and not data.endswith(b"\n"):
-            chunk = os.read(read_fd, RECORD_LIMIT)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(read_fd)
+    with os.fdopen(read_fd, "rb") as fh:  # the record's line, or EOF when the supervisor failed
+        data = fh.readline(RECORD_LIMIT)
     try:
         record = json.loads(data.decode("utf-8"))
     except ValueError:
@@ -178,13 +138,19 @@ def _state(record: dict[str, Any]) -> tuple[str | None, str | None]:
     return ("RUNNING" if alive else None), None
 
 
+def _running(record: dict[str, Any]) -> bool:
+    """The recorded build or its supervisor still runs."""
+    return (process_alive(record.get("pid"), record.get("start_time"))
+            or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time")))
+
+
 def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
     """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
     pid, start_time = record.get("pid"), record.get("start_time")
     sent: list[str] = []
     if not isinstance(pid, int):
         return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, KILL_GRACE)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
             break
         try:
@@ -192,7 +158,7 @@ def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str
             sent.append(sig.name)
         except (ProcessLookupError, PermissionError):
             break
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + KILL_GRACE
         while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
             time.sleep(POLL)
     ended = read_record(attempt, EXIT_FILE) is not None
@@ -208,10 +174,7 @@ def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, t
         end = read_record(attempt, EXIT_FILE)
         if end is not None:
             return end
-        running = record is not None and (
-            process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))
-            or process_alive(record.get("pid"), record.get("start_time")))
-        if not running or time.monotonic() >= deadline:
+        if record is None or not _running(record) or time.monotonic() >= deadline:
             return None
         time.sleep(POLL)
 
@@ -230,8 +193,7 @@ def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict
                        established=True, end_source="supervisor")
         if end.get("signal"):
             summary["notes"].append(f"the build was ended by signal {end['signal']}")
-    elif record is not None and (process_alive(record.get("pid"), record.get("start_time"))
-                                 or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))):
+    elif record is not None and _running(record):
         summary["job_state"] = "RUNNING"
         summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
     elif record is not None:
@@ -251,23 +213,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
         archive: str | None = None, archive_sha256: str | None = None,
         progress: float | None = None) -> dict[str, Any]:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
-    for key in env:
-        if not ENV_NAME_RE.match(key):
-            raise ValueError(f"bad environment variable name {key!r}")
-    allocation.check_root(root)
-    safedirs.check_scratch(root)
-    spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
-    binding = allocation.bind(spec, archive, archive_sha256)  # a changed archive is refused before anything
-    work_fd, lease_path = lease.hold_work(program)  # the supervisor keeps it until the build has ended
+    # the supervisor keeps the lease's work lock until the build has ended
+    attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, env, frames, attempt_name,
+                                                             archive, archive_sha256)
     try:
-        attempt = allocation.create_attempt(root, program, attempt_name)
-    except BaseException:
-        os.close(work_fd)
-        raise
-    try:
-        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
-        attempt.write_file("argv.json", spec)
-        attempt.write_file("job.py", allocation.job_script(), 0o700)
         record = start(attempt, binding, (work_fd, lease_path))
         os.close(work_fd)
         work_fd = -1

@@ -1,35 +1,11 @@
 """``vq-admin-agent identity``: what the running helper *is*, proven from its files.
 
-Definitions (docs/helper-lane.md, "The helper's identity"):
-
-* **tree root**: the directory holding the ``vq_admin`` package this agent
-  was imported from, with symlinks resolved once at start (so a ``current``
-  link switched while the digest runs cannot mix two releases).
-* **install record**: ``<tree root>/.vq-admin-source.json``, written by the
-  helper installer next to the package at install time::
-
-      {"schema": "vq-admin/helper-source/1", "sha": "<full sha>",
-       "tree_sha256": "<64 hex>", ...}
-
-* **tree digest**: with a record present (an installed release, the *release*
-  scope), :func:`~.treeid.directory_tree_sha256` of the whole tree root, the
-  record itself left out.  The helper is installed by unpacking the staged
-  ``git archive`` of the exact commit, so this equals the stage's
-  ``SOURCE-TREE-SHA256`` by construction: both are SHA-256 over the sorted
-  lines ``<git mode> <sha256 of content> <path>`` of every file and symlink,
-  ``__pycache__`` directories and ``*.pyc`` files excluded on the directory
-  side.  Without a record (a development checkout or a pip installation, the
-  *package* scope) only the ``vq_admin`` package directory is digested, since
-  the directory around it is not ours to describe.
-* **zipapp** (``vq-admin-agent.pyz``, built by :mod:`.pyz`): the *zipapp*
-  scope; the digest is the SHA-256 of the archive file, and there is no
-  record (``missing``).
-* **record state**: ``bound`` when the record is well formed and its
-  ``tree_sha256`` equals the digest computed now; ``stale`` when the files
-  changed since it was written (or the record is unreadable or malformed);
-  ``missing`` when there is none.  Only a bound record identifies a commit:
-  ``source_sha`` is the record's claim, reported for evidence in every state
-  that has a readable record.
+The fields, the tree digest and the install record's states (``bound``,
+``stale``, ``missing``) are defined in docs/helper-lane.md, "The helper's
+identity".  The scopes: ``release`` (an install record beside the package: the
+whole tree root is digested, the record left out), ``package`` (no record: only
+the ``vq_admin`` package directory), ``zipapp`` (``vq-admin-agent.pyz``, built
+by :mod:`.pyz`: the SHA-256 of the archive file, and no record).
 
 Standard library only.
 """
@@ -46,7 +22,6 @@ from ..core.identifiers import SHA256_RE, SHA_RE
 from ..core.treeid import directory_tree_sha256, file_sha256
 
 RECORD_NAME = ".vq-admin-source.json"
-RECORD_SCHEMA = "vq-admin/helper-source/1"
 RECORD_LIMIT = 64 * 1024
 
 
@@ -97,14 +72,6 @@ def read_record(root: str) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(tree, str) or not SHA256_RE.match(tree):
         return None, f"{path}: 'tree_sha256' is not 64 lower-case hex digits"
     return value, None
-
-
-def make_record(sha: str, tree_sha256: str, **extra: object) -> bytes:
-    """The bytes of an install record (for installers and tests)."""
-    if not SHA_RE.match(sha) or not SHA256_RE.match(tree_sha256):
-        raise ValueError("make_record needs a full lower-case SHA and a 64-hex tree digest")
-    body = {"schema": RECORD_SCHEMA, "sha": sha, "tree_sha256": tree_sha256, **extra}
-    return (json.dumps(body, sort_keys=True, indent=2) + "\n").encode("ascii")
 
 
 def identity() -> dict[str, object]:

@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from ..core.failpoints import failpoint
 from ..core.safedirs import UnsafePath
+from ..core.securepath import ancestors, discard, path_problem
 
 MAX_BYTES = 16 << 20
 SHEBANG_LIMIT = 512
@@ -87,13 +88,6 @@ def interpreter_mapping(content: bytes | None) -> dict[str, object] | None:
     return found
 
 
-def _read_stdin(stream: BinaryIO, limit: int) -> bytes:
-    data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"the new file is larger than {limit} bytes")
-    return data
-
-
 def _old(pfd: int, name: str, shown: str) -> tuple[str | None, bytes | None, int | None]:
     """``(sha256, first bytes, mode)`` of the file being replaced, or Nones."""
     try:
@@ -126,8 +120,6 @@ def product_tree_problem(directory: str) -> str | None:
     Private site commands never live inside a stage, an installed helper
     release or a runtime release: those trees are immutable product content.
     """
-    from ..core.securepath import ancestors
-
     real = os.path.realpath(directory)
     if f"{os.sep}.vq-admin{os.sep}stage{os.sep}" in real + os.sep:
         return f"{directory} lies inside a vq-admin stage"
@@ -149,15 +141,15 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         raise UnsafePath(f"--mode {mode:04o} is refused: setuid, setgid and sticky bits are not allowed on a site "
                          "command (use a mode such as 0755)")
     parent, name = os.path.split(dest)
-    from ..core.securepath import discard, path_problem
-
     unsafe = path_problem(parent, what="destination directory")
     if unsafe:
         raise UnsafePath(f"{unsafe}; the installed command would run as the administrator")
     problem = product_tree_problem(parent) if os.path.isdir(parent) else None
     if problem:
         raise UnsafePath(problem + "; install private site commands elsewhere")
-    new = _read_stdin(stream, MAX_BYTES)
+    new = stream.read(MAX_BYTES + 1)
+    if len(new) > MAX_BYTES:
+        raise ValueError(f"the new file is larger than {MAX_BYTES} bytes")
     try:
         pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
@@ -166,7 +158,6 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         old_sha, old_head, old_mode = _old(pfd, name, dest)
         new_sha = hashlib.sha256(new).hexdigest()
         changed = old_sha != new_sha or old_mode != mode
-        temp = None
         if changed:
             temp = f".{name}.vq-install.{secrets.token_hex(6)}"
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)

@@ -48,8 +48,7 @@ from ..core import default_paths as paths, procs, protocol, securepath
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
-# stays near a bare interpreter start, so typing, socket, secrets, json and re are not imported at
-# run time (its JSON goes through the protocol's codec, its names through the re-free name rule).
+# stays near a bare interpreter start, so typing is not imported at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
@@ -73,10 +72,6 @@ class WorkHeld(OSError):
     """What an earlier run left running still holds the lease's work lock (nothing is started)."""
 
 
-def lease_dir() -> str:
-    return paths.agent_lock_dir()
-
-
 def lock_name(lane: str, program: Optional[str]) -> str:
     if lane not in LANES:
         raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
@@ -90,11 +85,9 @@ def lock_name(lane: str, program: Optional[str]) -> str:
 
 
 def read_holder(path: str) -> Optional[Dict[str, Any]]:
-    import json  # contention only: the record of a lease held elsewhere
-
     try:
         with open(path + ".holder", "rb") as fh:
-            value = json.loads(fh.read(65536))
+            value = protocol.decode(fh.read(65536).decode())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -238,7 +231,7 @@ def work_holder(path: str) -> Optional[Dict[str, Any]]:
 def hold_work(program: str) -> Tuple[int, str]:
     """Take the work lock of *program*'s runtime lease for a build or job about to start: ``(fd, lease
     path)``; the holder keeps *fd* open until the work has ended.  Raises :class:`WorkHeld`."""
-    directory = lease_dir()
+    directory = paths.agent_lock_dir()
     prepare_dir(directory)
     path = os.path.join(directory, lock_name("runtime", program))
     fd = open_lock(path + WORK)
@@ -258,11 +251,7 @@ def record_work(path: str, record: Dict[str, Any]) -> None:
 def end_work(fd: int, path: str) -> None:
     """The work that held the work lock of the lease *path* (through *fd*) has ended: its record goes, and
     the lock with *fd* (unless another process still shares it)."""
-    try:
-        os.unlink(path + WORK + ".holder")
-    except OSError:
-        pass
-    os.close(fd)
+    release(fd, path + WORK)
 
 
 def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
@@ -276,7 +265,7 @@ def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
             raise ValueError("no holder record")
     except (ValueError, TypeError) as exc:
         return {"held": False, "exit": 2, "error": f"lease: {exc}"}, None
-    directory = lease_dir()
+    directory = paths.agent_lock_dir()
     path = os.path.join(directory, name)
     fd = -1
     try:

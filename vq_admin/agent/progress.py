@@ -1,14 +1,10 @@
-"""Progress records of ``alloc-run --progress SECONDS`` (for a terminal).
+"""Progress records of ``alloc-run --progress SECONDS`` (for a terminal; none without it).
 
 While ``sbatch --wait`` runs, a thread of the agent reports, once when the
-job id is known and then every *SECONDS* (the driver asks for 10), one
-``progress`` record: the job's queue state and pending reason (``squeue``
-on the login host the agent runs on: no extra connection) and the last line
-of the attempt's transcript.  During the settle every observation is
-reported too.  The driver renders them as one live line on a terminal; the
-agent sends none without ``--progress``, so a run off a terminal costs
-nothing extra and an older driver never sees a record kind it does not
-know.
+job id is known and then every *SECONDS*, one ``progress`` record: the job's
+queue state and pending reason (``squeue`` on the login host) and the last
+line of the attempt's transcript.  During the settle every observation is
+reported too.
 
 Record payloads::
 
@@ -27,7 +23,7 @@ import stat
 import threading
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from .spawn import TimeoutExpired, run_captured
+from .slurmjob import query
 
 #: The shortest poll interval, in seconds.
 MIN_INTERVAL = 1.0
@@ -38,17 +34,14 @@ SQUEUE_TIMEOUT = 20.0
 
 def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[str], Optional[str]]:
     """``(state, reason)`` from ``squeue -h -j ID -o %T|%r``; ``(None, None)`` when the job left the queue."""
-    argv = ["squeue", "-h", "-j", job_id, "-o", "%T|%r"]
-    try:
-        code, out, err = run_captured(argv, timeout=timeout)
-    except (OSError, TimeoutExpired) as exc:
-        return "UNKNOWN", f"squeue: {exc}"[:200]
+    code, out, err = query(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], timeout)
+    if code is None:
+        return "UNKNOWN", err[:200]
     if code != 0:
-        text = err.decode("utf-8", "replace").strip()
-        if "Invalid job id" in text:
+        if "Invalid job id" in err:
             return None, None
-        return "UNKNOWN", f"squeue exit {code}: {text[-200:]}"
-    for line in out.decode("utf-8", "replace").splitlines():
+        return "UNKNOWN", f"squeue exit {code}: {err.strip()[-200:]}"
+    for line in out.splitlines():
         state, _, reason = line.strip().partition("|")
         if state:
             return state, (reason if reason and reason != "None" else None)
@@ -98,8 +91,6 @@ class Reporter:
         self._worker: Optional[threading.Thread] = None
 
     def start(self, job_id: str) -> None:
-        if self._worker is not None:
-            return
         self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
         self._worker.start()
 

@@ -1,19 +1,12 @@
-"""Build ``vq-admin-agent.pyz``: the helper as one file, for a login host
-that has a Python (3.8 or later) and nothing else.
+"""Build ``vq-admin-agent.pyz`` (``python3 -m vq_admin.agent.pyz [OUT]``, default
+``./vq-admin-agent.pyz``): the helper as one file, for a login host that has a Python (3.8 or
+later) and nothing else.
 
-::
-
-    python3 -m vq_admin.agent.pyz [OUT]      # default OUT: ./vq-admin-agent.pyz
-
-The archive (:mod:`zipapp`, standard library) holds exactly
-``vq_admin/__init__.py``, ``vq_admin/core/*.py`` and ``vq_admin/agent/*.py`` of the tree it is built
-from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`; no
-bytecode, no driver module, no third-party package.  Run it as
-``python3 vq-admin-agent.pyz VERB ...`` or directly (its first line is
-``#!/usr/bin/env python3``).  Member timestamps are fixed, so the same
-tree builds the same bytes.
-
-Standard library only; Python 3.8 and later.
+The archive (:mod:`zipapp` layout, its first line ``#!/usr/bin/env python3``) holds exactly
+``vq_admin/__init__.py``, ``vq_admin/core/*.py`` and ``vq_admin/agent/*.py`` of the tree it is
+built from, plus a ``__main__.py`` that calls :func:`vq_admin.agent.cli.main`: no bytecode, no
+driver module, no third-party package.  Member timestamps are fixed, so the same tree builds the
+same bytes.
 """
 
 from __future__ import annotations
@@ -46,6 +39,13 @@ def members(tree: str) -> List[str]:
     return found
 
 
+def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, FIXED_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
+
+
 def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) -> str:
     """Write the archive to *out* (atomically: temp file + rename); returns *out*."""
     if tree is None:
@@ -55,17 +55,10 @@ def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) 
         with open(tmp, "wb") as fh:
             fh.write(b"#!" + interpreter.encode("utf-8") + b"\n")
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                entries = [(rel, os.path.join(tree, rel)) for rel in members(tree)]
-                for rel, full in entries:
-                    with open(full, "rb") as src:
-                        info = zipfile.ZipInfo(rel, FIXED_TIME)
-                        info.compress_type = zipfile.ZIP_DEFLATED
-                        info.external_attr = 0o644 << 16
-                        zf.writestr(info, src.read())
-                info = zipfile.ZipInfo("__main__.py", FIXED_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, MAIN)
+                for rel in members(tree):
+                    with open(os.path.join(tree, rel), "rb") as src:
+                        _add(zf, rel, src.read())
+                _add(zf, "__main__.py", MAIN.encode())
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     except BaseException:

@@ -1,27 +1,13 @@
-"""Retention of allocation attempt directories, per program (CONTRACT section 5).
+"""Retention of allocation attempt directories, per program (CONTRACT section 5; the rule in
+full in docs/allocation-transcripts.md, "Retention"): newest first, counting the current attempt
+first, keep attempts while their sizes fit in 100 MiB, remove the first misfit and every older
+one; never the current attempt; the legacy ``deploy.out`` and ``deploy.err`` go too; nothing
+but ``deploy.<UTC>.<hex>`` directories (never a symlink) and those two names is ever removed.
 
-Below ``<scratch_root>/.vq-admin/runtime-deploy/<program>/``, after every run:
-
-* newest first, counting the current attempt first, keep attempts while the
-  running total of their sizes stays within the cap (100 MiB); remove the
-  first attempt that does not fit and every older one;
-* the current attempt is never removed, even when it alone is over the cap;
-* the legacy shared ``deploy.out`` and ``deploy.err`` are removed;
-* nothing else is touched: only directories named ``deploy.<UTC>.<hex>``
-  (never a symlink of that name) and the two legacy names are ever removed,
-  and only below this one program's directory.
-
-"Newest" is the UTC time in the name (``deploy.YYYYmmddTHHMMSSZ.<hex>``);
-attempts of the same second are ordered by name.  An attempt's size is the
-sum of ``st_size`` of the regular files below it (what a reader of its
-transcripts would stream), never following a symlink.
-
-An attempt another run is still using holds a shared ``flock`` on its
-``.live`` file.  Such a live attempt is someone else's current attempt: it
-is skipped (neither counted nor removed), so two runs never prune each
-other's live attempt.  Callers hold the per-program lock around
-:func:`prune`; since ``.live`` is only ever taken under that same lock, an
-attempt found not live stays so until the prune is over.
+An attempt another run is still using holds a shared ``flock`` on its ``.live`` file: it is
+skipped (neither counted nor removed).  Callers hold the per-program lock around :func:`prune`;
+since ``.live`` is only ever taken under that same lock, an attempt found not live stays so
+until the prune is over.
 
 Standard library only: runs inside ``vq-admin-agent``.
 """
@@ -60,36 +46,21 @@ def choose_removals(current: str, others: Iterable[str], size: Callable[[str], i
     attempts whose size matters (not for those already condemned).
     """
     total = size(current)
-    removing = False
     remove: list[str] = []
     for name in newest_first(n for n in others if n != current):
         if live(name):
             continue
-        if removing:
-            remove.append(name)
-            continue
-        bytes_ = size(name)
-        if total + bytes_ <= cap:
-            total += bytes_
-        else:
-            removing = True
-            remove.append(name)
+        if not remove:  # nothing condemned yet: keep it while it fits
+            bytes_ = size(name)
+            if total + bytes_ <= cap:
+                total += bytes_
+                continue
+        remove.append(name)
     return remove, total
 
 
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
 def is_live(program_fd: int, name: str) -> bool:
-    """True when another process holds the attempt's ``.live`` lock.
-
-    An attempt without a ``.live`` file (a crash before it was made, or a
-    directory of an older version) is not live.
-    """
+    """True when another process holds the attempt's ``.live`` lock (an attempt without one is not live)."""
     try:
         afd = os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)
     except OSError:
@@ -110,16 +81,10 @@ def is_live(program_fd: int, name: str) -> bool:
 
 
 def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
-    """Apply the retention rule below the open program directory *program_fd*.
-
-    Returns ``{"removed", "removed_bytes", "legacy_removed", "live_skipped",
-    "retained_bytes", "errors"}``.  A failure to remove one attempt is
-    reported in ``errors`` and does not stop the others.
-    """
-    attempts = []
-    for entry in os.scandir(program_fd):
-        if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False):
-            attempts.append(entry.name)
+    """Apply the retention rule below the open program directory *program_fd*; a failure to remove
+    one attempt is reported in ``errors`` and does not stop the others."""
+    attempts = [entry.name for entry in os.scandir(program_fd)
+                if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
     live_skipped: list[str] = []
 
     def live(name: str) -> bool:
@@ -148,8 +113,9 @@ def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, obje
             errors.append(f"{name}: {exc.strerror or exc}")
     legacy = []
     for name in LEGACY_FILES:
-        st = _lstat(program_fd, name)
-        if st is None:
+        try:
+            st = os.stat(name, dir_fd=program_fd, follow_symlinks=False)
+        except FileNotFoundError:
             continue
         if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             try:

@@ -156,52 +156,36 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class Held:
-    """The lease this session holds, released once: when stdin closes, whatever the session is
-    doing then (a verify still running keeps running, read-only, but no longer holds the lease:
-    the lock's descriptor is close-on-exec, so no child shares it), or when the session fails."""
+    """The lease this session holds until *stdin* closes (the driver closed it, died, or the connection
+    dropped), watched in a thread from the start, so the lease ends then whatever the session is doing (a
+    verify still running keeps running, read-only, but no longer holds the lease: the lock's descriptor is
+    close-on-exec, so no child shares it); released once, then or when the session fails."""
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, fd: int, path: str, stdin: BinaryIO) -> None:
         import threading
 
         self.fd, self.path = fd, path
+        self.released = False
         self._once = threading.Lock()
-        self._released = False
-        self._watcher: Optional[threading.Thread] = None
+        self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
+        self.watcher.start()
+
+    def _watch(self, stdin: BinaryIO) -> None:
+        try:
+            while stdin.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.release()
 
     def release(self) -> None:
         with self._once:
-            if self._released:
-                return
-            self._released = True
-            from .lease import release
+            if not self.released:
+                self.released = True
+                from .lease import release
 
-            release(self.fd, self.path)
-
-    def watch(self, stdin: BinaryIO) -> None:
-        """Hold until *stdin* closes (the driver closed it, died, or the connection dropped), in a
-        thread, so the lease ends then even while a part of the request is still running."""
-        import threading
-
-        def run() -> None:
-            try:
-                while stdin.read(65536):
-                    pass
-            except (OSError, ValueError):
-                pass
-            finally:
-                self.release()
-
-        self._watcher = threading.Thread(target=run, daemon=True)
-        self._watcher.start()
-
-    def join(self) -> None:
-        """Wait until the watcher has seen stdin close and released the lease (when one was started)."""
-        if self._watcher is not None:
-            self._watcher.join()
-
-    @property
-    def released(self) -> bool:
-        return self._released
+                release(self.fd, self.path)
 
 
 def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] = None) -> int:
@@ -224,8 +208,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         out.write(protocol.encode(second_part(request)))
         out.flush()
         return 0
-    held = Held(fd, answer["lease"]["lock"])
-    held.watch(stdin)
+    held = Held(fd, answer["lease"]["lock"], stdin)
     try:
         rest = second_part(request)
         if held.released:
@@ -235,8 +218,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
     except BaseException:
         held.release()
         raise
-    held.join()
-    held.release()
+    held.watcher.join()  # stdin closed: the lease is released
     return 0
 
 

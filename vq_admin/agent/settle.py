@@ -18,9 +18,6 @@ empty -> ``empty``; otherwise -> ``unstable``.  This bounded settle handles
 ordinary visibility delays; it cannot certify completeness after arbitrary
 delayed writes.
 
-The loop takes its clock, its sleep and its observation function as
-arguments, so tests drive it deterministically without real sleeps.
-
 Standard library (+ ``xxhash`` when importable); runs inside
 ``vq-admin-agent`` on Python 3.8 and later.
 """
@@ -30,7 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
 from ..core import checksum
@@ -40,7 +37,6 @@ INTERVAL = 1.0
 MAX_OBSERVATIONS = 10
 REQUIRED_IDENTICAL = 3
 FILES = ("stdout", "stderr")
-REASONS = ("empty", "unavailable", "unstable")
 
 
 @dataclass(frozen=True)
@@ -55,25 +51,8 @@ class FileState:
     def readable(self) -> bool:
         return self.error is None
 
-    def to_dict(self) -> dict[str, object]:
-        return {"size": self.size, "digest": self.digest, "error": self.error}
-
 
 Observation = Tuple[FileState, ...]  # typing.Tuple: evaluated at import, and 3.8 has no tuple[...]
-
-
-def hash_fd(fd: int, limit: int | None = None, algorithm: str | None = None) -> tuple[int, str]:
-    """Stream *fd* from its current offset (at most *limit* bytes): ``(bytes, hex digest)``."""
-    h = checksum.new(algorithm)
-    size = 0
-    while limit is None or size < limit:
-        want = CHUNK if limit is None else min(CHUNK, limit - size)
-        chunk = os.read(fd, want)
-        if not chunk:
-            break
-        h.update(chunk)
-        size += len(chunk)
-    return size, h.hexdigest()
 
 
 def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileState:
@@ -87,8 +66,12 @@ def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileStat
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return FileState(error="not a regular file")
-        size, digest = hash_fd(fd, algorithm=algorithm)
-        return FileState(size=size, digest=digest)
+        h = checksum.new(algorithm)
+        size = 0
+        for chunk in iter(lambda: os.read(fd, CHUNK), b""):
+            h.update(chunk)
+            size += len(chunk)
+        return FileState(size=size, digest=h.hexdigest())
     except OSError as exc:
         return FileState(error=exc.strerror or str(exc))
     finally:
@@ -103,24 +86,22 @@ class DirectoryObserver:
     are opened relative to that open directory instead of by path.
     """
 
-    def __init__(self, directory: str, names: Sequence[str] = FILES, algorithm: str | None = None,
-                 dir_fd: int | None = None):
+    def __init__(self, directory: str, algorithm: str | None = None, dir_fd: int | None = None):
         self.directory = directory
-        self.names = tuple(names)
         self.algorithm = algorithm or checksum.default_algorithm()
         self.dir_fd = dir_fd
 
     def __call__(self) -> Observation:
         if self.dir_fd is not None:  # the directory the caller holds open: its path may lead elsewhere by now
-            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in self.names)
+            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in FILES)
         try:
             dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            return tuple(FileState(error="directory missing") for _ in self.names)
+            return tuple(FileState(error="directory missing") for _ in FILES)
         except OSError as exc:
-            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in self.names)
+            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in FILES)
         try:
-            return tuple(file_state(dfd, name, self.algorithm) for name in self.names)
+            return tuple(file_state(dfd, name, self.algorithm) for name in FILES)
         finally:
             os.close(dfd)
 
@@ -128,20 +109,20 @@ class DirectoryObserver:
 @dataclass(frozen=True)
 class SettleResult:
     settled: bool
-    reason: str | None  # None when settled; else one of REASONS
+    reason: str | None  # None when settled; else "empty", "unavailable" or "unstable"
     observations: int
     last: Observation
     seconds: float
     checksum: str = checksum.XXH3
 
-    def to_dict(self, names: Sequence[str] = FILES) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "checksum": self.checksum,
             "settled": self.settled,
             "reason": self.reason,
             "observations": self.observations,
             "seconds": round(self.seconds, 3),
-            "files": {name: state.to_dict() for name, state in zip(names, self.last)},
+            "files": {name: asdict(state) for name, state in zip(FILES, self.last)},
         }
 
 

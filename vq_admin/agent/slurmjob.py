@@ -96,7 +96,8 @@ def _end_from(fields: dict[str, str], job_id: str, source: str) -> JobEnd | None
     return JobEnd(job_id, state, wait_status(state, status, signal), raw, source)
 
 
-def _run(argv: Sequence[str], timeout: float = QUERY_TIMEOUT) -> tuple[int | None, str, str]:
+def query(argv: Sequence[str], timeout: float = QUERY_TIMEOUT) -> tuple[int | None, str, str]:
+    """``(exit code, stdout, stderr)`` of a Slurm command; ``(None, "", why)`` when it did not answer."""
     try:
         code, out, err = spawn.run_captured(argv, timeout=timeout)
     except spawn.TimeoutExpired:
@@ -108,7 +109,7 @@ def _run(argv: Sequence[str], timeout: float = QUERY_TIMEOUT) -> tuple[int | Non
 
 def scontrol_state(job_id: str, timeout: float = QUERY_TIMEOUT) -> tuple[str, dict[str, str]]:
     """``("known", fields)``, ``("gone", {})`` when the record aged out, or ``("unreachable", {"error": ...})``."""
-    code, out, err = _run(["scontrol", "show", "job", "-o", job_id], timeout)
+    code, out, err = query(["scontrol", "show", "job", "-o", job_id], timeout)
     if code == 0:
         for line in out.splitlines():
             fields = parse_fields(line)
@@ -121,7 +122,7 @@ def scontrol_state(job_id: str, timeout: float = QUERY_TIMEOUT) -> tuple[str, di
 
 def jobcomp_path() -> str | None:
     """``JobCompLoc`` when ``JobCompType`` is ``jobcomp/filetxt``."""
-    code, out, _err = _run(["scontrol", "show", "config"])
+    code, out, _err = query(["scontrol", "show", "config"])
     if code != 0:
         return None
     conf = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -151,7 +152,7 @@ def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd |
 
 
 def sacct_end(job_id: str) -> JobEnd | None:
-    code, out, _err = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "--format=JobID,State,ExitCode"])
+    code, out, _err = query(["sacct", "-X", "-n", "-P", "-j", job_id, "--format=JobID,State,ExitCode"])
     if code != 0:
         return None
     for line in out.splitlines():
@@ -236,7 +237,7 @@ class Submission:
 
 
 def cancel(job_id: str) -> dict[str, object]:
-    code, out, err = _run(["scancel", job_id])
+    code, out, err = query(["scancel", job_id])
     return {"job_id": job_id, "exit_code": code, "ok": code == 0, "message": (err or out).strip()[-300:]}
 
 
@@ -255,18 +256,13 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
-        got_id = threading.Event()
-
         def read_stdout() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 m = JOB_ID_RE.match(raw.decode("utf-8", "replace").strip())
                 if m and result.job_id is None:
                     result.job_id = m.group(1)
-                    try:
-                        on_job_id(result.job_id, proc.pid)
-                    finally:
-                        got_id.set()
+                    on_job_id(result.job_id, proc.pid)
 
         reader = threading.Thread(target=read_stdout, name="sbatch-stdout", daemon=True)
         reader.start()

@@ -6,20 +6,20 @@ verify of ``session`` and ``verify-readback``, ``squeue``, ``sinfo``, ...);
 script, sbatch while its job id is read).  Both behave as :mod:`subprocess`:
 an argv, never a shell; stdin ``/dev/null``; no descriptor but 0, 1 and 2
 passed on; ``SIGPIPE`` and ``SIGXFSZ`` at their defaults in the command.  A
-bound that passes raises :class:`TimeoutExpired` (the command killed and
-reaped, as ``subprocess.run`` does).
+bound that passes ends the command's process group and raises
+:class:`TimeoutExpired`.
 
-:func:`run_captured` without a bound is ``os.posix_spawn`` with two pipes and
-``select.poll``: importing ``subprocess`` costs a login host's agent start
-about a fifth of a bare interpreter's, and the verify of every
-already-current run starts here.  A word without ``/`` is looked up in the
-``PATH`` of the command's environment; when none runs it, the error is the
-first that is not "not found", else the last, as subprocess raises it; if
-the agent is interrupted while reading, the command gets ``SIGKILL`` and is
-reaped.  Where that is not plainly possible (no ``os.posix_spawn``, a C
+:func:`run_captured` starts the command with ``os.posix_spawn`` and reads
+its two pipes with ``select.poll``: importing ``subprocess`` costs a login
+host's agent start about a fifth of a bare interpreter's, and the verify of
+every already-current run starts here.  A word without ``/`` is looked up in
+the ``PATH`` of the command's environment; when none runs it, the error is
+the first that is not "not found", else the last, as subprocess raises it;
+if the agent is interrupted while reading, the command gets ``SIGKILL`` and
+is reaped.  Where that is not plainly possible (no ``os.posix_spawn``, a C
 library whose ``posix_spawn`` may not report a failed ``exec``: anything but
 glibc 2.24 or later, no ``/proc/self/fd``, a pipe that would land on 0, 1 or
-2) and with a bound, it is ``subprocess.run`` itself.
+2) ``subprocess.Popen`` starts it instead.
 
 Standard library only; Python 3.8 and later.
 """
@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+    from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
     Target = Union[int, IO[bytes]]
 
@@ -52,36 +53,6 @@ def __getattr__(name: str) -> object:
 
 #: Seconds between SIGTERM and SIGKILL of a bounded command's process group cut off at its bound.
 KILL_GRACE = 2.0
-
-
-def _subprocess_run(argv: "List[str]", env: "Optional[Dict[str, str]]",
-                    timeout: "Optional[float]") -> "Tuple[int, bytes, bytes]":
-    """With a bound the command leads a process group of its own, and at the bound the whole group gets
-    SIGTERM, then SIGKILL after :data:`KILL_GRACE` (nothing it started is left running)."""
-    import signal
-    import subprocess
-
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                          start_new_session=timeout is not None) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
-                try:
-                    os.killpg(proc.pid, sig)
-                except OSError:
-                    break
-                try:
-                    proc.wait(KILL_GRACE)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                out, err = proc.communicate(timeout=KILL_GRACE)
-            except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
-                proc.kill()
-                out, err = b"", b""
-            raise subprocess.TimeoutExpired(argv, timeout or 0.0, out, err) from None
-    return proc.returncode, out, err
 
 
 def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
@@ -140,79 +111,109 @@ def _exit_code(status: int) -> int:
     return -os.WSTOPSIG(status)  # pragma: no cover -- waitpid without WUNTRACED
 
 
+def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_w: int, err_w: int) -> "int":
+    """Start *argv* with stdout on *out_w* and stderr on *err_w* (leading a process group of its own when
+    *group*) and return its pid, or -1 where ``os.posix_spawn`` cannot plainly run it (see the module)."""
+    inherited = inherited_fds() if hasattr(os, "posix_spawn") and spawn_reports_exec_errors() else None
+    if inherited is None or not argv or min(out_w, err_w) <= 2:
+        return -1
+    import signal
+
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
+    extra: "Dict[str, Any]" = {"setpgroup": 0} if group else {}
+    environ = os.environ if env is None else env
+    first: "Optional[OSError]" = None
+    last: "Optional[OSError]" = None
+    for path in _candidates(argv[0], environ):
+        try:
+            return os.posix_spawn(path, argv, environ, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                         **extra)
+        except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
+            last = exc
+            if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                first = exc
+    error = first or last
+    assert error is not None
+    raise error
+
+
 def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
                  timeout: "Optional[float]" = None) -> "Tuple[int, bytes, bytes]":
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
     *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
-    and :class:`TimeoutExpired` past *timeout* seconds."""
-    argv = list(argv)
-    spawn = getattr(os, "posix_spawn", None)
-    inherited = inherited_fds() if spawn is not None and spawn_reports_exec_errors() else None
-    if timeout is not None or spawn is None or inherited is None or not argv:
-        return _subprocess_run(argv, env, timeout)
-    environ = os.environ if env is None else env
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    if min(out_w, err_w) <= 2:  # the agent's own 0, 1 or 2 was closed: subprocess handles that case
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        return _subprocess_run(argv, env, timeout)
+    and :class:`TimeoutExpired` past *timeout* seconds, once its process group got SIGTERM, then SIGKILL
+    when its output is still open :data:`KILL_GRACE` later (nothing it started is left running)."""
     import signal
 
-    restored = (signal.SIGPIPE, signal.SIGXFSZ)
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
-    pid = None
+    argv = list(argv)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    proc: "Optional[subprocess.Popen[bytes]]" = None
+    pid = -1
     try:
-        first: "Optional[OSError]" = None
-        last: "Optional[OSError]" = None
-        for path in _candidates(argv[0], environ):
-            try:
-                pid = spawn(path, argv, environ, file_actions=actions, setsigdef=restored)
-                break
-            except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
-                last = exc
-                if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                    first = exc
+        pid = _spawn(argv, env, timeout is not None, out_w, err_w)
+        if pid < 0:
+            import subprocess
+
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
+                                    start_new_session=timeout is not None)
+            pid = proc.pid
         os.close(out_w)
         os.close(err_w)
         out_w = err_w = -1
-        if pid is None:
-            error = first or last
-            assert error is not None
-            raise error
-        out, err = _read_both(out_r, err_r)
-        _, status = os.waitpid(pid, 0)
-        pid = None
-        return _exit_code(status), out, err
+        chunks: "Dict[int, List[bytes]]" = {out_r: [], err_r: []}
+        live = {out_r, err_r}
+        timed_out = not _read(chunks, live, deadline)
+        if timed_out:
+            for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
+                try:
+                    os.killpg(pid, sig)
+                except OSError:
+                    break
+                _read(chunks, live, time.monotonic() + KILL_GRACE)
+        code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
+        pid = -1
+        out, err = b"".join(chunks[out_r]), b"".join(chunks[err_r])
+        if timed_out:
+            import subprocess
+
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0, out, err)
+        return code, out, err
     finally:
         for fd in (out_r, out_w, err_r, err_w):
             if fd >= 0:
                 os.close(fd)
-        if pid is not None:  # interrupted while reading (or reaping): end the command, as subprocess.run does
+        if pid >= 0:  # interrupted while reading (or reaping): end the command, as subprocess.run does
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-            os.waitpid(pid, 0)
+            if proc is None:
+                os.waitpid(pid, 0)
+            else:
+                proc.wait()
 
 
-def _read_both(out_fd: int, err_fd: int) -> "Tuple[bytes, bytes]":
-    """Everything written to both pipes, until each reaches its end."""
+def _read(chunks: "Dict[int, List[bytes]]", live: "Set[int]", deadline: "Optional[float]") -> bool:
+    """Read the pipes *live* into *chunks* until each has reached its end (True; it leaves *live*), or
+    until *deadline* (``time.monotonic``) passes (False)."""
     import select
 
-    chunks: "Dict[int, List[bytes]]" = {out_fd: [], err_fd: []}
     poller = select.poll()
-    for fd in chunks:
+    for fd in live:
         poller.register(fd, select.POLLIN)
-    open_fds = 2
-    while open_fds:
-        for fd, _ in poller.poll():
+    while live:
+        ready = poller.poll(None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000)
+        if not ready:
+            return False
+        for fd, _ in ready:
             data = os.read(fd, CHUNK)
             if data:
                 chunks[fd].append(data)
             else:
                 poller.unregister(fd)
-                open_fds -= 1
-    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+                live.discard(fd)
+    return True

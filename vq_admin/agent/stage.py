@@ -105,12 +105,8 @@ def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
     mismatches: list[str] = []
     try:
         ident = archive_identity(os.path.join(stage, ARCHIVE), algo)
-        computed = {
-            "SOURCE-SHA": ident.commit or "",
-            "ARCHIVE-SHA256": ident.archive_sha256,
-            "SOURCE-TREE-SHA256": ident.tree_sha256,
-            "GIT-TREE": ident.git_tree,
-        }
+        values = (ident.commit or "", ident.archive_sha256, ident.tree_sha256, ident.git_tree)
+        computed = dict(zip(IDENTITY_FILES, values))
     except (ValueError, OSError, EOFError) as exc:
         computed = {n: "" for n in IDENTITY_FILES}
         mismatches.append(f"archive unreadable: {exc}")
@@ -127,21 +123,15 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
     """Remove a succeeded stage, or mark a failed one and cap the failed ones."""
     removed: list[str] = []
     abandoned: list[str] = []
-    own = os.path.basename(stage.rstrip("/"))
-    if os.path.dirname(stage.rstrip("/")) != os.path.join(root,
-                                                          *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
+    directory, own = os.path.split(stage.rstrip("/"))
+    if directory != os.path.join(root, *stage_parts(kind, name)) or not STAGE_NAME_RE.match(own):
         raise safedirs.UnsafePath(f"{stage} is not a stage of {kind} {name} under {root}")
     with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name), create=False)) as parent:
         if succeeded:
             safedirs.remove_tree_at(parent, own)
             removed.append(own)
         else:
-            sfd = os.open(own, safedirs.DIR_FLAGS, dir_fd=parent)
-            with safedirs.opened(sfd):
-                try:
-                    safedirs.write_new_file(sfd, FAILED_MARK, b"")
-                except FileExistsError:
-                    pass
+            _mark_failed(parent, own, b"")
         failed = []
         for entry in os.scandir(parent):
             if not STAGE_NAME_RE.match(entry.name) or not entry.is_dir(follow_symlinks=False):
@@ -151,22 +141,23 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
             except FileNotFoundError:
                 if entry.name == own or _stamp(entry.name) >= _stamp(own):
                     continue  # this run's, or a later run's: never touched
-                # An unmarked stage older than this run's: a run that was interrupted or killed before
-                # its reclaim (the lane lock and lease make this run the lane's only one).  Kept as a
-                # failed stage, under the same cap.
-                sfd = os.open(entry.name, safedirs.DIR_FLAGS, dir_fd=parent)
-                with safedirs.opened(sfd):
-                    try:
-                        safedirs.write_new_file(sfd, FAILED_MARK, b"abandoned by an interrupted run\n")
-                    except FileExistsError:
-                        pass
+                # an unmarked stage older than this run's: its run was interrupted before its reclaim
+                _mark_failed(parent, entry.name, b"abandoned by an interrupted run\n")
                 abandoned.append(entry.name)
             failed.append(entry.name)
-        failed.sort(key=lambda n: n.split(".")[1], reverse=True)  # newest first by UTC stamp
+        failed.sort(key=_stamp, reverse=True)  # newest first
         for old in failed[keep_failed:]:
             safedirs.remove_tree_at(parent, old)
             removed.append(old)
     return {"removed": removed, "abandoned": abandoned}
+
+
+def _mark_failed(parent: int, name: str, text: bytes) -> None:
+    with safedirs.opened(os.open(name, safedirs.DIR_FLAGS, dir_fd=parent)) as sfd:
+        try:
+            safedirs.write_new_file(sfd, FAILED_MARK, text)
+        except FileExistsError:
+            pass
 
 
 def _stamp(name: str) -> str:

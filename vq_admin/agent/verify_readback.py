@@ -110,21 +110,20 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout:
     from . import spawn
 
     started = time.monotonic()
+    timed_out = None
     try:
         code, out, err = spawn.run_captured(argv, dict(os.environ, **env) if env else None, timeout)
     except OSError as exc:  # as a shell would report it: 127 not found, 126 not executable
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
     except spawn.TimeoutExpired as exc:
-        out, err = exc.output or b"", exc.stderr or b""
-        return {"verify": {"exit_code": None, "timed_out": timeout, "stdout": _text(out[:STDOUT_LIMIT]),
-                           "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},
-                "readback": None, "readback_exit": None, "readback_seconds": None}
-    answer: dict[str, Any] = {"verify": {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
-                               "stdout_truncated": len(out) > STDOUT_LIMIT,
-                               "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)},
-                    "readback": None, "readback_exit": None, "readback_seconds": None}
-    path = active_path_of(out) if len(out) <= STDOUT_LIMIT else None
+        code, out, err, timed_out = None, exc.output or b"", exc.stderr or b"", timeout
+    verify = {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]), "stdout_truncated": len(out) > STDOUT_LIMIT,
+              "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)}
+    if timed_out is not None:
+        verify["timed_out"] = timed_out
+    answer: dict[str, Any] = {"verify": verify, "readback": None, "readback_exit": None, "readback_seconds": None}
+    path = active_path_of(out) if timed_out is None and len(out) <= STDOUT_LIMIT else None
     if path is not None:
         started = time.monotonic()
         answer["readback"], answer["readback_exit"] = hash_answer(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
@@ -78,27 +78,11 @@ class RuntimeProfile:
 
     def settings(self) -> dict[str, Any]:
         """The profile as plain data, handed to providers."""
-        return {
-            "program": self.program,
-            "provider": self.provider,
-            "update_command": self.update_command,
-            "install_command": self.install_command,
-            "verify_command": self.verify_command,
-            "update_host": self.update_host,
-            "update_allocation": (
-                {"sbatch_args": list(self.update_allocation.sbatch_args)} if self.update_allocation else None
-            ),
-            "timeout_seconds": self.timeout_seconds,
-            "verify_timeout_seconds": self.verify_timeout_seconds,
-            "source_repo": self.source_repo,
-            "feed_source_mirror": self.feed_source_mirror,
-            "lane": self.lane,
-            "prepare_command": self.prepare_command,
-            "preparer_reads": self.preparer_reads,
-            "provider_options": dict(self.provider_options),
-            "activate_command": self.activate_command,
-            "prune_command": self.prune_command,
-        }
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.update_allocation:
+            data["update_allocation"] = {"sbatch_args": list(self.update_allocation.sbatch_args)}
+        data["provider_options"] = dict(self.provider_options)
+        return data
 
 
 @dataclass(frozen=True)
@@ -141,15 +125,6 @@ class Config:
 # -- reading ----------------------------------------------------------------------
 
 
-def default_config_path() -> Path:
-    return Path(paths.default_config_path())
-
-
-#: Largest configuration file read: vq_admin.core.bounds.MAX_CONFIG_BYTES (one home, also read before the
-#: command line is parsed, vq_admin.ssh.early_start).
-from ..core.bounds import MAX_CONFIG_BYTES  # noqa: E402
-
-
 def check_ssh_config(config: "Config") -> None:
     """Refuse (exit 77) an ``ssh_config`` another user could change, or one that Includes such a file
     or names such a program: ssh runs its ``Match exec``, ``ProxyCommand``, ``LocalCommand`` and
@@ -172,7 +147,7 @@ def check_ssh_config(config: "Config") -> None:
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate the configuration; raise :class:`ConfigError` on any fault
     (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
-    from ..core.bounds import InputError, loads_toml, read_regular_file
+    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
 
     chosen = Path(path) if path else Path(paths.config_path())
     try:
@@ -197,9 +172,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     hosts_raw = data.get("hosts", {})
     if not isinstance(hosts_raw, dict):
         raise ConfigError("hosts", "must be a table of host tables")
-    hosts: dict[str, HostConfig] = {}
-    for name, table in hosts_raw.items():
-        hosts[name] = _parse_host(name, table)
+    hosts = {name: _parse_host(name, table) for name, table in hosts_raw.items()}
     for name, host in hosts.items():
         if host.fleet_role == "alias":
             target = hosts.get(host.canonical_host or "")
@@ -211,17 +184,9 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     return Config(path=path, ssh_config=ssh_config, hosts=hosts)
 
 
-HOST_KEYS = {
-    "fleet_role", "transport", "ssh", "canonical_host", "scheduler", "scratch_root", "agent",
-    "helper_provider", "helper_update_command", "helper_install_command", "helper_update_host",
-    "helper_source_repo", "helper_timeout_seconds", "scheduler_runtime_deployments",
-}
-PROFILE_KEYS = {
-    "provider", "update_command", "install_command", "verify_command", "update_host",
-    "update_allocation", "timeout_seconds", "verify_timeout_seconds", "source_repo",
-    "feed_source_mirror", "lane", "prepare_command", "preparer_reads", "provider_options",
-    "activate_command", "prune_command",
-}
+#: The keys of a host table and of a profile table: the records' fields, as the file spells them.
+HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
+PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:
@@ -245,8 +210,8 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
     fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
     ssh_dest = table.get("ssh", name)
-    if fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest,
-                                                                     str) and (":" in ssh_dest or "/" in ssh_dest):
+    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
+            and (":" in ssh_dest or "/" in ssh_dest)):
         raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
     allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
@@ -265,10 +230,10 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         canonical_host=_str(table, "canonical_host", key),
         scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
         scratch_root=_abs_path(table, "scratch_root", key),
-        agent=_command(table, "agent", key) or ("vq-admin-agent",),
+        agent=parse_command(table, "agent", key) or ("vq-admin-agent",),
         helper_provider=_provider_name(table, "helper_provider", key),
-        helper_update_command=_command(table, "helper_update_command", key),
-        helper_install_command=_command(table, "helper_install_command", key),
+        helper_update_command=parse_command(table, "helper_update_command", key),
+        helper_install_command=parse_command(table, "helper_install_command", key),
         helper_update_host=_destination(table, "helper_update_host", key),
         helper_source_repo=_abs_path(table, "helper_source_repo", key),
         helper_timeout_seconds=_timeout(table, "helper_timeout_seconds", key, 7200.0),
@@ -309,9 +274,9 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
     return RuntimeProfile(
         program=program,
         provider=provider,
-        update_command=_command(table, "update_command", key),
-        install_command=_command(table, "install_command", key),
-        verify_command=_command(table, "verify_command", key),
+        update_command=parse_command(table, "update_command", key),
+        install_command=parse_command(table, "install_command", key),
+        verify_command=parse_command(table, "verify_command", key),
         update_host=_destination(table, "update_host", key),
         update_allocation=_allocation(table, key),
         timeout_seconds=_timeout(table, "timeout_seconds", key, 14400.0),
@@ -319,22 +284,26 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         source_repo=source_repo,
         feed_source_mirror=_abs_path(table, "feed_source_mirror", key),
         lane=lane,
-        prepare_command=_command(table, "prepare_command", key),
+        prepare_command=parse_command(table, "prepare_command", key),
         preparer_reads=_choice(table, "preparer_reads", key, PREPARER_READS, "lane"),
         provider_options=dict(options),
-        activate_command=_command(table, "activate_command", key),
-        prune_command=_command(table, "prune_command", key),
+        activate_command=parse_command(table, "activate_command", key),
+        prune_command=parse_command(table, "prune_command", key),
     )
 
 
 # -- single-value rules -----------------------------------------------------------
 
 
+def _where(key: str, name: str) -> str:
+    """The dotted key of *name* in the table *key* (the file's top level when empty)."""
+    return f"{key}.{name}" if key else name
+
+
 def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
     for k in table:
         if k not in allowed:
-            dotted = f"{key}.{k}" if key else k
-            raise ConfigError(dotted, "unknown key")
+            raise ConfigError(_where(key, k), "unknown key")
 
 
 def _check_name(name: str, key: str, what: str) -> None:
@@ -347,7 +316,7 @@ def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:
         return None
     value = table[name]
     if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
-        raise ConfigError(f"{key}.{name}", "must be a non-empty one-line string")
+        raise ConfigError(_where(key, name), "must be a non-empty one-line string")
     return value
 
 
@@ -378,7 +347,7 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
     value = _str(table, name, key)
     if value is None:
         return None
-    where = f"{key}.{name}" if key else name
+    where = _where(key, name)
     if not value.startswith("/"):
         raise ConfigError(where, f"must be an absolute path, not {value!r}")
     if ".." in PurePosixPath(value).parts:
@@ -386,11 +355,12 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
     return os.path.normpath(value)
 
 
-def _command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
+def parse_command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, ...] | None:
+    """*table*'s command line *name* as words (``None`` when unset); a fault names :func:`_where` it is."""
     value = table.get(name)
     if value is None:
         return None
-    where = f"{key}.{name}"
+    where = _where(key, name)
     if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
         raise ConfigError(where, "must be a command on one line (a string)")
     try:

@@ -23,25 +23,22 @@ def lookup(config: Config, host: str) -> HostConfig:
         raise UsageError(f"host {host!r} is not in the configuration {config.path} (hosts: {known})") from None
 
 
-def _refuse(host: HostConfig, lane: str) -> Refused:
-    message = f"host {host.name} has fleet_role {host.fleet_role!r}, which has no {lane} maintenance authority"
-    if host.fleet_role == "alias":
-        message += f"; it is an alias of {host.canonical_host}: run the update against {host.canonical_host}"
-    return Refused(message)
+def _with_role(config: Config, name: str, lane: str, roles: tuple[str, ...]) -> HostConfig:
+    host = lookup(config, name)
+    if host.fleet_role not in roles:
+        message = f"host {host.name} has fleet_role {host.fleet_role!r}, which has no {lane} maintenance authority"
+        if host.fleet_role == "alias":
+            message += f"; it is an alias of {host.canonical_host}: run the update against {host.canonical_host}"
+        raise Refused(message)
+    return host
 
 
 def runtime_host(config: Config, name: str) -> HostConfig:
-    host = lookup(config, name)
-    if host.fleet_role not in RUNTIME_ROLES:
-        raise _refuse(host, "runtime")
-    return host
+    return _with_role(config, name, "runtime", RUNTIME_ROLES)
 
 
 def helper_host(config: Config, name: str) -> HostConfig:
-    host = lookup(config, name)
-    if host.fleet_role not in HELPER_ROLES:
-        raise _refuse(host, "helper")
-    return host
+    return _with_role(config, name, "helper", HELPER_ROLES)
 
 
 def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:

@@ -67,13 +67,10 @@ def sbatch_arg_problem(arg: str) -> str | None:
     if letter not in SHORT:
         return f"{arg!r} is not an sbatch option vq-admin passes ({ALLOWED_HINT})"
     if SHORT[letter]:
-        if not value:
-            return f"{arg!r} needs its value attached (-{letter}VALUE)"
-        return None
-    if value:  # flags cluster (-kO); every letter must be an allowed flag
-        for other in value:
-            if other in OWN_SHORT:
-                return f"{arg!r} clusters -{other}, which is set by vq-admin itself"
-            if SHORT.get(other) is not False:
-                return f"{arg!r} clusters -{other}, which is not a flag vq-admin passes ({ALLOWED_HINT})"
+        return None if value else f"{arg!r} needs its value attached (-{letter}VALUE)"
+    for other in value:  # flags cluster (-kO); every letter must be an allowed flag
+        if other in OWN_SHORT:
+            return f"{arg!r} clusters -{other}, which is set by vq-admin itself"
+        if SHORT.get(other) is not False:
+            return f"{arg!r} clusters -{other}, which is not a flag vq-admin passes ({ALLOWED_HINT})"
     return None

@@ -9,9 +9,9 @@ provider that cannot be loaded.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
+from ..config import parse_command
 from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -35,7 +35,7 @@ COMMAND_OPTIONS = {"update_command": "--update-command", "install_command": "--i
 
 
 def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
-    """The ``--*-command`` values, split with shell word rules (never run through a shell)."""
+    """The ``--*-command`` values, read as the configuration reads a command (:func:`vq_admin.config.parse_command`)."""
     given: dict[str, str] = {key: getattr(args, key) for key in COMMAND_OPTIONS if getattr(args, key, None) is not None}
     if args.name != "command":
         if given:
@@ -45,18 +45,8 @@ def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
     for key in ("update_command", "verify_command"):
         if key not in given:
             raise UsageError(f"provider test command needs {COMMAND_OPTIONS[key]} (the site script's command line)")
-    commands = {}
-    for key, text in given.items():
-        if any(c in text for c in "\n\r\0"):
-            raise UsageError(f"{COMMAND_OPTIONS[key]} must be a command on one line")
-        try:
-            words = tuple(shlex.split(text, posix=True))
-        except ValueError as exc:
-            raise UsageError(f"{COMMAND_OPTIONS[key]} cannot be split into words: {exc}") from None
-        if not words or not words[0]:
-            raise UsageError(f"{COMMAND_OPTIONS[key]} must not be empty")
-        commands[key] = words
-    return commands
+    return {key: parse_command({flag: given[key]}, flag, "") or () for key, flag in COMMAND_OPTIONS.items()
+            if key in given}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,25 +2,9 @@
 
 Run by :class:`~vq_admin.conformance.kit.Kit` after its update sequence, when
 ``current`` is A and the releases of A and B exist (C failed validation and
-has none).  Only hooks the provider implements are checked.
-
-Activation (``vq_admin_runtime_activate``):
-
-* ``activate-B``: activating B exits 0, the verify receipt of B passes every
-  check, ``current`` was never absent while it switched, and the releases
-  of A and B are byte-identical to before (nothing built or rewritten);
-* ``activate-refuses-unbuilt``: activating C (never built) exits non-zero
-  and leaves ``current`` as it was;
-* ``activate-A``: back to A, proven again.
-
-Prune (``vq_admin_runtime_prune``), with ``current`` at A:
-
-* ``prune-keeps-kept``: asked to keep A and B, the provider prints a valid
-  prune report and both releases and launchers are byte-identical after;
-  a provider that deletes a kept release fails here;
-* ``prune-report-truthful``: asked to keep only A, A (current's target) is
-  untouched and still proven, nothing kept is reported removed, and every
-  SHA reported removed is really gone.
+has none).  Only hooks the provider implements are checked: ``activate-B``,
+``activate-refuses-unbuilt`` and ``activate-A``; ``prune-keeps-kept`` and
+``prune-report-truthful`` (each described in docs/provider-maintenance.md).
 """
 
 from __future__ import annotations

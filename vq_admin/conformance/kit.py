@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, VerifyReceipt
 
+from ..config import RuntimeProfile
 from ..core.identifiers import FULL_SHA_RE
 from ..evidence import Check, parse_receipt, readback_check, receipt_checks
 from ..plugins import Providers, ProviderError
@@ -80,15 +81,13 @@ class Kit:
         return bool(ok)
 
     def request(self, label: str, archive: str | None, args: Sequence[str] = ()) -> RuntimeRequest:
-        settings = {"program": PROGRAM, "provider": self.name,
-                    "update_command": self.commands.get("update_command"),
-                    "install_command": self.commands.get("install_command"),
-                    "verify_command": self.commands.get("verify_command"),
-                    "activate_command": self.commands.get("activate_command"),
-                    "prune_command": self.commands.get("prune_command"), "update_host": None, "update_allocation": None,
-                    "timeout_seconds": DEPLOY_TIMEOUT, "verify_timeout_seconds": VERIFY_TIMEOUT,
-                    "source_repo": self.world.repo, "feed_source_mirror": None, "lane": "main",
-                    "prepare_command": None, "preparer_reads": "lane", "provider_options": dict(self.options)}
+        given = self.commands.get
+        settings = RuntimeProfile(
+            program=PROGRAM, provider=self.name, update_command=given("update_command"),
+            install_command=given("install_command"), verify_command=given("verify_command"),
+            activate_command=given("activate_command"), prune_command=given("prune_command"),
+            timeout_seconds=DEPLOY_TIMEOUT, verify_timeout_seconds=VERIFY_TIMEOUT, source_repo=self.world.repo,
+            provider_options=dict(self.options)).settings()
         return RuntimeRequest(program=PROGRAM, host="conformance", expected_sha=self.world.sha[label], tag=None,
                               update_script_args=tuple(args), source_archive=archive,
                               where="login-host" if archive is None else "build-host", settings=settings)
@@ -113,8 +112,9 @@ class Kit:
             return None, [Check("receipt", False, f"verify exited {result.exit_code} and printed no verify "
                                 f"receipt: {error}")]
         checks = receipt_checks(receipt, PROGRAM, request.expected_sha, None)
-        hashed, problem = _hash(receipt.active_path)
-        checks.append(readback_check(receipt, hashed, problem))
+        digest = _digest(receipt.active_path)  # the launcher hashed here, in the shape readback_check takes
+        checks.append(readback_check(receipt, {"sha256": digest} if digest else None,
+                                     None if digest else f"cannot read {receipt.active_path}"))
         path, roots = os.path.normpath(receipt.active_path), {self.world.root, os.path.realpath(self.world.root)}
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
@@ -144,8 +144,8 @@ class Kit:
         a = self.evidence("evidence-A", "A")
         if a is None:
             return self.checks
-        a_dir, a_hash = release_dir(a.active_path, a.source_sha), _digest(a.active_path)
-        a_before = snapshot(a_dir)
+        a_dir = release_dir(a.active_path, a.source_sha)
+        a_kept = (a_dir, snapshot(a_dir), a.active_path, _digest(a.active_path))
         code, _, tail = self.deploy("B")
         if not self.check("deploy-B", code == 0, f"update to B exited {code}" + (f": {tail}" if code else "")):
             return self.checks
@@ -155,8 +155,8 @@ class Kit:
         b_dir = release_dir(b.active_path, b.source_sha)
         nested = a_dir == b_dir or a_dir.startswith(b_dir + os.sep) or b_dir.startswith(a_dir + os.sep)
         self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
-        self.check_kept("older-kept-after-B", a_dir, a_before, a.active_path, a_hash)
-        b_before, b_hash, link_before = snapshot(b_dir), _digest(b.active_path), self.world.current()
+        self.check_kept("older-kept-after-B", a_kept)
+        b_kept, link_before = (b_dir, snapshot(b_dir), b.active_path, _digest(b.active_path)), self.world.current()
         code, seen, tail = self.deploy("C")
         self.check("failed-validation-exits-nonzero", code not in (0, None),
                    f"deploying C (its selftest fails) exited {code}: {tail}")
@@ -170,14 +170,12 @@ class Kit:
         active = receipt.source_sha if receipt else None
         self.check("verify-truthful", active == b.source_sha,
                    f"asked about C after its failed deploy, verify reports {active!r}; active is B {b.source_sha}")
-        self.check_kept("releases-kept-after-failure", a_dir, a_before, a.active_path, a_hash,
-                        (b_dir, b_before, b.active_path, b_hash))
+        self.check_kept("releases-kept-after-failure", a_kept, b_kept)
         code, _, tail = self.deploy("A")
         ok = code == 0 and self.evidence_ok("A")
         self.check("redeploy-A", ok,
                    f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
-        self.check_kept("older-not-rewritten", a_dir, a_before, a.active_path, a_hash,
-                        (b_dir, b_before, b.active_path, b_hash))
+        self.check_kept("older-not-rewritten", a_kept, b_kept)
         if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
             self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
@@ -217,10 +215,10 @@ class Kit:
         return self.check("argv-shape", not problems, "; ".join(problems) or
                           "script arguments kept contiguous and in order; full SHA and archive passed verbatim")
 
-    def check_kept(self, name: str, a_dir: str, a_before: dict[str, str], a_launcher: str, a_hash: str | None,
-                   *others: tuple[str, dict[str, str], str, str | None]) -> None:
+    def check_kept(self, name: str, *releases: tuple[str, dict[str, str], str, str | None]) -> None:
+        """Each of *releases* (its directory, snapshot, launcher and the launcher's hash) is as it was."""
         problems = []
-        for where, before, launcher, digest in ((a_dir, a_before, a_launcher, a_hash), *others):
+        for where, before, launcher, digest in releases:
             now = snapshot(where)
             if not now:
                 problems.append(f"{where} was removed")
@@ -252,9 +250,3 @@ def _digest(path: str) -> str | None:
             return hashlib.sha256(fh.read()).hexdigest()
     except OSError:
         return None
-
-
-def _hash(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """*path* hashed here, in the shape :func:`readback_check` takes."""
-    digest = _digest(path)
-    return ({"sha256": digest}, None) if digest else (None, f"cannot read {path}")

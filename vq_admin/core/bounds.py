@@ -47,10 +47,9 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    return deepest
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
     return deepest
@@ -83,19 +82,16 @@ def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
                 if ch == '"' and text[j] == "\\":
                     j += 2
                     continue
-                if text.startswith(quote, j):
-                    break
-                if not triple and text[j] == "\n":
+                if text.startswith(quote, j) or (not triple and text[j] == "\n"):
                     break
                 j += 1
             i = j + len(quote)
             continue
         if ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    return deepest
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
         i += 1
@@ -179,6 +175,8 @@ def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False
     import os
     import stat
 
+    from .securepath import opened_problem, read_bounded
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except IsADirectoryError:
@@ -191,18 +189,11 @@ def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False
         if st.st_size > limit:
             raise InputError(f"{what} {path} is larger than {limit} bytes")
         if trusted:
-            from .securepath import opened_problem
-
             problem = opened_problem(path, fd, st, what=what)
             if problem:
                 raise InputError(f"{problem}; refusing it")
-        data = os.read(fd, limit + 1)
-        while len(data) <= limit:
-            chunk = os.read(fd, limit + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-        if len(data) > limit:
+        data = read_bounded(fd, limit)
+        if data is None:
             raise InputError(f"{what} {path} is larger than {limit} bytes")
         return data
     finally:

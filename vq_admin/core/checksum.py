@@ -39,9 +39,8 @@ def default_algorithm() -> str:
     """``xxh3_64`` when ``xxhash`` is importable, else ``blake2b`` (or the forced one)."""
     import os
 
-    forced = os.environ.get(ENV_FORCE)
-    if forced in ALGORITHMS and (forced != XXH3 or _xxhash_available()):
-        return forced
+    if os.environ.get(ENV_FORCE) == BLAKE2B:
+        return BLAKE2B
     return XXH3 if _xxhash_available() else BLAKE2B
 
 
@@ -63,10 +62,3 @@ def new(algorithm: Optional[str] = None) -> Hasher:
     if algorithm == BLAKE2B:
         return hashlib.blake2b(digest_size=8)
     raise ValueError(f"unknown checksum {algorithm!r} (known: {', '.join(ALGORITHMS)})")
-
-
-def digest(data: bytes, algorithm: Optional[str] = None) -> str:
-    """The hex digest of *data* (for tests and small inputs)."""
-    h = new(algorithm)
-    h.update(data)
-    return h.hexdigest()

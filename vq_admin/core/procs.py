@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import os
 
-# Annotations only (never evaluated): the lease imports this on the session verb's per-run path,
-# which stays near a bare interpreter start, so typing is not imported at run time.
+# annotations only: typing is never imported on the session verb's per-run path (the lease imports this)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, List, Optional

@@ -15,8 +15,7 @@ run time.  A parser takes the agent's stdout and returns a small record
 or raises :class:`ProtocolError`, whose message names the verb.
 
 ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile``
-answer with framed records (:mod:`.frames`), read as a stream by the driver;
-:func:`parse_framed` reads a whole captured stream.
+answer with framed records (:mod:`.frames`), read as a stream by the driver.
 
 Every JSON text on both sides goes through :func:`encode` and :func:`decode`
 (:func:`encode_request` for the ``session`` request): ``json.dumps(...,
@@ -133,23 +132,17 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-def _dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True)
-
-
-# -- encoders (the agent's side) --------------------------------------------------------
-
 def encode(answer: Dict[str, Any]) -> str:
     """One answer (or record) as the agent prints it: one JSON object line, keys sorted
     (``json.dumps(answer, sort_keys=True)`` and a newline)."""
-    return _dumps(answer) + "\n"
+    import json
+
+    return json.dumps(answer, sort_keys=True) + "\n"
 
 
 def encode_request(request: Dict[str, Any]) -> bytes:
     """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
-    return _dumps(request).encode() + b"\n"
+    return encode(request).encode()
 
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
@@ -272,20 +265,10 @@ def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: 
     return argv + _archive_env_command(archive, archive_sha256, env, command)
 
 
-def alloc_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """``alloc-reconcile``: the end of an attempt's recorded batch job (never submits; framed answer)."""
-    return [*agent, ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
-
-
-def detach_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """``detach-reconcile``: the end of an attempt's detached build (never starts one; framed answer)."""
-    return [*agent, DETACH_RECONCILE, *_job_words(root, program, attempt, timeout)]
-
-
 def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt: str, timeout: str) -> List[str]:
-    """:func:`detach_reconcile` when *detached*, else :func:`alloc_reconcile`."""
-    build = detach_reconcile if detached else alloc_reconcile
-    return build(agent, root=root, program=program, attempt=attempt, timeout=timeout)
+    """``detach-reconcile`` when *detached* (the end of an attempt's detached build, never starting one), else
+    ``alloc-reconcile`` (the end of its recorded batch job, never submitting); framed answer."""
+    return [*agent, DETACH_RECONCILE if detached else ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
 
 
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
@@ -343,7 +326,6 @@ def _member(verb: str, data: Dict[str, Any], key: str, kind: Any, optional: bool
 class Answer:
     """An agent answer: ``data`` is the whole JSON object, the rest its typed members."""
 
-    __slots__ = ("data",)
     verb = ""
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -367,24 +349,20 @@ class Answer:
 class HashAnswer(Answer):
     """``hash-file``: ``sha256`` is ``None`` when the file could not be read (``error`` says why)."""
 
-    __slots__ = ("path", "exists", "sha256", "error")
     verb = HASH_FILE
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
         # lenient: the driver's read-back check judges each member (evidence.readback_check)
-        path, sha256, error = data.get("path"), data.get("sha256"), data.get("error")
-        self.path: Optional[str] = path if isinstance(path, str) else None
+        self.path: Optional[str] = _loose(data, "path", str)
         self.exists: bool = data.get("exists") is True
-        self.sha256: Optional[str] = sha256 if isinstance(sha256, str) else None
-        self.error: Optional[str] = error if isinstance(error, str) else None
-
+        self.sha256: Optional[str] = _loose(data, "sha256", str)
+        self.error: Optional[str] = _loose(data, "error", str)
 
 
 class CheckedPaths(Answer):
     """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
 
-    __slots__ = ("checked", "refused")
     verb = CHECK_PATHS
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -393,11 +371,9 @@ class CheckedPaths(Answer):
         self.refused: List[Dict[str, Any]] = _loose(data, "refused", list, [])
 
 
-
 class VerifyReadback(Answer):
     """``verify-readback``: the verify's exit status and output, and the launcher's ``hash-file`` answer."""
 
-    __slots__ = ("verify", "stdout_bytes", "readback")
     verb = VERIFY_READBACK
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -412,15 +388,12 @@ class VerifyReadback(Answer):
             raise ProtocolError(self.verb, "holds text that is not the verify's output") from None
         self.verify: Dict[str, Any] = verify
         self.stdout_bytes: bytes = stdout_bytes
-        readback = data.get("readback")
-        self.readback: Optional[Dict[str, Any]] = readback if isinstance(readback, dict) else None
-
+        self.readback: Optional[Dict[str, Any]] = _loose(data, "readback", dict)
 
 
 class StageCreated(Answer):
     """``stage-create``: the new stage's absolute path."""
 
-    __slots__ = ("stage",)
     verb = STAGE_CREATE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -431,11 +404,9 @@ class StageCreated(Answer):
         self.stage: str = stage
 
 
-
 class StageReceived(Answer):
     """``stage-receive``: the stage and the archive's size in bytes."""
 
-    __slots__ = ("stage", "size")
     verb = STAGE_RECEIVE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -444,27 +415,23 @@ class StageReceived(Answer):
         self.size: int = _member(self.verb, data, "bytes", int)
 
 
-
 class StageVerdict(Answer):
     """``stage-verify``: ``verified`` only when nothing mismatched (exit 3 otherwise)."""
 
-    __slots__ = ("stage", "verified", "mismatches")
     verb = STAGE_VERIFY
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        stage, mismatches = data.get("stage"), data.get("mismatches")
-        self.stage: Optional[str] = stage if isinstance(stage, str) else None
+        mismatches = data.get("mismatches")
+        self.stage: Optional[str] = _loose(data, "stage", str)
         self.verified: bool = data.get("verified") is True
         self.mismatches: List[Any] = (mismatches if isinstance(mismatches, list)
                                       else [mismatches] if mismatches else [])
 
 
-
 class StageReclaimed(Answer):
     """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
 
-    __slots__ = ("removed", "abandoned")
     verb = STAGE_RECLAIM
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -473,18 +440,15 @@ class StageReclaimed(Answer):
         self.abandoned: List[Any] = _member(self.verb, data, "abandoned", list)
 
 
-
 class IdentityAnswer(Answer):
     """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
 
-    __slots__ = ("version", "tree_sha256")
     verb = IDENTITY
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
         self.version: str = _member(self.verb, data, "version", str)
         self.tree_sha256: Optional[str] = _member(self.verb, data, "tree_sha256", str, optional=True)
-
 
 
 #: The members of a ``version`` answer (``sinfo`` only when asked).
@@ -494,7 +458,6 @@ VERSION_KEYS = ("version", "python_version", "interpreter", "checksum")
 class VersionAnswer(Answer):
     """``version``: the helper's version, Python, interpreter and checksum (and ``sinfo`` when asked)."""
 
-    __slots__ = ("version", "sinfo")
     verb = VERSION
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -507,11 +470,9 @@ class VersionAnswer(Answer):
         return {k: self.data.get(k) for k in VERSION_KEYS}
 
 
-
 class Installed(Answer):
     """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
 
-    __slots__ = ("dest", "changed", "new_sha256", "old_sha256")
     verb = INSTALL_FILE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -520,7 +481,6 @@ class Installed(Answer):
         self.changed: bool = data.get("changed") is True
         self.new_sha256: Optional[str] = _loose(data, "new_sha256", str)
         self.old_sha256: Optional[str] = _loose(data, "old_sha256", str)
-
 
 
 parse_hash_file = HashAnswer.parse
@@ -538,7 +498,6 @@ parse_install_file = Installed.parse
 class LeaseAnswer(Answer):
     """``lease`` (and the ``lease`` member of a ``session`` answer): held, or who holds it."""
 
-    __slots__ = ("held", "lock", "holder")
     verb = LEASE
 
     def __init__(self, data: Dict[str, Any]) -> None:
@@ -558,13 +517,12 @@ class SessionAnswer(Answer):
     """``session``: its ``protocol`` and one member per part done (``shell``, ``lease``, ``check_paths``,
     ``identity``, ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
 
-    __slots__ = ("lease",)
     verb = SESSION
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        raw = data.get("lease")
-        self.lease: Optional[LeaseAnswer] = LeaseAnswer(raw) if isinstance(raw, dict) else None
+        lease = _loose(data, "lease", dict)
+        self.lease: Optional[LeaseAnswer] = None if lease is None else LeaseAnswer(lease)
 
 
 def parse_session(stdout: Output) -> SessionAnswer:
@@ -575,51 +533,6 @@ def parse_session(stdout: Output) -> SessionAnswer:
     if rest.strip():
         data.update(_object(SESSION, rest.split("\n", 1)[0]))
     return SessionAnswer(data)
-
-
-class Framed(Answer):
-    """A framed verb's whole captured stream: the JSON records by kind, the transcripts' bytes, and
-    ``complete`` when the stream ended with its ``end`` record."""
-
-    __slots__ = ("records", "transcripts", "complete")
-
-    def __init__(self, verb: str, records: Dict[str, Dict[str, Any]], transcripts: Dict[str, bytes],
-                 complete: bool) -> None:
-        super().__init__({"verb": verb, "records": records, "complete": complete})
-        self.records = records
-        self.transcripts = transcripts
-        self.complete = complete
-
-    @property
-    def summary(self) -> Dict[str, Any]:
-        return self.records.get("summary") or {}
-
-
-def parse_framed(verb: str, stdout: bytes) -> Framed:
-    """A framed verb's captured stdout (see :mod:`.frames`); raises :class:`ProtocolError` when the
-    stream is malformed or has no ``summary`` record."""
-    import io
-
-    from .frames import FrameError, read_frames
-
-    if verb not in FRAMED_VERBS:
-        raise ValueError(f"{verb} is not a framed verb")
-    records: Dict[str, Dict[str, Any]] = {}
-    transcripts = {"stdout": b"", "stderr": b""}
-
-    def on_record(kind: str, payload: Dict[str, Any]) -> None:
-        records[kind] = payload
-
-    def on_data(name: str, chunk: bytes) -> None:
-        transcripts[name] += chunk
-
-    try:
-        complete = read_frames(io.BytesIO(stdout), on_record, on_data)
-    except (FrameError, ValueError) as exc:
-        raise ProtocolError(verb, f"is not a framed stream: {exc}") from None
-    if "summary" not in records:
-        raise ProtocolError(verb, "has no summary record")
-    return Framed(verb, records, transcripts, complete)
 
 
 #: Each verb's parser (the round-trip test reads this table).

@@ -150,39 +150,28 @@ def closed_on_error(fd: int) -> Iterator[int]:
         raise
 
 
-def remove_tree_at(parent_fd: int, name: str) -> int:
-    """Remove directory *name* below *parent_fd* without following symlinks.
-
-    Returns the number of bytes removed (regular files).
-    """
-    removed = 0
-    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-    try:
-        for entry in os.scandir(fd):
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                removed += remove_tree_at(fd, entry.name)
-            else:
-                if stat.S_ISREG(st.st_mode):
-                    removed += st.st_size
-                os.unlink(entry.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
-    return removed
-
-
-def tree_size_at(parent_fd: int, name: str) -> int:
-    """Bytes of regular files below directory *name* (symlinks not followed)."""
+def tree_size_at(parent_fd: int, name: str, *, remove: bool = False) -> int:
+    """Bytes of regular files below directory *name* (symlinks not followed); with *remove*, the
+    directory is removed as it is walked."""
     total = 0
     fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     try:
         for entry in os.scandir(fd):
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                total += tree_size_at(fd, entry.name)
-            elif stat.S_ISREG(st.st_mode):
+                total += tree_size_at(fd, entry.name, remove=remove)
+                continue
+            if stat.S_ISREG(st.st_mode):
                 total += st.st_size
+            if remove:
+                os.unlink(entry.name, dir_fd=fd)
     finally:
         os.close(fd)
+    if remove:
+        os.rmdir(name, dir_fd=parent_fd)
     return total
+
+
+def remove_tree_at(parent_fd: int, name: str) -> int:
+    """Remove directory *name* below *parent_fd* without following symlinks; the bytes of regular files removed."""
+    return tree_size_at(parent_fd, name, remove=True)

@@ -160,11 +160,7 @@ def chain_problem(path: str, real: str, stat_of: "StatOf", *, what: str, missing
         problem = level_problem(real, st, is_dir=stat.S_ISDIR(st.st_mode), me=me, owner_name=owner_name)
         if problem:
             return _with_fix(what, path, problem, real, real)
-    seen = set()
-    for directory in ancestors(path) + ancestors(real):
-        if directory in seen:
-            continue
-        seen.add(directory)
+    for directory in dict.fromkeys(ancestors(path) + ancestors(real)):  # each directory once, in order
         try:
             dst = stat_of(directory)
         except FileNotFoundError:

@@ -2,7 +2,7 @@
 
 ``vq admin launcher PROGRAM HOST [--expected-sha SHA]`` runs for every job the
 queue driver submits, so its interpreter start is the figure that matters
-(issue 15: within 1.5 times a bare ``python -c pass``).  This module answers
+(within 1.5 times a bare ``python -c pass``).  This module answers
 the plain, successful case with nothing beyond what a bare interpreter has
 already imported (``os``, ``posixpath``, ``stat``) plus the secure-path rule
 (:mod:`vq_admin.core.securepath`) and the launcher rule
@@ -13,7 +13,7 @@ through :mod:`vq_admin.launcher.registry` and :mod:`vq_admin.state.tree`) would 
 entry.  It returns ``None`` for everything else (a refusal, a symlink the
 operator named, an entry it does not parse, an error of any kind), and the
 caller then runs the full lookup, which words the refusal, its code and its
-remedy exactly as before.  So it can make an answer slower, never different.
+remedy.  So it can make an answer slower, never different.
 
 What it checks, every time (CONTRACT section 10, the same rule as the full
 lookup, applied through file descriptors):
@@ -180,7 +180,7 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         entry = _read(dfd, wanted + ".json")
         if entry is None or entry_problem(entry, host, program, wanted) is not None:
             return None
-        if not (_absent(dfd, "pruned", wanted) and _absent(dfd, "conflicts", wanted)):
+        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)):
             return None
         return latest, entry
     except (OSError, ValueError):
@@ -204,8 +204,9 @@ def _read(dfd: int, name: str) -> dict[str, str | None] | None:
     return None if data is None else flat_object(data)
 
 
-def _absent(dfd: int, directory: str, sha: str) -> bool:
-    """Whether ``<directory>/<sha>.json`` is certainly absent (never followed)."""
+def absent(dfd: int, directory: str, sha: str) -> bool:
+    """Whether ``<directory>/<sha>.json`` is certainly absent in the lane *dfd* (one ``stat``, never
+    followed); a lane whose answer cannot be read counts as having it (fail closed)."""
     try:
         os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):

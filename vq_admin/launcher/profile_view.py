@@ -102,7 +102,7 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     destination = table.get("ssh", host)
     if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
         raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
-    from ..ssh.process import SSH_OPTIONS  # the one set of ssh options
+    from ..ssh.argv import SSH_OPTIONS  # the one set of ssh options
 
     ssh = ["ssh"]
     if isinstance(data.get("ssh_config"), str):

@@ -47,7 +47,7 @@ import re
 
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from ..core.bounds import InputError, loads_json
-from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, entry_problem
+from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry_problem
 from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
@@ -84,15 +84,17 @@ def entry_path(state_root: str | os.PathLike[str], host: str, program: str, sha:
     return os.path.join(lane_dir(state_root, host, program), sha + ".json")
 
 
-def pruned_path(entry: str) -> str:
-    """Where the mark of a pruned generation is kept (``pruned/<sha>.json``, normally absent)."""
+def beside(entry: str, kind: str) -> str:
+    """``<lane>/<kind>/<sha>.json`` for the entry at *entry*: ``pruned`` (the mark of a pruned generation)
+    or ``conflicts`` (a later, conflicting attestation), each in its own normally absent directory, so
+    checking it costs one negative lookup however many entries there are."""
     directory, name = os.path.split(entry)
-    return os.path.join(directory, "pruned", name)
+    return os.path.join(directory, kind, name)
 
 
 def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str, receipt: str, at: str) -> str:
     """Record that *sha* was removed by a prune (receipt *receipt*); its lookups then refuse."""
-    path = pruned_path(entry_path(state_root, host, program, sha))
+    path = beside(entry_path(state_root, host, program, sha), "pruned")
     mark = {"schema": PRUNED_SCHEMA, "host": host, "program": program, "sha": sha, "receipt": receipt,
             "pruned_at": at}
     _write(state_root, path, encode(mark), exclusive=True)  # a second prune of the same SHA keeps the first mark
@@ -106,21 +108,9 @@ def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str
     if dfd is None:
         return None
     try:
-        return _read_mark_at(dfd, path, sha) if _exists_at(dfd, "pruned", sha) else None
+        return None if absent(dfd, "pruned", sha) else _read_mark_at(dfd, path, sha)
     finally:
         os.close(dfd)
-
-
-def _exists_at(dfd: int, directory: str, sha: str) -> bool:
-    """Whether ``<directory>/<sha>.json`` exists in the lane (one ``stat``, never followed);
-    a lane whose answer cannot be read counts as having it (fail closed)."""
-    try:
-        os.stat(os.path.join(directory, sha + ".json"), dir_fd=dfd, follow_symlinks=False)
-        return True
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError:
-        return True
 
 
 def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
@@ -130,7 +120,7 @@ def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
     except OSError:
         return {"receipt": "?", "pruned_at": "?"}
     try:
-        return _read_at(sub, sha + ".json", pruned_path(entry)) or {"receipt": "?", "pruned_at": "?"}
+        return _read_at(sub, sha + ".json", beside(entry, "pruned")) or {"receipt": "?", "pruned_at": "?"}
     except RegistryError:
         return {"receipt": "?", "pruned_at": "?"}
     finally:
@@ -155,15 +145,6 @@ def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: s
         pass
     finally:
         os.close(sub)
-
-
-def conflict_path(entry: str) -> str:
-    """Where a conflicting re-attestation of the entry at *entry* is kept.
-
-    In its own, normally absent, directory: checking it then costs one
-    negative lookup of ``conflicts`` however many entries there are."""
-    directory, name = os.path.split(entry)
-    return os.path.join(directory, "conflicts", name)
 
 
 def make_entry(host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
@@ -214,8 +195,7 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
     *path* exists) or ``rename``; every directory level checked and created 0700."""
     parts, name = _split(state_root, path)
     try:
-        tree = PrivateTree(state_root)
-        dfd = tree.open_dir(parts, create=True)
+        dfd = PrivateTree(state_root).open_dir(parts, create=True)
     except UnsafeState as exc:
         raise RegistryError(str(exc)) from None
     assert dfd is not None
@@ -261,7 +241,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     if first is not None:
         same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
         if not same:
-            conflict = conflict_path(path)
+            conflict = beside(path, "conflicts")
     pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"],
                "verified_at": entry["verified_at"]}
 
@@ -277,24 +257,20 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
-def _parse_entry(data: bytes | None, path: str) -> dict[str, Any] | None:
-    if data is None:
-        return None
-    try:
-        value = loads_json(data, path, limit=MAX_ENTRY_BYTES)
-    except InputError as exc:
-        raise RegistryError(f"{exc}; it is not one JSON object") from None
-    if not isinstance(value, dict):
-        raise RegistryError(f"{path} is not one JSON object")
-    return value
-
-
 def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
+    """The JSON object in *name* below *dfd* (checked read, *shown* in messages); ``None`` when absent."""
     try:
         data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
+        value = None if data is None else loads_json(data, shown, limit=MAX_ENTRY_BYTES)
     except UnsafeState as exc:
         raise RegistryError(str(exc)) from None
-    return _parse_entry(data, shown)
+    except InputError as exc:
+        raise RegistryError(f"{exc}; it is not one JSON object") from None
+    if data is None:
+        return None
+    if not isinstance(value, dict):
+        raise RegistryError(f"{shown} is not one JSON object")
+    return value
 
 
 def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict[str, Any] | None:
@@ -322,22 +298,11 @@ def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> boo
         os.close(dfd)
 
 
-def latest_sha(state_root: str | os.PathLike[str], host: str, program: str) -> str | None:
-    """The SHA of the latest verified deployment, or ``None`` when there is none."""
-    dfd = _lane_fd(state_root, host, program, create=False)
-    if dfd is None:
-        return None
-    try:
-        return _latest_at(dfd, state_root, host, program)
-    finally:
-        os.close(dfd)
-
-
 def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
             ) -> tuple[str | None, dict[str, Any] | None]:
     """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
     walk of the directories (the per-job path).  Raises :class:`RegistryError` as
-    :func:`latest_sha` and :func:`lookup` do."""
+    :func:`lookup` does, and for a ``latest.json`` that names no full SHA."""
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
         return None, None
@@ -368,13 +333,13 @@ def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
     problem = entry_problem(entry, host, program, sha)
     if problem is not None:
         raise RegistryError(f"{path}: {problem}")
-    if _exists_at(dfd, "pruned", sha):
+    if not absent(dfd, "pruned", sha):
         found = _read_mark_at(dfd, path, sha)
         raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
                           f"release and launcher {entry['launcher']} were removed", sha)
-    if _exists_at(dfd, "conflicts", sha):
+    if not absent(dfd, "conflicts", sha):
         raise RegistryError(
-            f"{conflict_path(path)}: a later verification of {sha} attested a different launcher or different "
+            f"{beside(path, 'conflicts')}: a later verification of {sha} attested a different launcher or different "
             f"bytes than {path}; the launcher is not immutable")
     return entry
 

@@ -1,24 +1,12 @@
-"""The one envelope of every ``--json`` document vq-admin prints on stdout.
-
-Every verb's JSON document opens with ``schema``, ``outcome`` and
-``exit_code``, then carries the verb's own data, and closes with ``errors``
-(a list of strings, empty on success)::
+"""The one envelope of every ``--json`` document vq-admin prints on stdout::
 
     {"schema": "vq-admin/status/1", "outcome": "ok", "exit_code": 0, ..., "errors": []}
 
-* ``schema``: ``vq-admin/<name>/<version>``; the names the contract fixes
-  (``vq-admin/receipt/1``, ``vq-admin/history/1``, ``vq-admin/fleet/1``) and,
-  for verbs it does not name, ``vq-admin/<verb>/1`` (see :data:`SCHEMAS`).
-* ``outcome``: one of the closed set of :class:`vq_admin.report.outcome.Outcome`;
-  ``exit_code`` is always that outcome's code, and the process exits with it.
-* ``errors``: what went wrong, in the order it was found.
-
-This module is the only place that spells those four keys for stdout: a
-verb hands it a schema, an outcome and its data (:func:`document`,
-:func:`emit`), and a key of the data that would shadow one of them is a
-programming error (:class:`EnvelopeError`), never a silent overwrite.
-Standard library only and no ``typing`` at run time, so the per-job
-``vq admin launcher`` path can use it at the cost of ``import json``.
+``schema`` is one of :data:`SCHEMAS`; ``exit_code`` is always the code of ``outcome`` (the closed set of
+:class:`vq_admin.report.outcome.Outcome`), and the process exits with it; ``errors`` says what went wrong,
+in the order it was found.  Only this module spells those four keys for stdout: data that would shadow
+one is a programming error (:class:`EnvelopeError`), never a silent overwrite.  Standard library only
+and no ``typing`` at run time: the per-job ``vq admin launcher`` path uses it.
 """
 
 from __future__ import annotations
@@ -74,21 +62,14 @@ def _outcome(outcome: Outcome | str) -> Outcome:
 
 def document(schema: str, outcome: Outcome | str, data: Mapping[str, Any] | None = None,
              errors: Iterable[str] = ()) -> dict[str, Any]:
-    """The envelope: ``schema``, ``outcome``, ``exit_code``, then *data* in its order, then ``errors``."""
-    if not isinstance(schema, str) or not SCHEMA_RE.match(schema):
-        raise EnvelopeError(f"schema {schema!r} does not match {SCHEMA_RE.pattern}")
-    found = _outcome(outcome)
+    """The envelope: ``schema``, ``outcome``, ``exit_code``, then *data* in its order, then ``errors``
+    (checked: :func:`check`)."""
     data = data or {}
     shadowed = sorted(RESERVED.intersection(data))
     if shadowed:
         raise EnvelopeError(f"{schema}: data key(s) {', '.join(shadowed)} belong to the envelope")
-    listed = list(errors)
-    if not all(isinstance(e, str) for e in listed):
-        raise EnvelopeError(f"{schema}: errors must be strings, not {listed!r}")
-    doc: dict[str, Any] = {"schema": schema, "outcome": found.value, "exit_code": found.exit_code}
-    doc.update(data)
-    doc[TAIL] = listed
-    return doc
+    found = _outcome(outcome)
+    return check({"schema": schema, "outcome": found.value, "exit_code": found.exit_code, **data, TAIL: list(errors)})
 
 
 def check(doc: object) -> dict[str, Any]:

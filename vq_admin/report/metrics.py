@@ -6,18 +6,8 @@ and ``write_to_textfile`` for an atomic temp-file-and-rename write).  Imported
 only for these options: ``vq admin status`` without them, and every other
 verb, never load ``prometheus_client``.
 
-One series set per host and lane (``program`` is empty for the helper lane):
-
-* ``vq_admin_last_outcome{host,program,lane,outcome} 1``: the last run's outcome;
-* ``vq_admin_last_exit_code{host,program,lane}``: its exit status;
-* ``vq_admin_last_run_timestamp_seconds{host,program,lane}``: when it finished;
-* ``vq_admin_last_ok_timestamp_seconds{host,program,lane}``: when LAST OK was
-  proven (absent until a run has been verified);
-* ``vq_admin_last_run_duration_seconds{host,program,lane}``: finished minus
-  started, from the run's receipt;
-* ``vq_admin_transcript_complete{host,program,lane}``: 1 or 0, only when the
-  last run built in a Slurm allocation (its receipt has a transcript log
-  directory).
+One series set per host and lane (``program`` is empty for the helper lane), each gauge
+described in :func:`registry_for` (and in docs/operator-guide.md).
 
 ``vq admin verify --prometheus`` / ``--textfile PATH`` publish one gauge per host and program,
 ``vq_admin_runtime_drift{host,program,state}`` (:func:`drift_registry`), in a file of its own
@@ -26,29 +16,17 @@ beside this one.
 
 from __future__ import annotations
 
-import calendar
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .outcome import Refused, UsageError
-from ..state.records import StateDir
+from ..state.records import StateDir, parse_utc
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 LABELS = ("host", "program", "lane")
-
-
-def _epoch(stamp: Any) -> float | None:
-    """``2026-11-30T10:00:00Z`` -> seconds since the epoch (UTC), or None."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
 
 
 def _lanes(status: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
@@ -87,25 +65,19 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
             outcome.labels(outcome=str(last["outcome"]), **labels).set(1)
         if isinstance(last.get("exit_code"), int):
             exit_code.labels(**labels).set(last["exit_code"])
-        at = _epoch(last.get("at"))
+        at = parse_utc(last.get("at"))
         if at is not None:
             last_run.labels(**labels).set(at)
-        ok_at = _epoch((entry.get("last_ok") or {}).get("at"))
+        ok_at = parse_utc((entry.get("last_ok") or {}).get("at"))
         if ok_at is not None:
             last_ok.labels(**labels).set(ok_at)
-        receipt = _receipt(state, last.get("receipt"))
-        started, finished = _epoch(receipt.get("started_at")), _epoch(receipt.get("finished_at"))
+        receipt = state.read_receipt(last.get("receipt")) or {}
+        started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
         if started is not None and finished is not None and finished >= started:
             duration.labels(**labels).set(finished - started)
         if (receipt.get("deploy") or {}).get("log_dir") and isinstance(receipt.get("command_output"), dict):
             transcript.labels(**labels).set(1 if receipt["command_output"].get("complete") is True else 0)
     return registry
-
-
-def _receipt(state: StateDir, receipt_id: Any) -> dict[str, Any]:
-    if not isinstance(receipt_id, str) or "/" in receipt_id or receipt_id.startswith("."):
-        return {}
-    return state.read_receipt(receipt_id) or {}
 
 
 def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]]) -> CollectorRegistry:

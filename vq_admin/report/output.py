@@ -89,10 +89,8 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
         command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
         lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
-    for note in receipt.get("notes") or []:
-        lines.append(_field("note", note))
-    for error in receipt.get("errors") or []:
-        lines.append(_field("error", error))
+    lines += [_field("note", note) for note in receipt.get("notes") or []]
+    lines += [_field("error", error) for error in receipt.get("errors") or []]
     readback = receipt.get("readback")
     if readback and readback.get("next_command"):
         lines.append(_field("next", readback["next_command"]))

@@ -90,11 +90,6 @@ class LiveLine:
             except (OSError, ValueError):
                 self._stop.set()
 
-    def clear(self) -> None:
-        """Erase the line (before other output), keeping the ticker."""
-        with self._lock:
-            self._erase()
-
     def _erase(self) -> None:
         """Erase a drawn line (the caller holds the lock); a stream that fails is left alone."""
         if self._drawn:
@@ -108,7 +103,8 @@ class LiveLine:
     def wrap(self, narrate: Callable[[str], None]) -> Callable[[str], None]:
         """A narrator that erases the live line before it prints."""
         def say(message: str) -> None:
-            self.clear()
+            with self._lock:
+                self._erase()
             narrate(message)
         return say
 
@@ -177,20 +173,17 @@ class CommandView:
             self.fds = tuple(fds)
 
     def last_line(self) -> str | None:
-        with self._lock:
-            return self._last_line()
-
-    def _last_line(self) -> str | None:
         best = None
-        for fd in self.fds:
-            try:
-                st = os.fstat(fd)
-                data = os.pread(fd, TAIL_BYTES, max(0, st.st_size - TAIL_BYTES))
-            except OSError:
-                continue
-            lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
-            if lines and (best is None or st.st_mtime >= best[0]):
-                best = (st.st_mtime, lines[-1])
+        with self._lock:  # watch() closes nothing while the files are read
+            for fd in self.fds:
+                try:
+                    st = os.fstat(fd)
+                    data = os.pread(fd, TAIL_BYTES, max(0, st.st_size - TAIL_BYTES))
+                except OSError:
+                    continue
+                lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
+                if lines and (best is None or st.st_mtime >= best[0]):
+                    best = (st.st_mtime, lines[-1])
         return best[1].decode("utf-8", "replace").strip() if best else None
 
     def render(self) -> str:

@@ -187,16 +187,16 @@ class Receipt:
         self.finished_at = finished_at
         return self
 
+    def _identity(self) -> dict[str, Any]:
+        """What the run maintains: its lane, host and program, and the identity it expects."""
+        return {key: getattr(self, key) for key in ("lane", "host", "program", "expected_sha", "tag")}
+
     def to_dict(self) -> dict[str, Any]:
         """The receipt (CONTRACT section 6) in its envelope (:mod:`vq_admin.report.envelope`)."""
         assert self.outcome is not None
         data: dict[str, Any] = {
             "id": self.id,
-            "lane": self.lane,
-            "host": self.host,
-            "program": self.program,
-            "expected_sha": self.expected_sha,
-            "tag": self.tag,
+            **self._identity(),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "steps": self.plan.to_list(),
@@ -216,11 +216,7 @@ class Receipt:
         """What ``--dry-run`` prints: the plan, nothing executed (outcome ``ok``: nothing was refused)."""
         data: dict[str, Any] = {
             "dry_run": True,
-            "lane": self.lane,
-            "host": self.host,
-            "program": self.program,
-            "expected_sha": self.expected_sha,
-            "tag": self.tag,
+            **self._identity(),
             "steps": [dict(s.to_dict(), status="planned") for s in self.plan.steps],
         }
         if self.plan.when_needed:

@@ -18,12 +18,12 @@ unabbreviated lines instead, for scripts and mail.
 
 from __future__ import annotations
 
-import calendar
 import os
 import time
 from typing import Any, Iterator, TextIO
 
 from .output import safe_text
+from ..state.records import parse_utc
 
 SHORT_SHA = 12
 RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"
@@ -41,10 +41,10 @@ def age(stamp: Any, now: float) -> str:
     """``2026-11-30T10:00:00Z`` -> ``3h`` (how long before *now*); ``?`` when unreadable."""
     if not isinstance(stamp, str):
         return "-"
-    try:
-        seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
+    at = parse_utc(stamp)
+    if at is None:
         return "?"
+    seconds = now - at
     if seconds < 0:
         return "future"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

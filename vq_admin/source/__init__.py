@@ -9,7 +9,7 @@ repository that lies, is refused before anything is staged.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from vq_admin_hookspecs import Slot
 
@@ -188,7 +188,6 @@ def _tags_at(repo: str, sha: str) -> tuple[str, ...]:
     return tuple(sorted(t for t in listed.text().split() if t))
 
 
-
 def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
     """:func:`resolve` one question per git call, for the precise refusal."""
     fmt = git(repo, "rev-parse", "--show-object-format")
@@ -208,9 +207,7 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
                     f"the tree of {sha}", repo)
     if not with_tags:
         return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
-    listed = git(repo, "tag", "--points-at", sha)
-    _checked(listed, f"the tags at {sha}", repo)  # a failed listing must not read as "no tag"
-    tags = tuple(sorted(t for t in listed.text().split() if t))
+    tags = _tags_at(repo, sha)
     bad = [t for t in tags if not TAG_RE.match(t)]
     if bad:  # the same rule as --tag: no inferred value may pose as an option (a tag named "--help")
         raise Refused(f"tag {bad[0]!r} points at {sha} in {repo} but is not a valid tag name (the rule --tag "
@@ -294,11 +291,8 @@ def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceId
         )
     if computed.commit != ident.sha:
         raise Refused(f"the archive of {ident.sha} names commit {computed.commit!r}")
-    return SourceIdentity(
-        repo=ident.repo, sha=ident.sha, git_tree=ident.git_tree, tag=ident.tag, tags=ident.tags,
-        archive_path=path, archive_sha256=computed.archive_sha256, tree_sha256=computed.tree_sha256,
-        archive_bytes=os.path.getsize(path),
-    )
+    return replace(ident, archive_path=path, archive_sha256=computed.archive_sha256,
+                   tree_sha256=computed.tree_sha256, archive_bytes=os.path.getsize(path))
 
 
 def head_commit(repo: str) -> str:

@@ -44,7 +44,7 @@ from ..core.failpoints import failpoint
 from ..core.identifiers import SHA_RE
 from ..config import ConfigError
 from ..report.outcome import Outcome, VqAdminError
-from . import GIT_ENV, RECEIVE_PACK, run_git
+from . import GIT_ENV, RECEIVE_PACK, git, run_git
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
@@ -155,16 +155,10 @@ def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
 
 
 def mirror_for(transport: Transport, path: str, ssh_key: str = "ssh") -> Mirror:
-    """The mirror *path* on the host *transport* reaches, with vq-admin's own ssh settings.
-
-    Over ssh, git runs exactly :meth:`SshTransport.ssh_base` (``-F ssh_config``,
-    BatchMode, keep-alives, the run's shared ControlMaster connection) through
-    ``GIT_SSH_COMMAND`` (git hands it to ``sh``, so every word is quoted; the
-    run's control directory is a slot, :func:`git_ssh_command`) and
-    the scp-form url ``DEST:PATH``.  A local host's url is the plain path.
-    A destination git cannot put in that url (one with ``:``) is a
-    configuration error naming *ssh_key* (exit 2).
-    """
+    """The mirror *path* on the host *transport* reaches, with vq-admin's own ssh settings: over ssh, git
+    runs exactly :meth:`SshTransport.ssh_base` (:func:`git_ssh_command`) with the scp-form url ``DEST:PATH``;
+    a local host's url is the plain path.  A destination git cannot put in that url (one with ``:`` or ``/``)
+    is a configuration error naming *ssh_key* (exit 2)."""
     if not path.startswith("/"):
         raise VqAdminError(f"feed_source_mirror {path!r} is not an absolute path")
     if not isinstance(transport, SshTransport):
@@ -331,10 +325,6 @@ def parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
 # -- deciding -----------------------------------------------------------------------
 
 
-def _git(repo: str, *args: str) -> RunResult:
-    return run_git(["git", "-C", repo, *args], timeout=LOCAL_GIT_TIMEOUT)
-
-
 def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
     """Fill ``old``, ``action`` and ``reason`` of each ref from the mirror's values *held*."""
     for ref in refs:
@@ -353,19 +343,19 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
 
 
 def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
-    kind = _git(repo, "cat-file", "-t", "--end-of-options", old)
+    kind = git(repo, "cat-file", "-t", "--end-of-options", old, timeout=LOCAL_GIT_TIMEOUT)
     if not kind.ok:
         if kind.interrupted is None and kind.exit_code == 128:  # git: no such object here
             return "refuse", UNSEEN
         raise VqAdminError(f"git cat-file -t {old} failed in {repo} ({kind.describe()}): {kind.error_text()[-300:]}")
     if kind.text().strip() != "commit":
         return "refuse", NOT_A_COMMIT.format(type=kind.text().strip())
-    forward = _git(repo, "merge-base", "--is-ancestor", old, new)
+    forward = git(repo, "merge-base", "--is-ancestor", old, new, timeout=LOCAL_GIT_TIMEOUT)
     if forward.exit_code == 0:
         return "fast-forward", None
     if forward.exit_code != 1:
         raise VqAdminError(f"git merge-base --is-ancestor {old} {new} failed in {repo}: {forward.error_text()}")
-    behind = _git(repo, "merge-base", "--is-ancestor", new, old)
+    behind = git(repo, "merge-base", "--is-ancestor", new, old, timeout=LOCAL_GIT_TIMEOUT)
     if behind.interrupted or behind.exit_code not in (0, 1):
         raise VqAdminError(f"git merge-base --is-ancestor {new} {old} failed in {repo}: {behind.describe()}")
     return "refuse", ADVANCED if behind.exit_code == 0 else DIVERGED

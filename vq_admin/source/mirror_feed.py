@@ -57,11 +57,8 @@ LOST_MID_PUSH = ("the remote end hung up unexpectedly", "unexpected disconnect w
 
 
 def lost_mid_push(result: RunResult, lines: dict[str, tuple[str, str]], pushed: list[FeedRef]) -> bool:
-    """True when git itself ended the push because its connection was lost before any pushed ref's report.
-
-    (An interruption of vq-admin's own -- a timeout, a transport that never ran the command -- is
-    judged by the caller's read-back as before.)
-    """
+    """True when git itself ended the push because its connection was lost before any pushed ref's report
+    (an interruption of vq-admin's own, a timeout or a transport that never ran the command, is not)."""
     if result.interrupted is not None or result.exit_code == 0 or any(r.ref in lines for r in pushed):
         return False
     text = result.error_text()

@@ -86,8 +86,6 @@ def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
     try:
         answer = protocol.parse_version(out)
     except protocol.ProtocolError:
-        answer = None
-    if answer is None:
         found.reason = (f"the answer is not vq-admin-agent's version object (an older agent without the "
                         f"'version' verb, or another program): {_last_line(out or err)}")
         return found

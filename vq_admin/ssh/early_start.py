@@ -1,26 +1,21 @@
 """``update PROGRAM HOST --expected-sha SHA``, what cron runs most: its first call's ssh started first.
 
-An already-current update is one ssh session: ``AGENT... session --probe
-WORD...`` with its request on stdin (:mod:`vq_admin.ssh.early_session`).  Its ssh
-handshake and the login shell's start on the host need only the configuration.
-So for a plainly usual ``update PROGRAM HOST --expected-sha SHA`` the console
+For a plainly usual ``update PROGRAM HOST --expected-sha SHA`` the console
 script (:func:`vq_admin.entry.main`) calls :func:`start` before argparse and
 the rest of the command line are imported: it reads the configuration
 (:func:`vq_admin.config.load_config`, the one reader), opens the run's
-:class:`~vq_admin.ssh.transport.Session` and starts the session's ssh process on
-the host's login host (:func:`vq_admin.ssh.early_session.start`, as the full path
-would).  The :class:`EarlyStart` it returns is handed to the full command line,
+:class:`~vq_admin.ssh.transport.Session` and starts the run's first call, the
+agent's ``session``, on the host's login host (:func:`vq_admin.ssh.early_session.start`,
+as the full path would).  The :class:`EarlyStart` it returns is handed to the full command line,
 whose lane runner (:func:`vq_admin.lanes.runner.run_lane`) takes its
 configuration and session instead of reading and opening them again, so the
-handshake went on while the driver imported and planned.
+ssh handshake goes on while the driver imports and plans.
 
 Anything unusual (another command line, a configuration the full path would
 refuse, a host without ssh or without a profile of PROGRAM, a dry run) starts
 nothing here; the full path then behaves, and reports, exactly as without.
-Until the request is sent nothing runs on the host but the agent's
-``session`` waiting for it: a run that ends before (a refusal, a usage error,
-an exception) closes the session (:meth:`EarlyStart.close`), whose stdin
-closes, "nothing asked", and nothing is done.
+A run that ends before sending the session's request closes it
+(:meth:`EarlyStart.close`): nothing asked, nothing done (:mod:`.early_session`).
 """
 
 from __future__ import annotations
@@ -83,9 +78,8 @@ def _start(words: list[str]) -> EarlyStart | None:
         return None
     if "tag" in values and not TAG_RE.match(values["tag"]):
         return None
-    from ..config import authority
+    from ..config import authority, load_config
     from . import early_session
-    from ..config import load_config
     from .transport import Session, SshTransport
 
     config = load_config(values.get("config"))

@@ -4,16 +4,9 @@
 that its whole process group can be ended, and returns one record,
 :class:`Completed`: the argv, the raw return code, what was captured, how long
 it took and how it ended (:data:`EXITED`, :data:`TIMED_OUT`,
-:data:`SIGNALLED` or :data:`NOT_STARTED`).  Two modes:
-
-* **capture** (the default): stdout and stderr go to temporary files and are
-  read back, at most :data:`CAPTURE_LIMIT` bytes each, when the process ended;
-  *watch* sees the growing files' descriptors while it runs (a terminal's
-  progress view);
-* **stream**: *read_stdout* is given the stdout pipe and reads it as it
-  arrives (the agent's framed allocation stream); stderr is still captured.
-
-The bound is the same in both: at *timeout* the process group gets SIGTERM,
+:data:`SIGNALLED` or :data:`NOT_STARTED`).  Its output is captured to
+temporary files, or its stdout streamed to a reader (the agent's framed
+allocation stream); either way, at *timeout* the process group gets SIGTERM,
 then at most :data:`TERM_GRACE` seconds to end, then SIGKILL
 (:func:`terminate`).  vq-admin's own interruption (SIGINT/SIGTERM reaching the
 driver as an exception) kills the group at once and re-raises: a child is
@@ -24,8 +17,7 @@ first session).
 :func:`interruption` is the one classification of a result into the faults
 the transport reports: ``"timeout"``, ``"transport"`` (ssh's own exit 255, or
 the local process ended by a signal: its status is not the command's) or
-``None`` (the command's own exit status).  :data:`SSH_OPTIONS` is the one set
-of ssh client options every ssh vq-admin starts carries.
+``None`` (the command's own exit status).
 
 Standard library only, and light: ``vq admin launcher --check-on-host``
 (:mod:`vq_admin.launcher.profile_view`) uses it, so it imports neither ``typing``,
@@ -54,10 +46,6 @@ SSH_TRANSPORT_EXIT = 255
 CAPTURE_LIMIT = 16 << 20
 #: Seconds a process group has between SIGTERM and SIGKILL once its timeout fired.
 TERM_GRACE = 5.0
-
-#: The ssh client options of every ssh vq-admin starts: defined with the rest of the ssh words
-#: (:mod:`vq_admin.ssh.argv`, light enough for the early start), the one set.
-from .argv import SSH_OPTIONS as SSH_OPTIONS  # noqa: E402
 
 
 def scratch_file() -> IO[bytes]:
@@ -133,11 +121,7 @@ def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
     command did not choose that status, so only a read-back can tell what it
     did.  Everything else is the command's own exit status.
     """
-    if code is None:
-        return None
-    if code < 0:
-        return "transport"
-    if transport_exit is not None and code == transport_exit:
+    if code is not None and (code < 0 or code == transport_exit):
         return "transport"
     return None
 
@@ -213,11 +197,8 @@ def run(
     stdin_file = open(stdin, "rb") if isinstance(stdin, str) else None  # closed below
     try:
         with scratch_file() as out, scratch_file() as err:
-            stdin_arg: IO[bytes] | int
-            if stdin_file is not None:
-                stdin_arg = stdin_file
-            else:
-                stdin_arg = subprocess.PIPE if stdin is not None else subprocess.DEVNULL
+            stdin_arg: IO[bytes] | int = (stdin_file if stdin_file is not None
+                                          else subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
             try:
                 proc = subprocess.Popen([program, *argv[1:]], stdin=stdin_arg,
                                         stdout=subprocess.PIPE if read_stdout is not None else out,
@@ -238,10 +219,7 @@ def run(
     finally:
         if stdin_file is not None:
             stdin_file.close()
-    if timed_out:
-        ended = TIMED_OUT
-    else:
-        ended = SIGNALLED if code is not None and code < 0 else EXITED
+    ended = TIMED_OUT if timed_out else SIGNALLED if code is not None and code < 0 else EXITED
     return Completed(argv, code, stdout, stderr, seconds, ended, truncated)
 
 

@@ -20,8 +20,8 @@ before any real command is sent.  One :class:`Session` shares one
 ssh connection per destination for the length of a run (ControlMaster).
 
 The local process (the ssh client, or the command itself) is run by
-:mod:`vq_admin.ssh.process`, which also holds the ssh options, the timeout's
-SIGTERM -> grace -> SIGKILL bound and :func:`classify_exit`.
+:mod:`vq_admin.ssh.process`, which also holds the timeout's SIGTERM -> grace
+-> SIGKILL bound and :func:`classify_exit`; the ssh words are :mod:`vq_admin.ssh.argv`'s.
 """
 
 from __future__ import annotations
@@ -37,17 +37,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 from . import process
 from ..core.failpoints import failpoint
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
-# the ssh options, the login-shell probe, the literal-word rule and the master's argv live in
-# vq_admin.ssh.argv (light: shared with the early start, vq_admin.ssh.early_start); re-exported here
-from .argv import CONTROL_PARENT as CONTROL_PARENT
-from .argv import CONTROL_PREFIX as CONTROL_PREFIX
-from .argv import SHELL_PROBE as SHELL_PROBE
-from .argv import SHELL_PROBE_EXPECTED as SHELL_PROBE_EXPECTED
-from .argv import SSH_OPTIONS as SSH_OPTIONS
-from .argv import literal_words as literal_words
-from .argv import master_argv
+# the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
+from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, SSH_OPTIONS, literal_words,
+                   master_argv)
 
-__all__ = ["CAPTURE_LIMIT", "SSH_OPTIONS", "SSH_TRANSPORT_EXIT", "classify_exit", "describe_interruption"]
+__all__ = ["CAPTURE_LIMIT", "SHELL_PROBE", "SHELL_PROBE_EXPECTED", "SSH_TRANSPORT_EXIT", "classify_exit",
+           "describe_interruption", "literal_words"]
 
 @dataclass
 class RunResult:
@@ -100,12 +95,8 @@ class Transport:
         stdin: bytes | str | None = None,
         watch: Callable[..., None] | None = None,
     ) -> RunResult:
-        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in.
-
-        *watch* (progress on a terminal) is called with the file descriptors
-        of the growing stdout and stderr captures once the command started,
-        and with none just before they are closed.
-        """
+        """Run *argv*; *stdin* is bytes, or the path of a local file to stream in; *watch* (progress
+        on a terminal) as for :func:`vq_admin.ssh.process.run`."""
         argv = [str(a) for a in argv]
         full = self.wrap(argv, env or {})
         return run_local_argv(full, argv, self.where, timeout=timeout, stdin=stdin,
@@ -128,9 +119,7 @@ class LocalTransport(Transport):
     where = "local"
 
     def wrap(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        if not env:
-            return list(argv)
-        return ["env", "--", *(f"{k}={v}" for k, v in env.items()), *argv]
+        return _with_env(argv, env)
 
 
 class SshTransport(Transport):
@@ -171,7 +160,7 @@ class SshTransport(Transport):
         refused (exit 77) before any real command is sent.  A transport
         failure of the probe is returned as the command's result (nothing ran).
         """
-        full = [*self.ssh_base(), "--", self.destination, " ".join(shlex.quote(w) for w in SHELL_PROBE)]
+        full = [*self.ssh_base(), "--", self.destination, quote_argv(SHELL_PROBE)]
         # its own session, like every other ssh: a ControlMaster it starts must not share our process group
         done = process.run(full, timeout=60)
         if done.ended == process.TIMED_OUT:
@@ -217,11 +206,7 @@ class SshTransport(Transport):
         return base
 
     def wrap(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        words = list(argv)
-        if env:
-            words = ["env", "--", *(f"{k}={v}" for k, v in env.items()), *words]
-        remote = " ".join(shlex.quote(w) for w in words)
-        return [*self.ssh_base(), "--", self.destination, remote]
+        return [*self.ssh_base(), "--", self.destination, quote_argv(_with_env(argv, env))]
 
     def unshared(self) -> "SshTransport":
         """This destination over a connection of its own, without the shared master.
@@ -318,9 +303,6 @@ class Session:
     _control_dir: str | None = None
     _ssh: dict[str, SshTransport] = field(default_factory=dict)
 
-    def local(self) -> LocalTransport:
-        return LocalTransport()
-
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
             if self.share_connections and self._control_dir is None:
@@ -332,7 +314,7 @@ class Session:
         return self._ssh[destination]
 
     def for_host(self, transport: str, destination: str) -> Transport:
-        return self.local() if transport == "local" else self.ssh(destination)
+        return LocalTransport() if transport == "local" else self.ssh(destination)
 
     def close(self) -> None:
         """Stop the shared masters; a run that started none (its control directory holds no
@@ -353,6 +335,11 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _with_env(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """*argv*, run through ``env --`` with *env* set when there is any."""
+    return ["env", "--", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
 
 
 def _holds_anything(directory: str) -> bool:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .tree import PrivateTree, UnsafeState, open_private_file
+from .tree import PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
 INDEX_NAME = "index.jsonl"
@@ -51,20 +51,10 @@ def entry(receipt: dict[str, Any]) -> dict[str, Any]:
     """The index line of one stored receipt."""
     verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
             else "install" if "install" in receipt else "update")
-    return {
-        "receipt": receipt.get("id"),
-        "lane": receipt.get("lane"),
-        "verb": verb,
-        "host": receipt.get("host"),
-        "program": receipt.get("program"),
-        "outcome": receipt.get("outcome"),
-        "exit_code": receipt.get("exit_code"),
-        "expected_sha": receipt.get("expected_sha"),
-        "tag": receipt.get("tag"),
-        "started_at": receipt.get("started_at"),
-        "finished_at": receipt.get("finished_at"),
-        "seconds": _seconds(receipt.get("started_at"), receipt.get("finished_at")),
-    }
+    line = {key: receipt.get(key) for key in FIELDS}
+    line.update(receipt=receipt.get("id"), verb=verb,
+                seconds=_seconds(receipt.get("started_at"), receipt.get("finished_at")))
+    return line
 
 
 def _line(item: dict[str, Any]) -> bytes:
@@ -94,37 +84,25 @@ def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
     return sorted(found, key=lambda e: (str(e["finished_at"]), str(e["receipt"])))
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _open_locked(tree: PrivateTree) -> int:
-    """The index, opened for appending (created 0600, never through a symlink) and locked."""
+def _add(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
+    """Under the index's lock (created 0600, never through a symlink): a new (empty) index gets every
+    stored receipt, this one included; else *receipt*'s line is appended."""
     fd = tree.open_lock(["receipts"], INDEX_NAME)
     try:
         os.set_blocking(fd, True)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.lseek(fd, 0, os.SEEK_END)
-    except BaseException:
+        if os.fstat(fd).st_size == 0:
+            write_synced(fd, b"".join(_line(e) for e in _scan(tree)))
+        elif receipt is not None:
+            write_synced(fd, _line(entry(receipt)))
+    finally:
         os.close(fd)
-        raise
-    return fd
 
 
 def append(state_root: str | os.PathLike[str], receipt: dict[str, Any]) -> None:
     """Append the line of *receipt* (already stored); build the index first when it is new."""
-    tree = PrivateTree(state_root)
-    fd = _open_locked(tree)
-    try:
-        if os.fstat(fd).st_size == 0:  # new index: cover every receipt stored before it (this one included)
-            _write_all(fd, b"".join(_line(e) for e in _scan(tree)))
-        else:
-            _write_all(fd, _line(entry(receipt)))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _add(PrivateTree(state_root), receipt)
 
 
 def ensure(state_root: str | os.PathLike[str]) -> None:
@@ -141,13 +119,7 @@ def ensure(state_root: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(dfd)
-    fd = _open_locked(tree)
-    try:
-        if os.fstat(fd).st_size == 0:
-            _write_all(fd, b"".join(_line(e) for e in _scan(tree)))
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    _add(tree, None)
 
 
 def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
@@ -182,10 +154,8 @@ def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip():
+    if not raw.strip() or len(raw) > 64 * 1024:  # no index line is that long: not one of ours
         return None
-    if len(raw) > 64 * 1024:
-        return None  # no index line is that long: not one of ours
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):

@@ -16,13 +16,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from ..report.outcome import Locked
-from .records import StateDir
+from .records import StateDir, utc_now
 
 if TYPE_CHECKING:
     from .tree import PrivateTree
@@ -44,8 +43,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
         except BlockingIOError:
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
                          f"({_holder(tree, path)}); nothing was run") from None
-        holder = {"pid": os.getpid(), "host": os.uname().nodename,
-                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": utc_now()}
         try:
             tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())
         except OSError:  # a full state filesystem: no holder record (the temp file is removed), never a 0-byte one

@@ -22,6 +22,7 @@ directory), so a crash leaves either the old or the new file, never half.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import secrets
@@ -40,12 +41,16 @@ from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 MIN_FREE_BYTES = 1 << 20
 
 
-def default_state_dir() -> Path:
-    return Path(paths.default_state_dir())
-
-
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def parse_utc(stamp: object) -> float | None:
+    """A :func:`utc_now` time (``2026-11-30T10:00:00Z``) as seconds since the epoch; ``None`` when unreadable."""
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 #: Temp files without a pid in their name (written by an earlier version) are removed after this long.
@@ -122,23 +127,15 @@ class StateDir:
     def check_run_dirs(self, lane: str, host: str, program: str | None) -> None:
         """Refuse (exit 77) before a run writes anything (its lock, holder, receipt) when a directory it
         would write is not the administrator's own: every existing level checked, nothing created."""
-        lane_parts = self.lane_parts(lane, host, program)
-        for parts in (["locks"], ["receipts"], ["registry", host, program or ""], lane_parts):
-            fd = self.tree.open_dir(parts if program or parts[0] != "registry" else ["registry"], create=False)
+        registry = ["registry", host, program] if program else ["registry"]
+        for parts in (["locks"], ["receipts"], registry, self.lane_parts(lane, host, program)):
+            fd = self.tree.open_dir(parts, create=False)
             if fd is not None:
                 os.close(fd)
 
     # -- room to record a run -------------------------------------------------------
 
-    def free_bytes(self) -> int:
-        """Bytes available to vq-admin in the state directory's filesystem (its nearest existing ancestor)."""
-        probe = self.root
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        st = os.statvfs(probe)
-        return st.f_bavail * st.f_frsize
-
-    def require_free_space(self, minimum: int | None = None) -> None:
+    def require_free_space(self) -> None:
         """Refuse (77) before any mutation when the state filesystem cannot hold a run's records.
 
         A run that changed a host must be able to store its receipt, the
@@ -147,16 +144,19 @@ class StateDir:
         """
         from ..report.outcome import Refused
 
-        minimum = MIN_FREE_BYTES if minimum is None else minimum
+        probe = self.root  # its filesystem: the nearest existing ancestor's
         try:
-            free = self.free_bytes()
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            st = os.statvfs(probe)
+            free = st.f_bavail * st.f_frsize
         except OSError as exc:
             raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); "
                           "nothing was run") from None
-        if free < minimum:
+        if free < MIN_FREE_BYTES:
             raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
-                          f"{minimum // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, admin "
-                          "log); nothing was run: free space there, then rerun")
+                          f"{MIN_FREE_BYTES // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, "
+                          "admin log); nothing was run: free space there, then rerun")
 
     # -- leftovers of killed runs ----------------------------------------------------
 
@@ -202,7 +202,7 @@ class StateDir:
     def receipt_path(self, receipt_id: str) -> Path:
         return self.root / "receipts" / f"{receipt_id}.json"
 
-    def read_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+    def read_receipt(self, receipt_id: object) -> dict[str, Any] | None:
         """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
         if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
             return None

@@ -30,8 +30,7 @@ import errno
 import os
 import stat
 
-
-from ..core.securepath import discard, level_problem, makedirs_private, path_problem
+from ..core.securepath import _owner_name, discard, level_problem, makedirs_private, path_problem, read_bounded
 from ..report.outcome import Refused
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -111,9 +110,7 @@ class PrivateTree:
                     child = os.open(name, DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
-                        os.close(fd)
-                        fd = -1
-                        return None
+                        return None  # the finally closes fd
                     try:
                         os.mkdir(name, 0o700, dir_fd=fd)
                         created = True
@@ -198,7 +195,7 @@ class PrivateTree:
             os.close(dfd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _write_synced(fd, data)
+            write_synced(fd, data)
         finally:
             os.close(fd)
 
@@ -252,16 +249,10 @@ def read_private_file(dfd: int, name: str, shown: str, *, limit: int) -> bytes |
         size = os.fstat(fd).st_size
         if size > limit:
             raise _refuse(shown, f"{shown} holds {size} bytes, more than the {limit} a state file may")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise _refuse(shown, f"{shown} grew past the {limit} bytes a state file may hold")
-        return b"".join(chunks)
+        data = read_bounded(fd, limit)
+        if data is None:
+            raise _refuse(shown, f"{shown} grew past the {limit} bytes a state file may hold")
+        return data
     finally:
         os.close(fd)
 
@@ -282,7 +273,7 @@ def _open_checked(dfd: int, name: str, shown: str, flags: int, *, absent_ok: boo
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _refuse(shown, f"{shown} is a {_mode_kind(st.st_mode)}, not a regular file (owner "
-                                 f"{_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
+                                 f"{_owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
         problem = level_problem(shown, st, is_dir=False)
         if problem:
             raise _refuse(shown, problem)
@@ -301,7 +292,7 @@ def _open_private(dfd: int, name: str, shown: str, flags: int) -> int:
     return fd
 
 
-def _write_synced(fd: int, data: bytes) -> None:
+def write_synced(fd: int, data: bytes) -> None:
     """Write all of *data* to *fd* (a short write continues), then ``fsync`` it."""
     view = memoryview(data)
     while view:
@@ -322,7 +313,7 @@ def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> Non
     try:
         try:
             os.fchmod(fd, 0o600)
-            _write_synced(fd, data)
+            write_synced(fd, data)
         finally:
             os.close(fd)
         if exclusive:
@@ -336,29 +327,18 @@ def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> Non
     os.fsync(dfd)
 
 
-def _owner(uid: int) -> str:
-    from ..core.securepath import _owner_name
-
-    return _owner_name(uid)
-
-
 def _plain(name: str) -> None:
     if not name or "/" in name or name in (".", "..") or "\0" in name:
         raise UnsafeState(f"state directory: {name!r} is not a plain file name", name)
 
 
+#: What a mode is, first match wins.
+_KINDS = ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"),
+          (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"), (stat.S_ISREG, "regular file"))
+
+
 def _mode_kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    return "regular file" if stat.S_ISREG(mode) else "special file"
+    return next((kind for test, kind in _KINDS if test(mode)), "special file")
 
 
 def _kind(name: str, dir_fd: int | None = None) -> str:
@@ -367,6 +347,4 @@ def _kind(name: str, dir_fd: int | None = None) -> str:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return "unreadable entry"
-    from ..core.securepath import _owner_name
-
     return f"{_mode_kind(st.st_mode)} owned by {_owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
