@@ -34,17 +34,12 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..report import progress
 from ..core import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..ssh.transport import RunResult, SshTransport
-from . import allocation_attempt, allocation_step
+from . import allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
 from .runtime_step import RuntimeStep
-
-#: Seconds the reconcile after an interrupted call waits for the build's end (it only looks).
-RECONCILE_WAIT = 1.0
-
 
 def applies(step: RuntimeStep) -> bool:
     """A fixed-host build over ssh with a scratch root runs detached."""
@@ -71,6 +66,8 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
     """The deploy step of a fixed-host build over ssh, detached; built from the step's inputs (it shares
     the allocation deploy's framed call, reconcile, transcript and unknown-outcome machinery)."""
 
+    KIND = "detached"
+
     def planned_argv(self, command: ProviderCommand) -> list[str]:
         """The agent argv of the deploy step, with the allocation deploy's slots (the build runs only
         the archive that was staged and verified, by content)."""
@@ -92,38 +89,10 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
 
     def deploy(self, command: ProviderCommand) -> RunResult:
         """Run the deploy step; the result's exit_code is the build's exit status."""
-        ctx, receipt = self.ctx, self.receipt
         transport = self.build_transport()
-        attempt, directory, step, deadline, view, values = self.begin(
-            command, f"on {transport.where}, detached",
-            {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
-            {"pid": None, "exit_code": None})
-        with progress.live(ctx, view):  # the step starts in execute_stream and is settled below
-            call, sinks = self._call(step, values,
-                                     self.profile.timeout_seconds + allocation_step.MARGIN,
-                                     view.on_record if view else None, transport=transport,
-                                     starting=lambda: allocation_attempt.record(self, attempt, directory, "detached",
-                                                                                transport.where))
-        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
-        if not call.complete:
-            if (call.interrupted is None and call.exit_code in allocation_step.REFUSED_BEFORE_SUBMIT
-                    and "job" not in call.records):
-                allocation_step._discard(sinks)
-                allocation_attempt.clear(self)
-                self.reclaim(success=False)
-                raise allocation_step.refused_before_submit(
-                    call.exit_code, f"deploy: the helper on {transport.where} refused before starting the build",
-                    call.stderr)
-            receipt.deploy["interruption"] = call.describe()
-            ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
-                        "(it is never restarted)")
-            call, sinks = self._reconcile(attempt, deadline, call, sinks, transport=transport, wait_for=RECONCILE_WAIT)
-        result = self._conclude(command, call, sinks)
-        summary = call.records.get("summary") or {}
-        if summary.get("established") or summary.get("timed_out"):
-            allocation_attempt.clear(self)  # the build's end is known: nothing for a later run to reconcile
-        self.settle(step, call)
-        return result
+        return self.run_attempt(command, transport, f"on {transport.where}, detached",
+                                {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
+                                {"pid": None, "exit_code": None})
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,
                   sinks: dict[str, TranscriptSink]) -> RunResult:
