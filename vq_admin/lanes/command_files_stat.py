@@ -83,22 +83,13 @@ def levels_name(index: int) -> str:
 
 def unique_words(words: list[tuple[str, str]]) -> list[str]:
     """Every absolute word once, normalised, plus the two programs this check runs there."""
-    found: list[str] = []
-    for word in [w for _k, w in words] + [REALPATH, STAT]:
-        word = os.path.normpath(word)
-        if word not in found:
-            found.append(word)
-    return found
+    return list(dict.fromkeys(os.path.normpath(w) for w in [*(w for _k, w in words), REALPATH, STAT]))
 
 
 def levels_to_read(words: list[str], reals: list[str]) -> list[str]:
     """Each real file, and every directory above each word and above its real file."""
-    found: list[str] = []
-    for word, real in zip(words, reals, strict=True):
-        for path in [real, *securepath.ancestors(word), *securepath.ancestors(real)]:
-            if path not in found:
-                found.append(path)
-    return found
+    return list(dict.fromkeys(path for word, real in zip(words, reals, strict=True)
+                              for path in [real, *securepath.ancestors(word), *securepath.ancestors(real)]))
 
 
 def parse_realpaths(result: RunResult, count: int) -> list[str] | None:

@@ -125,7 +125,7 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     admin log); the receipt is still printed, saying what was not stored, so
     the outcome on the host is never lost from the operator's view.
     """
-    reason = exc.strerror or str(exc)
+    reason = _reason(exc)
     if receipt.registry:
         receipt.registry = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
     receipt.not_stored = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",

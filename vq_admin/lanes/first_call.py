@@ -75,15 +75,12 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
                    and not update.receipt.plan.has(allocation_attempt.PREVIOUS))
-    if with_verify:
-        refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
-        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}
-    if with_verify:
-        failpoint("step-before", pre_verify.name)
-    started = time.monotonic()
     timeout = update.profile.verify_timeout_seconds
     if with_verify:
-        request["verify"]["timeout"] = timeout
+        refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
+        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env), "timeout": timeout}
+        failpoint("step-before", pre_verify.name)
+    started = time.monotonic()
     answer = lease.open_session(request, timeout if with_verify else None)
     seconds = time.monotonic() - started
     interrupted = answer.get("interrupted")

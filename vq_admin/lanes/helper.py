@@ -46,6 +46,7 @@ from vq_admin_hookspecs.slots import place, place_env
 from ..config import authority
 from .. import source
 from ..config import HostConfig
+from ..core import protocol
 from ..core.failpoints import failpoint
 from ..context import RunContext
 from ..lease import AgentMissing, Lease, OtherProtocol
@@ -58,7 +59,7 @@ from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
 from .conclude import conclude, provider_ended, rerun_command
 from .staging import STAGE, TREE_SHA256, SourceStage
-from .helper_identity import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
+from .helper_identity import IdentityRead, Readback, judge_identity, read_identity, readback
 
 STAGE_NAME = "helper"
 NOTHING = "; nothing was run"
@@ -128,15 +129,16 @@ class HelperUpdate:
         self.receipt.source = self.source.to_receipt()
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
+        identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it
         self.staging.plan_source(repo, self.sha, "helper")
         stat_paths.plan_places(plan, self.command_places())  # before the agent or the helper command runs there
-        plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
+        plan.add("pre-identity", login, identity, "is the requested helper already live? (read-only)")
         self.staging.plan_stage(self.source)
         cmd = self.command()
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, cmd.argv, f"helper provider {self.host.helper_provider}: {verb}",
                  self.helper_env(cmd))
-        plan.add("readback", login, identity_argv(self.host),
+        plan.add("readback", login, identity,
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
 

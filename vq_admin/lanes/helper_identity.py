@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 from vq_admin_hookspecs import EvidenceError, HelperIdentity
 
-from ..core import protocol
 from ..core.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
@@ -53,11 +52,6 @@ def reread_policy() -> tuple[int, float]:
     return count, interval
 
 
-def identity_argv(host: HostConfig) -> list[str]:
-    """The agent exactly as the driver invokes it, asked for its identity."""
-    return protocol.identity(host.agent)
-
-
 @dataclass
 class IdentityRead:
     """One read of the live helper's identity."""
@@ -67,10 +61,6 @@ class IdentityRead:
     error: str | None = None
     interrupted: bool = False
     mismatches: list[str] = field(default_factory=list)
-
-    @property
-    def malformed(self) -> bool:
-        return not self.interrupted and self.identity is None
 
     @property
     def matched(self) -> bool:
@@ -100,7 +90,7 @@ def compare(identity: HelperIdentity, sha: str, tree: str) -> list[str]:
 
 
 def read_identity(ctx: RunContext, host: HostConfig, step: Step, sha: str | None, tree: str | None) -> IdentityRead:
-    """Run *step* (its planned identity argv, :func:`identity_argv`) on the login host and judge the answer."""
+    """Run *step* (its planned identity argv, ``protocol.identity``) on the login host and judge the answer."""
     result = execute(step, ctx.login(host), timeout=IDENTITY_TIMEOUT)
     return judge_identity(step, result, sha, tree)
 

@@ -36,6 +36,7 @@ from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
+from ..state.records import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
@@ -66,7 +67,7 @@ class RuntimeUpdate:
                              f"(install_command is not configured)")
         self.sha = sha
         self.requested_tag = tag
-        self.receipt = Receipt("runtime", self.host.name, program, sha, tag, _now())
+        self.receipt = Receipt("runtime", self.host.name, program, sha, tag, utc_now())
         self.source: source.SourceIdentity | None = None
         self._deploy: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
@@ -96,10 +97,6 @@ class RuntimeUpdate:
 
     def build_transport(self) -> Transport:
         return self.ctx.remote(self.host, self.profile.update_host)
-
-    def agent(self, *args: str) -> list[str]:
-        """The configured agent command with *args* (for steps on the login or build host)."""
-        return [*self.host.agent, *args]
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
@@ -343,9 +340,3 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
         start_for(ctx, host)
     ctx.providers = Providers.load([profile.provider] if profile else [])
     return RuntimeUpdate(ctx, host_name, program, sha, tag)
-
-
-def _now() -> str:
-    from ..state.records import utc_now
-
-    return utc_now()

@@ -43,10 +43,6 @@ class RuntimeStep:
         """A step of this kind built from the same inputs as *other*."""
         return cls(other.ctx, other.host, other.profile, other.receipt, other.sha, other.stage)
 
-    def agent(self, *args: str) -> list[str]:
-        """The configured agent command with *args*."""
-        return [*self.host.agent, *args]
-
     def login(self) -> Transport:
         return self.ctx.login(self.host)
 
