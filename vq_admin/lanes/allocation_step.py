@@ -8,12 +8,9 @@ login host by the scheduler-side helper::
 
 The driver chooses the attempt name, so it knows the log directory even if
 the connection drops before the agent says anything.  The plan holds this
-argv with slots for what only the run knows (:data:`ATTEMPT`, the stage in
-``--archive`` and in the provider's words, :data:`ARCHIVE_SHA256`, and the
-list slot :data:`PROGRESS`, ``[<progress>]...``, which a run on a terminal
-fills with ``--progress 10`` and any other run with nothing); the run fills
-exactly that argv (:meth:`AllocationDeploy.run_attempt`), never builds another.
-The agent creates the attempt fresh, submits ``sbatch --parsable --wait``
+argv with slots for what only the run knows (the attempt, the stage, the
+archive's digest, the progress option); the run fills exactly that argv,
+never builds another.  The agent creates the attempt fresh, submits ``sbatch --parsable --wait``
 with the configured ``sbatch_args``, reports the job id the moment sbatch
 prints it, bounds the wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
 transcripts, applies retention and streams the settled transcripts back.

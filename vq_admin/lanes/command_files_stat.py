@@ -1,15 +1,12 @@
 """Command files on a remote host, checked without the agent: for the helper lane.
 
 The runtime lane asks the agent on each host (``check-paths``,
-:mod:`.remote_paths`).  The helper lane cannot: it is the lane that installs
-and replaces that agent, so the agent there may predate ``check-paths``, and
-the agent is itself one of the command files to judge -- asking it whether
-it can be trusted would run it first.  So before the helper lane runs
-anything on an ssh host (the agent's identity read, the stage verbs, the
-helper command), two planned steps read the facts with two coreutils
+:mod:`.command_files`).  The helper lane cannot: it installs and replaces
+that agent, which is itself one of the command files to judge -- asking it
+whether it can be trusted would run it first.  So before the helper lane runs
+anything on an ssh host, two planned steps read the facts with two coreutils
 programs named by absolute path, and the driver applies the secure-path rule
-(:func:`vq_admin.core.securepath.chain_problem`, the one definition) to
-them:
+(:func:`vq_admin.core.securepath.chain_problem`) to them:
 
 1. ``check-commands``: ``/usr/bin/realpath --zero --canonicalize-missing --
    WORD...``: what each absolute word resolves to on that host;
@@ -21,10 +18,8 @@ them:
    besides root).
 
 (``check-commands-2`` and ``check-levels-2`` for a second host.)  Both run
-through :func:`vq_admin.plan.execute`: what runs is the planned argv.
-
-Both run with no shell, read nothing but inode metadata and write nothing.
-A level that does not exist is judged as the agent judges it (a missing word
+their planned argv with no shell, read nothing but inode metadata and write
+nothing.  A level that does not exist is judged as the agent judges it (a missing word
 passes only when no other user could create it).  Anything the driver
 cannot read back (a program missing, output it cannot parse, ``/proc/self``
 absent) refuses the run (77): the check fails closed.

@@ -1,31 +1,21 @@
 """The deploy step on a fixed host (no ``update_allocation``), detached from the connection.
 
 The provider's update (or install) runs on the build host the way an
-allocation build runs, with a supervising process in place of the batch
-job (see :mod:`vq_admin.agent.detached`)::
-
-    vq-admin-agent detach-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
-        --timeout TIMEOUT_SECONDS [--env NAME=VALUE]... --archive STAGE/source.tar --archive-sha256 H
-        -- PROVIDER ARGV...
-
-The driver chooses the attempt name and records it in the lane's state
-(:mod:`.allocation_attempt`, ``"kind": "detached"``) before the call, then
-follows the framed stream exactly as it follows an allocation's: the same
-transcript copy next to the receipt, the same settle checksums, the same
-retention, the same progress line.
+allocation build runs (``detach-run``), with a supervising process in place of
+the batch job (:mod:`vq_admin.agent.detached`): the same attempt record
+(``"kind": "detached"``), framed stream, transcript copy and settle checksums.
 
 A dropped connection, a killed ssh client or a killed driver leave the build
 running to its end.  After an interrupted call the driver asks the build
 host once (``detach-reconcile``, a one-second wait, never starts anything):
 an ended build's exit status and settled transcript are this run's
 evidence; a build still running makes this run ``unknown`` unless the
-read-only verify already proves the requested identity, and the receipt
-says "the build keeps running on HOST under attempt DIR (pid N); the next
-run reconciles it".  The next run of the lane reconciles from the record
-before it decides anything (75 while the build still runs).
+read-only verify already proves the requested identity.  The next run of the
+lane reconciles from the record before it decides anything (75 while the
+build still runs).
 
 ``transport = "local"`` hosts, and hosts without ``scratch_root``, run the
-provider attached as before (:func:`applies`).
+provider attached (:func:`applies`).
 """
 
 from __future__ import annotations

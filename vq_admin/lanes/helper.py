@@ -9,8 +9,7 @@ One update of the scheduler-side helper, in order:
    and its tree proven;
 3. ``check-commands``: on each ssh host, every absolute word of the agent
    and of the helper command is checked with the secure-path rule from
-   ``stat`` (:mod:`.stat_paths`; not by the agent, which this lane
-   replaces) -- 77 before anything runs there;
+   ``stat`` (:mod:`.command_files_stat`) -- 77 before anything runs there;
 4. pre-identity on the login host: when the live helper already reports the
    requested commit and tree with a bound record, the outcome is
    ``already-current`` and nothing is staged (``--force`` reinstalls);
@@ -144,8 +143,7 @@ class HelperUpdate:
 
     def command_places(self) -> list[remote_paths.Place]:
         """The command files this lane runs on each ssh host: the agent on the login host (identity)
-        and on the stage host (stage verbs), the helper command on the stage host.  Checked by the
-        driver from ``stat`` (:mod:`.stat_paths`): the agent is what this lane replaces."""
+        and on the stage host (stage verbs), the helper command on the stage host."""
         prefix, h = f"hosts.{self.host.name}", self.host
         key = "helper_install_command" if self.ctx.options.cluster_install else "helper_update_command"
         argv = self.command().argv

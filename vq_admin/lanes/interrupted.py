@@ -1,21 +1,6 @@
-"""What an interrupted run leaves behind, said exactly in its receipt.
-
-When vq-admin itself is interrupted (SIGTERM, SIGINT, SIGHUP) or a step's
-transport is, the receipt's ``readback`` (for ``unknown``) or
-``interruption`` (for ``failed``) object names what this run knows it left:
-
-* an allocation build: the batch job (``job_id``, else the attempt's ``job``
-  file that holds it), the attempt directory and the log directory.  The job
-  is **not** cancelled: it keeps running (or waiting in the queue) to its
-  end, and the next run of the lane reconciles it from the attempt record
-  before it builds anything (:mod:`.allocation_attempt`);
-* a fixed-host or login-host build over ssh runs detached (:mod:`.detached_step`):
-  "the build keeps running on HOST under attempt DIR (pid N); the next run
-  reconciles it"; over a local transport, the provider command may still be
-  running;
-* a source stage: created (its path) or possibly created (stage-create was
-  interrupted); the next run of the lane reclaims it.
-"""
+"""What a run that vq-admin itself did not finish (SIGTERM, SIGINT, SIGHUP) leaves behind, said exactly
+in its receipt's ``readback``: a batch job or detached build is never cancelled, and the next run of the
+lane reconciles it (:mod:`.allocation_attempt`) and reclaims the source stage."""
 
 from __future__ import annotations
 

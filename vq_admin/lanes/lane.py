@@ -27,7 +27,7 @@ class Lane(Protocol):
 
 
 class RuntimeLane(Protocol):
-    """A runtime update or rollback, as :mod:`.first_call` and :mod:`.remote_paths` read it."""
+    """A runtime update or rollback, as :mod:`.first_call` and :mod:`.command_files` read it."""
 
     ctx: RunContext
     host: HostConfig

@@ -17,13 +17,9 @@ pre-verify and before anything is staged:
 ``REF`` is ``refs/heads/<lane>`` with ``preparer_reads = "lane"`` (the
 default) and ``refs/vq/pins/<sha>`` with ``"pin"``.  A refusal of the feed
 (77), a failed feed or preparer (1) and an unresolved push or an
-interrupted preparer (3) end the run before anything is staged.
-
-Every step runs its planned argv and environment (the mirror's git
-environment is part of the steps that run git on the driver), slots filled
-(:func:`vq_admin.plan.execute`): the feed hands its runner the command as
-it planned it, and a command that is not its step's plan is a defect,
-refused before it runs.
+interrupted preparer (3) end the run before anything is staged.  The feed
+hands its runner each command as it planned it: a command that is not its
+step's plan is a defect, refused before it runs.
 """
 
 from __future__ import annotations
