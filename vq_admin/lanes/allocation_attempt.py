@@ -166,5 +166,3 @@ class _Discard:
     def use_checksum(self, algorithm: str) -> None:
         pass  # nothing is kept, so nothing is checksummed
 
-
-__all__ = ["record", "clear", "plan_previous", "reconcile_previous"]

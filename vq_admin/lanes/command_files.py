@@ -110,8 +110,8 @@ def login_entries(ctx: "RunContext", host: "HostConfig", profile: "RuntimeProfil
              profile_words(profile, "verify_command", verify.argv))]
 
 
-def step_name(index: int) -> str:
-    return "check-commands" if index == 0 else f"check-commands-{index + 1}"
+def step_name(index: int, base: str = "check-commands") -> str:
+    return base if index == 0 else f"{base}-{index + 1}"
 
 
 def check_argv(agent: Sequence[str], words: list[tuple[str, str]]) -> list[str]:

@@ -72,10 +72,6 @@ def stat_argv(paths: list[str] | None = None) -> list[str]:
     return [STAT, "--dereference", f"--printf={STAT_FORMAT}", "--", SELF, *([LEVELS] if paths is None else paths)]
 
 
-def levels_name(index: int) -> str:
-    return "check-levels" if index == 0 else f"check-levels-{index + 1}"
-
-
 def unique_words(words: list[tuple[str, str]]) -> list[str]:
     """Every absolute word once, normalised, plus the two programs this check runs there."""
     return list(dict.fromkeys(os.path.normpath(w) for w in [*(w for _k, w in words), REALPATH, STAT]))
@@ -150,7 +146,7 @@ def plan_places(steps: Plan, places: list[Place]) -> None:
     for index, (transport, words) in enumerate(places):
         steps.add(step_name(index), transport.where, realpath_argv(unique_words(words)),
                   PURPOSE + "; first, what each word resolves to (read by the driver, not the agent)")
-        steps.add(levels_name(index), transport.where, stat_argv(),
+        steps.add(step_name(index, "check-levels"), transport.where, stat_argv(),
                   PURPOSE + "; then the owner and mode of each level (read by the driver, not the agent)")
 
 
@@ -158,7 +154,7 @@ def run_places(steps: Plan, places: list[Place]) -> None:
     """Run the steps :func:`plan_places` added; :class:`Refused` (77) before anything runs on a host
     whose command files fail the rule, or whose facts cannot be read back."""
     for index, (transport, words) in enumerate(places):
-        check_place(steps.get(step_name(index)), steps.get(levels_name(index)), transport, words)
+        check_place(steps.get(step_name(index)), steps.get(step_name(index, "check-levels")), transport, words)
 
 
 def _call(step: Step, transport: Transport, values: dict[str, SlotValue]) -> RunResult:

@@ -53,7 +53,6 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     apply_registry = None
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
-        # the registry of verified launchers (vq_admin.launcher.registry)
         if receipt.lane == "runtime" and receipt.program is not None:
             from ..launcher import registry
 

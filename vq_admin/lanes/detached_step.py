@@ -114,5 +114,3 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
                                      f"{deploy['log_dir']}").encode())
         return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
 
-
-__all__ = ["DetachedDeploy", "applies", "left_running"]

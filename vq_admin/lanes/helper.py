@@ -88,8 +88,6 @@ class HelperUpdate:
     def stage_dir(self) -> str | None:
         return self.staging.dir
 
-    # -- the plan ---------------------------------------------------------------------
-
     def settings(self) -> dict[str, Any]:
         h = self.host
         return {"provider": h.helper_provider, "helper_update_command": h.helper_update_command,
@@ -160,8 +158,6 @@ class HelperUpdate:
                    VQ_HELPER_EXPECTED_TREE_SHA256=TREE_SHA256)
         return env
 
-    # -- the run ----------------------------------------------------------------------
-
     def run(self) -> Receipt:
         self.make_plan()
         if self.ctx.options.dry_run:
@@ -211,7 +207,6 @@ class HelperUpdate:
         values = offer(step, stage=self.stage_dir, tree_sha256=self.tree)
         argv, _ = filled(step, **values)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(argv)}")
-        # exactly the planned argv and environment, the <stage> and <tree_sha256> slots filled
         result = execute(step, self.stage_transport(), timeout=self.host.helper_timeout_seconds, values=values)
         self.receipt.record_command(result, step.where)
         return result
@@ -251,8 +246,6 @@ class HelperUpdate:
 
     def reclaim(self, success: bool) -> None:
         self.staging.reclaim(success)
-
-    # -- readback and conclusions ----------------------------------------------------
 
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
         assert self.sha is not None  # make_plan resolved it

@@ -12,11 +12,6 @@ malformed answer (the agent missing or failing, output that is not an
 identity) and an interrupted transport are final at once: waiting does not
 make a broken helper well formed, and an ssh failure is an unknown outcome
 for the caller to report, not a reason to keep polling.
-
-The failpoints ``helper-rereads`` and ``helper-reread-interval``
-(:mod:`vq_admin.core.failpoints`: ``VQ_ADMIN_HELPER_REREADS`` and
-``VQ_ADMIN_HELPER_REREAD_INTERVAL``, only with ``VQ_ADMIN_TESTING=1``)
-override the count and the interval, so tests need not wait ten seconds.
 """
 
 from __future__ import annotations
@@ -42,7 +37,8 @@ IDENTITY_TIMEOUT = 300.0
 
 
 def reread_policy() -> tuple[int, float]:
-    """``(re-reads, interval)``; the test overrides are failpoints, inert outside tests."""
+    """``(re-reads, interval)``; the failpoints ``helper-rereads`` and ``helper-reread-interval`` (inert
+    outside tests) override them, so tests need not wait ten seconds."""
     count, interval = REREADS, REREAD_INTERVAL
     try:
         count = max(0, min(50, int(failpoint("helper-rereads") or count)))

@@ -17,9 +17,7 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     steps = {s.name: s for s in receipt.plan.steps}
     started = steps.get("deploy") is not None and steps["deploy"].argv is not None
     if deploy.get("build_place") == "allocation" and started:
-        for key in ("job_id", "job_state", "attempt", "attempt_dir", "log_dir"):
-            if deploy.get(key) is not None:
-                facts[key] = deploy[key]
+        facts.update(known(deploy, "job_id", "job_state", "attempt", "attempt_dir", "log_dir"))
         job = (deploy.get("job_id")
                or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)")
         facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
@@ -27,9 +25,7 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):
         from .detached_step import left_running
 
-        for key in ("attempt", "attempt_dir", "log_dir", "pid"):
-            if deploy.get(key) is not None:
-                facts[key] = deploy[key]
+        facts.update(known(deploy, "attempt", "attempt_dir", "log_dir", "pid"))
         facts["build"] = left_running(deploy)
     elif started and steps["deploy"].status not in ("ok", "failed"):
         facts["build"] = f"the provider's deploy may still be running on {steps['deploy'].where}"
@@ -41,6 +37,10 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     if prepare is not None and prepare.argv is not None and prepare.status == "interrupted":
         facts["preparer"] = f"the site preparer may still be running on {prepare.where}"
     return facts
+
+
+def known(deploy: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: deploy[key] for key in keys if deploy.get(key) is not None}
 
 
 def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str) -> dict[str, Any]:

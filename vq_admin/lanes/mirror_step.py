@@ -48,9 +48,7 @@ class MirrorFeed(RuntimeStep):
     def plan(self) -> None:
         """Add the mirror steps (and the preparer) to the plan when the profile feeds a mirror."""
         p = self.profile
-        if p.feed_source_mirror is None:
-            return
-        assert p.source_repo is not None
+        assert p.feed_source_mirror is not None and p.source_repo is not None  # planned only for a fed mirror
         login = self.login()
         feed = Feed(login=login, path=p.feed_source_mirror, repo=p.source_repo, sha=self.sha, lane=p.lane,
                     preparer_reads=p.preparer_reads, program=p.program, host=self.host.name,
@@ -79,10 +77,8 @@ class MirrorFeed(RuntimeStep):
 
     def run(self) -> None:
         """Feed the mirror, then run the preparer; both before the deploy step."""
-        feed = self.feed
-        if feed is None:
-            return
-        ctx = self.ctx
+        feed, ctx = self.feed, self.ctx
+        assert feed is not None  # planned
         ctx.narrate(f"feeding the source mirror {feed.mirror.path} on {feed.mirror.where} with {self.sha} "
                     f"(lane {feed.lane}, preparer reads {feed.source_ref})")
         try:

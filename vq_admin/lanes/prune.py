@@ -109,8 +109,6 @@ class RuntimePrune:
                                                                                                request))
         return self._command
 
-    # -- the plan ---------------------------------------------------------------------
-
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
         where = ctx.login(self.host).where
@@ -136,8 +134,6 @@ class RuntimePrune:
             *remote_paths.login_entries(self.ctx, self.host, p, self.request()),
             (self.ctx.login(self.host), key, remote_paths.profile_words(p, "prune_command",
                                                                          self.prune_command().argv))])
-
-    # -- the run ----------------------------------------------------------------------
 
     def verify(self, steps: tuple[Step, Step]) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(), *steps)
@@ -244,7 +240,6 @@ class RuntimePrune:
         step = receipt.plan.get("prune")
         argv, _ = filled(step, keep=keep)
         ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(argv)}")
-        # exactly the planned argv, its keep-set slot filled with this run's keep set
         result = execute(step, ctx.login(self.host), timeout=self.profile.timeout_seconds, keep=keep)
         receipt.record_command(result, step.where)
         if result.interrupted:

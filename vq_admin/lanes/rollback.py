@@ -98,8 +98,6 @@ class RuntimeRollback(RuntimeUpdate):
     def activate_place(self) -> str:
         return "build-host" if self.profile.update_host else "login-host"
 
-    # -- the plan ---------------------------------------------------------------------
-
     def make_plan(self) -> None:
         if self.activation is None:
             super().make_plan()
@@ -134,8 +132,6 @@ class RuntimeRollback(RuntimeUpdate):
             self.receipt.rollback["from"] = found.receipt.source_sha.lower()
         return found
 
-    # -- the run ----------------------------------------------------------------------
-
     def run(self) -> Receipt:
         if self.activation is not None:
             return self.run_activation()
@@ -157,9 +153,7 @@ class RuntimeRollback(RuntimeUpdate):
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
-        # a batch job or detached build an interrupted update left could switch current after the activation:
-        # its end first (75 while it runs, nothing run)
-        allocation_attempt.reconcile_previous(self.inputs)
+        allocation_attempt.reconcile_previous(self.inputs)  # a build left running could switch current after us
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
@@ -174,7 +168,6 @@ class RuntimeRollback(RuntimeUpdate):
         assert self.activation is not None
         self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
                          f"{quote_argv(step.planned_argv)}")
-        # exactly the planned activation (argv and environment): the hook was asked once, in __init__
         result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds)
         self.receipt.record_command(result, step.where)
         if result.interrupted:

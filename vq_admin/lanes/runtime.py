@@ -38,8 +38,9 @@ from ..report.progress import CommandView
 from ..report.receipt import Receipt
 from ..state.records import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
-from . import first_call, command_files as remote_paths
+from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
+from .interrupted import known
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -81,8 +82,6 @@ class RuntimeUpdate:
     def stage_dir(self) -> str | None:
         return self.staging.dir
 
-    # -- the plan ---------------------------------------------------------------------
-
     def request(self, *, archive: str | None, where: str | None = None) -> RuntimeRequest:
         return RuntimeRequest(
             program=self.profile.program,
@@ -107,8 +106,6 @@ class RuntimeUpdate:
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
-        from . import allocation_attempt
-
         allocation_attempt.plan_previous(self.inputs)  # an interrupted run's batch job or build: its end first
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
@@ -121,15 +118,14 @@ class RuntimeUpdate:
         build = self.build_transport().where
         deploy = self.planned_deploy()
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
+        from . import detached_step
         if p.update_allocation is not None:
             from .allocation_step import AllocationDeploy
 
             self.deployer = AllocationDeploy.like(self.inputs)
             self.deployer.plan(deploy, purpose)
-        elif self.detached:
-            from .detached_step import DetachedDeploy
-
-            self.deployer = DetachedDeploy.like(self.inputs)
+        elif detached_step.applies(self.inputs):  # a fixed-host build over ssh runs detached
+            self.deployer = detached_step.DetachedDeploy.like(self.inputs)
             self.deployer.plan(deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
@@ -152,27 +148,12 @@ class RuntimeUpdate:
             return self.ctx.providers.runtime_install(self.profile.provider, request)
         return self.ctx.providers.runtime_update(self.profile.provider, request)
 
-    @property
-    def detached(self) -> bool:
-        """A fixed-host build that runs detached from the connection (see :mod:`.detached_step`)."""
-        from . import detached_step
-
-        return detached_step.applies(self.inputs)
-
-    # -- the run ----------------------------------------------------------------------
-
     def run(self) -> Receipt:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
-        # The lease, the login host's command-file check and (fixed-host builds, when no interrupted
-        # run left an attempt) the pre-verify in one agent call over the run's connection master:
-        # an already-current run ends after it.
-        pre = first_call.open_runtime(self)
-        # a batch job or detached build an interrupted run left: its end first
-        from . import allocation_attempt
-
-        allocation_attempt.reconcile_previous(self.inputs)
+        pre = first_call.open_runtime(self)  # the lease, the check and (a fixed-host build) the pre-verify
+        allocation_attempt.reconcile_previous(self.inputs)  # a batch job or detached build an interrupted run left
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
@@ -258,8 +239,6 @@ class RuntimeUpdate:
     def reclaim(self, success: bool) -> None:
         self.staging.reclaim(success)
 
-    # -- unknown outcomes -------------------------------------------------------------
-
     def resolve_unknown(self, what: str) -> Receipt:
         """An interrupted transport: only a fresh read-only verify decides."""
         self.receipt.errors.append(what)
@@ -271,8 +250,6 @@ class RuntimeUpdate:
             self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
                                      "next_command": None}
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
-                from . import allocation_attempt
-
                 allocation_attempt.clear(self.inputs)
             self.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
@@ -292,11 +269,9 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
-        for key in ("job_id", "job_state", "attempt_dir", "log_dir"):  # an allocation build: the batch job, its final
-            # scheduler state and its retained transcripts
-            if self.receipt.deploy.get(key) is not None:
-                self.receipt.readback[key] = self.receipt.deploy[key]
         deploy = self.receipt.deploy
+        # an allocation build: the batch job, its final scheduler state and its retained transcripts
+        self.receipt.readback.update(known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"))
         if deploy.get("detached") and not deploy.get("established") and not deploy.get("timed_out"):
             from . import detached_step
 
@@ -308,8 +283,6 @@ class RuntimeUpdate:
                     "(75 while it still runs), then "
                     "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
-
-    # -- evidence ---------------------------------------------------------------------
 
     def verify_errors(self, found: Verification) -> list[str]:
         errors = [f"verify: {e}" for e in found.failed_checks()]

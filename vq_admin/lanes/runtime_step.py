@@ -52,5 +52,3 @@ class RuntimeStep:
     def reclaim(self, success: bool) -> None:
         self.stage.reclaim(success)
 
-
-__all__ = ["RuntimeStep"]

@@ -53,8 +53,6 @@ class SourceStage:
     def plan(self) -> Plan:
         return self.receipt.plan
 
-    # -- the plan ---------------------------------------------------------------------
-
     def plan_source(self, repo: str, sha: str, what: str) -> None:
         # the argv make_archive runs (source.archive_argv), <workdir> filled when the run records it
         self.plan.add("source", "local", source.archive_argv(repo, sha, WORKDIR),
@@ -76,8 +74,6 @@ class SourceStage:
                       protocol.stage_reclaim(self.agent, root=self.root, kind=self.kind, name=self.name,
                                              stage=STAGE, outcome=OUTCOME, keep_failed=KEEP_FAILED),
                       f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
-
-    # -- the run ----------------------------------------------------------------------
 
     def archive(self, ident: source.SourceIdentity, workdir: str) -> source.SourceIdentity:
         step, started = self.plan.get("source"), time.monotonic()
