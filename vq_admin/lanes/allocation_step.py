@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,16 +140,18 @@ class AllocationDeploy(RuntimeStep):
         return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
     def planned_argv(self, command: ProviderCommand) -> list[str]:
-        """The agent argv of the deploy step, with its slots (:data:`ATTEMPT`, :data:`ARCHIVE`,
-        :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is the planned provider command."""
+        """The agent argv of the deploy step (``alloc-run``, or ``detach-run`` for a detached build), with
+        its slots (:data:`ATTEMPT`, :data:`ARCHIVE`, :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is
+        the planned provider command."""
         allocation = self.profile.update_allocation
-        assert allocation is not None and self.host.scratch_root
-        # the job runs only the archive that was staged and verified (by content, not by path)
-        return _placed(protocol.alloc_run(
+        assert self.host.scratch_root
+        start = (partial(protocol.alloc_run, sbatch_args=allocation.sbatch_args) if allocation is not None
+                 else protocol.detach_run)
+        # the job (or build) runs only the archive that was staged and verified (by content, not by path)
+        return _placed(start(
             self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
             timeout=_seconds(self.profile.timeout_seconds), progress=None, progress_words=[PROGRESS],
-            sbatch_args=allocation.sbatch_args, archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256,
-            env=command.env, command=command.argv), command)
+            archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256, env=command.env, command=command.argv), command)
 
     def run_values(self, attempt: str, live: bool) -> dict[str, SlotValue]:
         """What fills the deploy step's slots: the *attempt*, this run's stage and archive digest, and
@@ -233,16 +236,12 @@ class AllocationDeploy(RuntimeStep):
         if summary.get("established") or summary.get("timed_out") or (summary.get("submitted") is False
                                                                         and not detached):
             allocation_attempt.clear(self)  # the end is known: nothing for a later run to reconcile
-        self.settle(step, call)
-        return result
-
-    @staticmethod
-    def settle(step: Step, call: StreamCall) -> None:
-        """The end of the deploy step, and of the reconcile that delivered its report, once the
-        transcripts are in place and the attempt record is current (their ``step-after``)."""
+        # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
+        # and the attempt record is current (their ``step-after``)
         settled(step)
         if call.step is not None and call.step is not step:
             settled(call.step)
+        return result
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
               on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,

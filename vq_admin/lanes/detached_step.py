@@ -24,7 +24,6 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..core import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_step
@@ -57,16 +56,6 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
     the allocation deploy's framed call, reconcile, transcript and unknown-outcome machinery)."""
 
     KIND = "detached"
-
-    def planned_argv(self, command: ProviderCommand) -> list[str]:
-        """The agent argv of the deploy step, with the allocation deploy's slots (the build runs only
-        the archive that was staged and verified, by content)."""
-        assert self.host.scratch_root
-        return allocation_step._placed(protocol.detach_run(
-            self.host.agent, root=self.host.scratch_root, program=self.profile.program,
-            attempt=allocation_step.ATTEMPT, timeout=allocation_step._seconds(self.profile.timeout_seconds),
-            progress=None, progress_words=[allocation_step.PROGRESS], archive=allocation_step.ARCHIVE,
-            archive_sha256=allocation_step.ARCHIVE_SHA256, env=command.env, command=command.argv), command)
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
         """Add the ``deploy`` step: the agent on the build host starts the build detached."""

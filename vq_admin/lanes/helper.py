@@ -84,10 +84,6 @@ class HelperUpdate:
         self.staging = SourceStage(self.receipt, self.stage_transport(), self.host.agent, self.host.scratch_root,
                                    "helper", STAGE_NAME, self.host.helper_timeout_seconds)
 
-    @property
-    def stage_dir(self) -> str | None:
-        return self.staging.dir
-
     def settings(self) -> dict[str, Any]:
         h = self.host
         return {"provider": h.helper_provider, "helper_update_command": h.helper_update_command,
@@ -104,10 +100,8 @@ class HelperUpdate:
                                     stage_dir=STAGE, update_script_args=self.ctx.options.update_script_args,
                                     settings=self.settings())
             providers = self.ctx.providers
-            if self.ctx.options.cluster_install:
-                cmd = providers.helper_install(self.host.helper_provider, request)
-            else:
-                cmd = providers.helper_update(self.host.helper_provider, request)
+            hook = providers.helper_install if self.ctx.options.cluster_install else providers.helper_update
+            cmd = hook(self.host.helper_provider, request)
             offered = [STAGE, TREE_SHA256]
             self._command = ProviderCommand(argv=tuple(place(cmd.argv, offered)),
                                             env=tuple(place_env(dict(cmd.env), offered).items()))
@@ -191,7 +185,8 @@ class HelperUpdate:
         if result.interrupted:
             self.receipt.errors.append(f"helper: {result.describe()}")
             return self.conclude_readback(interrupted=True)
-        ended = provider_ended(self.ctx, self.receipt, "helper: the helper command", result.exit_code, self.reclaim)
+        ended = provider_ended(self.ctx, self.receipt, "helper: the helper command", result.exit_code,
+                               self.staging.reclaim)
         if ended is not None:
             return ended
         return self.conclude_readback(interrupted=False)
@@ -203,8 +198,8 @@ class HelperUpdate:
 
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
-        assert self.stage_dir is not None  # staged before the command runs
-        values = offer(step, stage=self.stage_dir, tree_sha256=self.tree)
+        assert self.staging.dir is not None  # staged before the command runs
+        values = offer(step, stage=self.staging.dir, tree_sha256=self.tree)
         argv, _ = filled(step, **values)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(argv)}")
         result = execute(step, self.stage_transport(), timeout=self.host.helper_timeout_seconds, values=values)
@@ -244,9 +239,6 @@ class HelperUpdate:
         return (f"put the single-file agent at {target} once and install the helper through it: "
                 f"{' && '.join(quote_argv(c) for c in commands)}, then {self.install_line}")
 
-    def reclaim(self, success: bool) -> None:
-        self.staging.reclaim(success)
-
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
         assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
@@ -271,7 +263,7 @@ class HelperUpdate:
         else:
             self.receipt.errors.append(f"readback: after {len(found.attempts)} reads the live helper on "
                                        f"{self.host.name} is not {self.sha}: " + "; ".join(final.mismatches))
-        self.reclaim(success=False)
+        self.staging.reclaim(success=False)
         return conclude(self.ctx, self.receipt, Outcome.FAILED)
 
     def activated(self, found: Readback) -> Receipt:
@@ -287,7 +279,7 @@ class HelperUpdate:
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
         self.receipt.activation = {"path": str(path), **activation}
-        self.reclaim(success=True)
+        self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 
     def verified(self, read: IdentityRead) -> dict[str, Any]:
@@ -299,7 +291,7 @@ class HelperUpdate:
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
         self.receipt.readback = {
             "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
-            "proven": False, "reason": reason, "stage": self.stage_dir,
+            "proven": False, "reason": reason, "stage": self.staging.dir,
             "next_command": rerun_command(self.ctx, self.receipt),
             "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
                        "identity first and reports already-current if it completed. Do not install by hand."

@@ -20,10 +20,6 @@ The runtime lane, aimed at an earlier generation:
    target; the receipt adds ``"rollback": {"from", "to"}``.  On success LAST
    OK becomes the target and LAST GOOD the previous LAST OK
    (:meth:`vq_admin.state.records.StateDir.record_run`).
-
-The lane runs through the same entry as ``update``
-(:func:`vq_admin.lanes.runner.run_lane`): the lane lock (and whatever
-else that entry holds for the lane) covers it.
 """
 
 from __future__ import annotations
@@ -173,10 +169,10 @@ class RuntimeRollback(RuntimeUpdate):
         if result.interrupted:
             return self.resolve_unknown(f"activate: {result.describe()}")
         ended = provider_ended(self.ctx, self.receipt, "activate: the provider", result.exit_code,
-                               lambda success: None)  # an activation staged nothing
+                               self.staging.reclaim)  # an activation staged nothing: a no-op
         if ended is not None:
             return ended
-        return self.conclude_final(reclaim=False)  # an activation staged nothing
+        return self.conclude_final()
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:

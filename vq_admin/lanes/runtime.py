@@ -78,10 +78,6 @@ class RuntimeUpdate:
         self.mirror: MirrorFeed | None = None
         self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
 
-    @property
-    def stage_dir(self) -> str | None:
-        return self.staging.dir
-
     def request(self, *, archive: str | None, where: str | None = None) -> RuntimeRequest:
         return RuntimeRequest(
             program=self.profile.program,
@@ -137,16 +133,12 @@ class RuntimeUpdate:
         """The provider's update (or install) command, asked once per run when the plan is made: the
         staged archive is the :data:`ARCHIVE` slot, which :meth:`deploy` fills with this run's stage."""
         if self._deploy is None:
-            command = self.deploy_command(ARCHIVE)
+            providers, request = self.ctx.providers, self.request(archive=ARCHIVE)
+            hook = providers.runtime_install if self.ctx.options.cluster_install else providers.runtime_update
+            command = hook(self.profile.provider, request)
             self._deploy = ProviderCommand(argv=tuple(place(command.argv, [ARCHIVE])),
                                            env=tuple(place_env(dict(command.env), [ARCHIVE]).items()))
         return self._deploy
-
-    def deploy_command(self, archive: str) -> ProviderCommand:
-        request = self.request(archive=archive)
-        if self.ctx.options.cluster_install:
-            return self.ctx.providers.runtime_install(self.profile.provider, request)
-        return self.ctx.providers.runtime_update(self.profile.provider, request)
 
     def run(self) -> Receipt:
         self.make_plan()
@@ -174,26 +166,25 @@ class RuntimeUpdate:
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
-        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code, self.reclaim)
+        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code,
+                               self.staging.reclaim)
         if ended is not None:
             return ended
-        return self.conclude_final(reclaim=True)
+        return self.conclude_final()
 
-    def conclude_final(self, *, reclaim: bool) -> Receipt:
+    def conclude_final(self) -> Receipt:
         """The planned final verify decides the run: unknown when it was interrupted, failed when
-        it proves nothing, else ok with the verified identity.  With *reclaim*, the stage is
-        reclaimed as the run's failure or success."""
+        it proves nothing, else ok with the verified identity; the stage, if any, is reclaimed as
+        the run's failure or success."""
         post = self.verify(*self.post)
         self.receipt.verify["final"] = post.to_dict()
         if post.interrupted:
             return self.resolve_unknown(f"verify: {post.error}")
         if not post.proven:
             self.receipt.errors.extend(self.verify_errors(post))
-            if reclaim:
-                self.reclaim(success=False)
+            self.staging.reclaim(success=False)
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
-        if reclaim:
-            self.reclaim(success=True)
+        self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
 
     def require_quiescent(self, pre: Verification) -> None:
@@ -220,12 +211,12 @@ class RuntimeUpdate:
                           shared=shared)
 
     def deploy(self) -> RunResult:
-        assert self.stage_dir is not None  # staged before the deploy
-        command = fill_command(self.planned_deploy(), stage=self.stage_dir)
+        assert self.staging.dir is not None  # staged before the deploy
+        command = fill_command(self.planned_deploy(), stage=self.staging.dir)
         if self.deployer is not None:  # an allocation or a detached build
             return self.deployer.deploy(command)
         step = self.receipt.plan.get("deploy")
-        values = offer(step, stage=self.stage_dir)  # the provider may not have placed the slot
+        values = offer(step, stage=self.staging.dir)  # the provider may not have placed the slot
         argv, _ = filled(step, **values)
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(argv)}")
         view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
@@ -235,9 +226,6 @@ class RuntimeUpdate:
                              watch=view.watch if view else None, values=values)
         self.receipt.record_command(result, step.where)
         return result
-
-    def reclaim(self, success: bool) -> None:
-        self.staging.reclaim(success)
 
     def resolve_unknown(self, what: str) -> Receipt:
         """An interrupted transport: only a fresh read-only verify decides."""
@@ -251,7 +239,7 @@ class RuntimeUpdate:
                                      "next_command": None}
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
                 allocation_attempt.clear(self.inputs)
-            self.reclaim(success=True)
+            self.staging.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
@@ -261,7 +249,7 @@ class RuntimeUpdate:
             "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
             "proven": False,
             "reason": reason,
-            "stage": self.stage_dir,
+            "stage": self.staging.dir,
             "next_command": rerun_command(self.ctx, self.receipt),
             "advice": (
                 "the build may have finished or may still be running on the build host; rerunning first verifies "
