@@ -212,12 +212,15 @@ def converge(world: World, expected: str = "already-current") -> Done:
 
 def test_ssh_client_killed_just_after_the_switch_is_resolved_by_readback(tmp_path, real_sshd):
     world = World(tmp_path, real_sshd.ssh_config, "chaos-kill-deploy")
-    world.set_deploy("", "sleep 10")  # activated; the ssh session stays open while the provider lingers
+    # activated; the ssh session stays open while the provider lingers, until the test lets it go (at most 120 s)
+    release = world.marks / "release"
+    world.set_deploy("", f"i=0; while [ ! -e {release} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done")
     done = ssh_client_killed_at(world, "switched", "deploy-wrapper")
     assert any("killed by SIGKILL" in e for e in done.receipt["errors"]), done.receipt["errors"]
     record("SIGKILL of the ssh client just after the switch (fixed-host deploy)", "ok", done.outcome)
     # the provider still runs (it could still change the runtime): the host-side lease is its until it ends
     held = world.run()
+    release.touch()
     assert held.code == 75 and "held by the build pid" in held.receipt["errors"][-1], held.stdout
     assert wait_until(lambda: work_free(real_sshd, world.program), 60)
     clean_after(world, done, converge(world))

@@ -58,7 +58,9 @@ ATTEMPT = "deploy.20261130T000000Z.0badcafe"
 def test_the_build_outlives_a_killed_agent_and_is_reconciled(tmp_path):
     root, marks = scratch(tmp_path), tmp_path / "marks"
     marks.mkdir()
-    script = f"touch {marks}/started; for i in 1 2 3; do echo line $i; sleep 1; done; echo warn >&2; touch {marks}/done"
+    # the build runs until the test releases it (at most 60 s), so the first reconcile finds it running
+    script = (f"touch {marks}/started; echo line 1; i=0; while [ ! -e {marks}/release ] && [ $i -lt 600 ]; "
+              f"do sleep 0.1; i=$((i+1)); done; echo line 2; echo line 3; echo warn >&2; touch {marks}/done")
     proc = subprocess.Popen([*AGENT, *run_args(root, "p", ATTEMPT, "sh", "-c", script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert wait_until(lambda: (marks / "started").exists(), 30)
@@ -75,6 +77,7 @@ def test_the_build_outlives_a_killed_agent_and_is_reconciled(tmp_path):
     records, _ = frames(early.stdout)
     assert early.returncode == 0 and records["summary"]["job_state"] == "RUNNING"
     assert records["summary"]["established"] is False and records["summary"]["pid"] == build["pid"]
+    (marks / "release").touch()
 
     assert wait_until(lambda: (marks / "done").exists() and (attempt / "exit").exists(), 30)
     done = agent("detach-reconcile", "--root", str(root), "--program", "p", "--attempt", ATTEMPT, "--timeout", "5")

@@ -12,12 +12,23 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .report.error_document import error_document
 from .report.outcome import UsageError, VqAdminError
 from .report.output import safe_text
 
 if TYPE_CHECKING:
     from .ssh.early_start import EarlyStart
+
+
+def error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
+    """The one JSON document of a run that ended with an error before any verb printed its own: a lane
+    verb's receipt (:func:`vq_admin.lanes.runner.error_document`), else the envelope's error document."""
+    if args is not None and getattr(args, "func", None) in ("update", "rollback", "prune"):
+        from .lanes.runner import error_document as lane_error_document
+
+        return lane_error_document(args, error)
+    from .report.envelope import SCHEMAS, document
+
+    return document(SCHEMAS["error"], error.outcome, None, [error.message])
 
 
 class _Formatter(argparse.HelpFormatter):

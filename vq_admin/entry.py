@@ -78,7 +78,7 @@ def launcher(words: list[str], prog: str) -> int | None:
 
         return run(args)
     except VqAdminError as exc:
-        from .report.error_document import error_document
+        from .cli import error_document
         from .report.output import print_json, safe_text
 
         if "--json" in words:

@@ -31,8 +31,13 @@ def is_full_sha(value: object) -> bool:
     return isinstance(value, str) and bool(FULL_SHA_RE.match(value))
 
 
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value or {}))
+def _settle_request(request: "RuntimeRequest | HelperRequest") -> None:
+    """Check and normalise the fields the runtime and helper requests share (frozen, so set in place)."""
+    if not is_full_sha(request.expected_sha):
+        raise EvidenceError(f"{type(request).__name__}.expected_sha must be a full SHA")
+    object.__setattr__(request, "expected_sha", request.expected_sha.lower())
+    object.__setattr__(request, "update_script_args", tuple(request.update_script_args))
+    object.__setattr__(request, "settings", MappingProxyType(dict(request.settings or {})))
 
 
 @dataclass(frozen=True)
@@ -92,11 +97,7 @@ class RuntimeRequest:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not is_full_sha(self.expected_sha):
-            raise EvidenceError("RuntimeRequest.expected_sha must be a full SHA")
-        object.__setattr__(self, "expected_sha", self.expected_sha.lower())
-        object.__setattr__(self, "update_script_args", tuple(self.update_script_args))
-        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+        _settle_request(self)
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,9 @@ class HelperRequest:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not is_full_sha(self.expected_sha):
-            raise EvidenceError("HelperRequest.expected_sha must be a full SHA")
+        _settle_request(self)
         if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256 or ""):
             raise EvidenceError("HelperRequest.expected_tree_sha256 must be 64 lower-case hex digits")
-        object.__setattr__(self, "expected_sha", self.expected_sha.lower())
-        object.__setattr__(self, "update_script_args", tuple(self.update_script_args))
-        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
 
 
 @dataclass(frozen=True)
@@ -141,10 +138,8 @@ class PruneRequest:
     vq-admin asks the hook once, when the plan is made, before the census
     has found the jobs' SHAs: ``keep`` is then the **list slot**
     ``[<kept sha>]...`` (see :mod:`.slots`), filled with the keep set when
-    the command runs.  Place it with :meth:`keep_words`
-    (``*request.keep_words("--keep")`` gives ``--keep SHA`` per kept SHA),
-    which also expands a plain tuple of SHAs (a provider's own tests, the
-    conformance kit's requests); never iterate ``keep``.
+    the command runs.  Place it with :meth:`keep_words` (which also expands
+    a plain tuple of SHAs); never iterate ``keep``.
     """
 
     program: str
@@ -153,7 +148,7 @@ class PruneRequest:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "settings", _frozen_mapping(self.settings))
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings or {})))
         if is_slot(self.keep):
             if not is_list_slot(self.keep):
                 raise EvidenceError("PruneRequest.keep is a one-word slot; the keep set is a list slot (many=True)")
@@ -233,16 +228,6 @@ def _reject_constant(name: str) -> Any:
 MAX_INT_DIGITS = 40
 
 
-class _LongInteger(ValueError):
-    pass
-
-
-def _bounded_int(literal: str) -> int:
-    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
-        raise _LongInteger(f"holds an integer of {len(literal.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
-    return int(literal)
-
-
 def parse_single_json_object(text: str | bytes, what: str) -> dict[str, Any]:
     """Parse *text* as exactly one JSON object (surrounding whitespace allowed).
 
@@ -250,28 +235,30 @@ def parse_single_json_object(text: str | bytes, what: str) -> dict[str, Any]:
     documents, a non-object, duplicate keys, NaN, over-deep nesting, invalid
     UTF-8, or more than :data:`MAX_RECEIPT_BYTES`.
     """
-    if isinstance(text, bytes):
-        if len(text) > MAX_RECEIPT_BYTES:
-            raise EvidenceError(f"{what} is larger than {MAX_RECEIPT_BYTES} bytes")
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise EvidenceError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_RECEIPT_BYTES:
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_RECEIPT_BYTES:
         raise EvidenceError(f"{what} is larger than {MAX_RECEIPT_BYTES} bytes")
-    stripped = text.strip()
+    try:
+        stripped = raw.decode("utf-8").strip() if isinstance(text, bytes) else text.strip()
+    except UnicodeDecodeError as exc:
+        raise EvidenceError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
     if not stripped:
         raise EvidenceError(f"{what} is empty")
+
+    def bounded_int(literal: str) -> int:
+        if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+            raise EvidenceError(f"{what} holds an integer of {len(literal.lstrip('-'))} digits "
+                                f"(at most {MAX_INT_DIGITS})")
+        return int(literal)
+
     decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
-                               parse_int=_bounded_int)
+                               parse_int=bounded_int)
     try:
         value, end = decoder.raw_decode(stripped)
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{what} is not JSON: {exc.msg} at offset {exc.pos}") from None
     except RecursionError:
         raise EvidenceError(f"{what} is nested too deeply") from None
-    except _LongInteger as exc:
-        raise EvidenceError(f"{what} {exc}") from None
     except EvidenceError:
         raise
     except ValueError as exc:  # e.g. Python's limit on int conversion: evidence, not a crash
@@ -325,8 +312,7 @@ class VerifyReceipt:
 
     @classmethod
     def parse(cls, text: str | bytes) -> "VerifyReceipt":
-        data = parse_single_json_object(text, cls.WHAT)
-        return cls.from_mapping(data)
+        return cls.from_mapping(parse_single_json_object(text, cls.WHAT))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "VerifyReceipt":

@@ -130,13 +130,10 @@ class Slot(str):
             raise TypeError(f"slot {self.name!r} stands for one word; each() belongs to a list slot")
         return Slot(self.name, label=self.label, prefix=prefix, suffix=suffix, many=True, before=before)
 
-    def _refuse_as_list(self, what: str) -> None:
-        raise TypeError(f"{str.__str__(self)!r} is a list slot (known only at run time): place it as one whole "
-                        f"argv word (or its each(...)), never {what} it")
-
     def __iter__(self) -> Any:
         if self.many:
-            self._refuse_as_list("iterate")
+            raise TypeError(f"{str.__str__(self)!r} is a list slot (known only at run time): place it as one "
+                            "whole argv word (or its each(...)), never iterate it")
         return str.__iter__(self)
 
     def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles stay slots

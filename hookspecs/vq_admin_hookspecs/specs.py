@@ -23,11 +23,8 @@ Each hook is called **once per run, when vq-admin makes the plan**, before
 anything runs; the command it returns is the one the plan shows and the one
 that runs.  Request fields whose value only the run produces (the staged
 archive, the stage directory, the stage's tree digest) hold a
-:class:`~.slots.Slot` marker such as ``<stage>/source.tar``: the provider
-places it in its argv or env unchanged, whole or inside one word, and never
-inspects it; vq-admin fills it with the run's value just before the command
-runs (see :mod:`.slots`).  A provider that only places request values as
-strings needs nothing more.
+:class:`~.slots.Slot` marker such as ``<stage>/source.tar``, placed unchanged
+and filled by vq-admin just before the command runs (see :mod:`.slots`).
 
 Hook phases in order of one runtime update: verify (read-only, "already
 current?"), update or install, verify again.  One helper update: helper update
@@ -57,8 +54,6 @@ def vq_admin_runtime_update(request: RuntimeRequest) -> ProviderCommand | None:
         runtime for the SHA, validate it, and only then switch the stable
         link; it must never remove or rewrite an older release or launcher.
         Its exit status is the deployment's exit status.
-
-    Stops at first non-None result.
     """
 
 
@@ -68,8 +63,6 @@ def vq_admin_runtime_install(request: RuntimeRequest) -> ProviderCommand | None:
 
     Same request, same obligations and same evidence as
     :func:`vq_admin_runtime_update`.
-
-    Stops at first non-None result.
     """
 
 
@@ -84,8 +77,6 @@ def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand | None:
         verify receipt, parsed by
         :meth:`~.records.VerifyReceipt.parse`; anything else on stdout fails
         the run. It must describe what *is* active, never echo the request.
-
-    Stops at first non-None result.
     """
 
 
@@ -108,8 +99,6 @@ def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand | None
         or remove any release or launcher, and must fail (non-zero) when the
         release is missing, incomplete or records another program, SHA or
         tag. Success is decided by the read-only verify that follows.
-
-    Stops at first non-None result.
     """
 
 
@@ -134,8 +123,6 @@ def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand | None:
         and must never follow a symbolic link. vq-admin afterwards proves the
         active identity again and re-hashes every kept launcher; a kept
         release that is gone or changed fails the run.
-
-    Stops at first non-None result.
     """
 
 
@@ -156,8 +143,6 @@ def vq_admin_helper_update(request: HelperRequest) -> ProviderCommand | None:
         atomically; it must never rebuild scientific software. Success is
         decided afterwards by reading back the live helper's identity, not
         by this command's exit status alone.
-
-    Stops at first non-None result.
     """
 
 
@@ -166,8 +151,6 @@ def vq_admin_helper_install(request: HelperRequest) -> ProviderCommand | None:
     """First-time helper installation, selected by ``--cluster-install``.
 
     Same request and obligations as :func:`vq_admin_helper_update`.
-
-    Stops at first non-None result.
     """
 
 

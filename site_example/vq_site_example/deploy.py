@@ -1,25 +1,11 @@
 """``deploy`` and ``install``: build one immutable release, then switch ``current``;
 ``activate``: switch ``current`` back to an existing release (rollback).
 
-Order of one run (each step only after the previous one succeeded):
-
-1. arguments valid (exit 2), ROOT layout present or created by ``install``;
-2. exclusive non-blocking ``ROOT/.deploy.lock`` (exit 75 when held);
-3. archive identity checked before unpacking (exit 3);
-4. ``releases/<sha>`` already validated: reuse it (re-validated, never
-   rewritten); otherwise unpack into a fresh ``releases/.partial.<sha>.<r>/``,
-   build, validate, record metadata, and rename to ``releases/<sha>``;
-5. only then ``current`` is replaced atomically.
-
-Any failure in 3-4 leaves ``current`` and every existing release untouched
-and removes only this run's partial directory (exit 1, or 3 for identity).
-Metrics go to stdout as ``VQ-DEPLOY-METRIC name=value``; narration and the
-build log go to stderr.
-
-``activate`` builds nothing and never touches a release: under the deploy lock it
-accepts ``releases/<sha>`` as a reuse would (real directory, ``VALIDATED``, the same
-``SOURCE-SHA``, ``PROGRAM`` and ``TAG``, its launcher's check passes), then replaces
-``current``; otherwise exit 1 with ``current`` unchanged.
+README.md ("The runtime root") gives the order of one deploy: each step runs only after the
+previous one succeeded, and a failure before the switch leaves ``current`` and every existing
+release untouched and removes only this run's partial directory (exit 1, or 3 for identity).
+``activate`` builds nothing: it accepts ``releases/<sha>`` as a reuse would, then switches.
+Metrics go to stdout as ``VQ-DEPLOY-METRIC name=value``; narration and the build log to stderr.
 """
 
 from __future__ import annotations
@@ -105,9 +91,7 @@ def _header(ns: argparse.Namespace, archive: VerifiedArchive) -> list[str]:
 def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
     """Unpack, build and validate in a fresh partial dir, then publish it."""
     sha = ns.expected_sha
-    partial = lay.make_partial(lyt, sha)
-    published = False
-    try:
+    with lay.new_release(lyt, sha) as partial:
         source = os.path.join(partial, "source")
         os.mkdir(source, 0o755)
         with archive.open_tar() as tar:
@@ -126,16 +110,10 @@ def _build_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive
         fsutil.atomic_write(partial, "PROGRAM", ns.program + "\n")
         fsutil.atomic_write(partial, "ARCHIVE-SHA256", archive.sha256 + "\n")
         fsutil.atomic_write(partial, VALIDATED, f"validated {_utc_now()}: {detail}\n")
-        lay.publish(lyt, partial, sha)
-        published = True
-    finally:
-        if not published:
-            fsutil.remove_own_tree(partial)
 
 
 def _locked(lyt: lay.Layout, ns: argparse.Namespace) -> int:
-    archive = check_archive(ns.source_archive, ns.expected_sha)
-    try:
+    with check_archive(ns.source_archive, ns.expected_sha) as archive:
         _say(f"archive identity ok: {ns.source_archive} is commit {ns.expected_sha} "
              f"(sha256 {archive.sha256})")
         started = time.monotonic()
@@ -145,13 +123,10 @@ def _locked(lyt: lay.Layout, ns: argparse.Namespace) -> int:
             _reuse(lyt, ns)
         else:
             _build_new(lyt, ns, archive)
-    finally:
-        archive.close()
     _metric("build_seconds", f"{time.monotonic() - started:.3f}")
     _metric("release_bytes", fsutil.tree_bytes(lyt.release(ns.expected_sha)))
     _metric("release_reused", int(reused))
-    previous = lay.read_current(lyt)
-    lay.switch_current(lyt, ns.expected_sha)
+    previous = lay.switch_current(lyt, ns.expected_sha)
     _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); "
          f"launcher {lyt.launcher(ns.expected_sha, ns.program)}")
     return 0
@@ -177,7 +152,6 @@ def activate(ns: argparse.Namespace) -> int:
         if not os.path.lexists(release):
             raise failed(f"{release} does not exist; activation never builds: deploy {ns.expected_sha} instead")
         _reuse(lyt, ns)
-        previous = lay.read_current(lyt)
-        lay.switch_current(lyt, ns.expected_sha)
+        previous = lay.switch_current(lyt, ns.expected_sha)
     _say(f"current -> releases/{ns.expected_sha} (was {previous or 'absent'}); nothing built")
     return 0

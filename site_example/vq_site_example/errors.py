@@ -25,10 +25,6 @@ class SiteError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def usage(message: str) -> SiteError:

@@ -1,40 +1,12 @@
 """Console script ``vq-site-example-helper-update``: install the staged vq helper
-(``vq-admin-agent``) out of place and switch to it atomically.
+(``vq-admin-agent``) out of place, prove it, and switch to it atomically.
 
-vq-admin runs it as ``helper_update_command`` (or ``helper_install_command``)
-on ``helper_update_host`` or the login host, with the verified stage in the
-environment::
-
-    VQ_HELPER_STAGE=<stage dir>  VQ_HELPER_EXPECTED_SHA=<full sha>
-    VQ_HELPER_EXPECTED_TREE_SHA256=<64 hex>
-    vq-site-example-helper-update --root ROOT [--install] [--python PATH]
-
-Layout below ROOT (the runtime layout of this package, reused)::
-
-    ROOT/
-      .deploy.lock  .updater.pid     the same lock as the runtime deploys
-      current -> releases/<sha>      the stable link, replaced with rename(2)
-      releases/<sha>/                the unpacked helper archive (the whole
-                                     source tree) plus .vq-admin-source.json
-      releases/.partial.<sha>.<r>/   an installation in progress
-      bin/vq-admin-agent             the entry point operators configure as
-                                     ``agent``: runs the release ``current``
-                                     names, with an interpreter fixed at install
-
-One run, in order: arguments and environment (exit 2); the lock (75); the
-stage identity, before unpacking (3): ``SOURCE-SHA``, ``ARCHIVE-SHA256`` and
-the archive's pax commit (as for runtimes) and ``SOURCE-TREE-SHA256``; then a
-fresh partial directory, the safe unpack, an independent tree digest that
-must equal the expected one (3), the install record bound to that digest, and
-validation: the *new* helper itself must report ``identity`` bound to the
-requested SHA and tree from the partial directory (1).  Only then is the
-partial directory renamed to ``releases/<sha>``, the wrapper written (when it
-differs) and ``current`` switched.  An existing ``releases/<sha>`` is reused
-only when its record and files match; releases are never rewritten or
-removed.  ``--install`` creates ROOT when missing (first installation).
-
-Exit codes: 0 done, 1 failed, 2 usage, 3 identity, 75 locked (as
-``vq-site-example``).  Standard library only.
+vq-admin runs it as ``helper_update_command`` (or ``helper_install_command``) with the
+verified stage in ``VQ_HELPER_STAGE``, ``VQ_HELPER_EXPECTED_SHA`` and
+``VQ_HELPER_EXPECTED_TREE_SHA256``.  It reuses the runtime root's layout, deploy lock and
+exit codes; README.md ("The helper updater") gives the layout, the order of one run and
+what the wrapper ``ROOT/bin/vq-admin-agent`` does.  An existing ``releases/<sha>`` is reused
+only when its record and files match; releases are never rewritten or removed.
 """
 
 from __future__ import annotations
@@ -55,7 +27,7 @@ from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 from . import fsutil, layout as lay
 from .cli import Parser, terminate
 from .errors import SiteError, failed, identity, usage
-from .identity import VerifiedArchive, check_archive
+from .identity import VerifiedArchive, check_archive, stage_value
 from .unpack import extract
 
 RECORD_NAME = ".vq-admin-source.json"
@@ -137,13 +109,6 @@ def tree_sha256(root: str, skip: str = RECORD_NAME) -> str:
     return hashlib.sha256(b"".join(lines)).hexdigest()
 
 
-def _stage_tree(stage: str) -> str:
-    try:
-        return fsutil.read_small(os.path.join(stage, "SOURCE-TREE-SHA256"), 4096).strip().lower()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise identity(f"cannot establish the helper's tree identity: {stage}/SOURCE-TREE-SHA256: {exc}") from None
-
-
 def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
     """Run the helper in *release* itself: its identity must be bound to *sha* and *tree*."""
     argv = [python, "-I", "-B", "-c", BOOT, release, "identity", "--json"]
@@ -183,9 +148,7 @@ def _reuse(lyt: lay.Layout, sha: str, tree: str) -> None:
 
 
 def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchive) -> None:
-    partial = lay.make_partial(lyt, ns.sha)
-    published = False
-    try:
+    with lay.new_release(lyt, ns.sha) as partial:
         with archive.open_tar() as tar:
             count = extract(tar, partial)
         actual = tree_sha256(partial)
@@ -197,11 +160,6 @@ def _install_new(lyt: lay.Layout, ns: argparse.Namespace, archive: VerifiedArchi
         fsutil.atomic_write(partial, RECORD_NAME, json.dumps(record, sort_keys=True, indent=2) + "\n")
         validate(ns.python, partial, ns.sha, ns.tree)
         _say(f"unpacked {count} members, tree {actual} validated in {partial}")
-        lay.publish(lyt, partial, ns.sha)
-        published = True
-    finally:
-        if not published:
-            fsutil.remove_own_tree(partial)
 
 
 def write_wrapper(lyt: lay.Layout, python: str) -> str:
@@ -228,10 +186,9 @@ def run(ns: argparse.Namespace) -> int:
     lay.check_layout(lyt, create=ns.install)
     started = time.monotonic()
     with lay.DeployLock(lyt):
-        if _stage_tree(ns.stage) != ns.tree:
+        if stage_value(ns.stage, "SOURCE-TREE-SHA256", SHA256_RE) != ns.tree:
             raise identity(f"{ns.stage}/SOURCE-TREE-SHA256 differs from VQ_HELPER_EXPECTED_TREE_SHA256 {ns.tree}")
-        archive = check_archive(os.path.join(ns.stage, "source.tar"), ns.sha)
-        try:
+        with check_archive(os.path.join(ns.stage, "source.tar"), ns.sha) as archive:
             reused = os.path.lexists(lyt.release(ns.sha))
             if reused:
                 _say(f"releases/{ns.sha} exists; checking it for reuse (never rewritten)")
@@ -239,11 +196,8 @@ def run(ns: argparse.Namespace) -> int:
                 validate(ns.python, lyt.release(ns.sha), ns.sha, ns.tree)
             else:
                 _install_new(lyt, ns, archive)
-        finally:
-            archive.close()
         wrapper = write_wrapper(lyt, ns.python)
-        previous = lay.read_current(lyt)
-        lay.switch_current(lyt, ns.sha)
+        previous = lay.switch_current(lyt, ns.sha)
     print(f"VQ-DEPLOY-METRIC helper_install_seconds={time.monotonic() - started:.3f}")
     print(f"VQ-DEPLOY-METRIC helper_release_reused={int(reused)}", flush=True)
     _say(f"current -> releases/{ns.sha} (was {previous or 'absent'}); entry point {wrapper}")
@@ -258,5 +212,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, terminate)
         return run(ns)
     except SiteError as exc:
-        print(f"vq-site-example-helper-update: error: {exc.message}", file=sys.stderr)
+        print(f"vq-site-example-helper-update: error: {exc}", file=sys.stderr)
         return exc.code

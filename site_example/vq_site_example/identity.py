@@ -36,24 +36,27 @@ from .errors import identity
 
 @dataclass
 class VerifiedArchive:
-    """An open, identity-checked archive.  Close it with :meth:`close`."""
+    """An open, identity-checked archive; a context manager that closes it."""
 
     path: str
     handle: BufferedReader
     sha256: str
     size: int
-    source_sha: str
 
     def open_tar(self) -> tarfile.TarFile:
         """A fresh uncompressed-tar reader over the checked bytes."""
         self.handle.seek(0)
         return tarfile.open(fileobj=self.handle, mode="r:")
 
-    def close(self) -> None:
+    def __enter__(self) -> "VerifiedArchive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.handle.close()
 
 
-def _stage_value(stage: str, name: str, pattern: re.Pattern[str]) -> str:
+def stage_value(stage: str, name: str, pattern: re.Pattern[str]) -> str:
+    """The value of the stage file *name*, lower case; exit 3 when missing or not matching *pattern*."""
     path = os.path.join(stage, name)
     try:
         text = fsutil.read_small(path, 4096).strip().lower()
@@ -102,8 +105,8 @@ def check_archive(archive: str, expected_sha: str) -> VerifiedArchive:
     """
     expected_sha = expected_sha.lower()
     stage = os.path.dirname(archive)
-    recorded_sha256 = _stage_value(stage, "ARCHIVE-SHA256", SHA256_RE)
-    recorded_source = _stage_value(stage, "SOURCE-SHA", FULL_SHA_RE)
+    recorded_sha256 = stage_value(stage, "ARCHIVE-SHA256", SHA256_RE)
+    recorded_source = stage_value(stage, "SOURCE-SHA", FULL_SHA_RE)
     handle = _open_archive(archive)
     try:
         actual = hashlib.file_digest(handle, "sha256").hexdigest()
@@ -125,5 +128,4 @@ def check_archive(archive: str, expected_sha: str) -> VerifiedArchive:
     except BaseException:
         handle.close()
         raise
-    return VerifiedArchive(path=archive, handle=handle, sha256=actual, size=size,
-                           source_sha=expected_sha)
+    return VerifiedArchive(path=archive, handle=handle, sha256=actual, size=size)

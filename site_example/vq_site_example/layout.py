@@ -21,11 +21,13 @@ the lock file is opened with ``O_NOFOLLOW``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import stat
 import tempfile
+from typing import Iterator
 
 from vq_admin_identifiers import FULL_SHA_RE
 
@@ -44,22 +46,10 @@ class Layout:
 
     def __init__(self, root: str) -> None:
         self.root = root
-
-    @property
-    def releases(self) -> str:
-        return os.path.join(self.root, RELEASES_NAME)
-
-    @property
-    def current(self) -> str:
-        return os.path.join(self.root, CURRENT_NAME)
-
-    @property
-    def lock_path(self) -> str:
-        return os.path.join(self.root, LOCK_NAME)
-
-    @property
-    def pid_path(self) -> str:
-        return os.path.join(self.root, PID_NAME)
+        self.releases = os.path.join(root, RELEASES_NAME)
+        self.current = os.path.join(root, CURRENT_NAME)
+        self.lock_path = os.path.join(root, LOCK_NAME)
+        self.pid_path = os.path.join(root, PID_NAME)
 
     def release(self, sha: str) -> str:
         """``ROOT/releases/<sha>``."""
@@ -166,23 +156,25 @@ def probe_quiescent(layout: Layout) -> tuple[bool, int | None]:
     return True, None
 
 
-def make_partial(layout: Layout, sha: str) -> str:
-    """Create a fresh ``releases/.partial.<sha>.<random>`` directory (mode 0755)."""
-    path = tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{sha}.", dir=layout.releases)
-    os.chmod(path, 0o755)
-    return path
+@contextlib.contextmanager
+def new_release(layout: Layout, sha: str) -> Iterator[str]:
+    """A fresh ``releases/.partial.<sha>.<random>`` directory (mode 0755) to build in.
 
-
-def publish(layout: Layout, partial: str, sha: str) -> None:
-    """Rename the validated *partial* to ``releases/<sha>`` (one atomic rename).
-
-    The caller has checked, under the deploy lock, that ``releases/<sha>``
-    does not exist; a rename never replaces an existing release.
+    When the block succeeds it is renamed to ``releases/<sha>`` (one atomic rename, which never
+    replaces a release: the caller checked under the deploy lock that there is none); when
+    anything fails, this partial directory, and only it, is removed.
     """
-    final = layout.release(sha)
-    if os.path.lexists(final):
-        raise failed(f"{final} appeared during the build; not replacing it")
-    os.rename(partial, final)
+    partial = tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{sha}.", dir=layout.releases)
+    try:
+        os.chmod(partial, 0o755)
+        yield partial
+        final = layout.release(sha)
+        if os.path.lexists(final):
+            raise failed(f"{final} appeared during the build; not replacing it")
+        os.rename(partial, final)
+    except BaseException:
+        fsutil.remove_own_tree(partial)
+        raise
     fsutil.fsync_dir(layout.releases)
 
 
@@ -208,13 +200,15 @@ def read_current(layout: Layout) -> str | None:
         raise
 
 
-def switch_current(layout: Layout, sha: str) -> None:
-    """Point ``current`` at ``releases/<sha>``: temp symlink, then ``os.replace``.
+def switch_current(layout: Layout, sha: str) -> str | None:
+    """Point ``current`` at ``releases/<sha>``: temp symlink, then ``os.replace``; returns
+    the target it had (:func:`read_current`).
 
     The link is relative (``releases/<sha>``) so the root can be inspected
     from another mount point; it is never removed first, so there is no
     moment without a ``current``.
     """
+    previous = read_current(layout)
     release = layout.release(sha)
     if not fsutil.is_real_dir(release):
         raise failed(f"{release} is not a real directory; not activating it")
@@ -228,3 +222,4 @@ def switch_current(layout: Layout, sha: str) -> None:
         fsutil.discard(tmp)
         raise
     fsutil.fsync_dir(layout.root)
+    return previous

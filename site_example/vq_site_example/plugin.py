@@ -33,9 +33,9 @@ DEFAULT_COMMAND = "vq-site-example"
 OPTIONS = ("root", "command")
 
 
-def _options(request: RuntimeRequest) -> tuple[str, str]:
+def _options(settings: Mapping[str, Any]) -> tuple[str, str]:
     """``(command, root)`` from ``settings["provider_options"]``; ValueError when invalid."""
-    options: Mapping[str, Any] = request.settings.get("provider_options") or {}
+    options: Mapping[str, Any] = settings.get("provider_options") or {}
     if not isinstance(options, Mapping):
         raise ValueError("provider_options must be a table; provider_options.root (absolute path "
                          "of the runtime root) is required for provider site_example")
@@ -56,17 +56,16 @@ def _options(request: RuntimeRequest) -> tuple[str, str]:
 def build_argv(verb: str, request: RuntimeRequest) -> list[str]:
     """The exact argv for *verb* (``deploy``, ``install``, ``verify`` or ``activate``).
 
-    ``[command, verb, "--root", root, *update_script_args (not verify),
-    "--program", P, "--expected-sha", SHA, ["--tag", T], ["--source-archive", PATH (not verify)]]``
+    ``[command, verb, "--root", root, *update_script_args, "--program", P, "--expected-sha", SHA,
+    ["--tag", T], ["--source-archive", PATH]]``; only deploy and install take the script args and archive.
     """
-    command, root = _options(request)
-    argv = [command, verb, "--root", root]
-    if verb not in ("verify", "activate"):
-        argv += list(request.update_script_args)
+    command, root = _options(request.settings)
+    builds = verb in ("deploy", "install")
+    argv = [command, verb, "--root", root, *(request.update_script_args if builds else ())]
     argv += ["--program", request.program, "--expected-sha", request.expected_sha]
     if request.tag is not None:
         argv += ["--tag", request.tag]
-    if verb not in ("verify", "activate") and request.source_archive is not None:
+    if builds and request.source_archive is not None:
         argv += ["--source-archive", request.source_archive]
     return argv
 
@@ -98,6 +97,6 @@ def vq_admin_runtime_activate(request: RuntimeRequest) -> ProviderCommand:
 @hookimpl
 def vq_admin_runtime_prune(request: PruneRequest) -> ProviderCommand:
     """Remove full-SHA release directories outside ``request.keep`` (never current's target)."""
-    command, root = _options(request)  # type: ignore[arg-type]
+    command, root = _options(request.settings)
     keep = request.keep_words("--keep")  # the keep set's list slot, filled when the prune runs
     return ProviderCommand(argv=(command, "prune", "--root", root, "--program", request.program, *keep))

@@ -1,40 +1,15 @@
-"""``prune``: remove old releases that nothing references any more.
+"""``prune``: remove old releases that nothing references any more (README.md, "prune").
 
-::
+A release ``ROOT/releases/<sha>`` is removed only when it is a real directory named by a full
+lower-case SHA, ``current`` does not point at it, nothing keeps it (``--keep``, ``--keep-sha``,
+a reason in the census of ``vq admin references P HOST --json``) and its ``PROGRAM`` file
+names the program.  A doubtful census or ``current`` removes nothing; the deploy lock is held
+for the whole run.  A release is first renamed to ``releases/.removing.<sha>.<r>`` (so it
+never looks complete while half removed), then deleted.
 
-    vq-site-example prune --root ROOT --program P --referenced-file CENSUS
-                          [--keep-sha SHA]... [--max-age SECONDS] [--dry-run]
-    vq-site-example prune --root ROOT --program P --keep SHA [--keep SHA]...
-
-The second form is what ``vq admin prune`` runs (``prune_command``, or the
-plugin's ``vq_admin_runtime_prune`` hook): vq-admin has computed the keep set
-(active, LAST OK, LAST GOOD, recent, every SHA a Slurm job references) and
-the report on stdout is ``{"removed": [...], "kept": [...]}`` (plus
-``reasons``, ``current``, ``root``).
-
-``CENSUS`` is the output of ``vq admin references P HOST --json`` (schema
-``vq-admin/references/1``), taken just before.  A release ``ROOT/releases/<sha>``
-is removed only when every one of these holds:
-
-* its name is a full lower-case SHA and it is a real directory (never a
-  symlink, never a ``.partial.*`` build);
-* ``current`` does not point at it;
-* it is not named by ``--keep-sha`` or ``--keep``;
-* the census gives it no reason to be kept (``current``, ``last-good``, or a
-  queued or running job whose script or command names it);
-* its ``PROGRAM`` file names ``P``.
-
-Fail closed: a census that is missing, unreadable, incomplete, for another
-program, or older than ``--max-age`` (default 900 s) removes nothing (exit 2
-or 1); so does a ``current`` that cannot be read.  The deploy lock is held
-for the whole run, so no deploy switches ``current`` meanwhile (exit 75 when
-a deploy runs).  A release is first renamed to ``releases/.removing.<sha>.<r>``
-(so it never looks complete while half removed), then deleted.  One JSON
-object on stdout says what was kept (and why) and what was removed.
-
-The census cannot see a job submitted after it was taken: run the census and
-prune back to back, and let the queue driver bind new jobs to the latest
-verified generation (``vq admin launcher``), which is always kept as current.
+The census cannot see a job submitted after it was taken: run the census and prune back to
+back, and let the queue driver bind new jobs to the latest verified generation
+(``vq admin launcher``), which is always kept as current.
 """
 
 from __future__ import annotations

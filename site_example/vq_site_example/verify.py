@@ -1,30 +1,9 @@
 """``verify``: read-only report of what IS active, as one JSON object on stdout.
 
-The receipt (CONTRACT section 4) is built only from the runtime root, never
-from the request: ``--program``, ``--expected-sha`` and ``--tag`` are
-mentioned in ``health_detail`` but never copied into a field.
-
-* ``source_sha``/``program``/``tag``: the ``SOURCE-SHA``/``PROGRAM``/``TAG``
-  files of the release ``current`` points at (found with ``readlink``);
-* ``activation``: ``"atomic"`` when ``current`` is a symlink to
-  ``releases/<full sha>`` (relative, or absolute below ROOT) and that is a
-  real directory; ``"none"`` when there is no ``current`` or it is not a
-  symlink; ``"unknown"`` when it points anywhere else or dangles;
-* ``active_path``: the generation's launcher
-  ``ROOT/releases/<sha>/bin/<program>-<sha>`` (never via ``current``) and
-  ``active_path_sha256`` the SHA-256 of that file, which names its generation;
-* ``healthy``: the release carries ``VALIDATED``, its ``SOURCE-SHA`` equals
-  its directory name, and one start of the launcher passes within
-  :data:`HEALTH_TIMEOUT` seconds (:func:`vq_site_example.build.check`: the
-  source's ``vq_selftest.py`` when it has one, else ``-c pass``);
-  ``health_detail`` says how it failed otherwise;
-* ``quiescent``/``updater_pid``: a non-blocking shared flock on
-  ``.deploy.lock``; when it is held, the pid from ``.updater.pid``.
-
-When nothing is active (no ROOT, no ``current``) verify still prints a
-receipt and exits 0: ``healthy`` false, ``activation`` ``"none"``, empty
-``program``/``source_sha``/``active_path``/``active_path_sha256``.  Exit 2 is
-kept for usage errors, which print nothing on stdout.
+The receipt (CONTRACT section 4; its fields in README.md, "verify") is built only from the
+runtime root, never from the request: ``--program``, ``--expected-sha`` and ``--tag`` are
+mentioned in ``health_detail`` but never copied into a field.  When nothing is active it
+still prints a receipt and exits 0; usage errors exit 2 and print nothing on stdout.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ it.  An attempt directory is never reused: creating an existing name fails.
 ``reconcile`` never submits: it establishes the end of the job recorded in
 ``job`` (``scontrol``, else the job completion log, else ``sacct``).  Both
 then settle the transcripts, apply retention and stream the transcripts
-back (see :mod:`.frames`) while the attempt is still live.
+back (see :mod:`vq_admin.core.frames`) while the attempt is still live.
 
 Standard library (+ ``xxhash`` when importable): runs inside
 ``vq-admin-agent`` on Python 3.8 and later.

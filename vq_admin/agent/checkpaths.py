@@ -1,6 +1,6 @@
 """The ``check-paths`` rule, shared by the verb and by ``session`` (standard library only).
 
-Every absolute word is checked with the secure-path rule (:mod:`.securepath`);
+Every absolute word is checked with the secure-path rule (:mod:`vq_admin.core.securepath`);
 a word that is not an absolute path is looked up in PATH and not checked.  A
 word naming nothing yet passes when its existing directories pass and the
 nearest one is writable by nobody else at all (a sticky ``/tmp`` would let

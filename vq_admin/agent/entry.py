@@ -6,7 +6,7 @@ verify plus the launcher read-back, see :mod:`.verify_readback`) and
 verb table (:mod:`.cli`: argparse, tarfile, the allocation and staging
 modules) is imported, so the remote start of an already-current run stays
 close to a bare interpreter.  Every other verb goes to :func:`.cli.main`.
-The verbs' names are the protocol's (:mod:`.protocol`, cheap to import).
+The verbs' names are the protocol's (:mod:`vq_admin.core.protocol`, cheap to import).
 """
 
 from __future__ import annotations

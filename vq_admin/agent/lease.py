@@ -7,7 +7,7 @@ own state directory of the login host's account,
 driver that logs in as that account finds the same lease, whatever its
 configuration calls the host and whatever its ``scratch_root``.  The
 directory and every directory above it must pass the secure-path rule
-(:mod:`.securepath`); it is created owner-only when missing.  Next to the
+(:mod:`vq_admin.core.securepath`); it is created owner-only when missing.  Next to the
 file, ``<file>.holder`` records who holds it (driver host, user, pid, start
 time, run id, this agent's pid and its parent's), written atomically.
 

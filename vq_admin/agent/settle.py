@@ -7,7 +7,7 @@ flushes).  The rule, from the product document:
 * observe both files at one-second intervals, at most ten observations;
 * an observation is the pair of checksums (and sizes) of the two files
   (xxh3-64, or blake2b where ``xxhash`` is not importable: see
-  :mod:`.checksum`), each streamed in 1 MiB chunks, so memory stays constant whatever
+  :mod:`vq_admin.core.checksum`), each streamed in 1 MiB chunks, so memory stays constant whatever
   their size; each observation opens the files afresh;
 * the transcript has *settled* when three consecutive observations are
   identical, both files are readable, and together they hold some output.

@@ -18,7 +18,7 @@ absolute ``active_path`` (the driver then reports the receipt's problem).
 ``hash-file PATH`` (the read-back alone) is :func:`hash_answer`.
 
 Standard library only; of the agent only the protocol's JSON codec,
-:mod:`.spawn` (the agent's one process runner) and :mod:`.securepath` (a
+:mod:`.spawn` (the agent's one process runner) and :mod:`vq_admin.core.securepath` (a
 launcher another user could replace is answered with exit 77 and
 ``untrusted``, never hashed).
 """

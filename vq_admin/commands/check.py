@@ -52,19 +52,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _connect(args: argparse.Namespace, config: Config) -> int:
     """``--connect``: one round trip per host, in parallel; exit 0 when all answered, else 1."""
-    from ..ssh import connect_check as connectcheck
+    from ..ssh import connect_check
 
-    timeout = args.timeout if args.timeout is not None else connectcheck.DEFAULT_TIMEOUT
+    timeout = args.timeout if args.timeout is not None else connect_check.DEFAULT_TIMEOUT
     if not (timeout > 0 and math.isfinite(timeout)):
         raise UsageError(f"--timeout must be a finite positive number of seconds, not {timeout:g}")
-    probes = connectcheck.run_all(config, timeout)
-    document = connectcheck.document(config, probes)
+    probes = connect_check.run_all(config, timeout)
+    document = connect_check.document(config, probes)
     outcome = Outcome.FAILED if document["failed"] else Outcome.OK
     if args.json:
         failed = [f"{p.host}: {p.reason or 'failed'}" for p in probes if p.status == "failed"]
         emit(SCHEMAS["check-connect"], outcome, document, failed)
     else:
         stream = sys.stdout if outcome is Outcome.OK else sys.stderr
-        for line in connectcheck.table(probes):
+        for line in connect_check.table(probes):
             print(line, file=stream)
     return outcome.exit_code

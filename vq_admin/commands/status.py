@@ -80,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     state = StateDir(args.state_dir)
     if prometheus or textfile:
-        from ..report import metrics as status_metrics
+        from ..report import metrics
 
-        path = status_metrics.check_textfile(textfile) if textfile else None
-        registry = status_metrics.registry_for(collect(state, args.host), state)
-        status_metrics.publish(registry, prometheus=prometheus, textfile=path)
+        path = metrics.check_textfile(textfile) if textfile else None
+        registry = metrics.registry_for(collect(state, args.host), state)
+        metrics.publish(registry, prometheus=prometheus, textfile=path)
         return 0
     status = collect(state, args.host)
     if args.json:
