@@ -28,6 +28,7 @@ from plan_match import slot_values
 from support import AGENT
 
 from vq_admin.source.mirror_feed import LANE_LEFT
+from vq_admin.core import protocol
 from vq_admin.lanes import helper_identity as helper_readback, command_files as remote_paths
 from vq_admin.plan import Plan, SlotError, execute
 from vq_admin.source import GIT_ENV
@@ -161,7 +162,7 @@ def test_the_identity_read_and_its_rereads_run_the_planned_argv():
     login = Double("login", [(0, identity(old, tree)), (0, identity(sha, tree))])  # a shared filesystem lags once
     ctx = SimpleNamespace(login=lambda _host: login)
     plan = Plan()
-    first = plan.add("readback", "login", helper_readback.identity_argv(host), "read the live identity")
+    first = plan.add("readback", "login", protocol.identity(host.agent), "read the live identity")
     found = helper_readback.readback(ctx, host, plan, first, sha, tree, sleep=lambda _s: None)
     assert found.final.matched and len(found.attempts) == 2
     assert [s.name for s in plan.steps] == ["readback", "readback-reread-1"]

@@ -18,12 +18,9 @@ that job's end:
 * still pending or running, or not establishable: exit 75, naming the job id,
   the attempt directory and what to do; nothing is run.
 
-A fixed-host build runs detached the same way (:mod:`.detached_step`): its
-record says ``"kind": "detached"`` and the build host, and the next run asks
-that host's agent (``detach-reconcile``, never starts anything) for the
-build's end: ended -> its exit status and settled transcript become evidence
-(``previous_attempt``) and the read-only pre-verify decides; still running ->
-75 naming the attempt and the build's pid.
+A detached fixed-host build (:mod:`.detached_step`) is recorded and
+reconciled the same way (``"kind": "detached"``, ``detach-reconcile`` on its
+build host).
 """
 
 from __future__ import annotations
@@ -169,5 +166,3 @@ class _Discard:
     def use_checksum(self, algorithm: str) -> None:
         pass  # nothing is kept, so nothing is checksummed
 
-
-__all__ = ["record", "clear", "plan_previous", "reconcile_previous"]

@@ -8,12 +8,9 @@ login host by the scheduler-side helper::
 
 The driver chooses the attempt name, so it knows the log directory even if
 the connection drops before the agent says anything.  The plan holds this
-argv with slots for what only the run knows (:data:`ATTEMPT`, the stage in
-``--archive`` and in the provider's words, :data:`ARCHIVE_SHA256`, and the
-list slot :data:`PROGRESS`, ``[<progress>]...``, which a run on a terminal
-fills with ``--progress 10`` and any other run with nothing); the run fills
-exactly that argv (:meth:`AllocationDeploy.begin`), never builds another.
-The agent creates the attempt fresh, submits ``sbatch --parsable --wait``
+argv with slots for what only the run knows (the attempt, the stage, the
+archive's digest, the progress option); the run fills exactly that argv,
+never builds another.  The agent creates the attempt fresh, submits ``sbatch --parsable --wait``
 with the configured ``sbatch_args``, reports the job id the moment sbatch
 prints it, bounds the wait by ``timeout_seconds`` (cancelling the job at the bound), settles the
 transcripts, applies retention and streams the settled transcripts back.
@@ -35,6 +32,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,6 +66,8 @@ RECONCILE = "deploy-reconcile"
 MARGIN = 180.0
 #: Seconds a reconcile waits past the original bound, so the agent's own cancel is seen.
 CANCEL_GRACE = 30.0
+#: Seconds the reconcile after an interrupted detached build waits for the build's end (it only looks).
+RECONCILE_WAIT = 1.0
 RECONCILE_TRIES = 3
 #: Agent exit statuses that mean "refused before anything was submitted".
 REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused",
@@ -132,21 +132,26 @@ def ended_without_choosing(summary: dict[str, Any]) -> str | None:
 class AllocationDeploy(RuntimeStep):
     """The deploy step of a profile with ``update_allocation``, built from the step's inputs."""
 
+    #: The kind of attempt it runs under (:mod:`.allocation_attempt`).
+    KIND = "allocation"
+
     def log_dir(self, attempt: str) -> str:
         root = self.host.scratch_root or ""
         return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
     def planned_argv(self, command: ProviderCommand) -> list[str]:
-        """The agent argv of the deploy step, with its slots (:data:`ATTEMPT`, :data:`ARCHIVE`,
-        :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is the planned provider command."""
+        """The agent argv of the deploy step (``alloc-run``, or ``detach-run`` for a detached build), with
+        its slots (:data:`ATTEMPT`, :data:`ARCHIVE`, :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is
+        the planned provider command."""
         allocation = self.profile.update_allocation
-        assert allocation is not None and self.host.scratch_root
-        # the job runs only the archive that was staged and verified (by content, not by path)
-        return _placed(protocol.alloc_run(
+        assert self.host.scratch_root
+        start = (partial(protocol.alloc_run, sbatch_args=allocation.sbatch_args) if allocation is not None
+                 else protocol.detach_run)
+        # the job (or build) runs only the archive that was staged and verified (by content, not by path)
+        return _placed(start(
             self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
             timeout=_seconds(self.profile.timeout_seconds), progress=None, progress_words=[PROGRESS],
-            sbatch_args=allocation.sbatch_args, archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256,
-            env=command.env, command=command.argv), command)
+            archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256, env=command.env, command=command.argv), command)
 
     def run_values(self, attempt: str, live: bool) -> dict[str, SlotValue]:
         """What fills the deploy step's slots: the *attempt*, this run's stage and archive digest, and
@@ -176,15 +181,23 @@ class AllocationDeploy(RuntimeStep):
                                   program=self.profile.program, attempt=ATTEMPT, timeout=WAIT)
         self.receipt.plan.add_when_needed(RECONCILE, where, argv, purpose)
 
-    def begin(self, command: ProviderCommand, how: str, head: dict[str, Any], tail: dict[str, Any],
-              ) -> tuple[str, str, Step, float, progress.AllocationView | None, dict[str, SlotValue]]:
-        """The prologue of a deploy that runs under an attempt (an allocation's or a detached build's).
+    def deploy(self, command: ProviderCommand) -> RunResult:
+        """Run the deploy step; the result's exit_code is the deployment's exit status."""
+        login = self.ctx.login(self.host)
+        assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
+        return self.run_attempt(
+            command, login, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
+            {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
 
-        Names the receipt (the transcript copy lives next to it) and a fresh attempt, writes the
-        receipt's ``deploy`` record (*head*, the attempt and its directory, *tail*), starts the bound,
-        chooses the live view and says what runs.  Returns (attempt, directory, the plan's ``deploy``
-        step, deadline, view, the values of the step's slots, :meth:`run_values`)."""
-        ctx, receipt = self.ctx, self.receipt
+    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, head: dict[str, Any],
+                    tail: dict[str, Any]) -> RunResult:
+        """The deploy step under a fresh attempt (an allocation's, or a detached build's on *transport*).
+
+        Names the receipt (the transcript copy lives next to it) and the attempt, writes the receipt's
+        ``deploy`` record (*head*, the attempt and its directory, *tail*), records the attempt as the
+        call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
+        (never running it again)."""
+        ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
         if receipt.id is None:  # the transcript copy lives next to the receipt
             receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
         attempt = new_attempt_name()
@@ -196,52 +209,46 @@ class AllocationDeploy(RuntimeStep):
         values = self.run_values(attempt, live=view is not None)  # checked by execute_stream before anything
         ctx.narrate(f"deploying {self.profile.program} {self.sha} {how}: "
                     f"{quote_argv(command.argv)} (transcripts in {directory})")
-        return attempt, directory, step, deadline, view, values
-
-    def deploy(self, command: ProviderCommand) -> RunResult:
-        """Run the deploy step; the result's exit_code is the deployment's exit status."""
-        ctx, receipt = self.ctx, self.receipt
-        login = ctx.login(self.host)
-        assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-        attempt, directory, step, deadline, view, values = self.begin(
-            command, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
-            {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
         with progress.live(ctx, view):  # the attempt is recorded as the call starts: a later run reconciles it
             call, sinks = self._call(step, values, self.profile.timeout_seconds + MARGIN,
-                                     view.on_record if view else None,
-                                     starting=lambda: allocation_attempt.record(self, attempt, directory))
+                                     view.on_record if view else None, transport=transport,
+                                     starting=lambda: allocation_attempt.record(self, attempt, directory, self.KIND,
+                                                                                transport.where))
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
             if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
                 _discard(sinks)
+                if detached:
+                    allocation_attempt.clear(self)
                 self.reclaim(success=False)
-                raise refused_before_submit(call.exit_code, f"deploy: the helper on {login.where} refused before "
-                                            "submitting", call.stderr)
-            ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
-            call, sinks = self._reconcile(attempt, deadline, call, sinks)
+                raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
+                                            + ("starting the build" if detached else "submitting"), call.stderr)
+            if detached:
+                receipt.deploy["interruption"] = call.describe()
+                ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
+                            "(it is never restarted)")
+            else:
+                ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
+            call, sinks = self._reconcile(attempt, deadline, sinks, transport,
+                                          wait_for=RECONCILE_WAIT if detached else None)
         result = self._conclude(command, call, sinks)
         summary = call.records.get("summary") or {}
-        if summary.get("established") or summary.get("submitted") is False or summary.get("timed_out"):
-            allocation_attempt.clear(self)  # the job's end is known: nothing for a later run to reconcile
-        self.settle(step, call)
-        return result
-
-    @staticmethod
-    def settle(step: Step, call: StreamCall) -> None:
-        """The end of the deploy step, and of the reconcile that delivered its report, once the
-        transcripts are in place and the attempt record is current (their ``step-after``)."""
+        if summary.get("established") or summary.get("timed_out") or (summary.get("submitted") is False
+                                                                        and not detached):
+            allocation_attempt.clear(self)  # the end is known: nothing for a later run to reconcile
+        # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
+        # and the attempt record is current (their ``step-after``)
         settled(step)
         if call.step is not None and call.step is not step:
             settled(call.step)
+        return result
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
-              on_record: Callable[[str, dict[str, Any]], None] | None = None,
-              transport: Transport | None = None,
+              on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
               starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
-        *transport* (default: the login host) into fresh transcript sinks; *starting* runs once the
-        step has started and was not refused, just before the call (the attempt record)."""
-        transport = transport or self.ctx.login(self.host)
+        *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
+        refused, just before the call (the attempt record)."""
         assert self.receipt.id is not None  # deploy() gave the receipt its id
         receipt_id = self.receipt.id
         sinks: dict[str, TranscriptSink] = {}
@@ -249,9 +256,9 @@ class AllocationDeploy(RuntimeStep):
 
         def observe(kind: str, value: dict[str, Any]) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
-                if value.get("job_id") and deploy is not None:
+                if value.get("job_id"):
                     deploy["job_id"] = str(value["job_id"])
-                if isinstance(value.get("pid"), int) and deploy is not None:  # a detached fixed-host build
+                if isinstance(value.get("pid"), int):  # a detached fixed-host build
                     deploy["pid"] = value["pid"]
             if on_record is not None:
                 on_record(kind, value)
@@ -284,17 +291,10 @@ class AllocationDeploy(RuntimeStep):
         else:
             step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
             step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
-        job = call.records.get("job") or {}
-        if job.get("job_id"):
-            self.receipt.deploy["job_id"] = str(job["job_id"])
-        if isinstance(job.get("pid"), int):  # a detached fixed-host build (see .detached_step)
-            self.receipt.deploy["pid"] = job["pid"]
         return call, sinks
 
-    def _reconcile(self, attempt: str, deadline: float, call: StreamCall,
-                   sinks: dict[str, TranscriptSink], *,
-                   transport: Transport | None = None, wait_for: float | None = None,
-                   ) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
+                   wait_for: float | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Ask the agent for the recorded job's (or detached build's) end, retrying a dropped connection a few
         times (copies of the planned ``deploy-reconcile``); *wait_for* (seconds) replaces the wait until
         the original bound."""
@@ -303,7 +303,7 @@ class AllocationDeploy(RuntimeStep):
             wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
             step = self.receipt.plan.again(RECONCILE, RECONCILE if n == 1 else f"{RECONCILE}-{n}")
             call, sinks = self._call(step, {ATTEMPT.name: attempt, WAIT.name: _seconds(round(wait))}, wait + MARGIN,
-                                     transport=transport)
+                                     None, transport)
             if call.complete or not (call.interrupted or call.frame_error):
                 break
             self.ctx.narrate(f"deploy-reconcile: {call.describe()}")
@@ -315,7 +315,7 @@ class AllocationDeploy(RuntimeStep):
         delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
         (*unchosen* false), else ``interrupted`` with the summary's notes or *not_established*."""
         deploy = self.receipt.deploy
-        assert deploy is not None  # written by begin()
+        assert deploy is not None  # written by run_attempt()
         for key in keys:
             if summary.get(key) is not None or key not in deploy:
                 deploy[key] = summary.get(key)

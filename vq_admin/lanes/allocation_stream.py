@@ -26,9 +26,6 @@ from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
 from ..state.tree import temp_name
 from ..ssh.transport import Transport, describe_interruption
 
-#: How much of each transcript the receipt carries inline (the tail: a few MiB, as for a command's
-#: output, :data:`vq_admin.report.receipt.OUTPUT_KEPT`); the driver's copy next to the receipt holds all of it.
-TEXT_LIMIT = OUTPUT_KEPT
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
 MAX_METRIC_LINE = 64 << 10
 
@@ -42,7 +39,7 @@ class TranscriptSink:
     why, and the checksum, metrics and tail go on from the stream itself.
     """
 
-    def __init__(self, directory: Path | OSError, name: str, keep: int = TEXT_LIMIT,
+    def __init__(self, directory: Path | OSError, name: str, keep: int = OUTPUT_KEPT,
                  algorithm: str = checksum.XXH3):
         """*directory* is where the copy goes, or the error that stopped its creation."""
         self.directory = Path(directory.filename or "") if isinstance(directory, OSError) else Path(directory)
@@ -263,6 +260,3 @@ def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
     if fault in process.FAULT_OUTCOMES:  # a test fault after the call really ran (failpoint "call")
         call.exit_code, call.interrupted = process.FAULT_OUTCOMES[fault]
     return call
-
-
-__all__ = ["StreamCall", "TEXT_LIMIT", "TranscriptSink", "stream_call"]

@@ -42,11 +42,6 @@ CHECK_TIMEOUT = 120.0
 AGENT_UNSAFE = 4
 
 
-def absolute_words(words: Iterable[str]) -> list[str]:
-    """The words that name a file by absolute path (bare names are found in PATH and not checked)."""
-    return [w for w in words if w.startswith("/")]
-
-
 def leading_words(argv: Iterable[str]) -> list[str]:
     """A plugin's command words: its argv up to the first option."""
     found: list[str] = []
@@ -78,8 +73,8 @@ def gather(entries: Iterable[tuple[Transport, str, Iterable[str]]]) -> list[Plac
         if not isinstance(transport, SshTransport):
             continue
         entry = places.setdefault(transport.where, (transport, []))
-        for word in absolute_words(words):
-            if (key, word) not in entry[1]:
+        for word in words:
+            if word.startswith("/") and (key, word) not in entry[1]:  # a bare name is found in PATH: not checked
                 entry[1].append((key, word))
     return [entry for entry in places.values() if entry[1]]
 
@@ -90,10 +85,7 @@ def command_words(update: "RuntimeLane") -> list[Place]:
     prefix = f"hosts.{host.name}"
     profile_key = f"{prefix}.scheduler_runtime_deployments.{p.program}"
     login, build = ctx.login(host), update.build_transport()
-    verify = ctx.providers.runtime_verify(p.provider, update.request(archive=None))
-    entries: list[tuple[Transport, str, Iterable[str]]] = [
-        (login, f"{prefix}.agent", host.agent),
-        (login, f"{profile_key}.verify_command", profile_words(p, "verify_command", verify.argv))]
+    entries = login_entries(ctx, host, p, update.request(archive=None))
     if p.prepare_command:
         entries.append((login, f"{profile_key}.prepare_command", p.prepare_command))
     if p.feed_source_mirror:  # the feed writes there; its config and hooks are git's to read
@@ -118,16 +110,12 @@ def login_entries(ctx: "RunContext", host: "HostConfig", profile: "RuntimeProfil
              profile_words(profile, "verify_command", verify.argv))]
 
 
-def step_name(index: int) -> str:
-    return "check-commands" if index == 0 else f"check-commands-{index + 1}"
+def step_name(index: int, base: str = "check-commands") -> str:
+    return base if index == 0 else f"{base}-{index + 1}"
 
 
 def check_argv(agent: Sequence[str], words: list[tuple[str, str]]) -> list[str]:
-    seen: list[str] = []
-    for _key, word in words:
-        if word not in seen:
-            seen.append(word)
-    return protocol.check_paths(agent, seen)
+    return protocol.check_paths(agent, list(dict.fromkeys(word for _key, word in words)))
 
 
 PURPOSE = ("read-only: every command file that runs here, and every directory above it, "
@@ -183,11 +171,8 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
 
 def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallback: str) -> NoReturn:
     """Refuse (77) naming each refused path's configuration keys and its problem."""
-    lines = []
-    for item in refused if isinstance(refused, list) else []:
-        if not isinstance(item, dict):
-            continue
-        lines.append(f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}")
+    lines = [f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}"
+             for item in (refused if isinstance(refused, list) else []) if isinstance(item, dict)]
     detail = "; ".join(lines) or fallback
     raise Refused(f"refused on {where}: {detail}; nothing was run there")
 

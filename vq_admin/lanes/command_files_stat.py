@@ -1,15 +1,12 @@
 """Command files on a remote host, checked without the agent: for the helper lane.
 
 The runtime lane asks the agent on each host (``check-paths``,
-:mod:`.command_files`).  The helper lane cannot: it is the lane that installs
-and replaces that agent, so the agent there may predate ``check-paths``, and
-the agent is itself one of the command files to judge -- asking it whether
-it can be trusted would run it first.  So before the helper lane runs
-anything on an ssh host (the agent's identity read, the stage verbs, the
-helper command), two planned steps read the facts with two coreutils
+:mod:`.command_files`).  The helper lane cannot: it installs and replaces
+that agent, which is itself one of the command files to judge -- asking it
+whether it can be trusted would run it first.  So before the helper lane runs
+anything on an ssh host, two planned steps read the facts with two coreutils
 programs named by absolute path, and the driver applies the secure-path rule
-(:func:`vq_admin.core.securepath.chain_problem`, the one definition) to
-them:
+(:func:`vq_admin.core.securepath.chain_problem`) to them:
 
 1. ``check-commands``: ``/usr/bin/realpath --zero --canonicalize-missing --
    WORD...``: what each absolute word resolves to on that host;
@@ -21,10 +18,8 @@ them:
    besides root).
 
 (``check-commands-2`` and ``check-levels-2`` for a second host.)  Both run
-through :func:`vq_admin.plan.execute`: what runs is the planned argv.
-
-Both run with no shell, read nothing but inode metadata and write nothing.
-A level that does not exist is judged as the agent judges it (a missing word
+their planned argv with no shell, read nothing but inode metadata and write
+nothing.  A level that does not exist is judged as the agent judges it (a missing word
 passes only when no other user could create it).  Anything the driver
 cannot read back (a program missing, output it cannot parse, ``/proc/self``
 absent) refuses the run (77): the check fails closed.
@@ -77,28 +72,15 @@ def stat_argv(paths: list[str] | None = None) -> list[str]:
     return [STAT, "--dereference", f"--printf={STAT_FORMAT}", "--", SELF, *([LEVELS] if paths is None else paths)]
 
 
-def levels_name(index: int) -> str:
-    return "check-levels" if index == 0 else f"check-levels-{index + 1}"
-
-
 def unique_words(words: list[tuple[str, str]]) -> list[str]:
     """Every absolute word once, normalised, plus the two programs this check runs there."""
-    found: list[str] = []
-    for word in [w for _k, w in words] + [REALPATH, STAT]:
-        word = os.path.normpath(word)
-        if word not in found:
-            found.append(word)
-    return found
+    return list(dict.fromkeys(os.path.normpath(w) for w in [*(w for _k, w in words), REALPATH, STAT]))
 
 
 def levels_to_read(words: list[str], reals: list[str]) -> list[str]:
     """Each real file, and every directory above each word and above its real file."""
-    found: list[str] = []
-    for word, real in zip(words, reals, strict=True):
-        for path in [real, *securepath.ancestors(word), *securepath.ancestors(real)]:
-            if path not in found:
-                found.append(path)
-    return found
+    return list(dict.fromkeys(path for word, real in zip(words, reals, strict=True)
+                              for path in [real, *securepath.ancestors(word), *securepath.ancestors(real)]))
 
 
 def parse_realpaths(result: RunResult, count: int) -> list[str] | None:
@@ -164,7 +146,7 @@ def plan_places(steps: Plan, places: list[Place]) -> None:
     for index, (transport, words) in enumerate(places):
         steps.add(step_name(index), transport.where, realpath_argv(unique_words(words)),
                   PURPOSE + "; first, what each word resolves to (read by the driver, not the agent)")
-        steps.add(levels_name(index), transport.where, stat_argv(),
+        steps.add(step_name(index, "check-levels"), transport.where, stat_argv(),
                   PURPOSE + "; then the owner and mode of each level (read by the driver, not the agent)")
 
 
@@ -172,7 +154,7 @@ def run_places(steps: Plan, places: list[Place]) -> None:
     """Run the steps :func:`plan_places` added; :class:`Refused` (77) before anything runs on a host
     whose command files fail the rule, or whose facts cannot be read back."""
     for index, (transport, words) in enumerate(places):
-        check_place(steps.get(step_name(index)), steps.get(levels_name(index)), transport, words)
+        check_place(steps.get(step_name(index)), steps.get(step_name(index, "check-levels")), transport, words)
 
 
 def _call(step: Step, transport: Transport, values: dict[str, SlotValue]) -> RunResult:

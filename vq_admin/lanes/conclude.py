@@ -53,7 +53,6 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     apply_registry = None
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
-        # the registry of verified launchers (vq_admin.launcher.registry)
         if receipt.lane == "runtime" and receipt.program is not None:
             from ..launcher import registry
 
@@ -125,7 +124,7 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     admin log); the receipt is still printed, saying what was not stored, so
     the outcome on the host is never lost from the operator's view.
     """
-    reason = exc.strerror or str(exc)
+    reason = _reason(exc)
     if receipt.registry:
         receipt.registry = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
     receipt.not_stored = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",

@@ -1,31 +1,21 @@
 """The deploy step on a fixed host (no ``update_allocation``), detached from the connection.
 
 The provider's update (or install) runs on the build host the way an
-allocation build runs, with a supervising process in place of the batch
-job (see :mod:`vq_admin.agent.detached`)::
-
-    vq-admin-agent detach-run --root SCRATCH --program P --attempt deploy.<UTC>.<hex>
-        --timeout TIMEOUT_SECONDS [--env NAME=VALUE]... --archive STAGE/source.tar --archive-sha256 H
-        -- PROVIDER ARGV...
-
-The driver chooses the attempt name and records it in the lane's state
-(:mod:`.allocation_attempt`, ``"kind": "detached"``) before the call, then
-follows the framed stream exactly as it follows an allocation's: the same
-transcript copy next to the receipt, the same settle checksums, the same
-retention, the same progress line.
+allocation build runs (``detach-run``), with a supervising process in place of
+the batch job (:mod:`vq_admin.agent.detached`): the same attempt record
+(``"kind": "detached"``), framed stream, transcript copy and settle checksums.
 
 A dropped connection, a killed ssh client or a killed driver leave the build
 running to its end.  After an interrupted call the driver asks the build
 host once (``detach-reconcile``, a one-second wait, never starts anything):
 an ended build's exit status and settled transcript are this run's
 evidence; a build still running makes this run ``unknown`` unless the
-read-only verify already proves the requested identity, and the receipt
-says "the build keeps running on HOST under attempt DIR (pid N); the next
-run reconciles it".  The next run of the lane reconciles from the record
-before it decides anything (75 while the build still runs).
+read-only verify already proves the requested identity.  The next run of the
+lane reconciles from the record before it decides anything (75 while the
+build still runs).
 
 ``transport = "local"`` hosts, and hosts without ``scratch_root``, run the
-provider attached as before (:func:`applies`).
+provider attached (:func:`applies`).
 """
 
 from __future__ import annotations
@@ -34,17 +24,11 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..report import progress
-from ..core import protocol
 from ..agent.allocation import JOB_TAMPERED_EXIT
 from ..ssh.transport import RunResult, SshTransport
-from . import allocation_attempt, allocation_step
+from . import allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
 from .runtime_step import RuntimeStep
-
-#: Seconds the reconcile after an interrupted call waits for the build's end (it only looks).
-RECONCILE_WAIT = 1.0
-
 
 def applies(step: RuntimeStep) -> bool:
     """A fixed-host build over ssh with a scratch root runs detached."""
@@ -71,15 +55,7 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
     """The deploy step of a fixed-host build over ssh, detached; built from the step's inputs (it shares
     the allocation deploy's framed call, reconcile, transcript and unknown-outcome machinery)."""
 
-    def planned_argv(self, command: ProviderCommand) -> list[str]:
-        """The agent argv of the deploy step, with the allocation deploy's slots (the build runs only
-        the archive that was staged and verified, by content)."""
-        assert self.host.scratch_root
-        return allocation_step._placed(protocol.detach_run(
-            self.host.agent, root=self.host.scratch_root, program=self.profile.program,
-            attempt=allocation_step.ATTEMPT, timeout=allocation_step._seconds(self.profile.timeout_seconds),
-            progress=None, progress_words=[allocation_step.PROGRESS], archive=allocation_step.ARCHIVE,
-            archive_sha256=allocation_step.ARCHIVE_SHA256, env=command.env, command=command.argv), command)
+    KIND = "detached"
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
         """Add the ``deploy`` step: the agent on the build host starts the build detached."""
@@ -92,38 +68,10 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
 
     def deploy(self, command: ProviderCommand) -> RunResult:
         """Run the deploy step; the result's exit_code is the build's exit status."""
-        ctx, receipt = self.ctx, self.receipt
         transport = self.build_transport()
-        attempt, directory, step, deadline, view, values = self.begin(
-            command, f"on {transport.where}, detached",
-            {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
-            {"pid": None, "exit_code": None})
-        with progress.live(ctx, view):  # the step starts in execute_stream and is settled below
-            call, sinks = self._call(step, values,
-                                     self.profile.timeout_seconds + allocation_step.MARGIN,
-                                     view.on_record if view else None, transport=transport,
-                                     starting=lambda: allocation_attempt.record(self, attempt, directory, "detached",
-                                                                                transport.where))
-        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
-        if not call.complete:
-            if (call.interrupted is None and call.exit_code in allocation_step.REFUSED_BEFORE_SUBMIT
-                    and "job" not in call.records):
-                allocation_step._discard(sinks)
-                allocation_attempt.clear(self)
-                self.reclaim(success=False)
-                raise allocation_step.refused_before_submit(
-                    call.exit_code, f"deploy: the helper on {transport.where} refused before starting the build",
-                    call.stderr)
-            receipt.deploy["interruption"] = call.describe()
-            ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
-                        "(it is never restarted)")
-            call, sinks = self._reconcile(attempt, deadline, call, sinks, transport=transport, wait_for=RECONCILE_WAIT)
-        result = self._conclude(command, call, sinks)
-        summary = call.records.get("summary") or {}
-        if summary.get("established") or summary.get("timed_out"):
-            allocation_attempt.clear(self)  # the build's end is known: nothing for a later run to reconcile
-        self.settle(step, call)
-        return result
+        return self.run_attempt(command, transport, f"on {transport.where}, detached",
+                                {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
+                                {"pid": None, "exit_code": None})
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,
                   sinks: dict[str, TranscriptSink]) -> RunResult:
@@ -155,5 +103,3 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
                                      f"{deploy['log_dir']}").encode())
         return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
 
-
-__all__ = ["DetachedDeploy", "applies", "left_running"]

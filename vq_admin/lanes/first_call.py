@@ -6,32 +6,17 @@ login host: that its login shell parses commands as a POSIX shell does
 words that will run there (section 10) and the read-only pre-verify with its
 launcher read-back.  They are one ``vq-admin-agent session`` call
 (:mod:`vq_admin.agent.session`): the ssh client that runs it is the run's
-connection master, its command line is only the agent's words and
-``session`` (words every shell reads literally) and, on first contact, the
-login-shell probe's words (``--probe``: judged by the agent as they reached
-it through the login shell of this very session), and the rest goes on stdin
-as one JSON request.  An already-current run ends there: the driver closes
-the session's stdin, the agent releases the lease and exits, and the master
-ends with it (no ``ssh -O exit``).  Otherwise the run goes on over that
-master while the session keeps the lease until the run ends.
+connection master, its command line is only the agent's words, ``session``
+and, on first contact, the login-shell probe's words, and the rest goes on
+stdin as one JSON request.  An already-current run ends there (the agent
+releases the lease when its stdin closes); otherwise the session keeps the
+lease until the run ends.  The receipt keeps its steps: ``check-commands``
+and ``pre-verify`` / ``pre-verify-readback`` are recorded from the one
+answer.  The helper lane reads its pre-identity the same way
+(:func:`vq_admin.lanes.helper.open_helper`).
 
-The receipt keeps its steps: ``check-commands`` and ``pre-verify`` /
-``pre-verify-readback`` are recorded from the one answer, and the fault
-injection of tests counts the session as the pre-verify's call.
-
-The helper lane does the same with its pre-identity read instead of the
-pre-verify and check (:func:`vq_admin.lanes.helper.open_helper`).
-
-The session's pre-verify runs on the login host under the profile's
-``verify_timeout_seconds``, like every other verify: a verifier that did not
-answer by then has its process group ended there, and the run is ``failed``
-("the verifier did not answer within N s"; nothing was run).  An agent of
-another session protocol is refused (77, naming the command that updates the
-helper); the helper lane, which is how that agent gets updated, runs without
-the lease and says so.  The separate calls (probe, ``lease``, ``check-paths``,
-``verify-readback``) remain for agent words that are not literal (the lease
-is not deferred); an allocation profile does the pre-verify separately,
-after the previous attempt is reconciled.
+An allocation profile, or a run that must first reconcile an interrupted
+run's attempt, pre-verifies separately, after that reconcile.
 """
 
 from __future__ import annotations
@@ -75,15 +60,12 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
                    and not update.receipt.plan.has(allocation_attempt.PREVIOUS))
-    if with_verify:
-        refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
-        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env)}
-    if with_verify:
-        failpoint("step-before", pre_verify.name)
-    started = time.monotonic()
     timeout = update.profile.verify_timeout_seconds
     if with_verify:
-        request["verify"]["timeout"] = timeout
+        refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
+        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env), "timeout": timeout}
+        failpoint("step-before", pre_verify.name)
+    started = time.monotonic()
     answer = lease.open_session(request, timeout if with_verify else None)
     seconds = time.monotonic() - started
     interrupted = answer.get("interrupted")

@@ -9,8 +9,7 @@ One update of the scheduler-side helper, in order:
    and its tree proven;
 3. ``check-commands``: on each ssh host, every absolute word of the agent
    and of the helper command is checked with the secure-path rule from
-   ``stat`` (:mod:`.command_files_stat`; not by the agent, which this lane
-   replaces) -- 77 before anything runs there;
+   ``stat`` (:mod:`.command_files_stat`) -- 77 before anything runs there;
 4. pre-identity on the login host: when the live helper already reports the
    requested commit and tree with a bound record, the outcome is
    ``already-current`` and nothing is staged (``--force`` reinstalls);
@@ -46,6 +45,7 @@ from vq_admin_hookspecs.slots import place, place_env
 from ..config import authority
 from .. import source
 from ..config import HostConfig
+from ..core import protocol
 from ..core.failpoints import failpoint
 from ..context import RunContext
 from ..lease import AgentMissing, Lease, OtherProtocol
@@ -58,7 +58,7 @@ from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
 from .conclude import conclude, provider_ended, rerun_command
 from .staging import STAGE, TREE_SHA256, SourceStage
-from .helper_identity import IdentityRead, Readback, identity_argv, judge_identity, read_identity, readback
+from .helper_identity import IdentityRead, Readback, judge_identity, read_identity, readback
 
 STAGE_NAME = "helper"
 NOTHING = "; nothing was run"
@@ -84,12 +84,6 @@ class HelperUpdate:
         self.staging = SourceStage(self.receipt, self.stage_transport(), self.host.agent, self.host.scratch_root,
                                    "helper", STAGE_NAME, self.host.helper_timeout_seconds)
 
-    @property
-    def stage_dir(self) -> str | None:
-        return self.staging.dir
-
-    # -- the plan ---------------------------------------------------------------------
-
     def settings(self) -> dict[str, Any]:
         h = self.host
         return {"provider": h.helper_provider, "helper_update_command": h.helper_update_command,
@@ -106,10 +100,8 @@ class HelperUpdate:
                                     stage_dir=STAGE, update_script_args=self.ctx.options.update_script_args,
                                     settings=self.settings())
             providers = self.ctx.providers
-            if self.ctx.options.cluster_install:
-                cmd = providers.helper_install(self.host.helper_provider, request)
-            else:
-                cmd = providers.helper_update(self.host.helper_provider, request)
+            hook = providers.helper_install if self.ctx.options.cluster_install else providers.helper_update
+            cmd = hook(self.host.helper_provider, request)
             offered = [STAGE, TREE_SHA256]
             self._command = ProviderCommand(argv=tuple(place(cmd.argv, offered)),
                                             env=tuple(place_env(dict(cmd.env), offered).items()))
@@ -128,22 +120,22 @@ class HelperUpdate:
         self.receipt.source = self.source.to_receipt()
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
+        identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it
         self.staging.plan_source(repo, self.sha, "helper")
         stat_paths.plan_places(plan, self.command_places())  # before the agent or the helper command runs there
-        plan.add("pre-identity", login, identity_argv(self.host), "is the requested helper already live? (read-only)")
+        plan.add("pre-identity", login, identity, "is the requested helper already live? (read-only)")
         self.staging.plan_stage(self.source)
         cmd = self.command()
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, cmd.argv, f"helper provider {self.host.helper_provider}: {verb}",
                  self.helper_env(cmd))
-        plan.add("readback", login, identity_argv(self.host),
+        plan.add("readback", login, identity,
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
 
     def command_places(self) -> list[remote_paths.Place]:
         """The command files this lane runs on each ssh host: the agent on the login host (identity)
-        and on the stage host (stage verbs), the helper command on the stage host.  Checked by the
-        driver from ``stat`` (:mod:`.command_files_stat`): the agent is what this lane replaces."""
+        and on the stage host (stage verbs), the helper command on the stage host."""
         prefix, h = f"hosts.{self.host.name}", self.host
         key = "helper_install_command" if self.ctx.options.cluster_install else "helper_update_command"
         argv = self.command().argv
@@ -159,8 +151,6 @@ class HelperUpdate:
         env.update(VQ_HELPER_STAGE=STAGE, VQ_HELPER_EXPECTED_SHA=str(self.sha),
                    VQ_HELPER_EXPECTED_TREE_SHA256=TREE_SHA256)
         return env
-
-    # -- the run ----------------------------------------------------------------------
 
     def run(self) -> Receipt:
         self.make_plan()
@@ -195,7 +185,8 @@ class HelperUpdate:
         if result.interrupted:
             self.receipt.errors.append(f"helper: {result.describe()}")
             return self.conclude_readback(interrupted=True)
-        ended = provider_ended(self.ctx, self.receipt, "helper: the helper command", result.exit_code, self.reclaim)
+        ended = provider_ended(self.ctx, self.receipt, "helper: the helper command", result.exit_code,
+                               self.staging.reclaim)
         if ended is not None:
             return ended
         return self.conclude_readback(interrupted=False)
@@ -207,11 +198,10 @@ class HelperUpdate:
 
     def run_command(self) -> RunResult:
         step = self.receipt.plan.get("helper")
-        assert self.stage_dir is not None  # staged before the command runs
-        values = offer(step, stage=self.stage_dir, tree_sha256=self.tree)
+        assert self.staging.dir is not None  # staged before the command runs
+        values = offer(step, stage=self.staging.dir, tree_sha256=self.tree)
         argv, _ = filled(step, **values)
         self.ctx.narrate(f"installing helper {self.sha} on {step.where}: {quote_argv(argv)}")
-        # exactly the planned argv and environment, the <stage> and <tree_sha256> slots filled
         result = execute(step, self.stage_transport(), timeout=self.host.helper_timeout_seconds, values=values)
         self.receipt.record_command(result, step.where)
         return result
@@ -249,11 +239,6 @@ class HelperUpdate:
         return (f"put the single-file agent at {target} once and install the helper through it: "
                 f"{' && '.join(quote_argv(c) for c in commands)}, then {self.install_line}")
 
-    def reclaim(self, success: bool) -> None:
-        self.staging.reclaim(success)
-
-    # -- readback and conclusions ----------------------------------------------------
-
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
         assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
@@ -278,7 +263,7 @@ class HelperUpdate:
         else:
             self.receipt.errors.append(f"readback: after {len(found.attempts)} reads the live helper on "
                                        f"{self.host.name} is not {self.sha}: " + "; ".join(final.mismatches))
-        self.reclaim(success=False)
+        self.staging.reclaim(success=False)
         return conclude(self.ctx, self.receipt, Outcome.FAILED)
 
     def activated(self, found: Readback) -> Receipt:
@@ -294,7 +279,7 @@ class HelperUpdate:
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
         self.receipt.activation = {"path": str(path), **activation}
-        self.reclaim(success=True)
+        self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 
     def verified(self, read: IdentityRead) -> dict[str, Any]:
@@ -306,7 +291,7 @@ class HelperUpdate:
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
         self.receipt.readback = {
             "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
-            "proven": False, "reason": reason, "stage": self.stage_dir,
+            "proven": False, "reason": reason, "stage": self.staging.dir,
             "next_command": rerun_command(self.ctx, self.receipt),
             "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
                        "identity first and reports already-current if it completed. Do not install by hand."

@@ -12,11 +12,6 @@ malformed answer (the agent missing or failing, output that is not an
 identity) and an interrupted transport are final at once: waiting does not
 make a broken helper well formed, and an ssh failure is an unknown outcome
 for the caller to report, not a reason to keep polling.
-
-The failpoints ``helper-rereads`` and ``helper-reread-interval``
-(:mod:`vq_admin.core.failpoints`: ``VQ_ADMIN_HELPER_REREADS`` and
-``VQ_ADMIN_HELPER_REREAD_INTERVAL``, only with ``VQ_ADMIN_TESTING=1``)
-override the count and the interval, so tests need not wait ten seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ from typing import Any, Callable
 
 from vq_admin_hookspecs import EvidenceError, HelperIdentity
 
-from ..core import protocol
 from ..core.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
@@ -43,7 +37,8 @@ IDENTITY_TIMEOUT = 300.0
 
 
 def reread_policy() -> tuple[int, float]:
-    """``(re-reads, interval)``; the test overrides are failpoints, inert outside tests."""
+    """``(re-reads, interval)``; the failpoints ``helper-rereads`` and ``helper-reread-interval`` (inert
+    outside tests) override them, so tests need not wait ten seconds."""
     count, interval = REREADS, REREAD_INTERVAL
     try:
         count = max(0, min(50, int(failpoint("helper-rereads") or count)))
@@ -51,11 +46,6 @@ def reread_policy() -> tuple[int, float]:
     except ValueError:
         pass
     return count, interval
-
-
-def identity_argv(host: HostConfig) -> list[str]:
-    """The agent exactly as the driver invokes it, asked for its identity."""
-    return protocol.identity(host.agent)
 
 
 @dataclass
@@ -67,10 +57,6 @@ class IdentityRead:
     error: str | None = None
     interrupted: bool = False
     mismatches: list[str] = field(default_factory=list)
-
-    @property
-    def malformed(self) -> bool:
-        return not self.interrupted and self.identity is None
 
     @property
     def matched(self) -> bool:
@@ -100,7 +86,7 @@ def compare(identity: HelperIdentity, sha: str, tree: str) -> list[str]:
 
 
 def read_identity(ctx: RunContext, host: HostConfig, step: Step, sha: str | None, tree: str | None) -> IdentityRead:
-    """Run *step* (its planned identity argv, :func:`identity_argv`) on the login host and judge the answer."""
+    """Run *step* (its planned identity argv, ``protocol.identity``) on the login host and judge the answer."""
     result = execute(step, ctx.login(host), timeout=IDENTITY_TIMEOUT)
     return judge_identity(step, result, sha, tree)
 

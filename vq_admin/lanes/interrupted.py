@@ -1,21 +1,6 @@
-"""What an interrupted run leaves behind, said exactly in its receipt.
-
-When vq-admin itself is interrupted (SIGTERM, SIGINT, SIGHUP) or a step's
-transport is, the receipt's ``readback`` (for ``unknown``) or
-``interruption`` (for ``failed``) object names what this run knows it left:
-
-* an allocation build: the batch job (``job_id``, else the attempt's ``job``
-  file that holds it), the attempt directory and the log directory.  The job
-  is **not** cancelled: it keeps running (or waiting in the queue) to its
-  end, and the next run of the lane reconciles it from the attempt record
-  before it builds anything (:mod:`.allocation_attempt`);
-* a fixed-host or login-host build over ssh runs detached (:mod:`.detached_step`):
-  "the build keeps running on HOST under attempt DIR (pid N); the next run
-  reconciles it"; over a local transport, the provider command may still be
-  running;
-* a source stage: created (its path) or possibly created (stage-create was
-  interrupted); the next run of the lane reclaims it.
-"""
+"""What a run that vq-admin itself did not finish (SIGTERM, SIGINT, SIGHUP) leaves behind, said exactly
+in its receipt's ``readback``: a batch job or detached build is never cancelled, and the next run of the
+lane reconciles it (:mod:`.allocation_attempt`) and reclaims the source stage."""
 
 from __future__ import annotations
 
@@ -32,9 +17,7 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     steps = {s.name: s for s in receipt.plan.steps}
     started = steps.get("deploy") is not None and steps["deploy"].argv is not None
     if deploy.get("build_place") == "allocation" and started:
-        for key in ("job_id", "job_state", "attempt", "attempt_dir", "log_dir"):
-            if deploy.get(key) is not None:
-                facts[key] = deploy[key]
+        facts.update(known(deploy, "job_id", "job_state", "attempt", "attempt_dir", "log_dir"))
         job = (deploy.get("job_id")
                or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)")
         facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
@@ -42,9 +25,7 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):
         from .detached_step import left_running
 
-        for key in ("attempt", "attempt_dir", "log_dir", "pid"):
-            if deploy.get(key) is not None:
-                facts[key] = deploy[key]
+        facts.update(known(deploy, "attempt", "attempt_dir", "log_dir", "pid"))
         facts["build"] = left_running(deploy)
     elif started and steps["deploy"].status not in ("ok", "failed"):
         facts["build"] = f"the provider's deploy may still be running on {steps['deploy'].where}"
@@ -56,6 +37,10 @@ def left_behind(receipt: Receipt) -> dict[str, Any]:
     if prepare is not None and prepare.argv is not None and prepare.status == "interrupted":
         facts["preparer"] = f"the site preparer may still be running on {prepare.where}"
     return facts
+
+
+def known(deploy: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: deploy[key] for key in keys if deploy.get(key) is not None}
 
 
 def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str) -> dict[str, Any]:

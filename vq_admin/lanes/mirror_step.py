@@ -17,13 +17,9 @@ pre-verify and before anything is staged:
 ``REF`` is ``refs/heads/<lane>`` with ``preparer_reads = "lane"`` (the
 default) and ``refs/vq/pins/<sha>`` with ``"pin"``.  A refusal of the feed
 (77), a failed feed or preparer (1) and an unresolved push or an
-interrupted preparer (3) end the run before anything is staged.
-
-Every step runs its planned argv and environment (the mirror's git
-environment is part of the steps that run git on the driver), slots filled
-(:func:`vq_admin.plan.execute`): the feed hands its runner the command as
-it planned it, and a command that is not its step's plan is a defect,
-refused before it runs.
+interrupted preparer (3) end the run before anything is staged.  The feed
+hands its runner each command as it planned it: a command that is not its
+step's plan is a defect, refused before it runs.
 """
 
 from __future__ import annotations
@@ -52,9 +48,7 @@ class MirrorFeed(RuntimeStep):
     def plan(self) -> None:
         """Add the mirror steps (and the preparer) to the plan when the profile feeds a mirror."""
         p = self.profile
-        if p.feed_source_mirror is None:
-            return
-        assert p.source_repo is not None
+        assert p.feed_source_mirror is not None and p.source_repo is not None  # planned only for a fed mirror
         login = self.login()
         feed = Feed(login=login, path=p.feed_source_mirror, repo=p.source_repo, sha=self.sha, lane=p.lane,
                     preparer_reads=p.preparer_reads, program=p.program, host=self.host.name,
@@ -83,10 +77,8 @@ class MirrorFeed(RuntimeStep):
 
     def run(self) -> None:
         """Feed the mirror, then run the preparer; both before the deploy step."""
-        feed = self.feed
-        if feed is None:
-            return
-        ctx = self.ctx
+        feed, ctx = self.feed, self.ctx
+        assert feed is not None  # planned
         ctx.narrate(f"feeding the source mirror {feed.mirror.path} on {feed.mirror.where} with {self.sha} "
                     f"(lane {feed.lane}, preparer reads {feed.source_ref})")
         try:

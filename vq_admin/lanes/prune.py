@@ -90,13 +90,10 @@ class RuntimePrune:
         self.sha, self.tag = sha, last_ok.get("tag")
         self.receipt = Receipt("runtime", self.host.name, program, sha, self.tag, utc_now())
         self.keep: dict[str, list[str]] = {}
-        self.receipt.prune = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
+        #: The receipt's ``prune`` section.
+        self.record: dict[str, Any] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
+        self.receipt.prune = self.record
         self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
-
-    def prune_record(self) -> dict[str, Any]:
-        """The receipt's ``prune`` section (recorded at construction)."""
-        assert self.receipt.prune is not None
-        return self.receipt.prune
 
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
@@ -111,8 +108,6 @@ class RuntimePrune:
             self._command = place_keep(self.profile.provider, self.ctx.providers.runtime_prune(self.profile.provider,
                                                                                                request))
         return self._command
-
-    # -- the plan ---------------------------------------------------------------------
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
@@ -140,8 +135,6 @@ class RuntimePrune:
             (self.ctx.login(self.host), key, remote_paths.profile_words(p, "prune_command",
                                                                          self.prune_command().argv))])
 
-    # -- the run ----------------------------------------------------------------------
-
     def verify(self, steps: tuple[Step, Step]) -> Verification:
         return run_verify(self.ctx, self.host, self.profile, self.request(), *steps)
 
@@ -151,7 +144,7 @@ class RuntimePrune:
         pre = self.verify(self.pre)
         self.receipt.verify = {"pre": pre.to_dict()}
         if not pre.proven:
-            detail = pre.error or "; ".join(f"{c.name}: {c.detail}" for c in pre.checks if not c.ok) or "not proven"
+            detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
                           f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
         self.add(self.sha, "active")
@@ -168,7 +161,7 @@ class RuntimePrune:
         for sha, labels in doc.get("unregistered", {}).items():
             for label in labels:
                 self.add(sha, label)
-        self.prune_record()["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
+        self.record["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -232,7 +225,7 @@ class RuntimePrune:
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
-        self.prune_record()["would_remove"] = would  # the plan's prune step keeps its keep-set slot
+        self.record["would_remove"] = would  # the plan's prune step keeps its keep-set slot
         if not self.ctx.options.json:
             print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
         return conclude(self.ctx, self.receipt, Outcome.OK)
@@ -247,7 +240,6 @@ class RuntimePrune:
         step = receipt.plan.get("prune")
         argv, _ = filled(step, keep=keep)
         ctx.narrate(f"pruning {self.profile.program} on {step.where}, keeping {len(keep)}: {quote_argv(argv)}")
-        # exactly the planned argv, its keep-set slot filled with this run's keep set
         result = execute(step, ctx.login(self.host), timeout=self.profile.timeout_seconds, keep=keep)
         receipt.record_command(result, step.where)
         if result.interrupted:
@@ -266,11 +258,11 @@ class RuntimePrune:
         if result.exit_code != 0:
             failures.insert(0, exited("prune: the provider", result.exit_code, result.error_text()))
         if report is not None:
-            self.prune_record()["removed"] = list(report.removed)
-            self.prune_record()["kept"] = list(report.kept)
+            self.record["removed"] = list(report.removed)
+            self.record["kept"] = list(report.kept)
             for sha in report.removed:
-                registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha,
-                                     receipt.id or self.receipt_id(), utc_now())
+                receipt.id = receipt.id or ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
+                registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha, receipt.id, utc_now())
             for sha in sorted(set(report.removed) & set(self.keep)):
                 failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
         post = self.verify(self.post)
@@ -279,7 +271,7 @@ class RuntimePrune:
         if post.interrupted:
             unread.append(f"verify: {post.error}")
         elif not post.proven:
-            detail = post.error or "; ".join(f"{c.name}: {c.detail}" for c in post.checks if not c.ok) or "not proven"
+            detail = post.error or "; ".join(post.failed_checks()) or "not proven"
             failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: {detail}")
         kept_failures, kept_unread = self.check_kept()
         failures += kept_failures
@@ -295,10 +287,6 @@ class RuntimePrune:
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
         return conclude(ctx, receipt, Outcome.OK)
-
-    def receipt_id(self) -> str:
-        self.receipt.id = self.ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
-        return self.receipt.id
 
     def check_kept(self) -> tuple[list[str], list[str]]:
         """Every kept launcher the registry records must exist and hash to its attested SHA-256.
@@ -341,7 +329,7 @@ class RuntimePrune:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
-        self.prune_record()["kept_launchers"] = checked
+        self.record["kept_launchers"] = checked
         return failures, unread
 
 

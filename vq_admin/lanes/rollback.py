@@ -20,10 +20,6 @@ The runtime lane, aimed at an earlier generation:
    target; the receipt adds ``"rollback": {"from", "to"}``.  On success LAST
    OK becomes the target and LAST GOOD the previous LAST OK
    (:meth:`vq_admin.state.records.StateDir.record_run`).
-
-The lane runs through the same entry as ``update``
-(:func:`vq_admin.lanes.runner.run_lane`): the lane lock (and whatever
-else that entry holds for the lane) covers it.
 """
 
 from __future__ import annotations
@@ -98,8 +94,6 @@ class RuntimeRollback(RuntimeUpdate):
     def activate_place(self) -> str:
         return "build-host" if self.profile.update_host else "login-host"
 
-    # -- the plan ---------------------------------------------------------------------
-
     def make_plan(self) -> None:
         if self.activation is None:
             super().make_plan()
@@ -134,8 +128,6 @@ class RuntimeRollback(RuntimeUpdate):
             self.receipt.rollback["from"] = found.receipt.source_sha.lower()
         return found
 
-    # -- the run ----------------------------------------------------------------------
-
     def run(self) -> Receipt:
         if self.activation is not None:
             return self.run_activation()
@@ -157,9 +149,7 @@ class RuntimeRollback(RuntimeUpdate):
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
-        # a batch job or detached build an interrupted update left could switch current after the activation:
-        # its end first (75 while it runs, nothing run)
-        allocation_attempt.reconcile_previous(self.inputs)
+        allocation_attempt.reconcile_previous(self.inputs)  # a build left running could switch current after us
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
@@ -174,16 +164,15 @@ class RuntimeRollback(RuntimeUpdate):
         assert self.activation is not None
         self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
                          f"{quote_argv(step.planned_argv)}")
-        # exactly the planned activation (argv and environment): the hook was asked once, in __init__
         result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds)
         self.receipt.record_command(result, step.where)
         if result.interrupted:
             return self.resolve_unknown(f"activate: {result.describe()}")
         ended = provider_ended(self.ctx, self.receipt, "activate: the provider", result.exit_code,
-                               lambda success: None)  # an activation staged nothing
+                               self.staging.reclaim)  # an activation staged nothing: a no-op
         if ended is not None:
             return ended
-        return self.conclude_final(reclaim=False)  # an activation staged nothing
+        return self.conclude_final()
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:

@@ -32,8 +32,17 @@ if TYPE_CHECKING:
     from .lane import Lane
 
 
-def options_from(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(
+def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
+             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
+    """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
+    providers), then the lane run under its lock *key* = (lane, host, program).
+
+    A lane refused while being built gets a receipt and a log line; its lane records stay untouched.
+    """
+    started = getattr(args, "early_start", None)  # vq_admin.ssh.early_start: the configuration read, ssh started
+    config = started.config if started is not None else load_config(args.config)
+    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
+    options = RunOptions(
         json=args.json,
         dry_run=args.dry_run,
         force=args.force,
@@ -43,19 +52,6 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         config=args.config,
         state_dir=args.state_dir,
     )
-
-
-def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
-    """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
-    providers), then the lane run under its lock *key* = (lane, host, program).
-
-    A lane refused while being built gets a receipt and a log line (:func:`refuse_early`).
-    """
-    started = getattr(args, "early_start", None)  # vq_admin.ssh.early_start: the configuration read, ssh started
-    config = started.config if started is not None else load_config(args.config)
-    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
-    options = options_from(args)
     lane_name, host_name, program = key
     with started.session if started is not None else Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session, None, options,  # type: ignore[arg-type]
@@ -65,14 +61,9 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         except VqAdminError as exc:
             receipt = Receipt(lane_name, host_name, program, sha, tag, utc_now())
             receipt.set_sections(early)  # e.g. the "rollback" or "prune" field of a refused rollback or prune
-            return refuse_early(ctx, receipt, exc)
+            receipt.errors.append(exc.message)
+            return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
         return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
-
-
-def refuse_early(ctx: RunContext, receipt: Receipt, exc: VqAdminError) -> int:
-    """A run that ended before its lane started: receipt and log line, lane records untouched."""
-    receipt.errors.append(exc.message)
-    return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> NoReturn:

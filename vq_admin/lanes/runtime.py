@@ -36,9 +36,11 @@ from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
+from ..state.records import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
-from . import first_call, command_files as remote_paths
+from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
+from .interrupted import known
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -66,7 +68,7 @@ class RuntimeUpdate:
                              f"(install_command is not configured)")
         self.sha = sha
         self.requested_tag = tag
-        self.receipt = Receipt("runtime", self.host.name, program, sha, tag, _now())
+        self.receipt = Receipt("runtime", self.host.name, program, sha, tag, utc_now())
         self.source: source.SourceIdentity | None = None
         self._deploy: ProviderCommand | None = None
         self.staging = SourceStage(self.receipt, self.build_transport(), self.host.agent, self.host.scratch_root,
@@ -75,12 +77,6 @@ class RuntimeUpdate:
         self.inputs = RuntimeStep(ctx, self.host, self.profile, self.receipt, sha, self.staging)
         self.mirror: MirrorFeed | None = None
         self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
-
-    @property
-    def stage_dir(self) -> str | None:
-        return self.staging.dir
-
-    # -- the plan ---------------------------------------------------------------------
 
     def request(self, *, archive: str | None, where: str | None = None) -> RuntimeRequest:
         return RuntimeRequest(
@@ -97,10 +93,6 @@ class RuntimeUpdate:
     def build_transport(self) -> Transport:
         return self.ctx.remote(self.host, self.profile.update_host)
 
-    def agent(self, *args: str) -> list[str]:
-        """The configured agent command with *args* (for steps on the login or build host)."""
-        return [*self.host.agent, *args]
-
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
         assert p.source_repo is not None  # required by the configuration
@@ -110,8 +102,6 @@ class RuntimeUpdate:
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
-        from . import allocation_attempt
-
         allocation_attempt.plan_previous(self.inputs)  # an interrupted run's batch job or build: its end first
         self.pre = plan_verify(ctx, plan, "pre-verify", self.host, p, self.request(archive=None))
         if p.feed_source_mirror is not None:  # the feed and the preparer come before anything is staged
@@ -124,15 +114,14 @@ class RuntimeUpdate:
         build = self.build_transport().where
         deploy = self.planned_deploy()
         purpose = f"provider {p.provider}: {'install' if ctx.options.cluster_install else 'update'}"
+        from . import detached_step
         if p.update_allocation is not None:
             from .allocation_step import AllocationDeploy
 
             self.deployer = AllocationDeploy.like(self.inputs)
             self.deployer.plan(deploy, purpose)
-        elif self.detached:
-            from .detached_step import DetachedDeploy
-
-            self.deployer = DetachedDeploy.like(self.inputs)
+        elif detached_step.applies(self.inputs):  # a fixed-host build over ssh runs detached
+            self.deployer = detached_step.DetachedDeploy.like(self.inputs)
             self.deployer.plan(deploy, purpose)
         else:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
@@ -144,38 +133,19 @@ class RuntimeUpdate:
         """The provider's update (or install) command, asked once per run when the plan is made: the
         staged archive is the :data:`ARCHIVE` slot, which :meth:`deploy` fills with this run's stage."""
         if self._deploy is None:
-            command = self.deploy_command(ARCHIVE)
+            providers, request = self.ctx.providers, self.request(archive=ARCHIVE)
+            hook = providers.runtime_install if self.ctx.options.cluster_install else providers.runtime_update
+            command = hook(self.profile.provider, request)
             self._deploy = ProviderCommand(argv=tuple(place(command.argv, [ARCHIVE])),
                                            env=tuple(place_env(dict(command.env), [ARCHIVE]).items()))
         return self._deploy
-
-    def deploy_command(self, archive: str) -> ProviderCommand:
-        request = self.request(archive=archive)
-        if self.ctx.options.cluster_install:
-            return self.ctx.providers.runtime_install(self.profile.provider, request)
-        return self.ctx.providers.runtime_update(self.profile.provider, request)
-
-    @property
-    def detached(self) -> bool:
-        """A fixed-host build that runs detached from the connection (see :mod:`.detached_step`)."""
-        from . import detached_step
-
-        return detached_step.applies(self.inputs)
-
-    # -- the run ----------------------------------------------------------------------
 
     def run(self) -> Receipt:
         self.make_plan()
         if self.ctx.options.dry_run:
             return conclude(self.ctx, self.receipt, Outcome.OK)
-        # The lease, the login host's command-file check and (fixed-host builds, when no interrupted
-        # run left an attempt) the pre-verify in one agent call over the run's connection master:
-        # an already-current run ends after it.
-        pre = first_call.open_runtime(self)
-        # a batch job or detached build an interrupted run left: its end first
-        from . import allocation_attempt
-
-        allocation_attempt.reconcile_previous(self.inputs)
+        pre = first_call.open_runtime(self)  # the lease, the check and (a fixed-host build) the pre-verify
+        allocation_attempt.reconcile_previous(self.inputs)  # a batch job or detached build an interrupted run left
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
@@ -196,26 +166,25 @@ class RuntimeUpdate:
         result = self.deploy()
         if result.interrupted:
             return self.resolve_unknown(f"deploy: {result.describe()}")
-        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code, self.reclaim)
+        ended = provider_ended(self.ctx, self.receipt, "deploy: the provider", result.exit_code,
+                               self.staging.reclaim)
         if ended is not None:
             return ended
-        return self.conclude_final(reclaim=True)
+        return self.conclude_final()
 
-    def conclude_final(self, *, reclaim: bool) -> Receipt:
+    def conclude_final(self) -> Receipt:
         """The planned final verify decides the run: unknown when it was interrupted, failed when
-        it proves nothing, else ok with the verified identity.  With *reclaim*, the stage is
-        reclaimed as the run's failure or success."""
+        it proves nothing, else ok with the verified identity; the stage, if any, is reclaimed as
+        the run's failure or success."""
         post = self.verify(*self.post)
         self.receipt.verify["final"] = post.to_dict()
         if post.interrupted:
             return self.resolve_unknown(f"verify: {post.error}")
         if not post.proven:
             self.receipt.errors.extend(self.verify_errors(post))
-            if reclaim:
-                self.reclaim(success=False)
+            self.staging.reclaim(success=False)
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
-        if reclaim:
-            self.reclaim(success=True)
+        self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
 
     def require_quiescent(self, pre: Verification) -> None:
@@ -242,12 +211,12 @@ class RuntimeUpdate:
                           shared=shared)
 
     def deploy(self) -> RunResult:
-        assert self.stage_dir is not None  # staged before the deploy
-        command = fill_command(self.planned_deploy(), stage=self.stage_dir)
+        assert self.staging.dir is not None  # staged before the deploy
+        command = fill_command(self.planned_deploy(), stage=self.staging.dir)
         if self.deployer is not None:  # an allocation or a detached build
             return self.deployer.deploy(command)
         step = self.receipt.plan.get("deploy")
-        values = offer(step, stage=self.stage_dir)  # the provider may not have placed the slot
+        values = offer(step, stage=self.staging.dir)  # the provider may not have placed the slot
         argv, _ = filled(step, **values)
         self.ctx.narrate(f"deploying {self.profile.program} {self.sha} on {step.where}: {quote_argv(argv)}")
         view = (CommandView(f"{self.profile.program}: deploy on {step.where}")
@@ -257,11 +226,6 @@ class RuntimeUpdate:
                              watch=view.watch if view else None, values=values)
         self.receipt.record_command(result, step.where)
         return result
-
-    def reclaim(self, success: bool) -> None:
-        self.staging.reclaim(success)
-
-    # -- unknown outcomes -------------------------------------------------------------
 
     def resolve_unknown(self, what: str) -> Receipt:
         """An interrupted transport: only a fresh read-only verify decides."""
@@ -274,10 +238,8 @@ class RuntimeUpdate:
             self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
                                      "next_command": None}
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
-                from . import allocation_attempt
-
                 allocation_attempt.clear(self.inputs)
-            self.reclaim(success=True)
+            self.staging.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
         detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
@@ -287,7 +249,7 @@ class RuntimeUpdate:
             "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
             "proven": False,
             "reason": reason,
-            "stage": self.stage_dir,
+            "stage": self.staging.dir,
             "next_command": rerun_command(self.ctx, self.receipt),
             "advice": (
                 "the build may have finished or may still be running on the build host; rerunning first verifies "
@@ -295,11 +257,9 @@ class RuntimeUpdate:
                 if changed else "nothing was changed by this run; rerun when the login host is reachable"
             ),
         }
-        for key in ("job_id", "job_state", "attempt_dir", "log_dir"):  # an allocation build: the batch job, its final
-            # scheduler state and its retained transcripts
-            if self.receipt.deploy.get(key) is not None:
-                self.receipt.readback[key] = self.receipt.deploy[key]
         deploy = self.receipt.deploy
+        # an allocation build: the batch job, its final scheduler state and its retained transcripts
+        self.receipt.readback.update(known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"))
         if deploy.get("detached") and not deploy.get("established") and not deploy.get("timed_out"):
             from . import detached_step
 
@@ -311,8 +271,6 @@ class RuntimeUpdate:
                     "(75 while it still runs), then "
                     "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
-
-    # -- evidence ---------------------------------------------------------------------
 
     def verify_errors(self, found: Verification) -> list[str]:
         errors = [f"verify: {e}" for e in found.failed_checks()]
@@ -343,9 +301,3 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
         start_for(ctx, host)
     ctx.providers = Providers.load([profile.provider] if profile else [])
     return RuntimeUpdate(ctx, host_name, program, sha, tag)
-
-
-def _now() -> str:
-    from ..state.records import utc_now
-
-    return utc_now()

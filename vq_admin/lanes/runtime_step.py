@@ -1,15 +1,5 @@
-"""What a runtime-lane step is built from: explicit inputs, never the lane object.
-
-The runtime lane (:class:`vq_admin.lanes.runtime.RuntimeUpdate`) builds its
-mirror feed (:class:`.mirror_step.MirrorFeed`), allocation deploy
-(:class:`.allocation_step.AllocationDeploy`) and detached deploy
-(:class:`.detached_step.DetachedDeploy`) from the run's context, the host and
-profile, the receipt the step records into, the requested SHA and the source
-stage; each step owns whatever state it keeps between its plan and its run.
-No step module imports the lane (``scripts/import_graph.py``, and
-``tests/test_import_graph.py`` checks that only the lane modules name
-``RuntimeUpdate``).
-"""
+"""What a runtime-lane step (mirror feed, allocation or detached deploy) is built from: explicit inputs,
+never the lane object; each step owns whatever state it keeps between its plan and its run."""
 
 from __future__ import annotations
 
@@ -43,10 +33,6 @@ class RuntimeStep:
         """A step of this kind built from the same inputs as *other*."""
         return cls(other.ctx, other.host, other.profile, other.receipt, other.sha, other.stage)
 
-    def agent(self, *args: str) -> list[str]:
-        """The configured agent command with *args*."""
-        return [*self.host.agent, *args]
-
     def login(self) -> Transport:
         return self.ctx.login(self.host)
 
@@ -66,5 +52,3 @@ class RuntimeStep:
     def reclaim(self, success: bool) -> None:
         self.stage.reclaim(success)
 
-
-__all__ = ["RuntimeStep"]

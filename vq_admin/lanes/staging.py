@@ -53,8 +53,6 @@ class SourceStage:
     def plan(self) -> Plan:
         return self.receipt.plan
 
-    # -- the plan ---------------------------------------------------------------------
-
     def plan_source(self, repo: str, sha: str, what: str) -> None:
         # the argv make_archive runs (source.archive_argv), <workdir> filled when the run records it
         self.plan.add("source", "local", source.archive_argv(repo, sha, WORKDIR),
@@ -76,8 +74,6 @@ class SourceStage:
                       protocol.stage_reclaim(self.agent, root=self.root, kind=self.kind, name=self.name,
                                              stage=STAGE, outcome=OUTCOME, keep_failed=KEEP_FAILED),
                       f"remove this run's stage on success; keep at most {KEEP_FAILED} failed stages")
-
-    # -- the run ----------------------------------------------------------------------
 
     def archive(self, ident: source.SourceIdentity, workdir: str) -> source.SourceIdentity:
         step, started = self.plan.get("source"), time.monotonic()
@@ -128,21 +124,19 @@ class SourceStage:
 
     def require(self, result: RunResult, what: str) -> None:
         """A staging step must succeed; nothing has been installed yet."""
-        if not result.ok:
-            if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
-                stage = left_stage(self.receipt)
-                self.receipt.interruption = {"step": what, "transport": result.describe(),
-                                                      "installed": "nothing", "stage": stage}
+        if result.ok:
+            return
+        if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
+            interruption = self.receipt.interruption = {"step": what, "transport": result.describe(),
+                                                        "installed": "nothing", "stage": left_stage(self.receipt)}
             self.reclaim(success=False)
-            if result.interrupted is None and result.exit_code == 4:  # the agent refused an unsafe path
-                raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
-            if result.interrupted:
-                interruption = self.receipt.interruption
-                assert interruption is not None  # recorded when the stage step was interrupted
-                interruption["reclaimed_now"] = self.receipt.plan.get("stage-reclaim").status == "ok"
-                raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
-                                   f"installed; {interruption['stage']}")
-            raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
+            interruption["reclaimed_now"] = self.plan.get("stage-reclaim").status == "ok"
+            raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
+                               f"installed; {interruption['stage']}")
+        self.reclaim(success=False)
+        if result.exit_code == 4:  # the agent refused an unsafe path
+            raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
+        raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 
     def reclaim(self, success: bool) -> None:
         if not self.dir:

@@ -52,8 +52,6 @@ class Verification:
         }
 
 
-#: The agent verb that runs the verify and reads the launcher back in one call.
-VERIFY_READBACK = protocol.VERIFY_READBACK
 #: The launcher the verify receipt names, read back: known only once the receipt is read.
 ACTIVE_PATH = Slot("active_path")
 
@@ -159,7 +157,7 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
     if code != 0:  # the verify command: the word after the agent's "verify-readback --"
-        command = verify_step.planned_argv[verify_step.planned_argv.index(VERIFY_READBACK) + 2]
+        command = verify_step.planned_argv[verify_step.planned_argv.index(protocol.VERIFY_READBACK) + 2]
         found.error = found.broken = f"verify command {quote_argv([command])} exited {code}: {last_line(stderr)}"
     elif receipt is None:
         found.error, found.broken = error, f"the verifier's output is not a receipt ({error})"
@@ -179,7 +177,7 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
 
 def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
     if result.exit_code != 0:
-        return {}, f"the agent's {VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
+        return {}, f"the agent's {protocol.VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
     try:
         parsed = protocol.parse_verify_readback(result.stdout)
     except protocol.ProtocolError as exc:
