@@ -405,8 +405,8 @@ def base_summary(attempt: Attempt) -> dict[str, Any]:
 
 
 def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], frames: FrameWriter,
-          attempt_name: str | None, archive: str | None, archive_sha256: str | None,
-          ) -> tuple[Attempt, Binding, int, str]:
+            attempt_name: str | None, archive: str | None, archive_sha256: str | None,
+            ) -> tuple[Attempt, Binding, int, str]:
     """The start of ``alloc-run`` and ``detach-run``: check the inputs, bind the job to them (a changed
     archive is refused before anything is created), take the lease's work lock, create the attempt and
     write what the job runs there.  Returns ``(attempt, binding, work lock fd, lease path)``."""

@@ -256,6 +256,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
         except OSError as exc:
             result.error = f"{argv[0]}: {exc.strerror or exc}"
             return result
+
         def read_stdout() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:

@@ -128,8 +128,8 @@ def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_
     last: "Optional[OSError]" = None
     for path in _candidates(argv[0], environ):
         try:
-            return os.posix_spawn(path, argv, environ, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-                         **extra)
+            return os.posix_spawn(path, argv, environ, file_actions=actions,
+                                  setsigdef=(signal.SIGPIPE, signal.SIGXFSZ), **extra)
         except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
             last = exc
             if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
@@ -143,8 +143,8 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
                  timeout: "Optional[float]" = None) -> "Tuple[int, bytes, bytes]":
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
     *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
-    and :class:`TimeoutExpired` past *timeout* seconds, once its process group got SIGTERM, then SIGKILL
-    when its output is still open :data:`KILL_GRACE` later (nothing it started is left running)."""
+    and :class:`TimeoutExpired` past *timeout* seconds (reading its output or waiting for its exit), once its
+    process group got SIGTERM, then SIGKILL :data:`KILL_GRACE` later (nothing it started is left running)."""
     import signal
 
     argv = list(argv)
@@ -166,7 +166,8 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         out_w = err_w = -1
         chunks: "Dict[int, List[bytes]]" = {out_r: [], err_r: []}
         live = {out_r, err_r}
-        timed_out = not _read(chunks, live, deadline)
+        code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
+        timed_out = code is None
         if timed_out:
             for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
                 try:
@@ -174,7 +175,7 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
                 except OSError:
                     break
                 _read(chunks, live, time.monotonic() + KILL_GRACE)
-        code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
+            code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
         pid = -1
         out, err = b"".join(chunks[out_r]), b"".join(chunks[err_r])
         if timed_out:
@@ -195,6 +196,25 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
                 os.waitpid(pid, 0)
             else:
                 proc.wait()
+
+
+def _wait(pid: int, proc: "Optional[subprocess.Popen[bytes]]", deadline: "Optional[float]") -> "Optional[int]":
+    """The exit code of *pid* (*proc* when it was started by ``subprocess``), or ``None`` when *deadline*
+    passes first: a command that closed its output may still run."""
+    if proc is not None:
+        import subprocess
+
+        try:
+            return proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+    while True:
+        done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        if done:
+            return _exit_code(status)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
 
 
 def _read(chunks: "Dict[int, List[bytes]]", live: "Set[int]", deadline: "Optional[float]") -> bool:

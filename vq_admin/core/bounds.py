@@ -12,6 +12,7 @@ Standard library only (the per-job launcher lookup uses it).
 from __future__ import annotations
 
 import json
+
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any
@@ -144,7 +145,8 @@ def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX
 
 
 def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-    """Parse a TOML document with the same bounds as :func:`loads_json`."""
+    """Parse a TOML document with the same bounds as :func:`loads_json` (the driver's only: ``tomllib`` is
+    Python 3.11's, and the agent reads no TOML)."""
     import tomllib
 
     if len(data) > limit:

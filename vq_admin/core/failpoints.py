@@ -112,25 +112,40 @@ def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     return mode
 
 
-def _boundary(when: str, doc: str) -> None:
-    """Declare the point ``step-<when>``, which logs the step boundary and SIGKILLs vq-admin there when asked."""
-    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
-        name = args[0] if args else ""
-        settings.log({"step": name, "when": when})
-        if (name, when) in settings.steps:
-            _sigkill()
-        return None
-
-    handler.__doc__ = doc
-    _point(f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")(handler)
+def _boundary(settings: Settings, args: tuple[str, ...], when: str) -> str | None:
+    name = args[0] if args else ""
+    settings.log({"step": name, "when": when})
+    if (name, when) in settings.steps:
+        _sigkill()
+    return None
 
 
-_boundary("before", """Right before a step starts (``args``: the step's name).
-          ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
-          ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).""")
-_boundary("after", """Right after a step's result was recorded (``args``: the step's name).
-          ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
-          there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.""")
+@_point("step-before", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
+def _step_before(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """Right before a step starts (``args``: the step's name).
+
+    ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
+    ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).
+    """
+    return _boundary(settings, args, "before")
+
+
+@_point("step-after", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
+def _step_after(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """Right after a step's result was recorded (``args``: the step's name).
+
+    ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
+    there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.
+    """
+    return _boundary(settings, args, "after")
+
+
+@_point("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH")
+def _mirror_before_push(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """Between the mirror feed's read and its push: returns the executable
+    named by ``VQ_ADMIN_TEST_HOOK_BEFORE_PUSH``, which the feed runs as
+    ``HOOK MIRROR_PATH`` (a test moves the mirror under the feed)."""
+    return settings.values.get("VQ_ADMIN_TEST_HOOK_BEFORE_PUSH") or None
 
 
 @_point("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH")
@@ -143,26 +158,25 @@ def _install_before_rename(settings: Settings, args: tuple[str, ...]) -> str | N
     return None
 
 
-def _value(name: str, variable: str, doc: str) -> None:
-    """Declare the point *name*, which returns *variable* as given (``None`` when unset or empty)."""
-    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
-        return settings.values.get(variable) or None
-
-    handler.__doc__ = doc
-    _point(name, variable)(handler)
+@_point("helper-rereads", "VQ_ADMIN_HELPER_REREADS")
+def _helper_rereads(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """The helper read-back's count of re-reads: returns
+    ``VQ_ADMIN_HELPER_REREADS`` as given (the caller parses and clamps it to 0-50)."""
+    return settings.values.get("VQ_ADMIN_HELPER_REREADS")
 
 
-_value("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH",
-       """Between the mirror feed's read and its push: the executable named by
-       ``VQ_ADMIN_TEST_HOOK_BEFORE_PUSH``, which the feed runs as ``HOOK MIRROR_PATH``
-       (a test moves the mirror under the feed).""")
-_value("helper-rereads", "VQ_ADMIN_HELPER_REREADS",
-       "The helper read-back's count of re-reads (the caller parses and clamps it to 0-50).")
-_value("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL",
-       "The seconds between two helper read-backs (the caller parses and clamps it to 0-60).")
-_value("lease-wait", "VQ_ADMIN_LEASE_WAIT",
-       """The seconds the driver waits for the lease's answer line (the caller parses and clamps it
-       to 1-60); the session's verify keeps verify_timeout_seconds.""")
+@_point("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL")
+def _helper_reread_interval(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """The seconds between two helper read-backs: returns
+    ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60)."""
+    return settings.values.get("VQ_ADMIN_HELPER_REREAD_INTERVAL")
+
+
+@_point("lease-wait", "VQ_ADMIN_LEASE_WAIT")
+def _lease_wait(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """The seconds the driver waits for the lease's answer line: returns ``VQ_ADMIN_LEASE_WAIT`` as given
+    (the caller parses and clamps it to 1-60); the session's verify keeps verify_timeout_seconds."""
+    return settings.values.get("VQ_ADMIN_LEASE_WAIT")
 
 
 def variables() -> tuple[str, ...]:

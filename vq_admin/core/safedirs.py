@@ -95,7 +95,7 @@ def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
                 nfd = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if os.path.islink(shown):
-                    owner = securepath._owner_name(os.lstat(shown).st_uid)
+                    owner = securepath.describe_owner(os.lstat(shown).st_uid)
                     raise UnsafePath(f"{shown} is a symlink (owner {owner}); refusing to follow it") from None
                 raise UnsafePath(f"{shown}: {exc.strerror}") from None
             os.close(fd)
@@ -150,7 +150,7 @@ def closed_on_error(fd: int) -> Iterator[int]:
         raise
 
 
-def tree_size_at(parent_fd: int, name: str, *, remove: bool = False) -> int:
+def _walk_tree_at(parent_fd: int, name: str, remove: bool) -> int:
     """Bytes of regular files below directory *name* (symlinks not followed); with *remove*, the
     directory is removed as it is walked."""
     total = 0
@@ -159,7 +159,7 @@ def tree_size_at(parent_fd: int, name: str, *, remove: bool = False) -> int:
         for entry in os.scandir(fd):
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                total += tree_size_at(fd, entry.name, remove=remove)
+                total += _walk_tree_at(fd, entry.name, remove)
                 continue
             if stat.S_ISREG(st.st_mode):
                 total += st.st_size
@@ -172,6 +172,11 @@ def tree_size_at(parent_fd: int, name: str, *, remove: bool = False) -> int:
     return total
 
 
+def tree_size_at(parent_fd: int, name: str) -> int:
+    """Bytes of regular files below directory *name* below *parent_fd* (symlinks not followed)."""
+    return _walk_tree_at(parent_fd, name, remove=False)
+
+
 def remove_tree_at(parent_fd: int, name: str) -> int:
     """Remove directory *name* below *parent_fd* without following symlinks; the bytes of regular files removed."""
-    return tree_size_at(parent_fd, name, remove=True)
+    return _walk_tree_at(parent_fd, name, remove=True)

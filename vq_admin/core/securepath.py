@@ -43,7 +43,7 @@ class Untrusted(Exception):
         self.path = path
 
 
-def _owner_name(uid: int) -> str:
+def describe_owner(uid: int) -> str:
     try:
         import pwd
 
@@ -61,7 +61,7 @@ def level_problem(path: str, st: os.stat_result, *, is_dir: bool, me: int | None
     Both are given when the facts were read on another host.
     """
     me = os.geteuid() if me is None else me
-    name = owner_name or _owner_name
+    name = owner_name or describe_owner
     mode = stat.S_IMODE(st.st_mode)
     kind = "directory" if is_dir else "file"
     if st.st_uid not in (0, me):
@@ -119,7 +119,7 @@ def link_problem(path: str, what: str) -> str | None:
         except FileNotFoundError:
             return None
         if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
-            return (f"{what} {path}: symlink {level} is owned by {_owner_name(st.st_uid)}, not by you or root, "
+            return (f"{what} {path}: symlink {level} is owned by {describe_owner(st.st_uid)}, not by you or root, "
                     f"who can point it anywhere; vq-admin never follows it; fix: remove it (rm {level}) and "
                     f"use a private directory")
     return None

@@ -30,7 +30,7 @@ import errno
 import os
 import stat
 
-from ..core.securepath import _owner_name, discard, level_problem, makedirs_private, path_problem, read_bounded
+from ..core.securepath import describe_owner, discard, level_problem, makedirs_private, path_problem, read_bounded
 from ..report.outcome import Refused
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -273,7 +273,7 @@ def _open_checked(dfd: int, name: str, shown: str, flags: int, *, absent_ok: boo
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _refuse(shown, f"{shown} is a {_mode_kind(st.st_mode)}, not a regular file (owner "
-                                 f"{_owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
+                                 f"{describe_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})")
         problem = level_problem(shown, st, is_dir=False)
         if problem:
             raise _refuse(shown, problem)
@@ -347,4 +347,4 @@ def _kind(name: str, dir_fd: int | None = None) -> str:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return "unreadable entry"
-    return f"{_mode_kind(st.st_mode)} owned by {_owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
+    return f"{_mode_kind(st.st_mode)} owned by {describe_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
