@@ -168,7 +168,7 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         live = {out_r, err_r}
         code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
         timed_out = code is None
-        if timed_out:
+        if code is None:
             for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
                 try:
                     os.killpg(pid, sig)
