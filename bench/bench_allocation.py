@@ -39,7 +39,8 @@ BLOCK = bytes(range(256)) * 4096  # 1 MiB, not all zeros
 
 CHILD_IDLE = """
 import resource, sys
-from vq_admin.agent import settle, frames
+from vq_admin.agent import settle
+from vq_admin.core import frames
 import xxhash
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -51,7 +52,8 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 CHILD_SETTLE = """
 import resource, sys
-from vq_admin.agent import settle, frames
+from vq_admin.agent import settle
+from vq_admin.core import frames
 import xxhash
 result = settle.settle(settle.DirectoryObserver(sys.argv[1]), sleep=lambda s: None)
 assert result.settled, result

@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             tmp_path = Path(tmp)
             aliases = tuple(f"login-{i}" for i in range(1, HOSTS + 1))
             # read_bashrc: the figures in docs/performance.md include root's ~/.bashrc on the hosts
+            # separate_accounts: each login host its own account, so each holds its own host-side lease
             with SshdServer(tmp_path / "sshd", env={"PATH": f"{venv}/bin:{SYSTEM_PATH}"}, aliases=aliases,
-                            read_bashrc=True) as sshd:
+                            read_bashrc=True, separate_accounts=True) as sshd:
                 meter.sshd_pid = sshd.pid
                 fleet = Fleet(tmp_path / "fleet", str(sshd.ssh_config),
                               {f"host{i}": {"ssh": alias} for i, alias in enumerate(aliases, 1)})
