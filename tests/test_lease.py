@@ -318,3 +318,23 @@ def test_the_driver_reads_a_held_work_lock_as_locked_and_an_unsafe_path_as_refus
     assert isinstance(allocation_step.refused_before_submit(4, "deploy", "unsafe"), Refused)
     other = allocation_step.refused_before_submit(2, "deploy", "usage")
     assert not isinstance(other, (Locked, Refused)) and isinstance(other, VqAdminError)
+
+
+def test_the_end_of_a_session_reads_to_the_close_past_an_empty_line_a_logout_file_prints():
+    """The driver waits for the agent's stdout to close (the lease released on the host), not for the
+    first empty line: a login shell's logout files may print one after the agent's last."""
+    from vq_admin.lease import Lease
+    from vq_admin.ssh.transport import LocalTransport
+
+    lease = Lease(LocalTransport(), ["true"])
+    lease.proc = subprocess.Popen(["sh", "-c", 'echo "{}"; echo; read _; echo released'],  # type: ignore[assignment]
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        lease.proc.stdin.write(b"go\n")
+        lease.proc.stdin.flush()
+        lease._drain(60)
+        fd = lease.proc.stdout.fileno()
+        assert os.read(fd, 1) == b"", "stopped before the agent's stdout closed"
+    finally:
+        lease.proc.kill()
+        lease.proc.wait(30)

@@ -341,10 +341,18 @@ class Lease:
         return process.end(proc, timeout if linger is None else linger)
 
     def _drain(self, timeout: float) -> None:
-        """Read the agent's stdout until it closes (the agent prints no empty line), at most *timeout* seconds."""
+        """Read the agent's stdout until it closes, at most *timeout* seconds (not line by line: a login
+        shell's logout files may print an empty line after the agent's last)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while self._read_line(deadline - time.monotonic()):
-            pass
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready or not os.read(fd, 65536):
+                return
 
     def _error_text(self) -> str:
         try:
