@@ -51,7 +51,6 @@ from .state.records import StateDir, utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
 
 MAX_SOURCE_BYTES = 16 << 20
-ROLES = ("managed", "helper-only")
 AGENT_UNSAFE = 4
 #: Seconds the install and its read-back may take.
 INSTALL_TIMEOUT = 300.0
@@ -109,13 +108,7 @@ def source_refusal(src: str, config: Config) -> str | None:
 
 
 def _host(config: Config, name: str) -> HostConfig:
-    host = authority.lookup(config, name)
-    if host.fleet_role not in ROLES:
-        message = f"host {name} has fleet_role {host.fleet_role!r}, which has no provider maintenance authority"
-        if host.fleet_role == "alias":
-            message += f"; it is an alias of {host.canonical_host}: install on {host.canonical_host}"
-        raise Refused(message)
-    return host
+    return authority.with_role(config, name, "provider", authority.HELPER_ROLES, instead="install on")
 
 
 def _destinations(host: HostConfig) -> list[str]:

@@ -23,22 +23,25 @@ def lookup(config: Config, host: str) -> HostConfig:
         raise UsageError(f"host {host!r} is not in the configuration {config.path} (hosts: {known})") from None
 
 
-def _with_role(config: Config, name: str, lane: str, roles: tuple[str, ...]) -> HostConfig:
+def with_role(config: Config, name: str, lane: str, roles: tuple[str, ...],
+              instead: str = "run the update against") -> HostConfig:
+    """Host *name*, refused unless its fleet_role is one of *roles*; an alias names its canonical host
+    (``<instead> <canonical host>``)."""
     host = lookup(config, name)
     if host.fleet_role not in roles:
         message = f"host {host.name} has fleet_role {host.fleet_role!r}, which has no {lane} maintenance authority"
         if host.fleet_role == "alias":
-            message += f"; it is an alias of {host.canonical_host}: run the update against {host.canonical_host}"
+            message += f"; it is an alias of {host.canonical_host}: {instead} {host.canonical_host}"
         raise Refused(message)
     return host
 
 
 def runtime_host(config: Config, name: str) -> HostConfig:
-    return _with_role(config, name, "runtime", RUNTIME_ROLES)
+    return with_role(config, name, "runtime", RUNTIME_ROLES)
 
 
 def helper_host(config: Config, name: str) -> HostConfig:
-    return _with_role(config, name, "helper", HELPER_ROLES)
+    return with_role(config, name, "helper", HELPER_ROLES)
 
 
 def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:
