@@ -53,8 +53,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-EXIT_HELD = 75
-EXIT_UNSAFE = 4
+EXIT_HELD, EXIT_UNSAFE = protocol.EXIT_HELD, protocol.EXIT_UNSAFE  # the protocol's exit statuses
 LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
