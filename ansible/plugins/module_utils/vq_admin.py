@@ -17,10 +17,14 @@ CHANGED = {"ok": True, "already-current": False}
 
 
 class Vq(object):
-    """The installed C(vq) of the driver, for one module run."""
+    """The installed C(vq) of the driver, for one module run on one C(host)."""
 
     def __init__(self, module):
         self.module = module
+        self.host = module.params["host"]
+        if not self.host:
+            module.fail_json(msg="host is required (it defaults to the inventory host name only through the "
+                                 "vq.admin action plugin)")
         name = module.params["vq"]
         self.path = name if os.sep in name else module.get_bin_path(name)
         if not self.path or not os.access(self.path, os.X_OK):

@@ -56,11 +56,8 @@ from ansible_collections.vq.admin.plugins.module_utils.vq_admin import COMMON_AR
 
 def main():
     module = AnsibleModule(argument_spec=dict(COMMON_ARGS, host=dict(type="str")), supports_check_mode=True)
-    host = module.params["host"]
-    if not host:
-        module.fail_json(msg="host is required (it defaults to the inventory host name only through the "
-                             "vq.admin action plugin)")
     vq = Vq(module)
+    host = vq.host
     status = vq.run("status", host)
     if status.get("outcome") != "ok":
         vq.finish(status)

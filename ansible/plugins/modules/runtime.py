@@ -107,9 +107,6 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if not p["host"]:
-        module.fail_json(msg="host is required (it defaults to the inventory host name only through the "
-                             "vq.admin action plugin)")
     vq = Vq(module)
     words = lane_words(p, p["program"], p["host"])
     if not module.check_mode:
