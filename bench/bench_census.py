@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print_rows(rows)
     exit_if_missed([r["name"] for r, missed in zip(rows, (
         per_job > PER_JOB_TARGET, warm_s - empty > WARM_TARGET,
-        cold_calls > cold_cost["scripts_read"] + SPARE_RPCS, warm_calls > warm_cost["scripts_read"] + SPARE_RPCS))
-        if missed])
+        cold_calls > cold_cost["scripts_read"] + SPARE_RPCS, warm_calls > warm_cost["scripts_read"] + SPARE_RPCS),
+        strict=True) if missed])
     return rows
 
 
