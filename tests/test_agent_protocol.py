@@ -442,23 +442,10 @@ def rt_session(w: World) -> None:
     assert build_parser().parse_args(probe[len(AGENT):]).probe == ["a", "b"]
 
 
-#: squeue and scontrol as the census runs them: one pending batch job whose stored script names a launcher.
-CENSUS_SQUEUE = """#!{python}
-import sys
-token = sys.argv[-1].split(",")[0].split(":0", 1)[1]
-job = ["7", "7", "PENDING", "u", "2026-11-30T10:00:00", "1", "c1", "/home/u/job.sh", "/home/u", "/o", "/e", "/dev/null"]
-print("".join(value + token for value in job))
-"""
-CENSUS_SCONTROL = """#!/bin/sh
-printf '#!/bin/sh\\n/apps/v/releases/{sha}/bin/python run.py\\n'
-"""
-
-
 def rt_census(w: World) -> None:
     bindir = w.tmp / "census-bin"
     bindir.mkdir()
-    for name, text in (("squeue", CENSUS_SQUEUE.format(python=sys.executable)),
-                       ("scontrol", CENSUS_SCONTROL.format(sha="a" * 40))):
+    for name, text in (("squeue", agent_selftest.CENSUS_SQUEUE), ("scontrol", agent_selftest.CENSUS_SCONTROL)):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     env = {"PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
