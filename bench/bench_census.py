@@ -1,7 +1,8 @@
 """The scheduler census (``vq admin references``) at the scale of a queue, on a real Slurm through the
 real loopback sshd, from a NON-editable install in a temporary venv (bench/common.py):
 
-* the empty-queue census (median), the baseline of the rest;
+* the empty-queue census (median, measured before the jobs are submitted and after they are gone),
+  the baseline of the rest;
 * with 1,000 held jobs queued (half naming the generation's launcher in their script): a cold
   census (the agent's cache removed before each), per queued job above the empty queue, target
   at most 20 ms; a warm census (nothing new), above the empty queue, target at most 2 s;
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 return sorted(samples)[len(samples) // 2]
 
             census()  # the first connection and interpreter caches
-            empty = median([census()[0] for _ in range(repeat)])
+            empties = [census()[0] for _ in range(repeat)]
             loop = (f"for i in $(seq 1 {JOBS}); do if [ $((i % 2)) -eq 0 ]; then w='sleep 600; {launcher} run.py'; "
                     "else w='sleep 600'; fi; sbatch --hold --parsable --output=/dev/null --wrap=\"$w\" || exit 1; "
                     "done >/dev/null")
@@ -104,7 +105,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 if i == 0:
                     warm_rpcs, warm_cost = rpcs(slurm), doc["cost"]
                 warm.append(seconds)
-            layout = sorted(str(p.relative_to(sshd.agent_state("cluster"))) for p in cache.iterdir())
+            layout = sorted(f"{p.relative_to(sshd.agent_state('cluster'))} ({p.stat().st_size} bytes)"
+                            for p in cache.iterdir())
+            # the empty queue again once the jobs are gone (cancelled jobs stay listed for MinJobAge)
+            slurm.run("scancel", "--user=root", check=True)
+            gone = time.monotonic() + 120
+            while slurm.run("squeue", "-h", "-t", "all").stdout.strip() and time.monotonic() < gone:
+                time.sleep(0.5)
+            empties += [census()[0] for _ in range(repeat)]
+    empty = median(empties)
     cold_s, warm_s = median(cold), median(warm)
     per_job = (cold_s - empty) / JOBS
     print(f"empty queue {empty:.3f} s; cold {cold_s:.3f} s (cost {cold_cost}); warm {warm_s:.3f} s "

@@ -133,17 +133,29 @@ def test_a_queue_of_500_jobs_is_read_once_and_then_from_the_cache(tmp_path, real
         ssh(real_cluster, "scancel", "--name=census")
 
 
-def scontrol_reading_scripts(cluster) -> bool:
-    """A ``scontrol write batch_script`` of this cluster (its SLURM_CONF in its environment) is running."""
+def census_agent(cluster) -> int | None:
+    """The pid of an agent of this cluster (its SLURM_CONF in its environment) running its census verb."""
     conf = f"SLURM_CONF={cluster.slurm.conf}".encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if cmdline[:3] == [b"scontrol", b"write", b"batch_script"] and \
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"census" in words and any(w.endswith(b"vq-admin-agent") for w in words) and \
                     conf in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return True
+                return int(pid)
         except OSError:
             continue
+    return None
+
+
+def reading_scripts(agent: int) -> bool:
+    """The census agent *agent* runs ``scontrol write batch_script`` now (one of its children)."""
+    try:
+        for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
+            words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if os.path.basename(words[0]) == b"scontrol" and words[1:3] == [b"write", b"batch_script"]:
+                return True
+    except (OSError, IndexError):
+        pass
     return False
 
 
@@ -156,9 +168,11 @@ def test_slurmctld_stopped_during_the_census_refuses_the_prune(tmp_path, real_cl
     prune = subprocess.Popen([VQ_ADMIN, "prune", "census-down", "cluster", "--json"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
-        reading = wait_until(lambda: scontrol_reading_scripts(real_cluster) or prune.poll() is not None,
-                             timeout=300, interval=0.01)
-        assert reading and prune.poll() is None, "the census ended before it could be interrupted"
+        agent = wait_until(lambda: census_agent(real_cluster) or prune.poll() is not None, timeout=300,
+                           interval=0.01)
+        assert type(agent) is int and prune.poll() is None, "the census ended before it could be interrupted"
+        assert wait_until(lambda: reading_scripts(agent) or prune.poll() is not None, timeout=60, interval=0.001)
+        assert prune.poll() is None, "the census ended before it could be interrupted"
         real_cluster.slurm.stop_controller()
         stdout, stderr = prune.communicate(timeout=600)
     finally:
