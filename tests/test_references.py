@@ -277,6 +277,16 @@ def test_an_untrusted_cache_directory_is_not_used(state):
     assert list(census_dir.iterdir()) == []
 
 
+def test_a_state_home_behind_a_symlink_keeps_its_cache(state, tmp_path, monkeypatch):
+    (tmp_path / "real-home").mkdir(mode=0o700)
+    (tmp_path / "home").symlink_to(tmp_path / "real-home")  # /home -> /gpfs/home, say
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home"))
+    slurm = queue()
+    scan(Login(slurm), AGENT)
+    again = scan(Login(slurm), AGENT)
+    assert (again.cost.scripts_read, again.cost.cache_problem) == (0, None)
+
+
 def test_what_a_failed_census_read_is_kept(state):
     slurm = queue()
 

@@ -59,7 +59,6 @@ TERMINAL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", 
 #: The listing's fields (``squeue -O`` names), in order; the last five are the text searched.
 FIELDS = ("JobID", "JobArrayID", "State", "UserName", "SubmitTime", "BatchFlag", "Cluster",
           "Command", "WorkDir", "STDOUT", "STDERR", "STDIN")
-TEXT_FIELDS = 7
 #: Seconds each scheduler command may take.
 TIMEOUT = 120.0
 MAX_ENTRY_BYTES = 16 << 10
@@ -97,16 +96,13 @@ class Cache:
             self.problem = f"the cluster name {cluster!r} is not a plain name: no cache"
             return
         directory = cache_dir()
-        try:
+        try:  # as the lease's directory; then opened level by level below the state home, never through a link
             securepath.check(directory, what="census cache directory", missing_ok=True)
             securepath.makedirs_private(directory)
-            fd = securepath.open_trusted_dir(directory)
-            if fd is None:
-                securepath.check(directory, what="census cache directory")  # words the refusal
-                raise OSError(f"{directory} cannot be opened")
-            self.fd = fd
+            securepath.check(directory, what="census cache directory")
+            self.fd = safedirs.open_chain(default_paths.state_home(), ["vq-admin-agent", "census"], create=False)
             self.key = self._key()
-        except (OSError, securepath.Untrusted) as exc:
+        except (OSError, securepath.Untrusted, safedirs.UnsafePath) as exc:
             self.problem = f"the cache is not used: {exc}"
             self.close()
             return
