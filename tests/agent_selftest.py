@@ -116,6 +116,25 @@ class Verbs(unittest.TestCase):
     def test_usage_error_is_2(self):
         self.assertEqual(run_agent("no-such-verb").returncode, 2)
 
+    def test_census_reads_a_script_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bindir = os.path.join(tmp, "bin")
+            os.mkdir(bindir)
+            for name, text in (("squeue", CENSUS_SQUEUE), ("scontrol", CENSUS_SCONTROL)):
+                with open(os.path.join(bindir, name), "w") as fh:
+                    fh.write(text)
+                os.chmod(os.path.join(bindir, name), 0o755)
+            env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+                       XDG_STATE_HOME=os.path.join(tmp, "state"))
+            for read, cached in ((1, 0), (0, 1)):
+                done = run_agent("census", env=env)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                got = json.loads(done.stdout)
+                self.assertEqual((got["cost"]["scripts_read"], got["cost"]["scripts_cached"]), (read, cached))
+                self.assertEqual(got["groups"], [{"words": ["/apps/v/releases/" + "a" * 40 + "/bin/python"],
+                                                  "jobs": [{"id": "7", "display": "7", "state": "PENDING",
+                                                            "user": "u"}]}])
+
 
 class FastPaths(unittest.TestCase):
     """The session answers through the console entry (vq_admin.agent.entry.run, the tree) or the verb
@@ -238,6 +257,18 @@ exit 1
 """
 FAKE_SQUEUE = """#!/bin/sh
 echo "RUNNING|None"
+"""
+
+
+#: squeue and scontrol as the census runs them: one pending batch job whose stored script names a launcher.
+CENSUS_SQUEUE = """#!/bin/sh
+for word; do last=$word; done
+t=${last%%,*}; t=${t#JobID:0}
+printf '7%s7%sPENDING%su%s2026-11-30T10:00:00%s1%sc1%s/home/u/job.sh%s/home/u%s/o%s/e%s/dev/null%s\\n' \\
+  "$t" "$t" "$t" "$t" "$t" "$t" "$t" "$t" "$t" "$t" "$t" "$t"
+"""
+CENSUS_SCONTROL = """#!/bin/sh
+printf '#!/bin/sh\\n/apps/v/releases/%s/bin/python run.py\\n' aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
 """
 
 

@@ -33,6 +33,7 @@ SLOW_FIRST = (
     "tests/test_rollback.py",
     "tests/test_chaos_ssh.py",
     "tests/test_prune.py",
+    "tests/test_census_real.py",  # 500 and 300 held jobs, a controller restart: 30-50 s each
     "tests/test_chaos.py",
     "tests/test_mirror_feed.py",
     "tests/test_agent_pythons.py",

@@ -442,6 +442,24 @@ def rt_session(w: World) -> None:
     assert build_parser().parse_args(probe[len(AGENT):]).probe == ["a", "b"]
 
 
+def rt_census(w: World) -> None:
+    bindir = w.tmp / "census-bin"
+    bindir.mkdir()
+    for name, text in (("squeue", agent_selftest.CENSUS_SQUEUE), ("scontrol", agent_selftest.CENSUS_SCONTROL)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    env = {"PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    for read, cached in ((1, 0), (0, 1)):
+        answer = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env))
+        assert answer.complete and answer.error is None
+        assert (answer.cost["scripts_read"], answer.cost["scripts_cached"]) == (read, cached)
+        assert answer.data["groups"] == [{"words": [f"/apps/v/releases/{'a' * 40}/bin/python"], "jobs": [
+            {"id": "7", "display": "7", "state": "PENDING", "user": "u"}]}]
+    (bindir / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    failed = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env, ok=(protocol.EXIT_FAILED,)))
+    assert not failed.complete and failed.error and "Unable to contact" in failed.error
+
+
 ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.HASH_FILE: rt_hash_file, protocol.CHECK_PATHS: rt_check_paths,
     protocol.VERIFY_READBACK: rt_verify_readback, protocol.STAGE_CREATE: rt_stage_create,
@@ -450,6 +468,7 @@ ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.INSTALL_FILE: rt_install_file, protocol.ALLOC_RUN: rt_alloc_run,
     protocol.ALLOC_RECONCILE: rt_alloc_reconcile, protocol.DETACH_RUN: rt_detach_run,
     protocol.DETACH_RECONCILE: rt_detach_reconcile, protocol.LEASE: rt_lease, protocol.SESSION: rt_session,
+    protocol.CENSUS: rt_census,
 }
 
 

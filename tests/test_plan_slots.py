@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -356,9 +357,13 @@ def test_one_run_asks_a_provider_each_question_once():
     assert len(provider.hooks("runtime_verify")) == 3
 
 
-def test_prune_asks_its_hook_once_and_fills_the_keep_set_slot(world, monkeypatch):
-    # no Slurm here: the planned census lists no job (the census itself is tested over the real Slurm in test_prune)
-    monkeypatch.setattr("vq_admin.lanes.prune.SQUEUE", ["/bin/true"])
+def test_prune_asks_its_hook_once_and_fills_the_keep_set_slot(world, monkeypatch, tmp_path):
+    # no Slurm here: the agent's census lists an empty queue (the census itself is tested over the real Slurm
+    # in test_prune and test_census_real)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     shas = [world["runtime_sha"], world["program"].commit("vibeqc 2"), world["program"].commit("vibeqc 3")]
     for sha in shas:
         deployed = run_lane(world, lambda ctx, sha=sha: RuntimeUpdate(ctx, "cluster", "vibeqc", sha, None), Counting(),

@@ -102,12 +102,14 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         assert prune_step["where"] == "cluster" and prune_step["argv"][:2] == [SITE_EXAMPLE, "prune"]
         assert [w for w in prune_step["argv"] if re.fullmatch(r"[0-9a-f]{40}", w)] == sorted(site.shas("ADE"))
         assert site.releases() == site.shas("ADE")
-        # the census's reads are planned steps: squeue, then per job a copy of each per-job read
+        # the census is one planned agent call; the dry run's census read the held job's script, so this
+        # one reads none, and the receipt says what it asked of the scheduler
         census_step = next(s for s in receipt["steps"] if s["name"] == "census")
-        assert census_step["status"] == "ok" and census_step["argv"][0] == "squeue"
-        assert census_step["detail"].endswith("(per job: census-batch-script 1, census-show-job 1)")
-        assert {s["name"] for s in plan["when_needed"]} >= {"census-show-job", "census-batch-script"}
-        assert next(s for s in plan["when_needed"] if s["name"] == "census-show-job")["argv"][-1] == "<job id>"
+        assert census_step["status"] == "ok" and census_step["argv"] == [AGENT, "census"]
+        assert next(s for s in plan["steps"] if s["name"] == "census")["argv"] == [AGENT, "census"]
+        cost = receipt["prune"]["census"]["cost"]
+        assert cost["scripts_read"] == 0 and cost["scripts_cached"] >= 1 and cost["scheduler_calls"] == 1
+        assert " 0 scripts read, " in census_step["detail"]
         assert all(v["ok"] for v in receipt["prune"]["kept_launchers"].values())
         assert sorted(receipt["prune"]["kept_launchers"]) == site.shas("ADE")
         log = (site.state / "admin.log").read_text().splitlines()

@@ -97,9 +97,7 @@ class Plan:
         return step
 
     def copy(self, template: str | Step, name: str, purpose: str | None = None) -> Step:
-        """A fresh copy of *template*, as :meth:`again` makes it, that is not added to the steps: for a
-        read a step repeats as often as its answer says (the census's per-job reads), which the step
-        that ran them records in its own detail, so the receipt stays bounded."""
+        """A fresh copy of *template*, as :meth:`again` makes it, that is not added to the steps."""
         if isinstance(template, str):
             template = next((s for s in self.when_needed if s.name == template), None) or self.get(template)
         return Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))

@@ -342,6 +342,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the login-shell probe's words, as the login shell passed them (request member "
                         "shell_probe with argv true); must be the last option")
     p.set_defaults(func=cmd_session)
+
+    p = sub.add_parser(protocol.CENSUS, help="the words of every queued or running Slurm job that name a full SHA, "
+                       "as one JSON answer (exit 1 when the queue could not be read completely)",
+                       description="List the queue with one squeue call; read the stored batch script of a job "
+                                   "only when the cache ($XDG_STATE_HOME/vq-admin-agent/census/) does not hold it "
+                                   "yet (scontrol write batch_script); keep what was read there, sealed, for the "
+                                   "jobs still queued; report what it cost.")
+    p.set_defaults(func=cmd_census)
     return parser
 
 
@@ -350,6 +358,13 @@ def cmd_session(args: argparse.Namespace) -> int:
     from . import session
 
     return session.main([] if args.probe is None else protocol.session_probe(args.probe))
+
+
+def cmd_census(args: argparse.Namespace) -> int:
+    """See :mod:`.census` (imported here: the other verbs need none of it)."""
+    from . import census
+
+    return census.main()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,9 @@
 
 Lists every verified generation and launcher of PROGRAM on HOST with its
 reasons (``current``, ``last-good``, ``job <id> (<state>)``), reading queued
-and running jobs from the scheduler on the login host.  Read-only.  Exit 0
+and running jobs from the scheduler on the login host (one agent call, the
+agent's ``census``).  Changes nothing but that census's cache in the login
+account's agent state.  Exit 0
 with the census, 77 for a host without runtime authority, 1 when the
 scheduler could not be read completely (a provider must then prune nothing).
 """
@@ -23,8 +25,11 @@ from ..ssh.transport import Session
 
 
 def _lines(doc: dict[str, Any]) -> list[str]:
+    cost = doc["cost"]
     lines = [f"{doc['program']} on {doc['host']}: {len(doc['generations'])} generations, "
-             f"{doc['jobs_scanned']} queued or running jobs read at {doc['taken_at']}"]
+             f"{doc['jobs_scanned']} queued or running jobs read at {doc['taken_at']} ({cost['scripts_read']} "
+             f"scripts read, {cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls, "
+             f"{doc['seconds']:.1f} s)"]
     for row in doc["generations"]:
         why = ", ".join(row["reasons"]) if row["reasons"] else "unreferenced"
         lines.append(f"  {row['sha']}  {row['launcher'] or '-'}")
@@ -44,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         host = authority.lookup(config, host.canonical_host or "")
     host, _ = authority.runtime_profile(config, host.name, args.program)  # 77 without authority, 2 without a profile
     with Session(config.ssh_config) as session:
-        doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.name, args.program)
+        doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.agent, host.name,
+                     args.program)
     doc["requested_host"] = args.host
     if args.json:
         emit(SCHEMA, Outcome.OK, doc)

@@ -54,13 +54,15 @@ DETACH_RUN = "detach-run"
 DETACH_RECONCILE = "detach-reconcile"
 LEASE = "lease"
 SESSION = "session"
+CENSUS = "census"
 #: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
 #: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
 SESSION_PROTOCOL = 1
 
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
-         IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION)
+         IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION,
+         CENSUS)
 #: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
 FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE)
 
@@ -288,6 +290,12 @@ def session(agent: Words) -> List[str]:
 def session_probe(words: Sequence[str]) -> List[str]:
     """The words that carry the login-shell probe on a ``session`` command line."""
     return [PROBE, *words]
+
+
+def census(agent: Words) -> List[str]:
+    """``census``: every queued or running job's words that name a full SHA, read with one listing and
+    a stored script only for a job not seen before (exit 1 when the queue could not be read completely)."""
+    return [*agent, CENSUS]
 
 
 def agent_words(argv: Sequence[str], verb: str) -> List[str]:
@@ -535,10 +543,25 @@ def parse_session(stdout: Output) -> SessionAnswer:
     return SessionAnswer(data)
 
 
+class CensusAnswer(Answer):
+    """``census``: ``complete`` (false with ``error`` when the queue could not be read completely) and
+    ``cost``; the driver reads the whole answer as a document (:mod:`vq_admin.launcher.references`)."""
+
+    verb = CENSUS
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.complete: bool = data.get("complete") is True
+        self.error: Optional[str] = _loose(data, "error", str)
+        self.cost: Dict[str, Any] = _member(self.verb, data, "cost", dict)
+
+
+parse_census = CensusAnswer.parse
+
 #: Each verb's parser (the round-trip test reads this table).
 PARSERS = {
     HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
     STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
     STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,
-    INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session,
+    INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session, CENSUS: parse_census,
 }

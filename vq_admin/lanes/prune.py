@@ -8,9 +8,10 @@ One prune, in order (the same lane entry, lock and key as ``update``):
 2. ``verify-active``: a fresh read-only verify of LAST OK on the login host;
    not proven: 77, nothing is called;
 3. ``census``: every pending, running, suspended, requeued or held Slurm job
-   and the generations it references (:func:`vq_admin.launcher.references.census`);
-   incomplete (controller down, timeout, an unreadable job script): 77,
-   nothing is called;
+   and the generations it references (:func:`vq_admin.launcher.references.census`:
+   one agent call on the login host); incomplete (controller down, timeout, an
+   unreadable job script): 77, nothing is called; the receipt's
+   ``prune.census.cost`` says what it asked of the scheduler;
 4. the keep set, each SHA with its reasons: ``active``, ``last-ok``,
    ``last-good``, ``recent (i of N)`` (the N most recent distinct verified
    SHAs, from the history index) and ``job <id> (<state>)``;
@@ -50,10 +51,10 @@ from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
-from ..launcher.references import READS, SQUEUE, CensusError, census
+from ..launcher.references import CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
 from ..state.records import utc_now
-from ..ssh.transport import RunResult, quote_argv
+from ..ssh.transport import quote_argv
 from . import command_files as remote_paths
 from .conclude import conclude, exited, rerun_command
 from .verify import Verification, plan_verify, run_verify
@@ -114,10 +115,9 @@ class RuntimePrune:
         where = ctx.login(self.host).where
         remote_paths.plan_places(plan, self.host.agent, self.command_places())  # before any of them runs
         self.pre = plan_verify(ctx, plan, "verify-active", self.host, p, self.request())
-        plan.add("census", where, SQUEUE, "every queued, running, suspended or held job and the generations it "
-                 "references (then census-show-job and census-batch-script per job)")
-        for read in ("show-job", "batch-script"):  # per job squeue lists: counted in the census step's detail
-            plan.add_when_needed(f"census-{read}", where, READS[read], f"the census, per job: {' '.join(READS[read])}")
+        plan.add("census", where, protocol.census(self.host.agent), "every queued, running, suspended or held job "
+                 "and the generations it references (one squeue listing; a stored script only for a job not seen "
+                 "by an earlier census)")
         command = self.prune_command()  # the keep set is the KEEP slot, filled in prune()
         plan.add("prune", where, command.argv, f"provider {p.provider}: remove releases outside the keep set",
                  dict(command.env))
@@ -161,7 +161,7 @@ class RuntimePrune:
         for sha, labels in doc.get("unregistered", {}).items():
             for label in labels:
                 self.add(sha, label)
-        self.record["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where")}
+        self.record["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -189,32 +189,25 @@ class RuntimePrune:
         return found
 
     def take_census(self) -> dict[str, Any]:
-        """The census, each of its reads a planned step: ``census`` (squeue) and, per job it lists, a copy
-        of ``census-show-job`` and ``census-batch-script`` (counted in the ``census`` step's detail)."""
-        plan, login = self.receipt.plan, self.ctx.login(self.host)
-        step = plan.get("census")
+        """The census: its one agent call is the planned step ``census``, whose detail says what it cost."""
+        step, login = self.receipt.plan.get("census"), self.ctx.login(self.host)
         started = time.monotonic()
-        reads: dict[str, int] = {}
-
-        def read(name: str, job_id: str | None) -> RunResult:
-            if name == "squeue":
-                return execute(step, login, timeout=CENSUS_TIMEOUT)
-            reads[name] = reads.get(name, 0) + 1
-            return execute(plan.copy(f"census-{name}", f"census-{name}"), login, timeout=CENSUS_TIMEOUT,
-                           job_id=job_id or "")
-
         try:
-            doc = census(self.ctx.state, login, self.host.name, self.profile.program, read)
+            doc = census(self.ctx.state, login, self.host.agent, self.host.name, self.profile.program,
+                         lambda: execute(step, login, timeout=CENSUS_TIMEOUT))
         except CensusError as exc:
-            step.seconds = time.monotonic() - started  # the whole census, squeue and the per-job reads
-            if step.status in ("planned", "ok"):  # squeue answered; a later read or its answer failed the census
+            step.seconds = time.monotonic() - started
+            if step.status in ("planned", "ok"):  # the agent answered; its answer failed the census
                 step.status, step.exit_code = "failed", step.exit_code or 1
             step.detail = exc.message
+            if exc.cost is not None:
+                self.record["census"] = {"where": login.where, "cost": exc.cost.to_value()}
             raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
                           "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
         step.seconds = time.monotonic() - started
-        counted = ", ".join(f"census-{name} {count}" for name, count in sorted(reads.items()))
-        step.detail = f"{doc['jobs_scanned']} jobs read" + (f" (per job: {counted})" if counted else "")
+        cost = doc["cost"]
+        step.detail = (f"{doc['jobs_scanned']} jobs read: {cost['scripts_read']} scripts read, "
+                       f"{cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls")
         return doc
 
     def candidates(self) -> list[str]:

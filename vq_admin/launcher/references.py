@@ -9,56 +9,111 @@ the reasons it must stay:
 * ``last-good``: it is LAST GOOD, the generation to fall back to;
 * ``job <id> (<state>)``: a queued or running Slurm job on the host names it.
 
-Jobs are read from the scheduler on the login host: ``squeue`` lists every
-job in every state (``-t all``, all partitions), a job counts unless its state
-is terminal, and for each one ``scontrol show job -o`` (its command, work dir,
-output paths) and, for batch jobs, ``scontrol write batch_script ID -`` (the
-script) are searched.  A generation is referenced when its full SHA appears
-there: every immutable launcher path, and so its release directory, carries
-the full SHA.  Over-keeping is harmless; under-keeping breaks a job, so any
-scheduler error fails the whole census (exit 1) rather than report less.
-A job that names the stable ``current`` link of a releases root is reported
-as a warning: it runs whatever ``current`` is at dispatch.
+Jobs are read on the login host by the agent's ``census`` verb, in one call
+(:mod:`vq_admin.agent.census`): one ``squeue`` listing of every job (its state,
+user, command, work dir and output paths) and, for a batch job not seen by an
+earlier census, its stored script (``scontrol write batch_script``); what a
+stored script names is kept in the login account's agent state, so a census
+reads only the scripts of new jobs.  The agent answers with the *words* of
+each job that name a full SHA (:class:`CensusScan`).  A generation is
+referenced when its full SHA appears in one: every immutable launcher path,
+and so its release directory, carries the full SHA.  Over-keeping is
+harmless; under-keeping breaks a job, so any scheduler error fails the whole
+census (:class:`CensusError`) rather than report less.  A job that names the
+stable ``current`` link of a releases root is reported as a warning: it runs
+whatever ``current`` is at dispatch.
 
-This module runs commands over the host's transport; it is not on the per-job
-path (that is :mod:`vq_admin.bindings`).
+This module runs the agent over the host's transport; it is not on the
+per-job path (that is :mod:`vq_admin.bindings`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Iterable, Sequence
 
-from vq_admin_hookspecs import Slot
+import msgspec
 
 from . import registry
+from ..core import protocol
+from ..core.bounds import InputError
 from ..core.identifiers import SHA_IN_TEXT_RE, SHA_RE
+from ..document import Count, Document
 from ..report.outcome import VqAdminError
-from ..plan import fill
 from ..state.records import StateDir, utc_now
-from ..ssh.transport import RunResult, Transport
+from ..ssh.transport import CAPTURE_LIMIT, RunResult, Transport
 
 SCHEMA = "vq-admin/references/1"
-#: Slurm job states after which a job never runs (again) as it stands.
-TERMINAL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-                             "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "REVOKED"})
-SQUEUE = ["squeue", "-h", "--all", "-t", "all", "-o", "%A|%i|%T"]
-#: The job a per-job read is about (a slot: the census fills it from squeue's answer).
-JOB = Slot("job_id", label="job id")
-SHOW_JOB = ["scontrol", "show", "job", "-o", JOB]
-BATCH_SCRIPT = ["scontrol", "write", "batch_script", JOB, "-"]
-#: The census's commands by what they read: the whole queue, then each job and its batch script.
-READS = {"squeue": SQUEUE, "show-job": SHOW_JOB, "batch-script": BATCH_SCRIPT}
-TIMEOUT = 120.0
+#: Seconds the agent's census may take in all (each scheduler command it runs has its own bound).
+TIMEOUT = 3600.0
 
-#: Runs one of :data:`READS` (its name, then the job id for a per-job read) and returns its result.
-Reader = Callable[[str, "str | None"], RunResult]
-_GONE = re.compile(r"invalid job id", re.IGNORECASE)
+#: Runs the census's one agent call (prune runs its planned step) and returns its result.
+Runner = Callable[[], RunResult]
+
+
+class CensusCost(Document, frozen=True, kw_only=True):
+    """What one census asked of the scheduler and how long it took on the login host."""
+
+    jobs_listed: Count  #: jobs the listing held, in every state
+    scripts_read: Count  #: stored batch scripts read (one scheduler call each)
+    scripts_cached: Count  #: batch jobs whose script's words came from the cache
+    cache_rejected: Count  #: cache entries whose seal did not match (their scripts were read again)
+    cache_problem: str | None  #: why the cache was not used or not written, if so
+    scheduler_calls: Count  #: scheduler commands run: the listing (two RPCs) and each script read (one)
+    seconds: Annotated[float, msgspec.Meta(ge=0)]
+
+
+class QueuedJob(Document, frozen=True, kw_only=True):
+    """One queued or running job as the census lists it."""
+
+    id: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+$")]
+    display: str  #: squeue's id (``10_[1-3]`` for a pending array)
+    state: str
+    user: str
+
+
+class JobGroup(Document, frozen=True, kw_only=True):
+    """Jobs whose command, paths and stored script name the same *words* (those with a full SHA or a
+    ``current`` link)."""
+
+    words: tuple[str, ...]
+    jobs: tuple[QueuedJob, ...]
+
+
+def _names(words: Iterable[str], needle: str) -> bool:
+    """A job's words name *needle* (a full SHA or a launcher path): it is part of one of them."""
+    return any(needle in word for word in words)
+
+
+class CensusScan(Document, frozen=True, kw_only=True):
+    """The agent's ``census`` answer: every queued or running job that names something, by its words."""
+
+    complete: bool
+    cost: CensusCost
+    jobs_scanned: Count = 0  #: jobs not in a terminal state
+    groups: tuple[JobGroup, ...] = ()
+    error: str | None = None
+
+    def jobs_naming(self, shas: Iterable[str]) -> dict[str, list[QueuedJob]]:
+        """For each full SHA of *shas*, the jobs whose command, paths or stored script name it, by job id."""
+        found: dict[str, list[QueuedJob]] = {sha: [] for sha in shas}
+        for group in self.groups:
+            for sha, jobs in found.items():
+                if _names(group.words, sha):
+                    jobs.extend(group.jobs)
+        for jobs in found.values():
+            jobs.sort(key=lambda job: int(job.id))
+        return found
 
 
 class CensusError(VqAdminError):
-    """The scheduler could not be read completely; nothing may be pruned on this basis."""
+    """The scheduler could not be read completely; nothing may be pruned on this basis.
+    ``cost`` is what the census cost until it failed, when the agent said."""
+
+    def __init__(self, message: str, cost: CensusCost | None = None):
+        super().__init__(message)
+        self.cost = cost
 
 
 def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]]:
@@ -77,59 +132,27 @@ def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]
     return sorted(rows.values(), key=lambda r: r["sha"])
 
 
-def reader(transport: Transport) -> Reader:
-    """The plain reader: each of :data:`READS` through *transport*, its job slot filled."""
-    def read(name: str, job_id: str | None) -> RunResult:
-        return transport.run(fill(READS[name], {JOB.name: job_id} if job_id is not None else {}), timeout=TIMEOUT)
-    return read
-
-
-def _run(read: Reader, name: str, job_id: str | None = None) -> RunResult:
-    result = read(name, job_id)
+def scan(transport: Transport, agent: Sequence[str], run: Runner | None = None) -> CensusScan:
+    """The census of the queue on *transport*'s host: one ``census`` call of the agent (*agent*: its
+    words, ``hosts.<name>.agent``); *run* runs that call instead (prune runs its planned step).
+    :class:`CensusError` when the census is not complete, for whatever reason."""
+    result = run() if run is not None else transport.run(protocol.census(agent), timeout=TIMEOUT)
+    where = transport.where
     if result.interrupted:
-        raise CensusError(f"{' '.join(result.argv[:3])}: {result.describe()}; the census is incomplete")
-    return result
-
-
-def active_jobs(transport: Transport, read: Reader | None = None) -> list[dict[str, str]]:
-    """Every non-terminal job on the host: ``{id, display, state, text}`` (text: show job + script).
-    *read* runs each command (default: :func:`reader` of *transport*; prune runs its planned steps)."""
-    read = read or reader(transport)
-    listed = _run(read, "squeue")
-    if listed.exit_code != 0:
-        raise CensusError(f"squeue failed on {transport.where} ({listed.describe()}): {listed.error_text()[-300:]}")
-    jobs, seen = [], set()
-    for line in listed.text().splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3 or not parts[0].isdigit():
-            if line.strip():
-                raise CensusError(f"unexpected squeue line on {transport.where}: {line[:200]!r}")
-            continue
-        job_id, display, state = parts
-        if state.split()[0] in TERMINAL_STATES or job_id in seen:
-            continue
-        seen.add(job_id)
-        shown = _run(read, "show-job", job_id)
-        if shown.exit_code != 0:
-            if _GONE.search(shown.error_text()):
-                continue  # it ended between squeue and now
-            raise CensusError(f"scontrol show job {job_id} failed on {transport.where}: {shown.error_text()[-300:]}")
-        text = shown.text()
-        now = re.search(r"\bJobState=(\S+)", text)
-        state = now.group(1) if now else state
-        if state in TERMINAL_STATES:
-            continue
-        if re.search(r"\bBatchFlag=1\b", text):
-            script = _run(read, "batch-script", job_id)
-            if script.exit_code != 0:
-                if _GONE.search(script.error_text()):
-                    continue
-                raise CensusError(f"scontrol write batch_script {job_id} failed on {transport.where} "
-                                  f"({script.error_text()[-300:]}); reading other users' scripts needs a Slurm "
-                                  "operator or admin account")
-            text += "\n" + script.text()
-        jobs.append({"id": job_id, "display": display, "state": state, "text": text})
-    return jobs
+        raise CensusError(f"the census on {where}: {result.describe()}; the census is incomplete")
+    if protocol.lacks_verb(protocol.CENSUS, result.exit_code, result.stdout, result.stderr):
+        raise CensusError(f"the agent on {where} has no census verb: update the helper first (vq admin update "
+                          "HOST --expected-sha SHA)")
+    if result.stdout_truncated:
+        raise CensusError(f"the census answer on {where} is larger than {CAPTURE_LIMIT} bytes")
+    try:
+        found = CensusScan.from_json(result.stdout, f"the agent's census answer on {where}", limit=CAPTURE_LIMIT)
+    except InputError as exc:
+        raise CensusError(f"{exc} (exit status {result.exit_code}: {result.error_text()[-300:]})") from None
+    if result.exit_code != 0 or not found.complete:
+        raise CensusError(f"the agent on {where} could not read the queue completely: "
+                          f"{found.error or result.describe()}", found.cost)
+    return found
 
 
 def _stable_links(launcher: object) -> list[str]:
@@ -139,32 +162,35 @@ def _stable_links(launcher: object) -> list[str]:
     return []
 
 
-def census(state: StateDir, transport: Transport, host: str, program: str,
-           read: Reader | None = None) -> dict[str, Any]:
-    """The census document (schema ``vq-admin/references/1``); *read* as :func:`active_jobs`."""
+def census(state: StateDir, transport: Transport, agent: Sequence[str], host: str, program: str,
+           run: Runner | None = None) -> dict[str, Any]:
+    """The census document (schema ``vq-admin/references/1``) of *program* on *host*; *agent* and *run*
+    as for :func:`scan`."""
     started = time.monotonic()
     rows = generations(state, host, program)
-    jobs = active_jobs(transport, read)
+    found = scan(transport, agent, run)
     warnings: list[str] = []
     links = sorted({link for row in rows for link in _stable_links(row["launcher"])})
-    for job in jobs:
-        label = f"job {job['id']} ({job['state']})"
-        for row in rows:
-            if row["sha"] in job["text"]:
-                row["reasons"].append(label)
-                match = "launcher" if row["launcher"] and row["launcher"] in job["text"] else "sha"
-                row["jobs"].append({"id": job["id"], "display": job["display"], "state": job["state"], "match": match})
-        for link in links:
-            if re.search(re.escape(link) + r"(?![^/\s'\"])", job["text"]):
-                warnings.append(f"{label} names {link}, a mutable path: it runs whatever current is at dispatch, "
-                                "not a verified generation; resubmit it with the launcher vq admin launcher prints")
     known = {row["sha"] for row in rows}
     unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
-    for job in jobs:
-        for sha in sorted(set(SHA_IN_TEXT_RE.findall(job["text"])) - known):
-            unregistered.setdefault(sha, []).append(f"job {job['id']} ({job['state']})")
+    named = sorted(((job, group.words) for group in found.groups for job in group.jobs), key=lambda p: int(p[0].id))
+    for job, words in named:
+        label = f"job {job.id} ({job.state})"
+        for row in rows:
+            if _names(words, row["sha"]):
+                row["reasons"].append(label)
+                match = "launcher" if row["launcher"] and _names(words, row["launcher"]) else "sha"
+                row["jobs"].append({"id": job.id, "display": job.display, "state": job.state, "user": job.user,
+                                    "match": match})
+        for link in links:
+            if any(re.search(re.escape(link) + r"(?![^/\s'\"])", word) for word in words):
+                warnings.append(f"{label} names {link}, a mutable path: it runs whatever current is at dispatch, "
+                                "not a verified generation; resubmit it with the launcher vq admin launcher prints")
+        for sha in sorted({sha for word in words for sha in SHA_IN_TEXT_RE.findall(word)} - known):
+            unregistered.setdefault(sha, []).append(label)
     for row in rows:
         row["referenced"] = bool(row["reasons"])
     return {"host": host, "program": program, "where": transport.where, "taken_at": utc_now(),
-            "complete": True, "jobs_scanned": len(jobs), "seconds": round(time.monotonic() - started, 3),
-            "generations": rows, "warnings": warnings, "unregistered": unregistered}
+            "complete": True, "jobs_scanned": found.jobs_scanned,
+            "seconds": round(time.monotonic() - started, 3),
+            "cost": found.cost.to_value(), "generations": rows, "warnings": warnings, "unregistered": unregistered}
