@@ -331,7 +331,7 @@ def test_ssh_client_of_the_first_agent_call_of_an_allocation_profile_killed(tmp_
     assert not (world.scratch / ".vq-admin" / "runtime-deploy" / program).exists(), "an attempt was started"
     assert any("killed by SIGKILL" in e and "changed nothing" in e for e in done.receipt["errors"]), done.receipt
     record("SIGKILL of the ssh client of the run's first agent call (allocation profile: lease and check)",
-           "unknown", done.outcome)
+           "failed", done.outcome)
     clean_after(world, done, converge(world, "ok"))
 
 
