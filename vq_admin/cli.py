@@ -197,6 +197,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="provider_options entry ({root} expands to the disposable root; repeatable)")
     q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
+    q.add_argument("--source-repo", metavar="PATH",
+                   help="deploy the site's own source (a git repository) instead of the kit's fixture; with --sha")
+    q.add_argument("--sha", metavar="SHA", help="with --source-repo: the full SHA of the commit to deploy")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
     for option, what in (("--update-command", "update"), ("--install-command", "install"),
                          ("--verify-command", "verify"), ("--activate-command", "activate (rollback)"),
