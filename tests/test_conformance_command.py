@@ -249,6 +249,18 @@ def test_provider_test_deploys_the_sites_own_source_with_source_repo_and_sha(tmp
     assert "  not run: failed-validation-exits-nonzero, " in text.stdout
 
 
+def test_the_provider_guide_names_the_activation_and_prune_checks_the_kit_runs():
+    from vq_admin.conformance import run_conformance
+
+    names = {c.name for c in run_conformance("command", commands={
+        "update_command": (str(DEPLOY), "--root", "{root}"), "verify_command": (str(VERIFY), "--root", "{root}"),
+        "activate_command": (str(ACTIVATE), "--root", "{root}"),
+        "prune_command": (str(PRUNE), "--root", "{root}")}).checks if c.name.startswith(("activate", "prune"))}
+    guide = (EXAMPLE.parent.parent / "providers.md").read_text()
+    assert len(names) == 5 and all(f"`{name}`" in guide for name in names), names
+    assert "not exercised by the kit" not in guide
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--sha", "a" * 40], "--source-repo and --sha go together"),
     (["--source-repo", "/nonexistent"], "--source-repo and --sha go together"),

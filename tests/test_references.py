@@ -86,13 +86,26 @@ def test_census_reasons(state):
     transport = Scripted(answers)
     doc = census(state, transport, "cluster", "vibeqc")
     assert reasons(doc) == {SHA["A"]: ["job 11 (PENDING)"], SHA["B"]: ["job 12 (RUNNING)"], SHA["C"]: ["last-good"],
-                            SHA["D"]: ["current"]}
+                            SHA["D"]: ["last-ok"]}  # the words prune keeps them by
     assert doc["jobs_scanned"] == 3 and doc["complete"] is True
     assert ["scontrol", "show", "job", "-o", "13"] not in transport.calls  # terminal in squeue: not read
     assert ["scontrol", "write", "batch_script", "12", "-"] not in transport.calls  # no batch script
     assert len(doc["warnings"]) == 1 and "job 14 (PENDING) names /apps/v/current" in doc["warnings"][0]
     row_a = next(r for r in doc["generations"] if r["sha"] == SHA["A"])
     assert row_a["jobs"] == [{"id": "11", "display": "11", "state": "PENDING", "match": "launcher"}]
+
+
+def test_the_census_says_what_prune_keeps_and_removes_in_prunes_words(state):
+    """``vq admin references`` without --json: LAST OK is ``last-ok`` (prune's word, not ``current``), and a
+    generation nothing references is what prune removes (never "keep: unreferenced")."""
+    from vq_admin.commands.references import _lines
+
+    text = "\n".join(_lines(census(state, Scripted(dict([squeue()])), "cluster", "vibeqc"))) + "\n"
+    assert f"  {SHA['D']}  {launcher(SHA['D'])}\n      keep: last-ok\n" in text, text
+    assert f"  {SHA['C']}  {launcher(SHA['C'])}\n      keep: last-good\n" in text, text
+    assert text.count("      prune: nothing references it: vq admin prune removes it unless it is among the --keep N "
+                      "most recent (default 3)") == 2, text
+    assert "unreferenced" not in text and "current" not in text
 
 
 def test_job_gone_between_calls_is_skipped(state):
