@@ -294,6 +294,13 @@ def test_readme_and_operator_guide_give_the_same_installation():
             assert re.search(re.escape(f"`{part}`") + r"[^\n]*[:,-]", text), f"{doc.name} does not say why {part}"
 
 
+def test_the_readme_says_what_the_fast_lane_installs_and_how_long_it_takes():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    fast = text.split('bash scripts/test.sh -m "not real"\n', 1)[1].split("\n\n", 1)[0]
+    assert "apt-get" in fast and "pip" in fast and "as root" in fast, fast
+    assert re.search(r"\b\d+ minutes\b", fast) and re.search(r"\d+ workers", fast), fast
+
+
 def test_build_output_of_the_sub_distributions_is_ignored():
     done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "hookspecs/build/lib/x.py",
                            "site_example/build/lib/x.py"], capture_output=True, text=True, timeout=30)
