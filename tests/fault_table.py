@@ -108,7 +108,8 @@ def enumerate_targets(log: Path, modes_for, window=None) -> list[Target]:
 
 # -- the one expected outcome of each row ----------------------------------------------
 
-#: Read-only steps before anything changed: an interruption there is unknown ("this run changed nothing").
+#: Read-only steps before anything changed: an interruption there is unknown ("this run changed nothing"), but
+#: the run's first agent call cut before the agent said a word is failed: the host was not reached.
 READ_ONLY_FIRST = ("pre-verify", "pre-verify-readback", "pre-identity")
 #: Steps that prepare without changing what runs (stages, mirror reads): nothing was installed -> failed.
 NOTHING_INSTALLED = ("stage-create", "stage-receive", "stage-verify", "mirror-probe", "mirror-read", "mirror-symrefs",
@@ -125,7 +126,9 @@ def expected_outcome(label: str, fault: str) -> str:
     * vq-admin SIGKILLed at a step boundary: ``killed`` (no receipt; the next run converges);
     * a driver-side read before any step (git in the checkout) or closing the shared connection:
       ``failed`` (nothing ran anywhere) and ``ok`` (the work was done) respectively;
-    * the read-only pre-verify (or pre-identity): ``unknown``, "this run changed nothing";
+    * the read-only pre-verify (or pre-identity): ``unknown``, "this run changed nothing"; but the run's
+      first agent call (``session``) dropped before it ran: ``failed``, the host was not reached
+      (CONTRACT section 15);
     * staging, the mirror reads and the command-file checks: ``failed``, nothing was installed;
     * a mutating call: dropped before it ran, ``unknown`` (the read-back cannot prove the new
       identity; the mirror feed's read-back proves nothing changed, so ``failed`` there); dropped
@@ -141,7 +144,7 @@ def expected_outcome(label: str, fault: str) -> str:
     if step == "-":
         return "ok" if "ssh -O exit" in label else "failed"
     if step in READ_ONLY_FIRST:
-        return "unknown"
+        return "failed" if fault == "drop-before" and "vq-admin-agent session" in label else "unknown"
     if step in NOTHING_INSTALLED:
         return "failed"
     if step in MUTATING:

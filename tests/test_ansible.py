@@ -191,6 +191,23 @@ def test_playbooks_roll_out_stop_check_and_retry_a_lock(tmp_path: Path, sshd, co
     done = play(f.a, "--check")
     assert done.returncode == 0 and changed(done.stdout) == {"alpha": 1, "beta": 1, "gamma": 1}, done.stdout
     assert hosts_digest() == before
+    # nothing ran in check mode, so there is no outcome (never "ok"); a missing scratch_root fails the task as
+    # the run would, naming the fix, and the play stops there
+    module = [BIN / "ansible", "alpha", "-i", inventory, "-c", "local", "--check", "-m", "vq.admin.runtime", "-a",
+              f"program={f.program} expected_sha={f.a} config={f.config} state_dir={state}"]
+    done = run(module, env)
+    result = json.loads(done.stdout.split("alpha | CHANGED => ", 1)[1])
+    assert (result["outcome"], result["exit_code"], result["verify"]["state"]) == (None, None, "drifted"), result
+    scratch = f.scratch("alpha")
+    scratch.rename(scratch.with_name("away"))
+    done = run(module, env, check=False)
+    result = json.loads(done.stdout.split("alpha | FAILED! => ", 1)[1])
+    assert result["msg"].startswith(f"alpha: scratch_root {scratch} does not exist"), result["msg"]
+    assert f"mkdir -p {scratch}" in result["msg"] and result["outcome"] == "failed", result
+    done = play(f.a, "--check")
+    assert done.returncode == 2 and recap(done.stdout)["alpha"]["failed"] == 1, done.stdout
+    scratch.with_name("away").rename(scratch)
+    assert hosts_digest() == before
 
     # the first host's build fails: the play stops there, beta and gamma are untouched
     flag.touch()

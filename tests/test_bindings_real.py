@@ -64,12 +64,12 @@ def test_held_job_keeps_its_generation_across_deployments(site):
     job, output = submit_held_selftest(cluster, launcher, site["tmp"])
     try:
         assert job_state(cluster, job) == "PENDING"
-        assert references(site)[sha["A"]] == ["current", f"job {job} (PENDING)"]
+        assert references(site)[sha["A"]] == ["last-ok", f"job {job} (PENDING)"]  # the words prune keeps them by
         deploy(site, "B")
         deploy(site, "C")
         census = references(site)
         assert census[sha["A"]] == [f"job {job} (PENDING)"]  # only the queued job keeps A now
-        assert census[sha["B"]] == ["last-good"] and census[sha["C"]] == ["current"] and census[sha["D"]] == []
+        assert census[sha["B"]] == ["last-good"] and census[sha["C"]] == ["last-ok"] and census[sha["D"]] == []
         pruned = ssh(cluster, SITE_EXAMPLE, "prune", "--root", str(root), "--program", "vibeqc",
                      "--referenced-file", str(site["tmp"] / "census.json"))
         assert pruned.returncode == 0, pruned.stderr

@@ -73,7 +73,7 @@ def test_every_host_reached_in_parallel_with_a_reason_for_each_failure(tmp_path,
     hosts = doc["hosts"]
     assert sorted(hosts) == sorted(["cluster", "build", "slow1", "slow2", "noagent", "unresolvable", "hung", "retired"])
     assert hosts["cluster"]["status"] == "ok", hosts["cluster"]
-    assert hosts["cluster"]["argv"][-2:] == ["version", "--sinfo"]
+    assert hosts["cluster"]["argv"][-4:] == ["version", "--sinfo", "--root", str(scratch)]
     assert hosts["cluster"]["sinfo"]["exit_code"] == 0 and sum(hosts["cluster"]["sinfo"]["states"].values()) == 1
     assert hosts["cluster"]["agent"]["version"] and hosts["cluster"]["agent"]["checksum"] in ("xxh3_64", "blake2b")
     assert hosts["build"]["status"] == "ok" and hosts["build"]["sinfo"] is None
@@ -129,7 +129,8 @@ def test_build_hosts_are_probed_once_each_and_an_alias_is_never_contacted(tmp_pa
     builds = doc["build_hosts"]
     assert list(builds) == ["cluster-build", "no-such-build.invalid"]
     good, bad = builds["cluster-build"], builds["no-such-build.invalid"]
-    assert good["status"] == "ok" and good["agent"]["version"] and good["argv"][-1] == "version"
+    assert good["status"] == "ok" and good["agent"]["version"]
+    assert good["argv"][-3:] == ["version", "--root", str(scratch)]
     assert good["used_by"] == ["helper_update_host of cluster", "update_host of cluster/one"]
     assert bad["status"] == "failed" and bad["used_by"] == ["update_host of cluster/two"]
     assert "exit 255" in bad["reason"] and "no-such-build.invalid" in bad["reason"]
@@ -173,3 +174,57 @@ def test_timeout_without_connect_is_a_usage_error(tmp_path, scratch):
     assert run_vq("check", "--timeout", "5", config=config).exit_code == 2
     assert run_vq("check", "--connect", "--timeout", "-1", config=config).exit_code == 2
     assert run_vq("check", "--connect", "--timeout", "nan", config=config).exit_code == 2
+
+
+def test_each_scratch_root_is_checked_as_a_run_would_with_the_fix_named(tmp_path, real_sshd):
+    """A login host's missing scratch_root fails ``--connect`` naming the mkdir/chmod that fixes it, and
+    then lets the run through; a build host is checked for the scratch_root of each login host naming it
+    (stages are made there), and one that another user can change is named with its fix."""
+    missing, shared = tmp_path / "scratch-missing", tmp_path / "scratch-shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # group- and other-writable without the sticky bit: anybody could swap .vq-admin
+    good = tmp_path / "scratch-good"
+    good.mkdir()
+    config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_sshd.ssh_config}"\n\n'
+                          + _host("cluster", ssh="cluster", scratch=missing)
+                          + _host("other", ssh="cluster", scratch=good)
+                          + _profile("other", "prog", False) + 'update_host = "cluster-build"\n\n'
+                          + _host("third", ssh="cluster", scratch=shared)
+                          + _profile("third", "prog", False) + 'update_host = "cluster-build"\n\n')
+    result = run_vq("check", "--connect", "--timeout", "30", "--json", config=config, timeout=120)
+    doc = result.json()
+    assert result.exit_code == 1 and doc["failed"] == ["cluster", "third", "cluster-build"], result.stdout
+    cluster = doc["hosts"]["cluster"]
+    assert cluster["argv"][-2:] == ["--root", str(missing)] and cluster["agent"]["version"]
+    assert cluster["scratch"] == [{"root": str(missing), "problem": cluster["reason"]}]
+    assert f"scratch_root {missing} does not exist" in cluster["reason"]
+    assert f"mkdir -p {missing} && chmod 700 {missing}" in cluster["reason"]
+    assert doc["hosts"]["other"]["status"] == "ok" and doc["hosts"]["other"]["scratch"][0]["problem"] is None
+    build = doc["build_hosts"]["cluster-build"]
+    assert [c["root"] for c in build["scratch"]] == [str(good), str(shared)]
+    assert build["scratch"][0]["problem"] is None and build["reason"] == build["scratch"][1]["problem"]
+    assert f"directory {shared} is group- and other-writable" in build["reason"] and "chmod go-w" in build["reason"]
+    text = run_vq("check", "--connect", "--timeout", "30", config=config, timeout=120)
+    row = next(line for line in text.stderr.splitlines() if line.startswith("cluster "))
+    assert text.exit_code == 1 and row.split()[3] == "failed" and row.endswith(f"chmod 700 {missing}"), text.stderr
+
+    missing.mkdir(mode=0o700)  # the fix as named
+    shared.chmod(0o755)
+    result = run_vq("check", "--connect", "--timeout", "30", "--json", config=config, timeout=120)
+    assert result.exit_code == 0 and result.json()["failed"] == [], result.stdout
+
+
+def test_a_run_refused_by_a_missing_scratch_root_names_the_fix_and_check_connect_finds_it_first(tmp_path,
+                                                                                               real_sshd):
+    from test_chaos import World
+
+    world = World(tmp_path, real_sshd.ssh_config, "scratchless")
+    world.scratch.rmdir()
+    found = run_vq("check", "--connect", "--json", config=world.config, timeout=120).json()
+    assert found["failed"] == ["cluster", "cluster-build"], found
+    rows = (found["hosts"]["cluster"], found["build_hosts"]["cluster-build"])
+    assert all("mkdir -p" in row["reason"] for row in rows), rows
+    done = world.run()
+    assert done.outcome == "refused" and world.active() is None, done.stdout
+    assert any(f"mkdir -p {world.scratch} && chmod 700 {world.scratch}" in e for e in done.receipt["errors"]), \
+        done.receipt["errors"]

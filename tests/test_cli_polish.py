@@ -172,6 +172,29 @@ def test_configuration_doc_shows_what_the_tool_prints(tmp_path):
     assert done.returncode == int(block.group(2))
 
 
+def test_the_authority_example_of_the_configuration_doc_is_the_real_output(tmp_path):
+    """docs/configuration.md, "Authority": the refusal of an update against an alias, as printed."""
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8").split("\n## Authority\n", 1)[1]
+    block = re.search(r"```\n\$ (vq admin update .*?)\n(.*?)\n```", text, re.S)
+    assert block, "docs/configuration.md lost its authority example"
+    config = write_config(tmp_path / "admin.toml", """
+        [hosts.cluster]
+        fleet_role = "managed"
+        transport = "local"
+        [hosts.cluster.scheduler_runtime_deployments.vibeqc-release]
+        update_command = "/site/bin/deploy-vibeqc-release"
+        verify_command = "/site/bin/verify-vibeqc-release"
+        source_repo = "/srv/src/vibeqc"
+        [hosts.login2]
+        fleet_role = "alias"
+        canonical_host = "cluster"
+        """)
+    done = run_vq(*block.group(1).split()[2:], config=config, state=tmp_path / "state")
+    receipt = re.compile(r"(receipt   ).*/receipts/\d{8}T\d{6}Z-(.*)-[0-9a-f]{8}\.json")
+    assert receipt.sub(r"\1\2", done.stderr.strip()) == receipt.sub(r"\1\2", block.group(2).strip())
+    assert done.exit_code == 77
+
+
 def test_the_complete_example_of_the_configuration_doc_passes_check(tmp_path):
     """docs/configuration.md, "A complete example": ``check`` takes it as printed there (its
     ``ssh_config`` pointed at a file that exists here)."""
@@ -205,6 +228,47 @@ def test_a_host_typo_records_nothing(site, targets, as_json):
     assert ((state / "admin.log").read_bytes() if (state / "admin.log").exists() else b"") == log_before
 
 
+def state_files(state: Path) -> tuple[list[Path], bytes]:
+    return (sorted(p.relative_to(state) for p in state.rglob("*")),
+            (state / "admin.log").read_bytes() if (state / "admin.log").exists() else b"")
+
+
+@pytest.mark.parametrize("verb", ["update", "rollback", "prune", "verify", "references"])
+def test_program_and_host_swapped_get_a_hint_about_the_order_and_record_nothing(site, verb):
+    tmp, config, state, sha, env = site
+    before = state_files(state)
+    extra = ["--expected-sha", sha] if verb == "update" else []
+    result = run_vq_inprocess(verb, "cluster", "vibeqc", *extra, config=config, state=state)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "'vibeqc' is a program and 'cluster' a host: the order is PROGRAM HOST (cluster last)" in result.stderr
+    assert state_files(state) == before
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_program_typo_records_nothing_and_names_the_nearest_profile(site, as_json):
+    tmp, config, state, sha, env = site
+    before = state_files(state)
+    result = run_vq_inprocess("update", "vibeqx", "cluster", "--expected-sha", sha,
+                              *(["--json"] if as_json else []), config=config, state=state)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert ("host cluster has no scheduler_runtime_deployments.vibeqx profile (profiles: vibeqc); did you mean "
+            "'vibeqc'?") in result.stderr
+    assert state_files(state) == before and not (state / "receipts").exists()
+    assert run_vq_inprocess("update", "vibeqc", "clustre", "--expected-sha", sha, config=config,
+                            state=state).stderr.rstrip().endswith("(hosts: cluster, login2); did you mean 'cluster'?")
+
+
+def test_a_mistyped_configuration_key_names_the_key_it_resembles(tmp_path):
+    config = write_config(tmp_path / "admin.toml", """
+        [hosts.cluster]
+        fleet_role = "managed"
+        scratch_rot = "/scratch"
+        """)
+    done = run_vq_inprocess("check", config=config)
+    assert done.exit_code == 2 and "hosts.cluster.scratch_rot: unknown key; did you mean 'scratch_root'?" \
+        in done.stderr, done.stderr
+
+
 def test_a_configured_host_without_authority_is_still_recorded(site):
     """The control: a refusal of a configured host keeps its receipt and log line."""
     tmp, config, state, sha, env = site
@@ -230,10 +294,46 @@ def test_readme_and_operator_guide_give_the_same_installation():
             assert re.search(re.escape(f"`{part}`") + r"[^\n]*[:,-]", text), f"{doc.name} does not say why {part}"
 
 
+def test_the_readme_says_what_the_fast_lane_installs_and_how_long_it_takes():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    fast = text.split('bash scripts/test.sh -m "not real"\n', 1)[1].split("\n\n", 1)[0]
+    assert "apt-get" in fast and "pip" in fast and "as root" in fast, fast
+    assert re.search(r"\b\d+ minutes\b", fast) and re.search(r"\d+ workers", fast), fast
+
+
 def test_build_output_of_the_sub_distributions_is_ignored():
     done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "hookspecs/build/lib/x.py",
                            "site_example/build/lib/x.py"], capture_output=True, text=True, timeout=30)
     assert done.stdout.split() == ["hookspecs/build/lib/x.py", "site_example/build/lib/x.py"], done.stderr
+
+
+def test_the_first_configuration_puts_agent_and_scratch_root_where_it_names_them():
+    """operator-guide's "First configuration": the paths its sample names on the hosts (``agent``,
+    ``scratch_root``), which vq-admin never creates, are put there by a step of the same section."""
+    import tomllib
+
+    section = (DOCS / "operator-guide.md").read_text(encoding="utf-8").split("## First configuration\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    sample = tomllib.loads(re.search(r"```toml\n(.*?)```", section, re.S).group(1))["hosts"]["cluster"]
+    steps = "\n".join(re.findall(r"```sh\n(.*?)```", section, re.S))
+    agent = sample["agent"].split()[-1]
+    assert re.search(rf"scp .*:{re.escape(agent)}\n", steps), f"no step puts the agent at {agent}:\n{steps}"
+    assert f"mkdir -p {os.path.dirname(agent)} {sample['scratch_root']}" in steps, steps
+    assert f"chmod 700 {sample['scratch_root']}" in steps, steps
+
+
+def test_an_indented_sample_never_runs_into_the_next_paragraph():
+    """A paragraph line right after an indented (4-space) sample block, without a blank line between, is
+    rendered as part of the sample (operator-guide's "Reclaiming space" once did)."""
+    for doc in sorted(DOCS.glob("*.md")):
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        fenced = False
+        for before, line in zip(lines, lines[1:], strict=False):
+            fenced ^= before.lstrip().startswith("```")
+            if fenced or not before.startswith("    ") or not line.strip() or line.startswith("    "):
+                continue
+            if not re.match(r"\s*([-*|]|\d+\.)", before):  # a list item's or table's continuation is text
+                pytest.fail(f"docs/{doc.name}: {line.strip()[:60]!r} runs on from the sample above it")
 
 
 def test_docs_stand_alone():

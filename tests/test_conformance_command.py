@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from support import AGENT, GitRepo, run_vq, write_config
+from support import AGENT, GitRepo, git, run_vq, write_config
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "command-provider"
 DEPLOY, VERIFY = EXAMPLE / "deploy", EXAMPLE / "verify"
@@ -167,3 +168,106 @@ def test_without_activate_and_prune_commands_the_generation_cases_are_not_run():
                   "--verify-command", f"{VERIFY} --root {{root}}", "--json")
     names = {c["name"] for c in done.json()["checks"]}
     assert not names & {"activate-B", "prune-keeps-kept"}, names
+
+
+#: A site source that pip can install: its own in-tree PEP 517 backend (no build requirement to download).
+PIP_SOURCE = {
+    "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+    "backend.py": '''\
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "mysim", "1.0"
+DIST = f"{NAME}-{VERSION}.dist-info"
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {f"{NAME}.py": open(f"{NAME}.py", "rb").read(),
+             f"{DIST}/METADATA": f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n".encode(),
+             f"{DIST}/WHEEL": b"Wheel-Version: 1.0\\nGenerator: backend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+              f"{len(data)}" for name, data in files.items()] + [f"{DIST}/RECORD,,"]
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as whl:
+        for member, data in files.items():
+            whl.writestr(member, data)
+        whl.writestr(f"{DIST}/RECORD", "\\n".join(record) + "\\n")
+    return name
+''',
+    "mysim.py": "VERSION = '1.0'\n",
+    "vq_selftest.py": "import mysim; print('selftest', mysim.VERSION)\n",
+}
+#: A site build that really builds: pip installs the staged source (needing its packaging), then the example
+#: deploy makes the release.
+PIP_BUILD = f"""#!{sys.executable}
+import os, subprocess, sys, tarfile, tempfile
+archive = sys.argv[sys.argv.index("--source-archive") + 1]
+with tempfile.TemporaryDirectory() as tmp:
+    with tarfile.open(archive) as tar:
+        tar.extractall(os.path.join(tmp, "src"))
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                           "--disable-pip-version-check", "--target", os.path.join(tmp, "lib"),
+                           os.path.join(tmp, "src")])
+os.execv({str(DEPLOY)!r}, [{str(DEPLOY)!r}] + sys.argv[1:])
+"""
+
+
+def test_provider_test_deploys_the_sites_own_source_with_source_repo_and_sha(tmp_path):
+    """A provider whose build pip-installs the source fails the kit on its fixture (not installable), and
+    passes it on the site's own source (``--source-repo PATH --sha SHA``), activation and prune included;
+    the checks that need a commit failing validation on purpose are named as not run."""
+    build = tmp_path / "pip-build"
+    build.write_text(PIP_BUILD)
+    build.chmod(0o755)
+    words = ["provider", "test", "command", "--update-command", f"{build} --root {{root}}",
+             "--verify-command", f"{VERIFY} --root {{root}}", "--activate-command", f"{ACTIVATE} --root {{root}}",
+             "--prune-command", f"{PRUNE} --root {{root}}"]
+    fixture = run_vq(*words, "--json", timeout=600)
+    report = fixture.json()
+    assert fixture.exit_code == 1 and report["source"] is None, fixture.stdout
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == ["deploy-A"], report["checks"]
+
+    repo = GitRepo(tmp_path / "site-src")
+    sha = repo.commit("mysim 1.0", PIP_SOURCE)
+    before = git(repo.path, "for-each-ref"), git(repo.path, "count-objects", "-v")
+    done = run_vq(*words, "--source-repo", str(repo.path), "--sha", sha, "--json", timeout=900)
+    report = done.json()
+    assert done.exit_code == 0 and report["passed"] is True, done.stdout + done.stderr
+    checks = [c["name"] for c in report["checks"]]
+    assert checks[:6] == ["hooks", "argv-shape", "deploy-A", "evidence-A", "deploy-B", "evidence-B"], checks
+    assert {"redeploy-A", "older-not-rewritten", "activate-B", "activate-refuses-unbuilt", "activate-A",
+            "prune-keeps-kept", "prune-report-truthful"} <= set(checks)
+    source = report["source"]
+    assert (source["repo"], source["sha"], source["commits"]["A"]) == (str(repo.path), sha, sha)
+    assert len({source["commits"]["B"], source["commits"]["C"], sha}) == 3
+    assert source["not_run"] == ["failed-validation-exits-nonzero", "current-unchanged-until-validated",
+                                 "verify-truthful", "releases-kept-after-failure"]
+    assert not set(source["not_run"]) & set(checks)
+    assert (git(repo.path, "for-each-ref"), git(repo.path, "count-objects", "-v")) == before  # only read
+    text = run_vq(*words[:3], "--update-command", f"{build} --root {{root}}", "--verify-command",
+                  f"{VERIFY} --root {{root}}", "--source-repo", str(repo.path), "--sha", sha, timeout=900)
+    assert text.exit_code == 0 and f"  source {repo.path} at {sha} (A;" in text.stdout, text.stdout
+    assert "  not run: failed-validation-exits-nonzero, " in text.stdout
+
+
+def test_the_provider_guide_names_the_activation_and_prune_checks_the_kit_runs():
+    from vq_admin.conformance import run_conformance
+
+    names = {c.name for c in run_conformance("command", commands={
+        "update_command": (str(DEPLOY), "--root", "{root}"), "verify_command": (str(VERIFY), "--root", "{root}"),
+        "activate_command": (str(ACTIVATE), "--root", "{root}"),
+        "prune_command": (str(PRUNE), "--root", "{root}")}).checks if c.name.startswith(("activate", "prune"))}
+    guide = (EXAMPLE.parent.parent / "providers.md").read_text()
+    assert len(names) == 5 and all(f"`{name}`" in guide for name in names), names
+    assert "not exercised by the kit" not in guide
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--sha", "a" * 40], "--source-repo and --sha go together"),
+    (["--source-repo", "/nonexistent"], "--source-repo and --sha go together"),
+    (["--source-repo", "/nonexistent", "--sha", "abc"], "--sha: 'abc' is not a full commit SHA"),
+    (["--source-repo", "/nonexistent", "--sha", "a" * 40], "--source-repo /nonexistent: not a directory"),
+])
+def test_source_repo_usage_errors(extra, message):
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", *extra)
+    assert done.exit_code == 2 and message in done.stderr, done.stderr

@@ -213,6 +213,18 @@ def test_page_renders_without_warnings(page):
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
+def test_page_renders_at_80_columns_without_warnings(page):
+    """As an operator reads it: ``man`` on an 80-column terminal, with troff's warnings on (a line that cannot
+    be adjusted, a path wider than the line)."""
+    if not shutil.which("man"):
+        pytest.skip("man is not installed (Debian package man-db)")
+    done = subprocess.run(["man", "--warnings", "-l", str(page)], capture_output=True, text=True,
+                          env=dict(_groff_env(), MANWIDTH="80", MAN_KEEP_FORMATTING="0", PAGER="cat"), check=False)
+    assert done.returncode == 0 and done.stderr == "", f"man warns about {page.name} at 80 columns:\n{done.stderr}"
+    assert done.stdout.strip(), f"{page.name} renders empty"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
 def test_page_has_the_standard_sections_in_order(page):
     _require_groff()
     present = section_order(page)

@@ -122,7 +122,7 @@ def test_census_reasons(state):
                   Job("15", script("true"), gone=True))  # ended between the listing and its script read
     doc = take(state, slurm)
     assert reasons(doc) == {SHA["A"]: ["job 11 (PENDING)"], SHA["B"]: ["job 12 (RUNNING)"], SHA["C"]: ["last-good"],
-                            SHA["D"]: ["current"]}
+                            SHA["D"]: ["last-ok"]}  # the words prune keeps them by
     assert doc["jobs_scanned"] == 3 and doc["complete"] is True
     assert slurm.reads() == ["11", "14", "15"]  # not 12 (no batch script), not 13 (terminal)
     assert len(doc["warnings"]) == 1 and "job 14 (PENDING) names /apps/v/current" in doc["warnings"][0]
@@ -135,6 +135,19 @@ def test_a_sha_nobody_verified_here_is_unregistered(state):
     other = "e" * 40
     doc = take(state, Slurm(Job("11", script(f"/x/releases/{other}/bin/py"))))
     assert doc["unregistered"] == {other: ["job 11 (PENDING)"]}
+
+
+def test_the_census_says_what_prune_keeps_and_removes_in_prunes_words(state):
+    """``vq admin references`` without --json: LAST OK is ``last-ok`` (prune's word, not ``current``), and a
+    generation nothing references is what prune removes (never "keep: unreferenced")."""
+    from vq_admin.commands.references import _lines
+
+    text = "\n".join(_lines(take(state, Slurm()))) + "\n"
+    assert f"  {SHA['D']}  {launcher(SHA['D'])}\n      keep: last-ok\n" in text, text
+    assert f"  {SHA['C']}  {launcher(SHA['C'])}\n      keep: last-good\n" in text, text
+    assert text.count("      prune: nothing references it: vq admin prune removes it unless it is among the --keep N "
+                      "most recent (default 3)") == 2, text
+    assert "unreferenced" not in text and "current" not in text
 
 
 def test_job_gone_between_calls_is_skipped(state):

@@ -103,12 +103,43 @@ def test_verify_names_current_drifted_and_unknown_and_changes_nothing(tmp_path, 
     done = run_vq("verify", "--all", "--textfile", str(prom), config=f.config, state=state)
     assert done.exit_code == 3 and done.stdout == ""
     text = prom.read_text()
-    assert "# TYPE vq_admin_runtime_drift gauge" in text
-    for name, state_label, value in (("alpha", "current", "0.0"), ("beta", "drifted", "1.0"),
-                                     ("gamma", "drifted", "1.0"), ("delta", "unknown", "1.0")):
-        assert f'vq_admin_runtime_drift{{host="{name}",program="{f.program}",state="{state_label}"}} {value}' in text
+    assert "# TYPE vq_admin_runtime_drift gauge" in text and "# TYPE vq_admin_runtime_state gauge" in text
+    # the state is never a label of the drift gauge (a new series at each change); it is a fixed state set
+    for name, found in (("alpha", "current"), ("beta", "drifted"), ("gamma", "drifted"), ("delta", "unknown")):
+        labels = f'host="{name}",program="{f.program}"'
+        assert f"vq_admin_runtime_drift{{{labels}}} {0.0 if found == 'current' else 1.0}" in text
+        for state_name in ("current", "drifted", "unhealthy", "broken", "unknown"):
+            assert f'vq_admin_runtime_state{{{labels},state="{state_name}"}} {float(found == state_name)}' in text
+    assert [line for line in text.splitlines() if line.startswith("vq_admin_runtime_drift{")
+            and "state=" in line] == []
 
     unknown = run_vq("verify", f.program, "nosuch", "--json", config=f.config, state=state)
     assert unknown.exit_code == 2 and "hosts: alpha, beta, delta, gamma" in unknown.json()["errors"][0]
     # nothing changed: no receipt, record or log line under the state directory, nothing on any host
     assert (tree_digest(state), tree_digest(tmp_path / "hosts")) == before
+
+
+def test_a_silent_verifier_is_named_and_verify_calls_it_broken_not_unhealthy(tmp_path, real_sshd):
+    """A verifier that exits 0 and prints nothing: the update's error names the command and its exit
+    status, and ``verify`` reports a broken verifier (not a runtime problem), naming both too."""
+    from test_chaos import World
+
+    world = World(tmp_path, str(real_sshd.ssh_config), "silent-verifier")
+    assert world.run(world.a).outcome == "ok"
+    (tmp_path / "verify-wrapper").write_text("#!/bin/sh\necho 'verifier: lost its way' >&2\nexit 0\n")
+    done = world.run(world.b)
+    assert done.outcome == "failed" and world.active() == world.a, done.stdout
+    verifier = tmp_path / "verify-wrapper"
+    assert done.receipt["errors"][-1] == (f"pre-verify: verify command {verifier} exited 0 and printed nothing (a "
+                                          "verify receipt on stdout is required; stderr: verifier: lost its way); "
+                                          "nothing was run"), done.receipt["errors"]
+    found = run_vq("verify", world.program, "cluster", "--json", config=world.config, state=world.state)
+    entry = found.json()["hosts"]["cluster"][world.program]
+    assert found.exit_code == 1 and entry["state"] == "broken", found.stdout
+    assert entry["detail"].startswith(f"the verifier is broken: verify command {verifier} exited 0 and printed "
+                                      "nothing"), entry["detail"]
+    (tmp_path / "verify-wrapper").write_text("#!/bin/sh\nexit 4\n")
+    entry = run_vq("verify", world.program, "cluster", "--json", config=world.config,
+                   state=world.state).json()["hosts"]["cluster"][world.program]
+    assert (entry["state"], entry["detail"]) == ("broken", f"the verifier is broken: verify command {verifier} "
+                                                           "exited 4: (no message on stderr)"), entry

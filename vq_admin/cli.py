@@ -105,7 +105,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="read-only drift check: is the runtime LAST OK names (or SHA) still active?",
                        description="Run the profile's verify and the launcher read-back on the login host(s); "
-                       "change nothing. Each runtime is current, drifted, unhealthy or unknown.")
+                       "change nothing. Each runtime is current, drifted, unhealthy, broken or unknown.")
     p.add_argument("program", nargs="?", metavar="PROGRAM")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("--all", action="store_true",
@@ -122,9 +122,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.set_defaults(func="commands.providers")
 
     p = sub.add_parser("check", help="validate the configuration and load its providers; run nothing")
+    p.add_argument("hosts", nargs="*", metavar="HOST",
+                   help="with --connect: reach only these hosts (and the build hosts they name)")
     p.add_argument("--connect", action="store_true",
                    help="also reach every configured host (one ssh round trip each, in parallel): agent version, "
-                        "and sinfo where a profile builds in an allocation")
+                        "scratch_root, and sinfo where a profile builds in an allocation")
     p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
                    help="with --connect: bound on each host's round trip (default 30)")
     _common(p)
@@ -195,6 +197,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="provider_options entry ({root} expands to the disposable root; repeatable)")
     q.add_argument("--script-arg", metavar="ARG", action="append", default=[],
                    help="an --update-script-arg value for every deploy (repeatable, kept in order)")
+    q.add_argument("--source-repo", metavar="PATH",
+                   help="deploy the site's own source (a git repository) instead of the kit's fixture; with --sha")
+    q.add_argument("--sha", metavar="SHA", help="with --source-repo: the full SHA of the commit to deploy")
     q.add_argument("--keep", action="store_true", help="keep the disposable directory and print its path")
     for option, what in (("--update-command", "update"), ("--install-command", "install"),
                          ("--verify-command", "verify"), ("--activate-command", "activate (rollback)"),

@@ -21,8 +21,9 @@ login host (the agent, build or job, its pid, the run that started it and
 whether that run's session is still there); an unsafe lease directory or a
 filesystem where ``flock`` does not work is exit 77 with the agent's reason;
 an agent of another session protocol is exit 77 naming the command that
-updates the helper; a host that cannot be reached is ``unknown`` (exit 3;
-nothing ran).
+updates the helper; a host that cannot be reached (its name not resolved, the
+connection refused, authentication failed: the agent never answered) is
+``failed`` (exit 1), saying that nothing was changed: nothing ran there.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ EXIT_UNSAFE = 4
 
 
 class LeaseUnreachable(VqAdminError):
-    """The login host could not be reached to take the lease; nothing ran (exit 3)."""
+    """The login host could not be reached to take the lease; nothing ran there, so nothing was changed:
+    ``failed`` (exit 1), never ``unknown`` (CONTRACT section 15)."""
 
-    outcome = Outcome.UNKNOWN
+    outcome = Outcome.FAILED
 
 
 class OtherProtocol(Refused):
@@ -170,7 +172,8 @@ class Lease:
         the request goes on stdin.  The lease's answer line is waited for :data:`LEASE_WAIT`
         seconds, the rest (the verify bounded by *verify_timeout* on the host) that much longer.
         Returns the agent's answer with the lease held (``answer["lease"]``); a transport lost
-        before or after the agent answered is ``answer["interrupted"]`` (text), with no lease held.
+        before or after the agent answered is ``answer["interrupted"]`` (text), with no lease held, and
+        ``answer["unreached"]`` when not a word came from the agent (nothing ran on the host).
         Raises as :meth:`acquire` does for a lease not held, :class:`OtherProtocol` for an agent
         of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
@@ -179,8 +182,8 @@ class Lease:
         full = self._session_argv(ssh, request)
         fault = failpoint("call", self.where, *self.record["argv"])
         if fault == "drop-before":
-            return self._interrupted(SSH_TRANSPORT_EXIT, "vq-admin test fault: connection dropped before the command "
-                                                         "ran")
+            return dict(self._interrupted(SSH_TRANSPORT_EXIT, "vq-admin test fault: connection dropped before the "
+                                                              "command ran"), unreached=True)
         started = time.monotonic()
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
@@ -265,7 +268,9 @@ class Lease:
                 _agent_cannot_run(code, error, self.where, self.argv[0])
                 raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
                               f"{code}: {error or 'no answer'}; nothing was run")
-            return self._interrupted(code, error.splitlines()[-1] if error else "no message")
+            # not a word from the agent: the host was not reached (or the session ended before the agent
+            # began), so nothing ran there
+            return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         shell = first.get("shell")

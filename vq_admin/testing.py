@@ -29,12 +29,13 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def vq_provider_conformance(tmp_path: pathlib.Path) -> Callable[..., Any]:
-    """``run(name, *, plugin=None, provider_options=None, script_args=())`` -> Report."""
+    """``run(name, *, plugin=None, provider_options=None, script_args=(), source=None)`` -> Report; *source*
+    ``(repository, full SHA)`` deploys the site's own source instead of the kit's fixture."""
     from .conformance import run_conformance
 
     def run(name: str, *, plugin: object | None = None, provider_options: dict[str, str] | None = None,
-            script_args: tuple[str, ...] = (), keep: bool = False) -> Report:
+            script_args: tuple[str, ...] = (), keep: bool = False, source: tuple[str, str] | None = None) -> Report:
         return run_conformance(name, plugin=plugin, provider_options=provider_options, script_args=script_args,
-                               workdir=str(tmp_path), keep=keep)
+                               workdir=str(tmp_path), keep=keep, source=source)
 
     return run

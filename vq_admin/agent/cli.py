@@ -87,7 +87,7 @@ def cmd_identity(args: argparse.Namespace) -> int:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    """Cheap liveness answer (``vq admin check --connect``): no tree digest, no I/O."""
+    """Cheap liveness answer (``vq admin check --connect``): no tree digest; a ``stat`` walk per ``--root``."""
     found: dict[str, Any] = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
@@ -96,6 +96,8 @@ def cmd_version(args: argparse.Namespace) -> int:
     }
     if args.sinfo:
         found["sinfo"] = _sinfo()
+    if args.root:  # each scratch root as a run would find it (vq admin check --connect)
+        found["scratch"] = [{"root": root, "problem": safedirs.scratch_problem(root)} for root in args.root]
     _emit(found)
     return 0
 
@@ -278,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(protocol.VERSION, help="version, Python and checksum of this helper, as one JSON object")
     p.add_argument(protocol.SINFO, action="store_true", help="also run 'sinfo -h -o %%t' and report the node states")
+    p.add_argument(protocol.ROOT, action="append", default=[],
+                   help="also check this scratch root as a run would (exists, trusted; repeatable)")
     p.set_defaults(func=cmd_version)
 
     p = sub.add_parser(protocol.INSTALL_FILE, help="replace the file at --dest with stdin, atomically")

@@ -14,7 +14,7 @@ import sys
 
 from vq_admin_hookspecs import RuntimeRequest
 
-from ..config import Config, load_config
+from ..config import Config, authority, load_config
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..plugins import Providers
@@ -25,6 +25,8 @@ PROBE_SHA = "0" * 40
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
         raise UsageError("--timeout applies only with --connect")
+    if getattr(args, "hosts", None) and not getattr(args, "connect", False):
+        raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
     config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
     if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
         raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
@@ -57,7 +59,9 @@ def _connect(args: argparse.Namespace, config: Config) -> int:
     timeout = args.timeout if args.timeout is not None else connect_check.DEFAULT_TIMEOUT
     if not (timeout > 0 and math.isfinite(timeout)):
         raise UsageError(f"--timeout must be a finite positive number of seconds, not {timeout:g}")
-    probes = connect_check.run_all(config, timeout)
+    for name in args.hosts:
+        authority.lookup(config, name)  # a host not in the configuration: a usage error naming those that are
+    probes = connect_check.run_all(config, timeout, args.hosts)
     document = connect_check.document(config, probes)
     outcome = Outcome.FAILED if document["failed"] else Outcome.OK
     if args.json:

@@ -1,10 +1,10 @@
 """``vq admin references PROGRAM HOST [--json]``: why each generation must be kept.
 
 Lists every verified generation and launcher of PROGRAM on HOST with its
-reasons (``current``, ``last-good``, ``job <id> (<state>)``), reading queued
-and running jobs from the scheduler on the login host (one agent call, the
-agent's ``census``).  Changes nothing but that census's cache in the login
-account's agent state.  Exit 0
+reasons (``last-ok``, ``last-good``, ``job <id> (<state>)``: the words ``vq admin prune`` keeps them by;
+one without is what prune removes), reading queued and running jobs from the
+scheduler on the login host (one agent call, the agent's ``census``).  Changes
+nothing but that census's cache in the login account's agent state.  Exit 0
 with the census, 77 for a host without runtime authority, 1 when the
 scheduler could not be read completely (a provider must then prune nothing).
 """
@@ -24,6 +24,10 @@ from ..state.records import StateDir
 from ..ssh.transport import Session
 
 
+#: What a generation nothing references is to ``vq admin prune`` (which also keeps its most recent ones).
+PRUNED = "nothing references it: vq admin prune removes it unless it is among the --keep N most recent (default 3)"
+
+
 def _lines(doc: dict[str, Any]) -> list[str]:
     cost = doc["cost"]
     lines = [f"{doc['program']} on {doc['host']}: {len(doc['generations'])} generations, "
@@ -31,9 +35,9 @@ def _lines(doc: dict[str, Any]) -> list[str]:
              f"scripts read, {cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls, "
              f"{doc['seconds']:.1f} s)"]
     for row in doc["generations"]:
-        why = ", ".join(row["reasons"]) if row["reasons"] else "unreferenced"
         lines.append(f"  {row['sha']}  {row['launcher'] or '-'}")
-        lines.append(f"      keep: {why}")
+        lines.append(f"      keep: {', '.join(row['reasons'])}" if row["reasons"] else
+                     f"      prune: {PRUNED}")
     lines += [f"  warning: {w}" for w in doc["warnings"]]
     return [safe_text(line) for line in lines]
 
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     check_name(args.program, "PROGRAM")
     check_name(args.host, "HOST")
     config = load_config(args.config)
-    host = authority.lookup(config, args.host)
+    host = authority.lookup(config, args.host, args.program)
     if host.fleet_role == "alias":
         host = authority.lookup(config, host.canonical_host or "")
     host, _ = authority.runtime_profile(config, host.name, args.program)  # 77 without authority, 2 without a profile

@@ -7,7 +7,9 @@ active with what LAST OK names (or ``--expected-sha``):
 
 * ``current``: that SHA is active, verified, and its launcher has the SHA-256 LAST OK attested;
 * ``drifted``: another SHA, or another launcher hash, is active (both are named);
-* ``unhealthy``: the verify could not prove the runtime (a failed check, no receipt);
+* ``unhealthy``: the verify could not prove the runtime (a failed check);
+* ``broken``: the verifier itself failed (it exited non-zero, printed nothing or no verify receipt), so
+  nothing is known of the runtime: the detail names the verify command and its exit status;
 * ``unknown``: the login host could not be reached (or there is nothing to compare with).
 
 It takes no lock and no lease and writes nothing: not under the state directory, not on a host.
@@ -31,6 +33,9 @@ from ..report.output import safe_text
 from ..state.records import StateDir
 from ..ssh.transport import Session
 from .arguments import check_name, full_sha
+
+#: Every state a checked runtime can be in (the module docstring says what each means).
+STATES = ("current", "drifted", "unhealthy", "broken", "unknown")
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -74,6 +79,8 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     receipt = found.receipt
     if found.interrupted:
         return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
+    if found.broken is not None:  # a verifier problem, not a runtime one
+        return dict(entry, state="broken", detail=f"the verifier is broken: {found.broken}")
     if receipt is None:
         return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
     active_sha = (receipt.source_sha or "").lower() or None
@@ -137,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if prometheus or textfile:
         from ..report.metrics import drift_registry, publish
 
-        publish(drift_registry(hosts), prometheus=prometheus, textfile=textfile)
+        publish(drift_registry(hosts, STATES), prometheus=prometheus, textfile=textfile)
     elif args.json:
         emit(SCHEMAS["verify"], outcome, {"expected_sha": sha, "hosts": hosts}, errors)
     elif errors or args.verbose or sys.stdout.isatty():

@@ -8,12 +8,13 @@ falls back to a default.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
 from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
@@ -300,10 +301,16 @@ def _where(key: str, name: str) -> str:
     return f"{key}.{name}" if key else name
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the known name closest to a mistyped *word* (``""`` when none is close)."""
+    close = difflib.get_close_matches(word, sorted(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
     for k in table:
         if k not in allowed:
-            raise ConfigError(_where(key, k), "unknown key")
+            raise ConfigError(_where(key, k), "unknown key" + did_you_mean(k, allowed))
 
 
 def _check_name(name: str, key: str, what: str) -> None:

@@ -8,19 +8,25 @@ alias the canonical host to use instead.
 
 from __future__ import annotations
 
-from . import Config, HostConfig, RuntimeProfile
+from . import Config, HostConfig, RuntimeProfile, did_you_mean
 from ..report.outcome import Refused, UsageError
 
 RUNTIME_ROLES = ("managed",)
 HELPER_ROLES = ("managed", "helper-only")
 
 
-def lookup(config: Config, host: str) -> HostConfig:
+def lookup(config: Config, host: str, program: str | None = None) -> HostConfig:
+    """Host *host* of the configuration; one that is not there is a usage error naming the hosts, the one
+    closest to a typo, and, when *program* (the word given as PROGRAM) is a host and *host* a program, the
+    order of the words."""
     try:
         return config.hosts[host]
     except KeyError:
         known = ", ".join(sorted(config.hosts)) or "none"
-        raise UsageError(f"host {host!r} is not in the configuration {config.path} (hosts: {known})") from None
+        hint = did_you_mean(host, config.hosts)
+        if program in config.hosts and any(host in h.runtimes for h in config.hosts.values()):
+            hint = f"; {host!r} is a program and {program!r} a host: the order is PROGRAM HOST ({program} last)"
+        raise UsageError(f"host {host!r} is not in the configuration {config.path} (hosts: {known}){hint}") from None
 
 
 def with_role(config: Config, name: str, lane: str, roles: tuple[str, ...],
@@ -47,6 +53,7 @@ def helper_host(config: Config, name: str) -> HostConfig:
 def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:
     """The host (with runtime authority, :func:`runtime_host`) and its profile of *program*; a
     program the host has no profile for is a usage error naming the profiles it has."""
+    lookup(config, host_name, program)  # PROGRAM and HOST swapped: say so before anything else
     host = runtime_host(config, host_name)
     return host, profile_of(host, program)
 
@@ -57,5 +64,5 @@ def profile_of(host: HostConfig, program: str) -> RuntimeProfile:
     if profile is None:
         known = ", ".join(sorted(host.runtimes)) or "none"
         raise UsageError(f"host {host.name} has no scheduler_runtime_deployments.{program} profile "
-                         f"(profiles: {known})")
+                         f"(profiles: {known}){did_you_mean(program, host.runtimes)}")
     return profile

@@ -13,9 +13,21 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..document import Document, FullSha
 from ..evidence import Check
 
 SCHEMA = "vq-admin/conformance/1"
+
+
+class SourceUnderTest(Document, frozen=True, kw_only=True):
+    """The site's own source the kit deployed (``--source-repo PATH --sha SHA``): the repository, the commit
+    (A) and the commits of its tree made on top of it (B, C); and the checks that cannot run on it."""
+
+    repo: str
+    sha: FullSha
+    commits: dict[str, FullSha]
+    not_run: list[str]
+    why: str
 
 
 @dataclass
@@ -27,6 +39,7 @@ class Report:
     workdir: str | None = None
     scheduler_calls: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    source: SourceUnderTest | None = None
 
     @property
     def passed(self) -> bool:
@@ -44,7 +57,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"provider": self.provider, "passed": self.passed, "error": self.error,
                 "checks": [c.to_dict() for c in self.checks], "workdir": self.workdir,
-                "scheduler_calls": self.scheduler_calls}
+                "scheduler_calls": self.scheduler_calls, "source": self.source.to_value() if self.source else None}
 
     def text(self) -> str:
         verdict = "PASSED" if self.passed else "FAILED"
@@ -52,7 +65,12 @@ class Report:
                  f"({len(self.checks) - len(self.failed())} of {len(self.checks)} checks passed)"]
         if self.error:
             lines.append(f"  ERROR {self.error}")
+        if self.source:
+            lines.append(f"  source {self.source.repo} at {self.source.sha} (A; B and C: its tree, "
+                         f"{self.source.commits['B']} and {self.source.commits['C']})")
         lines += [f"  {'PASS' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
+        if self.source and self.source.not_run:
+            lines.append(f"  not run: {', '.join(self.source.not_run)}: {self.source.why}")
         if self.scheduler_calls:
             lines.append(f"  scheduler doubles called {len(self.scheduler_calls)} times")
         if self.workdir:
@@ -67,7 +85,8 @@ class Report:
 
 def run_conformance(name: str, *, plugin: object | None = None, provider_options: Mapping[str, str] | None = None,
                     script_args: Sequence[str] = (), workdir: str | None = None, keep: bool = False,
-                    commands: Mapping[str, Sequence[str]] | None = None) -> Report:
+                    commands: Mapping[str, Sequence[str]] | None = None,
+                    source: tuple[str, str] | None = None) -> Report:
     """Run the kit on provider *name* (an installed entry point, or *plugin* given in-process).
 
     ``provider_options`` default to ``{"root": "{root}"}``; ``{root}`` in any
@@ -78,6 +97,10 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     ``commands`` gives the built-in ``command`` provider its command lines
     (``update_command``, ``install_command``, ``verify_command``, each a
     sequence of words; ``{root}`` expands in every word).
+
+    ``source`` (``(repository, full SHA)``) deploys the site's own source instead of the kit's fixture:
+    A is that commit, B and C commits of its tree made in a clone (:class:`.world.World`); the checks of
+    a deploy that fails validation on purpose are not run (the report's ``source`` names them).
     """
     from ..plugins import Providers
     from . import generations
@@ -90,7 +113,14 @@ def run_conformance(name: str, *, plugin: object | None = None, provider_options
     base = tempfile.mkdtemp(prefix="vq-conformance-", dir=workdir)
     report = Report(provider=name)
     try:
-        world = World(base)
+        world = World(base, source)
+        if source is not None:
+            from .kit import FAILED_VALIDATION
+
+            report.source = SourceUnderTest(
+                repo=source[0], sha=source[1], commits=dict(world.sha), not_run=list(FAILED_VALIDATION),
+                why="they deploy a commit whose selftest fails on purpose, which the kit cannot make of the site's "
+                    "own source")
         kit = Kit(providers, name, world, options, script_args, commands)
         report.checks = kit.run()
         if kit.releases is not None:  # activation and prune, when the provider offers them

@@ -1,6 +1,7 @@
-"""``vq admin provider test NAME [--option KEY=VALUE]... [--script-arg ARG]... [--keep] [--json]``,
-and for the built-in provider ``vq admin provider test command --update-command CMD
---verify-command CMD [--install-command CMD] ...`` (a site's own scripts).
+"""``vq admin provider test NAME [--option KEY=VALUE]... [--script-arg ARG]... [--source-repo PATH --sha SHA]
+[--keep] [--json]``, and for the built-in provider ``vq admin provider test command --update-command CMD
+--verify-command CMD [--install-command CMD] ...`` (a site's own scripts).  ``--source-repo``/``--sha``
+deploy the site's own source instead of the kit's fixture.
 
 Exit 0 when every check passes, 1 when any fails, 2 for a usage error or a
 provider that cannot be loaded.
@@ -9,6 +10,7 @@ provider that cannot be loaded.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..config import parse_command
@@ -49,10 +51,26 @@ def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
             if key in given}
 
 
+def _source(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--source-repo PATH --sha SHA`` (both or neither): the site's repository and full commit SHA."""
+    from ..commands.arguments import full_sha
+
+    if (args.source_repo is None) != (args.sha is None):
+        raise UsageError("--source-repo and --sha go together: the site's repository and the full SHA of a commit "
+                         "in it")
+    if args.source_repo is None:
+        return None
+    sha = full_sha(args.sha, "--sha")
+    assert sha is not None
+    if not os.path.isdir(args.source_repo):
+        raise UsageError(f"--source-repo {args.source_repo}: not a directory (a git repository holding --sha)")
+    return os.path.abspath(args.source_repo), sha
+
+
 def run(args: argparse.Namespace) -> int:
     commands = _commands(args)
     report = run_conformance(args.name, provider_options=_options(args.option), script_args=args.script_arg,
-                             keep=args.keep, commands=commands)
+                             keep=args.keep, commands=commands, source=_source(args))
     if args.json:
         errors = ([report.error] if report.error else []) + [f"{c.name}: {c.detail}" for c in report.failed()]
         emit(SCHEMA, Outcome.OK if report.passed else Outcome.FAILED, report.to_dict(), errors)

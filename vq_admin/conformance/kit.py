@@ -46,6 +46,11 @@ from ..plugins import Providers, ProviderError
 from .world import LinkWatcher, World, snapshot
 
 PROGRAM = "vqconf"
+#: A release as the kit keeps it to compare later: its directory, snapshot, launcher and the launcher's hash.
+Kept = tuple[str, dict[str, str], str, str | None]
+#: The checks of a deploy that fails validation on purpose (commit C), which the site's own source cannot give.
+FAILED_VALIDATION = ("failed-validation-exits-nonzero", "current-unchanged-until-validated", "verify-truthful",
+                     "releases-kept-after-failure")
 PROBE_ARGS = ("--vq-conformance-probe", "two words", "")
 DEPLOY_TIMEOUT = 1800.0
 VERIFY_TIMEOUT = 600.0
@@ -157,6 +162,19 @@ class Kit:
         self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
         self.check_kept("older-kept-after-B", a_kept)
         b_kept, link_before = (b_dir, snapshot(b_dir), b.active_path, _digest(b.active_path)), self.world.current()
+        if self.world.fails_on_purpose:  # the site's own source cannot be made to fail validation
+            self.failed_validation(b, b_kept, a_kept, link_before)
+        code, _, tail = self.deploy("A")
+        ok = code == 0 and self.evidence_ok("A")
+        self.check("redeploy-A", ok,
+                   f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
+        self.check_kept("older-not-rewritten", a_kept, b_kept)
+        if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
+            self.releases = {"A": a_dir, "B": b_dir}
+        return self.checks
+
+    def failed_validation(self, b: VerifyReceipt, b_kept: Kept, a_kept: Kept, link_before: str | None) -> None:
+        """Deploy C, whose selftest fails: nothing may change, and verify must still report B."""
         code, seen, tail = self.deploy("C")
         self.check("failed-validation-exits-nonzero", code not in (0, None),
                    f"deploying C (its selftest fails) exited {code}: {tail}")
@@ -171,14 +189,6 @@ class Kit:
         self.check("verify-truthful", active == b.source_sha,
                    f"asked about C after its failed deploy, verify reports {active!r}; active is B {b.source_sha}")
         self.check_kept("releases-kept-after-failure", a_kept, b_kept)
-        code, _, tail = self.deploy("A")
-        ok = code == 0 and self.evidence_ok("A")
-        self.check("redeploy-A", ok,
-                   f"redeploying A exited {code}" + ("" if ok else f"; verify of A not proven: {tail}"))
-        self.check_kept("older-not-rewritten", a_kept, b_kept)
-        if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
-            self.releases = {"A": a_dir, "B": b_dir}
-        return self.checks
 
     def evidence_ok(self, label: str) -> bool:
         receipt, checks = self.verify(label)
@@ -215,7 +225,7 @@ class Kit:
         return self.check("argv-shape", not problems, "; ".join(problems) or
                           "script arguments kept contiguous and in order; full SHA and archive passed verbatim")
 
-    def check_kept(self, name: str, *releases: tuple[str, dict[str, str], str, str | None]) -> None:
+    def check_kept(self, name: str, *releases: Kept) -> None:
         """Each of *releases* (its directory, snapshot, launcher and the launcher's hash) is as it was."""
         problems = []
         for where, before, launcher, digest in releases:

@@ -3,7 +3,11 @@
 Everything lives below one temporary directory::
 
     repo/            a real git repository: commits A and B (passing selftests)
-                     and C (a selftest that fails on purpose)
+                     and C (a selftest that fails on purpose); or, given the
+                     site's own source (``source``: its repository and a commit),
+                     a clone sharing that repository's objects, where A is that
+                     commit, B a commit of A's very tree on top of it (another
+                     SHA, the same source) and C another, never deployed
     work/<label>/    the driver-side archive of each commit (vq_admin.source)
     scratch/         stages made by the real agent verbs (stage-create,
                      stage-receive, stage-verify) on a local transport
@@ -62,9 +66,10 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "vq conformance", "GIT_AUTHOR_EMAIL": "conformance
 
 
 class World:
-    """Repository, stages, disposable root and scheduler doubles below *base*."""
+    """Repository, stages, disposable root and scheduler doubles below *base*; commits A, B and C of the
+    kit's own fixture, or of the site's *source* (``(repository, full SHA)``)."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, source: tuple[str, str] | None = None):
         self.base = os.path.abspath(base)
         self.repo = os.path.join(self.base, "repo")
         self.scratch = os.path.join(self.base, "scratch")
@@ -73,10 +78,17 @@ class World:
         self.log = os.path.join(self.base, "scheduler-calls.jsonl")
         self.sha: dict[str, str] = {}
         self.archive: dict[str, str] = {}
+        #: C fails its selftest on purpose (the kit's fixture); with the site's source nothing can
+        self.fails_on_purpose = source is None
         for path in (self.repo, self.scratch, self.doubles):
             os.makedirs(path, exist_ok=True)
         self._write_doubles()
-        self._make_commits()
+        if source is None:
+            self._make_commits()
+        else:
+            self._site_commits(*source)
+        for label, sha in self.sha.items():
+            self.archive[label] = self._stage(label, sha)
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -101,8 +113,18 @@ class World:
             self._git("add", "-A")
             self._git("commit", "-q", "-m", f"conformance commit {label}")
             self.sha[label] = self._git("rev-parse", "HEAD")
-        for label, sha in self.sha.items():
-            self.archive[label] = self._stage(label, sha)
+
+    def _site_commits(self, repo: str, sha: str) -> None:
+        """A = *sha* of the site's *repo*; B and C commits of A's tree made here, on top of it (the site's
+        repository is only read: the clone shares its objects)."""
+        self._git("clone", "-q", "--shared", "--no-checkout", os.path.abspath(repo), ".")
+        if not process.run(["git", "-C", self.repo, "cat-file", "-e", f"{sha}^{{commit}}"], timeout=60).ok:
+            raise ValueError(f"--sha {sha} is not a commit of --source-repo {repo}")
+        self.sha["A"] = sha
+        for label, parent in (("B", sha), ("C", None)):
+            message = f"vq conformance: {label}, the tree of {sha} (another SHA, the same source)"
+            self.sha[label] = self._git("commit-tree", f"{sha}^{{tree}}", "-p", parent or self.sha["B"], "-m",
+                                        message)
 
     def agent(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "vq_admin.agent", *args]

@@ -216,9 +216,13 @@ def identity(agent: Words) -> List[str]:
     return [*agent, IDENTITY, JSON]
 
 
-def version(agent: Words, *, sinfo: bool = False) -> List[str]:
-    """``version [--sinfo]``: cheap liveness answer (and the node states when *sinfo*)."""
-    return [*agent, VERSION, *([SINFO] if sinfo else [])]
+def version(agent: Words, *, sinfo: bool = False, roots: Sequence[str] = ()) -> List[str]:
+    """``version [--sinfo] [--root ROOT]...``: cheap liveness answer (and the node states when *sinfo*, and
+    each scratch root as a run would find it, member ``scratch``: ``[{"root", "problem"}]``)."""
+    words = [*agent, VERSION, *([SINFO] if sinfo else [])]
+    for root in roots:
+        words += [ROOT, root]
+    return words
 
 
 def install_file(agent: Words, *, dest: str, mode: str) -> List[str]:

@@ -43,7 +43,8 @@ TOP = ".vq-admin"
 
 
 def check_scratch(root: str) -> None:
-    """Refuse ``<root>/.vq-admin`` unless it and every directory above it pass the secure-path rule.
+    """Refuse ``<root>/.vq-admin`` unless it and every directory above it pass the secure-path rule,
+    and a *root* that does not exist (naming the ``mkdir`` that fixes it).
 
     Checked before anything is created or used below a scratch root (stages,
     allocation attempts, transcripts): a scratch root (or a directory above
@@ -56,6 +57,30 @@ def check_scratch(root: str) -> None:
     if problem:
         raise UnsafePath(f"{problem} (scratch_root must be a private directory: set it to a directory "
                          f"below {root} that only you and root can change)")
+    if not os.path.lexists(root):  # never created here: the operator chooses where scratch space lives
+        raise UnsafePath(f"scratch_root {root} does not exist; fix: create it on this host as this user: "
+                         f"mkdir -p {root} && chmod 700 {root}")
+
+
+def scratch_problem(root: str) -> str | None:
+    """Why a run could not use *root* as its scratch root, with the fix; ``None`` when it could.
+
+    What ``stage-create``, ``alloc-run`` and ``detach-run`` check before they create anything (the
+    secure-path rule of :func:`check_scratch`, a directory that exists, ``.vq-admin`` our own private
+    directory), and that this user can create ``.vq-admin`` when it is missing: ``vq admin check
+    --connect`` asks it, so a first run is not the first to find the scratch root missing.
+    """
+    try:
+        check_scratch(root)
+        with opened(open_chain(root, [TOP], create=False) if os.path.lexists(os.path.join(root, TOP))
+                    else open_root(root)):
+            pass
+    except UnsafePath as exc:
+        return str(exc)
+    if not os.path.lexists(os.path.join(root, TOP)) and not os.access(root, os.W_OK | os.X_OK):
+        return (f"scratch_root {root}: this user cannot create {TOP} in it (not writable); fix: "
+                f"chmod u+wx {root}, or set scratch_root to a directory of this user")
+    return None
 
 
 def open_root(root: str) -> int:

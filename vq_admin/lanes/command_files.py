@@ -157,7 +157,8 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
         if result.ok:
             continue
         if result.interrupted:
-            raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run")
+            raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run: this "
+                               "run changed nothing")
         if result.exit_code == AGENT_UNSAFE:
             try:
                 refused = protocol.parse_check_paths(result.stdout).refused

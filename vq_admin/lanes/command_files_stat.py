@@ -160,7 +160,8 @@ def run_places(steps: Plan, places: list[Place]) -> None:
 def _call(step: Step, transport: Transport, values: dict[str, SlotValue]) -> RunResult:
     result = execute(step, transport, timeout=CHECK_TIMEOUT, values=values)
     if result.interrupted:
-        raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run")
+        raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run: this "
+                           "run changed nothing")
     return result
 
 

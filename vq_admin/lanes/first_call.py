@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..core import protocol
 from ..core.failpoints import failpoint
@@ -36,6 +36,8 @@ from .conclude import rerun_command
 from .verify import Verification, judge_verify
 
 if TYPE_CHECKING:
+    from ..context import RunContext
+    from ..report.receipt import Receipt
     from .lane import RuntimeLane
 
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
@@ -70,14 +72,8 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     seconds = time.monotonic() - started
     interrupted = answer.get("interrupted")
     if interrupted is not None:
-        if not with_verify:
-            message = f"cannot take the host-side lease: {interrupted}; this run changed nothing"
-            update.receipt.readback = {  # unknown names what it leaves behind (nothing) and the next command
-                "read": "nothing (the run's first agent call was interrupted before it answered)",
-                "proven": False, "reason": message, "stage": "no source stage was created",
-                "build": "no build was started", "next_command": rerun_command(update.ctx, update.receipt),
-                "advice": "nothing was changed by this run; rerun when the login host is reachable"}
-            raise LeaseUnreachable(message)
+        if answer.get("unreached") or not with_verify:
+            unreached(update.ctx, update.receipt, str(interrupted))
         pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
         pre_verify.seconds = seconds
         pre_readback.status = "skipped"
@@ -104,6 +100,19 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     found = judge_verify(update.request(archive=None), pre_verify, pre_readback, result)
     failpoint("step-after", pre_verify.name)
     return found
+
+
+def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
+    """The run's first agent call ended before anything that changes a host ran (the host not reached:
+    its name not resolved, the connection refused, authentication failed): ``failed`` (1), naming
+    what it leaves behind (nothing) and the next command (CONTRACT section 15)."""
+    message = f"cannot take the host-side lease: {interrupted}; this run changed nothing"
+    receipt.readback = {
+        "read": "nothing (the run's first agent call was interrupted before it answered)",
+        "proven": False, "reason": message, "stage": "no source stage was created",
+        "build": "no build was started", "next_command": rerun_command(ctx, receipt),
+        "advice": "nothing was changed by this run; rerun when the login host is reachable"}
+    raise LeaseUnreachable(message)
 
 
 def lease_request(lease: Lease) -> dict[str, Any]:

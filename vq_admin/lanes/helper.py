@@ -333,6 +333,8 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
     interrupted = answer.get("interrupted")
     if interrupted is not None:
         step.status, step.detail = "interrupted", str(interrupted)
+        if answer.get("unreached"):  # nothing ran on the host: failed, not unknown
+            first_call.unreached(update.ctx, update.receipt, str(interrupted))
         failpoint("step-after", step.name)
         return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
     update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")

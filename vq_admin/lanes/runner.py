@@ -41,7 +41,10 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
     """
     started = getattr(args, "early_start", None)  # vq_admin.ssh.early_start: the configuration read, ssh started
     config = started.config if started is not None else load_config(args.config)
-    authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
+    # a host or program not configured (a typo, or PROGRAM and HOST swapped) is a usage error: nothing is recorded
+    host = authority.lookup(config, key[1], key[2])
+    if key[2] is not None and host.fleet_role in authority.RUNTIME_ROLES:
+        authority.profile_of(host, key[2])
     options = RunOptions(
         json=args.json,
         dry_run=args.dry_run,

@@ -30,7 +30,8 @@ class Verification:
     interrupted: bool = False
     #: set when the verifier printed something that is not one valid receipt (bounded, escaped)
     not_receipt: dict[str, Any] | None = None
-    #: one line, when the verify itself failed: it could not start, exited non-zero, or printed no receipt
+    #: one line, when the verify itself failed: it could not start, exited non-zero, printed nothing or no
+    #: receipt (naming the command and its exit status)
     broken: str | None = None
 
     @property
@@ -156,9 +157,13 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     receipt, error = parse_receipt(stdout)
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
-    if code != 0:  # the verify command: the word after the agent's "verify-readback --"
-        command = verify_step.planned_argv[verify_step.planned_argv.index(protocol.VERIFY_READBACK) + 2]
-        found.error = found.broken = f"verify command {quote_argv([command])} exited {code}: {last_line(stderr)}"
+    # the verify command: the word after the agent's "verify-readback --"
+    command = quote_argv([verify_step.planned_argv[verify_step.planned_argv.index(protocol.VERIFY_READBACK) + 2]])
+    if code != 0:
+        found.error = found.broken = f"verify command {command} exited {code}: {last_line(stderr)}"
+    elif not stdout.strip():  # a verifier that says nothing is broken, whatever its exit status
+        found.error = found.broken = (f"verify command {command} exited 0 and printed nothing (a verify receipt "
+                                      f"on stdout is required; stderr: {last_line(stderr)})")
     elif receipt is None:
         found.error, found.broken = error, f"the verifier's output is not a receipt ({error})"
     if found.broken is not None:

@@ -4,8 +4,9 @@ For one program on one host, every generation the driver knows of (the
 registry of verified launchers, plus LAST OK and LAST GOOD) is listed with
 the reasons it must stay:
 
-* ``current``: it is LAST OK, the identity the latest verified success proved
-  active (what the stable ``current`` link pointed at then);
+* ``last-ok``: it is LAST OK, the identity the latest verified success proved
+  active (what the stable ``current`` link pointed at then; ``vq admin prune``,
+  which verifies it again, keeps it as ``active, last-ok``);
 * ``last-good``: it is LAST GOOD, the generation to fall back to;
 * ``job <id> (<state>)``: a queued or running Slurm job on the host names it.
 
@@ -122,7 +123,7 @@ def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]
     for entry in registry.entries(state.root, host, program):
         rows[entry["sha"]] = {"sha": entry["sha"], "launcher": entry["launcher"], "registered": True,
                               "receipt": entry["receipt"], "reasons": [], "jobs": []}
-    for which, reason in (("last-ok", "current"), ("last-good", "last-good")):
+    for which, reason in (("last-ok", "last-ok"), ("last-good", "last-good")):  # prune's words
         record = state.read_record("runtime", host, program, which) or {}
         sha = record.get("sha")
         if isinstance(sha, str) and SHA_RE.match(sha):

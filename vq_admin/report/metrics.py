@@ -9,9 +9,9 @@ verb, never load ``prometheus_client``.
 One series set per host and lane (``program`` is empty for the helper lane), each gauge
 described in :func:`registry_for` (and in docs/operator-guide.md).
 
-``vq admin verify --prometheus`` / ``--textfile PATH`` publish one gauge per host and program,
-``vq_admin_runtime_drift{host,program,state}`` (:func:`drift_registry`), in a file of its own
-beside this one.
+``vq admin verify --prometheus`` / ``--textfile PATH`` publish, per host and program, the gauge
+``vq_admin_runtime_drift{host,program}`` and the state set ``vq_admin_runtime_state{host,program,state}``
+(:func:`drift_registry`), in a file of their own beside this one.
 """
 
 from __future__ import annotations
@@ -80,18 +80,23 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
     return registry
 
 
-def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]]) -> CollectorRegistry:
-    """``vq admin verify``'s drift gauge: ``vq_admin_runtime_drift{host,program,state}``, 0 when the runtime is
-    ``current``, else 1 (the state label says ``drifted``, ``unhealthy`` or ``unknown``)."""
+def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]], states: tuple[str, ...]) -> CollectorRegistry:
+    """``vq admin verify``'s gauges: ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``,
+    else 1; and the state set ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*,
+    1 for the one found and 0 for the others.  A change of state changes values, never the series (a label
+    that took the state's value would start a new series at each change)."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry(auto_describe=True)
     drift = Gauge("vq_admin_runtime_drift", "0 when vq admin verify found the runtime LAST OK names active and "
-                  "verified, else 1 (state: drifted, unhealthy or unknown)", ("host", "program", "state"),
-                  registry=registry)
+                  "verified, else 1 (vq_admin_runtime_state says which state)", ("host", "program"), registry=registry)
+    state = Gauge("vq_admin_runtime_state", "1 for the state vq admin verify found the runtime in, 0 for every "
+                  f"other ({', '.join(states)})", ("host", "program", "state"), registry=registry)
     for host, programs in sorted(hosts.items()):
         for program, entry in sorted(programs.items()):
-            drift.labels(host=host, program=program, state=entry["state"]).set(entry["state"] != "current")
+            drift.labels(host=host, program=program).set(entry["state"] != "current")
+            for name in states:
+                state.labels(host=host, program=program, state=name).set(entry["state"] == name)
     return registry
 
 

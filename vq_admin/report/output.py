@@ -32,13 +32,38 @@ def safe_text(text: str) -> str:
 
 #: How much of a command's last stderr line the one-line error carries.
 LAST_LINE = 200
+#: How many of a failed provider command's last stderr lines its run's summary shows.
+STDERR_LINES = 5
+#: The line a Python traceback starts with: a failed run's summary shows its last line (the exception).
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def bounded(line: str, limit: int = LAST_LINE) -> str:
+    """*line* escaped (tabs as spaces), at most *limit* characters: a longer one keeps its start and its end
+    around `` ... `` (the end of ``CalledProcessError: Command '[...]' returned non-zero exit status 1.``
+    says what failed)."""
+    line = safe_text(line.strip().replace("\t", " "))
+    if len(line) <= limit:
+        return line
+    keep = (limit - 5) // 2
+    return f"{line[:keep]} ... {line[-keep:]}"
 
 
 def last_line(text: str) -> str:
     """*text*'s last non-empty line, escaped and bounded (what a one-line error quotes of a command's stderr)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = safe_text(lines[-1].replace("\t", " ")) if lines else "(no message on stderr)"
-    return line if len(line) <= LAST_LINE else line[:LAST_LINE - 3] + "..."
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bounded(lines[-1]) if lines else "(no message on stderr)"
+
+
+def stderr_tail(text: str, count: int = STDERR_LINES) -> list[str]:
+    """The last *count* non-empty lines of a command's stderr, each :func:`bounded`, for a failed run's summary.
+    A Python traceback at the end is its exception line alone, so what the command printed before it (the
+    error of the tool it ran) is still shown."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.strip() == TRACEBACK]
+    if starts and starts[-1] < len(lines) - 1:
+        lines = lines[:starts[-1]] + lines[-1:]
+    return [bounded(line) for line in lines[-count:]]
 
 
 def _field(name: str, value: object) -> str:
@@ -89,6 +114,8 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
         command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
         lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
+    if receipt["outcome"] not in ("ok", "already-current"):  # where to read what the provider said
+        lines += _transcript_lines(deploy, receipt.get("command_output") or {})
     lines += [_field("note", note) for note in receipt.get("notes") or []]
     lines += [_field("error", error) for error in receipt.get("errors") or []]
     readback = receipt.get("readback")
@@ -99,6 +126,21 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     if receipt_path:
         lines.append(_field("receipt", receipt_path))
     return [safe_text(line) for line in lines]
+
+
+def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[str]:
+    """A run that did not succeed: the provider command's last stderr lines, the directory that holds its
+    whole transcript on the host (``log dir``) and the driver's copy of it (``log copy``)."""
+    lines = []
+    tail = stderr_tail(str(output.get("stderr") or ""))
+    if tail:
+        lines.append(_field("stderr", "\n".join(tail)))
+    log_dir = deploy.get("log_dir") or output.get("log_dir")
+    if log_dir:
+        lines.append(_field("log dir", f"{log_dir} on {deploy['where']}" if deploy.get("where") else log_dir))
+    if output.get("transcript"):
+        lines.append(_field("log copy", output["transcript"]))
+    return lines
 
 
 def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run: bool = False) -> list[str]:

@@ -9,28 +9,46 @@ and the build hosts (``update_host`` of a managed host's profiles,
 Each gets one call through its transport (one ssh round trip, no shared
 connection) that runs ``AGENT version`` (the agent of the host that names it)
 — with ``--sinfo`` when a profile of a login host builds in an allocation, so
-the same round trip asks Slurm whether it answers.  The hosts are probed in
-parallel threads, each bounded by the timeout.  A host is ``ok`` when the
-agent printed its version object and, where asked, ``sinfo`` answered and
-listed nodes; otherwise ``failed`` with the reason: the ssh error, the agent
-not found (exit 127), an answer that is not the agent's, or the ``sinfo``
-error.
+the same round trip asks Slurm whether it answers, and ``--root`` for each
+``scratch_root`` a run would use there (a login host's own; on a build host,
+that of each login host naming it), which the agent checks as a run would
+(exists, trusted, usable: :func:`vq_admin.core.safedirs.scratch_problem`).
+The hosts are probed in parallel threads, each bounded by the timeout.  A
+host is ``ok`` when the agent printed its version object, every scratch root
+passed and, where asked, ``sinfo`` answered and listed nodes; otherwise
+``failed`` with the reason: the ssh error, the agent not found (exit 127), an
+answer that is not the agent's, the scratch root's problem and its fix, or
+the ``sinfo`` error.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from ..core import protocol
 from ..config import Config, HostConfig
+from ..document import Document, DocumentError
 from ..report.output import safe_text
 from .transport import SSH_TRANSPORT_EXIT, Session, Transport
 
 DEFAULT_TIMEOUT = 30.0
 MAX_THREADS = 16
 SCHEMA = "vq-admin/check-connect/1"
+
+
+class ScratchCheck(Document, frozen=True, kw_only=True):
+    """One scratch root as the agent's ``version --root`` found it: ``problem`` (with its fix) or ``None``."""
+
+    root: str
+    problem: str | None
+
+
+class ScratchAnswer(Document, frozen=True, kw_only=True):
+    """The ``scratch`` member of the agent's ``version`` answer (the rest is read by :mod:`..core.protocol`)."""
+
+    scratch: list[ScratchCheck] = []
 
 
 @dataclass
@@ -46,13 +64,14 @@ class Probe:
     seconds: float = 0.0
     agent: dict[str, Any] = field(default_factory=dict)
     sinfo: dict[str, Any] | None = None
+    scratch: list[ScratchCheck] = field(default_factory=list)
     #: What else the configuration uses this host for (a build host: the keys that name it; a login host: mirrors).
     used_by: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"fleet_role": self.fleet_role, "where": self.where, "argv": self.argv, "status": self.status,
                 "reason": self.reason, "seconds": round(self.seconds, 3), "agent": self.agent or None,
-                "sinfo": self.sinfo, "used_by": self.used_by}
+                "sinfo": self.sinfo, "scratch": [check.to_value() for check in self.scratch], "used_by": self.used_by}
 
 
 def wants_sinfo(host: HostConfig) -> bool:
@@ -90,6 +109,21 @@ def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
                         f"'version' verb, or another program): {_last_line(out or err)}")
         return found
     found.agent = answer.facts()
+    if protocol.ROOT in argv:
+        try:
+            found.scratch = ScratchAnswer.from_value(answer.data, "the agent's version answer").scratch
+        except DocumentError as exc:
+            found.reason = str(exc)
+            return found
+        asked = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == protocol.ROOT]
+        if [check.root for check in found.scratch] != asked:
+            found.reason = (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
+                            "an older agent? update the helper (vq admin update HOST)")
+            return found
+        problems = [check.problem for check in found.scratch if check.problem]
+        if problems:
+            found.reason = "; ".join(problems)
+            return found
     if protocol.SINFO in argv:
         found.sinfo = answer.sinfo if answer.sinfo is not None else {"error": "not reported"}
         if found.sinfo.get("error"):
@@ -99,12 +133,16 @@ def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
     return found
 
 
-def probes(config: Config, session: Session) -> list[tuple[Probe, Transport | None]]:
+def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[tuple[Probe, Transport | None]]:
     """What ``--connect`` reaches, in configuration order, each with its transport (``None``: skipped):
-    every login host, then each build host destination once (running the agent of the host naming it)."""
+    every login host (those named in *only*, when given), then each build host destination they name once
+    (running the agent of the host naming it)."""
     rows: list[tuple[Probe, Transport | None]] = []
     builds: dict[str, tuple[Probe, Transport]] = {}
+    roots: dict[str, list[str]] = {}  # each build destination's scratch roots (of the login hosts naming it)
     for host in config.hosts.values():
+        if only and host.name not in only:
+            continue
         if host.fleet_role in ("excluded", "alias"):
             why = ("fleet_role = \"excluded\": never contacted" if host.fleet_role == "excluded"
                    else f"alias of {host.canonical_host}: reached as {host.canonical_host}, never under this name")
@@ -112,22 +150,29 @@ def probes(config: Config, session: Session) -> list[tuple[Probe, Transport | No
             continue
         managed = host.runtimes if host.fleet_role == "managed" else {}
         mirrors = [f"feed_source_mirror of {program}" for program, p in managed.items() if p.feed_source_mirror]
-        rows.append((Probe(host.name, host.fleet_role, host.ssh, protocol.version(host.agent, sinfo=wants_sinfo(host)),
+        scratch = [host.scratch_root] if host.scratch_root else []
+        rows.append((Probe(host.name, host.fleet_role, host.ssh,
+                           protocol.version(host.agent, sinfo=wants_sinfo(host), roots=scratch),
                            used_by=mirrors), session.for_host(host.transport, host.ssh)))
         uses = [(host.helper_update_host, f"helper_update_host of {host.name}")]
         uses += [(p.update_host, f"update_host of {host.name}/{program}") for program, p in managed.items()]
         for destination, use in uses:
             if destination:
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
-                                                              protocol.version(host.agent)), session.ssh(destination)))
+                                                              list(host.agent)), session.ssh(destination)))
                 found[0].used_by.append(use)
+                roots.setdefault(destination, [])
+                roots[destination] += [root for root in scratch if root not in roots[destination]]
+    for destination, (build, _) in builds.items():  # the agent of the first host naming it, every root
+        build.argv = protocol.version(build.argv, roots=roots[destination])
     return rows + list(builds.values())
 
 
-def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT) -> list[Probe]:
-    """Probe every host the configuration uses (:func:`probes`) in parallel; results in that order."""
+def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT, only: Sequence[str] = ()) -> list[Probe]:
+    """Probe every host the configuration uses (:func:`probes`; those of *only*) in parallel; results in that
+    order."""
     with Session(config.ssh_config, share_connections=False) as session:
-        planned = probes(config, session)
+        planned = probes(config, session, only)
         with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(planned)))) as pool:
             jobs = [(found, pool.submit(probe, found, transport, timeout) if transport else None)
                     for found, transport in planned]

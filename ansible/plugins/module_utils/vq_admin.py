@@ -50,6 +50,16 @@ class Vq(object):
             self.module.fail_json(msg=msg, exit_code=rc, cmd=argv)
         return doc
 
+    def check_mode_result(self, changed, **extra):
+        """Check mode's end, once the read-only questions are answered: C(vq admin check --connect HOST) first
+        (the host and its build hosts reachable, each scratch_root there as a run would find it), failing the
+        task as a run would fail; then exit with C(changed) and C(outcome) and C(exit_code) null, since
+        nothing ran."""
+        reached = self.run("check", "--connect", self.host)
+        if reached.get("outcome") != "ok":
+            self.finish(reached)
+        self.module.exit_json(changed=changed, outcome=None, exit_code=None, receipt=None, **extra)
+
     def finish(self, doc, **extra):
         """Exit with *doc*'s outcome: C(ok) changed, C(already-current) not; anything else failed, with the
         first error line as C(msg). C(outcome), C(exit_code) and the document (C(receipt)) are returned."""

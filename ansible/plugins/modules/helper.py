@@ -13,6 +13,9 @@ description:
   - In check mode nothing is mutated. The plan comes from C(vq admin update HOST --dry-run); the task
     reports changed unless the helper lane's LAST OK (C(vq admin status HOST)) names C(expected_sha).
     The helper lane has no read-only verify of its own, so without C(expected_sha) it reports changed.
+    C(vq admin check --connect HOST) fails the task as a run would fail (the host or C(helper_update_host)
+    unreachable, a missing or untrusted C(scratch_root)). Nothing ran, so C(outcome) and C(exit_code) are
+    null.
 version_added: 1.0.0
 author: vq-admin maintainers (@vq-admin)
 extends_documentation_fragment: vq.admin.common
@@ -44,12 +47,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: vq-admin's outcome (C(ok), C(already-current), C(failed), C(unknown), C(refused), C(locked), C(usage)).
+  description:
+    - vq-admin's outcome (C(ok), C(already-current), C(failed), C(unknown), C(refused), C(locked), C(usage)).
+    - Null in check mode when the task does not fail (nothing ran).
   returned: always, except when vq is missing or too old
   type: str
   sample: ok
 exit_code:
-  description: vq-admin's exit status, the outcome's code.
+  description: vq-admin's exit status, the outcome's code; null when C(outcome) is.
   returned: always, except when vq is missing
   type: int
   sample: 0
@@ -89,7 +94,7 @@ def main():
     status = vq.run("status", p["host"])
     last_ok = ((status.get("hosts", {}).get(p["host"]) or {}).get("helper") or {}).get("last_ok") or {}
     current = bool(p["expected_sha"]) and last_ok.get("sha") == p["expected_sha"].lower()
-    module.exit_json(changed=not current, outcome="ok", exit_code=0, receipt=None, plan=plan)
+    vq.check_mode_result(not current, plan=plan)
 
 
 if __name__ == "__main__":

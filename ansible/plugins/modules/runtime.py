@@ -13,8 +13,10 @@ description:
   - vq-admin's driver lock and host-side lease stay the correctness layer (a second administrator is
     refused with C(locked)); the play's C(serial) and C(max_fail_percentage) throttle the rollout.
   - In check mode nothing is mutated anywhere. C(vq admin verify PROGRAM HOST --expected-sha SHA) (a
-    read-only verify on the login host) says whether the task would change anything, and
-    C(vq admin update ... --dry-run) returns the plan.
+    read-only verify on the login host) says whether the task would change anything,
+    C(vq admin update ... --dry-run) returns the plan, and C(vq admin check --connect HOST) fails the task as
+    a run would fail (the host or a build host unreachable, a missing or untrusted C(scratch_root)). Nothing
+    ran, so C(outcome) and C(exit_code) are null.
 version_added: 1.0.0
 author: vq-admin maintainers (@vq-admin)
 extends_documentation_fragment: vq.admin.common
@@ -66,12 +68,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: vq-admin's outcome (C(ok), C(already-current), C(failed), C(unknown), C(refused), C(locked), C(usage)).
+  description:
+    - vq-admin's outcome (C(ok), C(already-current), C(failed), C(unknown), C(refused), C(locked), C(usage)).
+    - Null in check mode when the task does not fail (nothing ran).
   returned: always, except when vq is missing or too old
   type: str
   sample: already-current
 exit_code:
-  description: vq-admin's exit status (0, 1, 2, 3, 75 or 77), the outcome's code.
+  description: vq-admin's exit status (0, 1, 2, 3, 75 or 77), the outcome's code; null when C(outcome) is.
   returned: always, except when vq is missing
   type: int
   sample: 0
@@ -80,7 +84,9 @@ receipt:
   returned: always, except when vq is missing or too old
   type: dict
 verify:
-  description: Check mode only. The host's entry of C(vq admin verify) (C(state) current, drifted, unhealthy, unknown).
+  description:
+    - Check mode only. The host's entry of C(vq admin verify) (C(state) current, drifted, unhealthy, broken,
+      unknown).
   returned: in check mode
   type: dict
 plan:
@@ -118,8 +124,7 @@ def main():
     plan = vq.run(*(words + ["--dry-run"]))
     if plan.get("outcome") != "ok":
         vq.finish(plan)
-    module.exit_json(changed=entry["state"] != "current", outcome="ok", exit_code=0, receipt=None, verify=entry,
-                     plan=plan)
+    vq.check_mode_result(entry["state"] != "current", verify=entry, plan=plan)
 
 
 if __name__ == "__main__":
