@@ -223,6 +223,56 @@ exec {EXAMPLES / "deploy"} "$@"
     assert (site.root / "releases" / site.a / "BUILD-ARGS").read_text().split() == ["--opt=2"]
 
 
+def test_the_hint_after_ctrl_c_mid_build_says_what_the_rerun_does_now(tmp_path, real_sshd):
+    """Issue 31 item 3: after an interrupt mid-build the hint's short first line says what the rerun does
+    now (75 until the build, named by its pid, ends; or, with --wait-lock, waits), the details after it;
+    the rerun's own 75 says who holds the lease in one short line; with --wait-lock it waits and converges."""
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    gated = script(tmp_path / "gated-deploy", f"""#!/bin/sh
+touch {started}
+i=0
+while [ ! -e {gate} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+exec {EXAMPLES / "deploy"} "$@"
+""")
+    site = Site(tmp_path, real_sshd.ssh_config, update=f"{gated} --root {tmp_path / 'apps'}")
+    run = subprocess.Popen([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", site.a, "--json"],
+                           env=dict(os.environ, VQ_ADMIN_CONFIG=str(site.config), VQ_ADMIN_STATE_DIR=str(site.state)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: started.exists() or run.poll() is not None, "the build to start")
+        assert run.poll() is None, run.communicate()
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 3, out + err
+        readback = json.loads(out)["readback"]
+        first, details = readback["advice"].split("\n")
+        assert first == (f"a rerun is 75 (locked) until the build pid {readback['pid']} on cluster ends; with "
+                         "--wait-lock SECONDS it waits for it"), first
+        assert details.startswith("then it reconciles that build's end from its attempt record"), details
+        held = site.update()
+        assert held.exit_code == 75, held.stdout + held.stderr
+        error = next(line for line in held.stderr.splitlines() if line.startswith("  error"))
+        assert error.endswith(f"held by the build pid {readback['pid']} an earlier run left running; nothing was "
+                              "run") and len(error) < 200, error
+        assert "whose driver has ended" in held.stderr and "a rerun is 75 until the build ends" in held.stderr
+        assert "another run" not in held.stderr
+        narration = tmp_path / "waiting.err"
+        with narration.open("w") as stderr:
+            waiting = subprocess.Popen([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", site.a, "--json",
+                                        "--wait-lock", "300", "-v"], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                       env=dict(os.environ, VQ_ADMIN_CONFIG=str(site.config),
+                                                VQ_ADMIN_STATE_DIR=str(site.state)))
+        wait_for(lambda: waiting.poll() is not None or "waiting up to 300 s (--wait-lock)" in narration.read_text(),
+                 "the rerun to wait for the build")
+    finally:
+        gate.touch()
+    out, err = waiting.communicate(timeout=300)
+    err = narration.read_text()
+    receipt = json.loads(out)
+    assert waiting.returncode == 0 and receipt["outcome"] in ("ok", "already-current"), out + err
+    assert receipt["lease"]["waited"]["seconds"] > 0
+
+
 MISSING = "missing-program"
 REFUSES = "exit-2"
 FAILS = "exit-1"

@@ -34,11 +34,12 @@ import socket
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
 from .core import protocol
 from .core.failpoints import failpoint
+from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
 from .state.records import utc_now
@@ -62,6 +63,7 @@ RELEASE_TIMEOUT = 15.0
 MASTER_LINGER = 2.0
 EXIT_HELD = 75
 EXIT_UNSAFE = 4
+_T = TypeVar("_T")
 
 
 class LeaseUnreachable(VqAdminError):
@@ -115,8 +117,22 @@ class Lease:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self._buffer = b""
         self._waited_out = False
+        #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
+        self.waiter = LockWait(None)
 
     def acquire(self, timeout: float = LEASE_WAIT) -> dict[str, Any]:
+        """Take the lease (``vq-admin-agent lease``); a held one is waited for as :attr:`waiter` allows."""
+        return self._waited(lambda: self._acquire(timeout))
+
+    def _waited(self, attempt: Callable[[], _T]) -> _T:
+        try:
+            return self.waiter.run(attempt, lambda: self.record.get("holder"))
+        finally:
+            waited = self.waiter.record()
+            if waited is not None:
+                self.record["waited"] = waited
+
+    def _acquire(self, timeout: float) -> dict[str, Any]:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
         if isinstance(self.transport, SshTransport) and not self.transport.shell_checked:
             failed = self.transport.check_login_shell()
@@ -144,9 +160,7 @@ class Lease:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
         if code == EXIT_HELD:
-            message = answer.get("message") or "holder not recorded"
-            raise Locked(f"the host-side lease of {self._what()} on {self.where} is {message}; "
-                         "another run (from this or another driver) is under way; nothing was run")
+            raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
         if code == EXIT_UNSAFE or code == 1:
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
                           "nothing was run")
@@ -159,6 +173,10 @@ class Lease:
                       f"{error or 'no message'}; nothing was run")
 
     def open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
+        """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
+        return self._waited(lambda: self._open_session(request, verify_timeout))
+
+    def _open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -363,6 +381,26 @@ class Lease:
         return "\n".join(line.removeprefix("vq-admin-agent: ") for line in text.splitlines())
 
 
+def held_message(lease: str, answer: dict[str, Any]) -> str:
+    """Why *lease* was not taken: one short line (who holds it; nothing was run), then the agent's
+    details, what a rerun does now and how to wait for it."""
+    holder: Any = answer.get("holder") or {}
+    details = answer.get("message") or "holder not recorded"
+    if holder.get("kind") == "job":
+        who = f"the allocation job {holder.get('job_id') or '(id not yet recorded)'} an earlier run submitted"
+        rerun = "a rerun is 75 until the job ends (or waits for it with --wait-lock SECONDS)"
+    elif holder.get("kind") == "build":
+        who = f"the build pid {holder.get('pid')} an earlier run left running"
+        rerun = "a rerun is 75 until the build ends (or waits for it with --wait-lock SECONDS)"
+    elif holder.get("pid") is not None:
+        who = f"another run ({holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')})"
+        rerun = "rerun once it has ended, or wait for it with --wait-lock SECONDS"
+    else:
+        pids = ", ".join(f"pid {h.get('pid')}" for h in holder.get("lock_holders") or ()) or "a process"
+        who, rerun = f"{pids} whose holder record is missing", "rerun in a moment, or wait with --wait-lock SECONDS"
+    return f"{lease} is held by {who}; nothing was run\n{details}; {rerun}"
+
+
 def _parse(verb: str, line: str) -> dict[str, Any]:
     """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
     not one (the exit status and stderr then say why)."""
@@ -387,7 +425,7 @@ def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
 
 @contextmanager
 def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None,
-               deferred: bool = False) -> Iterator[Lease | None]:
+               deferred: bool = False, waiter: LockWait | None = None) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``
@@ -407,6 +445,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at)
     lease = Lease(ctx.login(host), argv)
+    lease.waiter = waiter or lease.waiter
     receipt.lease = lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
         from .lanes.command_files_stat import check_agent_before_lease

@@ -15,7 +15,7 @@ from ..ssh.transport import quote_argv
 def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
     """The ``next`` hint of every run (interrupted, unknown, locked): the command line that, run as printed, reruns
     this run: the same verb (rollback and prune set ``receipt.rerun``; else ``update``), host, program,
-    SHA, tag, placement options, ``--config`` and ``--state-dir``."""
+    SHA, tag, placement options, ``--wait-lock``, ``--config`` and ``--state-dir``."""
     options = ctx.options
     words = list(receipt.rerun or ())
     if not words:
@@ -24,6 +24,7 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
         words += ["--tag", receipt.tag] if receipt.tag else []
         words += ["--cluster-install"] if options.cluster_install else []
         words += [f"--update-script-arg={arg}" for arg in options.update_script_args]
+    words += ["--wait-lock", f"{options.wait_lock:g}"] if options.wait_lock is not None else []
     words += ["--config", options.config] if options.config else []
     words += ["--state-dir", options.state_dir] if options.state_dir else []
     return quote_argv(words)

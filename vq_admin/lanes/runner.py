@@ -12,6 +12,7 @@ import argparse
 import signal
 import sys
 import traceback
+from contextlib import ExitStack
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
@@ -19,8 +20,10 @@ from ..config import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
 from ..lease import host_lease, plan_lease
+from ..lockwait import LockWait
+from ..report import progress
 from ..state.locks import lane_lock
-from ..report.outcome import Interrupted, Outcome, VqAdminError
+from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..report.output import plan_summary, receipt_summary, report
 from ..report.receipt import Receipt
 from ..state.records import StateDir, utc_now
@@ -30,6 +33,9 @@ from .conclude import conclude, rerun_command
 
 if TYPE_CHECKING:
     from .lane import Lane
+
+#: The longest ``--wait-lock``: a week (a build may take a day; nothing sane waits longer).
+MAX_WAIT_LOCK = 7 * 24 * 3600
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
@@ -42,7 +48,11 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
     started = getattr(args, "early_start", None)  # vq_admin.ssh.early_start: the configuration read, ssh started
     config = started.config if started is not None else load_config(args.config)
     authority.lookup(config, key[1])  # a host not configured (a typo) is a usage error: nothing is recorded under it
+    wait = getattr(args, "wait_lock", None)
+    if wait is not None and not 0 <= wait <= MAX_WAIT_LOCK:
+        raise UsageError(f"--wait-lock {wait:g}: give the seconds to wait for a held lock (0 to {MAX_WAIT_LOCK})")
     options = RunOptions(
+        wait_lock=wait,
         json=args.json,
         dry_run=args.dry_run,
         force=args.force,
@@ -88,8 +98,11 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 ctx.state.check_run_dirs(*lock_key)  # a loose directory there: refused before the lock is written
-                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
-                                                                      deferred=deferred_lease):
+                waiter = LockWait(ctx.options.wait_lock, terminal=progress.enabled(ctx.options.json),
+                                  narrate=ctx.narrate)
+                with ExitStack() as held:
+                    waiter.run(lambda: held.enter_context(lane_lock(ctx.state.root, *lock_key)), lambda: None)
+                    held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
         except KeyboardInterrupt:
@@ -101,7 +114,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         from .interrupted import interrupted_readback
 
         if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
-            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt))
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt),
+                                                    ctx.options.wait_lock)
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)

@@ -42,7 +42,7 @@ from ..state.records import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
-from .interrupted import known
+from .interrupted import known, rerun_advice
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -307,10 +307,9 @@ class RuntimeUpdate:
             self.receipt.readback.update(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
                                          build=detached_step.left_running(deploy))
             if not deploy.get("fenced"):
-                self.receipt.readback["advice"] = (
-                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it "
-                    "(75 while it still runs), then "
-                    "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
+                pid = deploy.get("pid") or "(in the attempt record)"
+                self.receipt.readback["advice"] = rerun_advice(f"the build pid {pid} on {deploy.get('where')}",
+                                                               self.ctx.options.wait_lock, "the build")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     def verify_errors(self, found: Verification) -> list[str]:
