@@ -338,6 +338,13 @@ class Rollout:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return self.document()
 
+    def unstored(self) -> list[str]:
+        """One warning per host whose run could not store its receipt or records (its own document says
+        what, and the rerun that records it)."""
+        return [f"vq-admin: warning: fleet: {h.name}: {h.outcome}, but not recorded: "
+                f"{', '.join(map(str, h.document['not_stored']))}; rerun this rollout (it verifies read-only first "
+                "and records it)" for h in self.hosts if h.document and h.document.get("not_stored")]
+
     def stopping(self) -> bool:
         if self.dry_run:  # a dry run plans every host
             return bool(self.interrupted)
@@ -478,15 +485,24 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     config = load_config(args.config)
     rollout = Rollout(args, config, program, sha)
     doc = rollout.run()
-    path = None if rollout.dry_run else store(StateDir(args.state_dir), doc)
+    path, warnings = None, rollout.unstored()
+    if not rollout.dry_run:
+        try:
+            path = store(StateDir(args.state_dir), doc)
+        except OSError as exc:  # the hosts' outcomes stand: the document is printed, and says where it is not
+            doc["id"] = None
+            warnings.append(f"vq-admin: warning: fleet {program}: {doc['outcome']}, but its document could not be "
+                            f"stored in {StateDir(args.state_dir).root}: {exc.strerror or exc}")
+    for line in warnings:  # in every mode, --json included: cron mails it
+        print(safe_text(line), file=sys.stderr, flush=True)
     if args.json:
         envelope.write(doc)
-    elif path is None:
+    elif rollout.dry_run:
         print("\n".join(dry_run_lines(doc)), flush=True)
     elif doc["exit_code"] != 0:
-        print("\n".join(table(doc) + [f"  receipt   {path}"]), file=sys.stderr, flush=True)
+        print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), file=sys.stderr, flush=True)
     elif rollout.terminal or args.verbose:
-        print("\n".join(table(doc) + [f"  receipt   {path}"]), flush=True)
+        print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), flush=True)
     return int(doc["exit_code"])
 
 

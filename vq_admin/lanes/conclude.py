@@ -113,6 +113,24 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     return receipt
 
 
+def unstored_warning(ctx: RunContext, receipt: Receipt) -> str | None:
+    """What a run whose receipt or records could not be stored says on stderr in every mode (cron mails
+    it; ``--json`` keeps stdout for the document): what is not recorded, what that means for the queue,
+    and the rerun that records it.  ``None`` when everything was stored."""
+    if not receipt.not_stored:
+        return None
+    outcome = receipt.outcome or Outcome.FAILED
+    lane = f"{receipt.lane} {receipt.program}" if receipt.program else receipt.lane
+    lines = [f"vq-admin: warning: {lane} on {receipt.host}: {outcome.value} (exit {outcome.exit_code}), but not "
+             f"recorded in {ctx.state.root}: {', '.join(receipt.not_stored)}"]
+    if outcome.success and any("LAST OK" in item or "registry" in item for item in receipt.not_stored):
+        lines.append("  until it is recorded, LAST OK and the registry (what vq admin launcher hands the queue) "
+                     "still name the previous generation")
+    lines.append(f"  free space there, then rerun (it verifies read-only first and records it): "
+                 f"{rerun_command(ctx, receipt)}")
+    return "\n".join(lines)
+
+
 def _reason(exc: OSError | ValueError) -> str:
     """Why a record was not stored: an OSError's strerror, else the exception's text."""
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)

@@ -24,12 +24,12 @@ from ..lockwait import LockWait
 from ..report import progress
 from ..state.locks import lane_lock
 from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
-from ..report.output import plan_summary, receipt_summary, report
+from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
 from ..state.records import StateDir, utc_now
 from ..state.tree import UnsafeState
 from ..ssh.transport import Session
-from .conclude import conclude, rerun_command
+from .conclude import conclude, rerun_command, unstored_warning
 
 if TYPE_CHECKING:
     from .lane import Lane
@@ -148,6 +148,12 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
     path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.stored else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
+    warning = unstored_warning(ctx, receipt)
+    if warning is not None and (ctx.options.json or outcome.success):  # a failure's summary already says so
+        try:
+            print(safe_text(warning), file=sys.stderr, flush=True)
+        except OSError:  # a closed stderr: the printed document still says it (not_stored)
+            pass
     return outcome.exit_code
 
 
