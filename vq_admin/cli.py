@@ -262,9 +262,11 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
             write(error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing was run
+        from . import interrupts
+
+        error = interrupts.early_error(exc)
+        return interrupts.finish_early(prog, error, error_document(args, error) if "--json" in argv else None)
 
 
 if __name__ == "__main__":  # python -m vq_admin.cli: the console script's entry (this module is __main__ then)

@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
+from .. import interrupts
 from ..config import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
@@ -105,8 +106,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                     held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
-        except KeyboardInterrupt:
-            raise Interrupted("vq-admin received SIGINT") from None
+        except KeyboardInterrupt as exc:  # SIGINT (and, before the handlers above, any of the three)
+            raise Interrupted(f"vq-admin received {interrupts.name_of(exc)}") from None
     except UnsafeState:
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
@@ -130,6 +131,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        interrupts.hold()  # the outcome is decided and recorded: a signal now changes nothing
     return emit(ctx, receipt)
 
 
