@@ -133,9 +133,29 @@ def _missing(holder: Dict[str, Any]) -> str:
     """A held lock without its record: the processes that hold it, as ``/proc/locks`` shows them."""
     found = ", ".join(f"pid {h.get('pid')} ({h.get('command') or 'command unknown'}, started "
                       f"{h.get('started') or 'at an unknown time'})" for h in holder.get("lock_holders") or ())
+    settled = holder.get("settled")
     return (f"held by {found or 'a process this host does not show (on another host sharing this home?)'}, whose "
-            f"holder record is missing (the run or work is starting or ending: asked again for "
-            f"{holder.get('settled'):g} s)")
+            "holder record is missing (the run or work is starting or ending"
+            + (f": asked again for {settled:g} s)" if isinstance(settled, (int, float)) else ")"))
+
+
+def peek(program: str) -> Dict[str, Any]:
+    """Who holds the runtime lease of *program* now, read without taking any lock (``vq admin verify``
+    takes none): the lease, else its work lock, held when ``/proc/locks`` shows a ``flock`` on it (without
+    ``/proc/locks``: when its holder record names a live process).  ``{"held": false}`` otherwise, and
+    when the lease directory fails the secure-path rule (its records are not evidence then)."""
+    directory = paths.agent_lock_dir()
+    if securepath.path_problem(directory, what="lease directory"):
+        return {"held": False}
+    path = os.path.join(directory, lock_name("runtime", program))
+    for lock, key, say in ((path, "agent_pid", describe), (path + WORK, "pid", describe_work)):
+        holders = procs.flock_holders(lock) if os.path.exists("/proc/locks") else None
+        found = current_holder(lock, key, settle=0.0)
+        if holders == [] or (holders is None and not found):
+            continue
+        holder = found or read_holder(lock) or {"lock_holders": holders}
+        return {"held": True, "lock": lock, "holder": holder, "message": say(holder)}
+    return {"held": False}
 
 
 def _ago(since: Any) -> str:

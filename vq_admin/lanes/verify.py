@@ -32,6 +32,8 @@ class Verification:
     not_receipt: dict[str, Any] | None = None
     #: one line, when the verify itself failed: it could not start, exited non-zero, or printed no receipt
     broken: str | None = None
+    #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
+    lease: dict[str, Any] | None = None
 
     @property
     def proven(self) -> bool:
@@ -63,15 +65,17 @@ ACTIVE_PATH = Slot("active_path")
 
 
 def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profile: RuntimeProfile,
-                request: RuntimeRequest) -> tuple[Step, Step]:
+                request: RuntimeRequest, *, peek_lease: bool = False) -> tuple[Step, Step]:
     """Add the verify step and its hash read-back step to *plan*.
 
     Both run in one agent call on the login host (``vq-admin-agent
-    verify-readback -- <verify argv>``): one ssh round trip per verify.
+    verify-readback -- <verify argv>``): one ssh round trip per verify.  With *peek_lease* (a
+    verify that takes no lease) the agent also says who holds the program's lease now.
     """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv),
+    lease_of = profile.program if peek_lease else None
+    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
     readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, ACTIVE_PATH),
@@ -131,6 +135,7 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         readback_step.status = "skipped"
         return found
     verify = answer["verify"]
+    found.lease = answer["lease"] if isinstance(answer.get("lease"), dict) else None
     code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
     receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
@@ -163,7 +168,8 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
     if code != 0:  # the verify command: the word after the agent's "verify-readback --"
-        command = verify_step.planned_argv[verify_step.planned_argv.index(protocol.VERIFY_READBACK) + 2]
+        argv = verify_step.planned_argv
+        command = argv[argv.index(protocol.END, argv.index(protocol.VERIFY_READBACK)) + 1]
         found.error = found.broken = f"verify command {quote_argv([command])} exited {code}: {last_line(stderr)}"
     elif receipt is None:
         found.error, found.broken = error, f"the verifier's output is not a receipt ({error})"
