@@ -1,22 +1,16 @@
 """Waiting for a held lane lock or host-side lease instead of exiting 75 at once.
 
-Two kinds of run wait:
+* ``--wait-lock SECONDS`` (update, rollback, prune): a held lane lock or
+  lease (another run, or the build or batch job an earlier run left running)
+  is asked for again every :data:`POLL_SECONDS` until SECONDS have passed
+  since the run started, with a progress line on a terminal; then 75 as
+  before, saying how long it waited.
+* A fleet rollout's hosts whose accounts share one home (the usual NFS home)
+  share one lease: a worker whose lease another worker of the same rollout
+  (:data:`FLEET`, the rollout's pid) holds waits for it to end, whatever
+  ``--wait-lock`` says, so they run one after another.
 
-* a run given ``--wait-lock SECONDS`` (update, rollback, prune): a held lane
-  lock or lease (another run's session, or the work an earlier run left
-  running there: a build, a batch job) is asked for again every
-  :data:`POLL_SECONDS` until SECONDS have passed since the run started, with
-  a progress line on a terminal; then 75 as before, saying how long it
-  waited;
-* a host of a fleet rollout (:mod:`vq_admin.fleet`) whose lease another host
-  of the same rollout holds: login hosts whose accounts share one home (the
-  usual NFS home) share one lease, so they run one after another.  The
-  rollout names itself to its workers (:data:`FLEET`, its pid); a holder that
-  is a live worker of the same rollout on this machine is waited for until
-  it has ended, whatever ``--wait-lock`` says: it is the same rollout.
-
-Nothing else is waited for: a provider's own lock (its exit 75) and a verify
-receipt that reports an update under way stay 75 at once.
+A provider's own lock (its exit 75) and the quiescence guard stay 75 at once.
 """
 
 from __future__ import annotations
@@ -71,8 +65,7 @@ class LockWait:
         self.narrate = narrate
         self.started = time.monotonic()
         self.waited = 0.0
-        #: the sibling runs waited for: their run id, driver pid and seconds
-        self.siblings: list[dict[str, Any]] = []
+        self.siblings: list[dict[str, Any]] = []  # the sibling runs waited for: run id and driver pid
         self.holding = ""  # what holds the lock, as the progress line names it
         self._line: progress.LiveLine | None = None
 
