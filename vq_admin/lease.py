@@ -16,9 +16,12 @@ keeps it in its own state directory there, :mod:`vq_admin.agent.lease`), and
 what a run leaves running there (a detached build, an allocation job) holds
 it too until it ends, so a driver's death frees only its own session.
 
-Taking it never waits: a held lease is exit 75 naming what holds it on the
-login host (the agent, build or job, its pid, the run that started it and
-whether that run's session is still there); an unsafe lease directory or a
+Taking it does not wait unless the run was given ``--wait-lock`` or another
+host of its own fleet rollout holds it (:mod:`vq_admin.lockwait`): a held
+lease is exit 75 naming, in one short line, what holds it on the login host
+(another run, or the build or job an earlier run left running, with its
+pid), then the details (the run that started it and whether that run's
+session is still there, what a rerun does); an unsafe lease directory or a
 filesystem where ``flock`` does not work is exit 77 with the agent's reason;
 an agent of another session protocol is exit 77 naming the command that
 updates the helper; a host that cannot be reached is ``unknown`` (exit 3;

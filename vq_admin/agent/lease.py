@@ -25,9 +25,13 @@ run from any driver is 75 until the last of them ends, and a driver's death
 frees only what it alone held (its session).
 
 Never waits for a held lock: contention prints ``{"held": false, "holder":
-{...}, "message": ...}`` and exits 75 (EX_TEMPFAIL) at once; the message
-names what holds it on this host (the agent, build or job, with its pid),
-whether the run that started it still has its session here, and how it ends.
+{...}, "message": ...}`` and exits 75 (EX_TEMPFAIL); the message names what
+holds it on this host (the agent, build or job, with its pid), whether the
+run that started it still has its session here, and how it ends.  Only a
+lock held without a live holder record (work starting or ending) is asked
+for again for a few seconds (:func:`contended`), then named from
+``/proc/locks``.  :func:`peek` reads who holds it without taking it
+(``vq admin verify``).
 A lock that cannot be taken for another reason (a filesystem without working
 ``flock``: NFS without local locks, Lustre without the ``flock`` mount
 option) exits 1 with a message naming the path and the reason; an unsafe
