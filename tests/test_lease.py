@@ -251,6 +251,37 @@ def test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75(t
 
 
 @pytest.mark.real
+def test_rollback_waits_for_the_lease_with_wait_lock(tmp_path, sshd):
+    """--wait-lock on rollback (which takes the lease before its body, not in a first call): a bound that
+    runs out is 75 saying it waited; a longer one waits for the other administrator, then rolls back."""
+    f = fleet(tmp_path, sshd)
+    f.open_gate()
+    bob_state = tmp_path / "state-bob"
+    for sha in (f.a, f.b):  # bob's own evidence: LAST GOOD a, LAST OK b
+        code, out, err = finish(f.update("cluster", sha, state=bob_state))
+        assert code == 0, out + err
+    (f.gate / "open").unlink()
+    started = f.started()
+    first = f.update("cluster", f.a, state=tmp_path / "state-alice")  # alice deploys a: her build waits
+    wait_for(lambda: f.started() > started or first.poll() is not None, "alice's build to start")
+    assert first.poll() is None, first.communicate()
+    code, out, err = finish(f.start("rollback", f.program, "cluster", "--json", "--wait-lock", "1", state=bob_state))
+    assert code == 75 and re.search(r"\(waited \d+ s: --wait-lock 1\)$", json.loads(out)["errors"][-1]), out + err
+    with (tmp_path / "bob.err").open("w") as stderr:
+        bob = subprocess.Popen([VQ_ADMIN, "rollback", f.program, "cluster", "--json", "-v", "--wait-lock", "300"],
+                               env=f.env(bob_state), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                               text=True)
+    wait_for(lambda: bob.poll() is not None or "waiting up to 300 s" in (tmp_path / "bob.err").read_text(),
+             "the rollback to wait for the lease")
+    f.open_gate()
+    assert finish(first)[0] == 0
+    code, out, _ = finish(bob, timeout=300)
+    receipt = json.loads(out)
+    assert code == 0 and receipt["outcome"] == "already-current" and receipt["rollback"]["to"] == f.a, out
+    assert receipt["lease"]["waited"]["seconds"] > 0 and f.active_sha("cluster") == f.a
+
+
+@pytest.mark.real
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_driver_killed_mid_build_leaves_the_lease_to_its_build(tmp_path, sshd, sig):
     """Issue 26: A's driver dies while its detached build runs; B (another state directory, so no attempt
