@@ -192,6 +192,7 @@ def run_vq_inprocess(*args: str, config: Path | str | None = None, state: Path |
     imports keeps :func:`run_vq`.
     """
     import io
+    import signal
     import tempfile
 
     from vq_admin import entry
@@ -203,6 +204,7 @@ def run_vq_inprocess(*args: str, config: Path | str | None = None, state: Path |
         overrides["VQ_ADMIN_STATE_DIR"] = str(state)
     saved_env = dict(os.environ)
     saved_streams = sys.stdout, sys.stderr
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -227,6 +229,8 @@ def run_vq_inprocess(*args: str, config: Path | str | None = None, state: Path |
             os.close(saved_fds[1])
             os.environ.clear()
             os.environ.update(saved_env)
+            for sig, handler in saved_signals.items():  # the console script handles them for its process
+                signal.signal(sig, handler)
         out.seek(0)
         err.seek(0)
         return CliResult(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))

@@ -58,6 +58,7 @@ PLAYBOOK = """\
         expected_sha: "{{ sha }}"
         config: "{{ vq_config }}"
         state_dir: "{{ vq_state }}"
+        wait_lock: "{{ wait_lock | default(omit) }}"
       delegate_to: localhost
       register: deployed
       until: deployed.outcome | default('') != 'locked'
@@ -264,3 +265,20 @@ def test_playbooks_roll_out_stop_check_and_retry_a_lock(tmp_path: Path, sshd, co
     locked = [r for r in f.receipts(state, "beta") if r["outcome"] == "locked"]
     assert locked and all(r["exit_code"] == 75 and "lease" in r["errors"][0] for r in locked), locked
     assert f.receipts(state, "beta")[-1]["outcome"] == "already-current"
+
+    # the same with wait_lock (--wait-lock): the task waits for the held lease, no retry, no locked receipt
+    (f.gate / "open").unlink()
+    started, receipts, calls = f.started(), len(f.receipts(state, "beta")), tmp_path / "calls.jsonl"
+    other = f.update("beta", f.a, state=tmp_path / "other-state")
+    wait_for(lambda: f.started() > started, "the other administrator's build to start")
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--limit", "beta",
+                             "-e", f"sha={f.a}", "-e", f"vq_config={f.config}", "-e", f"vq_state={state}",
+                             "-e", "wait_lock=300"], env=dict(env, VQ_ADMIN_TESTING="1", VQ_ADMIN_FAULT_LOG=str(calls)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: calls.exists() and "session" in calls.read_text(), "the task's run to ask for the lease")
+    f.open_gate()
+    code, out, err = finish(proc)
+    assert finish(other)[0] == 0
+    assert code == 0 and "RETRYING" not in out and recap(out)["beta"]["failed"] == 0, out + err
+    last = f.receipts(state, "beta")[receipts:]
+    assert [r["outcome"] for r in last] == ["already-current"] and last[0]["lease"]["waited"]["wait_lock"] == 300

@@ -569,6 +569,36 @@ def test_the_state_filesystem_filling_after_the_host_changed(tmp_path, real_sshd
     clean_after(world, done, converge(world))
 
 
+@pytest.mark.parametrize("mode", ["json", "cron"])
+def test_a_success_whose_evidence_was_not_stored_says_so_on_stderr_in_every_mode(tmp_path, real_sshd, small_tmpfs,
+                                                                                   mode):
+    """Issue 31 item 9: a verified success the state filesystem could not record is never silent: with
+    --json and off a terminal (cron mails stderr) it names what is not recorded and the rerun that records it."""
+    state = small_tmpfs / "state"
+    world = World(tmp_path, real_sshd.ssh_config, f"chaos-unstored-{mode}", state=state)
+    world.set_deploy("", f"{sys.executable} -c 'import os\ntry:\n"
+                         f"  open(\"{small_tmpfs}/filler\",\"wb\").write(b\"0\"*(4<<20))\n"
+                         f"except OSError: pass'", say=False)
+    argv = world.argv() if mode == "json" else [a for a in world.argv() if a != "--json"]
+    proc = subprocess.Popen(argv, env=world.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0 and world.active() == world.sha, out + err
+    assert (json.loads(out)["outcome"] == "ok") if mode == "json" else out == ""
+    warning = err.strip().splitlines()
+    assert warning[0].startswith(f"vq-admin: warning: runtime {world.program} on cluster: ok (exit 0), but not "
+                                 f"recorded in {state}: the receipt"), err
+    assert "LAST OK" in warning[0] and "still name the previous generation" in warning[1], err
+    assert warning[2].endswith(f"vq admin update {world.program} cluster --expected-sha {world.sha}"), err
+    record(f"state filesystem filled after the switch ({mode})", "ok, named on stderr",
+           "ok, named on stderr" if "but not recorded" in err else "ok, silent")
+    (small_tmpfs / "filler").unlink()
+    again = converge(world)  # the rerun the warning names records it
+    assert not again.stderr and again.receipt.get("stored", True)
+    assert json.loads(next(state.rglob("last-ok.json")).read_text())["sha"] == world.sha
+    clean_after(world, again)
+
+
 # -- a verifier that prints text around its JSON -------------------------------------------------------
 
 

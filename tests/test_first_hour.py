@@ -114,16 +114,64 @@ def test_the_same_line_without_tag_after_a_tagged_run_is_already_current(tmp_pat
     receipt = plain.json()
     assert plain.exit_code == 0 and receipt["outcome"] == "already-current", plain.stdout + plain.stderr
     assert receipt["tag"] == "v1.0" and steps(receipt)["deploy"]["status"] == "skipped"
-    # a second tag at the SHA: which one the runtime must report is the operator's to say
+    # a second tag at the active verified SHA (CONTRACT section 15): the label LAST OK recorded is expected
     site.repo.tag("v1.0-final", site.a)
     several = site.update("--json")
+    assert several.exit_code == 0 and several.json()["outcome"] == "already-current", several.stdout + several.stderr
+    assert several.json()["tag"] == "v1.0" and "the label LAST OK recorded for it is v1.0" in several.json()["notes"][0]
+    chosen = site.update("--tag", "v1.0", "--json")
+    assert chosen.exit_code == 0 and chosen.json()["outcome"] == "already-current", chosen.stdout + chosen.stderr
+    # two tags at a commit never verified here: which one the runtime must report is the operator's to say
+    b = site.repo.commit("b", SELFTEST)
+    site.repo.tag("v2.0", b)
+    site.repo.tag("v2.0-final", b)
+    several = site.update("--json", sha=b)
     assert several.exit_code == 2, several.stdout + several.stderr
-    assert several.json()["errors"] == [f"2 tags point at {site.a}: v1.0, v1.0-final; name the one the runtime "
+    assert several.json()["errors"] == [f"2 tags point at {b}: v2.0, v2.0-final; name the one the runtime "
                                         "must report with --tag TAG; nothing was run"]
     assert site.record("last-ok")["tag"] == "v1.0" and site.built() == [site.a]
     assert site.record("last")["outcome"] == "already-current"  # a usage error never replaces the last run
-    chosen = site.update("--tag", "v1.0", "--json")
-    assert chosen.exit_code == 0 and chosen.json()["outcome"] == "already-current", chosen.stdout + chosen.stderr
+
+
+def test_a_tag_added_after_the_deploy_is_a_label_not_a_failure(tmp_path, real_sshd):
+    """Issue 31 item 1: deploy an untagged commit, then tag it: the unchanged line (and --force) keeps
+    working, naming the tag found and the label the runtime reports; an explicit --tag still must match;
+    a second driver without LAST OK finds the same from the runtime itself."""
+    site = Site(tmp_path, real_sshd.ssh_config)
+    assert site.update("--json").json()["outcome"] == "ok"
+    site.repo.tag("v1.18.0", site.a, annotated=True)
+    plain = site.update("--json")
+    receipt = plain.json()
+    assert plain.exit_code == 0 and receipt["outcome"] == "already-current", plain.stdout + plain.stderr
+    assert receipt["tag"] is None and steps(receipt)["deploy"]["status"] == "skipped"
+    assert receipt["notes"] == ["tag: source_repo tags it v1.18.0; the label LAST OK recorded for it is no tag: the "
+                                "SHA is the identity, a tag a label, so without --tag that label is expected (an "
+                                "explicit --tag must match what the runtime reports)"]
+    forced = site.update("--force", "--json")
+    assert forced.exit_code == 0 and forced.json()["outcome"] == "ok", forced.stdout + forced.stderr
+    assert steps(forced.json())["deploy"]["status"] == "ok" and site.record("last-ok")["tag"] is None
+    explicit = site.update("--tag", "v1.18.0", "--json")
+    assert explicit.exit_code == 1 and explicit.json()["outcome"] == "failed", explicit.stdout + explicit.stderr
+    assert "receipt tag None, requested 'v1.18.0'" in explicit.stdout
+    # another driver (no LAST OK): the runtime's own receipt proves the SHA under its label
+    other = run_vq("update", "vibeqc", "cluster", "--expected-sha", site.a, "--json", config=site.config,
+                   state=tmp_path / "state-2")
+    receipt = other.json()
+    assert other.exit_code == 0 and receipt["outcome"] == "already-current", other.stdout + other.stderr
+    assert receipt["tag"] == "v1.18.0" and "the label the runtime reports is no tag" in receipt["notes"][0]
+    last_ok = json.loads((tmp_path / "state-2" / "hosts" / "cluster" / "runtime" / "vibeqc" / "last-ok.json")
+                         .read_text())
+    assert last_ok["tag"] is None  # what the runtime reports: the next run expects that label
+    forced = run_vq("update", "vibeqc", "cluster", "--expected-sha", site.a, "--force", "--json", config=site.config,
+                    state=tmp_path / "state-3")
+    assert forced.exit_code == 0 and forced.json()["outcome"] == "ok", forced.stdout + forced.stderr
+    assert "the label the runtime reports is no tag" in forced.json()["notes"][0]
+    site.repo.tag("v1.18.0-final", site.a)  # two tags at the active verified SHA: LAST OK names the label
+    both = site.update("--json")
+    assert both.exit_code == 0 and both.json()["outcome"] == "already-current", both.stdout + both.stderr
+    assert "source_repo tags it v1.18.0, v1.18.0-final; the label LAST OK recorded for it is no tag" in \
+        both.json()["notes"][0]
+    assert site.built() == [site.a]
 
 
 def wait_for(condition, what: str, timeout: float = 120.0) -> None:
@@ -173,6 +221,56 @@ exec {EXAMPLES / "deploy"} "$@"
     last = site.record("last")
     assert last["outcome"] in ("already-current", "ok") and last["tag"] == "v1.0"
     assert (site.root / "releases" / site.a / "BUILD-ARGS").read_text().split() == ["--opt=2"]
+
+
+def test_the_hint_after_ctrl_c_mid_build_says_what_the_rerun_does_now(tmp_path, real_sshd):
+    """Issue 31 item 3: after an interrupt mid-build the hint's short first line says what the rerun does
+    now (75 until the build, named by its pid, ends; or, with --wait-lock, waits), the details after it;
+    the rerun's own 75 says who holds the lease in one short line; with --wait-lock it waits and converges."""
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    gated = script(tmp_path / "gated-deploy", f"""#!/bin/sh
+touch {started}
+i=0
+while [ ! -e {gate} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+exec {EXAMPLES / "deploy"} "$@"
+""")
+    site = Site(tmp_path, real_sshd.ssh_config, update=f"{gated} --root {tmp_path / 'apps'}")
+    run = subprocess.Popen([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", site.a, "--json"],
+                           env=dict(os.environ, VQ_ADMIN_CONFIG=str(site.config), VQ_ADMIN_STATE_DIR=str(site.state)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: started.exists() or run.poll() is not None, "the build to start")
+        assert run.poll() is None, run.communicate()
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 3, out + err
+        readback = json.loads(out)["readback"]
+        first, details = readback["advice"].split("\n")
+        assert first == (f"a rerun is 75 (locked) until the build pid {readback['pid']} on cluster ends; with "
+                         "--wait-lock SECONDS it waits for it"), first
+        assert details.startswith("then it reconciles that build's end from its attempt record"), details
+        held = site.update()
+        assert held.exit_code == 75, held.stdout + held.stderr
+        error = next(line for line in held.stderr.splitlines() if line.startswith("  error"))
+        assert error.endswith(f"held by the build pid {readback['pid']} an earlier run left running; nothing was "
+                              "run") and len(error) < 200, error
+        assert "whose driver has ended" in held.stderr and "a rerun is 75 until the build ends" in held.stderr
+        assert "another run" not in held.stderr
+        narration = tmp_path / "waiting.err"
+        with narration.open("w") as stderr:
+            waiting = subprocess.Popen([VQ_ADMIN, "update", "vibeqc", "cluster", "--expected-sha", site.a, "--json",
+                                        "--wait-lock", "300", "-v"], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                       env=dict(os.environ, VQ_ADMIN_CONFIG=str(site.config),
+                                                VQ_ADMIN_STATE_DIR=str(site.state)))
+        wait_for(lambda: waiting.poll() is not None or "waiting up to 300 s (--wait-lock)" in narration.read_text(),
+                 "the rerun to wait for the build")
+    finally:
+        gate.touch()
+    out, err = waiting.communicate(timeout=300)
+    err = narration.read_text()
+    receipt = json.loads(out)
+    assert waiting.returncode == 0 and receipt["outcome"] in ("ok", "already-current"), out + err
+    assert receipt["lease"]["waited"]["seconds"] > 0
 
 
 MISSING = "missing-program"

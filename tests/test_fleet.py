@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fleet_world import Fleet, finish, wait_for
 from realhosts import SshdServer, remote_path
-from support import SITE_EXAMPLE, run_vq, tree_digest
+from support import SITE_EXAMPLE, VQ_ADMIN, run_vq, tree_digest
 
 pytestmark = pytest.mark.real
 
@@ -278,3 +279,51 @@ def test_the_first_rollout_installs_on_every_managed_host(tmp_path, sshd):
     refused = fleet_run(g, tmp_path / "g-state", g.a, "--cluster-install")
     assert refused.exit_code == 2 and "has no install operation on beta (install_command" in refused.stderr
     assert not (tmp_path / "g-state" / "receipts").exists() and not g.root("alpha").exists()
+
+
+SHARED = ("home-a", "home-b", "home-c")
+
+
+@pytest.fixture(scope="module")
+def shared_sshd(tmp_path_factory):
+    """Three ssh aliases of one loopback account: one home, so one agent state and one lease."""
+    server = SshdServer(tmp_path_factory.mktemp("fleet-shared-home"), env={"PATH": remote_path()}, aliases=SHARED)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_hosts_sharing_one_home_run_one_after_another_in_one_rollout(tmp_path, shared_sshd):
+    """Issue 31 item 2: three login hosts whose accounts share one home share one host-side lease; a
+    --parallel 4 rollout runs them one after another (never 75 on its own run) and says which waited."""
+    gated = {"gated": True}
+    spec = {name: dict(gated, ssh=alias) for name, alias in zip(("alpha", "beta", "gamma"), SHARED, strict=True)}
+    f = Fleet(tmp_path, str(shared_sshd.ssh_config), spec, sshd=shared_sshd)
+    assert len({f.lock_file(name) for name in ("alpha", "beta", "gamma")}) == 1  # one home: one lease
+    state, calls = tmp_path / "state", tmp_path / "calls.jsonl"
+    proc = subprocess.Popen([VQ_ADMIN, "update", f.program, "--all", "--expected-sha", f.a, "--parallel", "4",
+                             "--json"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(f.env(state), VQ_ADMIN_TESTING="1", VQ_ADMIN_FAULT_LOG=str(calls)))
+
+    def sessions() -> int:  # each run's first agent call takes the lease (the log of every call, no fault)
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        return sum("session" in json.loads(line).get("argv", []) for line in lines)
+
+    # all three runs asked for the one lease while the first one's build waits at the gate
+    wait_for(lambda: proc.poll() is not None or (f.started() == 1 and sessions() == 3),
+             "one build, and three runs asking for the shared lease")
+    assert proc.poll() is None, proc.communicate()
+    f.open_gate()
+    code, out, err = finish(proc, timeout=300)
+    doc = json.loads(out)
+    assert code == 0 and doc["outcome"] == "ok", out + err
+    assert {n: doc["hosts"][n]["outcome"] for n in ("alpha", "beta", "gamma")} == dict.fromkeys(
+        ("alpha", "beta", "gamma"), "ok")
+    waited = {n: doc["hosts"][n].get("shares_lease_with", []) for n in ("alpha", "beta", "gamma")}
+    assert sum(bool(w) for w in waited.values()) == 2, waited  # the first ran at once, the other two waited
+    receipts = sorted(f.receipts(state), key=lambda r: r["started_at"])
+    assert all(r["outcome"] == "ok" for r in receipts) and len(receipts) == 3
+    spans = sorted((r["lease"]["acquired_at"], r["finished_at"]) for r in receipts)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans  # one after another
+    assert not any("another run" in " ".join(r["errors"]) for r in receipts)
+    assert f.lease_free("alpha") and f.done() == 3

@@ -13,18 +13,20 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fleet_world import Fleet, finish, kill, wait_for, wait_gone
 from realhosts import SshdServer, remote_path
-from support import AGENT
+from support import AGENT, VQ_ADMIN
 from vq_admin.agent import cli as agent_cli
 from vq_admin.agent import lease as agent_lease
-from vq_admin.core import securepath
+from vq_admin.core import procs, securepath
 from vq_admin.lanes import allocation_step
 from vq_admin.report.outcome import Locked, Refused, VqAdminError
 
@@ -80,6 +82,48 @@ def test_agent_lease_is_exclusive_names_the_holder_and_ends_with_its_stdin(tmp_p
     assert first_line(fourth)["held"] is True
     fourth.stdin.close()
     assert fourth.wait(timeout=30) == 0
+
+
+FLOCK_HOLDER = """import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("lock", ["runtime.p.lock", "runtime.p.lock.work"], ids=["session", "work"])
+def test_a_lease_whose_holder_record_is_missing_names_its_pid_or_is_taken_once_free(tmp_path, lock):
+    """Issue 31 item 9: a lease (or its work lock) held by a process whose record is not written (yet, or
+    any more) is asked for again for a few seconds: once it frees the lease is taken; still held, the
+    answer names the process from /proc/locks (pid, command, start), never only "record is missing"."""
+    first = lease_proc(tmp_path, pid=100)  # creates the lease directory, then frees it
+    first.stdin.close()
+    assert first.wait(timeout=30) == 0
+    path = tmp_path / "vq-admin-agent" / "locks" / lock
+    holder = subprocess.Popen([sys.executable, "-c", FLOCK_HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        out, err = lease_proc(tmp_path, pid=222).communicate(timeout=60)
+        answer = json.loads(out)
+        assert answer["held"] is False and answer["exit"] == 75, err
+        assert "record is missing" in answer["message"] and f"held by pid {holder.pid} (" in answer["message"]
+        assert sys.executable in answer["message"]  # its command
+        assert re.search(r"started 20\d\d-\d\d-\d\dT", answer["message"]), answer["message"]
+
+        contender = lease_proc(tmp_path, pid=333)
+        if lock.endswith(".work"):  # at the work lock the contender holds the lease itself: seen waiting there
+            main = str(tmp_path / "vq-admin-agent" / "locks" / "runtime.p.lock")
+            wait_for(lambda: contender.poll() is not None or contender.pid in [h["pid"] for h in
+                                                                               procs.flock_holders(main)],
+                     "the contender to find the work lock held")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert first_line(contender)["held"] is True  # the lock freed within the agent's settle: taken
+    contender.stdin.close()
+    assert contender.wait(timeout=30) == 0
 
 
 def test_agent_lease_refuses_an_unsafe_directory(tmp_path):
@@ -167,6 +211,74 @@ def test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing(tmp_pa
     assert code == 0, out + err
     assert json.loads(out)["outcome"] == "ok"
     assert f.lease_free("cluster") and f.holder("cluster") is None
+
+
+@pytest.mark.real
+def test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75(tmp_path, sshd):
+    """Issue 31 item 3: --wait-lock SECONDS waits for a held lease (another driver) and lane lock (the
+    same state directory), then runs; a bound that runs out is 75 as before, saying it waited."""
+    f = fleet(tmp_path, sshd)
+    first = start_first(f, tmp_path / "state-alice")
+    code, out, err = finish(f.update("cluster", f.b, "--wait-lock", "1", state=tmp_path / "state-bob"), timeout=120)
+    assert code == 75, out + err
+    message = json.loads(out)["errors"][-1]
+    assert message.splitlines()[0].endswith(f"pid {first.pid}); nothing was run"), message
+    assert re.search(r"\(waited \d+ s: --wait-lock 1\)$", message), message
+    assert f.started() == 1, "the run that gave up started a build"
+
+    waiting = {}
+    for name, sha in (("bob", f.b), ("carol", f.a)):  # carol shares alice's state directory: her lane lock
+        with (tmp_path / f"{name}.err").open("w") as stderr:
+            waiting[name] = subprocess.Popen(
+                [VQ_ADMIN, "update", f.program, "cluster", "--expected-sha", sha, "--json", "-v", "--wait-lock", "300"],
+                env=f.env(tmp_path / ("state-bob" if name == "bob" else "state-alice")), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=stderr, text=True)
+    wait_for(lambda: all(proc.poll() is not None or "waiting up to 300 s (--wait-lock)" in
+                         (tmp_path / f"{name}.err").read_text() for name, proc in waiting.items()),
+             "both runs to wait (bob for the lease, carol for the lane lock)")
+    assert all(proc.poll() is None for proc in waiting.values()), {n: p.communicate() for n, p in waiting.items()}
+    assert "another runtime update of cluster vibeqc is running" in (tmp_path / "carol.err").read_text()
+    f.open_gate()
+    code, out, err = finish(first)
+    assert code == 0, out + err
+    for name, proc in waiting.items():
+        code, out, _ = finish(proc, timeout=300)
+        err = (tmp_path / f"{name}.err").read_text()
+        receipt = json.loads(out)
+        assert code == 0 and receipt["outcome"] in ("ok", "already-current"), (name, out + err)
+        assert receipt["lease"]["waited"]["seconds"] > 0 and receipt["lease"]["waited"]["wait_lock"] == 300
+    assert f.active_sha("cluster") in (f.a, f.b) and f.lease_free("cluster")
+
+
+@pytest.mark.real
+def test_rollback_waits_for_the_lease_with_wait_lock(tmp_path, sshd):
+    """--wait-lock on rollback (which takes the lease before its body, not in a first call): a bound that
+    runs out is 75 saying it waited; a longer one waits for the other administrator, then rolls back."""
+    f = fleet(tmp_path, sshd)
+    f.open_gate()
+    bob_state = tmp_path / "state-bob"
+    for sha in (f.a, f.b):  # bob's own evidence: LAST GOOD a, LAST OK b
+        code, out, err = finish(f.update("cluster", sha, state=bob_state))
+        assert code == 0, out + err
+    (f.gate / "open").unlink()
+    started = f.started()
+    first = f.update("cluster", f.a, state=tmp_path / "state-alice")  # alice deploys a: her build waits
+    wait_for(lambda: f.started() > started or first.poll() is not None, "alice's build to start")
+    assert first.poll() is None, first.communicate()
+    code, out, err = finish(f.start("rollback", f.program, "cluster", "--json", "--wait-lock", "1", state=bob_state))
+    assert code == 75 and re.search(r"\(waited \d+ s: --wait-lock 1\)$", json.loads(out)["errors"][-1]), out + err
+    with (tmp_path / "bob.err").open("w") as stderr:
+        bob = subprocess.Popen([VQ_ADMIN, "rollback", f.program, "cluster", "--json", "-v", "--wait-lock", "300"],
+                               env=f.env(bob_state), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                               text=True)
+    wait_for(lambda: bob.poll() is not None or "waiting up to 300 s" in (tmp_path / "bob.err").read_text(),
+             "the rollback to wait for the lease")
+    f.open_gate()
+    assert finish(first)[0] == 0
+    code, out, _ = finish(bob, timeout=300)
+    receipt = json.loads(out)
+    assert code == 0 and receipt["outcome"] == "already-current" and receipt["rollback"]["to"] == f.a, out
+    assert receipt["lease"]["waited"]["seconds"] > 0 and f.active_sha("cluster") == f.a
 
 
 @pytest.mark.real

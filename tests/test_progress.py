@@ -24,7 +24,7 @@ import pytest
 
 from plan_match import slot_values
 from realhosts.procs import wait_until
-from support import NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, write_config
+from support import AGENT, NOTHING_ACTIVE, VQ_ADMIN, GitRepo, command_host, run_vq, write_config
 from test_allocation_real import World
 from vq_admin.report import progress
 from vq_admin.agent import progress as agent_progress
@@ -172,6 +172,37 @@ def test_a_fixed_host_build_shows_elapsed_time_and_its_last_output_line(tmp_path
     second = run.wait_for(r"fixed: deploy on local \d+:\d\d \| compiling step 2$", 60)
     print(f"\ncaptured: {first!r} then {second!r}")
     assert run.finish(timeout=120) == 1  # nothing is active after the build either
+
+
+def test_wait_lock_shows_what_holds_the_lease_and_for_how_long_then_runs(tmp_path):
+    """Issue 31 item 3: while --wait-lock waits for a held host-side lease, one live line names the
+    holder and the time waited of the bound; once the holder ends, the run goes on."""
+    repo = GitRepo(tmp_path / "repo")
+    sha = repo.commit("A")
+    verify = tmp_path / "verify"
+    verify.write_text("#!/bin/sh\necho '" + json.dumps(NOTHING_ACTIVE) + "'\n")
+    verify.chmod(0o755)
+    (tmp_path / "scratch").mkdir()
+    config = write_config(tmp_path / "admin.toml", command_host(
+        "fixed", scratch=tmp_path / "scratch", repo=repo.path, update="/bin/true", verify=str(verify), host="here",
+        transport="local", timeout_seconds=120, verify_timeout_seconds=None))
+    holder = subprocess.Popen([AGENT, "lease", "--lane", "runtime", "--host", "elsewhere", "--program", "fixed",
+                               "--driver-host", "admin2", "--user", "bob", "--pid", "4242", "--since",
+                               "2026-11-30T00:00:00Z", "--run-id", "bobs-run"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert json.loads(holder.stdout.readline())["held"] is True
+        env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"),
+                   COLUMNS="200")
+        run = PtyRun(["update", "fixed", "here", "--expected-sha", sha, "--wait-lock", "120"], env)
+        line = run.wait_for(r"^waiting for the lock \d+:\d\d of 2:00: the host-side lease of runtime here fixed on "
+                            r"local is held by another run \(bob@admin2 pid 4242\)$", 60)
+        print(f"\ncaptured: {line!r}")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert run.finish(timeout=120) == 1  # the run went on: it built, and nothing is active after it either
+    assert "deploy" in run.text and "locked" not in run.text
 
 
 # -- units: the renderer and the agent's records ------------------------------------------

@@ -20,6 +20,7 @@ from vq_admin.report.outcome import EXIT_CODES, Outcome
 def test_the_exit_code_table_is_pinned():
     assert {o.value: c for o, c in EXIT_CODES.items()} == {
         "ok": 0, "already-current": 0, "failed": 1, "usage": 2, "unknown": 3, "locked": 75, "refused": 77,
+        "interrupted": 130,  # CONTRACT section 2: interrupted before the lane started (version 4's envelope)
     }
     assert set(EXIT_CODES) == set(Outcome)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet_world import Fleet
+from fleet_world import Fleet, finish, wait_for
 from realhosts import SshdServer, remote_path
-from support import run_vq, tree_digest
+from support import SITE_EXAMPLE, run_vq, tree_digest
 
 pytestmark = pytest.mark.real
 
@@ -143,3 +143,53 @@ def test_a_silent_verifier_is_named_and_verify_calls_it_broken_not_unhealthy(tmp
                    state=world.state).json()["hosts"]["cluster"][world.program]
     assert (entry["state"], entry["detail"]) == ("broken", f"the verifier is broken: verify command {verifier} "
                                                            "exited 4: (no message on stderr)"), entry
+
+
+SWITCH_THEN_WAIT = """#!/bin/sh
+# switch-then-wait DIR WORDS...: run WORDS (the deploy: it switches current), record it, wait for DIR/open.
+dir="$1"; shift
+"$@" || exit $?
+: > "$dir/switched"
+i=0
+while [ ! -e "$dir/open" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+"""
+
+
+def test_a_runtime_whose_lease_a_run_holds_is_deploying_naming_the_run_not_drifted(tmp_path, sshd):
+    """Issue 31 item 9: while an update holds the lease (here: after its provider switched current, before
+    its final verify), verify says deploying (exit 75) and names the run, not drifted (exit 1); afterwards
+    current again."""
+    gate = tmp_path / "deploy-gate"
+    gate.mkdir()
+    script = tmp_path / "switch-then-wait"
+    script.write_text(SWITCH_THEN_WAIT)
+    script.chmod(0o755)
+    f = Fleet(tmp_path, str(sshd.ssh_config), {"alpha": {"ssh": "login-a"}, "beta": {"ssh": "login-b"}}, sshd=sshd)
+    state = tmp_path / "state"
+    assert run_vq("update", f.program, "--all", "--expected-sha", f.a, config=f.config, state=state).exit_code == 0
+    text = f.config.read_text().replace(f'update_command = "{SITE_EXAMPLE} install --root {f.root("alpha")}"',
+                                        f'update_command = "{script} {gate} {SITE_EXAMPLE} install --root '
+                                        f'{f.root("alpha")}"')
+    f.config.write_text(text)
+    run = f.update("alpha", f.b, state=tmp_path / "state-other")  # another administrator deploys B
+    try:
+        wait_for(lambda: (gate / "switched").exists() or run.poll() is not None, "the deploy to switch current")
+        assert run.poll() is None, run.communicate()
+        done = run_vq("verify", f.program, "--all", "--json", config=f.config, state=state)
+        assert done.exit_code == 75, done.stdout + done.stderr
+        doc = done.json()
+        assert (doc["outcome"], doc["exit_code"]) == ("locked", 75)
+        alpha, beta = (doc["hosts"][name][f.program] for name in ("alpha", "beta"))
+        assert beta["state"] == "current" and alpha["state"] == "deploying", alpha
+        assert alpha["detail"].startswith("a run holds its host-side lease: held by the agent pid "), alpha["detail"]
+        assert f"pid {run.pid}" in alpha["detail"] and f"meanwhile the runtime reads drifted: active SHA {f.b}" \
+            in alpha["detail"]
+        assert alpha["lease"]["holder"]["pid"] == run.pid and alpha["active"]["sha"] == f.b
+        table = run_vq("verify", f.program, "alpha", config=f.config, state=state)
+        assert table.exit_code == 75 and table.stdout.splitlines()[1].split()[:3] == ["alpha", f.program, "deploying"]
+    finally:
+        (gate / "open").touch()
+    code, out, err = finish(run)
+    assert code == 0, out + err
+    after = run_vq("verify", f.program, "alpha", "--expected-sha", f.b, "--json", config=f.config, state=state)
+    assert after.exit_code == 0 and after.json()["hosts"]["alpha"][f.program]["state"] == "current", after.stdout

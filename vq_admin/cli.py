@@ -80,6 +80,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
+    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                        "then exit 75 as without it")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="narrate on stderr and print the summary even when not a terminal")
@@ -155,6 +158,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
+    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                        "then exit 75 as without it")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="narrate on stderr and print the summary even when not a terminal")
@@ -166,6 +172,9 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                        "then exit 75 as without it")
     p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="narrate on stderr and print the summary even when not a terminal")
@@ -258,9 +267,11 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
             write(error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing was run
+        from . import interrupts
+
+        error = interrupts.early_error(exc)
+        return interrupts.finish_early(prog, error, error_document(args, error) if "--json" in argv else None)
 
 
 if __name__ == "__main__":  # python -m vq_admin.cli: the console script's entry (this module is __main__ then)

@@ -22,6 +22,8 @@ class RunOptions:
     cluster_install: bool = False
     update_script_args: tuple[str, ...] = ()
     verbose: bool = False
+    #: ``--wait-lock SECONDS``: how long a held lane lock or host-side lease is waited for (None: not at all)
+    wait_lock: float | None = None
     #: ``--config`` and ``--state-dir`` as given on the command line (for the ``next`` hint)
     config: str | None = None
     state_dir: str | None = None

@@ -124,6 +124,22 @@ def main(argv: list[str] | None = None) -> int:
         code = guarded(lambda: launcher(argv[1:], prog))
         if code is not None:
             return code
+    from . import interrupts
+
+    interrupts.install()  # from here no signal ends the process by itself (vq_admin.interrupts)
+    try:
+        return _interruptible(prog, argv)
+    except KeyboardInterrupt as exc:  # outside the full command line (which says it itself): 130
+        from .report.envelope import SCHEMAS, document
+
+        error = interrupts.early_error(exc)
+        return interrupts.finish_early(prog, error, document(SCHEMAS["error"], error.outcome, None, [error.message])
+                                       if "--json" in argv else None)
+    finally:
+        interrupts.finish()  # the answer is out: a signal now changes nothing
+
+
+def _interruptible(prog: str, argv: list[str]) -> int:
     if argv[:1] == ["update"]:  # cron's already-current run: its one ssh process starts before argparse
         from .ssh.early_start import start
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from . import lockwait
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -74,6 +75,8 @@ class HostRun:
     finished_at: str | None = None
     seconds: float | None = None
     document: dict[str, Any] | None = None
+    #: the hosts of this rollout whose runs held the lease this host shares with them (one home), waited for
+    shares_lease_with: list[str] = field(default_factory=list)
     _t0: float = 0.0
     _out: str = ""  # the worker's stdout and stderr files
     _err: str = ""
@@ -88,6 +91,8 @@ class HostRun:
         for key in ("reason", "started_at", "finished_at", "seconds"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.shares_lease_with:
+            data["shares_lease_with"] = self.shares_lease_with
         if self.errors:
             data["errors"] = self.errors[:3]
         return data
@@ -139,6 +144,7 @@ class Rollout:
         self.by_name = {h.name: h for h in self.hosts}
         self.interrupted: str | None = None
         self.running: dict[int, HostRun] = {}
+        self.workers: dict[int, str] = {}  # every worker started, by pid: the host it runs
         self.failed = 0
         self.terminal = sys.stdout.isatty() and not args.json
         self.tmp = ""  # the workers' output files; created by run()
@@ -175,6 +181,8 @@ class Rollout:
             argv += ["--tag", self.tag]
         if self.args.cluster_install:
             argv.append("--cluster-install")
+        if self.args.wait_lock is not None:
+            argv += ["--wait-lock", f"{self.args.wait_lock:g}"]
         if self.dry_run:
             argv.append("--dry-run")
         if self.args.config is not None:
@@ -195,6 +203,7 @@ class Rollout:
             code = 70
             try:
                 os.setsid()
+                os.environ[lockwait.FLEET] = str(os.getppid())  # hosts sharing a lease wait for each other
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 for sig in (signal.SIGTERM, signal.SIGHUP):
                     signal.signal(sig, signal.SIG_DFL)
@@ -215,6 +224,7 @@ class Rollout:
             finally:
                 os._exit(code)
         self.running[pid] = host
+        self.workers[pid] = host.name
         self._pidfds[pid] = os.pidfd_open(pid)
 
     def reap(self, pid: int, status: int) -> None:
@@ -234,6 +244,7 @@ class Rollout:
             host.exit_code = document.get("exit_code") if isinstance(document.get("exit_code"), int) else code
             host.receipt = document.get("id")
             host.errors = [str(e) for e in (document.get("errors") or [])]
+            host.shares_lease_with = self.waited_for(document)
         else:
             outcome = _OUTCOME_BY_CODE.get(code)
             if outcome is None or self.interrupted:
@@ -245,6 +256,14 @@ class Rollout:
         if not host.succeeded:
             self.failed += 1
         self.announce(host)
+
+    def waited_for(self, receipt: dict[str, Any]) -> list[str]:
+        """The hosts of this rollout whose runs held the lease the host of *receipt* waited for
+        (:mod:`vq_admin.lockwait`: the hosts share one home)."""
+        lease: Any = receipt.get("lease") or {}
+        waited: Any = lease.get("waited") or {}
+        pids = [s.get("pid") for s in waited.get("siblings") or []]
+        return sorted({self.workers[pid] for pid in pids if pid in self.workers})
 
     def wait_one(self) -> None:
         """Reap at least one worker.  Wakes twice a second to notice an interruption;
@@ -318,6 +337,13 @@ class Rollout:
                 signal.signal(sig, handler)
             shutil.rmtree(self.tmp, ignore_errors=True)
         return self.document()
+
+    def unstored(self) -> list[str]:
+        """One warning per host whose run could not store its receipt or records (its own document says
+        what, and the rerun that records it)."""
+        return [f"vq-admin: warning: fleet: {h.name}: {h.outcome}, but not recorded: "
+                f"{', '.join(map(str, h.document['not_stored']))}; rerun this rollout (it verifies read-only first "
+                "and records it)" for h in self.hosts if h.document and h.document.get("not_stored")]
 
     def stopping(self) -> bool:
         if self.dry_run:  # a dry run plans every host
@@ -459,15 +485,24 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     config = load_config(args.config)
     rollout = Rollout(args, config, program, sha)
     doc = rollout.run()
-    path = None if rollout.dry_run else store(StateDir(args.state_dir), doc)
+    path, warnings = None, rollout.unstored()
+    if not rollout.dry_run:
+        try:
+            path = store(StateDir(args.state_dir), doc)
+        except OSError as exc:  # the hosts' outcomes stand: the document is printed, and says where it is not
+            doc["id"] = None
+            warnings.append(f"vq-admin: warning: fleet {program}: {doc['outcome']}, but its document could not be "
+                            f"stored in {StateDir(args.state_dir).root}: {exc.strerror or exc}")
+    for line in warnings:  # in every mode, --json included: cron mails it
+        print(safe_text(line), file=sys.stderr, flush=True)
     if args.json:
         envelope.write(doc)
-    elif path is None:
+    elif rollout.dry_run:
         print("\n".join(dry_run_lines(doc)), flush=True)
     elif doc["exit_code"] != 0:
-        print("\n".join(table(doc) + [f"  receipt   {path}"]), file=sys.stderr, flush=True)
+        print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), file=sys.stderr, flush=True)
     elif rollout.terminal or args.verbose:
-        print("\n".join(table(doc) + [f"  receipt   {path}"]), flush=True)
+        print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), flush=True)
     return int(doc["exit_code"])
 
 

@@ -16,9 +16,12 @@ keeps it in its own state directory there, :mod:`vq_admin.agent.lease`), and
 what a run leaves running there (a detached build, an allocation job) holds
 it too until it ends, so a driver's death frees only its own session.
 
-Taking it never waits: a held lease is exit 75 naming what holds it on the
-login host (the agent, build or job, its pid, the run that started it and
-whether that run's session is still there); an unsafe lease directory or a
+Taking it does not wait unless the run was given ``--wait-lock`` or another
+host of its own fleet rollout holds it (:mod:`vq_admin.lockwait`): a held
+lease is exit 75 naming, in one short line, what holds it on the login host
+(another run, or the build or job an earlier run left running, with its
+pid), then the details (the run that started it and whether that run's
+session is still there, what a rerun does); an unsafe lease directory or a
 filesystem where ``flock`` does not work is exit 77 with the agent's reason;
 an agent of another session protocol is exit 77 naming the command that
 updates the helper; a host that cannot be reached (its name not resolved, the
@@ -35,11 +38,12 @@ import socket
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
 from .core import protocol
 from .core.failpoints import failpoint
+from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
 from .state.records import utc_now
@@ -63,6 +67,7 @@ RELEASE_TIMEOUT = 15.0
 MASTER_LINGER = 2.0
 EXIT_HELD = 75
 EXIT_UNSAFE = 4
+_T = TypeVar("_T")
 
 
 class LeaseUnreachable(VqAdminError):
@@ -117,8 +122,22 @@ class Lease:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self._buffer = b""
         self._waited_out = False
+        #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
+        self.waiter = LockWait(None)
 
     def acquire(self, timeout: float = LEASE_WAIT) -> dict[str, Any]:
+        """Take the lease (``vq-admin-agent lease``); a held one is waited for as :attr:`waiter` allows."""
+        return self._waited(lambda: self._acquire(timeout))
+
+    def _waited(self, attempt: Callable[[], _T]) -> _T:
+        try:
+            return self.waiter.run(attempt, lambda: self.record.get("holder"))
+        finally:
+            waited = self.waiter.record()
+            if waited is not None:
+                self.record["waited"] = waited
+
+    def _acquire(self, timeout: float) -> dict[str, Any]:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
         if isinstance(self.transport, SshTransport) and not self.transport.shell_checked:
             failed = self.transport.check_login_shell()
@@ -146,9 +165,7 @@ class Lease:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
         if code == EXIT_HELD:
-            message = answer.get("message") or "holder not recorded"
-            raise Locked(f"the host-side lease of {self._what()} on {self.where} is {message}; "
-                         "another run (from this or another driver) is under way; nothing was run")
+            raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
         if code == EXIT_UNSAFE or code == 1:
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
                           "nothing was run")
@@ -161,6 +178,10 @@ class Lease:
                       f"{error or 'no message'}; nothing was run")
 
     def open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
+        """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
+        return self._waited(lambda: self._open_session(request, verify_timeout))
+
+    def _open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -368,6 +389,26 @@ class Lease:
         return "\n".join(line.removeprefix("vq-admin-agent: ") for line in text.splitlines())
 
 
+def held_message(lease: str, answer: dict[str, Any]) -> str:
+    """Why *lease* was not taken: one short line (who holds it; nothing was run), then the agent's
+    details, what a rerun does now and how to wait for it."""
+    holder: Any = answer.get("holder") or {}
+    details = answer.get("message") or "holder not recorded"
+    if holder.get("kind") == "job":
+        who = f"the allocation job {holder.get('job_id') or '(id not yet recorded)'} an earlier run submitted"
+        rerun = "a rerun is 75 until the job ends (or waits for it with --wait-lock SECONDS)"
+    elif holder.get("kind") == "build":
+        who = f"the build pid {holder.get('pid')} an earlier run left running"
+        rerun = "a rerun is 75 until the build ends (or waits for it with --wait-lock SECONDS)"
+    elif holder.get("pid") is not None:
+        who = f"another run ({holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')})"
+        rerun = "rerun once it has ended, or wait for it with --wait-lock SECONDS"
+    else:
+        pids = ", ".join(f"pid {h.get('pid')}" for h in holder.get("lock_holders") or ()) or "a process"
+        who, rerun = f"{pids} whose holder record is missing", "rerun in a moment, or wait with --wait-lock SECONDS"
+    return f"{lease} is held by {who}; nothing was run\n{details}; {rerun}"
+
+
 def _parse(verb: str, line: str) -> dict[str, Any]:
     """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
     not one (the exit status and stderr then say why)."""
@@ -392,7 +433,7 @@ def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
 
 @contextmanager
 def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None,
-               deferred: bool = False) -> Iterator[Lease | None]:
+               deferred: bool = False, waiter: LockWait | None = None) -> Iterator[Lease | None]:
     """Hold the lease of (lane, host[, program]) on the host's login host for the body.
 
     The receipt gets its id now (the holder record names it) and a ``lease``
@@ -412,6 +453,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at)
     lease = Lease(ctx.login(host), argv)
+    lease.waiter = waiter or lease.waiter
     receipt.lease = lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
         from .lanes.command_files_stat import check_agent_before_lease

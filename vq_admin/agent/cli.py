@@ -240,8 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "receipt names; one JSON answer",
                        description="Run COMMAND (the provider's read-only verify argv, no shell), read the "
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
+    p.add_argument(protocol.LEASE_OF, metavar="PROGRAM", help="also say who holds PROGRAM's runtime lease now "
+                   "(read without taking it)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
-    p.set_defaults(func=lambda args: verify_readback.main(args.command))
+    p.set_defaults(func=lambda args: verify_readback.main(
+        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else []) + args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)

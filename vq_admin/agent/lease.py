@@ -25,9 +25,13 @@ run from any driver is 75 until the last of them ends, and a driver's death
 frees only what it alone held (its session).
 
 Never waits for a held lock: contention prints ``{"held": false, "holder":
-{...}, "message": ...}`` and exits 75 (EX_TEMPFAIL) at once; the message
-names what holds it on this host (the agent, build or job, with its pid),
-whether the run that started it still has its session here, and how it ends.
+{...}, "message": ...}`` and exits 75 (EX_TEMPFAIL); the message names what
+holds it on this host (the agent, build or job, with its pid), whether the
+run that started it still has its session here, and how it ends.  Only a
+lock held without a live holder record (work starting or ending) is asked
+for again for a few seconds (:func:`contended`), then named from
+``/proc/locks``.  :func:`peek` reads who holds it without taking it
+(``vq admin verify``).
 A lock that cannot be taken for another reason (a filesystem without working
 ``flock``: NFS without local locks, Lustre without the ``flock`` mount
 option) exits 1 with a message naming the path and the reason; an unsafe
@@ -58,6 +62,9 @@ LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
+#: How long a contender asks again for a held lock whose holder record is missing (work starting or
+#: ending, a session between its flock and its record): it may free, or its record appear.
+MISSING_SETTLE_SECONDS = 5.0
 FLOCK_HINT = ("the lease directory (the account's ~/.local/state) must be on a filesystem where flock(2) works "
               "between every login host that shares it: a local filesystem, NFS with working locks between "
               "clients, or Lustre mounted with -o flock")
@@ -109,6 +116,52 @@ def current_holder(path: str, key: str = "agent_pid", settle: float = HOLDER_SET
         time.sleep(0.05)
 
 
+def contended(fd: int, path: str, key: str = "agent_pid", stale_ok: bool = False) -> Optional[Dict[str, Any]]:
+    """What holds the lock of *path* that *fd* could not take: its record (naming a live process under
+    *key*; with *stale_ok*, its last record too); a missing record is waited for, and the lock asked
+    for again, up to :data:`MISSING_SETTLE_SECONDS`; then ``{"lock_holders": [...]}``, the processes
+    ``/proc/locks`` names.  ``None`` when *fd* took the lock meanwhile (it freed)."""
+    deadline = time.monotonic() + MISSING_SETTLE_SECONDS
+    while True:
+        found = current_holder(path, key) or (read_holder(path) if stale_ok else None)
+        if found:
+            return found
+        if try_lock(fd, path):
+            return None
+        if time.monotonic() >= deadline:
+            return {"lock_holders": procs.flock_holders(path), "settled": MISSING_SETTLE_SECONDS}
+        time.sleep(0.1)
+
+
+def _missing(holder: Dict[str, Any]) -> str:
+    """A held lock without its record: the processes that hold it, as ``/proc/locks`` shows them."""
+    found = ", ".join(f"pid {h.get('pid')} ({h.get('command') or 'command unknown'}, started "
+                      f"{h.get('started') or 'at an unknown time'})" for h in holder.get("lock_holders") or ())
+    settled = holder.get("settled")
+    return (f"held by {found or 'a process this host does not show (on another host sharing this home?)'}, whose "
+            "holder record is missing (the run or work is starting or ending"
+            + (f": asked again for {settled:g} s)" if isinstance(settled, (int, float)) else ")"))
+
+
+def peek(program: str) -> Dict[str, Any]:
+    """Who holds the runtime lease of *program* now, read without taking any lock (``vq admin verify``
+    takes none): the lease, else its work lock, held when ``/proc/locks`` shows a ``flock`` on it (without
+    ``/proc/locks``: when its holder record names a live process).  ``{"held": false}`` otherwise, and
+    when the lease directory fails the secure-path rule (its records are not evidence then)."""
+    directory = paths.agent_lock_dir()
+    if securepath.path_problem(directory, what="lease directory"):
+        return {"held": False}
+    path = os.path.join(directory, lock_name("runtime", program))
+    for lock, key, say in ((path, "agent_pid", describe), (path + WORK, "pid", describe_work)):
+        holders = procs.flock_holders(lock) if os.path.exists("/proc/locks") else None
+        found = current_holder(lock, key, settle=0.0)
+        if holders == [] or (holders is None and not found):
+            continue
+        holder = found or read_holder(lock) or {"lock_holders": holders}
+        return {"held": True, "lock": lock, "holder": holder, "message": say(holder)}
+    return {"held": False}
+
+
 def _ago(since: Any) -> str:
     import calendar  # contention only
 
@@ -142,6 +195,8 @@ def _connection(holder: Dict[str, Any]) -> str:
 def describe(holder: Optional[Dict[str, Any]]) -> str:
     if not holder:
         return "holder not recorded"
+    if "lock_holders" in holder:
+        return _missing(holder)
     return (f"held by the agent pid {holder.get('agent_pid')} on {holder.get('agent_host')} for run "
             f"{holder.get('run_id')} of {holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')}, "
             f"since {holder.get('since')}{_ago(holder.get('since'))}" + _connection(holder))
@@ -151,6 +206,8 @@ def describe_work(work: Optional[Dict[str, Any]]) -> str:
     """What holds the work lock: a detached build or an allocation job an earlier run left running."""
     if not work:
         return "held by a build or job whose record is missing"
+    if "lock_holders" in work:
+        return _missing(work)
     run = work.get("session") or {}
     started = (f"run {run.get('run_id')} of {run.get('user')}@{run.get('driver_host')} pid {run.get('pid')}"
                if run else "a run")
@@ -222,7 +279,7 @@ def work_holder(path: str) -> Optional[Dict[str, Any]]:
     try:
         if try_lock(fd, path + WORK):
             return None
-        return current_holder(path + WORK, key="pid") or read_holder(path + WORK) or {}
+        return contended(fd, path + WORK, key="pid", stale_ok=True)
     finally:
         os.close(fd)  # releases it when it was free
 
@@ -270,8 +327,8 @@ def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
     try:
         prepare_dir(directory)
         fd = open_lock(path)
-        if not try_lock(fd, path):
-            found = current_holder(path)
+        found = None if try_lock(fd, path) else contended(fd, path)
+        if found is not None:
             answer = {"held": False, "exit": EXIT_HELD, "lock": path, "holder": found, "message": describe(found)}
         else:
             work = work_holder(path)

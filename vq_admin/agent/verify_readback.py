@@ -132,12 +132,27 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout:
 
 
 def main(argv: list[str]) -> int:
-    """``verify-readback [--] ARGV...``; exit 0 when the answer was printed."""
+    """``verify-readback [--lease-of PROGRAM] [--] ARGV...``; exit 0 when the answer was printed.
+
+    With ``--lease-of`` (``vq admin verify``, which takes no lease) the answer also says who holds that
+    program's runtime lease now (``lease``: :func:`vq_admin.agent.lease.peek`, read without taking it)."""
+    program = None
+    if argv[:1] == [protocol.LEASE_OF] and len(argv) > 1:  # the fast path's: the verb table's is the same
+        program, argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or argv[0].startswith("-"):
-        print("usage: vq-admin-agent verify-readback -- VERIFY_COMMAND [ARG...]", file=sys.stderr)
+        print("usage: vq-admin-agent verify-readback [--lease-of PROGRAM] -- VERIFY_COMMAND [ARG...]",
+              file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write(protocol.encode(verify_readback(argv)))
+    answer = verify_readback(argv)
+    if program is not None:
+        from .lease import peek
+
+        try:
+            answer["lease"] = peek(program)
+        except (OSError, ValueError) as exc:  # a program name the lease refuses, an unreadable directory
+            answer["lease"] = {"held": False, "error": str(exc)}
+    sys.stdout.write(protocol.encode(answer))
     sys.stdout.flush()
     return 0

@@ -10,17 +10,21 @@ active with what LAST OK names (or ``--expected-sha``):
 * ``unhealthy``: the verify could not prove the runtime (a failed check);
 * ``broken``: the verifier itself failed (it exited non-zero, printed nothing or no verify receipt), so
   nothing is known of the runtime: the detail names the verify command and its exit status;
-* ``unknown``: the login host could not be reached (or there is nothing to compare with).
+* ``unknown``: the login host could not be reached (or there is nothing to compare with);
+* ``deploying``: not current, while a run holds the program's host-side lease there (an update,
+  rollback or prune under way, or the build or job one left running): the run is named; the same
+  agent call reads that without taking the lease.
 
 It takes no lock and no lease and writes nothing: not under the state directory, not on a host.
-Exit 0 only when every checked runtime is ``current``; else 3 when one is ``unknown``, else 1.
+Exit 0 only when every checked runtime is ``current``; else 3 when one is ``unknown``, else 1 when one
+is ``drifted`` or ``unhealthy``, else 75 (``locked``: one is ``deploying``; verify again once it ended).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import RuntimeRequest
 
@@ -35,7 +39,10 @@ from ..ssh.transport import Session
 from .arguments import check_name, full_sha
 
 #: Every state a checked runtime can be in (the module docstring says what each means).
-STATES = ("current", "drifted", "unhealthy", "broken", "unknown")
+STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
+
+if TYPE_CHECKING:
+    from ..lanes.verify import Verification
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -74,13 +81,26 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     request = RuntimeRequest(program=profile.program, host=host.name, expected_sha=sha, tag=expected["tag"],
                              settings=profile.settings())
     plan = Plan()
-    found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request))
+    found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
+                                                                 peek_lease=True))
     entry.update(steps=plan.to_list(), verify=found.to_dict())
-    receipt = found.receipt
     if found.interrupted:
         return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
+    judged = _judge(entry, found, sha, same)
+    lease = found.lease or {}
+    if judged["state"] != "current" and lease.get("held") is True:  # mid-deploy: not drift, not a fault
+        return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
+                    detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
+                           f"{judged['state']}: {judged['detail']})")
+    return judged
+
+
+def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> dict[str, Any]:
+    """The state the verify *found* shows: current, drifted, unhealthy or broken (module docstring)."""
     if found.broken is not None:  # a verifier problem, not a runtime one
         return dict(entry, state="broken", detail=f"the verifier is broken: {found.broken}")
+    expected = entry["expected"]
+    receipt = found.receipt
     if receipt is None:
         return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
     active_sha = (receipt.source_sha or "").lower() or None
@@ -106,7 +126,9 @@ def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
     states = {entry["state"] for programs in hosts.values() for entry in programs.values()}
     if states <= {"current"}:
         return Outcome.OK
-    return Outcome.UNKNOWN if "unknown" in states else Outcome.FAILED
+    if "unknown" in states:
+        return Outcome.UNKNOWN
+    return Outcome.LOCKED if states <= {"current", "deploying"} else Outcome.FAILED
 
 
 def table(hosts: dict[str, dict[str, dict[str, Any]]]) -> list[str]:

@@ -21,7 +21,7 @@ import os
 # annotations only: typing is never imported on the session verb's per-run path (the lease imports this)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, List, Optional
+    from typing import Any, Dict, List, Optional
 
 
 def _stat_fields(pid: int) -> Optional[List[bytes]]:
@@ -74,3 +74,46 @@ def _signal_zero(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def flock_holders(path: str) -> "List[Dict[str, Any]]":
+    """The processes of this host that hold a ``flock(2)`` lock on *path*, from ``/proc/locks``:
+    each one's ``pid``, ``command`` (its argv, bounded) and ``started`` (UTC), as far as known;
+    ``[]`` when none is found or the system has no ``/proc/locks``."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", "rb") as fh:
+            table = fh.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return []
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    found = []
+    for line in table.splitlines():
+        words = line.split()
+        if len(words) > 5 and words[1] == "FLOCK" and words[5] == inode and words[4].isdigit():
+            pid = int(words[4])
+            found.append({"pid": pid, "command": _command(pid), "started": _started(pid)})
+    return found
+
+
+def _command(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            words = fh.read(512).split(b"\0")
+    except OSError:
+        return None
+    return " ".join(w.decode("utf-8", "replace").replace("\n", " ") for w in words if w)[:200] or None
+
+
+def _started(pid: int) -> Optional[str]:
+    """When *pid* started (UTC, ``YYYY-MM-DDTHH:MM:SSZ``), from its start time and the boot time."""
+    ticks = proc_start_time(pid)
+    try:
+        with open("/proc/stat", "rb") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
+        import time
+
+        at = boot + int(ticks or "") / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))

@@ -97,12 +97,13 @@ USER = "--user"
 PID = "--pid"
 SINCE = "--since"
 RUN_ID = "--run-id"
+LEASE_OF = "--lease-of"
 PROBE = "--probe"
 
 #: Every option of every verb (``--`` aside).
 FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
          DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
-         PID, SINCE, RUN_ID, PROBE)
+         PID, SINCE, RUN_ID, PROBE, LEASE_OF)
 
 #: ``stage-reclaim --outcome`` values.
 OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
@@ -175,14 +176,15 @@ def check_paths(agent: Words, paths: Sequence[str]) -> List[str]:
     return [*agent, CHECK_PATHS, END, *paths]
 
 
-def verify_readback(agent: Words, command: Sequence[str]) -> List[str]:
-    """``verify-readback -- COMMAND...``: the read-only verify, then its launcher read back."""
-    return [*agent, VERIFY_READBACK, END, *command]
+def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None) -> List[str]:
+    """``verify-readback [--lease-of PROGRAM] -- COMMAND...``: the read-only verify, then its launcher read
+    back (and, with *lease_of*, who holds that program's runtime lease now, read without taking it)."""
+    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), END, *command]
 
 
 def command_words(argv: Sequence[str], agent: Words) -> List[str]:
     """The words after ``--`` in a :func:`verify_readback` or :func:`check_paths` argv built on *agent*."""
-    return list(argv[len(agent) + 2:])
+    return list(argv[list(argv).index(END, len(agent)) + 1:])
 
 
 def stage_create(agent: Words, *, root: Optional[str], kind: str, name: str, sha: str, archive_sha256: str,

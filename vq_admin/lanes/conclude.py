@@ -15,7 +15,7 @@ from ..ssh.transport import quote_argv
 def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
     """The ``next`` hint of every run (interrupted, unknown, locked): the command line that, run as printed, reruns
     this run: the same verb (rollback and prune set ``receipt.rerun``; else ``update``), host, program,
-    SHA, tag, placement options, ``--config`` and ``--state-dir``."""
+    SHA, tag, placement options, ``--wait-lock``, ``--config`` and ``--state-dir``."""
     options = ctx.options
     words = list(receipt.rerun or ())
     if not words:
@@ -24,6 +24,7 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
         words += ["--tag", receipt.tag] if receipt.tag else []
         words += ["--cluster-install"] if options.cluster_install else []
         words += [f"--update-script-arg={arg}" for arg in options.update_script_args]
+    words += ["--wait-lock", f"{options.wait_lock:g}"] if options.wait_lock is not None else []
     words += ["--config", options.config] if options.config else []
     words += ["--state-dir", options.state_dir] if options.state_dir else []
     return quote_argv(words)
@@ -110,6 +111,24 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
             receipt.errors.append(f"could not store {what} in {ctx.state.root}: {_reason(err)} "
                                   f"(the receipt {path} was stored)")
     return receipt
+
+
+def unstored_warning(ctx: RunContext, receipt: Receipt) -> str | None:
+    """What a run whose receipt or records could not be stored says on stderr in every mode (cron mails
+    it; ``--json`` keeps stdout for the document): what is not recorded, what that means for the queue,
+    and the rerun that records it.  ``None`` when everything was stored."""
+    if not receipt.not_stored:
+        return None
+    outcome = receipt.outcome or Outcome.FAILED
+    lane = f"{receipt.lane} {receipt.program}" if receipt.program else receipt.lane
+    lines = [f"vq-admin: warning: {lane} on {receipt.host}: {outcome.value} (exit {outcome.exit_code}), but not "
+             f"recorded in {ctx.state.root}: {', '.join(receipt.not_stored)}"]
+    if outcome.success and any("LAST OK" in item or "registry" in item for item in receipt.not_stored):
+        lines.append("  until it is recorded, LAST OK and the registry (what vq admin launcher hands the queue) "
+                     "still name the previous generation")
+    lines.append(f"  free space there, then rerun (it verifies read-only first and records it): "
+                 f"{rerun_command(ctx, receipt)}")
+    return "\n".join(lines)
 
 
 def _reason(exc: OSError | ValueError) -> str:

@@ -43,16 +43,33 @@ def known(deploy: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {key: deploy[key] for key in keys if deploy.get(key) is not None}
 
 
-def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str) -> dict[str, Any]:
+def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str,
+                         wait_lock: float | None = None) -> dict[str, Any]:
     """The ``readback`` of a run that vq-admin itself did not finish (a signal)."""
     facts = left_behind(receipt)
+    running = None
+    if "job_id" in facts or ("attempt_dir" in facts and (receipt.deploy or {}).get("build_place") == "allocation"):
+        running = f"batch job {facts.get('job_id') or '(its id is in the attempt record)'}"
+    elif "attempt_dir" in facts:
+        running = f"the build pid {facts.get('pid') or '(in the attempt record)'} on {receipt.deploy.get('where')}"
     return {
         "read": f"nothing after the signal ({signal_text}): vq-admin stopped at once and read nothing back",
         "proven": False,
         **facts,
         "next_command": next_command,
-        "advice": "the rerun verifies read-only first and reports already-current if the interrupted run "
-                  "completed" + ("; it first reconciles the batch job left running"
-                                 if "job_id" in facts else "; it first reconciles the build left running"
-                                 if "attempt_dir" in facts else ""),
+        "advice": rerun_advice(running, wait_lock, "the interrupted run"),
     }
+
+
+def rerun_advice(running: str | None, wait_lock: float | None, what: str) -> str:
+    """What the rerun (``next_command``) does now: one short line, then the details.  *running*
+    names the build or batch job this run left running (it holds the host-side lease until it ends)."""
+    verify = f"it verifies read-only first and reports already-current if {what} completed"
+    if running is None:
+        return f"the rerun is safe now: {verify}"
+    if wait_lock:
+        first = f"the rerun waits up to {wait_lock:g} s (--wait-lock) for {running} to end"
+    else:
+        first = f"a rerun is 75 (locked) until {running} ends; with --wait-lock SECONDS it waits for it"
+    return (f"{first}\nthen it reconciles that build's end from its attempt record (exit status and transcript) "
+            f"and {verify.removeprefix('it ')}; do not start a build by hand")

@@ -12,24 +12,31 @@ import argparse
 import signal
 import sys
 import traceback
+from contextlib import ExitStack
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
+from .. import interrupts
 from ..config import authority
 from ..config import load_config
 from ..context import RunContext, RunOptions, stderr_narrator
 from ..lease import host_lease, plan_lease
+from ..lockwait import LockWait
+from ..report import progress
 from ..state.locks import lane_lock
-from ..report.outcome import Interrupted, Outcome, VqAdminError
-from ..report.output import plan_summary, receipt_summary, report
+from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
+from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
 from ..state.records import StateDir, utc_now
 from ..state.tree import UnsafeState
 from ..ssh.transport import Session
-from .conclude import conclude, rerun_command
+from .conclude import conclude, rerun_command, unstored_warning
 
 if TYPE_CHECKING:
     from .lane import Lane
+
+#: The longest ``--wait-lock``: a week (a build may take a day; nothing sane waits longer).
+MAX_WAIT_LOCK = 7 * 24 * 3600
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
@@ -45,7 +52,11 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
     host = authority.lookup(config, key[1], key[2])
     if key[2] is not None and host.fleet_role in authority.RUNTIME_ROLES:
         authority.profile_of(host, key[2])
+    wait = getattr(args, "wait_lock", None)
+    if wait is not None and not 0 <= wait <= MAX_WAIT_LOCK:
+        raise UsageError(f"--wait-lock {wait:g}: give the seconds to wait for a held lock (0 to {MAX_WAIT_LOCK})")
     options = RunOptions(
+        wait_lock=wait,
         json=args.json,
         dry_run=args.dry_run,
         force=args.force,
@@ -91,12 +102,15 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
             else:
                 ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
                 ctx.state.check_run_dirs(*lock_key)  # a loose directory there: refused before the lock is written
-                with lane_lock(ctx.state.root, *lock_key), host_lease(ctx, receipt, *lock_key,
-                                                                      deferred=deferred_lease):
+                waiter = LockWait(ctx.options.wait_lock, terminal=progress.enabled(ctx.options.json),
+                                  narrate=ctx.narrate)
+                with ExitStack() as held:
+                    waiter.run(lambda: held.enter_context(lane_lock(ctx.state.root, *lock_key)), lambda: None)
+                    held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
                     ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                     receipt = body()
-        except KeyboardInterrupt:
-            raise Interrupted("vq-admin received SIGINT") from None
+        except KeyboardInterrupt as exc:  # SIGINT (and, before the handlers above, any of the three)
+            raise Interrupted(f"vq-admin received {interrupts.name_of(exc)}") from None
     except UnsafeState:
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
@@ -104,7 +118,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         from .interrupted import interrupted_readback
 
         if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
-            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt))
+            receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt),
+                                                    ctx.options.wait_lock)
         receipt = conclude(ctx, receipt, exc.outcome)
     except VqAdminError as exc:
         receipt.errors.append(exc.message)
@@ -119,6 +134,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        interrupts.hold()  # the outcome is decided and recorded: a signal now changes nothing
     return emit(ctx, receipt)
 
 
@@ -137,6 +153,12 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
     path = str(ctx.state.receipt_path(receipt.id)) if receipt.id and receipt.stored else None
     report(document, receipt_summary(document, path), as_json=ctx.options.json,
            success=outcome.success, verbose=ctx.options.verbose)
+    warning = unstored_warning(ctx, receipt)
+    if warning is not None and (ctx.options.json or outcome.success):  # a failure's summary already says so
+        try:
+            print(safe_text(warning), file=sys.stderr, flush=True)
+        except OSError:  # a closed stderr: the printed document still says it (not_stored)
+            pass
     return outcome.exit_code
 
 

@@ -21,12 +21,14 @@ One update, in order:
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
+from ..core.identifiers import TAG_RE
 from ..report import progress
 from .. import source
 from ..config import HostConfig, RuntimeProfile
@@ -40,7 +42,7 @@ from ..state.records import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
-from .interrupted import known
+from .interrupted import known, rerun_advice
 from .runtime_step import RuntimeStep
 from .staging import SourceStage
 from .verify import Verification, plan_readback_verify, plan_verify, readback_verify_steps, run_verify
@@ -68,6 +70,8 @@ class RuntimeUpdate:
                              f"(install_command is not configured)")
         self.sha = sha
         self.requested_tag = tag
+        #: the label the requested SHA was active under before this run, when not the expected one
+        self.active_label: tuple[str | None] | None = None
         self.receipt = Receipt("runtime", self.host.name, program, sha, tag, utc_now())
         self.source: source.SourceIdentity | None = None
         self._deploy: ProviderCommand | None = None
@@ -96,7 +100,8 @@ class RuntimeUpdate:
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
         assert p.source_repo is not None  # required by the configuration
-        self.source = source.resolve(p.source_repo, self.sha, self.requested_tag)
+        self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
+        self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
         self.receipt.source = self.source.to_receipt()
         self.receipt.provider = p.provider
@@ -129,6 +134,42 @@ class RuntimeUpdate:
         plan_readback_verify(plan, self.post)
         self.staging.plan_reclaim()
 
+    def expected_tag(self, tags: tuple[str, ...]) -> str | None:
+        """The tag the runtime must report (CONTRACT sections 1 and 15): ``--tag``; else, when LAST OK
+        is this SHA, the label it was verified with (the SHA is the identity, a tag a label: a tag added
+        since changes nothing); else the one tag of ``source_repo`` at the SHA (several: exit 2)."""
+        if self.requested_tag is not None:
+            return self.requested_tag
+        last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
+        if last.get("sha") != self.sha:
+            return source.expected_tag(self.sha, tags)
+        label = last["tag"] if isinstance(last.get("tag"), str) and TAG_RE.match(last["tag"]) else None
+        if tags != ((label,) if label else ()):
+            self.receipt.notes.append(_label_note(tags, label, "the label LAST OK recorded for it"))
+        return label
+
+    def proves(self, found: Verification, *, before: bool = False) -> bool:
+        """*found* proves the requested identity: every check passed; or, the tag being inferred (no
+        ``--tag``), every check but the label's, when the SHA was already active under that label
+        before this run (*before*: this is that pre-verify): a tag added after the deploy never fails
+        it (CONTRACT section 15), and a note names the tags found and the label."""
+        if found.proven:
+            return True
+        if self.requested_tag is not None or not found.proven_but_label():
+            return False
+        assert found.receipt is not None and self.source is not None
+        label = found.receipt.tag  # passed back to the provider later (--force): the tag rule first
+        if label is not None and not TAG_RE.match(label):
+            return False
+        if before:
+            self.active_label = (label,)
+        if self.active_label != (label,):  # a build that ends under another label than asked fails
+            return False
+        note = _label_note(self.source.tags, label, "the label the runtime reports")
+        if note not in self.receipt.notes:
+            self.receipt.notes.append(note)
+        return True
+
     def planned_deploy(self) -> ProviderCommand:
         """The provider's update (or install) command, asked once per run when the plan is made: the
         staged archive is the :data:`ARCHIVE` slot, which :meth:`deploy` fills with this run's stage."""
@@ -151,7 +192,7 @@ class RuntimeUpdate:
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
-        if pre.proven and not self.ctx.options.force:
+        if self.proves(pre, before=True) and not self.ctx.options.force:
             self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
@@ -180,7 +221,7 @@ class RuntimeUpdate:
         self.receipt.verify["final"] = post.to_dict()
         if post.interrupted:
             return self.resolve_unknown(f"verify: {post.error}")
-        if not post.proven:
+        if not self.proves(post):
             self.receipt.errors.extend(self.verify_errors(post))
             self.staging.reclaim(success=False)
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
@@ -232,7 +273,7 @@ class RuntimeUpdate:
         self.receipt.errors.append(what)
         found = self.verify(*readback_verify_steps(self.receipt.plan))  # planned for this, slots and all
         self.receipt.verify["readback"] = found.to_dict()
-        if found.proven:
+        if self.proves(found):
             self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and "
                              "verified")
             self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
@@ -266,10 +307,9 @@ class RuntimeUpdate:
             self.receipt.readback.update(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
                                          build=detached_step.left_running(deploy))
             if not deploy.get("fenced"):
-                self.receipt.readback["advice"] = (
-                    f"{detached_step.left_running(deploy)}: rerunning first reconciles it "
-                    "(75 while it still runs), then "
-                    "verifies read-only and reports already-current if it completed. Do not start a build by hand.")
+                pid = deploy.get("pid") or "(in the attempt record)"
+                self.receipt.readback["advice"] = rerun_advice(f"the build pid {pid} on {deploy.get('where')}",
+                                                               self.ctx.options.wait_lock, "the build")
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     def verify_errors(self, found: Verification) -> list[str]:
@@ -282,10 +322,17 @@ class RuntimeUpdate:
         assert found.receipt is not None
         return {
             "sha": self.sha,
-            "tag": self.receipt.tag,
+            "tag": found.receipt.tag,  # the label it reports: the requested one, or one a later tag left behind
             "launcher": found.receipt.active_path,
             "launcher_sha256": found.receipt.active_path_sha256,
         }
+
+
+def _label_note(tags: tuple[str, ...], label: str | None, whose: str) -> str:
+    """What a run whose inferred tag is not the label of the generation says (CONTRACT section 15)."""
+    found = f"tags it {', '.join(tags)}" if tags else "has no tag at it"
+    return (f"tag: source_repo {found}; {whose} is {label or 'no tag'}: the SHA is the identity, a tag a label, "
+            "so without --tag that label is expected (an explicit --tag must match what the runtime reports)")
 
 
 def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: str | None) -> RuntimeUpdate:

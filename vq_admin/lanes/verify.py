@@ -33,10 +33,18 @@ class Verification:
     #: one line, when the verify itself failed: it could not start, exited non-zero, printed nothing or no
     #: receipt (naming the command and its exit status)
     broken: str | None = None
+    #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
+    lease: dict[str, Any] | None = None
 
     @property
     def proven(self) -> bool:
         return not self.interrupted and self.error is None and self.receipt is not None and all_ok(self.checks)
+
+    def proven_but_label(self) -> bool:
+        """Every check passed but the tag's: the requested SHA is active and verified under another
+        label (CONTRACT section 15: the SHA is the identity, a tag a label)."""
+        return (not self.interrupted and self.error is None and self.receipt is not None and bool(self.checks)
+                and all(c.ok for c in self.checks if c.name != "tag"))
 
     def failed_checks(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
@@ -58,15 +66,17 @@ ACTIVE_PATH = Slot("active_path")
 
 
 def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profile: RuntimeProfile,
-                request: RuntimeRequest) -> tuple[Step, Step]:
+                request: RuntimeRequest, *, peek_lease: bool = False) -> tuple[Step, Step]:
     """Add the verify step and its hash read-back step to *plan*.
 
     Both run in one agent call on the login host (``vq-admin-agent
-    verify-readback -- <verify argv>``): one ssh round trip per verify.
+    verify-readback -- <verify argv>``): one ssh round trip per verify.  With *peek_lease* (a
+    verify that takes no lease) the agent also says who holds the program's lease now.
     """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv),
+    lease_of = profile.program if peek_lease else None
+    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
     readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, ACTIVE_PATH),
@@ -126,6 +136,7 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         readback_step.status = "skipped"
         return found
     verify = answer["verify"]
+    found.lease = answer["lease"] if isinstance(answer.get("lease"), dict) else None
     code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
     receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
@@ -157,8 +168,9 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     receipt, error = parse_receipt(stdout)
     if receipt is None and stdout.strip():
         found.not_receipt = output_excerpt(stdout, error)
-    # the verify command: the word after the agent's "verify-readback --"
-    command = quote_argv([verify_step.planned_argv[verify_step.planned_argv.index(protocol.VERIFY_READBACK) + 2]])
+    # the verify command: the word after the agent's "verify-readback [options] --"
+    argv = verify_step.planned_argv
+    command = quote_argv([argv[argv.index(protocol.END, argv.index(protocol.VERIFY_READBACK)) + 1]])
     if code != 0:
         found.error = found.broken = f"verify command {command} exited {code}: {last_line(stderr)}"
     elif not stdout.strip():  # a verifier that says nothing is broken, whatever its exit status

@@ -111,8 +111,18 @@ def dumps(doc: Mapping[str, Any]) -> str:
     return json.dumps(ordered(doc), indent=2, ensure_ascii=True) + "\n"
 
 
+def hold_interrupts() -> None:
+    """A run's one answer is about to be written: where the console script handles signals
+    (:mod:`vq_admin.interrupts`, never imported here: the launcher path does not load it), a signal from
+    now on changes nothing, so it can never add a second document."""
+    interrupts = sys.modules.get("vq_admin.interrupts")
+    if interrupts is not None:
+        interrupts.hold()
+
+
 def write(doc: Mapping[str, Any], stream: TextIO | None = None) -> int:
     """Print *doc*, which must be an envelope (:func:`check`); return its exit code."""
+    hold_interrupts()
     out = check(ordered(doc))
     stream = stream or sys.stdout
     stream.write(json.dumps(out, indent=2, ensure_ascii=True) + "\n")

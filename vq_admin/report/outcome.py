@@ -17,6 +17,7 @@ class Outcome(str, enum.Enum):
     UNKNOWN = "unknown"
     LOCKED = "locked"
     REFUSED = "refused"
+    INTERRUPTED = "interrupted"  # SIGINT, SIGTERM or SIGHUP before the lane started; nothing was run
 
     @property
     def exit_code(self) -> int:
@@ -35,6 +36,7 @@ EXIT_CODES: dict[Outcome, int] = {
     Outcome.UNKNOWN: 3,
     Outcome.LOCKED: 75,
     Outcome.REFUSED: 77,
+    Outcome.INTERRUPTED: 130,
 }
 
 

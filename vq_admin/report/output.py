@@ -176,6 +176,9 @@ def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
 
 
 def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
+    from .envelope import hold_interrupts
+
+    hold_interrupts()
     if as_json:
         from .envelope import write
 

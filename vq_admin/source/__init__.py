@@ -127,11 +127,12 @@ def check_tag_name(tag: str) -> str:
     return tag
 
 
-def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
+def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True, infer: bool = True) -> SourceIdentity:
     """Resolve *sha* (full, lower case) and its tag in *repo*, read-only.
 
     The identity's ``tag`` is the requested one (checked to point at *sha*),
-    else the one tag at *sha* (:func:`expected_tag`); ``tags`` lists every tag at *sha*.
+    else the one tag at *sha* (:func:`expected_tag`; *infer* false: ``None``, the caller
+    infers it from ``tags``); ``tags`` lists every tag at *sha*.
 
     *with_tags* false (the helper lane) leaves tags out of the identity.
 
@@ -144,14 +145,14 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> 
     check_repository(repo, "source repository")
     tree = _commit_tree(repo, sha)
     if tree is None:
-        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)
+        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags, infer=infer)
     if not with_tags:
         return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
     tags = _tags_at(repo, sha)
     if (tag is not None and tag not in tags) or any(not TAG_RE.match(t) for t in tags):
-        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags)  # the precise refusal
+        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags, infer=infer)  # the precise refusal
     return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tags=tags,
-                          tag=check_tag_name(tag) if tag else expected_tag(sha, tags))
+                          tag=check_tag_name(tag) if tag else expected_tag(sha, tags) if infer else None)
 
 
 def expected_tag(sha: str, tags: tuple[str, ...]) -> str | None:
@@ -188,7 +189,8 @@ def _tags_at(repo: str, sha: str) -> tuple[str, ...]:
     return tuple(sorted(t for t in listed.text().split() if t))
 
 
-def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True) -> SourceIdentity:
+def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True,
+                      infer: bool = True) -> SourceIdentity:
     """:func:`resolve` one question per git call, for the precise refusal."""
     fmt = git(repo, "rev-parse", "--show-object-format")
     if not fmt.ok:
@@ -222,8 +224,9 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
             raise Refused(f"tag {tag} does not exist in {repo}")
         if _one_line(at) != sha:
             raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
-    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag if tag is not None else expected_tag(sha, tags),
-                          tags=tags)
+    if tag is None and infer:
+        tag = expected_tag(sha, tags)
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
 
 
 ARCHIVE_NAME = "source.tar"

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 #: ``update`` options this entry takes (each once), and the key each sets; any other word but
 #: the two operands leaves the command line to the full parser.
-_VALUED = {"--expected-sha": "expected_sha", "--tag": "tag", "--config": "config", "--state-dir": "state_dir"}
+_VALUED = {"--expected-sha": "expected_sha", "--tag": "tag", "--config": "config", "--state-dir": "state_dir",
+           "--wait-lock": "wait_lock"}
 _FLAGS = {"--json": "json", "--verbose": "verbose", "-v": "verbose"}
 
 

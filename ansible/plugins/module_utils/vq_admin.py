@@ -82,4 +82,6 @@ def lane_words(params, *targets):
         words.append("--cluster-install")
     for arg in params.get("update_script_args") or ():
         words.append("--update-script-arg=" + arg)
+    if params.get("wait_lock") is not None:
+        words += ["--wait-lock", "%g" % params["wait_lock"]]
     return words

@@ -37,6 +37,12 @@ options:
     type: list
     elements: str
     default: []
+  wait_lock:
+    description:
+      - Wait up to this many seconds for a held lane lock or host-side lease (another administrator's run, or a
+        build an interrupted run left running) instead of failing with C(locked) at once (C(--wait-lock)).
+      - Once it has passed, the task fails with C(locked) as without it.
+    type: float
 """
 
 EXAMPLES = r"""
@@ -80,6 +86,7 @@ def main():
             expected_sha=dict(type="str"),
             cluster_install=dict(type="bool", default=False),
             update_script_args=dict(type="list", elements="str", default=[]),
+            wait_lock=dict(type="float"),
         ),
         supports_check_mode=True,
     )

@@ -9,7 +9,8 @@ description:
   - Runs C(vq admin update PROGRAM HOST --expected-sha SHA --json) on the driver and maps its receipt onto
     Ansible. Outcome C(ok) is changed; C(already-current) is not changed; C(failed), C(unknown), C(refused),
     C(locked) and C(usage) fail the task, with the receipt's first error line as C(msg) and C(outcome) and
-    C(exit_code) returned, so a playbook can C(until) on C(outcome == 'locked').
+    C(exit_code) returned; C(wait_lock) waits for a held lock first, and a playbook can still C(until) on
+    C(outcome == 'locked').
   - vq-admin's driver lock and host-side lease stay the correctness layer (a second administrator is
     refused with C(locked)); the play's C(serial) and C(max_fail_percentage) throttle the rollout.
   - In check mode nothing is mutated anywhere. C(vq admin verify PROGRAM HOST --expected-sha SHA) (a
@@ -46,6 +47,12 @@ options:
     type: list
     elements: str
     default: []
+  wait_lock:
+    description:
+      - Wait up to this many seconds for a held lane lock or host-side lease (another administrator's run, or a
+        build an interrupted run left running) instead of failing with C(locked) at once (C(--wait-lock)).
+      - Once it has passed, the task fails with C(locked) as without it.
+    type: float
 """
 
 EXAMPLES = r"""
@@ -59,11 +66,8 @@ EXAMPLES = r"""
       vq.admin.runtime:
         program: vibeqc
         expected_sha: "{{ vibeqc_sha }}"
+        wait_lock: 1800   # another administrator's run, or a build left running: wait up to 30 min for it
       delegate_to: localhost
-      register: deployed
-      until: deployed.outcome | default('') != 'locked'
-      retries: 20
-      delay: 30
 """
 
 RETURN = r"""
@@ -109,6 +113,7 @@ def main():
             tag=dict(type="str"),
             cluster_install=dict(type="bool", default=False),
             update_script_args=dict(type="list", elements="str", default=[]),
+            wait_lock=dict(type="float"),
         ),
         supports_check_mode=True,
     )

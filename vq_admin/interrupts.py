@@ -1,0 +1,91 @@
+"""SIGINT, SIGTERM and SIGHUP from the console script's first statement to its exit.
+
+:func:`vq_admin.entry.main` calls :func:`install` before it imports anything
+else of a verb: from then on each of the three signals raises
+:class:`Interruption` where the program is, never ending the process by
+itself.  Before a lane started that is exit 130, nothing run, with one error
+document under ``--json`` (:func:`finish_early`); a lane makes it ``unknown``
+with its receipt (:func:`vq_admin.lanes.runner.execute_lane`).  From the
+first signal on, and once a run's answer is decided (:func:`hold`), a signal
+changes nothing, so there is never a second document.
+
+Not caught: a signal while the interpreter itself starts, and during ``vq
+admin launcher`` (the per-job lookup imports nothing it need not; the queue
+driver fails closed on any non-zero status).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from .report.outcome import Outcome, VqAdminError
+
+TYPE_CHECKING = False  # not typing's: this module is imported first, so its handlers are in force at once
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Whether the console script's run handles the signals (from :func:`install` to :func:`finish`).
+_active = [False]
+
+
+class Interruption(KeyboardInterrupt):
+    """One of :data:`SIGNALS` arrived; ``args[0]`` is its name (``SIGTERM``)."""
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    hold()  # the first signal ends the run; a later one changes nothing
+    raise Interruption(signal.Signals(signum).name)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """A Python handler, not ``SIG_IGN``: a child started later still gets the default disposition."""
+
+
+def install() -> None:
+    _active[0] = True
+    for sig in SIGNALS:
+        signal.signal(sig, _raise)
+
+
+def hold() -> None:
+    """The run's answer is decided: a signal changes nothing from now on (only during the console
+    script's run, never for a caller of its own)."""
+    if _active[0]:
+        for sig in SIGNALS:
+            signal.signal(sig, _ignore)
+
+
+def finish() -> None:
+    """The console script's run is over: :func:`hold` for the rest of the process."""
+    hold()
+    _active[0] = False
+
+
+def name_of(exc: BaseException) -> str:
+    """The signal an interruption stands for (a plain ``KeyboardInterrupt`` is SIGINT's)."""
+    return str(exc.args[0]) if isinstance(exc, Interruption) else "SIGINT"
+
+
+class InterruptedEarly(VqAdminError):
+    """A run interrupted before its lane started: nothing was run (exit 130)."""
+
+    outcome = Outcome.INTERRUPTED
+
+
+def early_error(exc: BaseException) -> InterruptedEarly:
+    return InterruptedEarly(f"vq-admin received {name_of(exc)} before the run started; nothing was run; rerun it")
+
+
+def finish_early(prog: str, error: InterruptedEarly, document: dict[str, Any] | None) -> int:
+    """*document* (under ``--json``) and one line on stderr; 130."""
+    if document is not None:
+        from .report.envelope import write
+
+        write(document)
+    from .report.output import safe_text
+
+    print(f"{prog}: {error.outcome.value}: {safe_text(error.message)}", file=sys.stderr, flush=True)
+    return error.outcome.exit_code
