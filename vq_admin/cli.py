@@ -144,6 +144,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    "bare SHA) at dispatch time; legacy and mutable pins are refused")
     p.add_argument("--check-on-host", action="store_true",
                    help="re-hash the launcher on the login host; refuse unless it has the attested SHA-256")
+    p.add_argument("--job", metavar="REF", help="the queue's job reference, recorded with this use (every lookup "
+                   "records its use; vq admin jobs lists them)")
     _common(p)
     p.set_defaults(func="commands.launcher")
 

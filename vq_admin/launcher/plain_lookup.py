@@ -189,14 +189,35 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         os.close(dfd)
 
 
-def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None) -> str | None:
-    """The launcher ``vq admin launcher PROGRAM HOST [--expected-sha SHA]`` prints, when the
-    plain case holds; ``None`` sends the caller to the full command."""
-    found = plain_resolve(state_root(state_dir), host, program, expected_sha)
+def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None,
+                   job: str | None = None) -> str | None:
+    """The launcher ``vq admin launcher PROGRAM HOST [--expected-sha SHA] [--job REF]`` prints, its use
+    recorded, when the plain case holds; ``None`` sends the caller to the full command."""
+    root = state_root(state_dir)
+    found = plain_resolve(root, host, program, expected_sha)
     if found is None:
         return None
-    launcher = found[1]["launcher"]
-    return launcher if isinstance(launcher, str) else None
+    launcher, sha = found[1]["launcher"], found[1]["sha"]
+    if not isinstance(launcher, str) or not isinstance(sha, str):
+        return None
+    return launcher if record_use(root, host, program, sha, launcher, job) else None
+
+
+def record_use(root: str, host: str, program: str, sha: str, launcher: str, job: str | None) -> bool:
+    """Whether the use was recorded (:mod:`vq_admin.launcher.uses`) below a state directory that passes the
+    rule level by level; ``False`` sends the caller to the full lookup, which words why not."""
+    from . import uses
+
+    rfd = open_trusted_dir(os.path.normpath(os.path.abspath(root)))
+    if rfd is None:
+        return False
+    try:
+        uses.append(rfd, host, program, sha, launcher, job)
+        return True
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(rfd)
 
 
 def _read(dfd: int, name: str) -> dict[str, str | None] | None:
