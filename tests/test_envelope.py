@@ -162,6 +162,10 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "no-scheduler": lambda w: ["references", "vibeqc", "login2", "--json"],
         "bad-name": lambda w: ["references", "vibe/qc", "cluster", "--json"],
     },
+    ("jobs",): {
+        "no-scheduler": lambda w: ["jobs", "vibeqc", "cluster", "--json"],
+        "bad-since": lambda w: ["jobs", "vibeqc", "cluster", "--since", "yesterday", "--json"],
+    },
     ("rollback",): {
         "no-last-good-refused": lambda w: ["rollback", "vibeqc", "cluster", "--json"],
         "to-unverified-refused": lambda w: ["rollback", "vibeqc", "cluster", "--to", "c" * 40, "--json"],
@@ -213,6 +217,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "launcher|other-sha-refused": ("launcher-binding", "refused"),
     "references|no-scheduler": ("error", "failed"),
     "references|bad-name": ("error", "usage"),
+    "jobs|no-scheduler": ("jobs", "failed"),  # the uses are printed; the scheduler's jobs are not known
+    "jobs|bad-since": ("error", "usage"),
     "rollback|no-last-good-refused": ("receipt", "refused"),
     "rollback|to-unverified-refused": ("receipt", "refused"),
     "prune|dry-run-no-scheduler": ("receipt", "refused"),

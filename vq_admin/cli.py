@@ -156,6 +156,16 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func="commands.references")
 
+    p = sub.add_parser("jobs", help="which jobs used each generation (recorded uses) and which reference it now "
+                       "(the scheduler)")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--sha", metavar="SHA", help="only this generation (a full commit SHA)")
+    p.add_argument("--since", metavar="UTC", help="only uses at or after this UTC date or time (2026-11-30, "
+                   "2026-11-30T10:00:00Z)")
+    _common(p, "print one JSON document (schema vq-admin/jobs/1) on stdout")
+    p.set_defaults(func="commands.jobs")
+
     p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
@@ -174,6 +184,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--used-within", metavar="DAYS", type=float, default=14.0,
+                   help="also keep every generation with a use recorded within DAYS days (default 14)")
     p.add_argument("--wait-lock", metavar="SECONDS", type=float,
                    help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
                         "then exit 75 as without it")

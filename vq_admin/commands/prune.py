@@ -1,4 +1,4 @@
-"""``vq admin prune PROGRAM HOST [--keep N] [--json] [--dry-run]``: remove generations nobody
+"""``vq admin prune PROGRAM HOST [--keep N] [--used-within DAYS] [--json] [--dry-run]``: remove generations nobody
 needs, through the runtime lane's one entry (see :mod:`vq_admin.lanes.prune`)."""
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ def run(args: argparse.Namespace) -> int:
     program, host_name = check_name(args.program, "PROGRAM"), check_name(args.host, "HOST")
     if args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give the number of recent verified generations to keep (0 or more)")
+    if not args.used_within >= 0:
+        raise UsageError(f"--used-within {args.used_within}: give a number of days (0 or more)")
     return run_lane(args, ("runtime", host_name, program), None, None,
-                    partial(build_lane, host_name=host_name, program=program, keep=args.keep),
-                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep}})
+                    partial(build_lane, host_name=host_name, program=program, keep=args.keep,
+                            used_within=args.used_within),
+                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep,
+                                     "used_within_days": args.used_within}})

@@ -100,11 +100,13 @@ def open_dirs(dfd: int, names: Iterable[str], create: bool) -> int | None:
             os.close(fd)
 
 
-def append(root_fd: int, host: str, program: str, sha: str, launcher: str, job: str | None) -> None:
-    """Record one use in the state directory *root_fd*; ``OSError`` or ``ValueError`` when it cannot be."""
+def append(root_fd: int, host: str, program: str, sha: str, launcher: str, job: str | None,
+           at: float | None = None) -> None:
+    """Record one use (at *at*, default now) in the state directory *root_fd*; ``OSError`` or ``ValueError``
+    when it cannot be."""
     if not (is_name(host) and is_name(program) and is_full_sha(sha)) or (job is not None and ref_problem(job)):
         raise ValueError("not a use to record")
-    line = f"{stamp(time.time())}\t{_user()}\t{job or ''}\t{launcher}\n".encode()
+    line = f"{stamp(time.time() if at is None else at)}\t{_user()}\t{job or ''}\t{launcher}\n".encode()
     if len(line) > MAX_LINE or "\t" in launcher or "\n" in launcher:
         raise ValueError(f"a use of {launcher} would be longer than {MAX_LINE} bytes")
     dfd = open_dirs(root_fd, ("uses", host, program, sha), True)

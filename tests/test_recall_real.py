@@ -1,0 +1,89 @@
+"""Recall against real Slurm through the loopback sshd (CONTRACT section 14).
+
+* ``vq admin jobs``: three lookups of generation A and two of B with job references, then sixteen
+  concurrent lookups of B: ``jobs --sha B --json`` lists exactly B's references, every one of them,
+  and the held job that names B's launcher;
+* ``prune`` keeps a generation used yesterday (``used DAY (1 d ago)``) and removes one last used
+  30 days ago; its dry run shows each generation's last use.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from real_jobs import ssh, submit_held_selftest
+from support import VQ_ADMIN
+from test_prune import Site
+from vq_admin.launcher import uses
+
+pytestmark = pytest.mark.real
+
+
+def lookup(site: Site, label: str, *extra: str):
+    done = site.vq("launcher", site.program, "cluster", "--expected-sha", site.sha[label], *extra)
+    assert done.exit_code == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_jobs_lists_every_reference_of_a_generation_and_its_queued_jobs(tmp_path, real_cluster):
+    site = Site(tmp_path, real_cluster, "AB", program="recall")
+    site.deploy_all()
+    for ref in ("a1", "a2", "a3"):
+        lookup(site, "A", "--job", ref)
+    launcher = lookup(site, "B", "--job", "b1")
+    lookup(site, "B", "--job", "b2")
+    job, _ = submit_held_selftest(real_cluster, launcher, tmp_path)
+    try:
+        done = site.vq("jobs", "recall", "cluster", "--sha", site.sha["B"], "--json")
+        assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        doc = done.json()
+        assert doc["schema"] == "vq-admin/jobs/1" and len(doc["generations"]) == 1
+        gen = doc["generations"][0]
+        assert gen["sha"] == site.sha["B"] and gen["launcher"] == launcher
+        assert gen["uses"]["references"] == ["b1", "b2"] and gen["uses"]["count"] == 2
+        assert [(j["id"], j["state"]) for j in gen["jobs"]] == [(job, "PENDING")]
+        every = site.vq("jobs", "recall", "cluster", "--json").json()
+        assert {g["sha"]: g["uses"]["references"] for g in every["generations"]} == {
+            site.sha["A"]: ["a1", "a2", "a3"], site.sha["B"]: ["b1", "b2"]}
+        env = dict(os.environ, VQ_ADMIN_CONFIG=str(site.config), VQ_ADMIN_STATE_DIR=str(site.state))
+        lookups = [subprocess.Popen([VQ_ADMIN, "launcher", "recall", "cluster", "--expected-sha", site.sha["B"],
+                                     "--job", f"c{i:02d}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for i in range(16)]
+        assert [p.wait(timeout=120) for p in lookups] == [0] * 16
+        after = site.vq("jobs", "recall", "cluster", "--sha", site.sha["B"], "--json").json()["generations"][0]
+        assert after["uses"]["references"] == ["b1", "b2", *(f"c{i:02d}" for i in range(16))]
+        assert after["uses"]["count"] == 18
+        text = site.vq("jobs", "recall", "cluster")
+        assert text.exit_code == 0 and f"{job} (PENDING," in text.stdout, text.stdout
+    finally:
+        ssh(real_cluster, "scancel", job)
+
+
+def test_prune_keeps_a_generation_used_yesterday_and_removes_one_unused_for_30_days(tmp_path, real_cluster):
+    site = Site(tmp_path, real_cluster, "ABCD", program="retire")
+    site.deploy_all()  # D is active and LAST OK, C LAST GOOD
+    now = time.time()
+    fd = os.open(site.state, os.O_RDONLY)
+    try:
+        for label, days in (("A", 30), ("B", 1)):
+            launcher = lookup(site, label)  # a use now, and (as if recorded then) one days ago
+            os.unlink(site.state / "uses" / "cluster" / "retire" / site.sha[label] / uses.CURRENT)
+            uses.append(fd, "cluster", "retire", site.sha[label], launcher, "old", at=now - days * 86400)
+    finally:
+        os.close(fd)
+    yesterday = time.strftime("%Y-%m-%d", time.gmtime(now - 86400))
+    dry = site.vq("prune", "retire", "cluster", "--keep", "0", "--dry-run")
+    assert dry.exit_code == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    month_ago = time.strftime("%Y-%m-%d", time.gmtime(now - 30 * 86400))
+    assert f"  remove    {site.sha['A']}  (last use: {month_ago}T" in dry.stdout, dry.stdout
+    assert f"  keep      {site.sha['B']}  used {yesterday} (1 d ago)  (last use: {yesterday}" in dry.stdout
+    done = site.vq("prune", "retire", "cluster", "--keep", "0", "--json")
+    receipt = done.json()
+    assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert receipt["prune"]["keep"][site.sha["B"]] == [f"used {yesterday} (1 d ago)"]
+    assert receipt["prune"]["removed"] == [site.sha["A"]]
+    assert site.releases() == site.shas("BCD")
