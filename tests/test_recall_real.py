@@ -3,6 +3,7 @@
 * ``vq admin jobs``: three lookups of generation A and two of B with job references, then sixteen
   concurrent lookups of B: ``jobs --sha B --json`` lists exactly B's references, every one of them,
   and the held job that names B's launcher;
+* A's release removed on the host: ``launcher`` for A, whose path is visible on this driver, is 77;
 * ``prune`` keeps a generation used yesterday (``used DAY (1 d ago)``) and removes one last used
   30 days ago; its dry run shows each generation's last use.
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -59,6 +61,12 @@ def test_jobs_lists_every_reference_of_a_generation_and_its_queued_jobs(tmp_path
         assert after["uses"]["count"] == 18
         text = site.vq("jobs", "recall", "cluster")
         assert text.exit_code == 0 and f"{job} (PENDING," in text.stdout, text.stdout
+        # A's release removed on the host (as another driver's prune could): its launcher, visible here, is
+        # refused (77), never printed as a dead path
+        shutil.rmtree(site.root / "releases" / site.sha["A"])
+        gone = site.vq("launcher", "recall", "cluster", "--expected-sha", site.sha["A"], "--job", "a4")
+        assert (gone.exit_code, gone.stdout) == (77, ""), gone.stderr
+        assert "refused (launcher-gone)" in gone.stderr and "missing:" in gone.stderr
     finally:
         ssh(real_cluster, "scancel", job)
 

@@ -156,3 +156,39 @@ def test_the_console_script_records_each_use_and_refuses_a_bad_reference(tmp_pat
         os.close(fd)
     assert (found.count, found.refs) == (3, {"4711": 1, "4712": 1})
     assert LAUNCHER in capsys.readouterr().out
+
+
+def test_a_launcher_visible_here_that_is_missing_or_changed_is_refused(tmp_path, capsys):
+    """CONTRACT 12: where the launcher's path is visible on the driver, a lookup that finds it missing or
+    changed exits 77 (launcher-gone), never 0 with a dead path; a path not visible here is not judged."""
+    import hashlib
+
+    from vq_admin import entry
+    from vq_admin.launcher import registry
+
+    state = tmp_path / "state"
+    launcher = tmp_path / "apps" / "releases" / SHA / "bin" / f"tool-{SHA}"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_bytes(b"#!/bin/sh\nexit 0\n")
+    elsewhere = "c" * 40
+    for sha, path, digest in ((SHA, str(launcher), hashlib.sha256(launcher.read_bytes()).hexdigest()),
+                              (elsewhere, f"/nonexistent/releases/{elsewhere}/bin/tool-{elsewhere}", "e" * 64)):
+        registry.record_verified(state, HOST, PROGRAM, {"sha": sha, "tag": None, "launcher": path, "receipt": "r",
+                                                        "launcher_sha256": digest, "at": "2026-11-30T00:00:00Z"})
+
+    def lookup(sha: str, *extra: str) -> int:
+        capsys.readouterr()
+        return entry.main(["launcher", PROGRAM, HOST, "--expected-sha", sha, "--state-dir", str(state), *extra])
+
+    assert lookup(SHA) == 0 and capsys.readouterr().out == f"{launcher}\n"  # first sight: hashed, its stat cached
+    assert (state / "registry" / HOST / PROGRAM / "seen" / SHA).exists()
+    assert lookup(SHA, "--json") == 0  # the full lookup agrees
+    assert lookup(elsewhere) == 0  # not visible here: the login host's read-back decides
+    launcher.write_bytes(b"#!/bin/sh\nexit 1\n")
+    assert lookup(SHA) == 77
+    err = capsys.readouterr().err
+    assert "refused (launcher-gone)" in err and "changed:" in err and "vq admin update" in err
+    launcher.unlink()
+    assert lookup(SHA) == 77 and "missing:" in capsys.readouterr().err
+    launcher.parent.parent.parent.rename(tmp_path / "gone")  # the release directory is gone
+    assert lookup(SHA) == 77 and "missing:" in capsys.readouterr().err

@@ -164,7 +164,31 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             check_launcher_on_host(entry, config_path, timeout)
         except ReadbackRefused as exc:
             raise LauncherRefused(exc.code, exc.reason, exc.remedy) from None
+    _refuse_gone(root, canonical, program, entry)
     return _used(root, _binding(entry, canonical, program, latest, bool(check_on_host)), job)
+
+
+def _refuse_gone(root: str, host: str, program: str, entry: Mapping[str, Any]) -> None:
+    """:class:`LauncherRefused` (``launcher-gone``) when the launcher's path is visible here and is missing or
+    changed (:mod:`vq_admin.launcher.present`): never exit 0 with a dead path."""
+    from .launcher.present import launcher_problem_here
+    from .state.tree import PrivateTree, UnsafeState
+
+    try:
+        fd = PrivateTree(root).open_dir(["registry", host, program], create=False)
+    except UnsafeState as exc:
+        raise _corrupt(exc, program, host) from None
+    if fd is None:
+        return
+    try:
+        problem = launcher_problem_here(fd, entry["sha"], entry["launcher"], entry["launcher_sha256"])
+    finally:
+        os.close(fd)
+    if problem:
+        raise LauncherRefused("launcher-gone", f"{program} {entry['sha']} on {host}: {problem}",
+                              f"do not submit with it: bind the job to another generation (vq admin jobs {program} "
+                              f"{host} shows what uses it), or deploy it again: vq admin update {program} {host} "
+                              f"--expected-sha {entry['sha']}")
 
 
 def _used(root: str, binding: Binding, job: str | None) -> Binding:

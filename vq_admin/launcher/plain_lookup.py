@@ -26,7 +26,9 @@ lookup, applied through file descriptors):
   read with the registry's size bound;
 * each is the flat JSON object the registry writes (:func:`flat_object`), the
   pointer names a full SHA, the entry passes :func:`entry_problem`;
-* ``pruned/<sha>.json`` and ``conflicts/<sha>.json`` are absent.
+* ``pruned/<sha>.json`` and ``conflicts/<sha>.json`` are absent;
+* where the launcher's path is visible here, it is there with its attested bytes
+  (:mod:`vq_admin.launcher.present`: one ``stat`` against the cached one).
 
 Standard library only; the entry point :mod:`vq_admin.entry` imports it before
 anything else of vq-admin.
@@ -40,6 +42,7 @@ from ..core import default_paths as paths
 from ..core.securepath import open_trusted_dir, read_trusted_file
 from ..core.names import is_full_sha, is_name, is_sha256
 from .immutable import launcher_problem
+from .present import launcher_problem_here
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"
@@ -181,6 +184,8 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         if entry is None or entry_problem(entry, host, program, wanted) is not None:
             return None
         if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)):
+            return None
+        if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
             return None
         return latest, entry
     except (OSError, ValueError):
