@@ -4,6 +4,8 @@
   concurrent lookups of B: ``jobs --sha B --json`` lists exactly B's references, every one of them,
   and the held job that names B's launcher;
 * A's release removed on the host: ``launcher`` for A, whose path is visible on this driver, is 77;
+* ``quarantine --hold-jobs``: the pending job on the generation is held (JobHeldAdmin), the running
+  one untouched; launcher, update and rollback refuse it (naming ``--lift``) until ``--lift``;
 * ``prune`` keeps a generation used yesterday (``used DAY (1 d ago)``) and removes one last used
   30 days ago; its dry run shows each generation's last use.
 """
@@ -17,7 +19,8 @@ import time
 
 import pytest
 
-from real_jobs import ssh, submit_held_selftest
+from real_jobs import job_state, ssh, submit_held_selftest
+from realhosts.procs import wait_until
 from support import VQ_ADMIN
 from test_prune import Site
 from vq_admin.launcher import uses
@@ -95,3 +98,46 @@ def test_prune_keeps_a_generation_used_yesterday_and_removes_one_unused_for_30_d
     assert receipt["prune"]["keep"][site.sha["B"]] == [f"used {yesterday} (1 d ago)"]
     assert receipt["prune"]["removed"] == [site.sha["A"]]
     assert site.releases() == site.shas("BCD")
+
+
+def submit(cluster, tmp, name: str, launcher: str, *options: str) -> str:
+    script = tmp / f"{name}.sh"
+    script.write_text(f"#!/bin/sh\n# bound to {launcher}\nsleep 300\n")
+    done = ssh(cluster, "sbatch", "--parsable", f"--output={tmp / name}.out", *options, str(script))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted(tmp_path, real_cluster):
+    site = Site(tmp_path, real_cluster, "AB", program="recallq")
+    site.deploy_all()  # B is active and LAST OK, A LAST GOOD
+    sha = site.sha["B"]
+    launcher = lookup(site, "B", "--job", "r1")
+    running = submit(real_cluster, tmp_path, "running", launcher)
+    pending = submit(real_cluster, tmp_path, "pending", launcher, "--begin=now+3600")
+    try:
+        assert wait_until(lambda: job_state(real_cluster, running) == "RUNNING", timeout=60, interval=0.5)
+        done = site.vq("quarantine", "recallq", "cluster", sha, "--reason", "wrong results", "--hold-jobs", "--json")
+        assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        doc = done.json()
+        assert doc["schema"] == "vq-admin/quarantine/1" and doc["active"] is True
+        assert sorted((j["id"], j["state"]) for j in doc["jobs"]) == sorted([(running, "RUNNING"),
+                                                                             (pending, "PENDING")])
+        assert doc["held"] == [pending] and doc["hold_failed"] == {}
+        shown = ssh(real_cluster, "scontrol", "show", "job", "-o", pending).stdout
+        assert "Reason=JobHeldAdmin" in shown and "JobState=PENDING" in shown, shown
+        assert job_state(real_cluster, running) == "RUNNING"  # never touched
+        for extra in ((), ("--expected-sha", sha), ("--expected-sha", sha, "--json")):
+            refused = site.vq("launcher", "recallq", "cluster", *extra)
+            assert refused.exit_code == 77 and "quarantined: wrong results" in refused.stderr + refused.stdout
+        lift = f"vq admin quarantine recallq cluster {sha} --lift"
+        back = site.vq("rollback", "recallq", "cluster", "--to", sha)
+        again = site.vq("update", "recallq", "cluster", "--expected-sha", sha)
+        for refused in (back, again):
+            assert refused.exit_code == 77 and lift in refused.stderr, refused.stderr
+        lifted = site.vq("quarantine", "recallq", "cluster", sha, "--lift", "--json")
+        assert lifted.exit_code == 0 and lifted.json()["action"] == "lift", lifted.stdout + lifted.stderr
+        assert lookup(site, "B") == launcher
+        assert site.vq("update", "recallq", "cluster", "--expected-sha", sha, "--json").exit_code == 0
+    finally:
+        ssh(real_cluster, "scancel", running, pending)

@@ -152,6 +152,12 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest)
+    mark = _registry_call(registry.quarantined, root, canonical, program, entry["sha"])
+    if mark is not None:
+        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
+                              f"bind the job to another generation; vq admin jobs {program} {canonical} --sha "
+                              f"{entry['sha']} lists what used it; vq admin quarantine {program} {canonical} "
+                              f"{entry['sha']} --lift ends the quarantine")
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -223,6 +229,13 @@ def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str |
         raise LauncherRefused("pruned", f"{program} on {host}: {exc}",
                               f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy "
                               f"this one again: vq admin update {program} {host} --expected-sha {exc.sha}") from None
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
+
+
+def _registry_call(call: Any, root: str, host: str, program: str, sha: str) -> Any:
+    try:
+        return call(root, host, program, sha)
     except registry.RegistryError as exc:
         raise _corrupt(exc, program, host) from None
 

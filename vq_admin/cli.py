@@ -166,6 +166,19 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     _common(p, "print one JSON document (schema vq-admin/jobs/1) on stdout")
     p.set_defaults(func="commands.jobs")
 
+    p = sub.add_parser("quarantine", help="stop further use of a generation (launcher, update and rollback refuse "
+                       "it), list the jobs using it, optionally hold the pending ones; --lift ends it")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("sha", metavar="SHA")
+    p.add_argument("--reason", metavar="TEXT", help="why (required, except with --lift); launcher refusals say "
+                   "'quarantined: TEXT'")
+    p.add_argument("--hold-jobs", action="store_true", help="hold the pending jobs that reference SHA (scontrol "
+                   "hold); running jobs are never touched")
+    p.add_argument("--lift", action="store_true", help="end the quarantine")
+    _common(p, "print one JSON document (schema vq-admin/quarantine/1) on stdout")
+    p.set_defaults(func="commands.quarantine")
+
     p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")

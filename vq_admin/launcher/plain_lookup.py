@@ -26,7 +26,7 @@ lookup, applied through file descriptors):
   read with the registry's size bound;
 * each is the flat JSON object the registry writes (:func:`flat_object`), the
   pointer names a full SHA, the entry passes :func:`entry_problem`;
-* ``pruned/<sha>.json`` and ``conflicts/<sha>.json`` are absent;
+* ``pruned/<sha>.json``, ``conflicts/<sha>.json`` and ``quarantined/<sha>.json`` are absent;
 * where the launcher's path is visible here, it is there with its attested bytes
   (:mod:`vq_admin.launcher.present`: one ``stat`` against the cached one).
 
@@ -183,7 +183,8 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         entry = _read(dfd, wanted + ".json")
         if entry is None or entry_problem(entry, host, program, wanted) is not None:
             return None
-        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)):
+        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)
+                and absent(dfd, "quarantined", wanted)):
             return None
         if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
             return None
