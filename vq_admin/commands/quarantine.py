@@ -1,7 +1,7 @@
 """``vq admin quarantine PROGRAM HOST SHA --reason TEXT [--hold-jobs] [--json]`` and ``... --lift``.
 
-See :mod:`vq_admin.launcher.quarantine`.  Exit 0 once recorded (the jobs it lists printed); 1 when
-``--hold-jobs`` could not hold a pending job or the scheduler could not be read for it; 2 for a
+See :mod:`vq_admin.launcher.quarantine`.  Exit 0 once recorded (the jobs it lists printed); 1 when recorded but
+the scheduler could not be read (the jobs are not known) or ``--hold-jobs`` could not hold a pending job; 2 for a
 usage error; 77 for a host without runtime authority.
 """
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     errors = [f"job {job}: not held: {why}" for job, why in failed.items()]
     if census_error:
         errors.append(f"the jobs referencing {sha} are not known: {census_error}")
-    outcome = Outcome.FAILED if failed or (census_error and args.hold_jobs) else Outcome.OK
+    outcome = Outcome.FAILED if failed or census_error else Outcome.OK
     if args.json:
         return emit(SCHEMA, outcome, {"requested_host": args.host, **doc.to_value()}, errors)
     print("\n".join(safe_text(line) for line in lines(doc)))
