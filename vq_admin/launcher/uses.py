@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections import Counter
 from operator import itemgetter
 import stat
 import time
@@ -177,15 +176,16 @@ def _segments(dfd: int, done: Iterable[str] = ()) -> list[str]:
     return sorted(n for n in os.listdir(dfd) if n.endswith(".log") and n not in skip and not n.startswith("."))
 
 
-_LINE = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t[^\t\n]*\n"
+_LINE = r"\n(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t"
 
 
 def _lines(data: bytes) -> list[tuple[str, str]]:
     """``(time, reference)`` of each whole, well-formed line; a torn last line or a foreign one is skipped
-    (the segment decoded once, then one regular expression over it: no Python code per line)."""
+    (the segment up to its last newline decoded once, then one regular expression over it, anchored on
+    the newline before each line: no Python code per line)."""
     import re
 
-    return re.findall(_LINE, data.decode("utf-8", "replace"), re.MULTILINE)
+    return re.findall(_LINE, "\n" + data[:data.rfind(b"\n") + 1].decode("utf-8", "replace"))
 
 
 def _read_folded(dfd: int) -> dict[str, Any]:
@@ -217,7 +217,7 @@ class Usage:
         self.sha, self.count = sha, 0
         self.first: str | None = None
         self.last: str | None = None
-        self.refs: dict[str, int] = {}
+        self.refs: set[str] = set()
         self.folded = 0  #: uses counted from folded segments (their references are gone)
 
     def add(self, count: int, first: str, last: str) -> None:
@@ -256,7 +256,7 @@ def _read_sha(dfd: int, sha: str, since: str | None) -> Usage:
             if since is None or last >= since:
                 usage.add(count, first, last)
                 usage.folded += count
-        refs: Counter[str] = Counter()
+        refs = usage.refs
         for name in [*_segments(dfd, folded.get("segments", ())), CURRENT]:
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
@@ -274,8 +274,7 @@ def _read_sha(dfd: int, sha: str, since: str | None) -> Usage:
             if lines:
                 usage.add(len(lines), min(lines)[0], max(lines)[0])
                 refs.update(map(itemgetter(1), lines))
-        refs.pop("", None)
-        usage.refs = dict(refs)
+        refs.discard("")
     finally:
         fcntl.flock(dfd, fcntl.LOCK_UN)
     return usage
