@@ -101,7 +101,7 @@ class RuntimePrune:
                                        "used_within_days": used_within}
         self.receipt.prune = self.record
         self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent),
-                              "--used-within", f"{used_within:g}"]
+                              *(["--used-within", f"{used_within:g}"] if used_within != 14 else [])]
 
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
