@@ -3,6 +3,7 @@ counts exact, a lookup killed at any line leaves a record every reader takes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -138,6 +139,11 @@ def test_a_reference_that_would_break_a_line_is_refused(root):
             uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, ref)
 
 
+def _last_document(capsys) -> str:
+    out = capsys.readouterr().out
+    return out[out.index("{"):]
+
+
 def test_the_console_script_records_each_use_and_refuses_a_bad_reference(tmp_path, capsys):
     from vq_admin import entry
     from vq_admin.launcher import registry
@@ -148,6 +154,8 @@ def test_the_console_script_records_each_use_and_refuses_a_bad_reference(tmp_pat
     base = ["launcher", PROGRAM, HOST, "--state-dir", str(state)]
     assert entry.main([*base, "--job", "4711"]) == 0  # the plain path
     assert entry.main([*base, "--job", "4712", "--json"]) == 0  # the full command
+    pin = json.loads(_last_document(capsys))["pin"]
+    assert entry.main([*base, "--pin", json.dumps(pin), "--job", "4713"]) == 0  # the dispatch-time check
     assert entry.main(base) == 0  # a use without a reference
     assert entry.main([*base, "--job", "a b"]) == 2
     fd = os.open(state, os.O_RDONLY)
@@ -155,7 +163,7 @@ def test_the_console_script_records_each_use_and_refuses_a_bad_reference(tmp_pat
         found = usage(fd)
     finally:
         os.close(fd)
-    assert (found.count, found.refs) == (3, {"4711", "4712"})
+    assert (found.count, found.refs) == (4, {"4711", "4712", "4713"})
     assert LAUNCHER in capsys.readouterr().out
 
 
