@@ -15,14 +15,14 @@ import json
 import socket
 from typing import Sequence
 
-from .. import __version__
 from ..document import Count, Document, FullSha
 from ..report.outcome import UsageError
 from ..ssh.transport import Transport
 from .references import QueuedJob
 
 SCHEMA = "vq-admin/quarantine/1"
-PREDICATE = "https://vq-admin.dev/quarantine/v1"
+#: The predicate type of a quarantine and its lift in the host's record (CONTRACT section 12).
+PREDICATE = "urn:vq-admin:record:quarantine:v1"
 MAX_REASON = 500
 #: Job states ``--hold-jobs`` holds; every other state (running, suspended, ...) is never touched.
 HOLDABLE = ("PENDING",)
@@ -63,12 +63,11 @@ def who() -> str:
 def statement(host: str, program: str, sha: str, action: str, reason: str | None, at: str,
               launcher: str | None, launcher_sha256: str | None) -> bytes:
     """The entry for the host's record: an in-toto Statement v1 under vq-admin's quarantine predicate."""
-    subject = [{"name": launcher or f"{program}@{sha}",
-                "digest": {"sha256": launcher_sha256} if launcher_sha256 else {"gitCommit": sha}}]
-    return json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": subject, "predicateType": PREDICATE,
-                       "predicate": {"action": action, "host": host, "program": program, "sha": sha,
-                                     "reason": reason, "at": at, "by": who(), "vq_admin": __version__}},
-                      sort_keys=True, separators=(",", ":")).encode()
+    subject = [{"name": launcher, "digest": {"sha256": launcher_sha256}}] if launcher and launcher_sha256 else []
+    return (json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": subject, "predicateType": PREDICATE,
+                        "predicate": {"action": action, "host": host, "program": program, "sha": sha,
+                                      "reason": reason, "at": at, "by": who()}},
+                       sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
 def record_on_host(transport: Transport, agent: Sequence[str], program: str, entry: bytes) -> tuple[str | None,
