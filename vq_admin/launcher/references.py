@@ -176,7 +176,8 @@ def census(state: StateDir, transport: Transport, agent: Sequence[str], host: st
     links = sorted({link for row in rows for link in _stable_links(row["launcher"])})
     known = {row["sha"] for row in rows}
     unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
-    named = sorted(((job, group.words) for group in found.groups or () for job in group.jobs), key=lambda p: int(p[0].id))
+    named = sorted(((job, group.words) for group in found.groups or () for job in group.jobs),
+                   key=lambda p: int(p[0].id))
     for job, words in named:
         label = f"job {job.id} ({job.state})"
         for row in rows:
