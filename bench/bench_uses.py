@@ -65,9 +65,9 @@ def jobs_seconds(root: Path) -> tuple[float, float]:
     from vq_admin.launcher.recall import report
     from vq_admin.launcher.references import CensusCost, CensusScan
 
-    scan = CensusScan(complete=True, cost=CensusCost(jobs_listed=0, scripts_read=0, scripts_cached=0,
-                                                     cache_rejected=0, cache_problem=None, scheduler_calls=1,
-                                                     seconds=0.0))
+    cost = CensusCost(jobs_listed=0, scripts_read=0, scripts_cached=0, cache_rejected=0, cache_problem=None,
+                      scheduler_calls=1, seconds=0.0)
+    scan = CensusScan(complete=True, jobs_scanned=0, groups=(), error=None, cost=cost)
     started, cpu = time.perf_counter(), time.process_time()
     doc = report(root, HOST, PROGRAM, None, None, scan)
     doc.to_json()

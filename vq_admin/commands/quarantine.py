@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         census_error, jobs, scanned = None, [], 0
         try:
             found = scan(transport, host.agent)
-            jobs, scanned = found.jobs_naming([sha])[sha], found.jobs_scanned
+            jobs, scanned = found.jobs_naming([sha])[sha], found.jobs_scanned or 0
         except CensusError as exc:
             census_error = exc.message
         held, failed = hold(transport, jobs) if args.hold_jobs and not args.lift else ([], {})

@@ -93,7 +93,7 @@ def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str
             uses=Uses(count=used.count, first=used.first, last=used.last, references=tuple(sorted(used.refs)),
                       folded=used.folded)))
     return JobsReport(host=host, program=program, since=since, generations=tuple(rows),
-                      jobs_scanned=census.jobs_scanned if isinstance(census, CensusScan) else 0,
+                      jobs_scanned=(census.jobs_scanned or 0) if isinstance(census, CensusScan) else 0,
                       census_error=census.message if isinstance(census, CensusError) else None)
 
 
