@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from operator import itemgetter
 import stat
 import time
 
@@ -248,6 +247,8 @@ def read(root_fd: int, host: str, program: str, shas: Iterable[str] | None = Non
 
 
 def _read_sha(dfd: int, sha: str, since: str | None) -> Usage:
+    from operator import itemgetter  # here, not on the per-job path
+
     usage = Usage(sha)
     fcntl.flock(dfd, fcntl.LOCK_SH)  # no rotation or fold while the segments are read
     try:
