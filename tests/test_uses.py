@@ -201,3 +201,22 @@ def test_a_launcher_visible_here_that_is_missing_or_changed_is_refused(tmp_path,
     assert lookup(SHA) == 77 and "missing:" in capsys.readouterr().err
     launcher.parent.parent.parent.rename(tmp_path / "gone")  # the release directory is gone
     assert lookup(SHA) == 77 and "missing:" in capsys.readouterr().err
+
+
+def test_since_and_the_quarantine_statement():
+    from vq_admin.launcher.quarantine import PREDICATE, statement
+    from vq_admin.launcher.recall import since_stamp
+    from vq_admin.report.outcome import UsageError
+
+    assert since_stamp("2026-11-30") == "2026-11-30T00:00:00.000000Z"
+    assert since_stamp("2026-11-30T10:00:00Z") == "2026-11-30T10:00:00.000000Z"
+    for bad in ("yesterday", "2026-11-30T10:00", "2026-11-30 10:00:00Z"):
+        with pytest.raises(UsageError):
+            since_stamp(bad)
+    text = statement(HOST, PROGRAM, SHA, "quarantine", "wrong results", "2026-12-02T10:00:00Z", LAUNCHER, "e" * 64)
+    assert text.endswith(b"\n") and text.count(b"\n") == 1
+    doc = json.loads(text)
+    assert doc["_type"] == "https://in-toto.io/Statement/v1" and doc["predicateType"] == PREDICATE
+    assert doc["subject"] == [{"name": LAUNCHER, "digest": {"sha256": "e" * 64}}]
+    assert {k: doc["predicate"][k] for k in ("action", "sha", "reason")} == {"action": "quarantine", "sha": SHA,
+                                                                             "reason": "wrong results"}
