@@ -45,6 +45,7 @@ from types import FrameType
 from typing import Any
 
 from . import lockwait
+from .core import exits
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -54,8 +55,6 @@ from .state.records import StateDir, dump_json, utc_now
 SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
 DEFAULT_MAX_FAILED = 0
-#: Most severe first: what the fleet exits with when not every host succeeded.
-SEVERITY = (3, 1, 2, 75, 77)
 #: After an interruption, how long running workers get to write their receipts.
 INTERRUPT_GRACE = 60.0
 _OUTCOME_BY_CODE = {o.exit_code: o for o in Outcome if o is not Outcome.ALREADY_CURRENT}
@@ -363,7 +362,7 @@ class Rollout:
         codes = {h.exit_code for h in rollout if h.exit_code not in (None, 0)}
         if self.interrupted:
             codes.add(Outcome.UNKNOWN.exit_code)
-        for code in SEVERITY:
+        for code in exits.SEVERITY:
             if code in codes:
                 return code
         return Outcome.FAILED.exit_code if not codes else sorted(codes)[0]

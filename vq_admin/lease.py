@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
-from .core import protocol
+from .core import exits, protocol
 from .core.failpoints import failpoint
 from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
@@ -65,8 +65,6 @@ RELEASE_TIMEOUT = 15.0
 #: carries channels of ssh clients that are gone (a follow whose driver was interrupted while the
 #: remote side still runs), and the run would wait for a build it has left running.
 MASTER_LINGER = 2.0
-EXIT_HELD = 75
-EXIT_UNSAFE = 4
 _T = TypeVar("_T")
 
 
@@ -89,7 +87,7 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
     """Raise what an agent that never ran its verb means: an interpreter older than 3.8 (the
     agent's one line, :data:`vq_admin.agent.TOO_OLD`) or no agent at all."""
     too_old = next((line for line in error.splitlines() if line.startswith(TOO_OLD)), None)
-    if code == 77 and too_old is not None:
+    if code == exits.REFUSED and too_old is not None:
         raise Refused(too_old)
     if code == 127:
         tail = error.splitlines()[-1] if error else "no message"
@@ -164,9 +162,9 @@ class Lease:
     def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
-        if code == EXIT_HELD:
+        if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
-        if code == EXIT_UNSAFE or code == 1:
+        if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
                           "nothing was run")
         if code == SSH_TRANSPORT_EXIT or code is None or code < 0:

@@ -43,7 +43,7 @@ import re
 import secrets
 import time
 
-from ..core import default_paths, protocol, safedirs, securepath
+from ..core import default_paths, exits, protocol, safedirs, securepath
 from ..core.names import is_name
 from . import spawn
 
@@ -306,7 +306,7 @@ def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cac
         return take(run, cache), 0
     except CensusFailed as exc:
         message, cost = exc.args
-        return {"complete": False, "error": message, "cost": cost}, protocol.EXIT_FAILED
+        return {"complete": False, "error": message, "cost": cost}, exits.EXIT_FAILED
 
 
 def main() -> int:

@@ -49,6 +49,7 @@ import sys
 import time
 
 from ..core import default_paths as paths, procs, protocol, securepath
+from ..core.exits import EXIT_HELD, EXIT_UNSAFE
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
@@ -57,7 +58,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-EXIT_HELD, EXIT_UNSAFE = protocol.EXIT_HELD, protocol.EXIT_UNSAFE  # the protocol's exit statuses
 LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.

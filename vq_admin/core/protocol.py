@@ -113,8 +113,6 @@ KEEP_FAILED_DEFAULT = 3
 #: ``install-file --mode`` default.
 MODE_DEFAULT = "0755"
 
-#: Exit statuses of the agent (see :mod:`.cli`).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_HELD = 0, 1, 2, 3, 4, 75
 
 
 class ProtocolError(ValueError):
@@ -150,6 +148,8 @@ def encode_request(request: Dict[str, Any]) -> bytes:
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
     """True when an older agent's verb table refused *verb* (argparse's usage error, nothing answered)."""
+    from .exits import EXIT_USAGE
+
     out = stdout.encode("utf-8", "replace") if isinstance(stdout, str) else stdout
     err = stderr.encode("utf-8", "replace") if isinstance(stderr, str) else stderr
     return (exit_code == EXIT_USAGE and not out.strip() and b"invalid choice" in err

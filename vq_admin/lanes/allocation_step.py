@@ -40,8 +40,8 @@ from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
 
 from ..report import progress
-from ..core import checksum, protocol
-from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
+from ..core import checksum, exits, protocol
+from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
@@ -77,7 +77,7 @@ REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path
 def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
     """The error of an agent that refused before it started anything: 77 for an unsafe path, 75 for a
     held work lock, else 1."""
-    error = Refused if code == 4 else Locked if code == 75 else VqAdminError
+    error = Refused if code == exits.EXIT_UNSAFE else Locked if code == exits.EXIT_HELD else VqAdminError
     return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {stderr.strip()[-500:]}")
 
 
@@ -361,7 +361,7 @@ class AllocationDeploy(RuntimeStep):
         if not summary.get("established"):
             return self._unknown(command, call,
                                  "; ".join(summary.get("notes") or []) or "the job's end was not established")
-        if summary["exit_code"] == JOB_TAMPERED_EXIT:
+        if summary["exit_code"] == exits.JOB_TAMPERED:
             self.tampered(sinks, f"batch job {deploy['job_id']}")
         if signalled and summary.get("never_started") is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
@@ -386,7 +386,7 @@ class AllocationDeploy(RuntimeStep):
         elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
             deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
             receipt.errors.append(
-                f"deploy: {what} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+                f"deploy: {what} exited {exits.JOB_TAMPERED}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
                 f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
 
