@@ -45,7 +45,7 @@ from types import FrameType
 from typing import Any
 
 from . import lockwait
-from .core import exits
+from .core import exits, procs
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -280,10 +280,7 @@ class Rollout:
             if self.interrupted and time.monotonic() >= self._grace_deadline:
                 for pid, host in list(self.running.items()):
                     host.errors.append(f"killed after {INTERRUPT_GRACE:.0f} s without a receipt")
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    procs.end_group(pid, lambda _grace: False, 0.0)  # its grace was INTERRUPT_GRACE
                 for pid in list(self.running):
                     _, status = os.waitpid(pid, 0)
                     self.reap(pid, status)

@@ -39,8 +39,6 @@ BUILD_FILE = "build"
 EXIT_FILE = "exit"
 #: Seconds a reconcile waits for a live original agent to record the build it starts.
 START_WAIT = 30.0
-#: Seconds between SIGTERM and SIGKILL of a build cut off at its bound.
-KILL_GRACE = 10.0
 #: Largest ``build``/``exit`` record read.
 RECORD_LIMIT = 4096
 POLL = 0.2
@@ -145,22 +143,18 @@ def _running(record: dict[str, Any]) -> bool:
 
 
 def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
-    """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
+    """End the build's process group (it leads its own session) at the bound: :func:`procs.end_group`."""
     pid, start_time = record.get("pid"), record.get("start_time")
-    sent: list[str] = []
     if not isinstance(pid, int):
-        return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
-            break
-        try:
-            os.killpg(pid, sig)  # the build leads its own session and process group
-            sent.append(sig.name)
-        except (ProcessLookupError, PermissionError):
-            break
-        deadline = time.monotonic() + KILL_GRACE
+        return {"ok": False, "signals": [], "message": "no build pid was recorded"}
+
+    def gone(grace: float) -> bool:
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
             time.sleep(POLL)
+        return read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time)
+
+    sent = [] if gone(0.0) else procs.end_group(pid, gone)
     ended = read_record(attempt, EXIT_FILE) is not None
     return {"ok": ended, "signals": sent,
             "message": "the build's process group was ended" if ended else "the build did not end after SIGKILL"}
