@@ -50,7 +50,8 @@ from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
-from .state.records import StateDir, dump_json, utc_now
+from .state.records import StateDir, dump_json
+from .core.stamps import NAME, utc_now
 
 SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
@@ -457,7 +458,7 @@ def dry_run_lines(doc: dict[str, Any]) -> list[str]:
 
 def store(state: StateDir, doc: dict[str, Any]) -> str:
     """The fleet receipt (immutable) and one admin-log line."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stamp = utc_now(fmt=NAME)
     doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
     path = state.root / "fleet" / f"{doc['id']}.json"
     state.tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)  # every level checked

@@ -46,7 +46,7 @@ from .core.failpoints import failpoint
 from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
-from .state.records import utc_now
+from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
 from .ssh.transport import (SHELL_PROBE_EXPECTED, SSH_TRANSPORT_EXIT, SshTransport, Transport,
                             describe_interruption, literal_words)

@@ -47,7 +47,8 @@ from .report.outcome import Outcome, Refused, UsageError
 from .report.output import safe_text
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
-from .state.records import StateDir, utc_now
+from .state.records import StateDir
+from .core.stamps import utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
 
 MAX_SOURCE_BYTES = 16 << 20

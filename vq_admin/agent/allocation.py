@@ -36,6 +36,7 @@ from . import lease, retention, slurmjob
 from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
+from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
@@ -160,8 +161,6 @@ def program_parts(program: str) -> list[str]:
     return [".vq-admin", "runtime-deploy", program]
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def new_attempt_name() -> str:

@@ -32,6 +32,7 @@ from typing import Any
 from . import allocation, lease, spawn
 from ..core import procs
 from ..core.frames import FrameWriter
+from ..core.stamps import utc_now
 from .progress import Reporter
 
 #: The build's record and its end, inside the attempt directory.
@@ -81,7 +82,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
                   "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
-                  "archive_sha256": binding.archive_sha256, "started": allocation.utc_now()}
+                  "archive_sha256": binding.archive_sha256, "started": utc_now()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
@@ -96,7 +97,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
-               "pid": proc.pid, "ended": allocation.utc_now()}
+               "pid": proc.pid, "ended": utc_now()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
         code = 0
     finally:

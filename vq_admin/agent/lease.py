@@ -163,13 +163,10 @@ def peek(program: str) -> Dict[str, Any]:
 
 
 def _ago(since: Any) -> str:
-    import calendar  # contention only
+    from ..core.stamps import parse_utc  # contention only
 
-    try:
-        seconds = time.time() - calendar.timegm(time.strptime(str(since), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return ""
-    return f" ({seconds:.0f} s ago)"
+    at = parse_utc(since)
+    return "" if at is None else f" ({time.time() - at:.0f} s ago)"
 
 
 def _connection(holder: Dict[str, Any]) -> str:

@@ -133,9 +133,9 @@ def _started(pid: int) -> Optional[str]:
     try:
         with open("/proc/stat", "rb") as fh:
             boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
-        import time
-
         at = boot + int(ticks or "") / os.sysconf("SC_CLK_TCK")
     except (OSError, StopIteration, ValueError):
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    from .stamps import utc_now
+
+    return utc_now(at)

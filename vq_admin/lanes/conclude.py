@@ -9,7 +9,7 @@ from ..core import exits
 from ..report.outcome import Outcome
 from ..report.output import last_line
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 
 

@@ -23,7 +23,7 @@ import time
 from typing import Any, Iterator, TextIO
 
 from .output import safe_text
-from ..state.records import parse_utc
+from ..core.stamps import parse_utc
 
 SHORT_SHA = 12
 RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"

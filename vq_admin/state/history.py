@@ -17,14 +17,13 @@ A line a crash left half-written is skipped on reading.
 
 from __future__ import annotations
 
-import calendar
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..core.stamps import parse_utc
 from .tree import PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
@@ -39,12 +38,8 @@ def index_path(state_root: str | os.PathLike[str]) -> Path:
 
 
 def _seconds(started: object, finished: object) -> float | None:
-    try:
-        a = calendar.timegm(time.strptime(str(started), "%Y-%m-%dT%H:%M:%SZ"))
-        b = calendar.timegm(time.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return None
-    return float(b - a)
+    a, b = parse_utc(started), parse_utc(finished)
+    return None if a is None or b is None else b - a
 
 
 def entry(receipt: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from ..report.outcome import Locked
-from .records import StateDir, utc_now
+from .records import StateDir
+from ..core.stamps import utc_now
 
 if TYPE_CHECKING:
     from .tree import PrivateTree
