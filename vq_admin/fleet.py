@@ -31,7 +31,6 @@ is at least 3).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import select
@@ -46,11 +45,13 @@ from typing import Any
 
 from . import lockwait
 from .core import exits, procs
+from .core.bounds import json_object
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
 from .state.records import StateDir, dump_json
+from .state.tree import MAX_STATE_FILE
 from .core.stamps import NAME, utc_now
 
 SCHEMA = envelope.SCHEMAS["fleet"]
@@ -526,10 +527,9 @@ def _preload(config: Config, program: str) -> None:
 def _read_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
-            value = json.loads(fh.read() or b"null")
-    except (OSError, ValueError):
+            return json_object(fh.read(), limit=MAX_STATE_FILE)
+    except OSError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _tail(path: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import allocation, lease, spawn
 from ..core import procs
+from ..core.bounds import json_object
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
 from .progress import Reporter
@@ -52,12 +53,7 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
-    data = attempt.read(name, RECORD_LIMIT + 1)
-    try:
-        value = json.loads(data.decode("utf-8")) if data is not None and len(data) <= RECORD_LIMIT else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return json_object(attempt.read(name, RECORD_LIMIT + 1), limit=RECORD_LIMIT)
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -123,11 +119,8 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
     os.waitpid(child, 0)
     with os.fdopen(read_fd, "rb") as fh:  # the record's line, or EOF when the supervisor failed
         data = fh.readline(RECORD_LIMIT)
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except ValueError:
-        record = None
-    if not isinstance(record, dict):
+    record = json_object(data, limit=RECORD_LIMIT)
+    if record is None:
         raise OSError(f"the build's supervisor did not start the build in {attempt.path} (see its stderr)")
     return record
 

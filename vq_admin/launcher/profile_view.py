@@ -17,12 +17,12 @@ never pays for them.  This does not validate the whole configuration
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from typing import Any
 
 from ..core import default_paths as paths
+from ..core.bounds import json_object
 from ..core.identifiers import DESTINATION_RE
 
 _cache: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
@@ -130,11 +130,8 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         why = (done.stderr.decode("utf-8", "replace").strip() if done.ended == process.NOT_STARTED
                else f"no answer within {timeout:g} s")
         raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: {why}", remedy) from None
-    try:
-        answer = json.loads(done.stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        answer = None
-    if not isinstance(answer, dict):
+    answer = json_object(done.stdout, limit=1 << 20)
+    if answer is None:
         tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
         raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)

@@ -23,8 +23,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..core.bounds import json_object
 from ..core.stamps import parse_utc
-from .tree import PrivateTree, UnsafeState, write_synced, open_private_file
+from .tree import MAX_STATE_FILE, PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
 INDEX_NAME = "index.jsonl"
@@ -70,9 +71,8 @@ def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
         if not name.endswith(".json") or name.startswith("."):
             continue
         try:
-            data = tree.read(["receipts"], name)
-            doc = json.loads(data) if data is not None else None
-        except (UnsafeState, ValueError, RecursionError):
+            doc = json_object(tree.read(["receipts"], name), limit=MAX_STATE_FILE)
+        except UnsafeState:
             continue  # a receipt that cannot be trusted or read is not listed
         if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
             found.append(entry(doc))
@@ -149,13 +149,7 @@ def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip() or len(raw) > 64 * 1024:  # no index line is that long: not one of ours
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None  # a line a crash cut short
-    return value if isinstance(value, dict) else None
+    return json_object(raw, limit=64 * 1024)  # None: a line a crash cut short, or not one of ours
 
 
 def runs(state_root: str | os.PathLike[str], host: str | None = None, program: str | None = None,
