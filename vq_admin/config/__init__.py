@@ -13,7 +13,7 @@ import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
@@ -148,21 +148,14 @@ def check_ssh_config(config: "Config") -> None:
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate the configuration; raise :class:`ConfigError` on any fault
     (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
-    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
+    from ..core.bounds import InputError, read_config
 
-    chosen = Path(path) if path else Path(paths.config_path())
+    chosen = os.fspath(path) if path else paths.config_path()
     try:
-        if not chosen.exists():
-            raise FileNotFoundError(chosen)
-        raw = read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
-        data = loads_toml(raw, f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
-    except FileNotFoundError:
-        raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+        data = read_config(chosen)
     except InputError as exc:
         raise ConfigError("", str(exc)) from None
-    except OSError as exc:
-        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
-    config = parse_config(data, str(chosen))
+    config = parse_config(data, chosen)
     check_ssh_config(config)
     return config
 

@@ -176,6 +176,20 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
         raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
 
 
+def read_config(path: str) -> dict[str, Any]:
+    """The configuration file *path* (the one reader: ``vq_admin.config`` and the launcher's lookup): a
+    trusted regular file of bounded size and nesting, parsed as TOML; every fault is one :class:`InputError`
+    naming the file."""
+    what = f"configuration file {path}"
+    try:
+        raw = read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
+    except FileNotFoundError:
+        raise InputError(f"{what} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+    except OSError as exc:
+        raise InputError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    return loads_toml(raw, what, limit=MAX_CONFIG_BYTES)
+
+
 def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False) -> bytes:
     """The bytes of the regular file *path* (a symlink the operator named is followed).
 
