@@ -22,6 +22,7 @@ from ..report.outcome import UsageError
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
+#: ``scheduler``: checked, not stored; vq-admin drives Slurm only (docs/architecture.md, "The scheduler").
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
 MAX_TIMEOUT = 30 * 24 * 3600.0
@@ -95,7 +96,6 @@ class HostConfig:
     transport: str = "ssh"
     ssh: str = ""
     canonical_host: str | None = None
-    scheduler: str = "slurm"
     scratch_root: str | None = None
     agent: tuple[str, ...] = ("vq-admin-agent",)
     helper_provider: str = "command"
@@ -179,7 +179,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
 
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.
-HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
+HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments", "scheduler"}
 PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
 
 
@@ -216,13 +216,13 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         if any(c in str(table["scratch_root"]) for c in "%\\"):
             raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
                                                      "(Slurm expands them in --output/--error file names)")
+    _choice(table, "scheduler", key, SCHEDULERS, "slurm")  # an old file may say so; another scheduler is refused
     return HostConfig(
         name=name,
         fleet_role=role,
         transport=_choice(table, "transport", key, TRANSPORTS, "ssh"),
         ssh=_destination(table, "ssh", key) or name,
         canonical_host=_str(table, "canonical_host", key),
-        scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
         scratch_root=_abs_path(table, "scratch_root", key),
         agent=parse_command(table, "agent", key) or ("vq-admin-agent",),
         helper_provider=_provider_name(table, "helper_provider", key),
