@@ -409,60 +409,67 @@ class AllocationDeploy(RuntimeStep):
         """command_output, metrics and the driver's transcript copy from what arrived."""
         receipt = self.receipt
         settle = summary.get("settle") or {}
+        transcript = self._store_transcripts(sinks)
         sent = (call.records.get("end") or {}).get("sent") or {}
-        problems = []
-        transcript = None
-        if sinks:
-            paths = [sink.commit() for sink in sinks.values()]
-            failed = [f"{sink.name}: {sink.error}" for sink in sinks.values() if sink.error]
-            if failed:  # a full or failing state filesystem: the run goes on to its verify all the same
-                note = (f"the driver's copy of the deploy transcripts could not be stored in "
-                        f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
-                        f"log directory {receipt.deploy['log_dir']} on the host the whole of them")
-                receipt.notes.append(note)
-                self.ctx.narrate(note)
-            elif paths[0] is not None:
-                transcript = str(paths[0].parent)
-        for name, sink in sinks.items():
-            got = sent.get(name)
-            if not call.ended or got is None:
-                problems.append(f"{name}: the stream was cut before the end")
-                continue
-            # The agent names its checksum (xxh3_64, or blake2b without xxhash).
-            algorithm = got.get("checksum")
-            sent_digest = got.get("digest")
-            settled_digest = got.get("settled_digest")
-            if algorithm not in checksum.ALGORITHMS:
-                problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
-            elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
-                problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-            elif settle.get("settled") and settled_digest != sent_digest:
-                problems.append(f"{name}: changed after it had settled")
+        problems = [f"{name}: {problem}" for name, sink in sinks.items()
+                    if (problem := _stream_problem(sent.get(name) if call.ended else None, sink, settle))]
         if not summary.get("established") and not summary.get("timed_out"):
             problems.append("the job's end was not established: its transcript may still grow")
-        complete = bool(settle.get("settled")) and not problems
-        reason = None if complete else settle.get("reason") or ("unavailable" if any("cut" in p or "received" in p
-                                                                                     for p in problems) else "unstable")
-        out, err = sinks["stdout"], sinks["stderr"]
-        output: dict[str, Any] = {
-            "complete": complete, "reason": reason, "log_dir": receipt.deploy["log_dir"],
-            "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
-            "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-            "truncated": out.truncated or err.truncated, "transcript": transcript,
-            "checksum": settle.get("checksum") or out.algorithm,
-        }
-        if out.truncated or err.truncated:
-            output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-                              f"{transcript or receipt.deploy['log_dir']}")
-        if not complete:
-            output["problems"] = problems
-            output["note"] = (f"incomplete transcript ({reason}): the retained log directory "
-                              f"{receipt.deploy['log_dir']} holds what the job wrote; metrics are partial evidence, "
-                              "and an empty metrics object is not proof that no build work occurred")
+        output = _output(settle, problems, sinks["stdout"], sinks["stderr"], transcript, receipt.deploy["log_dir"])
+        if not output["complete"]:
             self.ctx.narrate(f"deploy: {output['note']}")
         receipt.command_output = output
-        metrics = dict(out.metrics)
-        metrics.update(err.metrics)
-        receipt.metrics, receipt.metrics_complete = metrics, complete
+        receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
+        receipt.metrics_complete = output["complete"]
+
+    def _store_transcripts(self, sinks: dict[str, TranscriptSink]) -> str | None:
+        """The directory of the driver's copy of the transcripts, or ``None`` (a note says why, when it failed:
+        a full or failing state filesystem, and the run goes on to its verify all the same)."""
+        paths = [sink.commit() for sink in sinks.values()]
+        failed = [f"{sink.name}: {sink.error}" for sink in sinks.values() if sink.error]
+        if failed:
+            note = (f"the driver's copy of the deploy transcripts could not be stored in "
+                    f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
+                    f"log directory {self.receipt.deploy['log_dir']} on the host the whole of them")
+            self.receipt.notes.append(note)
+            self.ctx.narrate(note)
+        return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
 
 
+def _stream_problem(got: dict[str, Any] | None, sink: TranscriptSink, settle: dict[str, Any]) -> str | None:
+    """What is wrong with one stream's copy against what the agent says it sent (it names its checksum:
+    xxh3_64, or blake2b without xxhash); ``None`` when nothing is."""
+    if got is None:
+        return "the stream was cut before the end"
+    algorithm, digest = got.get("checksum"), got.get("digest")
+    if algorithm not in checksum.ALGORITHMS:
+        return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
+    if got.get("bytes") != sink.bytes or digest != sink.digest_as(algorithm):
+        return f"received {sink.bytes} bytes, the helper sent {got.get('bytes')}"
+    if settle.get("settled") and got.get("settled_digest") != digest:
+        return "changed after it had settled"
+    return None
+
+
+def _output(settle: dict[str, Any], problems: list[str], out: TranscriptSink, err: TranscriptSink,
+            transcript: str | None, log_dir: str) -> dict[str, Any]:
+    """The receipt's ``command_output`` of an allocation deploy."""
+    complete = bool(settle.get("settled")) and not problems
+    cut = any("cut" in p or "received" in p for p in problems)
+    reason = None if complete else settle.get("reason") or ("unavailable" if cut else "unstable")
+    output: dict[str, Any] = {
+        "complete": complete, "reason": reason, "log_dir": log_dir,
+        "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
+        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
+        "truncated": out.truncated or err.truncated, "transcript": transcript,
+        "checksum": settle.get("checksum") or out.algorithm,
+    }
+    if out.truncated or err.truncated:
+        output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
+                          f"{transcript or log_dir}")
+    if not complete:
+        output["problems"] = problems
+        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the "
+                          "job wrote; metrics are partial evidence, and an empty metrics object is not proof that "
+                          "no build work occurred")
+    return output
