@@ -274,22 +274,7 @@ class Lease:
         if fault is not None:
             return self._interrupted(SSH_TRANSPORT_EXIT, f"vq-admin test fault: {fault}")
         if not first:
-            if waited_out:
-                return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
-                                       "while taking the host-side lease"}
-            if protocol.lacks_verb(protocol.SESSION, code, b"", error):
-                self._other_protocol(None)
-            if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
-                if ssh is not None and not ssh.shell_checked:
-                    # No answer at all (the login shell could not even run the agent's words?): the
-                    # separate probe tells a login shell that is not POSIX (77) from a broken agent.
-                    ssh.check_login_shell()
-                _agent_cannot_run(code, error, self.where, self.argv[0])
-                raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
-                              f"{code}: {error or 'no answer'}; nothing was run")
-            # not a word from the agent: the host was not reached (or the session ended before the agent
-            # began), so nothing ran there
-            return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
+            return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         shell = first.get("shell")
@@ -304,6 +289,24 @@ class Lease:
         status = held.get("exit")
         self._refuse(held, status if isinstance(status, int) else code,
                      str(held.get("error") or error).replace("vq-admin-agent: ", ""))
+
+    def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> dict[str, Any]:
+        """Not a word from the agent: an interruption when the host was not reached (or the session ended
+        before the agent began, so nothing ran there), else raised: why the agent did not run its verb."""
+        if waited_out:
+            return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
+                                   "while taking the host-side lease"}
+        if protocol.lacks_verb(protocol.SESSION, code, b"", error):
+            self._other_protocol(None)
+        if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
+            if ssh is not None and not ssh.shell_checked:
+                # No answer at all (the login shell could not even run the agent's words?): the
+                # separate probe tells a login shell that is not POSIX (77) from a broken agent.
+                ssh.check_login_shell()
+            _agent_cannot_run(code, error, self.where, self.argv[0])
+            raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
+                          f"{code}: {error or 'no answer'}; nothing was run")
+        return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: Any) -> NoReturn:
         host = self.argv[self.argv.index(protocol.HOST) + 1]
