@@ -75,6 +75,16 @@ def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
+def _lane_options(parser: argparse.ArgumentParser, dry_run_help: str) -> None:
+    """``--wait-lock``, ``--dry-run`` and ``-v`` of the verbs that run a lane."""
+    parser.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                        help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                             "then exit 75 as without it")
+    parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="narrate on stderr and print the summary even when not a terminal")
+
+
 def build_parser(prog: str = "vq admin") -> Parser:
     tree: type[Parser] = type("Tree", (Parser,), {"top_prog": prog, "family": []})
     parser = tree(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
@@ -92,12 +102,7 @@ def build_parser(prog: str = "vq admin") -> Parser:
     p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the plan; run and change nothing")
     p.add_argument("--all", action="store_true",
                    help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
     p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
@@ -170,12 +175,7 @@ def build_parser(prog: str = "vq admin") -> Parser:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the plan; run and change nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.rollback", force=False, cluster_install=False, update_script_arg=[])
 
@@ -184,12 +184,7 @@ def build_parser(prog: str = "vq admin") -> Parser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the keep set and reasons; remove nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.prune", force=False, cluster_install=False, update_script_arg=[])
 
