@@ -143,8 +143,6 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
     process group was ended (:func:`vq_admin.core.procs.end_group`: nothing it started is left running)."""
     import signal
 
-    from ..core.procs import end_group
-
     argv = list(argv)
     deadline = None if timeout is None else time.monotonic() + timeout
     out_r, out_w = os.pipe()
@@ -167,6 +165,8 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
         timed_out = code is None
         if code is None:
+            from ..core.procs import end_group  # a timeout only: not on the fast verbs' path
+
             end_group(pid, lambda grace: _read(chunks, live, time.monotonic() + grace) and False)
             code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
         pid = -1
