@@ -216,21 +216,7 @@ class AllocationDeploy(RuntimeStep):
                                                                                 transport.where))
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
-            if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-                _discard(sinks)
-                if detached:
-                    allocation_attempt.clear(self)
-                self.reclaim(success=False)
-                raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
-                                            + ("starting the build" if detached else "submitting"), call.stderr)
-            if detached:
-                receipt.deploy["interruption"] = call.describe()
-                ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
-                            "(it is never restarted)")
-            else:
-                ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
-            call, sinks = self._reconcile(attempt, deadline, sinks, transport,
-                                          wait_for=RECONCILE_WAIT if detached else None)
+            call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("timed_out") or (summary.get("submitted") is False
@@ -242,6 +228,26 @@ class AllocationDeploy(RuntimeStep):
         if call.step is not None and call.step is not step:
             settled(call.step)
         return result
+
+    def _cut(self, call: StreamCall, sinks: dict[str, TranscriptSink], attempt: str, deadline: float,
+             transport: Transport) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+        """A call cut before its report: refused before anything started (raised), else the attempt's end,
+        asked for by the recorded job id or build (never run again)."""
+        ctx, detached = self.ctx, self.KIND == "detached"
+        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+            _discard(sinks)
+            if detached:
+                allocation_attempt.clear(self)
+            self.reclaim(success=False)
+            raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
+                                        + ("starting the build" if detached else "submitting"), call.stderr)
+        if detached:
+            self.receipt.deploy["interruption"] = call.describe()
+            ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
+                        "(it is never restarted)")
+        else:
+            ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
+        return self._reconcile(attempt, deadline, sinks, transport, wait_for=RECONCILE_WAIT if detached else None)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
               on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
