@@ -142,16 +142,19 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
             answer["identity_error"] = f"{exc.strerror or exc}"
     verify = request.get("verify")
     if isinstance(verify, dict):
-        from .verify_readback import verify_readback
-
-        argv, env, timeout = verify.get("argv"), verify.get("env") or {}, verify.get("timeout")
-        if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
-                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-                and isinstance(timeout, (int, float)) and timeout > 0):
-            answer["verify"] = verify_readback(argv, env, float(timeout))
-        else:
-            answer["verify"] = {"error": "bad verify request"}
+        answer["verify"] = _verify(verify.get("argv"), verify.get("env") or {}, verify.get("timeout"))
     return answer
+
+
+def _verify(argv: Any, env: Any, timeout: Any) -> Dict[str, Any]:
+    """The bounded verify and its read-back, when the request's words are an argv, an environment and a bound."""
+    from .verify_readback import verify_readback
+
+    if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+            and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(timeout, (int, float)) and timeout > 0):
+        return verify_readback(argv, env, float(timeout))
+    return {"error": "bad verify request"}
 
 
 class Held:
