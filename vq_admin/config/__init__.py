@@ -19,6 +19,8 @@ from typing import Any, Iterable, Mapping
 from ..core import default_paths as paths
 from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
 from ..report.outcome import UsageError
+from . import confirm
+from .confirm import Confirm
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
@@ -64,6 +66,7 @@ class RuntimeProfile:
     provider_options: Mapping[str, str] = field(default_factory=dict)
     activate_command: tuple[str, ...] | None = None  # rollback: switch current to an existing release
     prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
+    confirm: Confirm | None = None  # a generation proven by a batch job (config/confirm.py)
 
     @property
     def has_install(self) -> bool:
@@ -83,6 +86,7 @@ class RuntimeProfile:
         if self.update_allocation:
             data["update_allocation"] = {"sbatch_args": list(self.update_allocation.sbatch_args)}
         data["provider_options"] = dict(self.provider_options)
+        data["confirm"] = self.confirm.settings() if self.confirm else None
         return data
 
 
@@ -187,7 +191,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.
 HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
-PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
+PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"} | confirm.KEYS
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:
@@ -215,11 +219,12 @@ def _parse_host(name: str, table: Any) -> HostConfig:
             and (":" in ssh_dest or "/" in ssh_dest)):
         raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
+    allocated = sorted(p for p, profile in runtimes.items()
+                       if profile.update_allocation is not None or profile.confirm is not None)
     if allocated:
         if "scratch_root" not in table:
-            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation, "
-                                                     "and allocation transcripts live below scratch_root")
+            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
+                                                     "confirm_command, whose transcripts live below scratch_root")
         if any(c in str(table["scratch_root"]) for c in "%\\"):
             raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
                                                      "(Slurm expands them in --output/--error file names)")
@@ -290,6 +295,7 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         provider_options=dict(options),
         activate_command=parse_command(table, "activate_command", key),
         prune_command=parse_command(table, "prune_command", key),
+        confirm=confirm.parse(table, key),
     )
 
 
