@@ -80,6 +80,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
+    p.add_argument("--retry-confirmation", action="store_true",
+                   help="run the confirmation job again for an unconfirmed SHA (activating it first when needed)")
+    p.add_argument("--accept-regression", metavar="REASON",
+                   help="a confirmation metric out of tolerance is recorded with REASON, not reverted")
     p.add_argument("--wait-lock", metavar="SECONDS", type=float,
                    help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
                         "then exit 75 as without it")
