@@ -52,9 +52,10 @@ def parse(table: Mapping[str, Any], key: str) -> Confirm | None:
         if stray:
             raise ConfigError(f"{key}.{stray[0]}", "needs confirm_command")
         return None
-    if "activate_command" not in table:
+    if "activate_command" not in table and table.get("provider", "command") == "command":
         raise ConfigError(f"{key}.confirm_command", "needs activate_command (a failed confirmation is reverted by "
-                                                    "re-activating the previous generation)")
+                                                    "re-activating the previous generation; a plugin "
+                                                    "provider's activate hook serves)")
     args = table.get("confirm_sbatch_args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{key}.confirm_sbatch_args", "must be a list of strings")
