@@ -203,7 +203,7 @@ def test_a_killed_driver_changes_nothing_and_the_next_run_reconciles(tmp_path, r
         driver.wait()
         second = w.update(w.b)
         assert second.exit_code == 75, second.stdout[-3000:] + second.stderr[-3000:]
-        assert "confirmation job" in second.json()["errors"][0]
+        assert "confirmation job" in second.json()["errors"][0], second.json()["errors"]
     finally:
         if when == "PENDING":
             slurm.run("scontrol", "update", "PartitionName=debug", "State=UP", check=True)

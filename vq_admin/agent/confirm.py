@@ -145,13 +145,16 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         except OSError:
             pass
 
-        def on_job_id(job_id: str, sbatch_pid: int) -> None:
-            attempt.write_file("job", f"{job_id}\n".encode())
+        def on_job_id(job_id: str | None, sbatch_pid: int = 0) -> None:
+            if job_id is not None:
+                attempt.write_file("job", f"{job_id}\n".encode())
             try:
                 lease.record_work(work[1], {"kind": "confirm", "job_id": job_id, "attempt": attempt.path,
                                             "pid": os.getpid(), "since": record["started"]})
             except OSError:
                 pass
+
+        on_job_id(None)
 
         argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
         sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
