@@ -118,6 +118,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="every managed host's profile of PROGRAM (of every program without PROGRAM)")
     p.add_argument("--expected-sha", metavar="SHA", help="compare with this full commit SHA instead of LAST OK")
+    p.add_argument("--job", action="store_true", help="also run the profile's confirmation job against the active "
+                   "generation (read-only: nothing activated or reverted)")
     p.add_argument("--prometheus", action="store_true", help="print the drift gauge in the Prometheus text format")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically")
     p.add_argument("-v", "--verbose", action="store_true", help="print the table even when every runtime is current")

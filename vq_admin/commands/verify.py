@@ -63,7 +63,8 @@ def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, 
     return found
 
 
-def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None) -> dict[str, Any]:
+def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None,
+                  job: bool = False) -> dict[str, Any]:
     """Verify one runtime read-only and say which state (module docstring) it is in."""
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
@@ -92,7 +93,26 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
                     detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
                            f"{judged['state']}: {judged['detail']})")
+    if job and judged["state"] == "current" and profile.confirm is not None:
+        return _job(ctx, host, profile, judged)
     return judged
+
+
+def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any]) -> dict[str, Any]:
+    """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
+    naming the job, its state and exit code (deploying when a run's work holds the lease)."""
+    from ..lanes.confirm_step import health_job
+
+    active = judged["active"]
+    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"])
+    judged["confirm"] = {k: verdict.get(k) for k in ("job_id", "state", "exit_code", "node", "seconds", "metrics",
+                                                      "passed", "problems")}
+    if verdict.get("passed"):
+        return dict(judged, detail=f"{judged['detail']}; confirmation job {verdict.get('job_id')} COMPLETED")
+    state = "deploying" if verdict.get("held") else "unhealthy" if verdict.get("passed") is False else "unknown"
+    return dict(judged, state=state, detail=f"confirmation job {verdict.get('job_id')} ended "
+                f"{verdict.get('state')} with exit code {verdict.get('exit_code')}: "
+                + "; ".join(verdict.get("problems") or []))
 
 
 def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> dict[str, Any]:
@@ -159,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha)
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, getattr(args, "job", False))
     outcome = outcome_of(hosts)
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from vq_admin_hookspecs import RuntimeRequest, Slot
 
@@ -35,6 +35,10 @@ from . import allocation_attempt
 from .allocation_step import REFUSED_BEFORE_SUBMIT, refused_before_submit
 from .allocation_stream import StreamCall, TranscriptSink, stream_call
 from .runtime_step import RuntimeStep
+
+if TYPE_CHECKING:
+    from ..config import HostConfig, RuntimeProfile
+    from ..context import RunContext
 
 ATTEMPT = Slot("attempt")
 LAUNCHER = Slot("launcher")
@@ -227,6 +231,28 @@ def reconciled(step: RuntimeStep, previous: dict[str, Any], summary: dict[str, A
     if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
         record_verdict(RuntimeStep(step.ctx, step.host, step.profile, step.receipt, previous["expected_sha"],
                                    step.stage), verdict, None)
+
+
+def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str,
+               ) -> dict[str, Any]:
+    """``verify --job``: the confirmation job against the active generation *sha*, read-only (no revert,
+    nothing recorded in the state directory); metrics are judged against that generation's own passed
+    confirmation.  Returns the agent's verdict, or ``{"passed": None, "problems": [...]}``."""
+    c = profile.confirm
+    assert c is not None and host.scratch_root
+    base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
+    argv = protocol.confirm_run(
+        host.agent, root=host.scratch_root, program=profile.program, attempt=new_attempt_name(),
+        timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
+        baseline=sorted(base.items()), accept_regression=False, revert=[],
+        command=[*c.command, "--program", profile.program, "--expected-sha", sha, "--launcher", launcher])
+    sinks = {name: allocation_attempt._Discard(name) for name in ("stdout", "stderr")}
+    call = stream_call(ctx.login(host), argv, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
+    verdict = (call.records.get("summary") or {}).get("confirm")
+    if isinstance(verdict, dict):
+        return verdict
+    return {"passed": None, "held": call.exit_code == 75,
+            "problems": [f"the confirmation job gave no verdict ({call.describe()}: {call.stderr.strip()[-300:]})"]}
 
 
 def ended_message(confirm: dict[str, Any]) -> str:
