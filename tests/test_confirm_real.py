@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -229,3 +230,14 @@ def test_verify_job_is_read_only(tmp_path, real_cluster):
     assert w.current() == w.a and w.launcher().exit_code == 0
     assert sorted(str(p) for p in w.state.rglob("*")
                   if "receipts" not in p.parts and "admin.log" not in p.name) == state
+
+
+def test_the_demo_proves_its_generation_by_a_job_on_a_cluster(tmp_path, real_cluster):
+    """With a cluster at hand the demo's profile confirms through site_example's real computation."""
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "xdg"), **real_cluster.slurm.env)
+    done = subprocess.run([sys.executable, "-m", "vq_admin.demo", "--workdir", str(tmp_path / "demo")], env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert re.search(r"\n  confirm +job \d+ COMPLETED exit 0 on \S+ in [\d.]+ s; energy_digest=[0-9a-f]{16} "
+                     r"seconds_per_step=[\d.]+\n", out), out[-4000:]

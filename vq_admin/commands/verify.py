@@ -178,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
+        job = getattr(args, "job", False)
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, getattr(args, "job", False))
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
     outcome = outcome_of(hosts)
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]
