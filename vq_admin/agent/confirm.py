@@ -41,6 +41,8 @@ REVERT_TIMEOUT = 600.0
 METRIC_READ_LIMIT = 16 << 20
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.:-]{1,128})=(.*)$", re.M)
 BETTER = ("lower", "higher", "equal")
+#: Seconds the job's end state is looked for once sbatch has returned (its record may have aged out).
+END_WAIT = 10.0
 JOB_NAME = "vq-confirm-{}"
 
 
@@ -102,7 +104,7 @@ def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Dict[
         out.update(state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
                    node=fields.get("BatchHost") or fields.get("NodeList") or None)
     else:
-        search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), 30.0, poll=1.0)
+        search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), END_WAIT, poll=1.0)
         if search.end is not None:
             out.update(state=search.end.state, job_exit_code=search.end.raw_exit, exit_code=search.end.exit_code)
     raw = str(out["job_exit_code"] or "")

@@ -139,11 +139,14 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     inputs.receipt.previous_attempt = found
     ended = (summary.get("job_state") != "RUNNING" if detached or confirm
              else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
-    if confirm and call.complete and ended:
-        from .confirm_step import reconciled
+    if confirm and call.complete and ended:  # the verdict a supervisor wrote with no driver left to read it
+        verdict = summary.get("confirm")
+        found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
+        if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
+            from ..state import confirmation
 
-        found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=summary.get("confirm"))
-        reconciled(inputs, previous, summary)
+            confirmation.record_verdict(ctx.state, inputs.host.name, inputs.profile.program,
+                                        previous["expected_sha"], verdict, previous.get("receipt"), None)
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did

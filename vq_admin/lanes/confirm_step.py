@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vq_admin_hookspecs import RuntimeRequest, Slot
 
@@ -74,6 +74,11 @@ def unconfirmed_refusal(step: RuntimeStep) -> None:
                      else ""))
 
 
+def confirm_words(words: Sequence[str], program: str, sha: str, launcher: str) -> list[str]:
+    """The confirmation command's argv: ``<confirm_command words> --program P --expected-sha SHA --launcher L``."""
+    return [*words, "--program", program, "--expected-sha", sha, "--launcher", launcher]
+
+
 class Confirmation(RuntimeStep):
     """The ``confirm`` step, built from the lane's inputs."""
 
@@ -83,7 +88,7 @@ class Confirmation(RuntimeStep):
     def planned_argv(self, *, revert: bool = True) -> list[str]:
         c = self.profile.confirm
         assert c is not None and self.host.scratch_root
-        command = [*c.command, "--program", self.profile.program, "--expected-sha", self.sha, "--launcher", LAUNCHER]
+        command = confirm_words(c.command, self.profile.program, self.sha, LAUNCHER)
         argv = protocol.confirm_run(
             self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
             timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
@@ -207,30 +212,9 @@ class Confirmation(RuntimeStep):
             confirm["accepted"] = {"reason": self.ctx.options.accept_regression, "regressed": verdict.get("regressed")}
         self.receipt.confirm = confirm
         allocation_attempt.clear(self)
-        record_verdict(self, verdict, self.ctx.options.accept_regression)
+        confirmation.record_verdict(self.ctx.state, self.host.name, self.profile.program, self.sha, verdict,
+                                    self.receipt.id, self.ctx.options.accept_regression)
         return confirm
-
-
-def record_verdict(step: RuntimeStep, verdict: dict[str, Any], accepted: str | None) -> None:
-    """The SHA's confirmation entry from the agent's *verdict* (this run's, or one a later run reconciled)."""
-    passed = bool(verdict.get("passed"))
-    problems = verdict.get("problems") or []
-    entry: dict[str, Any] = {
-        "status": confirmation.PASSED if passed else confirmation.UNCONFIRMED,
-        "job_id": verdict.get("job_id"), "state": verdict.get("state"), "exit_code": verdict.get("exit_code"),
-        "node": verdict.get("node"), "metrics": verdict.get("metrics") or {}, "receipt": step.receipt.id,
-        "reason": None if passed else "; ".join(problems),
-        "metric_only": not passed and bool(verdict.get("regressed")) and problems == verdict.get("regressed"),
-        "accepted_regression": accepted if verdict.get("accepted") else None}
-    confirmation.record(step.ctx.state, step.host.name, step.profile.program, step.sha, entry)
-
-
-def reconciled(step: RuntimeStep, previous: dict[str, Any], summary: dict[str, Any]) -> None:
-    """A later run read the verdict of the confirmation an interrupted run left: record it."""
-    verdict = summary.get("confirm")
-    if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
-        record_verdict(RuntimeStep(step.ctx, step.host, step.profile, step.receipt, previous["expected_sha"],
-                                   step.stage), verdict, None)
 
 
 def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str,
@@ -241,11 +225,12 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     c = profile.confirm
     assert c is not None and host.scratch_root
     base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
+    command = confirm_words(c.command, profile.program, sha, launcher)
     argv = protocol.confirm_run(
         host.agent, root=host.scratch_root, program=profile.program, attempt=new_attempt_name(),
         timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
         baseline=sorted(base.items()), accept_regression=False, revert=[],
-        command=[*c.command, "--program", profile.program, "--expected-sha", sha, "--launcher", launcher])
+        command=command)
     sinks = {name: allocation_attempt._Discard(name) for name in ("stdout", "stderr")}
     call = stream_call(ctx.login(host), argv, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
     verdict = (call.records.get("summary") or {}).get("confirm")
@@ -259,4 +244,4 @@ def ended_message(confirm: dict[str, Any]) -> str:
     return "; ".join(confirm.get("problems") or []) or "not passed"
 
 
-__all__ = ["Confirmation", "Previous", "VqAdminError", "ended_message", "reconciled", "unconfirmed_refusal"]
+__all__ = ["Confirmation", "Previous", "VqAdminError", "ended_message", "unconfirmed_refusal"]

@@ -57,6 +57,19 @@ def record(state: StateDir, host: str, program: str, sha: str, entry: dict[str, 
     state.tree.write_atomic(_parts(host, program), NAME, dump_json({"generations": generations}))
 
 
+def record_verdict(state: StateDir, host: str, program: str, sha: str, verdict: dict[str, Any], receipt: str | None,
+                   accepted: str | None) -> None:
+    """*sha*'s entry from the agent's confirmation *verdict* (a run's own, or one a later run reconciled)."""
+    passed = bool(verdict.get("passed"))
+    problems = verdict.get("problems") or []
+    record(state, host, program, sha, {
+        "status": PASSED if passed else UNCONFIRMED, "job_id": verdict.get("job_id"), "state": verdict.get("state"),
+        "exit_code": verdict.get("exit_code"), "node": verdict.get("node"), "metrics": verdict.get("metrics") or {},
+        "receipt": receipt, "reason": None if passed else "; ".join(problems),
+        "metric_only": not passed and bool(verdict.get("regressed")) and problems == verdict.get("regressed"),
+        "accepted_regression": accepted if verdict.get("accepted") else None})
+
+
 def unconfirmed(state: StateDir, host: str, program: str, sha: str) -> str | None:
     """Why *sha* may not be given to the queue or made current again (``None``: nothing against it)."""
     entry = read(state, host, program).get(sha)
