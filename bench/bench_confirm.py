@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     f'ssh_config = "{sshd.ssh_config}"\n[hosts.cluster]\nfleet_role = "managed"\nssh = "cluster"\n'
                     f'scratch_root = "{tmp_path}/scratch"\nagent = "{venv}/bin/vq-admin-agent"\n'
                     '[hosts.cluster.scheduler_runtime_deployments.vibeqc]\n'
-                    f'update_command = "{site} deploy --root {root}"\ninstall_command = "{site} install --root {root}"\n'
-                    f'verify_command = "{site} verify --root {root}"\nactivate_command = "{site} activate --root {root}"\n'
-                    f'source_repo = "{repo.path}"\n{lines}')
+                    + "".join(f'{verb}_command = "{site} {verb if verb != "update" else "deploy"} --root {root}"\n'
+                              for verb in ("update", "install", "verify", "activate"))
+                    + f'source_repo = "{repo.path}"\n{lines}')
 
             env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state))
 
