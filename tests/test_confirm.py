@@ -77,12 +77,12 @@ def test_the_record_is_the_one_seam_and_the_launcher_refuses_an_unconfirmed_sha(
     confirmation.record_verdict(state, "cluster", "prog", "a" * 40, {"passed": True, "metrics": {"t": 1.0}}, "r1",
                                 None)
     assert confirmation.baseline(state, "cluster", "prog", "a" * 40) == {"t": "1.0"}
-    assert confirmation.confirmed_entry(state, "cluster", "prog", "a" * 40)["receipt"] == "r1"
+    assert confirmation.confirmed_entry(state, "cluster", "prog", "a" * 40).receipt == "r1"
     confirmation.record_verdict(state, "cluster", "prog", SHA, {
         "passed": False, "problems": ["regressed: t 1.3 > 1.10 x 1.0"], "regressed": ["regressed: t 1.3 > 1.10 x 1.0"],
         "metrics": {"t": 1.3}}, "r2", None)
     assert "regressed: t 1.3" in confirmation.unconfirmed(state, "cluster", "prog", SHA)
-    assert confirmation.read(state, "cluster", "prog")[SHA]["metric_only"] is True
+    assert confirmation.read(state, "cluster", "prog")[SHA].metric_only is True
     assert confirmation.skip_as_revert_target(state, "cluster", "prog", SHA)
     registry.record_verified(str(tmp_path), "cluster", "prog", {  # the previous generation's evidence
         "sha": "a" * 40, "tag": None, "launcher": f"/apps/releases/{'a' * 40}/bin/prog-{'a' * 40}",

@@ -271,7 +271,7 @@ def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, la
                     root: str) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
     if sha is not None:  # a generation a confirmation job did not prove (CONTRACT section 13)
-        from .state.confirmation import unconfirmed_reason
+        from .launcher.plain_lookup import unconfirmed_reason
 
         why = unconfirmed_reason(root, canonical, program, sha)
         if why is not None:

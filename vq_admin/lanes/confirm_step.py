@@ -65,13 +65,13 @@ def unconfirmed_refusal(step: RuntimeStep) -> None:
     reason = confirmation.unconfirmed(ctx.state, host, program, step.sha)
     if reason is None or ctx.options.retry_confirmation:
         return
-    entry = confirmation.read(ctx.state, host, program).get(step.sha) or {}
-    if ctx.options.accept_regression and entry.get("metric_only"):
+    entry = confirmation.read(ctx.state, host, program).get(step.sha)
+    metric_only = entry is not None and entry.metric_only
+    if ctx.options.accept_regression and metric_only:
         return
     raise Refused(f"unconfirmed: {program} {step.sha} on {host}: {reason}; nothing was run; to prove it again: "
                   f"vq admin update {program} {host} --expected-sha {step.sha} --retry-confirmation"
-                  + (" (or --accept-regression REASON: its only fault was a metric)" if entry.get("metric_only")
-                     else ""))
+                  + (" (or --accept-regression REASON: its only fault was a metric)" if metric_only else ""))
 
 
 def confirm_words(words: Sequence[str], program: str, sha: str, launcher: str) -> list[str]:
@@ -138,8 +138,8 @@ class Confirmation(RuntimeStep):
         receipt.confirm = {"attempt_dir": directory, "job_id": None, "state": None}
 
         def starting() -> None:
-            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha,
-                                {"status": confirmation.PENDING, "receipt": receipt.id, "attempt_dir": directory})
+            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
+                status=confirmation.PENDING, receipt=receipt.id, attempt_dir=directory))
             allocation_attempt.record(self, attempt, directory, "confirm", ctx.login(self.host).where)
 
         deadline = time.monotonic() + c.timeout_seconds
@@ -149,8 +149,8 @@ class Confirmation(RuntimeStep):
         if not call.complete and call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT \
                 and "job" not in call.records:
             allocation_attempt.clear(self)
-            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha,
-                                {"status": confirmation.UNCONFIRMED, "reason": "the job was not submitted"})
+            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
+                status=confirmation.UNCONFIRMED, reason="the job was not submitted"))
             raise refused_before_submit(call.exit_code, "confirm: the helper refused before submitting", call.stderr)
         if not call.complete:
             ctx.narrate(f"confirm: {call.describe()}; reading its verdict from the login host (never resubmitted)")
