@@ -131,6 +131,9 @@ def test_a_good_generation_is_confirmed_by_a_job_that_ran_its_launcher(tmp_path,
     # the cron no-op: no job when the generation is already confirmed
     again = ok(w.update(w.b))
     assert again["outcome"] == "already-current" and "confirm" not in again
+    # off a terminal, a confirmed deployment prints nothing at all (cron mails only on failure)
+    quiet = w.vq("update", w.program, "cluster", "--expected-sha", w.a)
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "") and w.current() == w.a
 
 
 def test_a_failing_confirmation_reverts_and_the_queue_keeps_the_previous_launcher(tmp_path, real_cluster):
@@ -179,14 +182,17 @@ def test_a_job_that_never_starts_is_cancelled_at_the_deadline_and_reverted(tmp_p
     w.first_install()
     slurm = real_cluster.slurm
     slurm.run("scontrol", "update", "PartitionName=debug", "State=DOWN", check=True)
-    try:
-        done = w.update(w.b)
+    env = dict(os.environ, VQ_ADMIN_CONFIG=str(w.config), VQ_ADMIN_STATE_DIR=str(w.state))
+    try:  # on a terminal (script(1) gives it one): the live line names the job, its state and the time
+        done = subprocess.run(["script", "-qec", f"{VQ_ADMIN} update {w.program} cluster --expected-sha {w.b}",
+                               "/dev/null"], env=env, capture_output=True, text=True, timeout=300)
     finally:
         slurm.run("scontrol", "update", "PartitionName=debug", "State=UP", check=True)
-    assert done.exit_code == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    receipt = done.json()
-    assert receipt["confirm"]["timed_out"] is True and receipt["confirm"]["cancel"]["ok"] is True
-    assert receipt["reverted"]["proven"] is True and w.current() == w.a
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert re.search(rf"{w.program} confirmation: job \d+ PENDING \(\w+\) 0:0\d", done.stdout), done.stdout[-3000:]
+    assert "did not end within confirm_timeout_seconds (4 s); it was cancelled" in done.stdout
+    assert re.search(r"reverted +[0-9a-f]{12} -> [0-9a-f]{12} \(proven by a read-only verify\)", done.stdout)
+    assert w.current() == w.a and w.launcher(w.b).exit_code == 77
 
 
 @pytest.mark.parametrize("when", ["PENDING", "RUNNING"])
