@@ -118,6 +118,8 @@ def test_a_good_generation_is_confirmed_by_a_job_that_ran_its_launcher(tmp_path,
     w = World(tmp_path, real_cluster, "cf-good")
     first = w.first_install()
     assert first["confirm"]["state"] == "COMPLETED" and first["confirm"]["passed"] is True
+    plan = {s["name"]: s["argv"] for s in ok(w.update(w.b, "--dry-run"))["steps"]}
+    assert "confirm-run" in plan["confirm"] and plan["confirm"][-2:] == ["--launcher", "<launcher>"]
     receipt = ok(w.update(w.b))
     confirm = receipt["confirm"]
     assert receipt["outcome"] == "ok" and confirm["job_id"].isdigit() and confirm["state"] == "COMPLETED"
@@ -247,3 +249,20 @@ def test_the_demo_proves_its_generation_by_a_job_on_a_cluster(tmp_path, real_clu
     assert done.returncode == 0, out[-4000:]
     assert re.search(r"\n  confirm +job \d+ COMPLETED exit 0 on \S+ in [\d.]+ s; energy_digest=[0-9a-f]{16} "
                      r"seconds_per_step=[\d.]+\n", out), out[-4000:]
+
+
+def test_a_confirmation_that_passes_after_its_driver_was_killed_is_taken_by_the_next_run(tmp_path, real_cluster):
+    w = World(tmp_path, real_cluster, "cf-kill-pass")
+    w.first_install()
+    previous = w.launcher().stdout.strip()
+    w.behave(w.b, sleep=4)
+    driver = w.start_update(w.b)
+    assert wait_until(lambda: w.job_state() == "RUNNING", 120, interval=0.1), w.job_state()
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert w.launcher().stdout.strip() == previous  # the queue keeps the previous launcher meanwhile
+    assert w.launcher(w.b).exit_code == 77
+    # 75 while the supervisor is still judging the job (it holds the lease's work lock), then taken
+    taken = ok(wait_until(lambda: (r := w.update(w.b)).exit_code != 75 and r, 120, interval=0.5))
+    assert taken["outcome"] == "already-current" and taken["previous_attempt"]["confirm"]["passed"] is True
+    assert w.current() == w.b and w.b in w.launcher().stdout
