@@ -266,3 +266,18 @@ def test_a_confirmation_that_passes_after_its_driver_was_killed_is_taken_by_the_
     taken = ok(wait_until(lambda: (r := w.update(w.b)).exit_code != 75 and r, 120, interval=0.5))
     assert taken["outcome"] == "already-current" and taken["previous_attempt"]["confirm"]["passed"] is True
     assert w.current() == w.b and w.b in w.launcher().stdout
+
+
+def test_a_first_install_that_fails_its_confirmation_is_unconfirmed_with_nothing_to_revert_to(tmp_path, real_cluster):
+    w = World(tmp_path, real_cluster, "cf-first")
+    w.behave(w.a, exit=3)
+    done = w.update(w.a, "--cluster-install")
+    assert done.exit_code == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    receipt = done.json()
+    assert "reverted" not in receipt and any("nothing to revert to" in e for e in receipt["errors"])
+    assert w.current() == w.a and w.launcher(w.a).exit_code == 77 and w.launcher().exit_code != 0
+    # the generation active before the next one is itself unconfirmed: never a revert target
+    w.behave(w.b, exit=3)
+    second = w.update(w.b)
+    assert second.exit_code == 1 and "reverted" not in second.json() and w.current() == w.b
+    assert any("no revert target" in note for note in second.json()["notes"])

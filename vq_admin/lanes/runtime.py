@@ -262,11 +262,21 @@ class RuntimeUpdate:
             last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
             sha = last.get("sha")
             previous = Previous(sha, last.get("tag")) if isinstance(sha, str) and sha != self.sha else None
-        if previous is not None and skip_as_revert_target(self.ctx.state, self.host.name, self.profile.program,
-                                                          previous.sha):
-            self.receipt.notes.append(f"revert target {previous.sha} is itself unconfirmed: no revert")
-            return None
-        return previous
+        host, program = self.host.name, self.profile.program
+        if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
+            return previous
+        from ..launcher import registry  # else the newest verified generation that may be gone back to
+
+        for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
+            sha = entry["sha"]
+            if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
+                    and not skip_as_revert_target(self.ctx.state, host, program, sha)):
+                self.receipt.notes.append(f"revert target: {sha}, the newest verified generation that may be made "
+                                          f"current again ({previous.sha}, active before, may not)")
+                return Previous(sha, entry.get("tag"))
+        self.receipt.notes.append(f"no revert target: {previous.sha}, active before, may not be made current again, "
+                                  "nor may any other verified generation")
+        return None
 
     def reconfirm(self) -> bool:
         """The active SHA has no passed confirmation and this run was asked to prove it again."""
