@@ -43,6 +43,7 @@ STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 
 if TYPE_CHECKING:
     from ..lanes.verify import Verification
+    from ..plan import Plan
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -94,17 +95,19 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
                     detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
                            f"{judged['state']}: {judged['detail']})")
     if job and judged["state"] == "current" and profile.confirm is not None:
-        return _job(ctx, host, profile, judged)
+        judged = _job(ctx, host, profile, judged, plan)
+        judged["steps"] = plan.to_list()
     return judged
 
 
-def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any]) -> dict[str, Any]:
+def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any],
+         plan: Plan) -> dict[str, Any]:
     """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
     naming the job, its state and exit code (deploying when a run's work holds the lease)."""
     from ..lanes.confirm_step import health_job
 
     active = judged["active"]
-    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"])
+    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"], plan)
     judged["confirm"] = {k: verdict.get(k) for k in ("job_id", "state", "exit_code", "node", "seconds", "metrics",
                                                       "passed", "problems")}
     if verdict.get("passed"):

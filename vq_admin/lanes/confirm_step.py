@@ -38,6 +38,7 @@ from .runtime_step import RuntimeStep
 
 if TYPE_CHECKING:
     from ..config import HostConfig, RuntimeProfile
+    from ..plan import Plan
     from ..context import RunContext
 
 ATTEMPT = Slot("attempt")
@@ -218,10 +219,11 @@ class Confirmation(RuntimeStep):
 
 
 def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str,
-               ) -> dict[str, Any]:
+               plan: Plan) -> dict[str, Any]:
     """``verify --job``: the confirmation job against the active generation *sha*, read-only (no revert,
-    nothing recorded in the state directory); metrics are judged against that generation's own passed
-    confirmation.  Returns the agent's verdict, or ``{"passed": None, "problems": [...]}``."""
+    nothing recorded in the state directory), run as the step ``confirm-job`` of *plan*; metrics are judged
+    against that generation's own passed confirmation.  Returns the agent's verdict, or
+    ``{"passed": None, "problems": [...]}``."""
     c = profile.confirm
     assert c is not None and host.scratch_root
     base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
@@ -231,8 +233,18 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
         timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
         baseline=sorted(base.items()), accept_regression=False, revert=[],
         command=command)
+    login = ctx.login(host)
+    step = plan.add("confirm-job", login.where, argv, "the confirmation job against the active generation "
+                    "(read-only: nothing activated or reverted)")
     sinks = {name: allocation_attempt._Discard(name) for name in ("stdout", "stderr")}
-    call = stream_call(ctx.login(host), argv, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
+
+    def stream(words: list[str]) -> StreamCall:
+        return stream_call(login, words, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
+
+    call = execute_stream(step, login, stream, settled_by_caller=True)
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
+    settled(step)
     verdict = (call.records.get("summary") or {}).get("confirm")
     if isinstance(verdict, dict):
         return verdict
