@@ -90,7 +90,7 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     rollback, prune = receipt.get("rollback"), receipt.get("prune")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
     lines += [_field(key, receipt[k]) for key, k in (("sha", "expected_sha"), ("tag", "tag")) if receipt.get(k)]
-    lines += _proof_lines(receipt.get("verify") or {})
+    lines += [] if receipt.get("reverted") else _proof_lines(receipt.get("verify") or {})
     if rollback and succeeded:
         lines.append(_field("rollback", _rollback_text(receipt, rollback)))
     if prune and (prune.get("removed") or succeeded):  # what a prune did
@@ -107,12 +107,14 @@ def _deploy_lines(receipt: dict[str, Any], deploy: dict[str, Any], succeeded: bo
         via = (receipt.get("rollback") or {}).get("via")
         command = "prune" if receipt.get("prune") else "activate" if via == "activate" else "deploy"
         lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))
-    return lines if succeeded else lines + _transcript_lines(deploy, receipt.get("command_output") or {})
+    if succeeded or receipt.get("confirm"):  # a failed confirmation says what it found in its own lines
+        return lines
+    return lines + _transcript_lines(deploy, receipt.get("command_output") or {})
 
 
 def _closing_lines(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
     """Notes, errors, the next command a read-back asks for, and where the receipt is."""
-    lines = [_field("note", note) for note in receipt.get("notes") or []]
+    lines = _confirm_lines(receipt) + [_field("note", note) for note in receipt.get("notes") or []]
     lines += [_field("error", error) for error in receipt.get("errors") or []]
     readback = receipt.get("readback") or {}
     if readback.get("next_command"):
@@ -137,6 +139,32 @@ def _rollback_text(receipt: dict[str, Any], rollback: dict[str, Any]) -> str:
     via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
     was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
     return f"rolled back {receipt['program']} on {receipt['host']} from {was} to {to} ({via})"
+
+
+def _confirm_lines(receipt: dict[str, Any]) -> list[str]:
+    """The confirmation job (CONTRACT section 13): its end and metrics; a revert and whether it was proven."""
+    confirm, reverted = receipt.get("confirm"), receipt.get("reverted")
+    if not confirm:
+        return []
+    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.get("metrics") or {}).items()))
+    seconds = f" in {confirm['seconds']:.1f} s" if isinstance(confirm.get("seconds"), (int, float)) else ""
+    lines = [_field("confirm", f"job {confirm.get('job_id') or '?'} {confirm.get('state') or 'not ended'} exit "
+                               f"{confirm.get('exit_code')}{' on ' + confirm['node'] if confirm.get('node') else ''}"
+                               f"{seconds}" + (f"; {metrics}" if metrics else ""))]
+    if confirm.get("accepted"):
+        lines.append(_field("accepted", f"{confirm['accepted'].get('reason')}: "
+                                        + "; ".join(confirm["accepted"].get("regressed") or [])))
+    if reverted:
+        proven = "proven by a read-only verify" if reverted.get("proven") else "NOT proven"
+        lines.append(_field("reverted", f"{str(reverted.get('from'))[:12]} -> {str(reverted.get('to'))[:12]} "
+                                        f"({proven}); the queue keeps {str(reverted.get('to'))[:12]}"))
+    if confirm.get("passed") is False:
+        output = confirm.get("output") or {}
+        tail = stderr_tail(str(output.get("stderr") or "")) or stderr_tail(str(output.get("stdout") or ""))
+        if tail:
+            lines.append(_field("job said", "\n".join(tail)))
+        lines.append(_field("log dir", str(confirm.get("attempt_dir"))))
+    return lines
 
 
 def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[str]:
