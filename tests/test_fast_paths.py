@@ -34,10 +34,10 @@ SHA = "a" * 40
 #: secure-path rule, all standard library only.
 TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin.core.bounds",
              "vq_admin.core.securepath", "vq_admin.core.names",
-             # the one home of identifiers and default paths
-             "vq_admin.core.identifiers", "vq_admin.core.default_paths"}
+             # the one home of identifiers, default paths and exit statuses
+             "vq_admin.core.identifiers", "vq_admin.core.default_paths", "vq_admin.core.exits"}
 #: Every lookup records its use and checks a launcher visible here (CONTRACT 12, 14).
-RECORD_OWN = {"vq_admin.launcher.uses", "vq_admin.launcher.present"}
+RECORD_OWN = {"vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps"}
 #: The C modules of the standard library the use record needs (its lock and its user name).
 RECORD_C = {"fcntl", "pwd"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
@@ -54,12 +54,13 @@ PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plain
              "vq_admin.core.default_paths", "vq_admin.core.securepath"} | RECORD_OWN
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
-             "vq_admin.core.securepath"}  # the launcher's path is checked before it is hashed
+             "vq_admin.core.securepath",  # the launcher's path is checked before it is hashed
+             "vq_admin.core.exits", "vq_admin.core.bounds"}  # the one table of exit statuses, the one JSON reader
 #: The agent's own modules its ``session`` (an already-current run's one agent start) imports.
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
                "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
-               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn"}
+               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.exits", "vq_admin.core.bounds"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.core.failpoints")

@@ -49,6 +49,7 @@ import sys
 import time
 
 from ..core import default_paths as paths, procs, protocol, securepath
+from ..core.exits import EXIT_HELD, EXIT_UNSAFE
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
@@ -57,7 +58,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-EXIT_HELD, EXIT_UNSAFE = protocol.EXIT_HELD, protocol.EXIT_UNSAFE  # the protocol's exit statuses
 LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
@@ -163,13 +163,10 @@ def peek(program: str) -> Dict[str, Any]:
 
 
 def _ago(since: Any) -> str:
-    import calendar  # contention only
+    from ..core.stamps import parse_utc  # contention only
 
-    try:
-        seconds = time.time() - calendar.timegm(time.strptime(str(since), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return ""
-    return f" ({seconds:.0f} s ago)"
+    at = parse_utc(since)
+    return "" if at is None else f" ({time.time() - at:.0f} s ago)"
 
 
 def _connection(holder: Dict[str, Any]) -> str:
@@ -214,6 +211,11 @@ def describe_work(work: Optional[Dict[str, Any]]) -> str:
     session = run.get("agent_pid")
     driver = ("whose session on this host (agent pid {}) is still open".format(session)
               if procs.process_alive(session) else "whose driver has ended (its session here is gone)")
+    if work.get("kind") == "confirm":
+        job = work.get("job_id") or "(id not yet recorded)"
+        return (f"held by the confirmation job {job} (attempt {work.get('attempt')}, supervisor pid {work.get('pid')} "
+                f"on {work.get('host')}) that {started} submitted, {driver}; it ends when the job has ended and, "
+                f"if it failed, the previous generation is re-activated (squeue -j {job})")
     if work.get("kind") == "job":
         job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the allocation job {job} (attempt {work.get('attempt')}, sbatch --wait pid "

@@ -17,7 +17,8 @@ from ..report.envelope import emit
 from ..report.outcome import Outcome, Refused
 from ..report.output import safe_text
 from ..ssh.transport import Session
-from ..state.records import StateDir, utc_now
+from ..core.stamps import utc_now
+from ..state.records import StateDir
 from .arguments import check_name, full_sha
 
 

@@ -37,7 +37,6 @@ plan shows the prune command with the keep set's slot.
 
 from __future__ import annotations
 
-import calendar
 import time
 from typing import Any
 
@@ -57,7 +56,7 @@ from ..plugins import ProviderError
 from ..report.receipt import Receipt
 from ..launcher.references import CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 from . import command_files as remote_paths
 from .conclude import conclude, exited, rerun_command
@@ -200,6 +199,7 @@ class RuntimePrune:
         """Keep every generation with a use recorded within ``--used-within`` days (``used DAY (N d ago)``);
         the receipt's ``prune.last_used`` names each generation's last recorded use."""
         from ..launcher.recall import last_uses
+        from ..core.stamps import parse_utc
         from ..launcher.uses import stamp
 
         now = time.time()
@@ -208,7 +208,7 @@ class RuntimePrune:
         self.record["last_used"] = {sha: usage.last for sha, usage in sorted(found.items()) if usage.last}
         for sha, usage in sorted(found.items()):
             if usage.last and usage.last >= cutoff:
-                ago = int((now - calendar.timegm(time.strptime(usage.last[:19], "%Y-%m-%dT%H:%M:%S"))) // 86400)
+                ago = int((now - (parse_utc(usage.last[:19] + "Z") or now)) // 86400)
                 self.add(sha, f"used {usage.last[:10]} ({ago} d ago)")
 
     def take_census(self) -> dict[str, Any]:

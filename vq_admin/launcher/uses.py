@@ -35,6 +35,7 @@ import time
 
 from ..core.names import is_full_sha, is_name
 from ..core.securepath import level_problem, read_bounded
+from ..core.stamps import utc_now
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def ref_problem(ref: object) -> str | None:
 
 def stamp(at: float) -> str:
     """*at* as ``2026-12-02T15:55:00.123456Z`` (fixed width: text order is time order)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + ".%06dZ" % int(at % 1 * 1e6)
+    return utc_now(at, "%Y-%m-%dT%H:%M:%S") + ".%06dZ" % int(at % 1 * 1e6)
 
 
 def _user() -> str:
