@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(protocol.LANE, choices=lease.LANES, required=True)
     p.add_argument(protocol.HOST, required=True, help="holder record: the host name in the driver's configuration")
     p.add_argument(protocol.PROGRAM, help="the program (runtime lane only)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N",
+                   help="also answer the host's record of the lane after entry N (member record)")
     p.add_argument(protocol.DRIVER_HOST, required=True, help="holder record: the driver's host name")
     p.add_argument(protocol.USER, required=True, help="holder record: the user running vq-admin")
     p.add_argument(protocol.PID, type=int, required=True, help="holder record: the driver's pid")
@@ -357,7 +359,23 @@ def build_parser() -> argparse.ArgumentParser:
                                    "yet (scontrol write batch_script); keep what was read there, sealed, for the "
                                    "jobs still queued; report what it cost.")
     p.set_defaults(func=cmd_census)
+
+    p = sub.add_parser(protocol.RECORD, help="the entries of the host's record after entry N, as one JSON answer",
+                       description="Read $XDG_STATE_HOME/vq-admin-agent/record/<program>/ (_helper/ for the helper "
+                                   "lane): each entry numbered above --after, its statement and its signature.")
+    p.add_argument(protocol.PROGRAM, help="the program (default: the helper lane's record)")
+    p.add_argument(protocol.AFTER, type=int, default=0, metavar="N", help="only the entries numbered above N")
+    p.set_defaults(func=cmd_record)
     return parser
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """The host's record of one program (or the helper lane) after entry ``--after`` (:mod:`.record`)."""
+    from . import record
+
+    answer = record.read_after(args.program, args.after)
+    _emit(answer)
+    return EXIT_FAILED if "error" in answer else 0
 
 
 def cmd_session(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ DETACH_RECONCILE = "detach-reconcile"
 LEASE = "lease"
 SESSION = "session"
 CENSUS = "census"
+RECORD = "record-read"
 #: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
 #: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
 SESSION_PROTOCOL = 1
@@ -62,7 +63,7 @@ SESSION_PROTOCOL = 1
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
          IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION,
-         CENSUS)
+         CENSUS, RECORD)
 #: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
 FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE)
 
@@ -99,11 +100,13 @@ SINCE = "--since"
 RUN_ID = "--run-id"
 LEASE_OF = "--lease-of"
 PROBE = "--probe"
+AFTER = "--after"
+RECORD_AFTER = "--record-after"
 
 #: Every option of every verb (``--`` aside).
 FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
          DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
-         PID, SINCE, RUN_ID, PROBE, LEASE_OF)
+         PID, SINCE, RUN_ID, PROBE, LEASE_OF, AFTER, RECORD_AFTER)
 
 #: ``stage-reclaim --outcome`` values.
 OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
@@ -280,12 +283,19 @@ def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt:
 
 
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
-          user: str, pid: int, since: str, run_id: str) -> List[str]:
-    """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere)."""
+          user: str, pid: int, since: str, run_id: str, record_after: Optional[int] = None) -> List[str]:
+    """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere);
+    with *record_after*, its answer also carries the host's record after that entry (member ``record``)."""
     argv = [*agent, LEASE, LANE, lane, HOST, host]
     if program:
         argv += [PROGRAM, program]
+    argv += [RECORD_AFTER, str(record_after)] if record_after is not None else []
     return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
+
+
+def record(agent: Words, *, program: Optional[str], after: int = 0) -> List[str]:
+    """``record-read``: the entries of the host's record of *program* (``None``: the helper lane) after *after*."""
+    return [*agent, RECORD, *([PROGRAM, program] if program else []), AFTER, str(after)]
 
 
 def session(agent: Words) -> List[str]:
@@ -564,10 +574,25 @@ class CensusAnswer(Answer):
 
 parse_census = CensusAnswer.parse
 
+
+class RecordAnswer(Answer):
+    """``record-read``: ``entries`` (each ``seq``, ``name``, ``statement``, ``sig``), ``last`` and ``more``; the
+    driver reads the entries as documents (:mod:`vq_admin.record`)."""
+
+    verb = RECORD
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.entries: List[Any] = _member(self.verb, data, "entries", list)
+
+
+parse_record = RecordAnswer.parse
+
 #: Each verb's parser (the round-trip test reads this table).
 PARSERS = {
     HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
     STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
     STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,
     INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session, CENSUS: parse_census,
+    RECORD: parse_record,
 }
