@@ -53,6 +53,11 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     apply_registry = None
     if verified is not None:
+        from ..record.view import append_run
+
+        entry = append_run(ctx, receipt, verified)  # the host's record, on the lease, before the receipt is stored
+        if entry is not None:
+            receipt.record = {**(receipt.record or {}), **entry}
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
         if receipt.lane == "runtime" and receipt.program is not None:
             from ..launcher import registry

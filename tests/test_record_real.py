@@ -1,0 +1,128 @@
+"""The host's record shared by two administrators (CONTRACT section 12): real sshd and git, two state
+directories, one configuration, the site_example provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from realhosts import SshdServer, remote_path
+from support import GitRepo, run_vq, site_example_host, write_config
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
+    """A private sshd for this module: its login account's record is this module's alone."""
+    if not os.access("/usr/sbin/sshd", os.X_OK):
+        pytest.skip("not installed: /usr/sbin/sshd")
+    server = SshdServer(tmp_path_factory.mktemp("sshd-record"), env={"PATH": remote_path()})
+    server.start()
+    yield server
+    server.stop()
+
+
+def keygen(path: Path, comment: str) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+    return path
+
+
+class Site:
+    """One configuration (with or without [signing]), two drivers (state directories A and B)."""
+
+    def __init__(self, tmp: Path, sshd: SshdServer, program: str, *, signing: bool = True) -> None:
+        self.tmp, self.sshd, self.program = tmp, sshd, program
+        self.repo = GitRepo(tmp / "src")
+        self.a = self.repo.commit("generation A")
+        self.b = self.repo.commit("generation B")
+        self.root = tmp / "apps"
+        (tmp / "scratch").mkdir()
+        self.key = keygen(tmp / "site_key", "site")
+        self.allowed = tmp / "allowed_signers"
+        self.allowed.write_text(f"admins@site {self.key.with_suffix('.pub').read_text()}")
+        table = (f'[signing]\nkey = "{self.key}"\nallowed_signers = "{self.allowed}"\n' if signing else "")
+        host = site_example_host("cluster", root=self.root, repo=self.repo.path, scratch=tmp / "scratch",
+                                 transport="ssh", ssh="cluster", program=program)
+        self.config = write_config(tmp / "admin.toml", f'ssh_config = "{sshd.ssh_config}"\n{table}' + host)
+        self.state = {"A": tmp / "state-a", "B": tmp / "state-b"}
+
+    def vq(self, driver: str, *args: str) -> dict:
+        done = run_vq(*args, "--json", config=self.config, state=self.state[driver])
+        document = done.json()
+        document["exit_code"] = done.exit_code
+        return document
+
+    def update(self, driver: str, sha: str, *extra: str) -> dict:
+        return self.vq(driver, "update", self.program, "cluster", "--expected-sha", sha, *extra)
+
+    @property
+    def record(self) -> Path:
+        return self.sshd.agent_state("cluster") / "vq-admin-agent" / "record" / self.program
+
+    def entries(self) -> list[Path]:
+        return sorted(p for p in self.record.iterdir() if p.name.endswith(".json"))
+
+    def forge(self, statement: bytes, sig: bytes | None, monkeypatch: pytest.MonkeyPatch) -> str:
+        """An entry written on the host by the login account itself (as a build's setup script could)."""
+        from vq_admin.agent import record
+
+        with monkeypatch.context() as patch:
+            patch.setenv("XDG_STATE_HOME", str(self.sshd.agent_state("cluster")))
+            return str(record.append(self.program, statement, sig)["name"])
+
+
+def ssh_keygen_verify(allowed: Path, statement: Path, sig: Path) -> subprocess.CompletedProcess[bytes]:
+    with open(statement, "rb") as data:
+        return subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", "admins@site", "-n",
+                               "vq-admin-record", "-s", str(sig)], stdin=data, capture_output=True)
+
+
+def test_a_signed_entry_per_verified_run_read_by_the_other_driver_and_forgeries_named(
+        tmp_path: Path, sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = Site(tmp_path, sshd, "toysigned")
+    first = site.update("A", site.a, "--cluster-install")
+    assert first["exit_code"] == 0, first
+    assert first["record"]["entry"] and first["record"]["signed"] is True and first["record"]["imported"] == 0
+    [statement] = site.entries()
+    assert statement.name == first["record"]["entry"] and statement.name.startswith("0000000001-")
+    sig = statement.with_name(statement.name + ".sig")
+    assert ssh_keygen_verify(site.allowed, statement, sig).returncode == 0  # checked with standard tools
+    value = json.loads(statement.read_text())
+    assert value["_type"] == "https://in-toto.io/Statement/v1"
+    assert value["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    run = value["predicate"]["vqAdmin"]
+    assert run["sha"] == site.a and run["outcome"] == "ok" and run["driver"].endswith(
+        "/" + (site.state["A"] / "driver-id").read_text().strip())
+    launcher = first["verify"]["final"]["receipt"]["active_path"]
+    assert value["subject"] == [{"name": launcher, "digest": {"sha256": run["launcher_sha256"]}}]
+
+    other = site.update("B", site.a)  # B reads A's entry in its first call, and appends nothing new
+    assert other["outcome"] == "already-current", other
+    assert other["record"]["imported"] == 1 and "not_evidence" not in other["record"]
+    assert other["record"]["entry"] is None and len(site.entries()) == 1
+
+    # forgeries, written on the host by the login account: each is imported, and named with its reason
+    body = statement.read_bytes()
+    forged = json.loads(body)
+    forged["subject"][0]["name"] = "/tmp/evil"
+    unsigned = site.forge(json.dumps(forged).encode() + b"\n", None, monkeypatch)
+    flipped = body.replace(site.a.encode(), site.b.encode(), 1)
+    altered = site.forge(flipped, sig.read_bytes(), monkeypatch)
+    stranger_key = keygen(tmp_path / "stranger", "stranger")
+    stranger_sig = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(stranger_key), "-n", "vq-admin-record"],
+                                  input=flipped, capture_output=True, check=True).stdout
+    stranger = site.forge(flipped, stranger_sig, monkeypatch)
+    again = site.update("B", site.a)
+    assert again["outcome"] == "already-current", again
+    assert again["record"]["imported"] == 3
+    assert sorted(again["record"]["not_evidence"]) == sorted([
+        f"{unsigned}: unsigned", f"{altered}: altered (its signature by admins@site does not verify)",
+        f"{stranger}: signed by a key not in allowed_signers"])
+    second = site.update("A", site.a)  # A reads back its own entry and the same three: none of them is evidence
+    assert second["record"]["imported"] == 4 and len(second["record"]["not_evidence"]) == 3

@@ -1,0 +1,247 @@
+"""This driver's view of each host's record (CONTRACT section 12).
+
+The driver's id is ``user@host/<8 hex>``, the hex created once in its state
+directory (``driver-id``).  The entries of a host's record it has read are kept
+in its state directory, with each one's verdict (:class:`~.signing.Verdict`),
+by host and program::
+
+    record/<host>/<program>.jsonl       (record/<host>/_helper.jsonl: the helper lane)
+
+one JSON line per entry (:class:`Imported`), in the order of the host's
+numbers; the last number is the cursor the next call asks after.  Each new
+entry's signature is checked once, when it is imported, and its verdict kept
+by the entry's digest (judged again only when ``allowed_signers`` changed).
+
+Entries come in the answers a run already gets from the agent (the
+``session`` of an update, the ``lease`` of a rollback or prune, ``record-read``
+for ``history`` and ``attest``); a run's own entry goes back on the lease's
+stdin (:meth:`vq_admin.lease.Lease.append`) before its receipt is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import hashlib
+import json
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..config import Config, Signing
+from ..core import protocol
+from ..core.bounds import InputError
+from ..document import Document, DocumentError, Sha256
+from ..report.outcome import Refused
+from ..state.records import StateDir
+from .signing import Signer, Verdict
+from .statement import (SUMMARY, VERIFIER_ID, Run, Statement, Subject, Summary, Verifier, policy_of)
+
+if TYPE_CHECKING:
+    from ..context import RunContext
+    from ..report.receipt import Receipt
+
+HELPER = "_helper"
+DRIVER_ID = "driver-id"
+NO_SIGNING = "not checked: this driver has no [signing] table"
+
+
+class Imported(Document, frozen=True, kw_only=True):
+    """One entry of a host's record as this driver read it, with its verdict."""
+
+    seq: int
+    name: str
+    digest: Sha256
+    statement: str | None
+    sig: str | None
+    verdict: Verdict
+
+    def parsed(self) -> Statement | None:
+        """The statement, or ``None`` when it is not one vq-admin reads."""
+        if self.statement is None:
+            return None
+        try:
+            return Statement.parse(self.statement, f"record entry {self.name}")
+        except (DocumentError, InputError):
+            return None
+
+    @property
+    def evidence(self) -> bool:
+        return self.verdict.accepted and self.parsed() is not None
+
+
+def user_at_host() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.geteuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def driver_id(state: StateDir) -> str:
+    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
+    found = state.tree.read([], DRIVER_ID, limit=64)
+    if found is None:
+        try:
+            state.tree.write_atomic([], DRIVER_ID, os.urandom(4).hex().encode() + b"\n", exclusive=True)
+        except FileExistsError:
+            pass  # another run of this state directory created it first
+        found = state.tree.read([], DRIVER_ID, limit=64) or b""
+    hex_id = found.decode("ascii", "replace").strip()
+    if len(hex_id) != 8 or any(c not in "0123456789abcdef" for c in hex_id):
+        raise DocumentError(f"{state.root}/{DRIVER_ID}: not 8 lower-case hex digits")
+    return f"{user_at_host()}/{hex_id}"
+
+
+def _parts(host: str) -> list[str]:
+    return ["record", host]
+
+
+def _file(program: str | None) -> str:
+    return f"{program or HELPER}.jsonl"
+
+
+def entries(state: StateDir, host: str, program: str | None) -> list[Imported]:
+    """The entries of *host*'s record of *program* this driver has read, oldest first."""
+    data = state.tree.read(_parts(host), _file(program)) or b""
+    found: dict[int, Imported] = {}
+    for line in data.splitlines():
+        try:
+            entry = Imported.from_json(line, "record entry")
+        except (DocumentError, InputError):
+            continue  # a line a crash cut short: the entry is asked for again
+        found.setdefault(entry.seq, entry)
+    return [found[seq] for seq in sorted(found)]
+
+
+def cursor(state: StateDir, host: str, program: str | None) -> int:
+    known = entries(state, host, program)
+    return known[-1].seq if known else 0
+
+
+@functools.cache
+def signer(signing: Signing | None) -> Signer | None:
+    """The run's :class:`Signer` (its paths judged once), ``None`` without ``[signing]``."""
+    return None if signing is None else Signer(signing)
+
+
+def judge(signing: Signer | None, name: str, statement: bytes | None, sig: bytes | None) -> Verdict:
+    """The verdict on one entry as read from the host."""
+    if statement is None:
+        return Verdict(accepted=False, reason="unreadable (its statement is missing or not text)")
+    if not name.split(".")[0].endswith("-" + hashlib.sha256(statement).hexdigest()[:16]):
+        return Verdict(accepted=False, reason="altered (its statement's digest is not the one its name records)")
+    if signing is None:
+        return Verdict(accepted=False, reason="unsigned" if sig is None else NO_SIGNING)
+    return signing.judge(statement, sig)
+
+
+def take(config: Config, state: StateDir, host: str, program: str | None, answer: object) -> dict[str, Any]:
+    """Import the entries of an agent answer's ``record`` member (those after this driver's cursor):
+    each judged once and kept; what the receipt says of them (``imported``, ``not_evidence``)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("entries"), list):
+        return {"imported": 0, "error": "the agent answered no record"}
+    signing = signer(config.signing)
+    last = cursor(state, host, program)
+    lines, rejected = [], []
+    for raw in answer["entries"]:
+        if not isinstance(raw, dict) or not isinstance(raw.get("seq"), int) or raw["seq"] <= last:
+            continue
+        name, text, sig = str(raw.get("name")), raw.get("statement"), raw.get("sig")
+        data = text.encode() if isinstance(text, str) else None
+        verdict = judge(signing, name, data, sig.encode() if isinstance(sig, str) else None)
+        entry = Imported(seq=raw["seq"], name=name, digest=hashlib.sha256(data or b"").hexdigest(),
+                         statement=text if isinstance(text, str) else None,
+                         sig=sig if isinstance(sig, str) else None, verdict=verdict)
+        if not verdict.accepted:
+            rejected.append(f"{name}: {verdict.reason}")
+        lines.append(entry.to_json().encode() + b"\n")
+        last = entry.seq
+    if lines:
+        state.tree.append(_parts(host), _file(program), b"".join(lines))
+    section: dict[str, Any] = {"imported": len(lines)}
+    if rejected:
+        section["not_evidence"] = rejected[:20]
+    if answer.get("error"):
+        section["error"] = str(answer["error"])
+    return section
+
+
+def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
+    """*entry*'s verdict under the current ``allowed_signers`` (its kept one while the file is the same)."""
+    kept = entry.verdict
+    if signing is None or kept.allowed_signers_sha256 in (None, signing.allowed_sha256):
+        return kept if signing is not None or not kept.accepted else Verdict(accepted=False, reason=NO_SIGNING)
+    return judge(signing, entry.name, None if entry.statement is None else entry.statement.encode(),
+                 None if entry.sig is None else entry.sig.encode())
+
+
+def newest_summary(known: list[Imported]) -> Summary | None:
+    for entry in reversed(known):
+        found = entry.parsed()
+        if found is not None and found.summary is not None:
+            return found.summary
+    return None
+
+
+def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Statement:
+    """The entry of a run that ended with *verified* (a verification summary of its launcher)."""
+    host = ctx.config.hosts[receipt.host]
+    profile = host.runtimes.get(receipt.program or "")
+    repo = profile.source_repo if profile else host.helper_source_repo
+    launcher = verified.get("launcher") or verified.get("path")
+    digest = verified.get("launcher_sha256") or verified.get("tree_sha256")
+    final = (receipt.verify or {}).get("final") or {}
+    shown = final.get("receipt") if isinstance(final, dict) else None
+    source = receipt.source or {}
+    run = Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
+              verb=receipt.rerun[2] if receipt.rerun else "update", outcome=receipt.outcome.value if receipt.outcome
+              else "ok", host=receipt.host, program=receipt.program, sha=verified["sha"], tag=verified.get("tag"),
+              launcher=launcher, launcher_sha256=verified.get("launcher_sha256"),
+              archive_sha256=source.get("archive_sha256"), tree_sha256=source.get("tree_sha256"),
+              verifier_receipt_sha256=hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
+              if shown else None, started_at=receipt.started_at, finished_at=receipt.finished_at or "",
+              driver=driver_id(ctx.state), by=user_at_host())
+    policy = policy_of(profile.verify_command if profile and profile.verify_command else ["helper identity"])
+    summary = Summary(verifier=Verifier(id=VERIFIER_ID, version={"vq-admin": __version__}),
+                      time_verified=run.finished_at, resource_uri=f"git+file://{repo or ''}@{run.sha}",
+                      policy=policy, vq_admin=run)
+    subject = (Subject(name=str(launcher), digest={"sha256": digest}),) if launcher and digest else ()
+    return Statement(subject=subject, predicate_type=SUMMARY, predicate=summary)
+
+
+def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> dict[str, Any] | None:
+    """Sign (under ``[signing]``) and append the entry of a verified run on the lease it holds; what the
+    receipt's ``record`` section says of it.  An ``already-current`` run whose identity and tag the newest
+    entry of the host already records appends nothing."""
+    lease = ctx.held_lease
+    if lease is None or lease.host_record is None:  # no lease held, or an agent without the record
+        return None
+    known = entries(ctx.state, receipt.host, receipt.program)
+    newest = newest_summary(known)
+    if (receipt.outcome is not None and receipt.outcome.value == "already-current" and newest is not None
+            and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag)
+            == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"))):
+        return {"entry": None, "unchanged": known[-1].name}
+    statement = run_statement(ctx, receipt, verified)
+    data = statement.to_text()
+    signing = signer(ctx.config.signing)
+    try:
+        sig = signing.sign(data) if signing is not None else None
+    except Refused as exc:  # the run's outcome stands; its entry is not written unsigned in its place
+        return {"entry": None, "error": exc.message}
+    answer = lease.append(data, sig)
+    appended = answer.get("appended")
+    if not isinstance(appended, dict):
+        return {"entry": None, "error": str(answer.get("append_error") or "the agent did not answer the append")}
+    return {"entry": appended.get("name"), "signed": sig is not None}
+
+
+def record_answer(line: str) -> dict[str, Any]:
+    """An append's answer line (``appended`` or ``append_error``), empty when it is not one."""
+    try:
+        value = protocol.decode(line) if line else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
