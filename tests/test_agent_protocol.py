@@ -463,12 +463,13 @@ def rt_census(w: World) -> None:
 def rt_record(w: World) -> None:
     from vq_admin.agent import record
 
-    empty = protocol.parse_record(run(protocol.record(AGENT, program="toy"), w.tmp))
-    assert empty.entries == [] and empty.data["last"] == 0
+    empty = protocol.parse_record(run(protocol.record(AGENT, {"toy": 0}), w.tmp))
+    assert empty.records == {"toy": {"entries": [], "last": 0}}
     record.append("toy", b"{}", b"SIG")
-    found = protocol.parse_record(run(protocol.record(AGENT, program="toy", after=0), w.tmp))
-    assert [(e["seq"], e["statement"], e["sig"]) for e in found.entries] == [(1, "{}", "SIG")]
-    assert protocol.parse_record(run(protocol.record(AGENT, program=None), w.tmp)).entries == []
+    record.append("toy", b"[]", None)
+    found = protocol.parse_record(run(protocol.record(AGENT, {"toy": 1, None: 0}), w.tmp)).records
+    assert [(e["seq"], e["statement"], e["sig"]) for e in found["toy"]["entries"]] == [(2, "[]", None)]
+    assert found[protocol.HELPER_RECORD]["entries"] == []
 
 
 ROUND_TRIPS: dict[str, Callable[[World], None]] = {

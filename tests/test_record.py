@@ -64,7 +64,7 @@ def test_sigkill_while_writing_an_entry_leaves_a_record_every_reader_accepts() -
     assert json.loads(after.stdout.decode().splitlines()[1])["appended"]["seq"] == 3
     assert [(e["seq"], e["statement"]) for e in record.read_after("toy", 0)["entries"]] == [(1, '{"n":1}'),
                                                                                              (3, '{"n":3}')]
-    assert agent("record-read", "--program", "toy", "--after", "1").returncode == 0
+    assert agent("record-read", "toy=1").returncode == 0
 
 
 def test_temporary_names_and_strangers_are_no_entries_and_an_unsafe_record_is_refused() -> None:

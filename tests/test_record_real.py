@@ -126,3 +126,34 @@ def test_a_signed_entry_per_verified_run_read_by_the_other_driver_and_forgeries_
         f"{stranger}: signed by a key not in allowed_signers"])
     second = site.update("A", site.a)  # A reads back its own entry and the same three: none of them is evidence
     assert second["record"]["imported"] == 4 and len(second["record"]["not_evidence"]) == 3
+
+
+def test_attest_verifies_with_ssh_keygen_and_fails_after_a_byte_change_and_history_lists_both_drivers(
+        tmp_path: Path, sshd: SshdServer) -> None:
+    site = Site(tmp_path, sshd, "toyattest")
+    assert site.update("A", site.a, "--cluster-install")["exit_code"] == 0
+    assert site.update("B", site.b)["exit_code"] == 0
+    out = tmp_path / "attested"
+    attest = site.vq("A", "attest", site.program, "cluster", "--sha", site.a, "--out", str(out))
+    assert attest["exit_code"] == 0, attest
+    assert attest["principal"] == "admins@site" and attest["statement"]["predicate"]["vqAdmin"]["sha"] == site.a
+    statement, sig = out / "statement.json", out / "statement.json.sig"
+    assert statement.read_bytes() == site.entries()[0].read_bytes()
+    assert ssh_keygen_verify(site.allowed, statement, sig).returncode == 0
+    assert "ssh-keygen -Y verify -f" in attest["verify_command"]
+    data = bytearray(statement.read_bytes())
+    data[10] ^= 1
+    statement.write_bytes(bytes(data))
+    assert ssh_keygen_verify(site.allowed, statement, sig).returncode != 0
+    active = site.vq("A", "attest", site.program, "cluster")  # default: the newest verified generation, B's
+    assert active["statement"]["predicate"]["vqAdmin"]["sha"] == site.b
+    never = site.vq("A", "attest", site.program, "cluster", "--sha", "c" * 40)
+    assert never["exit_code"] == 77 and "nothing to attest" in never["errors"][-1]
+
+    runs = site.vq("B", "history", "cluster", site.program)["runs"]
+    assert [(r["expected_sha"], r["evidence"], r["signer"]) for r in runs] == [
+        (site.b, True, "admins@site"), (site.a, True, "admins@site")]
+    assert runs[0]["who"].startswith("this driver") and not runs[1]["who"].startswith("this driver")
+    assert runs[1]["driver"].endswith((site.state["A"] / "driver-id").read_text().strip())
+    local = site.vq("B", "history", "cluster", site.program, "--local")["runs"]
+    assert [r["expected_sha"] for r in local] == [site.b]

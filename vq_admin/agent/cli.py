@@ -362,20 +362,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(protocol.RECORD, help="the entries of the host's record after entry N, as one JSON answer",
                        description="Read $XDG_STATE_HOME/vq-admin-agent/record/<program>/ (_helper/ for the helper "
-                                   "lane): each entry numbered above --after, its statement and its signature.")
-    p.add_argument(protocol.PROGRAM, help="the program (default: the helper lane's record)")
-    p.add_argument(protocol.AFTER, type=int, default=0, metavar="N", help="only the entries numbered above N")
+                                   "lane): each entry numbered above N, its statement and its signature.")
+    p.add_argument("cursors", nargs="*", metavar="NAME=N", help="a program (_helper: the helper lane) and the "
+                   "number of the last entry already read (0: all)")
     p.set_defaults(func=cmd_record)
     return parser
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    """The host's record of one program (or the helper lane) after entry ``--after`` (:mod:`.record`)."""
+    """The host's record of each ``NAME=N`` word's program (``_helper``: the helper lane) after entry N."""
     from . import record
 
-    answer = record.read_after(args.program, args.after)
-    _emit(answer)
-    return EXIT_FAILED if "error" in answer else 0
+    records: dict[str, Any] = {}
+    for word in args.cursors:
+        name, _, after = word.partition("=")
+        try:
+            if not after.isdigit():
+                raise ValueError(f"{word!r} is not NAME=N")
+            records[name] = record.read_after(None if name == protocol.HELPER_RECORD else name, int(after))
+        except ValueError as exc:
+            print(f"vq-admin-agent: record-read: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    _emit({"records": records})
+    return EXIT_FAILED if any("error" in found for found in records.values()) else 0
 
 
 def cmd_session(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ import fcntl
 import hashlib
 import os
 
-from ..core import default_paths as paths, securepath
+from ..core import default_paths as paths, protocol, securepath
 from ..core.failpoints import failpoint
 from ..core.names import is_name
 
@@ -39,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-HELPER = "_helper"
+HELPER = protocol.HELPER_RECORD
 LOCK = ".lock"
 SUFFIX, SIG = ".json", ".sig"
 SEQ_DIGITS, HEX_DIGITS = 10, 16

@@ -100,13 +100,12 @@ SINCE = "--since"
 RUN_ID = "--run-id"
 LEASE_OF = "--lease-of"
 PROBE = "--probe"
-AFTER = "--after"
 RECORD_AFTER = "--record-after"
 
 #: Every option of every verb (``--`` aside).
 FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
          DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
-         PID, SINCE, RUN_ID, PROBE, LEASE_OF, AFTER, RECORD_AFTER)
+         PID, SINCE, RUN_ID, PROBE, LEASE_OF, RECORD_AFTER)
 
 #: ``stage-reclaim --outcome`` values.
 OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
@@ -293,9 +292,14 @@ def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_
     return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
 
 
-def record(agent: Words, *, program: Optional[str], after: int = 0) -> List[str]:
-    """``record-read``: the entries of the host's record of *program* (``None``: the helper lane) after *after*."""
-    return [*agent, RECORD, *([PROGRAM, program] if program else []), AFTER, str(after)]
+#: The word that stands for the helper lane's record in ``record-read``'s ``NAME=N`` words.
+HELPER_RECORD = "_helper"
+
+
+def record(agent: Words, cursors: Dict[Optional[str], int]) -> List[str]:
+    """``record-read``: the entries of the host's record of each program (``None``: the helper lane) after
+    its cursor, as ``NAME=N`` words; answer ``{"records": {NAME: {"entries", "last", "more"}}}``."""
+    return [*agent, RECORD, *(f"{program or HELPER_RECORD}={after}" for program, after in cursors.items())]
 
 
 def session(agent: Words) -> List[str]:
@@ -576,14 +580,15 @@ parse_census = CensusAnswer.parse
 
 
 class RecordAnswer(Answer):
-    """``record-read``: ``entries`` (each ``seq``, ``name``, ``statement``, ``sig``), ``last`` and ``more``; the
-    driver reads the entries as documents (:mod:`vq_admin.record`)."""
+    """``record-read``: ``records``, by program (``_helper``: the helper lane), each ``entries`` (each
+    ``seq``, ``name``, ``statement``, ``sig``), ``last`` and ``more``; the driver reads the entries as
+    documents (:mod:`vq_admin.record`)."""
 
     verb = RECORD
 
     def __init__(self, data: Dict[str, Any]) -> None:
         super().__init__(data)
-        self.entries: List[Any] = _member(self.verb, data, "entries", list)
+        self.records: Dict[str, Any] = _member(self.verb, data, "records", dict)
 
 
 parse_record = RecordAnswer.parse

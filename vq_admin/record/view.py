@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..context import RunContext
     from ..report.receipt import Receipt
 
-HELPER = "_helper"
+HELPER = protocol.HELPER_RECORD
 DRIVER_ID = "driver-id"
 NO_SIGNING = "not checked: this driver has no [signing] table"
 
@@ -245,3 +245,29 @@ def record_answer(line: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+#: Bound on one ``record-read`` call (``history HOST``, ``attest``).
+READ_TIMEOUT = 60.0
+
+
+def fetch(config: Config, state: StateDir, host_name: str, programs: list[str | None]) -> dict[str | None, Any]:
+    """Read *host_name*'s record of each of *programs* after this driver's cursors in one agent call
+    (``record-read``) and import it: what :func:`take` says of each; raises
+    :class:`~vq_admin.report.outcome.VqAdminError` when the host did not answer."""
+    from ..report.outcome import VqAdminError
+    from ..ssh.transport import Session
+
+    host = config.hosts[host_name]
+    signer(config.signing)
+    with Session(config.ssh_config) as session:
+        transport = session.for_host(host.transport, host.ssh)
+        argv = protocol.record(host.agent, {program: cursor(state, host_name, program) for program in programs})
+        done = transport.run(argv, timeout=READ_TIMEOUT)
+    try:
+        records = protocol.parse_record(done.stdout).records
+    except protocol.ProtocolError as exc:
+        raise VqAdminError(f"cannot read the record of {host_name}: {done.describe() if done.exit_code else exc}") \
+            from None
+    return {program: take(config, state, host_name, program, records.get(program or HELPER))
+            for program in programs}
