@@ -157,3 +157,51 @@ def test_attest_verifies_with_ssh_keygen_and_fails_after_a_byte_change_and_histo
     assert runs[1]["driver"].endswith((site.state["A"] / "driver-id").read_text().strip())
     local = site.vq("B", "history", "cluster", site.program, "--local")["runs"]
     assert [r["expected_sha"] for r in local] == [site.b]
+
+
+def test_signed_entries_are_evidence_across_drivers_and_forgeries_never_are(
+        tmp_path: Path, sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = Site(tmp_path, sshd, "toyshared")
+    c = site.repo.commit("generation C (never deployed)")
+    assert site.update("A", site.a, "--cluster-install")["exit_code"] == 0
+    b_run = site.update("B", site.b)
+    assert b_run["exit_code"] == 0 and b_run["record"]["evidence"] == [site.entries()[0].name]
+    b_launcher = b_run["verify"]["final"]["receipt"]["active_path"]
+
+    # A's next verify reads B's entry: A's LAST OK, status and launcher follow B's verified generation
+    verify = site.vq("A", "verify", site.program, "cluster")
+    assert verify["exit_code"] == 0, json.dumps(verify["hosts"], indent=1)[:3000]
+    last_ok = json.loads((site.state["A"] / "hosts" / "cluster" / "runtime" / site.program / "last-ok.json")
+                         .read_text())
+    assert last_ok["sha"] == site.b and last_ok["signer"] == "admins@site" and last_ok["receipt"].startswith("record:")
+    launcher = run_vq("launcher", site.program, "cluster", config=site.config, state=site.state["A"])
+    assert launcher.exit_code == 0 and launcher.stdout.strip() == b_launcher, launcher.stderr
+    status = site.vq("A", "status", "cluster")
+    assert site.b[:12] in json.dumps(status) and "admins@site" in json.dumps(status)
+
+    # B returns to A's generation without a rebuild: A's signed entry is B's evidence
+    back = site.vq("B", "rollback", site.program, "cluster", "--to", site.a)
+    assert back["exit_code"] == 0 and back["rollback"]["via"] == "activate", back
+    assert "deploy" not in [s["name"] for s in back["steps"] if s["status"] == "ok"]
+
+    # forgeries naming C: written by the login account unsigned, altered, or signed by a stranger
+    body = json.loads(site.entries()[0].read_text())
+    body["predicate"]["vqAdmin"]["sha"] = c
+    body["subject"][0]["name"] = str(site.root / "releases" / c / "bin" / f"vibeqc-{c}")
+    forged = json.dumps(body).encode() + b"\n"
+    stranger = keygen(tmp_path / "stranger", "stranger")
+    stranger_sig = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(stranger), "-n", "vq-admin-record"],
+                                  input=forged, capture_output=True, check=True).stdout
+    own_sig = site.entries()[0].with_name(site.entries()[0].name + ".sig").read_bytes()
+    names = [site.forge(forged, None, monkeypatch), site.forge(forged, own_sig, monkeypatch),
+             site.forge(forged, stranger_sig, monkeypatch)]
+    runs = site.vq("B", "history", "cluster", site.program)["runs"]
+    reasons = {r["entry"]: r["reason"] for r in runs}
+    assert [reasons[n] for n in names] == ["unsigned", "altered (its signature by admins@site does not verify)",
+                                           "signed by a key not in allowed_signers"]
+    for driver in ("A", "B"):
+        refused = run_vq("launcher", site.program, "cluster", "--expected-sha", c, config=site.config,
+                         state=site.state[driver])
+        assert refused.exit_code == 77 and c not in refused.stdout, refused.stdout
+        rollback = site.vq(driver, "rollback", site.program, "cluster", "--to", c)
+        assert rollback["exit_code"] == 77 and "never verified" in rollback["errors"][-1], rollback["errors"]

@@ -242,9 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
     p.add_argument(protocol.LEASE_OF, metavar="PROGRAM", help="also say who holds PROGRAM's runtime lease now "
                    "(read without taking it)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N", help="with --lease-of: also answer the host's "
+                   "record of PROGRAM after entry N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
     p.set_defaults(func=lambda args: verify_readback.main(
-        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else []) + args.command))
+        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else [])
+        + ([protocol.RECORD_AFTER, str(args.record_after)] if args.lease_of and args.record_after is not None
+           else []) + args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)

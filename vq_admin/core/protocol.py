@@ -178,10 +178,13 @@ def check_paths(agent: Words, paths: Sequence[str]) -> List[str]:
     return [*agent, CHECK_PATHS, END, *paths]
 
 
-def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None) -> List[str]:
-    """``verify-readback [--lease-of PROGRAM] -- COMMAND...``: the read-only verify, then its launcher read
-    back (and, with *lease_of*, who holds that program's runtime lease now, read without taking it)."""
-    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), END, *command]
+def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None,
+                    record_after: Optional[int] = None) -> List[str]:
+    """``verify-readback [--lease-of PROGRAM [--record-after N]] -- COMMAND...``: the read-only verify, then
+    its launcher read back (and, with *lease_of*, who holds that program's runtime lease now, read without
+    taking it; with *record_after* too, the host's record of that program after entry N)."""
+    after = [RECORD_AFTER, str(record_after)] if lease_of and record_after is not None else []
+    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), *after, END, *command]
 
 
 def command_words(argv: Sequence[str], agent: Words) -> List[str]:

@@ -161,11 +161,65 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
+    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines])
+    if adopted:
+        section["evidence"] = adopted
     if rejected:
         section["not_evidence"] = rejected[:20]
     if answer.get("error"):
         section["error"] = str(answer["error"])
     return section
+
+
+#: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
+FROM_RECORD = "record:"
+
+
+def evidence_of(entry: Imported, run: Run) -> dict[str, Any]:
+    """The verified identity an accepted entry of another driver stands for (LAST OK's and the registry's)."""
+    return {"sha": run.sha, "tag": run.tag, "launcher": run.launcher, "launcher_sha256": run.launcher_sha256,
+            "receipt": FROM_RECORD + entry.name, "at": run.finished_at, "verified_by": run.by,
+            "driver": run.driver, "signer": entry.verdict.principal}
+
+
+def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) -> list[str]:
+    """Make the accepted verification summaries among *new* entries of other drivers this driver's evidence
+    (CONTRACT section 12): the registry holds their launchers, and LAST OK / LAST GOOD follow the newest
+    (when newer than this driver's LAST OK).  The entry names of what was adopted."""
+    from ..launcher import registry
+
+    me, adopted = driver_id(state), []
+    for entry in new:
+        statement = entry.parsed() if entry.verdict.accepted else None
+        run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+        if run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program:
+            continue
+        verified = evidence_of(entry, run)
+        try:
+            _, apply = registry.plan_verified(state.root, host, program, verified)
+            apply()
+        except (registry.RegistryError, OSError, ValueError):
+            continue  # not registrable (no launcher): never evidence
+        last_ok = state.read_record("runtime", host, program, "last-ok") or {}
+        if str(last_ok.get("at") or "") <= run.finished_at:
+            state.adopt_verified(host, program, verified)
+        adopted.append(entry.name)
+    return adopted
+
+
+def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any]) -> str | None:
+    """Why a registry entry imported from the host's record is not (or no longer) evidence; ``None`` when an
+    entry of the record, signed by a key allowed_signers still accepts, verified exactly that launcher."""
+    name = str(entry["receipt"])[len(FROM_RECORD):]
+    found = next((e for e in entries(state, host, program) if e.name == name), None)
+    if found is None or not found.verdict.accepted:
+        return f"the registry names the host's record entry {name}, which is not evidence here"
+    statement = found.parsed()
+    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    if run is None or (run.sha, run.launcher, run.launcher_sha256) != (entry["sha"], entry["launcher"],
+                                                                       entry["launcher_sha256"]):
+        return f"the host's record entry {name} does not verify that launcher"
+    return None
 
 
 def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
