@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -144,20 +145,29 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
         return {"imported": 0, "error": "the agent answered no record"}
     signing = signer(config.signing)
     last = cursor(state, host, program)
-    lines, rejected = [], []
+    fresh: list[tuple[int, str, str | None, str | None]] = []
     for raw in answer["entries"]:
-        if not isinstance(raw, dict) or not isinstance(raw.get("seq"), int) or raw["seq"] <= last:
-            continue
-        name, text, sig = str(raw.get("name")), raw.get("statement"), raw.get("sig")
-        data = text.encode() if isinstance(text, str) else None
-        verdict = judge(signing, name, data, sig.encode() if isinstance(sig, str) else None)
-        entry = Imported(seq=raw["seq"], name=name, digest=hashlib.sha256(data or b"").hexdigest(),
-                         statement=text if isinstance(text, str) else None,
-                         sig=sig if isinstance(sig, str) else None, verdict=verdict)
+        if isinstance(raw, dict) and isinstance(raw.get("seq"), int) and raw["seq"] > last:
+            text, sig = raw.get("statement"), raw.get("sig")
+            fresh.append((raw["seq"], str(raw.get("name")), text if isinstance(text, str) else None,
+                          sig if isinstance(sig, str) else None))
+            last = raw["seq"]
+
+    def judged(item: tuple[int, str, str | None, str | None]) -> Verdict:
+        return judge(signing, item[1], None if item[2] is None else item[2].encode(),
+                     None if item[3] is None else item[3].encode())
+
+    verdicts: list[Verdict] = []
+    if fresh:
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one ssh-keygen per signed entry
+            verdicts = list(pool.map(judged, fresh))
+    lines, rejected = [], []
+    for (seq, name, text, sig), verdict in zip(fresh, verdicts, strict=True):
+        entry = Imported(seq=seq, name=name, digest=hashlib.sha256((text or "").encode()).hexdigest(),
+                         statement=text, sig=sig, verdict=verdict)
         if not verdict.accepted:
             rejected.append(f"{name}: {verdict.reason}")
         lines.append(entry.to_json().encode() + b"\n")
-        last = entry.seq
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
