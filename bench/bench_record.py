@@ -135,4 +135,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 if __name__ == "__main__":
     result = main()
-    exit_if_missed([r["name"] for r, bound in zip(result, (CURRENT_TARGET, FRESH_TARGET)) if r["ratio"] > bound])
+    exit_if_missed([r["name"] for r, bound in zip(result[:2], (CURRENT_TARGET, FRESH_TARGET), strict=True)
+                    if r["ratio"] > bound])
