@@ -3,6 +3,7 @@ directories, one configuration, the site_example provider."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -205,3 +206,32 @@ def test_signed_entries_are_evidence_across_drivers_and_forgeries_never_are(
         assert refused.exit_code == 77 and c not in refused.stdout, refused.stdout
         rollback = site.vq(driver, "rollback", site.program, "cluster", "--to", c)
         assert rollback["exit_code"] == 77 and "never verified" in rollback["errors"][-1], rollback["errors"]
+
+
+def test_prune_keeps_every_drivers_roots_and_forget_driver_drops_them(tmp_path: Path, real_cluster) -> None:
+    """B prunes after deploying a newer SHA: A's LAST OK and LAST GOOD survive, kept as A's roots (here
+    without [signing]: roots count signed or not); ``--forget-driver`` then drops them, recorded."""
+    site = Site(tmp_path, real_cluster.sshd, "toyroots", signing=False)
+    c = site.repo.commit("generation C")
+    assert site.update("A", site.a, "--cluster-install")["exit_code"] == 0
+    assert site.update("A", site.b)["exit_code"] == 0
+    a_id = json.loads(site.entries()[-1].read_text())["predicate"]["driver"]  # A's roots, its newest entry
+    assert site.update("B", c)["exit_code"] == 0
+    pruned = site.vq("B", "prune", site.program, "cluster", "--keep", "1")
+    assert pruned["exit_code"] == 0, pruned["errors"]
+    keep = pruned["prune"]["keep"]
+    assert keep[site.b] == [f"root of {a_id} (last-ok)"] and keep[site.a] == [f"root of {a_id} (last-good)"]
+    assert sorted(p.name for p in (site.root / "releases").iterdir()) == sorted([site.a, site.b, c])
+    launcher = run_vq("launcher", site.program, "cluster", "--json", config=site.config, state=site.state["A"])
+    bound = launcher.json()
+    assert launcher.exit_code == 0 and bound["sha"] == site.b, launcher.stdout
+    assert hashlib.sha256(Path(bound["launcher"]).read_bytes()).hexdigest() == bound["launcher_sha256"]
+
+    forgot = site.vq("B", "prune", site.program, "cluster", "--keep", "1", "--forget-driver", a_id)
+    assert forgot["exit_code"] == 0, forgot["errors"]
+    assert forgot["prune"]["forgot"]["driver"] == a_id and forgot["prune"]["forgot"]["entry"]
+    assert not any(r.startswith("root of") for reasons in forgot["prune"]["keep"].values() for r in reasons)
+    assert sorted(p.name for p in (site.root / "releases").iterdir()) == [c]
+    entry = json.loads((site.record / forgot["prune"]["forgot"]["entry"]).read_text())
+    b_id = (site.state["B"] / "driver-id").read_text().strip()
+    assert entry["predicate"]["forgotten"] == a_id and entry["predicate"]["driver"].endswith("/" + b_id)

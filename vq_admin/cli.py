@@ -172,6 +172,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--forget-driver", metavar="ID", help="drop the retired driver ID's roots (USER@HOST/<8 hex>), "
+                   "recorded on the host's record")
     p.add_argument("--wait-lock", metavar="SECONDS", type=float,
                    help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
                         "then exit 75 as without it")

@@ -52,12 +52,17 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     apply_registry = None
-    if verified is not None:
-        from ..record.view import append_run
+    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):
+        from ..record.view import append_roots, append_run
 
-        entry = append_run(ctx, receipt, verified)  # the host's record, on the lease, before the receipt is stored
+        # the host's record, on the lease, before the receipt is stored: the run's entry, then its roots
+        entry = append_run(ctx, receipt, verified) if verified is not None else None
         if entry is not None:
             receipt.record = {**(receipt.record or {}), **entry}
+        roots = append_roots(ctx, receipt, verified)
+        if roots is not None:
+            receipt.record = {**(receipt.record or {}), "roots": roots}
+    if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
         if receipt.lane == "runtime" and receipt.program is not None:
             from ..launcher import registry

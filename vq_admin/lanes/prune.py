@@ -70,8 +70,11 @@ KEEP = Slot("keep", label="kept sha", many=True)
 class RuntimePrune:
     """One prune of one program on one host."""
 
-    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int):
+    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int,
+                 forget: str | None = None):
         self.ctx = ctx
+        #: ``--forget-driver ID``: a retired driver whose roots this prune drops, recorded on the host
+        self.forget = forget
         self.host: HostConfig
         self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
@@ -154,6 +157,7 @@ class RuntimePrune:
             self.add(last_good["sha"], "last-good")
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")
+        self.add_roots()
         doc = self.take_census()
         for row in doc["generations"]:
             for job in row["jobs"]:
@@ -165,6 +169,23 @@ class RuntimePrune:
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
+
+    def add_roots(self) -> None:
+        """Every other driver's newest roots on the host's record, signed or not (CONTRACT section 12):
+        ``root of USER@HOST/ID (last-ok)``; after ``--forget-driver ID``, that driver's are no longer kept."""
+        from ..record import view
+
+        host, program = self.host.name, self.profile.program
+        forgotten = self.forget
+        if forgotten is not None and not self.ctx.options.dry_run:
+            self.record["forgot"] = {"driver": forgotten, **view.forget_driver(self.ctx, self.receipt, forgotten)}
+        me = view.driver_id(self.ctx.state)
+        found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
+        for driver, roots in sorted(found.items()):
+            if driver == me or driver == forgotten:
+                continue
+            for root in roots.roots:
+                self.add(root.sha, f"root of {driver} ({root.kind})")
 
     def add(self, sha: str, reason: str) -> None:
         reasons = self.keep.setdefault(sha.lower(), [])
@@ -359,11 +380,11 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
     return [safe_text(line) for line in lines]
 
 
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int) -> RuntimePrune:
+def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None) -> RuntimePrune:
     """The lane of ``vq admin prune``: authority, then the profile's
     provider loaded."""
     from ..plugins import Providers
 
     _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
     ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep)
+    return RuntimePrune(ctx, host_name, program, keep, forget)

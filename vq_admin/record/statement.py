@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Annotated, Literal, TypeAlias
 
 import msgspec
@@ -32,7 +33,8 @@ FORGET = "urn:vq-admin:record:forget-driver:v1"
 QUARANTINE = "urn:vq-admin:record:quarantine:v1"
 VERIFIER_ID = "urn:vq-admin:verifier"
 #: A driver's id: ``user@host/<8 hex>`` (the hex created once in its state directory).
-DriverId = Annotated[str, msgspec.Meta(pattern=r"^[^@/\s]+@[^@/\s]+/[0-9a-f]{8}$")]
+DRIVER_ID_RE = re.compile(r"^[^@/\s]+@[^@/\s]+/[0-9a-f]{8}$")
+DriverId = Annotated[str, msgspec.Meta(pattern=DRIVER_ID_RE.pattern)]
 #: The longest statement read.
 MAX_STATEMENT = 1 << 16
 

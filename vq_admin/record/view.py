@@ -37,7 +37,8 @@ from ..document import Document, DocumentError, Sha256
 from ..report.outcome import Refused
 from ..state.records import StateDir
 from .signing import Signer, Verdict
-from .statement import (SUMMARY, VERIFIER_ID, Run, Statement, Subject, Summary, Verifier, policy_of)
+from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Forget, Root, Roots, Run, Statement, Subject, Summary,
+                        Verifier, policy_of)
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -288,12 +289,69 @@ def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> d
             and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag)
             == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"))):
         return {"entry": None, "unchanged": known[-1].name}
-    statement = run_statement(ctx, receipt, verified)
+    return _append(ctx, run_statement(ctx, receipt, verified))
+
+
+def roots_now(state: StateDir, host: str, program: str, verified: dict[str, Any] | None) -> tuple[Root, ...]:
+    """This driver's roots once the run's *verified* identity (if any) is LAST OK: LAST OK and LAST GOOD."""
+    last_ok = state.read_record("runtime", host, program, "last-ok") or {}
+    last_good = state.read_record("runtime", host, program, "last-good") or {}
+    if verified is not None and verified.get("sha") != last_ok.get("sha"):
+        last_ok, last_good = verified, (last_ok if last_ok.get("sha") else last_good)
+    return tuple(Root(kind=kind, sha=str(found["sha"]), launcher=found.get("launcher"),
+                      launcher_sha256=found.get("launcher_sha256"))
+                 for kind, found in (("last-ok", last_ok), ("last-good", last_good)) if found.get("sha"))
+
+
+def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
+    """Every driver's newest roots in *known* entries, less those a forget-driver entry dropped after them
+    (under ``[signing]``, *signing*: only a signed, accepted forget drops them, CONTRACT section 12)."""
+    found: dict[str, Roots] = {}
+    for entry in known:
+        statement = entry.parsed()
+        if statement is None:
+            continue
+        if isinstance(statement.predicate, Roots):
+            found[statement.predicate.driver] = statement.predicate
+        elif isinstance(statement.predicate, Forget) and (entry.verdict.accepted or not signing):
+            found.pop(statement.predicate.forgotten, None)
+    return found
+
+
+def append_roots(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | None) -> str | None:
+    """At every contact: record this driver's roots on the host when they changed (CONTRACT section 12); the
+    entry's name, or ``None`` when nothing was appended."""
+    lease, program = ctx.held_lease, receipt.program
+    if lease is None or lease.host_record is None or program is None or ctx.options.dry_run:
+        return None
+    roots, me = roots_now(ctx.state, receipt.host, program, verified), driver_id(ctx.state)
+    known = newest_roots(entries(ctx.state, receipt.host, program), False).get(me)
+    if not roots or (known is not None and known.roots == roots):
+        return None
+    predicate = Roots(driver=me, by=user_at_host(), host=receipt.host, program=program,
+                      at=receipt.finished_at or "", roots=roots)
+    subject = tuple(Subject(name=r.launcher, digest={"sha256": r.launcher_sha256}) for r in roots
+                    if r.launcher and r.launcher_sha256)
+    return _append(ctx, Statement(subject=subject, predicate_type=ROOTS, predicate=predicate)).get("entry")
+
+
+def forget_driver(ctx: RunContext, receipt: Receipt, forgotten: str) -> dict[str, Any]:
+    """Record that this driver drops the retired driver *forgotten*'s roots (``prune --forget-driver``)."""
+    predicate = Forget(driver=driver_id(ctx.state), by=user_at_host(), host=receipt.host, program=receipt.program,
+                       at=receipt.started_at, forgotten=forgotten)
+    return _append(ctx, Statement(subject=(), predicate_type=FORGET, predicate=predicate))
+
+
+def _append(ctx: RunContext, statement: Statement) -> dict[str, Any]:
+    """Sign (under ``[signing]``) and append *statement* on the run's lease: ``{"entry", "signed"}`` or ``error``."""
+    lease = ctx.held_lease
+    if lease is None or lease.host_record is None:
+        return {"entry": None, "error": "no host-side lease with the host's record is held"}
     data = statement.to_text()
     signing = signer(ctx.config.signing)
     try:
         sig = signing.sign(data) if signing is not None else None
-    except Refused as exc:  # the run's outcome stands; its entry is not written unsigned in its place
+    except Refused as exc:
         return {"entry": None, "error": exc.message}
     answer = lease.append(data, sig)
     appended = answer.get("appended")
