@@ -16,6 +16,7 @@ from realhosts import SshdServer, remote_path
 from support import GitRepo, run_vq, site_example_host, write_config
 
 pytestmark = pytest.mark.real
+ROOTS = "urn:vq-admin:record:roots:v1"
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,10 @@ class Site:
     def record(self) -> Path:
         return self.sshd.agent_state("cluster") / "vq-admin-agent" / "record" / self.program
 
-    def entries(self) -> list[Path]:
-        return sorted(p for p in self.record.iterdir() if p.name.endswith(".json"))
+    def entries(self, kind: str = "https://slsa.dev/verification_summary/v1") -> list[Path]:
+        """The host's entries of one predicate type (default: verification summaries), oldest first."""
+        return sorted(p for p in self.record.iterdir()
+                      if p.name.endswith(".json") and json.loads(p.read_text())["predicateType"] == kind)
 
     def forge(self, statement: bytes, sig: bytes | None, monkeypatch: pytest.MonkeyPatch) -> str:
         """An entry written on the host by the login account itself (as a build's setup script could)."""
@@ -92,6 +95,9 @@ def test_a_signed_entry_per_verified_run_read_by_the_other_driver_and_forgeries_
     assert first["record"]["entry"] and first["record"]["signed"] is True and first["record"]["imported"] == 0
     [statement] = site.entries()
     assert statement.name == first["record"]["entry"] and statement.name.startswith("0000000001-")
+    [roots] = site.entries(ROOTS)  # then A's roots: its LAST OK
+    assert roots.name == first["record"]["roots"] and roots.name.startswith("0000000002-")
+    assert [r["kind"] for r in json.loads(roots.read_text())["predicate"]["roots"]] == ["last-ok"]
     sig = statement.with_name(statement.name + ".sig")
     assert ssh_keygen_verify(site.allowed, statement, sig).returncode == 0  # checked with standard tools
     value = json.loads(statement.read_text())
@@ -103,10 +109,11 @@ def test_a_signed_entry_per_verified_run_read_by_the_other_driver_and_forgeries_
     launcher = first["verify"]["final"]["receipt"]["active_path"]
     assert value["subject"] == [{"name": launcher, "digest": {"sha256": run["launcher_sha256"]}}]
 
-    other = site.update("B", site.a)  # B reads A's entry in its first call, and appends nothing new
+    other = site.update("B", site.a)  # B reads A's entries in its first call; the identity is recorded already
     assert other["outcome"] == "already-current", other
-    assert other["record"]["imported"] == 1 and "not_evidence" not in other["record"]
+    assert other["record"]["imported"] == 2 and "not_evidence" not in other["record"]
     assert other["record"]["entry"] is None and len(site.entries()) == 1
+    assert len(site.entries(ROOTS)) == 2  # B's own roots are new: recorded
 
     # forgeries, written on the host by the login account: each is imported, and named with its reason
     body = statement.read_bytes()
@@ -121,12 +128,12 @@ def test_a_signed_entry_per_verified_run_read_by_the_other_driver_and_forgeries_
     stranger = site.forge(flipped, stranger_sig, monkeypatch)
     again = site.update("B", site.a)
     assert again["outcome"] == "already-current", again
-    assert again["record"]["imported"] == 3
+    assert again["record"]["imported"] == 4  # B's own roots entry, read back, and the three forgeries
     assert sorted(again["record"]["not_evidence"]) == sorted([
         f"{unsigned}: unsigned", f"{altered}: altered (its signature by admins@site does not verify)",
         f"{stranger}: signed by a key not in allowed_signers"])
-    second = site.update("A", site.a)  # A reads back its own entry and the same three: none of them is evidence
-    assert second["record"]["imported"] == 4 and len(second["record"]["not_evidence"]) == 3
+    second = site.update("A", site.a)  # A reads its own two, B's roots and the same three forgeries
+    assert second["record"]["imported"] == 6 and len(second["record"]["not_evidence"]) == 3
 
 
 def test_attest_verifies_with_ssh_keygen_and_fails_after_a_byte_change_and_history_lists_both_drivers(
@@ -151,7 +158,9 @@ def test_attest_verifies_with_ssh_keygen_and_fails_after_a_byte_change_and_histo
     never = site.vq("A", "attest", site.program, "cluster", "--sha", "c" * 40)
     assert never["exit_code"] == 77 and "nothing to attest" in never["errors"][-1]
 
-    runs = site.vq("B", "history", "cluster", site.program)["runs"]
+    every = site.vq("B", "history", "cluster", site.program)["runs"]
+    assert sorted(r["verb"] for r in every if r["verb"] == "roots") == ["roots", "roots"]  # each driver's roots
+    runs = [r for r in every if r["verb"] != "roots"]
     assert [(r["expected_sha"], r["evidence"], r["signer"]) for r in runs] == [
         (site.b, True, "admins@site"), (site.a, True, "admins@site")]
     assert runs[0]["who"].startswith("this driver") and not runs[1]["who"].startswith("this driver")
@@ -215,7 +224,7 @@ def test_prune_keeps_every_drivers_roots_and_forget_driver_drops_them(tmp_path: 
     c = site.repo.commit("generation C")
     assert site.update("A", site.a, "--cluster-install")["exit_code"] == 0
     assert site.update("A", site.b)["exit_code"] == 0
-    a_id = json.loads(site.entries()[-1].read_text())["predicate"]["driver"]  # A's roots, its newest entry
+    a_id = json.loads(site.entries(ROOTS)[-1].read_text())["predicate"]["driver"]  # A's roots
     assert site.update("B", c)["exit_code"] == 0
     pruned = site.vq("B", "prune", site.program, "cluster", "--keep", "1")
     assert pruned["exit_code"] == 0, pruned["errors"]

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import socket
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -104,8 +103,24 @@ def _file(program: str | None) -> str:
     return f"{program or HELPER}.jsonl"
 
 
+_READ: dict[tuple[str, str, str | None], tuple[tuple[int, int], list[Imported]]] = {}
+
+
 def entries(state: StateDir, host: str, program: str | None) -> list[Imported]:
-    """The entries of *host*'s record of *program* this driver has read, oldest first."""
+    """The entries of *host*'s record of *program* this driver has read, oldest first (parsed again only
+    when the file changed)."""
+    key = (str(state.root), host, program)
+    try:
+        st = os.stat(state.tree.path(*_parts(host), _file(program)), follow_symlinks=False)
+        stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = (-1, -1)
+    if key not in _READ or _READ[key][0] != stamp:
+        _READ[key] = (stamp, _entries(state, host, program))
+    return _READ[key][1]
+
+
+def _entries(state: StateDir, host: str, program: str | None) -> list[Imported]:
     data = state.tree.read(_parts(host), _file(program)) or b""
     found: dict[int, Imported] = {}
     for line in data.splitlines():
@@ -160,6 +175,8 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
 
     verdicts: list[Verdict] = []
     if fresh:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one ssh-keygen per signed entry
             verdicts = list(pool.map(judged, fresh))
     lines, rejected = [], []
@@ -244,7 +261,7 @@ def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
 
 def newest_summary(known: list[Imported]) -> Summary | None:
     for entry in reversed(known):
-        found = entry.parsed()
+        found = entry.parsed() if entry.statement and SUMMARY in entry.statement else None
         if found is not None and found.summary is not None:
             return found.summary
     return None
@@ -308,6 +325,8 @@ def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
     (under ``[signing]``, *signing*: only a signed, accepted forget drops them, CONTRACT section 12)."""
     found: dict[str, Roots] = {}
     for entry in known:
+        if not entry.statement or (ROOTS not in entry.statement and FORGET not in entry.statement):
+            continue  # a verification summary (most entries): not parsed here
         statement = entry.parsed()
         if statement is None:
             continue
