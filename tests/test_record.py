@@ -81,3 +81,36 @@ def test_temporary_names_and_strangers_are_no_entries_and_an_unsafe_record_is_re
     where.chmod(0o700)
     bad = record.serve_line(b'{"append": {"statement": 3}}\n', "toy")
     assert "bad append request" in bad["append_error"]
+
+
+def test_signer_judges_its_paths_and_agrees_with_ssh_keygen_on_each_forgery(tmp_path: Path) -> None:
+    from vq_admin.config import Signing
+    from vq_admin.record.signing import Signer
+    from vq_admin.report.outcome import Refused
+
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    for name in ("site", "stranger"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(keys / name)], check=True)
+    allowed = keys / "allowed_signers"
+    allowed.write_text(f"admins@site {(keys / 'site.pub').read_text()}")
+    signer = Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))
+    data = b'{"n":1}\n'
+    sig = signer.sign(data)
+    assert signer.judge(data, sig).principal == "admins@site"
+    assert signer.judge(b'{"n":2}\n', sig).reason == "altered (its signature by admins@site does not verify)"
+    assert signer.judge(data, None).reason == "unsigned"
+    stranger = Signer(Signing(key=str(keys / "stranger"), allowed_signers=str(allowed))).sign(data)
+    assert signer.judge(data, stranger).reason == "signed by a key not in allowed_signers"
+    assert not signer.judge(data, b"not a signature").accepted
+    keys.chmod(0o777)  # another user could swap the key or allowed_signers: refused before anything runs
+    with pytest.raises(Refused, match="writable"):
+        Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))
+    keys.chmod(0o700)
+    sock = tmp_path / "open"
+    sock.mkdir(mode=0o777)
+    sock.chmod(0o777)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SSH_AUTH_SOCK", str(sock / "agent.sock"))
+        with pytest.raises(Refused, match="SSH_AUTH_SOCK"):
+            Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))

@@ -55,11 +55,12 @@ class Signer:
         if keygen is None:
             raise Refused("[signing]: ssh-keygen is not on PATH; nothing was signed or checked")
         self.keygen = os.path.realpath(keygen)
-        judged = [(self.key, "[signing] key"), (self.allowed, "[signing] allowed_signers"),
-                  (keygen, "ssh-keygen"), (self.keygen, "ssh-keygen")]
-        judged += [(os.environ[name], name) for name in ("SSH_SK_PROVIDER", "SSH_AUTH_SOCK") if os.environ.get(name)]
-        for path, what in judged:
-            problem = securepath.path_problem(path, what=what)
+        judged = [(self.key, "[signing] key", False), (self.allowed, "[signing] allowed_signers", False),
+                  (keygen, "ssh-keygen", False), (self.keygen, "ssh-keygen", False)]
+        judged += [(os.environ[name], name, True) for name in ("SSH_SK_PROVIDER", "SSH_AUTH_SOCK")
+                   if os.environ.get(name)]  # a stale agent socket: judged by the directories above it
+        for path, what, missing_ok in judged:
+            problem = securepath.path_problem(path, what=what, missing_ok=missing_ok)
             if problem:
                 raise Refused(f"{problem}; ssh-keygen signs and checks the host's record with it: refusing")
         try:
