@@ -253,8 +253,10 @@ def record_problem(state: StateDir, host: str, program: str, entry: dict[str, An
 def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
     """*entry*'s verdict under the current ``allowed_signers`` (its kept one while the file is the same)."""
     kept = entry.verdict
-    if signing is None or kept.allowed_signers_sha256 in (None, signing.allowed_sha256):
-        return kept if signing is not None or not kept.accepted else Verdict(accepted=False, reason=NO_SIGNING)
+    if signing is None:
+        return kept if not kept.accepted else Verdict(accepted=False, reason=NO_SIGNING)
+    if kept.allowed_signers_sha256 == signing.allowed_sha256:
+        return kept  # judged with this very allowed_signers: never judged again
     return judge(signing, entry.name, None if entry.statement is None else entry.statement.encode(),
                  None if entry.sig is None else entry.sig.encode())
 
