@@ -80,8 +80,15 @@ def user_at_host() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def driver_id(state: StateDir) -> str:
+@functools.cache
+def _driver_id(root: str) -> str:
+    return driver_id(StateDir(root), cached=False)
+
+
+def driver_id(state: StateDir, *, cached: bool = True) -> str:
     """This state directory's driver id, its hex created once (CONTRACT section 12)."""
+    if cached:
+        return _driver_id(str(state.root))
     found = state.tree.read([], DRIVER_ID, limit=64)
     if found is None:
         try:
@@ -189,7 +196,8 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
-    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines])
+    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines]) if lines \
+        else []
     if adopted:
         section["evidence"] = adopted
     if rejected:
@@ -220,8 +228,11 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) 
     for entry in new:
         statement = entry.parsed() if entry.verdict.accepted else None
         run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
-        if run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program:
+        if (run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program
+                or run.host != host):  # an entry copied from another host's record is not this host's evidence
             continue
+        if registry.pruned(state.root, host, program, run.sha) is not None:
+            continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
         verified = evidence_of(entry, run)
         try:
             _, apply = registry.plan_verified(state.root, host, program, verified)
