@@ -231,6 +231,8 @@ def test_prune_keeps_every_drivers_roots_and_forget_driver_drops_them(tmp_path: 
     keep = pruned["prune"]["keep"]
     assert keep[site.b] == [f"root of {a_id} (last-ok)"] and keep[site.a] == [f"root of {a_id} (last-good)"]
     assert sorted(p.name for p in (site.root / "releases").iterdir()) == sorted([site.a, site.b, c])
+    proved = json.loads(site.entries()[-1].read_text())["predicate"]["vqAdmin"]  # the prune's own entry
+    assert (proved["verb"], proved["sha"], pruned["record"]["entry"]) == ("prune", c, site.entries()[-1].name)
     launcher = run_vq("launcher", site.program, "cluster", "--json", config=site.config, state=site.state["A"])
     bound = launcher.json()
     assert launcher.exit_code == 0 and bound["sha"] == site.b, launcher.stdout

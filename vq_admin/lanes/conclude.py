@@ -31,11 +31,12 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
 
 
 def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
-             *, lane_started: bool = True) -> Receipt:
+             *, lane_started: bool = True, recorded: dict[str, Any] | None = None) -> Receipt:
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
-    and is what LAST OK becomes.  A run refused before its lane started
+    and is what LAST OK becomes; *recorded* (a prune's proven active generation) goes to the host's
+    record only, as *verified* does, and moves nothing here.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
     log line but leaves the lane's records alone; so does a usage error (exit 2: a
     ``provider_options`` typo the provider reports when asked), whenever it is found.  A locked run names the
@@ -56,7 +57,8 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
         from ..record.view import append_roots, append_run
 
         # the host's record, on the lease, before the receipt is stored: the run's entry, then its roots
-        entry = append_run(ctx, receipt, verified) if verified is not None else None
+        proved = verified if verified is not None else recorded
+        entry = append_run(ctx, receipt, proved) if proved is not None else None
         if entry is not None:
             receipt.record = {**(receipt.record or {}), **entry}
         roots = append_roots(ctx, receipt, verified)

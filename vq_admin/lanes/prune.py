@@ -150,6 +150,10 @@ class RuntimePrune:
             detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
                           f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+        assert pre.receipt is not None  # proven
+        #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
+        self.proved = {"sha": self.sha, "tag": pre.receipt.tag, "launcher": pre.receipt.active_path,
+                       "launcher_sha256": pre.receipt.active_path_sha256}
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
         last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
@@ -300,7 +304,7 @@ class RuntimePrune:
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
-        return conclude(ctx, receipt, Outcome.OK)
+        return conclude(ctx, receipt, Outcome.OK, recorded=self.proved)
 
     def check_kept(self) -> tuple[list[str], list[str]]:
         """Every kept launcher the registry records must exist and hash to its attested SHA-256.
