@@ -7,13 +7,14 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from realhosts import SshdServer, remote_path
-from support import GitRepo, run_vq, site_example_host, write_config
+from support import AGENT, GitRepo, run_vq, site_example_host, write_config
 
 pytestmark = pytest.mark.real
 ROOTS = "urn:vq-admin:record:roots:v1"
@@ -246,3 +247,29 @@ def test_prune_keeps_every_drivers_roots_and_forget_driver_drops_them(tmp_path: 
     entry = json.loads((site.record / forgot["prune"]["forgot"]["entry"]).read_text())
     b_id = (site.state["B"] / "driver-id").read_text().strip()
     assert entry["predicate"]["forgotten"] == a_id and entry["predicate"]["driver"].endswith("/" + b_id)
+
+
+def test_sigkill_of_the_agent_while_it_writes_the_entry_leaves_a_record_every_reader_accepts(
+        tmp_path: Path, sshd: SshdServer) -> None:
+    site = Site(tmp_path, sshd, "toycrash")
+    crashing = tmp_path / "crashing-agent"  # the real agent, SIGKILLed between the signature and the statement
+    crashing.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                        "os.environ.update(VQ_ADMIN_TESTING='1', VQ_ADMIN_AGENT_CRASH='record-before-statement')\n"
+                        f"os.execv({AGENT!r}, [{AGENT!r}] + sys.argv[1:])\n")
+    crashing.chmod(0o755)
+    normal = site.config.read_text()
+    site.config.write_text(normal.replace(f'agent = "{AGENT}"', f'agent = "{crashing}"'))
+    crashed = site.update("A", site.a, "--cluster-install")
+    assert crashed["outcome"] == "ok", crashed  # the host was changed and verified: the entry's loss says so
+    assert crashed["record"]["entry"] is None and crashed["record"]["error"]
+    orphans = [p.name for p in site.record.iterdir() if p.name.endswith(".sig")]
+    assert len(orphans) == 1 and site.entries() == []  # a signature without its statement is no entry
+    site.config.write_text(normal)
+    again = site.update("A", site.a)  # the next run is not refused, and records what the crash lost
+    assert again["outcome"] == "already-current" and again["record"]["entry"], again
+    assert not again["record"].get("not_evidence")
+    [entry] = site.entries()
+    assert entry.name.startswith("0000000002-")  # numbered past the orphaned signature
+    assert ssh_keygen_verify(site.allowed, entry, entry.with_name(entry.name + ".sig")).returncode == 0
+    runs = site.vq("B", "history", "cluster", site.program)["runs"]
+    assert [r["reason"] for r in runs] == [None, None] and {r["verb"] for r in runs} == {"update", "roots"}
