@@ -423,6 +423,33 @@ def rt_detach_reconcile(w: World) -> None:
     _reconcile(w, protocol.DETACH_RUN, detached=True)
 
 
+def _confirm(w: World) -> tuple[str, Framed]:
+    """``confirm-run`` with a fake sbatch (which answers job 4242 and runs the job at once) and a fake scontrol
+    (which knows no job): the supervisor's verdict arrives, failed for want of Slurm's own end state."""
+    attempt = new_attempt_name()
+    argv = protocol.confirm_run(AGENT, root=str(w.scratch), program="prog", attempt=attempt, timeout="60",
+                                sbatch_args=["--time=5"], metrics=["steps=lower:0.1"], baseline=[("steps", "2")],
+                                accept_regression=False, revert=[],
+                                command=[sys.executable, "-c", "print('VQ-DEPLOY-METRIC steps=2')"])
+    answer = _framed(w, argv)
+    verdict = answer.summary.get("confirm")
+    assert answer.complete and verdict["job_id"] == "4242" and verdict["metrics"] == {"steps": "2"}, answer.records
+    assert verdict["passed"] is False and verdict["revert"] is None and verdict["regressed"] == [], verdict
+    assert answer.transcripts["stdout"] == b"VQ-DEPLOY-METRIC steps=2\n"
+    return attempt, answer
+
+
+def rt_confirm_run(w: World) -> None:
+    _confirm(w)
+
+
+def rt_confirm_reconcile(w: World) -> None:
+    attempt, first = _confirm(w)
+    argv = protocol.confirm_reconcile(AGENT, root=str(w.scratch), program="prog", attempt=attempt, timeout="5")
+    again = _framed(w, argv)
+    assert again.complete and again.summary["confirm"] == first.summary["confirm"], again.records
+
+
 def rt_lease(w: World) -> None:
     h = holder()
     argv = protocol.lease(AGENT, lane="runtime", host="login1", program="prog", **h)
@@ -481,7 +508,7 @@ ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.ALLOC_RECONCILE: rt_alloc_reconcile, protocol.DETACH_RUN: rt_detach_run,
     protocol.DETACH_RECONCILE: rt_detach_reconcile, protocol.LEASE: rt_lease, protocol.SESSION: rt_session,
     protocol.RECORD: rt_record,
-    protocol.CENSUS: rt_census,
+    protocol.CENSUS: rt_census, protocol.CONFIRM_RUN: rt_confirm_run, protocol.CONFIRM_RECONCILE: rt_confirm_reconcile,
 }
 
 

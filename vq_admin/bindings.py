@@ -148,7 +148,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         if canonical != host:
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
-        _refuse_missing(program, host, canonical, sha, latest)
+        _refuse_missing(program, host, canonical, sha, latest, root)
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -267,8 +267,18 @@ def path_form_problem(path: object) -> str | None:
     return None if None in problems else problems[0]
 
 
-def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> NoReturn:
+def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None,
+                    root: str) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
+    if sha is not None:  # a generation a confirmation job did not prove (CONTRACT section 13)
+        from .launcher.plain_lookup import unconfirmed_reason
+
+        why = unconfirmed_reason(root, canonical, program, sha)
+        if why is not None:
+            raise LauncherRefused("unconfirmed", f"{program} {sha} on {canonical}{alias} is unconfirmed: {why}",
+                                  f"submit with the verified launcher (vq admin launcher {program} {canonical}), or "
+                                  f"prove it: vq admin update {program} {canonical} --expected-sha {sha} "
+                                  "--retry-confirmation")
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
                               f"deploy and verify it: vq admin update {program} {canonical} "

@@ -80,6 +80,10 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
+    p.add_argument("--retry-confirmation", action="store_true",
+                   help="run the confirmation job again for an unconfirmed SHA (activating it first when needed)")
+    p.add_argument("--accept-regression", metavar="REASON",
+                   help="a confirmation metric out of tolerance is recorded with REASON, not reverted")
     p.add_argument("--wait-lock", metavar="SECONDS", type=float,
                    help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
                         "then exit 75 as without it")
@@ -114,6 +118,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="every managed host's profile of PROGRAM (of every program without PROGRAM)")
     p.add_argument("--expected-sha", metavar="SHA", help="compare with this full commit SHA instead of LAST OK")
+    p.add_argument("--job", action="store_true", help="also run the profile's confirmation job against the active "
+                   "generation (read-only: nothing activated or reverted)")
     p.add_argument("--prometheus", action="store_true", help="print the drift gauge in the Prometheus text format")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically")
     p.add_argument("-v", "--verbose", action="store_true", help="print the table even when every runtime is current")

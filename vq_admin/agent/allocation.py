@@ -356,9 +356,10 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding,
+                job_name: str | None = None) -> list[str]:
     path = attempt.path
-    return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
+    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name or 'vq-deploy-' + attempt.program}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]

@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from .. import __version__
-from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
+from . import allocation, checkpaths, confirm, detached, identity, install_file, lease, stage, verify_readback
 from ..core import checksum, protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
@@ -194,6 +194,17 @@ def cmd_detach_reconcile(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: detached.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
+def cmd_confirm_run(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: confirm.run(
+        args.root, args.program, args.command, args.sbatch_arg, args.timeout, frames, args.attempt,
+        metrics=args.metric, baseline=dict(args.baseline), accept_regression=args.accept_regression,
+        revert=args.revert, progress=args.progress))
+
+
+def cmd_confirm_reconcile(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: confirm.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
+
+
 def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, progress: str,
                          sbatch: bool = False) -> None:
     """The options of ``alloc-run`` (*what* "job", with ``--sbatch-arg``) and ``detach-run`` (*what* "build")."""
@@ -327,6 +338,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="establish the end of an attempt's detached build (never starts one)")
     _attempt_reconcile_options(p, "build")
     p.set_defaults(func=cmd_detach_reconcile)
+
+    p = sub.add_parser(protocol.CONFIRM_RUN, help="prove a generation by a Slurm batch job; revert when it fails",
+                       description="Create an attempt, submit the confirmation argv as a batch job under a supervisor "
+                                   "detached from the connection (it holds the lease's work lock), judge its end and "
+                                   "its VQ-DEPLOY-METRIC lines, run --revert words when it did not pass, and stream "
+                                   "the verdict and transcripts (framed records).")
+    _attempt_run_options(p, "job", bound="bound on the job, from submission (scancel at the bound)", sbatch=True,
+                         progress="report queue state every SECONDS (at least 1) as progress records")
+    p.add_argument(protocol.METRIC, action="append", default=[], metavar="NAME=BETTER:TOL",
+                   help="a declared metric (repeat)")
+    p.add_argument(protocol.BASELINE, action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+                   help="the previous generation's value (repeat)")
+    p.add_argument(protocol.ACCEPT_REGRESSION, action="store_true", help="a metric out of tolerance does not fail")
+    p.add_argument(protocol.REVERT, action="append", default=[], metavar="WORD",
+                   help="one word of the revert argv, run on this host when the job does not pass (repeat)")
+    p.set_defaults(func=cmd_confirm_run)
+
+    p = sub.add_parser(protocol.CONFIRM_RECONCILE,
+                       help="the verdict of an attempt's confirmation (never submits or reverts)")
+    _attempt_reconcile_options(p, "confirmation")
+    p.set_defaults(func=cmd_confirm_reconcile)
 
     p = sub.add_parser(protocol.LEASE, help="hold the host-side lease of one lane until stdin closes (75 when held)",
                        description="Take an exclusive flock on $XDG_STATE_HOME/vq-admin-agent/locks/"

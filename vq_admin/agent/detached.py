@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 from . import allocation, lease, spawn
 from ..core import procs
@@ -105,9 +105,12 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os._exit(code)
 
 
-def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str]) -> dict[str, Any]:
+def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str],
+          supervise: Callable[[allocation.Attempt, allocation.Binding, int, tuple[int, str]], None] | None = None,
+          ) -> dict[str, Any]:
     """Start the supervisor (double fork, own session; it inherits the lease's work lock the caller
-    holds) and return the ``build`` record it wrote."""
+    holds) and return the ``build`` record it wrote; *supervise* replaces the build's supervisor (the
+    confirmation job's, :mod:`.confirm`)."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -117,7 +120,7 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _supervise(attempt, binding, write_fd, work)
+                (supervise or _supervise)(attempt, binding, write_fd, work)
         finally:
             os._exit(0)
     os.close(write_fd)

@@ -43,6 +43,7 @@ STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 
 if TYPE_CHECKING:
     from ..lanes.verify import Verification
+    from ..plan import Plan
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -63,7 +64,8 @@ def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, 
     return found
 
 
-def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None) -> dict[str, Any]:
+def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None,
+                  job: bool = False) -> dict[str, Any]:
     """Verify one runtime read-only and say which state (module docstring) it is in."""
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
@@ -101,7 +103,28 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
                     detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
                            f"{judged['state']}: {judged['detail']})")
+    if job and judged["state"] == "current" and profile.confirm is not None:
+        judged = _job(ctx, host, profile, judged, plan)
+        judged["steps"] = plan.to_list()
     return judged
+
+
+def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any],
+         plan: Plan) -> dict[str, Any]:
+    """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
+    naming the job, its state and exit code (deploying when a run's work holds the lease)."""
+    from ..lanes.confirm_step import health_job
+
+    active = judged["active"]
+    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"], plan)
+    judged["confirm"] = {k: verdict.get(k) for k in ("job_id", "state", "exit_code", "node", "seconds", "metrics",
+                                                      "passed", "problems")}
+    if verdict.get("passed"):
+        return dict(judged, detail=f"{judged['detail']}; confirmation job {verdict.get('job_id')} COMPLETED")
+    state = "deploying" if verdict.get("held") else "unhealthy" if verdict.get("passed") is False else "unknown"
+    return dict(judged, state=state, detail=f"confirmation job {verdict.get('job_id')} ended "
+                f"{verdict.get('state')} with exit code {verdict.get('exit_code')}: "
+                + "; ".join(verdict.get("problems") or []))
 
 
 def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> dict[str, Any]:
@@ -167,8 +190,9 @@ def run(args: argparse.Namespace) -> int:
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
+        job = getattr(args, "job", False)
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha)
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
     outcome = outcome_of(hosts)
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 from ..core import default_paths as paths
 from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
 from ..report.outcome import UsageError
+from .confirm import KEYS as CONFIRM_KEYS, Confirm
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
@@ -64,6 +65,7 @@ class RuntimeProfile:
     provider_options: Mapping[str, str] = field(default_factory=dict)
     activate_command: tuple[str, ...] | None = None  # rollback: switch current to an existing release
     prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
+    confirm: Confirm | None = None  # a generation proven by a batch job (config/confirm.py)
 
     @property
     def has_install(self) -> bool:
@@ -83,6 +85,7 @@ class RuntimeProfile:
         if self.update_allocation:
             data["update_allocation"] = {"sbatch_args": list(self.update_allocation.sbatch_args)}
         data["provider_options"] = dict(self.provider_options)
+        data["confirm"] = self.confirm.settings() if self.confirm else None
         return data
 
 
@@ -208,7 +211,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.
 HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
-PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
+PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"} | CONFIRM_KEYS
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:
@@ -236,11 +239,12 @@ def _parse_host(name: str, table: Any) -> HostConfig:
             and (":" in ssh_dest or "/" in ssh_dest)):
         raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
+    allocated = sorted(p for p, profile in runtimes.items()
+                       if profile.update_allocation is not None or profile.confirm is not None)
     if allocated:
         if "scratch_root" not in table:
-            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation, "
-                                                     "and allocation transcripts live below scratch_root")
+            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
+                                                     "confirm_command, whose transcripts live below scratch_root")
         if any(c in str(table["scratch_root"]) for c in "%\\"):
             raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
                                                      "(Slurm expands them in --output/--error file names)")
@@ -311,6 +315,7 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         provider_options=dict(options),
         activate_command=parse_command(table, "activate_command", key),
         prune_command=parse_command(table, "prune_command", key),
+        confirm=_confirm(table, key),
     )
 
 
@@ -410,6 +415,48 @@ def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> f
         raise ConfigError(f"{key}.{name}",
                           f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
     return float(value)
+
+
+def _confirm(table: Mapping[str, Any], key: str) -> Confirm | None:
+    """The profile *table*'s confirmation (``None`` without ``confirm_command``); errors name the dotted key."""
+    from ..core.identifiers import ENV_NAME_RE
+    from .confirm import BETTER, KEYS, Metric
+    from .sbatch_args import sbatch_arg_problem
+
+    command = parse_command(table, "confirm_command", key)
+    if command is None:
+        stray = sorted(KEYS & set(table))
+        if stray:
+            raise ConfigError(f"{key}.{stray[0]}", "needs confirm_command")
+        return None
+    if "activate_command" not in table and table.get("provider", "command") == "command":
+        raise ConfigError(f"{key}.confirm_command", "needs activate_command (a failed confirmation is reverted by "
+                                                    "re-activating the previous generation; a plugin "
+                                                    "provider's activate hook serves)")
+    args = table.get("confirm_sbatch_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{key}.confirm_sbatch_args", "must be a list of strings")
+    for arg in args:  # the allow-list of update_allocation.sbatch_args
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(f"{key}.confirm_sbatch_args", problem)
+    raw = table.get("confirm_metrics", {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}.confirm_metrics", "must be a table of { better = \"lower\"|\"higher\"|\"equal\", "
+                                                    "tolerance = 0.10 }")
+    metrics = []
+    for name, spec in raw.items():
+        where = f"{key}.confirm_metrics.{name}"
+        if not ENV_NAME_RE.match(name):
+            raise ConfigError(where, "a metric name is letters, digits and '_' (as VQ-DEPLOY-METRIC lines name it)")
+        if not isinstance(spec, dict) or set(spec) - {"better", "tolerance"} or spec.get("better") not in BETTER:
+            raise ConfigError(where, "must be { better = \"lower\"|\"higher\"|\"equal\", tolerance = 0.10 }")
+        tol = spec.get("tolerance", 0.0)
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 <= tol < 1:
+            raise ConfigError(f"{where}.tolerance", f"must be a relative tolerance from 0 to below 1, not {tol!r}")
+        metrics.append(Metric(name, spec["better"], float(tol)))
+    return Confirm(command=command, sbatch_args=tuple(args),
+                   timeout_seconds=_timeout(table, "confirm_timeout_seconds", key, 900.0), metrics=tuple(metrics))
 
 
 def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:

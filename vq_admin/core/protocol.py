@@ -55,6 +55,8 @@ DETACH_RECONCILE = "detach-reconcile"
 LEASE = "lease"
 SESSION = "session"
 CENSUS = "census"
+CONFIRM_RUN = "confirm-run"
+CONFIRM_RECONCILE = "confirm-reconcile"
 RECORD = "record-read"
 #: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
 #: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
@@ -63,9 +65,9 @@ SESSION_PROTOCOL = 1
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
          IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION,
-         CENSUS, RECORD)
+         CENSUS, CONFIRM_RUN, CONFIRM_RECONCILE, RECORD)
 #: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
-FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE)
+FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, CONFIRM_RUN, CONFIRM_RECONCILE)
 
 # -- flags ------------------------------------------------------------------------------
 
@@ -100,12 +102,16 @@ SINCE = "--since"
 RUN_ID = "--run-id"
 LEASE_OF = "--lease-of"
 PROBE = "--probe"
+METRIC = "--metric"
+BASELINE = "--baseline"
+ACCEPT_REGRESSION = "--accept-regression"
+REVERT = "--revert"
 RECORD_AFTER = "--record-after"
 
 #: Every option of every verb (``--`` aside).
 FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
          DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
-         PID, SINCE, RUN_ID, PROBE, LEASE_OF, RECORD_AFTER)
+         PID, SINCE, RUN_ID, PROBE, LEASE_OF, METRIC, BASELINE, ACCEPT_REGRESSION, REVERT, RECORD_AFTER)
 
 #: ``stage-reclaim --outcome`` values.
 OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
@@ -282,6 +288,26 @@ def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt:
     """``detach-reconcile`` when *detached* (the end of an attempt's detached build, never starting one), else
     ``alloc-reconcile`` (the end of its recorded batch job, never submitting); framed answer."""
     return [*agent, DETACH_RECONCILE if detached else ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
+
+
+def confirm_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, sbatch_args: Sequence[str],
+                metrics: Sequence[str], baseline: Sequence[Tuple[str, str]], accept_regression: bool,
+                revert: Sequence[str], command: Sequence[str], progress_words: Sequence[str] = ()) -> List[str]:
+    """``confirm-run``: the confirmation *command* as a Slurm batch job, judged and (failing, with *revert*)
+    reverted by a supervisor that outlives the connection (framed answer).  *metrics* are
+    ``NAME=BETTER:TOLERANCE``; *revert* the argv run on this host when the job does not pass."""
+    argv = [*agent, CONFIRM_RUN, *_job_words(root, program, attempt, timeout), *progress_words]
+    argv += [f"{SBATCH_ARG}={arg}" for arg in sbatch_args]
+    argv += [f"{METRIC}={spec}" for spec in metrics]
+    argv += [f"{BASELINE}={name}={value}" for name, value in baseline]
+    argv += [ACCEPT_REGRESSION] if accept_regression else []
+    argv += [f"{REVERT}={word}" for word in revert]
+    return [*argv, END, *command]
+
+
+def confirm_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    """``confirm-reconcile``: the verdict of an attempt's confirmation (never submits or reverts; framed answer)."""
+    return [*agent, CONFIRM_RECONCILE, *_job_words(root, program, attempt, timeout)]
 
 
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,

@@ -75,6 +75,11 @@ def _reconcile_place(inputs: RuntimeStep, previous: dict[str, Any]) -> tuple[Tra
     """Where and how the end of *previous* is asked for (the agent never starts or submits anything)."""
     detached = previous.get("kind") == "detached"
     login = inputs.build_transport() if detached else inputs.ctx.login(inputs.host)
+    if previous.get("kind") == "confirm":
+        return login, protocol.confirm_reconcile(inputs.host.agent, root=inputs.host.scratch_root or "",
+                                                 program=inputs.profile.program, attempt=previous["attempt"],
+                                                 timeout="1"), \
+            "read the verdict of the confirmation job an interrupted run left (never submits or reverts)"
     argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
                               program=inputs.profile.program, attempt=previous["attempt"], timeout="1")
     purpose = ("establish the end of the build an interrupted run left on the build host (never starts one)"
@@ -112,6 +117,7 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     ctx = inputs.ctx
     attempt = previous["attempt"]
     detached = previous.get("kind") == "detached"
+    confirm = previous.get("kind") == "confirm"
     step = plan.get(PREVIOUS)
     ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
                 f"{previous.get('attempt_dir')}; reconciling its {'build' if detached else 'job'}")
@@ -131,8 +137,16 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
         found.update(kind="detached", where=login.where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
                      settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
     inputs.receipt.previous_attempt = found
-    ended = (summary.get("job_state") != "RUNNING" if detached
+    ended = (summary.get("job_state") != "RUNNING" if detached or confirm
              else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
+    if confirm and call.complete and ended:  # the verdict a supervisor wrote with no driver left to read it
+        verdict = summary.get("confirm")
+        found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
+        if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
+            from ..state import confirmation
+
+            confirmation.record_verdict(ctx.state, inputs.host.name, inputs.profile.program,
+                                        previous["expected_sha"], verdict, previous.get("receipt"), None)
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -141,6 +155,11 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()
     settled(step)
+    if confirm:
+        raise Locked(f"the confirmation job {summary.get('job_id') or '(id not yet recorded)'} of an interrupted "
+                     f"run (attempt {previous.get('attempt_dir')}, receipt {previous.get('receipt')}) is still under "
+                     f"way on {login.where} (state {summary.get('job_state') or 'unknown'}; it reverts by itself if "
+                     "it fails); nothing was run: wait for it to end, then rerun")
     if detached:
         pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
         raise Locked(f"the build of an interrupted run keeps running on {login.where} under attempt "

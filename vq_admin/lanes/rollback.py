@@ -89,6 +89,13 @@ class RuntimeRollback(RuntimeUpdate):
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, to: str | None):
         self.entry = verified_target(ctx.state, host_name, program, to)
+        from ..state.confirmation import unconfirmed
+
+        reason = unconfirmed(ctx.state, host_name, program, self.entry["sha"])
+        if reason is not None:  # CONTRACT section 13: never made current again by a rollback
+            raise Refused(f"unconfirmed: {program} {self.entry['sha']} on {host_name}: {reason}; nothing was run; "
+                          f"to prove it again: vq admin update {program} {host_name} --expected-sha "
+                          f"{self.entry['sha']} --retry-confirmation")
         super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
             self.profile.provider, self.request(archive=None, where=self.activate_place))

@@ -61,6 +61,8 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         cluster_install=args.cluster_install,
         update_script_args=tuple(args.update_script_arg or ()),
         verbose=args.verbose,
+        accept_regression=getattr(args, "accept_regression", None),
+        retry_confirmation=getattr(args, "retry_confirmation", False),
         config=args.config,
         state_dir=args.state_dir,
     )

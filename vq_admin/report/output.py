@@ -93,7 +93,7 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         lines.append(_field("tag", receipt["tag"]))
     final = (receipt.get("verify") or {}).get("final") or (receipt.get("verify") or {}).get("readback") or {}
     vr = final.get("receipt") if isinstance(final, dict) else None
-    if vr and final.get("proven"):
+    if vr and final.get("proven") and not receipt.get("reverted"):
         lines.append(_field("launcher", vr["active_path"]))
         lines.append(_field("sha256", vr["active_path_sha256"]))
     rollback = receipt.get("rollback")
@@ -114,8 +114,9 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
         command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
         lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
-    if receipt["outcome"] not in ("ok", "already-current"):  # where to read what the provider said
+    if receipt["outcome"] not in ("ok", "already-current") and not receipt.get("confirm"):  # the provider's words
         lines += _transcript_lines(deploy, receipt.get("command_output") or {})
+    lines += _confirm_lines(receipt)
     lines += [_field("note", note) for note in receipt.get("notes") or []]
     lines += [_field("error", error) for error in receipt.get("errors") or []]
     readback = receipt.get("readback")
@@ -126,6 +127,32 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     if receipt_path:
         lines.append(_field("receipt", receipt_path))
     return [safe_text(line) for line in lines]
+
+
+def _confirm_lines(receipt: dict[str, Any]) -> list[str]:
+    """The confirmation job (CONTRACT section 13): its end and metrics; a revert and whether it was proven."""
+    confirm, reverted = receipt.get("confirm"), receipt.get("reverted")
+    if not confirm:
+        return []
+    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.get("metrics") or {}).items()))
+    seconds = f" in {confirm['seconds']:.1f} s" if isinstance(confirm.get("seconds"), (int, float)) else ""
+    lines = [_field("confirm", f"job {confirm.get('job_id') or '?'} {confirm.get('state') or 'not ended'} exit "
+                               f"{confirm.get('exit_code')}{' on ' + confirm['node'] if confirm.get('node') else ''}"
+                               f"{seconds}" + (f"; {metrics}" if metrics else ""))]
+    if confirm.get("accepted"):
+        lines.append(_field("accepted", f"{confirm['accepted'].get('reason')}: "
+                                        + "; ".join(confirm["accepted"].get("regressed") or [])))
+    if reverted:
+        proven = "proven by a read-only verify" if reverted.get("proven") else "NOT proven"
+        lines.append(_field("reverted", f"{str(reverted.get('from'))[:12]} -> {str(reverted.get('to'))[:12]} "
+                                        f"({proven}); the queue keeps {str(reverted.get('to'))[:12]}"))
+    if confirm.get("passed") is False:
+        output = confirm.get("output") or {}
+        tail = stderr_tail(str(output.get("stderr") or "")) or stderr_tail(str(output.get("stdout") or ""))
+        if tail:
+            lines.append(_field("job said", "\n".join(tail)))
+        lines.append(_field("log dir", str(confirm.get("attempt_dir"))))
+    return lines
 
 
 def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[str]:
