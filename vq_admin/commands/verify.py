@@ -93,7 +93,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         moved = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
         if same and moved.get("sha") != last_ok.get("sha"):
             # another driver's signed verification moved LAST OK: judged against it, in one more verify (only then)
-            return dict(check_runtime(ctx, host, profile, None), record=imported)
+            return dict(check_runtime(ctx, host, profile, None, job), record=imported)
         entry["record"] = imported
     if found.interrupted:
         return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
