@@ -26,7 +26,7 @@ import pytest
 
 import agent_selftest
 from support import GitRepo, git
-from vq_admin.core import protocol
+from vq_admin.core import exits, protocol
 from vq_admin.core.frames import FrameError, read_frames
 from vq_admin.agent.allocation import new_attempt_name
 from vq_admin.agent.cli import build_parser
@@ -66,8 +66,8 @@ def test_the_exit_statuses_are_the_agent_s():
     from vq_admin.agent import cli, lease
 
     assert (cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_MISMATCH, cli.EXIT_UNSAFE, cli.EXIT_HELD) == (
-        protocol.EXIT_FAILED, protocol.EXIT_USAGE, protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE, protocol.EXIT_HELD)
-    assert lease.EXIT_HELD == protocol.EXIT_HELD
+        exits.EXIT_FAILED, exits.EXIT_USAGE, exits.EXIT_MISMATCH, exits.EXIT_UNSAFE, exits.EXIT_HELD)
+    assert lease.EXIT_HELD == exits.EXIT_HELD
 
 
 def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
@@ -323,7 +323,7 @@ def rt_stage_verify(w: World) -> None:
     assert verdict.verified and verdict.stage == stage and verdict.mismatches == []
     wrong = dict(w.words, git_tree="0" * 40)
     verdict = protocol.parse_stage_verify(run(protocol.stage_verify(AGENT, stage=stage, **wrong), w.tmp,
-                                              ok=(protocol.EXIT_MISMATCH,)))
+                                              ok=(exits.EXIT_MISMATCH,)))
     assert not verdict.verified and verdict.mismatches
 
 
@@ -483,7 +483,7 @@ def rt_census(w: World) -> None:
         assert answer.data["groups"] == [{"words": [f"/apps/v/releases/{'a' * 40}/bin/python"], "jobs": [
             {"id": "7", "display": "7", "state": "PENDING", "user": "u"}]}]
     (bindir / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
-    failed = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env, ok=(protocol.EXIT_FAILED,)))
+    failed = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env, ok=(exits.EXIT_FAILED,)))
     assert not failed.complete and failed.error and "Unable to contact" in failed.error
 
 

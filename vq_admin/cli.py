@@ -41,13 +41,25 @@ class _Formatter(argparse.HelpFormatter):
         return super()._format_args(action, default_metavar)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """One parser of a :func:`build_parser` tree (its subparsers are of the same class: ``parser_class``)."""
+
     #: The top-level prog ("vq admin" or "vq-admin"); main() prints it before every error.
     top_prog = ""
+    #: Every parser of the tree, in the order built (the completion reads it: no private argparse).
+    family: list[Parser] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        #: What :meth:`add_argument` returned for this parser, in order.
+        self.arguments: list[argparse.Action] = []
         super().__init__(*args, **kwargs)
+        self.family.append(self)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.arguments.append(action)
+        return action
 
     def error(self, message: str) -> NoReturn:
         # main() already prints "<prog>: usage: "; name only the verb (``update: ...``), never the prog twice.
@@ -63,13 +75,23 @@ def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog,
-                     description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
+def _lane_options(parser: argparse.ArgumentParser, dry_run_help: str) -> None:
+    """``--wait-lock``, ``--dry-run`` and ``-v`` of the verbs that run a lane."""
+    parser.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                        help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                             "then exit 75 as without it")
+    parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="narrate on stderr and print the summary even when not a terminal")
+
+
+def build_parser(prog: str = "vq admin") -> Parser:
+    tree: type[Parser] = type("Tree", (Parser,), {"top_prog": prog, "family": []})
+    parser = tree(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
     parser.add_argument("--version", action="version", version=f"vq-admin {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="verb", required=True)
 
     p = sub.add_parser("update", help="update the helper (HOST) or one runtime (PROGRAM HOST)",
                        description="HOST: the helper lane. PROGRAM HOST: the runtime lane.")
@@ -84,12 +106,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="run the confirmation job again for an unconfirmed SHA (activating it first when needed)")
     p.add_argument("--accept-regression", metavar="REASON",
                    help="a confirmation metric out of tolerance is recorded with REASON, not reverted")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the plan; run and change nothing")
     p.add_argument("--all", action="store_true",
                    help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
     p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
@@ -164,12 +181,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the plan; run and change nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.rollback", force=False, cluster_install=False, update_script_arg=[])
 
@@ -180,12 +192,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
                    help="also keep the N most recent distinct verified generations (default 3)")
     p.add_argument("--forget-driver", metavar="ID", help="drop the retired driver ID's roots (USER@HOST/<8 hex>), "
                    "recorded on the host's record")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the keep set and reasons; remove nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.prune", force=False, cluster_install=False, update_script_arg=[])
 
@@ -207,7 +214,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.set_defaults(func="commands.attest")
 
     p = sub.add_parser("provider", help="install or test a private site provider command")
-    psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
+    psub = p.add_subparsers(dest="provider_verb", required=True)
     q = psub.add_parser("install", help="install one reviewed site command on a host (old/new hash, interpreter)")
     q.add_argument("src", metavar="SRC", help="the reviewed file on this machine (never from a product tree or stage)")
     q.add_argument("--host", required=True, metavar="HOST", help="configured host (managed or helper-only)")
@@ -239,16 +246,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p = sub.add_parser("completion", help="print the bash or zsh completion script of vq and vq-admin")
     p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
     p.set_defaults(func="completion")
-    _set_top_prog(parser, prog)
     return parser
-
-
-def _set_top_prog(parser: argparse.ArgumentParser, prog: str) -> None:
-    parser.top_prog = prog  # type: ignore[attr-defined]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _set_top_prog(child, prog)
 
 
 #: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).

@@ -41,12 +41,12 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
-from .core import protocol
+from .core import exits, protocol
 from .core.failpoints import failpoint
 from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
-from .state.records import utc_now
+from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
 from .ssh.transport import (SHELL_PROBE_EXPECTED, SSH_TRANSPORT_EXIT, SshTransport, Transport,
                             describe_interruption, literal_words)
@@ -65,8 +65,6 @@ RELEASE_TIMEOUT = 15.0
 #: carries channels of ssh clients that are gone (a follow whose driver was interrupted while the
 #: remote side still runs), and the run would wait for a build it has left running.
 MASTER_LINGER = 2.0
-EXIT_HELD = 75
-EXIT_UNSAFE = 4
 _T = TypeVar("_T")
 
 
@@ -89,7 +87,7 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
     """Raise what an agent that never ran its verb means: an interpreter older than 3.8 (the
     agent's one line, :data:`vq_admin.agent.TOO_OLD`) or no agent at all."""
     too_old = next((line for line in error.splitlines() if line.startswith(TOO_OLD)), None)
-    if code == 77 and too_old is not None:
+    if code == exits.REFUSED and too_old is not None:
         raise Refused(too_old)
     if code == 127:
         tail = error.splitlines()[-1] if error else "no message"
@@ -168,9 +166,9 @@ class Lease:
     def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
-        if code == EXIT_HELD:
+        if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
-        if code == EXIT_UNSAFE or code == 1:
+        if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
                           "nothing was run")
         if code == SSH_TRANSPORT_EXIT or code is None or code < 0:
@@ -297,22 +295,7 @@ class Lease:
         if fault is not None:
             return self._interrupted(SSH_TRANSPORT_EXIT, f"vq-admin test fault: {fault}")
         if not first:
-            if waited_out:
-                return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
-                                       "while taking the host-side lease"}
-            if protocol.lacks_verb(protocol.SESSION, code, b"", error):
-                self._other_protocol(None)
-            if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
-                if ssh is not None and not ssh.shell_checked:
-                    # No answer at all (the login shell could not even run the agent's words?): the
-                    # separate probe tells a login shell that is not POSIX (77) from a broken agent.
-                    ssh.check_login_shell()
-                _agent_cannot_run(code, error, self.where, self.argv[0])
-                raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
-                              f"{code}: {error or 'no answer'}; nothing was run")
-            # not a word from the agent: the host was not reached (or the session ended before the agent
-            # began), so nothing ran there
-            return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
+            return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         shell = first.get("shell")
@@ -327,6 +310,24 @@ class Lease:
         status = held.get("exit")
         self._refuse(held, status if isinstance(status, int) else code,
                      str(held.get("error") or error).replace("vq-admin-agent: ", ""))
+
+    def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> dict[str, Any]:
+        """Not a word from the agent: an interruption when the host was not reached (or the session ended
+        before the agent began, so nothing ran there), else raised: why the agent did not run its verb."""
+        if waited_out:
+            return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
+                                   "while taking the host-side lease"}
+        if protocol.lacks_verb(protocol.SESSION, code, b"", error):
+            self._other_protocol(None)
+        if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
+            if ssh is not None and not ssh.shell_checked:
+                # No answer at all (the login shell could not even run the agent's words?): the
+                # separate probe tells a login shell that is not POSIX (77) from a broken agent.
+                ssh.check_login_shell()
+            _agent_cannot_run(code, error, self.where, self.argv[0])
+            raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
+                          f"{code}: {error or 'no answer'}; nothing was run")
+        return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: Any) -> NoReturn:
         host = self.argv[self.argv.index(protocol.HOST) + 1]

@@ -33,15 +33,15 @@ from typing import Any, Iterator, Sequence
 
 from ..core import checksum, safedirs, securepath
 from . import lease, retention, slurmjob
+from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
+from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
-#: The job's exit status when what it was given is not what the run prepared (nothing ran).
-JOB_TAMPERED_EXIT = 86
 #: The first words of the job's stderr line in that case (the driver looks for it).
 JOB_TAMPERED_MARK = "vq-admin job: refused:"
 #: Largest argv.json the job reads.
@@ -148,7 +148,7 @@ try:
 except OSError as exc:
     sys.stderr.write("vq-admin job: cannot run %%s: %%s\\n" %% (spec["argv"][0], exc.strerror))
     sys.exit(127)
-""" % {"tampered": JOB_TAMPERED_EXIT, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
+""" % {"tampered": JOB_TAMPERED, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
 
 
 #: Seconds the agent looks for a cancelled job's final state after a timeout.
@@ -161,8 +161,6 @@ def program_parts(program: str) -> list[str]:
     return [".vq-admin", "runtime-deploy", program]
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def new_attempt_name() -> str:

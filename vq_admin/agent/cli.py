@@ -25,7 +25,7 @@ from . import allocation, checkpaths, confirm, detached, identity, install_file,
 from ..core import checksum, protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
-from ..core.protocol import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
+from ..core.exits import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
 from .spawn import TimeoutExpired, run_captured
 
 

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import allocation, detached, lease, slurmjob, spawn
 from ..core import procs, protocol
 from ..core.frames import FrameWriter
+from ..core.stamps import utc_now
 from .progress import Reporter
 
 #: The verdict the supervisor writes, and the spec it reads, inside the attempt.
@@ -139,7 +140,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         spec = protocol.decode((attempt.read(SPEC_FILE, 1 << 20) or b"{}").decode("utf-8"))
         started = time.monotonic()
         record = {"supervisor_pid": os.getpid(), "supervisor_start_time": procs.proc_start_time(os.getpid()),
-                  "started": allocation.utc_now()}
+                  "started": utc_now()}
         attempt.write_file(detached.BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
@@ -179,7 +180,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                        problems=problems + ([] if accepted else regressed))
         verdict["passed"] = not verdict["problems"]
         verdict["revert"] = _revert(spec["revert"]) if not verdict["passed"] and spec.get("revert") else None
-        verdict["ended"] = allocation.utc_now()
+        verdict["ended"] = utc_now()
         lease.end_work(*work)
         attempt.write_file(VERDICT_FILE, json.dumps(verdict, sort_keys=True).encode())
         code = 0

@@ -51,6 +51,7 @@ import sys
 import time
 
 from ..core import default_paths as paths, procs, protocol, securepath
+from ..core.exits import EXIT_HELD, EXIT_UNSAFE
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
@@ -59,7 +60,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-EXIT_HELD, EXIT_UNSAFE = protocol.EXIT_HELD, protocol.EXIT_UNSAFE  # the protocol's exit statuses
 LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
@@ -165,13 +165,10 @@ def peek(program: str) -> Dict[str, Any]:
 
 
 def _ago(since: Any) -> str:
-    import calendar  # contention only
+    from ..core.stamps import parse_utc  # contention only
 
-    try:
-        seconds = time.time() - calendar.timegm(time.strptime(str(since), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return ""
-    return f" ({seconds:.0f} s ago)"
+    at = parse_utc(since)
+    return "" if at is None else f" ({time.time() - at:.0f} s ago)"
 
 
 def _connection(holder: Dict[str, Any]) -> str:

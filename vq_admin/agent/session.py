@@ -79,7 +79,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..core import protocol
+from ..core import exits, protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
@@ -87,7 +87,6 @@ if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bar
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
-EXIT_USAGE = 2
 
 
 def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
@@ -152,15 +151,7 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
             answer["identity_error"] = f"{exc.strerror or exc}"
     verify = request.get("verify")
     if isinstance(verify, dict):
-        from .verify_readback import verify_readback
-
-        argv, env, timeout = verify.get("argv"), verify.get("env") or {}, verify.get("timeout")
-        if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
-                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-                and isinstance(timeout, (int, float)) and timeout > 0):
-            answer["verify"] = verify_readback(argv, env, float(timeout))
-        else:
-            answer["verify"] = {"error": "bad verify request"}
+        answer["verify"] = _verify(verify.get("argv"), verify.get("env") or {}, verify.get("timeout"))
     if "record" in request:
         from . import record
 
@@ -169,6 +160,17 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
         except ValueError as exc:
             answer["record"] = {"entries": [], "error": str(exc)}
     return answer
+
+
+def _verify(argv: Any, env: Any, timeout: Any) -> Dict[str, Any]:
+    """The bounded verify and its read-back, when the request's words are an argv, an environment and a bound."""
+    from .verify_readback import verify_readback
+
+    if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+            and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(timeout, (int, float)) and timeout > 0):
+        return verify_readback(argv, env, float(timeout))
+    return {"error": "bad verify request"}
 
 
 class Held:
@@ -225,7 +227,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         request = None
     if not isinstance(request, dict):
         err.write("vq-admin-agent: session: stdin must start with one JSON request object line\n")
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     answer, fd = first_part(request, probe)
     out.write(protocol.encode(answer))
     out.flush()
@@ -255,5 +257,5 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
 def main(argv: List[str]) -> int:
     if argv and argv[0] != protocol.PROBE:
         print("usage: vq-admin-agent session [--probe WORD...]  (one JSON request line on stdin)", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     return serve(sys.stdin.buffer, sys.stdout, sys.stderr, argv[1:] if argv else None)

@@ -31,6 +31,7 @@ import sys
 import time
 
 from ..core import protocol
+from ..core.exits import EXIT_FAILED, EXIT_USAGE, REFUSED as EXIT_UNSAFE
 TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
 if TYPE_CHECKING:
     from typing import Any
@@ -40,7 +41,6 @@ CHUNK = 1 << 20
 STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
-EXIT_FAILED, EXIT_USAGE, EXIT_UNSAFE = 1, 2, 77
 
 
 def file_sha256(path: str) -> str:

@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from vq_admin_hookspecs import RuntimeRequest
+from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
@@ -109,6 +109,18 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     return judged
 
 
+def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
+           attested: str | None) -> str | None:
+    """How the active runtime differs from what is expected (another SHA; a launcher whose bytes, *read*
+    by the verify, are not the ones LAST OK attested), or ``None``."""
+    if active_sha != sha:
+        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
+        return f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}"
+    if read is not None and read.active_path_sha256 != attested:
+        return f"launcher {read.active_path} has SHA-256 {read.active_path_sha256}; LAST OK attested {attested}"
+    return None
+
+
 def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any],
          plan: Plan) -> dict[str, Any]:
     """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
@@ -139,13 +151,10 @@ def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> 
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
                        "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
-    if active_sha != sha:
-        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
-        return dict(entry, state="drifted", detail=f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}")
     attested = expected["launcher_sha256"]
-    if read and read.ok and attested and receipt.active_path_sha256 != attested:
-        return dict(entry, state="drifted", detail=f"launcher {receipt.active_path} has SHA-256 "
-                    f"{receipt.active_path_sha256}; LAST OK attested {attested}")
+    drift = _drift(active_sha, sha, same, receipt if read and read.ok and attested else None, attested)
+    if drift:
+        return dict(entry, state="drifted", detail=drift)
     failed = [f"{c.name}: {c.detail}" for c in found.checks
               if not c.ok and not (c.name == "tag" and expected["tag"] is None)]
     if failed or found.error:

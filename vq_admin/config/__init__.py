@@ -13,7 +13,7 @@ import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
@@ -23,6 +23,7 @@ from .confirm import KEYS as CONFIRM_KEYS, Confirm
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
+#: ``scheduler``: checked, not stored; vq-admin drives Slurm only (docs/architecture.md, "The scheduler").
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
 MAX_TIMEOUT = 30 * 24 * 3600.0
@@ -98,7 +99,6 @@ class HostConfig:
     transport: str = "ssh"
     ssh: str = ""
     canonical_host: str | None = None
-    scheduler: str = "slurm"
     scratch_root: str | None = None
     agent: tuple[str, ...] = ("vq-admin-agent",)
     helper_provider: str = "command"
@@ -162,21 +162,14 @@ def check_ssh_config(config: "Config") -> None:
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate the configuration; raise :class:`ConfigError` on any fault
     (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
-    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
+    from ..core.bounds import InputError, read_config
 
-    chosen = Path(path) if path else Path(paths.config_path())
+    chosen = os.fspath(path) if path else paths.config_path()
     try:
-        if not chosen.exists():
-            raise FileNotFoundError(chosen)
-        raw = read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
-        data = loads_toml(raw, f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
-    except FileNotFoundError:
-        raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+        data = read_config(chosen)
     except InputError as exc:
         raise ConfigError("", str(exc)) from None
-    except OSError as exc:
-        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
-    config = parse_config(data, str(chosen))
+    config = parse_config(data, chosen)
     check_ssh_config(config)
     return config
 
@@ -210,8 +203,27 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
 
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.
-HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
+HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments", "scheduler"}
 PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"} | CONFIRM_KEYS
+
+
+def _check_profiles_fit(table: dict[str, Any], key: str, name: str, runtimes: dict[str, RuntimeProfile]) -> None:
+    """What the host's profiles ask of the host: an ssh destination git can use for a fed mirror, a
+    ``scratch_root`` Slurm can write transcripts below for an allocation."""
+    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
+    ssh_dest = table.get("ssh", name)
+    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
+            and (":" in ssh_dest or "/" in ssh_dest)):
+        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
+                                        f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
+    allocated = sorted(p for p, profile in runtimes.items()
+                       if profile.update_allocation is not None or profile.confirm is not None)
+    if allocated and "scratch_root" not in table:
+        raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
+                                                 "confirm_command, whose transcripts live below scratch_root")
+    if allocated and any(c in str(table["scratch_root"]) for c in "%\\"):
+        raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
+                                                 "(Slurm expands them in --output/--error file names)")
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:
@@ -233,28 +245,14 @@ def _parse_host(name: str, table: Any) -> HostConfig:
     runtimes = {p: _parse_profile(p, t, f"{key}.scheduler_runtime_deployments.{p}") for p, t in profiles_raw.items()}
     if "helper_update_host" in table and "helper_update_command" not in table:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
-    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
-    ssh_dest = table.get("ssh", name)
-    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
-            and (":" in ssh_dest or "/" in ssh_dest)):
-        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
-                                        f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = sorted(p for p, profile in runtimes.items()
-                       if profile.update_allocation is not None or profile.confirm is not None)
-    if allocated:
-        if "scratch_root" not in table:
-            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
-                                                     "confirm_command, whose transcripts live below scratch_root")
-        if any(c in str(table["scratch_root"]) for c in "%\\"):
-            raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
-                                                     "(Slurm expands them in --output/--error file names)")
+    _check_profiles_fit(table, key, name, runtimes)
+    _choice(table, "scheduler", key, SCHEDULERS, "slurm")  # an old file may say so; another scheduler is refused
     return HostConfig(
         name=name,
         fleet_role=role,
         transport=_choice(table, "transport", key, TRANSPORTS, "ssh"),
         ssh=_destination(table, "ssh", key) or name,
         canonical_host=_str(table, "canonical_host", key),
-        scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
         scratch_root=_abs_path(table, "scratch_root", key),
         agent=parse_command(table, "agent", key) or ("vq-admin-agent",),
         helper_provider=_provider_name(table, "helper_provider", key),

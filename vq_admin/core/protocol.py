@@ -19,7 +19,7 @@ answer with framed records (:mod:`.frames`), read as a stream by the driver.
 
 Every JSON text on both sides goes through :func:`encode` and :func:`decode`
 (:func:`encode_request` for the ``session`` request): ``json.dumps(...,
-sort_keys=True)`` and ``json.loads``, imported when first used.
+sort_keys=True)`` and the bounded parser :func:`.bounds.loads_json`, imported when first used.
 
 Standard library only, Python 3.8 syntax at run time, and cheap to import
 (no ``typing``, ``json`` or ``re`` at run time): :mod:`.entry` dispatches the
@@ -121,8 +121,6 @@ KEEP_FAILED_DEFAULT = 3
 #: ``install-file --mode`` default.
 MODE_DEFAULT = "0755"
 
-#: Exit statuses of the agent (see :mod:`.cli`).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_HELD = 0, 1, 2, 3, 4, 75
 
 
 class ProtocolError(ValueError):
@@ -136,11 +134,15 @@ class ProtocolError(ValueError):
 
 # -- the JSON codec (both sides) --------------------------------------------------------
 
-def decode(text: str) -> Any:
-    """``json.loads(text)``: the value, or json's own ``ValueError``."""
-    import json
+#: Largest answer or request decoded (a verify's stdout is at most 4 MiB, escaped).
+DECODE_LIMIT = 64 << 20
 
-    return json.loads(text)
+
+def decode(text: str) -> Any:
+    """The value of JSON *text*, bounded (:func:`.bounds.loads_json`: NaN passes), or a ``ValueError``."""
+    from .bounds import loads_json
+
+    return loads_json(text, "the answer", limit=DECODE_LIMIT, nan=True)
 
 
 def encode(answer: Dict[str, Any]) -> str:
@@ -158,6 +160,8 @@ def encode_request(request: Dict[str, Any]) -> bytes:
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
     """True when an older agent's verb table refused *verb* (argparse's usage error, nothing answered)."""
+    from .exits import EXIT_USAGE
+
     out = stdout.encode("utf-8", "replace") if isinstance(stdout, str) else stdout
     err = stderr.encode("utf-8", "replace") if isinstance(stderr, str) else stderr
     return (exit_code == EXIT_USAGE and not out.strip() and b"invalid choice" in err

@@ -280,16 +280,9 @@ def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -
     problem = path_problem(path, what=what)
     if problem or depth > 16:
         return problem or f"{what} {path}: Include nested more than 16 files deep"
-    try:
-        fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return f"{what} {path} is not a regular file"
-            text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return f"cannot read {what} {path}: {exc.strerror or exc}"
+    text, problem = _config_text(path, what)
+    if problem:
+        return problem
     checked: set[str] = set()
     for line in text.splitlines():
         line = line.strip()
@@ -297,21 +290,43 @@ def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -
         keyword, value = line[:cut].lower(), line[cut:].strip(" \t=")
         words = [os.path.expanduser(w) for w in value.replace('"', " ").replace("'", " ").split()]
         if keyword == "include":
-            import glob
-
-            for pattern in words:
-                pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
-                for found in sorted(glob.glob(pattern)) or [pattern]:
-                    problem = ssh_config_problem(found, what=f"{what} {path} Includes", depth=depth + 1) \
-                        if os.path.lexists(found) else path_problem(found, what="Include", missing_ok=True)
-                    if problem:
-                        return problem
+            problem = _include_problem(words, f"{what} {path} Includes", depth)
+            if problem:
+                return problem
         elif keyword in SSH_PROGRAM_KEYWORDS:
             new = [w for w in words if w not in checked]
             checked.update(new)
             problem = command_problem(new, what=f"program {what} {path} names ({line[:cut]})")
             if problem:
                 return f"{problem}; ssh would run it as you"
+    return None
+
+
+def _config_text(path: str, what: str) -> tuple[str, str | None]:
+    """``(text, None)`` of the ssh configuration *path*, or ``("", its problem)``."""
+    try:
+        fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "", f"{what} {path} is not a regular file"
+            return (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace"), None
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return "", f"cannot read {what} {path}: {exc.strerror or exc}"
+
+
+def _include_problem(patterns: list[str], what: str, depth: int) -> str | None:
+    """The first problem of the files an ``Include`` line names (relative patterns are below ``~/.ssh``)."""
+    import glob
+
+    for pattern in patterns:
+        pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
+        for found in sorted(glob.glob(pattern)) or [pattern]:
+            problem = ssh_config_problem(found, what=what, depth=depth + 1) if os.path.lexists(found) \
+                else path_problem(found, what="Include", missing_ok=True)
+            if problem:
+                return problem
     return None
 
 

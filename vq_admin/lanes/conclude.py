@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..context import RunContext
+from ..core import exits
 from ..report.outcome import Outcome
 from ..report.output import last_line
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 
 
@@ -169,7 +170,6 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
 
 #: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
 #: another deploy holds the host.  Nothing was changed by this run.
-PROVIDER_LOCKED_EXIT = 75
 
 
 def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
@@ -177,7 +177,7 @@ def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int 
     """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
     lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N: <the last line
     of its stderr>", from the receipt's ``command_output``), the stage reclaimed as failed."""
-    if exit_code == PROVIDER_LOCKED_EXIT:
+    if exit_code == exits.PROVIDER_LOCKED:
         return provider_locked(ctx, receipt, what, reclaim)
     if exit_code != 0:
         receipt.errors.append(exited(what, exit_code, receipt.command_output.get("stderr") or ""))
@@ -194,7 +194,7 @@ def exited(what: str, exit_code: int | None, stderr: str) -> str:
 def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:
     """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
     reclaimed as not failed (nothing was tried on it)."""
-    receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "
+    receipt.errors.append(f"{what} exited {exits.PROVIDER_LOCKED} (EX_TEMPFAIL): its own host lock is held by another "
                           "deploy; nothing was changed by this run; rerun when that deploy has ended")
     reclaim(success=True)
     return conclude(ctx, receipt, Outcome.LOCKED)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from vq_admin_hookspecs import RuntimeRequest, Slot
 
 from ..agent.allocation import new_attempt_name
-from ..core import protocol
+from ..core import exits, protocol
 from ..plan import SlotValue, execute_stream, settled
 from ..report import progress
 from ..report.outcome import Refused, VqAdminError
@@ -248,7 +248,7 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     verdict = (call.records.get("summary") or {}).get("confirm")
     if isinstance(verdict, dict):
         return verdict
-    return {"passed": None, "held": call.exit_code == 75,
+    return {"passed": None, "held": call.exit_code == exits.EXIT_HELD,
             "problems": [f"the confirmation job gave no verdict ({call.describe()}: {call.stderr.strip()[-300:]})"]}
 
 

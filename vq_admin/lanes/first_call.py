@@ -25,7 +25,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..core import protocol
+from ..core import exits, protocol
 from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import VqAdminError
@@ -168,7 +168,7 @@ def _record_check(update: "RuntimeLane", index: int, words: list[tuple[str, str]
         step.detail = "the agent's session answered no check-paths result"
         raise VqAdminError(f"{step.name}: {step.detail}; no configured command was run")
     if refused:
-        step.status, step.exit_code = "failed", remote_paths.AGENT_UNSAFE
+        step.status, step.exit_code = "failed", exits.EXIT_UNSAFE
         step.detail = "; ".join(str(item.get("problem")) for item in refused if isinstance(item, dict))
         remote_paths.refuse(where, words, refused, step.detail)
     step.status, step.exit_code = "ok", 0

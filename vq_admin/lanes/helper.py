@@ -52,7 +52,7 @@ from ..lease import AgentMissing, Lease, OtherProtocol
 from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
 from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call

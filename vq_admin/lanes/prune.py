@@ -53,7 +53,7 @@ from ..plugins import ProviderError
 from ..report.receipt import Receipt
 from ..launcher.references import CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 from . import command_files as remote_paths
 from .conclude import conclude, exited, rerun_command

@@ -74,7 +74,7 @@ def read(state: StateDir, host: str, program: str) -> dict[str, ConfirmEntry]:
 
 def record(state: StateDir, host: str, program: str, sha: str, entry: ConfirmEntry) -> None:
     """Write *sha*'s *entry*, atomically."""
-    from .records import utc_now
+    from ..core.stamps import utc_now
 
     generations = read(state, host, program)
     generations[sha] = entry.replace(at=utc_now())
