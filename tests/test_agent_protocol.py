@@ -487,6 +487,18 @@ def rt_census(w: World) -> None:
     assert not failed.complete and failed.error and "Unable to contact" in failed.error
 
 
+def rt_record(w: World) -> None:
+    from vq_admin.agent import record
+
+    empty = protocol.parse_record(run(protocol.record(AGENT, {"toy": 0}), w.tmp))
+    assert empty.records == {"toy": {"entries": [], "last": 0}}
+    record.append("toy", b"{}", b"SIG")
+    record.append("toy", b"[]", None)
+    found = protocol.parse_record(run(protocol.record(AGENT, {"toy": 1, None: 0}), w.tmp)).records
+    assert [(e["seq"], e["statement"], e["sig"]) for e in found["toy"]["entries"]] == [(2, "[]", None)]
+    assert found[protocol.HELPER_RECORD]["entries"] == []
+
+
 ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.HASH_FILE: rt_hash_file, protocol.CHECK_PATHS: rt_check_paths,
     protocol.VERIFY_READBACK: rt_verify_readback, protocol.STAGE_CREATE: rt_stage_create,
@@ -495,6 +507,7 @@ ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.INSTALL_FILE: rt_install_file, protocol.ALLOC_RUN: rt_alloc_run,
     protocol.ALLOC_RECONCILE: rt_alloc_reconcile, protocol.DETACH_RUN: rt_detach_run,
     protocol.DETACH_RECONCILE: rt_detach_reconcile, protocol.LEASE: rt_lease, protocol.SESSION: rt_session,
+    protocol.RECORD: rt_record,
     protocol.CENSUS: rt_census, protocol.CONFIRM_RUN: rt_confirm_run, protocol.CONFIRM_RECONCILE: rt_confirm_reconcile,
 }
 

@@ -217,16 +217,28 @@ def build_parser(prog: str = "vq admin") -> Parser:
                    help="also keep the N most recent distinct verified generations (default 3)")
     p.add_argument("--used-within", metavar="DAYS", type=float, default=14.0,
                    help="also keep every generation with a use recorded within DAYS days (default 14)")
+    p.add_argument("--forget-driver", metavar="ID", help="drop the retired driver ID's roots (USER@HOST/<8 hex>), "
+                   "recorded on the host's record")
     _lane_options(p, "print the keep set and reasons; remove nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.prune", force=False, cluster_install=False, update_script_arg=[])
 
-    p = sub.add_parser("history", help="stored runs, newest first")
+    p = sub.add_parser("history", help="runs, newest first: every administrator's on HOST (its record), or stored")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("program", nargs="?", metavar="PROGRAM")
     p.add_argument("--limit", metavar="N", type=int, default=None, help="print at most N runs (default 20)")
+    p.add_argument("--local", action="store_true",
+                   help="with HOST: this driver's stored receipts only (no ssh), not the host's record")
     _common(p, "print one JSON document (schema vq-admin/history/1) on stdout")
     p.set_defaults(func="commands.history")
+
+    p = sub.add_parser("attest", help="print the host's signed record entry (in-toto statement) of a generation")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--sha", metavar="SHA", help="the generation (full SHA; default: the newest verified one)")
+    p.add_argument("--out", metavar="DIR", help="write DIR/statement.json and DIR/statement.json.sig")
+    _common(p, "print one JSON document (schema vq-admin/attest/1) on stdout")
+    p.set_defaults(func="commands.attest")
 
     p = sub.add_parser("provider", help="install or test a private site provider command")
     psub = p.add_subparsers(dest="provider_verb", required=True)

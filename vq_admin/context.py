@@ -42,6 +42,8 @@ class RunContext:
     narrate: Callable[[str], None] = lambda message: None
     #: The host-side lease a lane takes in its first call (:func:`vq_admin.lease.host_lease`, deferred).
     lease: Any = None
+    #: The host-side lease the run holds, however it was taken (the run's record entry goes through it).
+    held_lease: Any = None
 
     def login(self, host: HostConfig) -> Transport:
         """The scheduler login host itself (verification always runs here)."""

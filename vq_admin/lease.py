@@ -95,10 +95,10 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
 
 
 def lease_argv(agent: tuple[str, ...] | list[str], lane: str, host: str, program: str | None, run_id: str,
-               since: str) -> list[str]:
+               since: str, record_after: int | None = None) -> list[str]:
     return protocol.lease(agent, lane=lane, host=host, program=program,
                           driver_host=socket.gethostname(), user=_user(), pid=os.getpid(), since=since,
-                          run_id=run_id)
+                          run_id=run_id, record_after=record_after)
 
 
 def _user() -> str:
@@ -120,6 +120,9 @@ class Lease:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self._buffer = b""
         self._waited_out = False
+        #: the host's record after this driver's cursor, as the agent answered it with the lease (CONTRACT
+        #: section 12); ``None`` until then, or from an agent that keeps no record
+        self.host_record: dict[str, Any] | None = None
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
@@ -154,6 +157,7 @@ class Lease:
         if answer.get("held") is True:
             self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
                                acquired_at=utc_now())
+            self.host_record = _member(answer, "record") or None
             return self.record
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
@@ -215,6 +219,7 @@ class Lease:
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
             self.record["seconds"] = round(time.monotonic() - started, 3)
             answer = dict(first, **_parse(protocol.SESSION, rest))
+            self.host_record = _member(answer, "record") or None
             if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
                 bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
                 answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
@@ -226,6 +231,22 @@ class Lease:
             return answer
         self.record["seconds"] = round(time.monotonic() - started, 3)
         return self._not_held(ssh, first, fault)
+
+    def append(self, statement: bytes, sig: bytes | None) -> dict[str, Any]:
+        """Append the run's entry to the host's record through the held lease (one line on the agent's
+        stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``), ``{}`` when none
+        came within :data:`LEASE_WAIT` seconds."""
+        if self.proc is None or self.proc.stdin is None or not self.record.get("held"):
+            return {"append_error": "the host-side lease is not held"}
+        line = {"append": {"statement": statement.decode(), "sig": None if sig is None else sig.decode()}}
+        try:
+            self.proc.stdin.write(protocol.encode_request(line))
+            self.proc.stdin.flush()
+        except OSError as exc:
+            return {"append_error": f"the session ended before the entry was sent: {exc.strerror or exc}"}
+        from .record.view import record_answer
+
+        return record_answer(self._read_line(self.lease_wait))
 
     @property
     def lease_wait(self) -> float:
@@ -452,7 +473,10 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         return
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at)
+    from .record import view
+
+    after = view.cursor(ctx.state, host_name, program)
+    argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
     lease = Lease(ctx.login(host), argv)
     lease.waiter = waiter or lease.waiter
     receipt.lease = lease.record
@@ -461,12 +485,14 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
 
         check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
     try:
+        ctx.held_lease = lease
         if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
             ctx.lease = lease
         else:
             lease.acquire()
             ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+            receipt.record = view.take(ctx.config, ctx.state, host_name, program, lease.host_record)
         yield lease
     finally:
-        ctx.lease = None
+        ctx.lease = ctx.held_lease = None
         lease.release()

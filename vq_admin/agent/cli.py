@@ -253,9 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
     p.add_argument(protocol.LEASE_OF, metavar="PROGRAM", help="also say who holds PROGRAM's runtime lease now "
                    "(read without taking it)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N", help="with --lease-of: also answer the host's "
+                   "record of PROGRAM after entry N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
     p.set_defaults(func=lambda args: verify_readback.main(
-        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else []) + args.command))
+        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else [])
+        + ([protocol.RECORD_AFTER, str(args.record_after)] if args.lease_of and args.record_after is not None
+           else []) + args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)
@@ -364,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(protocol.LANE, choices=lease.LANES, required=True)
     p.add_argument(protocol.HOST, required=True, help="holder record: the host name in the driver's configuration")
     p.add_argument(protocol.PROGRAM, help="the program (runtime lane only)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N",
+                   help="also answer the host's record of the lane after entry N (member record)")
     p.add_argument(protocol.DRIVER_HOST, required=True, help="holder record: the driver's host name")
     p.add_argument(protocol.USER, required=True, help="holder record: the user running vq-admin")
     p.add_argument(protocol.PID, type=int, required=True, help="holder record: the driver's pid")
@@ -389,7 +395,32 @@ def build_parser() -> argparse.ArgumentParser:
                                    "yet (scontrol write batch_script); keep what was read there, sealed, for the "
                                    "jobs still queued; report what it cost.")
     p.set_defaults(func=cmd_census)
+
+    p = sub.add_parser(protocol.RECORD, help="the entries of the host's record after entry N, as one JSON answer",
+                       description="Read $XDG_STATE_HOME/vq-admin-agent/record/<program>/ (_helper/ for the helper "
+                                   "lane): each entry numbered above N, its statement and its signature.")
+    p.add_argument("cursors", nargs="*", metavar="NAME=N", help="a program (_helper: the helper lane) and the "
+                   "number of the last entry already read (0: all)")
+    p.set_defaults(func=cmd_record)
     return parser
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """The host's record of each ``NAME=N`` word's program (``_helper``: the helper lane) after entry N."""
+    from . import record
+
+    records: dict[str, Any] = {}
+    for word in args.cursors:
+        name, _, after = word.partition("=")
+        try:
+            if not after.isdigit():
+                raise ValueError(f"{word!r} is not NAME=N")
+            records[name] = record.read_after(None if name == protocol.HELPER_RECORD else name, int(after))
+        except ValueError as exc:
+            print(f"vq-admin-agent: record-read: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    _emit({"records": records})
+    return EXIT_FAILED if any("error" in found for found in records.values()) else 0
 
 
 def cmd_session(args: argparse.Namespace) -> int:

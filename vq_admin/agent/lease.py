@@ -12,7 +12,9 @@ file, ``<file>.holder`` records who holds it (driver host, user, pid, start
 time, run id, this agent's pid and its parent's), written atomically.
 
 Once the lock is held, one JSON line ``{"held": true, ...}`` is printed and
-the agent then blocks reading its stdin.  When stdin closes (the driver
+the agent then blocks reading its stdin; each line it reads there is a record
+entry of the run, appended under the lease (:func:`.record.serve_line`) and
+answered with one line.  When stdin closes (the driver
 closed it, the driver died, the ssh connection dropped) the holder record is
 removed and the process exits, and the kernel frees the lock with it.
 
@@ -370,11 +372,18 @@ def main_lease(args: Any) -> int:
         else:
             print(protocol.encode(answer), end="", flush=True)
         return int(answer["exit"])
+    if args.record_after is not None:  # the host's record rides on the lease's answer
+        from .record import read_after
+
+        answer["record"] = read_after(args.program, max(0, args.record_after))
     print(protocol.encode(answer), end="", flush=True)
     try:
-        while sys.stdin.buffer.read(65536):
-            pass
-    except OSError:
+        for line in sys.stdin.buffer:  # each line: a record entry of the run, appended under the lease
+            if line.strip():
+                from .record import serve_line
+
+                print(protocol.encode(serve_line(line, args.program)), end="", flush=True)
+    except (OSError, ValueError):
         pass
     finally:
         release(fd, answer["lock"])

@@ -86,6 +86,15 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
                                                                  peek_lease=True))
     entry.update(steps=plan.to_list(), verify=found.to_dict())
+    if found.record is not None:  # the host's record rode on the verify: other drivers' evidence applied first
+        from ..record.view import take
+
+        imported = take(ctx.config, ctx.state, host.name, profile.program, found.record)
+        moved = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
+        if same and moved.get("sha") != last_ok.get("sha"):
+            # another driver's signed verification moved LAST OK: judged against it, in one more verify (only then)
+            return dict(check_runtime(ctx, host, profile, None, job), record=imported)
+        entry["record"] = imported
     if found.interrupted:
         return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
     judged = _judge(entry, found, sha, same)

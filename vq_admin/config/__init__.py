@@ -111,10 +111,21 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class Signing:
+    """The top-level ``[signing]`` table (CONTRACT section 12): the driver signs the host's record entries
+    with *key* (a private key file, or a public key whose private half is in ssh-agent) and accepts the
+    entries *allowed_signers* accepts."""
+
+    key: str
+    allowed_signers: str
+
+
+@dataclass(frozen=True)
 class Config:
     path: str | None
     ssh_config: str | None
     hosts: Mapping[str, HostConfig]
+    signing: Signing | None = None
 
     def provider_names(self) -> list[str]:
         """Every provider a profile or helper selects, in first-use order."""
@@ -164,8 +175,18 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
-    _only_keys(data, "", {"ssh_config", "hosts"})
+    _only_keys(data, "", {"ssh_config", "hosts", "signing"})
     ssh_config = _abs_path(data, "ssh_config", "") if "ssh_config" in data else None
+    signing = None
+    if "signing" in data:
+        table = data["signing"]
+        if not isinstance(table, dict):
+            raise ConfigError("signing", "must be a table with key and allowed_signers")
+        _only_keys(table, "signing", {"key", "allowed_signers"})
+        key, allowed = _abs_path(table, "key", "signing"), _abs_path(table, "allowed_signers", "signing")
+        if key is None or allowed is None:
+            raise ConfigError("signing", "needs both key and allowed_signers (absolute paths)")
+        signing = Signing(key=key, allowed_signers=allowed)
     hosts_raw = data.get("hosts", {})
     if not isinstance(hosts_raw, dict):
         raise ConfigError("hosts", "must be a table of host tables")
@@ -178,7 +199,7 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
                                   f"names {host.canonical_host!r}, which is not a host in this file")
             if target.fleet_role == "alias":
                 raise ConfigError(f"hosts.{name}.canonical_host", f"names {target.name!r}, which is itself an alias")
-    return Config(path=path, ssh_config=ssh_config, hosts=hosts)
+    return Config(path=path, ssh_config=ssh_config, hosts=hosts, signing=signing)
 
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.

@@ -32,11 +32,12 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
 
 
 def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
-             *, lane_started: bool = True) -> Receipt:
+             *, lane_started: bool = True, recorded: dict[str, Any] | None = None) -> Receipt:
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
-    and is what LAST OK becomes.  A run refused before its lane started
+    and is what LAST OK becomes; *recorded* (a prune's proven active generation) goes to the host's
+    record only, as *verified* does, and moves nothing here.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
     log line but leaves the lane's records alone; so does a usage error (exit 2: a
     ``provider_options`` typo the provider reports when asked), whenever it is found.  A locked run names the
@@ -53,6 +54,17 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     apply_registry = None
+    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):
+        from ..record.view import append_roots, append_run
+
+        # the host's record, on the lease, before the receipt is stored: the run's entry, then its roots
+        proved = verified if verified is not None else recorded
+        entry = append_run(ctx, receipt, proved) if proved is not None else None
+        if entry is not None:
+            receipt.record = {**(receipt.record or {}), **entry}
+        roots = append_roots(ctx, receipt, verified)
+        if roots is not None:
+            receipt.record = {**(receipt.record or {}), "roots": roots}
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
         if receipt.lane == "runtime" and receipt.program is not None:

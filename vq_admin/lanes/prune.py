@@ -73,9 +73,12 @@ KEEP = Slot("keep", label="kept sha", many=True)
 class RuntimePrune:
     """One prune of one program on one host."""
 
-    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int, used_within: float = 14):
+    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int,
+                 forget: str | None = None, used_within: float = 14):
         self.ctx = ctx
         self.used_within = used_within
+        #: ``--forget-driver ID``: a retired driver whose roots this prune drops, recorded on the host
+        self.forget = forget
         self.host: HostConfig
         self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
@@ -153,6 +156,10 @@ class RuntimePrune:
             detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
                           f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+        assert pre.receipt is not None  # proven
+        #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
+        self.proved = {"sha": self.sha, "tag": pre.receipt.tag, "launcher": pre.receipt.active_path,
+                       "launcher_sha256": pre.receipt.active_path_sha256}
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
         last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
@@ -161,6 +168,7 @@ class RuntimePrune:
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")
         self.keep_used()
+        self.add_roots()
         doc = self.take_census()
         for row in doc["generations"]:
             for job in row["jobs"]:
@@ -172,6 +180,23 @@ class RuntimePrune:
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
+
+    def add_roots(self) -> None:
+        """Every other driver's newest roots on the host's record, signed or not (CONTRACT section 12):
+        ``root of USER@HOST/ID (last-ok)``; after ``--forget-driver ID``, that driver's are no longer kept."""
+        from ..record import view
+
+        host, program = self.host.name, self.profile.program
+        forgotten = self.forget
+        if forgotten is not None and not self.ctx.options.dry_run:
+            self.record["forgot"] = {"driver": forgotten, **view.forget_driver(self.ctx, self.receipt, forgotten)}
+        me = view.driver_id(self.ctx.state)
+        found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
+        for driver, roots in sorted(found.items()):
+            if driver == me or driver == forgotten:
+                continue
+            for root in roots.roots:
+                self.add(root.sha, f"root of {driver} ({root.kind})")
 
     def add(self, sha: str, reason: str) -> None:
         reasons = self.keep.setdefault(sha.lower(), [])
@@ -303,7 +328,7 @@ class RuntimePrune:
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
-        return conclude(ctx, receipt, Outcome.OK)
+        return conclude(ctx, receipt, Outcome.OK, recorded=self.proved)
 
     def check_kept(self) -> tuple[list[str], list[str]]:
         """Every kept launcher the registry records must exist and hash to its attested SHA-256.
@@ -385,11 +410,12 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
     return [safe_text(line) for line in lines]
 
 
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, used_within: float = 14) -> RuntimePrune:
+def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None,
+               used_within: float = 14) -> RuntimePrune:
     """The lane of ``vq admin prune``: authority, then the profile's
     provider loaded."""
     from ..plugins import Providers
 
     _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
     ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep, used_within)
+    return RuntimePrune(ctx, host_name, program, keep, forget, used_within)

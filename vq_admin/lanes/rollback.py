@@ -41,6 +41,7 @@ from . import allocation_attempt, command_files as remote_paths
 from .conclude import conclude, provider_ended
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
+from ..record.view import FROM_RECORD, record_problem
 
 VERIFIED = ("ok", "already-current")
 
@@ -66,6 +67,11 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None) ->
                f"{program} {host} --expected-sha {to}; nothing was run")
     if entry is None:
         raise Refused(missing)
+    if str(entry["receipt"]).startswith(FROM_RECORD):  # another driver's signed entry of the host's record
+        problem = record_problem(state, host, program, entry)
+        if problem is not None:
+            raise Refused(f"{missing} ({problem})")
+        return entry
     receipt = read_json(state.receipt_path(str(entry["receipt"])))
     if (receipt is None or receipt.get("outcome") not in VERIFIED or receipt.get("host") != host
             or receipt.get("program") != program or receipt.get("expected_sha") != to):

@@ -235,6 +235,15 @@ class StateDir:
             self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
         self.tree.write_atomic(parts, "last.json", dump_json(summary))
 
+    def adopt_verified(self, host: str, program: str, verified: dict[str, Any]) -> None:
+        """LAST OK (and LAST GOOD) of a runtime moved by another driver's signed verification (CONTRACT
+        section 12); this driver's last run (``last.json``) stays its own."""
+        parts = self.lane_parts("runtime", host, program)
+        previous = self.read_record("runtime", host, program, "last-ok")
+        if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
+            self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
+        self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
+
     def lanes(self) -> list[tuple[str, str, str | None]]:
         """Every (host, lane, program) with recorded state, sorted."""
         found: list[tuple[str, str, str | None]] = []
