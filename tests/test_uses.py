@@ -203,8 +203,10 @@ def test_a_launcher_visible_here_that_is_missing_or_changed_is_refused(tmp_path,
     assert lookup(SHA) == 77 and "missing:" in capsys.readouterr().err
 
 
-def test_since_and_the_quarantine_statement():
-    from vq_admin.launcher.quarantine import PREDICATE, statement
+def test_since_and_the_quarantine_statement(tmp_path):
+    from vq_admin.launcher.quarantine import statement
+    from vq_admin.record.statement import QUARANTINE
+    from vq_admin.state.records import StateDir
     from vq_admin.launcher.recall import since_stamp
     from vq_admin.report.outcome import UsageError
 
@@ -213,10 +215,12 @@ def test_since_and_the_quarantine_statement():
     for bad in ("yesterday", "2026-11-30T10:00", "2026-11-30 10:00:00Z"):
         with pytest.raises(UsageError):
             since_stamp(bad)
-    text = statement(HOST, PROGRAM, SHA, "quarantine", "wrong results", "2026-12-02T10:00:00Z", LAUNCHER, "e" * 64)
+    text = statement(StateDir(tmp_path / "state"), HOST, PROGRAM, SHA, "quarantine", "wrong results",
+                     "2026-12-02T10:00:00Z", LAUNCHER, "e" * 64)
     assert text.endswith(b"\n") and text.count(b"\n") == 1
     doc = json.loads(text)
-    assert doc["_type"] == "https://in-toto.io/Statement/v1" and doc["predicateType"] == PREDICATE
+    assert doc["_type"] == "https://in-toto.io/Statement/v1" and doc["predicateType"] == QUARANTINE
     assert doc["subject"] == [{"name": LAUNCHER, "digest": {"sha256": "e" * 64}}]
+    assert doc["predicate"]["driver"].count("/") == 1  # this state directory's driver id, as the record's entries
     assert {k: doc["predicate"][k] for k in ("action", "sha", "reason")} == {"action": "quarantine", "sha": SHA,
                                                                              "reason": "wrong results"}

@@ -11,7 +11,7 @@ import argparse
 
 from ..config import authority, load_config
 from ..launcher import registry
-from ..launcher.quarantine import SCHEMA, QuarantineReport, check_reason, hold, record_on_host, statement, who
+from ..launcher.quarantine import SCHEMA, QuarantineReport, check_reason, hold, record_on_host, statement
 from ..launcher.references import CensusError, scan
 from ..report.envelope import emit
 from ..report.outcome import Outcome, Refused
@@ -43,13 +43,15 @@ def run(args: argparse.Namespace) -> int:
     if args.lift:
         local = registry.lift_quarantine(root, host.name, program, sha)
     else:
-        local = registry.mark_quarantined(root, host.name, program, sha, reason or "", at, who())
+        from ..record.view import user_at_host
+
+        local = registry.mark_quarantined(root, host.name, program, sha, reason or "", at, user_at_host())
     last_ok = (state.read_record("runtime", host.name, program, "last-ok") or {}).get("sha")
     action = "lift" if args.lift else "quarantine"
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
         where, problem = record_on_host(transport, host.agent, program, statement(
-            host.name, program, sha, action, reason, at, entry["launcher"] if entry else None,
+            state, host.name, program, sha, action, reason, at, entry["launcher"] if entry else None,
             entry["launcher_sha256"] if entry else None))
         census_error, jobs, scanned = None, [], 0
         try:

@@ -11,18 +11,15 @@ lease: a recall is never blocked by a deploy.
 
 from __future__ import annotations
 
-import json
-import socket
 from typing import Sequence
 
 from ..document import Count, Document, FullSha
 from ..report.outcome import UsageError
 from ..ssh.transport import Transport
+from ..state.records import StateDir
 from .references import QueuedJob
 
 SCHEMA = "vq-admin/quarantine/1"
-#: The predicate type of a quarantine and its lift in the host's record (CONTRACT section 12).
-PREDICATE = "urn:vq-admin:record:quarantine:v1"
 MAX_REASON = 500
 #: Job states ``--hold-jobs`` holds; every other state (running, suspended, ...) is never touched.
 HOLDABLE = ("PENDING",)
@@ -54,27 +51,25 @@ def check_reason(reason: str | None, lift: bool) -> str | None:
     return reason
 
 
-def who() -> str:
-    import getpass
-
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def statement(host: str, program: str, sha: str, action: str, reason: str | None, at: str,
+def statement(state: StateDir, host: str, program: str, sha: str, action: str, reason: str | None, at: str,
               launcher: str | None, launcher_sha256: str | None) -> bytes:
-    """The entry for the host's record: an in-toto Statement v1 under vq-admin's quarantine predicate."""
-    subject = [{"name": launcher, "digest": {"sha256": launcher_sha256}}] if launcher and launcher_sha256 else []
-    return (json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": subject, "predicateType": PREDICATE,
-                        "predicate": {"action": action, "host": host, "program": program, "sha": sha,
-                                      "reason": reason, "at": at, "by": who()}},
-                       sort_keys=True, separators=(",", ":")) + "\n").encode()
+    """The entry for the host's record: the record's own quarantine statement
+    (:class:`vq_admin.record.statement.Quarantine`), by this driver, as its bytes."""
+    from ..record.statement import QUARANTINE, Quarantine, Statement, Subject
+    from ..record.view import driver_id, user_at_host
+
+    subject = (Subject(name=launcher, digest={"sha256": launcher_sha256}),) if launcher and launcher_sha256 else ()
+    predicate = Quarantine(driver=driver_id(state), by=user_at_host(), host=host, program=program, at=at, sha=sha,
+                           action="lift" if action == "lift" else "quarantine", reason=reason)
+    return Statement(subject=subject, predicate_type=QUARANTINE, predicate=predicate).to_text()
 
 
 def record_on_host(transport: Transport, agent: Sequence[str], program: str, entry: bytes) -> tuple[str | None,
                                                                                                     str | None]:
     """Append *entry* to the host's record of *program* (CONTRACT section 12): ``(where, None)``, or
-    ``(None, why not)``.  The one place the quarantine meets the host's record; this build has no record
-    verb in its agent yet, so the quarantine holds for this state directory only."""
+    ``(None, why not)``.  The one place the quarantine meets the host's record; the agent's record takes
+    appends only on a run's lease so far, and a quarantine takes none: until the agent has an append of its
+    own (under the record lock), the quarantine holds for this state directory only."""
     return None, ("the host's record is not available in this build: the quarantine holds for this state "
                   "directory only; other drivers must quarantine SHA too")
 
