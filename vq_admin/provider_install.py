@@ -44,7 +44,7 @@ from .core.securepath import ancestors
 from .config import Config, HostConfig, load_config
 from .report.envelope import write
 from .report.outcome import Outcome, Refused, UsageError
-from .report.output import safe_text
+from .report.output import safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
 from .state.records import StateDir, utc_now
@@ -248,7 +248,7 @@ def _summary(receipt: dict[str, Any], path: str) -> list[str]:
         lines.append(f"  interpreter {interp.get('shebang') or interp.get('kind')} -> {resolved or '?'}")
     lines += [f"  error       {e}" for e in receipt["errors"]]
     lines.append(f"  receipt     {path}")
-    return [safe_text(line) for line in lines]
+    return [safe_message(line) for line in lines]
 
 
 def _report(args: argparse.Namespace, document: dict[str, Any], success: bool, lines: list[str]) -> None:
