@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ..core import checksum, safedirs, securepath
+from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
@@ -216,10 +216,7 @@ class Attempt:
 
     def write_file(self, name: str, data: bytes, mode: int = 0o600) -> None:
         """Write *name* atomically (temp file + rename) inside the attempt."""
-        tmp = f".tmp.{name}.{secrets.token_hex(4)}"
-        safedirs.write_new_file(self.fd, tmp, data, mode)
-        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        os.fsync(self.fd)
+        atomic.write(name, data, dir_fd=self.fd, mode=mode)
 
     def read(self, name: str, limit: int) -> bytes | None:
         """At most *limit* bytes of *name* inside the attempt (never through a symlink), or None."""

@@ -44,14 +44,6 @@ def shown(value: object, limit: int = LIMIT) -> str:
 def message(text: str, *, keep: str = "\t\n") -> str:
     """A whole message as printed: escaped (but *keep*), and each run of more than :data:`LIMIT`
     non-blank characters (an echoed value) shortened with its length."""
-    text = escape(text, keep=keep)
-    if len(text) <= LIMIT:
-        return text
-    out, word = [], []
-    for ch in text + " ":
-        if ch in " \t\n":
-            out.append(shorten("".join(word)) + ch)
-            word = []
-        else:
-            word.append(ch)
-    return "".join(out)[:-1]
+    import re
+
+    return re.sub("[^ \t\n]{%d,}" % (LIMIT + 1), lambda m: shorten(m.group()), escape(text, keep=keep))

@@ -15,8 +15,7 @@ remove it: :func:`link_problem`).
 
 Standard library only: ``vq-admin-agent`` runs it on login hosts, and the
 per-job launcher resolution imports it.  Nothing here writes, but for the
-private directories :func:`makedirs_private` creates and the caller's own
-temporary file :func:`discard` removes.
+private directories :func:`makedirs_private` creates.
 """
 
 from __future__ import annotations
@@ -237,15 +236,6 @@ def makedirs_private(path: str) -> None:
         finally:
             os.close(fd)
 
-
-def discard(tmp: str, *, dir_fd: int | None = None) -> None:
-    """Remove the temporary file *tmp* the caller created (below *dir_fd* when given), when it is
-    still there: the clean-up of an atomic write that failed before its rename.  A symlink named
-    *tmp* is removed, never followed."""
-    try:
-        os.unlink(tmp, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
 
 
 def command_problem(words: "Iterable[object]", *, what: str = "command") -> str | None:
