@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from . import process
+from . import effective, process
 from ..core.failpoints import failpoint
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
@@ -305,6 +305,7 @@ class Session:
 
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
+            effective.check(self.ssh_config, destination)  # what ssh would load for it, before any ssh runs
             if self.share_connections and self._control_dir is None:
                 # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
                 # later run remove the directory a killed run left (sweep_control_dirs).
