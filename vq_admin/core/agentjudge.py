@@ -75,28 +75,32 @@ def _head(path: str) -> bytes:
 
 
 def _import_path(interp: str) -> "List[str]":
-    """Judge what the interpreter reads before the probe runs, then return the directories its
-    ``sys.path`` will hold (with the site directories and what their ``.pth`` files add)."""
-    import subprocess
-
-    venv = ""
-    for directory in (os.path.dirname(interp), os.path.dirname(os.path.dirname(interp))):
-        cfg = os.path.join(directory, "pyvenv.cfg")
+    """Judge what the interpreter reads first (its venv's ``pyvenv.cfg``, its library directory), then
+    return the directories its ``sys.path`` will hold with the site directories and what their ``.pth``
+    files add: a venv's from its ``pyvenv.cfg``, any other's from the interpreter run ``-I -S``."""
+    keys = {}
+    for venv in (os.path.dirname(interp), os.path.dirname(os.path.dirname(interp))):
+        cfg = os.path.join(venv, "pyvenv.cfg")
         if os.path.exists(cfg):
             _judged(cfg, "the agent's pyvenv.cfg")
             with open(cfg, encoding="utf-8", errors="replace") as fh:
-                system = "include-system-site-packages = true" in fh.read().lower()
-            venv = directory
+                keys = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition("=") for line in fh))
             break
-    real = os.path.realpath(interp)
-    _judged(os.path.join(os.path.dirname(os.path.dirname(real)), "lib"), "the agent interpreter's library",
-            missing_ok=True)
-    done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv] if venv else []), *(["-"] if venv and system
-                                                                                         else [])],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
-    if done.returncode != 0:
-        _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); nothing was run")
-    found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p and p != "-"]
+    base = os.path.dirname(keys.get("home") or os.path.dirname(os.path.realpath(interp)))
+    _judged(os.path.join(base, "lib"), "the agent interpreter's library", missing_ok=True)
+    version = ".".join(keys.get("version", "").split(".")[:2])
+    if keys and version and keys.get("include-system-site-packages", "").lower() != "true":
+        found = [f"{prefix}/{lib}/python{version}{sub}" for lib in ("lib", "lib64") for prefix, sub in (
+            (base, ""), (base, "/lib-dynload"), (venv, "/site-packages"))]
+        found += [f"{base}/{lib}/python{version.replace('.', '')}.zip" for lib in ("lib", "lib64")]
+    else:
+        import subprocess
+
+        done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if keys else [])],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
+        if done.returncode != 0:
+            _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); nothing was run")
+        found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
     for site in list(found):
         try:
             names = sorted(os.listdir(site))
