@@ -40,7 +40,7 @@ from typing import Any
 from .config import authority
 from .core import protocol
 from .agent.install_file import PRODUCT_MARKERS
-from .core.securepath import ancestors
+from .core.securepath import ancestors, opened_problem
 from .config import Config, HostConfig, load_config
 from .report.envelope import write
 from .report.outcome import Outcome, Refused, UsageError
@@ -135,7 +135,11 @@ def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]
         raise UsageError(f"--mode {args.mode}: group/other write bits are refused; use a mode such as 0755")
     if not os.path.isfile(args.src):
         raise UsageError(f"SRC {args.src} is not a regular file")
-    with open(args.src, "rb") as fh:
+    with open(args.src, "rb") as fh:  # judged as opened: what is read is what passed the rule
+        problem = opened_problem(args.src, fh.fileno(), os.fstat(fh.fileno()), what="SRC")
+        if problem:
+            raise Refused(f"{problem}; it would become a trusted command run as the administrator; nothing was "
+                          "installed")
         data = fh.read(MAX_SOURCE_BYTES + 1)
     if len(data) > MAX_SOURCE_BYTES:
         raise UsageError(f"SRC {args.src} is larger than {MAX_SOURCE_BYTES} bytes")
