@@ -45,8 +45,12 @@ SSH_ATTACKS = {
 }
 
 
-def test_every_entry_of_the_table_has_an_attack():
-    assert [option for option, _, _ in sshconfig.SSH_LOADS] == list(SSH_ATTACKS)
+def test_every_entry_of_the_table_has_an_attack_and_a_row_in_the_security_page():
+    options = [option for option, _, _ in sshconfig.SSH_LOADS]
+    assert options == list(SSH_ATTACKS)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    rows = [f"| `{option}` | {kind} | {when} |" for option, kind, when in sshconfig.SSH_LOADS]
+    assert all(row in page for row in rows), [row for row in rows if row not in page]
 
 
 @pytest.mark.parametrize("option", list(SSH_ATTACKS))
