@@ -35,7 +35,9 @@ SHA = "a" * 40
 TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin.core.bounds",
              "vq_admin.core.securepath", "vq_admin.core.names",
              # the one home of identifiers and default paths
-             "vq_admin.core.identifiers", "vq_admin.core.default_paths"}
+             "vq_admin.core.identifiers", "vq_admin.core.default_paths",
+             # the one atomic write and the one escaping rule (standard library only, no re)
+             "vq_admin.core.atomic", "vq_admin.core.escape"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
                 "vq_admin.commands.launcher", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
                 "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
@@ -47,7 +49,7 @@ BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
 PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs", "vq_admin.launcher",
              "vq_admin.launcher.plain_lookup", "vq_admin.launcher.immutable", "vq_admin.core.names",
-             "vq_admin.core.default_paths", "vq_admin.core.securepath"}
+             "vq_admin.core.default_paths", "vq_admin.core.securepath", "vq_admin.core.escape"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
              "vq_admin.core.securepath"}  # the launcher's path is checked before it is hashed
@@ -55,7 +57,7 @@ AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.age
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
                "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
-               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn"}
+               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.atomic"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.core.failpoints")
@@ -232,11 +234,13 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     # login host ("session": the login-shell probe of section 10, the host-side lease of section 9,
     # the command-file check of section 10 and the verify with the launcher read-back), whose
     # command line is only words every shell reads literally.
-    ssh = by_program.get("ssh", [])
+    ssh = [line for line in by_program.get("ssh", []) if " -G " not in line]
     assert len(ssh) == 1, execs
+    # and one ssh -G: what ssh will load for the destination, judged before it connects (no connection)
+    assert len(by_program["ssh"]) == 2 and " -G " in by_program["ssh"][0], execs
     assert "ControlMaster=yes" in ssh[0] and "ControlPersist=no" in ssh[0] and " -O " not in ssh[0], ssh
     # the login-shell probe rides on the session's own command line: no second shell on the host
-    assert f" -- cluster {agent} session --probe " in ssh[0], ssh
+    assert f" 1 {agent} session --probe " in ssh[0], ssh  # judged, then run isolated (core/agentjudge)
     assert len(by_program.get("git", [])) == 2, execs  # cat-file --batch and tag --points-at
     verbs = [line.split()[1] for line in by_program.get("vq-admin-agent", [])]
     assert verbs == ["session"], execs

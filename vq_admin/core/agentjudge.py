@@ -141,8 +141,10 @@ def judge(argv: "List[str]") -> "NoReturn":
     words, rest = argv[2:2 + count], argv[2 + count:]
     first = words[0] if "/" in words[0] else _which(words[0])
     if first is None:
-        _fail(127, f"{words[0]}: command not found in PATH; nothing was run")
-    _judged(first, "the agent")
+        _fail(127, f"{words[0]}: not found in PATH; nothing was run")
+    _judged(first, "the agent", missing_ok=True)  # a missing one: nobody else may create it
+    if not os.path.exists(first):
+        _fail(127, f"{first}: not found; nothing was run")
     head = _head(first)
     args = words[1:]
     if head.startswith(b"#!"):
@@ -203,7 +205,8 @@ def blob() -> str:
                 name = getattr(node, "name", None) or getattr(getattr(node, "targets", [None])[0], "id", None)
                 if name in names:
                     body = getattr(node, "body", None)
-                    if isinstance(node, ast.FunctionDef) and body and isinstance(body[0], ast.Expr):
+                    if (isinstance(node, ast.FunctionDef) and body and isinstance(body[0], ast.Expr)
+                            and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
                         node.body = body[1:] or [ast.Pass()]  # no docstrings on the wire
                     parts.append(ast.unparse(node))
         parts.append("judge(sys.argv[1:])")

@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any, Iterator, TextIO
 
-from .output import safe_text
+from .output import safe_message, safe_text
 from ..state.records import parse_utc
 
 SHORT_SHA = 12
@@ -74,7 +74,7 @@ def render(status: dict[str, Any], *, now: float | None = None, color: bool = Fa
     now = time.time() if now is None else now
     hosts = status.get("hosts") or {}
     if not hosts:
-        return [safe_text(f"no recorded runs in {status.get('state_dir')}")]
+        return [safe_message(f"no recorded runs in {status.get('state_dir')}")]
     header = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
     lines: list[str] = []
     for host, slot in sorted(hosts.items()):
