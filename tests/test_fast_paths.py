@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
+from vq_admin.core import protocol
 from vq_admin.launcher import registry
 
 SHA = "a" * 40
@@ -249,11 +250,11 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
 
     receipt = again.json()
     steps = {s["name"]: s for s in receipt["steps"]}
-    assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]  # what the session ran
+    assert protocol.agent_words(steps["pre-verify"]["argv"], "verify-readback") == [agent]  # what the session ran
     assert steps["pre-verify"]["status"] == "ok" and "vq-admin-agent session" in steps["pre-verify"]["purpose"]
     assert steps["pre-verify-readback"]["status"] == "ok" and steps["pre-verify-readback"]["where"] == "cluster"
     assert steps["check-commands"]["status"] == "ok" and steps["check-commands"]["where"] == "cluster"
-    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == protocol.session([agent])
     assert not list(Path(receipt["lease"]["lock"]).parent.glob("*.holder"))  # released: the record is gone
 
 

@@ -42,11 +42,6 @@ def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str,
     while i < len(words):
         word = words[i]
         i += 1
-        if word == "--":  # the operands follow (an option-shaped name is then an operand, refused by its rule)
-            if operands:
-                return None
-            operands += words[i:]
-            break
         if not word.startswith("-"):
             if together and last is not None and last != i - 2:
                 return None

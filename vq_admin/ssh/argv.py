@@ -53,11 +53,11 @@ def shell_word(word: str) -> str | None:
 
 
 def literal_word(word: str) -> bool:
-    """:func:`shell_word` has a spelling for *word*."""
-    return shell_word(word) is not None
+    """:data:`LITERAL_WORD_RE`."""
+    return bool(LITERAL_WORD_RE.match(word))
 
 
-def literal_words(words: Iterable[str]) -> bool:
+def literal_words(words: Iterable[str]) -> bool:  # the configured agent's words (the early session's rule)
     """True when every word is literal (:func:`literal_word`: safe to send before the login shell is known)."""
     return all(literal_word(w) for w in words)
 

@@ -97,7 +97,8 @@ def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
         found.reason = f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
         return found
     if result.exit_code == 127:
-        found.reason = f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}"
+        found.reason = f"agent {protocol.agent_words(argv, protocol.VERSION)[0]} not found on {transport.where}: " \
+                       f"{_last_line(err)}"
         return found
     if result.exit_code != 0:
         found.reason = f"agent exited {result.exit_code}: {_last_line(err)}"

@@ -21,8 +21,8 @@ def problem(ssh_config: str | None, destination: str) -> str | None:
     """One line naming what ssh would load for *destination* that another user can change, or ``None``."""
     if (ssh_config, destination) in _judged:
         return None
-    files = [ssh_config] if ssh_config else [p for p in (os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config")
-                                             if os.path.exists(p)]
+    files = [p for p in ([ssh_config] if ssh_config else [os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config"])
+             if os.path.exists(p)]  # a missing -F file: ssh itself refuses to start
     for path in files:
         found = text_problem(path)
         if found:
