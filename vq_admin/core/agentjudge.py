@@ -115,15 +115,17 @@ def _import_path(interp: str) -> "List[str]":
 
 
 def _entries_problem(directory: str) -> "Optional[str]":
-    """Each entry directly in *directory* (a module, a package, a ``.pth``): owned by you or root and not
-    writable by others (a symlink: its owner only)."""
+    """Each entry directly in *directory* (a module, a package, a ``.pth``) and everything in the
+    ``vq_admin`` package there: owned by you or root and not writable by others (a symlink: its owner only)."""
     try:
         names = os.listdir(directory)
     except OSError:
         return None
     me = os.geteuid()
-    for name in names:
-        path = os.path.join(directory, name)
+    paths = [os.path.join(directory, name) for name in names]
+    for top, dirs, files in os.walk(os.path.join(directory, "vq_admin")):  # the installed agent package, whole
+        paths += [os.path.join(top, name) for name in dirs + files]
+    for path in paths:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (0, me):
