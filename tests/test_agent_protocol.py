@@ -26,7 +26,7 @@ import pytest
 
 import agent_selftest
 from support import GitRepo, git
-from vq_admin.core import agentjudge, protocol
+from vq_admin.core import protocol
 from vq_admin.core.frames import FrameError, read_frames
 from vq_admin.agent.allocation import new_attempt_name
 from vq_admin.agent.cli import build_parser
@@ -230,9 +230,8 @@ def test_the_scan_finds_a_spelled_verb_and_flag(tmp_path):
 
 def run(argv: list[str], tmp: Path, stdin: bytes = b"", env: dict[str, str] | None = None,
         ok: tuple[int, ...] = (0,)) -> bytes:
-    launched = agentjudge.launch(AGENT)  # judged, then run isolated
-    assert argv[:len(launched)] == launched
-    build_parser().parse_args(argv[len(launched):])  # the agent's own parser takes the built argv
+    assert argv[:len(AGENT)] == AGENT
+    build_parser().parse_args(argv[len(AGENT):])  # the agent's own parser takes the built argv
     done = subprocess.run(argv, input=stdin, capture_output=True, cwd=tmp, timeout=300,
                           env=dict(os.environ, **(env or {}), PYTHONPATH=str(REPO)))
     assert done.returncode in ok, (argv, done.returncode, done.stderr)
@@ -349,7 +348,7 @@ def rt_version(w: World) -> None:
 
     assert answer.version == __version__ and answer.sinfo is None
     assert set(answer.facts()) == set(protocol.VERSION_KEYS)
-    build_parser().parse_args(protocol.version(AGENT, sinfo=True)[len(agentjudge.launch(AGENT)):])
+    build_parser().parse_args(protocol.version(AGENT, sinfo=True)[len(AGENT):])
 
 
 def rt_install_file(w: World) -> None:
@@ -408,7 +407,7 @@ def _reconcile(w: World, run_verb: str, detached: bool) -> None:
     argv = protocol.reconcile(AGENT, detached=detached, root=str(w.scratch), program="prog", attempt=attempt,
                               timeout="5")
     verb = protocol.DETACH_RECONCILE if detached else protocol.ALLOC_RECONCILE
-    assert argv[len(agentjudge.launch(AGENT))] == verb
+    assert argv[len(AGENT)] == verb
     again = _framed(w, argv)
     assert again.complete and again.summary.get("attempt") == attempt, again.records
     assert again.transcripts["stdout"] == first.transcripts["stdout"]
@@ -440,7 +439,7 @@ def rt_session(w: World) -> None:
     assert answer.lease is not None and answer.lease.held and answer.lease.lock
     assert answer.data["check_paths"]["refused"] == []
     probe = protocol.session(AGENT) + protocol.session_probe(["a", "b"])
-    assert build_parser().parse_args(probe[len(agentjudge.launch(AGENT)):]).probe == ["a", "b"]
+    assert build_parser().parse_args(probe[len(AGENT):]).probe == ["a", "b"]
 
 
 def rt_census(w: World) -> None:

@@ -129,6 +129,22 @@ def test_a_module_planted_in_the_agents_site_packages_never_runs(tmp_path, arena
     assert_only_the_refusal_recorded(before, site.state)
 
 
+@pytest.mark.parametrize("plant", ["zz.pth", "xxhash.py"])
+def test_the_single_file_agent_never_reads_a_writable_site_packages(tmp_path, arena, attacker, real_sshd, plant):
+    """``agent = "<venv>/bin/python <dir>/vq-admin-agent.pyz"``, that venv's site-packages group-writable: the
+    archive runs ``-I -S``, so nothing planted there is ever read (the run goes on)."""
+    venv = shared_venv(arena, attacker)
+    archive = pyz.build(str(tmp_path / "vq-admin-agent.pyz"))
+    site = Site(tmp_path, arena, real_sshd.ssh_config)
+    write_config(site.config, site.config.read_text().replace(f'agent = "{AGENT}"',
+                                                              f'agent = "{venv}/bin/python {archive}"'))
+    sitedir = next((venv / "lib").glob("python3*/site-packages"))
+    attack(f"echo \"import os, sys; open('{site.marker}', 'w').write(repr(sys.argv) + repr(sys.flags))\" > {sitedir}/{plant}")
+    done = site.update()
+    assert not site.marker.exists(), site.marker.read_text()
+    assert done.exit_code != 77 and site.deployed.exists(), done.stdout + done.stderr  # it ran, isolated
+
+
 def test_a_group_writable_login_home_user_site_is_never_read(tmp_path, arena, attacker):
     """``transport = "local"`` with HOME group-writable: the agent runs ``-I``, no user site at all."""
     home = shared(arena / "home", attacker)

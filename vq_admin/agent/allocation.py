@@ -292,7 +292,9 @@ def job_script(python: str | None = None) -> bytes:
     if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
         python = "/usr/bin/env python3"
     else:
-        python += " -I"  # isolated: no PYTHONPATH, no user site, no script directory on sys.path
+        # isolated: no PYTHONPATH, no user site, no script directory on sys.path; and no site-packages at all
+        # when the agent itself runs without (the single-file agent: core/agentjudge)
+        python += " -IS" if sys.flags.no_site else " -I"
     # The job imports the secure-path rule from this same agent, wherever it lives (a pip
     # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
     # the interpreter's site-packages may hold.

@@ -106,6 +106,11 @@ class HostConfig:
     helper_timeout_seconds: float = 7200.0
     runtimes: Mapping[str, RuntimeProfile] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        from ..core.agentjudge import AGENTS
+
+        AGENTS.add(tuple(self.agent))  # every call of it is judged before it runs (the transports)
+
 
 @dataclass(frozen=True)
 class Config:

@@ -223,8 +223,19 @@ def launch(agent: "Sequence[str]") -> "List[str]":
     return [JUDGE_PYTHON, "-I", "-S", "-c", CODE, blob(), str(len(agent)), *agent]
 
 
-def configured(words: "List[str]") -> "List[str]":
-    """The configured agent words inside the words :func:`launch` built (others as they are)."""
-    if words[:5] == [JUDGE_PYTHON, "-I", "-S", "-c", CODE] and len(words) > 6:
-        return words[7:7 + int(words[6])]
-    return words
+#: Every configured agent's words (:class:`vq_admin.config.HostConfig` adds its own): an argv that starts
+#: with one of them and a verb of the protocol runs the agent, and is judged (:func:`judged`).
+AGENTS: "set[tuple[str, ...]]" = set()
+
+
+def judged(argv: "Sequence[str]") -> "List[str]":
+    """*argv* as it is run: an agent call (a configured agent's words, then a verb of
+    :data:`vq_admin.core.protocol.VERBS`) behind :func:`launch`; any other argv as it is.  Every
+    transport applies it where it builds the local argv, so receipts and plans keep the agent's
+    own words and no agent call runs unjudged."""
+    from .protocol import VERBS
+
+    for words in AGENTS:
+        if len(argv) > len(words) and tuple(argv[:len(words)]) == words and argv[len(words)] in VERBS:
+            return launch(words) + list(argv[len(words):])
+    return list(argv)

@@ -168,60 +168,60 @@ def _identity_words(sha: str, archive_sha256: str, tree_sha256: str, git_tree: s
 
 def hash_file(agent: Words, path: str) -> List[str]:
     """``hash-file PATH``: SHA-256 and facts of one file (following symlinks)."""
-    return [*_launch(agent), HASH_FILE, path]
+    return [*agent, HASH_FILE, path]
 
 
 def check_paths(agent: Words, paths: Sequence[str]) -> List[str]:
     """``check-paths -- PATH...``: the secure-path rule on each path (exit 4 when one fails)."""
-    return [*_launch(agent), CHECK_PATHS, END, *paths]
+    return [*agent, CHECK_PATHS, END, *paths]
 
 
 def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None) -> List[str]:
     """``verify-readback [--lease-of PROGRAM] -- COMMAND...``: the read-only verify, then its launcher read
     back (and, with *lease_of*, who holds that program's runtime lease now, read without taking it)."""
-    return [*_launch(agent), VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), END, *command]
+    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), END, *command]
 
 
 def command_words(argv: Sequence[str], agent: Words) -> List[str]:
     """The words after ``--`` in a :func:`verify_readback` or :func:`check_paths` argv built on *agent*."""
-    return list(argv[list(argv).index(END, len(_launch(agent))) + 1:])
+    return list(argv[list(argv).index(END, len(agent)) + 1:])
 
 
 def stage_create(agent: Words, *, root: Optional[str], kind: str, name: str, sha: str, archive_sha256: str,
                  tree_sha256: str, git_tree: str) -> List[str]:
     """``stage-create``: a fresh stage under *root* (default: the home directory) with its identity files."""
-    return [*_launch(agent), STAGE_CREATE, *_root(root), KIND, kind, NAME, name,
+    return [*agent, STAGE_CREATE, *_root(root), KIND, kind, NAME, name,
             *_identity_words(sha, archive_sha256, tree_sha256, git_tree)]
 
 
 def stage_receive(agent: Words, *, stage: str) -> List[str]:
     """``stage-receive``: the archive on stdin written into *stage*."""
-    return [*_launch(agent), STAGE_RECEIVE, STAGE, stage]
+    return [*agent, STAGE_RECEIVE, STAGE, stage]
 
 
 def stage_verify(agent: Words, *, stage: str, sha: str, archive_sha256: str, tree_sha256: str,
                  git_tree: str) -> List[str]:
     """``stage-verify``: the staged archive's identity proven (exit 3 on a mismatch)."""
-    return [*_launch(agent), STAGE_VERIFY, STAGE, stage, *_identity_words(sha, archive_sha256, tree_sha256, git_tree)]
+    return [*agent, STAGE_VERIFY, STAGE, stage, *_identity_words(sha, archive_sha256, tree_sha256, git_tree)]
 
 
 def stage_reclaim(agent: Words, *, root: Optional[str], kind: str, name: str, stage: str, outcome: str,
                   keep_failed: int = KEEP_FAILED_DEFAULT) -> List[str]:
     """``stage-reclaim``: remove a succeeded stage or cap failed ones (*outcome*: one of :data:`OUTCOMES`,
     or a placeholder the plan fills)."""
-    return [*_launch(agent), STAGE_RECLAIM, *_root(root), KIND, kind, NAME, name, STAGE, stage, OUTCOME, outcome,
+    return [*agent, STAGE_RECLAIM, *_root(root), KIND, kind, NAME, name, STAGE, stage, OUTCOME, outcome,
             KEEP_FAILED, str(keep_failed)]
 
 
 def identity(agent: Words) -> List[str]:
     """``identity --json``: the running helper's identity, as one JSON object."""
-    return [*_launch(agent), IDENTITY, JSON]
+    return [*agent, IDENTITY, JSON]
 
 
 def version(agent: Words, *, sinfo: bool = False, roots: Sequence[str] = ()) -> List[str]:
     """``version [--sinfo] [--root ROOT]...``: cheap liveness answer (and the node states when *sinfo*, and
     each scratch root as a run would find it, member ``scratch``: ``[{"root", "problem"}]``)."""
-    words = [*_launch(agent), VERSION, *([SINFO] if sinfo else [])]
+    words = [*agent, VERSION, *([SINFO] if sinfo else [])]
     for root in roots:
         words += [ROOT, root]
     return words
@@ -229,7 +229,7 @@ def version(agent: Words, *, sinfo: bool = False, roots: Sequence[str] = ()) -> 
 
 def install_file(agent: Words, *, dest: str, mode: str) -> List[str]:
     """``install-file``: replace *dest* atomically with stdin (*mode* octal text)."""
-    return [*_launch(agent), INSTALL_FILE, DEST, dest, MODE, mode]
+    return [*agent, INSTALL_FILE, DEST, dest, MODE, mode]
 
 
 def _job_words(root: str, program: str, attempt: str, timeout: str) -> List[str]:
@@ -257,7 +257,7 @@ def alloc_run(agent: Words, *, root: str, program: str, attempt: str, timeout: s
 
     *progress_words* go where :func:`progress_option` goes, as they are (the driver's plan puts
     one word there that stands for them)."""
-    argv = [*_launch(agent), ALLOC_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
+    argv = [*agent, ALLOC_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
             *progress_words]
     argv += [f"{SBATCH_ARG}={arg}" for arg in sbatch_args]
     return argv + _archive_env_command(archive, archive_sha256, env, command)
@@ -268,7 +268,7 @@ def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: 
                command: Sequence[str], progress_words: Sequence[str] = ()) -> List[str]:
     """``detach-run``: the provider *command* on this host, detached from the connection (framed answer);
     *progress_words* as for :func:`alloc_run`."""
-    argv = [*_launch(agent), DETACH_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
+    argv = [*agent, DETACH_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
             *progress_words]
     return argv + _archive_env_command(archive, archive_sha256, env, command)
 
@@ -276,14 +276,13 @@ def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: 
 def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt: str, timeout: str) -> List[str]:
     """``detach-reconcile`` when *detached* (the end of an attempt's detached build, never starting one), else
     ``alloc-reconcile`` (the end of its recorded batch job, never submitting); framed answer."""
-    return [*_launch(agent), DETACH_RECONCILE if detached else ALLOC_RECONCILE,
-            *_job_words(root, program, attempt, timeout)]
+    return [*agent, DETACH_RECONCILE if detached else ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
 
 
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
           user: str, pid: int, since: str, run_id: str) -> List[str]:
     """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere)."""
-    argv = [*_launch(agent), LEASE, LANE, lane, HOST, host]
+    argv = [*agent, LEASE, LANE, lane, HOST, host]
     if program:
         argv += [PROGRAM, program]
     return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
@@ -291,7 +290,7 @@ def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_
 
 def session(agent: Words) -> List[str]:
     """``session``: a run's first call (its request follows on stdin, see :func:`encode_request`)."""
-    return [*_launch(agent), SESSION]
+    return [*agent, SESSION]
 
 
 def session_probe(words: Sequence[str]) -> List[str]:
@@ -302,21 +301,12 @@ def session_probe(words: Sequence[str]) -> List[str]:
 def census(agent: Words) -> List[str]:
     """``census``: every queued or running job's words that name a full SHA, read with one listing and
     a stored script only for a job not seen before (exit 1 when the queue could not be read completely)."""
-    return [*_launch(agent), CENSUS]
+    return [*agent, CENSUS]
 
 
 def agent_words(argv: Sequence[str], verb: str) -> List[str]:
-    """The agent's own words (as configured) in front of *verb* in an argv built here."""
-    from .agentjudge import configured
-
-    return configured(list(argv[:list(argv).index(verb)]))
-
-
-def _launch(agent: Words) -> List[str]:
-    """The words that run *agent* judged and isolated (:func:`vq_admin.core.agentjudge.launch`)."""
-    from .agentjudge import launch
-
-    return launch(agent)
+    """The agent's own words in front of *verb* in an argv built here."""
+    return list(argv[:list(argv).index(verb)])
 
 
 # -- parsers (the driver's side) --------------------------------------------------------

@@ -92,7 +92,9 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     from ..core.protocol import hash_file
     from ..core.securepath import command_problem
 
-    remote = hash_file(words, launcher)
+    from ..core.agentjudge import launch
+
+    remote = [*launch(words), *hash_file(words, launcher)[len(words):]]  # judged, then run isolated
 
     if table.get("transport", "ssh") == "local":
         problem = command_problem(words, what=f"hosts.{host}.agent")
