@@ -79,11 +79,15 @@ def tabs(load: str, lines: list[str], env: dict[str, str]) -> list[list[str]]:
 
 LINES = ["vq admin up", "vq ad", "vq-admin up", "vq admin status ''", "vq admin update ''", "vq admin update --exp",
          "vq admin launcher ''", "vq admin launcher vibeqc-release ''", "vq admin completion ''",
-         "vq admin provider ''", "vq-admin status --te"]
+         "vq admin provider ''", "vq-admin status --te", "vq admin update vibeqc-release ''",
+         "vq-admin rollback dotted.prog ''", "vq admin update cluster ''", "vq admin update vibeqc-release cluster ''"]
 EXPECTED = [["update"], ["admin"], ["update"], ["cluster", "login.example"],
             ["dotted.prog", "vibeqc-release", "cluster", "login.example"], ["--expected-sha"],
             ["dotted.prog", "vibeqc-release"], ["cluster", "login.example"], ["bash", "zsh"], ["install", "test"],
-            ["--textfile"]]
+            ["--textfile"],
+            # after PROGRAM only hosts (issue 31: programs were offered again); after HOST (the helper lane's
+            # one word, or PROGRAM HOST) no more words
+            ["cluster", "login.example"], ["cluster", "login.example"], [], []]
 
 
 @pytest.fixture
@@ -283,3 +287,23 @@ def test_zsh_completes_from_the_installed_file(prefix, config_env, tmp_path, typ
                            str(prefix / "bin"), typed, *shown], capture_output=True, text=True, timeout=90, env=env,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"zsh did not offer {shown} for {typed!r}:\n{done.stdout!r}\n{done.stderr}"
+
+
+@pytest.mark.parametrize("typed, offered", [(["update", ""], ["dotted.prog", "vibeqc-release", "cluster",
+                                                               "login.example"]),
+                                            (["update", "vibeqc-release", ""], ["cluster", "login.example"]),
+                                            (["update", "cluster", ""], []),
+                                            (["rollback", "dotted.prog", "cluster", ""], [])])
+def test_zsh_offers_hosts_after_a_program_and_nothing_after_a_host(config_env, typed, offered):
+    """zsh's [PROGRAM] HOST completer reads the word before the cursor, as bash's does (compadd stubbed)."""
+    _require("zsh", "zsh")
+    load = re.search(r"# Custom Preamble\n(.*?)\n# End Custom Preamble", (COMPLETIONS / "zsh/_vq").read_text(),
+                     re.S)
+    assert load, "no preamble in _vq"
+    words = " ".join(f"'{w}'" for w in ["vq", "admin", *typed])
+    script = (load.group(1) + "\ncompadd() { shift; local n; for n in \"$@\"; do print -rl -- ${(P)n}; done }\n"
+              f"words=({words}); CURRENT=${{#words}}; _vq_admin_targets; true")
+    done = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, env=config_env,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == offered, done.stdout

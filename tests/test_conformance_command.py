@@ -271,3 +271,18 @@ def test_source_repo_usage_errors(extra, message):
     done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
                   "--verify-command", f"{VERIFY} --root {{root}}", *extra)
     assert done.exit_code == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("loose", ["repo", "git-config"])
+def test_a_source_repo_another_user_could_change_is_refused_as_source_repo_is(tmp_path, loose):
+    """``--source-repo`` is judged by the trusted-path rule, as a profile's ``source_repo`` is: git reads
+    it, its git directory and its configuration as you (77, nothing deployed)."""
+    repo = GitRepo(tmp_path / "site-src")
+    sha = repo.commit("mysim 1.0")
+    (repo.path if loose == "repo" else repo.path / ".git" / "config").chmod(0o777 if loose == "repo" else 0o666)
+    done = run_vq("provider", "test", "command", "--update-command", f"{DEPLOY} --root {{root}}",
+                  "--verify-command", f"{VERIFY} --root {{root}}", "--source-repo", str(repo.path), "--sha", sha,
+                  "--json")
+    assert done.exit_code == 77 and done.json()["outcome"] == "refused", done.stdout + done.stderr
+    assert "--source-repo" in done.stderr and "other-writable" in done.stderr, done.stderr
+    assert "deploy-A" not in done.stdout

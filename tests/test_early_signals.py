@@ -127,3 +127,33 @@ def test_the_installed_script_signalled_the_moment_it_can_catch_it(tmp_path, con
     assert proc.returncode in (130, 3), (proc.returncode, out, err)
     doc = one_document(out)
     assert doc["exit_code"] == proc.returncode and "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_second_signal_while_an_interrupted_lane_concludes_changes_nothing(tmp_path, config, sig):
+    """A signal in a lane makes it unknown with its receipt; a second one while that receipt is written is
+    ignored (one signal rule, vq_admin.interrupts): one document, exit 3, the first signal named."""
+    code = PROBE.replace("setattr(module, name, signalled)", """setattr(module, name, signalled)
+import vq_admin.lanes.runner as runner
+concluding = runner.conclude
+def again(*args, **kwargs):
+    os.kill(os.getpid(), sig)
+    return concluding(*args, **kwargs)
+runner.conclude = again""")
+    env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(tmp_path / "state"))
+    done = subprocess.run([sys.executable, "-c", code, "vq_admin.lanes.runner", "host_lease", sig,
+                           "update", "vibeqc", "here", "--expected-sha", "a" * 40, "--json"], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    doc = one_document(done.stdout)
+    assert doc["outcome"] == "unknown" and f"vq-admin received {sig} during step" in doc["errors"][0], doc["errors"]
+    assert "Traceback" not in done.stderr
+
+
+def test_only_the_interrupts_module_sets_a_handler_of_the_three_signals():
+    """One rule, one home: the driver's handlers of SIGINT, SIGTERM and SIGHUP are set in vq_admin/interrupts.py
+    (the agent, a separate program, has its own)."""
+    package = Path(__file__).resolve().parent.parent / "vq_admin"
+    setters = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                     if "signal.signal(" in p.read_text() and p.parts[len(package.parts)] != "agent")
+    assert setters == ["interrupts.py"], setters

@@ -179,13 +179,22 @@ def test_an_incomplete_census_fails_closed(state, fail, problem):
     assert failed.value.cost is not None and failed.value.cost.scheduler_calls == len(slurm.calls)
 
 
+COST = (b'{"jobs_listed": 3, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0, "cache_problem": null, '
+        b'"scheduler_calls": 1, "seconds": 0.1}')
+
+
 @pytest.mark.parametrize("answer,problem", [
     ((255, b"", b"ssh: connect to host: Connection refused"), "Connection refused"),
     ((2, b"", b"vq-admin-agent: error: argument verb: invalid choice: 'census' (choose from 'lease')"),
      "has no census verb"),
     ((127, b"", b"sh: 1: vq-admin-agent: not found"), "not found"),
     ((0, b'{"complete": true}', b""), "cost"),
-], ids=["transport", "older-agent", "no-agent", "no-cost"])
+    # strict: a complete answer without its jobs is not an empty queue (it was read with defaults before)
+    ((0, b'{"complete": true, "error": null, "jobs_scanned": 3, "cost": ' + COST + b'}', b""), "groups"),
+    ((0, b'{"complete": true, "error": null, "groups": [], "cost": ' + COST + b'}', b""), "jobs_scanned"),
+    ((0, b'{"complete": true, "error": null, "jobs_scanned": null, "groups": null, "cost": ' + COST + b'}', b""),
+     "could not read the queue completely"),
+], ids=["transport", "older-agent", "no-agent", "no-cost", "no-groups", "no-jobs-scanned", "null-jobs"])
 def test_an_agent_that_cannot_answer_fails_the_census(state, answer, problem):
     class Broken(Transport):
         where = "login"

@@ -54,14 +54,24 @@ PREAMBLE = {
     "bash": _NAMES + r"""
 _vq_admin_hosts() { compgen -W "$(_vq_admin_config_names hosts)" -- "$1"; }
 _vq_admin_programs() { compgen -W "$(_vq_admin_config_names programs)" -- "$1"; }
-_vq_admin_targets() { compgen -W "$(_vq_admin_config_names programs) $(_vq_admin_config_names hosts)" -- "$1"; }
+# [PROGRAM] HOST: after a program only hosts; after a host nothing more
+_vq_admin_targets() {
+  local prev="${COMP_WORDS[COMP_CWORD-1]}" programs hosts nl=$'\n'
+  programs=$(_vq_admin_config_names programs); hosts=$(_vq_admin_config_names hosts)
+  if [[ "$nl$hosts$nl" == *"$nl$prev$nl"* ]]; then return 0; fi
+  if [[ "$nl$programs$nl" == *"$nl$prev$nl"* ]]; then compgen -W "$hosts" -- "$1"; return; fi
+  compgen -W "$programs $hosts" -- "$1"
+}
 """.rstrip("\n"),
     "zsh": _NAMES + r"""
 _vq_admin_hosts() { local -a names; names=(${(f)"$(_vq_admin_config_names hosts)"}); compadd -a names; }
 _vq_admin_programs() { local -a names; names=(${(f)"$(_vq_admin_config_names programs)"}); compadd -a names; }
-_vq_admin_targets() {
-  local -a names; names=(${(f)"$(_vq_admin_config_names programs)"} ${(f)"$(_vq_admin_config_names hosts)"})
-  compadd -a names
+_vq_admin_targets() {  # [PROGRAM] HOST: after a program only hosts; after a host nothing more
+  local -a programs hosts; local prev=${words[CURRENT-1]}
+  programs=(${(f)"$(_vq_admin_config_names programs)"}); hosts=(${(f)"$(_vq_admin_config_names hosts)"})
+  (( ${hosts[(Ie)$prev]} )) && return 1
+  (( ${programs[(Ie)$prev]} )) && { compadd -a hosts; return; }
+  compadd -a programs hosts
 }
 """.rstrip("\n"),
 }

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from . import lockwait
+from . import interrupts, lockwait
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -204,9 +204,7 @@ class Rollout:
             try:
                 os.setsid()
                 os.environ[lockwait.FLEET] = str(os.getppid())  # hosts sharing a lease wait for each other
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                for sig in (signal.SIGTERM, signal.SIGHUP):
-                    signal.signal(sig, signal.SIG_DFL)
+                interrupts.defaults()
                 for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
                                         (1, host._out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                                         (2, host._err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
@@ -308,33 +306,31 @@ class Rollout:
         self.order_names = [h.name for h in order]
         _preload(self.config, self.program)
         self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
-        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            queue = list(order)
-            if self.args.canary is not None and not self.dry_run:
-                canary = queue.pop(0)
-                self.start(canary)
-                while self.running:
+            with interrupts.handled_by(self.on_signal):  # it tells the workers
+                queue = list(order)
+                if self.args.canary is not None and not self.dry_run:
+                    canary = queue.pop(0)
+                    self.start(canary)
+                    while self.running:
+                        self.wait_one()
+                    if not canary.succeeded:
+                        for host in queue:
+                            self.skip(host, f"the canary {canary.name} ended {canary.outcome}")
+                        queue = []
+                while queue or self.running:
+                    while queue and len(self.running) < self.parallel and not self.stopping():
+                        self.start(queue.pop(0))
+                    if not self.running:
+                        break
                     self.wait_one()
-                if not canary.succeeded:
-                    for host in queue:
-                        self.skip(host, f"the canary {canary.name} ended {canary.outcome}")
-                    queue = []
-            while queue or self.running:
-                while queue and len(self.running) < self.parallel and not self.stopping():
-                    self.start(queue.pop(0))
-                if not self.running:
-                    break
-                self.wait_one()
-            for host in queue:
-                if self.interrupted:
-                    self.skip(host, f"not started: vq-admin received {self.interrupted}")
-                else:
-                    self.skip(host, f"not started: {self.failed} host(s) ended other than ok/already-current "
-                                    f"(--max-failed {self.max_failed})")
+                for host in queue:
+                    if self.interrupted:
+                        self.skip(host, f"not started: vq-admin received {self.interrupted}")
+                    else:
+                        self.skip(host, f"not started: {self.failed} host(s) ended other than ok/already-current "
+                                        f"(--max-failed {self.max_failed})")
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             shutil.rmtree(self.tmp, ignore_errors=True)
         return self.document()
 

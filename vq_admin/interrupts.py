@@ -7,7 +7,8 @@ itself.  Before a lane started that is exit 130, nothing run, with one error
 document under ``--json`` (:func:`finish_early`); a lane makes it ``unknown``
 with its receipt (:func:`vq_admin.lanes.runner.execute_lane`).  From the
 first signal on, and once a run's answer is decided (:func:`hold`), a signal
-changes nothing, so there is never a second document.
+changes nothing, so there is never a second document.  Every handler of these
+signals in the driver is set here (:class:`handled_by`, :func:`defaults`).
 
 Not caught: a signal while the interpreter itself starts, and during ``vq
 admin launcher`` (the per-job lookup imports nothing it need not; the queue
@@ -24,7 +25,9 @@ from .report.outcome import Outcome, VqAdminError
 TYPE_CHECKING = False  # not typing's: this module is imported first, so its handlers are in force at once
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any
+    from typing import Any, Callable
+
+    Handler = Callable[[int, FrameType | None], None]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Whether the console script's run handles the signals (from :func:`install` to :func:`finish`).
@@ -62,6 +65,31 @@ def finish() -> None:
     """The console script's run is over: :func:`hold` for the rest of the process."""
     hold()
     _active[0] = False
+
+
+class handled_by:  # noqa: N801 - used as a context manager (contextlib is not imported this early)
+    """*handler* takes the three signals in the block, the previous handlers after it (the fleet's: it
+    tells its workers); ``None``: they raise :class:`Interruption` there, as from :func:`install` (a lane
+    run by a caller that did not install them)."""
+
+    def __init__(self, handler: Handler | None) -> None:
+        self.handler = handler
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        if self.handler is not None or not _active[0]:
+            self.previous = {sig: signal.signal(sig, self.handler or _raise) for sig in SIGNALS}
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def defaults() -> None:
+    """A forked fleet worker: the signals as a new process has them until its run installs them."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def name_of(exc: BaseException) -> str:

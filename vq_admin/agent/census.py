@@ -282,7 +282,7 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
             opened.save(kept)  # the jobs listed now: those that left the queue are dropped
             cost["cache_problem"] = opened.problem
         cost["seconds"] = round(time.monotonic() - started, 3)
-        return {"complete": True, "jobs_scanned": scanned, "cost": cost,
+        return {"complete": True, "error": None, "jobs_scanned": scanned, "cost": cost,
                 "groups": [{"words": list(w), "jobs": jobs} for w, jobs in sorted(groups.items())]}
     except CensusFailed as exc:
         if opened is not None:
@@ -300,7 +300,8 @@ def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cac
         return take(run, cache), 0
     except CensusFailed as exc:
         message, cost = exc.args
-        return {"complete": False, "error": message, "cost": cost}, protocol.EXIT_FAILED
+        return {"complete": False, "error": message, "cost": cost, "jobs_scanned": None, "groups": None}, \
+            protocol.EXIT_FAILED
 
 
 def main() -> int:

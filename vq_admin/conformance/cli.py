@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from .. import source
 from ..config import parse_command
 from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
@@ -64,7 +65,9 @@ def _source(args: argparse.Namespace) -> tuple[str, str] | None:
     assert sha is not None
     if not os.path.isdir(args.source_repo):
         raise UsageError(f"--source-repo {args.source_repo}: not a directory (a git repository holding --sha)")
-    return os.path.abspath(args.source_repo), sha
+    repo = os.path.abspath(args.source_repo)
+    source.check_repository(repo, "--source-repo")  # git reads it as you: the trusted-path rule, as source_repo
+    return repo, sha
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,12 +9,10 @@ no lane module imports a command.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import traceback
 from contextlib import ExitStack
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import interrupts
 from ..config import authority
@@ -80,10 +78,6 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
 
 
-def _raise_interrupted(signum: int, frame: FrameType | None) -> NoReturn:
-    raise Interrupted(f"vq-admin received {signal.Signals(signum).name}")
-
-
 def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                  lock_key: tuple[str, str, str | None], deferred_lease: bool = False) -> int:
     """Run a lane body under its lock and its host-side lease (:mod:`vq_admin.lease`:
@@ -93,24 +87,24 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
     SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
     receipt: a step may have been under way on a host.
     """
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        try:
-            if ctx.options.dry_run:
-                plan_lease(ctx, receipt, *lock_key)
-                receipt = body()
-            else:
-                ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
-                ctx.state.check_run_dirs(*lock_key)  # a loose directory there: refused before the lock is written
-                waiter = LockWait(ctx.options.wait_lock, terminal=progress.enabled(ctx.options.json),
-                                  narrate=ctx.narrate)
-                with ExitStack() as held:
-                    waiter.run(lambda: held.enter_context(lane_lock(ctx.state.root, *lock_key)), lambda: None)
-                    held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
-                    ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
+        with interrupts.handled_by(None):  # the three signals raise Interruption (vq_admin.interrupts)
+            try:
+                if ctx.options.dry_run:
+                    plan_lease(ctx, receipt, *lock_key)
                     receipt = body()
-        except KeyboardInterrupt as exc:  # SIGINT (and, before the handlers above, any of the three)
-            raise Interrupted(f"vq-admin received {interrupts.name_of(exc)}") from None
+                else:
+                    ctx.state.require_free_space()  # before the lock and any mutation (a full state filesystem)
+                    ctx.state.check_run_dirs(*lock_key)  # a loose directory there: refused before the lock is written
+                    waiter = LockWait(ctx.options.wait_lock, terminal=progress.enabled(ctx.options.json),
+                                      narrate=ctx.narrate)
+                    with ExitStack() as held:
+                        waiter.run(lambda: held.enter_context(lane_lock(ctx.state.root, *lock_key)), lambda: None)
+                        held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
+                        ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
+                        receipt = body()
+            except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP
+                raise Interrupted(f"vq-admin received {interrupts.name_of(exc)}") from None
     except UnsafeState:
         raise  # the state directory cannot be trusted: write nothing there, not even a receipt (exit 77)
     except Interrupted as exc:
@@ -132,8 +126,6 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                             "next_command": rerun_command(ctx, receipt)}
         receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         interrupts.hold()  # the outcome is decided and recorded: a signal now changes nothing
     return emit(ctx, receipt)
 

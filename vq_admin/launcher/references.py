@@ -88,18 +88,20 @@ def _names(words: Iterable[str], needle: str) -> bool:
 
 
 class CensusScan(Document, frozen=True, kw_only=True):
-    """The agent's ``census`` answer: every queued or running job that names something, by its words."""
+    """The agent's ``census`` answer: every queued or running job that names something, by its words.
+    Strict: every member must be there (a missing one fails the census closed, never reads as "no job");
+    ``jobs_scanned`` and ``groups`` are ``null`` in a failed census's answer."""
 
     complete: bool
     cost: CensusCost
-    jobs_scanned: Count = 0  #: jobs not in a terminal state
-    groups: tuple[JobGroup, ...] = ()
-    error: str | None = None
+    jobs_scanned: Count | None  #: jobs not in a terminal state
+    groups: tuple[JobGroup, ...] | None
+    error: str | None
 
     def jobs_naming(self, shas: Iterable[str]) -> dict[str, list[QueuedJob]]:
         """For each full SHA of *shas*, the jobs whose command, paths or stored script name it, by job id."""
         found: dict[str, list[QueuedJob]] = {sha: [] for sha in shas}
-        for group in self.groups:
+        for group in self.groups or ():
             for sha, jobs in found.items():
                 if _names(group.words, sha):
                     jobs.extend(group.jobs)
@@ -150,7 +152,7 @@ def scan(transport: Transport, agent: Sequence[str], run: Runner | None = None) 
         found = CensusScan.from_json(result.stdout, f"the agent's census answer on {where}", limit=CAPTURE_LIMIT)
     except InputError as exc:
         raise CensusError(f"{exc} (exit status {result.exit_code}: {result.error_text()[-300:]})") from None
-    if result.exit_code != 0 or not found.complete:
+    if result.exit_code != 0 or not found.complete or found.groups is None or found.jobs_scanned is None:
         raise CensusError(f"the agent on {where} could not read the queue completely: "
                           f"{found.error or result.describe()}", found.cost)
     return found
@@ -174,7 +176,8 @@ def census(state: StateDir, transport: Transport, agent: Sequence[str], host: st
     links = sorted({link for row in rows for link in _stable_links(row["launcher"])})
     known = {row["sha"] for row in rows}
     unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
-    named = sorted(((job, group.words) for group in found.groups for job in group.jobs), key=lambda p: int(p[0].id))
+    named = sorted(((job, group.words) for group in found.groups or () for job in group.jobs),
+                   key=lambda p: int(p[0].id))
     for job, words in named:
         label = f"job {job.id} ({job.state})"
         for row in rows:
