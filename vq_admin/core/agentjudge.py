@@ -1,7 +1,8 @@
 """The agent judged before it runs, isolated when it runs, in the same ssh command.
 
-Every agent call starts as ``/usr/bin/python3 -I -S -c CODE BLOB N AGENT-WORDS... VERB...``
-(:func:`launch`): a system interpreter with no site, no ``PYTHON*`` variables and no current
+Every agent call runs as ``/usr/bin/python3 -I -S -c CODE BLOB N AGENT-WORDS... VERB...``
+(:func:`launch`; the transports apply :func:`judged` where they build the local argv, so plans and
+receipts keep the agent's own words): a system interpreter with no site, no ``PYTHON*`` variables and no current
 directory runs this module's :func:`judge` (shipped compressed in ``BLOB`` with the secure-path
 rule of :mod:`vq_admin.core.securepath`), which, before anything of the agent runs:
 
