@@ -26,7 +26,7 @@ import pytest
 
 import agent_selftest
 from support import GitRepo, git
-from vq_admin.core import protocol
+from vq_admin.core import exits, protocol
 from vq_admin.core.frames import FrameError, read_frames
 from vq_admin.agent.allocation import new_attempt_name
 from vq_admin.agent.cli import build_parser
@@ -66,8 +66,8 @@ def test_the_exit_statuses_are_the_agent_s():
     from vq_admin.agent import cli, lease
 
     assert (cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_MISMATCH, cli.EXIT_UNSAFE, cli.EXIT_HELD) == (
-        protocol.EXIT_FAILED, protocol.EXIT_USAGE, protocol.EXIT_MISMATCH, protocol.EXIT_UNSAFE, protocol.EXIT_HELD)
-    assert lease.EXIT_HELD == protocol.EXIT_HELD
+        exits.EXIT_FAILED, exits.EXIT_USAGE, exits.EXIT_MISMATCH, exits.EXIT_UNSAFE, exits.EXIT_HELD)
+    assert lease.EXIT_HELD == exits.EXIT_HELD
 
 
 def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
@@ -323,7 +323,7 @@ def rt_stage_verify(w: World) -> None:
     assert verdict.verified and verdict.stage == stage and verdict.mismatches == []
     wrong = dict(w.words, git_tree="0" * 40)
     verdict = protocol.parse_stage_verify(run(protocol.stage_verify(AGENT, stage=stage, **wrong), w.tmp,
-                                              ok=(protocol.EXIT_MISMATCH,)))
+                                              ok=(exits.EXIT_MISMATCH,)))
     assert not verdict.verified and verdict.mismatches
 
 
@@ -423,6 +423,33 @@ def rt_detach_reconcile(w: World) -> None:
     _reconcile(w, protocol.DETACH_RUN, detached=True)
 
 
+def _confirm(w: World) -> tuple[str, Framed]:
+    """``confirm-run`` with a fake sbatch (which answers job 4242 and runs the job at once) and a fake scontrol
+    (which knows no job): the supervisor's verdict arrives, failed for want of Slurm's own end state."""
+    attempt = new_attempt_name()
+    argv = protocol.confirm_run(AGENT, root=str(w.scratch), program="prog", attempt=attempt, timeout="60",
+                                sbatch_args=["--time=5"], metrics=["steps=lower:0.1"], baseline=[("steps", "2")],
+                                accept_regression=False, revert=[],
+                                command=[sys.executable, "-c", "print('VQ-DEPLOY-METRIC steps=2')"])
+    answer = _framed(w, argv)
+    verdict = answer.summary.get("confirm")
+    assert answer.complete and verdict["job_id"] == "4242" and verdict["metrics"] == {"steps": "2"}, answer.records
+    assert verdict["passed"] is False and verdict["revert"] is None and verdict["regressed"] == [], verdict
+    assert answer.transcripts["stdout"] == b"VQ-DEPLOY-METRIC steps=2\n"
+    return attempt, answer
+
+
+def rt_confirm_run(w: World) -> None:
+    _confirm(w)
+
+
+def rt_confirm_reconcile(w: World) -> None:
+    attempt, first = _confirm(w)
+    argv = protocol.confirm_reconcile(AGENT, root=str(w.scratch), program="prog", attempt=attempt, timeout="5")
+    again = _framed(w, argv)
+    assert again.complete and again.summary["confirm"] == first.summary["confirm"], again.records
+
+
 def rt_lease(w: World) -> None:
     h = holder()
     argv = protocol.lease(AGENT, lane="runtime", host="login1", program="prog", **h)
@@ -456,8 +483,20 @@ def rt_census(w: World) -> None:
         assert answer.data["groups"] == [{"words": [f"/apps/v/releases/{'a' * 40}/bin/python"], "jobs": [
             {"id": "7", "display": "7", "state": "PENDING", "user": "u"}]}]
     (bindir / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
-    failed = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env, ok=(protocol.EXIT_FAILED,)))
+    failed = protocol.parse_census(run(protocol.census(AGENT), w.tmp, env=env, ok=(exits.EXIT_FAILED,)))
     assert not failed.complete and failed.error and "Unable to contact" in failed.error
+
+
+def rt_record(w: World) -> None:
+    from vq_admin.agent import record
+
+    empty = protocol.parse_record(run(protocol.record(AGENT, {"toy": 0}), w.tmp))
+    assert empty.records == {"toy": {"entries": [], "last": 0}}
+    record.append("toy", b"{}", b"SIG")
+    record.append("toy", b"[]", None)
+    found = protocol.parse_record(run(protocol.record(AGENT, {"toy": 1, None: 0}), w.tmp)).records
+    assert [(e["seq"], e["statement"], e["sig"]) for e in found["toy"]["entries"]] == [(2, "[]", None)]
+    assert found[protocol.HELPER_RECORD]["entries"] == []
 
 
 ROUND_TRIPS: dict[str, Callable[[World], None]] = {
@@ -468,7 +507,8 @@ ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.INSTALL_FILE: rt_install_file, protocol.ALLOC_RUN: rt_alloc_run,
     protocol.ALLOC_RECONCILE: rt_alloc_reconcile, protocol.DETACH_RUN: rt_detach_run,
     protocol.DETACH_RECONCILE: rt_detach_reconcile, protocol.LEASE: rt_lease, protocol.SESSION: rt_session,
-    protocol.CENSUS: rt_census,
+    protocol.RECORD: rt_record,
+    protocol.CENSUS: rt_census, protocol.CONFIRM_RUN: rt_confirm_run, protocol.CONFIRM_RECONCILE: rt_confirm_reconcile,
 }
 
 

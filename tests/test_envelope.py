@@ -175,6 +175,9 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "one-host": lambda w: ["history", "cluster", "vibeqc", "--limit", "2", "--json"],
         "bad-limit": lambda w: ["history", "--limit", "0", "--json"],
     },
+    ("attest",): {
+        "never-recorded-refused": lambda w: ["attest", "vibeqc", "cluster", "--sha", "c" * 40, "--json"],
+    },
     ("provider", "install"): {
         "install": lambda w: ["provider", "install", str(w["src"]), "--host", "cluster", "--dest", str(w["dest"]),
                               "--json"],
@@ -220,6 +223,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "history|all": ("history", "ok"),
     "history|one-host": ("history", "ok"),
     "history|bad-limit": ("error", "usage"),
+    "attest|never-recorded-refused": ("error", "refused"),
     "provider install|install": ("receipt", "ok"),
     "provider install|dry-run": ("plan", "ok"),
     "provider install|setuid-refused": ("error", "usage"),
@@ -386,7 +390,7 @@ def test_host_verbs_over_the_real_sshd_and_slurm_print_one_envelope(real_cluster
         (["prune", "vibeqc", "cluster", "--keep", "2", "--json"], "receipt", "ok"),
         (["rollback", "vibeqc", "cluster", "--json"], "receipt", "ok"),
         (["check", "--connect", "--json"], "check-connect", "ok"),
-        (["history", "cluster", "vibeqc", "--json"], "history", "ok"),
+        (["history", "cluster", "vibeqc", "--local", "--json"], "history", "ok"),
     ]
     for argv, schema, outcome in runs:
         done = run_vq(*argv, config=config, state=state)

@@ -48,6 +48,7 @@ def calls_in_package() -> dict[str, list[str]]:
 
 def test_every_point_is_declared_once_with_a_docstring_and_reached_by_production_code():
     assert set(POINTS) == {"call", "step-before", "step-after", "mirror-before-push", "install-file-before-rename",
+                           "record-before-statement",
                            "helper-rereads", "helper-reread-interval", "lease-wait"}
     for point in POINTS.values():
         assert len(point.doc) > 40, point.name

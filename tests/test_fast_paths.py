@@ -35,8 +35,8 @@ SHA = "a" * 40
 #: secure-path rule, all standard library only.
 TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin.core.bounds",
              "vq_admin.core.securepath", "vq_admin.core.names",
-             # the one home of identifiers and default paths
-             "vq_admin.core.identifiers", "vq_admin.core.default_paths",
+             # the one home of identifiers, default paths and exit statuses
+             "vq_admin.core.identifiers", "vq_admin.core.default_paths", "vq_admin.core.exits",
              # the one atomic write and the one escaping rule (standard library only, no re)
              "vq_admin.core.atomic", "vq_admin.core.escape"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
@@ -53,12 +53,14 @@ PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plain
              "vq_admin.core.default_paths", "vq_admin.core.securepath", "vq_admin.core.escape"}
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
-             "vq_admin.core.securepath"}  # the launcher's path is checked before it is hashed
+             "vq_admin.core.securepath",  # the launcher's path is checked before it is hashed
+             "vq_admin.core.exits", "vq_admin.core.bounds"}  # the one table of exit statuses, the one JSON reader
 #: The agent's own modules its ``session`` (an already-current run's one agent start) imports.
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
                "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
-               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.atomic"}
+               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.exits", "vq_admin.core.bounds",
+               "vq_admin.core.atomic"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.core.failpoints")

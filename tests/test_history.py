@@ -62,10 +62,10 @@ def test_newest_first_with_filters_and_limit(state):
                 "finished_at"):
         assert key in first
     assert [r["verb"] for r in doc["runs"][:3]] == ["prune", "rollback", "update"]
-    assert [r["receipt"] for r in vq_history(state, "cluster", "--json").json()["runs"]] == \
+    assert [r["receipt"] for r in vq_history(state, "cluster", "--local", "--json").json()["runs"]] == \
         ["r0006", "r0005", "r0003", "r0002", "r0001"]
-    assert [r["receipt"] for r in vq_history(state, "cluster", "vibeqc", "--limit", "2", "--json").json()["runs"]] == \
-        ["r0006", "r0005"]
+    two = vq_history(state, "cluster", "vibeqc", "--local", "--limit", "2", "--json").json()["runs"]
+    assert [r["receipt"] for r in two] == ["r0006", "r0005"]
     unknown = vq_history(state, "nohost", "--json")  # a host the configuration does not name: a usage error
     assert unknown.exit_code == 2 and "(hosts: cluster, other)" in unknown.json()["errors"][0]
     typo = vq_history(state, "cluster", "vibeqx", "--json")  # and a PROGRAM the host has no profile for
@@ -74,7 +74,7 @@ def test_newest_first_with_filters_and_limit(state):
 
 
 def test_the_table(state):
-    done = vq_history(state, "cluster", "--limit", "3")
+    done = vq_history(state, "cluster", "--local", "--limit", "3")
     lines = done.stdout.splitlines()
     assert done.exit_code == 0 and len(lines) == 4
     assert lines[0].split() == ["TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "DURATION"]

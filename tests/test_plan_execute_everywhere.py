@@ -117,7 +117,8 @@ def test_every_streamed_call_runs_as_a_planned_step():
     answer, and run their planned step all the same (``execute_stream``)."""
     callers = [f"{p.relative_to(ROOT)}" for p in (ROOT / "vq_admin").rglob("*.py") if "stream_call(" in p.read_text()
                and p.name != "allocation_stream.py"]
-    assert sorted(callers) == ["vq_admin/lanes/allocation_attempt.py", "vq_admin/lanes/allocation_step.py"]
+    assert sorted(callers) == ["vq_admin/lanes/allocation_attempt.py", "vq_admin/lanes/allocation_step.py",
+                               "vq_admin/lanes/confirm_step.py"]
     assert streams_outside_a_step() == []
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from vq_admin.core import procs
 from vq_admin.ssh import process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ def test_a_stream_that_goes_silent_is_ended_at_its_timeout():
     started = time.monotonic()
     done = process.run(["sh", "-c", "echo x; sleep 60"], timeout=0.5, read_stdout=read)
     assert done.ended == process.TIMED_OUT and done.exit_code is None and done.interruption() == "timeout"
-    assert time.monotonic() - started < 0.5 + process.TERM_GRACE
+    assert time.monotonic() - started < 0.5 + procs.TERM_GRACE
 
 
 # -- the bound: SIGTERM, a grace, SIGKILL ----------------------------------------------------
@@ -138,12 +139,12 @@ def test_a_timeout_terminates_the_process_within_the_bound():
     elapsed = time.monotonic() - started
     assert done.ended == process.TIMED_OUT and done.exit_code is None and done.interruption(255) == "timeout"
     assert done.returncode == -signal.SIGTERM  # sleep ends on SIGTERM: no need for the SIGKILL
-    assert 0.3 <= elapsed < 0.3 + process.TERM_GRACE
+    assert 0.3 <= elapsed < 0.3 + procs.TERM_GRACE
 
 
 @pytest.mark.parametrize("mode", ["capture", "stream"])
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp_path, mode):
-    monkeypatch.setattr(process, "TERM_GRACE", 0.5)
+    monkeypatch.setattr(procs, "TERM_GRACE", 0.5)
     pid_file = tmp_path / "pid"
     # the ignored disposition is inherited: neither sh nor its sleep ends on SIGTERM
     script = f"trap '' TERM; sleep 60 & echo $! > {pid_file}; wait; wait"
@@ -345,7 +346,7 @@ def test_an_allocation_stream_past_its_timeout_is_a_timeout():
     started = time.monotonic()
     call = stream_call(LocalTransport(), ["sh", "-c", "sleep 60"], timeout=0.3, sinks={})
     assert call.interrupted == "timeout" and call.exit_code is None and "timed out" in call.describe()
-    assert time.monotonic() - started < 0.3 + process.TERM_GRACE
+    assert time.monotonic() - started < 0.3 + procs.TERM_GRACE
 
 
 def test_an_allocation_stream_that_is_not_frames_is_cut_off_at_once():

@@ -125,7 +125,7 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         assert output.read_text().strip() == f"selftest of A {root}/releases/{sha['A']}/source/.venv"
     finally:
         ssh(real_cluster, "scancel", job)
-    table = site.vq("history", "cluster", "vibeqc")
+    table = site.vq("history", "cluster", "vibeqc", "--local")
     print("history table:\n" + table.stdout)
     assert table.stdout.splitlines()[1].split()[1] == "runtime/prune"
 

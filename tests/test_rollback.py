@@ -138,7 +138,7 @@ def test_rollback_to_last_good_through_activate(tmp_path, real_sshd):
     assert (same.exit_code, same.json()["outcome"]) == (0, "already-current")
     assert "activate" not in names(same.json())
 
-    table = w.vq("history", "cluster", w.program, "--limit", "4")
+    table = w.vq("history", "cluster", w.program, "--limit", "4", "--local")
     print("history table:\n" + table.stdout)
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "DURATION"]
@@ -178,7 +178,7 @@ def test_rollback_refusals_run_nothing(tmp_path, real_sshd):
         assert receipt["outcome"] == "refused" and text in receipt["errors"][-1], (label, receipt["errors"])
         assert all(s["status"] in ("planned", "skipped") for s in receipt["steps"]), label
     assert w.vq("rollback", w.program, "cluster", "--to", w.b[:12]).exit_code == 2  # abbreviation: usage
-    listed = w.vq("history", "cluster", w.program, "--json").json()["runs"]
+    listed = w.vq("history", "cluster", w.program, "--local", "--json").json()["runs"]
     assert [(r["verb"], r["outcome"]) for r in listed[:2]] == [("rollback", "refused")] * 2
     assert tree_digest(w.root) == before
     assert w.record("last-ok")["sha"] == w.a and w.current() == f"releases/{w.a}"

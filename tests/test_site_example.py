@@ -527,3 +527,18 @@ def test_distribution_metadata_and_dependencies():
                 assert top in sys.stdlib_module_names or top in ("vq_admin_hookspecs", "vq_admin_identifiers"), \
                     f"{path.name} imports {name}"
                 assert top == "__future__" or not top.startswith("_"), f"{path.name} imports the private {name}"
+
+
+def test_confirm_computes_through_the_launcher_and_prints_its_metrics(world):
+    """``confirm`` (run inside the confirmation job): the real launcher runs the computation; a launcher
+    of another generation is refused."""
+    root, sha = world["root"], world["sha"]["A"]
+    assert deploy(world, "A", verb="install").returncode == 0
+    launcher = f"{root}/releases/{sha}/bin/vibeqc-{sha}"
+    done = run_cli("confirm", "--program", "vibeqc", "--expected-sha", sha, "--launcher", launcher)
+    assert done.returncode == 0, done.stderr
+    assert f"computed 1332.221259 through {launcher}" in done.stdout
+    assert re.search(r"^VQ-DEPLOY-METRIC seconds_per_step=\d+\.\d{6}$", done.stdout, re.M)
+    assert re.search(r"^VQ-DEPLOY-METRIC energy_digest=[0-9a-f]{16}$", done.stdout, re.M)
+    other = run_cli("confirm", "--program", "vibeqc", "--expected-sha", world["sha"]["B"], "--launcher", launcher)
+    assert other.returncode == 1 and "is not the launcher of vibeqc" in other.stderr

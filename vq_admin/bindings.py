@@ -149,7 +149,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
         if canonical != host:
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
-        _refuse_missing(program, host, canonical, sha, latest)
+        _refuse_missing(program, host, canonical, sha, latest, root)
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -184,37 +184,31 @@ def _binding(entry: Mapping[str, object], host: str, program: str, latest: str |
                    tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=checked_on_host)
 
 
-def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
-              state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
-              check_on_host: bool = False, timeout: float = 60.0) -> Binding:
-    """Validate a pin recorded at submission, at dispatch time; fail closed.
+def _pin_document(pin: dict[str, Any] | str, program: str | None, host: str | None) -> dict[str, Any]:
+    """The pin as an object; a bare SHA, or anything not a JSON object, is a ``legacy-pin``."""
+    text = pin.strip() if isinstance(pin, str) else ""
+    remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")
+    if isinstance(pin, str) and not text.startswith("{"):
+        bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
+        raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
+                              "would run whatever its script names (a stable launcher follows current)",
+                              _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
+    from .core.bounds import InputError, loads_json
 
-    *pin* is what :meth:`Binding.pin` returned (a dict, or its JSON text).
-    Legacy pins written before the registry -- a bare SHA, or a SHA with a
-    launcher through ``current`` or without the full SHA -- are refused with
-    code ``legacy-pin`` and the remedy; so is anything unrecognised.
-    """
-    if isinstance(pin, str):
-        text = pin.strip()
-        if not text.startswith("{"):
-            bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
-            raise LauncherRefused("legacy-pin",
-                                  f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
-                                  "would run whatever its script names (a stable launcher follows current)",
-                                  _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
-        from .core.bounds import InputError, loads_json
-
-        try:
-            loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
-        except InputError as exc:
-            raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised",
-                                  _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")) from None
-    else:
-        loaded = pin
+    try:
+        loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS) if isinstance(pin, str) else pin
+    except InputError as exc:
+        raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised", remedy) from None
     if not isinstance(loaded, dict):
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
-                              _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA"))
-    pin = loaded
+                              remedy)
+    return loaded
+
+
+def _pin_target(pin: dict[str, Any], program: str | None, host: str | None, state_dir: str | os.PathLike[str] | None,
+                config_path: str | os.PathLike[str] | None) -> tuple[str, str, str, str]:
+    """``(program, host, full SHA, remedy)`` the pin names, checked against the dispatch's (*host* may be an
+    alias of the pinned host)."""
     program = _pin_field(pin, "program", program)
     if (isinstance(host, str) and isinstance(pin.get("host"), str) and pin["host"] != host and NAME_RE.match(host)
             and isinstance(program, str) and NAME_RE.match(program)
@@ -227,7 +221,21 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
         raise LauncherRefused("legacy-pin", "the pin names no program and host", remedy)
     if not isinstance(sha, str) or not FULL_SHA_RE.match(sha):
         raise LauncherRefused("legacy-pin", f"the pin names no full SHA ({sha!r})", remedy)
-    sha = sha.lower()
+    return program, host, sha.lower(), remedy
+
+
+def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
+              state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
+              check_on_host: bool = False, timeout: float = 60.0) -> Binding:
+    """Validate a pin recorded at submission, at dispatch time; fail closed.
+
+    *pin* is what :meth:`Binding.pin` returned (a dict, or its JSON text).
+    Legacy pins written before the registry -- a bare SHA, or a SHA with a
+    launcher through ``current`` or without the full SHA -- are refused with
+    code ``legacy-pin`` and the remedy; so is anything unrecognised.
+    """
+    pin = _pin_document(pin, program, host)
+    program, host, sha, remedy = _pin_target(pin, program, host, state_dir, config_path)
     launcher = pin.get("launcher")
     problem = launcher_problem(launcher, sha)
     if problem is None and isinstance(launcher, str) and has_control(launcher):
@@ -268,8 +276,18 @@ def path_form_problem(path: object) -> str | None:
     return None if None in problems else problems[0]
 
 
-def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None) -> NoReturn:
+def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None,
+                    root: str) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
+    if sha is not None:  # a generation a confirmation job did not prove (CONTRACT section 13)
+        from .launcher.plain_lookup import unconfirmed_reason
+
+        why = unconfirmed_reason(root, canonical, program, sha)
+        if why is not None:
+            raise LauncherRefused("unconfirmed", f"{program} {sha} on {canonical}{alias} is unconfirmed: {why}",
+                                  f"submit with the verified launcher (vq admin launcher {program} {canonical}), or "
+                                  f"prove it: vq admin update {program} {canonical} --expected-sha {sha} "
+                                  "--retry-confirmation")
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
                               f"deploy and verify it: vq admin update {program} {canonical} "

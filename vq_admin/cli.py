@@ -41,13 +41,25 @@ class _Formatter(argparse.HelpFormatter):
         return super()._format_args(action, default_metavar)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """One parser of a :func:`build_parser` tree (its subparsers are of the same class: ``parser_class``)."""
+
     #: The top-level prog ("vq admin" or "vq-admin"); main() prints it before every error.
     top_prog = ""
+    #: Every parser of the tree, in the order built (the completion reads it: no private argparse).
+    family: list[Parser] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        #: What :meth:`add_argument` returned for this parser, in order.
+        self.arguments: list[argparse.Action] = []
         super().__init__(*args, **kwargs)
+        self.family.append(self)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.arguments.append(action)
+        return action
 
     def error(self, message: str) -> NoReturn:
         # main() already prints "<prog>: usage: "; name only the verb (``update: ...``), never the prog twice.
@@ -63,13 +75,23 @@ def _common(parser: argparse.ArgumentParser, json_help: str = "print exactly one
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog,
-                     description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
+def _lane_options(parser: argparse.ArgumentParser, dry_run_help: str) -> None:
+    """``--wait-lock``, ``--dry-run`` and ``-v`` of the verbs that run a lane."""
+    parser.add_argument("--wait-lock", metavar="SECONDS", type=float,
+                        help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
+                             "then exit 75 as without it")
+    parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="narrate on stderr and print the summary even when not a terminal")
+
+
+def build_parser(prog: str = "vq admin") -> Parser:
+    tree: type[Parser] = type("Tree", (Parser,), {"top_prog": prog, "family": []})
+    parser = tree(prog=prog, description="Keep the vq helper and managed runtimes on Slurm login hosts exactly right.")
     parser.add_argument("--version", action="version", version=f"vq-admin {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="verb", required=True)
 
     p = sub.add_parser("update", help="update the helper (HOST) or one runtime (PROGRAM HOST)",
                        description="HOST: the helper lane. PROGRAM HOST: the runtime lane.")
@@ -80,12 +102,11 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--update-script-arg", metavar="ARG", action="append", default=[],
                    help="pass ARG to the provider's update/install command (repeatable, kept in order)")
     p.add_argument("--force", action="store_true", help="rebuild even when the requested identity is already active")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("--retry-confirmation", action="store_true",
+                   help="run the confirmation job again for an unconfirmed SHA (activating it first when needed)")
+    p.add_argument("--accept-regression", metavar="REASON",
+                   help="a confirmation metric out of tolerance is recorded with REASON, not reverted")
+    _lane_options(p, "print the plan; run and change nothing")
     p.add_argument("--all", action="store_true",
                    help="fleet rollout: update PROGRAM on every managed host that has a profile for it")
     p.add_argument("--canary", metavar="HOST", help="with --all: run HOST alone first; nothing else starts unless "
@@ -114,6 +135,8 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="every managed host's profile of PROGRAM (of every program without PROGRAM)")
     p.add_argument("--expected-sha", metavar="SHA", help="compare with this full commit SHA instead of LAST OK")
+    p.add_argument("--job", action="store_true", help="also run the profile's confirmation job against the active "
+                   "generation (read-only: nothing activated or reverted)")
     p.add_argument("--prometheus", action="store_true", help="print the drift gauge in the Prometheus text format")
     p.add_argument("--textfile", metavar="PATH", help="write that format to PATH (*.prom) atomically")
     p.add_argument("-v", "--verbose", action="store_true", help="print the table even when every runtime is current")
@@ -158,12 +181,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="SHA", help="the verified generation to return to (default: LAST GOOD)")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run and change nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    _lane_options(p, "print the plan; run and change nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.rollback", force=False, cluster_install=False, update_script_arg=[])
 
@@ -172,24 +190,31 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
-    p.add_argument("--wait-lock", metavar="SECONDS", type=float,
-                   help="wait up to SECONDS for a held lane lock or host-side lease (progress on a terminal), "
-                        "then exit 75 as without it")
-    p.add_argument("--dry-run", action="store_true", help="print the keep set and reasons; remove nothing")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="narrate on stderr and print the summary even when not a terminal")
+    p.add_argument("--forget-driver", metavar="ID", help="drop the retired driver ID's roots (USER@HOST/<8 hex>), "
+                   "recorded on the host's record")
+    _lane_options(p, "print the keep set and reasons; remove nothing")
     _common(p, "print exactly one JSON document (the receipt) on stdout")
     p.set_defaults(func="commands.prune", force=False, cluster_install=False, update_script_arg=[])
 
-    p = sub.add_parser("history", help="stored runs, newest first")
+    p = sub.add_parser("history", help="runs, newest first: every administrator's on HOST (its record), or stored")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("program", nargs="?", metavar="PROGRAM")
     p.add_argument("--limit", metavar="N", type=int, default=None, help="print at most N runs (default 20)")
+    p.add_argument("--local", action="store_true",
+                   help="with HOST: this driver's stored receipts only (no ssh), not the host's record")
     _common(p, "print one JSON document (schema vq-admin/history/1) on stdout")
     p.set_defaults(func="commands.history")
 
+    p = sub.add_parser("attest", help="print the host's signed record entry (in-toto statement) of a generation")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--sha", metavar="SHA", help="the generation (full SHA; default: the newest verified one)")
+    p.add_argument("--out", metavar="DIR", help="write DIR/statement.json and DIR/statement.json.sig")
+    _common(p, "print one JSON document (schema vq-admin/attest/1) on stdout")
+    p.set_defaults(func="commands.attest")
+
     p = sub.add_parser("provider", help="install or test a private site provider command")
-    psub = p.add_subparsers(dest="provider_verb", required=True, parser_class=_Parser)
+    psub = p.add_subparsers(dest="provider_verb", required=True)
     q = psub.add_parser("install", help="install one reviewed site command on a host (old/new hash, interpreter)")
     q.add_argument("src", metavar="SRC", help="the reviewed file on this machine (never from a product tree or stage)")
     q.add_argument("--host", required=True, metavar="HOST", help="configured host (managed or helper-only)")
@@ -221,16 +246,7 @@ def build_parser(prog: str = "vq admin") -> argparse.ArgumentParser:
     p = sub.add_parser("completion", help="print the bash or zsh completion script of vq and vq-admin")
     p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
     p.set_defaults(func="completion")
-    _set_top_prog(parser, prog)
     return parser
-
-
-def _set_top_prog(parser: argparse.ArgumentParser, prog: str) -> None:
-    parser.top_prog = prog  # type: ignore[attr-defined]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _set_top_prog(child, prog)
 
 
 #: Stands in for a literal "--" option value while argparse parses (a NUL never occurs in a real argv).

@@ -25,6 +25,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cli import Parser
 
 SHELLS = ("bash", "zsh")
 #: command -> shtab's root prefix (distinct, so both scripts can be loaded in one shell).
@@ -80,15 +84,11 @@ _vq_admin_targets() {  # [PROGRAM] HOST: after a program only hosts; after a hos
 _NAME_COMPLETERS = {"HOST": "_vq_admin_hosts", "PROGRAM": "_vq_admin_programs", "[PROGRAM] HOST": "_vq_admin_targets"}
 
 
-def _annotate(parser: argparse.ArgumentParser) -> None:
+def _annotate(parser: Parser) -> None:
     """Give every HOST / PROGRAM / PATH / DIR argument of the tree its completer (shtab's ``.complete``)."""
     import shtab
 
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _annotate(child)
-            continue
+    for action in (action for member in parser.family for action in member.arguments):
         metavar = action.metavar if isinstance(action.metavar, str) else None
         if metavar in _NAME_COMPLETERS:
             name = _NAME_COMPLETERS[metavar]
@@ -103,14 +103,14 @@ def parser_for(command: str) -> argparse.ArgumentParser:
     """The argument tree as *command* (``vq-admin``, or ``vq`` whose one verb is ``admin``) sees it."""
     from .cli import build_parser
 
+    admin = build_parser("vq-admin" if command == "vq-admin" else "vq admin")
+    _annotate(admin)
     if command == "vq-admin":
-        parser = build_parser("vq-admin")
-    else:
-        parser = argparse.ArgumentParser(prog="vq", add_help=False)
-        sub = parser.add_subparsers(dest="_vq")
-        sub.add_parser("admin", help="administer the vq helper and managed runtimes")
-        sub.choices["admin"] = build_parser("vq admin")
-    _annotate(parser)
+        return admin
+    parser = argparse.ArgumentParser(prog="vq", add_help=False)
+    sub = parser.add_subparsers(dest="_vq")
+    sub.add_parser("admin", help="administer the vq helper and managed runtimes")
+    sub.choices["admin"] = admin
     return parser
 
 

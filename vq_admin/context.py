@@ -24,6 +24,9 @@ class RunOptions:
     verbose: bool = False
     #: ``--wait-lock SECONDS``: how long a held lane lock or host-side lease is waited for (None: not at all)
     wait_lock: float | None = None
+    #: ``--accept-regression REASON`` and ``--retry-confirmation`` (CONTRACT section 13)
+    accept_regression: str | None = None
+    retry_confirmation: bool = False
     #: ``--config`` and ``--state-dir`` as given on the command line (for the ``next`` hint)
     config: str | None = None
     state_dir: str | None = None
@@ -39,6 +42,8 @@ class RunContext:
     narrate: Callable[[str], None] = lambda message: None
     #: The host-side lease a lane takes in its first call (:func:`vq_admin.lease.host_lease`, deferred).
     lease: Any = None
+    #: The host-side lease the run holds, however it was taken (the run's record entry goes through it).
+    held_lease: Any = None
 
     def login(self, host: HostConfig) -> Transport:
         """The scheduler login host itself (verification always runs here)."""

@@ -77,8 +77,10 @@ def launcher(words: list[str], prog: str) -> int | None:
             print(f"{prog}: {exc.outcome.value}: {safe_message(exc.message)}", file=sys.stderr)
             return exc.outcome.exit_code
     except KeyboardInterrupt:
+        from .core.exits import INTERRUPTED
+
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 #: The exit status when the reader of stdout went away (``vq admin status | head -1``):

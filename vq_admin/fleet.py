@@ -31,7 +31,6 @@ is at least 3).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import select
@@ -45,17 +44,19 @@ from types import FrameType
 from typing import Any
 
 from . import interrupts, lockwait
+from .core import exits, procs
+from .core.bounds import json_object
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
-from .state.records import StateDir, dump_json, utc_now
+from .state.records import StateDir, dump_json
+from .state.tree import MAX_STATE_FILE
+from .core.stamps import NAME, utc_now
 
 SCHEMA = envelope.SCHEMAS["fleet"]
 DEFAULT_PARALLEL = 4
 DEFAULT_MAX_FAILED = 0
-#: Most severe first: what the fleet exits with when not every host succeeded.
-SEVERITY = (3, 1, 2, 75, 77)
 #: After an interruption, how long running workers get to write their receipts.
 INTERRUPT_GRACE = 60.0
 _OUTCOME_BY_CODE = {o.exit_code: o for o in Outcome if o is not Outcome.ALREADY_CURRENT}
@@ -279,10 +280,7 @@ class Rollout:
             if self.interrupted and time.monotonic() >= self._grace_deadline:
                 for pid, host in list(self.running.items()):
                     host.errors.append(f"killed after {INTERRUPT_GRACE:.0f} s without a receipt")
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    procs.end_group(pid, lambda _grace: False, 0.0)  # its grace was INTERRUPT_GRACE
                 for pid in list(self.running):
                     _, status = os.waitpid(pid, 0)
                     self.reap(pid, status)
@@ -359,7 +357,7 @@ class Rollout:
         codes = {h.exit_code for h in rollout if h.exit_code not in (None, 0)}
         if self.interrupted:
             codes.add(Outcome.UNKNOWN.exit_code)
-        for code in SEVERITY:
+        for code in exits.SEVERITY:
             if code in codes:
                 return code
         return Outcome.FAILED.exit_code if not codes else sorted(codes)[0]
@@ -457,7 +455,7 @@ def dry_run_lines(doc: dict[str, Any]) -> list[str]:
 
 def store(state: StateDir, doc: dict[str, Any]) -> str:
     """The fleet receipt (immutable) and one admin-log line."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stamp = utc_now(fmt=NAME)
     doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
     path = state.root / "fleet" / f"{doc['id']}.json"
     state.tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)  # every level checked
@@ -525,10 +523,9 @@ def _preload(config: Config, program: str) -> None:
 def _read_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
-            value = json.loads(fh.read() or b"null")
-    except (OSError, ValueError):
+            return json_object(fh.read(), limit=MAX_STATE_FILE)
+    except OSError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _tail(path: str) -> str:

@@ -41,12 +41,12 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
-from .core import protocol
+from .core import exits, protocol
 from .core.failpoints import failpoint
 from .lockwait import LockWait
 from .report.outcome import Locked, Outcome, Refused, VqAdminError
 from .ssh import process
-from .state.records import utc_now
+from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
 from .ssh.transport import (SHELL_PROBE_EXPECTED, SSH_TRANSPORT_EXIT, SshTransport, Transport,
                             describe_interruption, literal_words)
@@ -65,8 +65,6 @@ RELEASE_TIMEOUT = 15.0
 #: carries channels of ssh clients that are gone (a follow whose driver was interrupted while the
 #: remote side still runs), and the run would wait for a build it has left running.
 MASTER_LINGER = 2.0
-EXIT_HELD = 75
-EXIT_UNSAFE = 4
 _T = TypeVar("_T")
 
 
@@ -89,7 +87,7 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
     """Raise what an agent that never ran its verb means: an interpreter older than 3.8 (the
     agent's one line, :data:`vq_admin.agent.TOO_OLD`) or no agent at all."""
     too_old = next((line for line in error.splitlines() if line.startswith(TOO_OLD)), None)
-    if code == 77 and too_old is not None:
+    if code == exits.REFUSED and too_old is not None:
         raise Refused(too_old)
     if code == 127:
         tail = error.splitlines()[-1] if error else "no message"
@@ -97,10 +95,10 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
 
 
 def lease_argv(agent: tuple[str, ...] | list[str], lane: str, host: str, program: str | None, run_id: str,
-               since: str) -> list[str]:
+               since: str, record_after: int | None = None) -> list[str]:
     return protocol.lease(agent, lane=lane, host=host, program=program,
                           driver_host=socket.gethostname(), user=_user(), pid=os.getpid(), since=since,
-                          run_id=run_id)
+                          run_id=run_id, record_after=record_after)
 
 
 def _user() -> str:
@@ -122,6 +120,9 @@ class Lease:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self._buffer = b""
         self._waited_out = False
+        #: the host's record after this driver's cursor, as the agent answered it with the lease (CONTRACT
+        #: section 12); ``None`` until then, or from an agent that keeps no record
+        self.host_record: dict[str, Any] | None = None
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
@@ -156,6 +157,7 @@ class Lease:
         if answer.get("held") is True:
             self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
                                acquired_at=utc_now())
+            self.host_record = _member(answer, "record") or None
             return self.record
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
@@ -164,9 +166,9 @@ class Lease:
     def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
         """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
-        if code == EXIT_HELD:
+        if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
-        if code == EXIT_UNSAFE or code == 1:
+        if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
                           "nothing was run")
         if code == SSH_TRANSPORT_EXIT or code is None or code < 0:
@@ -217,6 +219,7 @@ class Lease:
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
             self.record["seconds"] = round(time.monotonic() - started, 3)
             answer = dict(first, **_parse(protocol.SESSION, rest))
+            self.host_record = _member(answer, "record") or None
             if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
                 bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
                 answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
@@ -228,6 +231,22 @@ class Lease:
             return answer
         self.record["seconds"] = round(time.monotonic() - started, 3)
         return self._not_held(ssh, first, fault)
+
+    def append(self, statement: bytes, sig: bytes | None) -> dict[str, Any]:
+        """Append the run's entry to the host's record through the held lease (one line on the agent's
+        stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``), ``{}`` when none
+        came within :data:`LEASE_WAIT` seconds."""
+        if self.proc is None or self.proc.stdin is None or not self.record.get("held"):
+            return {"append_error": "the host-side lease is not held"}
+        line = {"append": {"statement": statement.decode(), "sig": None if sig is None else sig.decode()}}
+        try:
+            self.proc.stdin.write(protocol.encode_request(line))
+            self.proc.stdin.flush()
+        except OSError as exc:
+            return {"append_error": f"the session ended before the entry was sent: {exc.strerror or exc}"}
+        from .record.view import record_answer
+
+        return record_answer(self._read_line(self.lease_wait))
 
     @property
     def lease_wait(self) -> float:
@@ -276,22 +295,7 @@ class Lease:
         if fault is not None:
             return self._interrupted(SSH_TRANSPORT_EXIT, f"vq-admin test fault: {fault}")
         if not first:
-            if waited_out:
-                return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
-                                       "while taking the host-side lease"}
-            if protocol.lacks_verb(protocol.SESSION, code, b"", error):
-                self._other_protocol(None)
-            if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
-                if ssh is not None and not ssh.shell_checked:
-                    # No answer at all (the login shell could not even run the agent's words?): the
-                    # separate probe tells a login shell that is not POSIX (77) from a broken agent.
-                    ssh.check_login_shell()
-                _agent_cannot_run(code, error, self.where, self.argv[0])
-                raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
-                              f"{code}: {error or 'no answer'}; nothing was run")
-            # not a word from the agent: the host was not reached (or the session ended before the agent
-            # began), so nothing ran there
-            return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
+            return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         shell = first.get("shell")
@@ -306,6 +310,24 @@ class Lease:
         status = held.get("exit")
         self._refuse(held, status if isinstance(status, int) else code,
                      str(held.get("error") or error).replace("vq-admin-agent: ", ""))
+
+    def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> dict[str, Any]:
+        """Not a word from the agent: an interruption when the host was not reached (or the session ended
+        before the agent began, so nothing ran there), else raised: why the agent did not run its verb."""
+        if waited_out:
+            return {"interrupted": f"the agent on {self.where} did not answer within {self.lease_wait:g} s "
+                                   "while taking the host-side lease"}
+        if protocol.lacks_verb(protocol.SESSION, code, b"", error):
+            self._other_protocol(None)
+        if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
+            if ssh is not None and not ssh.shell_checked:
+                # No answer at all (the login shell could not even run the agent's words?): the
+                # separate probe tells a login shell that is not POSIX (77) from a broken agent.
+                ssh.check_login_shell()
+            _agent_cannot_run(code, error, self.where, self.argv[0])
+            raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
+                          f"{code}: {error or 'no answer'}; nothing was run")
+        return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: Any) -> NoReturn:
         host = self.argv[self.argv.index(protocol.HOST) + 1]
@@ -451,7 +473,10 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         return
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at)
+    from .record import view
+
+    after = view.cursor(ctx.state, host_name, program)
+    argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
     lease = Lease(ctx.login(host), argv)
     lease.waiter = waiter or lease.waiter
     receipt.lease = lease.record
@@ -460,12 +485,14 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
 
         check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
     try:
+        ctx.held_lease = lease
         if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
             ctx.lease = lease
         else:
             lease.acquire()
             ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+            receipt.record = view.take(ctx.config, ctx.state, host_name, program, lease.host_record)
         yield lease
     finally:
-        ctx.lease = None
+        ctx.lease = ctx.held_lease = None
         lease.release()

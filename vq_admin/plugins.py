@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, overload
+from typing import Callable, Iterable, Mapping
 
 import pluggy
 from vq_admin_hookspecs import (
@@ -23,9 +23,7 @@ from vq_admin_hookspecs import (
     HOOK_NAMES,
     PROJECT_NAME,
     EvidenceError,
-    HelperRequest,
     ProviderCommand,
-    PruneRequest,
     RuntimeRequest,
 )
 from vq_admin_hookspecs import specs as hookspec_module
@@ -134,35 +132,17 @@ class Providers:
             info[name] = ProviderInfo(name, "in-process", "?", _hooks_of(pm, name))
         return cls(pm, info)
 
-    # -- the typed facade ---------------------------------------------------------
+    # -- the facade: ``runtime_verify(provider, request)`` and so on, one per hook of the specs ---------
 
-    def runtime_update(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_runtime_update", request)
-
-    def runtime_install(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_runtime_install", request)
-
-    def runtime_verify(self, provider: str, request: RuntimeRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_runtime_verify", request)
+    def __getattr__(self, name: str) -> Callable[[str, object], ProviderCommand]:
+        hook = f"vq_admin_{name}"
+        if hook not in HOOK_NAMES:
+            raise AttributeError(name)
+        return lambda provider, request: self._call(provider, hook, request)  # type: ignore[return-value]
 
     def runtime_activate(self, provider: str, request: RuntimeRequest) -> ProviderCommand | None:
         """The activation command, or ``None`` when the provider has none (rollback then updates)."""
         return self._call(provider, "vq_admin_runtime_activate", request, optional=True)
-
-    def runtime_prune(self, provider: str, request: PruneRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_runtime_prune", request)
-
-    def helper_update(self, provider: str, request: HelperRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_helper_update", request)
-
-    def helper_install(self, provider: str, request: HelperRequest) -> ProviderCommand:
-        return self._call(provider, "vq_admin_helper_install", request)
-
-    @overload
-    def _call(self, provider: str, hook: str, request: object, optional: Literal[False] = False) -> ProviderCommand: ...
-
-    @overload
-    def _call(self, provider: str, hook: str, request: object, optional: Literal[True]) -> ProviderCommand | None: ...
 
     def _call(self, provider: str, hook: str, request: object, optional: bool = False) -> ProviderCommand | None:
         """The provider's answer; an identical question (same provider, hook and request) is asked once

@@ -38,7 +38,7 @@ import sys
 from typing import Any
 
 from .config import authority
-from .core import protocol
+from .core import exits, protocol
 from .agent.install_file import PRODUCT_MARKERS
 from .core.securepath import ancestors, opened_problem
 from .config import Config, HostConfig, load_config
@@ -47,11 +47,11 @@ from .report.outcome import Outcome, Refused, UsageError
 from .report.output import safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
-from .state.records import StateDir, utc_now
+from .state.records import StateDir
+from .core.stamps import utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
 
 MAX_SOURCE_BYTES = 16 << 20
-AGENT_UNSAFE = 4
 #: Seconds the install and its read-back may take.
 INSTALL_TIMEOUT = 300.0
 READBACK_TIMEOUT = 120.0
@@ -228,7 +228,7 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
         return Outcome.UNKNOWN
     receipt.errors.append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
     install["old_sha256"] = held
-    return Outcome.REFUSED if result.exit_code == AGENT_UNSAFE else Outcome.FAILED
+    return Outcome.REFUSED if result.exit_code == exits.EXIT_UNSAFE else Outcome.FAILED
 
 
 def _hash_back(plan: Plan, transport: Transport) -> str | None:

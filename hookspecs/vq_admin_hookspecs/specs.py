@@ -40,6 +40,20 @@ from .records import HelperRequest, ProviderCommand, PruneRequest, RuntimeReques
 
 
 @hookspec(firstresult=True)
+def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand | None:
+    """A read-only command, run on the scheduler login host, that reports the
+    active runtime of ``request.program``.
+
+    :param request: as for update; ``source_archive`` is ``None`` and
+        ``where`` is ``"login-host"``.
+    :returns: the command. Its stdout must be exactly one JSON object, the
+        verify receipt, parsed by
+        :meth:`~.records.VerifyReceipt.parse`; anything else on stdout fails
+        the run. It must describe what *is* active, never echo the request.
+    """
+
+
+@hookspec(firstresult=True)
 def vq_admin_runtime_update(request: RuntimeRequest) -> ProviderCommand | None:
     """Build and activate ``request.expected_sha`` of ``request.program``.
 
@@ -63,20 +77,6 @@ def vq_admin_runtime_install(request: RuntimeRequest) -> ProviderCommand | None:
 
     Same request, same obligations and same evidence as
     :func:`vq_admin_runtime_update`.
-    """
-
-
-@hookspec(firstresult=True)
-def vq_admin_runtime_verify(request: RuntimeRequest) -> ProviderCommand | None:
-    """A read-only command, run on the scheduler login host, that reports the
-    active runtime of ``request.program``.
-
-    :param request: as for update; ``source_archive`` is ``None`` and
-        ``where`` is ``"login-host"``.
-    :returns: the command. Its stdout must be exactly one JSON object, the
-        verify receipt, parsed by
-        :meth:`~.records.VerifyReceipt.parse`; anything else on stdout fails
-        the run. It must describe what *is* active, never echo the request.
     """
 
 
@@ -154,13 +154,5 @@ def vq_admin_helper_install(request: HelperRequest) -> ProviderCommand | None:
     """
 
 
-#: Every hook name, in lifecycle order (used by ``vq admin providers``).
-HOOK_NAMES = (
-    "vq_admin_runtime_verify",
-    "vq_admin_runtime_update",
-    "vq_admin_runtime_install",
-    "vq_admin_runtime_activate",
-    "vq_admin_runtime_prune",
-    "vq_admin_helper_update",
-    "vq_admin_helper_install",
-)
+#: Every hook name, in lifecycle order (the order of the specifications above; ``vq admin providers``).
+HOOK_NAMES = tuple(name for name in tuple(globals()) if name.startswith("vq_admin_"))

@@ -100,9 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
              "install": "first-time deploy: create the ROOT layout if missing",
              "activate": "switch current to an existing validated release; builds nothing",
              "verify": "read-only: print the verify receipt of the active release",
-             "prune": "remove releases that are not current, not kept and not referenced"}
+             "prune": "remove releases that are not current, not kept and not referenced",
+             "confirm": "inside a batch job: run a small computation through --launcher and print its metrics"}
     for verb, text in texts.items():
         sub = verbs.add_parser(verb, help=text, description=text, allow_abbrev=False)
+        if verb == "confirm":
+            sub.add_argument("--program", required=True, type=program_name, action=_Once)
+            sub.add_argument("--expected-sha", required=True, type=full_sha, action=_Once)
+            sub.add_argument("--launcher", required=True, type=abs_path, action=_Once,
+                             help="the generation's immutable launcher, as vq-admin read it back")
+            continue
         sub.add_argument("--root", required=True, type=abs_path, action=_Once,
                          help="absolute runtime root (holds releases/ and current)")
         sub.add_argument("--program", required=True, type=program_name, action=_Once)
@@ -139,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one verb; returns (and, as the command, exits with) its code."""
     try:
         ns = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        if ns.verb == "confirm":  # inside the confirmation job: read-only
+            from . import confirm
+
+            return confirm.run(ns)
         if ns.verb == "verify":  # read-only, on every update: it loads only its own module
             from . import verify
 

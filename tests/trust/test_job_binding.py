@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vq_admin.agent import allocation
+from vq_admin.core import exits
 
 
 def sha256(path: Path) -> str:
@@ -43,7 +44,7 @@ def job(tmp_path):
 
 
 def assert_refused(done: subprocess.CompletedProcess, marker: Path, *words: str) -> None:
-    assert done.returncode == allocation.JOB_TAMPERED_EXIT == 86, done.stderr
+    assert done.returncode == exits.JOB_TAMPERED == 86, done.stderr
     assert done.stderr.startswith(allocation.JOB_TAMPERED_MARK) and "the provider was not run" in done.stderr
     for word in words:
         assert word in done.stderr, done.stderr

@@ -33,15 +33,15 @@ from typing import Any, Iterator, Sequence
 
 from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
+from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
+from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
-#: The job's exit status when what it was given is not what the run prepared (nothing ran).
-JOB_TAMPERED_EXIT = 86
 #: The first words of the job's stderr line in that case (the driver looks for it).
 JOB_TAMPERED_MARK = "vq-admin job: refused:"
 #: Largest argv.json the job reads.
@@ -148,7 +148,7 @@ try:
 except OSError as exc:
     sys.stderr.write("vq-admin job: cannot run %%s: %%s\\n" %% (spec["argv"][0], exc.strerror))
     sys.exit(127)
-""" % {"tampered": JOB_TAMPERED_EXIT, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
+""" % {"tampered": JOB_TAMPERED, "mark": JOB_TAMPERED_MARK, "limit": JOB_ARGV_LIMIT}
 
 
 #: Seconds the agent looks for a cancelled job's final state after a timeout.
@@ -161,8 +161,6 @@ def program_parts(program: str) -> list[str]:
     return [".vq-admin", "runtime-deploy", program]
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def new_attempt_name() -> str:
@@ -355,9 +353,10 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding,
+                job_name: str | None = None) -> list[str]:
     path = attempt.path
-    return ["sbatch", "--parsable", "--wait", f"--job-name=vq-deploy-{attempt.program}", *sbatch_args,
+    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name or 'vq-deploy-' + attempt.program}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]

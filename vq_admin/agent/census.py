@@ -43,7 +43,7 @@ import re
 import secrets
 import time
 
-from ..core import atomic, default_paths, protocol, safedirs, securepath
+from ..core import atomic, default_paths, exits, protocol, safedirs, securepath
 from ..core.names import is_name
 from . import spawn
 
@@ -301,7 +301,7 @@ def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cac
     except CensusFailed as exc:
         message, cost = exc.args
         return {"complete": False, "error": message, "cost": cost, "jobs_scanned": None, "groups": None}, \
-            protocol.EXIT_FAILED
+            exits.EXIT_FAILED
 
 
 def main() -> int:

@@ -21,11 +21,11 @@ from collections import Counter
 from typing import Any, Callable
 
 from .. import __version__
-from . import allocation, checkpaths, detached, identity, install_file, lease, stage, verify_readback
+from . import allocation, checkpaths, confirm, detached, identity, install_file, lease, stage, verify_readback
 from ..core import checksum, protocol, safedirs, securepath
 from ..core.frames import FrameWriter
 from ..core.identifiers import ENV_NAME_RE
-from ..core.protocol import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
+from ..core.exits import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
 from .spawn import TimeoutExpired, run_captured
 
 
@@ -194,6 +194,17 @@ def cmd_detach_reconcile(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: detached.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
+def cmd_confirm_run(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: confirm.run(
+        args.root, args.program, args.command, args.sbatch_arg, args.timeout, frames, args.attempt,
+        metrics=args.metric, baseline=dict(args.baseline), accept_regression=args.accept_regression,
+        revert=args.revert, progress=args.progress))
+
+
+def cmd_confirm_reconcile(args: argparse.Namespace) -> int:
+    return _alloc_verb(lambda frames: confirm.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
+
+
 def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, progress: str,
                          sbatch: bool = False) -> None:
     """The options of ``alloc-run`` (*what* "job", with ``--sbatch-arg``) and ``detach-run`` (*what* "build")."""
@@ -242,9 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "active_path its JSON receipt names and hash that file, as hash-file does.")
     p.add_argument(protocol.LEASE_OF, metavar="PROGRAM", help="also say who holds PROGRAM's runtime lease now "
                    "(read without taking it)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N", help="with --lease-of: also answer the host's "
+                   "record of PROGRAM after entry N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the verify argv, after --")
     p.set_defaults(func=lambda args: verify_readback.main(
-        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else []) + args.command))
+        ([protocol.LEASE_OF, args.lease_of] if args.lease_of else [])
+        + ([protocol.RECORD_AFTER, str(args.record_after)] if args.lease_of and args.record_after is not None
+           else []) + args.command))
 
     def identity_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(protocol.SHA, required=True)
@@ -324,6 +339,27 @@ def build_parser() -> argparse.ArgumentParser:
     _attempt_reconcile_options(p, "build")
     p.set_defaults(func=cmd_detach_reconcile)
 
+    p = sub.add_parser(protocol.CONFIRM_RUN, help="prove a generation by a Slurm batch job; revert when it fails",
+                       description="Create an attempt, submit the confirmation argv as a batch job under a supervisor "
+                                   "detached from the connection (it holds the lease's work lock), judge its end and "
+                                   "its VQ-DEPLOY-METRIC lines, run --revert words when it did not pass, and stream "
+                                   "the verdict and transcripts (framed records).")
+    _attempt_run_options(p, "job", bound="bound on the job, from submission (scancel at the bound)", sbatch=True,
+                         progress="report queue state every SECONDS (at least 1) as progress records")
+    p.add_argument(protocol.METRIC, action="append", default=[], metavar="NAME=BETTER:TOL",
+                   help="a declared metric (repeat)")
+    p.add_argument(protocol.BASELINE, action="append", default=[], type=_env_pair, metavar="NAME=VALUE",
+                   help="the previous generation's value (repeat)")
+    p.add_argument(protocol.ACCEPT_REGRESSION, action="store_true", help="a metric out of tolerance does not fail")
+    p.add_argument(protocol.REVERT, action="append", default=[], metavar="WORD",
+                   help="one word of the revert argv, run on this host when the job does not pass (repeat)")
+    p.set_defaults(func=cmd_confirm_run)
+
+    p = sub.add_parser(protocol.CONFIRM_RECONCILE,
+                       help="the verdict of an attempt's confirmation (never submits or reverts)")
+    _attempt_reconcile_options(p, "confirmation")
+    p.set_defaults(func=cmd_confirm_reconcile)
+
     p = sub.add_parser(protocol.LEASE, help="hold the host-side lease of one lane until stdin closes (75 when held)",
                        description="Take an exclusive flock on $XDG_STATE_HOME/vq-admin-agent/locks/"
                                    "runtime.<program>.lock (helper.lock for the helper lane), record the holder, "
@@ -332,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(protocol.LANE, choices=lease.LANES, required=True)
     p.add_argument(protocol.HOST, required=True, help="holder record: the host name in the driver's configuration")
     p.add_argument(protocol.PROGRAM, help="the program (runtime lane only)")
+    p.add_argument(protocol.RECORD_AFTER, type=int, metavar="N",
+                   help="also answer the host's record of the lane after entry N (member record)")
     p.add_argument(protocol.DRIVER_HOST, required=True, help="holder record: the driver's host name")
     p.add_argument(protocol.USER, required=True, help="holder record: the user running vq-admin")
     p.add_argument(protocol.PID, type=int, required=True, help="holder record: the driver's pid")
@@ -357,7 +395,32 @@ def build_parser() -> argparse.ArgumentParser:
                                    "yet (scontrol write batch_script); keep what was read there, sealed, for the "
                                    "jobs still queued; report what it cost.")
     p.set_defaults(func=cmd_census)
+
+    p = sub.add_parser(protocol.RECORD, help="the entries of the host's record after entry N, as one JSON answer",
+                       description="Read $XDG_STATE_HOME/vq-admin-agent/record/<program>/ (_helper/ for the helper "
+                                   "lane): each entry numbered above N, its statement and its signature.")
+    p.add_argument("cursors", nargs="*", metavar="NAME=N", help="a program (_helper: the helper lane) and the "
+                   "number of the last entry already read (0: all)")
+    p.set_defaults(func=cmd_record)
     return parser
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """The host's record of each ``NAME=N`` word's program (``_helper``: the helper lane) after entry N."""
+    from . import record
+
+    records: dict[str, Any] = {}
+    for word in args.cursors:
+        name, _, after = word.partition("=")
+        try:
+            if not after.isdigit():
+                raise ValueError(f"{word!r} is not NAME=N")
+            records[name] = record.read_after(None if name == protocol.HELPER_RECORD else name, int(after))
+        except ValueError as exc:
+            print(f"vq-admin-agent: record-read: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    _emit({"records": records})
+    return EXIT_FAILED if any("error" in found for found in records.values()) else 0
 
 
 def cmd_session(args: argparse.Namespace) -> int:

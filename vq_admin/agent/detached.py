@@ -27,11 +27,13 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 from . import allocation, lease, spawn
 from ..core import procs
+from ..core.bounds import json_object
 from ..core.frames import FrameWriter
+from ..core.stamps import utc_now
 from .progress import Reporter
 
 #: The build's record and its end, inside the attempt directory.
@@ -39,8 +41,6 @@ BUILD_FILE = "build"
 EXIT_FILE = "exit"
 #: Seconds a reconcile waits for a live original agent to record the build it starts.
 START_WAIT = 30.0
-#: Seconds between SIGTERM and SIGKILL of a build cut off at its bound.
-KILL_GRACE = 10.0
 #: Largest ``build``/``exit`` record read.
 RECORD_LIMIT = 4096
 POLL = 0.2
@@ -53,12 +53,7 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
-    data = attempt.read(name, RECORD_LIMIT + 1)
-    try:
-        value = json.loads(data.decode("utf-8")) if data is not None and len(data) <= RECORD_LIMIT else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return json_object(attempt.read(name, RECORD_LIMIT + 1), limit=RECORD_LIMIT)
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -83,7 +78,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os.close(err)
         record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
                   "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
-                  "archive_sha256": binding.archive_sha256, "started": allocation.utc_now()}
+                  "archive_sha256": binding.archive_sha256, "started": utc_now()}
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
@@ -98,16 +93,19 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
-               "pid": proc.pid, "ended": allocation.utc_now()}
+               "pid": proc.pid, "ended": utc_now()}
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
         code = 0
     finally:
         os._exit(code)
 
 
-def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str]) -> dict[str, Any]:
+def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str],
+          supervise: Callable[[allocation.Attempt, allocation.Binding, int, tuple[int, str]], None] | None = None,
+          ) -> dict[str, Any]:
     """Start the supervisor (double fork, own session; it inherits the lease's work lock the caller
-    holds) and return the ``build`` record it wrote."""
+    holds) and return the ``build`` record it wrote; *supervise* replaces the build's supervisor (the
+    confirmation job's, :mod:`.confirm`)."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -117,18 +115,15 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _supervise(attempt, binding, write_fd, work)
+                (supervise or _supervise)(attempt, binding, write_fd, work)
         finally:
             os._exit(0)
     os.close(write_fd)
     os.waitpid(child, 0)
     with os.fdopen(read_fd, "rb") as fh:  # the record's line, or EOF when the supervisor failed
         data = fh.readline(RECORD_LIMIT)
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except ValueError:
-        record = None
-    if not isinstance(record, dict):
+    record = json_object(data, limit=RECORD_LIMIT)
+    if record is None:
         raise OSError(f"the build's supervisor did not start the build in {attempt.path} (see its stderr)")
     return record
 
@@ -145,22 +140,18 @@ def _running(record: dict[str, Any]) -> bool:
 
 
 def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
-    """End the build's process group at the bound: SIGTERM, then SIGKILL after KILL_GRACE."""
+    """End the build's process group (it leads its own session) at the bound: :func:`procs.end_group`."""
     pid, start_time = record.get("pid"), record.get("start_time")
-    sent: list[str] = []
     if not isinstance(pid, int):
-        return {"ok": False, "signals": sent, "message": "no build pid was recorded"}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time):
-            break
-        try:
-            os.killpg(pid, sig)  # the build leads its own session and process group
-            sent.append(sig.name)
-        except (ProcessLookupError, PermissionError):
-            break
-        deadline = time.monotonic() + KILL_GRACE
+        return {"ok": False, "signals": [], "message": "no build pid was recorded"}
+
+    def gone(grace: float) -> bool:
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
             time.sleep(POLL)
+        return read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time)
+
+    sent = [] if gone(0.0) else procs.end_group(pid, gone)
     ended = read_record(attempt, EXIT_FILE) is not None
     return {"ok": ended, "signals": sent,
             "message": "the build's process group was ended" if ended else "the build did not end after SIGKILL"}

@@ -12,12 +12,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 from typing import Any
 
+from ..core.bounds import InputError, loads_json
 from ..core.identifiers import SHA256_RE, SHA_RE
 from ..core.treeid import directory_tree_sha256, file_sha256
 
@@ -58,12 +58,10 @@ def read_record(root: str) -> tuple[dict[str, Any] | None, str | None]:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             return None, f"{path} is not a regular file"
         data = fh.read(RECORD_LIMIT + 1)
-    if len(data) > RECORD_LIMIT:
-        return None, f"{path} is larger than {RECORD_LIMIT} bytes"
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return None, f"{path} is not JSON: {exc}"
+        value = loads_json(data, path, limit=RECORD_LIMIT)
+    except InputError as exc:
+        return None, str(exc)
     if not isinstance(value, dict):
         return None, f"{path} is not a JSON object"
     sha, tree = value.get("sha"), value.get("tree_sha256")

@@ -28,12 +28,12 @@ import pwd
 import shutil
 import socket
 import stat
-import time
 from typing import BinaryIO
 
 from ..core.failpoints import failpoint
 from ..core.safedirs import UnsafePath
 from ..core import atomic
+from ..core.stamps import utc_now
 from ..core.securepath import ancestors, path_problem
 
 MAX_BYTES = 16 << 20
@@ -176,5 +176,5 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         "user": pwd.getpwuid(os.geteuid()).pw_name,
         "uid": os.geteuid(),
         "hostname": socket.gethostname(),
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "at": utc_now(),
     }

@@ -12,7 +12,9 @@ file, ``<file>.holder`` records who holds it (driver host, user, pid, start
 time, run id, this agent's pid and its parent's), written atomically.
 
 Once the lock is held, one JSON line ``{"held": true, ...}`` is printed and
-the agent then blocks reading its stdin.  When stdin closes (the driver
+the agent then blocks reading its stdin; each line it reads there is a record
+entry of the run, appended under the lease (:func:`.record.serve_line`) and
+answered with one line.  When stdin closes (the driver
 closed it, the driver died, the ssh connection dropped) the holder record is
 removed and the process exits, and the kernel frees the lock with it.
 
@@ -49,6 +51,7 @@ import sys
 import time
 
 from ..core import atomic, default_paths as paths, procs, protocol, securepath
+from ..core.exits import EXIT_HELD, EXIT_UNSAFE
 from ..core.names import is_name
 
 # Annotations only (never evaluated): the lease is on the per-run path of the session verb, which
@@ -57,7 +60,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-EXIT_HELD, EXIT_UNSAFE = protocol.EXIT_HELD, protocol.EXIT_UNSAFE  # the protocol's exit statuses
 LANES = ("runtime", "helper")
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
@@ -163,13 +165,10 @@ def peek(program: str) -> Dict[str, Any]:
 
 
 def _ago(since: Any) -> str:
-    import calendar  # contention only
+    from ..core.stamps import parse_utc  # contention only
 
-    try:
-        seconds = time.time() - calendar.timegm(time.strptime(str(since), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return ""
-    return f" ({seconds:.0f} s ago)"
+    at = parse_utc(since)
+    return "" if at is None else f" ({time.time() - at:.0f} s ago)"
 
 
 def _connection(holder: Dict[str, Any]) -> str:
@@ -214,6 +213,11 @@ def describe_work(work: Optional[Dict[str, Any]]) -> str:
     session = run.get("agent_pid")
     driver = ("whose session on this host (agent pid {}) is still open".format(session)
               if procs.process_alive(session) else "whose driver has ended (its session here is gone)")
+    if work.get("kind") == "confirm":
+        job = work.get("job_id") or "(id not yet recorded)"
+        return (f"held by the confirmation job {job} (attempt {work.get('attempt')}, supervisor pid {work.get('pid')} "
+                f"on {work.get('host')}) that {started} submitted, {driver}; it ends when the job has ended and, "
+                f"if it failed, the previous generation is re-activated (squeue -j {job})")
     if work.get("kind") == "job":
         job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the allocation job {job} (attempt {work.get('attempt')}, sbatch --wait pid "
@@ -359,11 +363,18 @@ def main_lease(args: Any) -> int:
         else:
             print(protocol.encode(answer), end="", flush=True)
         return int(answer["exit"])
+    if args.record_after is not None:  # the host's record rides on the lease's answer
+        from .record import read_after
+
+        answer["record"] = read_after(args.program, max(0, args.record_after))
     print(protocol.encode(answer), end="", flush=True)
     try:
-        while sys.stdin.buffer.read(65536):
-            pass
-    except OSError:
+        for line in sys.stdin.buffer:  # each line: a record entry of the run, appended under the lease
+            if line.strip():
+                from .record import serve_line
+
+                print(protocol.encode(serve_line(line, args.program)), end="", flush=True)
+    except (OSError, ValueError):
         pass
     finally:
         release(fd, answer["lock"])

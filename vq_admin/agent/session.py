@@ -13,6 +13,7 @@ something else there::
                "holder": {"driver_host", "user", "pid", "since", "run_id"}},
      "check_paths": ["/abs/word", ...],                                 (optional)
      "identity": true,                                                  (optional)
+     "record": {"program": P or null, "after": N},                      (optional)
      "verify": {"argv": [...], "env": {...}, "timeout": SECONDS}}       (optional)
 
 ``protocol`` is :data:`.protocol.SESSION_PROTOCOL` of the driver; an agent
@@ -35,7 +36,15 @@ helper).  Then, in order, each only when everything before it passed:
 5. ``verify``: the read-only verify and the launcher read-back, as
    ``verify-readback`` does (:mod:`.verify_readback`), bounded by
    ``timeout`` (the profile's ``verify_timeout_seconds``): at the bound the
-   verify's process group is ended and the answer says so.
+   verify's process group is ended and the answer says so;
+6. ``record``: the entries of the host's record numbered after ``after``
+   (:func:`.record.read_after`), read under the lease.
+
+While the lease is held, each further line on stdin
+``{"append": {"statement": ..., "sig": ...}}`` appends one entry to the
+record of the lease's program (:func:`.record.serve_line`) and is answered
+by one line (``appended`` or ``append_error``): the run's entry rides on the
+session it already has.
 
 The answer is two JSON lines: the first with ``protocol``, ``shell`` and
 ``lease`` as soon as the lease is decided (the driver's short lease wait
@@ -70,7 +79,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..core import protocol
+from ..core import exits, protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
@@ -78,7 +87,6 @@ if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bar
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
-EXIT_USAGE = 2
 
 
 def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
@@ -143,16 +151,26 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
             answer["identity_error"] = f"{exc.strerror or exc}"
     verify = request.get("verify")
     if isinstance(verify, dict):
-        from .verify_readback import verify_readback
+        answer["verify"] = _verify(verify.get("argv"), verify.get("env") or {}, verify.get("timeout"))
+    if "record" in request:
+        from . import record
 
-        argv, env, timeout = verify.get("argv"), verify.get("env") or {}, verify.get("timeout")
-        if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
-                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-                and isinstance(timeout, (int, float)) and timeout > 0):
-            answer["verify"] = verify_readback(argv, env, float(timeout))
-        else:
-            answer["verify"] = {"error": "bad verify request"}
+        try:
+            answer["record"] = record.read_after(*record.request_program(request["record"]))
+        except ValueError as exc:
+            answer["record"] = {"entries": [], "error": str(exc)}
     return answer
+
+
+def _verify(argv: Any, env: Any, timeout: Any) -> Dict[str, Any]:
+    """The bounded verify and its read-back, when the request's words are an argv, an environment and a bound."""
+    from .verify_readback import verify_readback
+
+    if (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+            and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(timeout, (int, float)) and timeout > 0):
+        return verify_readback(argv, env, float(timeout))
+    return {"error": "bad verify request"}
 
 
 class Held:
@@ -161,10 +179,12 @@ class Held:
     verify still running keeps running, read-only, but no longer holds the lease: the lock's descriptor is
     close-on-exec, so no child shares it); released once, then or when the session fails."""
 
-    def __init__(self, fd: int, path: str, stdin: BinaryIO) -> None:
+    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
+                 program: Optional[str] = None) -> None:
         import threading
 
-        self.fd, self.path = fd, path
+        self.fd, self.path, self.out, self.program = fd, path, out, program
+        self.answered = threading.Event()  # the session's own answer is out: append answers may follow
         self.released = False
         self._once = threading.Lock()
         self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
@@ -172,8 +192,17 @@ class Held:
 
     def _watch(self, stdin: BinaryIO) -> None:
         try:
-            while stdin.read(65536):
-                pass
+            while True:
+                line = stdin.readline(REQUEST_LIMIT + 1)
+                if not line:
+                    break
+                if self.out is not None and line.strip():  # a record entry of the run, under its lease
+                    from .record import serve_line
+
+                    answer = serve_line(line, self.program)
+                    self.answered.wait()
+                    self.out.write(protocol.encode(answer))
+                    self.out.flush()
         except (OSError, ValueError):
             pass
         finally:
@@ -198,7 +227,7 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         request = None
     if not isinstance(request, dict):
         err.write("vq-admin-agent: session: stdin must start with one JSON request object line\n")
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     answer, fd = first_part(request, probe)
     out.write(protocol.encode(answer))
     out.flush()
@@ -208,7 +237,8 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         out.write(protocol.encode(second_part(request)))
         out.flush()
         return 0
-    held = Held(fd, answer["lease"]["lock"], stdin)
+    wanted = request.get("lease")
+    held = Held(fd, answer["lease"]["lock"], stdin, out, wanted.get("program") if isinstance(wanted, dict) else None)
     try:
         rest = second_part(request)
         if held.released:
@@ -218,6 +248,8 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
     except BaseException:
         held.release()
         raise
+    finally:
+        held.answered.set()
     held.watcher.join()  # stdin closed: the lease is released
     return 0
 
@@ -225,5 +257,5 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
 def main(argv: List[str]) -> int:
     if argv and argv[0] != protocol.PROBE:
         print("usage: vq-admin-agent session [--probe WORD...]  (one JSON request line on stdin)", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     return serve(sys.stdin.buffer, sys.stdout, sys.stderr, argv[1:] if argv else None)

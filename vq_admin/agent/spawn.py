@@ -51,10 +51,6 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 
-#: Seconds between SIGTERM and SIGKILL of a bounded command's process group cut off at its bound.
-KILL_GRACE = 2.0
-
-
 def start(argv: "Sequence[str]", *, stdout: "Target", stderr: "Target", cwd: "Optional[str]" = None,
           new_session: bool = False, pass_fds: "Sequence[int]" = ()) -> "subprocess.Popen[bytes]":
     """Start *argv* (stdout :data:`PIPE` or a descriptor/file); the caller waits for it; *pass_fds* stay
@@ -144,7 +140,7 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
     """``(exit code, stdout, stderr)`` of *argv* (a negative code: killed by that signal), run with
     *env* as its whole environment (``None``: this process's); raises ``OSError`` when it cannot start
     and :class:`TimeoutExpired` past *timeout* seconds (reading its output or waiting for its exit), once its
-    process group got SIGTERM, then SIGKILL :data:`KILL_GRACE` later (nothing it started is left running)."""
+    process group was ended (:func:`vq_admin.core.procs.end_group`: nothing it started is left running)."""
     import signal
 
     argv = list(argv)
@@ -169,12 +165,9 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
         timed_out = code is None
         if code is None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):  # the group: what the command started goes too
-                try:
-                    os.killpg(pid, sig)
-                except OSError:
-                    break
-                _read(chunks, live, time.monotonic() + KILL_GRACE)
+            from ..core.procs import end_group  # a timeout only: not on the fast verbs' path
+
+            end_group(pid, lambda grace: _read(chunks, live, time.monotonic() + grace) and False)
             code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
         pid = -1
         out, err = b"".join(chunks[out_r]), b"".join(chunks[err_r])

@@ -31,6 +31,7 @@ import sys
 import time
 
 from ..core import protocol
+from ..core.exits import EXIT_FAILED, EXIT_USAGE, REFUSED as EXIT_UNSAFE
 TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
 if TYPE_CHECKING:
     from typing import Any
@@ -40,7 +41,6 @@ CHUNK = 1 << 20
 STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
-EXIT_FAILED, EXIT_USAGE, EXIT_UNSAFE = 1, 2, 77
 
 
 def file_sha256(path: str) -> str:
@@ -132,13 +132,16 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout:
 
 
 def main(argv: list[str]) -> int:
-    """``verify-readback [--lease-of PROGRAM] [--] ARGV...``; exit 0 when the answer was printed.
+    """``verify-readback [--lease-of PROGRAM [--record-after N]] [--] ARGV...``; exit 0 when the answer was
+    printed.
 
     With ``--lease-of`` (``vq admin verify``, which takes no lease) the answer also says who holds that
     program's runtime lease now (``lease``: :func:`vq_admin.agent.lease.peek`, read without taking it)."""
-    program = None
+    program, after = None, None
     if argv[:1] == [protocol.LEASE_OF] and len(argv) > 1:  # the fast path's: the verb table's is the same
         program, argv = argv[1], argv[2:]
+    if program is not None and argv[:1] == [protocol.RECORD_AFTER] and len(argv) > 1 and argv[1].isdigit():
+        after, argv = int(argv[1]), argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or argv[0].startswith("-"):
@@ -153,6 +156,10 @@ def main(argv: list[str]) -> int:
             answer["lease"] = peek(program)
         except (OSError, ValueError) as exc:  # a program name the lease refuses, an unreadable directory
             answer["lease"] = {"held": False, "error": str(exc)}
+        if after is not None:  # the host's record rides on the read-only verify (vq admin verify)
+            from .record import read_after
+
+            answer["record"] = read_after(program, after)
     sys.stdout.write(protocol.encode(answer))
     sys.stdout.flush()
     return 0

@@ -1,11 +1,18 @@
-"""``vq admin history [HOST [PROGRAM]] [--limit N] [--json]``: stored receipts, newest first.
+"""``vq admin history [HOST [PROGRAM]] [--local] [--limit N] [--json]``: runs, newest first.
 
-Reads the history index (:mod:`vq_admin.state.history`) from its end and stops at
-``--limit`` runs; never opens the receipts themselves (except once, to build
-the index for receipts stored before it existed).  Local and read-only: the
-configuration is read as by every verb (missing or invalid, a HOST it does
-not name, or a PROGRAM that host has no profile for, is exit 2) and nothing
-runs on any host.
+``history HOST [PROGRAM]`` reads the host's record (CONTRACT section 12; one
+agent call, ``record-read``, for PROGRAM or for every program HOST has a
+profile for and its helper lane): the runs of every administrator there, those
+of other drivers marked with who ran them and, for an entry signed by a key
+``allowed_signers`` accepts, the signer's principal; an entry that is not
+evidence (unsigned, unknown key, altered) is shown with the reason.
+
+Without HOST, or with ``--local``: this driver's stored receipts, from the
+history index (:mod:`vq_admin.state.history`) read from its end, stopping at
+``--limit`` runs; never opening the receipts themselves (except once, to build
+the index for receipts stored before it existed); nothing runs on any host.
+The configuration is read as by every verb (missing or invalid, a HOST it does
+not name, or a PROGRAM that host has no profile for, is exit 2).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 from ..config import authority
 from ..state import history
-from ..config import load_config
+from ..config import Config, load_config
 from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -35,9 +42,10 @@ def _duration(seconds: object) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def table(runs: list[dict[str, Any]]) -> list[str]:
-    """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration."""
-    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "DURATION")
+def table(runs: list[dict[str, Any]], who: bool = False) -> list[str]:
+    """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
+    who ran it, a host record's entry)."""
+    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
     rows = [header]
     for run in runs:
         sha = (run.get("expected_sha") or "-")[:12]
@@ -48,7 +56,7 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
             lane += f"/{run['verb']}"
         rows.append((str(run.get("finished_at") or "-"), lane, str(run.get("host") or "-"),
                      str(run.get("program") or "-"), str(run.get("outcome") or "-"), sha,
-                     _duration(run.get("seconds"))))
+                     str(run.get("who")) if who else _duration(run.get("seconds"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
 
@@ -57,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from .arguments import check_name
 
     config = load_config(args.config)
+    host = None
     if args.host is not None:
         host = authority.lookup(config, check_name(args.host, "HOST"))
         if args.program is not None:
@@ -64,9 +73,39 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give a positive number of runs")
     limit = args.limit if args.limit is not None else DEFAULT_LIMIT
-    found = history.runs(StateDir(args.state_dir).root, args.host, args.program, limit)
+    state = StateDir(args.state_dir)
+    if host is not None and not args.local:
+        programs: list[str | None] = [args.program] if args.program else [*sorted(host.runtimes), None]
+        found = host_runs(config, state, host.name, programs)[:limit]
+    else:
+        found = history.runs(state.root, args.host, args.program, limit)
     if args.json:
         emit(history.SCHEMA, Outcome.OK, {"runs": found})
     elif found:
-        print("\n".join(table(found)))
+        print("\n".join(table(found, who=args.host is not None and not args.local)))
     return 0
+
+
+def host_runs(config: Config, state: StateDir, host: str, programs: list[str | None]) -> list[dict[str, Any]]:
+    """The runs *host*'s record holds for *programs*, newest first (read in one agent call)."""
+    from ..record import view
+
+    view.fetch(config, state, host, programs)
+    signing, me = view.signer(config.signing), view.driver_id(state)
+    rows: list[dict[str, Any]] = []
+    for program in programs:
+        for entry in view.entries(state, host, program):
+            verdict, statement = view.verdict_now(entry, signing), entry.parsed()
+            summary = statement.summary if statement is not None else None
+            run = summary.vq_admin if summary is not None else None
+            driver = run.driver if run else getattr(statement.predicate, "driver", None) if statement else None
+            who = "this driver" if driver == me else (run.by if run else str(driver or "unknown"))
+            who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
+            rows.append({"finished_at": run.finished_at if run else None, "lane": "runtime" if program else "helper",
+                         "verb": run.verb if run else statement.predicate_type.rsplit(":", 2)[-2] if statement
+                         else None, "host": host, "program": program, "outcome": run.outcome if run else None,
+                         "expected_sha": run.sha if run else None, "tag": run.tag if run else None,
+                         "entry": entry.name, "driver": driver, "by": run.by if run else None,
+                         "signer": verdict.principal, "evidence": verdict.accepted, "reason": verdict.reason,
+                         "who": who})
+    return sorted(rows, key=lambda row: (str(row["finished_at"] or ""), row["entry"]), reverse=True)

@@ -8,6 +8,7 @@ from functools import partial
 
 from ..lanes.runner import run_lane
 from ..report.outcome import UsageError
+from ..record.statement import DRIVER_ID_RE
 from .arguments import check_name
 
 
@@ -17,6 +18,10 @@ def run(args: argparse.Namespace) -> int:
     program, host_name = check_name(args.program, "PROGRAM"), check_name(args.host, "HOST")
     if args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give the number of recent verified generations to keep (0 or more)")
+    forget = args.forget_driver
+    if forget is not None and not DRIVER_ID_RE.fullmatch(forget):
+        raise UsageError(f"--forget-driver {forget!r}: give a driver id, USER@HOST/<8 hex> (vq admin history HOST "
+                         "names each driver)")
     return run_lane(args, ("runtime", host_name, program), None, None,
-                    partial(build_lane, host_name=host_name, program=program, keep=args.keep),
+                    partial(build_lane, host_name=host_name, program=program, keep=args.keep, forget=forget),
                     early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep}})

@@ -50,6 +50,8 @@ def _identity(record: dict[str, Any] | None) -> str:
         text += f" ({record['tag']})"
     if record.get("launcher"):
         text += f" {record['launcher']}"
+    if record.get("verified_by"):  # another driver's signed entry of the host's record (CONTRACT section 12)
+        text += f" verified by {record['verified_by']} (signed by {record.get('signer')})"
     return text + f" at {record.get('at')}"
 
 

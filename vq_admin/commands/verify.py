@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from vq_admin_hookspecs import RuntimeRequest
+from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
@@ -43,6 +43,7 @@ STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 
 if TYPE_CHECKING:
     from ..lanes.verify import Verification
+    from ..plan import Plan
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -63,7 +64,8 @@ def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, 
     return found
 
 
-def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None) -> dict[str, Any]:
+def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None,
+                  job: bool = False) -> dict[str, Any]:
     """Verify one runtime read-only and say which state (module docstring) it is in."""
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
@@ -84,6 +86,15 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
                                                                  peek_lease=True))
     entry.update(steps=plan.to_list(), verify=found.to_dict())
+    if found.record is not None:  # the host's record rode on the verify: other drivers' evidence applied first
+        from ..record.view import take
+
+        imported = take(ctx.config, ctx.state, host.name, profile.program, found.record)
+        moved = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
+        if same and moved.get("sha") != last_ok.get("sha"):
+            # another driver's signed verification moved LAST OK: judged against it, in one more verify (only then)
+            return dict(check_runtime(ctx, host, profile, None, job), record=imported)
+        entry["record"] = imported
     if found.interrupted:
         return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
     judged = _judge(entry, found, sha, same)
@@ -92,7 +103,40 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
                     detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
                            f"{judged['state']}: {judged['detail']})")
+    if job and judged["state"] == "current" and profile.confirm is not None:
+        judged = _job(ctx, host, profile, judged, plan)
+        judged["steps"] = plan.to_list()
     return judged
+
+
+def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
+           attested: str | None) -> str | None:
+    """How the active runtime differs from what is expected (another SHA; a launcher whose bytes, *read*
+    by the verify, are not the ones LAST OK attested), or ``None``."""
+    if active_sha != sha:
+        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
+        return f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}"
+    if read is not None and read.active_path_sha256 != attested:
+        return f"launcher {read.active_path} has SHA-256 {read.active_path_sha256}; LAST OK attested {attested}"
+    return None
+
+
+def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any],
+         plan: Plan) -> dict[str, Any]:
+    """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
+    naming the job, its state and exit code (deploying when a run's work holds the lease)."""
+    from ..lanes.confirm_step import health_job
+
+    active = judged["active"]
+    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"], plan)
+    judged["confirm"] = {k: verdict.get(k) for k in ("job_id", "state", "exit_code", "node", "seconds", "metrics",
+                                                      "passed", "problems")}
+    if verdict.get("passed"):
+        return dict(judged, detail=f"{judged['detail']}; confirmation job {verdict.get('job_id')} COMPLETED")
+    state = "deploying" if verdict.get("held") else "unhealthy" if verdict.get("passed") is False else "unknown"
+    return dict(judged, state=state, detail=f"confirmation job {verdict.get('job_id')} ended "
+                f"{verdict.get('state')} with exit code {verdict.get('exit_code')}: "
+                + "; ".join(verdict.get("problems") or []))
 
 
 def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> dict[str, Any]:
@@ -107,13 +151,10 @@ def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> 
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
                        "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
-    if active_sha != sha:
-        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
-        return dict(entry, state="drifted", detail=f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}")
     attested = expected["launcher_sha256"]
-    if read and read.ok and attested and receipt.active_path_sha256 != attested:
-        return dict(entry, state="drifted", detail=f"launcher {receipt.active_path} has SHA-256 "
-                    f"{receipt.active_path_sha256}; LAST OK attested {attested}")
+    drift = _drift(active_sha, sha, same, receipt if read and read.ok and attested else None, attested)
+    if drift:
+        return dict(entry, state="drifted", detail=drift)
     failed = [f"{c.name}: {c.detail}" for c in found.checks
               if not c.ok and not (c.name == "tag" and expected["tag"] is None)]
     if failed or found.error:
@@ -158,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
+        job = getattr(args, "job", False)
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha)
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
     outcome = outcome_of(hosts)
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]

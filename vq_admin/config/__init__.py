@@ -13,15 +13,17 @@ import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
 from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
 from ..report.outcome import UsageError
+from .confirm import KEYS as CONFIRM_KEYS, Confirm
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
+#: ``scheduler``: checked, not stored; vq-admin drives Slurm only (docs/architecture.md, "The scheduler").
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
 MAX_TIMEOUT = 30 * 24 * 3600.0
@@ -64,6 +66,7 @@ class RuntimeProfile:
     provider_options: Mapping[str, str] = field(default_factory=dict)
     activate_command: tuple[str, ...] | None = None  # rollback: switch current to an existing release
     prune_command: tuple[str, ...] | None = None  # prune: remove releases outside the keep set
+    confirm: Confirm | None = None  # a generation proven by a batch job (config/confirm.py)
 
     @property
     def has_install(self) -> bool:
@@ -83,6 +86,7 @@ class RuntimeProfile:
         if self.update_allocation:
             data["update_allocation"] = {"sbatch_args": list(self.update_allocation.sbatch_args)}
         data["provider_options"] = dict(self.provider_options)
+        data["confirm"] = self.confirm.settings() if self.confirm else None
         return data
 
 
@@ -95,7 +99,6 @@ class HostConfig:
     transport: str = "ssh"
     ssh: str = ""
     canonical_host: str | None = None
-    scheduler: str = "slurm"
     scratch_root: str | None = None
     agent: tuple[str, ...] = ("vq-admin-agent",)
     helper_provider: str = "command"
@@ -113,10 +116,21 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class Signing:
+    """The top-level ``[signing]`` table (CONTRACT section 12): the driver signs the host's record entries
+    with *key* (a private key file, or a public key whose private half is in ssh-agent) and accepts the
+    entries *allowed_signers* accepts."""
+
+    key: str
+    allowed_signers: str
+
+
+@dataclass(frozen=True)
 class Config:
     path: str | None
     ssh_config: str | None
     hosts: Mapping[str, HostConfig]
+    signing: Signing | None = None
 
     def provider_names(self) -> list[str]:
         """Every provider a profile or helper selects, in first-use order."""
@@ -154,28 +168,31 @@ def check_ssh_config(config: "Config") -> None:
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate the configuration; raise :class:`ConfigError` on any fault
     (and :class:`~vq_admin.report.outcome.Refused` for an ``ssh_config`` others can change)."""
-    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
+    from ..core.bounds import InputError, read_config
 
-    chosen = Path(path) if path else Path(paths.config_path())
+    chosen = os.fspath(path) if path else paths.config_path()
     try:
-        if not chosen.exists():
-            raise FileNotFoundError(chosen)
-        raw = read_regular_file(str(chosen), "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
-        data = loads_toml(raw, f"configuration file {chosen}", limit=MAX_CONFIG_BYTES)
-    except FileNotFoundError:
-        raise ConfigError("", f"configuration file {chosen} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+        data = read_config(chosen)
     except InputError as exc:
         raise ConfigError("", str(exc)) from None
-    except OSError as exc:
-        raise ConfigError("", f"configuration file {chosen} cannot be read: {exc.strerror or exc}") from None
-    config = parse_config(data, str(chosen))
+    config = parse_config(data, chosen)
     check_ssh_config(config)
     return config
 
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
-    _only_keys(data, "", {"ssh_config", "hosts"})
+    _only_keys(data, "", {"ssh_config", "hosts", "signing"})
     ssh_config = _abs_path(data, "ssh_config", "") if "ssh_config" in data else None
+    signing = None
+    if "signing" in data:
+        table = data["signing"]
+        if not isinstance(table, dict):
+            raise ConfigError("signing", "must be a table with key and allowed_signers")
+        _only_keys(table, "signing", {"key", "allowed_signers"})
+        key, allowed = _abs_path(table, "key", "signing"), _abs_path(table, "allowed_signers", "signing")
+        if key is None or allowed is None:
+            raise ConfigError("signing", "needs both key and allowed_signers (absolute paths)")
+        signing = Signing(key=key, allowed_signers=allowed)
     hosts_raw = data.get("hosts", {})
     if not isinstance(hosts_raw, dict):
         raise ConfigError("hosts", "must be a table of host tables")
@@ -188,12 +205,31 @@ def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
                                   f"names {host.canonical_host!r}, which is not a host in this file")
             if target.fleet_role == "alias":
                 raise ConfigError(f"hosts.{name}.canonical_host", f"names {target.name!r}, which is itself an alias")
-    return Config(path=path, ssh_config=ssh_config, hosts=hosts)
+    return Config(path=path, ssh_config=ssh_config, hosts=hosts, signing=signing)
 
 
 #: The keys of a host table and of a profile table: the records' fields, as the file spells them.
-HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments"}
-PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program"}
+HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"scheduler_runtime_deployments", "scheduler"}
+PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"} | CONFIRM_KEYS
+
+
+def _check_profiles_fit(table: dict[str, Any], key: str, name: str, runtimes: dict[str, RuntimeProfile]) -> None:
+    """What the host's profiles ask of the host: an ssh destination git can use for a fed mirror, a
+    ``scratch_root`` Slurm can write transcripts below for an allocation."""
+    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
+    ssh_dest = table.get("ssh", name)
+    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
+            and (":" in ssh_dest or "/" in ssh_dest)):
+        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
+                                        f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
+    allocated = sorted(p for p, profile in runtimes.items()
+                       if profile.update_allocation is not None or profile.confirm is not None)
+    if allocated and "scratch_root" not in table:
+        raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
+                                                 "confirm_command, whose transcripts live below scratch_root")
+    if allocated and any(c in str(table["scratch_root"]) for c in "%\\"):
+        raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
+                                                 "(Slurm expands them in --output/--error file names)")
 
 
 def _parse_host(name: str, table: Any) -> HostConfig:
@@ -215,27 +251,14 @@ def _parse_host(name: str, table: Any) -> HostConfig:
     runtimes = {p: _parse_profile(p, t, f"{key}.scheduler_runtime_deployments.{p}") for p, t in profiles_raw.items()}
     if "helper_update_host" in table and "helper_update_command" not in table:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
-    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
-    ssh_dest = table.get("ssh", name)
-    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
-            and (":" in ssh_dest or "/" in ssh_dest)):
-        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
-                                        f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = sorted(p for p, profile in runtimes.items() if profile.update_allocation is not None)
-    if allocated:
-        if "scratch_root" not in table:
-            raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation, "
-                                                     "and allocation transcripts live below scratch_root")
-        if any(c in str(table["scratch_root"]) for c in "%\\"):
-            raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
-                                                     "(Slurm expands them in --output/--error file names)")
+    _check_profiles_fit(table, key, name, runtimes)
+    _choice(table, "scheduler", key, SCHEDULERS, "slurm")  # an old file may say so; another scheduler is refused
     return HostConfig(
         name=name,
         fleet_role=role,
         transport=_choice(table, "transport", key, TRANSPORTS, "ssh"),
         ssh=_destination(table, "ssh", key) or name,
         canonical_host=_str(table, "canonical_host", key),
-        scheduler=_choice(table, "scheduler", key, SCHEDULERS, "slurm"),
         scratch_root=_abs_path(table, "scratch_root", key),
         agent=parse_command(table, "agent", key) or ("vq-admin-agent",),
         helper_provider=_provider_name(table, "helper_provider", key),
@@ -296,6 +319,7 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         provider_options=dict(options),
         activate_command=parse_command(table, "activate_command", key),
         prune_command=parse_command(table, "prune_command", key),
+        confirm=_confirm(table, key),
     )
 
 
@@ -395,6 +419,48 @@ def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> f
         raise ConfigError(f"{key}.{name}",
                           f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
     return float(value)
+
+
+def _confirm(table: Mapping[str, Any], key: str) -> Confirm | None:
+    """The profile *table*'s confirmation (``None`` without ``confirm_command``); errors name the dotted key."""
+    from ..core.identifiers import ENV_NAME_RE
+    from .confirm import BETTER, KEYS, Metric
+    from .sbatch_args import sbatch_arg_problem
+
+    command = parse_command(table, "confirm_command", key)
+    if command is None:
+        stray = sorted(KEYS & set(table))
+        if stray:
+            raise ConfigError(f"{key}.{stray[0]}", "needs confirm_command")
+        return None
+    if "activate_command" not in table and table.get("provider", "command") == "command":
+        raise ConfigError(f"{key}.confirm_command", "needs activate_command (a failed confirmation is reverted by "
+                                                    "re-activating the previous generation; a plugin "
+                                                    "provider's activate hook serves)")
+    args = table.get("confirm_sbatch_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{key}.confirm_sbatch_args", "must be a list of strings")
+    for arg in args:  # the allow-list of update_allocation.sbatch_args
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(f"{key}.confirm_sbatch_args", problem)
+    raw = table.get("confirm_metrics", {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}.confirm_metrics", "must be a table of { better = \"lower\"|\"higher\"|\"equal\", "
+                                                    "tolerance = 0.10 }")
+    metrics = []
+    for name, spec in raw.items():
+        where = f"{key}.confirm_metrics.{name}"
+        if not ENV_NAME_RE.match(name):
+            raise ConfigError(where, "a metric name is letters, digits and '_' (as VQ-DEPLOY-METRIC lines name it)")
+        if not isinstance(spec, dict) or set(spec) - {"better", "tolerance"} or spec.get("better") not in BETTER:
+            raise ConfigError(where, "must be { better = \"lower\"|\"higher\"|\"equal\", tolerance = 0.10 }")
+        tol = spec.get("tolerance", 0.0)
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 <= tol < 1:
+            raise ConfigError(f"{where}.tolerance", f"must be a relative tolerance from 0 to below 1, not {tol!r}")
+        metrics.append(Metric(name, spec["better"], float(tol)))
+    return Confirm(command=command, sbatch_args=tuple(args),
+                   timeout_seconds=_timeout(table, "confirm_timeout_seconds", key, 900.0), metrics=tuple(metrics))
 
 
 def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:

@@ -46,21 +46,24 @@ def sbatch_arg_problem(arg: str) -> str | None:
     """``None`` when *arg* is one allowed sbatch option with its value attached."""
     if not isinstance(arg, str) or not arg.startswith("-") or arg in ("-", "--") or any(c in arg for c in "\n\r\0"):
         return f"{arg!r} is not an sbatch option (each entry starts with '-', e.g. \"--time=04:00:00\")"
-    if arg.startswith("--"):
-        name, eq, value = arg[2:].partition("=")
-        if "--" + name in OWN:
-            return f"{arg!r} is set by vq-admin itself"
-        if name not in LONG:
-            own = [o for o in OWN if o.startswith("--" + name)] if name else []
-            if own:
-                return f"{arg!r} abbreviates {own[0]}, which is set by vq-admin itself"
-            return f"{arg!r} is not an sbatch option vq-admin passes ({ALLOWED_HINT})"
-        takes = LONG[name]
-        if takes is True and (not eq or not value):
-            return f"{arg!r} needs its value attached (--{name}=VALUE)"
-        if takes is False and eq:
-            return f"{arg!r}: --{name} takes no value"
-        return None
+    return _long_problem(arg) if arg.startswith("--") else _short_problem(arg)
+
+
+def _long_problem(arg: str) -> str | None:
+    name, eq, value = arg[2:].partition("=")
+    if "--" + name in OWN:
+        return f"{arg!r} is set by vq-admin itself"
+    if name not in LONG:
+        own = [o for o in OWN if o.startswith("--" + name)] if name else []
+        if own:
+            return f"{arg!r} abbreviates {own[0]}, which is set by vq-admin itself"
+        return f"{arg!r} is not an sbatch option vq-admin passes ({ALLOWED_HINT})"
+    if LONG[name] is True and (not eq or not value):
+        return f"{arg!r} needs its value attached (--{name}=VALUE)"
+    return f"{arg!r}: --{name} takes no value" if LONG[name] is False and eq else None
+
+
+def _short_problem(arg: str) -> str | None:
     letter, value = arg[1], arg[2:]
     if letter in OWN_SHORT:
         return f"{arg!r} is set by vq-admin itself (-{letter})"

@@ -88,28 +88,36 @@ def _prune(kit: "Kit", keep: list[str]) -> tuple[int | None, PruneReport | None,
     return result.exit_code, report, ""
 
 
+def _prune_problems(kit: "Kit", keep: list[str]) -> tuple[PruneReport | None, list[str]]:
+    code, report, error = _prune(kit, keep)
+    return report, [] if code == 0 and report is not None else [f"prune exited {code}: {error or 'no report'}"]
+
+
+def _report_lies(report: PruneReport | None, sha: dict[str, str], b_gone: bool) -> list[str]:
+    """Where a prune asked to keep A says other than what it did to A and B."""
+    if report is None:
+        return []
+    removed = set(report.removed)
+    return [problem for problem, wrong in (
+        ("the report says A (kept, current) was removed", sha["A"] in removed),
+        ("the report says B was removed but its release is still there", sha["B"] in removed and not b_gone),
+        ("B's release is gone but the report does not say it was removed", sha["B"] not in removed and b_gone))
+        if wrong]
+
+
 def prune(kit: "Kit", dirs: dict[str, str]) -> None:
     sha = kit.world.sha
     link = kit.world.current()
     before = {label: snapshot(path) for label, path in dirs.items()}
-    code, report, error = _prune(kit, [sha["A"], sha["B"]])
-    problems = [] if code == 0 and report is not None else [f"prune exited {code}: {error or 'no report'}"]
-    for label, path in dirs.items():
-        if snapshot(path) != before[label]:
-            problems.append(f"kept release {label} ({path}) was {'removed' if not snapshot(path) else 'changed'}")
+    report, problems = _prune_problems(kit, [sha["A"], sha["B"]])
+    problems += [f"kept release {label} ({path}) was {'removed' if not snapshot(path) else 'changed'}"
+                 for label, path in dirs.items() if snapshot(path) != before[label]]
     if report is not None and set(report.removed) & {sha["A"], sha["B"]}:
         problems.append(f"the report says kept SHAs were removed: {sorted(report.removed)}")
     kit.check("prune-keeps-kept", not problems, "; ".join(problems) or "asked to keep A and B, both are intact")
-    code, report, error = _prune(kit, [sha["A"]])
-    problems = [] if code == 0 and report is not None else [f"prune exited {code}: {error or 'no report'}"]
+    report, problems = _prune_problems(kit, [sha["A"]])
     if snapshot(dirs["A"]) != before["A"] or kit.world.current() != link or not kit.evidence_ok("A"):
         problems.append("current's release A was changed, or current moved, or A is no longer proven")
-    if report is not None:
-        if sha["A"] in report.removed:
-            problems.append("the report says A (kept, current) was removed")
-        if sha["B"] in report.removed and snapshot(dirs["B"]):
-            problems.append("the report says B was removed but its release is still there")
-        if sha["B"] not in report.removed and not snapshot(dirs["B"]):
-            problems.append("B's release is gone but the report does not say it was removed")
+    problems += _report_lies(report, sha, b_gone=not snapshot(dirs["B"]))
     kit.check("prune-report-truthful", not problems, "; ".join(problems) or
               f"asked to keep A: removed {sorted(report.removed) if report else '?'}; A intact and proven")

@@ -22,7 +22,6 @@ doubles.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -33,6 +32,7 @@ from vq_admin_hookspecs import ProviderCommand
 from ..ssh import process
 from .. import source
 from ..core import protocol
+from ..core.bounds import json_object
 from ..ssh.transport import LocalTransport, RunResult
 
 SELFTEST = {
@@ -160,7 +160,7 @@ class World:
     def scheduler_calls(self) -> list[dict[str, Any]]:
         try:
             with open(self.log) as fh:
-                return [json.loads(line) for line in fh if line.strip()]
+                return [call for line in fh if (call := json_object(line, limit=1 << 20)) is not None]
         except FileNotFoundError:
             return []
 

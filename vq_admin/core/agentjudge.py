@@ -196,7 +196,7 @@ def blob() -> str:
 
         from . import securepath
 
-        parts = []
+        parts: "List[str]" = []
         for module in (securepath, sys.modules[__name__]):
             with open(module.__file__ or "", encoding="utf-8") as fh:
                 text = fh.read().replace("from .securepath import", "# (in the blob) from .securepath import")

@@ -119,8 +119,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> object:
-    """Parse one JSON document of at most *limit* bytes and *max_depth* nesting.
+def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH, nan: bool = False) -> object:
+    """Parse one JSON document of at most *limit* bytes and *max_depth* nesting (the one ``json.loads``
+    of both sides; *nan* lets ``NaN``/``Infinity`` through, as the agent's codec writes them).
 
     Raises :class:`InputError` ("<what> ...: reason") for anything else."""
     if isinstance(data, bytes):
@@ -135,13 +136,23 @@ def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX
     if json_depth(data, max_depth) > max_depth:
         raise InputError(f"{what} is nested more than {max_depth} levels deep")
     try:
-        return json.loads(data, parse_int=_parse_int, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        return json.loads(data, parse_int=_parse_int, parse_constant=None if nan else _no_constant,
+                          object_pairs_hook=_unique_keys)
     except InputError as exc:
         raise InputError(f"{what} {exc}") from None
     except RecursionError:
         raise InputError(f"{what} is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, and int conversion limits
         raise InputError(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+def json_object(data: bytes | str | None, *, limit: int) -> dict[str, Any] | None:
+    """The JSON object in *data* (bounded as :func:`loads_json`), or ``None``: absent, unreadable or not an object."""
+    try:
+        value = None if data is None else loads_json(data, "the record", limit=limit)
+    except InputError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
@@ -163,6 +174,20 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
         raise InputError(f"{what} is nested too deeply") from None
     except ValueError as exc:  # TOMLDecodeError, and int conversion limits
         raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The configuration file *path* (the one reader: ``vq_admin.config`` and the launcher's lookup): a
+    trusted regular file of bounded size and nesting, parsed as TOML; every fault is one :class:`InputError`
+    naming the file."""
+    what = f"configuration file {path}"
+    try:
+        raw = read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES, trusted=True)
+    except FileNotFoundError:
+        raise InputError(f"{what} does not exist (set VQ_ADMIN_CONFIG or --config)") from None
+    except OSError as exc:
+        raise InputError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    return loads_toml(raw, what, limit=MAX_CONFIG_BYTES)
 
 
 def read_regular_file(path: str, what: str, *, limit: int, trusted: bool = False) -> bytes:

@@ -5,7 +5,8 @@
 * the driver's configuration: ``$VQ_ADMIN_CONFIG``, else
   ``${XDG_CONFIG_HOME:-~/.config}/vq/admin.toml``;
 * the agent's own lock directory on a login host:
-  ``${XDG_STATE_HOME:-~/.local/state}/vq-admin-agent/locks``.
+  ``${XDG_STATE_HOME:-~/.local/state}/vq-admin-agent/locks``, and the host's record
+  beside it, ``.../vq-admin-agent/record``.
 
 An empty variable counts as unset.  Standard library only; Python 3.8 and
 later (the agent imports it on the login host; the launcher path imports it
@@ -48,3 +49,8 @@ def config_path() -> str:
 def agent_lock_dir() -> str:
     """The agent's lease directory when no scratch root is configured."""
     return os.path.join(state_home(), "vq-admin-agent", "locks")
+
+
+def agent_record_dir() -> str:
+    """The host's record (CONTRACT section 12), beside the lease directory."""
+    return os.path.join(state_home(), "vq-admin-agent", "record")

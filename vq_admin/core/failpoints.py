@@ -20,7 +20,7 @@ vq-admin inside its own process calls :func:`configure` with the
 environment it wants.  No other module reads these variables.
 
 The points: ``call``, ``step-before``, ``step-after``, ``mirror-before-push``,
-``install-file-before-rename``, ``helper-rereads``, ``helper-reread-interval``
+``install-file-before-rename``, ``record-before-statement``, ``helper-rereads``, ``helper-reread-interval``
 and ``lease-wait``.
 
 Standard library only; Python 3.8 and later (the agent imports it on the
@@ -154,6 +154,16 @@ def _install_before_rename(settings: Settings, args: tuple[str, ...]) -> str | N
     file and the rename: ``VQ_ADMIN_AGENT_CRASH=before-rename`` SIGKILLs the
     agent there (the old file must survive whole)."""
     if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "before-rename":
+        _sigkill()
+    return None
+
+
+@_point("record-before-statement", "VQ_ADMIN_AGENT_CRASH")
+def _record_before_statement(settings: Settings, args: tuple[str, ...]) -> str | None:
+    """In the agent's record append, between the signature's write and the statement's:
+    ``VQ_ADMIN_AGENT_CRASH=record-before-statement`` SIGKILLs the agent there (every reader must
+    still accept the record, and the next append must not be refused)."""
+    if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "record-before-statement":
         _sigkill()
     return None
 

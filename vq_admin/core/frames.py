@@ -35,6 +35,7 @@ import threading
 from typing import IO, Any, Callable
 
 from . import checksum
+from .bounds import loads_json
 
 CHUNK = 1 << 20
 DATA_KINDS = {"out": "stdout", "err": "stderr"}
@@ -141,7 +142,7 @@ def read_frames(stream: IO[bytes], on_record: Callable[[str, dict[str, Any]], No
                 remaining -= len(chunk)
         elif kind in JSON_KINDS:
             try:
-                value = json.loads(payload)
+                value = loads_json(payload, f"{kind} record", limit=MAX_LINE)
             except ValueError:
                 raise FrameError(f"{kind} record is not JSON") from None
             if not isinstance(value, dict):

@@ -11,17 +11,23 @@ recorded start time (``/proc/PID/stat`` field 22, :func:`proc_start_time`)
 the pid must still name the process that started then.  Without ``/proc``
 (not Linux), ``kill -0`` decides.
 
+Also the one way a process group is ended (:func:`end_group`, one grace: :data:`TERM_GRACE`).
+
 Standard library only; Python 3.8 and later.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 # annotations only: typing is never imported on the session verb's per-run path (the lease imports this)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional
+
+#: Seconds a process group gets after SIGTERM before SIGKILL (and after SIGKILL to be seen gone).
+TERM_GRACE = 5.0
 
 
 def _stat_fields(pid: int) -> Optional[List[bytes]]:
@@ -63,6 +69,22 @@ def process_alive(pid: Any, start_time: Optional[str] = None) -> bool:
             return False
         return start_time is None or (len(fields) > 19 and fields[19].decode("ascii", "replace") == start_time)
     return _signal_zero(pid)
+
+
+def end_group(pid: int, ended: "Callable[[float], bool]", grace: float = TERM_GRACE) -> "List[str]":
+    """SIGTERM to process group *pid*, then SIGKILL unless ``ended(grace)`` (which waits at most
+    *grace* seconds) says the group is done; ``ended(grace)`` again after SIGKILL.  Stops when the
+    group is gone.  Returns the names of the signals sent."""
+    sent: "List[str]" = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            break
+        sent.append(sig.name)
+        if ended(grace):
+            break
+    return sent
 
 
 def _signal_zero(pid: int) -> bool:
@@ -111,9 +133,9 @@ def _started(pid: int) -> Optional[str]:
     try:
         with open("/proc/stat", "rb") as fh:
             boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
-        import time
-
         at = boot + int(ticks or "") / os.sysconf("SC_CLK_TCK")
     except (OSError, StopIteration, ValueError):
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    from .stamps import utc_now
+
+    return utc_now(at)

@@ -19,7 +19,7 @@ answer with framed records (:mod:`.frames`), read as a stream by the driver.
 
 Every JSON text on both sides goes through :func:`encode` and :func:`decode`
 (:func:`encode_request` for the ``session`` request): ``json.dumps(...,
-sort_keys=True)`` and ``json.loads``, imported when first used.
+sort_keys=True)`` and the bounded parser :func:`.bounds.loads_json`, imported when first used.
 
 Standard library only, Python 3.8 syntax at run time, and cheap to import
 (no ``typing``, ``json`` or ``re`` at run time): :mod:`.entry` dispatches the
@@ -55,6 +55,9 @@ DETACH_RECONCILE = "detach-reconcile"
 LEASE = "lease"
 SESSION = "session"
 CENSUS = "census"
+CONFIRM_RUN = "confirm-run"
+CONFIRM_RECONCILE = "confirm-reconcile"
+RECORD = "record-read"
 #: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
 #: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
 SESSION_PROTOCOL = 1
@@ -62,9 +65,9 @@ SESSION_PROTOCOL = 1
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
          IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION,
-         CENSUS)
+         CENSUS, CONFIRM_RUN, CONFIRM_RECONCILE, RECORD)
 #: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
-FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE)
+FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, CONFIRM_RUN, CONFIRM_RECONCILE)
 
 # -- flags ------------------------------------------------------------------------------
 
@@ -99,11 +102,16 @@ SINCE = "--since"
 RUN_ID = "--run-id"
 LEASE_OF = "--lease-of"
 PROBE = "--probe"
+METRIC = "--metric"
+BASELINE = "--baseline"
+ACCEPT_REGRESSION = "--accept-regression"
+REVERT = "--revert"
+RECORD_AFTER = "--record-after"
 
 #: Every option of every verb (``--`` aside).
 FLAGS = (ROOT, KIND, NAME, SHA, ARCHIVE_SHA256, TREE_SHA256, GIT_TREE, STAGE, OUTCOME, KEEP_FAILED, JSON, SINFO,
          DEST, MODE, PROGRAM, ATTEMPT, TIMEOUT, SBATCH_ARG, ENV, ARCHIVE, PROGRESS, LANE, HOST, DRIVER_HOST, USER,
-         PID, SINCE, RUN_ID, PROBE, LEASE_OF)
+         PID, SINCE, RUN_ID, PROBE, LEASE_OF, METRIC, BASELINE, ACCEPT_REGRESSION, REVERT, RECORD_AFTER)
 
 #: ``stage-reclaim --outcome`` values.
 OUTCOME_SUCCESS, OUTCOME_FAILED = "success", "failed"
@@ -113,8 +121,6 @@ KEEP_FAILED_DEFAULT = 3
 #: ``install-file --mode`` default.
 MODE_DEFAULT = "0755"
 
-#: Exit statuses of the agent (see :mod:`.cli`).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_HELD = 0, 1, 2, 3, 4, 75
 
 
 class ProtocolError(ValueError):
@@ -128,11 +134,15 @@ class ProtocolError(ValueError):
 
 # -- the JSON codec (both sides) --------------------------------------------------------
 
-def decode(text: str) -> Any:
-    """``json.loads(text)``: the value, or json's own ``ValueError``."""
-    import json
+#: Largest answer or request decoded (a verify's stdout is at most 4 MiB, escaped).
+DECODE_LIMIT = 64 << 20
 
-    return json.loads(text)
+
+def decode(text: str) -> Any:
+    """The value of JSON *text*, bounded (:func:`.bounds.loads_json`: NaN passes), or a ``ValueError``."""
+    from .bounds import loads_json
+
+    return loads_json(text, "the answer", limit=DECODE_LIMIT, nan=True)
 
 
 def encode(answer: Dict[str, Any]) -> str:
@@ -150,6 +160,8 @@ def encode_request(request: Dict[str, Any]) -> bytes:
 
 def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
     """True when an older agent's verb table refused *verb* (argparse's usage error, nothing answered)."""
+    from .exits import EXIT_USAGE
+
     out = stdout.encode("utf-8", "replace") if isinstance(stdout, str) else stdout
     err = stderr.encode("utf-8", "replace") if isinstance(stderr, str) else stderr
     return (exit_code == EXIT_USAGE and not out.strip() and b"invalid choice" in err
@@ -176,10 +188,13 @@ def check_paths(agent: Words, paths: Sequence[str]) -> List[str]:
     return [*agent, CHECK_PATHS, END, *paths]
 
 
-def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None) -> List[str]:
-    """``verify-readback [--lease-of PROGRAM] -- COMMAND...``: the read-only verify, then its launcher read
-    back (and, with *lease_of*, who holds that program's runtime lease now, read without taking it)."""
-    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), END, *command]
+def verify_readback(agent: Words, command: Sequence[str], lease_of: Optional[str] = None,
+                    record_after: Optional[int] = None) -> List[str]:
+    """``verify-readback [--lease-of PROGRAM [--record-after N]] -- COMMAND...``: the read-only verify, then
+    its launcher read back (and, with *lease_of*, who holds that program's runtime lease now, read without
+    taking it; with *record_after* too, the host's record of that program after entry N)."""
+    after = [RECORD_AFTER, str(record_after)] if lease_of and record_after is not None else []
+    return [*agent, VERIFY_READBACK, *([LEASE_OF, lease_of] if lease_of else []), *after, END, *command]
 
 
 def command_words(argv: Sequence[str], agent: Words) -> List[str]:
@@ -279,13 +294,45 @@ def reconcile(agent: Words, *, detached: bool, root: str, program: str, attempt:
     return [*agent, DETACH_RECONCILE if detached else ALLOC_RECONCILE, *_job_words(root, program, attempt, timeout)]
 
 
+def confirm_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, sbatch_args: Sequence[str],
+                metrics: Sequence[str], baseline: Sequence[Tuple[str, str]], accept_regression: bool,
+                revert: Sequence[str], command: Sequence[str], progress_words: Sequence[str] = ()) -> List[str]:
+    """``confirm-run``: the confirmation *command* as a Slurm batch job, judged and (failing, with *revert*)
+    reverted by a supervisor that outlives the connection (framed answer).  *metrics* are
+    ``NAME=BETTER:TOLERANCE``; *revert* the argv run on this host when the job does not pass."""
+    argv = [*agent, CONFIRM_RUN, *_job_words(root, program, attempt, timeout), *progress_words]
+    argv += [f"{SBATCH_ARG}={arg}" for arg in sbatch_args]
+    argv += [f"{METRIC}={spec}" for spec in metrics]
+    argv += [f"{BASELINE}={name}={value}" for name, value in baseline]
+    argv += [ACCEPT_REGRESSION] if accept_regression else []
+    argv += [f"{REVERT}={word}" for word in revert]
+    return [*argv, END, *command]
+
+
+def confirm_reconcile(agent: Words, *, root: str, program: str, attempt: str, timeout: str) -> List[str]:
+    """``confirm-reconcile``: the verdict of an attempt's confirmation (never submits or reverts; framed answer)."""
+    return [*agent, CONFIRM_RECONCILE, *_job_words(root, program, attempt, timeout)]
+
+
 def lease(agent: Words, *, lane: str, host: str, program: Optional[str], driver_host: str,
-          user: str, pid: int, since: str, run_id: str) -> List[str]:
-    """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere)."""
+          user: str, pid: int, since: str, run_id: str, record_after: Optional[int] = None) -> List[str]:
+    """``lease``: hold the host-side lease of one lane until stdin closes (exit 75 when held elsewhere);
+    with *record_after*, its answer also carries the host's record after that entry (member ``record``)."""
     argv = [*agent, LEASE, LANE, lane, HOST, host]
     if program:
         argv += [PROGRAM, program]
+    argv += [RECORD_AFTER, str(record_after)] if record_after is not None else []
     return argv + [DRIVER_HOST, driver_host, USER, user, PID, str(pid), SINCE, since, RUN_ID, run_id]
+
+
+#: The word that stands for the helper lane's record in ``record-read``'s ``NAME=N`` words.
+HELPER_RECORD = "_helper"
+
+
+def record(agent: Words, cursors: Dict[Optional[str], int]) -> List[str]:
+    """``record-read``: the entries of the host's record of each program (``None``: the helper lane) after
+    its cursor, as ``NAME=N`` words; answer ``{"records": {NAME: {"entries", "last", "more"}}}``."""
+    return [*agent, RECORD, *(f"{program or HELPER_RECORD}={after}" for program, after in cursors.items())]
 
 
 def session(agent: Words) -> List[str]:
@@ -564,10 +611,26 @@ class CensusAnswer(Answer):
 
 parse_census = CensusAnswer.parse
 
+
+class RecordAnswer(Answer):
+    """``record-read``: ``records``, by program (``_helper``: the helper lane), each ``entries`` (each
+    ``seq``, ``name``, ``statement``, ``sig``), ``last`` and ``more``; the driver reads the entries as
+    documents (:mod:`vq_admin.record`)."""
+
+    verb = RECORD
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.records: Dict[str, Any] = _member(self.verb, data, "records", dict)
+
+
+parse_record = RecordAnswer.parse
+
 #: Each verb's parser (the round-trip test reads this table).
 PARSERS = {
     HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
     STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
     STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,
     INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session, CENSUS: parse_census,
+    RECORD: parse_record,
 }

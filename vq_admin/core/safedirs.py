@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from . import securepath
+from .stamps import NAME, utc_now
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -133,7 +133,7 @@ def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
 
 
 def utc_stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return utc_now(fmt=NAME)
 
 
 def create_fresh(parent_fd: int, prefix: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 
 from .securepath import command_problem, creatable_problem, path_problem, read_bounded
 
@@ -84,6 +85,8 @@ def text_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -> str 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"{what} {path} is not a regular file"
             text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
         finally:
             os.close(fd)

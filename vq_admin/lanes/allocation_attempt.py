@@ -75,6 +75,11 @@ def _reconcile_place(inputs: RuntimeStep, previous: dict[str, Any]) -> tuple[Tra
     """Where and how the end of *previous* is asked for (the agent never starts or submits anything)."""
     detached = previous.get("kind") == "detached"
     login = inputs.build_transport() if detached else inputs.ctx.login(inputs.host)
+    if previous.get("kind") == "confirm":
+        return login, protocol.confirm_reconcile(inputs.host.agent, root=inputs.host.scratch_root or "",
+                                                 program=inputs.profile.program, attempt=previous["attempt"],
+                                                 timeout="1"), \
+            "read the verdict of the confirmation job an interrupted run left (never submits or reverts)"
     argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
                               program=inputs.profile.program, attempt=previous["attempt"], timeout="1")
     purpose = ("establish the end of the build an interrupted run left on the build host (never starts one)"
@@ -110,8 +115,8 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
                      "or changed after this run was planned: another run was cut off meanwhile; nothing was run: "
                      "rerun")
     ctx = inputs.ctx
-    attempt = previous["attempt"]
     detached = previous.get("kind") == "detached"
+    confirm = previous.get("kind") == "confirm"
     step = plan.get(PREVIOUS)
     ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
                 f"{previous.get('attempt_dir')}; reconciling its {'build' if detached else 'job'}")
@@ -124,15 +129,11 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary: dict[str, Any] = call.records.get("summary") or {}
-    found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
-                                               "fenced", "notes")}
-    found.update(attempt=attempt, attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
-    if detached:  # the build's exit status and settled transcript are this run's evidence
-        found.update(kind="detached", where=login.where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
-                     settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
-    inputs.receipt.previous_attempt = found
-    ended = (summary.get("job_state") != "RUNNING" if detached
+    found = inputs.receipt.previous_attempt = _found(previous, summary, call, login.where, detached)
+    ended = (summary.get("job_state") != "RUNNING" if detached or confirm
              else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
+    if confirm and call.complete and ended:
+        _record_verdict(inputs, previous, summary.get("confirm"), found)
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -141,17 +142,51 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()
     settled(step)
-    if detached:
+    raise Locked(_still_going(previous, summary, call, login.where, previous.get("kind")))
+
+
+def _found(previous: dict[str, Any], summary: dict[str, Any], call: StreamCall, where: str,
+           detached: bool) -> dict[str, Any]:
+    """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt."""
+    found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
+                                               "fenced", "notes")}
+    found.update(attempt=previous["attempt"], attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
+    if detached:  # the build's exit status and settled transcript are this run's evidence
+        found.update(kind="detached", where=where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
+                     settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
+    return found
+
+
+def _record_verdict(inputs: RuntimeStep, previous: dict[str, Any], verdict: Any, found: dict[str, Any]) -> None:
+    """The verdict a confirmation's supervisor wrote with no driver left to read it: into the receipt and,
+    when it is one, into the confirmation record."""
+    found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
+    if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
+        from ..state import confirmation
+
+        confirmation.record_verdict(inputs.ctx.state, inputs.host.name, inputs.profile.program,
+                                    previous["expected_sha"], verdict, previous.get("receipt"), None)
+
+
+def _still_going(previous: dict[str, Any], summary: dict[str, Any], call: StreamCall, where: str,
+                 kind: object) -> str:
+    """Why this run is refused (75): the interrupted run's job or build has not ended, or its end is not known."""
+    if kind == "confirm":
+        return (f"the confirmation job {summary.get('job_id') or '(id not yet recorded)'} of an interrupted "
+                f"run (attempt {previous.get('attempt_dir')}, receipt {previous.get('receipt')}) is still under "
+                f"way on {where} (state {summary.get('job_state') or 'unknown'}; it reverts by itself if "
+                "it fails); nothing was run: wait for it to end, then rerun")
+    if kind == "detached":
         pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
-        raise Locked(f"the build of an interrupted run keeps running on {login.where} under attempt "
-                     f"{previous.get('attempt_dir')} (pid {pid}, receipt {previous.get('receipt')}); "
-                     + ("it has not ended" if call.complete else f"its end could not be read ({call.describe()})")
-                     + "; nothing was run: wait for it to end, then rerun")
+        return (f"the build of an interrupted run keeps running on {where} under attempt "
+                f"{previous.get('attempt_dir')} (pid {pid}, receipt {previous.get('receipt')}); "
+                + ("it has not ended" if call.complete else f"its end could not be read ({call.describe()})")
+                + "; nothing was run: wait for it to end, then rerun")
     job = summary.get("job_id") or "(id not read)"
     state = summary.get("job_state") or "unknown"
-    raise Locked(f"the batch job {job} of an interrupted run (attempt {previous.get('attempt_dir')}, receipt "
-                 f"{previous.get('receipt')}) has not ended (scheduler state: {state}; {call.describe()}); "
-                 f"nothing was run: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
+    return (f"the batch job {job} of an interrupted run (attempt {previous.get('attempt_dir')}, receipt "
+            f"{previous.get('receipt')}) has not ended (scheduler state: {state}; {call.describe()}); "
+            f"nothing was run: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
 
 
 class _Discard:

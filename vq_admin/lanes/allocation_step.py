@@ -40,8 +40,8 @@ from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
 
 from ..report import progress
-from ..core import checksum, protocol
-from ..agent.allocation import JOB_TAMPERED_EXIT, JOB_TAMPERED_MARK, new_attempt_name
+from ..core import checksum, exits, protocol
+from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
@@ -77,7 +77,7 @@ REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path
 def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
     """The error of an agent that refused before it started anything: 77 for an unsafe path, 75 for a
     held work lock, else 1."""
-    error = Refused if code == 4 else Locked if code == 75 else VqAdminError
+    error = Refused if code == exits.EXIT_UNSAFE else Locked if code == exits.EXIT_HELD else VqAdminError
     return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {stderr.strip()[-500:]}")
 
 
@@ -216,21 +216,7 @@ class AllocationDeploy(RuntimeStep):
                                                                                 transport.where))
         receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
         if not call.complete:
-            if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-                _discard(sinks)
-                if detached:
-                    allocation_attempt.clear(self)
-                self.reclaim(success=False)
-                raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
-                                            + ("starting the build" if detached else "submitting"), call.stderr)
-            if detached:
-                receipt.deploy["interruption"] = call.describe()
-                ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
-                            "(it is never restarted)")
-            else:
-                ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
-            call, sinks = self._reconcile(attempt, deadline, sinks, transport,
-                                          wait_for=RECONCILE_WAIT if detached else None)
+            call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
         summary = call.records.get("summary") or {}
         if summary.get("established") or summary.get("timed_out") or (summary.get("submitted") is False
@@ -242,6 +228,26 @@ class AllocationDeploy(RuntimeStep):
         if call.step is not None and call.step is not step:
             settled(call.step)
         return result
+
+    def _cut(self, call: StreamCall, sinks: dict[str, TranscriptSink], attempt: str, deadline: float,
+             transport: Transport) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+        """A call cut before its report: refused before anything started (raised), else the attempt's end,
+        asked for by the recorded job id or build (never run again)."""
+        ctx, detached = self.ctx, self.KIND == "detached"
+        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+            _discard(sinks)
+            if detached:
+                allocation_attempt.clear(self)
+            self.reclaim(success=False)
+            raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
+                                        + ("starting the build" if detached else "submitting"), call.stderr)
+        if detached:
+            self.receipt.deploy["interruption"] = call.describe()
+            ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
+                        "(it is never restarted)")
+        else:
+            ctx.narrate(f"deploy: {call.describe()}; reconciling by the recorded job id (no resubmission)")
+        return self._reconcile(attempt, deadline, sinks, transport, wait_for=RECONCILE_WAIT if detached else None)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
               on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
@@ -361,7 +367,7 @@ class AllocationDeploy(RuntimeStep):
         if not summary.get("established"):
             return self._unknown(command, call,
                                  "; ".join(summary.get("notes") or []) or "the job's end was not established")
-        if summary["exit_code"] == JOB_TAMPERED_EXIT:
+        if summary["exit_code"] == exits.JOB_TAMPERED:
             self.tampered(sinks, f"batch job {deploy['job_id']}")
         if signalled and summary.get("never_started") is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
@@ -386,7 +392,7 @@ class AllocationDeploy(RuntimeStep):
         elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
             deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
             receipt.errors.append(
-                f"deploy: {what} exited {JOB_TAMPERED_EXIT}, the status the job uses when "
+                f"deploy: {what} exited {exits.JOB_TAMPERED}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
                 f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
 
@@ -409,60 +415,67 @@ class AllocationDeploy(RuntimeStep):
         """command_output, metrics and the driver's transcript copy from what arrived."""
         receipt = self.receipt
         settle = summary.get("settle") or {}
+        transcript = self._store_transcripts(sinks)
         sent = (call.records.get("end") or {}).get("sent") or {}
-        problems = []
-        transcript = None
-        if sinks:
-            paths = [sink.commit() for sink in sinks.values()]
-            failed = [f"{sink.name}: {sink.error}" for sink in sinks.values() if sink.error]
-            if failed:  # a full or failing state filesystem: the run goes on to its verify all the same
-                note = (f"the driver's copy of the deploy transcripts could not be stored in "
-                        f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
-                        f"log directory {receipt.deploy['log_dir']} on the host the whole of them")
-                receipt.notes.append(note)
-                self.ctx.narrate(note)
-            elif paths[0] is not None:
-                transcript = str(paths[0].parent)
-        for name, sink in sinks.items():
-            got = sent.get(name)
-            if not call.ended or got is None:
-                problems.append(f"{name}: the stream was cut before the end")
-                continue
-            # The agent names its checksum (xxh3_64, or blake2b without xxhash).
-            algorithm = got.get("checksum")
-            sent_digest = got.get("digest")
-            settled_digest = got.get("settled_digest")
-            if algorithm not in checksum.ALGORITHMS:
-                problems.append(f"{name}: the helper used an unknown checksum {str(algorithm)[:40]!r}")
-            elif got.get("bytes") != sink.bytes or sent_digest != sink.digest_as(algorithm):
-                problems.append(f"{name}: received {sink.bytes} bytes, the helper sent {got.get('bytes')}")
-            elif settle.get("settled") and settled_digest != sent_digest:
-                problems.append(f"{name}: changed after it had settled")
+        problems = [f"{name}: {problem}" for name, sink in sinks.items()
+                    if (problem := _stream_problem(sent.get(name) if call.ended else None, sink, settle))]
         if not summary.get("established") and not summary.get("timed_out"):
             problems.append("the job's end was not established: its transcript may still grow")
-        complete = bool(settle.get("settled")) and not problems
-        reason = None if complete else settle.get("reason") or ("unavailable" if any("cut" in p or "received" in p
-                                                                                     for p in problems) else "unstable")
-        out, err = sinks["stdout"], sinks["stderr"]
-        output: dict[str, Any] = {
-            "complete": complete, "reason": reason, "log_dir": receipt.deploy["log_dir"],
-            "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
-            "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-            "truncated": out.truncated or err.truncated, "transcript": transcript,
-            "checksum": settle.get("checksum") or out.algorithm,
-        }
-        if out.truncated or err.truncated:
-            output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-                              f"{transcript or receipt.deploy['log_dir']}")
-        if not complete:
-            output["problems"] = problems
-            output["note"] = (f"incomplete transcript ({reason}): the retained log directory "
-                              f"{receipt.deploy['log_dir']} holds what the job wrote; metrics are partial evidence, "
-                              "and an empty metrics object is not proof that no build work occurred")
+        output = _output(settle, problems, sinks["stdout"], sinks["stderr"], transcript, receipt.deploy["log_dir"])
+        if not output["complete"]:
             self.ctx.narrate(f"deploy: {output['note']}")
         receipt.command_output = output
-        metrics = dict(out.metrics)
-        metrics.update(err.metrics)
-        receipt.metrics, receipt.metrics_complete = metrics, complete
+        receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
+        receipt.metrics_complete = output["complete"]
+
+    def _store_transcripts(self, sinks: dict[str, TranscriptSink]) -> str | None:
+        """The directory of the driver's copy of the transcripts, or ``None`` (a note says why, when it failed:
+        a full or failing state filesystem, and the run goes on to its verify all the same)."""
+        paths = [sink.commit() for sink in sinks.values()]
+        failed = [f"{sink.name}: {sink.error}" for sink in sinks.values() if sink.error]
+        if failed:
+            note = (f"the driver's copy of the deploy transcripts could not be stored in "
+                    f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
+                    f"log directory {self.receipt.deploy['log_dir']} on the host the whole of them")
+            self.receipt.notes.append(note)
+            self.ctx.narrate(note)
+        return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
 
 
+def _stream_problem(got: dict[str, Any] | None, sink: TranscriptSink, settle: dict[str, Any]) -> str | None:
+    """What is wrong with one stream's copy against what the agent says it sent (it names its checksum:
+    xxh3_64, or blake2b without xxhash); ``None`` when nothing is."""
+    if got is None:
+        return "the stream was cut before the end"
+    algorithm, digest = got.get("checksum"), got.get("digest")
+    if algorithm not in checksum.ALGORITHMS:
+        return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
+    if got.get("bytes") != sink.bytes or digest != sink.digest_as(algorithm):
+        return f"received {sink.bytes} bytes, the helper sent {got.get('bytes')}"
+    if settle.get("settled") and got.get("settled_digest") != digest:
+        return "changed after it had settled"
+    return None
+
+
+def _output(settle: dict[str, Any], problems: list[str], out: TranscriptSink, err: TranscriptSink,
+            transcript: str | None, log_dir: str) -> dict[str, Any]:
+    """The receipt's ``command_output`` of an allocation deploy."""
+    complete = bool(settle.get("settled")) and not problems
+    cut = any("cut" in p or "received" in p for p in problems)
+    reason = None if complete else settle.get("reason") or ("unavailable" if cut else "unstable")
+    output: dict[str, Any] = {
+        "complete": complete, "reason": reason, "log_dir": log_dir,
+        "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
+        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
+        "truncated": out.truncated or err.truncated, "transcript": transcript,
+        "checksum": settle.get("checksum") or out.algorithm,
+    }
+    if out.truncated or err.truncated:
+        output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
+                          f"{transcript or log_dir}")
+    if not complete:
+        output["problems"] = problems
+        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the "
+                          "job wrote; metrics are partial evidence, and an empty metrics object is not proof that "
+                          "no build work occurred")
+    return output

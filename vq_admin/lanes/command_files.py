@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn, Sequence, Tuple
 
-from ..core import protocol
+from ..core import exits, protocol
 from ..report.outcome import Refused, VqAdminError
 from ..plan import Plan, SlotError, execute
 from ..ssh.transport import SshTransport, Transport
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 CHECK_TIMEOUT = 120.0
 #: The agent's exit status for "an unsafe path was refused".
-AGENT_UNSAFE = 4
 
 
 def leading_words(argv: Iterable[str]) -> list[str]:
@@ -159,7 +158,7 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
         if result.interrupted:
             raise VqAdminError(f"{step.name}: {result.describe()}; no configured command was run: this "
                                "run changed nothing")
-        if result.exit_code == AGENT_UNSAFE:
+        if result.exit_code == exits.EXIT_UNSAFE:
             try:
                 refused = protocol.parse_check_paths(result.stdout).refused
             except protocol.ProtocolError:

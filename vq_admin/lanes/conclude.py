@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..context import RunContext
+from ..core import exits
 from ..report.outcome import Outcome
 from ..report.output import last_line
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 
 
@@ -31,11 +32,12 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
 
 
 def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
-             *, lane_started: bool = True) -> Receipt:
+             *, lane_started: bool = True, recorded: dict[str, Any] | None = None) -> Receipt:
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
-    and is what LAST OK becomes.  A run refused before its lane started
+    and is what LAST OK becomes; *recorded* (a prune's proven active generation) goes to the host's
+    record only, as *verified* does, and moves nothing here.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
     log line but leaves the lane's records alone; so does a usage error (exit 2: a
     ``provider_options`` typo the provider reports when asked), whenever it is found.  A locked run names the
@@ -52,6 +54,17 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     apply_registry = None
+    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):
+        from ..record.view import append_roots, append_run
+
+        # the host's record, on the lease, before the receipt is stored: the run's entry, then its roots
+        proved = verified if verified is not None else recorded
+        entry = append_run(ctx, receipt, proved) if proved is not None else None
+        if entry is not None:
+            receipt.record = {**(receipt.record or {}), **entry}
+        roots = append_roots(ctx, receipt, verified)
+        if roots is not None:
+            receipt.record = {**(receipt.record or {}), "roots": roots}
     if verified is not None:
         verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
         if receipt.lane == "runtime" and receipt.program is not None:
@@ -157,7 +170,6 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
 
 #: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
 #: another deploy holds the host.  Nothing was changed by this run.
-PROVIDER_LOCKED_EXIT = 75
 
 
 def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
@@ -165,7 +177,7 @@ def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int 
     """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
     lock held, is :func:`provider_locked`; any other is ``failed`` ("<what> exited N: <the last line
     of its stderr>", from the receipt's ``command_output``), the stage reclaimed as failed."""
-    if exit_code == PROVIDER_LOCKED_EXIT:
+    if exit_code == exits.PROVIDER_LOCKED:
         return provider_locked(ctx, receipt, what, reclaim)
     if exit_code != 0:
         receipt.errors.append(exited(what, exit_code, receipt.command_output.get("stderr") or ""))
@@ -182,7 +194,7 @@ def exited(what: str, exit_code: int | None, stderr: str) -> str:
 def provider_locked(ctx: RunContext, receipt: Receipt, what: str, reclaim: Callable[..., None]) -> Receipt:
     """The provider's own lock is held (exit 75): outcome ``locked``; the stage is
     reclaimed as not failed (nothing was tried on it)."""
-    receipt.errors.append(f"{what} exited {PROVIDER_LOCKED_EXIT} (EX_TEMPFAIL): its own host lock is held by another "
+    receipt.errors.append(f"{what} exited {exits.PROVIDER_LOCKED} (EX_TEMPFAIL): its own host lock is held by another "
                           "deploy; nothing was changed by this run; rerun when that deploy has ended")
     reclaim(success=True)
     return conclude(ctx, receipt, Outcome.LOCKED)

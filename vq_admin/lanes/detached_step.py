@@ -24,7 +24,7 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..agent.allocation import JOB_TAMPERED_EXIT
+from ..core import exits
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_step
 from .allocation_stream import StreamCall, TranscriptSink
@@ -95,7 +95,7 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
         if not summary.get("established"):
             why = "; ".join(summary.get("notes") or []) or "the build's end was not established"
             return self._unknown(command, call, why, message=_still_running(deploy, why))
-        if summary["exit_code"] == JOB_TAMPERED_EXIT:
+        if summary["exit_code"] == exits.JOB_TAMPERED:
             self.tampered(sinks, f"the build on {where}")
         if signal:  # the build did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, 128 + int(signal), seconds=call.seconds, interrupted="job",

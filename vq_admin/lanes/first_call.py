@@ -25,7 +25,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..core import protocol
+from ..core import exits, protocol
 from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import VqAdminError
@@ -54,7 +54,8 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     login = update.ctx.login(update.host)
     pre_verify, pre_readback = update.pre
     check_index, check_words = _login_check(update)
-    request: dict[str, Any] = {"lease": lease_request(lease)}
+    request: dict[str, Any] = {"lease": lease_request(lease),
+                               "record": record_request(update.ctx, update.host.name, update.profile.program)}
     if check_words is not None:  # the planned check-commands step's words, run by the session
         check_step = update.receipt.plan.get(remote_paths.step_name(check_index))
         request["check_paths"] = protocol.command_words(check_step.planned_argv, update.host.agent)
@@ -80,6 +81,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
         failpoint("step-after", pre_verify.name)
         return Verification(step=pre_verify.name, error=str(interrupted), interrupted=True)
     update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    take_record(update.ctx, update.receipt, update.host.name, update.profile.program, lease)
     if check_words is not None:
         _record_check(update, check_index, check_words, answer.get("check_paths"), login.where, seconds)
     remote_paths.run(update, done=login.where)  # the build host's own check, when it is another host
@@ -113,6 +115,21 @@ def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
         "build": "no build was started", "next_command": rerun_command(ctx, receipt),
         "advice": "nothing was changed by this run; rerun when the login host is reachable"}
     raise LeaseUnreachable(message)
+
+
+def record_request(ctx: RunContext, host: str, program: str | None) -> dict[str, Any]:
+    """The session's ``record`` member: the host's record after this driver's cursor (CONTRACT section 12)."""
+    from ..record import view
+
+    view.signer(ctx.config.signing)  # [signing]'s paths and ssh-keygen judged before anything runs (77)
+    return {"program": program, "after": view.cursor(ctx.state, host, program)}
+
+
+def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | None, lease: Lease) -> None:
+    """Import the entries the session answered (each judged once) into this driver's view."""
+    from ..record import view
+
+    receipt.record = view.take(ctx.config, ctx.state, host, program, lease.host_record)
 
 
 def lease_request(lease: Lease) -> dict[str, Any]:
@@ -151,7 +168,7 @@ def _record_check(update: "RuntimeLane", index: int, words: list[tuple[str, str]
         step.detail = "the agent's session answered no check-paths result"
         raise VqAdminError(f"{step.name}: {step.detail}; no configured command was run")
     if refused:
-        step.status, step.exit_code = "failed", remote_paths.AGENT_UNSAFE
+        step.status, step.exit_code = "failed", exits.EXIT_UNSAFE
         step.detail = "; ".join(str(item.get("problem")) for item in refused if isinstance(item, dict))
         remote_paths.refuse(where, words, refused, step.detail)
     step.status, step.exit_code = "ok", 0

@@ -52,7 +52,7 @@ from ..lease import AgentMissing, Lease, OtherProtocol
 from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
 from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
@@ -329,7 +329,8 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
     failpoint("step-before", step.name)
     started = time.monotonic()
     try:
-        answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True})
+        answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True,
+                                     "record": first_call.record_request(update.ctx, update.host.name, None)})
     except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
         note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
         lease.record["note"] = note
@@ -346,6 +347,7 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
         failpoint("step-after", step.name)
         return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
     update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    first_call.take_record(update.ctx, update.receipt, update.host.name, None, lease)
     step.purpose += first_call.PURPOSE
     if "identity" in answer:
         result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)

@@ -53,7 +53,7 @@ from ..plugins import ProviderError
 from ..report.receipt import Receipt
 from ..launcher.references import CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 from . import command_files as remote_paths
 from .conclude import conclude, exited, rerun_command
@@ -70,8 +70,11 @@ KEEP = Slot("keep", label="kept sha", many=True)
 class RuntimePrune:
     """One prune of one program on one host."""
 
-    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int):
+    def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int,
+                 forget: str | None = None):
         self.ctx = ctx
+        #: ``--forget-driver ID``: a retired driver whose roots this prune drops, recorded on the host
+        self.forget = forget
         self.host: HostConfig
         self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
@@ -147,6 +150,10 @@ class RuntimePrune:
             detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
                           f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+        assert pre.receipt is not None  # proven
+        #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
+        self.proved = {"sha": self.sha, "tag": pre.receipt.tag, "launcher": pre.receipt.active_path,
+                       "launcher_sha256": pre.receipt.active_path_sha256}
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
         last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
@@ -154,6 +161,7 @@ class RuntimePrune:
             self.add(last_good["sha"], "last-good")
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")
+        self.add_roots()
         doc = self.take_census()
         for row in doc["generations"]:
             for job in row["jobs"]:
@@ -165,6 +173,23 @@ class RuntimePrune:
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
+
+    def add_roots(self) -> None:
+        """Every other driver's newest roots on the host's record, signed or not (CONTRACT section 12):
+        ``root of USER@HOST/ID (last-ok)``; after ``--forget-driver ID``, that driver's are no longer kept."""
+        from ..record import view
+
+        host, program = self.host.name, self.profile.program
+        forgotten = self.forget
+        if forgotten is not None and not self.ctx.options.dry_run:
+            self.record["forgot"] = {"driver": forgotten, **view.forget_driver(self.ctx, self.receipt, forgotten)}
+        me = view.driver_id(self.ctx.state)
+        found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
+        for driver, roots in sorted(found.items()):
+            if driver == me or driver == forgotten:
+                continue
+            for root in roots.roots:
+                self.add(root.sha, f"root of {driver} ({root.kind})")
 
     def add(self, sha: str, reason: str) -> None:
         reasons = self.keep.setdefault(sha.lower(), [])
@@ -279,7 +304,7 @@ class RuntimePrune:
                                 "advice": "the transport was interrupted while checking what was kept; rerunning "
                                           "verifies the active generation and every kept launcher again"}
             return conclude(ctx, receipt, Outcome.UNKNOWN)
-        return conclude(ctx, receipt, Outcome.OK)
+        return conclude(ctx, receipt, Outcome.OK, recorded=self.proved)
 
     def check_kept(self) -> tuple[list[str], list[str]]:
         """Every kept launcher the registry records must exist and hash to its attested SHA-256.
@@ -359,11 +384,11 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
     return [safe_text(line) for line in lines]
 
 
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int) -> RuntimePrune:
+def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None) -> RuntimePrune:
     """The lane of ``vq admin prune``: authority, then the profile's
     provider loaded."""
     from ..plugins import Providers
 
     _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
     ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep)
+    return RuntimePrune(ctx, host_name, program, keep, forget)

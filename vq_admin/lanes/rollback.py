@@ -41,6 +41,7 @@ from . import allocation_attempt, command_files as remote_paths
 from .conclude import conclude, provider_ended
 from .runtime import RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
+from ..record.view import FROM_RECORD, record_problem
 
 VERIFIED = ("ok", "already-current")
 
@@ -66,6 +67,11 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None) ->
                f"{program} {host} --expected-sha {to}; nothing was run")
     if entry is None:
         raise Refused(missing)
+    if str(entry["receipt"]).startswith(FROM_RECORD):  # another driver's signed entry of the host's record
+        problem = record_problem(state, host, program, entry)
+        if problem is not None:
+            raise Refused(f"{missing} ({problem})")
+        return entry
     receipt = read_json(state.receipt_path(str(entry["receipt"])))
     if (receipt is None or receipt.get("outcome") not in VERIFIED or receipt.get("host") != host
             or receipt.get("program") != program or receipt.get("expected_sha") != to):
@@ -83,6 +89,13 @@ class RuntimeRollback(RuntimeUpdate):
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, to: str | None):
         self.entry = verified_target(ctx.state, host_name, program, to)
+        from ..state.confirmation import unconfirmed
+
+        reason = unconfirmed(ctx.state, host_name, program, self.entry["sha"])
+        if reason is not None:  # CONTRACT section 13: never made current again by a rollback
+            raise Refused(f"unconfirmed: {program} {self.entry['sha']} on {host_name}: {reason}; nothing was run; "
+                          f"to prove it again: vq admin update {program} {host_name} --expected-sha "
+                          f"{self.entry['sha']} --retry-confirmation")
         super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
             self.profile.provider, self.request(archive=None, where=self.activate_place))

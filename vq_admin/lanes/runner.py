@@ -25,7 +25,8 @@ from ..state.locks import lane_lock
 from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
-from ..state.records import StateDir, utc_now
+from ..state.records import StateDir
+from ..core.stamps import utc_now
 from ..state.tree import UnsafeState
 from ..ssh.transport import Session
 from .conclude import conclude, rerun_command, unstored_warning
@@ -61,6 +62,8 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
         cluster_install=args.cluster_install,
         update_script_args=tuple(args.update_script_arg or ()),
         verbose=args.verbose,
+        accept_regression=getattr(args, "accept_regression", None),
+        retry_confirmation=getattr(args, "retry_confirmation", False),
         config=args.config,
         state_dir=args.state_dir,
     )

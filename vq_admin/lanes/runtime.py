@@ -38,7 +38,7 @@ from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
-from ..state.records import utc_now
+from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
@@ -52,6 +52,7 @@ ARCHIVE = Slot("stage", suffix="/source.tar")
 
 if TYPE_CHECKING:  # the steps' modules are imported when a profile needs them (an already-current run never does)
     from .allocation_step import AllocationDeploy
+    from .confirm_step import Confirmation, Previous
     from .mirror_step import MirrorFeed
 
 class RuntimeUpdate:
@@ -81,6 +82,8 @@ class RuntimeUpdate:
         self.inputs = RuntimeStep(ctx, self.host, self.profile, self.receipt, sha, self.staging)
         self.mirror: MirrorFeed | None = None
         self.deployer: AllocationDeploy | None = None  # an allocation or detached deploy step, once planned
+        self.confirmation: Confirmation | None = None  # the confirmation job (confirm_command), once planned
+        self.previous: Previous | None = None  # the generation active before this run (a failed confirmation's)
 
     def request(self, *, archive: str | None, where: str | None = None) -> RuntimeRequest:
         return RuntimeRequest(
@@ -132,6 +135,11 @@ class RuntimeUpdate:
             plan.add("deploy", build, deploy.argv, purpose, dict(deploy.env))  # the slot placed: filled in deploy()
         self.post = plan_verify(ctx, plan, "verify", self.host, p, self.request(archive=None))
         plan_readback_verify(plan, self.post)
+        if p.confirm is not None:  # after the final verify, before LAST OK and the registry move
+            from .confirm_step import Confirmation
+
+            self.confirmation = Confirmation.like(self.inputs)
+            self.confirmation.plan()
         self.staging.plan_reclaim()
 
     def expected_tag(self, tags: tuple[str, ...]) -> str | None:
@@ -187,11 +195,19 @@ class RuntimeUpdate:
             return conclude(self.ctx, self.receipt, Outcome.OK)
         pre = first_call.open_runtime(self)  # the lease, the check and (a fixed-host build) the pre-verify
         allocation_attempt.reconcile_previous(self.inputs)  # a batch job or detached build an interrupted run left
+        if self.confirmation is not None:  # an unconfirmed SHA: 77 unless asked to prove it again
+            from .confirm_step import unconfirmed_refusal
+
+            unconfirmed_refusal(self.inputs)
         if pre is None:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
+        self.previous = self.previous_generation(pre)
+        if self.proves(pre, before=True) and self.confirmation is not None and self.reconfirm():
+            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
         if self.proves(pre, before=True) and not self.ctx.options.force:
             self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
@@ -225,8 +241,87 @@ class RuntimeUpdate:
             self.receipt.errors.extend(self.verify_errors(post))
             self.staging.reclaim(success=False)
             return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        if self.confirmation is not None:
+            return self.confirm(post)
         self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(post))
+
+    def previous_generation(self, pre: Verification) -> Previous | None:
+        """What a failed confirmation reverts to: the generation active before this run (else LAST OK),
+        unless it may not be gone back to (:func:`~vq_admin.state.confirmation.skip_as_revert_target`)."""
+        if self.confirmation is None:
+            return None
+        from ..state.confirmation import skip_as_revert_target
+        from .confirm_step import Previous
+
+        found = pre.receipt
+        previous: Previous | None = None
+        if found is not None and found.source_sha and found.source_sha.lower() != self.sha:
+            previous = Previous(found.source_sha.lower(), found.tag)
+        else:
+            last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
+            sha = last.get("sha")
+            previous = Previous(sha, last.get("tag")) if isinstance(sha, str) and sha != self.sha else None
+        host, program = self.host.name, self.profile.program
+        if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
+            return previous
+        from ..launcher import registry  # else the newest verified generation that may be gone back to
+
+        for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
+            sha = entry["sha"]
+            if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
+                    and not skip_as_revert_target(self.ctx.state, host, program, sha)):
+                self.receipt.notes.append(f"revert target: {sha}, the newest verified generation that may be made "
+                                          f"current again ({previous.sha}, active before, may not)")
+                return Previous(sha, entry.get("tag"))
+        self.receipt.notes.append(f"no revert target: {previous.sha}, active before, may not be made current again, "
+                                  "nor may any other verified generation")
+        return None
+
+    def reconfirm(self) -> bool:
+        """The active SHA has no passed confirmation and this run was asked to prove it again."""
+        from ..state.confirmation import unconfirmed
+
+        options = self.ctx.options
+        return ((options.retry_confirmation or options.accept_regression is not None)
+                and unconfirmed(self.ctx.state, self.host.name, self.profile.program, self.sha) is not None)
+
+    def confirm(self, found: Verification) -> Receipt:
+        """The confirmation job decides: ok; failed with the previous generation re-activated and proven;
+        unknown when that revert (or the verdict) cannot be proven."""
+        from .confirm_step import ended_message
+
+        assert self.confirmation is not None and found.receipt is not None
+        result = self.confirmation.run(found.receipt.active_path, self.previous, self.request(archive=None))
+        if result.get("passed"):
+            self.staging.reclaim(success=True)
+            if result.get("accepted"):
+                self.receipt.notes.append(f"accepted regression ({self.ctx.options.accept_regression}): "
+                                          + "; ".join(result["accepted"]["regressed"]))
+            return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
+        if result.get("passed") is None:
+            return self.unknown(ended_message(result), changed=True)
+        self.receipt.errors.append(f"confirm: {ended_message(result)}")
+        self.staging.reclaim(success=False)
+        if self.previous is None:
+            self.receipt.errors.append(f"confirm: nothing to revert to (no earlier generation may be made current); "
+                                       f"{self.sha} stays active and unconfirmed: the queue is not given it")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        prev = self.previous
+        request = replace(self.request(archive=None), expected_sha=prev.sha, tag=prev.tag)
+        steps = plan_verify(self.ctx, self.receipt.plan, "revert-verify", self.host, self.profile, request)
+        proof = run_verify(self.ctx, self.host, self.profile, request, *steps)
+        self.receipt.verify["revert"] = proof.to_dict()
+        revert = result.get("revert") or {}
+        self.receipt.reverted = {"from": self.sha, "to": prev.sha, "proven": proof.proven,
+                                 "activate_exit_code": revert.get("exit_code")}
+        if proof.proven:
+            self.ctx.narrate(f"reverted {self.profile.program} on {self.host.name} to {prev.sha} (proven)")
+            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+        detail = proof.error or "; ".join(self.verify_errors(proof))
+        return self.unknown(f"the revert to {prev.sha} could not be proven ({detail}; activate_command exit "
+                            f"{revert.get('exit_code')}): run vq admin rollback {self.profile.program} "
+                            f"{self.host.name} --to {prev.sha}", changed=True)
 
     def require_quiescent(self, pre: Verification) -> None:
         """Never start a build on a verify that cannot start, fails or prints no receipt: it cannot prove

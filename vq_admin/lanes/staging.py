@@ -20,7 +20,7 @@ import time
 from vq_admin_hookspecs import Slot
 
 from .. import source
-from ..core import protocol
+from ..core import exits, protocol
 from ..report.outcome import Refused, VqAdminError
 from ..plan import Plan, execute, fill, mark_local
 from ..report.receipt import Receipt
@@ -109,7 +109,7 @@ class SourceStage:
         received = execute(receive, self.transport, timeout=self.timeout, stdin=self.ident.archive_path, stage=path)
         self.require(received, receive.name)
         checked = execute(verify, self.transport, timeout=self.timeout, stage=path, values=self.digests())
-        if checked.exit_code == protocol.EXIT_MISMATCH and not checked.interrupted:
+        if checked.exit_code == exits.EXIT_MISMATCH and not checked.interrupted:
             mismatches = _verdict(checked).mismatches or ["identity mismatch"]
             self.reclaim(success=False)
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
@@ -134,7 +134,7 @@ class SourceStage:
             raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
                                f"installed; {interruption['stage']}")
         self.reclaim(success=False)
-        if result.exit_code == 4:  # the agent refused an unsafe path
+        if result.exit_code == exits.EXIT_UNSAFE:
             raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
         raise VqAdminError(f"{what}: {result.describe()}: {result.error_text()[-300:]} (nothing was installed)")
 

@@ -35,6 +35,8 @@ class Verification:
     broken: str | None = None
     #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
     lease: dict[str, Any] | None = None
+    #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease)
+    record: dict[str, Any] | None = None
 
     @property
     def proven(self) -> bool:
@@ -76,7 +78,12 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
     lease_of = profile.program if peek_lease else None
-    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of),
+    after = None
+    if peek_lease:
+        from ..record.view import cursor
+
+        after = cursor(ctx.state, host.name, profile.program)
+    verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of, after),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
     readback = plan.add(f"{name}-readback", where, protocol.hash_file(host.agent, ACTIVE_PATH),
@@ -137,6 +144,7 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         return found
     verify = answer["verify"]
     found.lease = answer["lease"] if isinstance(answer.get("lease"), dict) else None
+    found.record = answer["record"] if isinstance(answer.get("record"), dict) else None
     code, stdout = verify["exit_code"], answer["stdout_bytes"]
     verify_step.exit_code = code
     receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))

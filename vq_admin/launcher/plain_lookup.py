@@ -210,3 +210,29 @@ def absent(dfd: int, directory: str, sha: str) -> bool:
     except OSError:
         return False
     return False
+
+
+def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | None:
+    """Why *sha* is unconfirmed (:mod:`vq_admin.state.confirmation`, whose document this reads with the
+    standard library only: the launcher's refusal path), or ``None``."""
+    from ..core.bounds import InputError, loads_json
+
+    path = os.path.join(root, "hosts", host, "runtime", program, "confirmation.json")
+    dfd = open_trusted_dir(os.path.dirname(path))
+    if dfd is None:
+        return None
+    try:
+        data = read_trusted_file(dfd, os.path.basename(path), 1 << 20)
+    finally:
+        os.close(dfd)
+    try:
+        document = loads_json(data, path, limit=1 << 20) if data is not None else None
+        entry = (document.get("generations") or {}).get(sha) if isinstance(document, dict) else None
+    except (InputError, AttributeError):
+        return f"its confirmation record {path} cannot be read"
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("status") == "pending":
+        return f"its confirmation job {entry.get('job_id') or '(id not recorded)'} is still under way"
+    return f"its confirmation failed: {entry.get('reason') or 'not passed'}" if entry.get("status") == "unconfirmed" \
+        else None

@@ -17,15 +17,15 @@ never pays for them.  This does not validate the whole configuration
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from typing import Any
 
 from ..core import default_paths as paths
+from ..core.bounds import json_object
 from ..core.identifiers import DESTINATION_RE
 
-_cache: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
+_cache: dict[tuple[str, int, int, int, int] | None, dict[str, Any]] = {}
 
 
 class ConfigUnavailable(Exception):
@@ -50,24 +50,22 @@ def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
     blocks) of bounded size and nesting."""
-    from ..core.bounds import MAX_CONFIG_BYTES, InputError, loads_toml, read_regular_file
+    from ..core.bounds import InputError, read_config
 
     path = config_path_of(config_path)
     try:
         st = os.stat(path)
-    except OSError as exc:
-        raise ConfigUnavailable(f"the configuration {path} cannot be read ({exc.strerror})") from None
-    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key not in _cache:
+        key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        key = None  # read_config says why
+    if key is None or key not in _cache:
         try:
-            data = loads_toml(read_regular_file(path, "configuration file", limit=MAX_CONFIG_BYTES, trusted=True),
-                              f"the configuration {path}", limit=MAX_CONFIG_BYTES)
+            data = read_config(path)
         except InputError as exc:
             raise ConfigUnavailable(str(exc)) from None
-        except OSError as exc:
-            raise ConfigUnavailable(f"the configuration {path} is not readable ({exc.strerror or exc})") from None
         _cache.clear()
         _cache[key] = data
+        return data
     return _cache[key]
 
 
@@ -133,11 +131,8 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         why = (done.stderr.decode("utf-8", "replace").strip() if done.ended == process.NOT_STARTED
                else f"no answer within {timeout:g} s")
         raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: {why}", remedy) from None
-    try:
-        answer = json.loads(done.stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        answer = None
-    if not isinstance(answer, dict):
+    answer = json_object(done.stdout, limit=1 << 20)
+    if answer is None:
         tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
         raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)

@@ -42,7 +42,8 @@ from ..core.bounds import InputError
 from ..core.identifiers import SHA_IN_TEXT_RE, SHA_RE
 from ..document import Count, Document
 from ..report.outcome import VqAdminError
-from ..state.records import StateDir, utc_now
+from ..state.records import StateDir
+from ..core.stamps import utc_now
 from ..ssh.transport import CAPTURE_LIMIT, RunResult, Transport
 
 SCHEMA = "vq-admin/references/1"

@@ -45,6 +45,7 @@ SCHEMAS = {
     "launcher-binding": "vq-admin/launcher-binding/1",  # launcher
     "conformance": "vq-admin/conformance/1",  # provider test
     "verify": "vq-admin/verify/1",          # verify (read-only drift check)
+    "attest": "vq-admin/attest/1",          # attest (an entry of the host's record)
     "error": "vq-admin/error/1",            # a usage error or refusal before any verb's own data exists
 }
 

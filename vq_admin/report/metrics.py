@@ -21,7 +21,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .outcome import Refused, UsageError
-from ..state.records import StateDir, parse_utc
+from ..state.records import StateDir
+from ..core.stamps import parse_utc
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from ..core import exits
+
 
 class Outcome(str, enum.Enum):
     OK = "ok"
@@ -29,14 +31,14 @@ class Outcome(str, enum.Enum):
 
 
 EXIT_CODES: dict[Outcome, int] = {
-    Outcome.OK: 0,
-    Outcome.ALREADY_CURRENT: 0,
-    Outcome.FAILED: 1,
-    Outcome.USAGE: 2,
-    Outcome.UNKNOWN: 3,
-    Outcome.LOCKED: 75,
-    Outcome.REFUSED: 77,
-    Outcome.INTERRUPTED: 130,
+    Outcome.OK: exits.OK,
+    Outcome.ALREADY_CURRENT: exits.OK,
+    Outcome.FAILED: exits.FAILED,
+    Outcome.USAGE: exits.USAGE,
+    Outcome.UNKNOWN: exits.UNKNOWN,
+    Outcome.LOCKED: exits.LOCKED,
+    Outcome.REFUSED: exits.REFUSED,
+    Outcome.INTERRUPTED: exits.INTERRUPTED,
 }
 
 

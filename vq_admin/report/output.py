@@ -90,46 +90,85 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
 def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
     first = (f"vq-admin: {_lane(receipt)} on {receipt['host']}: {receipt['outcome']} "
              f"(exit {receipt['exit_code']})")
+    succeeded = receipt["outcome"] in ("ok", "already-current")
+    rollback, prune = receipt.get("rollback"), receipt.get("prune")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
-    if receipt.get("expected_sha"):
-        lines.append(_field("sha", receipt["expected_sha"]))
-    if receipt.get("tag"):
-        lines.append(_field("tag", receipt["tag"]))
-    final = (receipt.get("verify") or {}).get("final") or (receipt.get("verify") or {}).get("readback") or {}
-    vr = final.get("receipt") if isinstance(final, dict) else None
-    if vr and final.get("proven"):
-        lines.append(_field("launcher", vr["active_path"]))
-        lines.append(_field("sha256", vr["active_path_sha256"]))
-    rollback = receipt.get("rollback")
-    if rollback and receipt["outcome"] in ("ok", "already-current"):
-        to = str(rollback.get("to"))[:12]
-        if receipt["outcome"] == "ok":
-            via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
-            was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
-            done = f"rolled back {receipt['program']} on {receipt['host']} from {was} to {to} ({via})"
-        else:
-            done = f"{to} was already active on {receipt['host']}; nothing was changed"
-        lines.append(_field("rollback", done))
-    prune = receipt.get("prune")
-    if prune and (prune.get("removed") or receipt["outcome"] in ("ok", "already-current")):  # what a prune did
+    lines += [_field(key, receipt[k]) for key, k in (("sha", "expected_sha"), ("tag", "tag")) if receipt.get(k)]
+    lines += [] if receipt.get("reverted") else _proof_lines(receipt.get("verify") or {})
+    if rollback and succeeded:
+        lines.append(_field("rollback", _rollback_text(receipt, rollback)))
+    if prune and (prune.get("removed") or succeeded):  # what a prune did
         lines += generation_lines(prune.get("keep") or {}, prune.get("removed") or [])
-    deploy = receipt.get("deploy") or {}
+    lines += _deploy_lines(receipt, receipt.get("deploy") or {}, succeeded)
+    return [safe_text(line) for line in lines + _closing_lines(receipt, receipt_path)]
+
+
+def _deploy_lines(receipt: dict[str, Any], deploy: dict[str, Any], succeeded: bool) -> list[str]:
+    """The provider command the run ran and its exit; where a failed run's transcript is."""
+    lines = []
     if deploy.get("exit_code") is not None:
         job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
-        command = "prune" if prune else "activate" if (rollback or {}).get("via") == "activate" else "deploy"
-        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))  # the provider command the run ran
-    if receipt["outcome"] not in ("ok", "already-current"):  # where to read what the provider said
-        lines += _transcript_lines(deploy, receipt.get("command_output") or {})
-    lines += [_field("note", note) for note in receipt.get("notes") or []]
+        via = (receipt.get("rollback") or {}).get("via")
+        command = "prune" if receipt.get("prune") else "activate" if via == "activate" else "deploy"
+        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))
+    if succeeded or receipt.get("confirm"):  # a failed confirmation says what it found in its own lines
+        return lines
+    return lines + _transcript_lines(deploy, receipt.get("command_output") or {})
+
+
+def _closing_lines(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
+    """Notes, errors, the next command a read-back asks for, and where the receipt is."""
+    lines = _confirm_lines(receipt) + [_field("note", note) for note in receipt.get("notes") or []]
     lines += [_field("error", error) for error in receipt.get("errors") or []]
-    readback = receipt.get("readback")
-    if readback and readback.get("next_command"):
+    readback = receipt.get("readback") or {}
+    if readback.get("next_command"):
         lines.append(_field("next", readback["next_command"]))
-        if readback.get("advice"):
-            lines.append(_field("", readback["advice"]))
-    if receipt_path:
-        lines.append(_field("receipt", receipt_path))
-    return [safe_text(line) for line in lines]
+        lines += [_field("", readback["advice"])] if readback.get("advice") else []
+    return lines + ([_field("receipt", receipt_path)] if receipt_path else [])
+
+
+def _proof_lines(verify: dict[str, Any]) -> list[str]:
+    """The launcher and its SHA-256 the final verify (or the read-back) proved."""
+    final = verify.get("final") or verify.get("readback") or {}
+    vr = final.get("receipt") if isinstance(final, dict) else None
+    if not (vr and final.get("proven")):
+        return []
+    return [_field("launcher", vr["active_path"]), _field("sha256", vr["active_path_sha256"])]
+
+
+def _rollback_text(receipt: dict[str, Any], rollback: dict[str, Any]) -> str:
+    to = str(rollback.get("to"))[:12]
+    if receipt["outcome"] != "ok":
+        return f"{to} was already active on {receipt['host']}; nothing was changed"
+    via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
+    was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
+    return f"rolled back {receipt['program']} on {receipt['host']} from {was} to {to} ({via})"
+
+
+def _confirm_lines(receipt: dict[str, Any]) -> list[str]:
+    """The confirmation job (CONTRACT section 13): its end and metrics; a revert and whether it was proven."""
+    confirm, reverted = receipt.get("confirm"), receipt.get("reverted")
+    if not confirm:
+        return []
+    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.get("metrics") or {}).items()))
+    seconds = f" in {confirm['seconds']:.1f} s" if isinstance(confirm.get("seconds"), (int, float)) else ""
+    lines = [_field("confirm", f"job {confirm.get('job_id') or '?'} {confirm.get('state') or 'not ended'} exit "
+                               f"{confirm.get('exit_code')}{' on ' + confirm['node'] if confirm.get('node') else ''}"
+                               f"{seconds}" + (f"; {metrics}" if metrics else ""))]
+    if confirm.get("accepted"):
+        lines.append(_field("accepted", f"{confirm['accepted'].get('reason')}: "
+                                        + "; ".join(confirm["accepted"].get("regressed") or [])))
+    if reverted:
+        proven = "proven by a read-only verify" if reverted.get("proven") else "NOT proven"
+        lines.append(_field("reverted", f"{str(reverted.get('from'))[:12]} -> {str(reverted.get('to'))[:12]} "
+                                        f"({proven}); the queue keeps {str(reverted.get('to'))[:12]}"))
+    if confirm.get("passed") is False:
+        output = confirm.get("output") or {}
+        tail = stderr_tail(str(output.get("stderr") or "")) or stderr_tail(str(output.get("stdout") or ""))
+        if tail:
+            lines.append(_field("job said", "\n".join(tail)))
+        lines.append(_field("log dir", str(confirm.get("attempt_dir"))))
+    return lines
 
 
 def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[str]:

@@ -61,7 +61,8 @@ def parse_metrics(*texts: str) -> dict[str, Any]:
 #: :class:`Receipt`, printed only when set (``notes`` when not empty, ``stored``
 #: only when false).  Setting any other section is a programming error.
 SECTIONS = ("provider", "build_place", "stage", "lease", "previous_attempt", "interruption", "activation",
-            "rollback", "prune", "install", "registry", "notes", "rerun", "stored", "not_stored", "traceback")
+            "rollback", "prune", "install", "registry", "confirm", "reverted", "record", "notes", "rerun", "stored",
+            "not_stored", "traceback")
 
 
 class UndeclaredSection(AttributeError):
@@ -111,6 +112,11 @@ class Receipt:
     install: dict[str, Any] | None = None
     #: the registry entry of the verified launcher (runtime lane)
     registry: dict[str, Any] | None = None
+    #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
+    confirm: dict[str, Any] | None = None
+    reverted: dict[str, Any] | None = None
+    #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
+    record: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     #: the argv that re-runs this verb (rollback and prune name their own)
     rerun: list[str] | None = None

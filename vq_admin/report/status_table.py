@@ -23,7 +23,7 @@ import time
 from typing import Any, Iterator, TextIO
 
 from .output import safe_message, safe_text
-from ..state.records import parse_utc
+from ..core.stamps import parse_utc
 
 SHORT_SHA = 12
 RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"
@@ -69,50 +69,41 @@ def _rows(slot: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from sorted((slot.get("runtimes") or {}).items())
 
 
+HEADER = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
+
+
 def render(status: dict[str, Any], *, now: float | None = None, color: bool = False) -> list[str]:
     """The table of every host in *status*, as lines (escape sequences only when *color*)."""
     now = time.time() if now is None else now
     hosts = status.get("hosts") or {}
     if not hosts:
         return [safe_message(f"no recorded runs in {status.get('state_dir')}")]
-    header = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
     lines: list[str] = []
     for host, slot in sorted(hosts.items()):
-        table: list[tuple[str, ...]] = [header]
-        outcomes = []
-        for label, entry in _rows(slot):
-            last = entry.get("last") or {}
-            outcome = str(last.get("outcome") or "-")
-            outcomes.append(outcome)
-            table.append((label, *_identity(entry.get("last_ok"), now), *_identity(entry.get("last_good"), now),
-                          outcome, age(last.get("at"), now)))
-        table = [tuple(safe_text(cell) for cell in row) for row in table]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        # A header spans its identity's three cells (sha, tag, age).
-        for start in (1, 4):
-            span = widths[start] + widths[start + 1] + widths[start + 2] + 4
-            if len(header[start]) > span:
-                widths[start] += len(header[start]) - span
-        if lines:
-            lines.append("")
-        lines.append(safe_text(host))
-        for index, row in enumerate(table):
-            if index == 0:
-                cells = [row[0].ljust(widths[0]),
-                         row[1].ljust(widths[1] + widths[2] + widths[3] + 4),
-                         row[4].ljust(widths[4] + widths[5] + widths[6] + 4),
-                         row[7]]
-            else:
-                cells = [row[0].ljust(widths[0]),
-                         f"{row[1].ljust(widths[1])}  {row[2].ljust(widths[2])}  {row[3].rjust(widths[3])}",
-                         f"{row[4].ljust(widths[4])}  {row[5].ljust(widths[5])}  {row[6].rjust(widths[6])}",
-                         f"{row[7].ljust(widths[7])}  {row[8].rjust(widths[8])}"]
-            line = "  " + "  ".join(cells).rstrip()
-            if index and color:
-                outcome = outcomes[index - 1]
-                if outcome in ALARM:
-                    line = f"{RED_BOLD}{line}{RESET}"
-                elif outcome not in FINE:
-                    line = f"{YELLOW}{line}{RESET}"
-            lines.append(line)
+        lines += ([""] if lines else []) + [safe_text(host)] + _host_table(slot, now, color)
+    return lines
+
+
+def _host_table(slot: dict[str, Any], now: float, color: bool) -> list[str]:
+    rows: list[tuple[str, ...]] = []
+    outcomes = []
+    for label, entry in _rows(slot):
+        last = entry.get("last") or {}
+        outcomes.append(str(last.get("outcome") or "-"))
+        rows.append((label, *_identity(entry.get("last_ok"), now), *_identity(entry.get("last_good"), now),
+                     outcomes[-1], age(last.get("at"), now)))
+    rows = [tuple(safe_text(cell) for cell in row) for row in rows]
+    w = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
+    for start in (1, 4):  # a header spans its identity's three cells (sha, tag, age)
+        w[start] += max(0, len(HEADER[start]) - (w[start] + w[start + 1] + w[start + 2] + 4))
+    head = [HEADER[0].ljust(w[0]), HEADER[1].ljust(w[1] + w[2] + w[3] + 4), HEADER[4].ljust(w[4] + w[5] + w[6] + 4),
+            HEADER[7]]
+    lines = ["  " + "  ".join(head).rstrip()]
+    for row, outcome in zip(rows, outcomes, strict=True):
+        identities = (f"{row[i].ljust(w[i])}  {row[i + 1].ljust(w[i + 1])}  {row[i + 2].rjust(w[i + 2])}"
+                      for i in (1, 4))
+        cells = [row[0].ljust(w[0]), *identities, f"{row[7].ljust(w[7])}  {row[8].rjust(w[8])}"]
+        line = "  " + "  ".join(cells).rstrip()
+        paint = RED_BOLD if outcome in ALARM else "" if outcome in FINE else YELLOW
+        lines.append(f"{paint}{line}{RESET}" if color and paint else line)
     return lines

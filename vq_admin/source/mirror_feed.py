@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Callable, NoReturn, Protocol
 
 from .mirror import (
     LANE_PAIR, PIN_PREFIX, SYMREF_REFUSAL, FeedRef, FeedUnknown, Mirror, RACED, decide, full_ref, git_reason,
@@ -209,22 +209,25 @@ class Feed:
             self.push["outcome"] = f"pushed (git exited {result.exit_code}; read-back shows every ref fed)"
             self._read_back = held
             return
-        if held is not None and all(held.get(r.ref) == r.old for r in pushed) and lost_mid_push(result, lines, pushed):
-            # The pack went out and the mirror's report never came back: its receive (hooks, then the
-            # ref updates) may still be running there, so "unchanged" is only "not yet".
+        if held is not None and all(held.get(r.ref) == r.old for r in pushed):
+            self._untouched(result, lost_mid_push(result, lines, pushed))
+        self.push["outcome"] = f"unknown: git exited {result.exit_code} and read-back could not tell what applied"
+        raise FeedUnknown(f"mirror-feed: git push to {self.mirror.url} ended with {result.describe()} and the "
+                          "mirror's refs could not be shown to be either fed or untouched")
+
+    def _untouched(self, result: RunResult, lost: bool) -> NoReturn:
+        """The read-back shows nothing applied: failed, or unknown when the connection was *lost* mid-push."""
+        if lost:  # the pack went out and the mirror's report never came back: its receive (hooks, then the
+            # ref updates) may still be running there, so "unchanged" is only "not yet"
             self.push["outcome"] = (f"unknown: git exited {result.exit_code} without the mirror's report; read-back "
                                     "shows nothing applied yet")
             raise FeedUnknown(f"mirror-feed: git push to {self.mirror.url} lost its connection before the mirror "
                               f"reported ({result.describe()}: {result.error_text()[-300:]}); read-back shows "
                               "nothing applied yet, but the mirror's receive may still be running and apply the "
                               f"push. Re-check with: {quote_argv(self.read_command())}")
-        if held is not None and all(held.get(r.ref) == r.old for r in pushed):
-            self._nothing_changed(LANE_NOT_FED, f"failed: git exited {result.exit_code}; nothing changed")
-            raise VqAdminError(f"mirror-feed: git push to {self.mirror.url} failed ({result.describe()}: "
-                               f"{result.error_text()[-300:]}); read-back shows nothing changed")
-        self.push["outcome"] = f"unknown: git exited {result.exit_code} and read-back could not tell what applied"
-        raise FeedUnknown(f"mirror-feed: git push to {self.mirror.url} ended with {result.describe()} and the "
-                          "mirror's refs could not be shown to be either fed or untouched")
+        self._nothing_changed(LANE_NOT_FED, f"failed: git exited {result.exit_code}; nothing changed")
+        raise VqAdminError(f"mirror-feed: git push to {self.mirror.url} failed ({result.describe()}: "
+                           f"{result.error_text()[-300:]}); read-back shows nothing changed")
 
     def confirm(self) -> None:
         """The mirror must now hold exactly what was pushed."""

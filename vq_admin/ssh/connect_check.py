@@ -84,54 +84,53 @@ def _last_line(text: str) -> str:
 
 
 def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
+    found.reason = _problem(found, transport, timeout)
+    found.status = "ok" if found.reason is None else found.status
+    return found
+
+
+def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
+    """Why *found*'s host does not pass (its agent's answer is recorded on *found* as far as it got)."""
     argv = found.argv
     result = transport.run(argv, timeout=timeout)
     found.seconds = result.seconds
-    out = result.stdout.decode("utf-8", "replace")
-    err = result.stderr.decode("utf-8", "replace")
+    out, err = result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
     if result.interrupted == "timeout":
-        found.reason = f"no answer within {timeout:g} s"
-        return found
+        return f"no answer within {timeout:g} s"
     if result.interrupted == "transport" or (transport.transport_exit is not None
                                              and result.exit_code == SSH_TRANSPORT_EXIT):
-        found.reason = f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
-        return found
-    if result.exit_code == 127:
-        found.reason = f"agent {protocol.agent_words(argv, protocol.VERSION)[0]} not found on {transport.where}: " \
-                       f"{_last_line(err)}"
-        return found
+        return f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
     if result.exit_code != 0:
-        found.reason = f"agent exited {result.exit_code}: {_last_line(err)}"
-        return found
+        return (f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}" if result.exit_code == 127
+                else f"agent exited {result.exit_code}: {_last_line(err)}")
     try:
         answer = protocol.parse_version(out)
     except protocol.ProtocolError:
-        found.reason = (f"the answer is not vq-admin-agent's version object (an older agent without the "
-                        f"'version' verb, or another program): {_last_line(out or err)}")
-        return found
+        return ("the answer is not vq-admin-agent's version object (an older agent without the "
+                f"'version' verb, or another program): {_last_line(out or err)}")
     found.agent = answer.facts()
+    return _answer_problem(found, answer)
+
+
+def _answer_problem(found: Probe, answer: protocol.VersionAnswer) -> str | None:
+    """What the agent's version answer says is wrong: a scratch root, or ``sinfo`` (when asked)."""
+    argv = found.argv
     if protocol.ROOT in argv:
         try:
             found.scratch = ScratchAnswer.from_value(answer.data, "the agent's version answer").scratch
         except DocumentError as exc:
-            found.reason = str(exc)
-            return found
+            return str(exc)
         asked = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == protocol.ROOT]
         if [check.root for check in found.scratch] != asked:
-            found.reason = (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
-                            "an older agent? update the helper (vq admin update HOST)")
-            return found
-        problems = [check.problem for check in found.scratch if check.problem]
-        if problems:
-            found.reason = "; ".join(problems)
-            return found
+            return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
+                    "an older agent? update the helper (vq admin update HOST)")
+        if any(check.problem for check in found.scratch):
+            return "; ".join(check.problem for check in found.scratch if check.problem)
     if protocol.SINFO in argv:
         found.sinfo = answer.sinfo if answer.sinfo is not None else {"error": "not reported"}
         if found.sinfo.get("error"):
-            found.reason = f"sinfo: {_last_line(str(found.sinfo['error']))}"
-            return found
-    found.status = "ok"
-    return found
+            return f"sinfo: {_last_line(str(found.sinfo['error']))}"
+    return None
 
 
 def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[tuple[Probe, Transport | None]]:

@@ -7,7 +7,7 @@ it took and how it ended (:data:`EXITED`, :data:`TIMED_OUT`,
 :data:`SIGNALLED` or :data:`NOT_STARTED`).  Its output is captured to
 temporary files, or its stdout streamed to a reader (the agent's framed
 allocation stream); either way, at *timeout* the process group gets SIGTERM,
-then at most :data:`TERM_GRACE` seconds to end, then SIGKILL
+then at most :data:`vq_admin.core.procs.TERM_GRACE` seconds to end, then SIGKILL
 (:func:`terminate`).  vq-admin's own interruption (SIGINT/SIGTERM reaching the
 driver as an exception) kills the group at once and re-raises: a child is
 never left running.  :func:`end` is the bounded wait-then-kill of a
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 SSH_TRANSPORT_EXIT = 255
 #: How much of a command's stdout/stderr is kept in memory (the rest stays in the temporary files).
 CAPTURE_LIMIT = 16 << 20
-#: Seconds a process group has between SIGTERM and SIGKILL once its timeout fired.
-TERM_GRACE = 5.0
 
 
 def scratch_file() -> IO[bytes]:
@@ -297,13 +295,21 @@ def end(proc: LongLived, grace: float) -> int | None:
     Returns its status, or ``None`` when it had to be killed.  The caller
     closes the pipes it wants closed first (an agent reading stdin ends at
     end-of-file)."""
+    if _ended(proc, grace):
+        return proc.returncode
+    kill_group(proc)
+    return None
+
+
+def _ended(proc: LongLived, grace: float) -> bool:
+    """Wait at most *grace* seconds for *proc* to end; True when it did."""
     deadline = time.monotonic() + grace
     _sleep_until_ended(proc, grace)
     try:  # the rest of the one bound (nothing when the pidfd's wait used it all)
-        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        return None
+        return False
+    return True
 
 
 def _sleep_until_ended(proc: LongLived, timeout: float) -> None:
@@ -325,11 +331,13 @@ def _sleep_until_ended(proc: LongLived, timeout: float) -> None:
 
 
 def terminate(proc: LongLived, grace: float | None = None) -> None:
-    """SIGTERM to *proc*'s process group, at most *grace* seconds (:data:`TERM_GRACE`) to end, then SIGKILL
-    (to the group's stragglers too, when the leader ended in time)."""
-    _signal_group(proc, signal.SIGTERM)
-    if end(proc, TERM_GRACE if grace is None else grace) is not None:
-        _signal_group(proc, signal.SIGKILL)
+    """End *proc*'s process group (:func:`vq_admin.core.procs.end_group`, at most *grace* seconds after
+    SIGTERM): SIGKILL goes to the group's stragglers too when the leader ended in time; *proc* is reaped."""
+    from ..core import procs  # not on the launcher's path: only a timeout gets here
+
+    procs.end_group(proc.pid, lambda seconds: _ended(proc, seconds) and False,
+                    procs.TERM_GRACE if grace is None else grace)
+    proc.wait()
 
 
 def kill_group(proc: LongLived, *, wait: bool = True) -> None:

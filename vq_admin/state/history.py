@@ -17,15 +17,15 @@ A line a crash left half-written is skipped on reading.
 
 from __future__ import annotations
 
-import calendar
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .tree import PrivateTree, UnsafeState, write_synced, open_private_file
+from ..core.bounds import json_object
+from ..core.stamps import parse_utc
+from .tree import MAX_STATE_FILE, PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
 INDEX_NAME = "index.jsonl"
@@ -39,12 +39,8 @@ def index_path(state_root: str | os.PathLike[str]) -> Path:
 
 
 def _seconds(started: object, finished: object) -> float | None:
-    try:
-        a = calendar.timegm(time.strptime(str(started), "%Y-%m-%dT%H:%M:%SZ"))
-        b = calendar.timegm(time.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return None
-    return float(b - a)
+    a, b = parse_utc(started), parse_utc(finished)
+    return None if a is None or b is None else b - a
 
 
 def entry(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -75,9 +71,8 @@ def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
         if not name.endswith(".json") or name.startswith("."):
             continue
         try:
-            data = tree.read(["receipts"], name)
-            doc = json.loads(data) if data is not None else None
-        except (UnsafeState, ValueError, RecursionError):
+            doc = json_object(tree.read(["receipts"], name), limit=MAX_STATE_FILE)
+        except UnsafeState:
             continue  # a receipt that cannot be trusted or read is not listed
         if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
             found.append(entry(doc))
@@ -154,13 +149,7 @@ def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip() or len(raw) > 64 * 1024:  # no index line is that long: not one of ours
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None  # a line a crash cut short
-    return value if isinstance(value, dict) else None
+    return json_object(raw, limit=64 * 1024)  # None: a line a crash cut short, or not one of ours
 
 
 def runs(state_root: str | os.PathLike[str], host: str | None = None, program: str | None = None,

@@ -18,10 +18,12 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..report.outcome import Locked
-from .records import StateDir, utc_now
+from .records import StateDir
+from ..core.bounds import json_object
+from ..core.stamps import utc_now
 
 if TYPE_CHECKING:
     from .tree import PrivateTree
@@ -55,7 +57,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
 
 def _holder(tree: PrivateTree, path: Path) -> str:
     try:
-        info = json.loads(tree.read(["locks"], path.name + ".holder", limit=4096) or b"")
+        info: Any = json_object(tree.read(["locks"], path.name + ".holder", limit=4096), limit=4096)
         return f"held by pid {info['pid']} on {info['host']} since {info['since']}"
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "holder unknown"

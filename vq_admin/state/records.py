@@ -22,7 +22,6 @@ directory), so a crash leaves either the old or the new file, never half.
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import secrets
@@ -32,6 +31,7 @@ from typing import Any
 
 from ..core import default_paths as paths
 from ..core.procs import process_alive
+from ..core.stamps import NAME, utc_now
 from ..core.bounds import InputError, loads_json
 from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
@@ -39,18 +39,6 @@ from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 #: Free space the state directory must have before a run changes anything (receipts with
 #: transcripts are larger; this is the floor that keeps the records of one run writable).
 MIN_FREE_BYTES = 1 << 20
-
-
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def parse_utc(stamp: object) -> float | None:
-    """A :func:`utc_now` time (``2026-11-30T10:00:00Z``) as seconds since the epoch; ``None`` when unreadable."""
-    try:
-        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
 
 
 #: Temp files without a pid in their name (written by an earlier version) are removed after this long.
@@ -195,7 +183,7 @@ class StateDir:
     # -- receipts -------------------------------------------------------------------
 
     def new_receipt_id(self, lane: str, host: str, program: str | None) -> str:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        stamp = utc_now(fmt=NAME)
         parts = [stamp, lane, host] + ([program] if program else []) + [secrets.token_hex(4)]
         return "-".join(parts)
 
@@ -246,6 +234,15 @@ class StateDir:
                 self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
             self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
         self.tree.write_atomic(parts, "last.json", dump_json(summary))
+
+    def adopt_verified(self, host: str, program: str, verified: dict[str, Any]) -> None:
+        """LAST OK (and LAST GOOD) of a runtime moved by another driver's signed verification (CONTRACT
+        section 12); this driver's last run (``last.json``) stays its own."""
+        parts = self.lane_parts("runtime", host, program)
+        previous = self.read_record("runtime", host, program, "last-ok")
+        if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
+            self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
+        self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
 
     def lanes(self) -> list[tuple[str, str, str | None]]:
         """Every (host, lane, program) with recorded state, sorted."""

@@ -1,0 +1,116 @@
+"""The host's record on the login host (CONTRACT section 12): the agent's append and read."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vq_admin.agent import record
+
+LEASE = ["lease", "--lane", "runtime", "--host", "h", "--program", "toy", "--driver-host", "d", "--user", "u",
+         "--pid", "1", "--since", "2026-01-01T00:00:00Z", "--run-id", "r"]
+
+
+def agent(*argv: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "vq_admin.agent", *argv], input=stdin, capture_output=True,
+                          env={**os.environ, **(env or {})}, timeout=60)
+
+
+def append_line(statement: str, sig: str | None) -> bytes:
+    return (json.dumps({"append": {"statement": statement, "sig": sig}}) + "\n").encode()
+
+
+def test_entries_are_numbered_in_order_signature_beside_and_read_after_a_cursor() -> None:
+    first = record.append("toy", b'{"n":1}', b"SIG1")
+    second = record.append("toy", b'{"n":2}', None)
+    assert (first["seq"], second["seq"]) == (1, 2)
+    where = Path(first["dir"])
+    assert sorted(p.name for p in where.iterdir() if not p.name.startswith(".")) == [
+        first["name"], first["name"] + ".sig", second["name"]]
+    assert first["name"].startswith("0000000001-") and (where / (first["name"] + ".sig")).read_bytes() == b"SIG1"
+    read = record.read_after("toy", 0)
+    assert [(e["seq"], e["statement"], e["sig"]) for e in read["entries"]] == [(1, '{"n":1}', "SIG1"),
+                                                                                 (2, '{"n":2}', None)]
+    assert record.read_after("toy", 1)["entries"][0]["seq"] == 2 and record.read_after("toy", 2)["entries"] == []
+    assert record.read_after(None, 0) == {"entries": [], "last": 0}  # the helper lane's record is its own
+
+
+def test_the_lease_appends_a_line_under_the_lease_and_answers_the_record_after_a_cursor() -> None:
+    record.append("toy", b'{"n":1}', None)
+    done = agent(*LEASE, "--record-after", "0", stdin=append_line('{"n":2}', "S"))
+    held, appended = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert held["held"] and [e["seq"] for e in held["record"]["entries"]] == [1]
+    assert appended["appended"]["seq"] == 2
+    assert [e["sig"] for e in record.read_after("toy", 0)["entries"]] == [None, "S"]
+
+
+def test_sigkill_while_writing_an_entry_leaves_a_record_every_reader_accepts() -> None:
+    record.append("toy", b'{"n":1}', b"S1")
+    crashed = agent(*LEASE, stdin=append_line('{"n":2}', "S2"),
+                    env={"VQ_ADMIN_TESTING": "1", "VQ_ADMIN_AGENT_CRASH": "record-before-statement"})
+    assert crashed.returncode == -signal.SIGKILL
+    where = Path(record.directory("toy"))
+    assert any(p.name.startswith("0000000002-") and p.name.endswith(".sig") for p in where.iterdir())
+    read = record.read_after("toy", 0)  # the signature without its statement is no entry
+    assert [(e["seq"], e["sig"]) for e in read["entries"]] == [(1, "S1")] and "error" not in read
+    after = agent(*LEASE, stdin=append_line('{"n":3}', "S3"))  # the next run is not refused because of it
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout.decode().splitlines()[1])["appended"]["seq"] == 3
+    assert [(e["seq"], e["statement"]) for e in record.read_after("toy", 0)["entries"]] == [(1, '{"n":1}'),
+                                                                                             (3, '{"n":3}')]
+    assert agent("record-read", "toy=1").returncode == 0
+
+
+def test_temporary_names_and_strangers_are_no_entries_and_an_unsafe_record_is_refused() -> None:
+    record.append("toy", b'{"n":1}', None)
+    where = Path(record.directory("toy"))
+    (where / ".tmp.0000000002-0123456789abcdef.json.1.ab").write_bytes(b"{partial")
+    (where / "notes.json").write_bytes(b"{}")
+    assert [e["seq"] for e in record.read_after("toy", 0)["entries"]] == [1]
+    where.chmod(0o777)
+    refused = record.read_after("toy", 0)
+    assert refused["entries"] == [] and "record directory" in refused["error"]
+    with pytest.raises(Exception, match="record directory"):
+        record.append("toy", b"{}", None)
+    where.chmod(0o700)
+    bad = record.serve_line(b'{"append": {"statement": 3}}\n', "toy")
+    assert "bad append request" in bad["append_error"]
+
+
+def test_signer_judges_its_paths_and_agrees_with_ssh_keygen_on_each_forgery(tmp_path: Path) -> None:
+    from vq_admin.config import Signing
+    from vq_admin.record.signing import Signer
+    from vq_admin.report.outcome import Refused
+
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    for name in ("site", "stranger"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(keys / name)], check=True)
+    allowed = keys / "allowed_signers"
+    allowed.write_text(f"admins@site {(keys / 'site.pub').read_text()}")
+    signer = Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))
+    data = b'{"n":1}\n'
+    sig = signer.sign(data)
+    assert signer.judge(data, sig).principal == "admins@site"
+    assert signer.judge(b'{"n":2}\n', sig).reason == "altered (its signature by admins@site does not verify)"
+    assert signer.judge(data, None).reason == "unsigned"
+    stranger = Signer(Signing(key=str(keys / "stranger"), allowed_signers=str(allowed))).sign(data)
+    assert signer.judge(data, stranger).reason == "signed by a key not in allowed_signers"
+    assert not signer.judge(data, b"not a signature").accepted
+    keys.chmod(0o777)  # another user could swap the key or allowed_signers: refused before anything runs
+    with pytest.raises(Refused, match="writable"):
+        Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))
+    keys.chmod(0o700)
+    sock = tmp_path / "open"
+    sock.mkdir(mode=0o777)
+    sock.chmod(0o777)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SSH_AUTH_SOCK", str(sock / "agent.sock"))
+        with pytest.raises(Refused, match="SSH_AUTH_SOCK"):
+            Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))

@@ -1,0 +1,275 @@
+"""The confirmation job of a new generation (``confirm-run``, ``confirm-reconcile``; CONTRACT section 13).
+
+``confirm-run`` creates a fresh attempt (:mod:`.allocation`: the same directories, binding by
+content hash, transcripts and retention as an allocation build), takes the lease's work lock and
+starts a **supervisor** detached from the connection (:func:`.detached.start`).  The supervisor
+submits ``sbatch --parsable --wait`` of the confirmation argv (``job.py`` checks ``argv.json``'s
+SHA-256 before it runs anything), bounds the wait (``scancel`` at the bound), establishes the end
+from Slurm (``scontrol``, else the job completion log), judges the ``VQ-DEPLOY-METRIC`` lines
+against the baseline, and -- when the job did not pass and a revert argv was given -- runs the
+revert (the profile's ``activate_command`` for the previous generation) on this host.  Then it
+writes ``confirm`` (the verdict) atomically and releases the work lock.  A killed driver, a dropped
+connection or a killed agent change none of this.
+
+``confirm-run`` follows the supervisor (progress records on request) until ``confirm`` exists, then
+streams the transcripts as ``alloc-run`` does.  ``confirm-reconcile`` never submits or reverts: it
+waits (bounded) for the recorded supervisor's ``confirm`` and does the same.
+
+Standard library only; Python 3.8 and later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import allocation, detached, lease, slurmjob, spawn
+from ..core import procs, protocol
+from ..core.frames import FrameWriter
+from ..core.stamps import utc_now
+from .progress import Reporter
+
+#: The verdict the supervisor writes, and the spec it reads, inside the attempt.
+VERDICT_FILE = "confirm"
+SPEC_FILE = "confirm-spec.json"
+#: Seconds the revert (activate_command) may take.
+REVERT_TIMEOUT = 600.0
+#: Largest stdout read for metrics.
+METRIC_READ_LIMIT = 16 << 20
+METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.:-]{1,128})=(.*)$", re.M)
+BETTER = ("lower", "higher", "equal")
+#: Seconds the job's end state is looked for once sbatch has returned (its record may have aged out).
+END_WAIT = 10.0
+JOB_NAME = "vq-confirm-{}"
+
+
+def metric_spec(text: str) -> Tuple[str, str, float]:
+    """``NAME=BETTER:TOLERANCE`` (the words the driver passes) as ``(name, better, tolerance)``."""
+    name, _, rest = text.partition("=")
+    better, _, tol = rest.partition(":")
+    if not name or better not in BETTER:
+        raise ValueError(f"bad metric spec {text!r} (NAME=lower|higher|equal:TOLERANCE)")
+    return name, better, float(tol or 0)
+
+
+def _number(value: str) -> Optional[float]:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def judge(found: Dict[str, str], specs: Sequence[Tuple[str, str, float]], baseline: Dict[str, str]) -> List[str]:
+    """Why the metrics *found* fail their *specs* against *baseline* (empty: they pass).  A metric with
+    no baseline passes; a declared metric the job did not report fails."""
+    problems = []
+    for name, better, tol in specs:
+        if name not in found:
+            problems.append(f"metric {name} was not reported by the job")
+            continue
+        if name not in baseline:
+            continue
+        new, old = found[name], baseline[name]
+        n, o = _number(new), _number(old)
+        if better == "equal":
+            same = (abs(n - o) <= tol * abs(o)) if (n is not None and o is not None) else new == old
+            if not same:
+                problems.append(f"regressed: {name} {new} != {old}")
+        elif n is None or o is None:
+            problems.append(f"metric {name}: {new!r} or its baseline {old!r} is not a number")
+        elif better == "lower" and n > o * (1 + tol):
+            problems.append(f"regressed: {name} {new} > {1 + tol:.2f} x {old}")
+        elif better == "higher" and n < o * (1 - tol):
+            problems.append(f"regressed: {name} {new} < {1 - tol:.2f} x {old}")
+    return problems
+
+
+def _metrics(attempt: allocation.Attempt) -> Dict[str, str]:
+    text = (attempt.read("stdout", METRIC_READ_LIMIT) or b"").decode("utf-8", "replace")
+    return {name: value.strip() for name, value in METRIC_RE.findall(text)}
+
+
+def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Dict[str, Any]:
+    """What Slurm reports of the job's end: state, raw ExitCode, exit status, node."""
+    out: Dict[str, Any] = {"job_id": job_id, "state": None, "exit_code": sub.sbatch_exit_code, "job_exit_code": None,
+                           "node": None}
+    if job_id is None:
+        return out
+    how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)
+    if how == "known" and fields.get("JobState") in slurmjob.TERMINAL_STATES:
+        out.update(state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
+                   node=fields.get("BatchHost") or fields.get("NodeList") or None)
+    else:
+        search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), END_WAIT, poll=1.0)
+        if search.end is not None:
+            out.update(state=search.end.state, job_exit_code=search.end.raw_exit, exit_code=search.end.exit_code)
+    raw = str(out["job_exit_code"] or "")
+    if raw:
+        status, _, sig = raw.partition(":")
+        out["exit_code"] = int(status) if status.isdigit() and sig in ("", "0") else 128 + int(sig or 0)
+    return out
+
+
+def _revert(argv: Sequence[str]) -> Dict[str, Any]:
+    try:
+        code, out, err = spawn.run_captured(argv, timeout=REVERT_TIMEOUT)
+    except OSError as exc:
+        return {"argv": list(argv), "exit_code": None, "error": f"cannot run {argv[0]}: {exc.strerror or exc}"}
+    except spawn.TimeoutExpired:
+        return {"argv": list(argv), "exit_code": None, "error": f"did not end within {REVERT_TIMEOUT:.0f} s"}
+    return {"argv": list(argv), "exit_code": code, "stdout": out[-2000:].decode("utf-8", "replace"),
+            "stderr": err[-2000:].decode("utf-8", "replace")}
+
+
+def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
+               work: Tuple[int, str]) -> None:
+    """The supervisor (own session; holds the lease's work lock until the verdict is written): never returns."""
+    code = 70
+    try:
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        spec = protocol.decode((attempt.read(SPEC_FILE, 1 << 20) or b"{}").decode("utf-8"))
+        started = time.monotonic()
+        record = {"supervisor_pid": os.getpid(), "supervisor_start_time": procs.proc_start_time(os.getpid()),
+                  "started": utc_now()}
+        attempt.write_file(detached.BUILD_FILE, json.dumps(record, sort_keys=True).encode())
+        try:
+            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+            os.close(report_fd)
+        except OSError:
+            pass
+
+        def on_job_id(job_id: str | None, sbatch_pid: int = 0) -> None:
+            if job_id is not None:
+                attempt.write_file("job", f"{job_id}\n".encode())
+            try:
+                lease.record_work(work[1], {"kind": "confirm", "job_id": job_id, "attempt": attempt.path,
+                                            "pid": os.getpid(), "since": record["started"]})
+            except OSError:
+                pass
+
+        on_job_id(None)
+
+        argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
+        sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
+        verdict = _end(sub.job_id, sub, attempt.program)
+        verdict.update(seconds=round(time.monotonic() - started, 3), timed_out=sub.timed_out, cancel=sub.cancel,
+                       submitted=sub.submitted, sbatch_stderr=sub.stderr[-2000:], metrics=_metrics(attempt))
+        problems = []
+        if not sub.submitted:
+            problems.append(f"sbatch did not submit the job (exit {sub.sbatch_exit_code}): {sub.stderr.strip()[-300:]}")
+        elif sub.timed_out:
+            problems.append(f"the job did not end within confirm_timeout_seconds ({spec['timeout']:g} s); "
+                            + ("it was cancelled" if (sub.cancel or {}).get("ok") else
+                               f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+        elif verdict["state"] != "COMPLETED" or verdict["exit_code"] != 0:
+            problems.append(f"job {sub.job_id} ended {verdict['state'] or 'in an unknown state'} with exit code "
+                            f"{verdict['job_exit_code'] or verdict['exit_code']}")
+        regressed = judge(verdict["metrics"], [metric_spec(s) for s in spec["metrics"]], spec["baseline"])
+        accepted = bool(regressed) and not problems and spec.get("accept_regression")
+        verdict.update(regressed=regressed, accepted=bool(accepted),
+                       problems=problems + ([] if accepted else regressed))
+        verdict["passed"] = not verdict["problems"]
+        verdict["revert"] = _revert(spec["revert"]) if not verdict["passed"] and spec.get("revert") else None
+        verdict["ended"] = utc_now()
+        lease.end_work(*work)
+        attempt.write_file(VERDICT_FILE, json.dumps(verdict, sort_keys=True).encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _follow(attempt: allocation.Attempt, record: Optional[Dict[str, Any]], timeout: float, frames: FrameWriter,
+            reporter: Optional[Reporter]) -> Optional[Dict[str, Any]]:
+    """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known."""
+    deadline = time.monotonic() + timeout
+    job_id = None
+    while True:
+        if job_id is None:
+            job_id = attempt.read_job_id()
+            if job_id is not None:
+                frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
+                if reporter is not None:
+                    reporter.start(job_id)
+        verdict = detached.read_record(attempt, VERDICT_FILE)
+        alive = record is not None and detached.process_alive(record.get("supervisor_pid"),
+                                                              record.get("supervisor_start_time"))
+        if verdict is not None or not alive or time.monotonic() >= deadline:
+            return verdict
+        time.sleep(detached.POLL)
+
+
+def _summary(attempt: allocation.Attempt, verdict: Optional[Dict[str, Any]], record: Optional[Dict[str, Any]],
+             ) -> Dict[str, Any]:
+    summary = allocation.base_summary(attempt)
+    summary.update(confirm=verdict, established=verdict is not None, submitted=True if record else None)
+    if verdict is not None:
+        summary.update(job_id=verdict.get("job_id"), job_state=verdict.get("state"),
+                       exit_code=verdict.get("exit_code"), job_exit_code=verdict.get("job_exit_code"))
+    elif record is not None and detached.process_alive(record.get("supervisor_pid"),
+                                                       record.get("supervisor_start_time")):
+        summary["job_id"] = attempt.read_job_id()
+        summary["job_state"] = "RUNNING"
+        summary["notes"].append(f"the confirmation (supervisor pid {record.get('supervisor_pid')}) is still under way")
+    else:
+        summary["notes"].append("the confirmation's supervisor is gone and wrote no verdict")
+    return summary
+
+
+def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str], timeout: float,
+        frames: FrameWriter, attempt_name: Optional[str], *, metrics: Sequence[str], baseline: Dict[str, str],
+        accept_regression: bool, revert: Sequence[str], progress: Optional[float] = None) -> Dict[str, Any]:
+    """Create the attempt, start the supervisor, follow it to its verdict, then :func:`allocation.finish`."""
+    for text in metrics:
+        metric_spec(text)
+    attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, {}, frames, attempt_name,
+                                                             None, None)
+    try:
+        attempt.write_file(SPEC_FILE, json.dumps({
+            "sbatch_args": list(sbatch_args), "timeout": timeout, "metrics": list(metrics), "baseline": baseline,
+            "accept_regression": accept_regression, "revert": list(revert)}, sort_keys=True).encode())
+        record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
+        os.close(work_fd)
+        work_fd = -1
+        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
+                    if progress else None)
+        try:  # the supervisor bounds the job; this bound only covers a wedged scheduler
+            verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
+        finally:
+            if reporter is not None:
+                reporter.stop()
+        return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
+                                 settle_kw=detached._one_look(None), progress=bool(progress))
+    finally:
+        if work_fd >= 0:
+            os.close(work_fd)
+        attempt.close()
+
+
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter) -> Dict[str, Any]:
+    """The verdict of an attempt's confirmation (never submits, never reverts), then :func:`allocation.finish`."""
+    attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
+    try:
+        frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
+        if fenced:
+            return allocation.end_fenced(frames, allocation.base_summary(attempt), "submit")
+        record = detached.read_record(attempt, detached.BUILD_FILE)
+        deadline = time.monotonic() + min(timeout, detached.START_WAIT)
+        while record is None and alive and time.monotonic() < deadline:
+            time.sleep(detached.POLL)
+            record = detached.read_record(attempt, detached.BUILD_FILE)
+        verdict = _follow(attempt, record, timeout, frames, None)
+        summary = _summary(attempt, verdict, record)
+        summary["reconciled"] = True
+        return allocation.finish(attempt, frames, summary, settle_kw=detached._one_look(None))
+    finally:
+        attempt.close()

@@ -1,0 +1,259 @@
+"""The confirmation step of the runtime lane (CONTRACT section 13): a new generation proven by a real batch job.
+
+After the final verify has proved the new SHA active, and before LAST OK or the registry move, the
+agent on the login host runs (``confirm-run``, :mod:`vq_admin.agent.confirm`)::
+
+    <confirm_command words> --program P --expected-sha SHA --launcher LAUNCHER
+
+as one Slurm batch job bound by content hash like an allocation build, under a supervisor that
+outlives this driver: it waits (bounded by ``confirm_timeout_seconds``, then ``scancel``), judges the
+job's end and its ``VQ-DEPLOY-METRIC`` lines against the previous verified generation's, and, when
+the job did not pass, re-activates the previous generation with ``activate_command`` on the login
+host.  This step reads its verdict, proves a revert by a read-only verify, and records the SHA's
+confirmation (:mod:`vq_admin.state.confirmation`).  A driver killed meanwhile leaves the attempt
+record (:mod:`.allocation_attempt`, ``"kind": "confirm"``): the next run reconciles it first (75
+while it is under way).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from vq_admin_hookspecs import RuntimeRequest, Slot
+
+from ..agent.allocation import new_attempt_name
+from ..core import exits, protocol
+from ..plan import SlotValue, execute_stream, settled
+from ..report import progress
+from ..report.outcome import Refused, VqAdminError
+from ..ssh.transport import quote_argv
+from ..state import confirmation
+from . import allocation_attempt
+from .allocation_step import REFUSED_BEFORE_SUBMIT, refused_before_submit
+from .allocation_stream import StreamCall, TranscriptSink, stream_call
+from .runtime_step import RuntimeStep
+
+if TYPE_CHECKING:
+    from ..config import HostConfig, RuntimeProfile
+    from ..plan import Plan
+    from ..context import RunContext
+
+ATTEMPT = Slot("attempt")
+LAUNCHER = Slot("launcher")
+PROGRESS = Slot("progress", many=True)
+BASELINE = Slot("baseline", many=True, prefix=f"{protocol.BASELINE}=")
+REVERT = Slot("revert", many=True, prefix=f"{protocol.REVERT}=")
+STEP, RECONCILE = "confirm", "confirm-reconcile"
+#: Seconds the driver allows beyond the job's bound for the revert, settle and streaming.
+MARGIN = 900.0
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The generation a failed confirmation goes back to."""
+
+    sha: str
+    tag: str | None
+
+
+def unconfirmed_refusal(step: RuntimeStep) -> None:
+    """An unconfirmed SHA is never made current again, nor already-current: 77 naming the way past
+    (``--retry-confirmation``; ``--accept-regression`` when its only fault was a metric)."""
+    ctx, host, program = step.ctx, step.host.name, step.profile.program
+    reason = confirmation.unconfirmed(ctx.state, host, program, step.sha)
+    if reason is None or ctx.options.retry_confirmation:
+        return
+    entry = confirmation.read(ctx.state, host, program).get(step.sha)
+    metric_only = entry is not None and entry.metric_only
+    if ctx.options.accept_regression and metric_only:
+        return
+    raise Refused(f"unconfirmed: {program} {step.sha} on {host}: {reason}; nothing was run; to prove it again: "
+                  f"vq admin update {program} {host} --expected-sha {step.sha} --retry-confirmation"
+                  + (" (or --accept-regression REASON: its only fault was a metric)" if metric_only else ""))
+
+
+def confirm_words(words: Sequence[str], program: str, sha: str, launcher: str) -> list[str]:
+    """The confirmation command's argv: ``<confirm_command words> --program P --expected-sha SHA --launcher L``."""
+    return [*words, "--program", program, "--expected-sha", sha, "--launcher", launcher]
+
+
+class Confirmation(RuntimeStep):
+    """The ``confirm`` step, built from the lane's inputs."""
+
+    def log_dir(self, attempt: str) -> str:
+        return f"{self.host.scratch_root}/.vq-admin/runtime-deploy/{self.profile.program}/{attempt}"
+
+    def planned_argv(self, *, revert: bool = True) -> list[str]:
+        c = self.profile.confirm
+        assert c is not None and self.host.scratch_root
+        command = confirm_words(c.command, self.profile.program, self.sha, LAUNCHER)
+        argv = protocol.confirm_run(
+            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
+            timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
+            baseline=[], accept_regression=bool(self.ctx.options.accept_regression), revert=[],
+            command=command, progress_words=[PROGRESS])
+        end = argv.index(protocol.END)
+        return [*argv[:end], BASELINE, *([REVERT] if revert else []), *argv[end:]]
+
+    def plan(self, *, revert: bool = True) -> None:
+        where = self.ctx.login(self.host).where
+        self.receipt.plan.add(STEP, where, self.planned_argv(revert=revert),
+                              "prove the new generation by a Slurm batch job through its launcher; a failed job "
+                              "reverts to the previous generation on the login host (it outlives this run)")
+        self.receipt.plan.add_when_needed(RECONCILE, where, protocol.confirm_reconcile(
+            self.host.agent, root=self.host.scratch_root or "", program=self.profile.program, attempt=ATTEMPT,
+            timeout=Slot("wait_seconds")), "after a dropped confirmation: read its verdict (never submits)")
+
+    def revert_argv(self, previous: Previous | None, request: RuntimeRequest) -> list[str]:
+        if previous is None:
+            return []
+        command = self.ctx.providers.runtime_activate(
+            self.profile.provider, replace(request, expected_sha=previous.sha, tag=previous.tag, where="login-host"))
+        return list(command.argv) if command is not None else []
+
+    def run(self, launcher: str, previous: Previous | None, request: RuntimeRequest) -> dict[str, Any]:
+        """Run the planned step to its verdict: the receipt's ``confirm`` (``passed``, ``problems``, the
+        job's id, state, exit status, node, seconds, metrics, output) and ``revert`` (what the host ran)."""
+        ctx, receipt, c = self.ctx, self.receipt, self.profile.confirm
+        assert c is not None
+        if receipt.id is None:
+            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        attempt = new_attempt_name()
+        directory = self.log_dir(attempt)
+        base = confirmation.baseline(ctx.state, self.host.name, self.profile.program,
+                                     previous.sha if previous else None)
+        view = progress.AllocationView(f"{self.profile.program} confirmation") if progress.enabled(ctx.options.json) \
+            else None
+        values: dict[str, SlotValue] = {
+            "attempt": attempt, "launcher": launcher, "baseline": [f"{k}={v}" for k, v in sorted(base.items())],
+            "revert": self.revert_argv(previous, request),
+            "progress": protocol.progress_option(str(progress.POLL_SECONDS) if view else None)}
+        step = receipt.plan.get(STEP)
+        if not any(w == REVERT for w in step.planned_argv):
+            del values["revert"]
+        ctx.narrate(f"confirming {self.profile.program} {self.sha} by a batch job through {launcher}: "
+                    f"{quote_argv(list(c.command))} (transcripts in {directory})")
+        receipt.confirm = {"attempt_dir": directory, "job_id": None, "state": None}
+
+        def starting() -> None:
+            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
+                status=confirmation.PENDING, receipt=receipt.id, attempt_dir=directory))
+            allocation_attempt.record(self, attempt, directory, "confirm", ctx.login(self.host).where)
+
+        deadline = time.monotonic() + c.timeout_seconds
+        with progress.live(ctx, view):
+            call, sinks = self._call(step, values, c.timeout_seconds + MARGIN, view.on_record if view else None,
+                                     starting)
+        if not call.complete and call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT \
+                and "job" not in call.records:
+            allocation_attempt.clear(self)
+            confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
+                status=confirmation.UNCONFIRMED, reason="the job was not submitted"))
+            raise refused_before_submit(call.exit_code, "confirm: the helper refused before submitting", call.stderr)
+        if not call.complete:
+            ctx.narrate(f"confirm: {call.describe()}; reading its verdict from the login host (never resubmitted)")
+            wait = max(0.0, deadline - time.monotonic()) + 60.0
+            again = receipt.plan.again(RECONCILE, RECONCILE)
+            call, sinks = self._call(again, {"attempt": attempt, "wait_seconds": f"{wait:.0f}"}, wait + MARGIN, None,
+                                     None)
+        return self.conclude(call, sinks, directory)
+
+    def _call(self, step: Any, values: dict[str, SlotValue], timeout: float,
+              on_record: Callable[[str, dict[str, Any]], None] | None,
+              starting: Callable[[], None] | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+        receipt, login = self.receipt, self.ctx.login(self.host)
+        assert receipt.id is not None
+        sinks: dict[str, TranscriptSink] = {}
+
+        def observe(kind: str, value: dict[str, Any]) -> None:
+            if kind == "job" and value.get("job_id") and receipt.confirm is not None:
+                receipt.confirm["job_id"] = str(value["job_id"])
+            if on_record is not None:
+                on_record(kind, value)
+
+        def stream(argv: list[str]) -> StreamCall:
+            if starting is not None:
+                starting()
+            try:
+                directory: Path | OSError = self.ctx.state.transcript_dir(receipt.id or "")
+            except OSError as exc:
+                directory = exc
+            sinks.update((name, TranscriptSink(directory, f"confirm-{name}")) for name in ("stdout", "stderr"))
+            return stream_call(login, argv, timeout=timeout, sinks=sinks, on_record=observe)
+
+        call = execute_stream(step, login, stream, values=values, settled_by_caller=True)
+        step.exit_code, step.seconds = call.exit_code, call.seconds
+        step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
+        if not call.complete:
+            step.detail = call.describe()
+        settled(step)
+        return call, sinks
+
+    def conclude(self, call: StreamCall, sinks: dict[str, TranscriptSink], directory: str) -> dict[str, Any]:
+        """The receipt's ``confirm`` from the agent's summary, the attempt record cleared once the verdict is in."""
+        summary = call.records.get("summary") or {}
+        verdict = summary.get("confirm")
+        paths = [sink.commit() for sink in sinks.values()] if sinks else []
+        output = {"stdout": sinks["stdout"].text() if sinks else "", "stderr": sinks["stderr"].text() if sinks else "",
+                  "complete": call.complete, "log_dir": directory,
+                  "transcript": str(paths[0].parent) if paths and paths[0] is not None else None}
+        confirm = dict(self.receipt.confirm or {}, output=output)
+        if not isinstance(verdict, dict):
+            confirm.update(passed=None, problems=[f"the confirmation's verdict could not be read ({call.describe()}); "
+                                                  "it goes on on the login host: the next run reconciles it"])
+            self.receipt.confirm = confirm
+            return confirm
+        confirm.update({k: verdict.get(k) for k in ("job_id", "state", "exit_code", "job_exit_code", "node", "seconds",
+                                                    "metrics", "passed", "problems", "regressed", "timed_out",
+                                                    "cancel", "revert")})
+        if verdict.get("accepted"):
+            confirm["accepted"] = {"reason": self.ctx.options.accept_regression, "regressed": verdict.get("regressed")}
+        self.receipt.confirm = confirm
+        allocation_attempt.clear(self)
+        confirmation.record_verdict(self.ctx.state, self.host.name, self.profile.program, self.sha, verdict,
+                                    self.receipt.id, self.ctx.options.accept_regression)
+        return confirm
+
+
+def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str,
+               plan: Plan) -> dict[str, Any]:
+    """``verify --job``: the confirmation job against the active generation *sha*, read-only (no revert,
+    nothing recorded in the state directory), run as the step ``confirm-job`` of *plan*; metrics are judged
+    against that generation's own passed confirmation.  Returns the agent's verdict, or
+    ``{"passed": None, "problems": [...]}``."""
+    c = profile.confirm
+    assert c is not None and host.scratch_root
+    base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
+    command = confirm_words(c.command, profile.program, sha, launcher)
+    argv = protocol.confirm_run(
+        host.agent, root=host.scratch_root, program=profile.program, attempt=new_attempt_name(),
+        timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
+        baseline=sorted(base.items()), accept_regression=False, revert=[],
+        command=command)
+    login = ctx.login(host)
+    step = plan.add("confirm-job", login.where, argv, "the confirmation job against the active generation "
+                    "(read-only: nothing activated or reverted)")
+    sinks = {name: allocation_attempt._Discard(name) for name in ("stdout", "stderr")}
+
+    def stream(words: list[str]) -> StreamCall:
+        return stream_call(login, words, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
+
+    call = execute_stream(step, login, stream, settled_by_caller=True)
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
+    settled(step)
+    verdict = (call.records.get("summary") or {}).get("confirm")
+    if isinstance(verdict, dict):
+        return verdict
+    return {"passed": None, "held": call.exit_code == exits.EXIT_HELD,
+            "problems": [f"the confirmation job gave no verdict ({call.describe()}: {call.stderr.strip()[-300:]})"]}
+
+
+def ended_message(confirm: dict[str, Any]) -> str:
+    return "; ".join(confirm.get("problems") or []) or "not passed"
+
+
+__all__ = ["Confirmation", "Previous", "VqAdminError", "ended_message", "unconfirmed_refusal"]

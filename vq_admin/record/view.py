@@ -1,0 +1,427 @@
+"""This driver's view of each host's record (CONTRACT section 12).
+
+The driver's id is ``user@host/<8 hex>``, the hex created once in its state
+directory (``driver-id``).  The entries of a host's record it has read are kept
+in its state directory, with each one's verdict (:class:`~.signing.Verdict`),
+by host and program::
+
+    record/<host>/<program>.jsonl       (record/<host>/_helper.jsonl: the helper lane)
+
+one JSON line per entry (:class:`Imported`), in the order of the host's
+numbers; the last number is the cursor the next call asks after.  Each new
+entry's signature is checked once, when it is imported, and its verdict kept
+by the entry's digest (judged again only when ``allowed_signers`` changed).
+
+Entries come in the answers a run already gets from the agent (the
+``session`` of an update, the ``lease`` of a rollback or prune, ``record-read``
+for ``history`` and ``attest``); a run's own entry goes back on the lease's
+stdin (:meth:`vq_admin.lease.Lease.append`) before its receipt is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import hashlib
+import json
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..config import Config, Signing
+from ..core import protocol
+from ..core.bounds import InputError
+from ..document import Document, DocumentError, Sha256
+from ..report.outcome import Refused
+from ..state.records import StateDir
+from .signing import Signer, Verdict
+from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Forget, Root, Roots, Run, Statement, Subject, Summary,
+                        Verifier, policy_of)
+
+if TYPE_CHECKING:
+    from ..context import RunContext
+    from ..report.receipt import Receipt
+
+HELPER = protocol.HELPER_RECORD
+DRIVER_ID = "driver-id"
+NO_SIGNING = "not checked: this driver has no [signing] table"
+
+
+class Imported(Document, frozen=True, kw_only=True):
+    """One entry of a host's record as this driver read it, with its verdict."""
+
+    seq: int
+    name: str
+    digest: Sha256
+    statement: str | None
+    sig: str | None
+    verdict: Verdict
+
+    def parsed(self) -> Statement | None:
+        """The statement, or ``None`` when it is not one vq-admin reads."""
+        if self.statement is None:
+            return None
+        try:
+            return Statement.parse(self.statement, f"record entry {self.name}")
+        except (DocumentError, InputError):
+            return None
+
+    @property
+    def evidence(self) -> bool:
+        return self.verdict.accepted and self.parsed() is not None
+
+
+def user_at_host() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.geteuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+@functools.cache
+def _driver_id(root: str) -> str:
+    return driver_id(StateDir(root), cached=False)
+
+
+def driver_id(state: StateDir, *, cached: bool = True) -> str:
+    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
+    if cached:
+        return _driver_id(str(state.root))
+    found = state.tree.read([], DRIVER_ID, limit=64)
+    if found is None:
+        try:
+            state.tree.write_atomic([], DRIVER_ID, os.urandom(4).hex().encode() + b"\n", exclusive=True)
+        except FileExistsError:
+            pass  # another run of this state directory created it first
+        found = state.tree.read([], DRIVER_ID, limit=64) or b""
+    hex_id = found.decode("ascii", "replace").strip()
+    if len(hex_id) != 8 or any(c not in "0123456789abcdef" for c in hex_id):
+        raise DocumentError(f"{state.root}/{DRIVER_ID}: not 8 lower-case hex digits")
+    return f"{user_at_host()}/{hex_id}"
+
+
+def _parts(host: str) -> list[str]:
+    return ["record", host]
+
+
+def _file(program: str | None) -> str:
+    return f"{program or HELPER}.jsonl"
+
+
+_READ: dict[tuple[str, str, str | None], tuple[tuple[int, int], list[Imported]]] = {}
+
+
+def entries(state: StateDir, host: str, program: str | None) -> list[Imported]:
+    """The entries of *host*'s record of *program* this driver has read, oldest first (parsed again only
+    when the file changed)."""
+    key = (str(state.root), host, program)
+    try:
+        st = os.stat(state.tree.path(*_parts(host), _file(program)), follow_symlinks=False)
+        stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = (-1, -1)
+    if key not in _READ or _READ[key][0] != stamp:
+        _READ[key] = (stamp, _entries(state, host, program))
+    return _READ[key][1]
+
+
+def _entries(state: StateDir, host: str, program: str | None) -> list[Imported]:
+    data = state.tree.read(_parts(host), _file(program)) or b""
+    found: dict[int, Imported] = {}
+    for line in data.splitlines():
+        try:
+            entry = Imported.from_json(line, "record entry")
+        except (DocumentError, InputError):
+            continue  # a line a crash cut short: the entry is asked for again
+        found.setdefault(entry.seq, entry)
+    return [found[seq] for seq in sorted(found)]
+
+
+def cursor(state: StateDir, host: str, program: str | None) -> int:
+    known = entries(state, host, program)
+    return known[-1].seq if known else 0
+
+
+@functools.cache
+def signer(signing: Signing | None) -> Signer | None:
+    """The run's :class:`Signer` (its paths judged once), ``None`` without ``[signing]``."""
+    return None if signing is None else Signer(signing)
+
+
+def judge(signing: Signer | None, name: str, statement: bytes | None, sig: bytes | None) -> Verdict:
+    """The verdict on one entry as read from the host."""
+    if statement is None:
+        return Verdict(accepted=False, reason="unreadable (its statement is missing or not text)")
+    if not name.split(".")[0].endswith("-" + hashlib.sha256(statement).hexdigest()[:16]):
+        return Verdict(accepted=False, reason="altered (its statement's digest is not the one its name records)")
+    if signing is None:
+        return Verdict(accepted=False, reason="unsigned" if sig is None else NO_SIGNING)
+    return signing.judge(statement, sig)
+
+
+def take(config: Config, state: StateDir, host: str, program: str | None, answer: object) -> dict[str, Any]:
+    """Import the entries of an agent answer's ``record`` member (those after this driver's cursor):
+    each judged once and kept; what the receipt says of them (``imported``, ``not_evidence``)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("entries"), list):
+        return {"imported": 0, "error": "the agent answered no record"}
+    signing = signer(config.signing)
+    last = cursor(state, host, program)
+    fresh: list[tuple[int, str, str | None, str | None]] = []
+    for raw in answer["entries"]:
+        if isinstance(raw, dict) and isinstance(raw.get("seq"), int) and raw["seq"] > last:
+            text, sig = raw.get("statement"), raw.get("sig")
+            fresh.append((raw["seq"], str(raw.get("name")), text if isinstance(text, str) else None,
+                          sig if isinstance(sig, str) else None))
+            last = raw["seq"]
+
+    def judged(item: tuple[int, str, str | None, str | None]) -> Verdict:
+        return judge(signing, item[1], None if item[2] is None else item[2].encode(),
+                     None if item[3] is None else item[3].encode())
+
+    verdicts: list[Verdict] = []
+    if fresh:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one ssh-keygen per signed entry
+            verdicts = list(pool.map(judged, fresh))
+    lines, rejected = [], []
+    for (seq, name, text, sig), verdict in zip(fresh, verdicts, strict=True):
+        entry = Imported(seq=seq, name=name, digest=hashlib.sha256((text or "").encode()).hexdigest(),
+                         statement=text, sig=sig, verdict=verdict)
+        if not verdict.accepted:
+            rejected.append(f"{name}: {verdict.reason}")
+        lines.append(entry.to_json().encode() + b"\n")
+    if lines:
+        state.tree.append(_parts(host), _file(program), b"".join(lines))
+    section: dict[str, Any] = {"imported": len(lines)}
+    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines]) if lines \
+        else []
+    if adopted:
+        section["evidence"] = adopted
+    if rejected:
+        section["not_evidence"] = rejected[:20]
+    if answer.get("error"):
+        section["error"] = str(answer["error"])
+    return section
+
+
+#: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
+FROM_RECORD = "record:"
+
+
+def evidence_of(entry: Imported, run: Run) -> dict[str, Any]:
+    """The verified identity an accepted entry of another driver stands for (LAST OK's and the registry's)."""
+    return {"sha": run.sha, "tag": run.tag, "launcher": run.launcher, "launcher_sha256": run.launcher_sha256,
+            "receipt": FROM_RECORD + entry.name, "at": run.finished_at, "verified_by": run.by,
+            "driver": run.driver, "signer": entry.verdict.principal}
+
+
+def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) -> list[str]:
+    """Make the accepted verification summaries among *new* entries of other drivers this driver's evidence
+    (CONTRACT section 12): the registry holds their launchers, and LAST OK / LAST GOOD follow the newest
+    (when newer than this driver's LAST OK).  The entry names of what was adopted."""
+    from ..launcher import registry
+
+    me, adopted = driver_id(state), []
+    for entry in new:
+        statement = entry.parsed() if entry.verdict.accepted else None
+        run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+        if (run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program
+                or run.host != host):  # an entry copied from another host's record is not this host's evidence
+            continue
+        if registry.pruned(state.root, host, program, run.sha) is not None:
+            continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
+        verified = evidence_of(entry, run)
+        try:
+            _, apply = registry.plan_verified(state.root, host, program, verified)
+            apply()
+        except (registry.RegistryError, OSError, ValueError):
+            continue  # not registrable (no launcher): never evidence
+        last_ok = state.read_record("runtime", host, program, "last-ok") or {}
+        if str(last_ok.get("at") or "") <= run.finished_at:
+            state.adopt_verified(host, program, verified)
+        adopted.append(entry.name)
+    return adopted
+
+
+def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any]) -> str | None:
+    """Why a registry entry imported from the host's record is not (or no longer) evidence; ``None`` when an
+    entry of the record, signed by a key allowed_signers still accepts, verified exactly that launcher."""
+    name = str(entry["receipt"])[len(FROM_RECORD):]
+    found = next((e for e in entries(state, host, program) if e.name == name), None)
+    if found is None or not found.verdict.accepted:
+        return f"the registry names the host's record entry {name}, which is not evidence here"
+    statement = found.parsed()
+    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    if run is None or (run.sha, run.launcher, run.launcher_sha256) != (entry["sha"], entry["launcher"],
+                                                                       entry["launcher_sha256"]):
+        return f"the host's record entry {name} does not verify that launcher"
+    return None
+
+
+def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
+    """*entry*'s verdict under the current ``allowed_signers`` (its kept one while the file is the same)."""
+    kept = entry.verdict
+    if signing is None:
+        return kept if not kept.accepted else Verdict(accepted=False, reason=NO_SIGNING)
+    if kept.allowed_signers_sha256 == signing.allowed_sha256:
+        return kept  # judged with this very allowed_signers: never judged again
+    return judge(signing, entry.name, None if entry.statement is None else entry.statement.encode(),
+                 None if entry.sig is None else entry.sig.encode())
+
+
+def newest_summary(known: list[Imported]) -> Summary | None:
+    for entry in reversed(known):
+        found = entry.parsed() if entry.statement and SUMMARY in entry.statement else None
+        if found is not None and found.summary is not None:
+            return found.summary
+    return None
+
+
+def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Statement:
+    """The entry of a run that ended with *verified* (a verification summary of its launcher)."""
+    host = ctx.config.hosts[receipt.host]
+    profile = host.runtimes.get(receipt.program or "")
+    repo = profile.source_repo if profile else host.helper_source_repo
+    launcher = verified.get("launcher") or verified.get("path")
+    digest = verified.get("launcher_sha256") or verified.get("tree_sha256")
+    final = (receipt.verify or {}).get("final") or {}
+    shown = final.get("receipt") if isinstance(final, dict) else None
+    source = receipt.source or {}
+    run = Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
+              verb=receipt.rerun[2] if receipt.rerun else "update", outcome=receipt.outcome.value if receipt.outcome
+              else "ok", host=receipt.host, program=receipt.program, sha=verified["sha"], tag=verified.get("tag"),
+              launcher=launcher, launcher_sha256=verified.get("launcher_sha256"),
+              archive_sha256=source.get("archive_sha256"), tree_sha256=source.get("tree_sha256"),
+              verifier_receipt_sha256=hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
+              if shown else None, started_at=receipt.started_at, finished_at=receipt.finished_at or "",
+              driver=driver_id(ctx.state), by=user_at_host())
+    policy = policy_of(profile.verify_command if profile and profile.verify_command else ["helper identity"])
+    summary = Summary(verifier=Verifier(id=VERIFIER_ID, version={"vq-admin": __version__}),
+                      time_verified=run.finished_at, resource_uri=f"git+file://{repo or ''}@{run.sha}",
+                      policy=policy, vq_admin=run)
+    subject = (Subject(name=str(launcher), digest={"sha256": digest}),) if launcher and digest else ()
+    return Statement(subject=subject, predicate_type=SUMMARY, predicate=summary)
+
+
+def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> dict[str, Any] | None:
+    """Sign (under ``[signing]``) and append the entry of a verified run on the lease it holds; what the
+    receipt's ``record`` section says of it.  An ``already-current`` run whose identity and tag the newest
+    entry of the host already records appends nothing."""
+    lease = ctx.held_lease
+    if lease is None or lease.host_record is None:  # no lease held, or an agent without the record
+        return None
+    known = entries(ctx.state, receipt.host, receipt.program)
+    newest = newest_summary(known)
+    if (receipt.outcome is not None and receipt.outcome.value == "already-current" and newest is not None
+            and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag)
+            == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"))):
+        return {"entry": None, "unchanged": known[-1].name}
+    return _append(ctx, run_statement(ctx, receipt, verified))
+
+
+def roots_now(state: StateDir, host: str, program: str, verified: dict[str, Any] | None) -> tuple[Root, ...]:
+    """This driver's roots once the run's *verified* identity (if any) is LAST OK: LAST OK and LAST GOOD."""
+    last_ok = state.read_record("runtime", host, program, "last-ok") or {}
+    last_good = state.read_record("runtime", host, program, "last-good") or {}
+    if verified is not None and verified.get("sha") != last_ok.get("sha"):
+        last_ok, last_good = verified, (last_ok if last_ok.get("sha") else last_good)
+    return tuple(Root(kind=kind, sha=str(found["sha"]), launcher=found.get("launcher"),
+                      launcher_sha256=found.get("launcher_sha256"))
+                 for kind, found in (("last-ok", last_ok), ("last-good", last_good)) if found.get("sha"))
+
+
+def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
+    """Every driver's newest roots in *known* entries, less those a forget-driver entry dropped after them
+    (under ``[signing]``, *signing*: only a signed, accepted forget drops them, CONTRACT section 12)."""
+    found: dict[str, Roots] = {}
+    for entry in known:
+        if not entry.statement or (ROOTS not in entry.statement and FORGET not in entry.statement):
+            continue  # a verification summary (most entries): not parsed here
+        statement = entry.parsed()
+        if statement is None:
+            continue
+        if isinstance(statement.predicate, Roots):
+            found[statement.predicate.driver] = statement.predicate
+        elif isinstance(statement.predicate, Forget) and (entry.verdict.accepted or not signing):
+            found.pop(statement.predicate.forgotten, None)
+    return found
+
+
+def append_roots(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | None) -> str | None:
+    """At every contact: record this driver's roots on the host when they changed (CONTRACT section 12); the
+    entry's name, or ``None`` when nothing was appended."""
+    lease, program = ctx.held_lease, receipt.program
+    if lease is None or lease.host_record is None or program is None or ctx.options.dry_run:
+        return None
+    roots, me = roots_now(ctx.state, receipt.host, program, verified), driver_id(ctx.state)
+    known = newest_roots(entries(ctx.state, receipt.host, program), False).get(me)
+    if not roots or (known is not None and known.roots == roots):
+        return None
+    predicate = Roots(driver=me, by=user_at_host(), host=receipt.host, program=program,
+                      at=receipt.finished_at or "", roots=roots)
+    subject = tuple(Subject(name=r.launcher, digest={"sha256": r.launcher_sha256}) for r in roots
+                    if r.launcher and r.launcher_sha256)
+    return _append(ctx, Statement(subject=subject, predicate_type=ROOTS, predicate=predicate)).get("entry")
+
+
+def forget_driver(ctx: RunContext, receipt: Receipt, forgotten: str) -> dict[str, Any]:
+    """Record that this driver drops the retired driver *forgotten*'s roots (``prune --forget-driver``)."""
+    predicate = Forget(driver=driver_id(ctx.state), by=user_at_host(), host=receipt.host, program=receipt.program,
+                       at=receipt.started_at, forgotten=forgotten)
+    return _append(ctx, Statement(subject=(), predicate_type=FORGET, predicate=predicate))
+
+
+def _append(ctx: RunContext, statement: Statement) -> dict[str, Any]:
+    """Sign (under ``[signing]``) and append *statement* on the run's lease: ``{"entry", "signed"}`` or ``error``."""
+    lease = ctx.held_lease
+    if lease is None or lease.host_record is None:
+        return {"entry": None, "error": "no host-side lease with the host's record is held"}
+    data = statement.to_text()
+    signing = signer(ctx.config.signing)
+    try:
+        sig = signing.sign(data) if signing is not None else None
+    except Refused as exc:
+        return {"entry": None, "error": exc.message}
+    answer = lease.append(data, sig)
+    appended = answer.get("appended")
+    if not isinstance(appended, dict):
+        return {"entry": None, "error": str(answer.get("append_error") or "the agent did not answer the append")}
+    return {"entry": appended.get("name"), "signed": sig is not None}
+
+
+def record_answer(line: str) -> dict[str, Any]:
+    """An append's answer line (``appended`` or ``append_error``), empty when it is not one."""
+    try:
+        value = protocol.decode(line) if line else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+#: Bound on one ``record-read`` call (``history HOST``, ``attest``).
+READ_TIMEOUT = 60.0
+
+
+def fetch(config: Config, state: StateDir, host_name: str, programs: list[str | None]) -> dict[str | None, Any]:
+    """Read *host_name*'s record of each of *programs* after this driver's cursors in one agent call
+    (``record-read``) and import it: what :func:`take` says of each; raises
+    :class:`~vq_admin.report.outcome.VqAdminError` when the host did not answer."""
+    from ..report.outcome import VqAdminError
+    from ..ssh.transport import Session
+
+    host = config.hosts[host_name]
+    signer(config.signing)
+    with Session(config.ssh_config) as session:
+        transport = session.for_host(host.transport, host.ssh)
+        argv = protocol.record(host.agent, {program: cursor(state, host_name, program) for program in programs})
+        done = transport.run(argv, timeout=READ_TIMEOUT)
+    try:
+        records = protocol.parse_record(done.stdout).records
+    except protocol.ProtocolError as exc:
+        raise VqAdminError(f"cannot read the record of {host_name}: {done.describe() if done.exit_code else exc}") \
+            from None
+    return {program: take(config, state, host_name, program, records.get(program or HELPER))
+            for program in programs}
