@@ -121,6 +121,32 @@ def test_a_missing_or_old_vq_fails_in_one_line(collections: Path, tmp_path: Path
         assert json.loads(done.stdout.split("FAILED! => ", 1)[1])["msg"] == expected
 
 
+@pytest.mark.parametrize("host", ["--all", "-oProxyCommand=touch /tmp/x", "a b"])
+def test_an_option_shaped_host_name_fails_the_module_before_vq_runs(collections: Path, tmp_path: Path,
+                                                                      host: str) -> None:
+    """An inventory host named ``--all`` would have made the runtime module's call a fleet rollout."""
+    env = ansible_env(collections, tmp_path / "home")
+    marker = tmp_path / "ran"
+    spy = tmp_path / "vq"
+    spy.write_text(f"#!/bin/sh\ntouch {marker}\nexit 2\n")
+    spy.chmod(0o755)
+    for module, args in (("runtime", f"program=vibeqc expected_sha={'a' * 40}"), ("helper", ""), ("facts", "")):
+        done = run([BIN / "ansible", "localhost", "-m", f"vq.admin.{module}", "-a",
+                    json.dumps(dict(item.split("=", 1) for item in args.split()) | {"host": host, "vq": str(spy)})],
+                   env, check=False)
+        assert done.returncode == 2, done.stdout + done.stderr
+        msg = json.loads(done.stdout.split("FAILED! => ", 1)[1])["msg"]
+        assert msg == f"host {host!r} is not a name ([A-Za-z0-9][A-Za-z0-9._-]{{0,63}}); nothing was run", msg
+        assert not marker.exists()
+
+
+def test_the_collections_name_rule_is_vq_admins() -> None:
+    from vq_admin.core.identifiers import NAME_RULE
+
+    text = (ROOT / "ansible" / "plugins" / "module_utils" / "vq_admin.py").read_text()
+    assert f'NAME_RULE = "{NAME_RULE}"' in text
+
+
 def test_ansible_test_sanity(collections: Path) -> None:
     """The sanity tests that need no downloads, then validate-modules (documentation against the argument
     specs), whose venv is cached in .venv between runs."""

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
+from vq_admin.core import protocol
 from vq_admin.launcher import registry
 
 SHA = "a" * 40
@@ -35,7 +36,9 @@ SHA = "a" * 40
 TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin.core.bounds",
              "vq_admin.core.securepath", "vq_admin.core.names",
              # the one home of identifiers, default paths and exit statuses
-             "vq_admin.core.identifiers", "vq_admin.core.default_paths", "vq_admin.core.exits"}
+             "vq_admin.core.identifiers", "vq_admin.core.default_paths", "vq_admin.core.exits",
+             # the one atomic write and the one escaping rule (standard library only, no re)
+             "vq_admin.core.atomic", "vq_admin.core.escape"}
 #: Every lookup records its use and checks a launcher visible here (CONTRACT 12, 14).
 RECORD_OWN = {"vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps"}
 #: The C modules of the standard library the use record needs (its lock and its user name).
@@ -51,7 +54,7 @@ BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
 PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs", "vq_admin.launcher",
              "vq_admin.launcher.plain_lookup", "vq_admin.launcher.immutable", "vq_admin.core.names",
-             "vq_admin.core.default_paths", "vq_admin.core.securepath"} | RECORD_OWN
+             "vq_admin.core.default_paths", "vq_admin.core.securepath", "vq_admin.core.escape"} | RECORD_OWN
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
              "vq_admin.core.securepath",  # the launcher's path is checked before it is hashed
@@ -60,7 +63,8 @@ AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.age
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
                "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
-               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.exits", "vq_admin.core.bounds"}
+               "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.exits", "vq_admin.core.bounds",
+               "vq_admin.core.atomic"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.core.failpoints")
@@ -237,11 +241,13 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
     # login host ("session": the login-shell probe of section 10, the host-side lease of section 9,
     # the command-file check of section 10 and the verify with the launcher read-back), whose
     # command line is only words every shell reads literally.
-    ssh = by_program.get("ssh", [])
+    ssh = [line for line in by_program.get("ssh", []) if " -G " not in line]
     assert len(ssh) == 1, execs
+    # and one ssh -G: what ssh will load for the destination, judged before it connects (no connection)
+    assert len(by_program["ssh"]) == 2 and " -G " in by_program["ssh"][0], execs
     assert "ControlMaster=yes" in ssh[0] and "ControlPersist=no" in ssh[0] and " -O " not in ssh[0], ssh
     # the login-shell probe rides on the session's own command line: no second shell on the host
-    assert f" -- cluster {agent} session --probe " in ssh[0], ssh
+    assert f" 1 {agent} session --probe " in ssh[0], ssh  # judged, then run isolated (core/agentjudge)
     assert len(by_program.get("git", [])) == 2, execs  # cat-file --batch and tag --points-at
     verbs = [line.split()[1] for line in by_program.get("vq-admin-agent", [])]
     assert verbs == ["session"], execs
@@ -250,11 +256,11 @@ def test_an_already_current_run_is_one_ssh_connection(tmp_path, real_sshd):
 
     receipt = again.json()
     steps = {s["name"]: s for s in receipt["steps"]}
-    assert steps["pre-verify"]["argv"][:3] == [agent, "verify-readback", "--"]  # what the session ran
+    assert protocol.agent_words(steps["pre-verify"]["argv"], "verify-readback") == [agent]  # what the session ran
     assert steps["pre-verify"]["status"] == "ok" and "vq-admin-agent session" in steps["pre-verify"]["purpose"]
     assert steps["pre-verify-readback"]["status"] == "ok" and steps["pre-verify-readback"]["where"] == "cluster"
     assert steps["check-commands"]["status"] == "ok" and steps["check-commands"]["where"] == "cluster"
-    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == protocol.session([agent])
     assert not list(Path(receipt["lease"]["lock"]).parent.glob("*.holder"))  # released: the record is gone
 
 

@@ -21,6 +21,7 @@ from helper_world import (FAST_REREADS, HELPER_UPDATE, PYTHON, bootstrap, helper
 from plan_match import slot_values
 from support import SCRIPTS, run_vq, write_config
 
+from vq_admin.core import protocol
 from vq_admin.state.locks import lock_path
 
 
@@ -77,7 +78,7 @@ def test_helper_update_installs_the_requested_commit(world, real_sshd):
     assert {by_name[n]["where"] for n in ("stage-create", "stage-receive", "stage-verify",
                                           "helper")} == {"cluster-build"}
     assert by_name["readback"]["where"] == "cluster-login"
-    assert by_name["readback"]["argv"] == [str(world["root"] / "bin" / "vq-admin-agent"), "identity", "--json"]
+    assert by_name["readback"]["argv"] == protocol.identity([str(world["root"] / "bin" / "vq-admin-agent")])
     env = by_name["helper"]["env"]
     assert env["VQ_HELPER_EXPECTED_SHA"] == world["b"] and env["VQ_HELPER_EXPECTED_TREE_SHA256"] == tree
     assert env["VQ_HELPER_STAGE"] == receipt["stage"]["dir"]
@@ -381,17 +382,20 @@ def test_an_already_current_helper_update_is_one_ssh_process_and_one_agent_start
         cut = words.index("--")
         if "-O" in words[:cut]:
             return words[cut + 1], "-O " + words[words.index("-O") + 1]
+        if "-G" in words[:cut]:  # what ssh will load for the destination, judged before it connects
+            return words[cut + 1], "-G"
         rest = words[cut + 2:]
+        rest = rest[rest.index(agent):] if rest[0] == "/usr/bin/python3" else rest  # the agent behind its judge
         return words[cut + 1], f"{agent} {rest[1]}" if rest[0] == agent else rest[0]
 
     login, build = "cluster-login", "cluster-build"
     assert sorted(map(what, calls)) == sorted([
         (login, "printf"), (login, "/usr/bin/realpath"), (login, "/usr/bin/stat"),  # the agent, before the lease
         (login, "/usr/bin/realpath"), (login, "/usr/bin/stat"),  # check-commands on the login host
-        (login, f"{agent} session"), (login, "-O exit"),
+        (login, f"{agent} session"), (login, "-O exit"), (login, "-G"), (build, "-G"),
         (build, "printf"), (build, "/usr/bin/realpath"), (build, "/usr/bin/stat"), (build, "-O exit")]), calls
-    assert all("ControlPath=" in call for call in calls)  # one shared connection per host
+    assert all("ControlPath=" in call for call in calls if " -G " not in call)  # one shared connection per host
     pre = {s["name"]: s for s in receipt["steps"]}["pre-identity"]
     assert pre["status"] == "ok" and "vq-admin-agent session" in pre["purpose"]
-    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == [agent, "session"]
+    assert receipt["lease"]["held"] is True and receipt["lease"]["argv"] == protocol.session([agent])
     assert receipt["verify"]["pre"]["identity"]["source_sha"] == world["b"]

@@ -138,7 +138,7 @@ def test_crash_between_write_and_rename_leaves_the_old_file(world):
     assert receipt["steps"][0]["exit_code"] == -9  # SIGKILL, between the write and the rename
     assert receipt["readback"]["dest_sha256"] == sha(old)
     assert dest.read_bytes() == old and dest.stat().st_mode & 0o777 == 0o755
-    leftovers = [p for p in world["bin"].iterdir() if p.name.startswith(".deploy.vq-install.")]
+    leftovers = [p for p in world["bin"].iterdir() if p.name.startswith(".tmp.deploy.")]
     assert len(leftovers) == 1 and leftovers[0].read_bytes() == src.read_bytes()  # the write had completed
     # the hook is inert outside tests
     done = install(world, src, dest, env={"VQ_ADMIN_AGENT_CRASH": "before-rename"})

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 
+from .core.escape import has_control
 from .launcher import registry
 from .core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
 from .launcher.immutable import launcher_problem
@@ -302,7 +303,7 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
     program, host, sha, remedy = _pin_target(pin, program, host, state_dir, config_path)
     launcher = pin.get("launcher")
     problem = launcher_problem(launcher, sha)
-    if problem is None and isinstance(launcher, str) and registry.CONTROL_RE.search(launcher):
+    if problem is None and isinstance(launcher, str) and has_control(launcher):
         problem = "launcher path holds a control character"
     if problem is not None:
         code = "mutable-launcher" if pin.get("schema") == PIN_SCHEMA else "legacy-pin"
@@ -328,7 +329,7 @@ def path_form_problem(path: object) -> str | None:
     """``None`` when *path* has the form of an immutable per-SHA launcher (for some full SHA)."""
     if not isinstance(path, str) or not path:
         return "no launcher path"
-    if registry.CONTROL_RE.search(path):
+    if has_control(path):
         return "launcher path holds a control character"
     shas = SHA_IN_TEXT_RE.findall(path)
     if not shas:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .report.outcome import UsageError, VqAdminError
-from .report.output import safe_text
+from .report.output import safe_message
 
 if TYPE_CHECKING:
     from .ssh.early_start import EarlyStart
@@ -308,7 +308,7 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
             from .report.envelope import write
 
             write(error_document(args, exc))
-        print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
+        print(f"{prog}: {exc.outcome.value}: {safe_message(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
     except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing was run
         from . import interrupts

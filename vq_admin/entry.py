@@ -70,11 +70,11 @@ def launcher(words: list[str], prog: str) -> int | None:
             return run(args)
         except VqAdminError as exc:
             from .cli import error_document
-            from .report.output import print_json, safe_text
+            from .report.output import print_json, safe_message
 
             if "--json" in words:
                 print_json(error_document(args, exc))  # type: ignore[arg-type]
-            print(f"{prog}: {exc.outcome.value}: {safe_text(exc.message)}", file=sys.stderr)
+            print(f"{prog}: {exc.outcome.value}: {safe_message(exc.message)}", file=sys.stderr)
             return exc.outcome.exit_code
     except KeyboardInterrupt:
         from .core.exits import INTERRUPTED

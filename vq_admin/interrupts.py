@@ -113,7 +113,7 @@ def finish_early(prog: str, error: InterruptedEarly, document: dict[str, Any] | 
         from .report.envelope import write
 
         write(document)
-    from .report.output import safe_text
+    from .report.output import safe_message
 
-    print(f"{prog}: {error.outcome.value}: {safe_text(error.message)}", file=sys.stderr, flush=True)
+    print(f"{prog}: {error.outcome.value}: {safe_message(error.message)}", file=sys.stderr, flush=True)
     return error.outcome.exit_code

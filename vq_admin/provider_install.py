@@ -40,11 +40,11 @@ from typing import Any
 from .config import authority
 from .core import exits, protocol
 from .agent.install_file import PRODUCT_MARKERS
-from .core.securepath import ancestors
+from .core.securepath import ancestors, opened_problem
 from .config import Config, HostConfig, load_config
 from .report.envelope import write
 from .report.outcome import Outcome, Refused, UsageError
-from .report.output import safe_text
+from .report.output import safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
 from .state.records import StateDir
@@ -135,7 +135,11 @@ def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]
         raise UsageError(f"--mode {args.mode}: group/other write bits are refused; use a mode such as 0755")
     if not os.path.isfile(args.src):
         raise UsageError(f"SRC {args.src} is not a regular file")
-    with open(args.src, "rb") as fh:
+    with open(args.src, "rb") as fh:  # judged as opened: what is read is what passed the rule
+        problem = opened_problem(args.src, fh.fileno(), os.fstat(fh.fileno()), what="SRC")
+        if problem:
+            raise Refused(f"{problem}; it would become a trusted command run as the administrator; nothing was "
+                          "installed")
         data = fh.read(MAX_SOURCE_BYTES + 1)
     if len(data) > MAX_SOURCE_BYTES:
         raise UsageError(f"SRC {args.src} is larger than {MAX_SOURCE_BYTES} bytes")
@@ -248,7 +252,7 @@ def _summary(receipt: dict[str, Any], path: str) -> list[str]:
         lines.append(f"  interpreter {interp.get('shebang') or interp.get('kind')} -> {resolved or '?'}")
     lines += [f"  error       {e}" for e in receipt["errors"]]
     lines.append(f"  receipt     {path}")
-    return [safe_text(line) for line in lines]
+    return [safe_message(line) for line in lines]
 
 
 def _report(args: argparse.Namespace, document: dict[str, Any], success: bool, lines: list[str]) -> None:

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ..core import checksum, safedirs, securepath
+from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
 from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
@@ -214,10 +214,7 @@ class Attempt:
 
     def write_file(self, name: str, data: bytes, mode: int = 0o600) -> None:
         """Write *name* atomically (temp file + rename) inside the attempt."""
-        tmp = f".tmp.{name}.{secrets.token_hex(4)}"
-        safedirs.write_new_file(self.fd, tmp, data, mode)
-        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        os.fsync(self.fd)
+        atomic.write(name, data, dir_fd=self.fd, mode=mode)
 
     def read(self, name: str, limit: int) -> bytes | None:
         """At most *limit* bytes of *name* inside the attempt (never through a symlink), or None."""
@@ -293,7 +290,9 @@ def job_script(python: str | None = None) -> bytes:
     if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
         python = "/usr/bin/env python3"
     else:
-        python += " -I"  # isolated: no PYTHONPATH, no user site, no script directory on sys.path
+        # isolated: no PYTHONPATH, no user site, no script directory on sys.path; and no site-packages at all
+        # when the agent itself runs without (the single-file agent: core/agentjudge)
+        python += " -IS" if sys.flags.no_site else " -I"
     # The job imports the secure-path rule from this same agent, wherever it lives (a pip
     # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
     # the interpreter's site-packages may hold.

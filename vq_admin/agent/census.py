@@ -43,7 +43,7 @@ import re
 import secrets
 import time
 
-from ..core import default_paths, exits, protocol, safedirs, securepath
+from ..core import atomic, default_paths, exits, protocol, safedirs, securepath
 from ..core.names import is_name
 from . import spawn
 
@@ -173,13 +173,7 @@ class Cache:
             self.problem = f"the cache could not be written: {exc}"
 
     def _replace(self, name: str, data: bytes) -> None:
-        tmp = f".tmp.{name}.{secrets.token_hex(6)}"
-        try:
-            safedirs.write_new_file(self.fd, tmp, data)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
-            securepath.discard(tmp, dir_fd=self.fd)
-            raise
+        atomic.write(name, data, dir_fd=self.fd, sync=False)
 
     def close(self) -> None:
         if self.fd >= 0:

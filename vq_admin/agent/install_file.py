@@ -4,7 +4,7 @@ The new content is read from stdin.  It is written to a fresh temporary file
 (``O_EXCL``, never through a symlink) in the destination's directory, given
 its mode, flushed to disk, and only then renamed over the destination: a
 crash at any point leaves the old file or the new one, never a mix (a killed
-run can leave its ``.<name>.vq-install.*`` temporary file behind; it is never
+run can leave its ``.tmp.<name>.<pid>.*`` temporary file behind; it is never
 executed and may be removed by hand).
 
 The answer (one JSON object) carries the old and new SHA-256, the mode, and
@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import secrets
 import shutil
 import socket
 import stat
@@ -33,8 +32,9 @@ from typing import BinaryIO
 
 from ..core.failpoints import failpoint
 from ..core.safedirs import UnsafePath
+from ..core import atomic
 from ..core.stamps import utc_now
-from ..core.securepath import ancestors, discard, path_problem
+from ..core.securepath import ancestors, path_problem
 
 MAX_BYTES = 16 << 20
 SHEBANG_LIMIT = 512
@@ -159,20 +159,8 @@ def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
         new_sha = hashlib.sha256(new).hexdigest()
         changed = old_sha != new_sha or old_mode != mode
         if changed:
-            temp = f".{name}.vq-install.{secrets.token_hex(6)}"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(new)
-                    fh.flush()
-                    os.fchmod(fh.fileno(), mode)
-                    os.fsync(fh.fileno())
-                failpoint("install-file-before-rename")
-                os.replace(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
-            except BaseException:
-                discard(temp, dir_fd=pfd)
-                raise
-            os.fsync(pfd)
+            atomic.write(name, lambda fh: (fh.write(new), fh.flush(), failpoint("install-file-before-rename")),
+                         dir_fd=pfd, mode=mode)
     finally:
         os.close(pfd)
     return {

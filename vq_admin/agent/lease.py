@@ -50,7 +50,7 @@ import os
 import sys
 import time
 
-from ..core import default_paths as paths, procs, protocol, securepath
+from ..core import atomic, default_paths as paths, procs, protocol, securepath
 from ..core.exits import EXIT_HELD, EXIT_UNSAFE
 from ..core.names import is_name
 
@@ -237,16 +237,7 @@ def _write_atomic(path: str, data: bytes) -> None:
     holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
     disk flush (several ms on a local disk, more on a shared scratch filesystem).
     """
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, f".tmp.{os.path.basename(path)}.{os.urandom(6).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        securepath.discard(tmp)
-        raise
+    atomic.write(path, data, sync=False)
 
 
 def prepare_dir(directory: str) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import sys
 import zipfile
-from typing import List, Optional
+from typing import BinaryIO, List, Optional
 
-from ..core import securepath
+from ..core import atomic
 
 INTERPRETER = "/usr/bin/env python3"
 MAIN = (
@@ -50,20 +50,15 @@ def build(out: str, tree: Optional[str] = None, interpreter: str = INTERPRETER) 
     """Write the archive to *out* (atomically: temp file + rename); returns *out*."""
     if tree is None:
         tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    tmp = f"{out}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(b"#!" + interpreter.encode("utf-8") + b"\n")
-            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for rel in members(tree):
-                    with open(os.path.join(tree, rel), "rb") as src:
-                        _add(zf, rel, src.read())
-                _add(zf, "__main__.py", MAIN.encode())
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-    except BaseException:
-        securepath.discard(tmp)
-        raise
+    def fill(fh: BinaryIO) -> None:
+        fh.write(b"#!" + interpreter.encode("utf-8") + b"\n")
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for rel in members(tree):
+                with open(os.path.join(tree, rel), "rb") as src:
+                    _add(zf, rel, src.read())
+            _add(zf, "__main__.py", MAIN.encode())
+
+    atomic.write(out, fill, mode=0o755)  # a new temporary file, never through a planted symlink
     return out
 
 

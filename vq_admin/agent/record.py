@@ -31,7 +31,7 @@ import fcntl
 import hashlib
 import os
 
-from ..core import default_paths as paths, protocol, securepath
+from ..core import atomic, default_paths as paths, protocol, securepath
 from ..core.failpoints import failpoint
 from ..core.names import is_name
 
@@ -72,17 +72,8 @@ def parse_name(name: str) -> Optional[Tuple[int, bool]]:
 
 
 def _write_new(dir_fd: int, name: str, data: bytes) -> None:
-    """*data* as the new file *name* below *dir_fd*: a temporary file, flushed, then linked (never replacing)."""
-    tmp = f".tmp.{name}.{os.getpid()}.{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    finally:
-        securepath.discard(tmp, dir_fd=dir_fd)
+    """*data* as the new file *name* below *dir_fd*: :func:`vq_admin.core.atomic.write`, linked (never replacing)."""
+    atomic.write(name, data, dir_fd=dir_fd, exclusive=True)
 
 
 def _open_dir(path: str, create: bool) -> Optional[int]:

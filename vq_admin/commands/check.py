@@ -30,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
     if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
         raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
+    from ..ssh import effective
+
+    for host in config.hosts.values():  # what ssh would load for each destination (77 naming option and path)
+        if host.transport == "ssh":
+            effective.check(config.ssh_config, host.ssh)
     providers = Providers.load(config.provider_names())
     hosts = {}
     for name, host in config.hosts.items():

@@ -20,7 +20,7 @@ from ..config import authority
 from ..config import load_config
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
-from ..report.output import safe_text
+from ..report.output import safe_message
 from ..state.records import StateDir
 
 
@@ -68,7 +68,7 @@ def _lines(status: dict[str, Any]) -> list[str]:
             lines.append(f"    LAST GOOD {_identity(entry['last_good'])}")
     if not lines:
         lines.append(f"no recorded runs in {status['state_dir']}")
-    return [safe_text(line) for line in lines]
+    return [safe_message(line) for line in lines]
 
 
 def collect_all(state: StateDir) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def _lines_all(status: dict[str, Any]) -> list[str]:
                        f"last {h['last_outcome'] or '-'}")
     if not out:
         out.append(f"no recorded runs in {status['state_dir']}")
-    return [safe_text(line) for line in out]
+    return [safe_message(line) for line in out]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -109,6 +109,11 @@ class HostConfig:
     helper_timeout_seconds: float = 7200.0
     runtimes: Mapping[str, RuntimeProfile] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        from ..core.agentjudge import AGENTS
+
+        AGENTS.add(tuple(self.agent))  # every call of it is judged before it runs (the transports)
+
 
 @dataclass(frozen=True)
 class Signing:
@@ -143,17 +148,18 @@ class Config:
 def check_ssh_config(config: "Config") -> None:
     """Refuse (exit 77) an ``ssh_config`` another user could change, or one that Includes such a file
     or names such a program: ssh runs its ``Match exec``, ``ProxyCommand``, ``LocalCommand`` and
-    ``KnownHostsCommand`` as the administrator (:func:`~vq_admin.core.securepath.ssh_config_problem`)."""
+    ``KnownHostsCommand`` as the administrator (:func:`~vq_admin.core.sshconfig.text_problem`; what
+    it loads for each destination is judged before ssh runs, :mod:`vq_admin.ssh.effective`)."""
     if config.ssh_config is None:
         return
-    from ..core.securepath import ssh_config_problem
+    from ..core.sshconfig import text_problem
     from ..report.outcome import Refused
 
     if not os.path.lexists(config.ssh_config):
         raise ConfigError("ssh_config", f"{config.ssh_config} does not exist")
     if not os.path.isfile(config.ssh_config):
         raise ConfigError("ssh_config", f"{config.ssh_config} is not a regular file")
-    problem = ssh_config_problem(config.ssh_config)
+    problem = text_problem(config.ssh_config)
     if problem:
         raise Refused(f"{problem}; ssh runs the programs an ssh_config names (Match exec, ProxyCommand, "
                       "LocalCommand, KnownHostsCommand) as you; refusing it")

@@ -28,6 +28,22 @@ ENV_FORCE = "VQ_ADMIN_AGENT_CHECKSUM"
 
 
 def _xxhash_available() -> bool:
+    """Whether ``xxhash`` is importable from a trusted place: its files and every directory above them
+    pass the secure-path rule (:mod:`vq_admin.core.securepath`); otherwise it is never imported."""
+    import importlib.util
+    import os
+
+    from .securepath import path_problem
+
+    try:
+        spec = importlib.util.find_spec("xxhash")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+        return False
+    places = [spec.origin] + [os.path.join(d, n) for d in spec.submodule_search_locations or [] for n in os.listdir(d)]
+    if any(path_problem(p, what="xxhash") for p in places):
+        return False  # another user could change it: the fallback, never an import from there
     try:
         import xxhash  # noqa: F401
     except ImportError:

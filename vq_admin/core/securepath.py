@@ -15,8 +15,7 @@ remove it: :func:`link_problem`).
 
 Standard library only: ``vq-admin-agent`` runs it on login hosts, and the
 per-job launcher resolution imports it.  Nothing here writes, but for the
-private directories :func:`makedirs_private` creates and the caller's own
-temporary file :func:`discard` removes.
+private directories :func:`makedirs_private` creates.
 """
 
 from __future__ import annotations
@@ -183,21 +182,21 @@ def _with_fix(what: str, path: str, problem: str, offender: str, real: str) -> s
     return f"{subject}{problem}; another user could change what vq-admin reads or runs there; fix: {fix}"
 
 
-def creatable_problem(path: str, stat_of: "StatOf" = os.stat) -> str | None:
-    """For a command word that names nothing yet: ``None`` unless the nearest existing
-    directory above it lets other users create it first (group- or other-writable,
-    sticky or not: in a sticky ``/tmp`` anyone can create the name)."""
+def creatable_problem(path: str, stat_of: "StatOf" = os.stat, *, what: str = "command file",
+                      fix: str = "install the command in a directory only you and root can write") -> str | None:
+    """For a path that names nothing yet: ``None`` unless the nearest existing directory above it
+    lets other users create it first (group- or other-writable, sticky or not: in a sticky ``/tmp``
+    anyone can create the name)."""
     for directory in ancestors(path):
         try:
             st = stat_of(directory)
         except FileNotFoundError:
             continue
         except OSError as exc:
-            return f"cannot check command file {path}: {exc.strerror}"
+            return f"cannot check {what} {path}: {exc.strerror}"
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"command file {path} does not exist and directory {directory} (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: install the command "
-                    f"in a directory only you and root can write")
+            return (f"{what} {path} does not exist and directory {directory} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}) lets other users create it; fix: {fix}")
         return None
     return None
 
@@ -238,15 +237,6 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
-def discard(tmp: str, *, dir_fd: int | None = None) -> None:
-    """Remove the temporary file *tmp* the caller created (below *dir_fd* when given), when it is
-    still there: the clean-up of an atomic write that failed before its rename.  A symlink named
-    *tmp* is removed, never followed."""
-    try:
-        os.unlink(tmp, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-
 
 def command_problem(words: "Iterable[object]", *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
@@ -264,69 +254,6 @@ def command_problem(words: "Iterable[object]", *, what: str = "command") -> str 
         problem = path_problem(word, what=what, missing_ok=True)
         if problem:
             return problem
-    return None
-
-
-#: The ``ssh_config`` keywords whose values ssh runs as a program (``Match`` lines: their ``exec``).
-SSH_PROGRAM_KEYWORDS = frozenset({"proxycommand", "localcommand", "knownhostscommand", "match"})
-
-
-def ssh_config_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -> str | None:
-    """``None`` when the ssh configuration *path*, every file it ``Include``s (recursively) and every
-    absolute path among the words of a program it names (``ProxyCommand``, ``LocalCommand``,
-    ``KnownHostsCommand``, ``Match exec``, for any host: ``ProxyJump`` hosts are read from the same
-    files) pass the rule; else one line naming the offender, the line that names it and the fix.
-    Read before ssh ever runs (``ssh -G`` would run ``Match exec``)."""
-    problem = path_problem(path, what=what)
-    if problem or depth > 16:
-        return problem or f"{what} {path}: Include nested more than 16 files deep"
-    text, problem = _config_text(path, what)
-    if problem:
-        return problem
-    checked: set[str] = set()
-    for line in text.splitlines():
-        line = line.strip()
-        cut = min((i for i in (line.find(" "), line.find("\t"), line.find("=")) if i > 0), default=len(line))
-        keyword, value = line[:cut].lower(), line[cut:].strip(" \t=")
-        words = [os.path.expanduser(w) for w in value.replace('"', " ").replace("'", " ").split()]
-        if keyword == "include":
-            problem = _include_problem(words, f"{what} {path} Includes", depth)
-            if problem:
-                return problem
-        elif keyword in SSH_PROGRAM_KEYWORDS:
-            new = [w for w in words if w not in checked]
-            checked.update(new)
-            problem = command_problem(new, what=f"program {what} {path} names ({line[:cut]})")
-            if problem:
-                return f"{problem}; ssh would run it as you"
-    return None
-
-
-def _config_text(path: str, what: str) -> tuple[str, str | None]:
-    """``(text, None)`` of the ssh configuration *path*, or ``("", its problem)``."""
-    try:
-        fd = os.open(path, _FILE_FLAGS & ~os.O_NOFOLLOW)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return "", f"{what} {path} is not a regular file"
-            return (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace"), None
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return "", f"cannot read {what} {path}: {exc.strerror or exc}"
-
-
-def _include_problem(patterns: list[str], what: str, depth: int) -> str | None:
-    """The first problem of the files an ``Include`` line names (relative patterns are below ``~/.ssh``)."""
-    import glob
-
-    for pattern in patterns:
-        pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
-        for found in sorted(glob.glob(pattern)) or [pattern]:
-            problem = ssh_config_problem(found, what=what, depth=depth + 1) if os.path.lexists(found) \
-                else path_problem(found, what="Include", missing_ok=True)
-            if problem:
-                return problem
     return None
 
 

@@ -23,7 +23,7 @@ from ..core import checksum
 from ..core.failpoints import failpoint
 from ..core.frames import FrameError, read_frames
 from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
-from ..state.tree import temp_name
+from ..core import atomic
 from ..ssh.transport import Transport, describe_interruption
 
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
@@ -55,13 +55,13 @@ class TranscriptSink:
         self._line_dropped = False
         self.metrics: dict[str, Any] = {}
         self.error: str | None = None
-        self._tmp = self.directory / temp_name(name)  # with our pid: a later run removes it if we are killed
+        self._tmp = ""  # atomic.temp_name: with our pid, a later run removes it if we are killed
         self._fh: IO[bytes] | None = None
         try:
             if isinstance(directory, OSError):
                 raise directory
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd, self._tmp = atomic.open_temp(str(self.directory / name))
             self._fh = os.fdopen(fd, "wb")
         except OSError as exc:
             self._fail(exc)
@@ -155,7 +155,7 @@ class TranscriptSink:
             os.fsync(self._fh.fileno())
             self._fh.close()
             final = self.directory / self.name
-            os.replace(self._tmp, final)
+            atomic.commit(self._tmp, str(final))
         except OSError as exc:
             self._fail(exc)
             return None
@@ -169,7 +169,8 @@ class TranscriptSink:
                 pass  # what it could not flush is dropped with it
         self._fh = None
         try:
-            os.unlink(self._tmp)
+            if self._tmp:
+                atomic.discard(self._tmp)
         except OSError:
             pass
 

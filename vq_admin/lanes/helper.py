@@ -228,16 +228,24 @@ class HelperUpdate:
         target, config = self.host.agent[-1], self.ctx.config.ssh_config
         if not os.path.isabs(target):
             return "set `agent` to the absolute path of the entry point the helper command installs and run this again"
-        commands = [[sys.executable, "-m", "vq_admin.agent.pyz", "vq-admin-agent.pyz"]]
+        # built in a private directory (mktemp -d, 0700): nobody else can swap it before it is copied, and
+        # each copy's SHA-256 is read back on arrival
+        built = '"$d/vq-admin-agent.pyz"'
+        commands = ["d=$(mktemp -d)", f"{quote_argv([sys.executable, '-m', 'vq_admin.agent.pyz'])} {built}",
+                    f's=$(sha256sum < {built})']
         for transport in {t.where: t for t in (self.ctx.login(self.host), self.stage_transport())}.values():
             if isinstance(transport, SshTransport):
-                ssh = ["-F", config] if config else []
-                commands += [["ssh", *ssh, transport.destination, "mkdir", "-p", os.path.dirname(target)],
-                             ["scp", *ssh, "vq-admin-agent.pyz", f"{transport.destination}:{target}"]]
+                ssh = ["ssh", *(["-F", config] if config else []), transport.destination]
+                dest, read = quote_argv([f"{transport.destination}:{target}"]), "sha256sum < " + quote_argv([target])
+                commands += [quote_argv([*ssh, "mkdir", "-p", os.path.dirname(target)]),
+                             f"{quote_argv(['scp', *ssh[1:-1]])} {built} {dest}",
+                             f'test "$({quote_argv([*ssh, read])})" = "$s"']
             else:
-                commands += [["mkdir", "-p", os.path.dirname(target)], ["cp", "vq-admin-agent.pyz", target]]
+                commands += [quote_argv(["mkdir", "-p", os.path.dirname(target)]), f"cp {built} {quote_argv([target])}",
+                             f'test "$(sha256sum < {quote_argv([target])})" = "$s"']
+        commands.append('rm -r "$d"')
         return (f"put the single-file agent at {target} once and install the helper through it: "
-                f"{' && '.join(quote_argv(c) for c in commands)}, then {self.install_line}")
+                f"{' && '.join(commands)}, then {self.install_line}")
 
     def conclude_readback(self, *, interrupted: bool) -> Receipt:
         assert self.sha is not None  # make_plan resolved it

@@ -40,6 +40,7 @@ import os
 
 from ..core import default_paths as paths
 from ..core.securepath import open_trusted_dir, read_trusted_file
+from ..core.escape import has_control
 from ..core.names import is_full_sha, is_name, is_sha256
 from .immutable import launcher_problem
 from .present import launcher_problem_here
@@ -50,11 +51,6 @@ POINTER_SCHEMA = "vq-admin/launcher-latest/1"
 MAX_ENTRY_BYTES = 64 * 1024
 
 _JSON_SPACE = " \t\n\r"
-
-
-def has_control(text: str) -> bool:
-    """Whether *text* holds a character U+0000-U+001F or U+007F (``registry.CONTROL_RE``)."""
-    return any(ch < " " or ch == "\x7f" for ch in text)
 
 
 def entry_problem(entry: object, host: str, program: str, sha: str | None = None) -> str | None:

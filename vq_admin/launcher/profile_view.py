@@ -88,9 +88,11 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     if not words:
         raise ConfigUnavailable(f"hosts.{host}.agent is not a command")
     from ..core.protocol import hash_file
-    from ..core.securepath import command_problem, ssh_config_problem
+    from ..core.securepath import command_problem
 
-    remote = hash_file(words, launcher)
+    from ..core.agentjudge import launch
+
+    remote = [*launch(words), *hash_file(words, launcher)[len(words):]]  # judged, then run isolated
 
     if table.get("transport", "ssh") == "local":
         problem = command_problem(words, what=f"hosts.{host}.agent")
@@ -102,12 +104,13 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
         raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
     from ..ssh.argv import SSH_OPTIONS  # the one set of ssh options
 
-    ssh = ["ssh"]
-    if isinstance(data.get("ssh_config"), str):
-        problem = ssh_config_problem(data["ssh_config"])
-        if problem:
-            raise ConfigUnavailable(f"{problem}; ssh would run commands it names as you; refusing it")
-        ssh += ["-F", data["ssh_config"]]
+    from ..ssh import effective
+
+    ssh_config = data.get("ssh_config") if isinstance(data.get("ssh_config"), str) else None
+    problem = effective.problem(ssh_config, destination)
+    if problem:
+        raise ConfigUnavailable(f"{problem}; refusing it")
+    ssh = ["ssh", *(["-F", ssh_config] if ssh_config else [])]
     return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from ..core.bounds import InputError, loads_json
@@ -56,9 +55,6 @@ from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atom
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any, Callable
-
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
 
 class RegistryError(ValueError):
     """An identity that cannot be registered, or an entry that cannot be trusted."""

@@ -11,23 +11,27 @@ Text that came from a remote host is escaped before it reaches a terminal.
 
 from __future__ import annotations
 
-import re
 import sys
+
+from ..core.escape import escape, message
 TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-#: C0 (but tab and newline), DEL, C1, the Unicode line separators and the bidirectional
-#: controls that reorder what a terminal shows.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 #: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
 CONTINUATION = " " * 12
 
 
 def safe_text(text: str) -> str:
-    """Escape control characters (terminal escape sequences included); tab and newline stay."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text)
+    """Escape control characters (terminal escape sequences included; :mod:`vq_admin.core.escape`); tab and
+    newline stay."""
+    return escape(text, keep="\t\n")
+
+
+def safe_message(text: str) -> str:
+    """A one-line message as printed: every control character escaped (a newline too) and each echoed
+    value longer than 200 characters shortened with its length (:func:`vq_admin.core.escape.message`)."""
+    return message(text, keep="\t")
 
 
 #: How much of a command's last stderr line the one-line error carries.

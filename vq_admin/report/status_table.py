@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any, Iterator, TextIO
 
-from .output import safe_text
+from .output import safe_message, safe_text
 from ..core.stamps import parse_utc
 
 SHORT_SHA = 12
@@ -77,7 +77,7 @@ def render(status: dict[str, Any], *, now: float | None = None, color: bool = Fa
     now = time.time() if now is None else now
     hosts = status.get("hosts") or {}
     if not hosts:
-        return [safe_text(f"no recorded runs in {status.get('state_dir')}")]
+        return [safe_message(f"no recorded runs in {status.get('state_dir')}")]
     lines: list[str] = []
     for host, slot in sorted(hosts.items()):
         lines += ([""] if lines else []) + [safe_text(host)] + _host_table(slot, now, color)

@@ -103,6 +103,35 @@ def check_repository(repo: str, what: str) -> None:
         problem = path_problem(path, what=what, missing_ok=path != repo)
         if problem:
             raise Refused(f"{problem}; refusing it (another user could make git run a program as you)")
+    for where, directory in alternates(git_dir):  # object stores git borrows from: their objects are the tree
+        problem = path_problem(directory, what=f"{what} {repo}: {where}", missing_ok=True)
+        if problem:
+            raise Refused(f"{problem}; refusing it (another user could change the objects git reads from there)")
+
+
+def alternates(git_dir: str) -> list[tuple[str, str]]:
+    """Each object directory git borrows from for *git_dir*: (where it is named, absolute path):
+    ``objects/info/alternates`` (recursively, as git follows them) and ``GIT_ALTERNATE_OBJECT_DIRECTORIES``."""
+    found = [("GIT_ALTERNATE_OBJECT_DIRECTORIES", d) for d in
+             os.environ.get("GIT_ALTERNATE_OBJECT_DIRECTORIES", "").split(":") if d]
+    todo, seen = [os.path.join(git_dir, "objects")], set[str]()
+    while todo and len(seen) < 16:
+        objects = os.path.normpath(todo.pop())
+        seen.add(objects)
+        listed = os.path.join(objects, "info", "alternates")
+        try:
+            with open(listed, encoding="utf-8", errors="replace") as fh:
+                lines = [line.strip() for line in fh.read(1 << 16).splitlines()]
+        except OSError:
+            continue
+        found.append(("objects/info/alternates", listed))  # the list itself: whoever can edit it picks the store
+        for line in lines:
+            if line and not line.startswith("#"):
+                directory = os.path.normpath(os.path.join(objects, line))
+                found.append((f"objects/info/alternates ({listed})", directory))
+                if directory not in seen:
+                    todo.append(directory)
+    return found
 
 
 def _one_line(result: RunResult) -> str:

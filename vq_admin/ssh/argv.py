@@ -41,12 +41,23 @@ CONTROL_PREFIX = "vqssh-"
 LITERAL_WORD_RE = re.compile(r"\A[A-Za-z0-9_./,+][A-Za-z0-9_./,+-]*\Z")
 
 
+#: A word those shells all read as itself inside single quotes: printable ASCII but the quote, the
+#: backslash (fish) and "!" (csh history): the judge's ``-c`` code (:mod:`vq_admin.core.agentjudge`).
+QUOTABLE_WORD_RE = re.compile(r'\A[ "-&(-\[\]-~]*\Z')
+
+
+def shell_word(word: str) -> str | None:
+    """*word* as every shell reads it literally: itself (:data:`LITERAL_WORD_RE`), single-quoted
+    (:data:`QUOTABLE_WORD_RE`), or ``None``."""
+    return word if LITERAL_WORD_RE.match(word) else f"'{word}'" if QUOTABLE_WORD_RE.match(word) else None
+
+
 def literal_word(word: str) -> bool:
     """:data:`LITERAL_WORD_RE`."""
     return bool(LITERAL_WORD_RE.match(word))
 
 
-def literal_words(words: Iterable[str]) -> bool:
+def literal_words(words: Iterable[str]) -> bool:  # the configured agent's words (the early session's rule)
     """True when every word is literal (:func:`literal_word`: safe to send before the login shell is known)."""
     return all(literal_word(w) for w in words)
 
@@ -62,7 +73,7 @@ def master_argv(ssh_config: str | None, control_dir: str | None, master: bool, d
         base += ["-o", "ControlMaster=yes", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=no"]
     elif control_dir:
         base += ["-o", "ControlMaster=no", "-o", f"ControlPath={control_dir}/%C"]
-    return [*base, "--", destination, " ".join(words)]
+    return [*base, "--", destination, " ".join(shell_word(w) or w for w in words)]
 
 
 def probe_suffix() -> str:

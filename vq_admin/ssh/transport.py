@@ -34,7 +34,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from . import process
+from . import effective, process
+from ..core.agentjudge import judged  # every agent call: judged, then run isolated
 from ..core.failpoints import failpoint
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
@@ -119,7 +120,7 @@ class LocalTransport(Transport):
     where = "local"
 
     def wrap(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        return _with_env(argv, env)
+        return _with_env(judged(argv), env)
 
 
 class SshTransport(Transport):
@@ -194,7 +195,7 @@ class SshTransport(Transport):
         so the master is this ssh process and ends with its own session (no ``-O exit``).  Without
         a control directory (connection sharing off) it is a plain connection."""
         held = bool(self.control_dir) and _holds_anything(self.control_dir or "")  # a master is already up: ride on it
-        return master_argv(self.ssh_config, self.control_dir, not held, self.destination, argv)
+        return master_argv(self.ssh_config, self.control_dir, not held, self.destination, judged(argv))
 
     def ssh_base(self) -> list[str]:
         base = ["ssh"]
@@ -206,7 +207,7 @@ class SshTransport(Transport):
         return base
 
     def wrap(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        return [*self.ssh_base(), "--", self.destination, quote_argv(_with_env(argv, env))]
+        return [*self.ssh_base(), "--", self.destination, quote_argv(_with_env(judged(argv), env))]
 
     def unshared(self) -> "SshTransport":
         """This destination over a connection of its own, without the shared master.
@@ -305,6 +306,7 @@ class Session:
 
     def ssh(self, destination: str) -> SshTransport:
         if destination not in self._ssh:
+            effective.check(self.ssh_config, destination)  # what ssh would load for it, before any ssh runs
             if self.share_connections and self._control_dir is None:
                 # Short path: a unix socket path must stay under ~100 bytes.  The pid in the name lets a
                 # later run remove the directory a killed run left (sweep_control_dirs).

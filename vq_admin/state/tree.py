@@ -30,7 +30,8 @@ import errno
 import os
 import stat
 
-from ..core.securepath import describe_owner, discard, level_problem, makedirs_private, path_problem, read_bounded
+from ..core import atomic
+from ..core.securepath import describe_owner, level_problem, makedirs_private, path_problem, read_bounded
 from ..report.outcome import Refused
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -300,31 +301,9 @@ def write_synced(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def temp_name(name: str) -> str:
-    """``.tmp.<name>.<pid>.<random>``: the pid lets a later run remove what a killed one left
-    (:meth:`vq_admin.state.records.StateDir.sweep_leftovers`).  No ``secrets`` import: the launcher
-    path imports this module."""
-    return f".tmp.{name}.{os.getpid()}.{os.urandom(6).hex()}"
-
-
 def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    tmp = temp_name(name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            write_synced(fd, data)
-        finally:
-            os.close(fd)
-        if exclusive:
-            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)  # never replaces
-            os.unlink(tmp, dir_fd=dfd)
-        else:
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        discard(tmp, dir_fd=dfd)
-        raise
-    os.fsync(dfd)
+    """:func:`vq_admin.core.atomic.write` of *name* in the directory *dfd* (0600)."""
+    atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
 
 
 def _plain(name: str) -> None:

@@ -5,12 +5,17 @@ JSON document, and map its outcome onto Ansible's changed/failed."""
 
 import json
 import os
+import re
 
 COMMON_ARGS = dict(
     vq=dict(type="str", default="vq"),
     config=dict(type="path"),
     state_dir=dict(type="path"),
 )
+
+#: The name rule of hosts and programs: vq_admin.core.identifiers.NAME_RULE (tests/test_ansible.py checks it).
+NAME_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+NAME_RE = re.compile(r"\A%s\Z" % NAME_RULE)
 
 #: The outcomes that are not failures, and whether they changed anything.
 CHANGED = {"ok": True, "already-current": False}
@@ -25,6 +30,10 @@ class Vq(object):
         if not self.host:
             module.fail_json(msg="host is required (it defaults to the inventory host name only through the "
                                  "vq.admin action plugin)")
+        for key in ("host", "program"):  # each becomes a word of vq's command line: never an option
+            value = module.params.get(key)
+            if value is not None and not NAME_RE.match(value):
+                module.fail_json(msg="%s %r is not a name (%s); nothing was run" % (key, value[:200], NAME_RULE))
         name = module.params["vq"]
         self.path = name if os.sep in name else module.get_bin_path(name)
         if not self.path or not os.access(self.path, os.X_OK):
@@ -33,11 +42,15 @@ class Vq(object):
 
     def run(self, *words):
         """C(vq admin WORDS --json [--config ..] [--state-dir ..]): its document (an envelope), or a one-line
-        failure when C(vq) printed none (too old, or not vq-admin)."""
-        argv = [self.path, "admin"] + list(words) + ["--json"]
+        failure when C(vq) printed none (too old, or not vq-admin).  The operands after C(--) in WORDS stay
+        after it (the options go before), so no name is ever read as an option."""
+        words = list(words)
+        operands = words[words.index("--"):] if "--" in words else []
+        argv = [self.path, "admin"] + words[:len(words) - len(operands)] + ["--json"]
         for key, option in (("config", "--config"), ("state_dir", "--state-dir")):
             if self.module.params[key]:
                 argv += [option, self.module.params[key]]
+        argv += operands
         rc, out, err = self.module.run_command(argv)
         try:
             doc = json.loads(out)
@@ -55,7 +68,7 @@ class Vq(object):
         (the host and its build hosts reachable, each scratch_root there as a run would find it), failing the
         task as a run would fail; then exit with C(changed) and C(outcome) and C(exit_code) null, since
         nothing ran."""
-        reached = self.run("check", "--connect", self.host)
+        reached = self.run("check", "--connect", "--", self.host)
         if reached.get("outcome") != "ok":
             self.finish(reached)
         self.module.exit_json(changed=changed, outcome=None, exit_code=None, receipt=None, **extra)
@@ -71,9 +84,9 @@ class Vq(object):
         self.module.fail_json(msg=(errors[0].splitlines() or [outcome])[0], **result)
 
 
-def lane_words(params, *targets):
-    """The C(update) command line of a lane: TARGETS and the options the module was given."""
-    words = ["update"] + list(targets)
+def lane_words(params, *targets, **options):
+    """The C(update) command line of a lane: the options the module was given, then C(--) and TARGETS."""
+    words = ["update"]
     if params.get("expected_sha"):
         words += ["--expected-sha", params["expected_sha"]]
     if params.get("tag"):
@@ -84,4 +97,6 @@ def lane_words(params, *targets):
         words.append("--update-script-arg=" + arg)
     if params.get("wait_lock") is not None:
         words += ["--wait-lock", "%g" % params["wait_lock"]]
-    return words
+    if options.get("dry_run"):
+        words.append("--dry-run")
+    return words + ["--"] + list(targets)

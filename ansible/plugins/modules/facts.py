@@ -58,7 +58,7 @@ def main():
     module = AnsibleModule(argument_spec=dict(COMMON_ARGS, host=dict(type="str")), supports_check_mode=True)
     vq = Vq(module)
     host = vq.host
-    status = vq.run("status", host)
+    status = vq.run("status", "--", host)
     if status.get("outcome") != "ok":
         vq.finish(status)
     slot = status.get("hosts", {}).get(host) or {"helper": None, "runtimes": {}}

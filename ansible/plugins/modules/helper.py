@@ -95,10 +95,10 @@ def main():
     words = lane_words(p, p["host"])
     if not module.check_mode:
         vq.finish(vq.run(*words))
-    plan = vq.run(*(words + ["--dry-run"]))
+    plan = vq.run(*lane_words(p, p["host"], dry_run=True))
     if plan.get("outcome") != "ok":
         vq.finish(plan)
-    status = vq.run("status", p["host"])
+    status = vq.run("status", "--", p["host"])
     last_ok = ((status.get("hosts", {}).get(p["host"]) or {}).get("helper") or {}).get("last_ok") or {}
     current = bool(p["expected_sha"]) and last_ok.get("sha") == p["expected_sha"].lower()
     vq.check_mode_result(not current, plan=plan)

@@ -122,11 +122,11 @@ def main():
     words = lane_words(p, p["program"], p["host"])
     if not module.check_mode:
         vq.finish(vq.run(*words))
-    found = vq.run("verify", p["program"], p["host"], "--expected-sha", p["expected_sha"])
+    found = vq.run("verify", "--expected-sha", p["expected_sha"], "--", p["program"], p["host"])
     entry = found.get("hosts", {}).get(p["host"], {}).get(p["program"])
     if entry is None or entry["state"] == "unknown":
         vq.finish(found)  # a refusal or usage error, or the host could not be read: failed, saying why
-    plan = vq.run(*(words + ["--dry-run"]))
+    plan = vq.run(*lane_words(p, p["program"], p["host"], dry_run=True))
     if plan.get("outcome") != "ok":
         vq.finish(plan)
     vq.check_mode_result(entry["state"] != "current", verify=entry, plan=plan)

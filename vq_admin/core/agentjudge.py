@@ -1,0 +1,230 @@
+"""The agent judged before it runs, isolated when it runs, in the same ssh command.
+
+Every agent call runs as ``/usr/bin/python3 -I -S -c CODE BLOB N AGENT-WORDS... VERB...``
+(:func:`launch`; the transports apply :func:`judged` where they build the local argv, so plans and
+receipts keep the agent's own words): a system interpreter with no site, no ``PYTHON*`` variables and no current
+directory runs this module's :func:`judge` (shipped compressed in ``BLOB`` with the secure-path
+rule of :mod:`vq_admin.core.securepath`), which, before anything of the agent runs:
+
+* resolves the agent's words: a ``#!`` script (a console script, ``vq-admin-agent.pyz``) and its
+  interpreter (``#!/usr/bin/env python3`` looked up in ``PATH``), or an interpreter and a script;
+* judges the interpreter, the script, the venv's ``pyvenv.cfg`` and, unless the agent is the
+  single-file archive (then it runs with ``-S``: no site-packages at all), every directory on the
+  ``sys.path`` the agent will have (read from the interpreter run ``-I -S``), every entry directly
+  in them and every ``.pth`` file there and the directories those add;
+* runs the agent isolated: ``INTERPRETER -I [-S] SCRIPT WORDS...`` (``exec``: the same process).
+
+A failure exits 77 with one line naming the path, its owner and mode, and "nothing was run": the
+agent's own code never started.  An agent that is not a Python program (a site's wrapper script)
+is judged (it and its interpreter) and run as configured.  The judge is Python 3.8, standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from .securepath import describe_owner, level_problem, path_problem  # in the blob: their own source
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, NoReturn, Optional, Sequence
+
+#: The interpreter the judge runs on (root's, on every supported login host).
+JUDGE_PYTHON = "/usr/bin/python3"
+#: What the judge exits with when it refuses (the agent's and vq-admin's refusal status).
+REFUSED = 77
+#: Interpreter options the agent's words may carry; the judge sets its own (``-I``, ``-S``).
+_OPTIONS = ("-I", "-S", "-E", "-s", "-B", "-u")
+#: Runs the judge: literal enough for any login shell once single-quoted (no quote, backslash or "!").
+CODE = "import base64,sys,zlib;exec(zlib.decompress(base64.urlsafe_b64decode(sys.argv[1])))"
+#: What the interpreter run ``-I -S`` prints: its sys.path and the site directories the agent will use.
+PROBE = ("import site,sys;a=sys.argv[1:];p=[x for x in a if x!='-']+([sys.base_prefix] if '-' in a or not a else []);"
+         "sys.stdout.write(chr(0).join(sys.path+site.getsitepackages(p)))")
+
+
+def _fail(code: int, text: str) -> "NoReturn":
+    sys.stderr.write(f"vq-admin-agent: {'refused: ' if code == REFUSED else ''}{text}\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _which(name: str) -> "Optional[str]":
+    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+        path = os.path.join(directory or ".", name)
+        if directory.startswith("/") and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _judged(path: str, what: str, missing_ok: bool = False) -> None:
+    problem = path_problem(path, what=what, missing_ok=missing_ok)
+    if problem:
+        _fail(REFUSED, f"{problem}; the agent would run it; nothing was run")
+
+
+def _head(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        _fail(127, f"{path}: {exc.strerror}; nothing was run")
+    try:
+        return os.read(fd, 512)
+    finally:
+        os.close(fd)
+
+
+def _import_path(interp: str) -> "List[str]":
+    """Judge what the interpreter reads first (its venv's ``pyvenv.cfg``, its library directory), then
+    return the directories its ``sys.path`` will hold with the site directories and what their ``.pth``
+    files add: a venv's from its ``pyvenv.cfg``, any other's from the interpreter run ``-I -S``."""
+    keys = {}
+    for venv in (os.path.dirname(interp), os.path.dirname(os.path.dirname(interp))):
+        cfg = os.path.join(venv, "pyvenv.cfg")
+        if os.path.exists(cfg):
+            _judged(cfg, "the agent's pyvenv.cfg")
+            with open(cfg, encoding="utf-8", errors="replace") as fh:
+                keys = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition("=") for line in fh))
+            break
+    base = os.path.dirname(keys.get("home") or os.path.dirname(os.path.realpath(interp)))
+    _judged(os.path.join(base, "lib"), "the agent interpreter's library", missing_ok=True)
+    version = ".".join(keys.get("version", "").split(".")[:2])
+    if keys and version and keys.get("include-system-site-packages", "").lower() != "true":
+        found = [f"{prefix}/{lib}/python{version}{sub}" for lib in ("lib", "lib64") for prefix, sub in (
+            (base, ""), (base, "/lib-dynload"), (venv, "/site-packages"))]
+        found += [f"{base}/{lib}/python{version.replace('.', '')}.zip" for lib in ("lib", "lib64")]
+    else:
+        import subprocess
+
+        done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if keys else [])],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
+        if done.returncode != 0:
+            _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); nothing was run")
+        found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+    for site in list(found):
+        try:
+            names = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".pth"):
+                with open(os.path.join(site, name), encoding="utf-8", errors="replace") as fh:
+                    found += [os.path.join(site, line.rstrip()) for line in fh
+                              if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    return found
+
+
+def _entries_problem(directory: str) -> "Optional[str]":
+    """Each entry directly in *directory* (a module, a package, a ``.pth``) and everything in the
+    ``vq_admin`` package there: owned by you or root and not writable by others (a symlink: its owner only)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    me = os.geteuid()
+    paths = [os.path.join(directory, name) for name in names]
+    for top, dirs, files in os.walk(os.path.join(directory, "vq_admin")):  # the installed agent package, whole
+        paths += [os.path.join(top, name) for name in dirs + files]
+    for path in paths:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (0, me):
+                return f"symlink {path} is owned by {describe_owner(st.st_uid)}"
+            continue
+        problem = level_problem(path, st, is_dir=stat.S_ISDIR(st.st_mode))
+        if problem:
+            return problem
+    return None
+
+
+def judge(argv: "List[str]") -> "NoReturn":
+    """``BLOB N AGENT-WORDS... VERB...``: judge the agent, then ``exec`` it isolated (see the module)."""
+    count = int(argv[1])
+    words, rest = argv[2:2 + count], argv[2 + count:]
+    first = words[0] if "/" in words[0] else _which(words[0])
+    if first is None:
+        _fail(127, f"{words[0]}: not found in PATH; nothing was run")
+    _judged(first, "the agent", missing_ok=True)  # a missing one: nobody else may create it
+    if not os.path.exists(first):
+        _fail(127, f"{first}: not found; nothing was run")
+    head = _head(first)
+    args = words[1:]
+    if head.startswith(b"#!"):
+        shebang = head[2:].split(b"\n")[0].decode("utf-8", "replace").split()
+        interp = _which(shebang[1]) if shebang and os.path.basename(shebang[0]) == "env" and shebang[1:] else \
+            (shebang or [""])[0]
+        script: "Optional[str]" = first
+        if not interp:
+            _fail(127, f"{first}: its interpreter ({' '.join(shebang)}) was not found; nothing was run")
+        _judged(interp, "the agent's interpreter")
+    else:
+        interp, script = first, None
+    if "python" not in os.path.basename(os.path.realpath(interp)):  # a wrapper: judged, run as configured
+        os.execv(first, [first, *args, *rest])
+    while script is None and args and args[0] in _OPTIONS:
+        args = args[1:]
+    module = args[:2] if args[:1] == ["-m"] else []
+    if script is None and not module and args:
+        script, args = args[0], args[1:]
+        _judged(script, "the agent")
+    standalone = script is not None and b"PK\x03\x04" in _head(script)  # vq-admin-agent.pyz: no site-packages
+    if not standalone:
+        for directory in _import_path(interp):
+            _judged(directory, "a directory on the agent's import path", missing_ok=True)
+            problem = _entries_problem(directory)
+            if problem:
+                _fail(REFUSED, f"{problem} (on the agent's import path); another user could change what the "
+                               "agent imports; nothing was run")
+    run = [interp, "-I", *(["-S"] if standalone else []), *(module or [script] if script else module),
+           *(args[2:] if module else args), *rest]
+    try:
+        os.execv(interp, run)
+    except OSError as exc:
+        _fail(127, f"{interp}: {exc.strerror}; nothing was run")
+
+
+_BLOB: "List[str]" = []
+
+
+def blob() -> str:
+    """The judge's program (the secure-path rule's module and this one, as they are, then a call of
+    :func:`judge`), compressed, in a word that every login shell reads literally; built once per process."""
+    if not _BLOB:
+        import base64
+        import zlib
+
+        from . import securepath
+
+        parts: "List[str]" = []
+        for module in (securepath, sys.modules[__name__]):
+            with open(module.__file__ or "", encoding="utf-8") as fh:
+                text = fh.read().replace("from .securepath import", "# (in the blob) from .securepath import")
+                parts.append(text if not parts else text.replace("from __future__ import", "# from __future__ import"))
+        packed = zlib.compress("\n".join(parts + ["judge(sys.argv[1:])\n"]).encode(), 6)
+        packed += b"\0" * (-len(packed) % 3)  # no "=" padding: zlib ignores what follows its stream
+        _BLOB.append(base64.urlsafe_b64encode(packed).decode())
+    return _BLOB[0]
+
+
+def launch(agent: "Sequence[str]") -> "List[str]":
+    """The words that run the configured *agent* words judged and isolated (the verb's words follow)."""
+    return [JUDGE_PYTHON, "-I", "-S", "-c", CODE, blob(), str(len(agent)), *agent]
+
+
+#: Every configured agent's words (:class:`vq_admin.config.HostConfig` adds its own): an argv that starts
+#: with one of them and a verb of the protocol runs the agent, and is judged (:func:`judged`).
+AGENTS: "set[tuple[str, ...]]" = set()
+
+
+def judged(argv: "Sequence[str]") -> "List[str]":
+    """*argv* as it is run: an agent call (a configured agent's words, then a verb of
+    :data:`vq_admin.core.protocol.VERBS`) behind :func:`launch`; any other argv as it is.  Every
+    transport applies it where it builds the local argv, so receipts and plans keep the agent's
+    own words and no agent call runs unjudged."""
+    from .protocol import VERBS
+
+    for words in AGENTS:
+        if len(argv) > len(words) and tuple(argv[:len(words)]) == words and argv[len(words)] in VERBS:
+            return launch(words) + list(argv[len(words):])
+    return list(argv)

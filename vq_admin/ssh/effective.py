@@ -1,0 +1,57 @@
+"""Judge what ssh will load for one destination before any ssh connects to it.
+
+:func:`check` reads the configuration files (:func:`vq_admin.core.sshconfig.text_problem`: the
+``-F`` file, or without one ``~/.ssh/config`` and ``/etc/ssh/ssh_config``), then runs
+``ssh -G`` with the same ``-F`` for the destination and each jump host and judges every option of
+:data:`vq_admin.core.sshconfig.SSH_LOADS`.  A failure is refused (77) naming the option and the
+path.  Once per (configuration, destination) and process: one ``ssh -G`` (a few ms, no network).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from ..core.sshconfig import effective_problem, text_problem
+
+_judged: set[tuple[str | None, str]] = set()
+
+
+def problem(ssh_config: str | None, destination: str) -> str | None:
+    """One line naming what ssh would load for *destination* that another user can change, or ``None``."""
+    if (ssh_config, destination) in _judged:
+        return None
+    files = [p for p in ([ssh_config] if ssh_config else [os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config"])
+             if os.path.exists(p)]  # a missing -F file: ssh itself refuses to start
+    for path in files:
+        found = text_problem(path)
+        if found:
+            return found
+    todo, seen = [destination], set[str]()
+    while todo and len(seen) < 16:
+        host = todo.pop()
+        if host in seen or host.startswith("-"):
+            continue
+        seen.add(host)
+        try:
+            done = subprocess.run(["ssh", "-G", *(["-F", ssh_config] if ssh_config else []), "--", host],
+                                  capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"cannot read ssh's configuration for {host} (ssh -G): {exc}"
+        if done.returncode != 0:  # a configuration ssh cannot read: ssh itself fails and says why
+            return None
+        found, jumps = effective_problem(done.stdout, host)
+        if found:
+            return found if host == destination else f"{found} (ProxyJump {host}, a jump host of {destination})"
+        todo += jumps
+    _judged.add((ssh_config, destination))
+    return None
+
+
+def check(ssh_config: str | None, destination: str) -> None:
+    """Refuse (77) a destination for which ssh would load something another user can change."""
+    found = problem(ssh_config, destination)
+    if found:
+        from ..report.outcome import Refused
+
+        raise Refused(f"{found}; refusing to run ssh for {destination} (nothing was run there)")
