@@ -103,6 +103,12 @@ class World:
         out = self.cluster.slurm.run("squeue", "-h", "-n", f"vq-confirm-{self.program}", "-o", "%T").stdout
         return out.split()[0] if out.split() else None
 
+    def entry(self, receipt: dict) -> dict:
+        """The vqAdmin facts of the run's entry in the host's record (CONTRACT section 12)."""
+        name = receipt["record"]["entry"]
+        record = self.cluster.sshd.agent_state("cluster") / "vq-admin-agent" / "record" / self.program
+        return json.loads((record / name).read_text())["predicate"]["vqAdmin"]
+
     def first_install(self) -> dict:
         done = self.update(self.a, "--cluster-install")
         assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -130,6 +136,10 @@ def test_a_good_generation_is_confirmed_by_a_job_that_ran_its_launcher(tmp_path,
     assert f"launcher {launcher} computed 332833500 in job {confirm['job_id']}" in confirm["output"]["stdout"]
     assert (Path(confirm["attempt_dir"]) / "stdout").read_text() == confirm["output"]["stdout"]
     assert w.current() == w.b and w.launcher().stdout.strip() == launcher
+    # the host's record keeps the confirmation, as Slurm reported it for this run's job
+    assert w.entry(receipt)["confirm"] == {
+        "sha": w.b, "status": "passed", "job_id": confirm["job_id"], "state": "COMPLETED", "exit_code": 0,
+        "node": confirm["node"], "metrics": {"seconds_per_step": "1.0"}, "accepted_regression": None, "reason": None}
     # the cron no-op: no job when the generation is already confirmed
     again = ok(w.update(w.b))
     assert again["outcome"] == "already-current" and "confirm" not in again
@@ -150,6 +160,10 @@ def test_a_failing_confirmation_reverts_and_the_queue_keeps_the_previous_launche
         "from": w.b, "to": w.a, "proven": True, "activate_exit_code": 0}
     assert receipt["confirm"]["exit_code"] == 3 and receipt["confirm"]["state"] == "FAILED"
     assert receipt["verify"]["revert"]["proven"] is True and w.current() == w.a
+    # the record: the revert's proven generation, carrying the new SHA's failed confirmation
+    run = w.entry(receipt)
+    assert (run["sha"], run["outcome"], run["confirm"]["sha"], run["confirm"]["status"]) == (
+        w.a, "failed", w.b, "unconfirmed") and "exit code 3" in run["confirm"]["reason"]
     refused = w.launcher(w.b)
     assert refused.exit_code == 77 and "unconfirmed" in refused.stderr + refused.stdout
     assert w.launcher().stdout.strip() == previous
@@ -176,6 +190,7 @@ def test_a_metric_out_of_tolerance_reverts_naming_both_values_unless_accepted(tm
     assert receipt["reverted"]["proven"] is True
     accepted = ok(w.update(w.b, "--accept-regression", "new solver"))
     assert accepted["outcome"] == "ok" and accepted["confirm"]["accepted"]["reason"] == "new solver"
+    assert w.entry(accepted)["confirm"]["accepted_regression"] == "new solver"
     assert w.current() == w.b
 
 
