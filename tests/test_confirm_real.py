@@ -294,6 +294,9 @@ def test_a_first_install_that_fails_its_confirmation_is_unconfirmed_with_nothing
     receipt = done.json()
     assert "reverted" not in receipt and any("nothing to revert to" in e for e in receipt["errors"])
     assert w.current() == w.a and w.launcher(w.a).exit_code == 77 and w.launcher().exit_code != 0
+    run = w.entry(receipt)  # the new SHA, active and verified, recorded as unconfirmed
+    assert (run["sha"], run["outcome"], run["confirm"]["sha"], run["confirm"]["status"]) == (
+        w.a, "failed", w.a, "unconfirmed")
     # the generation active before the next one is itself unconfirmed: never a revert target
     w.behave(w.b, exit=3)
     second = w.update(w.b)
