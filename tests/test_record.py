@@ -171,12 +171,13 @@ def test_a_driver_with_confirm_command_adopts_only_entries_with_a_passed_confirm
     assert adopt(state, "h", "toy", [bare], True, skipped) == [] and state.read_record(
         "runtime", "h", "toy", "last-ok") is None
     assert skipped == [f"{bare.name}: unconfirmed: it carries no passed confirmation"]  # type: ignore[attr-defined]
-    assert adopt(state, "h", "toy", [bare], False) == [bare.name]  # type: ignore[attr-defined]
+    assert adopt(state, "h", "toy", [bare], False, []) == [bare.name]  # type: ignore[attr-defined]
     _, failed = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="unconfirmed", reason="FAILED"))
-    assert adopt(state, "h", "toy", [failed], False) == []  # never evidence, whatever the profile
+    assert adopt(state, "h", "toy", [failed], False, skipped) == []  # never evidence, whatever the profile
+    assert skipped[-1].endswith("unconfirmed: its confirmation failed (FAILED)")
     metrics = {"seconds_per_step": 1.5}
     name, good = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="passed", job_id="9", metrics=metrics))
-    assert adopt(state, "h", "toy", [good], True) == [name]
+    assert adopt(state, "h", "toy", [good], True, []) == [name]
     assert state.read_record("runtime", "h", "toy", "last-ok")["sha"] == b  # type: ignore[index]
     # the imported confirmation is this driver's baseline, but never re-signed as this driver's own
     assert confirmation.baseline(state, "h", "toy", b) == {"seconds_per_step": "1.5"}

@@ -197,8 +197,8 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
     profile = config.hosts[host].runtimes.get(program or "") if host in config.hosts else None
-    new = [Imported.from_json(line, "record entry") for line in lines]
-    adopted = adopt(state, host, program, new, profile is not None and profile.confirm is not None, rejected)
+    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
+                    profile is not None and profile.confirm is not None, rejected) if lines else []
     if adopted:
         section["evidence"] = adopted
     if rejected:
@@ -219,8 +219,8 @@ def evidence_of(entry: Imported, run: Run) -> dict[str, Any]:
             "driver": run.driver, "signer": entry.verdict.principal}
 
 
-def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], confirm: bool = False,
-          skipped: list[str] | None = None) -> list[str]:
+def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], confirm: bool,
+          skipped: list[str]) -> list[str]:
     """Make the accepted verification summaries among *new* entries of other drivers this driver's evidence
     (CONTRACT section 12): the registry holds their launchers, and LAST OK / LAST GOOD follow the newest
     (when newer than this driver's LAST OK).  Never one whose own SHA's confirmation failed, nor, when this
@@ -239,7 +239,7 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
             continue
         why = run.unconfirmed(confirm)
         if why is not None:
-            (skipped if skipped is not None else []).append(f"{entry.name}: {why}")
+            skipped.append(f"{entry.name}: {why}")
             continue
         if registry.pruned(state.root, host, program, run.sha) is not None:
             continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
