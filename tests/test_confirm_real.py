@@ -284,6 +284,10 @@ def test_a_confirmation_that_passes_after_its_driver_was_killed_is_taken_by_the_
     taken = ok(wait_until(lambda: (r := w.update(w.b)).exit_code != 75 and r, 120, interval=0.5))
     assert taken["outcome"] == "already-current" and taken["previous_attempt"]["confirm"]["passed"] is True
     assert w.current() == w.b and w.b in w.launcher().stdout
+    # the reconciled confirmation rides on that run's entry: the killed driver's job, as Slurm reported it
+    confirm = w.entry(taken)["confirm"]
+    assert (confirm["sha"], confirm["status"], confirm["job_id"]) == (
+        w.b, "passed", taken["previous_attempt"]["confirm"]["job_id"])
 
 
 def test_a_first_install_that_fails_its_confirmation_is_unconfirmed_with_nothing_to_revert_to(tmp_path, real_cluster):
