@@ -237,7 +237,8 @@ def test_legacy_pin_remedy_is_the_documented_one(world):
 
 def test_check_on_host_refuses_a_changed_launcher(world):
     Path(world["B"]).write_bytes(b"#!/bin/sh\necho not B\n")
-    assert vq(world, "launcher", "vibeqc", "cluster").exit_code == 0  # the registry alone cannot see it
+    plain = vq(world, "launcher", "vibeqc", "cluster")  # visible on this driver: changed bytes are seen (CONTRACT 12)
+    assert plain.exit_code == 77 and "refused (launcher-gone): " in plain.stderr and "changed:" in plain.stderr
     done = vq(world, "launcher", "vibeqc", "cluster", "--check-on-host")
     assert (done.exit_code, done.stdout) == (77, "")
     assert "refused (launcher-changed)" in done.stderr and world["sumB"] in done.stderr

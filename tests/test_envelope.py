@@ -162,6 +162,16 @@ CASES: dict[tuple[str, ...], dict[str, Case]] = {
         "no-scheduler": lambda w: ["references", "vibeqc", "login2", "--json"],
         "bad-name": lambda w: ["references", "vibe/qc", "cluster", "--json"],
     },
+    ("jobs",): {
+        "no-scheduler": lambda w: ["jobs", "vibeqc", "cluster", "--json"],
+        "bad-since": lambda w: ["jobs", "vibeqc", "cluster", "--since", "yesterday", "--json"],
+    },
+    ("quarantine",): {
+        "no-reason": lambda w: ["quarantine", "vibeqc", "cluster", "c" * 40, "--json"],
+        "no-scheduler": lambda w: ["quarantine", "vibeqc", "cluster", "c" * 40, "--reason", "bad", "--json"],
+        "hold-without-scheduler": lambda w: ["quarantine", "vibeqc", "cluster", "c" * 40, "--reason", "bad",
+                                             "--hold-jobs", "--json"],
+    },
     ("rollback",): {
         "no-last-good-refused": lambda w: ["rollback", "vibeqc", "cluster", "--json"],
         "to-unverified-refused": lambda w: ["rollback", "vibeqc", "cluster", "--to", "c" * 40, "--json"],
@@ -216,6 +226,11 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "launcher|other-sha-refused": ("launcher-binding", "refused"),
     "references|no-scheduler": ("error", "failed"),
     "references|bad-name": ("error", "usage"),
+    "jobs|no-scheduler": ("jobs", "failed"),  # the uses are printed; the scheduler's jobs are not known
+    "jobs|bad-since": ("error", "usage"),
+    "quarantine|no-reason": ("error", "usage"),
+    "quarantine|no-scheduler": ("quarantine", "failed"),  # recorded; the jobs are not known (census_error)
+    "quarantine|hold-without-scheduler": ("quarantine", "failed"),  # nothing could be held
     "rollback|no-last-good-refused": ("receipt", "refused"),
     "rollback|to-unverified-refused": ("receipt", "refused"),
     "prune|dry-run-no-scheduler": ("receipt", "refused"),

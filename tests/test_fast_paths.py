@@ -36,18 +36,22 @@ TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin
              "vq_admin.core.securepath", "vq_admin.core.names",
              # the one home of identifiers, default paths and exit statuses
              "vq_admin.core.identifiers", "vq_admin.core.default_paths", "vq_admin.core.exits"}
+#: Every lookup records its use and checks a launcher visible here (CONTRACT 12, 14).
+RECORD_OWN = {"vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps"}
+#: The C modules of the standard library the use record needs (its lock and its user name).
+RECORD_C = {"fcntl", "pwd"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
                 "vq_admin.commands.launcher", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
                 "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
-                "vq_admin.launcher.plain_lookup"} | TRUST_OWN
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
                 "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
-                "vq_admin.launcher.plain_lookup"} | TRUST_OWN
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN
 #: The launcher's plain success (vq_admin.launcher.plain_lookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
 PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs", "vq_admin.launcher",
              "vq_admin.launcher.plain_lookup", "vq_admin.launcher.immutable", "vq_admin.core.names",
-             "vq_admin.core.default_paths", "vq_admin.core.securepath"}
+             "vq_admin.core.default_paths", "vq_admin.core.securepath"} | RECORD_OWN
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
              "vq_admin.core.securepath",  # the launcher's path is checked before it is hashed
@@ -85,7 +89,7 @@ def registered_state(tmp_path: Path) -> Path:
 
 def check_import_set(found: set[str], json_set: set[str], own: set[str]) -> None:
     assert not [m for m in found if m in NEVER or m.split(".")[0] in NEVER], sorted(found)
-    extra = {m for m in found - json_set if not m.startswith("vq_admin")} - {"__future__"}
+    extra = {m for m in found - json_set if not m.startswith("vq_admin")} - {"__future__"} - RECORD_C
     assert not extra, f"imports beyond json's: {sorted(extra)}"
     assert {m for m in found if m.startswith("vq_admin")} <= own, sorted(found)
 
@@ -98,7 +102,7 @@ def test_the_launcher_entry_imports_only_its_own_modules(tmp_path, words):
     found, json_set = imported_by(code, env={"VQ_ADMIN_STATE_DIR": str(state),
                                              "VQ_ADMIN_CONFIG": str(tmp_path / "absent.toml")})
     check_import_set(found, json_set, PLAIN_OWN)
-    assert found - {"__future__"} == PLAIN_OWN  # nothing beyond a bare interpreter's: no re, json, enum
+    assert found - {"__future__"} - RECORD_C == PLAIN_OWN  # nothing beyond a bare interpreter's: no re, json, enum
 
 
 @pytest.mark.parametrize("words", [["--expected-sha", "b" * 40], ["--json"], ["--path", "/x"]],

@@ -23,7 +23,9 @@ LAUNCHER = f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
 #: Imported by the plain ``vq admin launcher`` success beyond a bare interpreter's start.
 PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs",
          "vq_admin.core.securepath", "vq_admin.launcher", "vq_admin.launcher.immutable",
-         "vq_admin.launcher.plain_lookup", "vq_admin.core.default_paths", "vq_admin.core.names"}
+         "vq_admin.launcher.plain_lookup", "vq_admin.core.default_paths", "vq_admin.core.names",
+         "vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps",
+         "fcntl", "pwd"}  # the use record and the visible-launcher check: two C modules of the standard library
 
 
 @pytest.fixture(scope="module")

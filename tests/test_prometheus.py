@@ -83,6 +83,14 @@ def test_metrics_of_real_runs(site):
     assert one(families, "vq_admin_last_run_timestamp_seconds", **labels) == epoch(bad.json()["finished_at"]) >= ok_at
     assert one(families, "vq_admin_last_ok_timestamp_seconds", **labels) == ok_at
 
+    # every lookup's use, per generation, with the time of the last one
+    for job in ("1", "2", None):
+        assert run_vq("launcher", "vibeqc", "cluster", *(["--job", job] if job else []), config=config,
+                      state=state).exit_code == 0
+    families = samples(run_vq_inprocess("status", "--prometheus", config=config, state=state).stdout)
+    assert one(families, "vq_admin_runtime_uses", host="cluster", program="vibeqc", sha=sha) == 3
+    assert 0 <= time.time() - one(families, "vq_admin_runtime_last_use_timestamp_seconds", sha=sha) < 600
+
     # HOST narrows, as for the table and --json.
     assert run_vq_inprocess("status", "elsewhere", "--prometheus", config=config, state=state).stdout.count("{") == 0
 

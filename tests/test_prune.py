@@ -67,23 +67,23 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
     job, output = submit_held_selftest(real_cluster, launcher, tmp_path)
     try:
         before = tree_digest(root)
-        dry = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--dry-run", "--json")
+        dry = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--dry-run", "--json")
         assert dry.exit_code == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
         plan = dry.json()
         assert plan["dry_run"] is True and sorted(plan["prune"]["would_remove"]) == site.shas("BC")
         assert plan["prune"]["keep"][sha["A"]] == [f"job {job} (PENDING)"]
         assert tree_digest(root) == before, "--dry-run changed the runtime root"
-        text = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--dry-run")
+        text = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--dry-run")
         print("dry run:\n" + text.stdout)
         lines = text.stdout.splitlines()
         assert text.exit_code == 0 and lines[0] == ("vq-admin: dry run: prune vibeqc on cluster keeps 3 generation(s) "
                                                     "and would remove 2; nothing is called")
-        assert f"  keep      {sha['A']}  job {job} (PENDING)" in lines
-        assert f"  keep      {sha['E']}  active, last-ok, recent (1 of 1)" in lines
+        assert any(line.startswith(f"  keep      {sha['A']}  job {job} (PENDING)  (last use: 20") for line in lines)
+        assert f"  keep      {sha['E']}  active, last-ok, recent (1 of 1)  (last use: none recorded)" in lines
         assert sorted(line for line in lines if line.startswith("  remove ")) == [
-            f"  remove    {s}" for s in site.shas("BC")]
+            f"  remove    {s}  (last use: none recorded)" for s in site.shas("BC")]
 
-        done = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--json")
+        done = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--json")
         receipt = done.json()
         print("\nprune receipt:\n" + json.dumps(receipt, indent=2, sort_keys=True))
         assert done.exit_code == 0, done.stdout[-4000:] + done.stderr[-3000:]

@@ -114,8 +114,10 @@ class Binding:
 
 def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None, path: str | None = None,
                      state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
-                     check_on_host: bool = False, timeout: float = 60.0) -> Binding:
-    """The verified immutable launcher of *program* on *host*, or :class:`LauncherRefused`.
+                     check_on_host: bool = False, timeout: float = 60.0, job: str | None = None) -> Binding:
+    """The verified immutable launcher of *program* on *host*, or :class:`LauncherRefused`; its use is
+    recorded (:mod:`vq_admin.launcher.uses`: time, program, host, SHA, launcher, *job*, user) before it
+    is returned, and a use that cannot be recorded is refused (``use-unrecorded``).
 
     *expected_sha*: refuse unless evidence exists for exactly this SHA (an
     older generation that was verified and is still registered resolves; its
@@ -126,6 +128,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     """
     _name(program, "program")
     _name(host, "host")
+    _job(job)
     sha = None
     if expected_sha is not None:
         if not isinstance(expected_sha, str) or not FULL_SHA_RE.match(expected_sha):
@@ -141,7 +144,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     if path is None and not check_on_host:
         plain = plain_resolve(root, host, program, sha)  # a few system calls; None: the full lookup decides
         if plain is not None:
-            return _binding(plain[1], host, program, plain[0], False)
+            return _used(root, _binding(plain[1], host, program, plain[0], False), job)
     latest, entry = _resolve(root, host, program, sha)
     if latest is None:  # no evidence under this name: an alias, or nothing yet
         canonical = _canonical_host(root, program, host, config_path)
@@ -149,6 +152,12 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest, root)
+    mark = _registry_call(registry.quarantined, root, canonical, program, entry["sha"])
+    if mark is not None:
+        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
+                              f"bind the job to another generation; vq admin jobs {program} {canonical} --sha "
+                              f"{entry['sha']} lists what used it; vq admin quarantine {program} {canonical} "
+                              f"{entry['sha']} --lift ends the quarantine")
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
@@ -161,7 +170,55 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             check_launcher_on_host(entry, config_path, timeout)
         except ReadbackRefused as exc:
             raise LauncherRefused(exc.code, exc.reason, exc.remedy) from None
-    return _binding(entry, canonical, program, latest, bool(check_on_host))
+    _refuse_gone(root, canonical, program, entry)
+    return _used(root, _binding(entry, canonical, program, latest, bool(check_on_host)), job)
+
+
+def _refuse_gone(root: str, host: str, program: str, entry: Mapping[str, Any]) -> None:
+    """:class:`LauncherRefused` (``launcher-gone``) when the launcher's path is visible here and is missing or
+    changed (:mod:`vq_admin.launcher.present`): never exit 0 with a dead path."""
+    from .launcher.present import launcher_problem_here
+    from .state.tree import PrivateTree, UnsafeState
+
+    try:
+        fd = PrivateTree(root).open_dir(["registry", host, program], create=False)
+    except UnsafeState as exc:
+        raise _corrupt(exc, program, host) from None
+    if fd is None:
+        return
+    try:
+        problem = launcher_problem_here(fd, entry["sha"], entry["launcher"], entry["launcher_sha256"])
+    finally:
+        os.close(fd)
+    if problem:
+        raise LauncherRefused("launcher-gone", f"{program} {entry['sha']} on {host}: {problem}",
+                              f"do not submit with it: bind the job to another generation (vq admin jobs {program} "
+                              f"{host} shows what uses it), or deploy it again: vq admin update {program} {host} "
+                              f"--expected-sha {entry['sha']}")
+
+
+def _used(root: str, binding: Binding, job: str | None) -> Binding:
+    """*binding*, its use recorded; :class:`LauncherRefused` (``use-unrecorded``) when it cannot be."""
+    from .launcher.plain_lookup import record_use
+
+    if record_use(root, binding.host, binding.program, binding.sha, binding.launcher, job):
+        return binding
+    from .launcher.uses import append
+    from .state.tree import PrivateTree, UnsafeState
+
+    try:  # the state home behind a symlink, or a refusal to word
+        rfd = PrivateTree(root).open_dir([], create=True)
+        assert rfd is not None
+        try:
+            append(rfd, binding.host, binding.program, binding.sha, binding.launcher, job)
+        finally:
+            os.close(rfd)
+    except (OSError, ValueError, UnsafeState) as exc:
+        raise LauncherRefused("use-unrecorded", f"the use of {binding.launcher} could not be recorded in "
+                              f"{root}/uses/{binding.host}/{binding.program}: {exc}",
+                              "make the state directory writable (a use that is not recorded could be pruned "
+                              "from under the job), then submit again") from None
+    return binding
 
 
 def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str | None, dict[str, Any] | None]:
@@ -172,6 +229,13 @@ def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str |
         raise LauncherRefused("pruned", f"{program} on {host}: {exc}",
                               f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy "
                               f"this one again: vq admin update {program} {host} --expected-sha {exc.sha}") from None
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
+
+
+def _registry_call(call: Any, root: str, host: str, program: str, sha: str) -> Any:
+    try:
+        return call(root, host, program, sha)
     except registry.RegistryError as exc:
         raise _corrupt(exc, program, host) from None
 
@@ -225,7 +289,7 @@ def _pin_target(pin: dict[str, Any], program: str | None, host: str | None, stat
 
 def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
               state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
-              check_on_host: bool = False, timeout: float = 60.0) -> Binding:
+              check_on_host: bool = False, timeout: float = 60.0, job: str | None = None) -> Binding:
     """Validate a pin recorded at submission, at dispatch time; fail closed.
 
     *pin* is what :meth:`Binding.pin` returned (a dict, or its JSON text).
@@ -233,6 +297,7 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
     launcher through ``current`` or without the full SHA -- are refused with
     code ``legacy-pin`` and the remedy; so is anything unrecognised.
     """
+    _job(job)
     pin = _pin_document(pin, program, host)
     program, host, sha, remedy = _pin_target(pin, program, host, state_dir, config_path)
     launcher = pin.get("launcher")
@@ -244,7 +309,7 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
         raise LauncherRefused(code, f"the pin's launcher is not an immutable per-SHA launcher: {problem}", remedy)
     try:
         binding = resolve_launcher(program, host, expected_sha=sha, path=launcher, state_dir=state_dir,
-                                   config_path=config_path, check_on_host=check_on_host, timeout=timeout)
+                                   config_path=config_path, check_on_host=check_on_host, timeout=timeout, job=job)
     except BindingUsageError as exc:
         raise LauncherRefused("legacy-pin", f"the pin is malformed: {exc.message}", remedy) from None
     attested = pin.get("launcher_sha256")
@@ -324,6 +389,15 @@ def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
         raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string",
                               _legacy_remedy("PROGRAM", "HOST", "SHA"))
     return value if value is not None else given
+
+
+def _job(job: str | None) -> None:
+    if job is not None:
+        from .launcher.uses import ref_problem
+
+        problem = ref_problem(job)
+        if problem:
+            raise BindingUsageError(problem)
 
 
 def _name(value: object, what: str) -> None:

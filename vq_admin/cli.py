@@ -167,6 +167,8 @@ def build_parser(prog: str = "vq admin") -> Parser:
                    "bare SHA) at dispatch time; legacy and mutable pins are refused")
     p.add_argument("--check-on-host", action="store_true",
                    help="re-hash the launcher on the login host; refuse unless it has the attested SHA-256")
+    p.add_argument("--job", metavar="REF", help="the queue's job reference, recorded with this use (every lookup "
+                   "records its use; vq admin jobs lists them)")
     _common(p)
     p.set_defaults(func="commands.launcher")
 
@@ -176,6 +178,29 @@ def build_parser(prog: str = "vq admin") -> Parser:
     p.add_argument("host", metavar="HOST")
     _common(p)
     p.set_defaults(func="commands.references")
+
+    p = sub.add_parser("jobs", help="which jobs used each generation (recorded uses) and which reference it now "
+                       "(the scheduler)")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--sha", metavar="SHA", help="only this generation (a full commit SHA)")
+    p.add_argument("--since", metavar="UTC", help="only uses at or after this UTC date or time (2026-11-30, "
+                   "2026-11-30T10:00:00Z)")
+    _common(p, "print one JSON document (schema vq-admin/jobs/1) on stdout")
+    p.set_defaults(func="commands.jobs")
+
+    p = sub.add_parser("quarantine", help="stop further use of a generation (launcher, update and rollback refuse "
+                       "it), list the jobs using it, optionally hold the pending ones; --lift ends it")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("sha", metavar="SHA")
+    p.add_argument("--reason", metavar="TEXT", help="why (required, except with --lift); launcher refusals say "
+                   "'quarantined: TEXT'")
+    p.add_argument("--hold-jobs", action="store_true", help="hold the pending jobs that reference SHA (scontrol "
+                   "hold); running jobs are never touched")
+    p.add_argument("--lift", action="store_true", help="end the quarantine")
+    _common(p, "print one JSON document (schema vq-admin/quarantine/1) on stdout")
+    p.set_defaults(func="commands.quarantine")
 
     p = sub.add_parser("rollback", help="re-activate an earlier verified generation (LAST GOOD, or --to SHA)")
     p.add_argument("program", metavar="PROGRAM")
@@ -190,6 +215,8 @@ def build_parser(prog: str = "vq admin") -> Parser:
     p.add_argument("host", metavar="HOST")
     p.add_argument("--keep", metavar="N", type=int, default=3,
                    help="also keep the N most recent distinct verified generations (default 3)")
+    p.add_argument("--used-within", metavar="DAYS", type=float, default=14.0,
+                   help="also keep every generation with a use recorded within DAYS days (default 14)")
     p.add_argument("--forget-driver", metavar="ID", help="drop the retired driver ID's roots (USER@HOST/<8 hex>), "
                    "recorded on the host's record")
     _lane_options(p, "print the keep set and reasons; remove nothing")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 #: ``vq admin launcher`` options that take a value, and the attribute each sets.
 _VALUED = {"--expected-sha": "expected_sha", "--path": "path", "--pin": "pin", "--config": "config",
-           "--state-dir": "state_dir"}
+           "--state-dir": "state_dir", "--job": "job"}
 #: ``vq admin launcher`` flags.
 _FLAGS = {"--json": "json", "--check-on-host": "check_on_host"}
 
@@ -58,7 +58,7 @@ def launcher(words: list[str], prog: str) -> int | None:
         if args.pin is None and args.path is None and not args.check_on_host and not args.json:
             from .launcher.plain_lookup import plain_launcher
 
-            found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir)
+            found = plain_launcher(args.program, args.host, args.expected_sha, args.state_dir, args.job)
             if found is not None:  # what the full command prints; anything else is decided by it
                 sys.stdout.write(found + "\n")
                 sys.stdout.flush()

@@ -1,7 +1,9 @@
-"""``vq admin launcher PROGRAM HOST [--expected-sha SHA] [--path PATH] [--pin PIN] [--check-on-host] [--json]``.
+"""``vq admin launcher PROGRAM HOST [--expected-sha SHA] [--path PATH] [--pin PIN] [--check-on-host] [--job REF]
+[--json]``.
 
-Prints the verified immutable launcher (one line, or one JSON document) and
-exits 0, or exits 77 with the reason and the remedy on stderr and no launcher
+Prints the verified immutable launcher (one line, or one JSON document), its use recorded
+(:mod:`vq_admin.launcher.uses`, with REF under ``--job``), and exits 0, or exits 77 with the reason and the
+remedy on stderr and no launcher
 on stdout (with ``--json``: only the refusal document).  The queue driver
 runs this for every job it submits and again at dispatch (``--pin``), so this
 module imports :mod:`vq_admin.bindings` and nothing heavy: no argparse (the
@@ -30,11 +32,11 @@ def run(args: argparse.Namespace | LauncherArgs) -> int:
     try:
         if args.pin is not None:
             binding = check_pin(args.pin, program=args.program, host=args.host, state_dir=args.state_dir,
-                                config_path=args.config, check_on_host=args.check_on_host)
+                                config_path=args.config, check_on_host=args.check_on_host, job=args.job)
         else:
             binding = resolve_launcher(args.program, args.host, expected_sha=args.expected_sha, path=args.path,
                                        state_dir=args.state_dir, config_path=args.config,
-                                       check_on_host=args.check_on_host)
+                                       check_on_host=args.check_on_host, job=args.job)
     except LauncherRefused as exc:
         from ..report.output import safe_text
 

@@ -1,4 +1,4 @@
-"""``vq admin prune PROGRAM HOST [--keep N] [--json] [--dry-run]``: remove generations nobody
+"""``vq admin prune PROGRAM HOST [--keep N] [--used-within DAYS] [--json] [--dry-run]``: remove generations nobody
 needs, through the runtime lane's one entry (see :mod:`vq_admin.lanes.prune`)."""
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ def run(args: argparse.Namespace) -> int:
     program, host_name = check_name(args.program, "PROGRAM"), check_name(args.host, "HOST")
     if args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give the number of recent verified generations to keep (0 or more)")
+    if not args.used_within >= 0:
+        raise UsageError(f"--used-within {args.used_within}: give a number of days (0 or more)")
     forget = args.forget_driver
     if forget is not None and not DRIVER_ID_RE.fullmatch(forget):
         raise UsageError(f"--forget-driver {forget!r}: give a driver id, USER@HOST/<8 hex> (vq admin history HOST "
                          "names each driver)")
     return run_lane(args, ("runtime", host_name, program), None, None,
-                    partial(build_lane, host_name=host_name, program=program, keep=args.keep, forget=forget),
-                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep}})
+                    partial(build_lane, host_name=host_name, program=program, keep=args.keep, forget=forget,
+                            used_within=args.used_within),
+                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep,
+                                     "used_within_days": args.used_within}})

@@ -78,6 +78,7 @@ class LauncherArgs:
         self.pin = _text(values, "pin")
         self.config = _text(values, "config")
         self.state_dir = _text(values, "state_dir")
+        self.job = _text(values, "job")
         self.json = bool(values.get("json"))
         self.check_on_host = bool(values.get("check_on_host"))
 

@@ -14,7 +14,9 @@ One prune, in order (the same lane entry, lock and key as ``update``):
    ``prune.census.cost`` says what it asked of the scheduler;
 4. the keep set, each SHA with its reasons: ``active``, ``last-ok``,
    ``last-good``, ``recent (i of N)`` (the N most recent distinct verified
-   SHAs, from the history index) and ``job <id> (<state>)``;
+   SHAs, from the history index), ``used 2026-11-30 (2 d ago)`` (a use
+   recorded within ``--used-within`` days: :mod:`vq_admin.launcher.uses`)
+   and ``job <id> (<state>)``;
 5. ``prune``: the provider's command on the login host with that keep set
    (asked once, when the plan is made: the keep set is the list slot
    :data:`KEEP`, ``[<kept sha>]...``, filled here); its stdout is the prune
@@ -28,8 +30,9 @@ One prune, in order (the same lane entry, lock and key as ``update``):
    a read-back whose transport was interrupted is ``unknown`` (3): rerun.
 
 ``--dry-run`` runs the read-only steps 2 and 3, prints each generation kept,
-with its reasons, and each registered generation that would be removed, and
-calls nothing; its plan shows the prune command with the keep set's slot.
+with its reasons, and each registered generation that would be removed,
+each with its last recorded use (``prune.last_used``), and calls nothing; its
+plan shows the prune command with the keep set's slot.
 """
 
 from __future__ import annotations
@@ -71,8 +74,9 @@ class RuntimePrune:
     """One prune of one program on one host."""
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, keep_recent: int,
-                 forget: str | None = None):
+                 forget: str | None = None, used_within: float = 14):
         self.ctx = ctx
+        self.used_within = used_within
         #: ``--forget-driver ID``: a retired driver whose roots this prune drops, recorded on the host
         self.forget = forget
         self.host: HostConfig
@@ -95,9 +99,11 @@ class RuntimePrune:
         self.receipt = Receipt("runtime", self.host.name, program, sha, self.tag, utc_now())
         self.keep: dict[str, list[str]] = {}
         #: The receipt's ``prune`` section.
-        self.record: dict[str, Any] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent}
+        self.record: dict[str, Any] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent,
+                                       "used_within_days": used_within}
         self.receipt.prune = self.record
-        self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent)]
+        self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent),
+                              *(["--used-within", f"{used_within:g}"] if used_within != 14 else [])]
 
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
@@ -161,6 +167,7 @@ class RuntimePrune:
             self.add(last_good["sha"], "last-good")
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")
+        self.keep_used()
         self.add_roots()
         doc = self.take_census()
         for row in doc["generations"]:
@@ -213,6 +220,22 @@ class RuntimePrune:
                     break
         return found
 
+    def keep_used(self) -> None:
+        """Keep every generation with a use recorded within ``--used-within`` days (``used DAY (N d ago)``);
+        the receipt's ``prune.last_used`` names each generation's last recorded use."""
+        from ..launcher.recall import last_uses
+        from ..core.stamps import parse_utc
+        from ..launcher.uses import stamp
+
+        now = time.time()
+        cutoff = stamp(now - self.used_within * 86400)
+        found = last_uses(self.ctx.state.root, self.host.name, self.profile.program)
+        self.record["last_used"] = {sha: usage.last for sha, usage in sorted(found.items()) if usage.last}
+        for sha, usage in sorted(found.items()):
+            if usage.last and usage.last >= cutoff:
+                ago = int((now - (parse_utc(usage.last[:19] + "Z") or now)) // 86400)
+                self.add(sha, f"used {usage.last[:10]} ({ago} d ago)")
+
     def take_census(self) -> dict[str, Any]:
         """The census: its one agent call is the planned step ``census``, whose detail says what it cost."""
         step, login = self.receipt.plan.get("census"), self.ctx.login(self.host)
@@ -245,7 +268,8 @@ class RuntimePrune:
         would = self.candidates()
         self.record["would_remove"] = would  # the plan's prune step keeps its keep-set slot
         if not self.ctx.options.json:
-            print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would)), flush=True)
+            print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would,
+                                        self.record.get("last_used") or {})), flush=True)
         return conclude(self.ctx, self.receipt, Outcome.OK)
 
     def prune(self) -> Receipt:
@@ -376,19 +400,22 @@ def _hash_answer(stdout: bytes) -> dict[str, Any]:
         return {}
 
 
-def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str]) -> list[str]:
+def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str],
+               last_used: dict[str, str] | None = None) -> list[str]:
     from ..report.output import generation_lines, safe_text
 
     lines = [f"vq-admin: dry run: prune {program} on {host} keeps {len(keep)} generation(s) and would remove "
-             f"{len(would)}; nothing is called", *generation_lines(keep, would, dry_run=True)]
+             f"{len(would)}; nothing is called",
+             *generation_lines(keep, would, dry_run=True, last_used=last_used or {})]
     return [safe_text(line) for line in lines]
 
 
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None) -> RuntimePrune:
+def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None,
+               used_within: float = 14) -> RuntimePrune:
     """The lane of ``vq admin prune``: authority, then the profile's
     provider loaded."""
     from ..plugins import Providers
 
     _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
     ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep, forget)
+    return RuntimePrune(ctx, host_name, program, keep, forget, used_within)

@@ -33,6 +33,7 @@ from ..report import progress
 from .. import source
 from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
+from ..launcher import registry
 from ..context import RunContext
 from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
@@ -69,6 +70,14 @@ class RuntimeUpdate:
         if ctx.options.cluster_install and not self.profile.has_install:
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
                              f"(install_command is not configured)")
+        try:
+            mark = registry.quarantined(ctx.state.root, self.host.name, program, sha)
+        except registry.RegistryError as exc:
+            raise Refused(f"the verified-launcher registry cannot be trusted: {exc}; nothing was run") from None
+        if mark is not None:
+            raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.get('reason')}; end the "
+                          f"quarantine first: vq admin quarantine {program} {self.host.name} {sha} --lift; nothing "
+                          "was run")
         self.sha = sha
         self.requested_tag = tag
         #: the label the requested SHA was active under before this run, when not the expected one

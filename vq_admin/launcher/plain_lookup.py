@@ -26,7 +26,9 @@ lookup, applied through file descriptors):
   read with the registry's size bound;
 * each is the flat JSON object the registry writes (:func:`flat_object`), the
   pointer names a full SHA, the entry passes :func:`entry_problem`;
-* ``pruned/<sha>.json`` and ``conflicts/<sha>.json`` are absent.
+* ``pruned/<sha>.json``, ``conflicts/<sha>.json`` and ``quarantined/<sha>.json`` are absent;
+* where the launcher's path is visible here, it is there with its attested bytes
+  (:mod:`vq_admin.launcher.present`: one ``stat`` against the cached one).
 
 Standard library only; the entry point :mod:`vq_admin.entry` imports it before
 anything else of vq-admin.
@@ -40,6 +42,7 @@ from ..core import default_paths as paths
 from ..core.securepath import open_trusted_dir, read_trusted_file
 from ..core.names import is_full_sha, is_name, is_sha256
 from .immutable import launcher_problem
+from .present import launcher_problem_here
 
 SCHEMA = "vq-admin/launcher/1"
 POINTER_SCHEMA = "vq-admin/launcher-latest/1"
@@ -180,7 +183,10 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         entry = _read(dfd, wanted + ".json")
         if entry is None or entry_problem(entry, host, program, wanted) is not None:
             return None
-        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)):
+        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)
+                and absent(dfd, "quarantined", wanted)):
+            return None
+        if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
             return None
         return latest, entry
     except (OSError, ValueError):
@@ -189,14 +195,35 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         os.close(dfd)
 
 
-def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None) -> str | None:
-    """The launcher ``vq admin launcher PROGRAM HOST [--expected-sha SHA]`` prints, when the
-    plain case holds; ``None`` sends the caller to the full command."""
-    found = plain_resolve(state_root(state_dir), host, program, expected_sha)
+def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None,
+                   job: str | None = None) -> str | None:
+    """The launcher ``vq admin launcher PROGRAM HOST [--expected-sha SHA] [--job REF]`` prints, its use
+    recorded, when the plain case holds; ``None`` sends the caller to the full command."""
+    root = state_root(state_dir)
+    found = plain_resolve(root, host, program, expected_sha)
     if found is None:
         return None
-    launcher = found[1]["launcher"]
-    return launcher if isinstance(launcher, str) else None
+    launcher, sha = found[1]["launcher"], found[1]["sha"]
+    if not isinstance(launcher, str) or not isinstance(sha, str):
+        return None
+    return launcher if record_use(root, host, program, sha, launcher, job) else None
+
+
+def record_use(root: str, host: str, program: str, sha: str, launcher: str, job: str | None) -> bool:
+    """Whether the use was recorded (:mod:`vq_admin.launcher.uses`) below a state directory that passes the
+    rule level by level; ``False`` sends the caller to the full lookup, which words why not."""
+    from . import uses
+
+    rfd = open_trusted_dir(os.path.normpath(os.path.abspath(root)))
+    if rfd is None:
+        return False
+    try:
+        uses.append(rfd, host, program, sha, launcher, job)
+        return True
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(rfd)
 
 
 def _read(dfd: int, name: str) -> dict[str, str | None] | None:

@@ -14,6 +14,10 @@ state directory::
                                                   ``vq admin prune`` removed the generation;
                                                   lookups refuse it (PrunedError) until it is
                                                   deployed and verified again
+    registry/<host>/<program>/quarantined/<full sha>.json
+                                                  ``vq admin quarantine``: launcher, update and
+                                                  rollback refuse the SHA; ``--lift`` renames it
+                                                  to ``<full sha>.lifted-<ns>.json`` (kept)
 
 An entry is created with ``link(2)`` from a fully written temp file, so it is
 never half-written and never replaced: a second verification of the same SHA
@@ -125,6 +129,67 @@ def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
         return {"receipt": "?", "pruned_at": "?"}
     finally:
         os.close(sub)
+
+
+QUARANTINE_SCHEMA = "vq-admin/quarantined/1"
+
+
+def quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+    """The quarantine mark of *sha* (``reason``, ``at``, ``by``), or ``None``; an unreadable mark still
+    quarantines (its reason ``?``)."""
+    path = entry_path(state_root, host, program, sha)
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    mark = None
+    try:
+        if absent(dfd, "quarantined", sha):
+            return None
+        sub = os.open("quarantined", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            mark = _read_at(sub, sha + ".json", beside(path, "quarantined"))
+        finally:
+            os.close(sub)
+    except (OSError, RegistryError):
+        pass
+    finally:
+        os.close(dfd)
+    return mark or {"reason": "?", "at": "?", "by": "?"}
+
+
+def mark_quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str, reason: str, at: str,
+                     by: str) -> str:
+    """Quarantine *sha* here (the mark replaces an earlier one of the same SHA); its path."""
+    path = beside(entry_path(state_root, host, program, sha), "quarantined")
+    mark = {"schema": QUARANTINE_SCHEMA, "host": host, "program": program, "sha": sha, "reason": reason, "at": at,
+            "by": by}
+    _write(state_root, path, encode(mark), exclusive=False)
+    return path
+
+
+def lift_quarantine(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> str | None:
+    """End the quarantine of *sha* here: its mark is renamed ``<sha>.lifted-<ns>.json`` (kept); that path, or
+    ``None`` when it was not quarantined."""
+    dfd = _lane_fd(state_root, host, program, create=False)
+    if dfd is None:
+        return None
+    try:
+        sub = os.open("quarantined", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(dfd)
+    try:
+        import time
+
+        kept = f"{sha}.lifted-{time.time_ns()}.json"
+        os.rename(sha + ".json", kept, src_dir_fd=sub, dst_dir_fd=sub)
+        os.fsync(sub)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(sub)
+    return os.path.join(lane_dir(state_root, host, program), "quarantined", kept)
 
 
 def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> None:

@@ -42,6 +42,8 @@ SCHEMAS = {
     "check": "vq-admin/check/1",
     "check-connect": "vq-admin/check-connect/1",  # check --connect
     "references": "vq-admin/references/1",
+    "jobs": "vq-admin/jobs/1",              # jobs (recorded uses and the scheduler's jobs)
+    "quarantine": "vq-admin/quarantine/1",  # quarantine (and --lift)
     "launcher-binding": "vq-admin/launcher-binding/1",  # launcher
     "conformance": "vq-admin/conformance/1",  # provider test
     "verify": "vq-admin/verify/1",          # verify (read-only drift check)

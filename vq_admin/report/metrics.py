@@ -57,6 +57,11 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
                     "since the epoch")
     duration = gauge("vq_admin_last_run_duration_seconds", "How long the last vq-admin run of this host and "
                      "lane took, from its receipt")
+    uses = Gauge("vq_admin_runtime_uses", "Uses of this generation recorded by vq admin launcher in this state "
+                 "directory (every lookup, folded ones included; it only grows)", ("host", "program", "sha"),
+                 registry=registry)
+    last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
+                     "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
     transcript = gauge("vq_admin_transcript_complete", "1 when the last allocation build's transcript settled "
                        "complete, 0 when it is incomplete (only for runs that built in a Slurm allocation)")
     for host, lane, program, entry in _lanes(status):
@@ -78,6 +83,14 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
             duration.labels(**labels).set(finished - started)
         if (receipt.get("deploy") or {}).get("log_dir") and isinstance(receipt.get("command_output"), dict):
             transcript.labels(**labels).set(1 if receipt["command_output"].get("complete") is True else 0)
+        if lane == "runtime":
+            from ..launcher.recall import last_uses
+
+            for sha, usage in last_uses(state.root, host, program).items():
+                uses.labels(host=host, program=program, sha=sha).set(usage.count)
+                at = parse_utc(f"{usage.last[:19]}Z") if usage.last else None
+                if at is not None:
+                    last_use.labels(host=host, program=program, sha=sha).set(at)
     return registry
 
 

@@ -182,11 +182,17 @@ def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[st
     return lines
 
 
-def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run: bool = False) -> list[str]:
-    """A prune's generations: each kept, with its reasons, then each removed (or, in a dry run, to be)."""
+def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run: bool = False,
+                     last_used: dict[str, str] | None = None) -> list[str]:
+    """A prune's generations: each kept, with its reasons, then each removed (or, in a dry run, to be), each
+    with its last recorded use when *last_used* is given (the dry run)."""
     kept, gone = ("keep", "remove") if dry_run else ("kept", "removed")
-    return ([_field(kept, f"{sha}  {', '.join(keep[sha])}") for sha in sorted(keep)]
-            + [_field(gone, sha) for sha in removed])
+
+    def used(sha: str) -> str:
+        return "" if last_used is None else f"  (last use: {last_used.get(sha) or 'none recorded'})"
+
+    return ([_field(kept, f"{sha}  {', '.join(keep[sha])}{used(sha)}") for sha in sorted(keep)]
+            + [_field(gone, f"{sha}{used(sha)}") for sha in removed])
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:

@@ -1,0 +1,118 @@
+"""Recall: per generation, the recorded uses (:mod:`vq_admin.launcher.uses`) and the jobs the
+scheduler holds now that reference it (the census of :mod:`vq_admin.launcher.references`).
+
+``vq admin jobs`` prints it (schema ``vq-admin/jobs/1``); ``vq admin prune`` keeps a generation used
+within ``--used-within`` days (:func:`last_uses`); ``vq admin status --prometheus`` publishes the
+counts (:func:`last_uses` too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable
+
+from . import registry, uses
+from ..document import Count, Document, FullSha
+from ..report.outcome import UsageError
+from ..state.tree import PrivateTree
+from .references import QueuedJob
+
+SCHEMA = "vq-admin/jobs/1"
+_SINCE_RE = re.compile(r"\A(\d{4}-\d{2}-\d{2})(?:T(\d{2}:\d{2}:\d{2})Z)?\Z")
+
+
+class Uses(Document, frozen=True, kw_only=True):
+    """The recorded uses of one generation."""
+
+    count: Count  #: every recorded use (at or after ``since``), folded ones included
+    first: str | None
+    last: str | None
+    references: tuple[str, ...]  #: every job reference of the uses still in segments, sorted
+    folded: Count  #: uses counted from folded segments, whose references are no longer kept
+
+
+class GenerationJobs(Document, frozen=True, kw_only=True):
+    sha: FullSha
+    launcher: str | None
+    uses: Uses
+    jobs: tuple[QueuedJob, ...]  #: pending, running, suspended or held jobs naming it now
+
+
+class JobsReport(Document, frozen=True, kw_only=True):
+    host: str
+    program: str
+    since: str | None
+    generations: tuple[GenerationJobs, ...]
+    jobs_scanned: Count
+    census_error: str | None  #: why the scheduler could not be read completely (then exit 1)
+
+
+def since_stamp(value: str | None) -> str | None:
+    """``--since`` (``2026-11-30`` or ``2026-11-30T10:00:00Z``, UTC) as a prefix the use record compares."""
+    if value is None:
+        return None
+    found = _SINCE_RE.match(value)
+    if not found:
+        raise UsageError(f"--since {value!r}: give a UTC date or time, 2026-11-30 or 2026-11-30T10:00:00Z")
+    return f"{found.group(1)}T{found.group(2) or '00:00:00'}.000000Z"
+
+
+def read_uses(state_root: str | os.PathLike[str], host: str, program: str, shas: Iterable[str] | None = None,
+              since: str | None = None) -> dict[str, uses.Usage]:
+    """:func:`uses.read` below the state directory *state_root* (every level checked)."""
+    fd = PrivateTree(state_root).open_dir([], create=False)
+    if fd is None:
+        return {}
+    try:
+        return uses.read(fd, host, program, shas, since)
+    finally:
+        os.close(fd)
+
+
+def last_uses(state_root: str | os.PathLike[str], host: str, program: str) -> dict[str, uses.Usage]:
+    """Every generation's recorded uses (for prune's ``--used-within`` and the Prometheus counts)."""
+    return read_uses(state_root, host, program)
+
+
+def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None, since: str | None,
+           census: object) -> JobsReport:
+    """The ``jobs`` document; *census* is the :class:`~vq_admin.launcher.references.CensusScan` or the
+    :class:`~vq_admin.launcher.references.CensusError` of the host's queue."""
+    from .references import CensusError, CensusScan
+
+    launchers = {e["sha"]: e["launcher"] for e in registry.entries(state_root, host, program)}
+    found = read_uses(state_root, host, program, [sha] if sha else None, since)
+    shas = [sha] if sha else sorted(set(launchers) | set(found))
+    naming = census.jobs_naming(shas) if isinstance(census, CensusScan) else {}
+    rows = []
+    for each in shas:
+        used = found.get(each) or uses.Usage(each)
+        rows.append(GenerationJobs(
+            sha=each, launcher=launchers.get(each), jobs=tuple(naming.get(each, ())),
+            uses=Uses(count=used.count, first=used.first, last=used.last, references=tuple(sorted(used.refs)),
+                      folded=used.folded)))
+    return JobsReport(host=host, program=program, since=since, generations=tuple(rows),
+                      jobs_scanned=(census.jobs_scanned or 0) if isinstance(census, CensusScan) else 0,
+                      census_error=census.message if isinstance(census, CensusError) else None)
+
+
+def lines(doc: JobsReport, limit: int = 20) -> list[str]:
+    """The text of ``vq admin jobs``: at most *limit* references per generation (``--json`` lists all)."""
+    from ..report.output import safe_text
+
+    total = sum(g.uses.count for g in doc.generations)
+    out = [f"{doc.program} on {doc.host}: {len(doc.generations)} generation(s), {total} recorded use(s)"
+           + (f" since {doc.since}" if doc.since else "")
+           + (f"; the scheduler could not be read: {doc.census_error}" if doc.census_error else
+              f"; {doc.jobs_scanned} queued or running jobs read")]
+    for g in doc.generations:
+        u = g.uses
+        refs = ", ".join(u.references[:limit]) + (f" (+{len(u.references) - limit} more)"
+                                                  if len(u.references) > limit else "")
+        out += [f"  {g.sha}  {g.launcher or '-'}",
+                f"      uses: {u.count}" + (f", first {u.first}, last {u.last}" if u.count else "")
+                + (f" ({u.folded} folded, without references)" if u.folded else ""),
+                f"      references: {refs or '-'}",
+                "      jobs now: " + (", ".join(f"{j.id} ({j.state}, {j.user})" for j in g.jobs) or "-")]
+    return [safe_text(line) for line in out]
