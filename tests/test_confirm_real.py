@@ -254,8 +254,8 @@ def test_verify_job_is_read_only(tmp_path, real_cluster):
     w.behave(w.a, exit=3)
     broken = w.vq("verify", w.program, "cluster", "--job", "--json")
     assert broken.exit_code == 1 and "exit code 3" in broken.stdout
+    assert unchanged() == state  # before the lookup below, which keeps its own caches (registry seen/, uses)
     assert w.current() == w.a and w.launcher().exit_code == 0
-    assert unchanged() == state
 
 
 def test_the_demo_proves_its_generation_by_a_job_on_a_cluster(tmp_path, real_cluster):
