@@ -103,6 +103,12 @@ class World:
         out = self.cluster.slurm.run("squeue", "-h", "-n", f"vq-confirm-{self.program}", "-o", "%T").stdout
         return out.split()[0] if out.split() else None
 
+    def entry(self, receipt: dict) -> dict:
+        """The vqAdmin facts of the run's entry in the host's record (CONTRACT section 12)."""
+        name = receipt["record"]["entry"]
+        record = self.cluster.sshd.agent_state("cluster") / "vq-admin-agent" / "record" / self.program
+        return json.loads((record / name).read_text())["predicate"]["vqAdmin"]
+
     def first_install(self) -> dict:
         done = self.update(self.a, "--cluster-install")
         assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -130,6 +136,10 @@ def test_a_good_generation_is_confirmed_by_a_job_that_ran_its_launcher(tmp_path,
     assert f"launcher {launcher} computed 332833500 in job {confirm['job_id']}" in confirm["output"]["stdout"]
     assert (Path(confirm["attempt_dir"]) / "stdout").read_text() == confirm["output"]["stdout"]
     assert w.current() == w.b and w.launcher().stdout.strip() == launcher
+    # the host's record keeps the confirmation, as Slurm reported it for this run's job
+    assert w.entry(receipt)["confirm"] == {
+        "sha": w.b, "status": "passed", "job_id": confirm["job_id"], "state": "COMPLETED", "exit_code": 0,
+        "node": confirm["node"], "metrics": {"seconds_per_step": "1.0"}, "accepted_regression": None, "reason": None}
     # the cron no-op: no job when the generation is already confirmed
     again = ok(w.update(w.b))
     assert again["outcome"] == "already-current" and "confirm" not in again
@@ -150,6 +160,10 @@ def test_a_failing_confirmation_reverts_and_the_queue_keeps_the_previous_launche
         "from": w.b, "to": w.a, "proven": True, "activate_exit_code": 0}
     assert receipt["confirm"]["exit_code"] == 3 and receipt["confirm"]["state"] == "FAILED"
     assert receipt["verify"]["revert"]["proven"] is True and w.current() == w.a
+    # the record: the revert's proven generation, carrying the new SHA's failed confirmation
+    run = w.entry(receipt)
+    assert (run["sha"], run["outcome"], run["confirm"]["sha"], run["confirm"]["status"]) == (
+        w.a, "failed", w.b, "unconfirmed") and "exit code 3" in run["confirm"]["reason"]
     refused = w.launcher(w.b)
     assert refused.exit_code == 77 and "unconfirmed" in refused.stderr + refused.stdout
     assert w.launcher().stdout.strip() == previous
@@ -176,6 +190,7 @@ def test_a_metric_out_of_tolerance_reverts_naming_both_values_unless_accepted(tm
     assert receipt["reverted"]["proven"] is True
     accepted = ok(w.update(w.b, "--accept-regression", "new solver"))
     assert accepted["outcome"] == "ok" and accepted["confirm"]["accepted"]["reason"] == "new solver"
+    assert w.entry(accepted)["confirm"]["accepted_regression"] == "new solver"
     assert w.current() == w.b
 
 
@@ -239,8 +254,8 @@ def test_verify_job_is_read_only(tmp_path, real_cluster):
     w.behave(w.a, exit=3)
     broken = w.vq("verify", w.program, "cluster", "--job", "--json")
     assert broken.exit_code == 1 and "exit code 3" in broken.stdout
+    assert unchanged() == state  # before the lookup below, which keeps its own caches (registry seen/, uses)
     assert w.current() == w.a and w.launcher().exit_code == 0
-    assert unchanged() == state
 
 
 def test_the_demo_proves_its_generation_by_a_job_on_a_cluster(tmp_path, real_cluster):
@@ -269,6 +284,10 @@ def test_a_confirmation_that_passes_after_its_driver_was_killed_is_taken_by_the_
     taken = ok(wait_until(lambda: (r := w.update(w.b)).exit_code != 75 and r, 120, interval=0.5))
     assert taken["outcome"] == "already-current" and taken["previous_attempt"]["confirm"]["passed"] is True
     assert w.current() == w.b and w.b in w.launcher().stdout
+    # the reconciled confirmation rides on that run's entry: the killed driver's job, as Slurm reported it
+    confirm = w.entry(taken)["confirm"]
+    assert (confirm["sha"], confirm["status"], confirm["job_id"]) == (
+        w.b, "passed", taken["previous_attempt"]["confirm"]["job_id"])
 
 
 def test_a_first_install_that_fails_its_confirmation_is_unconfirmed_with_nothing_to_revert_to(tmp_path, real_cluster):
@@ -279,6 +298,9 @@ def test_a_first_install_that_fails_its_confirmation_is_unconfirmed_with_nothing
     receipt = done.json()
     assert "reverted" not in receipt and any("nothing to revert to" in e for e in receipt["errors"])
     assert w.current() == w.a and w.launcher(w.a).exit_code == 77 and w.launcher().exit_code != 0
+    run = w.entry(receipt)  # the new SHA, active and verified, recorded as unconfirmed
+    assert (run["sha"], run["outcome"], run["confirm"]["sha"], run["confirm"]["status"]) == (
+        w.a, "failed", w.a, "unconfirmed")
     # the generation active before the next one is itself unconfirmed: never a revert target
     w.behave(w.b, exit=3)
     second = w.update(w.b)

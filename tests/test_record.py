@@ -114,3 +114,78 @@ def test_signer_judges_its_paths_and_agrees_with_ssh_keygen_on_each_forgery(tmp_
         patch.setenv("SSH_AUTH_SOCK", str(sock / "agent.sock"))
         with pytest.raises(Refused, match="SSH_AUTH_SOCK"):
             Signer(Signing(key=str(keys / "site"), allowed_signers=str(allowed)))
+
+
+def _summary_entry(sha: str, driver: str, confirm: object = None) -> tuple[str, object]:
+    """An accepted verification summary of *sha* by another *driver*, carrying *confirm*."""
+    from vq_admin.record.statement import SUMMARY, Policy, Run, Statement, Subject, Summary, Verifier
+    from vq_admin.record.signing import Verdict
+    from vq_admin.record.view import Imported
+
+    launcher, digest = f"/apps/toy/bin/toy-{sha}", "d" * 64
+    run = Run(run_id="r", lane="runtime", verb="update", outcome="ok", host="h", program="toy", sha=sha,
+              started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z", driver=driver, by="u@d",
+              launcher=launcher, launcher_sha256=digest, confirm=confirm)  # type: ignore[arg-type]
+    summary = Summary(verifier=Verifier(id="v", version={}), time_verified=run.finished_at, resource_uri="git+x",
+                      policy=Policy(name="verify_command", digest={"sha256": "e" * 64}), vq_admin=run)
+    text = Statement(subject=(Subject(name=launcher, digest={"sha256": digest}),), predicate_type=SUMMARY,
+                     predicate=summary).to_text().decode()
+    name = f"0000000001-{sha[:8]}.json"
+    return name, Imported(seq=1, name=name, digest="f" * 64, statement=text, sig="S",
+                          verdict=Verdict(accepted=True, principal="admins@site"))
+
+
+def test_an_entry_carries_its_confirmation_and_only_a_passed_one_of_its_own_sha_confirms_it() -> None:
+    from vq_admin.record.statement import Confirmed, Statement
+
+    a, b = "a" * 40, "b" * 40
+    passed = Confirmed(sha=a, status="passed", job_id="17", state="COMPLETED", exit_code=0, node="n1",
+                       metrics={"seconds_per_step": "1.0"}, accepted_regression="new compiler")
+    _, entry = _summary_entry(a, "u@d/0000abcd", passed)
+    run = Statement.parse(entry.statement, "e").summary.vq_admin  # type: ignore[attr-defined, union-attr]
+    value = json.loads(entry.statement)["predicate"]["vqAdmin"]["confirm"]  # type: ignore[attr-defined]
+    assert value == {"sha": a, "status": "passed", "job_id": "17", "state": "COMPLETED", "exit_code": 0,
+                     "node": "n1", "metrics": {"seconds_per_step": "1.0"}, "accepted_regression": "new compiler",
+                     "reason": None}
+    assert run.confirm == passed and run.unconfirmed(True) is None and run.unconfirmed(False) is None
+    bare = run.replace(confirm=None)
+    assert bare.unconfirmed(False) is None
+    assert bare.unconfirmed(True) == "unconfirmed: it carries no passed confirmation"
+    failed = run.replace(confirm=Confirmed(sha=a, status="unconfirmed", reason="job 18 ended FAILED"))
+    assert failed.unconfirmed(False) == failed.unconfirmed(True) == (
+        "unconfirmed: its confirmation failed (job 18 ended FAILED)")
+    # a revert's entry: the generation gone back to, carrying the new SHA's failed confirmation
+    revert = run.replace(confirm=Confirmed(sha=b, status="unconfirmed", reason="x"))
+    assert revert.unconfirmed(False) is None and revert.unconfirmed(True) is not None
+
+
+def test_a_driver_with_confirm_command_adopts_only_entries_with_a_passed_confirmation(tmp_path: Path) -> None:
+    from vq_admin.record.statement import Confirmed
+    from vq_admin.record.view import FROM_RECORD, adopt, confirm_of
+    from vq_admin.state import confirmation
+    from vq_admin.state.records import StateDir
+
+    state, a, b = StateDir(str(tmp_path)), "a" * 40, "b" * 40
+    _, bare = _summary_entry(a, "u@d/0000abcd")
+    skipped: list[str] = []
+    assert adopt(state, "h", "toy", [bare], True, skipped) == [] and state.read_record(
+        "runtime", "h", "toy", "last-ok") is None
+    assert skipped == [f"{bare.name}: unconfirmed: it carries no passed confirmation"]  # type: ignore[attr-defined]
+    assert adopt(state, "h", "toy", [bare], False, []) == [bare.name]  # type: ignore[attr-defined]
+    _, failed = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="unconfirmed", reason="FAILED"))
+    assert adopt(state, "h", "toy", [failed], False, skipped) == []  # never evidence, whatever the profile
+    assert skipped[-1].endswith("unconfirmed: its confirmation failed (FAILED)")
+    metrics = {"seconds_per_step": 1.5}
+    name, good = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="passed", job_id="9", metrics=metrics))
+    assert adopt(state, "h", "toy", [good], True, []) == [name]
+    assert state.read_record("runtime", "h", "toy", "last-ok")["sha"] == b  # type: ignore[index]
+    # the imported confirmation is this driver's baseline, but never re-signed as this driver's own
+    assert confirmation.baseline(state, "h", "toy", b) == {"seconds_per_step": "1.5"}
+    assert confirmation.read(state, "h", "toy")[b].receipt == FROM_RECORD + name
+    assert confirm_of(state, "h", "toy", b) is None
+    confirmation.record(state, "h", "toy", a, confirmation.ConfirmEntry(status="passed", job_id="3", state="COMPLETED",
+                                                                       exit_code=0, metrics={"m": 2}))
+    assert confirm_of(state, "h", "toy", a) == Confirmed(sha=a, status="passed", job_id="3", state="COMPLETED",
+                                                          exit_code=0, metrics={"m": 2})
+    confirmation.record(state, "h", "toy", a, confirmation.ConfirmEntry(status="pending", job_id="4"))
+    assert confirm_of(state, "h", "toy", a) is None

@@ -179,6 +179,15 @@ def test_signed_entries_are_evidence_across_drivers_and_forgeries_never_are(
     assert b_run["exit_code"] == 0 and b_run["record"]["evidence"] == [site.entries()[0].name]
     b_launcher = b_run["verify"]["final"]["receipt"]["active_path"]
 
+    # a driver whose profile has confirm_command takes neither (no passed confirmation), naming why
+    confirming = write_config(tmp_path / "confirm.toml", site.config.read_text().replace(
+        "verify_timeout_seconds = 120\n", 'verify_timeout_seconds = 120\nconfirm_command = "/bin/true"\n'))
+    seen = run_vq("history", "cluster", site.program, "--json", config=confirming, state=tmp_path / "state-c")
+    summaries = [r for r in seen.json()["runs"] if r["verb"] == "update"]
+    assert seen.exit_code == 0 and len(summaries) == 2 and all(
+        not r["evidence"] and r["reason"] == "unconfirmed: it carries no passed confirmation" for r in summaries)
+    assert not (tmp_path / "state-c" / "hosts" / "cluster" / "runtime" / site.program / "last-ok.json").exists()
+
     # A's next verify reads B's entry: A's LAST OK, status and launcher follow B's verified generation
     verify = site.vq("A", "verify", site.program, "cluster")
     assert verify["exit_code"] == 0, json.dumps(verify["hosts"], indent=1)[:3000]

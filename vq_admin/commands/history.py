@@ -94,18 +94,22 @@ def host_runs(config: Config, state: StateDir, host: str, programs: list[str | N
     signing, me = view.signer(config.signing), view.driver_id(state)
     rows: list[dict[str, Any]] = []
     for program in programs:
+        profile = config.hosts[host].runtimes.get(program or "")
         for entry in view.entries(state, host, program):
             verdict, statement = view.verdict_now(entry, signing), entry.parsed()
             summary = statement.summary if statement is not None else None
             run = summary.vq_admin if summary is not None else None
             driver = run.driver if run else getattr(statement.predicate, "driver", None) if statement else None
             who = "this driver" if driver == me else (run.by if run else str(driver or "unknown"))
+            why = run.unconfirmed(profile is not None and profile.confirm is not None) if run else None
             who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
+            who += f" ({why})" if why else ""
             rows.append({"finished_at": run.finished_at if run else None, "lane": "runtime" if program else "helper",
                          "verb": run.verb if run else statement.predicate_type.rsplit(":", 2)[-2] if statement
                          else None, "host": host, "program": program, "outcome": run.outcome if run else None,
                          "expected_sha": run.sha if run else None, "tag": run.tag if run else None,
                          "entry": entry.name, "driver": driver, "by": run.by if run else None,
-                         "signer": verdict.principal, "evidence": verdict.accepted, "reason": verdict.reason,
+                         "signer": verdict.principal, "evidence": verdict.accepted and not why,
+                         "reason": verdict.reason or why,
                          "who": who})
     return sorted(rows, key=lambda row: (str(row["finished_at"] or ""), row["entry"]), reverse=True)

@@ -36,7 +36,8 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
-    and is what LAST OK becomes; *recorded* (a prune's proven active generation) goes to the host's
+    and is what LAST OK becomes; *recorded* (a prune's proven active generation; a failed
+    confirmation's proven revert target, or its unconfirmed SHA when nothing was reverted) goes to the host's
     record only, as *verified* does, and moves nothing here.  A run refused before its lane started
     (*lane_started* false: no authority, no such profile) gets a receipt and a
     log line but leaves the lane's records alone; so does a usage error (exit 2: a

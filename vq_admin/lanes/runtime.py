@@ -315,7 +315,7 @@ class RuntimeUpdate:
         if self.previous is None:
             self.receipt.errors.append(f"confirm: nothing to revert to (no earlier generation may be made current); "
                                        f"{self.sha} stays active and unconfirmed: the queue is not given it")
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+            return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=self.verified_identity(found))
         prev = self.previous
         request = replace(self.request(archive=None), expected_sha=prev.sha, tag=prev.tag)
         steps = plan_verify(self.ctx, self.receipt.plan, "revert-verify", self.host, self.profile, request)
@@ -326,7 +326,8 @@ class RuntimeUpdate:
                                  "activate_exit_code": revert.get("exit_code")}
         if proof.proven:
             self.ctx.narrate(f"reverted {self.profile.program} on {self.host.name} to {prev.sha} (proven)")
-            return conclude(self.ctx, self.receipt, Outcome.FAILED)
+            return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=dict(self.verified_identity(proof),
+                                                                                  sha=prev.sha))
         detail = proof.error or "; ".join(self.verify_errors(proof))
         return self.unknown(f"the revert to {prev.sha} could not be proven ({detail}; activate_command exit "
                             f"{revert.get('exit_code')}): run vq admin rollback {self.profile.program} "

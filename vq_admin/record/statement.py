@@ -58,8 +58,23 @@ class Policy(Document, frozen=True, kw_only=True):
     digest: dict[str, Sha256]
 
 
+class Confirmed(Document, frozen=True, kw_only=True):
+    """Generation *sha*'s confirmation job (CONTRACT section 13) as Slurm reported it for the job the run
+    submitted: ``passed``, or ``unconfirmed`` with the *reason*."""
+
+    sha: FullSha
+    status: Literal["passed", "unconfirmed"]
+    job_id: str | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    node: str | None = None
+    metrics: dict[str, str | int | float] = msgspec.field(default_factory=dict)
+    accepted_regression: str | None = None
+    reason: str | None = None
+
+
 class Run(Document, frozen=True, kw_only=True):
-    """vq-admin's own account of the run an entry records."""
+    """vq-admin's own account of the run an entry records (*confirm*: the confirmation it ran or holds)."""
 
     run_id: str | None
     lane: Literal["runtime", "helper"]
@@ -78,6 +93,15 @@ class Run(Document, frozen=True, kw_only=True):
     archive_sha256: Sha256 | None = None
     tree_sha256: Sha256 | None = None
     verifier_receipt_sha256: Sha256 | None = None
+    confirm: Confirmed | None = None
+
+    def unconfirmed(self, required: bool) -> str | None:
+        """Why this entry is not evidence of a confirmed generation: its own SHA's confirmation failed, or
+        (*required*: the reader's profile has ``confirm_command``) it carries no passed one of its SHA."""
+        c = self.confirm if self.confirm is not None and self.confirm.sha == self.sha else None
+        if c is not None and c.status != "passed":
+            return f"unconfirmed: its confirmation failed ({c.reason or 'not passed'})"
+        return "unconfirmed: it carries no passed confirmation" if required and c is None else None
 
 
 class Summary(Document, frozen=True, kw_only=True, rename="camel"):

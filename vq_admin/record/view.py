@@ -36,8 +36,8 @@ from ..document import Document, DocumentError, Sha256
 from ..report.outcome import Refused
 from ..state.records import StateDir
 from .signing import Signer, Verdict
-from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Forget, Root, Roots, Run, Statement, Subject, Summary,
-                        Verifier, policy_of)
+from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Root, Roots, Run, Statement,
+                        Subject, Summary, Verifier, policy_of)
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -196,8 +196,9 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
-    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines]) if lines \
-        else []
+    profile = config.hosts[host].runtimes.get(program or "") if host in config.hosts else None
+    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
+                    profile is not None and profile.confirm is not None, rejected) if lines else []
     if adopted:
         section["evidence"] = adopted
     if rejected:
@@ -218,11 +219,16 @@ def evidence_of(entry: Imported, run: Run) -> dict[str, Any]:
             "driver": run.driver, "signer": entry.verdict.principal}
 
 
-def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) -> list[str]:
+def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], confirm: bool,
+          skipped: list[str]) -> list[str]:
     """Make the accepted verification summaries among *new* entries of other drivers this driver's evidence
     (CONTRACT section 12): the registry holds their launchers, and LAST OK / LAST GOOD follow the newest
-    (when newer than this driver's LAST OK).  The entry names of what was adopted."""
+    (when newer than this driver's LAST OK).  Never one whose own SHA's confirmation failed, nor, when this
+    driver's profile has ``confirm_command`` (*confirm*), one without a passed confirmation of its SHA
+    (section 13; named in *skipped*); a passed one becomes this driver's baseline when it has none.  The
+    entry names of what was adopted."""
     from ..launcher import registry
+    from ..state import confirmation
 
     me, adopted = driver_id(state), []
     for entry in new:
@@ -230,6 +236,10 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) 
         run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
         if (run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program
                 or run.host != host):  # an entry copied from another host's record is not this host's evidence
+            continue
+        why = run.unconfirmed(confirm)
+        if why is not None:
+            skipped.append(f"{entry.name}: {why}")
             continue
         if registry.pruned(state.root, host, program, run.sha) is not None:
             continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
@@ -242,6 +252,11 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported]) 
         last_ok = state.read_record("runtime", host, program, "last-ok") or {}
         if str(last_ok.get("at") or "") <= run.finished_at:
             state.adopt_verified(host, program, verified)
+        c = run.confirm
+        if c is not None and c.sha == run.sha and not confirmation.read(state, host, program).get(run.sha):
+            confirmation.record(state, host, program, run.sha, confirmation.ConfirmEntry(
+                status=confirmation.PASSED, job_id=c.job_id, state=c.state, exit_code=c.exit_code, node=c.node,
+                metrics=c.metrics, accepted_regression=c.accepted_regression, receipt=FROM_RECORD + entry.name))
         adopted.append(entry.name)
     return adopted
 
@@ -297,13 +312,28 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
               archive_sha256=source.get("archive_sha256"), tree_sha256=source.get("tree_sha256"),
               verifier_receipt_sha256=hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
               if shown else None, started_at=receipt.started_at, finished_at=receipt.finished_at or "",
-              driver=driver_id(ctx.state), by=user_at_host())
+              driver=driver_id(ctx.state), by=user_at_host(),
+              confirm=confirm_of(ctx.state, receipt.host, receipt.program,
+                                 str((receipt.reverted or {}).get("from") or verified["sha"])))
     policy = policy_of(profile.verify_command if profile and profile.verify_command else ["helper identity"])
     summary = Summary(verifier=Verifier(id=VERIFIER_ID, version={"vq-admin": __version__}),
                       time_verified=run.finished_at, resource_uri=f"git+file://{repo or ''}@{run.sha}",
                       policy=policy, vq_admin=run)
     subject = (Subject(name=str(launcher), digest={"sha256": digest}),) if launcher and digest else ()
     return Statement(subject=subject, predicate_type=SUMMARY, predicate=summary)
+
+
+def confirm_of(state: StateDir, host: str, program: str | None, sha: str) -> Confirmed | None:
+    """*sha*'s confirmation as this driver's own jobs established it (CONTRACT section 13: what Slurm reported
+    for the job a run submitted; never one imported from the host's record, never a pending one)."""
+    from ..state import confirmation
+
+    e = confirmation.read(state, host, program).get(sha) if program else None
+    if e is None or e.status == confirmation.PENDING or (e.receipt or "").startswith(FROM_RECORD):
+        return None
+    return Confirmed(sha=sha, status="passed" if e.status == confirmation.PASSED else "unconfirmed", job_id=e.job_id,
+                     state=e.state, exit_code=e.exit_code, node=e.node, metrics=e.metrics,
+                     accepted_regression=e.accepted_regression, reason=e.reason)
 
 
 def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> dict[str, Any] | None:
@@ -316,8 +346,9 @@ def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> d
     known = entries(ctx.state, receipt.host, receipt.program)
     newest = newest_summary(known)
     if (receipt.outcome is not None and receipt.outcome.value == "already-current" and newest is not None
-            and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag)
-            == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"))):
+            and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag, newest.vq_admin.confirm)
+            == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"),
+                confirm_of(ctx.state, receipt.host, receipt.program, verified["sha"]))):
         return {"entry": None, "unchanged": known[-1].name}
     return _append(ctx, run_statement(ctx, receipt, verified))
 
