@@ -3,7 +3,8 @@
 ``vq admin quarantine PROGRAM HOST SHA --reason TEXT [--hold-jobs]`` marks SHA quarantined in this
 state directory (``registry/<host>/<program>/quarantined/<sha>.json``: ``launcher`` refuses it, 77
 ``quarantined: TEXT``; ``update --expected-sha`` and ``rollback --to`` refuse it naming ``--lift``),
-records the quarantine as an entry of the host's record (:func:`record_on_host`), lists the pending
+records the quarantine as an entry of the host's record (:func:`record_on_host`; every driver acts on it at
+its next contact with the host, :func:`apply_record`), lists the pending
 and running jobs that reference SHA (the census), and with ``--hold-jobs`` holds the pending ones
 (``scontrol hold``; running jobs are never touched).  ``--lift`` ends it the same way.  It takes no
 lease: a recall is never blocked by a deploy.
@@ -11,13 +12,19 @@ lease: a recall is never blocked by a deploy.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from ..config import Config, HostConfig
+from ..core import protocol
 from ..document import Count, Document, FullSha
-from ..report.outcome import UsageError
+from ..report.outcome import Refused, UsageError
 from ..ssh.transport import Transport
 from ..state.records import StateDir
+from . import registry
 from .references import QueuedJob
+
+if TYPE_CHECKING:
+    from ..record.view import Imported
 
 SCHEMA = "vq-admin/quarantine/1"
 MAX_REASON = 500
@@ -64,14 +71,60 @@ def statement(state: StateDir, host: str, program: str, sha: str, action: str, r
     return Statement(subject=subject, predicate_type=QUARANTINE, predicate=predicate).to_text()
 
 
-def record_on_host(transport: Transport, agent: Sequence[str], program: str, entry: bytes) -> tuple[str | None,
-                                                                                                    str | None]:
-    """Append *entry* to the host's record of *program* (CONTRACT section 12): ``(where, None)``, or
-    ``(None, why not)``.  The one place the quarantine meets the host's record; the agent's record takes
-    appends only on a run's lease so far, and a quarantine takes none: until the agent has an append of its
-    own (under the record lock), the quarantine holds for this state directory only."""
-    return None, ("the host's record is not available in this build: the quarantine holds for this state "
-                  "directory only; other drivers must quarantine SHA too")
+def record_on_host(config: Config, state: StateDir, transport: Transport, host: HostConfig, program: str,
+                   entry: bytes) -> tuple[str | None, str | None]:
+    """Sign *entry* (under ``[signing]``) and append it to the host's record of *program* with the agent's
+    ``record-quarantine`` (CONTRACT sections 12 and 14: under the record's own lock, never a run's lease), in
+    one ssh call that also brings this driver the entries it has not read: ``(where, None)`` or ``(None, why
+    not)``."""
+    from ..record import view
+
+    signing = view.signer(config.signing)
+    try:
+        sig = signing.sign(entry) if signing is not None else None
+    except Refused as exc:
+        return None, exc.message
+    line = {"append": {"statement": entry.decode(), "sig": None if sig is None else sig.decode()}}
+    argv = protocol.record_quarantine(host.agent, program=program, record_after=view.cursor(state, host.name, program))
+    done = transport.run(argv, timeout=view.READ_TIMEOUT, stdin=protocol.encode_request(line))
+    if protocol.lacks_verb(protocol.RECORD_QUARANTINE, done.exit_code, done.stdout, done.stderr):
+        return None, (f"the agent on {transport.where} has no {protocol.RECORD_QUARANTINE} verb: update the helper "
+                      "first (vq admin update HOST --expected-sha SHA); the quarantine holds for this state "
+                      "directory only until then")
+    try:
+        answer = protocol.parse_record_quarantine(done.stdout)
+    except protocol.ProtocolError as exc:
+        return None, done.describe() if done.interrupted or not done.stdout else str(exc)
+    if answer.record is not None:
+        view.take(config, state, host.name, program, answer.record)
+    if answer.appended is None:
+        return None, answer.error or "the agent did not append the entry"
+    return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None
+
+
+def apply_record(state: StateDir, host: str, program: str | None, new: Sequence[Imported], signing: bool) -> list[str]:
+    """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
+    section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
+    (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
+    ``[signing]`` (not *signing*), unsigned too.  What was done, one line each."""
+    from ..record.statement import QUARANTINE, Quarantine
+
+    done: list[str] = []
+    for entry in new:
+        statement = entry.parsed() if program and entry.statement and QUARANTINE in entry.statement else None
+        found = statement.predicate if statement is not None else None
+        if not isinstance(found, Quarantine) or found.program != program or program is None:
+            continue
+        if found.action == "quarantine":
+            registry.mark_quarantined(state.root, host, program, found.sha, (found.reason or "?")[:MAX_REASON],
+                                      found.at, found.by)
+            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
+        elif found.host == host and (entry.verdict.accepted or not signing):
+            registry.lift_quarantine(state.root, host, program, found.sha)
+            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
+        else:
+            done.append(f"not lifted {found.sha} ({entry.name}: {entry.verdict.reason or 'another host'})")
+    return done
 
 
 def hold(transport: Transport, jobs: Sequence[QueuedJob]) -> tuple[list[str], dict[str, str]]:

@@ -200,11 +200,21 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
         else []
     if adopted:
         section["evidence"] = adopted
+    if lines and program and (recalled := _quarantines(config, state, host, program, lines)):
+        section["quarantine"] = recalled
     if rejected:
         section["not_evidence"] = rejected[:20]
     if answer.get("error"):
         section["error"] = str(answer["error"])
     return section
+
+
+def _quarantines(config: Config, state: StateDir, host: str, program: str, lines: list[bytes]) -> list[str]:
+    """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14)."""
+    from ..launcher.quarantine import apply_record
+
+    new = [Imported.from_json(line, "record entry") for line in lines]
+    return apply_record(state, host, program, new, config.signing is not None)
 
 
 #: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
