@@ -193,15 +193,16 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
         if not verdict.accepted:
             rejected.append(f"{name}: {verdict.reason}")
         lines.append(entry.to_json().encode() + b"\n")
+    recalled = _quarantines(config, state, host, program, lines) if lines and program else []  # before the cursor moves
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
+    if recalled:
+        section["quarantine"] = recalled
     adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines]) if lines \
         else []
     if adopted:
         section["evidence"] = adopted
-    if lines and program and (recalled := _quarantines(config, state, host, program, lines)):
-        section["quarantine"] = recalled
     if rejected:
         section["not_evidence"] = rejected[:20]
     if answer.get("error"):
@@ -210,11 +211,16 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
 
 
 def _quarantines(config: Config, state: StateDir, host: str, program: str, lines: list[bytes]) -> list[str]:
-    """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14)."""
+    """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14); one that cannot be
+    is refused (77) before the entries are kept, so the next contact acts on it again."""
     from ..launcher.quarantine import apply_record
+    from ..launcher.registry import RegistryError
 
-    new = [Imported.from_json(line, "record entry") for line in lines]
-    return apply_record(state, host, program, new, config.signing is not None)
+    try:
+        return apply_record(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
+                            config.signing is not None)
+    except (RegistryError, OSError) as exc:
+        raise Refused(f"cannot act on a quarantine of the host's record of {program} on {host}: {exc}") from None
 
 
 #: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
