@@ -118,7 +118,7 @@ def test_signer_judges_its_paths_and_agrees_with_ssh_keygen_on_each_forgery(tmp_
 
 def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when_accepted(tmp_path: Path) -> None:
     from vq_admin.launcher import registry
-    from vq_admin.launcher.quarantine import apply_record
+    from vq_admin.record.view import apply_record
     from vq_admin.record.signing import Verdict
     from vq_admin.record.statement import QUARANTINE, Quarantine, Statement
     from vq_admin.record.view import Imported

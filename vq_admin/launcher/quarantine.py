@@ -4,7 +4,7 @@
 state directory (``registry/<host>/<program>/quarantined/<sha>.json``: ``launcher`` refuses it, 77
 ``quarantined: TEXT``; ``update --expected-sha`` and ``rollback --to`` refuse it naming ``--lift``),
 records the quarantine as an entry of the host's record (:func:`record_on_host`; every driver acts on it at
-its next contact with the host, :func:`apply_record`), lists the pending
+its next contact with the host, :func:`vq_admin.record.view.apply_record`), lists the pending
 and running jobs that reference SHA (the census), and with ``--hold-jobs`` holds the pending ones
 (``scontrol hold``; running jobs are never touched).  ``--lift`` ends it the same way.  It takes no
 lease: a recall is never blocked by a deploy.
@@ -12,7 +12,7 @@ lease: a recall is never blocked by a deploy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from ..config import Config, HostConfig
 from ..core import protocol
@@ -20,11 +20,7 @@ from ..document import Count, Document, FullSha
 from ..report.outcome import Refused, UsageError
 from ..ssh.transport import Transport
 from ..state.records import StateDir
-from . import registry
 from .references import QueuedJob
-
-if TYPE_CHECKING:
-    from ..record.view import Imported
 
 SCHEMA = "vq-admin/quarantine/1"
 MAX_REASON = 500
@@ -100,31 +96,6 @@ def record_on_host(config: Config, state: StateDir, transport: Transport, host: 
     if answer.appended is None:
         return None, answer.error or "the agent did not append the entry"
     return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None
-
-
-def apply_record(state: StateDir, host: str, program: str | None, new: Sequence[Imported], signing: bool) -> list[str]:
-    """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
-    section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
-    (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
-    ``[signing]`` (not *signing*), unsigned too.  What was done, one line each."""
-    from ..record.statement import QUARANTINE, Quarantine
-
-    done: list[str] = []
-    for entry in new:
-        statement = entry.parsed() if program and entry.statement and QUARANTINE in entry.statement else None
-        found = statement.predicate if statement is not None else None
-        if not isinstance(found, Quarantine) or found.program != program or program is None:
-            continue
-        if found.action == "quarantine":
-            registry.mark_quarantined(state.root, host, program, found.sha, (found.reason or "?")[:MAX_REASON],
-                                      found.at, found.by)
-            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
-        elif found.host == host and (entry.verdict.accepted or not signing):
-            registry.lift_quarantine(state.root, host, program, found.sha)
-            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
-        else:
-            done.append(f"not lifted {found.sha} ({entry.name}: {entry.verdict.reason or 'another host'})")
-    return done
 
 
 def hold(transport: Transport, jobs: Sequence[QueuedJob]) -> tuple[list[str], dict[str, str]]:

@@ -213,7 +213,6 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
 def _quarantines(config: Config, state: StateDir, host: str, program: str, lines: list[bytes]) -> list[str]:
     """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14); one that cannot be
     is refused (77) before the entries are kept, so the next contact acts on it again."""
-    from ..launcher.quarantine import apply_record
     from ..launcher.registry import RegistryError
 
     try:
@@ -221,6 +220,32 @@ def _quarantines(config: Config, state: StateDir, host: str, program: str, lines
                             config.signing is not None)
     except (RegistryError, OSError) as exc:
         raise Refused(f"cannot act on a quarantine of the host's record of {program} on {host}: {exc}") from None
+
+
+def apply_record(state: StateDir, host: str, program: str | None, new: list[Imported], signing: bool) -> list[str]:
+    """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
+    section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
+    (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
+    ``[signing]`` (not *signing*), unsigned too.  What was done, one line each."""
+    from ..launcher import registry
+    from .statement import QUARANTINE, Quarantine
+
+    done: list[str] = []
+    for entry in new:
+        statement = entry.parsed() if program and entry.statement and QUARANTINE in entry.statement else None
+        found = statement.predicate if statement is not None else None
+        if not isinstance(found, Quarantine) or found.program != program or program is None:
+            continue
+        if found.action == "quarantine":
+            reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
+            registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
+            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
+        elif found.host == host and (entry.verdict.accepted or not signing):
+            registry.lift_quarantine(state.root, host, program, found.sha)
+            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
+        else:
+            done.append(f"not lifted {found.sha} ({entry.name}: {entry.verdict.reason or 'another host'})")
+    return done
 
 
 #: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
