@@ -124,6 +124,9 @@ def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when
     from vq_admin.record.view import Imported
     from vq_admin.state.records import StateDir
 
+    from vq_admin.core import protocol
+
+    assert protocol.QUARANTINE_PREDICATE == QUARANTINE  # what the agent's record-quarantine takes
     state, sha = StateDir(tmp_path / "state"), "c" * 40
 
     def entry(seq: int, action: str, accepted: bool) -> Imported:
