@@ -499,6 +499,25 @@ def rt_record(w: World) -> None:
     assert found[protocol.HELPER_RECORD]["entries"] == []
 
 
+def rt_record_quarantine(w: World) -> None:
+    from vq_admin.agent import record
+
+    def statement(program: str, kind: str = protocol.QUARANTINE_PREDICATE) -> bytes:
+        text = protocol.encode({"_type": "https://in-toto.io/Statement/v1", "subject": [], "predicateType": kind,
+                                "predicate": {"program": program, "action": "quarantine", "sha": "a" * 40}})
+        return protocol.encode_request({"append": {"statement": text, "sig": "SIG"}})
+
+    record.append("toy", b"{}", None)
+    argv = protocol.record_quarantine(AGENT, program="toy", record_after=1)
+    answer = protocol.parse_record_quarantine(run(argv, w.tmp, stdin=statement("toy")))
+    assert answer.appended is not None and answer.appended["seq"] == 2 and answer.error is None
+    assert answer.record is not None and [(e["seq"], e["sig"]) for e in answer.record["entries"]] == [(2, "SIG")]
+    for wrong in (statement("other"), statement("toy", "https://slsa.dev/verification_summary/v1"), b"{}\n"):
+        refused = protocol.parse_record_quarantine(run(argv, w.tmp, stdin=wrong, ok=(exits.EXIT_FAILED,)))
+        assert refused.appended is None and refused.error and "bad append request" in refused.error
+    assert record.read_after("toy", 0)["last"] == 2  # nothing refused was appended
+
+
 ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.HASH_FILE: rt_hash_file, protocol.CHECK_PATHS: rt_check_paths,
     protocol.VERIFY_READBACK: rt_verify_readback, protocol.STAGE_CREATE: rt_stage_create,
@@ -507,7 +526,7 @@ ROUND_TRIPS: dict[str, Callable[[World], None]] = {
     protocol.INSTALL_FILE: rt_install_file, protocol.ALLOC_RUN: rt_alloc_run,
     protocol.ALLOC_RECONCILE: rt_alloc_reconcile, protocol.DETACH_RUN: rt_detach_run,
     protocol.DETACH_RECONCILE: rt_detach_reconcile, protocol.LEASE: rt_lease, protocol.SESSION: rt_session,
-    protocol.RECORD: rt_record,
+    protocol.RECORD: rt_record, protocol.RECORD_QUARANTINE: rt_record_quarantine,
     protocol.CENSUS: rt_census, protocol.CONFIRM_RUN: rt_confirm_run, protocol.CONFIRM_RECONCILE: rt_confirm_reconcile,
 }
 

@@ -6,6 +6,9 @@
 * A's release removed on the host: ``launcher`` for A, whose path is visible on this driver, is 77;
 * ``quarantine --hold-jobs``: the pending job on the generation is held (JobHeldAdmin), the running
   one untouched; launcher, update and rollback refuse it (naming ``--lift``) until ``--lift``;
+* a quarantine is an entry of the host's record: driver A quarantines driver B's generation (one
+  configuration, two state directories); B's next contact (``history HOST``) makes its ``launcher`` 77
+  ``quarantined: TEXT``; A's ``--lift`` lets B answer again after its next contact;
 * ``prune`` keeps a generation used yesterday (``used DAY (1 d ago)``) and removes one last used
   30 days ago; its dry run shows each generation's last use.
 """
@@ -21,7 +24,7 @@ import pytest
 
 from real_jobs import job_state, ssh, submit_held_selftest
 from realhosts.procs import wait_until
-from support import VQ_ADMIN
+from support import VQ_ADMIN, run_vq
 from test_prune import Site
 from vq_admin.launcher import uses
 
@@ -141,3 +144,35 @@ def test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted(t
         assert site.vq("update", "recallq", "cluster", "--expected-sha", sha, "--json").exit_code == 0
     finally:
         ssh(real_cluster, "scancel", running, pending)
+
+
+def test_a_quarantine_by_one_driver_is_refused_by_another_after_its_next_contact(tmp_path, real_cluster):
+    site = Site(tmp_path, real_cluster, "AB", program="recallx")  # driver B: site.state
+    site.deploy_all()
+    sha, launcher = site.sha["B"], lookup(site, "B")
+    other = tmp_path / "state-other"  # driver A: the same configuration, its own state directory
+
+    def by_a(*args: str):
+        done = run_vq("quarantine", "recallx", "cluster", sha, *args, "--json", config=site.config, state=other)
+        assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.json()
+
+    def contact_b() -> None:
+        done = site.vq("history", "cluster", "recallx")
+        assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    quarantined = by_a("--reason", "wrong results on node type X")
+    assert quarantined["host_record"] and quarantined["host_record_problem"] is None, quarantined
+    assert quarantined["host_record"].endswith(".json") and "/record/recallx/" in quarantined["host_record"]
+    assert lookup(site, "B") == launcher  # B has not been in contact with the host since
+    contact_b()
+    refused = site.vq("launcher", "recallx", "cluster", "--expected-sha", sha)
+    assert (refused.exit_code, refused.stdout) == (77, ""), refused.stderr
+    assert "quarantined: wrong results on node type X" in refused.stderr
+    again = site.vq("update", "recallx", "cluster", "--expected-sha", sha)
+    assert again.exit_code == 77 and f"vq admin quarantine recallx cluster {sha} --lift" in again.stderr
+    lifted = by_a("--lift")
+    assert lifted["action"] == "lift" and lifted["host_record"], lifted
+    assert site.vq("launcher", "recallx", "cluster", "--expected-sha", sha).exit_code == 77  # until B's contact
+    contact_b()
+    assert lookup(site, "B") == launcher

@@ -189,3 +189,41 @@ def test_a_driver_with_confirm_command_adopts_only_entries_with_a_passed_confirm
                                                           exit_code=0, metrics={"m": 2})
     confirmation.record(state, "h", "toy", a, confirmation.ConfirmEntry(status="pending", job_id="4"))
     assert confirm_of(state, "h", "toy", a) is None
+
+
+def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when_accepted(tmp_path: Path) -> None:
+    from vq_admin.launcher import registry
+    from vq_admin.record.view import apply_record
+    from vq_admin.record.signing import Verdict
+    from vq_admin.record.statement import QUARANTINE, Quarantine, Statement
+    from vq_admin.record.view import Imported
+    from vq_admin.state.records import StateDir
+
+    from vq_admin.core import protocol
+
+    assert protocol.QUARANTINE_PREDICATE == QUARANTINE  # what the agent's record-quarantine takes
+    state, sha = StateDir(tmp_path / "state"), "c" * 40
+
+    def entry(seq: int, action: str, accepted: bool) -> Imported:
+        text = Statement(subject=(), predicate_type=QUARANTINE, predicate=Quarantine(
+            driver="u@h/0123abcd", by="u@h", host="cluster", program="toy", at="2026-12-02T00:00:00Z", sha=sha,
+            action=action, reason="bad" if action == "quarantine" else None)).to_text().decode()
+        return Imported(seq=seq, name=f"{seq:010d}-{'0' * 16}.json", digest="0" * 64, statement=text, sig=None,
+                        verdict=Verdict(accepted=accepted, reason=None if accepted else "unsigned"))
+
+    def marked() -> str | None:
+        found = registry.quarantined(state.root, "cluster", "toy", sha)
+        return None if found is None else found["reason"]
+
+    assert apply_record(state, "cluster", "toy", [entry(1, "quarantine", False)], True) == [
+        f"quarantined {sha} (0000000001-{'0' * 16}.json, by u@h)"]
+    assert marked() == "bad"  # unsigned, under [signing]: a quarantine only ever refuses more
+    assert apply_record(state, "cluster", "toy", [entry(2, "lift", False)], True)[0].startswith("not lifted")
+    assert marked() == "bad"  # an unsigned lift under [signing] does not count
+    assert apply_record(state, "other", "toy", [entry(3, "lift", True)], True)[0].startswith("not lifted")
+    assert marked() == "bad"  # a lift copied from another host's record does not count either
+    apply_record(state, "cluster", "toy", [entry(4, "lift", True)], True)
+    assert marked() is None  # signed by an accepted key: lifted
+    apply_record(state, "cluster", "toy", [entry(5, "quarantine", False), entry(6, "lift", False)], False)
+    assert marked() is None  # without [signing], oldest first: quarantined, then lifted unsigned
+    assert apply_record(state, "cluster", "other", [entry(7, "quarantine", False)], False) == []

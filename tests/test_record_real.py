@@ -258,6 +258,32 @@ def test_prune_keeps_every_drivers_roots_and_forget_driver_drops_them(tmp_path: 
     assert entry["predicate"]["forgotten"] == a_id and entry["predicate"]["driver"].endswith("/" + b_id)
 
 
+def test_a_signed_quarantine_reaches_the_other_driver_and_only_a_signed_lift_ends_it(
+        tmp_path: Path, real_cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under [signing]: A's quarantine (appended with no lease, signed) makes B refuse the SHA after B's next
+    contact; a lift written unsigned on the host does not end it; A's signed lift does."""
+    site = Site(tmp_path, real_cluster.sshd, "toyrecall")
+    assert site.update("B", site.a, "--cluster-install")["exit_code"] == 0
+
+    def b_answers() -> int:
+        assert site.vq("B", "history", "cluster", site.program)["exit_code"] == 0  # B's contact with the host
+        return run_vq("launcher", site.program, "cluster", "--expected-sha", site.a, config=site.config,
+                      state=site.state["B"]).exit_code
+
+    quarantined = site.vq("A", "quarantine", site.program, "cluster", site.a, "--reason", "bad integrals")
+    assert quarantined["exit_code"] == 0 and quarantined["host_record"], quarantined
+    [entry] = site.entries("urn:vq-admin:record:quarantine:v1")
+    assert entry.with_name(entry.name + ".sig").exists() and quarantined["host_record"].endswith(entry.name)
+    assert b_answers() == 77
+    lift = json.loads(entry.read_text())
+    lift["predicate"].update(action="lift", reason=None)
+    site.forge(json.dumps(lift).encode() + b"\n", None, monkeypatch)  # unsigned: not a lift under [signing]
+    assert b_answers() == 77
+    lifted = site.vq("A", "quarantine", site.program, "cluster", site.a, "--lift")
+    assert lifted["exit_code"] == 0 and lifted["host_record"], lifted
+    assert b_answers() == 0
+
+
 def test_sigkill_of_the_agent_while_it_writes_the_entry_leaves_a_record_every_reader_accepts(
         tmp_path: Path, sshd: SshdServer) -> None:
     site = Site(tmp_path, sshd, "toycrash")

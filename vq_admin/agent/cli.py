@@ -402,7 +402,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cursors", nargs="*", metavar="NAME=N", help="a program (_helper: the helper lane) and the "
                    "number of the last entry already read (0: all)")
     p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser(protocol.RECORD_QUARANTINE, help="append one quarantine or lift entry to the host's record "
+                       "under the record's own lock (never a lease); one JSON answer",
+                       description="Read one JSON line {\"append\": {\"statement\": TEXT, \"sig\": TEXT or null}} "
+                                   "on stdin; append it to $XDG_STATE_HOME/vq-admin-agent/record/PROGRAM/ when it is "
+                                   "an in-toto quarantine or lift statement of PROGRAM (exit 1 otherwise); answer "
+                                   "the entries after N too (member record).")
+    p.add_argument(protocol.PROGRAM, required=True)
+    p.add_argument(protocol.RECORD_AFTER, type=int, default=0, metavar="N")
+    p.set_defaults(func=cmd_record_quarantine)
     return parser
+
+
+def cmd_record_quarantine(args: argparse.Namespace) -> int:
+    """Append a quarantine or lift entry (:func:`.record.serve_line`), then read the record after N."""
+    from . import record
+
+    answer = record.serve_line(sys.stdin.buffer.readline(4 * record.MAX_ENTRY), args.program, quarantine=True)
+    answer["record"] = record.read_after(args.program, max(0, args.record_after))
+    _emit(answer)
+    return EXIT_FAILED if "append_error" in answer else 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -20,7 +20,8 @@ signature without its statement, which readers ignore and the next append
 numbers past.  Nothing here edits or removes an entry.
 
 :func:`append` takes the record lock itself, so a writer that does not hold
-the run's host-side lease (a quarantine) appends safely too; :func:`read_after`
+the run's host-side lease (a quarantine: ``record-quarantine``, which appends
+only a quarantine or lift statement of its program) appends safely too; :func:`read_after`
 takes no lock.  Standard library only, Python 3.8.
 """
 
@@ -166,16 +167,27 @@ def request_program(request: Any) -> Tuple[Optional[str], int]:
     return program, after
 
 
-def serve_line(line: bytes, program: Optional[str]) -> Dict[str, Any]:
-    """One line a run sends on a held lease's stdin: ``{"append": {"statement": TEXT, "sig": TEXT or
-    null}}``, appended to the record of the lease's own *program*; the answer line's object."""
-    from ..core import protocol
+def check_quarantine(program: Optional[str], statement: str) -> None:
+    """Refuse (``ValueError``) a *statement* that is not an in-toto quarantine or lift statement of *program*."""
+    value = protocol.decode(statement)
+    predicate = value.get("predicate") if isinstance(value, dict) else None
+    if not (isinstance(predicate, dict) and value.get("_type") == "https://in-toto.io/Statement/v1"
+            and value.get("predicateType") == protocol.QUARANTINE_PREDICATE and predicate.get("program") == program
+            and predicate.get("action") in ("quarantine", "lift")):
+        raise ValueError(f"not a quarantine or lift statement of {program}")
 
+
+def serve_line(line: bytes, program: Optional[str], quarantine: bool = False) -> Dict[str, Any]:
+    """One line a run sends on a held lease's stdin (or ``record-quarantine``'s, *quarantine*: only a
+    quarantine or lift statement of *program*): ``{"append": {"statement": TEXT, "sig": TEXT or null}}``,
+    appended to the record of *program*; the answer line's object."""
     try:
         asked = protocol.decode(line.decode("utf-8")).get("append")
         statement, sig = asked.get("statement"), asked.get("sig")
         if not isinstance(statement, str) or not (sig is None or isinstance(sig, str)):
             raise ValueError("bad append request")
+        if quarantine:
+            check_quarantine(program, statement)
         return {"appended": append(program, statement.encode(), None if sig is None else sig.encode())}
     except (AttributeError, UnicodeDecodeError, ValueError) as exc:
         return {"append_error": f"bad append request: {exc}"}

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     action = "lift" if args.lift else "quarantine"
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
-        where, problem = record_on_host(transport, host.agent, program, statement(
+        where, problem = record_on_host(config, state, transport, host, program, statement(
             state, host.name, program, sha, action, reason, at, entry["launcher"] if entry else None,
             entry["launcher_sha256"] if entry else None))
         census_error, jobs, scanned = None, [], 0

@@ -58,6 +58,7 @@ CENSUS = "census"
 CONFIRM_RUN = "confirm-run"
 CONFIRM_RECONCILE = "confirm-reconcile"
 RECORD = "record-read"
+RECORD_QUARANTINE = "record-quarantine"
 #: The version of the ``session`` exchange both sides speak (request and answer member ``protocol``); a
 #: driver and an agent of different versions do nothing together but say so (exit 77 with the update).
 SESSION_PROTOCOL = 1
@@ -65,7 +66,7 @@ SESSION_PROTOCOL = 1
 #: Every verb of the agent, in the order of its verb table.
 VERBS = (HASH_FILE, CHECK_PATHS, VERIFY_READBACK, STAGE_CREATE, STAGE_RECEIVE, STAGE_VERIFY, STAGE_RECLAIM,
          IDENTITY, VERSION, INSTALL_FILE, ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, LEASE, SESSION,
-         CENSUS, CONFIRM_RUN, CONFIRM_RECONCILE, RECORD)
+         CENSUS, CONFIRM_RUN, CONFIRM_RECONCILE, RECORD, RECORD_QUARANTINE)
 #: The verbs whose answer is a framed stream (:mod:`.frames`), not one JSON object.
 FRAMED_VERBS = (ALLOC_RUN, ALLOC_RECONCILE, DETACH_RUN, DETACH_RECONCILE, CONFIRM_RUN, CONFIRM_RECONCILE)
 
@@ -333,6 +334,17 @@ def record(agent: Words, cursors: Dict[Optional[str], int]) -> List[str]:
     """``record-read``: the entries of the host's record of each program (``None``: the helper lane) after
     its cursor, as ``NAME=N`` words; answer ``{"records": {NAME: {"entries", "last", "more"}}}``."""
     return [*agent, RECORD, *(f"{program or HELPER_RECORD}={after}" for program, after in cursors.items())]
+
+
+#: The ``predicateType`` of a quarantine or lift entry (the one ``record-quarantine`` appends).
+QUARANTINE_PREDICATE = "urn:vq-admin:record:quarantine:v1"
+
+
+def record_quarantine(agent: Words, *, program: str, record_after: int) -> List[str]:
+    """``record-quarantine``: append one quarantine or lift entry of *program* under the record's own lock (no
+    lease; the line ``{"append": {"statement", "sig"}}`` on stdin); answer ``appended`` (or ``append_error``,
+    exit 1) and ``record``, the entries after *record_after*."""
+    return [*agent, RECORD_QUARANTINE, PROGRAM, program, RECORD_AFTER, str(record_after)]
 
 
 def session(agent: Words) -> List[str]:
@@ -626,11 +638,26 @@ class RecordAnswer(Answer):
 
 parse_record = RecordAnswer.parse
 
+
+class RecordQuarantineAnswer(Answer):
+    """``record-quarantine``: ``appended`` (``seq``, ``name``, ``dir``) or ``append_error``, and ``record``."""
+
+    verb = RECORD_QUARANTINE
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        super().__init__(data)
+        self.appended: Optional[Dict[str, Any]] = _loose(data, "appended", dict)
+        self.error: Optional[str] = _loose(data, "append_error", str)
+        self.record: Optional[Dict[str, Any]] = _loose(data, "record", dict)
+
+
+parse_record_quarantine = RecordQuarantineAnswer.parse
+
 #: Each verb's parser (the round-trip test reads this table).
 PARSERS = {
     HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
     STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
     STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,
     INSTALL_FILE: parse_install_file, LEASE: parse_lease, SESSION: parse_session, CENSUS: parse_census,
-    RECORD: parse_record,
+    RECORD: parse_record, RECORD_QUARANTINE: parse_record_quarantine,
 }

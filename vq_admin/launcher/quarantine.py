@@ -3,7 +3,8 @@
 ``vq admin quarantine PROGRAM HOST SHA --reason TEXT [--hold-jobs]`` marks SHA quarantined in this
 state directory (``registry/<host>/<program>/quarantined/<sha>.json``: ``launcher`` refuses it, 77
 ``quarantined: TEXT``; ``update --expected-sha`` and ``rollback --to`` refuse it naming ``--lift``),
-records the quarantine as an entry of the host's record (:func:`record_on_host`), lists the pending
+records the quarantine as an entry of the host's record (:func:`record_on_host`; every driver acts on it at
+its next contact with the host, :func:`vq_admin.record.view.apply_record`), lists the pending
 and running jobs that reference SHA (the census), and with ``--hold-jobs`` holds the pending ones
 (``scontrol hold``; running jobs are never touched).  ``--lift`` ends it the same way.  It takes no
 lease: a recall is never blocked by a deploy.
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..config import Config, HostConfig
+from ..core import protocol
 from ..document import Count, Document, FullSha
-from ..report.outcome import UsageError
+from ..report.outcome import Refused, UsageError
 from ..ssh.transport import Transport
 from ..state.records import StateDir
 from .references import QueuedJob
@@ -64,14 +67,35 @@ def statement(state: StateDir, host: str, program: str, sha: str, action: str, r
     return Statement(subject=subject, predicate_type=QUARANTINE, predicate=predicate).to_text()
 
 
-def record_on_host(transport: Transport, agent: Sequence[str], program: str, entry: bytes) -> tuple[str | None,
-                                                                                                    str | None]:
-    """Append *entry* to the host's record of *program* (CONTRACT section 12): ``(where, None)``, or
-    ``(None, why not)``.  The one place the quarantine meets the host's record; the agent's record takes
-    appends only on a run's lease so far, and a quarantine takes none: until the agent has an append of its
-    own (under the record lock), the quarantine holds for this state directory only."""
-    return None, ("the host's record is not available in this build: the quarantine holds for this state "
-                  "directory only; other drivers must quarantine SHA too")
+def record_on_host(config: Config, state: StateDir, transport: Transport, host: HostConfig, program: str,
+                   entry: bytes) -> tuple[str | None, str | None]:
+    """Sign *entry* (under ``[signing]``) and append it to the host's record of *program* with the agent's
+    ``record-quarantine`` (CONTRACT sections 12 and 14: under the record's own lock, never a run's lease), in
+    one ssh call that also brings this driver the entries it has not read: ``(where, None)`` or ``(None, why
+    not)``."""
+    from ..record import view
+
+    signing = view.signer(config.signing)
+    try:
+        sig = signing.sign(entry) if signing is not None else None
+    except Refused as exc:
+        return None, exc.message
+    line = {"append": {"statement": entry.decode(), "sig": None if sig is None else sig.decode()}}
+    argv = protocol.record_quarantine(host.agent, program=program, record_after=view.cursor(state, host.name, program))
+    done = transport.run(argv, timeout=view.READ_TIMEOUT, stdin=protocol.encode_request(line))
+    if protocol.lacks_verb(protocol.RECORD_QUARANTINE, done.exit_code, done.stdout, done.stderr):
+        return None, (f"the agent on {transport.where} has no {protocol.RECORD_QUARANTINE} verb: update the helper "
+                      "first (vq admin update HOST --expected-sha SHA); the quarantine holds for this state "
+                      "directory only until then")
+    try:
+        answer = protocol.parse_record_quarantine(done.stdout)
+    except protocol.ProtocolError as exc:
+        return None, done.describe() if done.interrupted or not done.stdout else str(exc)
+    if answer.record is not None:
+        view.take(config, state, host.name, program, answer.record)
+    if answer.appended is None:
+        return None, answer.error or "the agent did not append the entry"
+    return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None
 
 
 def hold(transport: Transport, jobs: Sequence[QueuedJob]) -> tuple[list[str], dict[str, str]]:

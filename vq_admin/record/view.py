@@ -193,9 +193,12 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
         if not verdict.accepted:
             rejected.append(f"{name}: {verdict.reason}")
         lines.append(entry.to_json().encode() + b"\n")
+    recalled = _quarantines(config, state, host, program, lines) if lines and program else []  # before the cursor moves
     if lines:
         state.tree.append(_parts(host), _file(program), b"".join(lines))
     section: dict[str, Any] = {"imported": len(lines)}
+    if recalled:
+        section["quarantine"] = recalled
     profile = config.hosts[host].runtimes.get(program or "") if host in config.hosts else None
     adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
                     profile is not None and profile.confirm is not None, rejected) if lines else []
@@ -206,6 +209,44 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     if answer.get("error"):
         section["error"] = str(answer["error"])
     return section
+
+
+def _quarantines(config: Config, state: StateDir, host: str, program: str, lines: list[bytes]) -> list[str]:
+    """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14); one that cannot be
+    is refused (77) before the entries are kept, so the next contact acts on it again."""
+    from ..launcher.registry import RegistryError
+
+    try:
+        return apply_record(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
+                            config.signing is not None)
+    except (RegistryError, OSError) as exc:
+        raise Refused(f"cannot act on a quarantine of the host's record of {program} on {host}: {exc}") from None
+
+
+def apply_record(state: StateDir, host: str, program: str | None, new: list[Imported], signing: bool) -> list[str]:
+    """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
+    section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
+    (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
+    ``[signing]`` (not *signing*), unsigned too.  What was done, one line each."""
+    from ..launcher import registry
+    from .statement import QUARANTINE, Quarantine
+
+    done: list[str] = []
+    for entry in new:
+        statement = entry.parsed() if program and entry.statement and QUARANTINE in entry.statement else None
+        found = statement.predicate if statement is not None else None
+        if not isinstance(found, Quarantine) or found.program != program or program is None:
+            continue
+        if found.action == "quarantine":
+            reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
+            registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
+            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
+        elif found.host == host and (entry.verdict.accepted or not signing):
+            registry.lift_quarantine(state.root, host, program, found.sha)
+            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
+        else:
+            done.append(f"not lifted {found.sha} ({entry.name}: {entry.verdict.reason or 'another host'})")
+    return done
 
 
 #: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
