@@ -113,3 +113,32 @@ def test_the_runtime_lane_refuses_before_running_it(tmp_path):
     verify.chmod(0o755)  # fixed: it runs (and this verify's empty receipt is then a failed verify, not a refusal)
     again = run_vq("update", "vibeqc", "here", "--expected-sha", sha, "--json", config=config, state=tmp_path / "state")
     assert ran.exists() and again.json()["outcome"] != "refused", again.stdout
+
+
+def test_a_missing_program_in_a_sticky_world_writable_directory_is_refused(tmp_path):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # like /tmp: anyone may create the name first
+    problem = command_problem(str(sticky / "x"))
+    assert problem is not None and f"{sticky / 'x'} does not exist and directory {sticky} (mode 1777) lets " \
+        "other users create it" in problem
+    from vq_admin.core.sshconfig import effective_problem
+
+    problem, _ = effective_problem(f"proxycommand {sticky / 'x'} %h\n", "cluster")
+    assert problem is not None and "lets other users create it" in problem
+
+
+@pytest.mark.parametrize("line", ['Match Exec "{x} %h"', 'Match !exec "{x}"', "Match all exec {x}",
+                                  'match host cluster exec "/bin/sh {x}"', 'MATCH host c EXEC "{x}"'])
+def test_match_exec_is_judged_whatever_its_case_or_negation(tmp_path, line):
+    from vq_admin.core.sshconfig import text_problem
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    x = script(shared / "x")
+    config = tmp_path / "config"
+    config.write_text(line.format(x=x) + "\n")
+    config.chmod(0o600)
+    problem = text_problem(str(config))
+    assert problem is not None and f"directory {shared} is group-writable" in problem and "ssh would run it" in problem

@@ -14,9 +14,11 @@ rule of :mod:`vq_admin.core.securepath`), which, before anything of the agent ru
   in them and every ``.pth`` file there and the directories those add;
 * runs the agent isolated: ``INTERPRETER -I [-S] SCRIPT WORDS...`` (``exec``: the same process).
 
-A failure exits 77 with one line naming the path, its owner and mode, and "nothing was run": the
-agent's own code never started.  An agent that is not a Python program (a site's wrapper script)
-is judged (it and its interpreter) and run as configured.  The judge is Python 3.8, standard library.
+A failure exits 77 with one line naming the path, its owner and mode, and "nothing was run" (or,
+once the interpreter ran ``-I -S`` to print its ``sys.path``, "only the agent interpreter's own
+start-up ran"): the agent's own code never started.  The agent's first word must be a Python
+interpreter or a Python script (``#!`` a Python interpreter); any other (a wrapper: ``env``, ``nice``,
+a shell script) is refused, exit 77.  The judge is Python 3.8, standard library.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import stat
 import sys
 
-from .securepath import describe_owner, level_problem, path_problem  # in the blob: their own source
+from .securepath import creatable_problem, describe_owner, level_problem, path_problem, read_bounded  # in the blob
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,10 +60,26 @@ def _which(name: str) -> "Optional[str]":
     return None
 
 
+#: What a refusal says ran: nothing, until the interpreter's own start-up ran for :data:`PROBE`.
+_RAN = ["nothing was run"]
+
+
 def _judged(path: str, what: str, missing_ok: bool = False) -> None:
     problem = path_problem(path, what=what, missing_ok=missing_ok)
     if problem:
-        _fail(REFUSED, f"{problem}; the agent would run it; nothing was run")
+        _fail(REFUSED, f"{problem}; the agent would run it; {_RAN[0]}")
+
+
+def _text(path: str) -> str:
+    """The text of the regular file *path* (a FIFO or any other kind is refused, never waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        data = read_bounded(fd, 1 << 20) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+    if data is None:
+        _fail(REFUSED, f"{path} is not a regular file of at most 1 MiB; the agent would read it; {_RAN[0]}")
+    return data.decode("utf-8", "replace")
 
 
 def _head(path: str) -> bytes:
@@ -84,8 +102,8 @@ def _import_path(interp: str) -> "List[str]":
         cfg = os.path.join(venv, "pyvenv.cfg")
         if os.path.exists(cfg):
             _judged(cfg, "the agent's pyvenv.cfg")
-            with open(cfg, encoding="utf-8", errors="replace") as fh:
-                keys = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition("=") for line in fh))
+            keys = dict((k.strip().lower(), v.strip()) for k, _, v in
+                        (line.partition("=") for line in _text(cfg).splitlines()))
             break
     base = os.path.dirname(keys.get("home") or os.path.dirname(os.path.realpath(interp)))
     _judged(os.path.join(base, "lib"), "the agent interpreter's library", missing_ok=True)
@@ -99,9 +117,12 @@ def _import_path(interp: str) -> "List[str]":
 
         done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if keys else [])],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
+        _RAN[0] = f"only the agent interpreter's own start-up ran ({interp} -I -S); the agent never started"
         if done.returncode != 0:
-            _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); nothing was run")
+            _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); {_RAN[0]}")
         found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+        if keys and version:  # a venv's own (Debian's site module names only dist-packages)
+            found += [f"{venv}/{lib}/python{version}/site-packages" for lib in ("lib", "lib64")]
     for site in list(found):
         try:
             names = sorted(os.listdir(site))
@@ -109,15 +130,15 @@ def _import_path(interp: str) -> "List[str]":
             continue
         for name in names:
             if name.endswith(".pth"):
-                with open(os.path.join(site, name), encoding="utf-8", errors="replace") as fh:
-                    found += [os.path.join(site, line.rstrip()) for line in fh
-                              if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+                found += [os.path.join(site, line.rstrip()) for line in _text(os.path.join(site, name)).splitlines()
+                          if line.strip() and not line.startswith(("#", "import ", "import\t"))]
     return found
 
 
 def _entries_problem(directory: str) -> "Optional[str]":
     """Each entry directly in *directory* (a module, a package, a ``.pth``) and everything in the
-    ``vq_admin`` package there: owned by you or root and not writable by others (a symlink: its owner only)."""
+    ``vq_admin`` package there: owned by you or root and not writable by others (a symlink: its owner,
+    and what it points to by the whole rule; one pointing nowhere: nobody else may create its target)."""
     try:
         names = os.listdir(directory)
     except OSError:
@@ -131,6 +152,11 @@ def _entries_problem(directory: str) -> "Optional[str]":
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (0, me):
                 return f"symlink {path} is owned by {describe_owner(st.st_uid)}"
+            real = os.path.realpath(path)
+            problem = path_problem(real, what=f"the target of symlink {path}", missing_ok=True) or (
+                None if os.path.exists(real) else creatable_problem(real, what=f"the target of symlink {path}"))
+            if problem:
+                return problem
             continue
         problem = level_problem(path, st, is_dir=stat.S_ISDIR(st.st_mode))
         if problem:
@@ -160,8 +186,10 @@ def judge(argv: "List[str]") -> "NoReturn":
         _judged(interp, "the agent's interpreter")
     else:
         interp, script = first, None
-    if "python" not in os.path.basename(os.path.realpath(interp)):  # a wrapper: judged, run as configured
-        os.execv(first, [first, *args, *rest])
+    if not os.path.basename(os.path.realpath(interp)).startswith("python"):  # a wrapper: env, nice, sh
+        _fail(REFUSED, f"the agent's first word must be a Python interpreter or a Python script; {first} "
+                       f"{'is' if interp == first else 'runs ' + interp + ', which is'} not Python and would run "
+                       "the agent unjudged; nothing was run")
     while script is None and args and args[0] in _OPTIONS:
         args = args[1:]
     module = args[:2] if args[:1] == ["-m"] else []
@@ -175,7 +203,7 @@ def judge(argv: "List[str]") -> "NoReturn":
             problem = _entries_problem(directory)
             if problem:
                 _fail(REFUSED, f"{problem} (on the agent's import path); another user could change what the "
-                               "agent imports; nothing was run")
+                               f"agent imports; {_RAN[0]}")
     run = [interp, "-I", *(["-S"] if standalone else []), *(module or [script] if script else module),
            *(args[2:] if module else args), *rest]
     try:

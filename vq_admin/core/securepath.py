@@ -244,14 +244,16 @@ def command_problem(words: "Iterable[object]", *, what: str = "command") -> str 
     the first offender, its owner and mode, and the fix.
 
     A missing file is judged by the directories above it (someone who can
-    write there could create it); running it then reports the missing file.
-    Bare names (``git``, found in ``PATH``) and relative words are not paths
+    write there could create it); a missing program (the first word) also by the
+    directory it would be created in (:func:`creatable_problem`: in a sticky ``/tmp``
+    anyone can create it first); running it then reports the missing file.  Bare names (``git``, found in ``PATH``) and relative words are not paths
     the configuration names and are not checked here.
     """
-    for word in words:
+    for index, word in enumerate(words):
         if not isinstance(word, str) or not word.startswith("/"):
             continue
-        problem = path_problem(word, what=what, missing_ok=True)
+        problem = path_problem(word, what=what, missing_ok=True) or (
+            creatable_problem(word, what=what) if index == 0 and not os.path.lexists(word) else None)
         if problem:
             return problem
     return None

@@ -106,7 +106,8 @@ def text_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -> str 
                     return problem
         elif keyword in ("match", "proxycommand", "localcommand", "knownhostscommand"):
             if keyword == "match":
-                words = words[words.index("exec") + 1:] if "exec" in words else []
+                criteria = [w.lstrip("!").lower() for w in words]  # OpenSSH: any case, "!exec" too
+                words = words[criteria.index("exec") + 1:] if "exec" in criteria else []
             problem = command_problem(words, what=f"program {what} {path} names ({keyword})")
             if problem:
                 return f"{problem}; ssh would run it as you"
