@@ -246,7 +246,8 @@ def command_problem(words: "Iterable[object]", *, what: str = "command") -> str 
     A missing file is judged by the directories above it (someone who can
     write there could create it); a missing program (the first word) also by the
     directory it would be created in (:func:`creatable_problem`: in a sticky ``/tmp``
-    anyone can create it first); running it then reports the missing file.  Bare names (``git``, found in ``PATH``) and relative words are not paths
+    anyone can create it first); running it then reports the missing file.
+    Bare names (``git``, found in ``PATH``) and relative words are not paths
     the configuration names and are not checked here.
     """
     for index, word in enumerate(words):
