@@ -66,7 +66,8 @@ HOLD_BOUND = 120
 
 
 def hold_script(marks: Path, real: str, verb: str, *, receive: bool = False, only_if: str | None = None) -> str:
-    """A /bin/sh agent wrapper: the first call of *verb* runs for real, then holds until released.
+    """A /bin/sh agent wrapper (run by a Python script): the first call of *verb* runs for real, then holds
+    until released.
 
     The answer is written but the call does not end, so the local ssh client is
     still waiting for it when the test kills that client.  With *receive* the
@@ -111,7 +112,10 @@ def hold_script(marks: Path, real: str, verb: str, *, receive: bool = False, onl
         body = f"{shlex.quote(sys.executable)} -c {throttle} | {shlex.quote(real)} \"$@\"; exit $?"
     else:
         body = f"{shlex.quote(real)} \"$@\"; rc=$?; : > {held}/at; {wait}; exit $rc"
-    return f"#!/bin/sh\nif {cond}; then\n  {body}\nfi\nexec {shlex.quote(real)} \"$@\"\n"
+    script = f"if {cond}; then\n  {body}\nfi\nexec {shlex.quote(real)} \"$@\"\n"
+    # A Python script (the agent's first word must be Python: agentjudge) that becomes this shell script.
+    shell = f"['/bin/sh', '-c', {script!r}, 'agent', *sys.argv[1:]]"
+    return f"#!{sys.executable}\nimport os, sys\nos.execv('/bin/sh', {shell})\n"
 
 
 def held(marks: Path) -> None:
