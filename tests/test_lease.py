@@ -396,7 +396,8 @@ exec {agent} "$@"
 @pytest.mark.parametrize("version", ["", "7"], ids=["without-session", "protocol-7"])
 def test_an_agent_of_another_version_is_refused_once_with_the_update_command(tmp_path, monkeypatch, version):
     old = tmp_path / "old-agent"
-    old.write_text(OLD_AGENT.format(agent=AGENT))
+    shell = ["/bin/sh", "-c", OLD_AGENT.format(agent=AGENT), "old-agent"]  # run by a Python script (the judge's rule)
+    old.write_text(f"#!{sys.executable}\nimport os, sys\nos.execv('/bin/sh', {shell!r} + sys.argv[1:])\n")
     old.chmod(0o755)
     monkeypatch.setenv("VQ_TEST_OTHER_VERSION", version)
     f = Fleet(tmp_path, None, {"cluster": {"transport": "local", "agent": str(old)}})
