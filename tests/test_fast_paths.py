@@ -197,7 +197,9 @@ def test_hand_parsed_launcher_words_fall_back_to_the_full_parser():
 
 
 def wrapper(path: Path, real: str, log: Path) -> str:
-    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> {log}\nexec {real} "$@"\n')
+    path.write_text(f"#!{sys.executable}\nimport os, sys\n"  # Python: the agent's first word must be (agentjudge)
+                    f"with open({str(log)!r}, 'a') as fh:\n    fh.write(' '.join([os.path.basename(sys.argv[0])]"
+                    f" + sys.argv[1:]) + '\\n')\nos.execv({real!r}, [{real!r}] + sys.argv[1:])\n")
     path.chmod(0o755)
     return str(path)
 
