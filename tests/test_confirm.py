@@ -90,3 +90,48 @@ def test_the_record_is_the_one_seam_and_the_launcher_refuses_an_unconfirmed_sha(
     with pytest.raises(LauncherRefused) as caught:
         resolve_launcher("prog", "cluster", expected_sha=SHA, state_dir=str(tmp_path))
     assert caught.value.code == "unconfirmed" and "--retry-confirmation" in caught.value.remedy
+
+
+def _register(root, sha, receipt):
+    registry.record_verified(root, "cluster", "prog", {
+        "sha": sha, "tag": None, "launcher": f"/apps/releases/{sha}/bin/prog-{sha}",
+        "launcher_sha256": "e" * 64, "receipt": receipt, "at": "2026-12-01T00:00:00Z"})
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_registered_sha_whose_confirmation_failed_is_refused_by_both_lookups(tmp_path, pinned):
+    """X verified earlier (in the registry, latest), then re-deployed with --force: its confirmation failed and
+    it was reverted; the registry still has X (latest.json too: a failed confirmation moves nothing there)."""
+    from vq_admin.launcher.plain_lookup import plain_launcher
+
+    root, w = str(tmp_path), "a" * 40
+    _register(root, w, "r1")
+    _register(root, SHA, "r2")
+    want = SHA if pinned else None
+    assert plain_launcher("prog", "cluster", want, root) is not None  # confirmed by nothing: handed out
+    confirmation.record_verdict(StateDir(root), "cluster", "prog", SHA, {"passed": False, "problems": ["exit 3"]},
+                                "r3", None)
+    assert plain_launcher("prog", "cluster", want, root) is None  # the full lookup words the refusal
+    with pytest.raises(LauncherRefused) as caught:
+        resolve_launcher("prog", "cluster", expected_sha=want, state_dir=root)
+    assert caught.value.code == "unconfirmed" and "exit 3" in caught.value.reason
+    assert resolve_launcher("prog", "cluster", expected_sha=w, state_dir=root).sha == w  # the revert target
+
+
+def test_an_unreadable_confirmation_record_fails_closed_and_an_absent_one_is_fine(tmp_path):
+    from vq_admin.launcher.plain_lookup import plain_launcher
+
+    root = str(tmp_path)
+    _register(root, SHA, "r1")
+    assert resolve_launcher("prog", "cluster", state_dir=root).sha == SHA  # no confirmation record at all
+    doc = tmp_path / "hosts" / "cluster" / "runtime" / "prog" / "confirmation.json"
+    doc.parent.mkdir(parents=True, mode=0o700)
+    for p in (tmp_path / "hosts", tmp_path / "hosts" / "cluster", tmp_path / "hosts" / "cluster" / "runtime"):
+        p.chmod(0o700)
+    doc.write_bytes(b'{"generations": ')
+    doc.chmod(0o600)
+    assert plain_launcher("prog", "cluster", SHA, root) is None
+    for want in (SHA, None):
+        with pytest.raises(LauncherRefused) as caught:
+            resolve_launcher("prog", "cluster", expected_sha=want, state_dir=root)
+        assert caught.value.code == "unconfirmed" and "cannot be read" in caught.value.reason

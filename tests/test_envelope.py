@@ -317,6 +317,30 @@ def test_the_fresh_interpreter_prints_the_same_envelope(world: dict[str, Any]) -
     assert stored == doc
 
 
+def test_a_quarantine_the_hosts_record_does_not_hold_is_not_ok(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """CONTRACT section 14: exit 0 only once recorded on the host; 1 when it was not, 3 when not known."""
+    from types import SimpleNamespace
+
+    from vq_admin.commands import quarantine
+
+    monkeypatch.setattr(quarantine, "scan", lambda *_: SimpleNamespace(
+        jobs_naming=lambda shas: {s: [] for s in shas}, jobs_scanned=0))
+    for answer, outcome in (((None, "no record-quarantine verb", False), "failed"),
+                            ((None, "ssh: the connection was lost", True), "unknown"),
+                            (("d/n.json", None, False), "ok")):
+        monkeypatch.setattr(quarantine, "record_on_host", lambda *_, found=answer: found)
+        code, out, _ = run_in_process(["quarantine", "vibeqc", "cluster", "e" * 40, "--reason", "bad", "--json"],
+                                      world, capfd)
+        doc = check_envelope(out, code)
+        assert doc["outcome"] == outcome, doc
+        if answer[1]:
+            assert doc["errors"][0].startswith("the quarantine holds only in this state directory until rerun"), doc
+        code, out, _ = run_in_process(["quarantine", "vibeqc", "cluster", "e" * 40, "--reason", "bad"], world, capfd)
+        assert ("holds only in this state directory until rerun" in out) == bool(answer[1]), out
+    run_in_process(["quarantine", "vibeqc", "cluster", "e" * 40, "--lift"], world, capfd)
+
+
 # -- the envelope module and the declared receipt ------------------------------------------
 
 

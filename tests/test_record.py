@@ -206,7 +206,7 @@ def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when
 
     def entry(seq: int, action: str, accepted: bool) -> Imported:
         text = Statement(subject=(), predicate_type=QUARANTINE, predicate=Quarantine(
-            driver="u@h/0123abcd", by="u@h", host="cluster", program="toy", at="2026-12-02T00:00:00Z", sha=sha,
+            driver="u@h/0123abcd", by="u@h", host="cluster", program="toy", at=f"2026-12-02T00:00:{seq:02d}Z", sha=sha,
             action=action, reason="bad" if action == "quarantine" else None)).to_text().decode()
         return Imported(seq=seq, name=f"{seq:010d}-{'0' * 16}.json", digest="0" * 64, statement=text, sig=None,
                         verdict=Verdict(accepted=accepted, reason=None if accepted else "unsigned"))
@@ -227,3 +227,89 @@ def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when
     apply_record(state, "cluster", "toy", [entry(5, "quarantine", False), entry(6, "lift", False)], False)
     assert marked() is None  # without [signing], oldest first: quarantined, then lifted unsigned
     assert apply_record(state, "cluster", "other", [entry(7, "quarantine", False)], False) == []
+    # an older lift (replayed, or imported right after a newer local quarantine) never ends a newer quarantine
+    registry.mark_quarantined(state.root, "cluster", "toy", sha, "new", "2026-12-02T00:00:30Z", "me@here")
+    done = apply_record(state, "cluster", "toy", [entry(8, "quarantine", True), entry(9, "lift", True)], True)
+    assert marked() == "new" and done[1].endswith("older than the quarantine it would end)"), done
+    assert apply_record(state, "cluster", "toy", [entry(31, "lift", True)], True)[0].startswith("lifted")
+    assert marked() is None
+
+
+def _roots_entry(seq: int, at: str, shas: str, accepted: bool, driver: str = "u@d/0000abcd") -> object:
+    from vq_admin.record.signing import Verdict
+    from vq_admin.record.statement import ROOTS, Root, Roots, Statement
+    from vq_admin.record.view import Imported
+
+    text = Statement(subject=(), predicate_type=ROOTS, predicate=Roots(
+        driver=driver, by="u@d", host="h", program="toy", at=at,
+        roots=tuple(Root(kind="last-ok", sha=c * 40) for c in shas))).to_text().decode()
+    return Imported(seq=seq, name=f"{seq:010d}-{'0' * 16}.json", digest="0" * 64, statement=text, sig=None,
+                    verdict=Verdict(accepted=accepted, reason=None if accepted else "unsigned"))
+
+
+def test_under_signing_unaccepted_roots_only_add_and_the_accepted_roots_with_the_latest_at_count() -> None:
+    from vq_admin.record.view import newest_roots
+
+    def kept(known: list[object], signing: bool) -> set[str]:
+        return {r.sha[0] for r in newest_roots(known, signing)["u@d/0000abcd"].roots}  # type: ignore[arg-type]
+
+    signed = _roots_entry(1, "2026-12-02T00:00:02Z", "ab", True)
+    forged = _roots_entry(2, "2026-12-02T00:00:03Z", "c", False)
+    assert kept([signed, forged], True) == {"a", "b", "c"}  # added to, never replaced
+    assert kept([signed, forged], False) == {"c"}  # advisory without [signing]: the newest, signed or not
+    replayed = _roots_entry(3, "2026-12-02T00:00:01Z", "d", True)  # an older signed entry appended again
+    newer = _roots_entry(4, "2026-12-02T00:00:04Z", "e", True)
+    assert kept([signed, replayed], True) == {"a", "b"}
+    assert kept([signed, replayed, newer, forged], True) == {"e", "c"}  # a newer signed entry replaces
+
+
+def test_a_rollback_target_from_the_record_is_judged_with_the_current_allowed_signers(tmp_path: Path) -> None:
+    import hashlib
+
+    from vq_admin.config import Signing
+    from vq_admin.record.view import FROM_RECORD, Imported, judge, record_problem, signer
+    from vq_admin.state.records import StateDir
+
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    for name in ("old", "new"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(keys / name)], check=True)
+        (keys / f"allowed-{name}").write_text(f"admins@site {(keys / f'{name}.pub').read_text()}")
+    before, after = (Signing(key=str(keys / k), allowed_signers=str(keys / f"allowed-{k}")) for k in ("old", "new"))
+    _, summary = _summary_entry("a" * 40, "u@d/0000abcd")
+    text = summary.statement.encode()  # type: ignore[attr-defined]
+    name = f"0000000001-{hashlib.sha256(text).hexdigest()[:16]}.json"
+    sig = signer(before).sign(text)  # type: ignore[union-attr]
+    verdict = judge(signer(before), name, text, sig)
+    assert verdict.accepted
+    state = StateDir(str(tmp_path / "state"))
+    kept = Imported(seq=1, name=name, digest="f" * 64, statement=text.decode(), sig=sig.decode(), verdict=verdict)
+    state.tree.append(["record", "h"], "toy.jsonl", kept.to_json().encode() + b"\n")
+    entry = {"receipt": FROM_RECORD + name, "sha": "a" * 40, "launcher": f"/apps/toy/bin/toy-{'a' * 40}",
+             "launcher_sha256": "d" * 64}
+    assert record_problem(state, "h", "toy", entry, before) is None
+    for now in (after, None):  # the key left allowed_signers, or [signing] was removed: no longer evidence
+        assert record_problem(state, "h", "toy", entry, now) == (
+            f"the registry names the host's record entry {name}, which is not evidence here")
+
+
+def test_an_import_after_a_torn_last_line_keeps_every_new_entry_and_the_cursor(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from vq_admin.record.view import cursor, entries, take
+    from vq_admin.state.records import StateDir
+
+    state = StateDir(str(tmp_path / "state"))
+    config = SimpleNamespace(signing=None, hosts={})
+
+    def answer(*seqs: int) -> dict[str, object]:
+        return {"entries": [{"seq": n, "name": f"{n:010d}-{'0' * 16}.json", "statement": "x", "sig": None}
+                            for n in seqs]}
+
+    assert take(config, state, "h", None, answer(1))["imported"] == 1  # type: ignore[arg-type]
+    path = state.tree.path("record", "h", "_helper.jsonl")
+    with open(path, "ab") as f:
+        f.write(b'{"seq": 2, "name": "00000')  # a crash cut the next import short
+    assert cursor(state, "h", None) == 1  # the torn entry is asked for again
+    assert take(config, state, "h", None, answer(2, 3))["imported"] == 2  # type: ignore[arg-type]
+    assert [e.seq for e in entries(state, "h", None)] == [1, 2, 3] and cursor(state, "h", None) == 3

@@ -71,8 +71,50 @@ def test_torn_and_foreign_lines_never_break_a_reader(root):
     with open(path, "ab") as fh:
         fh.write(b"not a use\n\xff\xfe\t\t\t\n2026-12-02T15:55:00.1")  # foreign lines, then a torn last line
     assert usage(root).count == 1
-    uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, "2")  # glued to the torn line: that line is skipped
+    uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, "2")  # on its own line: the torn one is skipped, not glued
+    found = usage(root)
+    assert (found.count, found.refs) == (2, {"1", "2"})
+
+
+def test_a_failing_rotation_never_counts_the_use_twice(root, monkeypatch):
+    """The line is written before the rotation: its error is not the lookup's (a False from record_use
+    would send the caller to append again)."""
+    from vq_admin.launcher.plain_lookup import record_use
+
+    monkeypatch.setattr(uses, "SEGMENT_BYTES", 1)
+
+    def broken(dfd: int) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(uses, "rotate", broken)
+    assert record_use(os.readlink(f"/proc/self/fd/{root}"), HOST, PROGRAM, SHA, LAUNCHER, "1") is True
     assert usage(root).count == 1
+
+
+def test_an_unreadable_folded_record_is_never_overwritten(root, monkeypatch):
+    small_segments(monkeypatch)
+    monkeypatch.setattr(uses, "SEGMENT_BYTES", 1)
+    monkeypatch.setattr(uses, "KEEP_SEGMENTS", 1)
+    uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, "1")
+    where = os.path.join(f"/proc/self/fd/{root}", "uses", HOST, PROGRAM, SHA)
+    folded = os.path.join(where, uses.FOLDED)
+    with open(folded, "w") as fh:
+        json.dump({"days": {"2026-01-01": [500, "2026-01-01T00:00:00.000000Z", "2026-01-01T01:00:00.000000Z"]},
+                   "segments": []}, fh)
+    os.chmod(folded, 0o666)  # fails the secure-path rule: unreadable to the record, not absent
+    before = open(folded, "rb").read()
+    for i in range(3):
+        uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, f"n{i}")  # each wants to fold: it aborts instead
+    assert open(folded, "rb").read() == before
+    segments = [n for n in os.listdir(where) if n.endswith(".log") and n != uses.CURRENT]
+    assert len(segments) == 4  # every rotated segment kept: nothing counted was lost
+    with pytest.raises(PermissionError):
+        usage(root)  # never read as zero
+    from vq_admin.launcher.recall import last_uses
+    from vq_admin.report.outcome import VqAdminError
+
+    with pytest.raises(VqAdminError, match="use record of vibeqc on cluster cannot be read"):
+        last_uses(os.readlink(f"/proc/self/fd/{root}"), HOST, PROGRAM)  # prune keeps nothing it cannot count
 
 
 def _killed_at(root: int, step: int) -> bool:
@@ -224,3 +266,64 @@ def test_since_and_the_quarantine_statement(tmp_path):
     assert doc["predicate"]["driver"].count("/") == 1  # this state directory's driver id, as the record's entries
     assert {k: doc["predicate"][k] for k in ("action", "sha", "reason")} == {"action": "quarantine", "sha": SHA,
                                                                              "reason": "wrong results"}
+
+
+def _lane(tmp_path) -> int:
+    lane = tmp_path / "lane"
+    lane.mkdir(mode=0o700)
+    return os.open(lane, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def test_a_fifo_in_the_launchers_place_is_refused_without_blocking(tmp_path):
+    import threading
+
+    from vq_admin.launcher.present import launcher_problem_here
+
+    launcher = tmp_path / "releases" / SHA / f"tool-{SHA}"
+    launcher.parent.mkdir(parents=True)
+    os.mkfifo(launcher)
+    lane = _lane(tmp_path)
+    found: list[str | None] = []
+    worker = threading.Thread(target=lambda: found.append(launcher_problem_here(lane, SHA, str(launcher), "e" * 64)),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    os.close(lane)
+    assert found and found[0] is not None and "not a regular file" in found[0]
+
+
+def test_a_swap_between_stat_and_hash_never_plants_a_seen_entry(tmp_path, monkeypatch):
+    """The bad file is at the path when looked at; the good one is swapped in before the bytes are hashed,
+    then swapped out again: what is hashed is what was looked at, so the bad file is never cached as good."""
+    import hashlib
+
+    from vq_admin.launcher import present
+
+    launcher = tmp_path / "releases" / SHA / f"tool-{SHA}"
+    launcher.parent.mkdir(parents=True)
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.write_bytes(b"#!/bin/sh\nexit 0\n")
+    bad.write_bytes(b"#!/bin/sh\nrm -rf ~\n")
+    os.link(bad, launcher)
+    real = present._cached
+    swapped = []
+
+    def swap_then_read(lane_fd: int, sha: str) -> str | None:
+        if not swapped:
+            swapped.append(True)
+            os.link(good, str(launcher) + ".new")
+            os.rename(str(launcher) + ".new", launcher)
+        return real(lane_fd, sha)
+
+    monkeypatch.setattr(present, "_cached", swap_then_read)
+    lane = _lane(tmp_path)
+    try:
+        digest = hashlib.sha256(good.read_bytes()).hexdigest()
+        first = present.launcher_problem_here(lane, SHA, str(launcher), digest)
+        os.link(bad, str(launcher) + ".new")
+        os.rename(str(launcher) + ".new", launcher)  # the bad file again, its stat unchanged
+        again = present.launcher_problem_here(lane, SHA, str(launcher), digest)
+    finally:
+        os.close(lane)
+    assert first is not None and first.startswith("changed:")
+    assert again is not None and again.startswith("changed:")

@@ -153,6 +153,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest, root)
+    _refuse_unconfirmed(program, host, canonical, entry["sha"], root, pinned=sha is not None)
     mark = _registry_call(registry.quarantined, root, canonical, program, entry["sha"])
     if mark is not None:
         raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
@@ -341,18 +342,28 @@ def path_form_problem(path: object) -> str | None:
     return None if None in problems else problems[0]
 
 
+def _refuse_unconfirmed(program: str, host: str, canonical: str, sha: str, root: str, *, pinned: bool) -> None:
+    """:class:`LauncherRefused` (``unconfirmed``) for a generation a confirmation job did not prove, or whose
+    confirmation record cannot be read (CONTRACT section 13), registered or not."""
+    from .launcher.plain_lookup import unconfirmed_reason
+
+    why = unconfirmed_reason(root, canonical, program, sha)
+    if why is None:
+        return
+    alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
+    other = (f"submit with the verified launcher (vq admin launcher {program} {canonical})" if pinned else
+             f"bind the job to a confirmed generation (vq admin launcher {program} {canonical} --expected-sha SHA; "
+             f"vq admin history {program} {canonical} lists them)")
+    raise LauncherRefused("unconfirmed", f"{program} {sha} on {canonical}{alias} is unconfirmed: {why}",
+                          f"{other}, or prove it: vq admin update {program} {canonical} --expected-sha {sha} "
+                          "--retry-confirmation")
+
+
 def _refuse_missing(program: str, host: str, canonical: str, sha: str | None, latest: str | None,
                     root: str) -> NoReturn:
     alias = f" ({host} is an alias of {canonical})" if host != canonical else ""
-    if sha is not None:  # a generation a confirmation job did not prove (CONTRACT section 13)
-        from .launcher.plain_lookup import unconfirmed_reason
-
-        why = unconfirmed_reason(root, canonical, program, sha)
-        if why is not None:
-            raise LauncherRefused("unconfirmed", f"{program} {sha} on {canonical}{alias} is unconfirmed: {why}",
-                                  f"submit with the verified launcher (vq admin launcher {program} {canonical}), or "
-                                  f"prove it: vq admin update {program} {canonical} --expected-sha {sha} "
-                                  "--retry-confirmation")
+    if sha is not None:
+        _refuse_unconfirmed(program, host, canonical, sha, root, pinned=True)
     if latest is None:
         raise LauncherRefused("no-evidence", f"no verified deployment evidence for {program} on {canonical}{alias}",
                               f"deploy and verify it: vq admin update {program} {canonical} "

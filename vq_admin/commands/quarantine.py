@@ -1,8 +1,10 @@
 """``vq admin quarantine PROGRAM HOST SHA --reason TEXT [--hold-jobs] [--json]`` and ``... --lift``.
 
-See :mod:`vq_admin.launcher.quarantine`.  Exit 0 once recorded (the jobs it lists printed); 1 when recorded but
-the scheduler could not be read (the jobs are not known) or ``--hold-jobs`` could not hold a pending job; 2 for a
-usage error; 77 for a host without runtime authority.
+See :mod:`vq_admin.launcher.quarantine`.  Exit 0 once recorded on the host (the jobs it lists printed); 1 when
+the host's record was not written (it holds in this state directory only, until rerun), or the scheduler could
+not be read (the jobs are not known) or ``--hold-jobs`` could not hold a pending job; 3 when the transport failed
+mid-append (whether the host's record holds it is not known); 2 for a usage error; 77 for a host without runtime
+authority.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     action = "lift" if args.lift else "quarantine"
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
-        where, problem = record_on_host(config, state, transport, host, program, statement(
+        where, problem, unknown = record_on_host(config, state, transport, host, program, statement(
             state, host.name, program, sha, action, reason, at, entry["launcher"] if entry else None,
             entry["launcher_sha256"] if entry else None))
         census_error, jobs, scanned = None, [], 0
@@ -67,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     errors = [f"job {job}: not held: {why}" for job, why in failed.items()]
     if census_error:
         errors.append(f"the jobs referencing {sha} are not known: {census_error}")
-    outcome = Outcome.FAILED if failed or census_error else Outcome.OK
+    if problem is not None:
+        errors.insert(0, f"the {action} holds only in this state directory until rerun: the host's record "
+                         f"{'may not hold' if unknown else 'does not hold'} it: {problem}")
+    outcome = Outcome.UNKNOWN if unknown else Outcome.FAILED if failed or census_error or problem else Outcome.OK
     if args.json:
         return emit(SCHEMA, outcome, {"requested_host": args.host, **doc.to_value()}, errors)
     print("\n".join(safe_text(line) for line in lines(doc)))
@@ -85,7 +90,8 @@ def lines(doc: QuarantineReport) -> list[str]:
         if doc.active:
             head.append(f"  it is the active generation (LAST OK): move away with vq admin rollback {doc.program} "
                         f"{doc.host} (or update to a good SHA)")
-    head.append(f"  host record: {doc.host_record or doc.host_record_problem}")
+    head.append(f"  host record: {doc.host_record}" if doc.host_record else f"  host record: not recorded "
+                f"({doc.host_record_problem}): the {doc.action} holds only in this state directory until rerun")
     if doc.census_error:
         head.append(f"  jobs: not known: {doc.census_error}")
     else:

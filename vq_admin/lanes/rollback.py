@@ -28,7 +28,7 @@ from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..config import authority
+from ..config import Signing, authority
 from ..launcher import registry
 from ..core.identifiers import SHA_RE
 from ..context import RunContext
@@ -46,7 +46,8 @@ from ..record.view import FROM_RECORD, record_problem
 VERIFIED = ("ok", "already-current")
 
 
-def verified_target(state: StateDir, host: str, program: str, to: str | None) -> dict[str, Any]:
+def verified_target(state: StateDir, host: str, program: str, to: str | None,
+                    signing: Signing | None) -> dict[str, Any]:
     """The registry entry of the rollback target, or :class:`Refused` naming what is missing."""
     if to is None:
         record = state.read_record("runtime", host, program, "last-good") or {}
@@ -68,7 +69,7 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None) ->
     if entry is None:
         raise Refused(missing)
     if str(entry["receipt"]).startswith(FROM_RECORD):  # another driver's signed entry of the host's record
-        problem = record_problem(state, host, program, entry)
+        problem = record_problem(state, host, program, entry, signing)
         if problem is not None:
             raise Refused(f"{missing} ({problem})")
         return entry
@@ -88,7 +89,7 @@ class RuntimeRollback(RuntimeUpdate):
     opens_lease = False
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, to: str | None):
-        self.entry = verified_target(ctx.state, host_name, program, to)
+        self.entry = verified_target(ctx.state, host_name, program, to, ctx.config.signing)
         from ..state.confirmation import unconfirmed
 
         reason = unconfirmed(ctx.state, host_name, program, self.entry["sha"])

@@ -182,6 +182,8 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
         if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)
                 and absent(dfd, "quarantined", wanted)):
             return None
+        if unconfirmed_reason(root, host, program, wanted) is not None:
+            return None  # the full lookup words the refusal (CONTRACT section 13)
         if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
             return None
         return latest, entry
@@ -240,24 +242,36 @@ def absent(dfd: int, directory: str, sha: str) -> bool:
 
 
 def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | None:
-    """Why *sha* is unconfirmed (:mod:`vq_admin.state.confirmation`, whose document this reads with the
-    standard library only: the launcher's refusal path), or ``None``."""
+    """Why *sha* may not be handed out (:mod:`vq_admin.state.confirmation`: pending or unconfirmed, or the
+    document cannot be read: fail closed), or ``None`` (passed, not named, or no document at all).  Read with
+    the standard library only; the one rule both the plain and the full lookup apply."""
+    lane = os.path.join(os.path.normpath(os.path.abspath(root)), "hosts", host, "runtime", program)
+    path = os.path.join(lane, "confirmation.json")
+    dfd = open_trusted_dir(lane)
+    try:
+        data = None if dfd is None else read_trusted_file(dfd, "confirmation.json", 1 << 20)
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+    if data is None:
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            pass
+        return f"its confirmation record {path} cannot be read"
     from ..core.bounds import InputError, loads_json
 
-    path = os.path.join(root, "hosts", host, "runtime", program, "confirmation.json")
-    dfd = open_trusted_dir(os.path.dirname(path))
-    if dfd is None:
-        return None
     try:
-        data = read_trusted_file(dfd, os.path.basename(path), 1 << 20)
-    finally:
-        os.close(dfd)
-    try:
-        document = loads_json(data, path, limit=1 << 20) if data is not None else None
-        entry = (document.get("generations") or {}).get(sha) if isinstance(document, dict) else None
-    except (InputError, AttributeError):
+        document = loads_json(data, path, limit=1 << 20)
+        generations = document.get("generations", {}) if isinstance(document, dict) else None
+        entry = generations.get(sha) if isinstance(generations, dict) else None
+    except InputError:
         return f"its confirmation record {path} cannot be read"
-    if not isinstance(entry, dict):
+    if generations is None or (entry is not None and not isinstance(entry, dict)):
+        return f"its confirmation record {path} cannot be read"
+    if entry is None:
         return None
     if entry.get("status") == "pending":
         return f"its confirmation job {entry.get('job_id') or '(id not recorded)'} is still under way"

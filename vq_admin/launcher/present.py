@@ -15,6 +15,7 @@ judged here; ``--check-on-host`` re-hashes it on the login host.
 from __future__ import annotations
 
 import os
+import stat
 
 SEEN = "seen"
 
@@ -37,11 +38,21 @@ def _cached(lane_fd: int, sha: str) -> str | None:
         os.close(sub)
 
 
+def _fd_sha256(fd: int) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    while chunk := os.read(fd, 1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
 def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256: str) -> str | None:
     """``None`` when *launcher* is not visible on this machine, or is there with its attested bytes;
     else why not (``missing``, ``changed``).  *lane_fd*: the registry lane (``registry/<host>/<program>``)."""
-    try:
-        st = os.stat(launcher)  # followed, as the job's exec follows it and the read-back hashes it
+    try:  # one open: what is stat'ed is what is hashed, and a FIFO never blocks.  Followed, as the job's exec
+        # follows it and the host's read-back attests a symlinked launcher by its target's bytes
+        fd = os.open(launcher, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         anchor = launcher.split("/releases/", 1)[0] + "/releases" if "/releases/" in launcher \
             else os.path.dirname(launcher)
@@ -50,15 +61,18 @@ def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256
         return None
     except OSError:
         return None  # not visible to this account: the login host's read-back decides (--check-on-host)
-    key = _key(st)
-    if _cached(lane_fd, sha) == key:
-        return None
-    from ..core.treeid import file_sha256
-
     try:
-        digest = file_sha256(launcher)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"changed: {launcher} is not a regular file now"
+        key = _key(st)
+        if _cached(lane_fd, sha) == key:
+            return None
+        digest = _fd_sha256(fd)
     except OSError:
         return None  # there but not readable by this account: not judged here (--check-on-host is)
+    finally:
+        os.close(fd)
     if digest != launcher_sha256:
         return f"changed: {launcher} now hashes to {digest}, attested {launcher_sha256}"
     from ..state.tree import write_atomic_at

@@ -68,34 +68,34 @@ def statement(state: StateDir, host: str, program: str, sha: str, action: str, r
 
 
 def record_on_host(config: Config, state: StateDir, transport: Transport, host: HostConfig, program: str,
-                   entry: bytes) -> tuple[str | None, str | None]:
+                   entry: bytes) -> tuple[str | None, str | None, bool]:
     """Sign *entry* (under ``[signing]``) and append it to the host's record of *program* with the agent's
     ``record-quarantine`` (CONTRACT sections 12 and 14: under the record's own lock, never a run's lease), in
-    one ssh call that also brings this driver the entries it has not read: ``(where, None)`` or ``(None, why
-    not)``."""
+    one ssh call that also brings this driver the entries it has not read: ``(where, None, False)`` or ``(None,
+    why not, unknown)``, *unknown* when the transport failed mid-append (the entry may be on the host or not)."""
     from ..record import view
 
     signing = view.signer(config.signing)
     try:
         sig = signing.sign(entry) if signing is not None else None
     except Refused as exc:
-        return None, exc.message
+        return None, exc.message, False
     line = {"append": {"statement": entry.decode(), "sig": None if sig is None else sig.decode()}}
     argv = protocol.record_quarantine(host.agent, program=program, record_after=view.cursor(state, host.name, program))
     done = transport.run(argv, timeout=view.READ_TIMEOUT, stdin=protocol.encode_request(line))
     if protocol.lacks_verb(protocol.RECORD_QUARANTINE, done.exit_code, done.stdout, done.stderr):
         return None, (f"the agent on {transport.where} has no {protocol.RECORD_QUARANTINE} verb: update the helper "
                       "first (vq admin update HOST --expected-sha SHA); the quarantine holds for this state "
-                      "directory only until then")
+                      "directory only until then"), False
     try:
         answer = protocol.parse_record_quarantine(done.stdout)
     except protocol.ProtocolError as exc:
-        return None, done.describe() if done.interrupted or not done.stdout else str(exc)
+        return None, done.describe() if done.interrupted or not done.stdout else str(exc), True
     if answer.record is not None:
         view.take(config, state, host.name, program, answer.record)
     if answer.appended is None:
-        return None, answer.error or "the agent did not append the entry"
-    return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None
+        return None, answer.error or "the agent did not append the entry", False
+    return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None, False
 
 
 def hold(transport: Transport, jobs: Sequence[QueuedJob]) -> tuple[list[str], dict[str, str]]:

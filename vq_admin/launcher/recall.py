@@ -14,7 +14,7 @@ from typing import Iterable
 
 from . import registry, uses
 from ..document import Count, Document, FullSha
-from ..report.outcome import UsageError
+from ..report.outcome import UsageError, VqAdminError
 from ..state.tree import PrivateTree
 from .references import QueuedJob
 
@@ -66,6 +66,8 @@ def read_uses(state_root: str | os.PathLike[str], host: str, program: str, shas:
         return {}
     try:
         return uses.read(fd, host, program, shas, since)
+    except (OSError, ValueError) as exc:  # never counted from zero (a prune would take what is in use)
+        raise VqAdminError(f"the use record of {program} on {host} cannot be read: {exc}") from None
     finally:
         os.close(fd)
 

@@ -12,8 +12,9 @@ A line is ``<UTC time, microseconds>\\t<user>\\t<REF or empty>\\t<launcher>\\n``
 SHA are its directory), at most :data:`MAX_LINE` bytes (below ``PIPE_BUF``), written with one
 ``write(2)`` on an ``O_APPEND`` descriptor under a shared ``flock``: concurrent lookups never
 interleave or lose a line, and a lookup killed at any point leaves either its whole line or none.
-A reader takes only lines that end in a newline and have the four fields, so even a torn or foreign
-line never breaks it.
+Each record is written with a newline before it as well, so a torn line (a short write, a full disk) ends
+where the next record begins instead of gluing onto it.  A reader takes only lines that end in a newline
+and have the four fields, and skips empty ones, so even a torn or foreign line never breaks it.
 
 Rotation: a writer that finds ``current.log`` over :data:`SEGMENT_BYTES` renames it to
 ``<stamp>-<pid>.log``; beyond :data:`KEEP_SEGMENTS` rotated segments, the oldest is folded into
@@ -107,7 +108,7 @@ def append(root_fd: int, host: str, program: str, sha: str, launcher: str, job: 
     when it cannot be."""
     if not (is_name(host) and is_name(program) and is_full_sha(sha)) or (job is not None and ref_problem(job)):
         raise ValueError("not a use to record")
-    line = f"{stamp(time.time() if at is None else at)}\t{_user()}\t{job or ''}\t{launcher}\n".encode()
+    line = f"\n{stamp(time.time() if at is None else at)}\t{_user()}\t{job or ''}\t{launcher}\n".encode()
     if len(line) > MAX_LINE or "\t" in launcher or "\n" in launcher:
         raise ValueError(f"a use of {launcher} would be longer than {MAX_LINE} bytes")
     dfd = open_dirs(root_fd, ("uses", host, program, sha), True)
@@ -128,7 +129,10 @@ def append(root_fd: int, host: str, program: str, sha: str, launcher: str, job: 
             finally:
                 os.close(fd)
             if size > SEGMENT_BYTES:
-                rotate(dfd)
+                try:
+                    rotate(dfd)
+                except (OSError, ValueError):
+                    pass  # the use is recorded; the next lookup rotates
             return
         raise OSError("the use segment kept vanishing")
     finally:
@@ -176,7 +180,7 @@ def _segments(dfd: int, done: Iterable[str] = ()) -> list[str]:
     return sorted(n for n in os.listdir(dfd) if n.endswith(".log") and n not in skip and not n.startswith("."))
 
 
-_LINE = r"\n(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t"
+_LINE = r"\n(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t[^\t\n]*(?=\n)"
 
 
 def _lines(data: bytes) -> list[tuple[str, str]]:
@@ -193,11 +197,17 @@ def _read_folded(dfd: int) -> dict[str, Any]:
 
     data = read_trusted_file(dfd, FOLDED, 16 << 20)
     if data is None:
-        return {}
+        try:
+            os.stat(FOLDED, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return {}  # nothing folded yet
+        raise PermissionError(f"{FOLDED} is not a private regular file")  # never read as empty, then overwritten
     from ..core.bounds import loads_json
 
     value = loads_json(data, FOLDED, limit=16 << 20)
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{FOLDED} is not a JSON object")
+    return value
 
 
 def _write_folded(dfd: int, folded: dict[str, Any]) -> None:

@@ -227,7 +227,8 @@ def apply_record(state: StateDir, host: str, program: str | None, new: list[Impo
     """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
     section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
     (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
-    ``[signing]`` (not *signing*), unsigned too.  What was done, one line each."""
+    ``[signing]`` (not *signing*), unsigned too, and only when its ``at`` is later than the quarantine mark's
+    here (a replayed or late-imported older lift never ends a newer quarantine).  What was done, one line each."""
     from ..launcher import registry
     from .statement import QUARANTINE, Quarantine
 
@@ -237,15 +238,20 @@ def apply_record(state: StateDir, host: str, program: str | None, new: list[Impo
         found = statement.predicate if statement is not None else None
         if not isinstance(found, Quarantine) or found.program != program or program is None:
             continue
+        mark = registry.quarantined(state.root, host, program, found.sha)
+        later = mark is None or found.at > str(mark.get("at"))  # than the quarantine it would replace or end
         if found.action == "quarantine":
-            reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
-            registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
+            if later:  # never moves a newer mark back to an older one (which an older lift could then end)
+                reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
+                registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
             done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
-        elif found.host == host and (entry.verdict.accepted or not signing):
+        elif found.host == host and (entry.verdict.accepted or not signing) and later:
             registry.lift_quarantine(state.root, host, program, found.sha)
             done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
         else:
-            done.append(f"not lifted {found.sha} ({entry.name}: {entry.verdict.reason or 'another host'})")
+            why = (entry.verdict.reason or "unaccepted" if signing and not entry.verdict.accepted
+                   else "another host" if found.host != host else "older than the quarantine it would end")
+            done.append(f"not lifted {found.sha} ({entry.name}: {why})")
     return done
 
 
@@ -302,12 +308,14 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
     return adopted
 
 
-def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any]) -> str | None:
+def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any],
+                   signing: Signing | None) -> str | None:
     """Why a registry entry imported from the host's record is not (or no longer) evidence; ``None`` when an
-    entry of the record, signed by a key allowed_signers still accepts, verified exactly that launcher."""
+    entry of the record, signed by a key the current *signing*'s allowed_signers accepts, verified exactly that
+    launcher."""
     name = str(entry["receipt"])[len(FROM_RECORD):]
     found = next((e for e in entries(state, host, program) if e.name == name), None)
-    if found is None or not found.verdict.accepted:
+    if found is None or not verdict_now(found, signer(signing)).accepted:
         return f"the registry names the host's record entry {name}, which is not evidence here"
     statement = found.parsed()
     run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
@@ -406,19 +414,28 @@ def roots_now(state: StateDir, host: str, program: str, verified: dict[str, Any]
 
 
 def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
-    """Every driver's newest roots in *known* entries, less those a forget-driver entry dropped after them
-    (under ``[signing]``, *signing*: only a signed, accepted forget drops them, CONTRACT section 12)."""
-    found: dict[str, Roots] = {}
+    """Every driver's newest roots in *known* entries, less those a forget-driver entry dropped after them.
+    Under ``[signing]`` (*signing*, CONTRACT section 12) only accepted entries replace or drop roots: a driver's
+    are its accepted entry with the latest ``at`` (a replayed older one never wins), with the roots of its newest
+    unaccepted entry added, never replacing them; only an accepted forget drops them."""
+    found: dict[str, Roots] = {}  # the newest in the record's order (under [signing]: of the unaccepted ones)
+    signed: dict[str, Roots] = {}
     for entry in known:
         if not entry.statement or (ROOTS not in entry.statement and FORGET not in entry.statement):
             continue  # a verification summary (most entries): not parsed here
         statement = entry.parsed()
-        if statement is None:
-            continue
-        if isinstance(statement.predicate, Roots):
-            found[statement.predicate.driver] = statement.predicate
-        elif isinstance(statement.predicate, Forget) and (entry.verdict.accepted or not signing):
-            found.pop(statement.predicate.forgotten, None)
+        pred = statement.predicate if statement is not None else None
+        if isinstance(pred, Roots) and signing and entry.verdict.accepted:
+            if pred.driver not in signed or signed[pred.driver].at <= pred.at:
+                signed[pred.driver] = pred
+        elif isinstance(pred, Roots):
+            found[pred.driver] = pred
+        elif isinstance(pred, Forget) and (entry.verdict.accepted or not signing):
+            found.pop(pred.forgotten, None)
+            signed.pop(pred.forgotten, None)
+    for driver, kept in signed.items():
+        more = tuple(r for r in found[driver].roots if r not in kept.roots) if driver in found else ()
+        found[driver] = kept.replace(roots=kept.roots + more)
     return found
 
 

@@ -183,7 +183,8 @@ class PrivateTree:
         return self.path(*parts, name)
 
     def append(self, parts: list[str], name: str, data: bytes) -> None:
-        """Append *data* in one write under an exclusive ``flock`` (the admin log)."""
+        """Append *data* (whole lines) in one write under an exclusive ``flock`` (the admin log, the host's
+        record); a last line a crash cut short is ended first, so it never swallows the first new one."""
         import fcntl
 
         _plain(name)
@@ -191,12 +192,13 @@ class PrivateTree:
         assert dfd is not None
         try:
             fd = _open_private(dfd, name, self.path(*parts, name),
-                               os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                               os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         finally:
             os.close(dfd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            write_synced(fd, data)
+            size = os.fstat(fd).st_size
+            write_synced(fd, (b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b"") + data)
         finally:
             os.close(fd)
 
