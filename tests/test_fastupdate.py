@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from support import write_config
+from vq_admin.core.agentjudge import JUDGE_PYTHON
 from vq_admin.ssh.early_start import parse_update
 
 SHA = "a" * 40
@@ -41,7 +42,10 @@ def fake_ssh(tmp_path: Path) -> tuple[Path, Path]:
 
 def ssh_starts(log: Path) -> list[str]:
     """The ssh processes the double logged (one line each; the probe's newline word continues a line)."""
-    return [line for line in log.read_text().splitlines() if line.startswith("ssh ")] if log.exists() else []
+    # An ``ssh -G`` (the configuration judgement, vq_admin.ssh.effective, before any ssh connects)
+    # connects nowhere and is not one of the run's ssh processes: left out here, on purpose.
+    return [line for line in log.read_text().splitlines()
+            if line.startswith("ssh ") and not line.startswith("ssh -G ")] if log.exists() else []
 
 
 def config_text(tmp_path: Path, *, host: str = "", profile: str = "", ssh_config: bool = True) -> str:
@@ -63,6 +67,10 @@ import subprocess
 _real = subprocess.Popen
 
 def spy(argv, *args, **kwargs):  # what is loaded when the ssh process starts
+    if list(argv)[1:2] == ["-G"]:  # the configuration judgement (vq_admin.ssh.effective): connects nowhere
+        seen.setdefault("judged", list(argv))
+        return _real(argv, *args, **kwargs)
+    seen.setdefault("judged_first", "judged" in seen)
     seen.setdefault("modules", sorted(set(sys.modules) - _before))
     seen.setdefault("argv", list(argv))
     return _real(argv, *args, **kwargs)
@@ -70,7 +78,8 @@ def spy(argv, *args, **kwargs):  # what is loaded when the ssh process starts
 subprocess.Popen = spy
 early = fastupdate.start(sys.argv[1:])
 subprocess.Popen = _real
-result = {"started": "argv" in seen, "modules": seen.get("modules"), "argv": seen.get("argv")}
+result = {"started": "argv" in seen, "modules": seen.get("modules"), "argv": seen.get("argv"),
+          "judged_first": seen.get("judged_first")}
 if early is not None:
     transport = early.session.ssh(early.config.hosts["cluster"].ssh)
     result["dir"] = transport.control_dir
@@ -91,12 +100,13 @@ def probe(tmp_path: Path, words: list[str], config: Path | None) -> tuple[dict, 
 def test_the_early_start_is_the_sessions_ssh_process_and_imports_no_command_line(tmp_path):
     config = write_config(tmp_path / "admin.toml", config_text(tmp_path))
     result, started = probe(tmp_path, UPDATE, config)
-    assert result["started"], result
+    assert result["started"] and result["judged_first"], result  # ssh -G judged the destination first
     loaded = set(result["modules"])
     assert not [m for m in loaded if m in EARLY_NEVER or m.split(".")[0] in EARLY_NEVER], sorted(loaded)
-    # the run's connection master, the probe words on the line, in the session's control directory
-    assert "ControlMaster=yes" in result["argv"] and result["argv"][-1].startswith(
-        "/opt/vq/bin/vq-admin-agent session --probe "), result
+    # the run's connection master, the agent judged (vq_admin.core.agentjudge) with the probe words on
+    # the line, in the session's control directory
+    assert "ControlMaster=yes" in result["argv"] and result["argv"][-1].startswith(f"{JUDGE_PYTHON} '-I' '-S' "), result
+    assert " 1 /opt/vq/bin/vq-admin-agent session --probe " in result["argv"][-1], result
     assert f"ControlPath={result['dir']}/%C" in result["argv"], result
     assert not Path(result["dir"]).exists()  # closed: the session removed its directory
     assert len(started) == 1
@@ -255,6 +265,6 @@ def test_through_the_console_script_an_already_current_run_is_its_early_ssh_proc
     assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "already-current", done.stdout + done.stderr
     starts = ssh_starts(log)
     assert len(starts) == 1 and "ControlMaster=yes" in starts[0], starts  # the early one, taken over: no second
-    assert f" -- cluster {AGENT} session --probe " in starts[0], starts
+    assert f" -- cluster {JUDGE_PYTHON} " in starts[0] and f" 1 {AGENT} session --probe " in starts[0], starts
     receipt = json.loads(done.stdout)
     assert receipt["lease"]["held"] is True and {s["name"]: s for s in receipt["steps"]}["pre-verify"]["status"] == "ok"

@@ -262,6 +262,12 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
                                       "(no program is started; that copy's commands go through the runner)",
     ("vq_admin/agent/detached.py", "os.fork"): "the fixed-host build's supervisor detaches itself (double fork; "
                                                "its job starts through the agent's runner, agent/spawn.py)",
+    ("vq_admin/core/agentjudge.py", "subprocess.run"): "in judge(), a separate program shipped as text (blob()) "
+                                                       "and run by /usr/bin/python3 on the login host (or locally "
+                                                       "for a local host), never in the driver: the agent "
+                                                       "interpreter run -I -S to print its sys.path",
+    ("vq_admin/core/agentjudge.py", "os.execv"): "in judge(), the same separate program: it becomes the agent "
+                                                 "it judged (exec, the same process), never in the driver",
 }
 STARTERS = {("subprocess", name) for name in ("Popen", "run", "call", "check_call", "check_output",
                                                "getoutput", "getstatusoutput")} | \

@@ -81,12 +81,12 @@ def _start(words: list[str]) -> EarlyStart | None:
         return None
     from ..config import authority, load_config
     from . import early_session
-    from .transport import Session, SshTransport
+    from .transport import Session, SshTransport, literal_words
 
     config = load_config(values.get("config"))
     host = authority.runtime_host(config, values["host"])
-    if values["program"] not in host.runtimes or host.transport != "ssh":
-        return None
+    if values["program"] not in host.runtimes or host.transport != "ssh" or not literal_words(host.agent):
+        return None  # (before the session: its ssh -G judgement is the full path's then)
     session = Session(config.ssh_config)
     try:
         login = session.ssh(host.ssh)

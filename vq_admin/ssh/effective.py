@@ -10,8 +10,8 @@ path.  Once per (configuration, destination) and process: one ``ssh -G`` (a few 
 from __future__ import annotations
 
 import os
-import subprocess
 
+from . import process
 from ..core.sshconfig import effective_problem, text_problem
 
 _judged: set[tuple[str | None, str]] = set()
@@ -33,14 +33,13 @@ def problem(ssh_config: str | None, destination: str) -> str | None:
         if host in seen or host.startswith("-"):
             continue
         seen.add(host)
-        try:
-            done = subprocess.run(["ssh", "-G", *(["-F", ssh_config] if ssh_config else []), "--", host],
-                                  capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"cannot read ssh's configuration for {host} (ssh -G): {exc}"
+        done = process.run(["ssh", "-G", *(["-F", ssh_config] if ssh_config else []), "--", host], timeout=30)
+        if done.ended in (process.NOT_STARTED, process.TIMED_OUT):
+            detail = done.stderr.decode("utf-8", "replace").strip() or "timed out"
+            return f"cannot read ssh's configuration for {host} (ssh -G): {detail}"
         if done.returncode != 0:  # a configuration ssh cannot read: ssh itself fails and says why
             return None
-        found, jumps = effective_problem(done.stdout, host)
+        found, jumps = effective_problem(done.stdout.decode("utf-8", "replace"), host)
         if found:
             return found if host == destination else f"{found} (ProxyJump {host}, a jump host of {destination})"
         todo += jumps
