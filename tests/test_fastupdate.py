@@ -265,6 +265,8 @@ def test_through_the_console_script_an_already_current_run_is_its_early_ssh_proc
     assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "already-current", done.stdout + done.stderr
     starts = ssh_starts(log)
     assert len(starts) == 1 and "ControlMaster=yes" in starts[0], starts  # the early one, taken over: no second
+    judged = [line for line in log.read_text().splitlines() if line.startswith("ssh -G ")]
+    assert judged == [f"ssh -G -F {real_sshd.ssh_config} -- cluster"], judged  # once, early, for the whole run
     assert f" -- cluster {JUDGE_PYTHON} " in starts[0] and f" 1 {AGENT} session --probe " in starts[0], starts
     receipt = json.loads(done.stdout)
     assert receipt["lease"]["held"] is True and {s["name"]: s for s in receipt["steps"]}["pre-verify"]["status"] == "ok"
