@@ -325,8 +325,9 @@ class Lease:
                 # separate probe tells a login shell that is not POSIX (77) from a broken agent.
                 ssh.check_login_shell()
             _agent_cannot_run(code, error, self.where, self.argv[0])
+            said = error and ("nothing was run" in error or "start-up ran" in error)  # the agent judge says what ran
             raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
-                          f"{code}: {error or 'no answer'}; nothing was run")
+                          f"{code}: {error or 'no answer'}{'' if said else '; nothing was run'}")
         return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: Any) -> NoReturn:

@@ -28,9 +28,10 @@ arena = test_host_trust.arena  # the fixture: a directory below /tmp the attacke
 as_nobody = test_host_trust.as_nobody
 
 #: What a refused run may add under the state directory: its receipt and admin-log line, the lane's
-#: last-run record, the lock files.  Everything else (LAST OK, LAST GOOD, the registry, activation
-#: records) must stay byte-identical.
-RECORDED_ANYWAY = ("receipts", "admin.log", "locks", "leases")
+#: last-run record, the lock files, and this driver's view of the host's record (every run that reaches
+#: the host reads it first, CONTRACT section 12).  Everything else (LAST OK, LAST GOOD, the registry,
+#: activation records) must stay byte-identical.
+RECORDED_ANYWAY = ("receipts", "admin.log", "locks", "leases", "record")
 
 
 def records(state: Path) -> dict[str, str]:
@@ -133,10 +134,14 @@ def test_an_agent_another_user_can_replace_is_refused_before_it_runs(helper, are
 def test_a_helper_that_predates_check_paths_is_still_updated(helper, tmp_path):
     """The check needs nothing of the agent, so an old agent (no check-paths verb) can be replaced."""
     calls = tmp_path / "agent-calls"
+    # a Python script (the agent judge's rule: the agent's first word is a Python interpreter or script)
     old = write_script(tmp_path / "old-agent" / "vq-admin-agent",
-                       f"#!/bin/sh\necho \"$1\" >> {calls}\n"
-                       "[ \"$1\" = check-paths ] && { echo 'invalid choice: check-paths' >&2; exit 2; }\n"
-                       f"exec {helper['root']}/bin/vq-admin-agent \"$@\"\n")
+                       f"#!{sys.executable}\nimport os, sys\n"
+                       f"with open({str(calls)!r}, 'a') as log:\n    log.write(sys.argv[1] + '\\n')\n"
+                       "if sys.argv[1] == 'check-paths':\n"
+                       "    sys.stderr.write('invalid choice: check-paths\\n')\n    sys.exit(2)\n"
+                       f"agent = {str(helper['root']) + '/bin/vq-admin-agent'!r}\n"
+                       "os.execv(agent, [agent] + sys.argv[1:])\n")
     config = helper["configure"](agent=old)
     done = helper["update"](config)
     assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
