@@ -47,3 +47,44 @@ def test_sbatch_parsable_and_the_census_share_the_job_id_rule():
         fields = [job, *good[1:]]
         with pytest.raises(census.CensusFailed):
             census._listing(("".join(f + token for f in fields)).encode(), token)
+
+
+# -- configuration strings: one line, bounded, never an option where they start a command ------------------
+
+def _host(**keys):
+    profile = {"update_command": "/site/bin/deploy", "verify_command": "/site/bin/verify", "source_repo": "/srv/src"}
+    profile.update(keys.pop("profile", {}))
+    return {"hosts": {"cluster": {"fleet_role": "managed", **keys, "scheduler_runtime_deployments": {"p": profile}}}}
+
+
+CONFIG_WORDS = [  # (where the value goes, the configuration holding it)
+    ("hosts.cluster.ssh", lambda v: _host(ssh=v)),
+    ("hosts.cluster.helper_update_host", lambda v: _host(helper_update_host=v, helper_update_command="/b/up")),
+    ("hosts.cluster.agent", lambda v: _host(agent=v)),
+    ("hosts.cluster.helper_update_command", lambda v: _host(helper_update_command=v)),
+    ("hosts.cluster.scheduler_runtime_deployments.p.update_command", lambda v: _host(profile={"update_command": v})),
+    ("hosts.cluster.scheduler_runtime_deployments.p.update_host", lambda v: _host(profile={"update_host": v})),
+    ("hosts.cluster.scheduler_runtime_deployments.p.source_repo", lambda v: _host(profile={"source_repo": v})),
+    ("hosts.cluster.scheduler_runtime_deployments.p.lane", lambda v: _host(profile={"lane": v})),
+    ("hosts.cluster.scratch_root", lambda v: _host(scratch_root=v)),
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize(("where", "config"), CONFIG_WORDS, ids=[w for w, _ in CONFIG_WORDS])
+def test_a_hostile_configuration_string_is_refused_naming_its_key(where, config, value):
+    from vq_admin.config import ConfigError, parse_config
+
+    if where.endswith(("source_repo", "scratch_root")) and value in ("x" * 120_000,):
+        value = "/" + value  # an absolute path, refused for its length alone
+    with pytest.raises(ConfigError) as refused:
+        parse_config(config(value))
+    assert refused.value.key == where
+
+
+def test_a_long_path_is_refused_for_its_length():
+    from vq_admin.config import MAX_STRING, ConfigError, parse_config
+
+    parse_config(_host(scratch_root="/" + "x" * (MAX_STRING - 1)))
+    with pytest.raises(ConfigError, match=f"at most {MAX_STRING}"):
+        parse_config(_host(scratch_root="/" + "x" * MAX_STRING))
