@@ -32,3 +32,18 @@ def test_a_refused_registry_write_is_reported_not_a_crash(tmp_path, monkeypatch)
     assert concluded.not_stored == [
         "the registry entry of the verified launcher: registry/cluster is group-writable"]
     assert any("could not store the registry entry" in e and "group-writable" in e for e in concluded.errors)
+
+
+def test_a_refused_lane_record_is_named_not_a_crash(tmp_path, monkeypatch):
+    def record_run(*args: object) -> None:
+        raise ValueError("hosts/cluster is a symlink")
+
+    state = StateDir(tmp_path / "state")
+    monkeypatch.setattr(state, "record_run", record_run)
+    ctx = RunContext(None, state, None, None)  # type: ignore[arg-type]  # conclude reads options and state only
+    receipt = Receipt("helper", "cluster", None, SHA, None, utc_now())
+    concluded = conclude(ctx, receipt, Outcome.OK, {"sha": SHA})
+    assert concluded.not_stored == ["the lane records (last.json, LAST OK, LAST GOOD): hosts/cluster is a symlink"]
+    assert concluded.stored is not False
+    assert any("could not store the lane records" in e and "was stored" in e for e in concluded.errors)
+    assert (tmp_path / "state" / "admin.log").read_text().count("\n") == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 from ..context import RunContext
@@ -52,79 +54,97 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
                             "proven": False, "next_command": rerun_command(ctx, receipt),
                             "advice": "rerun it once that has ended; it verifies read-only first"}
     receipt.plan.skip_unrun()
-    if receipt.id is None:
-        receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
-    apply_registry = None
-    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):
-        from ..record.view import append_roots, append_run
-
-        # the host's record, on the lease, before the receipt is stored: the run's entry, then its roots
-        proved = verified if verified is not None else recorded
-        entry = append_run(ctx, receipt, proved) if proved is not None else None
-        if entry is not None:
-            receipt.record = {**(receipt.record or {}), **entry}
-        roots = append_roots(ctx, receipt, verified)
-        if roots is not None:
-            receipt.record = {**(receipt.record or {}), "roots": roots}
+    receipt_id = receipt.id or ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+    receipt.id = receipt_id
+    ran = lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE)  # else the last outcome stands
+    if ran:  # the host's record, on the lease, before the receipt is stored
+        _append_host_record(ctx, receipt, verified, recorded)
     if verified is not None:
-        verified = dict(verified, receipt=receipt.id, at=receipt.finished_at)
-        if receipt.lane == "runtime" and receipt.program is not None:
-            from ..launcher import registry
-
-            try:
-                receipt.registry, apply_registry = registry.plan_verified(
-                    ctx.state.root, receipt.host, receipt.program, verified)
-            except registry.RegistryError as exc:
-                receipt.registry = {"entry": None, "error": str(exc)}
+        verified = dict(verified, receipt=receipt_id, at=receipt.finished_at)
+    apply_registry = _plan_registry(ctx, receipt, verified)
     # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
     # last.json, the admin log) names it, so none may exist without it.
     try:
-        transcript = ["receipts", f"{receipt.id}.transcript"]
-        receipt.keep_transcript(lambda: ctx.state.tree.path(*transcript),
-                                lambda name, data: ctx.state.tree.write_atomic(transcript, name, data))
-        path = ctx.state.store_receipt(receipt.id, receipt.to_dict())
+        path = _store_receipt(ctx, receipt, receipt_id)
     except OSError as exc:
         return _not_stored(ctx, receipt, exc)
-    unstored: list[tuple[str, OSError | ValueError]] = []
-    if apply_registry is not None:
-        try:
-            apply_registry()
-        except (OSError, ValueError) as exc:
-            unstored.append(("the registry entry of the verified launcher", exc))
-    summary = {
-        "outcome": outcome.value,
-        "exit_code": outcome.exit_code,
-        "expected_sha": receipt.expected_sha,
-        "tag": receipt.tag,
-        "receipt": receipt.id,
-        "at": receipt.finished_at,
-        "errors": receipt.errors[:5],
-    }
-    if lane_started and outcome not in (Outcome.LOCKED, Outcome.USAGE):  # nothing ran: the last outcome stands
-        try:
-            ctx.state.record_run(receipt.lane, receipt.host, receipt.program, summary, verified)
-        except OSError as exc:
-            unstored.append(("the lane records (last.json" + (", LAST OK, LAST GOOD)" if verified else ")"), exc))
-    try:
-        ctx.state.append_log({
-            "at": receipt.finished_at,
-            "lane": receipt.lane,
-            "host": receipt.host,
-            "program": receipt.program,
-            "expected_sha": receipt.expected_sha,
-            "outcome": outcome.value,
-            "exit_code": outcome.exit_code,
-            "receipt": str(path),
-            "errors": receipt.errors[:5],
-        })
-    except OSError as exc:
-        unstored.append(("the admin log line", exc))
-    if unstored:  # the stored receipt stands; what is printed also names what could not be recorded
-        receipt.not_stored = [f"{what}: {_reason(err)}" for what, err in unstored]
-        for what, err in unstored:
-            receipt.errors.append(f"could not store {what} in {ctx.state.root}: {_reason(err)} "
-                                  f"(the receipt {path} was stored)")
+    record_lane = partial(ctx.state.record_run, receipt.lane, receipt.host, receipt.program,
+                          _summary(receipt, outcome), verified)
+    _store_after(ctx, receipt, path, [
+        ("the registry entry of the verified launcher", apply_registry),
+        ("the lane records (last.json" + (", LAST OK, LAST GOOD)" if verified else ")"), record_lane if ran else None),
+        ("the admin log line", partial(ctx.state.append_log, _log_line(receipt, outcome, path))),
+    ])
     return receipt
+
+
+def _store_after(ctx: RunContext, receipt: Receipt, path: Path,
+                 steps: list[tuple[str, Callable[[], object] | None]]) -> None:
+    """Run each record's write (``None``: not this run's) after the receipt at *path* was stored; the
+    stored receipt stands, and what could not be recorded is named in ``not_stored`` and the errors."""
+    unstored: list[tuple[str, OSError | ValueError]] = []
+    for what, write in steps:
+        try:
+            if write is not None:
+                write()
+        except (OSError, ValueError) as exc:
+            unstored.append((what, exc))
+    if unstored:
+        receipt.not_stored = [f"{what}: {_reason(err)}" for what, err in unstored]
+    receipt.errors += [f"could not store {what} in {ctx.state.root}: {_reason(err)} "
+                       f"(the receipt {path} was stored)" for what, err in unstored]
+
+
+def _append_host_record(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | None,
+                        recorded: dict[str, Any] | None) -> None:
+    """The run's entry in the host's record (when it proved something), then its roots; both named in
+    ``receipt.record``."""
+    from ..record.view import append_roots, append_run
+
+    proved = verified if verified is not None else recorded
+    entry = append_run(ctx, receipt, proved) if proved is not None else None
+    if entry is not None:
+        receipt.record = {**(receipt.record or {}), **entry}
+    roots = append_roots(ctx, receipt, verified)
+    if roots is not None:
+        receipt.record = {**(receipt.record or {}), "roots": roots}
+
+
+def _plan_registry(ctx: RunContext, receipt: Receipt,
+                   verified: dict[str, Any] | None) -> Callable[[], None] | None:
+    """A verified runtime's registry entry, planned into ``receipt.registry``: the write to apply once the
+    receipt is stored, or ``None`` (nothing to write, or the plan was refused)."""
+    if verified is None or receipt.lane != "runtime" or receipt.program is None:
+        return None
+    from ..launcher import registry
+
+    try:
+        receipt.registry, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program, verified)
+    except registry.RegistryError as exc:
+        receipt.registry = {"entry": None, "error": str(exc)}
+        return None
+    return apply
+
+
+def _store_receipt(ctx: RunContext, receipt: Receipt, receipt_id: str) -> Path:
+    """Store the receipt (its transcript first); the stored receipt's path."""
+    transcript = ["receipts", f"{receipt_id}.transcript"]
+    receipt.keep_transcript(lambda: ctx.state.tree.path(*transcript),
+                            lambda name, data: ctx.state.tree.write_atomic(transcript, name, data))
+    return ctx.state.store_receipt(receipt_id, receipt.to_dict())
+
+
+def _summary(receipt: Receipt, outcome: Outcome) -> dict[str, Any]:
+    """The lane's ``last.json``: the run's outcome, what it deployed, its receipt and first errors."""
+    return {"outcome": outcome.value, "exit_code": outcome.exit_code, "expected_sha": receipt.expected_sha,
+            "tag": receipt.tag, "receipt": receipt.id, "at": receipt.finished_at, "errors": receipt.errors[:5]}
+
+
+def _log_line(receipt: Receipt, outcome: Outcome, path: Path) -> dict[str, Any]:
+    """The run's admin-log line."""
+    return {"at": receipt.finished_at, "lane": receipt.lane, "host": receipt.host, "program": receipt.program,
+            "expected_sha": receipt.expected_sha, "outcome": outcome.value, "exit_code": outcome.exit_code,
+            "receipt": str(path), "errors": receipt.errors[:5]}
 
 
 def unstored_warning(ctx: RunContext, receipt: Receipt) -> str | None:
