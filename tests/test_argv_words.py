@@ -88,3 +88,20 @@ def test_a_long_path_is_refused_for_its_length():
     parse_config(_host(scratch_root="/" + "x" * (MAX_STRING - 1)))
     with pytest.raises(ConfigError, match=f"at most {MAX_STRING}"):
         parse_config(_host(scratch_root="/" + "x" * MAX_STRING))
+
+
+# -- the fleet's worker command line: each value attached to its option ------------------------------------
+
+@pytest.mark.parametrize("value", ["--all", "-oProxyCommand=x", "--dry-run", "-"])
+def test_a_fleet_worker_reads_each_value_as_the_value_not_an_option(value):
+    from types import SimpleNamespace
+
+    from vq_admin.cli import build_parser
+    from vq_admin.fleet import Rollout
+
+    args = SimpleNamespace(cluster_install=False, wait_lock=None, config=value, state_dir=value)
+    rollout = SimpleNamespace(program="vibeqc", sha=SHA, tag=value, args=args, dry_run=False)
+    argv = Rollout.worker_argv(rollout, "cluster")  # type: ignore[arg-type]
+    parsed = build_parser().parse_args(argv)
+    assert (parsed.config, parsed.state_dir, parsed.tag, parsed.expected_sha) == (value, value, value, SHA)
+    assert parsed.targets == ["vibeqc", "cluster"] and not parsed.dry_run
