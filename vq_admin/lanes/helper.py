@@ -235,10 +235,11 @@ class HelperUpdate:
                     f's=$(sha256sum < {built})']
         for transport in {t.where: t for t in (self.ctx.login(self.host), self.stage_transport())}.values():
             if isinstance(transport, SshTransport):
-                ssh = ["ssh", *(["-F", config] if config else []), transport.destination]
+                options = ["-F", config] if config else []  # the destination after "--": never an option
+                ssh = ["ssh", *options, "--", transport.destination]
                 dest, read = quote_argv([f"{transport.destination}:{target}"]), "sha256sum < " + quote_argv([target])
                 commands += [quote_argv([*ssh, "mkdir", "-p", os.path.dirname(target)]),
-                             f"{quote_argv(['scp', *ssh[1:-1]])} {built} {dest}",
+                             f"{quote_argv(['scp', *options, '--'])} {built} {dest}",
                              f'test "$({quote_argv([*ssh, read])})" = "$s"']
             else:
                 commands += [quote_argv(["mkdir", "-p", os.path.dirname(target)]), f"cp {built} {quote_argv([target])}",

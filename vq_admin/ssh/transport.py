@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from . import effective, process
 from ..core.agentjudge import judged  # every agent call: judged, then run isolated
 from ..core.failpoints import failpoint
+from ..core.identifiers import DESTINATION_RE
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
 from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, SSH_OPTIONS, literal_words,
@@ -129,8 +130,8 @@ class SshTransport(Transport):
     transport_exit = SSH_TRANSPORT_EXIT
 
     def __init__(self, destination: str, ssh_config: str | None, control_dir: str | None):
-        if not destination or destination.startswith("-"):
-            raise ValueError(f"bad ssh destination {destination!r}")
+        if not DESTINATION_RE.match(destination):  # the configuration's rule, again where the argv is built
+            raise ValueError(f"bad ssh destination {destination[:200]!r}")
         self.destination = destination
         self.where = destination
         self.ssh_config = ssh_config
