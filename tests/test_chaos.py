@@ -242,7 +242,7 @@ def test_ssh_client_killed_during_the_pre_verify_changes_nothing(tmp_path, real_
     world.set_verify(f"if [ ! -e {flag} ]; then touch {flag}; sleep 30; fi")
     # the pre-verify runs in the run's first agent call
     done = ssh_client_killed_at(world, "pre-slept", "vq-admin-agent session")
-    assert world.active() is None and "changed nothing" in done.receipt["readback"]["reason"]
+    assert world.active() is None and "nothing was deployed or activated" in done.receipt["readback"]["reason"]
     record("SIGKILL of the ssh client during the pre-verify", "unknown", done.outcome)
     clean_after(world, done, converge(world, "ok"))
 
