@@ -180,7 +180,7 @@ class SshTransport(Transport):
 
     def refuse_shell(self, stdout: bytes, code: int | None, detail: str) -> None:
         """Refuse (77) a login shell whose answer to the quoting probe was not a POSIX shell's."""
-        from ..report.outcome import Refused
+        from ..report.outcome import READ_ONLY_RAN, Refused
 
         detail = detail.strip().replace("\n", " | ")[-300:]
         raise Refused(
@@ -188,7 +188,7 @@ class SshTransport(Transport):
             f"quoting probe came back as {stdout[:120]!r}, exit {code}"
             + (f": {detail}" if detail else "") + "); vq-admin quotes every remote argv for a POSIX shell and "
             "never sends one that could mean something else there. Give the account a POSIX login shell on "
-            "that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); nothing was run")
+            f"that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); {READ_ONLY_RAN}")
 
     def master_wrap(self, argv: Sequence[str]) -> list[str]:
         """*argv* (words every shell reads literally, see :func:`literal_words`) as the run's
