@@ -27,7 +27,7 @@ import os
 import stat
 import sys
 
-from .securepath import creatable_problem, describe_owner, level_problem, path_problem, read_bounded  # in the blob
+from .securepath import creatable_problem, describe_owner, level_problem, path_problem, read_regular  # in the blob
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,11 +72,7 @@ def _judged(path: str, what: str, missing_ok: bool = False) -> None:
 
 def _text(path: str) -> str:
     """The text of the regular file *path* (a FIFO or any other kind is refused, never waited on)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        data = read_bounded(fd, 1 << 20) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    finally:
-        os.close(fd)
+    data = read_regular(path, 1 << 20)
     if data is None:
         _fail(REFUSED, f"{path} is not a regular file of at most 1 MiB; the agent would read it; {_RAN[0]}")
     return data.decode("utf-8", "replace")
