@@ -216,13 +216,13 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     recalled = _quarantines(config, state, host, program, new) if new and program else []  # before the cursor moves
     if new:
         state.tree.append(_parts(host), _file(program), b"".join(entry.to_json().encode() + b"\n" for entry in new))
-    adopted = adopt(state, host, program, new, _confirms(config, host, program), rejected) if new else []
+    adopted = adopt(state, host, program, new, confirms(config, host, program), rejected) if new else []
     said = {"quarantine": recalled, "evidence": adopted, "not_evidence": rejected[:20],
             "error": str(answer.get("error") or "")}
     return {"imported": len(new), **{key: value for key, value in said.items() if value}}
 
 
-def _confirms(config: Config, host: str, program: str | None) -> bool:
+def confirms(config: Config, host: str, program: str | None) -> bool:
     """Whether this driver's profile of *program* on *host* has ``confirm_command``."""
     profile = config.hosts[host].runtimes.get(program or "") if host in config.hosts else None
     return profile is not None and profile.confirm is not None
