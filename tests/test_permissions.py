@@ -142,3 +142,15 @@ def test_match_exec_is_judged_whatever_its_case_or_negation(tmp_path, line):
     config.chmod(0o600)
     problem = text_problem(str(config))
     assert problem is not None and f"directory {shared} is group-writable" in problem and "ssh would run it" in problem
+
+
+def test_an_ssh_config_over_the_bound_is_refused_not_read_as_empty(tmp_path):
+    from vq_admin.core.sshconfig import text_problem
+
+    config = tmp_path / "config"
+    config.write_text("# padding\n" * (1 << 17) + "ProxyCommand /nonexistent/proxy %h\n")  # just over 1 MiB
+    config.chmod(0o600)
+    assert text_problem(str(config)) == f"ssh_config {config} is not a regular file of at most 1 MiB"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    assert text_problem(str(fifo)) == f"ssh_config {fifo} is not a regular file of at most 1 MiB"

@@ -18,7 +18,7 @@ not name, or a PROGRAM that host has no profile for, is exit 2).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..config import authority
 from ..state import history
@@ -27,6 +27,11 @@ from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
 from ..state.records import StateDir
+
+if TYPE_CHECKING:
+    from ..record.signing import Verdict
+    from ..record.statement import Statement
+    from ..record.view import Imported
 
 DEFAULT_LIMIT = 20
 
@@ -92,24 +97,44 @@ def host_runs(config: Config, state: StateDir, host: str, programs: list[str | N
 
     view.fetch(config, state, host, programs)
     signing, me = view.signer(config.signing), view.driver_id(state)
-    rows: list[dict[str, Any]] = []
-    for program in programs:
-        profile = config.hosts[host].runtimes.get(program or "")
-        for entry in view.entries(state, host, program):
-            verdict, statement = view.verdict_now(entry, signing), entry.parsed()
-            summary = statement.summary if statement is not None else None
-            run = summary.vq_admin if summary is not None else None
-            driver = run.driver if run else getattr(statement.predicate, "driver", None) if statement else None
-            who = "this driver" if driver == me else (run.by if run else str(driver or "unknown"))
-            why = run.unconfirmed(profile is not None and profile.confirm is not None) if run else None
-            who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
-            who += f" ({why})" if why else ""
-            rows.append({"finished_at": run.finished_at if run else None, "lane": "runtime" if program else "helper",
-                         "verb": run.verb if run else statement.predicate_type.rsplit(":", 2)[-2] if statement
-                         else None, "host": host, "program": program, "outcome": run.outcome if run else None,
-                         "expected_sha": run.sha if run else None, "tag": run.tag if run else None,
-                         "entry": entry.name, "driver": driver, "by": run.by if run else None,
-                         "signer": verdict.principal, "evidence": verdict.accepted and not why,
-                         "reason": verdict.reason or why,
-                         "who": who})
+    rows = [_row(entry, view.verdict_now(entry, signing), host, program, me, view.confirms(config, host, program))
+            for program in programs for entry in view.entries(state, host, program)]
     return sorted(rows, key=lambda row: (str(row["finished_at"] or ""), row["entry"]), reverse=True)
+
+
+class _Entry(NamedTuple):
+    """What an entry of the host's record says of a run (or, for another entry, the little it says)."""
+
+    finished_at: str | None = None
+    verb: str | None = None
+    outcome: str | None = None
+    sha: str | None = None
+    tag: str | None = None
+    driver: str | None = None
+    by: str | None = None
+    who: str = "unknown"  #: who ran it, unless this driver did
+    why: str | None = None  #: why a run is not evidence here though signed (its confirmation)
+
+
+def _said(statement: Statement | None, confirm: bool) -> _Entry:
+    """What *statement* says: a verification summary's run; any other entry its kind and driver."""
+    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    if run is not None:
+        return _Entry(run.finished_at, run.verb, run.outcome, run.sha, run.tag, run.driver, run.by, run.by,
+                      run.unconfirmed(confirm))
+    if statement is None:
+        return _Entry()
+    driver = getattr(statement.predicate, "driver", None)
+    return _Entry(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
+
+
+def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: str, confirm: bool) -> dict[str, Any]:
+    """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now."""
+    said = _said(entry.parsed(), confirm)
+    who = "this driver" if said.driver == me else said.who
+    who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
+    who += f" ({said.why})" if said.why else ""
+    return {"finished_at": said.finished_at, "lane": "runtime" if program else "helper", "verb": said.verb,
+            "host": host, "program": program, "outcome": said.outcome, "expected_sha": said.sha, "tag": said.tag,
+            "entry": entry.name, "driver": said.driver, "by": said.by, "signer": verdict.principal,
+            "evidence": verdict.accepted and not said.why, "reason": verdict.reason or said.why, "who": who}

@@ -26,10 +26,7 @@ def run(args: argparse.Namespace) -> int:
     check_name(args.host, "HOST")
     sha, since = full_sha(args.sha, "--sha"), since_stamp(args.since)
     config = load_config(args.config)
-    host = authority.lookup(config, args.host, args.program)
-    if host.fleet_role == "alias":
-        host = authority.lookup(config, host.canonical_host or "")
-    host, _ = authority.runtime_profile(config, host.name, args.program)  # 77 without authority, 2 without a profile
+    host, _ = authority.runtime_profile(config, args.host, args.program, canonical=True)  # 77 or 2
     census: object
     with Session(config.ssh_config) as session:
         try:

@@ -10,15 +10,17 @@ authority.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any, Sequence
 
 from ..config import authority, load_config
 from ..launcher import registry
 from ..launcher.quarantine import SCHEMA, QuarantineReport, check_reason, hold, record_on_host, statement
-from ..launcher.references import CensusError, scan
+from ..launcher.references import CensusError, QueuedJob, scan
 from ..report.envelope import emit
 from ..report.outcome import Outcome, Refused
 from ..report.output import safe_text
-from ..ssh.transport import Session
+from ..ssh.transport import Session, Transport
 from ..core.stamps import utc_now
 from ..state.records import StateDir
 from .arguments import check_name, full_sha
@@ -30,53 +32,70 @@ def run(args: argparse.Namespace) -> int:
     assert sha is not None
     reason = check_reason(args.reason, args.lift)
     config = load_config(args.config)
-    host = authority.lookup(config, name, program)
-    if host.fleet_role == "alias":
-        host = authority.lookup(config, host.canonical_host or "")
-    host, _ = authority.runtime_profile(config, host.name, program)  # 77 without authority, 2 without a profile
+    host, _ = authority.runtime_profile(config, name, program, canonical=True)  # 77: no authority; 2: no profile
     state = StateDir(args.state_dir)
-    root, at = state.root, utc_now()
-    try:
-        entry = registry.lookup(root, host.name, program, sha)
-    except registry.PrunedError:
-        entry = None
-    except registry.RegistryError as exc:
-        raise Refused(f"the verified-launcher registry cannot be trusted: {exc}") from None
-    if args.lift:
-        local = registry.lift_quarantine(root, host.name, program, sha)
-    else:
-        from ..record.view import user_at_host
-
-        local = registry.mark_quarantined(root, host.name, program, sha, reason or "", at, user_at_host())
+    at = utc_now()
+    entry = _registry_entry(state.root, host.name, program, sha)
+    local = _mark_here(state.root, host.name, program, sha, args.lift, reason, at)
     last_ok = (state.read_record("runtime", host.name, program, "last-ok") or {}).get("sha")
     action = "lift" if args.lift else "quarantine"
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
         where, problem, unknown = record_on_host(config, state, transport, host, program, statement(
-            state, host.name, program, sha, action, reason, at, entry["launcher"] if entry else None,
-            entry["launcher_sha256"] if entry else None))
-        census_error, jobs, scanned = None, [], 0
-        try:
-            found = scan(transport, host.agent)
-            jobs, scanned = found.jobs_naming([sha])[sha], found.jobs_scanned or 0
-        except CensusError as exc:
-            census_error = exc.message
+            state, host.name, program, sha, action, reason, at, entry.get("launcher"), entry.get("launcher_sha256")))
+        jobs, scanned, census_error = _jobs_naming(transport, host.agent, sha)
         held, failed = hold(transport, jobs) if args.hold_jobs and not args.lift else ([], {})
     doc = QuarantineReport(host=host.name, program=program, sha=sha, action=action, reason=reason,
                            active=last_ok == sha, local=local, host_record=where, host_record_problem=problem,
                            jobs=tuple(jobs), held=tuple(held), hold_failed=failed, census_error=census_error,
                            jobs_scanned=scanned)
-    errors = [f"job {job}: not held: {why}" for job, why in failed.items()]
-    if census_error:
-        errors.append(f"the jobs referencing {sha} are not known: {census_error}")
-    if problem is not None:
-        errors.insert(0, f"the {action} holds only in this state directory until rerun: the host's record "
-                         f"{'may not hold' if unknown else 'does not hold'} it: {problem}")
-    outcome = Outcome.UNKNOWN if unknown else Outcome.FAILED if failed or census_error or problem else Outcome.OK
+    errors = _errors(doc, unknown)
+    outcome = Outcome.UNKNOWN if unknown else Outcome.FAILED if errors else Outcome.OK
     if args.json:
         return emit(SCHEMA, outcome, {"requested_host": args.host, **doc.to_value()}, errors)
     print("\n".join(safe_text(line) for line in lines(doc)))
     return outcome.exit_code
+
+
+def _registry_entry(root: Path, host: str, program: str, sha: str) -> dict[str, Any]:
+    """The verified-launcher registry's entry of *sha* (empty when there is none, or it was pruned); a
+    registry that cannot be trusted refuses the run."""
+    try:
+        return registry.lookup(root, host, program, sha) or {}
+    except registry.PrunedError:
+        return {}
+    except registry.RegistryError as exc:
+        raise Refused(f"the verified-launcher registry cannot be trusted: {exc}") from None
+
+
+def _mark_here(root: Path, host: str, program: str, sha: str, lift: bool, reason: str | None,
+               at: str) -> str | None:
+    """Quarantine *sha* (or lift its quarantine) in this state directory: the mark's name."""
+    if lift:
+        return registry.lift_quarantine(root, host, program, sha)
+    from ..record.view import user_at_host
+
+    return registry.mark_quarantined(root, host, program, sha, reason or "", at, user_at_host())
+
+
+def _jobs_naming(transport: Transport, agent: Sequence[str], sha: str) -> tuple[list[QueuedJob], int, str | None]:
+    """The queued jobs naming *sha*, how many jobs were read, and why they are not known (or ``None``)."""
+    try:
+        found = scan(transport, agent)
+    except CensusError as exc:
+        return [], 0, exc.message
+    return found.jobs_naming([sha])[sha], found.jobs_scanned or 0, None
+
+
+def _errors(doc: QuarantineReport, unknown: bool) -> list[str]:
+    """What the run could not do: the host's record not written, the jobs not known, jobs not held."""
+    errors = [f"job {job}: not held: {why}" for job, why in doc.hold_failed.items()]
+    if doc.census_error:
+        errors.append(f"the jobs referencing {doc.sha} are not known: {doc.census_error}")
+    if doc.host_record_problem is not None:
+        errors.insert(0, f"the {doc.action} holds only in this state directory until rerun: the host's record "
+                         f"{'may not hold' if unknown else 'does not hold'} it: {doc.host_record_problem}")
+    return errors
 
 
 def lines(doc: QuarantineReport) -> list[str]:

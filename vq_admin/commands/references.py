@@ -48,10 +48,7 @@ def run(args: argparse.Namespace) -> int:
     check_name(args.program, "PROGRAM")
     check_name(args.host, "HOST")
     config = load_config(args.config)
-    host = authority.lookup(config, args.host, args.program)
-    if host.fleet_role == "alias":
-        host = authority.lookup(config, host.canonical_host or "")
-    host, _ = authority.runtime_profile(config, host.name, args.program)  # 77 without authority, 2 without a profile
+    host, _ = authority.runtime_profile(config, args.host, args.program, canonical=True)  # 77 or 2
     with Session(config.ssh_config) as session:
         doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.agent, host.name,
                      args.program)

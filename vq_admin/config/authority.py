@@ -50,11 +50,15 @@ def helper_host(config: Config, name: str) -> HostConfig:
     return with_role(config, name, "helper", HELPER_ROLES)
 
 
-def runtime_profile(config: Config, host_name: str, program: str) -> tuple[HostConfig, RuntimeProfile]:
+def runtime_profile(config: Config, host_name: str, program: str,
+                    canonical: bool = False) -> tuple[HostConfig, RuntimeProfile]:
     """The host (with runtime authority, :func:`runtime_host`) and its profile of *program*; a
-    program the host has no profile for is a usage error naming the profiles it has."""
-    lookup(config, host_name, program)  # PROGRAM and HOST swapped: say so before anything else
-    host = runtime_host(config, host_name)
+    program the host has no profile for is a usage error naming the profiles it has.  *canonical*: an
+    alias stands for its canonical host (the commands that read or mark what a host runs)."""
+    host = lookup(config, host_name, program)  # PROGRAM and HOST swapped: say so before anything else
+    if canonical and host.fleet_role == "alias":
+        host = lookup(config, host.canonical_host or "")
+    host = runtime_host(config, host.name)
     return host, profile_of(host, program)
 
 

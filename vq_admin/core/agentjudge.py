@@ -27,11 +27,11 @@ import os
 import stat
 import sys
 
-from .securepath import creatable_problem, describe_owner, level_problem, path_problem, read_bounded  # in the blob
+from .securepath import creatable_problem, describe_owner, level_problem, path_problem, read_regular  # in the blob
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, NoReturn, Optional, Sequence
+    from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 #: The interpreter the judge runs on (root's, on every supported login host).
 JUDGE_PYTHON = "/usr/bin/python3"
@@ -73,11 +73,7 @@ def _judged(path: str, what: str, missing_ok: bool = False) -> None:
 
 def _text(path: str) -> str:
     """The text of the regular file *path* (a FIFO or any other kind is refused, never waited on)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        data = read_bounded(fd, 1 << 20) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    finally:
-        os.close(fd)
+    data = read_regular(path, 1 << 20)
     if data is None:
         _fail(REFUSED, f"{path} is not a regular file of at most 1 MiB; the agent would read it; {_RAN[0]}")
     return data.decode("utf-8", "replace")
@@ -98,42 +94,61 @@ def _import_path(interp: str) -> "List[str]":
     """Judge what the interpreter reads first (its venv's ``pyvenv.cfg``, its library directory), then
     return the directories its ``sys.path`` will hold with the site directories and what their ``.pth``
     files add: a venv's from its ``pyvenv.cfg``, any other's from the interpreter run ``-I -S``."""
-    keys = {}
+    venv, keys = _venv(interp)
+    base = os.path.dirname(keys.get("home") or os.path.dirname(os.path.realpath(interp)))
+    _judged(os.path.join(base, "lib"), "the agent interpreter's library", missing_ok=True)
+    version = ".".join(keys.get("version", "").split(".")[:2])
+    if venv and version and keys.get("include-system-site-packages", "").lower() != "true":
+        found = [f"{prefix}/{lib}/python{version}{sub}" for lib in ("lib", "lib64") for prefix, sub in (
+            (base, ""), (base, "/lib-dynload"), (venv, "/site-packages"))]
+        found += [f"{base}/{lib}/python{version.replace('.', '')}.zip" for lib in ("lib", "lib64")]
+    else:
+        found = _probed_path(interp, venv, version)
+    return found + _pth_added(found)
+
+
+def _venv(interp: str) -> "Tuple[str, Dict[str, str]]":
+    """The venv of *interp* (the directory of the ``pyvenv.cfg`` next to it or one up, judged) and that
+    file's keys, in lower case; ``("", {})`` for an interpreter that is no venv's (or an empty file)."""
     for venv in (os.path.dirname(interp), os.path.dirname(os.path.dirname(interp))):
         cfg = os.path.join(venv, "pyvenv.cfg")
         if os.path.exists(cfg):
             _judged(cfg, "the agent's pyvenv.cfg")
             keys = dict((k.strip().lower(), v.strip()) for k, _, v in
                         (line.partition("=") for line in _text(cfg).splitlines()))
-            break
-    base = os.path.dirname(keys.get("home") or os.path.dirname(os.path.realpath(interp)))
-    _judged(os.path.join(base, "lib"), "the agent interpreter's library", missing_ok=True)
-    version = ".".join(keys.get("version", "").split(".")[:2])
-    if keys and version and keys.get("include-system-site-packages", "").lower() != "true":
-        found = [f"{prefix}/{lib}/python{version}{sub}" for lib in ("lib", "lib64") for prefix, sub in (
-            (base, ""), (base, "/lib-dynload"), (venv, "/site-packages"))]
-        found += [f"{base}/{lib}/python{version.replace('.', '')}.zip" for lib in ("lib", "lib64")]
-    else:
-        import subprocess
+            return (venv, keys) if keys else ("", {})
+    return "", {}
 
-        done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if keys else [])],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
-        _RAN[0] = f"only the agent interpreter's own start-up ran ({interp} -I -S); the agent never started"
-        if done.returncode != 0:
-            _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); {_RAN[0]}")
-        found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
-        if keys and version:  # a venv's own (Debian's site module names only dist-packages)
-            found += [f"{venv}/{lib}/python{version}/site-packages" for lib in ("lib", "lib64")]
-    for site in list(found):
+
+def _probed_path(interp: str, venv: str, version: str) -> "List[str]":
+    """The ``sys.path`` and site directories the interpreter prints, run ``-I -S`` (and a *venv*'s own
+    site-packages: Debian's site module names only dist-packages)."""
+    import subprocess
+
+    done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if venv else [])],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
+    _RAN[0] = f"only the agent interpreter's own start-up ran ({interp} -I -S); the agent never started"
+    if done.returncode != 0:
+        _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); {_RAN[0]}")
+    found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+    if venv and version:
+        found += [f"{venv}/{lib}/python{version}/site-packages" for lib in ("lib", "lib64")]
+    return found
+
+
+def _pth_added(sites: "List[str]") -> "List[str]":
+    """The directories the ``.pth`` files directly in *sites* add (their lines that are not comments
+    or ``import`` lines)."""
+    added: "List[str]" = []
+    for site in sites:
         try:
-            names = sorted(os.listdir(site))
+            pths = [name for name in sorted(os.listdir(site)) if name.endswith(".pth")]
         except OSError:
             continue
-        for name in names:
-            if name.endswith(".pth"):
-                found += [os.path.join(site, line.rstrip()) for line in _text(os.path.join(site, name)).splitlines()
-                          if line.strip() and not line.startswith(("#", "import ", "import\t"))]
-    return found
+        for name in pths:
+            added += [os.path.join(site, line.rstrip()) for line in _text(os.path.join(site, name)).splitlines()
+                      if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    return added
 
 
 def _entries_problem(directory: str) -> "Optional[str]":
@@ -169,34 +184,8 @@ def judge(argv: "List[str]") -> "NoReturn":
     """``BLOB N AGENT-WORDS... VERB...``: judge the agent, then ``exec`` it isolated (see the module)."""
     count = int(argv[1])
     words, rest = argv[2:2 + count], argv[2 + count:]
-    first = words[0] if "/" in words[0] else _which(words[0])
-    if first is None:
-        _fail(127, f"{words[0]}: not found in PATH; nothing was run")
-    _judged(first, "the agent", missing_ok=True)  # a missing one: nobody else may create it
-    if not os.path.exists(first):
-        _fail(127, f"{first}: not found; nothing was run")
-    head = _head(first)
-    args = words[1:]
-    if head.startswith(b"#!"):
-        shebang = head[2:].split(b"\n")[0].decode("utf-8", "replace").split()
-        interp = _which(shebang[1]) if shebang and os.path.basename(shebang[0]) == "env" and shebang[1:] else \
-            (shebang or [""])[0]
-        script: "Optional[str]" = first
-        if not interp:
-            _fail(127, f"{first}: its interpreter ({' '.join(shebang)}) was not found; nothing was run")
-        _judged(interp, "the agent's interpreter")
-    else:
-        interp, script = first, None
-    if not os.path.basename(os.path.realpath(interp)).startswith("python"):  # a wrapper: env, nice, sh
-        _fail(REFUSED, f"the agent's first word must be a Python interpreter or a Python script; {first} "
-                       f"{'is' if interp == first else 'runs ' + interp + ', which is'} not Python and would run "
-                       "the agent unjudged; nothing was run")
-    while script is None and args and args[0] in _OPTIONS:
-        args = args[1:]
-    module = args[:2] if args[:1] == ["-m"] else []
-    if script is None and not module and args:
-        script, args = args[0], args[1:]
-        _judged(script, "the agent")
+    interp, script = _interpreter(_first_word(words[0]))
+    script, lead, args = _what_runs(script, words[1:])
     standalone = script is not None and b"PK\x03\x04" in _head(script)  # vq-admin-agent.pyz: no site-packages
     if not standalone:
         for directory in _import_path(interp):
@@ -205,12 +194,54 @@ def judge(argv: "List[str]") -> "NoReturn":
             if problem:
                 _fail(REFUSED, f"{problem} (on the agent's import path); another user could change what the "
                                f"agent imports; {_RAN[0]}")
-    run = [interp, "-I", *(["-S"] if standalone else []), *(module or [script] if script else module),
-           *(args[2:] if module else args), *rest]
     try:
-        os.execv(interp, run)
+        os.execv(interp, [interp, "-I", *(["-S"] if standalone else []), *lead, *args, *rest])
     except OSError as exc:
         _fail(127, f"{interp}: {exc.strerror}; {_RAN[0]}")
+
+
+def _first_word(word: str) -> str:
+    """The agent's first word as a path (a bare name looked up in ``PATH``), judged, and there."""
+    first = word if "/" in word else _which(word)
+    if first is None:
+        _fail(127, f"{word}: not found in PATH; nothing was run")
+    _judged(first, "the agent", missing_ok=True)  # a missing one: nobody else may create it
+    if not os.path.exists(first):
+        _fail(127, f"{first}: not found; nothing was run")
+    return first
+
+
+def _interpreter(first: str) -> "Tuple[str, Optional[str]]":
+    """(the Python interpreter that runs the agent, judged; the script it runs when *first* is a ``#!``
+    script, else ``None``); anything but Python (a wrapper: env, nice, sh) is refused."""
+    interp, script = first, None
+    head = _head(first)
+    if head.startswith(b"#!"):
+        shebang = head[2:].split(b"\n")[0].decode("utf-8", "replace").split()
+        named = _which(shebang[1]) if shebang and os.path.basename(shebang[0]) == "env" and shebang[1:] else \
+            (shebang or [""])[0]
+        if not named:
+            _fail(127, f"{first}: its interpreter ({' '.join(shebang)}) was not found; nothing was run")
+        _judged(named, "the agent's interpreter")
+        interp, script = named, first
+    if not os.path.basename(os.path.realpath(interp)).startswith("python"):  # a wrapper: env, nice, sh
+        _fail(REFUSED, f"the agent's first word must be a Python interpreter or a Python script; {first} "
+                       f"{'is' if interp == first else 'runs ' + interp + ', which is'} not Python and would run "
+                       "the agent unjudged; nothing was run")
+    return interp, script
+
+
+def _what_runs(script: "Optional[str]", args: "List[str]") -> "Tuple[Optional[str], List[str], List[str]]":
+    """(the agent's script, judged, or ``None``; the words naming what the interpreter runs: ``-m MODULE``,
+    the script or none; the words after them) from the words after the interpreter (its options dropped)."""
+    while script is None and args and args[0] in _OPTIONS:
+        args = args[1:]
+    if args[:1] == ["-m"]:
+        return script, args[:2], args[2:]
+    if script is None and args:
+        script, args = args[0], args[1:]
+        _judged(script, "the agent")
+    return script, [script] if script else [], args
 
 
 _BLOB: "List[str]" = []

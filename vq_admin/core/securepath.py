@@ -321,6 +321,16 @@ def read_bounded(fd: int, limit: int) -> bytes | None:
             return None
 
 
+def read_regular(path: str, limit: int) -> bytes | None:
+    """The bytes of *path* when it is a regular file of at most *limit* bytes, else ``None`` (a FIFO or
+    other special file is never waited on).  ``OSError`` propagates."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return read_bounded(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
 def read_trusted_file(dir_fd: int, name: str, limit: int) -> bytes | None:
     """The bytes of *name* in the directory *dir_fd* when it is a regular file that passes
     the rule and holds at most *limit* bytes; else ``None`` (absent, a symlink, a FIFO or

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import glob
 import os
-import stat
 
-from .securepath import command_problem, creatable_problem, path_problem, read_bounded
+from .securepath import command_problem, creatable_problem, path_problem, read_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,35 +82,46 @@ def text_problem(path: str, *, what: str = "ssh_config", depth: int = 0) -> str 
     if problem or depth > 16:
         return problem or f"{what} {path}: Include nested more than 16 files deep"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return f"{what} {path} is not a regular file"
-            text = (read_bounded(fd, 1 << 20) or b"").decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        data = read_regular(path, 1 << 20)
     except OSError as exc:
         return f"cannot read {what} {path}: {exc.strerror or exc}"
-    for keyword, value in _lines(text):
-        words = _words(value)
-        if keyword == "include":
-            for pattern in words:
-                pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
-                found = sorted(glob.glob(pattern))
-                problem = creatable_problem(pattern, what=f"{what} {path} Include", fix=_PRIVATE) \
-                    if (glob.has_magic(pattern) or not found) else None  # a file created there later is read
-                for name in found:
-                    problem = problem or text_problem(name, what=f"{what} {path} Includes", depth=depth + 1)
-                if problem:
-                    return problem
-        elif keyword in ("match", "proxycommand", "localcommand", "knownhostscommand"):
-            if keyword == "match":
-                criteria = [w.lstrip("!").lower() for w in words]  # OpenSSH: any case, "!exec" too
-                words = words[criteria.index("exec") + 1:] if "exec" in criteria else []
-            problem = command_problem(words, what=f"program {what} {path} names ({keyword})")
-            if problem:
-                return f"{problem}; ssh would run it as you"
+    if data is None:
+        return f"{what} {path} is not a regular file of at most 1 MiB"
+    for keyword, value in _lines(data.decode("utf-8", "replace")):
+        judge = _TEXT_JUDGES.get(keyword)
+        problem = judge(keyword, _words(value), f"{what} {path}", depth) if judge else None
+        if problem:
+            return problem
     return None
+
+
+def _include_problem(keyword: str, patterns: list[str], where: str, depth: int) -> str | None:
+    """An ``Include`` line of *where*: each file a pattern matches, read as configuration, and the
+    directory of a glob (or of a file not there yet): a file created there later is read."""
+    for pattern in patterns:
+        pattern = pattern if pattern.startswith("/") else os.path.expanduser(f"~/.ssh/{pattern}")
+        found = sorted(glob.glob(pattern))
+        problem = creatable_problem(pattern, what=f"{where} Include", fix=_PRIVATE) \
+            if (glob.has_magic(pattern) or not found) else None
+        for name in found:
+            problem = problem or text_problem(name, what=f"{where} Includes", depth=depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def _runs_problem(keyword: str, words: list[str], where: str, depth: int) -> str | None:
+    """A line of *where* that names a program ssh runs (a ``Match``'s ``exec`` criterion: the words after it)."""
+    if keyword == "match":
+        criteria = [w.lstrip("!").lower() for w in words]  # OpenSSH: any case, "!exec" too
+        words = words[criteria.index("exec") + 1:] if "exec" in criteria else []
+    problem = command_problem(words, what=f"program {where} names ({keyword})")
+    return f"{problem}; ssh would run it as you" if problem else None
+
+
+#: How :func:`text_problem` judges a line of the text, by its keyword.
+_TEXT_JUDGES = {"include": _include_problem, "match": _runs_problem, "proxycommand": _runs_problem,
+                "localcommand": _runs_problem, "knownhostscommand": _runs_problem}
 
 
 def _lines(text: str) -> "Iterator[tuple[str, str]]":
@@ -126,7 +136,6 @@ def _lines(text: str) -> "Iterator[tuple[str, str]]":
 def effective_problem(printed: str, destination: str) -> tuple[str | None, list[str]]:
     """Judge the options ``ssh -G`` *printed* for *destination*: (one line naming the first option
     and path that fail the rule, or ``None``; the jump hosts to judge the same way)."""
-    user = os.environ.get("USER") or "root"
     jumps: list[str] = []
     for keyword, value in _lines(printed):
         option, kind = _KINDS.get(keyword, (keyword, ""))
@@ -138,18 +147,25 @@ def effective_problem(printed: str, destination: str) -> tuple[str | None, list[
         if keyword == "identityagent" and value == "SSH_AUTH_SOCK":
             value = os.environ.get("SSH_AUTH_SOCK", "")
         what = f"{option} ({kind} ssh uses for {destination})"
-        if kind == COMMAND:
-            problem = command_problem(_words(value), what=what)
-        else:
-            paths = _words(value) if keyword.endswith("knownhostsfile") else [os.path.expanduser(value)]
-            problem = None
-            for path in paths:
-                path = path.replace("%d", os.path.expanduser("~")).replace("%u", user).replace("%%", "%")
-                if "%" in path or kind == SOCKET:  # judged up to its first unexpanded token: the directory
-                    path = os.path.dirname(path.split("%")[0] + "x")
-                if path.startswith("/"):  # a socket: nobody else may create one in its directory
-                    problem = problem or loaded_problem(path, what) or (creatable_problem(
-                        f"{path}/socket", what=what, fix=_PRIVATE) if kind == SOCKET else None)
+        problem = command_problem(_words(value), what=what) if kind == COMMAND else \
+            _paths_problem(keyword, kind, value, what)
         if problem:
             return f"{problem}; ssh would {'run' if kind in (COMMAND, PROGRAM) else 'load'} it as you", jumps
     return None, jumps
+
+
+def _paths_problem(keyword: str, kind: str, value: str, what: str) -> str | None:
+    """The first path of an option's *value* that fails the rule (``%d``, ``%u`` expanded; a path with
+    another token, or a socket, judged as its directory, where nobody else may create a socket)."""
+    user = os.environ.get("USER") or "root"
+    for path in _words(value) if keyword.endswith("knownhostsfile") else [os.path.expanduser(value)]:
+        path = path.replace("%d", os.path.expanduser("~")).replace("%u", user).replace("%%", "%")
+        if "%" in path or kind == SOCKET:  # judged up to its first unexpanded token: the directory
+            path = os.path.dirname(path.split("%")[0] + "x")
+        if not path.startswith("/"):
+            continue
+        problem = loaded_problem(path, what) or (
+            creatable_problem(f"{path}/socket", what=what, fix=_PRIVATE) if kind == SOCKET else None)
+        if problem:
+            return problem
+    return None

@@ -23,6 +23,7 @@ from typing import Annotated, Literal, TypeAlias
 
 import msgspec
 
+from ..core import protocol
 from ..core.bounds import loads_json
 from ..document import Document, DocumentError, FullSha, Sha256
 
@@ -30,7 +31,7 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SUMMARY = "https://slsa.dev/verification_summary/v1"
 ROOTS = "urn:vq-admin:record:roots:v1"
 FORGET = "urn:vq-admin:record:forget-driver:v1"
-QUARANTINE = "urn:vq-admin:record:quarantine:v1"
+QUARANTINE = protocol.QUARANTINE_PREDICATE
 VERIFIER_ID = "urn:vq-admin:verifier"
 #: A driver's id: ``user@host/<8 hex>`` (the hex created once in its state directory).
 DRIVER_ID_RE = re.compile(r"\A[^@/\s]+@[^@/\s]+/[0-9a-f]{8}\Z")

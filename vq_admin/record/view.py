@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import __version__
 from ..config import Config, Signing
@@ -36,8 +36,8 @@ from ..document import Document, DocumentError, Sha256
 from ..report.outcome import Refused
 from ..state.records import StateDir
 from .signing import Signer, Verdict
-from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Root, Roots, Run, Statement,
-                        Subject, Summary, Verifier, policy_of)
+from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Quarantine, Root, Roots, Run,
+                        Statement, Subject, Summary, Verifier, policy_of)
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -161,98 +161,146 @@ def judge(signing: Signer | None, name: str, statement: bytes | None, sig: bytes
     return signing.judge(statement, sig)
 
 
+class _Read(NamedTuple):
+    """One entry as an agent's answer gives it: a statement or signature that is not text is none."""
+
+    seq: int
+    name: str
+    statement: str | None
+    sig: str | None
+
+
+def _after(raw_entries: list[object], last: int) -> list[_Read]:
+    """The entries of an answer's list that follow *last* (this driver's cursor), in order; an item that is no
+    object with an integer ``seq`` is skipped."""
+    fresh: list[_Read] = []
+    for raw in raw_entries:
+        if isinstance(raw, dict) and isinstance(raw.get("seq"), int) and raw["seq"] > last:
+            fresh.append(_Read(raw["seq"], str(raw.get("name")), _text(raw.get("statement")), _text(raw.get("sig"))))
+            last = raw["seq"]
+    return fresh
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _judged(signing: Signer | None, fresh: list[_Read]) -> list[Imported]:
+    """Each entry of *fresh* with its verdict, as this driver keeps it (judged in parallel: one ssh-keygen per
+    signed entry)."""
+    def verdict(read: _Read) -> Verdict:
+        return judge(signing, read.name, _encoded(read.statement), _encoded(read.sig))
+
+    if not fresh:
+        return []
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        verdicts = list(pool.map(verdict, fresh))
+    return [Imported(seq=read.seq, name=read.name, digest=hashlib.sha256((read.statement or "").encode()).hexdigest(),
+                     statement=read.statement, sig=read.sig, verdict=found)
+            for read, found in zip(fresh, verdicts, strict=True)]
+
+
+def _encoded(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
 def take(config: Config, state: StateDir, host: str, program: str | None, answer: object) -> dict[str, Any]:
     """Import the entries of an agent answer's ``record`` member (those after this driver's cursor):
     each judged once and kept; what the receipt says of them (``imported``, ``not_evidence``)."""
     if not isinstance(answer, dict) or not isinstance(answer.get("entries"), list):
         return {"imported": 0, "error": "the agent answered no record"}
-    signing = signer(config.signing)
-    last = cursor(state, host, program)
-    fresh: list[tuple[int, str, str | None, str | None]] = []
-    for raw in answer["entries"]:
-        if isinstance(raw, dict) and isinstance(raw.get("seq"), int) and raw["seq"] > last:
-            text, sig = raw.get("statement"), raw.get("sig")
-            fresh.append((raw["seq"], str(raw.get("name")), text if isinstance(text, str) else None,
-                          sig if isinstance(sig, str) else None))
-            last = raw["seq"]
+    new = _judged(signer(config.signing), _after(answer["entries"], cursor(state, host, program)))
+    rejected = [f"{entry.name}: {entry.verdict.reason}" for entry in new if not entry.verdict.accepted]
+    recalled = _quarantines(config, state, host, program, new) if new and program else []  # before the cursor moves
+    if new:
+        state.tree.append(_parts(host), _file(program), b"".join(entry.to_json().encode() + b"\n" for entry in new))
+    adopted = adopt(state, host, program, new, confirms(config, host, program), rejected) if new else []
+    said = {"quarantine": recalled, "evidence": adopted, "not_evidence": rejected[:20],
+            "error": str(answer.get("error") or "")}
+    return {"imported": len(new), **{key: value for key, value in said.items() if value}}
 
-    def judged(item: tuple[int, str, str | None, str | None]) -> Verdict:
-        return judge(signing, item[1], None if item[2] is None else item[2].encode(),
-                     None if item[3] is None else item[3].encode())
 
-    verdicts: list[Verdict] = []
-    if fresh:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one ssh-keygen per signed entry
-            verdicts = list(pool.map(judged, fresh))
-    lines, rejected = [], []
-    for (seq, name, text, sig), verdict in zip(fresh, verdicts, strict=True):
-        entry = Imported(seq=seq, name=name, digest=hashlib.sha256((text or "").encode()).hexdigest(),
-                         statement=text, sig=sig, verdict=verdict)
-        if not verdict.accepted:
-            rejected.append(f"{name}: {verdict.reason}")
-        lines.append(entry.to_json().encode() + b"\n")
-    recalled = _quarantines(config, state, host, program, lines) if lines and program else []  # before the cursor moves
-    if lines:
-        state.tree.append(_parts(host), _file(program), b"".join(lines))
-    section: dict[str, Any] = {"imported": len(lines)}
-    if recalled:
-        section["quarantine"] = recalled
+def confirms(config: Config, host: str, program: str | None) -> bool:
+    """Whether this driver's profile of *program* on *host* has ``confirm_command``."""
     profile = config.hosts[host].runtimes.get(program or "") if host in config.hosts else None
-    adopted = adopt(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
-                    profile is not None and profile.confirm is not None, rejected) if lines else []
-    if adopted:
-        section["evidence"] = adopted
-    if rejected:
-        section["not_evidence"] = rejected[:20]
-    if answer.get("error"):
-        section["error"] = str(answer["error"])
-    return section
+    return profile is not None and profile.confirm is not None
 
 
-def _quarantines(config: Config, state: StateDir, host: str, program: str, lines: list[bytes]) -> list[str]:
+def _quarantines(config: Config, state: StateDir, host: str, program: str, new: list[Imported]) -> list[str]:
     """The quarantines and lifts among the new entries, acted on here (CONTRACT section 14); one that cannot be
     is refused (77) before the entries are kept, so the next contact acts on it again."""
     from ..launcher.registry import RegistryError
 
     try:
-        return apply_record(state, host, program, [Imported.from_json(line, "record entry") for line in lines],
-                            config.signing is not None)
+        return apply_record(state, host, program, new, config.signing is not None)
     except (RegistryError, OSError) as exc:
         raise Refused(f"cannot act on a quarantine of the host's record of {program} on {host}: {exc}") from None
 
 
-def apply_record(state: StateDir, host: str, program: str | None, new: list[Imported], signing: bool) -> list[str]:
+def apply_record(state: StateDir, host: str, program: str, new: list[Imported], signing: bool) -> list[str]:
     """Act on the quarantine and lift entries among *new* entries of *host*'s record of *program* (CONTRACT
     section 14), oldest first: a quarantine marks its SHA here as ``vq admin quarantine`` does, signed or not
     (it only refuses more); a lift ends it only when signed by a key ``allowed_signers`` accepts, or, without
     ``[signing]`` (not *signing*), unsigned too, and only when its ``at`` is later than the quarantine mark's
     here (a replayed or late-imported older lift never ends a newer quarantine).  What was done, one line each."""
     from ..launcher import registry
-    from .statement import QUARANTINE, Quarantine
 
     done: list[str] = []
-    for entry in new:
-        statement = entry.parsed() if program and entry.statement and QUARANTINE in entry.statement else None
-        found = statement.predicate if statement is not None else None
-        if not isinstance(found, Quarantine) or found.program != program or program is None:
-            continue
+    for entry, found in _quarantine_entries(new, program):
         mark = registry.quarantined(state.root, host, program, found.sha)
         later = mark is None or found.at > str(mark.get("at"))  # than the quarantine it would replace or end
         if found.action == "quarantine":
-            if later:  # never moves a newer mark back to an older one (which an older lift could then end)
-                reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
-                registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
-            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
-        elif found.host == host and (entry.verdict.accepted or not signing) and later:
-            registry.lift_quarantine(state.root, host, program, found.sha)
-            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
+            done.append(_quarantine_here(state, host, program, entry, found, later))
         else:
-            why = (entry.verdict.reason or "unaccepted" if signing and not entry.verdict.accepted
-                   else "another host" if found.host != host else "older than the quarantine it would end")
-            done.append(f"not lifted {found.sha} ({entry.name}: {why})")
+            done.append(_lift_here(state, host, program, entry, found, later, signing))
     return done
+
+
+def _quarantine_here(state: StateDir, host: str, program: str, entry: Imported, found: Quarantine,
+                     later: bool) -> str:
+    """A quarantine entry marks its SHA here unless a later mark is there (an older lift could end that)."""
+    from ..launcher import registry
+
+    if later:
+        reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
+        registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
+    return f"quarantined {found.sha} ({entry.name}, by {found.by})"
+
+
+def _lift_here(state: StateDir, host: str, program: str, entry: Imported, lift: Quarantine, later: bool,
+               signing: bool) -> str:
+    """A lift entry ends the quarantine here when it may (:func:`_why_not_lifted`)."""
+    from ..launcher import registry
+
+    why_not = _why_not_lifted(entry, lift, host, later, signing)
+    if why_not is not None:
+        return f"not lifted {lift.sha} ({entry.name}: {why_not})"
+    registry.lift_quarantine(state.root, host, program, lift.sha)
+    return f"lifted {lift.sha} ({entry.name}, by {lift.by})"
+
+
+def _quarantine_entries(new: list[Imported], program: str) -> list[tuple[Imported, Quarantine]]:
+    """The quarantine and lift entries of *program* among *new* entries, with their predicates."""
+    from .statement import QUARANTINE
+
+    found = []
+    for entry in new:
+        statement = entry.parsed() if entry.statement and QUARANTINE in entry.statement else None
+        if statement is not None and isinstance(statement.predicate, Quarantine) \
+                and statement.predicate.program == program:
+            found.append((entry, statement.predicate))
+    return found
+
+
+def _why_not_lifted(entry: Imported, lift: Quarantine, host: str, later: bool, signing: bool) -> str | None:
+    """Why a lift entry does not end the quarantine here; ``None`` when it does."""
+    if signing and not entry.verdict.accepted:
+        return entry.verdict.reason or "unaccepted"
+    if lift.host != host:
+        return "another host"
+    return None if later else "older than the quarantine it would end"
 
 
 #: The ``receipt`` a registry entry or LAST OK imported from the host's record names: ``record:<entry name>``.
@@ -332,8 +380,7 @@ def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
         return kept if not kept.accepted else Verdict(accepted=False, reason=NO_SIGNING)
     if kept.allowed_signers_sha256 == signing.allowed_sha256:
         return kept  # judged with this very allowed_signers: never judged again
-    return judge(signing, entry.name, None if entry.statement is None else entry.statement.encode(),
-                 None if entry.sig is None else entry.sig.encode())
+    return judge(signing, entry.name, _encoded(entry.statement), _encoded(entry.sig))
 
 
 def newest_summary(known: list[Imported]) -> Summary | None:
@@ -349,27 +396,35 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
     host = ctx.config.hosts[receipt.host]
     profile = host.runtimes.get(receipt.program or "")
     repo = profile.source_repo if profile else host.helper_source_repo
-    launcher = verified.get("launcher") or verified.get("path")
-    digest = verified.get("launcher_sha256") or verified.get("tree_sha256")
-    final = (receipt.verify or {}).get("final") or {}
-    shown = final.get("receipt") if isinstance(final, dict) else None
-    source = receipt.source or {}
-    run = Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
-              verb=receipt.rerun[2] if receipt.rerun else "update", outcome=receipt.outcome.value if receipt.outcome
-              else "ok", host=receipt.host, program=receipt.program, sha=verified["sha"], tag=verified.get("tag"),
-              launcher=launcher, launcher_sha256=verified.get("launcher_sha256"),
-              archive_sha256=source.get("archive_sha256"), tree_sha256=source.get("tree_sha256"),
-              verifier_receipt_sha256=hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
-              if shown else None, started_at=receipt.started_at, finished_at=receipt.finished_at or "",
-              driver=driver_id(ctx.state), by=user_at_host(),
-              confirm=confirm_of(ctx.state, receipt.host, receipt.program,
-                                 str((receipt.reverted or {}).get("from") or verified["sha"])))
+    run = _run(ctx, receipt, verified)
     policy = policy_of(profile.verify_command if profile and profile.verify_command else ["helper identity"])
     summary = Summary(verifier=Verifier(id=VERIFIER_ID, version={"vq-admin": __version__}),
                       time_verified=run.finished_at, resource_uri=f"git+file://{repo or ''}@{run.sha}",
                       policy=policy, vq_admin=run)
-    subject = (Subject(name=str(launcher), digest={"sha256": digest}),) if launcher and digest else ()
+    digest = verified.get("launcher_sha256") or verified.get("tree_sha256")
+    subject = (Subject(name=str(run.launcher), digest={"sha256": digest}),) if run.launcher and digest else ()
     return Statement(subject=subject, predicate_type=SUMMARY, predicate=summary)
+
+
+def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
+    """The run itself, as its entry records it (the summary's ``vqAdmin`` member)."""
+    source = receipt.source or {}
+    return Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
+               verb=receipt.rerun[2] if receipt.rerun else "update",
+               outcome=receipt.outcome.value if receipt.outcome else "ok", host=receipt.host, program=receipt.program,
+               sha=verified["sha"], tag=verified.get("tag"), launcher=verified.get("launcher") or verified.get("path"),
+               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=source.get("archive_sha256"),
+               tree_sha256=source.get("tree_sha256"), verifier_receipt_sha256=_shown_sha256(receipt),
+               started_at=receipt.started_at, finished_at=receipt.finished_at or "", driver=driver_id(ctx.state),
+               by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program,
+                                                     str((receipt.reverted or {}).get("from") or verified["sha"])))
+
+
+def _shown_sha256(receipt: Receipt) -> str | None:
+    """The SHA-256 of the verify receipt the run's final verify showed (its JSON, keys sorted), or ``None``."""
+    final = (receipt.verify or {}).get("final") or {}
+    shown = final.get("receipt") if isinstance(final, dict) else None
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest() if shown else None
 
 
 def confirm_of(state: StateDir, host: str, program: str | None, sha: str) -> Confirmed | None:
