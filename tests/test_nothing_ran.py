@@ -61,7 +61,9 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "trust/test_trust_round_three.py::test_an_agent_in_a_group_writable_directory_is_refused_before_it_runs"),
     ("vq_admin/core/agentjudge.py", "_head", "nothing was run", 1,
      T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
-    ("vq_admin/core/agentjudge.py", "judge", "nothing was run", 4,
+    ("vq_admin/core/agentjudge.py", "_first_word", "nothing was run", 2,
+     T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
+    ("vq_admin/core/agentjudge.py", "_interpreter", "nothing was run", 2,
      T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
     # -- conformance kit --
     ("vq_admin/conformance/__init__.py", "Report.text", "not run", 1,
