@@ -36,6 +36,9 @@ PHRASE = re.compile(r"""(?ix)
   | \bdid\s+not\s+run\b | \bnever\s+ran\b | \bunchanged\b | \buntouched\b
 """)
 
+#: The shipped constants that say what ran: a message that puts one in an f-string makes the claim.
+CLAIM_TEXTS = ("READ_ONLY_RAN", "PRE_VERIFY_CUT", "AGENT_NOT_RUN")
+
 T = "tests/"
 #: (file, function, claim, times, the test proving it true where it is printed)
 CLAIMS: list[tuple[str, str, str, int, str]] = [
@@ -71,10 +74,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_fleet.py::test_a_failing_canary_starts_nothing_else"),
     ("vq_admin/fleet.py", "dry_run_lines", "nothing is run", 1,
      T + "test_fleet.py::test_dry_run_prints_hosts_in_order_with_their_plans"),
-    ("vq_admin/interrupts.py", "early_error", "nothing was run", 1,
-     T + "test_early_signals.py::test_a_signal_before_the_lane_is_130_with_one_json_document"),
-    ("vq_admin/lanes/allocation_attempt.py", "reconcile_previous", "nothing was run", 1,
-     T + "test_plan_contingent.py::test_previous_attempt_is_planned_from_the_record_the_plan_saw"),
     ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._call.stream", "no job was submitted", 1,
      T + "test_chaos.py::test_a_full_state_filesystem_refuses_before_any_mutation"),
     ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._conclude", "nothing ran", 1,
@@ -87,9 +86,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_chaos_ssh.py::test_ssh_client_killed_at_the_command_file_checks"),
     ("vq_admin/lanes/command_files.py", "run_places", "no configured command was run", 2,
      T + "test_lease.py::test_the_driver_reads_a_held_work_lock_as_locked_and_an_unsafe_path_as_refused"),
-    ("vq_admin/lanes/command_files.py", "run_places", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/command_files_stat.py", "_call", "changed nothing", 1,
      T + "test_stat_paths.py::test_an_interrupted_read_is_a_failure_naming_the_step"),
     ("vq_admin/lanes/command_files_stat.py", "_call", "no configured command was run", 1,
@@ -98,9 +94,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_stat_paths.py::test_facts_that_cannot_be_read_back_refuse"),
     ("vq_admin/lanes/command_files_stat.py", "check_place", "no configured command was run", 1,
      T + "test_stat_paths.py::test_a_refusal_names_the_key_and_runs_nothing_further"),
-    ("vq_admin/lanes/command_files_stat.py", "check_place", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/conclude.py", "provider_locked", "nothing was changed", 1,
      T + "test_lease.py::test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed"),
     ("vq_admin/lanes/confirm_step.py", "Confirmation.run", "was not submitted", 1,
@@ -116,8 +109,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
     ("vq_admin/lanes/first_call.py", "unreached", "nothing was changed", 1,
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
-    ("vq_admin/lanes/helper.py", "<module>", "nothing was run", 1,
-     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.run", "nothing was staged or installed", 2,
      T + "test_fault_table.py::test_fault_table"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.unknown", "nothing was staged or installed", 1,
@@ -128,9 +119,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_chaos_ssh.py::test_ssh_client_of_the_preparer_killed_after_the_feed"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed._prepare", "nothing was staged or built", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_preparer_killed_after_the_feed"),
-    ("vq_admin/lanes/mirror_step.py", "MirrorFeed._recorder.run_step", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed.run", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_push_killed_while_the_mirror_receives"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was pruned", 1,
@@ -153,8 +141,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_rollback.py::test_rollback_refusals_run_nothing"),
     ("vq_admin/lanes/runtime.py", "<module>", "nothing was deployed or activated", 1,
      T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
-    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.__init__", "nothing was run", 2,
-     T + "test_recall_real.py::test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted"),
     ("vq_admin/lanes/runtime.py", "RuntimeUpdate.unknown", "nothing was deployed or activated", 1,
      T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
     ("vq_admin/lanes/staging.py", "SourceStage.require", "nothing was installed", 3,
@@ -169,8 +155,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
     ("vq_admin/lease.py", "Lease._start_session", "nothing was run", 1,
      T + "test_nothing_ran.py::test_a_lease_whose_command_cannot_start_runs_nothing"),
-    ("vq_admin/lease.py", "_agent_cannot_run", "nothing was run", 1,
-     T + "trust/test_remote_commands.py::test_an_agent_another_user_can_replace_is_refused_before_it_runs"),
     ("vq_admin/plan.py", "execute", "was not run", 1,
      T + "test_plan_slots.py::test_execute_refuses_slot_values_next_to_an_explicit_argv"),
     ("vq_admin/plan.py", "execute_stream", "was not run", 1,
@@ -191,11 +175,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_rollback.py::test_rollback_to_last_good_through_activate"),
     ("vq_admin/report/output.py", "plan_summary", "nothing is run", 1,
      T + "test_helper_lane.py::test_dry_run_prints_the_plan_and_changes_nothing"),
-    ("vq_admin/source/__init__.py", "expected_tag", "nothing was run", 1,
-     T + "test_source.py::test_several_tags_ask_for_tag_and_one_may_be_chosen"),
-    ("vq_admin/source/__init__.py", "make_archive", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/source/mirror.py", "<module>", "nothing was pushed", 3,
      T + "test_mirror_feed.py::test_refs_outside_the_set_stay_byte_identical"),
     ("vq_admin/source/mirror_feed.py", "Feed.__init__", "not run", 1,
@@ -214,9 +193,59 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_chaos_ssh.py::test_ssh_client_of_a_mirror_read_killed_before_the_push"),
     ("vq_admin/ssh/effective.py", "check", "nothing was run", 1,
      T + "trust/test_trust_round_three.py::test_what_ssh_would_load_from_another_user_is_refused_before_ssh_runs"),
-    ("vq_admin/state/locks.py", "lane_lock", "nothing was run", 1,
+    # -- the messages that say what ran through a shipped constant (CLAIM_TEXTS) --
+    ("vq_admin/interrupts.py", "early_error", "READ_ONLY_RAN", 1,
+     T + "test_early_signals.py::test_a_signal_before_the_lane_is_130_with_one_json_document"),
+    ("vq_admin/lanes/allocation_attempt.py", "_still_going", "READ_ONLY_RAN", 3,
+     T + "test_chaos.py::test_sigterm_while_the_allocation_job_is_pending"),
+    ("vq_admin/lanes/allocation_attempt.py", "reconcile_previous", "READ_ONLY_RAN", 1,
+     T + "test_plan_contingent.py::test_previous_attempt_is_planned_from_the_record_the_plan_saw"),
+    ("vq_admin/lanes/command_files.py", "run_places", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/command_files_stat.py", "check_place", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/confirm_step.py", "unconfirmed_refusal", "READ_ONLY_RAN", 1,
+     T + "test_confirm_real.py::"
+     "test_a_failing_confirmation_reverts_and_the_queue_keeps_the_previous_launcher"),
+    ("vq_admin/lanes/first_call.py", "open_runtime", "READ_ONLY_RAN", 1,
+     T + "test_chaos.py::test_a_hung_verifier_is_failed_with_the_true_reason_and_ended_on_the_host"),
+    ("vq_admin/lanes/helper.py", "HelperUpdate.run", "AGENT_NOT_RUN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lanes/helper.py", "HelperUpdate.run", "READ_ONLY_RAN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lanes/helper.py", "open_helper", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_an_agent_of_another_version_is_refused_once_with_the_update_command"),
+    ("vq_admin/lanes/mirror_step.py", "MirrorFeed._recorder.run_step", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.__init__", "READ_ONLY_RAN", 2,
+     T + "test_recall_real.py::test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted"),
+    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.require_quiescent", "READ_ONLY_RAN", 3,
+     T + "test_interruptions.py::test_a_pre_verify_that_is_not_a_receipt_refuses_before_any_mutation"),
+    ("vq_admin/lease.py", "<module>", "was not run", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lease.py", "Lease._other_protocol", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_an_agent_of_another_version_is_refused_once_with_the_update_command"),
+    ("vq_admin/lease.py", "_agent_cannot_run", "AGENT_NOT_RUN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lease.py", "_nothing_ran", "READ_ONLY_RAN", 1,
+     T + "test_nothing_ran.py::test_a_refusal_after_read_only_checks_says_only_they_ran"),
+    ("vq_admin/lease.py", "held_message", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing"),
+    ("vq_admin/lockwait.py", "LockWait.pause", "READ_ONLY_RAN", 1,
      T + "test_lease.py::test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75"),
-    ("vq_admin/state/records.py", "StateDir.require_free_space", "nothing was run", 2,
+    ("vq_admin/source/__init__.py", "expected_tag", "READ_ONLY_RAN", 1,
+     T + "test_source.py::test_several_tags_ask_for_tag_and_one_may_be_chosen"),
+    ("vq_admin/source/__init__.py", "make_archive", "was not written", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/ssh/transport.py", "SshTransport.refuse_shell", "READ_ONLY_RAN", 1,
+     T + "trust/test_host_trust.py::test_a_non_posix_login_shell_is_refused_on_first_contact"),
+    ("vq_admin/state/locks.py", "lane_lock", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75"),
+    ("vq_admin/state/records.py", "StateDir.require_free_space", "READ_ONLY_RAN", 2,
      T + "test_chaos.py::test_a_full_state_filesystem_refuses_before_any_mutation"),
 ]
 
@@ -242,7 +271,8 @@ def shipped_files() -> list[str]:
 
 
 def claims_in(path: Path) -> dict[tuple[str, str], int]:
-    """(function, phrase) -> how often: every claim in a string of *path* that is not a docstring."""
+    """(function, phrase) -> how often: every claim in a string of *path* that is not a docstring, and
+    every f-string use of one of :data:`CLAIM_TEXTS` (the phrase is then the constant's name)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = {id(node.body[0].value) for node in ast.walk(tree)
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
@@ -254,6 +284,10 @@ def claims_in(path: Path) -> dict[tuple[str, str], int]:
             inner = qual
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = f"{qual}.{child.name}" if qual else child.name
+            if isinstance(child, ast.FormattedValue) and isinstance(child.value, ast.Name) \
+                    and child.value.id in CLAIM_TEXTS:
+                key = (inner or "<module>", child.value.id)
+                found[key] = found.get(key, 0) + 1
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and id(child) not in docs:
                 for match in PHRASE.finditer(child.value):
                     key = (inner or "<module>", " ".join(match.group(0).lower().split()))
