@@ -110,9 +110,9 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/lanes/first_call.py", "unreached", "nothing was changed", 1,
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.run", "nothing was staged or installed", 2,
-     T + "test_fault_table.py::test_fault_table"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.unknown", "nothing was staged or installed", 1,
-     T + "test_fault_table.py::test_fault_table"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/interrupted.py", "left_behind", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_push_killed_while_the_mirror_receives"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed._prepare", "no build was started", 1,
@@ -140,9 +140,9 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/lanes/rollback.py", "verified_target", "nothing was run", 4,
      T + "test_rollback.py::test_rollback_refusals_run_nothing"),
     ("vq_admin/lanes/runtime.py", "<module>", "nothing was deployed or activated", 1,
-     T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/runtime.py", "RuntimeUpdate.unknown", "nothing was deployed or activated", 1,
-     T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/staging.py", "SourceStage.require", "nothing was installed", 3,
      T + "test_chaos_ssh.py::test_ssh_client_of_a_mirror_read_killed_before_the_push"),
     ("vq_admin/lanes/staging.py", "SourceStage.stage", "nothing was installed", 1,
@@ -413,3 +413,61 @@ def test_a_lease_whose_command_cannot_start_runs_nothing(tmp_path, monkeypatch):
                        ):
         lease._acquire(1.0)
     assert len(started) == 1 and lease.proc is None and not list(tmp_path.iterdir())
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every path below *root* with its bytes (a symlink: its target; a directory: "dir")."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")) if root.exists() else []:
+        key = str(path.relative_to(root))
+        found[key] = (f"-> {path.readlink()}" if path.is_symlink() else "dir" if path.is_dir()
+                      else path.read_bytes())
+    return found
+
+
+@pytest.mark.parametrize("lane", ["helper", "runtime", "helper-without-record"])
+def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing(lane, tmp_path, monkeypatch):
+    """The pre-identity (helper lane) or pre-verify (runtime lane) cut off: ``unknown``, and the
+    message's "nothing was staged or installed" / "nothing was deployed or activated" is true: no
+    step after it ran, no stage exists, the installed trees are byte for byte as before.  So is the
+    refusal of a live helper without an install record ("no helper this lane installed ...")."""
+    from test_plan_slots import Counting, run_lane, world as make_world
+    from vq_admin_hookspecs import HelperIdentity
+
+    from vq_admin.lanes import helper as helper_lane
+    from vq_admin.lanes import runtime as runtime_lane
+    from vq_admin.lanes.helper_identity import IdentityRead
+    from vq_admin.lanes.verify import Verification
+
+    w = make_world.__wrapped__(tmp_path)  # the fixture's body: a local helper and runtime lane
+    cut = "the transport was interrupted (a test double)"
+    if lane == "helper-without-record":
+        live = HelperIdentity("1", None, "f" * 64, "missing", "/opt/site-packages/vq_admin", "/usr/bin/python3")
+        monkeypatch.setattr(helper_lane, "read_identity", lambda *_a, **_k: IdentityRead("pre-identity", live))
+        before = _tree(tmp_path / "helper")
+        with pytest.raises(helper_lane.Refused, match="no helper this lane installed is there yet; .*; nothing "
+                                                      "was staged or installed"):
+            run_lane(w, lambda ctx: helper_lane.HelperUpdate(ctx, "cluster", w["b"]), Counting(), dry_run=False)
+        assert not list((tmp_path / "scratch").rglob("stage.*")) and _tree(tmp_path / "helper") == before
+        return
+    if lane == "helper":
+        monkeypatch.setattr(helper_lane, "read_identity",
+                            lambda *_a, **_k: IdentityRead("pre-identity", error=cut, interrupted=True))
+        make = lambda ctx: helper_lane.HelperUpdate(ctx, "cluster", w["b"])  # noqa: E731
+        said, installed = "the read-only pre-identity read was interrupted; nothing was staged or installed", \
+            tmp_path / "helper"
+    else:
+        monkeypatch.setattr(runtime_lane.RuntimeUpdate, "verify",
+                            lambda self, step, *_a, **_k: Verification(step.name, error=cut, interrupted=True))
+        make = lambda ctx: runtime_lane.RuntimeUpdate(ctx, "cluster", "vibeqc", w["runtime_sha"], None)  # noqa: E731
+        said, installed = runtime_lane.PRE_VERIFY_CUT, w["runtime_root"]
+    before = _tree(installed)
+    provider = Counting()
+    done = run_lane(w, make, provider, dry_run=False)
+    assert done.outcome.value == "unknown" and done.readback["reason"] == said, (done.errors, done.readback)
+    assert done.readback["advice"].startswith("nothing was staged or installed by this run" if lane == "helper"
+                                              else "nothing was deployed or activated by this run")
+    ran = [s.name for s in done.plan.steps if s.argv is not None]
+    assert not {"stage-create", "stage-receive", "stage-verify", "helper", "deploy", "verify"} & set(ran), ran
+    assert not list((tmp_path / "scratch").rglob("stage.*")), "a stage was created"
+    assert _tree(installed) == before, "the installed tree changed"
