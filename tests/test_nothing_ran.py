@@ -425,7 +425,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return found
 
 
-@pytest.mark.parametrize("lane", ["helper", "runtime", "helper-without-record"])
+@pytest.mark.parametrize("lane", ["helper", "runtime", "rollback-by-activation", "helper-without-record"])
 def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing(lane, tmp_path, monkeypatch):
     """The pre-identity (helper lane) or pre-verify (runtime lane) cut off: ``unknown``, and the
     message's "nothing was staged or installed" / "nothing was deployed or activated" is true: no
@@ -461,8 +461,23 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
                             lambda self, step, *_a, **_k: Verification(step.name, error=cut, interrupted=True))
         make = lambda ctx: runtime_lane.RuntimeUpdate(ctx, "cluster", "vibeqc", w["runtime_sha"], None)  # noqa: E731
         said, installed = runtime_lane.PRE_VERIFY_CUT, w["runtime_root"]
-    before = _tree(installed)
     provider = Counting()
+    if lane == "rollback-by-activation":  # a verified target, and an activation that would leave a marker
+        from vq_admin_hookspecs import ProviderCommand, hookimpl
+
+        from vq_admin.lanes import rollback
+
+        marker = tmp_path / "activated"
+
+        class Activating(Counting):
+            @hookimpl
+            def vq_admin_runtime_activate(self, request):
+                return ProviderCommand(argv=("/usr/bin/touch", str(marker)))
+
+        provider = Activating()
+        monkeypatch.setattr(rollback, "verified_target", lambda *_a: {"sha": w["runtime_sha"], "tag": None})
+        make = lambda ctx: rollback.RuntimeRollback(ctx, "cluster", "vibeqc", w["runtime_sha"])  # noqa: E731
+    before = _tree(installed)
     done = run_lane(w, make, provider, dry_run=False)
     assert done.outcome.value == "unknown" and done.readback["reason"] == said, (done.errors, done.readback)
     assert done.readback["advice"].startswith("nothing was staged or installed by this run" if lane == "helper"
@@ -471,3 +486,5 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
     assert not {"stage-create", "stage-receive", "stage-verify", "helper", "deploy", "verify"} & set(ran), ran
     assert not list((tmp_path / "scratch").rglob("stage.*")), "a stage was created"
     assert _tree(installed) == before, "the installed tree changed"
+    if lane == "rollback-by-activation":
+        assert done.rollback["via"] == "activate" and "activate" not in ran and not marker.exists()
