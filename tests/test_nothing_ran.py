@@ -48,7 +48,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("site_example/vq_site_example/deploy.py", "_build_new", "unchanged", 1,
      T + "test_site_example.py::test_failing_selftest_leaves_current_on_old_release"),
     ("site_example/vq_site_example/deploy.py", "_reuse", "unchanged", 1,
-     T + "test_site_example.py::test_redeploy_reuses_validated_release_unchanged"),
+     T + "test_site_example.py::test_a_reused_release_failing_validation_now_leaves_current_unchanged"),
     ("site_example/vq_site_example/helper_update.py", "validate", "did not run", 1,
      T + "test_helper_lane.py::test_command_succeeds_but_old_helper_stays_live"),
     ("site_example/vq_site_example/layout.py", "DeployLock.__enter__", "nothing was done", 1,
@@ -59,7 +59,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/agent/allocation.py", "bind", "nothing was submitted", 1,
      T + "trust/test_job_binding.py::test_the_agent_refuses_an_archive_that_changed_before_it_submits"),
     ("vq_admin/agent/lease.py", "hold_work", "nothing was started", 1,
-     T + "test_lease.py::test_a_driver_killed_mid_build_leaves_the_lease_to_its_build"),
+     T + "test_allocation_real.py::test_two_concurrent_runs_never_remove_each_others_current_attempt"),
     ("vq_admin/core/agentjudge.py", "<module>", "nothing was run", 1,
      T + "trust/test_trust_round_three.py::test_an_agent_in_a_group_writable_directory_is_refused_before_it_runs"),
     ("vq_admin/core/agentjudge.py", "_head", "nothing was run", 1,
@@ -125,7 +125,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was verified", 1,
      T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
-    ("vq_admin/lanes/prune.py", "RuntimePrune.prune", "nothing was run", 1,
+    ("vq_admin/lanes/prune.py", "RuntimePrune.prune", "was not run", 1,
      T + "test_prune.py::test_the_prune_report_is_parsed_strictly"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.run", "nothing was pruned", 1,
      T + "test_prune.py::test_prune_with_the_controller_stopped_removes_nothing"),
@@ -176,7 +176,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/report/output.py", "plan_summary", "nothing is run", 1,
      T + "test_helper_lane.py::test_dry_run_prints_the_plan_and_changes_nothing"),
     ("vq_admin/source/mirror.py", "<module>", "nothing was pushed", 3,
-     T + "test_mirror_feed.py::test_refs_outside_the_set_stay_byte_identical"),
+     T + "test_mirror_feed.py::test_branch_advanced_past_the_pin_is_refused_with_the_documented_text"),
     ("vq_admin/source/mirror_feed.py", "Feed.__init__", "not run", 1,
      T + "test_mirror_cli.py::test_drifted_lane_branch_is_refused_before_the_preparer_and_the_deploy"),
     ("vq_admin/source/mirror_feed.py", "Feed._refused_by_git", "nothing changed", 3,
@@ -239,8 +239,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/source/__init__.py", "expected_tag", "READ_ONLY_RAN", 1,
      T + "test_source.py::test_several_tags_ask_for_tag_and_one_may_be_chosen"),
     ("vq_admin/source/__init__.py", "make_archive", "was not written", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+     T + "test_nothing_ran.py::test_an_archive_planned_for_other_words_is_not_written"),
     ("vq_admin/ssh/transport.py", "SshTransport.refuse_shell", "READ_ONLY_RAN", 1,
      T + "trust/test_host_trust.py::test_a_non_posix_login_shell_is_refused_on_first_contact"),
     ("vq_admin/state/locks.py", "lane_lock", "READ_ONLY_RAN", 1,
@@ -488,3 +487,19 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
     assert _tree(installed) == before, "the installed tree changed"
     if lane == "rollback-by-activation":
         assert done.rollback["via"] == "activate" and "activate" not in ran and not marker.exists()
+
+
+def test_an_archive_planned_for_other_words_is_not_written(tmp_path):
+    """A ``source`` step planned for other words than the archive of the commit: refused before git runs."""
+    from support import GitRepo
+
+    from vq_admin import source
+    from vq_admin.report.outcome import VqAdminError
+
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(VqAdminError, match="is not the archive of .*; the archive was not written"):
+        source.make_archive(source.resolve(str(repo.path), sha, None), str(workdir), ["git", "archive", "HEAD"])
+    assert list(workdir.iterdir()) == [], "git ran, or something was written"

@@ -270,6 +270,23 @@ def test_redeploy_reuses_validated_release_unchanged(world):
     assert current(root) == f"releases/{sha}"
 
 
+def test_a_reused_release_failing_validation_now_leaves_current_unchanged(world):
+    """"existing release ... fails validation now (...); current unchanged": true, and byte for byte."""
+    root, sha_a, sha_b = world["root"], world["sha"]["A"], world["sha"]["B"]
+    assert deploy(world, "A", verb="install").returncode == 0
+    assert deploy(world, "B").returncode == 0
+    selftest = root / "releases" / sha_a / "source" / "vq_selftest.py"
+    selftest.chmod(0o644)
+    selftest.write_text(SELFTEST_FAIL.format(label="A"))
+    before = {label: tree_digest(root / "releases" / sha) for label, sha in (("A", sha_a), ("B", sha_b))}
+    state = (listing(root), current(root))
+    proc = deploy(world, "A")
+    assert proc.returncode == 1 and "fails validation now" in proc.stderr and "current unchanged" in proc.stderr, \
+        proc.stderr
+    _assert_untouched(world, *state)
+    assert state[1] == f"releases/{sha_b}"
+    assert {label: tree_digest(root / "releases" / sha) for label, sha in (("A", sha_a), ("B", sha_b))} == before
+
 def test_redeploy_with_other_tag_refuses_to_rewrite(world):
     root, sha = world["root"], world["sha"]
     assert deploy(world, "A", verb="install").returncode == 0
