@@ -122,9 +122,9 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed.run", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_push_killed_while_the_mirror_receives"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was pruned", 1,
-     T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
+     T + "test_nothing_ran.py::test_a_prune_without_last_ok_is_refused_before_it_runs_anything"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was verified", 1,
-     T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
+     T + "test_nothing_ran.py::test_a_prune_without_last_ok_is_refused_before_it_runs_anything"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.prune", "was not run", 1,
      T + "test_prune.py::test_the_prune_report_is_parsed_strictly"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.run", "nothing was pruned", 1,
@@ -503,3 +503,28 @@ def test_an_archive_planned_for_other_words_is_not_written(tmp_path):
     with pytest.raises(VqAdminError, match="is not the archive of .*; the archive was not written"):
         source.make_archive(source.resolve(str(repo.path), sha, None), str(workdir), ["git", "archive", "HEAD"])
     assert list(workdir.iterdir()) == [], "git ran, or something was written"
+
+
+def test_a_prune_without_last_ok_is_refused_before_it_runs_anything(tmp_path, monkeypatch):
+    """No LAST OK in this state directory: 77 while the lane is built; no step ran (the prune hook is
+    only asked for its command), the runtime tree is as it was."""
+    from test_plan_slots import Counting, world as make_world
+
+    from vq_admin.context import RunContext, RunOptions
+    from vq_admin.plugins import Providers
+    from vq_admin.report.outcome import Refused
+    from vq_admin.ssh.transport import Session
+    from vq_admin.state.records import StateDir
+
+    from vq_admin.lanes import prune
+
+    ran: list[str] = []
+    monkeypatch.setattr(prune, "execute", lambda step, *_a, **_k: ran.append(step.name))
+    w = make_world.__wrapped__(tmp_path)
+    before, provider = _tree(w["runtime_root"]), Counting()
+    with Session(None) as session:
+        ctx = RunContext(w["config"], StateDir(w["state"]), session, Providers.from_plugins({"counting": provider}),
+                         RunOptions(json=True))
+        with pytest.raises(Refused, match="has no LAST OK in .*: nothing was verified here, .*; nothing was pruned"):
+            prune.RuntimePrune(ctx, "cluster", "vibeqc", 1)
+    assert ran == [] and _tree(w["runtime_root"]) == before
