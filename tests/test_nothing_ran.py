@@ -412,6 +412,13 @@ def test_a_lease_whose_command_cannot_start_runs_nothing(tmp_path, monkeypatch):
                        ):
         lease._acquire(1.0)
     assert len(started) == 1 and lease.proc is None and not list(tmp_path.iterdir())
+    # the session's start (over ssh: no local agent to call missing instead)
+    ssh = object.__new__(lease_module.SshTransport)
+    monkeypatch.setattr(lease_module, "take", lambda *_a: None)
+    with pytest.raises(LeaseUnreachable, match="cannot start .*missing-ssh: No such file or directory; nothing was run"
+                       ):
+        lease._start_session(ssh, [str(tmp_path / "missing-ssh"), "cluster", "session"], {"lease": {}})
+    assert len(started) == 2 and lease.proc is None and not list(tmp_path.iterdir())
 
 
 def _tree(root: Path) -> dict[str, bytes | str]:
