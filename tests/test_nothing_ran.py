@@ -44,7 +44,7 @@ T = "tests/"
 CLAIMS: list[tuple[str, str, str, int, str]] = [
     # -- site_example (the example provider's own messages) --
     ("site_example/vq_site_example/cli.py", "terminate", "unchanged", 1,
-     T + "test_chaos.py::test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_completes"),
+     T + "test_site_example.py::test_sigterm_during_the_build_leaves_current_unchanged"),
     ("site_example/vq_site_example/deploy.py", "_build_new", "unchanged", 1,
      T + "test_site_example.py::test_failing_selftest_leaves_current_on_old_release"),
     ("site_example/vq_site_example/deploy.py", "_reuse", "unchanged", 1,
