@@ -49,8 +49,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_site_example.py::test_failing_selftest_leaves_current_on_old_release"),
     ("site_example/vq_site_example/deploy.py", "_reuse", "unchanged", 1,
      T + "test_site_example.py::test_a_reused_release_failing_validation_now_leaves_current_unchanged"),
-    ("site_example/vq_site_example/helper_update.py", "validate", "did not run", 1,
-     T + "test_helper_lane.py::test_command_succeeds_but_old_helper_stays_live"),
     ("site_example/vq_site_example/layout.py", "DeployLock.__enter__", "nothing was done", 1,
      T + "test_site_example.py::test_held_lock_exits_75_and_verify_reports_it"),
     # -- the agent --
