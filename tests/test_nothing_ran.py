@@ -95,7 +95,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/lanes/conclude.py", "provider_locked", "nothing was changed", 1,
      T + "test_lease.py::test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed"),
     ("vq_admin/lanes/confirm_step.py", "Confirmation.run", "was not submitted", 1,
-     T + "trust/test_job_binding.py::test_the_agent_refuses_an_archive_that_changed_before_it_submits"),
+     T + "test_lease.py::test_a_build_verb_that_cannot_take_the_work_lock_says_why_in_its_exit"),
     ("vq_admin/lanes/detached_step.py", "left_running", "no build was started", 1,
      T + "test_detached.py::"
      "test_a_deploy_dropped_before_the_agent_started_fences_the_attempt_and_says_nothing_was_built"),
