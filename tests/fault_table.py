@@ -108,7 +108,7 @@ def enumerate_targets(log: Path, modes_for, window=None) -> list[Target]:
 
 # -- the one expected outcome of each row ----------------------------------------------
 
-#: Read-only steps before anything changed: an interruption there is unknown ("this run changed nothing"), but
+#: Read-only steps before anything changed: an interruption there is unknown ("nothing was deployed or activated"), but
 #: the run's first agent call cut before the agent said a word is failed: the host was not reached.
 READ_ONLY_FIRST = ("pre-verify", "pre-verify-readback", "pre-identity")
 #: Steps that prepare without changing what runs (stages, mirror reads): nothing was installed -> failed.
@@ -126,7 +126,7 @@ def expected_outcome(label: str, fault: str) -> str:
     * vq-admin SIGKILLed at a step boundary: ``killed`` (no receipt; the next run converges);
     * a driver-side read before any step (git in the checkout) or closing the shared connection:
       ``failed`` (nothing ran anywhere) and ``ok`` (the work was done) respectively;
-    * the read-only pre-verify (or pre-identity): ``unknown``, "this run changed nothing"; but the run's
+    * the read-only pre-verify (or pre-identity): ``unknown``, "nothing was deployed or activated"; but the run's
       first agent call (``session``) dropped before it ran: ``failed``, the host was not reached
       (CONTRACT section 15);
     * staging, the mirror reads and the command-file checks: ``failed``, nothing was installed;

@@ -71,7 +71,7 @@ def test_the_exit_statuses_are_the_agent_s():
 
 
 def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
-    """agent/entry.py dispatches verify-readback and session before the verb table is imported, by the
+    """agent/entry.py dispatches verify-readback, session and stage-receive before the verb table is imported, by the
     protocol's names (``argv[:1] == [NAME]``), never by a literal (the scan below also fails on one)."""
     from vq_admin.agent import entry
 
@@ -81,8 +81,9 @@ def test_the_fast_verbs_of_the_console_entry_are_the_protocol_s():
              and node.comparators[0].elts]
     assert words and all(isinstance(word, ast.Name) for word in words), [ast.dump(w) for w in words]
     assert {getattr(entry, word.id) for word in words if isinstance(word, ast.Name)} == {
-        protocol.VERIFY_READBACK, protocol.SESSION}
+        protocol.VERIFY_READBACK, protocol.SESSION, protocol.STAGE_RECEIVE}
     assert entry.SESSION is protocol.SESSION and entry.VERIFY_READBACK is protocol.VERIFY_READBACK
+    assert entry.STAGE_RECEIVE is protocol.STAGE_RECEIVE and entry.STAGE is protocol.STAGE
 
 
 # -- (a) no driver module spells a verb or a flag ---------------------------------------------------

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import io
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from support import GitRepo, git, plant_symlink
 from vq_admin.agent import stage
-from vq_admin.core import safedirs
+from vq_admin.core import protocol, safedirs
 from vq_admin.core.treeid import archive_identity, directory_tree_sha256
 
 
@@ -90,6 +93,40 @@ def test_receive_never_overwrites(tmp_path):
     created, _ = make_stage(root, repo, sha, tmp_path)
     with pytest.raises(FileExistsError):
         stage.receive(created, io.BytesIO(b"other"))
+
+
+#: stage-receive through the agent's console entry: the imports it made, then its exit status, on stderr.
+RECEIVE_PROBE = ("import sys\n_before = set(sys.modules)\nfrom vq_admin.agent.entry import main\n"
+                 "code = main(sys.argv[1:])\n"
+                 "sys.stderr.write('\\nMODULES ' + repr(sorted(set(sys.modules) - _before)) + '\\n')\n"
+                 "sys.exit(code)\n")
+
+
+@pytest.mark.parametrize("case, code, said", [("fresh", 0, ""), ("again", 1, "File exists"),
+                                               ("not-a-stage", 4, "refused: ")])
+def test_stage_receive_is_answered_before_the_verb_table(tmp_path, case, code, said):
+    """The driver's ``stage-receive --stage DIR``: the archive written whole across 1 MiB reads, or the
+    verb table's exit status and message, without argparse, tarfile or the verb table imported."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    created = stage.create(str(root), "runtime", "vibeqc", {n: "x" for n in stage.IDENTITY_FILES})["stage"]
+    data = os.urandom(5 << 19)  # 2.5 MiB: two full reads and a partial one
+    if case == "again":
+        Path(created, stage.ARCHIVE).write_bytes(b"first")
+    where = created if case != "not-a-stage" else str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", RECEIVE_PROBE, *protocol.stage_receive([], stage=where)],
+                          input=data, capture_output=True, timeout=120)
+    stderr = done.stderr.decode()
+    assert done.returncode == code and said in stderr, stderr
+    found = set(ast.literal_eval([ln for ln in stderr.splitlines() if ln.startswith("MODULES ")][-1][8:]))
+    assert not found & {"argparse", "tarfile", "vq_admin.agent.cli", "vq_admin.core.treeid"}, sorted(found)
+    if case == "fresh":
+        assert json.loads(done.stdout) == {"stage": created, "bytes": len(data)}
+        assert Path(created, stage.ARCHIVE).read_bytes() == data
+    elif case == "again":
+        assert done.stdout == b"" and Path(created, stage.ARCHIVE).read_bytes() == b"first"
+    else:
+        assert done.stdout == b"" and not Path(created, stage.ARCHIVE).exists()
 
 
 @pytest.mark.parametrize("level", [".vq-admin", ".vq-admin/stage", ".vq-admin/stage/runtime"])

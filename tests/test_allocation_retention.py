@@ -182,6 +182,69 @@ def test_a_live_attempt_of_another_run_is_neither_removed_nor_counted(tmp_path):
     assert sorted(result["removed"]) == sorted([live, older])
 
 
+def test_nested_directories_symlinks_and_odd_entries_inside_an_attempt_go_and_nothing_is_followed(tmp_path):
+    """Each entry is unlinked without a stat first; a directory is opened O_NOFOLLOW, emptied and removed."""
+    parent = program_dir(tmp_path)
+    cur = make_attempt(parent, "20260105T000000Z", 99)
+    old = make_attempt(parent, "20260104T000000Z", 2)
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "sub" / "data").write_text("keep\n")
+    deep = parent / old / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    os.symlink(victim / "sub", deep / "dirlink")
+    os.symlink(victim / "sub" / "data", parent / old / "a" / "filelink")
+    os.symlink("dangling", parent / old / "a" / "b" / "dangling")
+    os.mkfifo(parent / old / "a" / "fifo")
+    (parent / old / "a" / "b" / "empty").mkdir()
+    before = tree_digest(victim)
+    result = prune(parent, cur)
+    assert attempts(parent) == {cur} and result["removed"] == [old] and result["errors"] == []
+    assert tree_digest(victim) == before
+
+
+def test_a_live_attempt_older_than_the_first_misfit_is_left_in_place(tmp_path):
+    parent = program_dir(tmp_path)
+    cur = make_attempt(parent, "20260105T000000Z", 60)
+    misfit = make_attempt(parent, "20260104T000000Z", 50)
+    live = make_attempt(parent, "20260103T000000Z", 1)
+    gone = make_attempt(parent, "20260102T000000Z", 1)
+    lock = os.open(parent / live / retention.LIVE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        holder = subprocess.Popen([sys.executable, "-c", (
+            "import fcntl, os, sys\n"
+            "fcntl.flock(int(sys.argv[1]), fcntl.LOCK_SH)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n"), str(lock)], pass_fds=(lock,), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            result = prune(parent, cur)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+    finally:
+        os.close(lock)
+    assert attempts(parent) == {cur, live}
+    assert sorted(result["removed"]) == sorted([misfit, gone]) and result["live_skipped"] == [live]
+    assert (parent / live / "stdout").stat().st_size == 1 * MiB
+
+
+def test_choose_removals_asks_liveness_only_until_the_first_misfit():
+    names = ["deploy.20260104T000000Z.aaaaaaaa", "deploy.20260103T000000Z.aaaaaaaa", "deploy.20260102T000000Z.aaaaaaaa"]
+    asked = []
+
+    def live(name):
+        asked.append(name)
+        return name == names[0]
+
+    remove, total = retention.choose_removals("deploy.20260105T000000Z.aaaaaaaa", names,
+                                              lambda name: 60, live, cap=100)
+    assert asked == names[:2]  # the live one, then the first misfit; the caller checks the rest as it removes
+    assert remove == names[1:] and total == 60
+
+
 def test_choose_removals_asks_sizes_only_until_the_first_misfit():
     sizes = {"deploy.20260105T000000Z.aaaaaaaa": 60, "deploy.20260104T000000Z.aaaaaaaa": 30,
              "deploy.20260103T000000Z.aaaaaaaa": 20, "deploy.20260102T000000Z.aaaaaaaa": 5}

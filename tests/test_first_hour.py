@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from support import NOTHING_ACTIVE, SCRIPTS, VQ_ADMIN, GitRepo, command_host, run_vq, write_config
+from vq_admin.report.outcome import READ_ONLY_RAN
 
 pytestmark = pytest.mark.real
 
@@ -100,8 +101,8 @@ def test_a_null_where_the_contract_allows_none_still_stops_the_run(tmp_path, rea
     done = site.update("--json")
     assert done.exit_code == 1, done.stdout + done.stderr
     assert done.json()["errors"] == ["pre-verify: the verifier's output is not a receipt (verify receipt field "
-                                     "'program' must be str, not NoneType); nothing was run; its output, escaped, "
-                                     "is in verify.pre.output"]
+                                     "'program' must be str, not NoneType); " + READ_ONLY_RAN + "; its output, "
+                                     "escaped, is in verify.pre.output"]
     assert site.built() == [] and site.stages() == [] and site.record("last-ok") is None
 
 
@@ -252,8 +253,8 @@ exec {EXAMPLES / "deploy"} "$@"
         held = site.update()
         assert held.exit_code == 75, held.stdout + held.stderr
         error = next(line for line in held.stderr.splitlines() if line.startswith("  error"))
-        assert error.endswith(f"held by the build pid {readback['pid']} an earlier run left running; nothing was "
-                              "run") and len(error) < 200, error
+        assert error.endswith(f"held by the build pid {readback['pid']} an earlier run left running; "
+                              f"{READ_ONLY_RAN}") and len(error) < 220, error
         assert "whose driver has ended" in held.stderr and "a rerun is 75 until the build ends" in held.stderr
         assert "another run" not in held.stderr
         narration = tmp_path / "waiting.err"
@@ -336,7 +337,7 @@ def test_a_verify_that_cannot_start_stops_the_run_before_any_mutation(tmp_path, 
     receipt = done.json()
     assert done.exit_code == 1 and receipt["outcome"] == "failed", done.stdout + done.stderr
     assert receipt["errors"] == [f"pre-verify: verify command {broken} exited 127: {broken}: No such file or "
-                                 "directory; nothing was run"]
+                                 "directory; only read-only checks ran; nothing was changed"]
     assert steps(receipt)["deploy"]["status"] == "skipped" and steps(receipt)["stage-create"]["status"] == "skipped"
     assert not marker.exists() and site.stages() == [] and site.record("last-ok") is None
 

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from support import AGENT, SITE_EXAMPLE
+from vq_admin.report.outcome import READ_ONLY_RAN
 from test_runtime_real import Cluster, steps_by_name
 
 pytestmark = pytest.mark.real
@@ -40,7 +41,7 @@ def test_a_pre_verify_that_is_not_a_receipt_refuses_before_any_mutation(tmp_path
     receipt = result.json()
     assert result.exit_code == 1 and receipt["outcome"] == "failed", result.stderr
     assert receipt["errors"][-1].startswith("pre-verify: the verifier's output is not a receipt (verify receipt is "
-                                            "not JSON") and "; nothing was run" in receipt["errors"][-1]
+                                            "not JSON") and f"; {READ_ONLY_RAN}" in receipt["errors"][-1]
     output = receipt["verify"]["pre"]["output"]
     assert output["excerpt"].startswith("Checking...\\n{") and "\\x1b[0m" in output["excerpt"]
     steps = steps_by_name(receipt)
@@ -65,7 +66,7 @@ def test_a_silent_failing_pre_verify_stops_before_any_mutation(tmp_path, real_ss
     receipt = result.json()
     assert result.exit_code == 1 and receipt["outcome"] == "failed", result.stderr + result.stdout
     assert receipt["errors"] == [f"pre-verify: verify command {verify} exited 1: (no message on stderr); "
-                                 "nothing was run"]
+                                 "only read-only checks ran; nothing was changed"]
     assert "output" not in receipt["verify"]["pre"]
     assert not apps.exists() and not (tmp_path / "scratch" / ".vq-admin" / "stage").exists()
 

@@ -29,6 +29,7 @@ from vq_admin.agent import lease as agent_lease
 from vq_admin.core import procs, securepath
 from vq_admin.lanes import allocation_step
 from vq_admin.report.outcome import Locked, Refused, VqAdminError
+from vq_admin.report.outcome import READ_ONLY_RAN
 
 
 def lease_proc(root: Path, pid: int = 111, host: str = "h", program: str = "p") -> subprocess.Popen:
@@ -203,7 +204,7 @@ def test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing(tmp_pa
     assert f"@{os.uname().nodename}" in message
     assert all(step["status"] == "skipped" for step in receipt["steps"]), "the second run ran a step"
     assert f.started() == 1, "the second run started a build"
-    assert "locked (exit 75)" in err and f"pid {first.pid}" in err and "nothing was run" in err
+    assert "locked (exit 75)" in err and f"pid {first.pid}" in err and READ_ONLY_RAN in err
     print(f"\nsecond administrator ({transport}), exit {code}:\n{err.strip()}")
 
     f.open_gate()
@@ -222,7 +223,7 @@ def test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75(t
     code, out, err = finish(f.update("cluster", f.b, "--wait-lock", "1", state=tmp_path / "state-bob"), timeout=120)
     assert code == 75, out + err
     message = json.loads(out)["errors"][-1]
-    assert message.splitlines()[0].endswith(f"pid {first.pid}); nothing was run"), message
+    assert message.splitlines()[0].endswith(f"pid {first.pid}); {READ_ONLY_RAN}"), message
     assert re.search(r"\(waited \d+ s: --wait-lock 1\)$", message), message
     assert f.started() == 1, "the run that gave up started a build"
 

@@ -69,11 +69,12 @@ def test_torn_and_foreign_lines_never_break_a_reader(root):
     uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, "1")
     path = os.path.join(f"/proc/self/fd/{root}", "uses", HOST, PROGRAM, SHA, uses.CURRENT)
     with open(path, "ab") as fh:
-        fh.write(b"not a use\n\xff\xfe\t\t\t\n2026-12-02T15:55:00.1")  # foreign lines, then a torn last line
-    assert usage(root).count == 1
+        fh.write(b"not a use\n\xff\xfe\t\t\t\n2026-12-02T15:55:00.000000Z\tu\tr\xff\t/a\tb\n"  # foreign lines
+                 b"2026-12-02T15:55:00.1")  # then a torn last line
+    assert usage(root).count == 2  # the launcher is the rest of its line; a reference not UTF-8 reads with U+FFFD
     uses.append(root, HOST, PROGRAM, SHA, LAUNCHER, "2")  # on its own line: the torn one is skipped, not glued
     found = usage(root)
-    assert (found.count, found.refs) == (2, {"1", "2"})
+    assert (found.count, found.refs) == (3, {"1", "r\ufffd", "2"})
 
 
 def test_a_failing_rotation_never_counts_the_use_twice(root, monkeypatch):

@@ -136,7 +136,7 @@ def test_a_silent_verifier_is_named_and_verify_calls_it_broken_not_unhealthy(tmp
     verifier = tmp_path / "verify-wrapper"
     assert done.receipt["errors"][-1] == (f"pre-verify: verify command {verifier} exited 0 and printed nothing (a "
                                           "verify receipt on stdout is required; stderr: verifier: lost its way); "
-                                          "nothing was run"), done.receipt["errors"]
+                                          "only read-only checks ran; nothing was changed"), done.receipt["errors"]
     found = run_vq("verify", world.program, "cluster", "--json", config=world.config, state=world.state)
     entry = found.json()["hosts"]["cluster"][world.program]
     assert found.exit_code == 1 and entry["state"] == "broken", found.stdout

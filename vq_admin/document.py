@@ -28,9 +28,9 @@ from .core.bounds import InputError, loads_json
 from .core.identifiers import SHA256_RE, SHA_RE
 
 #: A full git object name as stored: 40 or 64 lower-case hex digits.
-FullSha = Annotated[str, msgspec.Meta(pattern=SHA_RE.pattern.replace(r"\A", "^").replace(r"\Z", "$"))]
+FullSha = Annotated[str, msgspec.Meta(pattern=SHA_RE.pattern)]  # \A...\Z: "$" would let a trailing newline by
 #: A SHA-256 digest: 64 lower-case hex digits.
-Sha256 = Annotated[str, msgspec.Meta(pattern=SHA256_RE.pattern.replace(r"\A", "^").replace(r"\Z", "$"))]
+Sha256 = Annotated[str, msgspec.Meta(pattern=SHA256_RE.pattern)]
 #: A count, a size or a number of seconds that cannot be negative.
 Count = Annotated[int, msgspec.Meta(ge=0)]
 #: The largest document :meth:`Document.from_json` reads unless told otherwise.

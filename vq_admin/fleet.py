@@ -177,19 +177,22 @@ class Rollout:
     # -- workers --------------------------------------------------------------------------
 
     def worker_argv(self, host: str) -> list[str]:
-        argv = ["update", self.program, host, "--expected-sha", self.sha, "--json"]
+        """The worker's ``update`` command line: *host* and the program are names of the configuration
+        (``NAME_RE``, never an option), and every value is attached to its option (``--opt=value``),
+        so no value is read as an option."""
+        argv = ["update", self.program, host, f"--expected-sha={self.sha}", "--json"]
         if self.tag is not None:
-            argv += ["--tag", self.tag]
+            argv.append(f"--tag={self.tag}")
         if self.args.cluster_install:
             argv.append("--cluster-install")
         if self.args.wait_lock is not None:
-            argv += ["--wait-lock", f"{self.args.wait_lock:g}"]
+            argv.append(f"--wait-lock={self.args.wait_lock:g}")
         if self.dry_run:
             argv.append("--dry-run")
         if self.args.config is not None:
-            argv += ["--config", self.args.config]
+            argv.append(f"--config={self.args.config}")
         if self.args.state_dir is not None:
-            argv += ["--state-dir", self.args.state_dir]
+            argv.append(f"--state-dir={self.args.state_dir}")
         return argv
 
     def start(self, host: HostRun) -> None:

@@ -42,9 +42,10 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
 from .core import exits, protocol
+from .core.agentjudge import NOTHING_RAN
 from .core.failpoints import failpoint
 from .lockwait import LockWait
-from .report.outcome import Locked, Outcome, Refused, VqAdminError
+from .report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, VqAdminError
 from .ssh import process
 from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
@@ -81,6 +82,12 @@ class OtherProtocol(Refused):
 
 class AgentMissing(Refused):
     """The agent's words cannot be run on the login host (no such file: exit 127); nothing ran."""
+
+
+def _nothing_ran(error: str) -> str:
+    """What a refusal after the agent's words were started adds: nothing when the agent judge already
+    said what ran (:mod:`vq_admin.core.agentjudge`), else that only read-only checks ran."""
+    return "" if NOTHING_RAN in error or "start-up ran" in error else f"; {READ_ONLY_RAN}"
 
 
 def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> None:
@@ -169,15 +176,15 @@ class Lease:
         if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
         if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
-            raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}; "
-                          "nothing was run")
+            raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}"
+                          f"{_nothing_ran(error)}")
         if code == SSH_TRANSPORT_EXIT or code is None or code < 0:
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
                                    f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
                                    "this run changed nothing")
         _agent_cannot_run(code, error, self.where, self.argv[0])
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
-                      f"{error or 'no message'}; nothing was run")
+                      f"{error or 'no message'}{_nothing_ran(error)}")
 
     def open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
         """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
@@ -325,9 +332,8 @@ class Lease:
                 # separate probe tells a login shell that is not POSIX (77) from a broken agent.
                 ssh.check_login_shell()
             _agent_cannot_run(code, error, self.where, self.argv[0])
-            said = error and ("nothing was run" in error or "start-up ran" in error)  # the agent judge says what ran
             raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
-                          f"{code}: {error or 'no answer'}{'' if said else '; nothing was run'}")
+                          f"{code}: {error or 'no answer'}{_nothing_ran(error)}")
         return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: Any) -> NoReturn:
@@ -335,7 +341,7 @@ class Lease:
         raise OtherProtocol(f"the agent on {self.where} ({self.argv[0]}) speaks session protocol "
                             f"{theirs if theirs is not None else 'none (an older helper)'}, this vq-admin "
                             f"{protocol.SESSION_PROTOCOL}; update the helper first (vq admin update {host} "
-                            "--expected-sha SHA); nothing was run")
+                            f"--expected-sha SHA); {READ_ONLY_RAN}")
 
     def release(self) -> None:
         """End the agent (the receipt holding :attr:`record` is stored before and never changes after)."""
@@ -413,7 +419,7 @@ class Lease:
 
 
 def held_message(lease: str, answer: dict[str, Any]) -> str:
-    """Why *lease* was not taken: one short line (who holds it; nothing was run), then the agent's
+    """Why *lease* was not taken: one short line (who holds it; only read-only checks ran), then the agent's
     details, what a rerun does now and how to wait for it."""
     holder: Any = answer.get("holder") or {}
     details = answer.get("message") or "holder not recorded"
@@ -429,7 +435,7 @@ def held_message(lease: str, answer: dict[str, Any]) -> str:
     else:
         pids = ", ".join(f"pid {h.get('pid')}" for h in holder.get("lock_holders") or ()) or "a process"
         who, rerun = f"{pids} whose holder record is missing", "rerun in a moment, or wait with --wait-lock SECONDS"
-    return f"{lease} is held by {who}; nothing was run\n{details}; {rerun}"
+    return f"{lease} is held by {who}; {READ_ONLY_RAN}\n{details}; {rerun}"
 
 
 def _parse(verb: str, line: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any, Callable, TypeVar
 
 from .core import procs
 from .report import progress
-from .report.outcome import Locked
+from .report.outcome import READ_ONLY_RAN, Locked
 
 #: The environment variable a fleet rollout sets in each of its workers: its own pid.
 FLEET = "VQ_ADMIN_FLEET"
@@ -100,7 +100,7 @@ class LockWait:
             if self.seconds is not None:
                 raise Locked(f"{error.message}\n(waited {self.waited:.0f} s: --wait-lock {self.seconds:g})")
             raise error
-        self.holding = error.message.splitlines()[0].replace("; nothing was run", "")
+        self.holding = error.message.splitlines()[0].replace(f"; {READ_ONLY_RAN}", "")
         if not self.waited:
             self.narrate(f"waiting up to {self.seconds:g} s (--wait-lock): {self.holding}")
             if self.terminal:

@@ -160,16 +160,16 @@ def fill(words: Sequence[str], values: Mapping[str, SlotValue]) -> list[str]:
         if isinstance(word, Slot):
             if word.name not in values:
                 raise SlotError(f"the planned word {str(word)!r} has no value for its slot {word.name!r}; "
-                                "nothing was run")
+                                "the step was not run")
             value = values[word.name]
             if word.many:
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                     raise SlotError(f"the planned word {str(word)!r} is a list slot: its value {word.name!r} must be "
-                                    f"a list of strings, not {type(value).__name__}; nothing was run")
+                                    f"a list of strings, not {type(value).__name__}; the step was not run")
                 filled.extend(word.fill_words(list(value)))
             elif isinstance(value, (list, tuple)):
                 raise SlotError(f"the planned word {str(word)!r} stands for one word: its value {word.name!r} must "
-                                f"be a string, not a {type(value).__name__}; nothing was run")
+                                f"be a string, not a {type(value).__name__}; the step was not run")
             else:
                 filled.append(word.fill(str(value)))
         else:
@@ -180,7 +180,7 @@ def fill(words: Sequence[str], values: Mapping[str, SlotValue]) -> list[str]:
 def fill_env(name: str, value: str, values: Mapping[str, SlotValue]) -> str:
     """One environment value with its slot filled (a list slot is never an environment value)."""
     if isinstance(value, Slot) and value.many:
-        raise SlotError(f"env {name}: the list slot {str(value)!r} is never an environment value; nothing was run")
+        raise SlotError(f"env {name}: the list slot {str(value)!r} is never an environment value; the step was not run")
     return fill([value], values)[0]
 
 
@@ -189,7 +189,7 @@ def filled(step: Step, **values: SlotValue) -> tuple[list[str], dict[str, str]]:
     and every value must name a slot of the step (:class:`SlotError` otherwise)."""
     unknown = sorted(set(values) - slots(step))
     if unknown:
-        raise SlotError(f"{step.name}: no slot {', '.join(unknown)} in the planned argv; nothing was run")
+        raise SlotError(f"{step.name}: no slot {', '.join(unknown)} in the planned argv; the step was not run")
     argv = fill(step.planned_argv, values)
     env = {name: fill_env(name, value, values) for name, value in step.env.items()}
     return argv, env
@@ -214,7 +214,7 @@ def execute(step: Step, transport: Transport, argv: Sequence[str] | None = None,
     refused before anything runs).  An explicit *argv* or *env* is refused too: what runs is the plan."""
     if argv is not None or env is not None:
         raise SlotError(f"{step.name}: an explicit argv or environment instead of the planned one; "
-                        "nothing was run")
+                        "the step was not run")
     planned_argv, planned_env = filled(step, **{**(values or {}), **slot_values})
     _start(step, transport, planned_argv, planned_env if step.env else None)
     result = transport.run(step.argv or [], timeout=timeout, env=step.ran_env or None, stdin=stdin,
@@ -239,7 +239,7 @@ def execute_stream(step: Step, transport: Transport, call: Callable[[list[str]],
     has.  A streamed step carries its environment inside the agent's argv, never in the step's own."""
     argv, env = filled(step, **{**(values or {}), **slot_values})
     if env:
-        raise SlotError(f"{step.name}: a streamed step has no environment of its own; nothing was run")
+        raise SlotError(f"{step.name}: a streamed step has no environment of its own; the step was not run")
     _start(step, transport, argv, None)
     result = call(step.argv or [])
     if not settled_by_caller:

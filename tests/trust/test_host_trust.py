@@ -390,7 +390,7 @@ def test_a_non_posix_login_shell_is_refused_on_first_contact(tmp_path, arena, tc
     receipt = result.json()
     message = " ".join(receipt["errors"])
     assert "the login shell on cluster does not parse commands as a POSIX shell does" in message
-    assert "chsh -s /bin/bash" in message and "nothing was run" in message
+    assert "chsh -s /bin/bash" in message and "only read-only checks ran; nothing was changed" in message
     assert all(s["status"] in ("skipped", "failed", "planned") for s in receipt["steps"]), receipt["steps"]
     assert not site.verify_log.exists() and not site.deployed.exists() and not site.marker.exists()
     assert not (site.scratch / ".vq-admin").exists()

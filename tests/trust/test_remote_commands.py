@@ -90,7 +90,7 @@ def test_helper_command_with_an_attacker_script_is_refused_on_the_stage_host(hel
     receipt, message, steps = refusal(helper["update"](config))
     assert "refused on cluster-build: hosts.cluster.helper_update_command: command file" in message
     assert f"file {script} is owned by nobody (uid 65534), not by you or root (mode 0" in message
-    assert "fix: make it owned by you or root" in message and "nothing was run there" in message
+    assert "fix: make it owned by you or root" in message and "no configured command was run there" in message
     assert steps["check-commands"]["where"] == "cluster-login" and steps["check-commands"]["status"] == "ok"
     assert steps["check-levels"]["where"] == "cluster-login" and steps["check-levels"]["status"] == "ok"
     assert steps["check-commands-2"]["where"] == "cluster-build" and steps["check-commands-2"]["status"] == "ok"
@@ -175,7 +175,8 @@ def test_rollback_activate_command_with_an_attacker_script_is_refused(generation
     receipt, message, steps = refusal(w.rollback())
     key = f"hosts.cluster.scheduler_runtime_deployments.{w.program}.activate_command"
     assert f"refused on cluster: {key}: command file" in message
-    assert f"file {script} is owned by nobody (uid 65534)" in message and "nothing was run there" in message
+    assert f"file {script} is owned by nobody (uid 65534)" in message
+    assert "no configured command was run there" in message
     assert steps["check-commands"]["status"] == "failed"
     assert steps["check-commands"]["argv"][:2] == [AGENT, "check-paths"]
     assert steps["check-commands"]["argv"][-2:] == [sys.executable, str(script)]

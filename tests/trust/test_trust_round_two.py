@@ -320,7 +320,8 @@ def test_launcher_under_a_group_writable_directory_is_never_verified(tmp_path, a
     verify.chmod(0o755)
     before = state_of(site.state)
     done = site.update("--force")
-    assert_refused(done, f"directory {apps} is group-writable", "pre-verify: launcher_trust", "nothing was run")
+    assert_refused(done, f"directory {apps} is group-writable", "pre-verify: launcher_trust",
+                   "only read-only checks ran; nothing was changed")
     assert_only_the_refusal_recorded(before, site.state)  # never verified, never registered
     assert not site.marker.exists() and not site.deployed.exists()  # refused before the build
     hashed = subprocess.run([AGENT, "hash-file", str(launcher)], capture_output=True, text=True)

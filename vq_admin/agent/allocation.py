@@ -35,7 +35,7 @@ from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
 from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
-from ..core.identifiers import ENV_NAME_RE, NAME_RE, SHA256_RE
+from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE, SHA256_RE
 from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
@@ -227,7 +227,7 @@ class Attempt:
 
     def read_job_id(self) -> str | None:
         text = (self.read("job", 100) or b"").decode("ascii", "replace").strip()
-        return text if text.isdigit() else None
+        return text if JOB_ID_RE.match(text) else None
 
 
 def _live_lock(attempt_fd: int, create: bool) -> int:

@@ -44,6 +44,7 @@ import secrets
 import time
 
 from ..core import atomic, default_paths, exits, protocol, safedirs, securepath
+from ..core.identifiers import JOB_ID_RE
 from ..core.names import is_name
 from . import spawn
 
@@ -194,7 +195,7 @@ def _listing(out: bytes, token: str) -> "List[List[str]]":
                 raise CensusFailed(f"the squeue listing does not parse at job {record[0][:40]!r}")
             record[0] = record[0][1:]
         job, _, state, user, submit, batch = record[:6]
-        if not (job.isdigit() and re.match(r"\A[A-Z_]+\Z", state) and user and batch in ("0", "1")):
+        if not (JOB_ID_RE.match(job) and re.match(r"\A[A-Z_]+\Z", state) and user and batch in ("0", "1")):
             raise CensusFailed(f"the squeue listing holds a record that is not a job: {record[:6]!r}")
         if not _SUBMIT.match(submit):
             record[4] = ""  # no usable submit time: the job's script is read every time

@@ -60,8 +60,7 @@ def cmd_stage_create(args: argparse.Namespace) -> int:
 
 
 def cmd_stage_receive(args: argparse.Namespace) -> int:
-    _emit(stage.receive(args.stage, sys.stdin.buffer))
-    return 0
+    return stage.receive_verb(args.stage)
 
 
 def cmd_stage_verify(args: argparse.Namespace) -> int:
@@ -461,14 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except safedirs.UnsafePath as exc:
-        print(f"vq-admin-agent: refused: {exc}", file=sys.stderr)
-        return EXIT_UNSAFE
-    except OSError as exc:
-        print(f"vq-admin-agent: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    return safedirs.verb_status(lambda: func(args))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """The ``vq-admin-agent`` console script.
 
 ``verify-readback`` (what every runtime update's verify runs: the read-only
-verify plus the launcher read-back, see :mod:`.verify_readback`) and
-``session`` (a run's first call, :mod:`.session`) are served before the full
-verb table (:mod:`.cli`: argparse, tarfile, the allocation and staging
-modules) is imported, so the remote start of an already-current run stays
-close to a bare interpreter.  Every other verb goes to :func:`.cli.main`.
+verify plus the launcher read-back, see :mod:`.verify_readback`),
+``session`` (a run's first call, :mod:`.session`) and ``stage-receive`` in
+the driver's own words (``stage-receive --stage DIR``: the source archive
+streamed in) are served before the full verb table (:mod:`.cli`: argparse,
+tarfile, the allocation modules) is imported, so the remote start of an
+already-current run stays close to a bare interpreter and a source
+archive's transfer does not wait for them.  Every other verb goes to
+:func:`.cli.main`.
 The verbs' names are the protocol's (:mod:`vq_admin.core.protocol`, cheap to import).
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..core.protocol import SESSION, VERIFY_READBACK
+from ..core.protocol import SESSION, STAGE, STAGE_RECEIVE, VERIFY_READBACK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         from .session import main as session
 
         return session(argv[1:])
+    if argv[:2] == [STAGE_RECEIVE, STAGE] and len(argv) == 3 and not argv[2].startswith("-"):
+        from ..core.safedirs import verb_status
+        from .stage import receive_verb
+
+        return verb_status(lambda: receive_verb(argv[2]))
     from .cli import main as full
 
     return full(argv)

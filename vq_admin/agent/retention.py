@@ -42,15 +42,16 @@ def choose_removals(current: str, others: Iterable[str], size: Callable[[str], i
                     live: Callable[[str], bool] = lambda name: False, cap: int = CAP_BYTES) -> tuple[list[str], int]:
     """The retention rule as a pure function: ``(names to remove, retained bytes)``.
 
-    *others* are the attempts besides *current*; *size* is asked only for
-    attempts whose size matters (not for those already condemned).
+    *others* are the attempts besides *current*; *size* and *live* are asked only until the
+    first misfit: every older attempt is condemned, and the caller leaves a live one in place
+    as it removes them (:func:`prune`, one open of each).
     """
     total = size(current)
     remove: list[str] = []
     for name in newest_first(n for n in others if n != current):
-        if live(name):
-            continue
         if not remove:  # nothing condemned yet: keep it while it fits
+            if live(name):
+                continue
             bytes_ = size(name)
             if total + bytes_ <= cap:
                 total += bytes_
@@ -65,12 +66,16 @@ def is_live(program_fd: int, name: str) -> bool:
         afd = os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)
     except OSError:
         return False
+    with safedirs.opened(afd):
+        return _held(afd)
+
+
+def _held(attempt_fd: int) -> bool:
+    """True when another process holds the ``.live`` lock in the open attempt directory."""
     try:
-        lfd = os.open(LIVE_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=afd)
+        lfd = os.open(LIVE_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=attempt_fd)
     except OSError:
         return False
-    finally:
-        os.close(afd)
     try:
         fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -78,6 +83,16 @@ def is_live(program_fd: int, name: str) -> bool:
     finally:
         os.close(lfd)
     return False
+
+
+def remove_unless_live(program_fd: int, name: str) -> bool:
+    """Remove attempt *name* (True) unless another run holds its ``.live`` lock (False): one open of it."""
+    with safedirs.opened(os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)) as afd:
+        if _held(afd):
+            return False
+        safedirs.clear_dir(afd)
+    os.rmdir(name, dir_fd=program_fd)
+    return True
 
 
 def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
@@ -101,12 +116,10 @@ def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, obje
 
     removed: list[str] = []
     errors: list[str] = []
-    removed_bytes = 0
     condemned, total = choose_removals(current, attempts, size, live, cap)
     for name in condemned:
         try:
-            removed_bytes += safedirs.remove_tree_at(program_fd, name)
-            removed.append(name)
+            (removed if remove_unless_live(program_fd, name) else live_skipped).append(name)
         except FileNotFoundError:
             removed.append(name)
         except OSError as exc:
@@ -127,7 +140,6 @@ def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, obje
             errors.append(f"{name}: not a file; left in place")
     return {
         "removed": removed,
-        "removed_bytes": removed_bytes,
         "legacy_removed": legacy,
         "live_skipped": sorted(live_skipped),
         "retained_bytes": total,

@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import spawn
+from ..core.identifiers import JOB_ID_RULE
 
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
     "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
 })
-JOB_ID_RE = re.compile(r"\A(\d+)(?:;\S+)?\Z")
+#: sbatch --parsable's line: the job id (:data:`~vq_admin.core.identifiers.JOB_ID_RULE`), then ``;cluster``.
+PARSABLE_RE = re.compile(rf"\A({JOB_ID_RULE})(?:;\S+)?\Z")
 QUERY_TIMEOUT = 60.0
 CANCEL_GRACE = 15.0
 _FIELD_RE = {
@@ -260,7 +262,7 @@ def submit_and_wait(argv: Sequence[str], timeout: float, on_job_id: Callable[[st
         def read_stdout() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:
-                m = JOB_ID_RE.match(raw.decode("utf-8", "replace").strip())
+                m = PARSABLE_RE.match(raw.decode("utf-8", "replace").strip())
                 if m and result.job_id is None:
                     result.job_id = m.group(1)
                     on_job_id(result.job_id, proc.pid)

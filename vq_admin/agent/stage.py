@@ -17,13 +17,14 @@ and anything not named ``stage.*`` are never touched.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
-from typing import BinaryIO
+import sys
 
 from ..core import safedirs, securepath
-from ..core.treeid import archive_identity
+from ..core.protocol import encode
 
 STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
 KINDS = ("runtime", "helper")
@@ -67,18 +68,31 @@ def _open_stage(stage: str) -> int:
     return fd
 
 
-def receive(stage: str, stream: BinaryIO) -> dict[str, object]:
-    """Write the archive from *stream* into the stage (must not exist yet)."""
+def receive(stage: str, stream: io.RawIOBase | io.BufferedIOBase) -> dict[str, object]:
+    """Write the archive from *stream* into the stage (must not exist yet), through one 1 MiB buffer.
+
+    No fsync: ``stage-verify``, the next step, rehashes the archive before any provider reads it,
+    and a run a host crash ends leaves its stage to a later run's reclaim; it is never used again.
+    """
     with safedirs.opened(_open_stage(stage)) as fd:
         out = os.open(ARCHIVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
         size = 0
-        with os.fdopen(out, "wb") as fh:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                fh.write(chunk)
-                size += len(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
+        buf = bytearray(1 << 20)
+        with safedirs.opened(out), memoryview(buf) as view:
+            for n in iter(lambda: stream.readinto(buf), 0):
+                written = 0
+                while written < n:  # os.write may take less than it was given
+                    written += os.write(out, view[written:n])
+                size += n
     return {"stage": stage, "bytes": size}
+
+
+def receive_verb(stage: str) -> int:
+    """``stage-receive``: the archive on standard input written into *stage*, the answer printed."""
+    with open(0, "rb", buffering=0, closefd=False) as stdin:
+        sys.stdout.write(encode(receive(stage, stdin)))
+    sys.stdout.flush()
+    return 0
 
 
 def _read_identity_file(fd: int, name: str) -> str | None:
@@ -100,6 +114,8 @@ def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
         st = os.stat(ARCHIVE, dir_fd=fd, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
             raise safedirs.UnsafePath(f"{stage}/{ARCHIVE} is not a regular file")
+    from ..core.treeid import archive_identity  # tarfile and hashing: not for stage-receive's early start
+
     sha = expected["SOURCE-SHA"]
     algo = "sha256" if len(sha) == 64 else "sha1"
     mismatches: list[str] = []

@@ -27,6 +27,8 @@ TRANSPORTS = ("ssh", "local")
 SCHEDULERS = ("slurm",)
 PREPARER_READS = ("lane", "pin")
 MAX_TIMEOUT = 30 * 24 * 3600.0
+#: The longest string value (a path, a destination, a command line, a provider option) in characters.
+MAX_STRING = 4096
 
 
 class ConfigError(UsageError):
@@ -286,6 +288,7 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
     for opt_key, opt_value in options.items():
         if "\0" in opt_value or "\n" in opt_value:
             raise ConfigError(f"{key}.provider_options.{opt_key}", "must be one line")
+        _bounded(opt_value, f"{key}.provider_options.{opt_key}")
     if provider == "command":
         if options:
             raise ConfigError(f"{key}.provider_options", "is only for plugin providers; provider is \"command\"")
@@ -354,6 +357,13 @@ def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:
     value = table[name]
     if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
         raise ConfigError(_where(key, name), "must be a non-empty one-line string")
+    return _bounded(value, _where(key, name))
+
+
+def _bounded(value: str, where: str) -> str:
+    """*value*, or :class:`ConfigError` when it is longer than :data:`MAX_STRING` characters."""
+    if len(value) > MAX_STRING:
+        raise ConfigError(where, f"is {len(value)} characters long; at most {MAX_STRING} are accepted")
     return value
 
 
@@ -400,12 +410,16 @@ def parse_command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, .
     where = _where(key, name)
     if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
         raise ConfigError(where, "must be a command on one line (a string)")
+    _bounded(value, where)
     try:
         words = shlex.split(value, posix=True)
     except ValueError as exc:
         raise ConfigError(where, f"cannot be split into words: {exc}") from None
     if not words or not words[0]:
         raise ConfigError(where, "must not be empty")
+    if words[0].startswith("-"):
+        raise ConfigError(where, f"the command word {words[0]!r} starts with '-', which would be read as an "
+                                 "option; name the program (a path or a name on PATH)")
     if "=" in words[0]:
         raise ConfigError(where, f"the command word {words[0]!r} contains '=', which env(1) would take for a "
                                  "variable assignment; name the program without '=' (rename it or use a symlink)")

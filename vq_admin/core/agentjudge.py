@@ -61,7 +61,8 @@ def _which(name: str) -> "Optional[str]":
 
 
 #: What a refusal says ran: nothing, until the interpreter's own start-up ran for :data:`PROBE`.
-_RAN = ["nothing was run"]
+NOTHING_RAN = "nothing was run"
+_RAN = [NOTHING_RAN]
 
 
 def _judged(path: str, what: str, missing_ok: bool = False) -> None:
@@ -196,7 +197,7 @@ def judge(argv: "List[str]") -> "NoReturn":
     try:
         os.execv(interp, [interp, "-I", *(["-S"] if standalone else []), *lead, *args, *rest])
     except OSError as exc:
-        _fail(127, f"{interp}: {exc.strerror}; nothing was run")
+        _fail(127, f"{interp}: {exc.strerror}; {_RAN[0]}")
 
 
 def _first_word(word: str) -> str:

@@ -39,6 +39,9 @@ TAG_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)"
 #: A git branch name (a mirror lane) we are willing to feed: a conservative subset of check-ref-format.
 BRANCH_RE = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*/\.)(?!.*\.lock/)(?!HEAD\Z)"
                        r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}(?<![./])(?<!\.lock)\Z")
+#: A Slurm job id as vq-admin passes it to squeue, scontrol and scancel: ASCII digits only (never an option).
+JOB_ID_RULE = "[0-9]{1,20}"
+JOB_ID_RE = re.compile(rf"\A{JOB_ID_RULE}\Z")
 #: An ssh destination: never starts with "-" (that would be an ssh option).
 DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 

@@ -12,19 +12,36 @@ Standard library only: this module runs inside ``vq-admin-agent``.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
+import sys
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from . import securepath
+from .exits import EXIT_FAILED, EXIT_UNSAFE
 from .stamps import NAME, utc_now
+
+TYPE_CHECKING = False  # not typing's: stage-receive's early start does without it
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, Sequence
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafePath(Exception):
     """A path level is a symlink, not a directory, or not ours."""
+
+
+def verb_status(verb: Callable[[], int]) -> int:
+    """An agent verb's exit status: *verb*'s own, 4 (``refused:`` on stderr) when it raised
+    :class:`UnsafePath`, 1 when it raised another ``OSError``."""
+    try:
+        return verb()
+    except UnsafePath as exc:
+        print(f"vq-admin-agent: refused: {exc}", file=sys.stderr)
+        return EXIT_UNSAFE
+    except OSError as exc:
+        print(f"vq-admin-agent: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _check_dir_fd(fd: int, shown: str) -> None:
@@ -139,7 +156,7 @@ def utc_stamp() -> str:
 def create_fresh(parent_fd: int, prefix: str) -> str:
     """Create a new directory ``<prefix>.<UTC>.<random>`` (0700) below *parent_fd*."""
     for _ in range(20):
-        name = f"{prefix}.{utc_stamp()}.{secrets.token_hex(4)}"
+        name = f"{prefix}.{utc_stamp()}.{os.urandom(4).hex()}"
         try:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
             return name
@@ -175,33 +192,39 @@ def closed_on_error(fd: int) -> Iterator[int]:
         raise
 
 
-def _walk_tree_at(parent_fd: int, name: str, remove: bool) -> int:
-    """Bytes of regular files below directory *name* (symlinks not followed); with *remove*, the
-    directory is removed as it is walked."""
+def tree_size_at(parent_fd: int, name: str) -> int:
+    """Bytes of regular files below directory *name* below *parent_fd* (symlinks not followed)."""
     total = 0
-    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-    try:
-        for entry in os.scandir(fd):
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                total += _walk_tree_at(fd, entry.name, remove)
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-            if remove:
-                os.unlink(entry.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if remove:
-        os.rmdir(name, dir_fd=parent_fd)
+    with opened(os.open(name, DIR_FLAGS, dir_fd=parent_fd)) as fd, os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                total += tree_size_at(fd, entry.name)
+            elif entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
     return total
 
 
-def tree_size_at(parent_fd: int, name: str) -> int:
-    """Bytes of regular files below directory *name* below *parent_fd* (symlinks not followed)."""
-    return _walk_tree_at(parent_fd, name, remove=False)
+def clear_dir(fd: int) -> None:
+    """Remove everything in the open directory *fd*, never following a symlink.
+
+    Each entry is unlinked without a stat first (a symlink goes itself, its target untouched); one
+    that ``unlink`` refuses as a directory (EISDIR on Linux, EPERM elsewhere) is opened with
+    ``O_NOFOLLOW``, cleared the same way and removed.
+    """
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            try:
+                os.unlink(entry.name, dir_fd=fd)
+            except IsADirectoryError:
+                remove_tree_at(fd, entry.name)
+            except PermissionError:
+                if not entry.is_dir(follow_symlinks=False):
+                    raise
+                remove_tree_at(fd, entry.name)
 
 
-def remove_tree_at(parent_fd: int, name: str) -> int:
-    """Remove directory *name* below *parent_fd* without following symlinks; the bytes of regular files removed."""
-    return _walk_tree_at(parent_fd, name, remove=True)
+def remove_tree_at(parent_fd: int, name: str) -> None:
+    """Remove directory *name* below *parent_fd* and everything in it, never following a symlink."""
+    with opened(os.open(name, DIR_FLAGS, dir_fd=parent_fd)) as fd:
+        clear_dir(fd)
+    os.rmdir(name, dir_fd=parent_fd)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import protocol
-from ..report.outcome import Locked
+from ..report.outcome import READ_ONLY_RAN, Locked
 from ..state.records import dump_json, read_json, write_atomic
 from ..plan import execute_stream, settled
 from ..ssh.transport import Transport
@@ -175,18 +175,18 @@ def _still_going(previous: dict[str, Any], summary: dict[str, Any], call: Stream
         return (f"the confirmation job {summary.get('job_id') or '(id not yet recorded)'} of an interrupted "
                 f"run (attempt {previous.get('attempt_dir')}, receipt {previous.get('receipt')}) is still under "
                 f"way on {where} (state {summary.get('job_state') or 'unknown'}; it reverts by itself if "
-                "it fails); nothing was run: wait for it to end, then rerun")
+                f"it fails); {READ_ONLY_RAN}: wait for it to end, then rerun")
     if kind == "detached":
         pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
         return (f"the build of an interrupted run keeps running on {where} under attempt "
                 f"{previous.get('attempt_dir')} (pid {pid}, receipt {previous.get('receipt')}); "
                 + ("it has not ended" if call.complete else f"its end could not be read ({call.describe()})")
-                + "; nothing was run: wait for it to end, then rerun")
+                + f"; {READ_ONLY_RAN}: wait for it to end, then rerun")
     job = summary.get("job_id") or "(id not read)"
     state = summary.get("job_state") or "unknown"
     return (f"the batch job {job} of an interrupted run (attempt {previous.get('attempt_dir')}, receipt "
             f"{previous.get('receipt')}) has not ended (scheduler state: {state}; {call.describe()}); "
-            f"nothing was run: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
+            f"{READ_ONLY_RAN}: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
 
 
 class _Discard:

@@ -277,7 +277,7 @@ class AllocationDeploy(RuntimeStep):
                     starting()
                 except OSError as exc:
                     raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
-                                       f"{exc.strerror or exc}; nothing was started") from None
+                                       f"{exc.strerror or exc}; no job was submitted") from None
             try:
                 directory: Path | OSError = self.ctx.state.transcript_dir(receipt_id)
             except OSError as exc:  # a full or failing state filesystem: the sinks say so, the deploy goes on

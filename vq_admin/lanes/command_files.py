@@ -166,7 +166,7 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
             refuse(transport.where, words, refused, result.error_text()[-500:])
         raise Refused(f"{step.name}: the helper on {transport.where} could not check the command files "
                       f"({result.describe()}: {result.error_text()[-300:]}); update the helper "
-                      f"(vq admin update {host_name}) and rerun; nothing was run")
+                      f"(vq admin update {host_name}) and rerun; no configured command was run")
 
 
 def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallback: str) -> NoReturn:
@@ -174,7 +174,7 @@ def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallbac
     lines = [f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}"
              for item in (refused if isinstance(refused, list) else []) if isinstance(item, dict)]
     detail = "; ".join(lines) or fallback
-    raise Refused(f"refused on {where}: {detail}; nothing was run there")
+    raise Refused(f"refused on {where}: {detail}; no configured command was run there")
 
 
 def keys_of(words: list[tuple[str, str]], path: object) -> list[str]:

@@ -194,7 +194,7 @@ def check_place(resolve: Step, stat_step: Step, transport: Transport, words: lis
         lines = [f"{', '.join(keys_of(named, word) if word not in (REALPATH, STAT) else ['the check itself'])}: "
                  f"{problem}" for word, problem in found]
         stat_step.detail = "; ".join(lines)[:2000]
-        raise Refused(f"refused on {where}: {'; '.join(lines)}; nothing was run there")
+        raise Refused(f"refused on {where}: {'; '.join(lines)}; no configured command was run there")
 
 
 def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refused:
@@ -202,7 +202,7 @@ def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refu
     tail = result.error_text().strip()[-300:]
     return Refused(f"{step.name}: the command files on {where} could not be checked: {program} "
                    f"{result.describe()}{': ' + tail if tail else ''} (vq-admin reads owners and modes there with "
-                   f"{REALPATH} and {STAT}, GNU coreutils); nothing was run")
+                   f"{REALPATH} and {STAT}, GNU coreutils); no configured command was run")
 
 
 def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequence[str],

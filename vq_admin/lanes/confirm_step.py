@@ -28,7 +28,7 @@ from ..agent.allocation import new_attempt_name
 from ..core import exits, protocol
 from ..plan import SlotValue, execute_stream, settled
 from ..report import progress
-from ..report.outcome import Refused, VqAdminError
+from ..report.outcome import READ_ONLY_RAN, Refused, VqAdminError
 from ..ssh.transport import quote_argv
 from ..state import confirmation
 from . import allocation_attempt
@@ -70,7 +70,7 @@ def unconfirmed_refusal(step: RuntimeStep) -> None:
     metric_only = entry is not None and entry.metric_only
     if ctx.options.accept_regression and metric_only:
         return
-    raise Refused(f"unconfirmed: {program} {step.sha} on {host}: {reason}; nothing was run; to prove it again: "
+    raise Refused(f"unconfirmed: {program} {step.sha} on {host}: {reason}; {READ_ONLY_RAN}; to prove it again: "
                   f"vq admin update {program} {host} --expected-sha {step.sha} --retry-confirmation"
                   + (" (or --accept-regression REASON: its only fault was a metric)" if metric_only else ""))
 

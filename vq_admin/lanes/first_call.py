@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..core import exits, protocol
 from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
-from ..report.outcome import VqAdminError
+from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, command_files as remote_paths
@@ -95,7 +95,7 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
         pre_verify.detail = (f"the verifier did not answer within {timeout:g} s (verify_timeout_seconds); its "
                              f"process group on {login.where} was ended")
         pre_readback.status = "skipped"
-        raise VqAdminError(f"{pre_verify.name}: {pre_verify.detail}; nothing was run")
+        raise VqAdminError(f"{pre_verify.name}: {pre_verify.detail}; {READ_ONLY_RAN}")
     result = RunResult(pre_verify.planned_argv, login.where, 0, json.dumps(verify).encode(), b"", seconds)
     pre_verify.argv, pre_verify.status, pre_verify.exit_code, pre_verify.seconds = \
         pre_verify.planned_argv, "ok", 0, seconds

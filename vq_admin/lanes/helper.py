@@ -49,7 +49,7 @@ from ..core import protocol
 from ..core.failpoints import failpoint
 from ..context import RunContext
 from ..lease import AgentMissing, Lease, OtherProtocol
-from ..report.outcome import Outcome, Refused, UsageError
+from ..report.outcome import READ_ONLY_RAN, Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
@@ -175,7 +175,7 @@ class HelperUpdate:
                               "point the helper command installs; nothing was staged or installed")
             if pre.interrupted:
                 self.receipt.errors.append(f"pre-identity: {pre.error}")
-                return self.unknown("the read-only pre-identity read was interrupted; this run changed nothing",
+                return self.unknown("the read-only pre-identity read was interrupted; nothing was staged or installed",
                                     changed=False)
             if pre.matched and not self.ctx.options.force:
                 self.ctx.narrate(f"helper {self.sha} is already live and bound on {self.host.name}")
@@ -235,10 +235,11 @@ class HelperUpdate:
                     f's=$(sha256sum < {built})']
         for transport in {t.where: t for t in (self.ctx.login(self.host), self.stage_transport())}.values():
             if isinstance(transport, SshTransport):
-                ssh = ["ssh", *(["-F", config] if config else []), transport.destination]
+                options = ["-F", config] if config else []  # the destination after "--": never an option
+                ssh = ["ssh", *options, "--", transport.destination]
                 dest, read = quote_argv([f"{transport.destination}:{target}"]), "sha256sum < " + quote_argv([target])
                 commands += [quote_argv([*ssh, "mkdir", "-p", os.path.dirname(target)]),
-                             f"{quote_argv(['scp', *ssh[1:-1]])} {built} {dest}",
+                             f"{quote_argv(['scp', *options, '--'])} {built} {dest}",
                              f'test "$({quote_argv([*ssh, read])})" = "$s"']
             else:
                 commands += [quote_argv(["mkdir", "-p", os.path.dirname(target)]), f"cp {built} {quote_argv([target])}",
@@ -303,7 +304,8 @@ class HelperUpdate:
             "next_command": rerun_command(self.ctx, self.receipt),
             "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
                        "identity first and reports already-current if it completed. Do not install by hand."
-                       if changed else "nothing was changed by this run; rerun when the login host is reachable"),
+                       if changed else "nothing was staged or installed by this run; rerun when the login host is "
+                       "reachable"),
         }
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
@@ -332,7 +334,7 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
         answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True,
                                      "record": first_call.record_request(update.ctx, update.host.name, None)})
     except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
-        note = exc.message.replace("; nothing was run", "; this helper update runs without a lease")
+        note = exc.message.replace(f"; {READ_ONLY_RAN}", "; this helper update runs without a lease")
         lease.record["note"] = note
         update.receipt.notes.append(note)
         update.ctx.narrate(note)

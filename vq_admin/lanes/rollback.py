@@ -39,7 +39,7 @@ from ..state.records import StateDir, read_json
 from ..ssh.transport import quote_argv
 from . import allocation_attempt, command_files as remote_paths
 from .conclude import conclude, provider_ended
-from .runtime import RuntimeUpdate
+from .runtime import PRE_VERIFY_CUT, RuntimeUpdate
 from .verify import Verification, plan_readback_verify, plan_verify
 from ..record.view import FROM_RECORD, record_problem
 
@@ -167,7 +167,7 @@ class RuntimeRollback(RuntimeUpdate):
         pre = self.verify(*self.pre)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
-            return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
+            return self.unknown(PRE_VERIFY_CUT, changed=False)
         if pre.proven:
             self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}

@@ -35,7 +35,7 @@ from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..launcher import registry
 from ..context import RunContext
-from ..report.outcome import Locked, Outcome, Refused, UsageError, VqAdminError
+from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError, VqAdminError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
@@ -50,6 +50,8 @@ from .verify import Verification, plan_readback_verify, plan_verify, readback_ve
 
 #: The staged archive, as the provider's update or install hook receives it (``<stage>/source.tar``).
 ARCHIVE = Slot("stage", suffix="/source.tar")
+#: Why a run whose read-only pre-verify was interrupted is unknown: what is known of this run.
+PRE_VERIFY_CUT = "the read-only pre-verify was interrupted; nothing was deployed or activated"
 
 if TYPE_CHECKING:  # the steps' modules are imported when a profile needs them (an already-current run never does)
     from .allocation_step import AllocationDeploy
@@ -212,7 +214,7 @@ class RuntimeUpdate:
             pre = self.verify(*self.pre, shared=False)
         if pre.interrupted:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
-            return self.unknown("the read-only pre-verify was interrupted; this run changed nothing", changed=False)
+            return self.unknown(PRE_VERIFY_CUT, changed=False)
         self.previous = self.previous_generation(pre)
         if self.proves(pre, before=True) and self.confirmation is not None and self.reconfirm():
             self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
@@ -338,18 +340,18 @@ class RuntimeUpdate:
         anything afterwards either (exit 1; a receipt of nothing active, CONTRACT section 4, is "not
         current"); nor while the provider reports one in progress on the host (e.g. the build an
         interrupted run left running): exit 75; nor into a runtime tree another user could change (a
-        launcher failing launcher_trust): exit 77.  Nothing is run in any case."""
+        launcher failing launcher_trust): exit 77.  Only the read-only pre-verify has run in any case."""
         if pre.broken is not None:
-            raise VqAdminError(f"pre-verify: {pre.broken}; nothing was run"
+            raise VqAdminError(f"pre-verify: {pre.broken}; {READ_ONLY_RAN}"
                                + ("; its output, escaped, is in verify.pre.output" if pre.not_receipt else ""))
         untrusted = [c.detail for c in pre.checks if c.name == LAUNCHER_TRUST and not c.ok]
         if untrusted:  # the runtime tree itself is open to another user: refused before any mutation (77)
-            raise Refused(f"pre-verify: {LAUNCHER_TRUST}: {untrusted[0]}; nothing was run")
+            raise Refused(f"pre-verify: {LAUNCHER_TRUST}: {untrusted[0]}; {READ_ONLY_RAN}")
         receipt = pre.receipt
         if receipt is not None and (receipt.quiescent is not True or receipt.updater_pid is not None):
             raise Locked(
                 f"{self.profile.program} on {self.host.name} is not quiescent (updater_pid {receipt.updater_pid}): "
-                "an update is still running there; wait for it to end, then rerun (nothing was run)"
+                f"an update is still running there; wait for it to end, then rerun ({READ_ONLY_RAN})"
             )
 
     def verify(self, verify_step: Step, readback_step: Step, *, shared: bool = True) -> Verification:
@@ -400,7 +402,7 @@ class RuntimeUpdate:
             "advice": (
                 "the build may have finished or may still be running on the build host; rerunning first verifies "
                 "read-only and reports already-current if it completed. Do not start a build by hand."
-                if changed else "nothing was changed by this run; rerun when the login host is reachable"
+                if changed else "nothing was deployed or activated by this run; rerun when the login host is reachable"
             ),
         }
         deploy = self.receipt.deploy

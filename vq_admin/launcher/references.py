@@ -39,7 +39,7 @@ import msgspec
 from . import registry
 from ..core import protocol
 from ..core.bounds import InputError
-from ..core.identifiers import SHA_IN_TEXT_RE, SHA_RE
+from ..core.identifiers import JOB_ID_RE, SHA_IN_TEXT_RE, SHA_RE
 from ..document import Count, Document
 from ..report.outcome import VqAdminError
 from ..state.records import StateDir
@@ -69,7 +69,7 @@ class CensusCost(Document, frozen=True, kw_only=True):
 class QueuedJob(Document, frozen=True, kw_only=True):
     """One queued or running job as the census lists it."""
 
-    id: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+$")]
+    id: Annotated[str, msgspec.Meta(pattern=JOB_ID_RE.pattern)]
     display: str  #: squeue's id (``10_[1-3]`` for a pending array)
     state: str
     user: str

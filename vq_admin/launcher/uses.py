@@ -14,7 +14,8 @@ SHA are its directory), at most :data:`MAX_LINE` bytes (below ``PIPE_BUF``), wri
 interleave or lose a line, and a lookup killed at any point leaves either its whole line or none.
 Each record is written with a newline before it as well, so a torn line (a short write, a full disk) ends
 where the next record begins instead of gluing onto it.  A reader takes only lines that end in a newline
-and have the four fields, and skips empty ones, so even a torn or foreign line never breaks it.
+and start with a time and two more fields (the launcher is the rest of the line; a reference in bytes that
+are not UTF-8 reads with U+FFFD), and skips empty ones, so even a torn or foreign line never breaks it.
 
 Rotation: a writer that finds ``current.log`` over :data:`SEGMENT_BYTES` renames it to
 ``<stamp>-<pid>.log``; beyond :data:`KEEP_SEGMENTS` rotated segments, the oldest is folded into
@@ -40,7 +41,7 @@ from ..core.stamps import utc_now
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from typing import AbstractSet, Any, Iterable
 
 SEGMENT_BYTES = 4 << 20
 KEEP_SEGMENTS = 8
@@ -162,7 +163,7 @@ def rotate(dfd: int) -> None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # writers that opened it before the rename finish first
                 days = folded.setdefault("days", {})
-                for at, _ in _lines(read_bounded(fd, 1 << 30) or b""):
+                for at in [at.decode() for at, _ in _lines(read_bounded(fd, 1 << 30) or b"")]:
                     day = days.setdefault(at[:10], [0, at, at])
                     day[0], day[1], day[2] = day[0] + 1, min(day[1], at), max(day[2], at)
                 folded["segments"] = [name]
@@ -180,16 +181,15 @@ def _segments(dfd: int, done: Iterable[str] = ()) -> list[str]:
     return sorted(n for n in os.listdir(dfd) if n.endswith(".log") and n not in skip and not n.startswith("."))
 
 
-_LINE = r"\n(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t[^\t\n]*(?=\n)"
+_LINE = rb"(?m)^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)\t[^\t\n]*\t([^\t\n]*)\t[^\n]*\n"
 
 
-def _lines(data: bytes) -> list[tuple[str, str]]:
-    """``(time, reference)`` of each whole, well-formed line; a torn last line or a foreign one is skipped
-    (the segment up to its last newline decoded once, then one regular expression over it, anchored on
-    the newline before each line: no Python code per line)."""
+def _lines(data: bytes) -> list[tuple[bytes, bytes]]:
+    """``(time, reference)`` of each whole, well-formed line, as bytes; a torn last line or a foreign one is
+    skipped (one regular expression over the segment up to its last newline: no Python code per line)."""
     import re
 
-    return re.findall(_LINE, "\n" + data[:data.rfind(b"\n") + 1].decode("utf-8", "replace"))
+    return re.compile(_LINE).findall(data, 0, data.rfind(b"\n") + 1)
 
 
 def _read_folded(dfd: int) -> dict[str, Any]:
@@ -227,7 +227,7 @@ class Usage:
         self.sha, self.count = sha, 0
         self.first: str | None = None
         self.last: str | None = None
-        self.refs: set[str] = set()
+        self.refs: AbstractSet[str] = frozenset()  #: in first-use order
         self.folded = 0  #: uses counted from folded segments (their references are gone)
 
     def add(self, count: int, first: str, last: str) -> None:
@@ -268,7 +268,7 @@ def _read_sha(dfd: int, sha: str, since: str | None) -> Usage:
             if since is None or last >= since:
                 usage.add(count, first, last)
                 usage.folded += count
-        refs = usage.refs
+        refs, bound = [b""], (since or "").encode()  # b"": a use without a reference, first, dropped once decoded
         for name in [*_segments(dfd, folded.get("segments", ())), CURRENT]:
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
@@ -282,11 +282,11 @@ def _read_sha(dfd: int, sha: str, since: str | None) -> Usage:
                 os.close(fd)
             lines = _lines(data or b"")
             if since is not None:
-                lines = [f for f in lines if f[0] >= since]
+                lines = [f for f in lines if f[0] >= bound]
             if lines:
-                usage.add(len(lines), min(lines)[0], max(lines)[0])
-                refs.update(map(itemgetter(1), lines))
-        refs.discard("")
+                usage.add(len(lines), min(lines)[0].decode(), max(lines)[0].decode())
+                refs += map(itemgetter(1), lines)
+        usage.refs = dict.fromkeys(b"\n".join(dict.fromkeys(refs)).decode("utf-8", "replace").split("\n")[1:]).keys()
     finally:
         fcntl.flock(dfd, fcntl.LOCK_UN)
     return usage

@@ -34,7 +34,7 @@ FORGET = "urn:vq-admin:record:forget-driver:v1"
 QUARANTINE = protocol.QUARANTINE_PREDICATE
 VERIFIER_ID = "urn:vq-admin:verifier"
 #: A driver's id: ``user@host/<8 hex>`` (the hex created once in its state directory).
-DRIVER_ID_RE = re.compile(r"^[^@/\s]+@[^@/\s]+/[0-9a-f]{8}$")
+DRIVER_ID_RE = re.compile(r"\A[^@/\s]+@[^@/\s]+/[0-9a-f]{8}\Z")
 DriverId = Annotated[str, msgspec.Meta(pattern=DRIVER_ID_RE.pattern)]
 #: The longest statement read.
 MAX_STATEMENT = 1 << 16

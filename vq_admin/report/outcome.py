@@ -11,6 +11,11 @@ import enum
 from ..core import exits
 
 
+#: What a message says when a run stopped after only read-only checks had run (a lease taken and
+#: given back, a pre-verify, a check of paths): said once, here, so that it stays true.
+READ_ONLY_RAN = "only read-only checks ran; nothing was changed"
+
+
 class Outcome(str, enum.Enum):
     OK = "ok"
     ALREADY_CURRENT = "already-current"

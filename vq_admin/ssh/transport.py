@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from . import effective, process
 from ..core.agentjudge import judged  # every agent call: judged, then run isolated
 from ..core.failpoints import failpoint
+from ..core.identifiers import DESTINATION_RE
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
 from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, SSH_OPTIONS, literal_words,
@@ -129,8 +130,8 @@ class SshTransport(Transport):
     transport_exit = SSH_TRANSPORT_EXIT
 
     def __init__(self, destination: str, ssh_config: str | None, control_dir: str | None):
-        if not destination or destination.startswith("-"):
-            raise ValueError(f"bad ssh destination {destination!r}")
+        if not DESTINATION_RE.match(destination):  # the configuration's rule, again where the argv is built
+            raise ValueError(f"bad ssh destination {destination[:200]!r}")
         self.destination = destination
         self.where = destination
         self.ssh_config = ssh_config
@@ -179,7 +180,7 @@ class SshTransport(Transport):
 
     def refuse_shell(self, stdout: bytes, code: int | None, detail: str) -> None:
         """Refuse (77) a login shell whose answer to the quoting probe was not a POSIX shell's."""
-        from ..report.outcome import Refused
+        from ..report.outcome import READ_ONLY_RAN, Refused
 
         detail = detail.strip().replace("\n", " | ")[-300:]
         raise Refused(
@@ -187,7 +188,7 @@ class SshTransport(Transport):
             f"quoting probe came back as {stdout[:120]!r}, exit {code}"
             + (f": {detail}" if detail else "") + "); vq-admin quotes every remote argv for a POSIX shell and "
             "never sends one that could mean something else there. Give the account a POSIX login shell on "
-            "that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); nothing was run")
+            f"that host (chsh -s /bin/bash USER; sh, bash, dash, ksh and zsh all parse alike); {READ_ONLY_RAN}")
 
     def master_wrap(self, argv: Sequence[str]) -> list[str]:
         """*argv* (words every shell reads literally, see :func:`literal_words`) as the run's

@@ -49,7 +49,7 @@ class Vq(object):
         argv = [self.path, "admin"] + words[:len(words) - len(operands)] + ["--json"]
         for key, option in (("config", "--config"), ("state_dir", "--state-dir")):
             if self.module.params[key]:
-                argv += [option, self.module.params[key]]
+                argv.append(option + "=" + self.module.params[key])  # attached: a value is never an option
         argv += operands
         rc, out, err = self.module.run_command(argv)
         try:
@@ -85,18 +85,19 @@ class Vq(object):
 
 
 def lane_words(params, *targets, **options):
-    """The C(update) command line of a lane: the options the module was given, then C(--) and TARGETS."""
+    """The C(update) command line of a lane: the options the module was given (each value attached with C(=)),
+    then C(--) and TARGETS."""
     words = ["update"]
     if params.get("expected_sha"):
-        words += ["--expected-sha", params["expected_sha"]]
+        words.append("--expected-sha=" + params["expected_sha"])
     if params.get("tag"):
-        words += ["--tag", params["tag"]]
+        words.append("--tag=" + params["tag"])
     if params.get("cluster_install"):
         words.append("--cluster-install")
     for arg in params.get("update_script_args") or ():
         words.append("--update-script-arg=" + arg)
     if params.get("wait_lock") is not None:
-        words += ["--wait-lock", "%g" % params["wait_lock"]]
+        words.append("--wait-lock=%g" % params["wait_lock"])
     if options.get("dry_run"):
         words.append("--dry-run")
     return words + ["--"] + list(targets)

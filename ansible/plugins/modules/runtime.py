@@ -122,7 +122,7 @@ def main():
     words = lane_words(p, p["program"], p["host"])
     if not module.check_mode:
         vq.finish(vq.run(*words))
-    found = vq.run("verify", "--expected-sha", p["expected_sha"], "--", p["program"], p["host"])
+    found = vq.run("verify", "--expected-sha=" + p["expected_sha"], "--", p["program"], p["host"])
     entry = found.get("hosts", {}).get(p["host"], {}).get(p["program"])
     if entry is None or entry["state"] == "unknown":
         vq.finish(found)  # a refusal or usage error, or the host could not be read: failed, saying why
