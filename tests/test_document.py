@@ -56,3 +56,20 @@ def test_the_bounded_parser_comes_first() -> None:
     assert "nested" in str(caught.value)
     with pytest.raises(InputError):
         Sample.from_json('{"sha": 1, "sha": 2}', "the sample")
+
+
+
+@pytest.mark.parametrize("body, deepest", [
+    ("a = [[1]]\n", 2),
+    ('a = "[[[["\nb = [1]\n', 1),  # brackets in a string do not nest
+    ("a = '''\n[[[[\n'''\nb = {c = [1]}\n", 2),  # nor in a multi-line literal string
+    ('a = "x\\"[[[["\nb = 1\n', 0),  # an escaped quote does not end a basic string
+    ('a = "[[\nb = [1]\n', 1),  # an unclosed single-line string ends at its line
+    ("# [[[[\na = [1]\n", 1),  # nor in a comment
+])
+def test_toml_depth_reads_strings_and_comments_as_text(body, deepest):
+    from vq_admin.core.bounds import toml_depth
+
+    padded = "# " + "." * 80 + "\n" + body  # past the fast path's count: the text is read
+    assert toml_depth(padded, limit=64) == deepest
+    assert toml_depth("a.b.c.d = 1\n", limit=2) == 3  # a dotted key counts toward the limit

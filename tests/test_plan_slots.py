@@ -419,3 +419,16 @@ def test_a_prune_command_that_does_not_carry_the_keep_set_once_is_refused(world,
                          Providers.from_plugins({"counting": Unplaced(argv)}), RunOptions(json=True, dry_run=True))
         with pytest.raises(UsageError, match=message):
             RuntimePrune(ctx, "cluster", "vibeqc", 1)
+
+
+@pytest.mark.parametrize("argv, env, refusal", [
+    ([], (), "ProviderCommand.argv must be a non-empty list of strings"),
+    (["x", 1], (), "ProviderCommand.argv[1] is int, not str"),
+    (["x", "a\nb"], (), "ProviderCommand.argv[1] holds a NUL or newline"),
+    (["x"], (("A", "a\0b"),), "ProviderCommand.env[A] holds a NUL or newline"),
+    (["x"], (("1A", "v"),), "ProviderCommand.env name '1A' is not a valid variable name"),
+])
+def test_a_provider_command_with_a_bad_word_is_refused_naming_it(argv, env, refusal):
+    with pytest.raises(EvidenceError) as raised:
+        ProviderCommand(argv=tuple(argv), env=env)
+    assert str(raised.value) == refusal

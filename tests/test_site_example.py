@@ -599,3 +599,33 @@ def test_confirm_computes_through_the_launcher_and_prints_its_metrics(world):
     assert re.search(r"^VQ-DEPLOY-METRIC energy_digest=[0-9a-f]{16}$", done.stdout, re.M)
     other = run_cli("confirm", "--program", "vibeqc", "--expected-sha", world["sha"]["B"], "--launcher", launcher)
     assert other.returncode == 1 and "is not the launcher of vibeqc" in other.stderr
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.type, member.linkname = kind, link
+    return member
+
+
+@pytest.mark.parametrize("member, refusal", [
+    (_member("a/../../x"), "absolute or '..' names are refused"),
+    (_member("/etc/x"), "absolute or '..' names are refused"),
+    (_member("./.venv/bin/python"), "the source must not carry its own .venv"),
+    (_member("dev", tarfile.CHRTYPE), "special files (devices, FIFOs) are refused"),
+    (_member("fifo", tarfile.FIFOTYPE), "special files (devices, FIFOs) are refused"),
+    (_member("l", tarfile.SYMTYPE, "/etc/passwd"), "link target '/etc/passwd' is absolute"),
+    (_member("a/l", tarfile.SYMTYPE, "../../x"), "link target '../../x' points outside the source tree"),
+    (_member("h", tarfile.LNKTYPE, "../x"), "link target '../x' points outside the source tree"),
+    (_member("a/ok", tarfile.SYMTYPE, "../x"), None),
+    (_member("a/b/file"), None),
+])
+def test_each_unsafe_member_is_refused_naming_why(member, refusal):
+    from vq_site_example.errors import SiteError
+    from vq_site_example.unpack import screen_member
+
+    if refusal is None:
+        screen_member(member)
+        return
+    with pytest.raises(SiteError) as raised:
+        screen_member(member)
+    assert str(raised.value) == f"archive member {member.name!r}: {refusal}"

@@ -113,6 +113,35 @@ class Binding:
 # -- the two calls ----------------------------------------------------------------
 
 
+def _checked_request(program: str, host: str, expected_sha: str | None, path: str | None,
+                     job: str | None) -> str | None:
+    """Refuse a request whose words are not well formed (a usage error; an explicit path that is not an
+    immutable launcher's form is refused); the expected SHA, in lower case, or ``None``."""
+    _name(program, "program")
+    _name(host, "host")
+    _job(job)
+    sha = None
+    if expected_sha is not None:
+        if not isinstance(expected_sha, str) or not FULL_SHA_RE.match(expected_sha):
+            raise BindingUsageError(f"--expected-sha: {expected_sha!r} is not a full commit SHA; {SHA_RULE}")
+        sha = expected_sha.lower()
+    problem = path_form_problem(path) if path is not None else None
+    if problem is not None:
+        raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
+                              _use_printed(program, host, sha))
+    return sha
+
+
+def _refuse_quarantined(root: str, host: str, program: str, sha: str) -> None:
+    """Refuse (``quarantined``) a generation quarantined in this state directory, saying how to move on."""
+    mark = _registry_call(registry.quarantined, root, host, program, sha)
+    if mark is not None:
+        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
+                              f"bind the job to another generation; vq admin jobs {program} {host} --sha "
+                              f"{sha} lists what used it; vq admin quarantine {program} {host} "
+                              f"{sha} --lift ends the quarantine")
+
+
 def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None, path: str | None = None,
                      state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
                      check_on_host: bool = False, timeout: float = 60.0, job: str | None = None) -> Binding:
@@ -127,19 +156,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     *check_on_host*: re-hash the launcher on the login host and refuse when it
     differs from the attested SHA-256 (needs the configuration and ssh).
     """
-    _name(program, "program")
-    _name(host, "host")
-    _job(job)
-    sha = None
-    if expected_sha is not None:
-        if not isinstance(expected_sha, str) or not FULL_SHA_RE.match(expected_sha):
-            raise BindingUsageError(f"--expected-sha: {expected_sha!r} is not a full commit SHA; {SHA_RULE}")
-        sha = expected_sha.lower()
-    if path is not None:
-        problem = path_form_problem(path)
-        if problem is not None:
-            raise LauncherRefused("mutable-launcher", f"{problem}; an explicit path authenticates nothing",
-                                  _use_printed(program, host, sha))
+    sha = _checked_request(program, host, expected_sha, path, job)
     root = state_root(state_dir)
     canonical = host
     if path is None and not check_on_host:
@@ -154,12 +171,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest, root)
     _refuse_unconfirmed(program, host, canonical, entry["sha"], root, pinned=sha is not None)
-    mark = _registry_call(registry.quarantined, root, canonical, program, entry["sha"])
-    if mark is not None:
-        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
-                              f"bind the job to another generation; vq admin jobs {program} {canonical} --sha "
-                              f"{entry['sha']} lists what used it; vq admin quarantine {program} {canonical} "
-                              f"{entry['sha']} --lift ends the quarantine")
+    _refuse_quarantined(root, canonical, program, entry["sha"])
     if path is not None and path != entry["launcher"]:
         raise LauncherRefused("path-mismatch",
                               f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "

@@ -58,10 +58,7 @@ class ProviderCommand:
         if not argv or not isinstance(argv[0], str) or not argv[0]:
             raise EvidenceError("ProviderCommand.argv must be a non-empty list of strings")
         for i, word in enumerate(argv):
-            if not isinstance(word, str):
-                raise EvidenceError(f"ProviderCommand.argv[{i}] is {type(word).__name__}, not str")
-            if "\0" in word or "\n" in word:
-                raise EvidenceError(f"ProviderCommand.argv[{i}] holds a NUL or newline")
+            _check_word(word, f"ProviderCommand.argv[{i}]")
         env = tuple((str(k), v if is_slot(v) else str(v)) for k, v in self.env)  # a placed slot stays one
         for name, value in env:
             if not ENV_NAME_RE.match(name):
@@ -69,10 +66,17 @@ class ProviderCommand:
             if is_list_slot(value):
                 raise EvidenceError(f"ProviderCommand.env[{name}] is the list slot {str.__str__(value)!r}: a list "
                                     "slot is placed as one whole argv word, never in env")
-            if "\0" in value or "\n" in value:
-                raise EvidenceError(f"ProviderCommand.env[{name}] holds a NUL or newline")
+            _check_word(value, f"ProviderCommand.env[{name}]")
         object.__setattr__(self, "argv", argv)
         object.__setattr__(self, "env", env)
+
+
+def _check_word(word: object, what: str) -> None:
+    """Refuse an argv word or env value that is not a string, or holds a NUL or newline."""
+    if not isinstance(word, str):
+        raise EvidenceError(f"{what} is {type(word).__name__}, not str")
+    if "\0" in word or "\n" in word:
+        raise EvidenceError(f"{what} holds a NUL or newline")
 
 
 @dataclass(frozen=True)

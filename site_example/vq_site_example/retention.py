@@ -42,14 +42,7 @@ def read_census(path: str, program: str, max_age: float) -> dict[str, list[str]]
     if doc.get("program") != program:
         raise usage(f"--referenced-file {path} is the census of {doc.get('program')!r}, not {program!r}; "
                     "nothing removed")
-    try:
-        taken = calendar.timegm(time.strptime(str(doc.get("taken_at")), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        raise usage(f"--referenced-file {path}: taken_at {doc.get('taken_at')!r} is not a UTC time; "
-                    "nothing removed") from None
-    if time.time() - taken > max_age:
-        raise usage(f"--referenced-file {path} was taken at {doc['taken_at']}, more than {max_age:.0f} s ago; "
-                    "take a fresh census (vq admin references ... --json); nothing removed")
+    _check_fresh(path, doc.get("taken_at"), max_age)
     referenced: dict[str, list[str]] = {}
     rows = doc.get("generations")
     if not isinstance(rows, list):
@@ -61,6 +54,17 @@ def read_census(path: str, program: str, max_age: float) -> dict[str, list[str]]
         if reasons:
             referenced[sha.lower()] = [str(r) for r in reasons]
     return referenced
+
+
+def _check_fresh(path: str, taken_at: object, max_age: float) -> None:
+    """Refuse a census not taken within *max_age* seconds (its ``taken_at``, UTC)."""
+    try:
+        taken = calendar.timegm(time.strptime(str(taken_at), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        raise usage(f"--referenced-file {path}: taken_at {taken_at!r} is not a UTC time; nothing removed") from None
+    if time.time() - taken > max_age:
+        raise usage(f"--referenced-file {path} was taken at {taken_at}, more than {max_age:.0f} s ago; "
+                    "take a fresh census (vq admin references ... --json); nothing removed")
 
 
 def _current_sha(lyt: Layout) -> str:
@@ -85,6 +89,12 @@ def _remove(lyt: Layout, sha: str) -> None:
     fsutil.remove_own_tree(doomed)
 
 
+def _releases(lyt: Layout) -> list[str]:
+    """The releases: the real directories of ``releases`` named by a full lower-case SHA, sorted."""
+    return [name for name in sorted(os.listdir(lyt.releases))
+            if FULL_SHA_RE.match(name) and name == name.lower() and fsutil.is_real_dir(lyt.release(name))]
+
+
 def run(ns: argparse.Namespace) -> int:
     """Entry point of the ``prune`` verb; returns the exit code."""
     if not 0 < ns.max_age < float("inf"):
@@ -102,9 +112,7 @@ def run(ns: argparse.Namespace) -> int:
     removed: list[str] = []
     with DeployLock(lyt):
         current = _current_sha(lyt)
-        for name in sorted(os.listdir(lyt.releases)):
-            if not FULL_SHA_RE.match(name) or name != name.lower() or not fsutil.is_real_dir(lyt.release(name)):
-                continue
+        for name in _releases(lyt):
             reasons = (["current"] if name == current else []) + (["--keep-sha"] if name in ns.keep_sha else [])
             reasons += referenced.get(name, [])
             if _program_of(lyt.release(name)) != ns.program:

@@ -30,23 +30,42 @@ def _inside(base: str, name: str) -> bool:
     return norm != ".." and not norm.startswith("../") and not posixpath.isabs(norm)
 
 
+def _name_problem(member: tarfile.TarInfo) -> str | None:
+    name = member.name
+    if not name or "\0" in name or name.startswith("/") or ".." in name.split("/"):
+        return "absolute or '..' names are refused"
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if parts and parts[0] == RESERVED_TOP:
+        return f"the source must not carry its own {RESERVED_TOP}"
+    return None
+
+
+def _kind_problem(member: tarfile.TarInfo) -> str | None:
+    if member.isdev() or not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        return "special files (devices, FIFOs) are refused"
+    return None
+
+
+def _link_problem(member: tarfile.TarInfo) -> str | None:
+    if not (member.issym() or member.islnk()):
+        return None
+    link = member.linkname
+    if not link or "\0" in link or link.startswith("/"):
+        return f"link target {link!r} is absolute"
+    base = posixpath.dirname(posixpath.normpath(member.name)) if member.issym() else ""
+    return None if _inside(base, link) else f"link target {link!r} points outside the source tree"
+
+
+#: Each check of a member, in order; the first that finds a problem refuses the archive.
+_SCREENS = (_name_problem, _kind_problem, _link_problem)
+
+
 def screen_member(member: tarfile.TarInfo) -> None:
     """Raise SiteError(1) when *member* is unsafe to extract."""
-    name = member.name
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if not name or "\0" in name or name.startswith("/") or ".." in name.split("/"):
-        raise failed(f"archive member {name!r}: absolute or '..' names are refused")
-    if parts and parts[0] == RESERVED_TOP:
-        raise failed(f"archive member {name!r}: the source must not carry its own {RESERVED_TOP}")
-    if member.isdev() or not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        raise failed(f"archive member {name!r}: special files (devices, FIFOs) are refused")
-    if member.issym() or member.islnk():
-        link = member.linkname
-        if not link or "\0" in link or link.startswith("/"):
-            raise failed(f"archive member {name!r}: link target {link!r} is absolute")
-        base = posixpath.dirname(posixpath.normpath(name)) if member.issym() else ""
-        if not _inside(base, link):
-            raise failed(f"archive member {name!r}: link target {link!r} points outside the source tree")
+    for screen in _SCREENS:
+        problem = screen(member)
+        if problem:
+            raise failed(f"archive member {member.name!r}: {problem}")
 
 
 def extract(tar: tarfile.TarFile, dest: str) -> int:

@@ -38,31 +38,41 @@ def inspect(lyt: Layout) -> dict[str, Any]:
     }
     problems: list[str] = []
     notes: list[str] = [] if quiescent else [f"a deploy holds {lyt.lock_path} (pid {pid})"]
+    sha = _active_sha(lyt, receipt, notes, problems)
+    if sha is not None:
+        _read_release(lyt, sha, receipt, notes, problems)
+    receipt["health_detail"] = "; ".join(notes + problems)
+    receipt["healthy"] = not problems and receipt["activation"] == "atomic"
+    return receipt
 
-    def done() -> dict[str, Any]:
-        receipt["health_detail"] = "; ".join(notes + problems)
-        receipt["healthy"] = not problems and receipt["activation"] == "atomic"
-        return receipt
 
+def _active_sha(lyt: Layout, receipt: dict[str, Any], notes: list[str], problems: list[str]) -> str | None:
+    """The SHA ``current`` activates (a real ``releases/<full sha>`` directory: ``atomic``), or ``None``, the
+    problem named."""
     if not fsutil.is_real_dir(lyt.root):
         problems.append(f"nothing active: {lyt.root} is not a real directory")
-        return done()
+        return None
     try:
         target = os.readlink(lyt.current)
     except FileNotFoundError:
         problems.append(f"nothing active: {lyt.current} does not exist")
-        return done()
+        return None
     except OSError:
         problems.append(f"{lyt.current} is not a symlink; no atomic activation")
-        return done()
+        return None
     sha = release_named(lyt, target)
     if sha is None or not fsutil.is_real_dir(lyt.release(sha)):
         receipt["activation"] = "unknown"
         problems.append(f"{lyt.current} -> {target!r} is not a real releases/<full sha> directory")
-        return done()
-    release = lyt.release(sha)
+        return None
     receipt["activation"] = "atomic"
     notes.append(f"current -> {target}")
+    return sha
+
+
+def _read_release(lyt: Layout, sha: str, receipt: dict[str, Any], notes: list[str], problems: list[str]) -> None:
+    """What the active release records of itself, its launcher's SHA-256, and one start of the launcher."""
+    release = lyt.release(sha)
     source_sha = _meta(release, "SOURCE-SHA", problems)
     program = _meta(release, "PROGRAM", problems)
     receipt.update(source_sha=source_sha or "", program=program or "", tag=_meta(release, "TAG", problems) or None)
@@ -73,17 +83,16 @@ def inspect(lyt: Layout) -> dict[str, Any]:
         notes.append(f"marker: {validated}")
     if not program:
         problems.append("no launcher: the release names no program")
-        return done()
+        return
     launcher = receipt["active_path"] = lyt.launcher(sha, program)
     try:
         receipt["active_path_sha256"] = fsutil.sha256_file(launcher)
     except OSError as exc:
         problems.append(f"cannot hash the launcher {launcher}: {exc.strerror or exc}")
-        return done()
+        return
     ok, detail, output = build.check(launcher, os.path.join(release, "source"), HEALTH_TIMEOUT)
     lines = output.strip().splitlines()
     (notes if ok else problems).append(detail + (f": {' / '.join(lines[-3:])[-300:]}" if lines and not ok else ""))
-    return done()
 
 
 def run(ns: argparse.Namespace) -> int:

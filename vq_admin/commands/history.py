@@ -51,19 +51,19 @@ def table(runs: list[dict[str, Any]], who: bool = False) -> list[str]:
     """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
     who ran it, a host record's entry)."""
     header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
-    rows = [header]
-    for run in runs:
-        sha = (run.get("expected_sha") or "-")[:12]
-        if run.get("tag"):
-            sha += f" ({run['tag']})"
-        lane = run.get("lane") or "-"
-        if run.get("verb") and run["verb"] != "update":
-            lane += f"/{run['verb']}"
-        rows.append((str(run.get("finished_at") or "-"), lane, str(run.get("host") or "-"),
-                     str(run.get("program") or "-"), str(run.get("outcome") or "-"), sha,
-                     str(run.get("who")) if who else _duration(run.get("seconds"))))
+    rows = [header, *(_cells(run, who) for run in runs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
+
+
+def _cells(run: dict[str, Any], who: bool) -> tuple[str, ...]:
+    """One run's row of the table ("-" for what it does not say)."""
+    shown = {key: str(run.get(key) or "-") for key in ("finished_at", "lane", "host", "program", "outcome")}
+    verb = run.get("verb")
+    lane = shown["lane"] + (f"/{verb}" if verb and verb != "update" else "")
+    sha = (run.get("expected_sha") or "-")[:12] + (f" ({run['tag']})" if run.get("tag") else "")
+    return (shown["finished_at"], lane, shown["host"], shown["program"], shown["outcome"], sha,
+            str(run.get("who")) if who else _duration(run.get("seconds")))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,16 +86,19 @@ def collect_all(state: StateDir) -> dict[str, Any]:
     return {"state_dir": str(state.root), "last_ok": groups}
 
 
+def _agreement(hosts: dict[str, dict[str, Any]]) -> str:
+    """Whether the hosts' LAST OK agree, or how they drift."""
+    shas = {h["sha"] for h in hosts.values() if h["sha"]}
+    missing = sum(1 for h in hosts.values() if not h["sha"])
+    if len(shas) <= 1 and not missing:
+        return "all hosts agree"
+    return f"DRIFT: {len(shas)} distinct SHA(s)" + (f", {missing} host(s) without LAST OK" if missing else "")
+
+
 def _lines_all(status: dict[str, Any]) -> list[str]:
     out: list[str] = []
     for key, hosts in sorted(status["last_ok"].items(), key=lambda kv: (kv[0] == "helper", kv[0])):
-        shas = {h["sha"] for h in hosts.values() if h["sha"]}
-        missing = sum(1 for h in hosts.values() if not h["sha"])
-        if len(shas) <= 1 and not missing:
-            agree = "all hosts agree"
-        else:
-            agree = f"DRIFT: {len(shas)} distinct SHA(s)" + (f", {missing} host(s) without LAST OK" if missing else "")
-        out.append(f"{key}: LAST OK on {len(hosts)} host(s), {agree}")
+        out.append(f"{key}: LAST OK on {len(hosts)} host(s), {_agreement(hosts)}")
         width = max(len(name) for name in hosts)
         for name, h in sorted(hosts.items()):
             sha = (h["sha"] or "-")[:12]
@@ -106,21 +109,26 @@ def _lines_all(status: dict[str, Any]) -> list[str]:
     return [safe_message(line) for line in out]
 
 
+def _run_all(args: argparse.Namespace, publishing: bool) -> int:
+    """``status --all``: every host's LAST OK side by side."""
+    if args.host or publishing:
+        raise UsageError("status --all shows every host's LAST OK side by side; not with HOST, --prometheus "
+                         "or --textfile")
+    side_by_side = collect_all(StateDir(args.state_dir))
+    if args.json:
+        emit(SCHEMAS["status-all"], Outcome.OK, side_by_side)
+    else:
+        print("\n".join(_lines_all(side_by_side)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.host:
         authority.lookup(config, args.host)
     prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
     if getattr(args, "all", False):
-        if args.host or prometheus or textfile:
-            raise UsageError("status --all shows every host's LAST OK side by side; not with HOST, --prometheus "
-                             "or --textfile")
-        side_by_side = collect_all(StateDir(args.state_dir))
-        if args.json:
-            emit(SCHEMAS["status-all"], Outcome.OK, side_by_side)
-        else:
-            print("\n".join(_lines_all(side_by_side)))
-        return 0
+        return _run_all(args, bool(prometheus or textfile))
     if args.json and (prometheus or textfile):
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     state = StateDir(args.state_dir)

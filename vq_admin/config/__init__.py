@@ -17,9 +17,9 @@ from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
-from ..core.identifiers import BRANCH_RE, DESTINATION_RE, NAME_RE, NAME_RULE
+from ..core.identifiers import BRANCH_RE, DESTINATION_RE, ENV_NAME_RE, NAME_RE, NAME_RULE
 from ..report.outcome import UsageError
-from .confirm import KEYS as CONFIRM_KEYS, Confirm
+from .confirm import BETTER, KEYS as CONFIRM_KEYS, Confirm, Metric
 
 ROLES = ("managed", "helper-only", "alias", "excluded")
 TRANSPORTS = ("ssh", "local")
@@ -437,13 +437,9 @@ def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> f
 
 def _confirm(table: Mapping[str, Any], key: str) -> Confirm | None:
     """The profile *table*'s confirmation (``None`` without ``confirm_command``); errors name the dotted key."""
-    from ..core.identifiers import ENV_NAME_RE
-    from .confirm import BETTER, KEYS, Metric
-    from .sbatch_args import sbatch_arg_problem
-
     command = parse_command(table, "confirm_command", key)
     if command is None:
-        stray = sorted(KEYS & set(table))
+        stray = sorted(CONFIRM_KEYS & set(table))
         if stray:
             raise ConfigError(f"{key}.{stray[0]}", "needs confirm_command")
         return None
@@ -451,30 +447,40 @@ def _confirm(table: Mapping[str, Any], key: str) -> Confirm | None:
         raise ConfigError(f"{key}.confirm_command", "needs activate_command (a failed confirmation is reverted by "
                                                     "re-activating the previous generation; a plugin "
                                                     "provider's activate hook serves)")
-    args = table.get("confirm_sbatch_args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ConfigError(f"{key}.confirm_sbatch_args", "must be a list of strings")
-    for arg in args:  # the allow-list of update_allocation.sbatch_args
-        problem = sbatch_arg_problem(arg)
-        if problem:
-            raise ConfigError(f"{key}.confirm_sbatch_args", problem)
+    args = _sbatch_args(table.get("confirm_sbatch_args", []), f"{key}.confirm_sbatch_args")
     raw = table.get("confirm_metrics", {})
     if not isinstance(raw, dict):
         raise ConfigError(f"{key}.confirm_metrics", "must be a table of { better = \"lower\"|\"higher\"|\"equal\", "
                                                     "tolerance = 0.10 }")
-    metrics = []
-    for name, spec in raw.items():
-        where = f"{key}.confirm_metrics.{name}"
-        if not ENV_NAME_RE.match(name):
-            raise ConfigError(where, "a metric name is letters, digits and '_' (as VQ-DEPLOY-METRIC lines name it)")
-        if not isinstance(spec, dict) or set(spec) - {"better", "tolerance"} or spec.get("better") not in BETTER:
-            raise ConfigError(where, "must be { better = \"lower\"|\"higher\"|\"equal\", tolerance = 0.10 }")
-        tol = spec.get("tolerance", 0.0)
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 <= tol < 1:
-            raise ConfigError(f"{where}.tolerance", f"must be a relative tolerance from 0 to below 1, not {tol!r}")
-        metrics.append(Metric(name, spec["better"], float(tol)))
-    return Confirm(command=command, sbatch_args=tuple(args),
-                   timeout_seconds=_timeout(table, "confirm_timeout_seconds", key, 900.0), metrics=tuple(metrics))
+    metrics = tuple(_metric(name, spec, f"{key}.confirm_metrics.{name}") for name, spec in raw.items())
+    return Confirm(command=command, sbatch_args=args,
+                   timeout_seconds=_timeout(table, "confirm_timeout_seconds", key, 900.0), metrics=metrics)
+
+
+def _metric(name: str, spec: object, where: str) -> Metric:
+    """One ``confirm_metrics`` entry: how the metric *name* may move (``better``, ``tolerance``)."""
+    if not ENV_NAME_RE.match(name):
+        raise ConfigError(where, "a metric name is letters, digits and '_' (as VQ-DEPLOY-METRIC lines name it)")
+    if not isinstance(spec, dict) or set(spec) - {"better", "tolerance"} or spec.get("better") not in BETTER:
+        raise ConfigError(where, "must be { better = \"lower\"|\"higher\"|\"equal\", tolerance = 0.10 }")
+    tol = spec.get("tolerance", 0.0)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 <= tol < 1:
+        raise ConfigError(f"{where}.tolerance", f"must be a relative tolerance from 0 to below 1, not {tol!r}")
+    return Metric(name, spec["better"], float(tol))
+
+
+def _sbatch_args(args: object, where: str) -> tuple[str, ...]:
+    """A list of sbatch arguments, each through the allow-list, read the way sbatch's getopt_long reads it
+    (:mod:`vq_admin.config.sbatch_args`)."""
+    from .sbatch_args import sbatch_arg_problem
+
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(where, "must be a list of strings")
+    for arg in args:
+        problem = sbatch_arg_problem(arg)
+        if problem:
+            raise ConfigError(where, problem)
+    return tuple(args)
 
 
 def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:
@@ -485,13 +491,4 @@ def _allocation(table: Mapping[str, Any], key: str) -> Allocation | None:
     if not isinstance(value, dict):
         raise ConfigError(where, "must be a table such as { sbatch_args = [\"--time=04:00:00\"] }")
     _only_keys(value, where, {"sbatch_args"})
-    args = value.get("sbatch_args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ConfigError(f"{where}.sbatch_args", "must be a list of strings")
-    from .sbatch_args import sbatch_arg_problem
-
-    for arg in args:  # an allow-list, read the way sbatch's getopt_long reads it (vq_admin/config/sbatch_args.py)
-        problem = sbatch_arg_problem(arg)
-        if problem:
-            raise ConfigError(f"{where}.sbatch_args", problem)
-    return Allocation(sbatch_args=tuple(args))
+    return Allocation(sbatch_args=_sbatch_args(value.get("sbatch_args", []), f"{where}.sbatch_args"))

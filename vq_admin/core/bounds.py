@@ -76,17 +76,7 @@ def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
             i = n if end < 0 else end + 1
             continue
         if ch in "\"'":
-            triple = text.startswith(ch * 3, i)
-            quote = ch * 3 if triple else ch
-            j = i + len(quote)
-            while j < n:
-                if ch == '"' and text[j] == "\\":
-                    j += 2
-                    continue
-                if text.startswith(quote, j) or (not triple and text[j] == "\n"):
-                    break
-                j += 1
-            i = j + len(quote)
+            i = _string_end(text, i)
             continue
         if ch in "[{":
             depth += 1
@@ -97,6 +87,23 @@ def toml_depth(text: str, limit: int = MAX_DEPTH) -> int:
             depth -= 1
         i += 1
     return deepest
+
+
+def _string_end(text: str, i: int) -> int:
+    """Where the TOML string that opens at *i* (basic or literal, single-line or triple-quoted) ends: the index
+    after its closing quote (an unclosed single-line string ends at its line's end)."""
+    ch = text[i]
+    triple = text.startswith(ch * 3, i)
+    quote = ch * 3 if triple else ch
+    j, n = i + len(quote), len(text)
+    while j < n:
+        if ch == '"' and text[j] == "\\":
+            j += 2
+            continue
+        if text.startswith(quote, j) or (not triple and text[j] == "\n"):
+            break
+        j += 1
+    return j + len(quote)
 
 
 def _parse_int(literal: str) -> int:

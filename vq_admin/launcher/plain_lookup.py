@@ -159,9 +159,7 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
     if not is_name(host) or not is_name(program):
         return None
     if sha is not None:
-        if not sha.isascii():  # the full lookup takes ASCII hex digits of either case, only
-            return None
-        sha = sha.lower()
+        sha = sha.lower() if sha.isascii() else ""  # the full lookup takes ASCII hex digits of either case, only
         if not is_full_sha(sha):
             return None
     lane = os.path.join(os.path.normpath(os.path.abspath(root)), "registry", host, program)
@@ -169,28 +167,39 @@ def plain_resolve(root: str, host: str, program: str, sha: str | None
     if dfd is None:
         return None
     try:
-        pointer = _read(dfd, "latest.json")
-        if pointer is None or pointer.get("schema") != POINTER_SCHEMA:
+        latest = _latest(dfd)
+        if latest is None:
             return None
-        latest = pointer.get("sha")
-        if latest is None or not is_full_sha(latest):
-            return None
-        wanted = sha or latest
-        entry = _read(dfd, wanted + ".json")
-        if entry is None or entry_problem(entry, host, program, wanted) is not None:
-            return None
-        if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)
-                and absent(dfd, "quarantined", wanted)):
-            return None
-        if unconfirmed_reason(root, host, program, wanted) is not None:
-            return None  # the full lookup words the refusal (CONTRACT section 13)
-        if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
-            return None
-        return latest, entry
+        entry = _plain_entry(root, dfd, host, program, sha or latest)
+        return None if entry is None else (latest, entry)
     except (OSError, ValueError):
         return None
     finally:
         os.close(dfd)
+
+
+def _latest(dfd: int) -> str | None:
+    """The latest verified SHA the lane's ``latest.json`` names, or ``None``."""
+    pointer = _read(dfd, "latest.json")
+    latest = pointer.get("sha") if pointer is not None and pointer.get("schema") == POINTER_SCHEMA else None
+    return latest if latest is not None and is_full_sha(latest) else None
+
+
+def _plain_entry(root: str, dfd: int, host: str, program: str, wanted: str) -> dict[str, str | None] | None:
+    """The registry entry of *wanted* when the full lookup would return it as it is: sound, not pruned,
+    in conflict or quarantined, confirmed when the profile asks, its launcher unchanged here; else ``None``
+    (the full lookup words why)."""
+    entry = _read(dfd, wanted + ".json")
+    if entry is None or entry_problem(entry, host, program, wanted) is not None:
+        return None
+    if not (absent(dfd, "pruned", wanted) and absent(dfd, "conflicts", wanted)
+            and absent(dfd, "quarantined", wanted)):
+        return None
+    if unconfirmed_reason(root, host, program, wanted) is not None:
+        return None  # the full lookup words the refusal (CONTRACT section 13)
+    if launcher_problem_here(dfd, wanted, str(entry["launcher"]), str(entry["launcher_sha256"])):
+        return None
+    return entry
 
 
 def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir: str | None,

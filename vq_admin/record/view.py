@@ -323,14 +323,11 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
     (section 13; named in *skipped*); a passed one becomes this driver's baseline when it has none.  The
     entry names of what was adopted."""
     from ..launcher import registry
-    from ..state import confirmation
 
     me, adopted = driver_id(state), []
     for entry in new:
-        statement = entry.parsed() if entry.verdict.accepted else None
-        run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
-        if (run is None or run.driver == me or run.program != program or run.lane != "runtime" or not program
-                or run.host != host):  # an entry copied from another host's record is not this host's evidence
+        run = _others_run(entry, me, host, program)
+        if run is None or program is None:
             continue
         why = run.unconfirmed(confirm)
         if why is not None:
@@ -347,13 +344,30 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
         last_ok = state.read_record("runtime", host, program, "last-ok") or {}
         if str(last_ok.get("at") or "") <= run.finished_at:
             state.adopt_verified(host, program, verified)
-        c = run.confirm
-        if c is not None and c.sha == run.sha and not confirmation.read(state, host, program).get(run.sha):
-            confirmation.record(state, host, program, run.sha, confirmation.ConfirmEntry(
-                status=confirmation.PASSED, job_id=c.job_id, state=c.state, exit_code=c.exit_code, node=c.node,
-                metrics=c.metrics, accepted_regression=c.accepted_regression, receipt=FROM_RECORD + entry.name))
+        _adopt_confirmation(state, host, program, entry, run)
         adopted.append(entry.name)
     return adopted
+
+
+def _others_run(entry: Imported, me: str, host: str, program: str | None) -> Run | None:
+    """The runtime run of *program* on *host* an accepted entry of another driver verified, or ``None`` (an
+    entry copied from another host's record is not this host's evidence)."""
+    statement = entry.parsed() if entry.verdict.accepted else None
+    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    if run is None or run.driver == me or (run.lane, run.host, run.program) != ("runtime", host, program):
+        return None
+    return run
+
+
+def _adopt_confirmation(state: StateDir, host: str, program: str, entry: Imported, run: Run) -> None:
+    """A passed confirmation of the run's own SHA becomes this driver's baseline when it has none."""
+    from ..state import confirmation
+
+    c = run.confirm
+    if c is not None and c.sha == run.sha and not confirmation.read(state, host, program).get(run.sha):
+        confirmation.record(state, host, program, run.sha, confirmation.ConfirmEntry(
+            status=confirmation.PASSED, job_id=c.job_id, state=c.state, exit_code=c.exit_code, node=c.node,
+            metrics=c.metrics, accepted_regression=c.accepted_regression, receipt=FROM_RECORD + entry.name))
 
 
 def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any],

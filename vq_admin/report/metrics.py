@@ -39,50 +39,41 @@ def _lanes(status: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, An
             yield host, "runtime", program, entry
 
 
+#: The gauges of each recorded lane, labelled host, program and lane: (what :func:`_lane_values` calls it, name, help).
+_LANE_GAUGES = (
+    ("exit_code", "vq_admin_last_exit_code", "Exit status of the last vq-admin run of this host and lane"),
+    ("last_run", "vq_admin_last_run_timestamp_seconds", "When the last vq-admin run of this host and lane "
+     "finished, seconds since the epoch"),
+    ("last_ok", "vq_admin_last_ok_timestamp_seconds", "When the identity now LAST OK was verified, seconds "
+     "since the epoch"),
+    ("duration", "vq_admin_last_run_duration_seconds", "How long the last vq-admin run of this host and "
+     "lane took, from its receipt"),
+    ("transcript", "vq_admin_transcript_complete", "1 when the last allocation build's transcript settled "
+     "complete, 0 when it is incomplete (only for runs that built in a Slurm allocation)"),
+)
+
+
 def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
     """A fresh ``CollectorRegistry`` holding the metrics of *status*."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry(auto_describe=True)
-
-    def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
-        return Gauge(name, doc, LABELS + extra, registry=registry)
-
-    outcome = gauge("vq_admin_last_outcome", "Outcome of the last vq-admin run of this host and lane (always 1; "
-                    "the outcome label carries it)", ("outcome",))
-    exit_code = gauge("vq_admin_last_exit_code", "Exit status of the last vq-admin run of this host and lane")
-    last_run = gauge("vq_admin_last_run_timestamp_seconds", "When the last vq-admin run of this host and lane "
-                     "finished, seconds since the epoch")
-    last_ok = gauge("vq_admin_last_ok_timestamp_seconds", "When the identity now LAST OK was verified, seconds "
-                    "since the epoch")
-    duration = gauge("vq_admin_last_run_duration_seconds", "How long the last vq-admin run of this host and "
-                     "lane took, from its receipt")
+    outcome = Gauge("vq_admin_last_outcome", "Outcome of the last vq-admin run of this host and lane (always 1; "
+                    "the outcome label carries it)", LABELS + ("outcome",), registry=registry)
+    gauges = {key: Gauge(name, doc, LABELS, registry=registry) for key, name, doc in _LANE_GAUGES}
     uses = Gauge("vq_admin_runtime_uses", "Uses of this generation recorded by vq admin launcher in this state "
                  "directory (every lookup, folded ones included; it only grows)", ("host", "program", "sha"),
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    transcript = gauge("vq_admin_transcript_complete", "1 when the last allocation build's transcript settled "
-                       "complete, 0 when it is incomplete (only for runs that built in a Slurm allocation)")
     for host, lane, program, entry in _lanes(status):
         labels = {"host": host, "program": program, "lane": lane}
         last = entry.get("last") or {}
         if last.get("outcome"):
             outcome.labels(outcome=str(last["outcome"]), **labels).set(1)
-        if isinstance(last.get("exit_code"), int):
-            exit_code.labels(**labels).set(last["exit_code"])
-        at = parse_utc(last.get("at"))
-        if at is not None:
-            last_run.labels(**labels).set(at)
-        ok_at = parse_utc((entry.get("last_ok") or {}).get("at"))
-        if ok_at is not None:
-            last_ok.labels(**labels).set(ok_at)
-        receipt = state.read_receipt(last.get("receipt")) or {}
-        started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
-        if started is not None and finished is not None and finished >= started:
-            duration.labels(**labels).set(finished - started)
-        if (receipt.get("deploy") or {}).get("log_dir") and isinstance(receipt.get("command_output"), dict):
-            transcript.labels(**labels).set(1 if receipt["command_output"].get("complete") is True else 0)
+        for key, value in _lane_values(entry, last, state).items():
+            if value is not None:
+                gauges[key].labels(**labels).set(value)
         if lane == "runtime":
             from ..launcher.recall import last_uses
 
@@ -92,6 +83,21 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
                 if at is not None:
                     last_use.labels(host=host, program=program, sha=sha).set(at)
     return registry
+
+
+def _lane_values(entry: dict[str, Any], last: dict[str, Any], state: StateDir) -> dict[str, float | None]:
+    """The value of each of :data:`_LANE_GAUGES` for one lane (``None``: not known, no series)."""
+    receipt = state.read_receipt(last.get("receipt")) or {}
+    started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
+    output = receipt.get("command_output") if (receipt.get("deploy") or {}).get("log_dir") else None  # allocation
+    return {
+        "exit_code": last["exit_code"] if isinstance(last.get("exit_code"), int) else None,
+        "last_run": parse_utc(last.get("at")),
+        "last_ok": parse_utc((entry.get("last_ok") or {}).get("at")),
+        "duration": finished - started if started is not None and finished is not None and finished >= started
+        else None,
+        "transcript": float(output.get("complete") is True) if isinstance(output, dict) else None,
+    }
 
 
 def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]], states: tuple[str, ...]) -> CollectorRegistry:
