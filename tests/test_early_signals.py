@@ -77,7 +77,8 @@ def test_a_signal_before_the_lane_is_130_with_one_json_document(tmp_path, config
     assert done.returncode == 130, (done.returncode, done.stdout, done.stderr)
     doc = one_document(done.stdout)
     assert doc["outcome"] == "interrupted" and doc["exit_code"] == 130
-    assert doc["errors"] == [f"vq-admin received {sig} before the run started; nothing was run; rerun it"]
+    assert doc["errors"] == [f"vq-admin received {sig} before the run started; "
+                             "only read-only checks ran; nothing was changed; rerun it"]
     assert done.stderr.strip().splitlines()[-1] == f"vq-admin: interrupted: {doc['errors'][0]}"
     assert "Traceback" not in done.stderr
     assert not list((tmp_path / "state").rglob("*.json")), "an interrupted start stored something"
@@ -86,8 +87,8 @@ def test_a_signal_before_the_lane_is_130_with_one_json_document(tmp_path, config
 def test_without_json_it_is_130_and_one_line(tmp_path, config):
     done = probe(tmp_path, config, "early-start", "SIGTERM")
     assert done.returncode == 130 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
-    assert done.stderr == ("vq-admin: interrupted: vq-admin received SIGTERM before the run started; nothing was "
-                           "run; rerun it\n")
+    assert done.stderr == ("vq-admin: interrupted: vq-admin received SIGTERM before the run started; only read-only "
+                           "checks ran; nothing was changed; rerun it\n")
 
 
 def test_a_signal_while_the_answer_is_written_changes_nothing(tmp_path, config):

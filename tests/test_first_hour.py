@@ -129,7 +129,7 @@ def test_the_same_line_without_tag_after_a_tagged_run_is_already_current(tmp_pat
     several = site.update("--json", sha=b)
     assert several.exit_code == 2, several.stdout + several.stderr
     assert several.json()["errors"] == [f"2 tags point at {b}: v2.0, v2.0-final; name the one the runtime "
-                                        "must report with --tag TAG; nothing was run"]
+                                        f"must report with --tag TAG; {READ_ONLY_RAN}"]
     assert site.record("last-ok")["tag"] == "v1.0" and site.built() == [site.a]
     assert site.record("last")["outcome"] == "already-current"  # a usage error never replaces the last run
 

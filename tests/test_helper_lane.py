@@ -263,7 +263,7 @@ def test_a_first_installation_says_what_to_run_and_then_works_as_printed(tmp_pat
     for args in ((), ("--cluster-install",)):
         error = refused(*args)
         assert error.startswith("no helper is installed on cluster: the agent ") and "exit 127" in error, error
-        assert error.endswith(f", then {install}; nothing was run"), error
+        assert error.endswith(f", then {install}; only read-only checks ran; nothing was changed"), error
     commands = error.split("install the helper through it: ", 1)[1].split(f", then {install}", 1)[0]
     # each destination after "--", where ssh and scp read no option
     assert " -- cluster-login mkdir -p " in commands and ' -- "$d/vq-admin-agent.pyz" cluster-login:' in commands

@@ -36,18 +36,19 @@ PHRASE = re.compile(r"""(?ix)
   | \bdid\s+not\s+run\b | \bnever\s+ran\b | \bunchanged\b | \buntouched\b
 """)
 
+#: The shipped constants that say what ran: a message that puts one in an f-string makes the claim.
+CLAIM_TEXTS = ("READ_ONLY_RAN", "PRE_VERIFY_CUT", "AGENT_NOT_RUN")
+
 T = "tests/"
 #: (file, function, claim, times, the test proving it true where it is printed)
 CLAIMS: list[tuple[str, str, str, int, str]] = [
     # -- site_example (the example provider's own messages) --
     ("site_example/vq_site_example/cli.py", "terminate", "unchanged", 1,
-     T + "test_chaos.py::test_sigterm_during_a_fixed_host_deploy_ends_promptly_and_the_build_completes"),
+     T + "test_site_example.py::test_sigterm_during_the_build_leaves_current_unchanged"),
     ("site_example/vq_site_example/deploy.py", "_build_new", "unchanged", 1,
      T + "test_site_example.py::test_failing_selftest_leaves_current_on_old_release"),
     ("site_example/vq_site_example/deploy.py", "_reuse", "unchanged", 1,
-     T + "test_site_example.py::test_redeploy_reuses_validated_release_unchanged"),
-    ("site_example/vq_site_example/helper_update.py", "validate", "did not run", 1,
-     T + "test_helper_lane.py::test_command_succeeds_but_old_helper_stays_live"),
+     T + "test_site_example.py::test_a_reused_release_failing_validation_now_leaves_current_unchanged"),
     ("site_example/vq_site_example/layout.py", "DeployLock.__enter__", "nothing was done", 1,
      T + "test_site_example.py::test_held_lock_exits_75_and_verify_reports_it"),
     # -- the agent --
@@ -56,12 +57,14 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/agent/allocation.py", "bind", "nothing was submitted", 1,
      T + "trust/test_job_binding.py::test_the_agent_refuses_an_archive_that_changed_before_it_submits"),
     ("vq_admin/agent/lease.py", "hold_work", "nothing was started", 1,
-     T + "test_lease.py::test_a_driver_killed_mid_build_leaves_the_lease_to_its_build"),
+     T + "test_allocation_real.py::test_two_concurrent_runs_never_remove_each_others_current_attempt"),
     ("vq_admin/core/agentjudge.py", "<module>", "nothing was run", 1,
      T + "trust/test_trust_round_three.py::test_an_agent_in_a_group_writable_directory_is_refused_before_it_runs"),
     ("vq_admin/core/agentjudge.py", "_head", "nothing was run", 1,
      T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
-    ("vq_admin/core/agentjudge.py", "judge", "nothing was run", 4,
+    ("vq_admin/core/agentjudge.py", "_first_word", "nothing was run", 2,
+     T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
+    ("vq_admin/core/agentjudge.py", "_interpreter", "nothing was run", 2,
      T + "test_agentjudge.py::test_a_refusal_after_the_interpreter_ran_says_what_ran"),
     # -- conformance kit --
     ("vq_admin/conformance/__init__.py", "Report.text", "not run", 1,
@@ -71,10 +74,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_fleet.py::test_a_failing_canary_starts_nothing_else"),
     ("vq_admin/fleet.py", "dry_run_lines", "nothing is run", 1,
      T + "test_fleet.py::test_dry_run_prints_hosts_in_order_with_their_plans"),
-    ("vq_admin/interrupts.py", "early_error", "nothing was run", 1,
-     T + "test_early_signals.py::test_a_signal_before_the_lane_is_130_with_one_json_document"),
-    ("vq_admin/lanes/allocation_attempt.py", "reconcile_previous", "nothing was run", 1,
-     T + "test_plan_contingent.py::test_previous_attempt_is_planned_from_the_record_the_plan_saw"),
     ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._call.stream", "no job was submitted", 1,
      T + "test_chaos.py::test_a_full_state_filesystem_refuses_before_any_mutation"),
     ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._conclude", "nothing ran", 1,
@@ -87,9 +86,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_chaos_ssh.py::test_ssh_client_killed_at_the_command_file_checks"),
     ("vq_admin/lanes/command_files.py", "run_places", "no configured command was run", 2,
      T + "test_lease.py::test_the_driver_reads_a_held_work_lock_as_locked_and_an_unsafe_path_as_refused"),
-    ("vq_admin/lanes/command_files.py", "run_places", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/command_files_stat.py", "_call", "changed nothing", 1,
      T + "test_stat_paths.py::test_an_interrupted_read_is_a_failure_naming_the_step"),
     ("vq_admin/lanes/command_files_stat.py", "_call", "no configured command was run", 1,
@@ -98,13 +94,10 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_stat_paths.py::test_facts_that_cannot_be_read_back_refuse"),
     ("vq_admin/lanes/command_files_stat.py", "check_place", "no configured command was run", 1,
      T + "test_stat_paths.py::test_a_refusal_names_the_key_and_runs_nothing_further"),
-    ("vq_admin/lanes/command_files_stat.py", "check_place", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/conclude.py", "provider_locked", "nothing was changed", 1,
      T + "test_lease.py::test_a_provider_exiting_75_is_locked_and_its_stage_reclaimed"),
     ("vq_admin/lanes/confirm_step.py", "Confirmation.run", "was not submitted", 1,
-     T + "trust/test_job_binding.py::test_the_agent_refuses_an_archive_that_changed_before_it_submits"),
+     T + "test_lease.py::test_a_build_verb_that_cannot_take_the_work_lock_says_why_in_its_exit"),
     ("vq_admin/lanes/detached_step.py", "left_running", "no build was started", 1,
      T + "test_detached.py::"
      "test_a_deploy_dropped_before_the_agent_started_fences_the_attempt_and_says_nothing_was_built"),
@@ -116,28 +109,23 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
     ("vq_admin/lanes/first_call.py", "unreached", "nothing was changed", 1,
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
-    ("vq_admin/lanes/helper.py", "<module>", "nothing was run", 1,
-     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.run", "nothing was staged or installed", 2,
-     T + "test_fault_table.py::test_fault_table"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/helper.py", "HelperUpdate.unknown", "nothing was staged or installed", 1,
-     T + "test_fault_table.py::test_fault_table"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/interrupted.py", "left_behind", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_push_killed_while_the_mirror_receives"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed._prepare", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_preparer_killed_after_the_feed"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed._prepare", "nothing was staged or built", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_preparer_killed_after_the_feed"),
-    ("vq_admin/lanes/mirror_step.py", "MirrorFeed._recorder.run_step", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed.run", "no build was started", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_the_push_killed_while_the_mirror_receives"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was pruned", 1,
-     T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
+     T + "test_nothing_ran.py::test_a_prune_without_last_ok_is_refused_before_it_runs_anything"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.__init__", "nothing was verified", 1,
-     T + "test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs"),
-    ("vq_admin/lanes/prune.py", "RuntimePrune.prune", "nothing was run", 1,
+     T + "test_nothing_ran.py::test_a_prune_without_last_ok_is_refused_before_it_runs_anything"),
+    ("vq_admin/lanes/prune.py", "RuntimePrune.prune", "was not run", 1,
      T + "test_prune.py::test_the_prune_report_is_parsed_strictly"),
     ("vq_admin/lanes/prune.py", "RuntimePrune.run", "nothing was pruned", 1,
      T + "test_prune.py::test_prune_with_the_controller_stopped_removes_nothing"),
@@ -152,11 +140,9 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/lanes/rollback.py", "verified_target", "nothing was run", 4,
      T + "test_rollback.py::test_rollback_refusals_run_nothing"),
     ("vq_admin/lanes/runtime.py", "<module>", "nothing was deployed or activated", 1,
-     T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
-    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.__init__", "nothing was run", 2,
-     T + "test_recall_real.py::test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/runtime.py", "RuntimeUpdate.unknown", "nothing was deployed or activated", 1,
-     T + "test_chaos.py::test_ssh_client_killed_during_the_pre_verify_changes_nothing"),
+     T + "test_nothing_ran.py::test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing"),
     ("vq_admin/lanes/staging.py", "SourceStage.require", "nothing was installed", 3,
      T + "test_chaos_ssh.py::test_ssh_client_of_a_mirror_read_killed_before_the_push"),
     ("vq_admin/lanes/staging.py", "SourceStage.stage", "nothing was installed", 1,
@@ -169,8 +155,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_unreachable.py::test_an_update_that_cannot_reach_its_host_is_failed_and_changed_nothing"),
     ("vq_admin/lease.py", "Lease._start_session", "nothing was run", 1,
      T + "test_nothing_ran.py::test_a_lease_whose_command_cannot_start_runs_nothing"),
-    ("vq_admin/lease.py", "_agent_cannot_run", "nothing was run", 1,
-     T + "trust/test_remote_commands.py::test_an_agent_another_user_can_replace_is_refused_before_it_runs"),
     ("vq_admin/plan.py", "execute", "was not run", 1,
      T + "test_plan_slots.py::test_execute_refuses_slot_values_next_to_an_explicit_argv"),
     ("vq_admin/plan.py", "execute_stream", "was not run", 1,
@@ -191,13 +175,8 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_rollback.py::test_rollback_to_last_good_through_activate"),
     ("vq_admin/report/output.py", "plan_summary", "nothing is run", 1,
      T + "test_helper_lane.py::test_dry_run_prints_the_plan_and_changes_nothing"),
-    ("vq_admin/source/__init__.py", "expected_tag", "nothing was run", 1,
-     T + "test_source.py::test_several_tags_ask_for_tag_and_one_may_be_chosen"),
-    ("vq_admin/source/__init__.py", "make_archive", "nothing was run", 1,
-     T + "test_plan_execute_everywhere.py::"
-     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
     ("vq_admin/source/mirror.py", "<module>", "nothing was pushed", 3,
-     T + "test_mirror_feed.py::test_refs_outside_the_set_stay_byte_identical"),
+     T + "test_mirror_feed.py::test_branch_advanced_past_the_pin_is_refused_with_the_documented_text"),
     ("vq_admin/source/mirror_feed.py", "Feed.__init__", "not run", 1,
      T + "test_mirror_cli.py::test_drifted_lane_branch_is_refused_before_the_preparer_and_the_deploy"),
     ("vq_admin/source/mirror_feed.py", "Feed._refused_by_git", "nothing changed", 3,
@@ -214,9 +193,58 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_chaos_ssh.py::test_ssh_client_of_a_mirror_read_killed_before_the_push"),
     ("vq_admin/ssh/effective.py", "check", "nothing was run", 1,
      T + "trust/test_trust_round_three.py::test_what_ssh_would_load_from_another_user_is_refused_before_ssh_runs"),
-    ("vq_admin/state/locks.py", "lane_lock", "nothing was run", 1,
+    # -- the messages that say what ran through a shipped constant (CLAIM_TEXTS) --
+    ("vq_admin/interrupts.py", "early_error", "READ_ONLY_RAN", 1,
+     T + "test_early_signals.py::test_a_signal_before_the_lane_is_130_with_one_json_document"),
+    ("vq_admin/lanes/allocation_attempt.py", "_still_going", "READ_ONLY_RAN", 3,
+     T + "test_chaos.py::test_sigterm_while_the_allocation_job_is_pending"),
+    ("vq_admin/lanes/allocation_attempt.py", "reconcile_previous", "READ_ONLY_RAN", 1,
+     T + "test_plan_contingent.py::test_previous_attempt_is_planned_from_the_record_the_plan_saw"),
+    ("vq_admin/lanes/command_files.py", "run_places", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/command_files_stat.py", "check_place", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/confirm_step.py", "unconfirmed_refusal", "READ_ONLY_RAN", 1,
+     T + "test_confirm_real.py::"
+     "test_a_failing_confirmation_reverts_and_the_queue_keeps_the_previous_launcher"),
+    ("vq_admin/lanes/first_call.py", "open_runtime", "READ_ONLY_RAN", 1,
+     T + "test_chaos.py::test_a_hung_verifier_is_failed_with_the_true_reason_and_ended_on_the_host"),
+    ("vq_admin/lanes/helper.py", "HelperUpdate.run", "AGENT_NOT_RUN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lanes/helper.py", "HelperUpdate.run", "READ_ONLY_RAN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lanes/helper.py", "open_helper", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_an_agent_of_another_version_is_refused_once_with_the_update_command"),
+    ("vq_admin/lanes/mirror_step.py", "MirrorFeed._recorder.run_step", "was not run", 1,
+     T + "test_plan_execute_everywhere.py::"
+     "test_a_check_planned_for_other_words_than_its_place_is_refused_before_it_runs"),
+    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.__init__", "READ_ONLY_RAN", 2,
+     T + "test_recall_real.py::test_quarantine_holds_pending_jobs_and_refuses_the_generation_until_lifted"),
+    ("vq_admin/lanes/runtime.py", "RuntimeUpdate.require_quiescent", "READ_ONLY_RAN", 3,
+     T + "test_interruptions.py::test_a_pre_verify_that_is_not_a_receipt_refuses_before_any_mutation"),
+    ("vq_admin/lease.py", "<module>", "was not run", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lease.py", "Lease._other_protocol", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_an_agent_of_another_version_is_refused_once_with_the_update_command"),
+    ("vq_admin/lease.py", "_agent_cannot_run", "AGENT_NOT_RUN", 1,
+     T + "test_helper_lane.py::test_a_first_installation_says_what_to_run_and_then_works_as_printed"),
+    ("vq_admin/lease.py", "_nothing_ran", "READ_ONLY_RAN", 1,
+     T + "test_nothing_ran.py::test_a_refusal_after_read_only_checks_says_only_they_ran"),
+    ("vq_admin/lease.py", "held_message", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_a_second_administrator_gets_75_naming_the_first_and_runs_nothing"),
+    ("vq_admin/lockwait.py", "LockWait.pause", "READ_ONLY_RAN", 1,
      T + "test_lease.py::test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75"),
-    ("vq_admin/state/records.py", "StateDir.require_free_space", "nothing was run", 2,
+    ("vq_admin/source/__init__.py", "expected_tag", "READ_ONLY_RAN", 1,
+     T + "test_source.py::test_several_tags_ask_for_tag_and_one_may_be_chosen"),
+    ("vq_admin/source/__init__.py", "make_archive", "was not written", 1,
+     T + "test_nothing_ran.py::test_an_archive_planned_for_other_words_is_not_written"),
+    ("vq_admin/ssh/transport.py", "SshTransport.refuse_shell", "READ_ONLY_RAN", 1,
+     T + "trust/test_host_trust.py::test_a_non_posix_login_shell_is_refused_on_first_contact"),
+    ("vq_admin/state/locks.py", "lane_lock", "READ_ONLY_RAN", 1,
+     T + "test_lease.py::test_wait_lock_waits_for_the_lane_lock_and_the_lease_then_gives_up_with_75"),
+    ("vq_admin/state/records.py", "StateDir.require_free_space", "READ_ONLY_RAN", 2,
      T + "test_chaos.py::test_a_full_state_filesystem_refuses_before_any_mutation"),
 ]
 
@@ -242,7 +270,8 @@ def shipped_files() -> list[str]:
 
 
 def claims_in(path: Path) -> dict[tuple[str, str], int]:
-    """(function, phrase) -> how often: every claim in a string of *path* that is not a docstring."""
+    """(function, phrase) -> how often: every claim in a string of *path* that is not a docstring, and
+    every f-string use of one of :data:`CLAIM_TEXTS` (the phrase is then the constant's name)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = {id(node.body[0].value) for node in ast.walk(tree)
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
@@ -254,6 +283,10 @@ def claims_in(path: Path) -> dict[tuple[str, str], int]:
             inner = qual
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = f"{qual}.{child.name}" if qual else child.name
+            if isinstance(child, ast.FormattedValue) and isinstance(child.value, ast.Name) \
+                    and child.value.id in CLAIM_TEXTS:
+                key = (inner or "<module>", child.value.id)
+                found[key] = found.get(key, 0) + 1
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and id(child) not in docs:
                 for match in PHRASE.finditer(child.value):
                     key = (inner or "<module>", " ".join(match.group(0).lower().split()))
@@ -379,3 +412,126 @@ def test_a_lease_whose_command_cannot_start_runs_nothing(tmp_path, monkeypatch):
                        ):
         lease._acquire(1.0)
     assert len(started) == 1 and lease.proc is None and not list(tmp_path.iterdir())
+    # the session's start (over ssh: no local agent to call missing instead)
+    ssh = object.__new__(lease_module.SshTransport)
+    monkeypatch.setattr(lease_module, "take", lambda *_a: None)
+    with pytest.raises(LeaseUnreachable, match="cannot start .*missing-ssh: No such file or directory; nothing was run"
+                       ):
+        lease._start_session(ssh, [str(tmp_path / "missing-ssh"), "cluster", "session"], {"lease": {}})
+    assert len(started) == 2 and lease.proc is None and not list(tmp_path.iterdir())
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every path below *root* with its bytes (a symlink: its target; a directory: "dir")."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")) if root.exists() else []:
+        key = str(path.relative_to(root))
+        found[key] = (f"-> {path.readlink()}" if path.is_symlink() else "dir" if path.is_dir()
+                      else path.read_bytes())
+    return found
+
+
+@pytest.mark.parametrize("lane", ["helper", "runtime", "rollback-by-activation", "helper-without-record"])
+def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing(lane, tmp_path, monkeypatch):
+    """The pre-identity (helper lane) or pre-verify (runtime lane) cut off: ``unknown``, and the
+    message's "nothing was staged or installed" / "nothing was deployed or activated" is true: no
+    step after it ran, no stage exists, the installed trees are byte for byte as before.  So is the
+    refusal of a live helper without an install record ("no helper this lane installed ...")."""
+    from test_plan_slots import Counting, run_lane, world as make_world
+    from vq_admin_hookspecs import HelperIdentity
+
+    from vq_admin.lanes import helper as helper_lane
+    from vq_admin.lanes import runtime as runtime_lane
+    from vq_admin.lanes.helper_identity import IdentityRead
+    from vq_admin.lanes.verify import Verification
+
+    w = make_world.__wrapped__(tmp_path)  # the fixture's body: a local helper and runtime lane
+    cut = "the transport was interrupted (a test double)"
+    if lane == "helper-without-record":
+        live = HelperIdentity("1", None, "f" * 64, "missing", "/opt/site-packages/vq_admin", "/usr/bin/python3")
+        monkeypatch.setattr(helper_lane, "read_identity", lambda *_a, **_k: IdentityRead("pre-identity", live))
+        before = _tree(tmp_path / "helper")
+        with pytest.raises(helper_lane.Refused, match="no helper this lane installed is there yet; .*; nothing "
+                                                      "was staged or installed"):
+            run_lane(w, lambda ctx: helper_lane.HelperUpdate(ctx, "cluster", w["b"]), Counting(), dry_run=False)
+        assert not list((tmp_path / "scratch").rglob("stage.*")) and _tree(tmp_path / "helper") == before
+        return
+    if lane == "helper":
+        monkeypatch.setattr(helper_lane, "read_identity",
+                            lambda *_a, **_k: IdentityRead("pre-identity", error=cut, interrupted=True))
+        make = lambda ctx: helper_lane.HelperUpdate(ctx, "cluster", w["b"])  # noqa: E731
+        said, installed = "the read-only pre-identity read was interrupted; nothing was staged or installed", \
+            tmp_path / "helper"
+    else:
+        monkeypatch.setattr(runtime_lane.RuntimeUpdate, "verify",
+                            lambda self, step, *_a, **_k: Verification(step.name, error=cut, interrupted=True))
+        make = lambda ctx: runtime_lane.RuntimeUpdate(ctx, "cluster", "vibeqc", w["runtime_sha"], None)  # noqa: E731
+        said, installed = runtime_lane.PRE_VERIFY_CUT, w["runtime_root"]
+    provider = Counting()
+    if lane == "rollback-by-activation":  # a verified target, and an activation that would leave a marker
+        from vq_admin_hookspecs import ProviderCommand, hookimpl
+
+        from vq_admin.lanes import rollback
+
+        marker = tmp_path / "activated"
+
+        class Activating(Counting):
+            @hookimpl
+            def vq_admin_runtime_activate(self, request):
+                return ProviderCommand(argv=("/usr/bin/touch", str(marker)))
+
+        provider = Activating()
+        monkeypatch.setattr(rollback, "verified_target", lambda *_a: {"sha": w["runtime_sha"], "tag": None})
+        make = lambda ctx: rollback.RuntimeRollback(ctx, "cluster", "vibeqc", w["runtime_sha"])  # noqa: E731
+    before = _tree(installed)
+    done = run_lane(w, make, provider, dry_run=False)
+    assert done.outcome.value == "unknown" and done.readback["reason"] == said, (done.errors, done.readback)
+    assert done.readback["advice"].startswith("nothing was staged or installed by this run" if lane == "helper"
+                                              else "nothing was deployed or activated by this run")
+    ran = [s.name for s in done.plan.steps if s.argv is not None]
+    assert not {"stage-create", "stage-receive", "stage-verify", "helper", "deploy", "verify"} & set(ran), ran
+    assert not list((tmp_path / "scratch").rglob("stage.*")), "a stage was created"
+    assert _tree(installed) == before, "the installed tree changed"
+    if lane == "rollback-by-activation":
+        assert done.rollback["via"] == "activate" and "activate" not in ran and not marker.exists()
+
+
+def test_an_archive_planned_for_other_words_is_not_written(tmp_path):
+    """A ``source`` step planned for other words than the archive of the commit: refused before git runs."""
+    from support import GitRepo
+
+    from vq_admin import source
+    from vq_admin.report.outcome import VqAdminError
+
+    repo = GitRepo(tmp_path / "src")
+    sha = repo.commit("one")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(VqAdminError, match="is not the archive of .*; the archive was not written"):
+        source.make_archive(source.resolve(str(repo.path), sha, None), str(workdir), ["git", "archive", "HEAD"])
+    assert list(workdir.iterdir()) == [], "git ran, or something was written"
+
+
+def test_a_prune_without_last_ok_is_refused_before_it_runs_anything(tmp_path, monkeypatch):
+    """No LAST OK in this state directory: 77 while the lane is built; no step ran (the prune hook is
+    only asked for its command), the runtime tree is as it was."""
+    from test_plan_slots import Counting, world as make_world
+
+    from vq_admin.context import RunContext, RunOptions
+    from vq_admin.plugins import Providers
+    from vq_admin.report.outcome import Refused
+    from vq_admin.ssh.transport import Session
+    from vq_admin.state.records import StateDir
+
+    from vq_admin.lanes import prune
+
+    ran: list[str] = []
+    monkeypatch.setattr(prune, "execute", lambda step, *_a, **_k: ran.append(step.name))
+    w = make_world.__wrapped__(tmp_path)
+    before, provider = _tree(w["runtime_root"]), Counting()
+    with Session(None) as session:
+        ctx = RunContext(w["config"], StateDir(w["state"]), session, Providers.from_plugins({"counting": provider}),
+                         RunOptions(json=True))
+        with pytest.raises(Refused, match="has no LAST OK in .*: nothing was verified here, .*; nothing was pruned"):
+            prune.RuntimePrune(ctx, "cluster", "vibeqc", 1)
+    assert ran == [] and _tree(w["runtime_root"]) == before

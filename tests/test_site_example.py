@@ -270,6 +270,63 @@ def test_redeploy_reuses_validated_release_unchanged(world):
     assert current(root) == f"releases/{sha}"
 
 
+def test_a_reused_release_failing_validation_now_leaves_current_unchanged(world):
+    """"existing release ... fails validation now (...); current unchanged": true, and byte for byte."""
+    root, sha_a, sha_b = world["root"], world["sha"]["A"], world["sha"]["B"]
+    assert deploy(world, "A", verb="install").returncode == 0
+    assert deploy(world, "B").returncode == 0
+    selftest = root / "releases" / sha_a / "source" / "vq_selftest.py"
+    selftest.chmod(0o644)
+    selftest.write_text(SELFTEST_FAIL.format(label="A"))
+    before = {label: tree_digest(root / "releases" / sha) for label, sha in (("A", sha_a), ("B", sha_b))}
+    state = (listing(root), current(root))
+    proc = deploy(world, "A")
+    assert proc.returncode == 1 and "fails validation now" in proc.stderr and "current unchanged" in proc.stderr, \
+        proc.stderr
+    _assert_untouched(world, *state)
+    assert state[1] == f"releases/{sha_b}"
+    assert {label: tree_digest(root / "releases" / sha) for label, sha in (("A", sha_a), ("B", sha_b))} == before
+
+def test_sigterm_during_the_build_leaves_current_unchanged(world, tmp_path):
+    """"terminated by signal 15; current unchanged unless the switch had completed": a SIGTERM while the
+    build's selftest runs (before the switch) leaves current, the releases and no pid file behind."""
+    import signal
+    import time
+
+    root = world["root"]
+    assert deploy(world, "A", verb="install").returncode == 0
+    repo, started = tmp_path / "slow-repo", tmp_path / "selftest-started"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    slow = (f"import os, pathlib, time\npathlib.Path({str(started)!r}).write_text(str(os.getpid()))\n"
+            "time.sleep(30)\n")
+    sha = _commit(repo, "D", slow.replace("{", "{{").replace("}", "}}"))
+    _git(repo, "archive", "--format=tar", "-o", str(tmp_path / "D.tar"), sha)
+    stage = _write_stage(tmp_path / "stage-D", (tmp_path / "D.tar").read_bytes(), sha)
+    state = (listing(root), current(root))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.Popen([sys.executable, "-m", "vq_site_example.cli", "deploy", "--root", str(root), "--program",
+                             "vibeqc", "--expected-sha", sha, "--source-archive", str(stage)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (started.exists() and started.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the build's selftest never started"
+        proc.send_signal(signal.SIGTERM)  # as a time limit sends it, to the whole job: the selftest too
+        os.kill(int(started.read_text()), signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if started.exists():
+            try:
+                os.kill(int(started.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    assert proc.returncode == 1 and "terminated by signal 15; current unchanged" in err, err
+    _assert_untouched(world, *state)
+
 def test_redeploy_with_other_tag_refuses_to_rewrite(world):
     root, sha = world["root"], world["sha"]
     assert deploy(world, "A", verb="install").returncode == 0

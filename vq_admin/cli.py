@@ -310,7 +310,7 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
             write(error_document(args, exc))
         print(f"{prog}: {exc.outcome.value}: {safe_message(exc.message)}", file=sys.stderr)
         return exc.outcome.exit_code
-    except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing was run
+    except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing changed
         from . import interrupts
 
         error = interrupts.early_error(exc)

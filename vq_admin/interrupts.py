@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from .report.outcome import Outcome, VqAdminError
+from .report.outcome import READ_ONLY_RAN, Outcome, VqAdminError
 
 TYPE_CHECKING = False  # not typing's: this module is imported first, so its handlers are in force at once
 if TYPE_CHECKING:
@@ -98,13 +98,13 @@ def name_of(exc: BaseException) -> str:
 
 
 class InterruptedEarly(VqAdminError):
-    """A run interrupted before its lane started: nothing was run (exit 130)."""
+    """A run interrupted before its lane started: nothing was changed (exit 130)."""
 
     outcome = Outcome.INTERRUPTED
 
 
 def early_error(exc: BaseException) -> InterruptedEarly:
-    return InterruptedEarly(f"vq-admin received {name_of(exc)} before the run started; nothing was run; rerun it")
+    return InterruptedEarly(f"vq-admin received {name_of(exc)} before the run started; {READ_ONLY_RAN}; rerun it")
 
 
 def finish_early(prog: str, error: InterruptedEarly, document: dict[str, Any] | None) -> int:

@@ -81,7 +81,11 @@ class OtherProtocol(Refused):
 
 
 class AgentMissing(Refused):
-    """The agent's words cannot be run on the login host (no such file: exit 127); nothing ran."""
+    """The agent's words cannot be run on the login host (no such file: exit 127); the agent did not run."""
+
+
+#: How :class:`AgentMissing` ends: the agent's words could not be run, whatever ran before them.
+AGENT_NOT_RUN = "the agent was not run"
 
 
 def _nothing_ran(error: str) -> str:
@@ -98,7 +102,7 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
         raise Refused(too_old)
     if code == 127:
         tail = error.splitlines()[-1] if error else "no message"
-        raise AgentMissing(f"the agent {agent} cannot be run on {where} (exit 127: {tail}); nothing was run")
+        raise AgentMissing(f"the agent {agent} cannot be run on {where} (exit 127: {tail}); {AGENT_NOT_RUN}")
 
 
 def lease_argv(agent: tuple[str, ...] | list[str], lane: str, host: str, program: str | None, run_id: str,

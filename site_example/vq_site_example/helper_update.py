@@ -115,8 +115,10 @@ def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT,
                               stdin=subprocess.DEVNULL, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise failed(f"the new helper in {release} did not run: {exc}") from None
+    except OSError as exc:
+        raise failed(f"the new helper in {release} could not be started: {exc}") from None
+    except subprocess.TimeoutExpired:  # it ran, and may have done anything it does: never "did not run"
+        raise failed(f"the new helper in {release} did not answer within {VALIDATE_TIMEOUT:g} s") from None
     if proc.returncode != 0:
         raise failed(f"the new helper in {release} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     try:

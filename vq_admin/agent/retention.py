@@ -86,11 +86,13 @@ def _held(attempt_fd: int) -> bool:
 
 
 def remove_unless_live(program_fd: int, name: str) -> bool:
-    """Remove attempt *name* (True) unless another run holds its ``.live`` lock (False): one open of it."""
+    """Remove attempt *name* (True) unless another run holds its ``.live`` lock (False): one open
+    and one listing of it."""
     with safedirs.opened(os.open(name, safedirs.DIR_FLAGS, dir_fd=program_fd)) as afd:
-        if _held(afd):
+        names = os.listdir(afd)
+        if LIVE_LOCK in names and _held(afd):
             return False
-        safedirs.clear_dir(afd)
+        safedirs.clear_dir(afd, names)
     os.rmdir(name, dir_fd=program_fd)
     return True
 

@@ -204,23 +204,23 @@ def tree_size_at(parent_fd: int, name: str) -> int:
     return total
 
 
-def clear_dir(fd: int) -> None:
-    """Remove everything in the open directory *fd*, never following a symlink.
+def clear_dir(fd: int, names: list[str] | None = None) -> None:
+    """Remove everything in the open directory *fd* (*names*: its entries, when the caller has
+    listed them already), never following a symlink.
 
     Each entry is unlinked without a stat first (a symlink goes itself, its target untouched); one
     that ``unlink`` refuses as a directory (EISDIR on Linux, EPERM elsewhere) is opened with
     ``O_NOFOLLOW``, cleared the same way and removed.
     """
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            try:
-                os.unlink(entry.name, dir_fd=fd)
-            except IsADirectoryError:
-                remove_tree_at(fd, entry.name)
-            except PermissionError:
-                if not entry.is_dir(follow_symlinks=False):
-                    raise
-                remove_tree_at(fd, entry.name)
+    for name in os.listdir(fd) if names is None else names:
+        try:
+            os.unlink(name, dir_fd=fd)
+        except IsADirectoryError:
+            remove_tree_at(fd, name)
+        except PermissionError:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                raise
+            remove_tree_at(fd, name)
 
 
 def remove_tree_at(parent_fd: int, name: str) -> None:

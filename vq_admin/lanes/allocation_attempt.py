@@ -112,8 +112,8 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     login, argv, _purpose = _reconcile_place(inputs, previous)
     if not plan.has(PREVIOUS) or plan.get(PREVIOUS).planned_argv != argv or plan.get(PREVIOUS).where != login.where:
         raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous['attempt']}) appeared "
-                     "or changed after this run was planned: another run was cut off meanwhile; nothing was run: "
-                     "rerun")
+                     "or changed after this run was planned: another run was cut off meanwhile; "
+                     f"{READ_ONLY_RAN}: rerun")
     ctx = inputs.ctx
     detached = previous.get("kind") == "detached"
     confirm = previous.get("kind") == "confirm"

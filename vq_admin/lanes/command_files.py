@@ -151,7 +151,7 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
         step = steps.get(step_name(index))
         if step.where != transport.where or step.planned_argv != check_argv(agent, words):
             raise SlotError(f"{step.name}: the planned check is not the check of {transport.where}'s command "
-                            "files; nothing was run")
+                            "files; the step was not run")
         result = execute(step, transport, timeout=CHECK_TIMEOUT)
         if result.ok:
             continue

@@ -172,7 +172,7 @@ def check_place(resolve: Step, stat_step: Step, transport: Transport, words: lis
     paths = unique_words(words)
     if resolve.planned_argv != realpath_argv(paths) or stat_step.planned_argv != stat_argv():
         raise SlotError(f"{resolve.name}: the planned check is not the check of {where}'s command files; "
-                        "nothing was run")
+                        "the step was not run")
     done = _call(resolve, transport, {})
     reals = parse_realpaths(done, len(paths))
     if reals is None:

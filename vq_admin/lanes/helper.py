@@ -48,7 +48,7 @@ from ..config import HostConfig
 from ..core import protocol
 from ..core.failpoints import failpoint
 from ..context import RunContext
-from ..lease import AgentMissing, Lease, OtherProtocol
+from ..lease import AGENT_NOT_RUN, AgentMissing, Lease, OtherProtocol
 from ..report.outcome import READ_ONLY_RAN, Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
 from ..report.receipt import Receipt
@@ -61,7 +61,6 @@ from .staging import STAGE, TREE_SHA256, SourceStage
 from .helper_identity import IdentityRead, Readback, judge_identity, read_identity, readback
 
 STAGE_NAME = "helper"
-NOTHING = "; nothing was run"
 ACTIVATION = "activation.json"
 
 
@@ -164,8 +163,9 @@ class HelperUpdate:
             try:
                 pre = open_helper(self)
             except AgentMissing as exc:
-                raise Refused(f"no helper is installed on {self.host.name}: {exc.message.removesuffix(NOTHING)}; "
-                              f"{self.first_install()}{NOTHING}") from None
+                why = exc.message.removesuffix(f"; {AGENT_NOT_RUN}")
+                raise Refused(f"no helper is installed on {self.host.name}: {why}; {self.first_install()}; "
+                              f"{READ_ONLY_RAN}") from None
             if pre is None:
                 pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
             self.receipt.verify = {"pre": pre.to_dict()}

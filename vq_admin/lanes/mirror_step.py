@@ -118,7 +118,7 @@ class MirrorFeed(RuntimeStep):
             step = self.receipt.plan.get(name)
             if step.planned_argv != argv or step.env != env:
                 raise SlotError(f"{name}: the mirror feed asked for a command that is not its planned step; "
-                                "nothing was run")
+                                "the step was not run")
             result = execute(step, transport, timeout=timeout, values=values)
             if name == "mirror-symrefs" and result.interrupted is None and result.exit_code == 1:
                 step.status, step.detail = "ok", None  # git symbolic-ref -q: 1 is "not a symbolic ref", the good answer

@@ -277,7 +277,7 @@ class RuntimePrune:
         try:  # the keep set by the request's own rule (full SHAs, lower-cased, at least one) before it is a word
             keep = list(PruneRequest(self.profile.program, self.host.name, tuple(self.keep)).keep)
         except EvidenceError as exc:
-            receipt.errors.append(f"prune: the keep set is not well-formed, nothing was run: {exc}")
+            receipt.errors.append(f"prune: the keep set is not well-formed, so the prune was not run: {exc}")
             return conclude(ctx, receipt, Outcome.FAILED)
         step = receipt.plan.get("prune")
         argv, _ = filled(step, keep=keep)

@@ -75,11 +75,11 @@ class RuntimeUpdate:
         try:
             mark = registry.quarantined(ctx.state.root, self.host.name, program, sha)
         except registry.RegistryError as exc:
-            raise Refused(f"the verified-launcher registry cannot be trusted: {exc}; nothing was run") from None
+            raise Refused(f"the verified-launcher registry cannot be trusted: {exc}; {READ_ONLY_RAN}") from None
         if mark is not None:
             raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.get('reason')}; end the "
-                          f"quarantine first: vq admin quarantine {program} {self.host.name} {sha} --lift; nothing "
-                          "was run")
+                          f"quarantine first: vq admin quarantine {program} {self.host.name} {sha} --lift; "
+                          f"{READ_ONLY_RAN}")
         self.sha = sha
         self.requested_tag = tag
         #: the label the requested SHA was active under before this run, when not the expected one

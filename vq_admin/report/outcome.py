@@ -24,7 +24,7 @@ class Outcome(str, enum.Enum):
     UNKNOWN = "unknown"
     LOCKED = "locked"
     REFUSED = "refused"
-    INTERRUPTED = "interrupted"  # SIGINT, SIGTERM or SIGHUP before the lane started; nothing was run
+    INTERRUPTED = "interrupted"  # SIGINT, SIGTERM or SIGHUP before the lane started; nothing was changed
 
     @property
     def exit_code(self) -> int:

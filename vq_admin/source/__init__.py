@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from vq_admin_hookspecs import Slot
 
 from ..core.identifiers import SHA_RE, TAG_RE
-from ..report.outcome import Refused, UsageError, VqAdminError
+from ..report.outcome import READ_ONLY_RAN, Refused, UsageError, VqAdminError
 from ..ssh.transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
@@ -189,7 +189,7 @@ def expected_tag(sha: str, tags: tuple[str, ...]) -> str | None:
     (every one passed the tag rule); none: ``None``; several: a usage error naming them."""
     if len(tags) > 1:
         raise UsageError(f"{len(tags)} tags point at {sha}: {', '.join(tags)}; name the one the runtime must "
-                         "report with --tag TAG; nothing was run")
+                         f"report with --tag TAG; {READ_ONLY_RAN}")
     return tags[0] if tags else None
 
 
@@ -290,7 +290,7 @@ def make_archive(ident: SourceIdentity, workdir: str, argv: list[str] | None = N
     exact = [str(word) for word in archive_argv(ident.repo, ident.sha, workdir)]
     if argv is not None and argv != exact:
         raise VqAdminError(f"the planned archive {argv!r} is not the archive of {ident.sha} into {path}; "
-                           "nothing was run")
+                           "the archive was not written")
     bare = os.path.join(workdir, OBJECTS_ONLY)
     for level in (bare, f"{bare}/objects", f"{bare}/objects/info", f"{bare}/refs"):
         os.mkdir(level, 0o700)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..report.outcome import Locked
+from ..report.outcome import READ_ONLY_RAN, Locked
 from .records import StateDir
 from ..core.bounds import json_object
 from ..core.stamps import utc_now
@@ -44,7 +44,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(f"another {lane} update of {host}{' ' + program if program else ''} is running "
-                         f"({_holder(tree, path)}); nothing was run") from None
+                         f"({_holder(tree, path)}); {READ_ONLY_RAN}") from None
         holder = {"pid": os.getpid(), "host": os.uname().nodename, "since": utc_now()}
         try:
             tree.write_atomic(["locks"], path.name + ".holder", json.dumps(holder).encode())

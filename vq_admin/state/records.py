@@ -130,7 +130,7 @@ class StateDir:
         registry entry, LAST OK and the admin log line; below
         :data:`MIN_FREE_BYTES` nothing is started.
         """
-        from ..report.outcome import Refused
+        from ..report.outcome import READ_ONLY_RAN, Refused
 
         probe = self.root  # its filesystem: the nearest existing ancestor's
         try:
@@ -140,11 +140,11 @@ class StateDir:
             free = st.f_bavail * st.f_frsize
         except OSError as exc:
             raise Refused(f"the state directory {self.root} cannot be examined ({exc.strerror}); "
-                          "nothing was run") from None
+                          f"{READ_ONLY_RAN}") from None
         if free < MIN_FREE_BYTES:
             raise Refused(f"the state directory {self.root} has {free // 1024} KiB free, below the "
                           f"{MIN_FREE_BYTES // 1024} KiB vq-admin needs to record a run (receipt, registry, LAST OK, "
-                          "admin log); nothing was run: free space there, then rerun")
+                          f"admin log); {READ_ONLY_RAN}: free space there, then rerun")
 
     # -- leftovers of killed runs ----------------------------------------------------
 
