@@ -152,20 +152,26 @@ def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> 
     receipt = found.receipt
     if receipt is None:
         return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
-    active_sha = (receipt.source_sha or "").lower() or None
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
+    hashed = read is not None and read.ok  # the verify read the launcher's bytes
+    active_sha = (receipt.source_sha or "").lower() or None
     entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
-                       "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
+                       "launcher_sha256": receipt.active_path_sha256 if hashed else None}
     attested = expected["launcher_sha256"]
-    drift = _drift(active_sha, sha, same, receipt if read and read.ok and attested else None, attested)
+    drift = _drift(active_sha, sha, same, receipt if hashed and attested else None, attested)
     if drift:
         return dict(entry, state="drifted", detail=drift)
-    failed = [f"{c.name}: {c.detail}" for c in found.checks
-              if not c.ok and not (c.name == "tag" and expected["tag"] is None)]
-    if failed or found.error:
-        return dict(entry, state="unhealthy", detail="; ".join(([found.error] if found.error else []) + failed))
+    failed = _failed(found, expected["tag"])
+    if failed:
+        return dict(entry, state="unhealthy", detail="; ".join(failed))
     return dict(entry, state="current", detail=f"{sha} active and verified" +
                 (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
+
+
+def _failed(found: Verification, tag: str | None) -> list[str]:
+    """What the verify found wrong: its error, then each failed check (the tag's aside when none is expected)."""
+    return ([found.error] if found.error else []) + [
+        f"{c.name}: {c.detail}" for c in found.checks if not c.ok and not (c.name == "tag" and tag is None)]
 
 
 def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
