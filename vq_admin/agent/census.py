@@ -235,6 +235,25 @@ def _script_words(run: "Runner", job: str) -> "Optional[List[str]]":
     return words(out.decode("utf-8", "replace"))
 
 
+def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster: str, cost: "Dict[str, Any]",
+                 kept: "Dict[str, Tuple[str, List[str]]]") -> "Optional[List[str]]":
+    """The words of *job*'s batch script: the cache's when it holds this very submission, else read (counted in
+    *cost*); *kept* for the cache when the job is this cluster's.  ``None`` when the job has left the queue."""
+    ours = bool(submit) and cluster == opened.cluster
+    script = opened.get(job, submit) if ours else None
+    if script is None:
+        cost["scheduler_calls"] += 1
+        cost["scripts_read"] += 1
+        script = _script_words(run, job)
+        if script is None:
+            return None
+    else:
+        cost["scripts_cached"] += 1
+    if ours:
+        kept[job] = (submit, script)
+    return script
+
+
 def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Dict[str, Any]":
     """The census answer (``complete`` true), or :class:`CensusFailed` whose ``args`` are the message and
     the cost so far; *run* runs one scheduler argv (default: :func:`spawn.run_captured`), *cache* opens
@@ -262,18 +281,9 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
                 continue
             found = words("\n".join(text))
             if batch == "1" and opened is not None:
-                ours = bool(submit) and cluster == opened.cluster
-                script = opened.get(job, submit) if ours else None
+                script = _batch_words(run, opened, job, submit, cluster, cost, kept)
                 if script is None:
-                    cost["scheduler_calls"] += 1
-                    cost["scripts_read"] += 1
-                    script = _script_words(run, job)
-                    if script is None:
-                        continue  # it ended between the listing and now
-                else:
-                    cost["scripts_cached"] += 1
-                if ours:
-                    kept[job] = (submit, script)
+                    continue  # it ended between the listing and now
                 found = sorted(set(found) | set(script))
             scanned += 1
             if found:

@@ -100,13 +100,18 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     judged = _judge(entry, found, sha, same)
     lease = found.lease or {}
     if judged["state"] != "current" and lease.get("held") is True:  # mid-deploy: not drift, not a fault
-        return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
-                    detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
-                           f"{judged['state']}: {judged['detail']})")
+        return _deploying(judged, lease)
     if job and judged["state"] == "current" and profile.confirm is not None:
         judged = _job(ctx, host, profile, judged, plan)
         judged["steps"] = plan.to_list()
     return judged
+
+
+def _deploying(judged: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any]:
+    """A runtime a run's held lease is deploying: what it reads meanwhile goes in the detail."""
+    return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
+                detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
+                       f"{judged['state']}: {judged['detail']})")
 
 
 def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
@@ -147,20 +152,26 @@ def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> 
     receipt = found.receipt
     if receipt is None:
         return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
-    active_sha = (receipt.source_sha or "").lower() or None
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
+    hashed = read is not None and read.ok  # the verify read the launcher's bytes
+    active_sha = (receipt.source_sha or "").lower() or None
     entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
-                       "launcher_sha256": receipt.active_path_sha256 if read and read.ok else None}
+                       "launcher_sha256": receipt.active_path_sha256 if hashed else None}
     attested = expected["launcher_sha256"]
-    drift = _drift(active_sha, sha, same, receipt if read and read.ok and attested else None, attested)
+    drift = _drift(active_sha, sha, same, receipt if hashed and attested else None, attested)
     if drift:
         return dict(entry, state="drifted", detail=drift)
-    failed = [f"{c.name}: {c.detail}" for c in found.checks
-              if not c.ok and not (c.name == "tag" and expected["tag"] is None)]
-    if failed or found.error:
-        return dict(entry, state="unhealthy", detail="; ".join(([found.error] if found.error else []) + failed))
+    failed = _failed(found, expected["tag"])
+    if failed:
+        return dict(entry, state="unhealthy", detail="; ".join(failed))
     return dict(entry, state="current", detail=f"{sha} active and verified" +
                 (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
+
+
+def _failed(found: Verification, tag: str | None) -> list[str]:
+    """What the verify found wrong: its error, then each failed check (the tag's aside when none is expected)."""
+    return ([found.error] if found.error else []) + [
+        f"{c.name}: {c.detail}" for c in found.checks if not c.ok and not (c.name == "tag" and tag is None)]
 
 
 def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
@@ -180,6 +191,21 @@ def table(hosts: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             for h, p, s, d in [("HOST", "PROGRAM", "STATE", "DETAIL"), *rows]]
 
 
+def _check_all(config: Config, args: argparse.Namespace, chosen: list[tuple[HostConfig, RuntimeProfile]],
+               sha: str | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each chosen runtime checked (:func:`check_runtime`), in one ssh session: {host: {program: entry}}."""
+    from ..plugins import Providers
+
+    hosts: dict[str, dict[str, dict[str, Any]]] = {}
+    with Session(config.ssh_config) as session:
+        ctx = RunContext(config, StateDir(args.state_dir), session,
+                         Providers.load({profile.provider for _, profile in chosen}))
+        job = getattr(args, "job", False)
+        for host, profile in chosen:
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
+    return hosts
+
+
 def run(args: argparse.Namespace) -> int:
     prometheus, textfile = args.prometheus, args.textfile
     if args.json and (prometheus or textfile):
@@ -193,15 +219,7 @@ def run(args: argparse.Namespace) -> int:
         from ..report.metrics import check_textfile
 
         textfile = check_textfile(textfile)
-    from ..plugins import Providers
-
-    hosts: dict[str, dict[str, dict[str, Any]]] = {}
-    with Session(config.ssh_config) as session:
-        ctx = RunContext(config, StateDir(args.state_dir), session,
-                         Providers.load({profile.provider for _, profile in chosen}))
-        job = getattr(args, "job", False)
-        for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
+    hosts = _check_all(config, args, chosen, sha)
     outcome = outcome_of(hosts)
     errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
               for program, entry in programs.items() if entry["state"] != "current"]

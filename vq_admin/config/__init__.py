@@ -273,15 +273,9 @@ def _parse_host(name: str, table: Any) -> HostConfig:
     )
 
 
-def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
-    _check_name(program, key, "program name")
-    if not isinstance(table, dict):
-        raise ConfigError(key, "must be a table")
-    _only_keys(table, key, PROFILE_KEYS)
-    if "update_host" in table and "update_allocation" in table:
-        raise ConfigError(f"{key}.update_allocation",
-                          "update_host and update_allocation are mutually exclusive; set one")
-    provider = _provider_name(table, "provider", key)
+def _provider_options(table: Mapping[str, Any], key: str, provider: str) -> dict[str, str]:
+    """The profile's ``provider_options`` (one-line strings, for a plugin provider only); the command provider
+    needs ``update_command`` and ``verify_command`` instead."""
     options = table.get("provider_options", {})
     if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
         raise ConfigError(f"{key}.provider_options", "must be a table of strings")
@@ -295,6 +289,19 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         for required in ("update_command", "verify_command"):
             if required not in table:
                 raise ConfigError(f"{key}.{required}", "is required with provider = \"command\"")
+    return dict(options)
+
+
+def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
+    _check_name(program, key, "program name")
+    if not isinstance(table, dict):
+        raise ConfigError(key, "must be a table")
+    _only_keys(table, key, PROFILE_KEYS)
+    if "update_host" in table and "update_allocation" in table:
+        raise ConfigError(f"{key}.update_allocation",
+                          "update_host and update_allocation are mutually exclusive; set one")
+    provider = _provider_name(table, "provider", key)
+    options = _provider_options(table, key, provider)
     source_repo = _abs_path(table, "source_repo", key)
     if source_repo is None:
         raise ConfigError(f"{key}.source_repo", "is required: the driver-side checkout the exact commit is staged from")
@@ -319,7 +326,7 @@ def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
         lane=lane,
         prepare_command=parse_command(table, "prepare_command", key),
         preparer_reads=_choice(table, "preparer_reads", key, PREPARER_READS, "lane"),
-        provider_options=dict(options),
+        provider_options=options,
         activate_command=parse_command(table, "activate_command", key),
         prune_command=parse_command(table, "prune_command", key),
         confirm=_confirm(table, key),

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from .lane import RuntimeLane
 
 CHECK_TIMEOUT = 120.0
-#: The agent's exit status for "an unsafe path was refused".
 
 
 def leading_words(argv: Iterable[str]) -> list[str]:

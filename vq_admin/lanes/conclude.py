@@ -189,10 +189,6 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     return receipt
 
 
-#: A provider that exits 75 (EX_TEMPFAIL, sysexits.h) found its own host lock held:
-#: another deploy holds the host.  Nothing was changed by this run.
-
-
 def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int | None,
                    reclaim: Callable[..., None]) -> Receipt | None:
     """What the provider's exit status decides: ``None`` for 0 (the run goes on); 75, its own
