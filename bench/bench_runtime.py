@@ -15,7 +15,8 @@ temporary venv (``pip install ./hookspecs ./site_example .``, bench/common.py):
   run's call log (no target);
 * staging throughput: the ``stage-receive`` step of a fresh deployment of a
   500 MiB source archive (``--quick``: 64 MiB), in MiB/s, vs
-  ``ssh cluster 'cat > /dev/null' < archive`` of the same archive (no target).
+  ``ssh cluster 'cat > /dev/null' < archive`` of the same archive, medians of
+  3 rounds; target ratio >= 0.9.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,9 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CURRENT_TARGET = 2.0
 #: ... on a login shell that reads no startup files, and a fresh deployment with a do-nothing provider.
 BARE_TARGET, FRESH_TARGET = 3.0, 12.0
+#: Staging throughput against ``ssh cluster 'cat > /dev/null'`` of the same archive (a ratio of MiB/s: higher is
+#: better), medians of that many rounds, each a fresh deployment of the big SHA.
+STAGE_TARGET, STAGE_ROUNDS = 0.9, 3
 LAUNCHER = b"#!/bin/sh\nexec python3 \"$@\"\n"
 
 #: A provider that does nothing: its deploy only records the SHA it was asked for, its verify
@@ -197,27 +202,33 @@ def main(argv: list[str] | None = None) -> list[dict]:
             launcher.write_bytes(LAUNCHER)
             launcher.chmod(0o755)
             big_env = dict(env, VQ_ADMIN_CONFIG=str(tmp_path / "big.toml"))
-            done = subprocess.run([vq, "admin", "update", "noop", "cluster", "--expected-sha", big_sha, "--json"],
-                                  env=big_env, capture_output=True, text=True)
-            receipt = json.loads(done.stdout)
-            assert receipt["outcome"] == "ok", (receipt["outcome"], receipt["errors"])
-            archive_bytes = receipt["source"]["archive_bytes"]
-            stage = {s["name"]: s for s in receipt["steps"]}["stage-receive"]["seconds"]
+            big_update = [vq, "admin", "update", "noop", "cluster", "--expected-sha", big_sha, "--json"]
             archive = tmp_path / "big.tar"
             subprocess.run(["git", "-C", str(big.path), "archive", "--format=tar", "-o", str(archive), big_sha],
                            check=True)
-            started = time.perf_counter()
-            with open(archive, "rb") as fh:
-                subprocess.run(["ssh", "-F", str(sshd.ssh_config), "cluster", "cat > /dev/null"], stdin=fh,
-                               check=True)
-            cat = time.perf_counter() - started
-            mibs = archive_bytes / (1 << 20)
-            rows.append(row(f"staging {mibs:.0f} MiB archive (stage-receive)", mibs / stage, "MiB/s", mibs / cat,
-                            "ssh cluster 'cat > /dev/null' < archive"))
+            cat_argv = ["ssh", "-F", str(sshd.ssh_config), "cluster", "cat > /dev/null"]
+            stages, cats = [], []
+            for _ in range(STAGE_ROUNDS):  # another SHA made active first, so the big one stages each round
+                run_quiet(fresh[0], env=noop_env)
+                done = subprocess.run(big_update, env=big_env, capture_output=True, text=True)
+                receipt = json.loads(done.stdout)
+                assert receipt["outcome"] == "ok", (receipt["outcome"], receipt["errors"])
+                stages.append({s["name"]: s for s in receipt["steps"]}["stage-receive"]["seconds"])
+                started = time.perf_counter()
+                with open(archive, "rb") as fh:
+                    subprocess.run(cat_argv, stdin=fh, check=True)
+                cats.append(time.perf_counter() - started)
+            print("staging rounds (stage-receive/cat, s): " + ", ".join(
+                f"{a:.3f}/{b:.3f}" for a, b in zip(stages, cats, strict=True)), flush=True)
+            mibs = receipt["source"]["archive_bytes"] / (1 << 20)
+            rows.append(row(f"staging {mibs:.0f} MiB archive (stage-receive, median of {STAGE_ROUNDS})",
+                            mibs / statistics.median(stages), "MiB/s", mibs / statistics.median(cats),
+                            "ssh cluster 'cat > /dev/null' < archive", f">= {STAGE_TARGET}"))
     print_rows(rows)
     return rows
 
 
 if __name__ == "__main__":
     result = main()
-    exit_if_missed(["update already-current"] if result[0]["ratio"] > CURRENT_TARGET else [])
+    staging = [r["name"] for r in result if r["target"] == f">= {STAGE_TARGET}" and r["ratio"] < STAGE_TARGET]
+    exit_if_missed((["update already-current"] if result[0]["ratio"] > CURRENT_TARGET else []) + staging)
