@@ -58,32 +58,34 @@ class Site:
 
 
 def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_cluster):
-    site = Site(tmp_path, real_cluster, "ABCDE")
+    site = Site(tmp_path, real_cluster, "ABCDE", program="prune-held")
+    # its own program: the login host's record is the worker's sshd account's, shared with the tests
+    # before it, and their drivers' roots of a program would be kept here too (CONTRACT section 12)
     sha, root = site.sha, site.root
     site.deploy_all()
-    bound = site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["A"], "--json")
+    bound = site.vq("launcher", site.program, "cluster", "--expected-sha", sha["A"], "--json")
     assert bound.exit_code == 0, bound.stderr
     launcher = bound.json()["launcher"]
     job, output = submit_held_selftest(real_cluster, launcher, tmp_path)
     try:
         before = tree_digest(root)
-        dry = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--dry-run", "--json")
+        dry = site.vq("prune", site.program, "cluster", "--keep", "1", "--used-within", "0", "--dry-run", "--json")
         assert dry.exit_code == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
         plan = dry.json()
         assert plan["dry_run"] is True and sorted(plan["prune"]["would_remove"]) == site.shas("BC")
         assert plan["prune"]["keep"][sha["A"]] == [f"job {job} (PENDING)"]
         assert tree_digest(root) == before, "--dry-run changed the runtime root"
-        text = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--dry-run")
+        text = site.vq("prune", site.program, "cluster", "--keep", "1", "--used-within", "0", "--dry-run")
         print("dry run:\n" + text.stdout)
         lines = text.stdout.splitlines()
-        assert text.exit_code == 0 and lines[0] == ("vq-admin: dry run: prune vibeqc on cluster keeps 3 generation(s) "
-                                                    "and would remove 2; nothing is called")
+        assert text.exit_code == 0 and lines[0] == ("vq-admin: dry run: prune prune-held on cluster keeps 3 "
+                                                    "generation(s) and would remove 2; nothing is called")
         assert any(line.startswith(f"  keep      {sha['A']}  job {job} (PENDING)  (last use: 20") for line in lines)
         assert f"  keep      {sha['E']}  active, last-ok, recent (1 of 1)  (last use: none recorded)" in lines
         assert sorted(line for line in lines if line.startswith("  remove ")) == [
             f"  remove    {s}  (last use: none recorded)" for s in site.shas("BC")]
 
-        done = site.vq("prune", "vibeqc", "cluster", "--keep", "1", "--used-within", "0", "--json")
+        done = site.vq("prune", site.program, "cluster", "--keep", "1", "--used-within", "0", "--json")
         receipt = done.json()
         print("\nprune receipt:\n" + json.dumps(receipt, indent=2, sort_keys=True))
         assert done.exit_code == 0, done.stdout[-4000:] + done.stderr[-3000:]
@@ -116,16 +118,16 @@ def test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs(tmp_path, real_
         last = json.loads(log[-1])
         assert last["outcome"] == "ok" and last["receipt"].endswith(f"{receipt['id']}.json")
         # a pruned generation's launcher refuses, naming why
-        gone = site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["B"])
+        gone = site.vq("launcher", site.program, "cluster", "--expected-sha", sha["B"])
         assert gone.exit_code == 77 and "refused (pruned)" in gone.stderr, gone.stderr
-        assert site.vq("launcher", "vibeqc", "cluster", "--expected-sha", sha["A"]).exit_code == 0
+        assert site.vq("launcher", site.program, "cluster", "--expected-sha", sha["A"]).exit_code == 0
         # the held job, released, runs generation A
         state = release_and_wait(real_cluster, job)
         assert state == "COMPLETED", f"job {job}: {state}; {output.read_text() if output.exists() else '-'}"
         assert output.read_text().strip() == f"selftest of A {root}/releases/{sha['A']}/source/.venv"
     finally:
         ssh(real_cluster, "scancel", job)
-    table = site.vq("history", "cluster", "vibeqc", "--local")
+    table = site.vq("history", "cluster", site.program, "--local")
     print("history table:\n" + table.stdout)
     assert table.stdout.splitlines()[1].split()[1] == "runtime/prune"
 
