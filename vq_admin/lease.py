@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .agent import TOO_OLD
 from .core import exits, protocol
-from .core.agentjudge import NOTHING_RAN
+from .core.agentjudge import SAID_WHAT_RAN
 from .core.failpoints import failpoint
 from .lockwait import LockWait
 from .report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, VqAdminError
@@ -91,7 +91,7 @@ AGENT_NOT_RUN = "the agent was not run"
 def _nothing_ran(error: str) -> str:
     """What a refusal after the agent's words were started adds: nothing when the agent judge already
     said what ran (:mod:`vq_admin.core.agentjudge`), else that only read-only checks ran."""
-    return "" if NOTHING_RAN in error or "start-up ran" in error else f"; {READ_ONLY_RAN}"
+    return "" if any(said in error for said in SAID_WHAT_RAN) else f"; {READ_ONLY_RAN}"
 
 
 def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> None:

@@ -62,6 +62,9 @@ def _which(name: str) -> "Optional[str]":
 
 #: What a refusal says ran: nothing, until the interpreter's own start-up ran for :data:`PROBE`.
 NOTHING_RAN = "nothing was run"
+STARTUP_RAN = "the agent interpreter's own start-up ran"
+#: Every refusal of the judge ends with one of these (the driver adds nothing after them).
+SAID_WHAT_RAN = (NOTHING_RAN, STARTUP_RAN)
 _RAN = [NOTHING_RAN]
 
 
@@ -127,7 +130,7 @@ def _probed_path(interp: str, venv: str, version: str) -> "List[str]":
 
     done = subprocess.run([interp, "-I", "-S", "-c", PROBE, *([venv, "-"] if venv else [])],
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
-    _RAN[0] = f"only the agent interpreter's own start-up ran ({interp} -I -S); the agent never started"
+    _RAN[0] = f"only {STARTUP_RAN} ({interp} -I -S); the agent never started"
     if done.returncode != 0:
         _fail(127, f"the agent interpreter {interp} did not start (exit {done.returncode}); {_RAN[0]}")
     found = [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
