@@ -51,7 +51,7 @@ JOB_SCRIPT = """\
 # named by the first argument, without any shell, but only if that file and
 # the source archive are still exactly what the run prepared:
 #   job.py ATTEMPT/argv.json ARGV_SHA256 [ARCHIVE ARCHIVE_SHA256]
-import hashlib, json, os, stat, sys
+import hashlib, os, stat, sys
 TAMPERED = %(tampered)d
 MARK = %(mark)r
 try:
@@ -68,9 +68,9 @@ def refuse(why):
             pass
     os._exit(TAMPERED)
 try:
-    from vq_admin.core import securepath
+    from vq_admin.core import bounds, securepath
 except ImportError as exc:
-    refuse("cannot import the secure-path rule (%%s) with %%s" %% (exc, sys.executable))
+    refuse("cannot import the secure-path and JSON rules (%%s) with %%s" %% (exc, sys.executable))
 NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 def open_dir(path, what):
     problem = securepath.path_problem(path, what=what)
@@ -139,7 +139,10 @@ open_transcripts(os.path.dirname(sys.argv[1]))
 raw = file_digest(sys.argv[1], "attempt directory", sys.argv[2], keep=True)
 if len(sys.argv) == 5:
     file_digest(sys.argv[3], "stage directory", sys.argv[4])
-spec = json.loads(raw)
+try:  # the one bounded JSON reader, from this same agent
+    spec = bounds.loads_json(raw, sys.argv[1], limit=%(limit)d)
+except ValueError as exc:
+    refuse(str(exc))
 env = dict(os.environ)
 env.update(spec["env"])
 sys.stdout.flush()
@@ -293,7 +296,7 @@ def job_script(python: str | None = None) -> bytes:
         # isolated: no PYTHONPATH, no user site, no script directory on sys.path; and no site-packages at all
         # when the agent itself runs without (the single-file agent: core/agentjudge)
         python += " -IS" if sys.flags.no_site else " -I"
-    # The job imports the secure-path rule from this same agent, wherever it lives (a pip
+    # The job imports the secure-path and bounded-JSON rules from this same agent, wherever it lives (a pip
     # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
     # the interpreter's site-packages may hold.
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
