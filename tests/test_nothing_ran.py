@@ -381,7 +381,8 @@ def test_a_refusal_after_read_only_checks_says_only_they_ran():
     judged = "refused: /x is group-writable; the agent would run it; nothing was run"
     assert lease._nothing_ran(judged) == ""
     assert lease._nothing_ran("only the agent interpreter's own start-up ran (/p -I -S)") == ""
-    held = lease.held_message("the lease", {"holder": {"pid": 7, "user": "u", "driver_host": "d"}})
+    held = lease.held_message("the lease", lease.LeaseReply.from_value(
+        {"holder": {"pid": 7, "user": "u", "driver_host": "d"}}, "the lease's answer"))
     assert held.splitlines()[0].endswith(f"; {READ_ONLY_RAN}") and "nothing was run" not in held
 
 
