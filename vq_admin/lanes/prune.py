@@ -209,11 +209,10 @@ class RuntimePrune:
         if self.keep_recent <= 0:
             return found
         for item in history.newest_first(self.ctx.state.root):
-            if (item.get("host"), item.get("program"), item.get("lane")) != (self.host.name, self.profile.program,
-                                                                            "runtime"):
+            if (item.host, item.program, item.lane) != (self.host.name, self.profile.program, "runtime"):
                 continue
-            sha = item.get("expected_sha")
-            if (item.get("outcome") in VERIFIED and item.get("verb") in ("update", "rollback")
+            sha = item.expected_sha
+            if (item.outcome in VERIFIED and item.verb in ("update", "rollback")
                     and isinstance(sha, str) and sha not in found):
                 found.append(sha)
                 if len(found) >= self.keep_recent:
