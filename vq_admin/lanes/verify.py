@@ -157,31 +157,31 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.interrupted, found.error = True, result.describe()
         readback_step.status = "skipped"
         return found
-    answer, problem = _parse_answer(result)
-    if problem is not None:
-        verify_step.status, verify_step.detail = "failed", problem
-        found.error = problem
+    answer = _parse_answer(result)
+    if isinstance(answer, str):
+        verify_step.status, verify_step.detail = "failed", answer
+        found.error = answer
         readback_step.status = "skipped"
         return found
-    verify = answer["verify"]
-    found.lease = _lease(answer.get("lease"))
-    found.record = answer["record"] if isinstance(answer.get("record"), dict) else None
-    code, stdout = verify["exit_code"], answer["stdout_bytes"]
+    found.lease = _lease(answer.data.get("lease"))
+    found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
+    code = answer.verify["exit_code"]
     verify_step.exit_code = code
-    receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
+    receipt = _judge_receipt(found, verify_step, readback_step, request, answer.stdout_bytes, code,
+                             answer.verify.get("stderr", ""))
     if receipt is None:
         return found
     failpoint("step-before", readback_step.name)
-    hashed = answer.get("readback")
+    hashed = answer.readback
     readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
-    seconds = answer.get("readback_seconds")
+    seconds = answer.data.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
-    if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
+    if hashed is None or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
     else:
         data, read_error = hashed, None
-        readback_step.exit_code = answer.get("readback_exit")
+        readback_step.exit_code = answer.data.get("readback_exit")
         if readback_step.exit_code != 0:
             read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
     readback_step.status = "ok" if read_error is None else "failed"
@@ -229,14 +229,14 @@ def _lease(value: object) -> LeasePeek | None:
         return None
 
 
-def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
+def _parse_answer(result: RunResult) -> protocol.VerifyReadback | str:
+    """The agent's verify-readback answer, or why there is none."""
     if result.exit_code != 0:
-        return {}, f"the agent's {protocol.VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
+        return f"the agent's {protocol.VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
     try:
-        parsed = protocol.parse_verify_readback(result.stdout)
+        return protocol.parse_verify_readback(result.stdout)
     except protocol.ProtocolError as exc:
-        return {}, str(exc)
-    return dict(parsed.data, stdout_bytes=parsed.stdout_bytes), None
+        return str(exc)
 
 
 #: How much of a verifier's unusable output a receipt keeps.
