@@ -37,6 +37,13 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 DEFAULT_LIMIT = 1 << 20
 
 
+def _text(value: object) -> str:
+    """A ``str`` subclass (a planned argv's :class:`~vq_admin_hookspecs.Slot`) is written as its text."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise TypeError(f"a document cannot hold a {type(value).__name__}")
+
+
 class DocumentError(InputError):
     """A document that is not what its type says; ``str()`` is one line naming the document and the field."""
 
@@ -62,7 +69,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
 
     def to_value(self) -> dict[str, Any]:
         """This document as plain JSON values (tuples stay tuples; ``json`` writes them as arrays)."""
-        value: dict[str, Any] = msgspec.to_builtins(self)
+        value: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_text)
         return value
 
     def to_json(self) -> str:

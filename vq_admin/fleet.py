@@ -43,9 +43,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+import msgspec
+
 from . import interrupts, lockwait
 from .core import exits, procs
-from .core.bounds import json_object
+from .core.bounds import InputError, json_object
+from .document import Document
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -62,6 +65,70 @@ INTERRUPT_GRACE = 60.0
 _OUTCOME_BY_CODE = {o.exit_code: o for o in Outcome if o is not Outcome.ALREADY_CURRENT}
 
 
+class Sibling(Document, frozen=True, kw_only=True):
+    pid: int | None = None
+
+
+class Waited(Document, frozen=True, kw_only=True):
+    siblings: list[Sibling] = msgspec.field(default_factory=list)
+
+
+class WorkerLease(Document, frozen=True, kw_only=True):
+    waited: Waited | None = None
+
+
+class WorkerAnswer(Document, frozen=True, kw_only=True):
+    """What the rollout reads of the document a worker printed: its receipt, its plan or its error."""
+
+    outcome: str | None = None
+    exit_code: int | None = None
+    id: str | None = None
+    dry_run: bool = False
+    errors: list[str] = msgspec.field(default_factory=list)
+    not_stored: list[str] | None = None
+    lease: WorkerLease | None = None
+
+
+class FleetHost(Document, frozen=True, kw_only=True, omit_defaults=True):
+    """One configured host of the fleet document (``hosts.HOST``); the optional members only when known."""
+
+    outcome: str  #: pending, running, an outcome, planned or skipped
+    exit_code: int | None
+    receipt: str | None
+    role: str
+    reason: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    seconds: float | None = None
+    #: the hosts of this rollout whose runs held the lease this host shares with them (one home), waited for
+    shares_lease_with: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)  #: the first three
+
+
+class FleetDocument(Document, frozen=True, kw_only=True, omit_defaults=True):
+    """The fleet document (``vq-admin/fleet/1``), envelope included."""
+
+    schema: str
+    outcome: str
+    exit_code: int
+    id: str | None
+    program: str
+    expected_sha: str
+    tag: str | None
+    canary: str | None
+    parallel: int
+    max_failed: int
+    started_at: str
+    finished_at: str
+    interrupted: str | None
+    hosts: dict[str, FleetHost]
+    configuration_order: list[str]
+    order: list[str]
+    dry_run: bool = False
+    plans: dict[str, dict[str, Any]] | None = None  #: each host's plan document, as its worker printed it
+    errors: list[str]
+
+
 @dataclass
 class HostRun:
     name: str
@@ -75,8 +142,8 @@ class HostRun:
     started_at: str | None = None
     finished_at: str | None = None
     seconds: float | None = None
-    document: dict[str, Any] | None = None
-    #: the hosts of this rollout whose runs held the lease this host shares with them (one home), waited for
+    answer: WorkerAnswer | None = None
+    plan: dict[str, Any] | None = None  #: the worker's document as it printed it (a dry run's plan)
     shares_lease_with: list[str] = field(default_factory=list)
     _t0: float = 0.0
     _out: str = ""  # the worker's stdout and stderr files
@@ -86,17 +153,10 @@ class HostRun:
     def succeeded(self) -> bool:
         return self.outcome in ("ok", "already-current", "planned")
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"outcome": self.outcome, "exit_code": self.exit_code, "receipt": self.receipt,
-                                "role": self.role}
-        for key in ("reason", "started_at", "finished_at", "seconds"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        if self.shares_lease_with:
-            data["shares_lease_with"] = self.shares_lease_with
-        if self.errors:
-            data["errors"] = self.errors[:3]
-        return data
+    def entry(self) -> FleetHost:
+        return FleetHost(outcome=self.outcome, exit_code=self.exit_code, receipt=self.receipt, role=self.role,
+                         reason=self.reason, started_at=self.started_at, finished_at=self.finished_at,
+                         seconds=self.seconds, shares_lease_with=self.shares_lease_with, errors=self.errors[:3])
 
 
 def select_hosts(config: Config, program: str) -> list[HostRun]:
@@ -239,14 +299,14 @@ class Rollout:
         code = os.waitstatus_to_exitcode(status)
         host.seconds = round(time.monotonic() - host._t0, 3)
         host.finished_at = utc_now()
-        document = _read_json(host._out)
-        if document is not None and ("outcome" in document or document.get("dry_run")):
-            host.document = document
-            host.outcome = "planned" if document.get("dry_run") else str(document.get("outcome"))
-            host.exit_code = document.get("exit_code") if isinstance(document.get("exit_code"), int) else code
-            host.receipt = document.get("id")
-            host.errors = [str(e) for e in (document.get("errors") or [])]
-            host.shares_lease_with = self.waited_for(document)
+        raw, answer = _read_answer(host._out)
+        if answer is not None and (answer.outcome is not None or answer.dry_run):
+            host.answer, host.plan = answer, raw
+            host.outcome = "planned" if answer.dry_run else str(answer.outcome)
+            host.exit_code = code if answer.exit_code is None else answer.exit_code
+            host.receipt = answer.id
+            host.errors = answer.errors
+            host.shares_lease_with = self.waited_for(answer)
         else:
             outcome = _OUTCOME_BY_CODE.get(code)
             if outcome is None or self.interrupted:
@@ -259,12 +319,11 @@ class Rollout:
             self.failed += 1
         self.announce(host)
 
-    def waited_for(self, receipt: dict[str, Any]) -> list[str]:
+    def waited_for(self, receipt: WorkerAnswer) -> list[str]:
         """The hosts of this rollout whose runs held the lease the host of *receipt* waited for
         (:mod:`vq_admin.lockwait`: the hosts share one home)."""
-        lease: Any = receipt.get("lease") or {}
-        waited: Any = lease.get("waited") or {}
-        pids = [s.get("pid") for s in waited.get("siblings") or []]
+        waited = receipt.lease.waited if receipt.lease else None
+        pids = [s.pid for s in waited.siblings] if waited else []
         return sorted({self.workers[pid] for pid in pids if pid in self.workers})
 
     def wait_one(self) -> None:
@@ -302,7 +361,7 @@ class Rollout:
 
     # -- the run --------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> FleetDocument:
         order = self.order()
         self.order_names = [h.name for h in order]
         _preload(self.config, self.program)
@@ -339,8 +398,8 @@ class Rollout:
         """One warning per host whose run could not store its receipt or records (its own document says
         what, and the rerun that records it)."""
         return [f"vq-admin: warning: fleet: {h.name}: {h.outcome}, but not recorded: "
-                f"{', '.join(map(str, h.document['not_stored']))}; rerun this rollout (it verifies read-only first "
-                "and records it)" for h in self.hosts if h.document and h.document.get("not_stored")]
+                f"{', '.join(h.answer.not_stored)}; rerun this rollout (it verifies read-only first "
+                "and records it)" for h in self.hosts if h.answer and h.answer.not_stored]
 
     def stopping(self) -> bool:
         if self.dry_run:  # a dry run plans every host
@@ -365,34 +424,22 @@ class Rollout:
                 return code
         return Outcome.FAILED.exit_code if not codes else sorted(codes)[0]
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> FleetDocument:
         code = self.exit_code()
         rollout = [h for h in self.hosts if h.in_rollout]
         if code == 0:
-            outcome = "already-current" if all(h.outcome == "already-current" for h in rollout) else "ok"
+            outcome = Outcome.ALREADY_CURRENT if all(h.outcome == "already-current" for h in rollout) else Outcome.OK
         else:
-            outcome = _OUTCOME_BY_CODE.get(code, Outcome.FAILED).value
-        data: dict[str, Any] = {
-            "id": None,
-            "program": self.program,
-            "expected_sha": self.sha,
-            "tag": self.tag,
-            "canary": self.args.canary,
-            "parallel": self.parallel,
-            "max_failed": self.max_failed,
-            "started_at": self.started_at,
-            "finished_at": utc_now(),
-            "interrupted": self.interrupted,
-            "hosts": {h.name: h.to_dict() for h in self.hosts},
-            "configuration_order": [h.name for h in self.hosts],
-            "order": self.order_names,
-        }
-        if self.dry_run:
-            data["dry_run"] = True
-            data["plans"] = {h.name: h.document for h in self.hosts if h.document is not None}
+            outcome = _OUTCOME_BY_CODE.get(code, Outcome.FAILED)
         errors = [f"{h.name}: {h.outcome}" + (f": {h.errors[-1]}" if h.errors else f" ({h.reason})" if h.reason else "")
                   for h in self.hosts if h.in_rollout and not h.succeeded]
-        return envelope.document(SCHEMA, outcome, data, errors)
+        return FleetDocument(
+            schema=SCHEMA, outcome=outcome.value, exit_code=outcome.exit_code, id=None, program=self.program,
+            expected_sha=self.sha, tag=self.tag, canary=self.args.canary, parallel=self.parallel,
+            max_failed=self.max_failed, started_at=self.started_at, finished_at=utc_now(), interrupted=self.interrupted,
+            hosts={h.name: h.entry() for h in self.hosts}, configuration_order=[h.name for h in self.hosts],
+            order=self.order_names, dry_run=self.dry_run,
+            plans={h.name: h.plan for h in self.hosts if h.plan is not None} if self.dry_run else None, errors=errors)
 
     def announce(self, host: HostRun) -> None:
         if self.dry_run:
@@ -418,63 +465,60 @@ def _host_line(host: HostRun) -> str:
     return safe_text(text)
 
 
-def table(doc: dict[str, Any]) -> list[str]:
+def table(doc: FleetDocument) -> list[str]:
     """The final table: one row per configured host."""
     rows = [("HOST", "ROLE", "OUTCOME", "EXIT", "SECONDS", "RECEIPT / REASON")]
-    for name in doc["configuration_order"]:
-        h = doc["hosts"][name]
-        code = "-" if h.get("exit_code") is None else str(h["exit_code"])
-        seconds = "-" if h.get("seconds") is None else f"{h['seconds']:.1f}"
-        detail = h.get("receipt") or h.get("reason") or ""
-        if h.get("errors") and h["outcome"] not in ("ok", "already-current", "skipped"):
-            detail += f"  {h['errors'][-1]}"
-        rows.append((name, h.get("role", ""), h["outcome"], code, seconds, detail))
+    for name in doc.configuration_order:
+        h = doc.hosts[name]
+        code = "-" if h.exit_code is None else str(h.exit_code)
+        seconds = "-" if h.seconds is None else f"{h.seconds:.1f}"
+        detail = h.receipt or h.reason or ""
+        if h.errors and h.outcome not in ("ok", "already-current", "skipped"):
+            detail += f"  {h.errors[-1]}"
+        rows.append((name, h.role, h.outcome, code, seconds, detail))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5] for r in rows]
-    head = (f"vq-admin: fleet {doc['program']} {doc['expected_sha']}: {doc['outcome']} (exit {doc['exit_code']})"
-            + (f", interrupted by {doc['interrupted']}" if doc.get("interrupted") else ""))
+    head = (f"vq-admin: fleet {doc.program} {doc.expected_sha}: {doc.outcome} (exit {doc.exit_code})"
+            + (f", interrupted by {doc.interrupted}" if doc.interrupted else ""))
     return [safe_text(line.rstrip()) for line in [head, *lines]]
 
 
-def dry_run_lines(doc: dict[str, Any]) -> list[str]:
+def dry_run_lines(doc: FleetDocument) -> list[str]:
     from .report.output import plan_summary
 
-    lines = [f"vq-admin: dry run: fleet {doc['program']} {doc['expected_sha']}: {len(doc['order'])} host(s) in this "
-             f"order (--parallel {doc['parallel']}, --max-failed {doc['max_failed']}"
-             + (f", canary {doc['canary']} first" if doc.get("canary") else "") + "); nothing is run"]
-    for i, name in enumerate(doc["order"], 1):
+    lines = [f"vq-admin: dry run: fleet {doc.program} {doc.expected_sha}: {len(doc.order)} host(s) in this "
+             f"order (--parallel {doc.parallel}, --max-failed {doc.max_failed}"
+             + (f", canary {doc.canary} first" if doc.canary else "") + "); nothing is run"]
+    for i, name in enumerate(doc.order, 1):
         lines.append(f"{i}. {name}")
-        plan = (doc.get("plans") or {}).get(name) or {}
+        plan = (doc.plans or {}).get(name) or {}
         if plan.get("steps") is not None:
             lines.extend("   " + line for line in plan_summary(plan))
         else:
             lines.append(f"   {plan.get('outcome', 'no plan')}: {'; '.join(plan.get('errors') or [])}")
-    for name in doc["configuration_order"]:
-        h = doc["hosts"][name]
-        if h["outcome"] == "skipped":
-            lines.append(f"-  {name}: skipped ({h.get('reason')})")
+    lines.extend(f"-  {name}: skipped ({doc.hosts[name].reason})" for name in doc.configuration_order
+                 if doc.hosts[name].outcome == "skipped")
     return [safe_text(line) for line in lines]
 
 
-def store(state: StateDir, doc: dict[str, Any]) -> str:
-    """The fleet receipt (immutable) and one admin-log line."""
-    stamp = utc_now(fmt=NAME)
-    doc["id"] = f"{stamp}-fleet-{doc['program']}-{secrets.token_hex(4)}"
-    path = state.root / "fleet" / f"{doc['id']}.json"
-    state.tree.write_atomic(["fleet"], path.name, dump_json(doc), exclusive=True)  # every level checked
+def store(state: StateDir, doc: FleetDocument) -> tuple[FleetDocument, str]:
+    """The fleet receipt (immutable, named by its new ``id``) and one admin-log line."""
+    doc = doc.replace(id=f"{utc_now(fmt=NAME)}-fleet-{doc.program}-{secrets.token_hex(4)}")
+    path = state.root / "fleet" / f"{doc.id}.json"
+    state.tree.write_atomic(["fleet"], path.name, dump_json(doc.to_value()), exclusive=True)  # every level checked
     state.append_log({
-        "at": doc["finished_at"],
+        "at": doc.finished_at,
         "lane": "fleet",
         "host": None,
-        "program": doc["program"],
-        "expected_sha": doc["expected_sha"],
-        "outcome": doc["outcome"],
-        "exit_code": doc["exit_code"],
+        "program": doc.program,
+        "expected_sha": doc.expected_sha,
+        "outcome": doc.outcome,
+        "exit_code": doc.exit_code,
         "receipt": str(path),
-        "hosts": {name: doc["hosts"][name]["outcome"] for name in doc["configuration_order"]},
+        "hosts": {name: doc.hosts[name].outcome for name in doc.configuration_order},
         "errors": [],
     })
-    return str(path)
+    return doc, str(path)
 
 
 def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
@@ -485,22 +529,21 @@ def run_fleet(args: argparse.Namespace, program: str, sha: str) -> int:
     path, warnings = None, rollout.unstored()
     if not rollout.dry_run:
         try:
-            path = store(StateDir(args.state_dir), doc)
+            doc, path = store(StateDir(args.state_dir), doc)
         except OSError as exc:  # the hosts' outcomes stand: the document is printed, and says where it is not
-            doc["id"] = None
-            warnings.append(f"vq-admin: warning: fleet {program}: {doc['outcome']}, but its document could not be "
+            warnings.append(f"vq-admin: warning: fleet {program}: {doc.outcome}, but its document could not be "
                             f"stored in {StateDir(args.state_dir).root}: {exc.strerror or exc}")
     for line in warnings:  # in every mode, --json included: cron mails it
         print(safe_text(line), file=sys.stderr, flush=True)
     if args.json:
-        envelope.write(doc)
+        envelope.write(doc.to_value())
     elif rollout.dry_run:
         print("\n".join(dry_run_lines(doc)), flush=True)
-    elif doc["exit_code"] != 0:
+    elif doc.exit_code != 0:
         print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), file=sys.stderr, flush=True)
     elif rollout.terminal or args.verbose:
         print("\n".join(table(doc) + [f"  receipt   {path or 'not stored'}"]), flush=True)
-    return int(doc["exit_code"])
+    return doc.exit_code
 
 
 def _preload(config: Config, program: str) -> None:
@@ -523,12 +566,14 @@ def _preload(config: Config, program: str) -> None:
         pass
 
 
-def _read_json(path: str) -> dict[str, Any] | None:
+def _read_answer(path: str) -> tuple[dict[str, Any] | None, WorkerAnswer | None]:
+    """The document a worker printed (bounded), and what the rollout reads of it; ``None`` when it printed none."""
     try:
         with open(path, "rb") as fh:
-            return json_object(fh.read(), limit=MAX_STATE_FILE)
-    except OSError:
-        return None
+            raw = json_object(fh.read(), limit=MAX_STATE_FILE)
+        return raw, WorkerAnswer.from_value(raw, path)
+    except (OSError, InputError):
+        return None, None
 
 
 def _tail(path: str) -> str:

@@ -68,10 +68,10 @@ def _connect(args: argparse.Namespace, config: Config) -> int:
         authority.lookup(config, name)  # a host not in the configuration: a usage error naming those that are
     probes = connect_check.run_all(config, timeout, args.hosts)
     document = connect_check.document(config, probes)
-    outcome = Outcome.FAILED if document["failed"] else Outcome.OK
+    outcome = Outcome.FAILED if document.failed else Outcome.OK
     if args.json:
         failed = [f"{p.host}: {p.reason or 'failed'}" for p in probes if p.status == "failed"]
-        emit(SCHEMAS["check-connect"], outcome, document, failed)
+        emit(SCHEMAS["check-connect"], outcome, document.to_value(), failed)
     else:
         stream = sys.stdout if outcome is Outcome.OK else sys.stderr
         for line in connect_check.table(probes):

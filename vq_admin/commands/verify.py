@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+from msgspec import UNSET, UnsetType
 from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
 from ..context import RunContext
+from ..document import Document
+from ..lanes.confirm_step import HealthJob
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -40,10 +44,61 @@ from .arguments import check_name, full_sha
 
 #: Every state a checked runtime can be in (the module docstring says what each means).
 STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
+State = Literal["current", "drifted", "unhealthy", "broken", "unknown", "deploying"]
 
 if TYPE_CHECKING:
-    from ..lanes.verify import Verification
+    from ..lanes.verify import LeasePeek, Verification
     from ..plan import Plan
+
+
+class Expected(Document, frozen=True, kw_only=True):
+    """What the runtime should be: LAST OK's SHA, tag and launcher, or ``--expected-sha``'s SHA alone."""
+
+    sha: str | None
+    tag: str | None = None
+    source: Literal["last-ok", "expected-sha"] = msgspec.field(name="from")
+    launcher: str | None = None
+    launcher_sha256: str | None = None
+
+
+class Active(Document, frozen=True, kw_only=True):
+    """What the verify receipt and the read-back found active."""
+
+    sha: str | None
+    tag: str | None
+    launcher: str
+    launcher_sha256: str | None
+
+
+class Holder(Document, frozen=True, kw_only=True):
+    """A run's held host-side lease: its lock file and its holder's record (as the agent wrote it)."""
+
+    lock: str | None
+    holder: dict[str, Any] | None
+
+
+class RuntimeCheck(Document, frozen=True, kw_only=True):
+    """One runtime of the verify document (``hosts.HOST.PROGRAM``)."""
+
+    expected: Expected
+    active: Active | None = None
+    steps: list[dict[str, Any]] = msgspec.field(default_factory=list)  #: the plan's steps (vq_admin.plan)
+    verify: dict[str, Any] | None = None  #: the verification (vq_admin.lanes.verify.Verification.to_dict)
+    record: dict[str, Any] | UnsetType = UNSET  #: what the host's record brought (vq_admin.record.view.take)
+    state: State = "unknown"
+    detail: str = ""
+    lease: Holder | UnsetType = UNSET
+    confirm: HealthJob | UnsetType = UNSET
+
+
+class VerifyDocument(Document, frozen=True, kw_only=True):
+    """``vq admin verify --json``'s data: ``{"expected_sha", "hosts": {HOST: {PROGRAM: RuntimeCheck}}}``."""
+
+    expected_sha: str | None
+    hosts: dict[str, dict[str, RuntimeCheck]]
+
+    def checks(self) -> list[tuple[str, str, RuntimeCheck]]:
+        return [(host, program, entry) for host, programs in self.hosts.items() for program, entry in programs.items()]
 
 
 def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, RuntimeProfile]]:
@@ -65,7 +120,7 @@ def targets(config: Config, args: argparse.Namespace) -> list[tuple[HostConfig, 
 
 
 def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str | None,
-                  job: bool = False) -> dict[str, Any]:
+                  job: bool = False) -> RuntimeCheck:
     """Verify one runtime read-only and say which state (module docstring) it is in."""
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
@@ -73,19 +128,18 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     last_ok = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
     sha = sha or last_ok.get("sha")
     same = bool(sha) and last_ok.get("sha") == sha
-    expected = {"sha": sha, "tag": last_ok.get("tag") if same else None, "from": "last-ok" if same else "expected-sha",
-                "launcher": last_ok.get("launcher") if same else None,
-                "launcher_sha256": last_ok.get("launcher_sha256") if same else None}
-    entry: dict[str, Any] = {"expected": expected, "active": None, "steps": [], "verify": None}
+    expected = Expected(sha=sha, source="last-ok" if same else "expected-sha",
+                        **{key: last_ok.get(key) for key in ("tag", "launcher", "launcher_sha256") if same})
+    entry = RuntimeCheck(expected=expected)
     if not sha:
-        return dict(entry, state="unknown", detail=f"no LAST OK for {profile.program} on {host.name} and no "
-                    "--expected-sha: nothing to compare with")
-    request = RuntimeRequest(program=profile.program, host=host.name, expected_sha=sha, tag=expected["tag"],
+        return entry.replace(detail=f"no LAST OK for {profile.program} on {host.name} and no --expected-sha: "
+                             "nothing to compare with")
+    request = RuntimeRequest(program=profile.program, host=host.name, expected_sha=sha, tag=expected.tag,
                              settings=profile.settings())
     plan = Plan()
     found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
                                                                  peek_lease=True))
-    entry.update(steps=plan.to_list(), verify=found.to_dict())
+    entry = entry.replace(steps=plan.to_list(), verify=found.to_dict())
     if found.record is not None:  # the host's record rode on the verify: other drivers' evidence applied first
         from ..record.view import take
 
@@ -93,25 +147,23 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         moved = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
         if same and moved.get("sha") != last_ok.get("sha"):
             # another driver's signed verification moved LAST OK: judged against it, in one more verify (only then)
-            return dict(check_runtime(ctx, host, profile, None, job), record=imported)
-        entry["record"] = imported
+            return check_runtime(ctx, host, profile, None, job).replace(record=imported)
+        entry = entry.replace(record=imported)
     if found.interrupted:
-        return dict(entry, state="unknown", detail=f"{host.name} could not be reached: {found.error}")
+        return entry.replace(detail=f"{host.name} could not be reached: {found.error}")
     judged = _judge(entry, found, sha, same)
-    lease = found.lease or {}
-    if judged["state"] != "current" and lease.get("held") is True:  # mid-deploy: not drift, not a fault
-        return _deploying(judged, lease)
-    if job and judged["state"] == "current" and profile.confirm is not None:
-        judged = _job(ctx, host, profile, judged, plan)
-        judged["steps"] = plan.to_list()
+    if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
+        return _deploying(judged, found.lease)
+    if job and judged.state == "current" and profile.confirm is not None:
+        return _job(ctx, host, profile, judged, plan).replace(steps=plan.to_list())
     return judged
 
 
-def _deploying(judged: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any]:
+def _deploying(judged: RuntimeCheck, lease: LeasePeek) -> RuntimeCheck:
     """A runtime a run's held lease is deploying: what it reads meanwhile goes in the detail."""
-    return dict(judged, state="deploying", lease={"lock": lease.get("lock"), "holder": lease.get("holder")},
-                detail=f"a run holds its host-side lease: {lease.get('message')} (meanwhile the runtime reads "
-                       f"{judged['state']}: {judged['detail']})")
+    return judged.replace(state="deploying", lease=Holder(lock=lease.lock, holder=lease.holder),
+                          detail=f"a run holds its host-side lease: {lease.message} (meanwhile the runtime reads "
+                                 f"{judged.state}: {judged.detail})")
 
 
 def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
@@ -126,46 +178,42 @@ def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | N
     return None
 
 
-def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: dict[str, Any],
-         plan: Plan) -> dict[str, Any]:
+def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: RuntimeCheck,
+         plan: Plan) -> RuntimeCheck:
     """``--job``: the confirmation job against the active generation (read-only): current, or unhealthy
     naming the job, its state and exit code (deploying when a run's work holds the lease)."""
     from ..lanes.confirm_step import health_job
 
-    active = judged["active"]
-    verdict = health_job(ctx, host, profile, active["sha"], active["launcher"], plan)
-    judged["confirm"] = {k: verdict.get(k) for k in ("job_id", "state", "exit_code", "node", "seconds", "metrics",
-                                                      "passed", "problems")}
-    if verdict.get("passed"):
-        return dict(judged, detail=f"{judged['detail']}; confirmation job {verdict.get('job_id')} COMPLETED")
-    state = "deploying" if verdict.get("held") else "unhealthy" if verdict.get("passed") is False else "unknown"
-    return dict(judged, state=state, detail=f"confirmation job {verdict.get('job_id')} ended "
-                f"{verdict.get('state')} with exit code {verdict.get('exit_code')}: "
-                + "; ".join(verdict.get("problems") or []))
+    assert judged.active is not None  # a current runtime's
+    verdict, held = health_job(ctx, host, profile, judged.active.sha or "", judged.active.launcher, plan)
+    if verdict.passed:
+        return judged.replace(confirm=verdict, detail=f"{judged.detail}; confirmation job {verdict.job_id} COMPLETED")
+    state: State = "deploying" if held else "unhealthy" if verdict.passed is False else "unknown"
+    return judged.replace(confirm=verdict, state=state, detail=f"confirmation job {verdict.job_id} ended "
+                          f"{verdict.state} with exit code {verdict.exit_code}: " + "; ".join(verdict.problems or []))
 
 
-def _judge(entry: dict[str, Any], found: Verification, sha: str, same: bool) -> dict[str, Any]:
+def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> RuntimeCheck:
     """The state the verify *found* shows: current, drifted, unhealthy or broken (module docstring)."""
     if found.broken is not None:  # a verifier problem, not a runtime one
-        return dict(entry, state="broken", detail=f"the verifier is broken: {found.broken}")
-    expected = entry["expected"]
+        return entry.replace(state="broken", detail=f"the verifier is broken: {found.broken}")
     receipt = found.receipt
     if receipt is None:
-        return dict(entry, state="unhealthy", detail=f"no verify receipt: {found.error}")
+        return entry.replace(state="unhealthy", detail=f"no verify receipt: {found.error}")
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     hashed = read is not None and read.ok  # the verify read the launcher's bytes
     active_sha = (receipt.source_sha or "").lower() or None
-    entry["active"] = {"sha": active_sha, "tag": receipt.tag, "launcher": receipt.active_path,
-                       "launcher_sha256": receipt.active_path_sha256 if hashed else None}
-    attested = expected["launcher_sha256"]
+    entry = entry.replace(active=Active(sha=active_sha, tag=receipt.tag, launcher=receipt.active_path,
+                                        launcher_sha256=receipt.active_path_sha256 if hashed else None))
+    attested = entry.expected.launcher_sha256
     drift = _drift(active_sha, sha, same, receipt if hashed and attested else None, attested)
     if drift:
-        return dict(entry, state="drifted", detail=drift)
-    failed = _failed(found, expected["tag"])
+        return entry.replace(state="drifted", detail=drift)
+    failed = _failed(found, entry.expected.tag)
     if failed:
-        return dict(entry, state="unhealthy", detail="; ".join(failed))
-    return dict(entry, state="current", detail=f"{sha} active and verified" +
-                (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
+        return entry.replace(state="unhealthy", detail="; ".join(failed))
+    return entry.replace(state="current", detail=f"{sha} active and verified" +
+                         (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
 
 
 def _failed(found: Verification, tag: str | None) -> list[str]:
@@ -174,8 +222,8 @@ def _failed(found: Verification, tag: str | None) -> list[str]:
         f"{c.name}: {c.detail}" for c in found.checks if not c.ok and not (c.name == "tag" and tag is None)]
 
 
-def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
-    states = {entry["state"] for programs in hosts.values() for entry in programs.values()}
+def outcome_of(doc: VerifyDocument) -> Outcome:
+    states = {entry.state for _, _, entry in doc.checks()}
     if states <= {"current"}:
         return Outcome.OK
     if "unknown" in states:
@@ -183,27 +231,26 @@ def outcome_of(hosts: dict[str, dict[str, dict[str, Any]]]) -> Outcome:
     return Outcome.LOCKED if states <= {"current", "deploying"} else Outcome.FAILED
 
 
-def table(hosts: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    rows = [(host, program, entry["state"], entry["detail"]) for host, programs in hosts.items()
-            for program, entry in programs.items()]
+def table(doc: VerifyDocument) -> list[str]:
+    rows = [(host, program, entry.state, entry.detail) for host, program, entry in doc.checks()]
     widths = [max(len(row[i]) for row in rows + [("HOST", "PROGRAM", "STATE", "")]) for i in range(3)]
     return [safe_text(f"{h:<{widths[0]}}  {p:<{widths[1]}}  {s:<{widths[2]}}  {d}".rstrip())
             for h, p, s, d in [("HOST", "PROGRAM", "STATE", "DETAIL"), *rows]]
 
 
 def _check_all(config: Config, args: argparse.Namespace, chosen: list[tuple[HostConfig, RuntimeProfile]],
-               sha: str | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Each chosen runtime checked (:func:`check_runtime`), in one ssh session: {host: {program: entry}}."""
+               sha: str | None) -> VerifyDocument:
+    """Each chosen runtime checked (:func:`check_runtime`), in one ssh session."""
     from ..plugins import Providers
 
-    hosts: dict[str, dict[str, dict[str, Any]]] = {}
+    hosts: dict[str, dict[str, RuntimeCheck]] = {}
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
         job = getattr(args, "job", False)
         for host, profile in chosen:
             hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
-    return hosts
+    return VerifyDocument(expected_sha=sha, hosts=hosts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,16 +266,16 @@ def run(args: argparse.Namespace) -> int:
         from ..report.metrics import check_textfile
 
         textfile = check_textfile(textfile)
-    hosts = _check_all(config, args, chosen, sha)
-    outcome = outcome_of(hosts)
-    errors = [f"{host} {program}: {entry['state']}: {entry['detail']}" for host, programs in hosts.items()
-              for program, entry in programs.items() if entry["state"] != "current"]
+    doc = _check_all(config, args, chosen, sha)
+    outcome = outcome_of(doc)
+    errors = [f"{host} {program}: {entry.state}: {entry.detail}" for host, program, entry in doc.checks()
+              if entry.state != "current"]
     if prometheus or textfile:
         from ..report.metrics import drift_registry, publish
 
-        publish(drift_registry(hosts, STATES), prometheus=prometheus, textfile=textfile)
+        publish(drift_registry(doc.to_value()["hosts"], STATES), prometheus=prometheus, textfile=textfile)
     elif args.json:
-        emit(SCHEMAS["verify"], outcome, {"expected_sha": sha, "hosts": hosts}, errors)
+        emit(SCHEMAS["verify"], outcome, doc.to_value(), errors)
     elif errors or args.verbose or sys.stdout.isatty():
-        print("\n".join(table(hosts)))
+        print("\n".join(table(doc)))
     return outcome.exit_code

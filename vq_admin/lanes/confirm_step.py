@@ -26,6 +26,7 @@ from vq_admin_hookspecs import RuntimeRequest, Slot
 
 from ..agent.allocation import new_attempt_name
 from ..core import exits, protocol
+from ..document import Document, DocumentError
 from ..plan import SlotValue, execute_stream, settled
 from ..report import progress
 from ..report.outcome import READ_ONLY_RAN, Refused, VqAdminError
@@ -49,6 +50,19 @@ REVERT = Slot("revert", many=True, prefix=f"{protocol.REVERT}=")
 STEP, RECONCILE = "confirm", "confirm-reconcile"
 #: Seconds the driver allows beyond the job's bound for the revert, settle and streaming.
 MARGIN = 900.0
+
+
+class HealthJob(Document, frozen=True, kw_only=True):
+    """``verify --job``'s ``confirm``: the confirmation job's end as the agent's verdict gives it."""
+
+    job_id: str | None = None
+    state: str | None = None  #: Slurm's JobState of the job's end
+    exit_code: int | None = None
+    node: str | None = None
+    seconds: float | None = None
+    metrics: dict[str, confirmation.Metric] | None = None
+    passed: bool | None = None  #: None: the verdict could not be read
+    problems: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -219,11 +233,11 @@ class Confirmation(RuntimeStep):
 
 
 def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str,
-               plan: Plan) -> dict[str, Any]:
+               plan: Plan) -> tuple[HealthJob, bool]:
     """``verify --job``: the confirmation job against the active generation *sha*, read-only (no revert,
     nothing recorded in the state directory), run as the step ``confirm-job`` of *plan*; metrics are judged
-    against that generation's own passed confirmation.  Returns the agent's verdict, or
-    ``{"passed": None, "problems": [...]}``."""
+    against that generation's own passed confirmation.  Returns the agent's verdict (``passed`` None when
+    there is none) and whether a run's work holds the lease."""
     c = profile.confirm
     assert c is not None and host.scratch_root
     base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
@@ -246,10 +260,11 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
     settled(step)
     verdict = (call.records.get("summary") or {}).get("confirm")
-    if isinstance(verdict, dict):
-        return verdict
-    return {"passed": None, "held": call.exit_code == exits.EXIT_HELD,
-            "problems": [f"the confirmation job gave no verdict ({call.describe()}: {call.stderr.strip()[-300:]})"]}
+    try:
+        return HealthJob.from_value(verdict, "the confirmation job's verdict"), False
+    except DocumentError as exc:
+        why = str(exc) if isinstance(verdict, dict) else f"{call.describe()}: {call.stderr.strip()[-300:]}"
+    return HealthJob(problems=[f"the confirmation job gave no verdict ({why})"]), call.exit_code == exits.EXIT_HELD
 
 
 def ended_message(confirm: dict[str, Any]) -> str:

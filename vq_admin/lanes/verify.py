@@ -13,12 +13,32 @@ from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..core import protocol
 from ..core.failpoints import failpoint
+from ..document import Document, DocumentError
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
 from ..ssh.transport import RunResult, quote_argv
+
+
+class LeasePeek(Document, frozen=True, kw_only=True):
+    """Who holds the program's lease on the login host now (the agent's ``verify-readback --lease-of``)."""
+
+    held: bool = False
+    lock: str | None = None
+    holder: dict[str, Any] | None = None  #: the holder's record, as the agent wrote it
+    message: str | None = None
+    error: str | None = None
+
+
+class OutputExcerpt(Document, frozen=True, kw_only=True):
+    """The verifier's output that is not a receipt, bounded and escaped for the receipt."""
+
+    bytes: int
+    truncated: bool
+    excerpt: str
+    parse_error: str | None
 
 
 @dataclass
@@ -29,14 +49,15 @@ class Verification:
     error: str | None = None
     interrupted: bool = False
     #: set when the verifier printed something that is not one valid receipt (bounded, escaped)
-    not_receipt: dict[str, Any] | None = None
+    not_receipt: OutputExcerpt | None = None
     #: one line, when the verify itself failed: it could not start, exited non-zero, printed nothing or no
     #: receipt (naming the command and its exit status)
     broken: str | None = None
     #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
-    lease: dict[str, Any] | None = None
-    #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease)
-    record: dict[str, Any] | None = None
+    lease: LeasePeek | None = None
+    #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease), unread:
+    #: :func:`vq_admin.record.view.take` reads it
+    record: object = None
 
     @property
     def proven(self) -> bool:
@@ -59,7 +80,7 @@ class Verification:
             "checks": [c.to_dict() for c in self.checks],
             "error": self.error,
             "interrupted": self.interrupted,
-            **({"output": self.not_receipt} if self.not_receipt else {}),
+            **({"output": self.not_receipt.to_value()} if self.not_receipt else {}),
         }
 
 
@@ -136,31 +157,31 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.interrupted, found.error = True, result.describe()
         readback_step.status = "skipped"
         return found
-    answer, problem = _parse_answer(result)
-    if problem is not None:
-        verify_step.status, verify_step.detail = "failed", problem
-        found.error = problem
+    answer = _parse_answer(result)
+    if isinstance(answer, str):
+        verify_step.status, verify_step.detail = "failed", answer
+        found.error = answer
         readback_step.status = "skipped"
         return found
-    verify = answer["verify"]
-    found.lease = answer["lease"] if isinstance(answer.get("lease"), dict) else None
-    found.record = answer["record"] if isinstance(answer.get("record"), dict) else None
-    code, stdout = verify["exit_code"], answer["stdout_bytes"]
+    found.lease = _lease(answer.data.get("lease"))
+    found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
+    code = answer.verify["exit_code"]
     verify_step.exit_code = code
-    receipt = _judge_receipt(found, verify_step, readback_step, request, stdout, code, verify.get("stderr", ""))
+    receipt = _judge_receipt(found, verify_step, readback_step, request, answer.stdout_bytes, code,
+                             answer.verify.get("stderr", ""))
     if receipt is None:
         return found
     failpoint("step-before", readback_step.name)
-    hashed = answer.get("readback")
+    hashed = answer.readback
     readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
-    seconds = answer.get("readback_seconds")
+    seconds = answer.data.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
-    if not isinstance(hashed, dict) or hashed.get("path") != receipt.active_path:
+    if hashed is None or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
     else:
         data, read_error = hashed, None
-        readback_step.exit_code = answer.get("readback_exit")
+        readback_step.exit_code = answer.data.get("readback_exit")
         if readback_step.exit_code != 0:
             read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
     readback_step.status = "ok" if read_error is None else "failed"
@@ -200,24 +221,32 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     return receipt
 
 
-def _parse_answer(result: RunResult) -> tuple[dict[str, Any], str | None]:
-    if result.exit_code != 0:
-        return {}, f"the agent's {protocol.VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
+def _lease(value: object) -> LeasePeek | None:
+    """The lease the agent peeked at, or ``None`` when it said none (or nothing readable)."""
     try:
-        parsed = protocol.parse_verify_readback(result.stdout)
+        return None if value is None else LeasePeek.from_value(value, "the agent's lease")
+    except DocumentError:
+        return None
+
+
+def _parse_answer(result: RunResult) -> protocol.VerifyReadback | str:
+    """The agent's verify-readback answer, or why there is none."""
+    if result.exit_code != 0:
+        return f"the agent's {protocol.VERIFY_READBACK} exited {result.exit_code}: {result.error_text()[-500:]}"
+    try:
+        return protocol.parse_verify_readback(result.stdout)
     except protocol.ProtocolError as exc:
-        return {}, str(exc)
-    return dict(parsed.data, stdout_bytes=parsed.stdout_bytes), None
+        return str(exc)
 
 
 #: How much of a verifier's unusable output a receipt keeps.
 OUTPUT_EXCERPT = 2048
 
 
-def output_excerpt(stdout: bytes, error: str | None) -> dict[str, Any]:
+def output_excerpt(stdout: bytes, error: str | None) -> OutputExcerpt:
     """The verifier's output that is not a receipt, bounded and escaped for the receipt."""
     head = stdout[:OUTPUT_EXCERPT]
-    return {"bytes": len(stdout), "truncated": len(stdout) > OUTPUT_EXCERPT,
-            "excerpt": head.decode("ascii", "backslashreplace").encode("unicode_escape").decode("ascii")
-            .replace("\\\\x", "\\x"),
-            "parse_error": error}
+    return OutputExcerpt(bytes=len(stdout), truncated=len(stdout) > OUTPUT_EXCERPT,
+                         excerpt=head.decode("ascii", "backslashreplace").encode("unicode_escape").decode("ascii")
+                         .replace("\\\\x", "\\x"),
+                         parse_error=error)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
+
+from msgspec import UNSET, UnsetType
 
 from ..core import protocol
 from ..config import Config, HostConfig
@@ -45,10 +47,60 @@ class ScratchCheck(Document, frozen=True, kw_only=True):
     problem: str | None
 
 
-class ScratchAnswer(Document, frozen=True, kw_only=True):
-    """The ``scratch`` member of the agent's ``version`` answer (the rest is read by :mod:`..core.protocol`)."""
+class Sinfo(Document, frozen=True, kw_only=True):
+    """``sinfo -h -o %t`` as the agent ran it: node states and their counts, or why it failed."""
 
-    scratch: list[ScratchCheck] = []
+    argv: list[str] | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    states: dict[str, int] | UnsetType = UNSET
+    error: str | None = None
+
+
+class VersionFacts(Document, frozen=True, kw_only=True):
+    """The agent's ``version`` answer (the connect-check answer): its version, Python, interpreter and
+    checksum, and, when asked, ``sinfo`` and each scratch root as a run would find it."""
+
+    version: str
+    python_version: str | None = None
+    interpreter: str | None = None
+    checksum: str | None = None
+    sinfo: Sinfo | UnsetType = UNSET
+    scratch: list[ScratchCheck] | UnsetType = UNSET
+
+
+class AgentFacts(Document, frozen=True, kw_only=True):
+    """A probe's ``agent``: the members of :data:`vq_admin.core.protocol.VERSION_KEYS`."""
+
+    version: str
+    python_version: str | None
+    interpreter: str | None
+    checksum: str | None
+
+
+class ProbeDocument(Document, frozen=True, kw_only=True):
+    """One host of the check-connect document (``hosts.HOST``, ``build_hosts.DESTINATION``)."""
+
+    fleet_role: str
+    where: str
+    argv: list[str]
+    status: str
+    reason: str | None
+    seconds: float
+    agent: AgentFacts | None
+    sinfo: Sinfo | None
+    scratch: list[ScratchCheck]
+    used_by: list[str]
+
+
+class ConnectDocument(Document, frozen=True, kw_only=True):
+    """``vq admin check --connect --json``'s data."""
+
+    config: str | None
+    valid: bool
+    reachable: bool
+    failed: list[str]
+    hosts: dict[str, ProbeDocument]
+    build_hosts: dict[str, ProbeDocument]
 
 
 @dataclass
@@ -62,16 +114,16 @@ class Probe:
     status: str = "failed"  # ok | failed | skipped
     reason: str | None = None
     seconds: float = 0.0
-    agent: dict[str, Any] = field(default_factory=dict)
-    sinfo: dict[str, Any] | None = None
+    agent: AgentFacts | None = None
+    sinfo: Sinfo | None = None
     scratch: list[ScratchCheck] = field(default_factory=list)
     #: What else the configuration uses this host for (a build host: the keys that name it; a login host: mirrors).
     used_by: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"fleet_role": self.fleet_role, "where": self.where, "argv": self.argv, "status": self.status,
-                "reason": self.reason, "seconds": round(self.seconds, 3), "agent": self.agent or None,
-                "sinfo": self.sinfo, "scratch": [check.to_value() for check in self.scratch], "used_by": self.used_by}
+    def document(self) -> ProbeDocument:
+        return ProbeDocument(fleet_role=self.fleet_role, where=self.where, argv=self.argv, status=self.status,
+                             reason=self.reason, seconds=round(self.seconds, 3), agent=self.agent, sinfo=self.sinfo,
+                             scratch=self.scratch, used_by=self.used_by)
 
 
 def wants_sinfo(host: HostConfig) -> bool:
@@ -104,22 +156,22 @@ def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
         return (f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}" if result.exit_code == 127
                 else f"agent exited {result.exit_code}: {_last_line(err)}")
     try:
-        answer = protocol.parse_version(out)
+        answer = VersionFacts.from_value(protocol.parse_version(out).data, "the agent's version answer")
     except protocol.ProtocolError:
         return ("the answer is not vq-admin-agent's version object (an older agent without the "
                 f"'version' verb, or another program): {_last_line(out or err)}")
-    found.agent = answer.facts()
+    except DocumentError as exc:
+        return str(exc)
+    found.agent = AgentFacts(version=answer.version, python_version=answer.python_version,
+                             interpreter=answer.interpreter, checksum=answer.checksum)
     return _answer_problem(found, answer)
 
 
-def _answer_problem(found: Probe, answer: protocol.VersionAnswer) -> str | None:
+def _answer_problem(found: Probe, answer: VersionFacts) -> str | None:
     """What the agent's version answer says is wrong: a scratch root, or ``sinfo`` (when asked)."""
     argv = found.argv
     if protocol.ROOT in argv:
-        try:
-            found.scratch = ScratchAnswer.from_value(answer.data, "the agent's version answer").scratch
-        except DocumentError as exc:
-            return str(exc)
+        found.scratch = answer.scratch or []
         asked = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == protocol.ROOT]
         if [check.root for check in found.scratch] != asked:
             return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
@@ -127,9 +179,9 @@ def _answer_problem(found: Probe, answer: protocol.VersionAnswer) -> str | None:
         if any(check.problem for check in found.scratch):
             return "; ".join(check.problem for check in found.scratch if check.problem)
     if protocol.SINFO in argv:
-        found.sinfo = answer.sinfo if answer.sinfo is not None else {"error": "not reported"}
-        if found.sinfo.get("error"):
-            return f"sinfo: {_last_line(str(found.sinfo['error']))}"
+        found.sinfo = answer.sinfo or Sinfo(error="not reported")
+        if found.sinfo.error:
+            return f"sinfo: {_last_line(found.sinfo.error)}"
     return None
 
 
@@ -185,11 +237,11 @@ def run_all(config: Config, timeout: float = DEFAULT_TIMEOUT, only: Sequence[str
     return [found for found, _ in planned]
 
 
-def document(config: Config, probes: list[Probe]) -> dict[str, Any]:
+def document(config: Config, probes: list[Probe]) -> ConnectDocument:
     failed = [p.host for p in probes if p.status == "failed"]
-    return {"config": config.path, "valid": True, "reachable": not failed, "failed": failed,
-            "hosts": {p.host: p.to_dict() for p in probes if p.fleet_role != "build"},
-            "build_hosts": {p.host: p.to_dict() for p in probes if p.fleet_role == "build"}}
+    return ConnectDocument(config=config.path, valid=True, reachable=not failed, failed=failed,
+                           hosts={p.host: p.document() for p in probes if p.fleet_role != "build"},
+                           build_hosts={p.host: p.document() for p in probes if p.fleet_role == "build"})
 
 
 def table(probes: list[Probe]) -> list[str]:
@@ -199,13 +251,13 @@ def table(probes: list[Probe]) -> list[str]:
     for p in probes:
         if p.sinfo is None:
             sinfo = "-"
-        elif p.sinfo.get("error"):
+        elif p.sinfo.error:
             sinfo = "failed"
         else:
-            sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.get("states") or {}).items()))
+            sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.states or {}).items()))
         detail = p.reason if p.status != "ok" and p.reason else ", ".join(p.used_by) or "-"
-        rows.append((p.host, p.fleet_role, p.where, p.status, str(p.agent.get("version") or "-"),
-                     str(p.agent.get("python_version") or "-"), sinfo,
+        rows.append((p.host, p.fleet_role, p.where, p.status, p.agent.version if p.agent else "-",
+                     (p.agent.python_version if p.agent else None) or "-", sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-", detail))
     widths = [max(len(safe_text(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     return [("  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + safe_text(r[-1]))
