@@ -486,15 +486,15 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
         make = lambda ctx: rollback.RuntimeRollback(ctx, "cluster", "vibeqc", w["runtime_sha"])  # noqa: E731
     before = _tree(installed)
     done = run_lane(w, make, provider, dry_run=False)
-    assert done.outcome.value == "unknown" and done.readback["reason"] == said, (done.errors, done.readback)
-    assert done.readback["advice"].startswith("nothing was staged or installed by this run" if lane == "helper"
-                                              else "nothing was deployed or activated by this run")
+    assert done.outcome.value == "unknown" and done.readback.reason == said, (done.errors, done.readback)
+    assert done.readback.advice.startswith("nothing was staged or installed by this run" if lane == "helper"
+                                         else "nothing was deployed or activated by this run")
     ran = [s.name for s in done.plan.steps if s.argv is not None]
     assert not {"stage-create", "stage-receive", "stage-verify", "helper", "deploy", "verify"} & set(ran), ran
     assert not list((tmp_path / "scratch").rglob("stage.*")), "a stage was created"
     assert _tree(installed) == before, "the installed tree changed"
     if lane == "rollback-by-activation":
-        assert done.rollback["via"] == "activate" and "activate" not in ran and not marker.exists()
+        assert done.rollback.via == "activate" and "activate" not in ran and not marker.exists()
 
 
 def test_an_archive_planned_for_other_words_is_not_written(tmp_path):

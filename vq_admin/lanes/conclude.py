@@ -11,6 +11,7 @@ from ..core import exits
 from ..report.outcome import Outcome
 from ..report.output import last_line
 from ..report.receipt import Receipt
+from ..report.sections import Readback
 from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 
@@ -50,9 +51,9 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if ctx.options.dry_run:
         return receipt
     if outcome is Outcome.LOCKED and receipt.readback is None:  # the line to run once the holder has ended
-        receipt.readback = {"read": "nothing: another run holds the lane, or a deployment is under way",
-                            "proven": False, "next_command": rerun_command(ctx, receipt),
-                            "advice": "rerun it once that has ended; it verifies read-only first"}
+        receipt.readback = Readback(read="nothing: another run holds the lane, or a deployment is under way",
+                                    proven=False, next_command=rerun_command(ctx, receipt),
+                                    advice="rerun it once that has ended; it verifies read-only first")
     receipt.plan.skip_unrun()
     receipt_id = receipt.id or ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     receipt.id = receipt_id

@@ -30,6 +30,7 @@ from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
+from ..report.sections import Readback
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, command_files as remote_paths
 from .conclude import rerun_command
@@ -109,11 +110,11 @@ def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
     its name not resolved, the connection refused, authentication failed): ``failed`` (1), naming
     what it leaves behind (nothing) and the next command (CONTRACT section 15)."""
     message = f"cannot take the host-side lease: {interrupted}; this run changed nothing"
-    receipt.readback = {
-        "read": "nothing (the run's first agent call was interrupted before it answered)",
-        "proven": False, "reason": message, "stage": "no source stage was created",
-        "build": "no build was started", "next_command": rerun_command(ctx, receipt),
-        "advice": "nothing was changed by this run; rerun when the login host is reachable"}
+    receipt.readback = Readback(
+        read="nothing (the run's first agent call was interrupted before it answered)",
+        proven=False, reason=message, stage="no source stage was created",
+        build="no build was started", next_command=rerun_command(ctx, receipt),
+        advice="nothing was changed by this run; rerun when the login host is reachable")
     raise LeaseUnreachable(message)
 
 

@@ -51,6 +51,7 @@ from ..context import RunContext
 from ..lease import AGENT_NOT_RUN, AgentMissing, Lease, OtherProtocol
 from ..report.outcome import READ_ONLY_RAN, Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
+from ..report import sections
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
@@ -168,7 +169,7 @@ class HelperUpdate:
                               f"{READ_ONLY_RAN}") from None
             if pre is None:
                 pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
-            self.receipt.verify = {"pre": pre.to_dict()}
+            self.receipt.verify = sections.Verify(pre=pre.to_dict())
             if pre.identity is not None and pre.identity.record == "missing" and not self.ctx.options.cluster_install:
                 raise Refused(f"{self.not_installed(pre)}: no helper this lane installed is there yet; a first "
                               f"installation is {self.install_line}, with `agent` naming the entry "
@@ -252,12 +253,12 @@ class HelperUpdate:
         assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
                                    self.sha, self.tree)
-        self.receipt.verify["readback"] = found.to_dict()
+        self.receipt.verify = self.receipt.verify.replace(readback=found.to_dict())
         final = found.final
         if final.matched:
             if interrupted:
-                self.receipt.readback = {"read": "live helper identity on the login host", "proven": True,
-                                         "next_command": None}
+                self.receipt.readback = sections.Readback(read="live helper identity on the login host",
+                                                          proven=True, next_command=None)
             return self.activated(found)
         if interrupted or final.interrupted:
             why = final.error or "; ".join(final.mismatches) or "not proven"
@@ -298,15 +299,15 @@ class HelperUpdate:
                 "version": ident.version, "interpreter": ident.interpreter}
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        self.receipt.readback = {
-            "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
-            "proven": False, "reason": reason, "stage": self.staging.dir,
-            "next_command": rerun_command(self.ctx, self.receipt),
-            "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
-                       "identity first and reports already-current if it completed. Do not install by hand."
-                       if changed else "nothing was staged or installed by this run; rerun when the login host is "
-                       "reachable"),
-        }
+        self.receipt.readback = sections.Readback(
+            read="live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
+            proven=False, reason=reason, stage=self.staging.dir,
+            next_command=rerun_command(self.ctx, self.receipt),
+            advice=("the helper command may have finished or may still be running; rerunning reads the live "
+                    "identity first and reports already-current if it completed. Do not install by hand."
+                    if changed else "nothing was staged or installed by this run; rerun when the login host is "
+                    "reachable"),
+        )
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
 

@@ -54,6 +54,7 @@ from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
+from ..report.sections import Readback, Verify
 from ..launcher.references import CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
 from ..core.stamps import utc_now
@@ -151,7 +152,7 @@ class RuntimePrune:
         self.make_plan()
         remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
         pre = self.verify(self.pre)
-        self.receipt.verify = {"pre": pre.to_dict()}
+        self.receipt.verify = Verify(pre=pre.to_dict())
         if not pre.proven:
             detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
@@ -285,10 +286,10 @@ class RuntimePrune:
         receipt.record_command(result, step.where)
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")
-            receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
-                                "next_command": rerun_command(ctx, receipt),
-                                "advice": "what the provider removed is not known; rerunning prunes again with a "
-                                          "fresh census and reports what is gone"}
+            receipt.readback = Readback(read="nothing (the prune command's transport was interrupted)", proven=False,
+                                        next_command=rerun_command(ctx, receipt),
+                                        advice="what the provider removed is not known; rerunning prunes again "
+                                               "with a fresh census and reports what is gone")
             return conclude(ctx, receipt, Outcome.UNKNOWN)
         failures: list[str] = []
         report = None
@@ -307,7 +308,7 @@ class RuntimePrune:
             for sha in sorted(set(report.removed) & set(self.keep)):
                 failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
         post = self.verify(self.post)
-        receipt.verify["final"] = post.to_dict()
+        receipt.verify = receipt.verify.replace(final=post.to_dict())
         unread: list[str] = []
         if post.interrupted:
             unread.append(f"verify: {post.error}")
@@ -322,10 +323,11 @@ class RuntimePrune:
             return conclude(ctx, receipt, Outcome.FAILED)
         if unread:  # the prune ran; whether what must stay is intact could not be read back
             receipt.errors.extend(unread)
-            receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
-                                "proven": False, "next_command": rerun_command(ctx, receipt),
-                                "advice": "the transport was interrupted while checking what was kept; rerunning "
-                                          "verifies the active generation and every kept launcher again"}
+            receipt.readback = Readback(read="fresh read-only verify and kept-launcher read-back on the login host",
+                                        proven=False, next_command=rerun_command(ctx, receipt),
+                                        advice="the transport was interrupted while checking what was kept; "
+                                               "rerunning verifies the active generation and every kept launcher "
+                                               "again")
             return conclude(ctx, receipt, Outcome.UNKNOWN)
         return conclude(ctx, receipt, Outcome.OK, recorded=self.proved)
 

@@ -423,6 +423,7 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
 def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
     """The run itself, as its entry records it (the summary's ``vqAdmin`` member)."""
     source = receipt.source or {}
+    confirmed = receipt.reverted.from_ if receipt.reverted else str(verified["sha"])
     return Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
                verb=receipt.rerun[2] if receipt.rerun else "update",
                outcome=receipt.outcome.value if receipt.outcome else "ok", host=receipt.host, program=receipt.program,
@@ -430,13 +431,12 @@ def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
                launcher_sha256=verified.get("launcher_sha256"), archive_sha256=source.get("archive_sha256"),
                tree_sha256=source.get("tree_sha256"), verifier_receipt_sha256=_shown_sha256(receipt),
                started_at=receipt.started_at, finished_at=receipt.finished_at or "", driver=driver_id(ctx.state),
-               by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program,
-                                                     str((receipt.reverted or {}).get("from") or verified["sha"])))
+               by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program, confirmed))
 
 
 def _shown_sha256(receipt: Receipt) -> str | None:
     """The SHA-256 of the verify receipt the run's final verify showed (its JSON, keys sorted), or ``None``."""
-    final = (receipt.verify or {}).get("final") or {}
+    final = receipt.verify.final or {}
     shown = final.get("receipt") if isinstance(final, dict) else None
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest() if shown else None
 

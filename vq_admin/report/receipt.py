@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
+from .sections import Interruption, Readback, Reverted, Rollback, Stage, Verify
+from ..document import Document
 from ..plan import Plan
 
 if TYPE_CHECKING:
@@ -85,27 +87,27 @@ class Receipt:
     command_output: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     metrics_complete: bool = False
-    verify: dict[str, Any] = field(default_factory=dict)
+    verify: Verify = field(default_factory=Verify)
     mirror: dict[str, Any] | None = None
     source: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
-    readback: dict[str, Any] | None = None
+    readback: Readback | None = None
     # -- optional sections (SECTIONS) --
     #: the provider that ran the lane's operations, and where the build ran
     provider: str | None = None
     build_place: str | None = None
     #: the staged source directory on the build host
-    stage: dict[str, Any] | None = None
+    stage: Stage | None = None
     #: the host-side lease (CONTRACT section 9)
     lease: dict[str, Any] | None = None
     #: an earlier allocation attempt this run reconciled
     previous_attempt: dict[str, Any] | None = None
     #: which step a dropped transport cut, and what it left behind
-    interruption: dict[str, Any] | None = None
+    interruption: Interruption | None = None
     #: the helper activation record (helper lane)
     activation: dict[str, Any] | None = None
-    #: ``{"from", "to", "via"}`` of a rollback (CONTRACT section 8)
-    rollback: dict[str, Any] | None = None
+    #: a rollback's generations (CONTRACT section 8)
+    rollback: Rollback | None = None
     #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
     prune: dict[str, Any] | None = None
     #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
@@ -114,7 +116,7 @@ class Receipt:
     registry: dict[str, Any] | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
     confirm: dict[str, Any] | None = None
-    reverted: dict[str, Any] | None = None
+    reverted: Reverted | None = None
     #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
     record: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -150,7 +152,7 @@ class Receipt:
                 if value:
                     found[name] = list(value)
             elif value is not None:
-                found[name] = value
+                found[name] = value.to_value() if isinstance(value, Document) else value
         return found
 
     def record_command(self, result: RunResult, where: str) -> None:
@@ -210,10 +212,10 @@ class Receipt:
             "command_output": self.command_output,
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
-            "verify": self.verify,
+            "verify": self.verify.to_value(),
             "mirror": self.mirror,
             "source": self.source,
-            "readback": self.readback,
+            "readback": None if self.readback is None else self.readback.to_value(),
         }
         data.update(self.sections())
         return envelope.document(SCHEMA, self.outcome, data, self.errors)
