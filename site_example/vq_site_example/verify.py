@@ -11,13 +11,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TypedDict
 
 from . import build, fsutil
 from .layout import Layout, probe_quiescent, release_named
 
 #: Seconds the health command (one start of the launcher) may take.
 HEALTH_TIMEOUT = 60
+
+
+class Receipt(TypedDict):
+    """The verify receipt as :class:`vq_admin_hookspecs.VerifyReceipt` reads it (CONTRACT section 4); this host
+    command does not import that package, which loads pluggy."""
+
+    program: str
+    source_sha: str
+    tag: str | None
+    healthy: bool
+    activation: str
+    quiescent: bool
+    updater_pid: int | None
+    active_path: str
+    active_path_sha256: str
+    health_detail: str
 
 
 def _meta(release: str, name: str, problems: list[str]) -> str | None:
@@ -28,10 +44,10 @@ def _meta(release: str, name: str, problems: list[str]) -> str | None:
         return None
 
 
-def inspect(lyt: Layout) -> dict[str, Any]:
+def inspect(lyt: Layout) -> Receipt:
     """Build the verify receipt for the runtime root *lyt*."""
     quiescent, pid = probe_quiescent(lyt)
-    receipt: dict[str, Any] = {
+    receipt: Receipt = {
         "program": "", "source_sha": "", "tag": None, "healthy": False, "activation": "none",
         "quiescent": quiescent, "updater_pid": pid, "active_path": "", "active_path_sha256": "",
         "health_detail": "",
@@ -46,7 +62,7 @@ def inspect(lyt: Layout) -> dict[str, Any]:
     return receipt
 
 
-def _active_sha(lyt: Layout, receipt: dict[str, Any], notes: list[str], problems: list[str]) -> str | None:
+def _active_sha(lyt: Layout, receipt: Receipt, notes: list[str], problems: list[str]) -> str | None:
     """The SHA ``current`` activates (a real ``releases/<full sha>`` directory: ``atomic``), or ``None``, the
     problem named."""
     if not fsutil.is_real_dir(lyt.root):
@@ -70,12 +86,13 @@ def _active_sha(lyt: Layout, receipt: dict[str, Any], notes: list[str], problems
     return sha
 
 
-def _read_release(lyt: Layout, sha: str, receipt: dict[str, Any], notes: list[str], problems: list[str]) -> None:
+def _read_release(lyt: Layout, sha: str, receipt: Receipt, notes: list[str], problems: list[str]) -> None:
     """What the active release records of itself, its launcher's SHA-256, and one start of the launcher."""
     release = lyt.release(sha)
     source_sha = _meta(release, "SOURCE-SHA", problems)
     program = _meta(release, "PROGRAM", problems)
-    receipt.update(source_sha=source_sha or "", program=program or "", tag=_meta(release, "TAG", problems) or None)
+    receipt.update({"source_sha": source_sha or "", "program": program or "",
+                    "tag": _meta(release, "TAG", problems) or None})
     if source_sha is not None and source_sha != sha:
         problems.append(f"SOURCE-SHA {source_sha} differs from the release directory name {sha}")
     validated = _meta(release, "VALIDATED", problems)

@@ -35,6 +35,7 @@ from ..config import Config, HostConfig, RuntimeProfile, load_config
 from ..context import RunContext
 from ..document import Document
 from ..lanes.confirm_step import HealthJob
+from ..lanes.verify import VerifyFound
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -83,7 +84,7 @@ class RuntimeCheck(Document, frozen=True, kw_only=True):
     expected: Expected
     active: Active | None = None
     steps: list[dict[str, Any]] = msgspec.field(default_factory=list)  #: the plan's steps (vq_admin.plan)
-    verify: dict[str, Any] | None = None  #: the verification (vq_admin.lanes.verify.Verification.to_dict)
+    verify: VerifyFound | None = None
     record: dict[str, Any] | UnsetType = UNSET  #: what the host's record brought (vq_admin.record.view.take)
     state: State = "unknown"
     detail: str = ""
@@ -139,7 +140,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     plan = Plan()
     found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
                                                                  peek_lease=True))
-    entry = entry.replace(steps=plan.to_list(), verify=found.to_dict())
+    entry = entry.replace(steps=plan.to_list(), verify=found.document())
     if found.record is not None:  # the host's record rode on the verify: other drivers' evidence applied first
         from ..record.view import take
 

@@ -48,6 +48,7 @@ from ..state import history
 from ..launcher import registry
 from ..core import protocol
 from ..core.identifiers import SHA_RE
+from ..document import Document
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused, UsageError
@@ -69,6 +70,14 @@ KEPT_LAUNCHER = Slot("launcher", label="each kept launcher")
 #: The keep set in the prune request: a list slot (one word per kept SHA, behind the provider's
 #: ``each`` words), filled with the census's keep set when the prune runs.
 KEEP = Slot("keep", label="kept sha", many=True)
+
+
+class KeptLauncher(Document, frozen=True, kw_only=True):
+    """A kept launcher read back after the prune (``prune.kept_launchers.SHA``): ``ok`` None when unread."""
+
+    launcher: str
+    ok: bool | None
+    detail: str | None
 
 
 class RuntimePrune:
@@ -337,7 +346,7 @@ class RuntimePrune:
         Returns ``(failures, unread)``: what is proven broken, and what could not be read back."""
         failures: list[str] = []
         unread: list[str] = []
-        checked: dict[str, Any] = {}
+        checked: dict[str, KeptLauncher] = {}
         root, host, program = self.ctx.state.root, self.host.name, self.profile.program
         for sha in sorted(self.keep):
             try:
@@ -356,23 +365,22 @@ class RuntimePrune:
                              launcher=entry["launcher"])
             answer = _hash_answer(result.stdout)
             if result.interrupted:
-                checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
+                checked[sha] = KeptLauncher(launcher=entry["launcher"], ok=None, detail=result.describe())
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
                 continue
-            if answer.get("exists") is False:
+            if answer is not None and answer.data.get("exists") is False:
                 problem = f"its launcher {entry['launcher']} no longer exists"
-            elif answer.get("sha256") != entry["launcher_sha256"]:
+            elif answer is None or answer.sha256 != entry["launcher_sha256"]:
                 problem = (f"its launcher {entry['launcher']} now hashes to "
-                           f"{answer.get('sha256') or answer.get('error')}, "
-                           f"attested {entry['launcher_sha256']}")
+                           f"{answer and (answer.sha256 or answer.error)}, attested {entry['launcher_sha256']}")
             else:
                 problem = None
-            checked[sha] = {"launcher": entry["launcher"], "ok": problem is None, "detail": problem}
+            checked[sha] = KeptLauncher(launcher=entry["launcher"], ok=problem is None, detail=problem)
             if problem:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
-        self.record["kept_launchers"] = checked
+        self.record["kept_launchers"] = {sha: kept.to_value() for sha, kept in checked.items()}
         return failures, unread
 
 
@@ -393,12 +401,12 @@ def place_keep(provider: str, command: ProviderCommand) -> ProviderCommand:
     return ProviderCommand(argv=argv, env=env)
 
 
-def _hash_answer(stdout: bytes) -> dict[str, Any]:
-    """The agent's ``hash-file`` answer; an unreadable one is empty (the launcher is then not proven)."""
+def _hash_answer(stdout: bytes) -> protocol.HashAnswer | None:
+    """The agent's ``hash-file`` answer; ``None`` when unreadable (the launcher is then not proven)."""
     try:
-        return protocol.parse_hash_file(stdout).data
+        return protocol.parse_hash_file(stdout)
     except protocol.ProtocolError:
-        return {}
+        return None
 
 
 def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[str],

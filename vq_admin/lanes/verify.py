@@ -14,6 +14,7 @@ from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 from ..core import protocol
 from ..core.failpoints import failpoint
 from ..document import Document, DocumentError
+from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
@@ -39,6 +40,18 @@ class OutputExcerpt(Document, frozen=True, kw_only=True):
     truncated: bool
     excerpt: str
     parse_error: str | None
+
+
+class VerifyFound(Document, frozen=True, kw_only=True):
+    """A verification as receipts and the verify document carry it (``verify.pre``, ``hosts.H.P.verify``)."""
+
+    step: str
+    proven: bool
+    receipt: VerifyReceipt | None
+    checks: list[Check]
+    error: str | None
+    interrupted: bool
+    output: OutputExcerpt | UnsetType = UNSET  #: the verifier's output, when it is not a receipt
 
 
 @dataclass
@@ -72,16 +85,12 @@ class Verification:
     def failed_checks(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
 
+    def document(self) -> VerifyFound:
+        return VerifyFound(step=self.step, proven=self.proven, receipt=self.receipt, checks=self.checks,
+                           error=self.error, interrupted=self.interrupted, output=self.not_receipt or UNSET)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "proven": self.proven,
-            "receipt": self.receipt.to_dict() if self.receipt else None,
-            "checks": [c.to_dict() for c in self.checks],
-            "error": self.error,
-            "interrupted": self.interrupted,
-            **({"output": self.not_receipt.to_value()} if self.not_receipt else {}),
-        }
+        return self.document().to_value()
 
 
 #: The launcher the verify receipt names, read back: known only once the receipt is read.
