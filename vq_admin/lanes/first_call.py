@@ -30,7 +30,7 @@ from ..core.failpoints import failpoint
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
-from ..report.sections import Readback
+from ..report.sections import Readback, Record
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, command_files as remote_paths
 from .conclude import rerun_command
@@ -130,7 +130,7 @@ def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | Non
     """Import the entries the session answered (each judged once) into this driver's view."""
     from ..record import view
 
-    receipt.record = view.take(ctx.config, ctx.state, host, program, lease.host_record)
+    receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host, program, lease.host_record), "record")
 
 
 def lease_request(lease: Lease) -> dict[str, Any]:

@@ -117,7 +117,7 @@ class HelperUpdate:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
-        self.receipt.source = self.source.to_receipt()
+        self.receipt.source = sections.Source.from_value(self.source.to_receipt(), "source")
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it
@@ -288,7 +288,7 @@ class HelperUpdate:
             "read_on": self.ctx.login(self.host).where, "receipt": self.receipt.id, "at": utc_now(),
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
-        self.receipt.activation = {"path": str(path), **activation}
+        self.receipt.activation = sections.Activation.from_value({"path": str(path), **activation}, "activation")
         self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 

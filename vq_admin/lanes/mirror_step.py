@@ -28,7 +28,7 @@ from ..source.mirror import FeedUnknown
 from ..source.mirror_feed import Feed, Runner
 from ..report.outcome import Interrupted, VqAdminError
 from ..plan import SlotError, SlotValue, execute
-from ..report.sections import Interruption, Readback
+from ..report.sections import Interruption, Mirror, Readback
 from ..ssh.transport import RunResult, Transport, quote_argv
 from .conclude import rerun_command
 from .runtime_step import RuntimeStep
@@ -74,7 +74,7 @@ class MirrorFeed(RuntimeStep):
         if p.prepare_command is not None:
             steps.add("prepare", login.where, self.prepare_argv(feed.source_ref),
                       f"site preparer (preparer_reads = \"{p.preparer_reads}\"): reads {feed.source_ref}")
-        self.receipt.mirror = feed.to_receipt()
+        self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
 
     def run(self) -> None:
         """Feed the mirror, then run the preparer; both before the deploy step."""
@@ -127,7 +127,7 @@ class MirrorFeed(RuntimeStep):
         return run_step
 
     def _record(self, feed: Feed) -> None:
-        self.receipt.mirror = feed.to_receipt()
+        self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
         if feed.notes:
             notes = self.receipt.notes
             for note in feed.notes:

@@ -39,7 +39,7 @@ from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
-from ..report.sections import Readback, Reverted, Verify
+from ..report.sections import Readback, Reverted, Source, Verify
 from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
@@ -118,7 +118,7 @@ class RuntimeUpdate:
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
         self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
-        self.receipt.source = self.source.to_receipt()
+        self.receipt.source = Source.from_value(self.source.to_receipt(), "source")
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs

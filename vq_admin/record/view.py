@@ -422,14 +422,15 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
 
 def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
     """The run itself, as its entry records it (the summary's ``vqAdmin`` member)."""
-    source = receipt.source or {}
+    archive_sha256, tree_sha256 = (receipt.source.archive_sha256, receipt.source.tree_sha256) if receipt.source \
+        else (None, None)
     confirmed = receipt.reverted.from_ if receipt.reverted else str(verified["sha"])
     return Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
                verb=receipt.rerun[2] if receipt.rerun else "update",
                outcome=receipt.outcome.value if receipt.outcome else "ok", host=receipt.host, program=receipt.program,
                sha=verified["sha"], tag=verified.get("tag"), launcher=verified.get("launcher") or verified.get("path"),
-               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=source.get("archive_sha256"),
-               tree_sha256=source.get("tree_sha256"), verifier_receipt_sha256=_shown_sha256(receipt),
+               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=archive_sha256,
+               tree_sha256=tree_sha256, verifier_receipt_sha256=_shown_sha256(receipt),
                started_at=receipt.started_at, finished_at=receipt.finished_at or "", driver=driver_id(ctx.state),
                by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program, confirmed))
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import Interruption, Readback, Reverted, Rollback, Stage, Verify
+from .sections import (Activation, Interruption, Mirror, Readback, Record, Registry, Reverted, Rollback, Source,
+                       Stage, Verify)
 from ..document import Document
 from ..plan import Plan
 
@@ -88,8 +89,8 @@ class Receipt:
     metrics: dict[str, Any] = field(default_factory=dict)
     metrics_complete: bool = False
     verify: Verify = field(default_factory=Verify)
-    mirror: dict[str, Any] | None = None
-    source: dict[str, Any] | None = None
+    mirror: Mirror | None = None
+    source: Source | None = None
     errors: list[str] = field(default_factory=list)
     readback: Readback | None = None
     # -- optional sections (SECTIONS) --
@@ -105,7 +106,7 @@ class Receipt:
     #: which step a dropped transport cut, and what it left behind
     interruption: Interruption | None = None
     #: the helper activation record (helper lane)
-    activation: dict[str, Any] | None = None
+    activation: Activation | None = None
     #: a rollback's generations (CONTRACT section 8)
     rollback: Rollback | None = None
     #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
@@ -113,12 +114,12 @@ class Receipt:
     #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
     install: dict[str, Any] | None = None
     #: the registry entry of the verified launcher (runtime lane)
-    registry: dict[str, Any] | None = None
+    registry: Registry | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
     confirm: dict[str, Any] | None = None
     reverted: Reverted | None = None
     #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
-    record: dict[str, Any] | None = None
+    record: Record | None = None
     notes: list[str] = field(default_factory=list)
     #: the argv that re-runs this verb (rollback and prune name their own)
     rerun: list[str] | None = None
@@ -213,8 +214,8 @@ class Receipt:
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
             "verify": self.verify.to_value(),
-            "mirror": self.mirror,
-            "source": self.source,
+            "mirror": None if self.mirror is None else self.mirror.to_value(),
+            "source": None if self.source is None else self.source.to_value(),
             "readback": None if self.readback is None else self.readback.to_value(),
         }
         data.update(self.sections())

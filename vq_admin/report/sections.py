@@ -78,3 +78,71 @@ class Readback(Section, frozen=True, kw_only=True):
     pid: JsonValue | UnsetType = UNSET
     next_command: str | None | UnsetType = UNSET
     advice: str | UnsetType = UNSET
+
+
+class Source(Section, frozen=True, kw_only=True):
+    """The source the run built: the commit, its tags, and the staged archive's identity."""
+
+    repo: str
+    sha: str
+    git_tree: str
+    tag: str | None
+    tags: list[str]
+    archive_sha256: str | None
+    tree_sha256: str | None
+    archive_bytes: int | None
+
+
+class Mirror(Section, frozen=True, kw_only=True):
+    """The push-fed source mirror: where it is, the refs fed and the push (:mod:`vq_admin.source.mirror_feed`)."""
+
+    mirror: str
+    where: str
+    url: str
+    preparer_reads: str
+    source_ref: str
+    lane: str
+    lane_branch: str
+    refs: list[JsonObject]
+    push: JsonObject
+
+
+class Registry(Section, frozen=True, kw_only=True):
+    """The registry entry of the verified launcher (runtime lane), or why none was written."""
+
+    entry: str | None
+    created: bool | UnsetType = UNSET
+    conflict: str | None | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class Activation(Section, frozen=True, kw_only=True):
+    """The helper lane's activation record, and where it is stored."""
+
+    path: str
+    schema: str
+    host: str
+    expected_sha: str | None
+    tree_sha256: str | None
+    archive_sha256: str | None
+    git_tree: str
+    identity: JsonObject
+    reads: int
+    agent: list[str]
+    read_on: str
+    receipt: str | None
+    at: str
+
+
+class Record(Section, frozen=True, kw_only=True):
+    """The host's record (CONTRACT section 12): what this run imported, and the entries it appended."""
+
+    imported: int | UnsetType = UNSET
+    quarantine: list[str] | UnsetType = UNSET
+    evidence: list[str] | UnsetType = UNSET
+    not_evidence: list[str] | UnsetType = UNSET
+    entry: str | None | UnsetType = UNSET
+    signed: bool | UnsetType = UNSET
+    unchanged: str | UnsetType = UNSET
+    roots: str | None | UnsetType = UNSET
+    error: str | UnsetType = UNSET
