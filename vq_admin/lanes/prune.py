@@ -56,7 +56,7 @@ from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
 from ..report.sections import Readback, Verify
-from ..launcher.references import CensusError, census
+from ..launcher.references import Census, CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
 from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
@@ -180,13 +180,14 @@ class RuntimePrune:
         self.keep_used()
         self.add_roots()
         doc = self.take_census()
-        for row in doc["generations"]:
-            for job in row["jobs"]:
-                self.add(row["sha"], f"job {job['id']} ({job['state']})")
-        for sha, labels in doc.get("unregistered", {}).items():
+        for row in doc.generations:
+            for job in row.jobs:
+                self.add(row.sha, f"job {job.id} ({job.state})")
+        for sha, labels in doc.unregistered.items():
             for label in labels:
                 self.add(sha, label)
-        self.record["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
+        self.record["census"] = {k: v for k, v in doc.to_value().items()
+                                 if k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -245,7 +246,7 @@ class RuntimePrune:
                 ago = int((now - (parse_utc(usage.last[:19] + "Z") or now)) // 86400)
                 self.add(sha, f"used {usage.last[:10]} ({ago} d ago)")
 
-    def take_census(self) -> dict[str, Any]:
+    def take_census(self) -> Census:
         """The census: its one agent call is the planned step ``census``, whose detail says what it cost."""
         step, login = self.receipt.plan.get("census"), self.ctx.login(self.host)
         started = time.monotonic()
@@ -262,9 +263,9 @@ class RuntimePrune:
             raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
                           "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
         step.seconds = time.monotonic() - started
-        cost = doc["cost"]
-        step.detail = (f"{doc['jobs_scanned']} jobs read: {cost['scripts_read']} scripts read, "
-                       f"{cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls")
+        cost = doc.cost
+        step.detail = (f"{doc.jobs_scanned} jobs read: {cost.scripts_read} scripts read, "
+                       f"{cost.scripts_cached} cached, {cost.scheduler_calls} scheduler calls")
         return doc
 
     def candidates(self) -> list[str]:
