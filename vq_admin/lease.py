@@ -68,6 +68,7 @@ RELEASE_TIMEOUT = 15.0
 #: remote side still runs), and the run would wait for a build it has left running.
 MASTER_LINGER = 2.0
 _T = TypeVar("_T")
+_D = TypeVar("_D", bound=Document)
 
 
 class LeaseReply(Document, frozen=True, kw_only=True):
@@ -93,13 +94,13 @@ class ShellReply(Document, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def _reply(value: object) -> LeaseReply:
-    """*value* (a ``lease`` answer, or a session's ``lease`` member) as its type; one that is not one is an
-    answer that says nothing (the exit status and stderr then say why)."""
+def _as(kind: type[_D], value: object) -> _D:
+    """*value* (a member of the agent's answer) as *kind*; one that is not one says nothing (an empty
+    *kind*: the exit status and stderr then say why)."""
     try:
-        return LeaseReply.from_value(value, "the lease's answer")
+        return kind.from_value(value, f"the agent's {kind.__name__}")
     except DocumentError:
-        return LeaseReply()
+        return kind()
 
 
 class LeaseUnreachable(VqAdminError):
@@ -200,7 +201,7 @@ class Lease:
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
         answer = _parse(protocol.LEASE, line)
-        reply = _reply(answer)
+        reply = _as(LeaseReply, answer)
         if reply.held:
             self.record.update(held=True, lock=reply.lock, holder=answer.get("holder"), acquired_at=utc_now())
             self.host_record = _member(answer, "record") or None
@@ -213,7 +214,7 @@ class Lease:
         """Raise what a lease not held (*answer*, as the agent sent it) means: 75 held, 77 unsafe or not
         takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
-        reply = _reply(answer)
+        reply = _as(LeaseReply, answer)
         self.holder = reply.holder
         if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", reply))
@@ -260,7 +261,7 @@ class Lease:
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
         held = _member(first, protocol.LEASE)
-        reply, ours = _reply(held), first.get("protocol") == protocol.SESSION_PROTOCOL
+        reply, ours = _as(LeaseReply, held), first.get("protocol") == protocol.SESSION_PROTOCOL
         if ours and reply.held and fault is None:
             self.record.update(held=True, lock=reply.lock, holder=held.get("holder"), acquired_at=utc_now())
             if ssh is not None:
@@ -348,14 +349,14 @@ class Lease:
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         if ssh is not None and first.get("shell") is not None:
-            shell = _shell(first.get("shell"))
+            shell = _as(ShellReply, first.get("shell"))
             if not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
         if ssh is not None:
             ssh.shell_checked = True
         held = _member(first, protocol.LEASE)
-        reply = _reply(held)
+        reply = _as(LeaseReply, held)
         self._refuse(held, code if reply.exit is None else reply.exit,
                      (reply.error or error).replace("vq-admin-agent: ", ""))
 
@@ -486,14 +487,6 @@ def _parse(verb: str, line: str) -> dict[str, Any]:
         return protocol.PARSERS[verb](line).data if line else {}
     except protocol.ProtocolError:
         return {}
-
-
-def _shell(value: object) -> ShellReply:
-    """The session's ``shell`` member as its type (one that is not one: not judged POSIX, nothing more)."""
-    try:
-        return ShellReply.from_value(value, "the login shell's judgement")
-    except DocumentError:
-        return ShellReply()
 
 
 def _member(answer: dict[str, Any], name: str) -> dict[str, Any]:

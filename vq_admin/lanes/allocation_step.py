@@ -70,8 +70,9 @@ CANCEL_GRACE = 30.0
 RECONCILE_WAIT = 1.0
 RECONCILE_TRIES = 3
 #: Agent exit statuses that mean "refused before anything was submitted".
-REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused",
-                         75: "the lease's work lock is held by an earlier run's build or job"}
+REFUSED_BEFORE_SUBMIT = {exits.EXIT_USAGE: "usage, or a missing dependency",
+                         exits.EXIT_UNSAFE: "an unsafe path was refused",
+                         exits.EXIT_HELD: "the lease's work lock is held by an earlier run's build or job"}
 
 
 def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
