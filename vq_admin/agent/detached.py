@@ -31,6 +31,7 @@ from typing import Any, Callable, List, TypedDict, cast
 
 from . import allocation, lease, spawn
 from ..core import procs
+from ..core.atomic import TEMP_FLAGS
 from ..core.bounds import json_object
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
@@ -108,8 +109,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         for fd in (0, 1, 2):  # nothing of the ssh session stays open here
             os.dup2(null, fd)
         os.close(null)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        out, err = (os.open(name, flags, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
+        out, err = (os.open(name, TEMP_FLAGS, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
         proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)

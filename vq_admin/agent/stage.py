@@ -24,6 +24,7 @@ import stat
 import sys
 
 from ..core import safedirs, securepath
+from ..core.atomic import TEMP_FLAGS
 from ..core.protocol import encode
 
 STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
@@ -75,7 +76,7 @@ def receive(stage: str, stream: io.RawIOBase | io.BufferedIOBase) -> dict[str, o
     and a run a host crash ends leaves its stage to a later run's reclaim; it is never used again.
     """
     with safedirs.opened(_open_stage(stage)) as fd:
-        out = os.open(ARCHIVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        out = os.open(ARCHIVE, TEMP_FLAGS, 0o600, dir_fd=fd)
         size = 0
         buf = bytearray(1 << 20)
         with safedirs.opened(out), memoryview(buf) as view:

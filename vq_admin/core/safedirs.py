@@ -17,6 +17,7 @@ import sys
 from contextlib import contextmanager
 
 from . import securepath
+from .atomic import TEMP_FLAGS
 from .exits import EXIT_FAILED, EXIT_UNSAFE
 from .stamps import NAME, utc_now
 
@@ -167,7 +168,7 @@ def create_fresh(parent_fd: int, prefix: str) -> str:
 
 def write_new_file(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
     """Write a file that must not exist yet (``O_EXCL | O_NOFOLLOW``)."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    fd = os.open(name, TEMP_FLAGS, mode, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()

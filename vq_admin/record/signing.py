@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from ..config import Signing
 from ..core import securepath
+from ..core.atomic import TEMP_FLAGS
 from ..document import Document
 from ..report.outcome import Refused
 from ..ssh import process
@@ -116,7 +117,7 @@ class Signer:
     def _with_sig(self, sig: bytes, use: Callable[[str], process.Completed]) -> process.Completed:
         with tempfile.TemporaryDirectory(prefix="vq-admin-sig-") as tmp:
             path = os.path.join(tmp, "entry.sig")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, TEMP_FLAGS, 0o600)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(sig)
             return use(path)
