@@ -260,9 +260,9 @@ class RuntimePrune:
 
     def candidates(self) -> list[str]:
         """Registered generations outside the keep set and not pruned yet."""
-        return [e["sha"] for e in registry.entries(self.ctx.state.root, self.host.name, self.profile.program)
-                if e["sha"] not in self.keep
-                and registry.pruned(self.ctx.state.root, self.host.name, self.profile.program, e["sha"]) is None]
+        return [e.sha for e in registry.entries(self.ctx.state.root, self.host.name, self.profile.program)
+                if e.sha not in self.keep
+                and registry.pruned(self.ctx.state.root, self.host.name, self.profile.program, e.sha) is None]
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
@@ -352,21 +352,21 @@ class RuntimePrune:
             step = self.receipt.plan.again("kept-readback", f"kept-readback-{sha[:12]}",
                                            f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), timeout=self.profile.verify_timeout_seconds,
-                             launcher=entry["launcher"])
+                             launcher=entry.launcher)
             answer = _hash_answer(result.stdout)
             if result.interrupted:
-                checked[sha] = {"launcher": entry["launcher"], "ok": None, "detail": result.describe()}
+                checked[sha] = {"launcher": entry.launcher, "ok": None, "detail": result.describe()}
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
                 continue
             if answer.get("exists") is False:
-                problem = f"its launcher {entry['launcher']} no longer exists"
-            elif answer.get("sha256") != entry["launcher_sha256"]:
-                problem = (f"its launcher {entry['launcher']} now hashes to "
+                problem = f"its launcher {entry.launcher} no longer exists"
+            elif answer.get("sha256") != entry.launcher_sha256:
+                problem = (f"its launcher {entry.launcher} now hashes to "
                            f"{answer.get('sha256') or answer.get('error')}, "
-                           f"attested {entry['launcher_sha256']}")
+                           f"attested {entry.launcher_sha256}")
             else:
                 problem = None
-            checked[sha] = {"launcher": entry["launcher"], "ok": problem is None, "detail": problem}
+            checked[sha] = {"launcher": entry.launcher, "ok": problem is None, "detail": problem}
             if problem:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):

@@ -279,12 +279,12 @@ class RuntimeUpdate:
         from ..launcher import registry  # else the newest verified generation that may be gone back to
 
         for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
-            sha = entry["sha"]
+            sha = entry.sha
             if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
                     and not skip_as_revert_target(self.ctx.state, host, program, sha)):
                 self.receipt.notes.append(f"revert target: {sha}, the newest verified generation that may be made "
                                           f"current again ({previous.sha}, active before, may not)")
-                return Previous(sha, entry.get("tag"))
+                return Previous(sha, entry.tag)
         self.receipt.notes.append(f"no revert target: {previous.sha}, active before, may not be made current again, "
                                   "nor may any other verified generation")
         return None
