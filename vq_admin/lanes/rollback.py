@@ -29,7 +29,6 @@ from vq_admin_hookspecs import ProviderCommand
 
 from ..config import Signing, authority
 from ..launcher import registry
-from ..core.identifiers import SHA_RE
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused
 from ..plan import Step, execute
@@ -49,9 +48,9 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None,
                     signing: Signing | None) -> registry.Entry:
     """The registry entry of the rollback target, or :class:`Refused` naming what is missing."""
     if to is None:
-        record = state.read_record("runtime", host, program, "last-good") or {}
-        to = record.get("sha") if isinstance(record.get("sha"), str) else None
-        if not to or not SHA_RE.match(to):
+        last_good = state.verified("runtime", host, program, "last-good")
+        to = last_good.sha if last_good is not None else None
+        if not to:
             raise Refused(f"{program} on {host} has no LAST GOOD in {state.root} (no earlier verified generation "
                           f"to return to); give --to SHA of a generation verified here (vq admin history {host} "
                           f"{program}); nothing was run")

@@ -159,10 +159,10 @@ class RuntimeUpdate:
         since changes nothing); else the one tag of ``source_repo`` at the SHA (several: exit 2)."""
         if self.requested_tag is not None:
             return self.requested_tag
-        last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
-        if last.get("sha") != self.sha:
+        last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+        if last is None or last.sha != self.sha:
             return source.expected_tag(self.sha, tags)
-        label = last["tag"] if isinstance(last.get("tag"), str) and TAG_RE.match(last["tag"]) else None
+        label = last.tag if isinstance(last.tag, str) and TAG_RE.match(last.tag) else None
         if tags != ((label,) if label else ()):
             self.receipt.notes.append(_label_note(tags, label, "the label LAST OK recorded for it"))
         return label
@@ -270,9 +270,8 @@ class RuntimeUpdate:
         if found is not None and found.source_sha and found.source_sha.lower() != self.sha:
             previous = Previous(found.source_sha.lower(), found.tag)
         else:
-            last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
-            sha = last.get("sha")
-            previous = Previous(sha, last.get("tag")) if isinstance(sha, str) and sha != self.sha else None
+            last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+            previous = Previous(last.sha, last.tag or None) if last is not None and last.sha != self.sha else None
         host, program = self.host.name, self.profile.program
         if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
             return previous
