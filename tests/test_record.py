@@ -213,7 +213,7 @@ def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when
 
     def marked() -> str | None:
         found = registry.quarantined(state.root, "cluster", "toy", sha)
-        return None if found is None else found["reason"]
+        return None if found is None else found.reason
 
     assert apply_record(state, "cluster", "toy", [entry(1, "quarantine", False)], True) == [
         f"quarantined {sha} (0000000001-{'0' * 16}.json, by u@h)"]

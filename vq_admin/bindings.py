@@ -114,9 +114,12 @@ def _checked_request(program: str, host: str, expected_sha: str | None, path: st
 
 def _refuse_quarantined(root: str, host: str, program: str, sha: str) -> None:
     """Refuse (``quarantined``) a generation quarantined in this state directory, saying how to move on."""
-    mark = _registry_call(registry.quarantined, root, host, program, sha)
+    try:
+        mark = registry.quarantined(root, host, program, sha)
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
     if mark is not None:
-        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
+        raise LauncherRefused("quarantined", f"quarantined: {mark.reason}",
                               f"bind the job to another generation; vq admin jobs {program} {host} --sha "
                               f"{sha} lists what used it; vq admin quarantine {program} {host} "
                               f"{sha} --lift ends the quarantine")
@@ -224,13 +227,6 @@ def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str |
         raise LauncherRefused("pruned", f"{program} on {host}: {exc}",
                               f"bind the job to a kept generation (vq admin launcher {program} {host}), or deploy "
                               f"this one again: vq admin update {program} {host} --expected-sha {exc.sha}") from None
-    except registry.RegistryError as exc:
-        raise _corrupt(exc, program, host) from None
-
-
-def _registry_call(call: Any, root: str, host: str, program: str, sha: str) -> Any:
-    try:
-        return call(root, host, program, sha)
     except registry.RegistryError as exc:
         raise _corrupt(exc, program, host) from None
 

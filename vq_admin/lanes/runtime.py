@@ -77,7 +77,7 @@ class RuntimeUpdate:
         except registry.RegistryError as exc:
             raise Refused(f"the verified-launcher registry cannot be trusted: {exc}; {READ_ONLY_RAN}") from None
         if mark is not None:
-            raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.get('reason')}; end the "
+            raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.reason}; end the "
                           f"quarantine first: vq admin quarantine {program} {self.host.name} {sha} --lift; "
                           f"{READ_ONLY_RAN}")
         self.sha = sha

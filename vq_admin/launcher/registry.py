@@ -55,7 +55,9 @@ from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry
 from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, TypeVar
+
+    _Mark = TypeVar("_Mark", "PrunedMark", "QuarantineMark")
 
 class RegistryError(ValueError):
     """An identity that cannot be registered, or an entry that cannot be trusted."""
@@ -132,56 +134,63 @@ def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha
     return path
 
 
-def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+class PrunedMark(PlainRecord):
+    """``pruned/<sha>.json``: the prune that removed a generation (``?`` for what the mark cannot say)."""
+
+    FIELDS = ("receipt", "pruned_at")
+    __slots__ = FIELDS
+    receipt: str
+    pruned_at: str
+
+
+class QuarantineMark(PlainRecord):
+    """``quarantined/<sha>.json``: why, when and by whom (``?`` for what the mark cannot say)."""
+
+    FIELDS = ("reason", "at", "by")
+    __slots__ = FIELDS
+    reason: str
+    at: str
+    by: str
+
+
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> PrunedMark | None:
     """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
-    path = entry_path(state_root, host, program, sha)
-    dfd = _lane_fd(state_root, host, program, create=False)
-    if dfd is None:
-        return None
-    try:
-        return None if absent(dfd, "pruned", sha) else _read_mark_at(dfd, path, sha)
-    finally:
-        os.close(dfd)
-
-
-def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
-    """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
-    try:
-        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError:
-        return {"receipt": "?", "pruned_at": "?"}
-    try:
-        return _read_at(sub, sha + ".json", beside(entry, "pruned")) or {"receipt": "?", "pruned_at": "?"}
-    except RegistryError:
-        return {"receipt": "?", "pruned_at": "?"}
-    finally:
-        os.close(sub)
+    return _mark(state_root, host, program, sha, PrunedMark, "pruned")
 
 
 QUARANTINE_SCHEMA = "vq-admin/quarantined/1"
 
 
-def quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
-    """The quarantine mark of *sha* (``reason``, ``at``, ``by``), or ``None``; an unreadable mark still
-    quarantines (its reason ``?``)."""
+def quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> QuarantineMark | None:
+    """The quarantine mark of *sha*, or ``None``; an unreadable mark still quarantines (its reason ``?``)."""
+    return _mark(state_root, host, program, sha, QuarantineMark, "quarantined")
+
+
+def _mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str, kind: type[_Mark],
+          directory: str) -> _Mark | None:
     path = entry_path(state_root, host, program, sha)
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
         return None
-    mark = None
     try:
-        if absent(dfd, "quarantined", sha):
-            return None
-        sub = os.open("quarantined", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        return None if absent(dfd, directory, sha) else _mark_at(dfd, kind, directory, sha, path)
+    finally:
+        os.close(dfd)
+
+
+def _mark_at(dfd: int, kind: type[_Mark], directory: str, sha: str, entry: str) -> _Mark:
+    """The mark of *sha* in *directory* of the lane *dfd* (checked read); an unreadable mark still counts,
+    naming nothing it cannot prove."""
+    found: dict[str, object] = {}
+    try:
+        sub = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
         try:
-            mark = _read_at(sub, sha + ".json", beside(path, "quarantined"))
+            found = _read_at(sub, sha + ".json", beside(entry, directory)) or {}
         finally:
             os.close(sub)
     except (OSError, RegistryError):
         pass
-    finally:
-        os.close(dfd)
-    return mark or {"reason": "?", "at": "?", "by": "?"}
+    return kind(**{name: str(found.get(name, "?")) for name in kind.FIELDS})
 
 
 def mark_quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str, reason: str, at: str,
@@ -409,8 +418,8 @@ def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
         return None
     entry = Entry.checked(found, host, program, sha, path)
     if not absent(dfd, "pruned", sha):
-        found = _read_mark_at(dfd, path, sha)
-        raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
+        mark = _mark_at(dfd, PrunedMark, "pruned", sha, path)
+        raise PrunedError(f"{sha} was pruned at {mark.pruned_at} by receipt {mark.receipt}: its "
                           f"release and launcher {entry.launcher} were removed", sha)
     if not absent(dfd, "conflicts", sha):
         raise RegistryError(

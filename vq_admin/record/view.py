@@ -251,7 +251,7 @@ def apply_record(state: StateDir, host: str, program: str, new: list[Imported], 
     done: list[str] = []
     for entry, found in _quarantine_entries(new, program):
         mark = registry.quarantined(state.root, host, program, found.sha)
-        later = mark is None or found.at > str(mark.get("at"))  # than the quarantine it would replace or end
+        later = mark is None or found.at > mark.at  # than the quarantine it would replace or end
         if found.action == "quarantine":
             done.append(_quarantine_here(state, host, program, entry, found, later))
         else:
