@@ -50,7 +50,7 @@ def build(root: Path, count: int) -> list[str]:
             "sha": sha, "tag": None, "launcher": f"/apps/{PROGRAM}/releases/{sha}/source/.venv/bin/python",
             "launcher_sha256": "e" * 64, "receipt": f"bench-{i}", "at": "2026-11-30T00:00:00Z"})
         with open(directory / f"{sha}.json", "xb") as fh:
-            fh.write(registry.encode(entry))
+            fh.write(registry.encode(entry.to_value()))
     pointer = {"schema": registry.POINTER_SCHEMA, "sha": shas[-1], "receipt": "bench",
                "verified_at": "2026-11-30T00:00:00Z"}
     (directory / "latest.json").write_bytes(registry.encode(pointer))

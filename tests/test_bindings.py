@@ -26,11 +26,11 @@ from vq_admin.bindings import Binding, LauncherRefused, check_pin, resolve_launc
 SHA_A = "a" * 40
 SHA_B = "b" * 40
 SHA_C = "c" * 40
-HEAVY = ("pluggy", "plumbum", "filelock", "vq_admin_hookspecs", "vq_site_example")
+HEAVY = ("pluggy", "plumbum", "filelock", "vq_admin_hookspecs", "vq_site_example", "msgspec")
 #: The one profile of ``cluster`` and ``fresh`` (a PROGRAM the configuration does not name is a usage error).
 PROFILE = 'update_command = "/bin/true"\nverify_command = "/bin/true"\nsource_repo = "/srv/src/vibeqc"'
 HEAVY_OWN = ("vq_admin.config", "vq_admin.plugins", "vq_admin.ssh.transport", "vq_admin.state.records",
-             "vq_admin.providers")
+             "vq_admin.providers", "vq_admin.document")
 
 
 def launcher_of(root: Path, sha: str) -> str:

@@ -70,7 +70,7 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
     status = status["hosts"]["cluster"]["runtimes"]["vibeqc"]
     assert status["last_ok"]["sha"] == A and status["last_good"] is None
     assert bindings.resolve_launcher("vibeqc", "cluster", state_dir=state.root).sha == A
-    assert [e["sha"] for e in registry.entries(state.root, "cluster", "vibeqc")] == [A]
+    assert [e.sha for e in registry.entries(state.root, "cluster", "vibeqc")] == [A]
     refused = None
     try:
         bindings.resolve_launcher("vibeqc", "cluster", expected_sha=B, state_dir=state.root)

@@ -43,13 +43,15 @@ TRUST_OWN = {"vq_admin.state", "vq_admin.state.tree", "vq_admin.core", "vq_admin
 RECORD_OWN = {"vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps"}
 #: The C modules of the standard library the use record needs (its lock and its user name).
 RECORD_C = {"fcntl", "pwd"}
+#: The immutable records a full lookup returns (a registry entry, a binding): standard library only.
+RECORDS_OWN = {"vq_admin.core.plainrecord"}
 LAUNCHER_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core.plainargs", "vq_admin.commands",
                 "vq_admin.commands.launcher", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
                 "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
-                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN | RECORDS_OWN
 BINDINGS_OWN = {"vq_admin", "vq_admin.bindings", "vq_admin.launcher", "vq_admin.launcher.registry",
                 "vq_admin.launcher.immutable", "vq_admin.report", "vq_admin.report.outcome",
-                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN
+                "vq_admin.launcher.plain_lookup"} | TRUST_OWN | RECORD_OWN | RECORDS_OWN
 #: The launcher's plain success (vq_admin.launcher.plain_lookup): these and nothing a bare interpreter has not
 #: already imported (no re, json, enum), but the ``__future__`` its modules name.
 PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plainargs", "vq_admin.launcher",

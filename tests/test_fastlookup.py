@@ -94,10 +94,12 @@ def register(state: Path, sha: str = SHA, receipt: str = "r-1") -> None:
 
 
 def full(state: Path, sha: str | None) -> object:
+    """What the full lookup returns, its entry as the registry wrote it."""
     try:
-        return registry.resolve(str(state), "cluster", "vibeqc", sha)
+        latest, entry = registry.resolve(str(state), "cluster", "vibeqc", sha)
     except registry.RegistryError as exc:
         return f"refused: {exc}"
+    return latest, None if entry is None else entry.to_value()
 
 
 def lane(state: Path) -> Path:

@@ -482,7 +482,9 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
                 return ProviderCommand(argv=("/usr/bin/touch", str(marker)))
 
         provider = Activating()
-        monkeypatch.setattr(rollback, "verified_target", lambda *_a: {"sha": w["runtime_sha"], "tag": None})
+        target = rollback.registry.Entry(host="cluster", program="vibeqc", sha=w["runtime_sha"], tag=None,
+                                         launcher="/unused", launcher_sha256="e" * 64, receipt="r", verified_at="t")
+        monkeypatch.setattr(rollback, "verified_target", lambda *_a: target)
         make = lambda ctx: rollback.RuntimeRollback(ctx, "cluster", "vibeqc", w["runtime_sha"])  # noqa: E731
     before = _tree(installed)
     done = run_lane(w, make, provider, dry_run=False)

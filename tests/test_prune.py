@@ -220,7 +220,7 @@ def test_a_pruned_mark_refuses_the_launcher_until_the_sha_is_verified_again(tmp_
         resolve_launcher("vibeqc", "cluster", expected_sha=sha, state_dir=state)
     assert refused.value.code == "pruned" and "r-2" in refused.value.reason
     registry.record_verified(state, "cluster", "vibeqc", dict(verified, receipt="r-3"))  # deployed again
-    assert registry.lookup(state, "cluster", "vibeqc", sha)["launcher"] == verified["launcher"]
+    assert registry.lookup(state, "cluster", "vibeqc", sha).launcher == verified["launcher"]
 
 
 @pytest.mark.parametrize("stdout,problem", [

@@ -213,7 +213,7 @@ def test_an_imported_quarantine_acts_unsigned_and_a_lift_under_signing_only_when
 
     def marked() -> str | None:
         found = registry.quarantined(state.root, "cluster", "toy", sha)
-        return None if found is None else found["reason"]
+        return None if found is None else found.reason
 
     assert apply_record(state, "cluster", "toy", [entry(1, "quarantine", False)], True) == [
         f"quarantined {sha} (0000000001-{'0' * 16}.json, by u@h)"]
@@ -267,6 +267,7 @@ def test_a_rollback_target_from_the_record_is_judged_with_the_current_allowed_si
     import hashlib
 
     from vq_admin.config import Signing
+    from vq_admin.launcher.registry import Entry
     from vq_admin.record.view import FROM_RECORD, Imported, judge, record_problem, signer
     from vq_admin.state.records import StateDir
 
@@ -285,8 +286,8 @@ def test_a_rollback_target_from_the_record_is_judged_with_the_current_allowed_si
     state = StateDir(str(tmp_path / "state"))
     kept = Imported(seq=1, name=name, digest="f" * 64, statement=text.decode(), sig=sig.decode(), verdict=verdict)
     state.tree.append(["record", "h"], "toy.jsonl", kept.to_json().encode() + b"\n")
-    entry = {"receipt": FROM_RECORD + name, "sha": "a" * 40, "launcher": f"/apps/toy/bin/toy-{'a' * 40}",
-             "launcher_sha256": "d" * 64}
+    entry = Entry(host="h", program="toy", sha="a" * 40, tag=None, launcher=f"/apps/toy/bin/toy-{'a' * 40}",
+                  launcher_sha256="d" * 64, receipt=FROM_RECORD + name, verified_at="2026-11-30T00:00:00Z")
     assert record_problem(state, "h", "toy", entry, before) is None
     for now in (after, None):  # the key left allowed_signers, or [signing] was removed: no longer evidence
         assert record_problem(state, "h", "toy", entry, now) == (

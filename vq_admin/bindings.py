@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 
 from .core.escape import has_control
+from .core.plainrecord import PlainRecord
 from .launcher import registry
 from .core.identifiers import FULL_SHA_RE, NAME_RE, NAME_RULE, SHA_IN_TEXT_RE, SHA_RULE
 from .launcher.immutable import launcher_problem
@@ -66,7 +67,7 @@ class BindingUsageError(UsageError, ValueError):
     """A malformed argument (a program or host name, an abbreviated SHA): exit 2."""
 
 
-class Binding:
+class Binding(PlainRecord):
     """An immutable launcher attested by verified deployment evidence (frozen)."""
 
     FIELDS = ("launcher", "sha", "launcher_sha256", "host", "program", "receipt", "verified_at", "tag",
@@ -82,27 +83,6 @@ class Binding:
     tag: str | None
     latest: bool
     checked_on_host: bool
-
-    def __init__(self, **values: object):
-        for name in self.FIELDS:
-            object.__setattr__(self, name, values[name])
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Binding is immutable")
-
-    __delattr__ = __setattr__  # type: ignore[assignment]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Binding) and self.to_dict() == other.to_dict()
-
-    def __hash__(self) -> int:
-        return hash(tuple(getattr(self, n) for n in self.FIELDS))
-
-    def __repr__(self) -> str:
-        return f"Binding({', '.join(f'{n}={getattr(self, n)!r}' for n in self.FIELDS)})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.FIELDS}
 
     def pin(self) -> dict[str, Any]:
         """What the driver records with a job, for :func:`check_pin` at dispatch."""
@@ -134,9 +114,12 @@ def _checked_request(program: str, host: str, expected_sha: str | None, path: st
 
 def _refuse_quarantined(root: str, host: str, program: str, sha: str) -> None:
     """Refuse (``quarantined``) a generation quarantined in this state directory, saying how to move on."""
-    mark = _registry_call(registry.quarantined, root, host, program, sha)
+    try:
+        mark = registry.quarantined(root, host, program, sha)
+    except registry.RegistryError as exc:
+        raise _corrupt(exc, program, host) from None
     if mark is not None:
-        raise LauncherRefused("quarantined", f"quarantined: {mark.get('reason')}",
+        raise LauncherRefused("quarantined", f"quarantined: {mark.reason}",
                               f"bind the job to another generation; vq admin jobs {program} {host} --sha "
                               f"{sha} lists what used it; vq admin quarantine {program} {host} "
                               f"{sha} --lift ends the quarantine")
@@ -162,7 +145,8 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     if path is None and not check_on_host:
         plain = plain_resolve(root, host, program, sha)  # a few system calls; None: the full lookup decides
         if plain is not None:
-            return _used(root, _binding(plain[1], host, program, plain[0], False), job)
+            found = registry.Entry.checked(plain[1], host, program, None, "the registry entry")
+            return _used(root, _binding(found, host, program, plain[0], False), job)
     latest, entry = _resolve(root, host, program, sha)
     if latest is None:  # no evidence under this name: an alias, or nothing yet
         canonical = _canonical_host(root, program, host, config_path)
@@ -170,13 +154,13 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
             latest, entry = _resolve(root, canonical, program, sha)
     if entry is None:
         _refuse_missing(program, host, canonical, sha, latest, root)
-    _refuse_unconfirmed(program, host, canonical, entry["sha"], root, pinned=sha is not None)
-    _refuse_quarantined(root, canonical, program, entry["sha"])
-    if path is not None and path != entry["launcher"]:
+    _refuse_unconfirmed(program, host, canonical, entry.sha, root, pinned=sha is not None)
+    _refuse_quarantined(root, canonical, program, entry.sha)
+    if path is not None and path != entry.launcher:
         raise LauncherRefused("path-mismatch",
-                              f"{path} is not the verified launcher of {program} {entry['sha']} on {canonical}; "
+                              f"{path} is not the verified launcher of {program} {entry.sha} on {canonical}; "
                               "an explicit path authenticates nothing",
-                              _use_printed(program, canonical, entry["sha"]))
+                              _use_printed(program, canonical, entry.sha))
     if check_on_host:
         from .launcher.profile_view import ReadbackRefused, check_launcher_on_host
 
@@ -188,7 +172,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     return _used(root, _binding(entry, canonical, program, latest, bool(check_on_host)), job)
 
 
-def _refuse_gone(root: str, host: str, program: str, entry: Mapping[str, Any]) -> None:
+def _refuse_gone(root: str, host: str, program: str, entry: registry.Entry) -> None:
     """:class:`LauncherRefused` (``launcher-gone``) when the launcher's path is visible here and is missing or
     changed (:mod:`vq_admin.launcher.present`): never exit 0 with a dead path."""
     from .launcher.present import launcher_problem_here
@@ -201,14 +185,14 @@ def _refuse_gone(root: str, host: str, program: str, entry: Mapping[str, Any]) -
     if fd is None:
         return
     try:
-        problem = launcher_problem_here(fd, entry["sha"], entry["launcher"], entry["launcher_sha256"])
+        problem = launcher_problem_here(fd, entry.sha, entry.launcher, entry.launcher_sha256)
     finally:
         os.close(fd)
     if problem:
-        raise LauncherRefused("launcher-gone", f"{program} {entry['sha']} on {host}: {problem}",
+        raise LauncherRefused("launcher-gone", f"{program} {entry.sha} on {host}: {problem}",
                               f"do not submit with it: bind the job to another generation (vq admin jobs {program} "
                               f"{host} shows what uses it), or deploy it again: vq admin update {program} {host} "
-                              f"--expected-sha {entry['sha']}")
+                              f"--expected-sha {entry.sha}")
 
 
 def _used(root: str, binding: Binding, job: str | None) -> Binding:
@@ -235,7 +219,7 @@ def _used(root: str, binding: Binding, job: str | None) -> Binding:
     return binding
 
 
-def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str | None, dict[str, Any] | None]:
+def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str | None, registry.Entry | None]:
     """:func:`registry.resolve` (one checked walk of the registry), its errors as refusals."""
     try:
         return registry.resolve(root, host, program, sha)
@@ -247,18 +231,10 @@ def _resolve(root: str, host: str, program: str, sha: str | None) -> tuple[str |
         raise _corrupt(exc, program, host) from None
 
 
-def _registry_call(call: Any, root: str, host: str, program: str, sha: str) -> Any:
-    try:
-        return call(root, host, program, sha)
-    except registry.RegistryError as exc:
-        raise _corrupt(exc, program, host) from None
-
-
-def _binding(entry: Mapping[str, object], host: str, program: str, latest: str | None,
-             checked_on_host: bool) -> Binding:
-    return Binding(launcher=entry["launcher"], sha=entry["sha"], launcher_sha256=entry["launcher_sha256"],
-                   host=host, program=program, receipt=entry["receipt"], verified_at=entry["verified_at"],
-                   tag=entry.get("tag"), latest=entry["sha"] == latest, checked_on_host=checked_on_host)
+def _binding(entry: registry.Entry, host: str, program: str, latest: str | None, checked_on_host: bool) -> Binding:
+    return Binding(launcher=entry.launcher, sha=entry.sha, launcher_sha256=entry.launcher_sha256, host=host,
+                   program=program, receipt=entry.receipt, verified_at=entry.verified_at, tag=entry.tag,
+                   latest=entry.sha == latest, checked_on_host=checked_on_host)
 
 
 def _pin_document(pin: dict[str, Any] | str, program: str | None, host: str | None) -> dict[str, Any]:

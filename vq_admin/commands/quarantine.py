@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..config import authority, load_config
 from ..launcher import registry
@@ -37,12 +37,14 @@ def run(args: argparse.Namespace) -> int:
     at = utc_now()
     entry = _registry_entry(state.root, host.name, program, sha)
     local = _mark_here(state.root, host.name, program, sha, args.lift, reason, at)
-    last_ok = (state.read_record("runtime", host.name, program, "last-ok") or {}).get("sha")
+    verified = state.verified("runtime", host.name, program)
+    last_ok = verified.sha if verified is not None else None
     action = "lift" if args.lift else "quarantine"
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
         where, problem, unknown = record_on_host(config, state, transport, host, program, statement(
-            state, host.name, program, sha, action, reason, at, entry.get("launcher"), entry.get("launcher_sha256")))
+            state, host.name, program, sha, action, reason, at, entry.launcher if entry else None,
+            entry.launcher_sha256 if entry else None))
         jobs, scanned, census_error = _jobs_naming(transport, host.agent, sha)
         held, failed = hold(transport, jobs) if args.hold_jobs and not args.lift else ([], {})
     doc = QuarantineReport(host=host.name, program=program, sha=sha, action=action, reason=reason,
@@ -57,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _registry_entry(root: Path, host: str, program: str, sha: str) -> dict[str, Any]:
-    """The verified-launcher registry's entry of *sha* (empty when there is none, or it was pruned); a
+def _registry_entry(root: Path, host: str, program: str, sha: str) -> registry.Entry | None:
+    """The verified-launcher registry's entry of *sha* (``None`` when there is none, or it was pruned); a
     registry that cannot be trusted refuses the run."""
     try:
-        return registry.lookup(root, host, program, sha) or {}
+        return registry.lookup(root, host, program, sha)
     except registry.PrunedError:
-        return {}
+        return None
     except registry.RegistryError as exc:
         raise Refused(f"the verified-launcher registry cannot be trusted: {exc}") from None
 

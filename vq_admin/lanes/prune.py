@@ -47,7 +47,6 @@ from ..config import authority
 from ..state import history
 from ..launcher import registry
 from ..core import protocol
-from ..core.identifiers import SHA_RE
 from ..document import Document
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
@@ -94,19 +93,18 @@ class RuntimePrune:
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         self.keep_recent = keep_recent
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
-        last_ok = ctx.state.read_record("runtime", host_name, program, "last-ok") or {}
-        sha = last_ok.get("sha") if isinstance(last_ok.get("sha"), str) else None
+        last_ok = ctx.state.verified("runtime", host_name, program)
         self._command: ProviderCommand | None = None
         try:
             self.prune_command()
         except ProviderError as exc:
             raise UsageError(f"{where} has no prune operation: configure prune_command (or use a provider that "
                              f"implements vq_admin_runtime_prune); {exc.message}") from None
-        if not sha or not SHA_RE.match(sha):
+        if last_ok is None:
             raise Refused(f"{program} on {host_name} has no LAST OK in {ctx.state.root}: nothing was verified here, "
                           "so the active generation cannot be proven; nothing was pruned")
-        self.sha, self.tag = sha, last_ok.get("tag")
-        self.receipt = Receipt("runtime", self.host.name, program, sha, self.tag, utc_now())
+        self.sha, self.tag = last_ok.sha, last_ok.tag or None
+        self.receipt = Receipt("runtime", self.host.name, program, self.sha, self.tag, utc_now())
         self.keep: dict[str, list[str]] = {}
         #: The receipt's ``prune`` section.
         self.record: dict[str, Any] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent,
@@ -172,9 +170,9 @@ class RuntimePrune:
                        "launcher_sha256": pre.receipt.active_path_sha256}
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
-        last_good = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-good") or {}
-        if isinstance(last_good.get("sha"), str) and SHA_RE.match(last_good["sha"]):
-            self.add(last_good["sha"], "last-good")
+        last_good = self.ctx.state.verified("runtime", self.host.name, self.profile.program, "last-good")
+        if last_good is not None:
+            self.add(last_good.sha, "last-good")
         for i, sha in enumerate(self.recent(), 1):
             self.add(sha, f"recent ({i} of {self.keep_recent})")
         self.keep_used()
@@ -270,9 +268,9 @@ class RuntimePrune:
 
     def candidates(self) -> list[str]:
         """Registered generations outside the keep set and not pruned yet."""
-        return [e["sha"] for e in registry.entries(self.ctx.state.root, self.host.name, self.profile.program)
-                if e["sha"] not in self.keep
-                and registry.pruned(self.ctx.state.root, self.host.name, self.profile.program, e["sha"]) is None]
+        return [e.sha for e in registry.entries(self.ctx.state.root, self.host.name, self.profile.program)
+                if e.sha not in self.keep
+                and registry.pruned(self.ctx.state.root, self.host.name, self.profile.program, e.sha) is None]
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
@@ -363,20 +361,20 @@ class RuntimePrune:
             step = self.receipt.plan.again("kept-readback", f"kept-readback-{sha[:12]}",
                                            f"kept launcher of {sha}: still there, same bytes")
             result = execute(step, self.ctx.login(self.host), timeout=self.profile.verify_timeout_seconds,
-                             launcher=entry["launcher"])
+                             launcher=entry.launcher)
             answer = _hash_answer(result.stdout)
             if result.interrupted:
-                checked[sha] = KeptLauncher(launcher=entry["launcher"], ok=None, detail=result.describe())
+                checked[sha] = KeptLauncher(launcher=entry.launcher, ok=None, detail=result.describe())
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
                 continue
             if answer is not None and answer.data.get("exists") is False:
-                problem = f"its launcher {entry['launcher']} no longer exists"
-            elif answer is None or answer.sha256 != entry["launcher_sha256"]:
-                problem = (f"its launcher {entry['launcher']} now hashes to "
-                           f"{answer and (answer.sha256 or answer.error)}, attested {entry['launcher_sha256']}")
+                problem = f"its launcher {entry.launcher} no longer exists"
+            elif answer is None or answer.sha256 != entry.launcher_sha256:
+                problem = (f"its launcher {entry.launcher} now hashes to "
+                           f"{answer and (answer.sha256 or answer.error)}, attested {entry.launcher_sha256}")
             else:
                 problem = None
-            checked[sha] = KeptLauncher(launcher=entry["launcher"], ok=problem is None, detail=problem)
+            checked[sha] = KeptLauncher(launcher=entry.launcher, ok=problem is None, detail=problem)
             if problem:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):

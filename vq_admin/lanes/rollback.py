@@ -24,13 +24,11 @@ The runtime lane, aimed at an earlier generation:
 
 from __future__ import annotations
 
-from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
 from ..config import Signing, authority
 from ..launcher import registry
-from ..core.identifiers import SHA_RE
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused
 from ..plan import Step, execute
@@ -48,12 +46,12 @@ VERIFIED = ("ok", "already-current")
 
 
 def verified_target(state: StateDir, host: str, program: str, to: str | None,
-                    signing: Signing | None) -> dict[str, Any]:
+                    signing: Signing | None) -> registry.Entry:
     """The registry entry of the rollback target, or :class:`Refused` naming what is missing."""
     if to is None:
-        record = state.read_record("runtime", host, program, "last-good") or {}
-        to = record.get("sha") if isinstance(record.get("sha"), str) else None
-        if not to or not SHA_RE.match(to):
+        last_good = state.verified("runtime", host, program, "last-good")
+        to = last_good.sha if last_good is not None else None
+        if not to:
             raise Refused(f"{program} on {host} has no LAST GOOD in {state.root} (no earlier verified generation "
                           f"to return to); give --to SHA of a generation verified here (vq admin history {host} "
                           f"{program}); nothing was run")
@@ -69,15 +67,15 @@ def verified_target(state: StateDir, host: str, program: str, to: str | None,
                f"{program} {host} --expected-sha {to}; nothing was run")
     if entry is None:
         raise Refused(missing)
-    if str(entry["receipt"]).startswith(FROM_RECORD):  # another driver's signed entry of the host's record
+    if entry.receipt.startswith(FROM_RECORD):  # another driver's signed entry of the host's record
         problem = record_problem(state, host, program, entry, signing)
         if problem is not None:
             raise Refused(f"{missing} ({problem})")
         return entry
-    receipt = read_json(state.receipt_path(str(entry["receipt"])))
+    receipt = read_json(state.receipt_path(entry.receipt))
     if (receipt is None or receipt.get("outcome") not in VERIFIED or receipt.get("host") != host
             or receipt.get("program") != program or receipt.get("expected_sha") != to):
-        raise Refused(f"{missing} (the registry names receipt {entry['receipt']}, which is missing or is not "
+        raise Refused(f"{missing} (the registry names receipt {entry.receipt}, which is missing or is not "
                       "a verified success of that generation)")
     return entry
 
@@ -93,12 +91,12 @@ class RuntimeRollback(RuntimeUpdate):
         self.entry = verified_target(ctx.state, host_name, program, to, ctx.config.signing)
         from ..state.confirmation import unconfirmed
 
-        reason = unconfirmed(ctx.state, host_name, program, self.entry["sha"])
+        reason = unconfirmed(ctx.state, host_name, program, self.entry.sha)
         if reason is not None:  # CONTRACT section 13: never made current again by a rollback
-            raise Refused(f"unconfirmed: {program} {self.entry['sha']} on {host_name}: {reason}; nothing was run; "
+            raise Refused(f"unconfirmed: {program} {self.entry.sha} on {host_name}: {reason}; nothing was run; "
                           f"to prove it again: vq admin update {program} {host_name} --expected-sha "
-                          f"{self.entry['sha']} --retry-confirmation")
-        super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
+                          f"{self.entry.sha} --retry-confirmation")
+        super().__init__(ctx, host_name, program, self.entry.sha, self.entry.tag)
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
             self.profile.provider, self.request(archive=None, where=self.activate_place))
         self.receipt.rollback = Rollback(from_=None, to=self.sha, via="activate" if self.activation else "update")

@@ -78,7 +78,7 @@ class RuntimeUpdate:
         except registry.RegistryError as exc:
             raise Refused(f"the verified-launcher registry cannot be trusted: {exc}; {READ_ONLY_RAN}") from None
         if mark is not None:
-            raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.get('reason')}; end the "
+            raise Refused(f"{sha} of {program} on {self.host.name} is quarantined: {mark.reason}; end the "
                           f"quarantine first: vq admin quarantine {program} {self.host.name} {sha} --lift; "
                           f"{READ_ONLY_RAN}")
         self.sha = sha
@@ -160,10 +160,10 @@ class RuntimeUpdate:
         since changes nothing); else the one tag of ``source_repo`` at the SHA (several: exit 2)."""
         if self.requested_tag is not None:
             return self.requested_tag
-        last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
-        if last.get("sha") != self.sha:
+        last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+        if last is None or last.sha != self.sha:
             return source.expected_tag(self.sha, tags)
-        label = last["tag"] if isinstance(last.get("tag"), str) and TAG_RE.match(last["tag"]) else None
+        label = last.tag if isinstance(last.tag, str) and TAG_RE.match(last.tag) else None
         if tags != ((label,) if label else ()):
             self.receipt.notes.append(_label_note(tags, label, "the label LAST OK recorded for it"))
         return label
@@ -271,21 +271,20 @@ class RuntimeUpdate:
         if found is not None and found.source_sha and found.source_sha.lower() != self.sha:
             previous = Previous(found.source_sha.lower(), found.tag)
         else:
-            last = self.ctx.state.read_record("runtime", self.host.name, self.profile.program, "last-ok") or {}
-            sha = last.get("sha")
-            previous = Previous(sha, last.get("tag")) if isinstance(sha, str) and sha != self.sha else None
+            last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+            previous = Previous(last.sha, last.tag or None) if last is not None and last.sha != self.sha else None
         host, program = self.host.name, self.profile.program
         if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
             return previous
         from ..launcher import registry  # else the newest verified generation that may be gone back to
 
         for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
-            sha = entry["sha"]
+            sha = entry.sha
             if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
                     and not skip_as_revert_target(self.ctx.state, host, program, sha)):
                 self.receipt.notes.append(f"revert target: {sha}, the newest verified generation that may be made "
                                           f"current again ({previous.sha}, active before, may not)")
-                return Previous(sha, entry.get("tag"))
+                return Previous(sha, entry.tag)
         self.receipt.notes.append(f"no revert target: {previous.sha}, active before, may not be made current again, "
                                   "nor may any other verified generation")
         return None

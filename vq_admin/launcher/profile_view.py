@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import default_paths as paths
 from ..core.bounds import json_object
 from ..core.identifiers import DESTINATION_RE
+
+if TYPE_CHECKING:
+    from .registry import Entry
 
 _cache: dict[tuple[str, int, int, int, int] | None, dict[str, Any]] = {}
 
@@ -114,9 +117,9 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
     return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
 
 
-def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike[str] | None, timeout: float) -> None:
+def check_launcher_on_host(entry: Entry, config_path: str | os.PathLike[str] | None, timeout: float) -> None:
     """Refuse unless the launcher on the login host hashes to the attested SHA-256."""
-    host, launcher, attested = entry["host"], entry["launcher"], entry["launcher_sha256"]
+    host, launcher, attested = entry.host, entry.launcher, entry.launcher_sha256
     remedy = (f"check that {host} is reachable and its agent installed (vq admin update {host}); "
               "the binding stays refused until the read-back succeeds")
     try:
@@ -136,14 +139,14 @@ def check_launcher_on_host(entry: dict[str, Any], config_path: str | os.PathLike
         tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
         raise ReadbackRefused("readback-failed", f"cannot read back {launcher} on {host}: exit {done.returncode}: "
                               f"{tail[0][:300]}", remedy)
-    changed = (f"do not run it: it is not the executable that was verified (receipt {entry['receipt']}); find out who "
+    changed = (f"do not run it: it is not the executable that was verified (receipt {entry.receipt}); find out who "
                f"changed it, then deploy a new generation "
-               f"(vq admin update {entry['program']} {host} --expected-sha SHA) "
+               f"(vq admin update {entry.program} {host} --expected-sha SHA) "
                "and resubmit with the launcher vq admin launcher prints")
     if isinstance(answer.get("untrusted"), str):
         raise ReadbackRefused("untrusted-launcher", f"{answer['untrusted']} (launcher {launcher} on {host})",
                               "do not run it until the directory is fixed; then deploy a new generation "
-                              f"(vq admin update {entry['program']} {host} --expected-sha SHA)")
+                              f"(vq admin update {entry.program} {host} --expected-sha SHA)")
     if answer.get("exists") is False:
         raise ReadbackRefused("launcher-changed",
                               f"the verified launcher {launcher} no longer exists on {host}", changed)

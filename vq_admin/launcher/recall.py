@@ -83,7 +83,7 @@ def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str
     :class:`~vq_admin.launcher.references.CensusError` of the host's queue."""
     from .references import CensusError, CensusScan
 
-    launchers = {e["sha"]: e["launcher"] for e in registry.entries(state_root, host, program)}
+    launchers = {e.sha: e.launcher for e in registry.entries(state_root, host, program)}
     found = read_uses(state_root, host, program, [sha] if sha else None, since)
     shas = [sha] if sha else sorted(set(launchers) | set(found))
     naming = census.jobs_naming(shas) if isinstance(census, CensusScan) else {}

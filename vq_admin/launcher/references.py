@@ -160,8 +160,7 @@ class Census(Document, frozen=True, kw_only=True):
 
 def generations(state: StateDir, host: str, program: str) -> list[Generation]:
     """Registry entries plus LAST OK / LAST GOOD, one row per SHA, with the static reasons."""
-    rows = {entry["sha"]: Generation(sha=entry["sha"], launcher=entry["launcher"], registered=True,
-                                     receipt=entry["receipt"])
+    rows = {entry.sha: Generation(sha=entry.sha, launcher=entry.launcher, registered=True, receipt=entry.receipt)
             for entry in registry.entries(state.root, host, program)}
     for which in ("last-ok", "last-good"):  # prune's words
         record = state.verified("runtime", host, program, which)

@@ -50,11 +50,14 @@ import os
 
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from ..core.bounds import InputError, loads_json
+from ..core.plainrecord import PlainRecord
 from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry_problem
 from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, TypeVar
+
+    _Mark = TypeVar("_Mark", "PrunedMark", "QuarantineMark")
 
 class RegistryError(ValueError):
     """An identity that cannot be registered, or an entry that cannot be trusted."""
@@ -69,6 +72,36 @@ class PrunedError(RegistryError):
 
 
 PRUNED_SCHEMA = "vq-admin/pruned/1"
+
+
+class Entry(PlainRecord):
+    """One registry entry (schema ``vq-admin/launcher/1``): the launcher a verified deployment attested,
+    checked (:func:`~vq_admin.launcher.plain_lookup.entry_problem`) when built by :meth:`checked`."""
+
+    FIELDS = ("host", "program", "sha", "tag", "launcher", "launcher_sha256", "receipt", "verified_at")
+    __slots__ = FIELDS
+    host: str
+    program: str
+    sha: str
+    tag: str | None
+    launcher: str
+    launcher_sha256: str
+    receipt: str
+    verified_at: str
+
+    @classmethod
+    def checked(cls, value: object, host: str, program: str, sha: str | None, shown: str) -> Entry:
+        """*value* (a parsed JSON object) as the entry of (host, program[, sha]), or :class:`RegistryError`
+        naming *shown* and what is wrong."""
+        problem = entry_problem(value, host, program, sha)
+        if problem is not None:
+            raise RegistryError(f"{shown}: {problem}")
+        assert isinstance(value, dict)
+        return cls(**{name: value.get(name) for name in cls.FIELDS})
+
+    def to_value(self) -> dict[str, Any]:
+        """The entry as written (with its ``schema``)."""
+        return {"schema": SCHEMA, **self.to_dict()}
 
 
 def lane_dir(state_root: str | os.PathLike[str], host: str, program: str) -> str:
@@ -101,56 +134,63 @@ def mark_pruned(state_root: str | os.PathLike[str], host: str, program: str, sha
     return path
 
 
-def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+class PrunedMark(PlainRecord):
+    """``pruned/<sha>.json``: the prune that removed a generation (``?`` for what the mark cannot say)."""
+
+    FIELDS = ("receipt", "pruned_at")
+    __slots__ = FIELDS
+    receipt: str
+    pruned_at: str
+
+
+class QuarantineMark(PlainRecord):
+    """``quarantined/<sha>.json``: why, when and by whom (``?`` for what the mark cannot say)."""
+
+    FIELDS = ("reason", "at", "by")
+    __slots__ = FIELDS
+    reason: str
+    at: str
+    by: str
+
+
+def pruned(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> PrunedMark | None:
     """The prune mark of *sha*, or ``None`` (every level checked, as for entries)."""
-    path = entry_path(state_root, host, program, sha)
-    dfd = _lane_fd(state_root, host, program, create=False)
-    if dfd is None:
-        return None
-    try:
-        return None if absent(dfd, "pruned", sha) else _read_mark_at(dfd, path, sha)
-    finally:
-        os.close(dfd)
-
-
-def _read_mark_at(dfd: int, entry: str, sha: str) -> dict[str, Any]:
-    """The prune mark (checked read); an unreadable mark still refuses, naming nothing it cannot prove."""
-    try:
-        sub = os.open("pruned", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError:
-        return {"receipt": "?", "pruned_at": "?"}
-    try:
-        return _read_at(sub, sha + ".json", beside(entry, "pruned")) or {"receipt": "?", "pruned_at": "?"}
-    except RegistryError:
-        return {"receipt": "?", "pruned_at": "?"}
-    finally:
-        os.close(sub)
+    return _mark(state_root, host, program, sha, PrunedMark, "pruned")
 
 
 QUARANTINE_SCHEMA = "vq-admin/quarantined/1"
 
 
-def quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
-    """The quarantine mark of *sha* (``reason``, ``at``, ``by``), or ``None``; an unreadable mark still
-    quarantines (its reason ``?``)."""
+def quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> QuarantineMark | None:
+    """The quarantine mark of *sha*, or ``None``; an unreadable mark still quarantines (its reason ``?``)."""
+    return _mark(state_root, host, program, sha, QuarantineMark, "quarantined")
+
+
+def _mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str, kind: type[_Mark],
+          directory: str) -> _Mark | None:
     path = entry_path(state_root, host, program, sha)
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
         return None
-    mark = None
     try:
-        if absent(dfd, "quarantined", sha):
-            return None
-        sub = os.open("quarantined", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        return None if absent(dfd, directory, sha) else _mark_at(dfd, kind, directory, sha, path)
+    finally:
+        os.close(dfd)
+
+
+def _mark_at(dfd: int, kind: type[_Mark], directory: str, sha: str, entry: str) -> _Mark:
+    """The mark of *sha* in *directory* of the lane *dfd* (checked read); an unreadable mark still counts,
+    naming nothing it cannot prove."""
+    found: dict[str, object] = {}
+    try:
+        sub = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
         try:
-            mark = _read_at(sub, sha + ".json", beside(path, "quarantined"))
+            found = _read_at(sub, sha + ".json", beside(entry, directory)) or {}
         finally:
             os.close(sub)
     except (OSError, RegistryError):
         pass
-    finally:
-        os.close(dfd)
-    return mark or {"reason": "?", "at": "?", "by": "?"}
+    return kind(**{name: str(found.get(name, "?")) for name in kind.FIELDS})
 
 
 def mark_quarantined(state_root: str | os.PathLike[str], host: str, program: str, sha: str, reason: str, at: str,
@@ -208,25 +248,13 @@ def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: s
         os.close(sub)
 
 
-def make_entry(host: str, program: str, verified: dict[str, Any]) -> dict[str, Any]:
+def make_entry(host: str, program: str, verified: dict[str, Any]) -> Entry:
     """The registry entry for a verified identity (``sha``, ``tag``, ``launcher``,
     ``launcher_sha256``, ``receipt``, ``at`` as ``conclude()`` builds it)."""
-    sha = str(verified.get("sha") or "").lower()
-    entry = {
-        "schema": SCHEMA,
-        "host": host,
-        "program": program,
-        "sha": sha,
-        "tag": verified.get("tag"),
-        "launcher": verified.get("launcher"),
-        "launcher_sha256": verified.get("launcher_sha256"),
-        "receipt": verified.get("receipt"),
-        "verified_at": verified.get("at"),
-    }
-    problem = entry_problem(entry, host, program, sha)
-    if problem is not None:
-        raise RegistryError(f"not registered: {problem}")
-    return entry
+    said = {key: verified.get(key) for key in ("tag", "launcher", "launcher_sha256", "receipt")}
+    return Entry.checked({"schema": SCHEMA, "host": host, "program": program, **said,
+                          "sha": str(verified.get("sha") or "").lower(), "verified_at": verified.get("at")},
+                         host, program, None, "not registered")
 
 
 def encode(entry: dict[str, Any]) -> bytes:
@@ -295,24 +323,22 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     that does not exist (the lane lock keeps the decision valid until then).
     """
     entry = make_entry(host, program, verified)
-    path = entry_path(state_root, host, program, entry["sha"])
+    path = entry_path(state_root, host, program, entry.sha)
     first = _read_in_lane(state_root, host, program, os.path.basename(path))
     created = first is None
     conflict = None
-    if first is not None:
-        same = all(first.get(k) == entry[k] for k in ("launcher", "launcher_sha256"))
-        if not same:
-            conflict = beside(path, "conflicts")
-    pointer = {"schema": POINTER_SCHEMA, "sha": entry["sha"], "receipt": entry["receipt"],
-               "verified_at": entry["verified_at"]}
+    if first is not None and (first.get("launcher"), first.get("launcher_sha256")) != (entry.launcher,
+                                                                                        entry.launcher_sha256):
+        conflict = beside(path, "conflicts")
+    pointer = {"schema": POINTER_SCHEMA, "sha": entry.sha, "receipt": entry.receipt, "verified_at": entry.verified_at}
 
     def apply() -> None:
         if created:
-            _write(state_root, path, encode(entry), exclusive=True)
+            _write(state_root, path, encode(entry.to_value()), exclusive=True)
         elif conflict is not None:
-            _write(state_root, conflict, encode(entry), exclusive=True)  # the first conflict is kept, too
+            _write(state_root, conflict, encode(entry.to_value()), exclusive=True)  # the first conflict is kept, too
         if conflict is None:  # deployed and verified again after a prune: valid again
-            _clear_pruned_mark(state_root, host, program, entry["sha"])
+            _clear_pruned_mark(state_root, host, program, entry.sha)
         _write(state_root, os.path.join(os.path.dirname(path), "latest.json"), encode(pointer), exclusive=False)
 
     return {"entry": path, "created": created, "conflict": conflict}, apply
@@ -360,7 +386,7 @@ def has_lane(state_root: str | os.PathLike[str], host: str, program: str) -> boo
 
 
 def resolve(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None
-            ) -> tuple[str | None, dict[str, Any] | None]:
+            ) -> tuple[str | None, Entry | None]:
     """``(latest SHA, checked entry for *sha* or for the latest when *sha* is None)`` in one
     walk of the directories (the per-job path).  Raises :class:`RegistryError` as
     :func:`lookup` does, and for a ``latest.json`` that names no full SHA."""
@@ -385,19 +411,16 @@ def _latest_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
     return sha
 
 
-def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str,
-               sha: str) -> dict[str, Any] | None:
+def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> Entry | None:
     path = entry_path(state_root, host, program, sha)
-    entry = _read_at(dfd, sha + ".json", path)
-    if entry is None:
+    found = _read_at(dfd, sha + ".json", path)
+    if found is None:
         return None
-    problem = entry_problem(entry, host, program, sha)
-    if problem is not None:
-        raise RegistryError(f"{path}: {problem}")
+    entry = Entry.checked(found, host, program, sha, path)
     if not absent(dfd, "pruned", sha):
-        found = _read_mark_at(dfd, path, sha)
-        raise PrunedError(f"{sha} was pruned at {found.get('pruned_at')} by receipt {found.get('receipt')}: its "
-                          f"release and launcher {entry['launcher']} were removed", sha)
+        mark = _mark_at(dfd, PrunedMark, "pruned", sha, path)
+        raise PrunedError(f"{sha} was pruned at {mark.pruned_at} by receipt {mark.receipt}: its "
+                          f"release and launcher {entry.launcher} were removed", sha)
     if not absent(dfd, "conflicts", sha):
         raise RegistryError(
             f"{beside(path, 'conflicts')}: a later verification of {sha} attested a different launcher or different "
@@ -405,7 +428,7 @@ def _lookup_at(dfd: int, state_root: str | os.PathLike[str], host: str, program:
     return entry
 
 
-def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> dict[str, Any] | None:
+def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str) -> Entry | None:
     """The checked entry for (host, program, sha), or ``None`` when none was registered.
 
     Raises :class:`RegistryError` when the entry or a directory above it cannot
@@ -421,7 +444,7 @@ def lookup(state_root: str | os.PathLike[str], host: str, program: str, sha: str
         os.close(dfd)
 
 
-def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[dict[str, Any]]:
+def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list[Entry]:
     """Every well-formed entry of (host, program), oldest verification first.
 
     Lists a directory: for the references census and status, never for the
@@ -438,10 +461,10 @@ def entries(state_root: str | os.PathLike[str], host: str, program: str) -> list
             if name.endswith(".json") and SHA_RE.match(sha):
                 try:
                     entry = _read_at(dfd, name, os.path.join(directory, name))
+                    if entry is not None:
+                        found.append(Entry.checked(entry, host, program, sha, name))
                 except RegistryError:
                     continue
-                if entry is not None and entry_problem(entry, host, program, sha) is None:
-                    found.append(entry)
     finally:
         os.close(dfd)
-    return sorted(found, key=lambda e: (e["verified_at"], e["sha"]))
+    return sorted(found, key=lambda e: (e.verified_at, e.sha))

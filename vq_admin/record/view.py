@@ -41,6 +41,7 @@ from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, 
 
 if TYPE_CHECKING:
     from ..context import RunContext
+    from ..launcher.registry import Entry
     from ..report.receipt import Receipt
 
 HELPER = protocol.HELPER_RECORD
@@ -250,7 +251,7 @@ def apply_record(state: StateDir, host: str, program: str, new: list[Imported], 
     done: list[str] = []
     for entry, found in _quarantine_entries(new, program):
         mark = registry.quarantined(state.root, host, program, found.sha)
-        later = mark is None or found.at > str(mark.get("at"))  # than the quarantine it would replace or end
+        later = mark is None or found.at > mark.at  # than the quarantine it would replace or end
         if found.action == "quarantine":
             done.append(_quarantine_here(state, host, program, entry, found, later))
         else:
@@ -370,19 +371,18 @@ def _adopt_confirmation(state: StateDir, host: str, program: str, entry: Importe
             metrics=c.metrics, accepted_regression=c.accepted_regression, receipt=FROM_RECORD + entry.name))
 
 
-def record_problem(state: StateDir, host: str, program: str, entry: dict[str, Any],
-                   signing: Signing | None) -> str | None:
+def record_problem(state: StateDir, host: str, program: str, entry: Entry, signing: Signing | None) -> str | None:
     """Why a registry entry imported from the host's record is not (or no longer) evidence; ``None`` when an
     entry of the record, signed by a key the current *signing*'s allowed_signers accepts, verified exactly that
     launcher."""
-    name = str(entry["receipt"])[len(FROM_RECORD):]
+    name = entry.receipt[len(FROM_RECORD):]
     found = next((e for e in entries(state, host, program) if e.name == name), None)
     if found is None or not verdict_now(found, signer(signing)).accepted:
         return f"the registry names the host's record entry {name}, which is not evidence here"
     statement = found.parsed()
     run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
-    if run is None or (run.sha, run.launcher, run.launcher_sha256) != (entry["sha"], entry["launcher"],
-                                                                       entry["launcher_sha256"]):
+    if run is None or (run.sha, run.launcher, run.launcher_sha256) != (entry.sha, entry.launcher,
+                                                                       entry.launcher_sha256):
         return f"the host's record entry {name} does not verify that launcher"
     return None
 
