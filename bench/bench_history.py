@@ -55,7 +55,7 @@ def build(root: Path, count: int, index_only: bool = False) -> Path:
                "finished_at": "2026-11-30T10:00:09Z", "steps": steps, "errors": []}
         path = receipts / f"{doc['id']}.json"
         if index_only:
-            lines.append(json.dumps(history.entry(doc), sort_keys=True, separators=(",", ":")) + "\n")
+            lines.append(history.entry(doc).to_json() + "\n")
             if i == count - 1:
                 path.write_text(json.dumps(doc, indent=2, sort_keys=True))
         else:

@@ -333,3 +333,18 @@ def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_
     stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert stub.receipt.command_output["complete"] is False
     assert any("received" in p for p in stub.receipt.command_output["problems"])
+
+
+@pytest.mark.parametrize("record, field", [
+    ('summary {"exit_code": "3", "established": true}', "$.exit_code"),
+    ('summary {"settle": {"settled": "yes"}}', "$.settle.settled"),
+    ('end {"sent": {"stdout": {"bytes": -1}}}', "$.bytes"),
+])
+def test_a_summary_or_end_record_of_the_wrong_type_is_an_unreadable_answer(tmp_path, record, field):
+    """The agent's summary is read as its type: a field of the wrong type cuts the stream (never a guess)."""
+    from vq_admin.lanes.allocation_stream import stream_call
+    from vq_admin.ssh.transport import LocalTransport
+
+    call = stream_call(LocalTransport(), ["sh", "-c", f"printf '%s\\n' '{record}'; sleep 60"], timeout=60, sinks={})
+    assert call.frame_error is not None and field in call.frame_error, call.frame_error
+    assert not call.complete and call.records == {} and call.summary is None

@@ -340,3 +340,18 @@ def test_job_script_runs_the_argv_without_a_shell(tmp_path):
     # a second start (a requeued job) appends to its own transcripts
     assert done.returncode == 127 and "cannot run /nonexistent/deploy" in (tmp_path / "stderr").read_text()
     assert (tmp_path / "stdout").read_text() == f"{word}\n{word}\n"
+
+
+def test_job_script_reads_its_argv_through_the_bounded_reader(tmp_path):
+    """argv.json is parsed by the one bounded JSON reader: a key given twice is refused (86), nothing runs."""
+    spec = tmp_path / "argv.json"
+    spec.write_text('{"argv": ["/bin/true"], "argv": ["/bin/false"], "env": {}}')
+    job = tmp_path / "job.py"
+    job.write_bytes(allocation.job_script())
+    job.chmod(0o700)
+    digest = hashlib.sha256(spec.read_bytes()).hexdigest()
+    done = subprocess.run([str(job), str(spec), digest], capture_output=True, text=True, timeout=60)
+    stderr = (tmp_path / "stderr").read_text()
+    assert done.returncode == allocation.JOB_TAMPERED, stderr
+    assert stderr.startswith(allocation.JOB_TAMPERED_MARK) and "more than once" in stderr
+    assert "the provider was not run" in stderr

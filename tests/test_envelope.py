@@ -32,6 +32,7 @@ from vq_admin import cli, entry
 from vq_admin.report import envelope
 from vq_admin.report.outcome import EXIT_CODES, Outcome, UsageError
 from vq_admin.report.receipt import SECTIONS, Receipt, UndeclaredSection
+from vq_admin.report.sections import Rollback
 
 OUTCOMES = {o.value: code for o, code in EXIT_CODES.items()}
 
@@ -376,9 +377,9 @@ def test_a_receipt_section_nobody_declared_raises() -> None:
         receipt.set_section("lane", "helper")  # a core key is not a section: it cannot be overwritten
     with pytest.raises(UndeclaredSection):
         receipt.set_sections({"made_up": 1})
-    receipt.set_sections({"rollback": {"from": None, "to": "a" * 40}})
+    receipt.set_sections({"rollback": Rollback(from_=None, to="a" * 40, via=None)})
     doc = receipt.finish(Outcome.OK, "2026-11-30T00:00:01Z").to_dict()
-    assert doc["rollback"] == {"from": None, "to": "a" * 40} and doc["lane"] == "runtime"
+    assert doc["rollback"] == {"from": None, "to": "a" * 40, "via": None} and doc["lane"] == "runtime"
     assert "prune" not in doc and "stored" not in doc  # unset sections are not printed
     assert set(SECTIONS) <= {f.name for f in Receipt.__dataclass_fields__.values()}
 

@@ -4,7 +4,6 @@ receipts stored before it existed)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -94,27 +93,27 @@ def test_receipts_stored_before_the_index_existed_are_covered(tmp_path):
     for doc in RUNS[:3]:  # as an older vq-admin stored them: no index
         write_atomic(st.receipt_path(doc["id"]), dump_json(doc), exclusive=True)
     assert not history.index_path(st.root).exists()
-    assert [r["receipt"] for r in history.runs(st.root)] == ["r0003", "r0002", "r0001"]
+    assert [r.receipt for r in history.runs(st.root)] == ["r0003", "r0002", "r0001"]
     st.store_receipt(RUNS[3]["id"], RUNS[3])  # then one appended line per receipt
-    assert [r["receipt"] for r in history.runs(st.root, limit=2)] == ["r0004", "r0003"]
+    assert [r.receipt for r in history.runs(st.root, limit=2)] == ["r0004", "r0003"]
     assert len(history.index_path(st.root).read_text().splitlines()) == 4
     # the index removed: the next stored receipt rebuilds it with everything
     history.index_path(st.root).unlink()
     st.store_receipt(RUNS[4]["id"], RUNS[4])
-    assert [r["receipt"] for r in history.runs(st.root, limit=None)] == ["r0005", "r0004", "r0003", "r0002", "r0001"]
+    assert [r.receipt for r in history.runs(st.root, limit=None)] == ["r0005", "r0004", "r0003", "r0002", "r0001"]
 
 
 def test_a_torn_last_line_is_skipped(state):
     with open(history.index_path(state.root), "ab") as fh:
         fh.write(b'{"receipt": "r9999", "host": "clu')
-    assert [r["receipt"] for r in history.runs(state.root, limit=2)] == ["r0006", "r0005"]
+    assert [r.receipt for r in history.runs(state.root, limit=2)] == ["r0006", "r0005"]
 
 
 def test_reads_only_what_it_prints(tmp_path, monkeypatch):
     root = tmp_path / "state"
     path = history.index_path(root)
     path.parent.mkdir(parents=True)
-    line = json.dumps(history.entry(RUNS[0]))
+    line = history.entry(RUNS[0]).to_json()
     path.write_text("".join(line.replace("r0001", f"r{i:06d}") + "\n" for i in range(50_000)))  # about 14 MB
     read = []
     real_pread = os.pread

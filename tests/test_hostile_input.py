@@ -28,6 +28,7 @@ from vq_admin.state.locks import lock_path
 from vq_admin.report.outcome import Outcome, UsageError
 from vq_admin.report.output import CONTINUATION, print_json, receipt_summary
 from vq_admin.report.receipt import Receipt, parse_metrics
+from vq_admin.report.sections import Readback
 from vq_admin.source import check_tag_name
 from vq_admin.state.records import StateDir
 
@@ -193,7 +194,8 @@ def test_transcripts_never_reach_a_terminal_raw_and_receipts_stay_json(stdout, s
     receipt.deploy = {"exit_code": 1}
     receipt.errors = [f"deploy: the provider exited 1: {err[-300:]}", error]
     receipt.notes = [note]
-    receipt.readback = {"next_command": "vq admin update vibeqc cluster --expected-sha " + "ab" * 20, "advice": advice}
+    receipt.readback = Readback(read="nothing", advice=advice,
+                                next_command="vq admin update vibeqc cluster --expected-sha " + "ab" * 20)
     receipt.id = "20261130T000000Z-runtime-cluster-vibeqc-00000000"
     document = receipt.finish(outcome, "2026-11-30T00:00:01Z").to_dict()
     printed = io.StringIO()

@@ -105,5 +105,7 @@ def test_stage_verify_exit_0_without_a_proving_verdict_installs_nothing(tmp_path
 ])
 def test_a_job_ended_by_the_scheduler_or_a_signal_did_not_choose_its_status(state, exit_code, unchosen):
     from vq_admin.lanes.allocation_step import ended_without_choosing
+    from vq_admin.lanes.allocation_stream import Summary
 
-    assert bool(ended_without_choosing({"job_state": state, "job_exit_code": exit_code})) is unchosen
+    summary = Summary.from_value({"job_state": state, "job_exit_code": exit_code}, "summary")
+    assert bool(ended_without_choosing(summary)) is unchosen

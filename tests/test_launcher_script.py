@@ -25,7 +25,8 @@ PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.core", "vq_admin.
          "vq_admin.core.securepath", "vq_admin.launcher", "vq_admin.launcher.immutable",
          "vq_admin.launcher.plain_lookup", "vq_admin.core.default_paths", "vq_admin.core.names",
          "vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps", "vq_admin.core.escape",
-         "fcntl", "pwd"}  # the use record and the visible-launcher check: two C modules of the standard library
+         "fcntl", "pwd",  # the use record and the visible-launcher check: two C modules of the standard library
+         "gc"}  # built in: the script's gc.freeze() once the run is over (docs/performance.md)
 
 
 @pytest.fixture(scope="module")

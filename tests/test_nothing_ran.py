@@ -381,7 +381,8 @@ def test_a_refusal_after_read_only_checks_says_only_they_ran():
     judged = "refused: /x is group-writable; the agent would run it; nothing was run"
     assert lease._nothing_ran(judged) == ""
     assert lease._nothing_ran("only the agent interpreter's own start-up ran (/p -I -S)") == ""
-    held = lease.held_message("the lease", {"holder": {"pid": 7, "user": "u", "driver_host": "d"}})
+    held = lease.held_message("the lease", lease.LeaseReply.from_value(
+        {"holder": {"pid": 7, "user": "u", "driver_host": "d"}}, "the lease's answer"))
     assert held.splitlines()[0].endswith(f"; {READ_ONLY_RAN}") and "nothing was run" not in held
 
 
@@ -485,15 +486,15 @@ def test_an_interrupted_read_only_first_read_stages_installs_and_deploys_nothing
         make = lambda ctx: rollback.RuntimeRollback(ctx, "cluster", "vibeqc", w["runtime_sha"])  # noqa: E731
     before = _tree(installed)
     done = run_lane(w, make, provider, dry_run=False)
-    assert done.outcome.value == "unknown" and done.readback["reason"] == said, (done.errors, done.readback)
-    assert done.readback["advice"].startswith("nothing was staged or installed by this run" if lane == "helper"
-                                              else "nothing was deployed or activated by this run")
+    assert done.outcome.value == "unknown" and done.readback.reason == said, (done.errors, done.readback)
+    assert done.readback.advice.startswith("nothing was staged or installed by this run" if lane == "helper"
+                                         else "nothing was deployed or activated by this run")
     ran = [s.name for s in done.plan.steps if s.argv is not None]
     assert not {"stage-create", "stage-receive", "stage-verify", "helper", "deploy", "verify"} & set(ran), ran
     assert not list((tmp_path / "scratch").rglob("stage.*")), "a stage was created"
     assert _tree(installed) == before, "the installed tree changed"
     if lane == "rollback-by-activation":
-        assert done.rollback["via"] == "activate" and "activate" not in ran and not marker.exists()
+        assert done.rollback.via == "activate" and "activate" not in ran and not marker.exists()
 
 
 def test_an_archive_planned_for_other_words_is_not_written(tmp_path):

@@ -309,10 +309,10 @@ def test_the_runtime_lane_asks_its_update_hook_once_and_runs_the_planned_argv(wo
     assert deploy["argv"][-2:] == ["--source-archive", "<stage>/source.tar"]
     values = slot_values(plan, ran, names={"source", "stage-create", "stage-receive", "stage-verify", "deploy",
                                            "verify", "verify-readback", "stage-reclaim"})
-    assert values["stage"] == done.stage["dir"]
-    assert values["tree_sha256"] == done.source["tree_sha256"]
+    assert values["stage"] == done.stage.dir
+    assert values["tree_sha256"] == done.source.tree_sha256
     assert values["success|failed"] == "success"
-    assert values["active_path"] == done.verify["final"]["receipt"]["active_path"]
+    assert values["active_path"] == done.verify.final["receipt"]["active_path"]
 
 
 def test_the_helper_lane_asks_its_hook_once_and_fills_the_tree_digest(world):
@@ -332,11 +332,11 @@ def test_the_helper_lane_asks_its_hook_once_and_fills_the_tree_digest(world):
     assert helper["env"]["SITE_TREE"] == "tree=<tree_sha256>" and helper["env"]["SITE_STAGE"] == "<stage>"
     values = slot_values(plan, ran, names={"stage-create", "stage-receive", "stage-verify", "helper",
                                            "stage-reclaim"})
-    assert values["tree_sha256"] == done.source["tree_sha256"] and values["stage"] == done.stage["dir"]
+    assert values["tree_sha256"] == done.source.tree_sha256 and values["stage"] == done.stage.dir
     step = next(s for s in ran if s["name"] == "helper")
-    assert step["env"]["SITE_TREE"] == f"tree={done.source['tree_sha256']}"
-    assert step["env"]["SITE_STAGE"] == step["env"]["VQ_HELPER_STAGE"] == done.stage["dir"]
-    assert Path(done.stage["dir"]).name.startswith("stage.")
+    assert step["env"]["SITE_TREE"] == f"tree={done.source.tree_sha256}"
+    assert step["env"]["SITE_STAGE"] == step["env"]["VQ_HELPER_STAGE"] == done.stage.dir
+    assert Path(done.stage.dir).name.startswith("stage.")
 
 
 def test_one_run_asks_a_provider_each_question_once():

@@ -110,7 +110,12 @@ def reasons(doc) -> dict[str, list[str]]:
     return {row["sha"]: row["reasons"] for row in doc["generations"]}
 
 
-def take(state, slurm: Slurm):
+def take(state, slurm: Slurm) -> dict:
+    """The census as its JSON says it."""
+    return json.loads(take_census(state, slurm).to_json())
+
+
+def take_census(state, slurm: Slurm):
     return census(state, Login(slurm), AGENT, "cluster", "vibeqc")
 
 
@@ -142,7 +147,7 @@ def test_the_census_says_what_prune_keeps_and_removes_in_prunes_words(state):
     generation nothing references is what prune removes (never "keep: unreferenced")."""
     from vq_admin.commands.references import _lines
 
-    text = "\n".join(_lines(take(state, Slurm()))) + "\n"
+    text = "\n".join(_lines(take_census(state, Slurm()))) + "\n"
     assert f"  {SHA['D']}  {launcher(SHA['D'])}\n      keep: last-ok\n" in text, text
     assert f"  {SHA['C']}  {launcher(SHA['C'])}\n      keep: last-good\n" in text, text
     assert text.count("      prune: nothing references it: vq admin prune removes it unless it is among the --keep N "

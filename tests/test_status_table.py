@@ -127,7 +127,7 @@ def test_json_is_unchanged_in_content_on_a_terminal(state):
     from vq_admin.report.envelope import SCHEMAS, document
     from vq_admin.report.outcome import Outcome
 
-    expected = document(SCHEMAS["status"], Outcome.OK, collect(state, None))
+    expected = json.loads(json.dumps(document(SCHEMAS["status"], Outcome.OK, collect(state, None).to_value())))
     again = run_vq_inprocess("status", "--json", state=state.root, config=config_for(state))
     assert json.loads(screen) == expected == again.json()
 

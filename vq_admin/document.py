@@ -20,7 +20,7 @@ of this (docs/bindings.md).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self, Union
 
 import msgspec
 
@@ -33,6 +33,14 @@ FullSha = Annotated[str, msgspec.Meta(pattern=SHA_RE.pattern)]  # \A...\Z: "$" w
 Sha256 = Annotated[str, msgspec.Meta(pattern=SHA256_RE.pattern)]
 #: A count, a size or a number of seconds that cannot be negative.
 Count = Annotated[int, msgspec.Meta(ge=0)]
+if TYPE_CHECKING:
+    #: Any JSON value: what a document holds where its shape is free-form (a provider's metrics, a nested
+    #: document another module types).  msgspec cannot check a recursive alias, so it checks nothing there.
+    JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
+else:
+    JsonValue = Any
+#: A JSON object.
+JsonObject = dict[str, JsonValue]
 #: The largest document :meth:`Document.from_json` reads unless told otherwise.
 DEFAULT_LIMIT = 1 << 20
 

@@ -44,7 +44,8 @@ from .agent import TOO_OLD
 from .core import exits, protocol
 from .core.agentjudge import SAID_WHAT_RAN
 from .core.failpoints import failpoint
-from .lockwait import LockWait
+from .document import Document, DocumentError
+from .lockwait import Holder, LockWait
 from .report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, VqAdminError
 from .ssh import process
 from .core.stamps import utc_now
@@ -67,6 +68,39 @@ RELEASE_TIMEOUT = 15.0
 #: remote side still runs), and the run would wait for a build it has left running.
 MASTER_LINGER = 2.0
 _T = TypeVar("_T")
+_D = TypeVar("_D", bound=Document)
+
+
+class LeaseReply(Document, frozen=True, kw_only=True):
+    """The agent's answer to ``lease`` (or a session's ``lease`` member): held, or what holds it and why not
+    (``exit``: 75 held, 4 unsafe, 2 a bad request, 1 any other reason, with ``error``)."""
+
+    held: bool = False
+    lock: str | None = None
+    holder: Holder | None = None
+    message: str | None = None
+    exit: int | None = None
+    error: str | None = None
+
+
+class ShellReply(Document, frozen=True, kw_only=True):
+    """The session's judgement of the login shell (its ``shell`` member): POSIX, or what the probe gave."""
+
+    posix: bool = False
+    shell: str | None = None
+    stdout: str = ""
+    stderr: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+
+
+def _as(kind: type[_D], value: object) -> _D:
+    """*value* (a member of the agent's answer) as *kind*; one that is not one says nothing (an empty
+    *kind*: the exit status and stderr then say why)."""
+    try:
+        return kind.from_value(value, f"the agent's {kind.__name__}")
+    except DocumentError:
+        return kind()
 
 
 class LeaseUnreachable(VqAdminError):
@@ -134,22 +168,24 @@ class Lease:
         #: the host's record after this driver's cursor, as the agent answered it with the lease (CONTRACT
         #: section 12); ``None`` until then, or from an agent that keeps no record
         self.host_record: dict[str, Any] | None = None
+        #: what holds the lease, when the agent found it held
+        self.holder: Holder | None = None
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
-    def acquire(self, timeout: float = LEASE_WAIT) -> dict[str, Any]:
+    def acquire(self, timeout: float = LEASE_WAIT) -> None:
         """Take the lease (``vq-admin-agent lease``); a held one is waited for as :attr:`waiter` allows."""
-        return self._waited(lambda: self._acquire(timeout))
+        self._waited(lambda: self._acquire(timeout))
 
     def _waited(self, attempt: Callable[[], _T]) -> _T:
         try:
-            return self.waiter.run(attempt, lambda: self.record.get("holder"))
+            return self.waiter.run(attempt, lambda: self.holder)
         finally:
             waited = self.waiter.record()
             if waited is not None:
                 self.record["waited"] = waited
 
-    def _acquire(self, timeout: float) -> dict[str, Any]:
+    def _acquire(self, timeout: float) -> None:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
         if isinstance(self.transport, SshTransport) and not self.transport.shell_checked:
             failed = self.transport.check_login_shell()
@@ -165,20 +201,23 @@ class Lease:
         line = self._read_line(timeout)
         self.record["seconds"] = round(time.monotonic() - started, 3)
         answer = _parse(protocol.LEASE, line)
-        if answer.get("held") is True:
-            self.record.update(held=True, lock=answer.get("lock"), holder=answer.get("holder"),
-                               acquired_at=utc_now())
+        reply = _as(LeaseReply, answer)
+        if reply.held:
+            self.record.update(held=True, lock=reply.lock, holder=answer.get("holder"), acquired_at=utc_now())
             self.host_record = _member(answer, "record") or None
-            return self.record
+            return
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
         self._refuse(answer, code, self._error_text())
 
     def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
-        """Raise what a lease not held means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
+        """Raise what a lease not held (*answer*, as the agent sent it) means: 75 held, 77 unsafe or not
+        takeable, 3 unreachable."""
         self.record.update(exit_code=code, holder=answer.get("holder"))
+        reply = _as(LeaseReply, answer)
+        self.holder = reply.holder
         if code == exits.EXIT_HELD:
-            raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", answer))
+            raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", reply))
         if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}"
                           f"{_nothing_ran(error)}")
@@ -222,9 +261,9 @@ class Lease:
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
         held = _member(first, protocol.LEASE)
-        ours = first.get("protocol") == protocol.SESSION_PROTOCOL
-        if ours and held.get("held") is True and fault is None:
-            self.record.update(held=True, lock=held.get("lock"), holder=held.get("holder"), acquired_at=utc_now())
+        reply, ours = _as(LeaseReply, held), first.get("protocol") == protocol.SESSION_PROTOCOL
+        if ours and reply.held and fault is None:
+            self.record.update(held=True, lock=reply.lock, holder=held.get("holder"), acquired_at=utc_now())
             if ssh is not None:
                 ssh.shell_checked = True
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
@@ -309,18 +348,17 @@ class Lease:
             return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
-        shell = first.get("shell")
-        if ssh is not None and isinstance(shell, dict) and shell.get("posix") is not True:
-            stdout, exit_code = shell.get("stdout"), shell.get("exit_code")
-            text = stdout if isinstance(stdout, str) else ""
-            ssh.refuse_shell(text.encode("utf-8", "surrogateescape"), exit_code if isinstance(exit_code, int) else None,
-                             f"login shell {shell.get('shell')}: {shell.get('stderr') or shell.get('error') or ''}")
+        if ssh is not None and first.get("shell") is not None:
+            shell = _as(ShellReply, first.get("shell"))
+            if not shell.posix:
+                ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
+                                 f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
         if ssh is not None:
             ssh.shell_checked = True
         held = _member(first, protocol.LEASE)
-        status = held.get("exit")
-        self._refuse(held, status if isinstance(status, int) else code,
-                     str(held.get("error") or error).replace("vq-admin-agent: ", ""))
+        reply = _as(LeaseReply, held)
+        self._refuse(held, code if reply.exit is None else reply.exit,
+                     (reply.error or error).replace("vq-admin-agent: ", ""))
 
     def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> dict[str, Any]:
         """Not a word from the agent: an interruption when the host was not reached (or the session ended
@@ -422,22 +460,22 @@ class Lease:
         return "\n".join(line.removeprefix("vq-admin-agent: ") for line in text.splitlines())
 
 
-def held_message(lease: str, answer: dict[str, Any]) -> str:
+def held_message(lease: str, answer: LeaseReply) -> str:
     """Why *lease* was not taken: one short line (who holds it; only read-only checks ran), then the agent's
     details, what a rerun does now and how to wait for it."""
-    holder: Any = answer.get("holder") or {}
-    details = answer.get("message") or "holder not recorded"
-    if holder.get("kind") == "job":
-        who = f"the allocation job {holder.get('job_id') or '(id not yet recorded)'} an earlier run submitted"
+    holder = answer.holder or Holder()
+    details = answer.message or "holder not recorded"
+    if holder.kind == "job":
+        who = f"the allocation job {holder.job_id or '(id not yet recorded)'} an earlier run submitted"
         rerun = "a rerun is 75 until the job ends (or waits for it with --wait-lock SECONDS)"
-    elif holder.get("kind") == "build":
-        who = f"the build pid {holder.get('pid')} an earlier run left running"
+    elif holder.kind == "build":
+        who = f"the build pid {holder.pid} an earlier run left running"
         rerun = "a rerun is 75 until the build ends (or waits for it with --wait-lock SECONDS)"
-    elif holder.get("pid") is not None:
-        who = f"another run ({holder.get('user')}@{holder.get('driver_host')} pid {holder.get('pid')})"
+    elif holder.pid is not None:
+        who = f"another run ({holder.user}@{holder.driver_host} pid {holder.pid})"
         rerun = "rerun once it has ended, or wait for it with --wait-lock SECONDS"
     else:
-        pids = ", ".join(f"pid {h.get('pid')}" for h in holder.get("lock_holders") or ()) or "a process"
+        pids = ", ".join(f"pid {h.pid}" for h in holder.lock_holders or ()) or "a process"
         who, rerun = f"{pids} whose holder record is missing", "rerun in a moment, or wait with --wait-lock SECONDS"
     return f"{lease} is held by {who}; {READ_ONLY_RAN}\n{details}; {rerun}"
 
@@ -485,6 +523,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     from .record import view
+    from .report.sections import Record
 
     after = view.cursor(ctx.state, host_name, program)
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
@@ -502,7 +541,8 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         else:
             lease.acquire()
             ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-            receipt.record = view.take(ctx.config, ctx.state, host_name, program, lease.host_record)
+            receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host_name, program, lease.host_record),
+                                               "record")
         yield lease
     finally:
         ctx.lease = ctx.held_lease = None

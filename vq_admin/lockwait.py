@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, TypeVar
 
 from .core import procs
+from .document import Document
 from .report import progress
 from .report.outcome import READ_ONLY_RAN, Locked
 
@@ -36,20 +37,44 @@ SIBLING_RECHECK_SECONDS = 30.0
 T = TypeVar("T")
 
 
-def sibling(holder: Any) -> int | None:
+class HolderRun(Document, frozen=True, kw_only=True):
+    """A run as a holder record names it: its id, and the user, machine and pid of its driver."""
+
+    run_id: str | None = None
+    user: str | None = None
+    driver_host: str | None = None
+    pid: int | None = None
+
+
+class LockHolder(Document, frozen=True, kw_only=True):
+    """A process that holds a lock whose holder record is missing (from ``/proc/locks``)."""
+
+    pid: int | None = None
+
+
+class Holder(HolderRun, frozen=True, kw_only=True):
+    """What holds a lease (the agent's holder record, :mod:`vq_admin.agent.lease`): a run's session, or the
+    build or job an earlier run left (``kind``, with the ``session`` that started it); ``lock_holders`` when
+    the holder record is missing."""
+
+    kind: str | None = None
+    job_id: str | None = None
+    session: HolderRun | None = None
+    lock_holders: tuple[LockHolder, ...] | None = None
+
+
+def sibling(holder: Holder | None) -> int | None:
     """The pid of the worker of this run's own fleet rollout that holds the lease, or ``None``.
 
     *holder* is the lease's holder record (a session) or its work lock's (whose ``session`` is
     the run that started the work); a sibling is a live process on this machine whose parent is
     the rollout named by :data:`FLEET`, and this process is one of its workers too."""
     fleet = os.environ.get(FLEET, "")
-    if not fleet.isdigit() or os.getppid() != int(fleet) or not isinstance(holder, dict):
+    if not fleet.isdigit() or os.getppid() != int(fleet) or holder is None:
         return None
-    run: Any = holder.get("session") or holder
-    if not isinstance(run, dict) or run.get("driver_host") != socket.gethostname():
-        return None
-    pid = run.get("pid")
-    if not isinstance(pid, int) or pid == os.getpid():
+    run = holder.session or holder
+    pid = run.pid
+    if run.driver_host != socket.gethostname() or pid is None or pid == os.getpid():
         return None
     state = procs.process_state(pid)
     return pid if state is not None and state[0] != "Z" and state[1] == int(fleet) else None
@@ -75,7 +100,7 @@ class LockWait:
             return None
         return {"seconds": round(self.waited, 3), "wait_lock": self.seconds, "siblings": self.siblings}
 
-    def run(self, attempt: Callable[[], T], holder: Callable[[], Any]) -> T:
+    def run(self, attempt: Callable[[], T], holder: Callable[[], Holder | None]) -> T:
         """``attempt()`` until it does not raise :class:`Locked`, waiting in between as this run may
         (*holder* gives the holder record of the lock just found held)."""
         try:
@@ -89,10 +114,10 @@ class LockWait:
                 self._line.close()
                 self._line = None
 
-    def pause(self, error: Locked, holder: Any) -> None:
+    def pause(self, error: Locked, holder: Holder | None) -> None:
         """Return when the held lock is worth asking for again; raise *error* when it is not waited for."""
         pid = sibling(holder)
-        if pid is not None:
+        if pid is not None and holder is not None:
             self._wait_sibling(pid, holder)
             return
         left = (self.seconds or 0.0) - (time.monotonic() - self.started)
@@ -111,12 +136,12 @@ class LockWait:
         return (f"waiting for the lock {progress.elapsed(time.monotonic() - self.started)} of "
                 f"{progress.elapsed(self.seconds or 0)}: {self.holding}")
 
-    def _wait_sibling(self, pid: int, holder: dict[str, Any]) -> None:
-        run: Any = holder.get("session") or holder
+    def _wait_sibling(self, pid: int, holder: Holder) -> None:
+        run = holder.session or holder
         if not any(s["pid"] == pid for s in self.siblings):
-            self.narrate(f"the lease is held by this rollout's own run {run.get('run_id')} (pid {pid}): the hosts "
+            self.narrate(f"the lease is held by this rollout's own run {run.run_id} (pid {pid}): the hosts "
                          "share one home; waiting for it to end")
-            self.siblings.append({"run_id": run.get("run_id"), "pid": pid})
+            self.siblings.append({"run_id": run.run_id, "pid": pid})
         deadline = time.monotonic() + SIBLING_RECHECK_SECONDS
         while time.monotonic() < deadline and sibling(holder) == pid:
             self._sleep(SIBLING_POLL_SECONDS)

@@ -47,6 +47,7 @@ from .report.outcome import Outcome, Refused, UsageError
 from .report.output import safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
+from .report.sections import Readback
 from .state.records import StateDir
 from .core.stamps import utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
@@ -212,7 +213,7 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
     # the agent's own words, at length (the plan's record keeps the last three lines)
     step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     held = _hash_back(receipt.plan, transport)
-    receipt.readback = {"read": f"{protocol.HASH_FILE} {dest} on {transport.where}", "dest_sha256": held}
+    receipt.readback = Readback(read=f"{protocol.HASH_FILE} {dest} on {transport.where}", dest_sha256=held)
     if result.interrupted:
         receipt.errors.append(f"install-file: {result.describe()}")
         if held == install["src_sha256"]:
@@ -223,8 +224,8 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
             # it left, and the rename it did not reach will never happen.
             install["old_sha256"] = held
             return Outcome.FAILED
-        receipt.readback["next_command"] = quote_argv(
-            ["vq", "admin", "provider", "install", install["src"], "--host", host.name, "--dest", dest])
+        receipt.readback = receipt.readback.replace(next_command=quote_argv(
+            ["vq", "admin", "provider", "install", install["src"], "--host", host.name, "--dest", dest]))
         return Outcome.UNKNOWN
     receipt.errors.append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
     install["old_sha256"] = held

@@ -29,7 +29,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypedDict
 
 from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
@@ -51,7 +51,7 @@ JOB_SCRIPT = """\
 # named by the first argument, without any shell, but only if that file and
 # the source archive are still exactly what the run prepared:
 #   job.py ATTEMPT/argv.json ARGV_SHA256 [ARCHIVE ARCHIVE_SHA256]
-import hashlib, json, os, stat, sys
+import hashlib, os, stat, sys
 TAMPERED = %(tampered)d
 MARK = %(mark)r
 try:
@@ -68,9 +68,9 @@ def refuse(why):
             pass
     os._exit(TAMPERED)
 try:
-    from vq_admin.core import securepath
+    from vq_admin.core import bounds, securepath
 except ImportError as exc:
-    refuse("cannot import the secure-path rule (%%s) with %%s" %% (exc, sys.executable))
+    refuse("cannot import the secure-path and JSON rules (%%s) with %%s" %% (exc, sys.executable))
 NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 def open_dir(path, what):
     problem = securepath.path_problem(path, what=what)
@@ -139,7 +139,10 @@ open_transcripts(os.path.dirname(sys.argv[1]))
 raw = file_digest(sys.argv[1], "attempt directory", sys.argv[2], keep=True)
 if len(sys.argv) == 5:
     file_digest(sys.argv[3], "stage directory", sys.argv[4])
-spec = json.loads(raw)
+try:  # the one bounded JSON reader, from this same agent
+    spec = bounds.loads_json(raw, sys.argv[1], limit=%(limit)d)
+except ValueError as exc:
+    refuse(str(exc))
 env = dict(os.environ)
 env.update(spec["env"])
 sys.stdout.flush()
@@ -153,6 +156,50 @@ except OSError as exc:
 
 #: Seconds the agent looks for a cancelled job's final state after a timeout.
 CANCEL_STATE_WAIT = 10.0
+
+
+class Summary(TypedDict, total=False):
+    """The ``summary`` record: ``alloc-run``/``alloc-reconcile`` (:func:`base_summary` and what they add),
+    ``detach-run``/``detach-reconcile`` (:mod:`.detached`) and the confirmation's (:mod:`.confirm`); the
+    driver reads it as :class:`vq_admin.lanes.allocation_stream.Summary` (docs/allocation-transcripts.md)."""
+
+    attempt: str
+    attempt_dir: str
+    program: str
+    job_id: str | None
+    submitted: bool | None
+    sbatch_exit_code: int | None
+    sbatch_stderr: str
+    exit_code: int | None
+    job_state: str | None
+    job_exit_code: str | None
+    end_source: str | None
+    never_started: bool
+    established: bool
+    timed_out: bool
+    cancel: Mapping[str, object] | None
+    reconciled: bool
+    fenced: bool
+    notes: list[str]
+    settle: dict[str, object]
+    retention: dict[str, object]
+    build_place: str  # a fixed-host build's (:mod:`.detached`): its pid, signal, start and end
+    pid: int | None
+    exit_signal: int | None
+    started: str | None
+    ended: str | None
+    confirm: dict[str, Any] | None  # the confirmation's verdict (:mod:`.confirm`)
+
+
+class SettleOptions(TypedDict, total=False):
+    """What :func:`finish` passes on to :func:`.settle.settle` (a test's clock, one look for a fixed-host build)."""
+
+    interval: float
+    max_observations: int
+    required: int
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    on_observation: Callable[[int, Sequence[Any]], None]
 
 
 def program_parts(program: str) -> list[str]:
@@ -293,7 +340,7 @@ def job_script(python: str | None = None) -> bytes:
         # isolated: no PYTHONPATH, no user site, no script directory on sys.path; and no site-packages at all
         # when the agent itself runs without (the single-file agent: core/agentjudge)
         python += " -IS" if sys.flags.no_site else " -I"
-    # The job imports the secure-path rule from this same agent, wherever it lives (a pip
+    # The job imports the secure-path and bounded-JSON rules from this same agent, wherever it lives (a pip
     # installation, a helper-lane release tree, or vq-admin-agent.pyz), not from whatever
     # the interpreter's site-packages may hold.
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -362,20 +409,20 @@ def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding,
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]
 
 
-def finish(attempt: Attempt, frames: FrameWriter, summary: dict[str, Any], *, settle_kw: dict[str, Any] | None = None,
-           progress: bool = False) -> dict[str, Any]:
+def finish(attempt: Attempt, frames: FrameWriter, summary: Summary, *, settle_kw: SettleOptions | None = None,
+           progress: bool = False) -> Summary:
     """Settle, apply retention, stream the transcripts: the common end of run and reconcile.
 
     A job that was never submitted wrote nothing: its files are observed
     once, not settled for ten seconds.
     """
-    kw = dict(settle_kw or {})
+    kw = SettleOptions(**(settle_kw or {}))
     if summary.get("submitted") is False:
         kw["max_observations"] = 1
     algorithm = checksum.default_algorithm()
     if progress:
-        limit = kw.get("max_observations", MAX_OBSERVATIONS)
-        kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, limit))
+        most = kw.get("max_observations", MAX_OBSERVATIONS)
+        kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, most))
     # through the attempt this agent created and holds open, never its path (which another user may
     # have redirected while the job waited)
     result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm, dir_fd=attempt.fd), **kw)
@@ -392,7 +439,7 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: dict[str, Any], *, se
     return summary
 
 
-def base_summary(attempt: Attempt) -> dict[str, Any]:
+def base_summary(attempt: Attempt) -> Summary:
     return {
         "attempt": attempt.name, "attempt_dir": attempt.path, "program": attempt.program,
         "job_id": None, "submitted": None, "sbatch_exit_code": None, "exit_code": None,
@@ -433,8 +480,8 @@ def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], f
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatch_args: Sequence[str],
         timeout: float, frames: FrameWriter, attempt_name: str | None = None, *,
-        settle_kw: dict[str, Any] | None = None, archive: str | None = None, archive_sha256: str | None = None,
-        progress: float | None = None) -> dict[str, Any]:
+        settle_kw: SettleOptions | None = None, archive: str | None = None, archive_sha256: str | None = None,
+        progress: float | None = None) -> Summary:
     """Create the attempt, submit and wait (bounded), then :func:`finish`.
 
     With *progress* (seconds), ``progress`` records report the queue state
@@ -467,21 +514,21 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         finally:
             if reporter is not None:
                 reporter.stop()
-        summary.update(job_id=sub.job_id, submitted=sub.submitted, sbatch_exit_code=sub.sbatch_exit_code,
-                       timed_out=sub.timed_out, cancel=sub.cancel, sbatch_stderr=sub.stderr)
+        summary.update({"job_id": sub.job_id, "submitted": sub.submitted, "sbatch_exit_code": sub.sbatch_exit_code,
+                        "timed_out": sub.timed_out, "cancel": sub.cancel, "sbatch_stderr": sub.stderr})
         if sub.error:
             summary["notes"].append(sub.error)
         job_id = sub.job_id  # not None exactly when sub.submitted
         if job_id is not None and not sub.timed_out and sub.sbatch_exit_code is not None:
-            summary.update(exit_code=sub.sbatch_exit_code, established=True, end_source="sbatch")
+            summary.update({"exit_code": sub.sbatch_exit_code, "established": True, "end_source": "sbatch"})
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
-                summary.update(job_state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
-                               never_started=slurmjob.never_started(fields))
+                summary.update({"job_state": fields.get("JobState"), "job_exit_code": fields.get("ExitCode"),
+                                "never_started": slurmjob.never_started(fields)})
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
                 end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
                 if end is not None:
-                    summary.update(job_state=end.state, job_exit_code=end.raw_exit)
+                    summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
                                     + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
@@ -500,7 +547,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         attempt.close()
 
 
-def end_fenced(frames: FrameWriter, summary: dict[str, Any], start: str) -> dict[str, Any]:
+def end_fenced(frames: FrameWriter, summary: Summary, start: str) -> Summary:
     """A reconcile's answer for an attempt it had to create (fenced): nothing ran, nothing to settle.
 
     *start* is what a delayed agent can no longer do under the attempt's name ("submit", "start a build")."""
@@ -512,13 +559,13 @@ def end_fenced(frames: FrameWriter, summary: dict[str, Any], start: str) -> dict
 
 
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: dict[str, Any] | None = None, poll: float = 2.0) -> dict[str, Any]:
+              settle_kw: SettleOptions | None = None, poll: float = 2.0) -> Summary:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         summary = base_summary(attempt)
-        summary.update(reconciled=True, fenced=fenced)
+        summary.update({"reconciled": True, "fenced": fenced})
         if fenced:
             return end_fenced(frames, summary, "submit")
         deadline = time.monotonic() + timeout
@@ -538,7 +585,9 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
             summary["notes"].extend(search.notes)
             summary["job_state"] = search.last_state
             if search.end is not None:
-                summary.update(search.end.to_dict(), established=True)
+                end = search.end
+                summary.update({"job_state": end.state, "job_exit_code": end.raw_exit, "exit_code": end.exit_code,
+                                "end_source": end.source, "established": True})
         return finish(attempt, frames, summary, settle_kw=settle_kw)
     finally:
         attempt.close()

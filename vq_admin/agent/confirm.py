@@ -188,7 +188,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os._exit(code)
 
 
-def _follow(attempt: allocation.Attempt, record: Optional[Dict[str, Any]], timeout: float, frames: FrameWriter,
+def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord], timeout: float, frames: FrameWriter,
             reporter: Optional[Reporter]) -> Optional[Dict[str, Any]]:
     """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known."""
     deadline = time.monotonic() + timeout
@@ -208,13 +208,13 @@ def _follow(attempt: allocation.Attempt, record: Optional[Dict[str, Any]], timeo
         time.sleep(detached.POLL)
 
 
-def _summary(attempt: allocation.Attempt, verdict: Optional[Dict[str, Any]], record: Optional[Dict[str, Any]],
-             ) -> Dict[str, Any]:
+def _summary(attempt: allocation.Attempt, verdict: Optional[Dict[str, Any]], record: Optional[detached.BuildRecord],
+             ) -> allocation.Summary:
     summary = allocation.base_summary(attempt)
-    summary.update(confirm=verdict, established=verdict is not None, submitted=True if record else None)
+    summary.update({"confirm": verdict, "established": verdict is not None, "submitted": True if record else None})
     if verdict is not None:
-        summary.update(job_id=verdict.get("job_id"), job_state=verdict.get("state"),
-                       exit_code=verdict.get("exit_code"), job_exit_code=verdict.get("job_exit_code"))
+        summary.update({"job_id": verdict.get("job_id"), "job_state": verdict.get("state"),
+                        "exit_code": verdict.get("exit_code"), "job_exit_code": verdict.get("job_exit_code")})
     elif record is not None and detached.process_alive(record.get("supervisor_pid"),
                                                        record.get("supervisor_start_time")):
         summary["job_id"] = attempt.read_job_id()
@@ -227,7 +227,7 @@ def _summary(attempt: allocation.Attempt, verdict: Optional[Dict[str, Any]], rec
 
 def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str], timeout: float,
         frames: FrameWriter, attempt_name: Optional[str], *, metrics: Sequence[str], baseline: Dict[str, str],
-        accept_regression: bool, revert: Sequence[str], progress: Optional[float] = None) -> Dict[str, Any]:
+        accept_regression: bool, revert: Sequence[str], progress: Optional[float] = None) -> allocation.Summary:
     """Create the attempt, start the supervisor, follow it to its verdict, then :func:`allocation.finish`."""
     for text in metrics:
         metric_spec(text)
@@ -255,18 +255,19 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
         attempt.close()
 
 
-def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter) -> Dict[str, Any]:
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter,
+              ) -> allocation.Summary:
     """The verdict of an attempt's confirmation (never submits, never reverts), then :func:`allocation.finish`."""
     attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         if fenced:
             return allocation.end_fenced(frames, allocation.base_summary(attempt), "submit")
-        record = detached.read_record(attempt, detached.BUILD_FILE)
+        record = detached.read_build(attempt)
         deadline = time.monotonic() + min(timeout, detached.START_WAIT)
         while record is None and alive and time.monotonic() < deadline:
             time.sleep(detached.POLL)
-            record = detached.read_record(attempt, detached.BUILD_FILE)
+            record = detached.read_build(attempt)
         verdict = _follow(attempt, record, timeout, frames, None)
         summary = _summary(attempt, verdict, record)
         summary["reconciled"] = True

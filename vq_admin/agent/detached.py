@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, List, TypedDict, cast
 
 from . import allocation, lease, spawn
 from ..core import procs
@@ -46,6 +46,35 @@ RECORD_LIMIT = 4096
 POLL = 0.2
 
 
+class BuildRecord(TypedDict, total=False):
+    """The ``build`` record the supervisor writes once the build has started."""
+
+    pid: int
+    start_time: str | None
+    supervisor_pid: int
+    supervisor_start_time: str | None
+    argv_sha256: str
+    archive_sha256: str | None
+    started: str
+
+
+class ExitRecord(TypedDict, total=False):
+    """The ``exit`` record the supervisor writes once the build has ended (``signal``: what ended it)."""
+
+    exit_code: int | None
+    signal: int | None
+    pid: int
+    ended: str
+
+
+class Cancel(TypedDict):
+    """How a build was ended at the bound: the signals sent to its process group."""
+
+    ok: bool
+    signals: List[str]
+    message: str
+
+
 def process_alive(pid: int | None, start_time: str | None) -> bool:
     """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
     return isinstance(pid, int) and pid > 1 and procs.process_alive(pid, start_time)
@@ -54,6 +83,16 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
     return json_object(attempt.read(name, RECORD_LIMIT + 1), limit=RECORD_LIMIT)
+
+
+def read_build(attempt: allocation.Attempt) -> BuildRecord | None:
+    """The ``build`` record (this agent's supervisor wrote it, atomically), or ``None``."""
+    return cast("BuildRecord | None", read_record(attempt, BUILD_FILE))
+
+
+def read_exit(attempt: allocation.Attempt) -> ExitRecord | None:
+    """The ``exit`` record (this agent's supervisor wrote it, atomically), or ``None``."""
+    return cast("ExitRecord | None", read_record(attempt, EXIT_FILE))
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -76,9 +115,10 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         proc = spawn.start(argv, stdout=out, stderr=err, cwd=path, new_session=True)
         os.close(out)
         os.close(err)
-        record = {"pid": proc.pid, "start_time": procs.proc_start_time(proc.pid), "supervisor_pid": os.getpid(),
-                  "supervisor_start_time": procs.proc_start_time(os.getpid()), "argv_sha256": binding.argv_sha256,
-                  "archive_sha256": binding.archive_sha256, "started": utc_now()}
+        record = BuildRecord(pid=proc.pid, start_time=procs.proc_start_time(proc.pid), supervisor_pid=os.getpid(),
+                             supervisor_start_time=procs.proc_start_time(os.getpid()),
+                             argv_sha256=binding.argv_sha256, archive_sha256=binding.archive_sha256,
+                             started=utc_now())
         attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
@@ -92,8 +132,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
             pass  # the agent is gone: the build runs on regardless
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
-        end = {"exit_code": status if status >= 0 else None, "signal": -status if status < 0 else None,
-               "pid": proc.pid, "ended": utc_now()}
+        end = ExitRecord(exit_code=status if status >= 0 else None, signal=-status if status < 0 else None,
+                         pid=proc.pid, ended=utc_now())
         attempt.write_file(EXIT_FILE, json.dumps(end, sort_keys=True).encode())
         code = 0
     finally:
@@ -102,7 +142,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
 
 def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[int, str],
           supervise: Callable[[allocation.Attempt, allocation.Binding, int, tuple[int, str]], None] | None = None,
-          ) -> dict[str, Any]:
+          ) -> BuildRecord:
     """Start the supervisor (double fork, own session; it inherits the lease's work lock the caller
     holds) and return the ``build`` record it wrote; *supervise* replaces the build's supervisor (the
     confirmation job's, :mod:`.confirm`)."""
@@ -125,44 +165,43 @@ def start(attempt: allocation.Attempt, binding: allocation.Binding, work: tuple[
     record = json_object(data, limit=RECORD_LIMIT)
     if record is None:
         raise OSError(f"the build's supervisor did not start the build in {attempt.path} (see its stderr)")
-    return record
+    return cast(BuildRecord, record)
 
 
-def _state(record: dict[str, Any]) -> tuple[str | None, str | None]:
+def _state(record: BuildRecord) -> tuple[str | None, str | None]:
     alive = process_alive(record.get("pid"), record.get("start_time"))
     return ("RUNNING" if alive else None), None
 
 
-def _running(record: dict[str, Any]) -> bool:
+def _running(record: BuildRecord) -> bool:
     """The recorded build or its supervisor still runs."""
     return (process_alive(record.get("pid"), record.get("start_time"))
             or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time")))
 
 
-def _stop_build(attempt: allocation.Attempt, record: dict[str, Any]) -> dict[str, Any]:
+def _stop_build(attempt: allocation.Attempt, record: BuildRecord) -> Cancel:
     """End the build's process group (it leads its own session) at the bound: :func:`procs.end_group`."""
     pid, start_time = record.get("pid"), record.get("start_time")
     if not isinstance(pid, int):
-        return {"ok": False, "signals": [], "message": "no build pid was recorded"}
+        return Cancel(ok=False, signals=[], message="no build pid was recorded")
 
     def gone(grace: float) -> bool:
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and read_record(attempt, EXIT_FILE) is None:
+        while time.monotonic() < deadline and read_exit(attempt) is None:
             time.sleep(POLL)
-        return read_record(attempt, EXIT_FILE) is not None or not process_alive(pid, start_time)
+        return read_exit(attempt) is not None or not process_alive(pid, start_time)
 
     sent = [] if gone(0.0) else procs.end_group(pid, gone)
-    ended = read_record(attempt, EXIT_FILE) is not None
-    return {"ok": ended, "signals": sent,
-            "message": "the build's process group was ended" if ended else "the build did not end after SIGKILL"}
+    ended = read_exit(attempt) is not None
+    return Cancel(ok=ended, signals=sent, message="the build's process group was ended" if ended
+                  else "the build did not end after SIGKILL")
 
 
-def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, timeout: float,
-                   ) -> dict[str, Any] | None:
+def _wait_for_exit(attempt: allocation.Attempt, record: BuildRecord | None, timeout: float) -> ExitRecord | None:
     """The ``exit`` record, waiting up to *timeout* while the supervisor (or the build) still runs."""
     deadline = time.monotonic() + timeout
     while True:
-        end = read_record(attempt, EXIT_FILE)
+        end = read_exit(attempt)
         if end is not None:
             return end
         if record is None or not _running(record) or time.monotonic() >= deadline:
@@ -170,18 +209,18 @@ def _wait_for_exit(attempt: allocation.Attempt, record: dict[str, Any] | None, t
         time.sleep(POLL)
 
 
-def _summary(attempt: allocation.Attempt, record: dict[str, Any] | None) -> dict[str, Any]:
+def _summary(attempt: allocation.Attempt, record: BuildRecord | None) -> allocation.Summary:
     summary = allocation.base_summary(attempt)
-    summary.update(build_place="fixed-host", pid=None, exit_signal=None)
+    summary.update({"build_place": "fixed-host", "pid": None, "exit_signal": None})
     if record is not None:
-        summary.update(pid=record.get("pid"), started=record.get("started"), submitted=True)
+        summary.update({"pid": record.get("pid"), "started": record.get("started"), "submitted": True})
     return summary
 
 
-def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict[str, Any] | None) -> None:
+def _establish(summary: allocation.Summary, end: ExitRecord | None, record: BuildRecord | None) -> None:
     if end is not None:
-        summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"), ended=end.get("ended"),
-                       established=True, end_source="supervisor")
+        summary.update({"exit_code": end.get("exit_code"), "exit_signal": end.get("signal"), "ended": end.get("ended"),
+                        "established": True, "end_source": "supervisor"})
         if end.get("signal"):
             summary["notes"].append(f"the build was ended by signal {end['signal']}")
     elif record is not None and _running(record):
@@ -192,17 +231,17 @@ def _establish(summary: dict[str, Any], end: dict[str, Any] | None, record: dict
                                 "(the supervisor was killed?)")
 
 
-def _one_look(settle_kw: dict[str, Any] | None) -> dict[str, Any]:
+def _one_look(settle_kw: allocation.SettleOptions | None) -> allocation.SettleOptions:
     """A fixed-host build's transcripts are files on this host, written by a build whose end is
     recorded (or that still runs: then they are incomplete however long they are watched): one
     observation, no settle.  The settle is for a batch job's files seen through a shared filesystem."""
-    return dict(settle_kw or {}, max_observations=1, required=1)
+    return {**(settle_kw or {}), "max_observations": 1, "required": 1}
 
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
-        attempt_name: str | None = None, *, settle_kw: dict[str, Any] | None = None,
+        attempt_name: str | None = None, *, settle_kw: allocation.SettleOptions | None = None,
         archive: str | None = None, archive_sha256: str | None = None,
-        progress: float | None = None) -> dict[str, Any]:
+        progress: float | None = None) -> allocation.Summary:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
     # the supervisor keeps the lease's work lock until the build has ended
     attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, env, frames, attempt_name,
@@ -224,12 +263,13 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
             if reporter is not None:
                 reporter.stop()
         if end is None and process_alive(record.get("pid"), record.get("start_time")):
-            summary.update(timed_out=True, cancel=_stop_build(attempt, record))
+            cancel = _stop_build(attempt, record)
+            summary.update({"timed_out": True, "cancel": cancel})
             summary["notes"].append(f"the build did not finish within {timeout:g} s; vq-admin ended its process "
-                                    f"group ({', '.join(summary['cancel']['signals']) or 'no signal needed'})")
-            end = read_record(attempt, EXIT_FILE)
+                                    f"group ({', '.join(cancel['signals']) or 'no signal needed'})")
+            end = read_exit(attempt)
             if end is not None:
-                summary.update(exit_code=end.get("exit_code"), exit_signal=end.get("signal"))
+                summary.update({"exit_code": end.get("exit_code"), "exit_signal": end.get("signal")})
         else:
             _establish(summary, end, record)
         return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
@@ -240,27 +280,27 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
 
 
 def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: dict[str, Any] | None = None) -> dict[str, Any]:
+              settle_kw: allocation.SettleOptions | None = None) -> allocation.Summary:
     """Establish the end of the attempt's detached build (never starts one), then :func:`allocation.finish`."""
     attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
     try:
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         summary = _summary(attempt, None)
-        summary.update(reconciled=True, fenced=fenced)
+        summary.update({"reconciled": True, "fenced": fenced})
         if fenced:
             return allocation.end_fenced(frames, summary, "start a build")
         deadline = time.monotonic() + timeout
-        record = read_record(attempt, BUILD_FILE)
+        record = read_build(attempt)
         start_deadline = min(deadline, time.monotonic() + START_WAIT)
         while record is None and alive and time.monotonic() < start_deadline:
             time.sleep(POLL)  # the original agent is alive and may still start the build
-            record = read_record(attempt, BUILD_FILE)
+            record = read_build(attempt)
         if record is None:
             summary["notes"].append("no build was recorded in the attempt: it never started")
             summary["submitted"] = False if not alive else None
         else:
             summary = _summary(attempt, record)
-            summary.update(reconciled=True)
+            summary["reconciled"] = True
             frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
         _establish(summary, end, record)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, TypedDict
 
 from .slurmjob import query
 
@@ -79,10 +79,32 @@ def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple
     return best[1].decode("utf-8", "replace").strip()[:LINE_LIMIT], best[2]
 
 
+class WaitRecord(TypedDict):
+    """A ``progress`` record while the job waits or runs: its queue state and the transcript's last line."""
+
+    phase: str  # "wait"
+    job_id: str
+    state: str
+    reason: Optional[str]
+    last_line: Optional[str]
+    stream: Optional[str]
+
+
+class SettleRecord(TypedDict):
+    """A ``progress`` record after each settle observation."""
+
+    phase: str  # "settle"
+    observation: int
+    max: int
+    identical: int
+    bytes: int
+    readable: bool
+
+
 class Reporter:
     """Sends ``wait`` records every *interval* seconds from :meth:`start` until :meth:`stop`."""
 
-    def __init__(self, emit: Callable[[dict[str, Any]], None], attempt_fd: int, interval: float,
+    def __init__(self, emit: Callable[[WaitRecord], None], attempt_fd: int, interval: float,
                  state: Callable[[str], Tuple[Optional[str], Optional[str]]] = queue_state):
         self.emit, self.attempt_fd = emit, attempt_fd
         self.interval = max(MIN_INTERVAL, interval)
@@ -100,8 +122,8 @@ class Reporter:
             if self._stop.is_set():
                 return
             line, stream = last_line(self.attempt_fd)
-            self.emit({"phase": "wait", "job_id": job_id, "state": state or "ENDED", "reason": reason,
-                       "last_line": line, "stream": stream})
+            self.emit(WaitRecord(phase="wait", job_id=job_id, state=state or "ENDED", reason=reason, last_line=line,
+                                 stream=stream))
             if self._stop.wait(self.interval):
                 return
 
@@ -111,7 +133,7 @@ class Reporter:
             self._worker.join(timeout=SQUEUE_TIMEOUT + 5)
 
 
-def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> dict[str, Any]:
+def settle_record(k: int, history: Sequence[Sequence[object]], max_observations: int) -> SettleRecord:
     """The ``settle`` record after observation *k* (1-based) of *history*."""
     last = history[-1]
     identical = 1
@@ -119,6 +141,6 @@ def settle_record(k: int, history: Sequence[Sequence[object]], max_observations:
         if previous != last:
             break
         identical += 1
-    return {"phase": "settle", "observation": k, "max": max_observations, "identical": identical,
-            "bytes": sum(getattr(s, "size", 0) or 0 for s in last),
-            "readable": all(getattr(s, "readable", False) for s in last)}
+    return SettleRecord(phase="settle", observation=k, max=max_observations, identical=identical,
+                        bytes=sum(getattr(s, "size", 0) or 0 for s in last),
+                        readable=all(getattr(s, "readable", False) for s in last))

@@ -72,11 +72,6 @@ def parse_name(name: str) -> Optional[Tuple[int, bool]]:
     return None
 
 
-def _write_new(dir_fd: int, name: str, data: bytes) -> None:
-    """*data* as the new file *name* below *dir_fd*: :func:`vq_admin.core.atomic.write`, linked (never replacing)."""
-    atomic.write(name, data, dir_fd=dir_fd, exclusive=True)
-
-
 def _open_dir(path: str, create: bool) -> Optional[int]:
     """The record directory, checked (secure-path rule) and opened; ``None`` when missing and not *create*."""
     if create:
@@ -103,9 +98,9 @@ def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Di
             seq = 1 + max((parsed[0] for parsed in map(parse_name, os.listdir(dir_fd)) if parsed), default=0)
             name = entry_name(seq, statement)
             if sig is not None:
-                _write_new(dir_fd, name + SIG, sig)
+                atomic.write(name + SIG, sig, dir_fd=dir_fd, exclusive=True)
             failpoint("record-before-statement")
-            _write_new(dir_fd, name, statement)
+            atomic.write(name, statement, dir_fd=dir_fd, exclusive=True)  # linked: never replaces
             os.fsync(dir_fd)
         finally:
             os.close(lock)

@@ -52,10 +52,6 @@ class JobEnd:
     raw_exit: str | None
     source: str  # scontrol | jobcomp | sacct
 
-    def to_dict(self) -> dict[str, object]:
-        return {"job_state": self.state, "job_exit_code": self.raw_exit, "exit_code": self.exit_code,
-                "end_source": self.source}
-
 
 def wait_status(state: str, status: int | None, signal: int | None) -> int:
     """The exit status ``sbatch --wait`` gives for a job that ended so.

@@ -51,8 +51,7 @@ def file_sha256(path: str) -> str:
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(CHUNK), b""):
             h.update(chunk)
-    digest: str = h.hexdigest()
-    return digest
+    return h.hexdigest()
 
 
 def hash_answer(path: str) -> tuple[dict[str, Any], int]:

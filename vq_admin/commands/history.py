@@ -18,7 +18,7 @@ not name, or a PROGRAM that host has no profile for, is exit 2).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import authority
 from ..state import history
@@ -47,7 +47,19 @@ def _duration(seconds: object) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def table(runs: list[dict[str, Any]], who: bool = False) -> list[str]:
+class HostRun(history.RunRow, frozen=True, kw_only=True):
+    """A run as an entry of the host's record says it, and whether it is evidence here."""
+
+    entry: str
+    driver: str | None = None
+    by: str | None = None
+    signer: str | None = None
+    evidence: bool = False
+    reason: str | None = None
+    who: str = "unknown"  #: who ran it, and whose signature it carries
+
+
+def table(runs: list[history.Run] | list[HostRun], who: bool = False) -> list[str]:
     """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
     who ran it, a host record's entry)."""
     header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
@@ -56,14 +68,15 @@ def table(runs: list[dict[str, Any]], who: bool = False) -> list[str]:
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
 
 
-def _cells(run: dict[str, Any], who: bool) -> tuple[str, ...]:
+def _cells(run: history.Run | HostRun, who: bool) -> tuple[str, ...]:
     """One run's row of the table ("-" for what it does not say)."""
-    shown = {key: str(run.get(key) or "-") for key in ("finished_at", "lane", "host", "program", "outcome")}
-    verb = run.get("verb")
-    lane = shown["lane"] + (f"/{verb}" if verb and verb != "update" else "")
-    sha = (run.get("expected_sha") or "-")[:12] + (f" ({run['tag']})" if run.get("tag") else "")
-    return (shown["finished_at"], lane, shown["host"], shown["program"], shown["outcome"], sha,
-            str(run.get("who")) if who else _duration(run.get("seconds")))
+    lane = (run.lane or "-") + (f"/{run.verb}" if run.verb and run.verb != "update" else "")
+    sha = (run.expected_sha or "-")[:12] + (f" ({run.tag})" if run.tag else "")
+    if isinstance(run, HostRun):
+        last = run.who if who else "-"
+    else:
+        last = "-" if who else _duration(run.seconds)
+    return (run.finished_at or "-", lane, run.host or "-", run.program or "-", run.outcome or "-", sha, last)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,19 +92,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit {args.limit}: give a positive number of runs")
     limit = args.limit if args.limit is not None else DEFAULT_LIMIT
     state = StateDir(args.state_dir)
+    found: list[history.Run] | list[HostRun]
     if host is not None and not args.local:
         programs: list[str | None] = [args.program] if args.program else [*sorted(host.runtimes), None]
         found = host_runs(config, state, host.name, programs)[:limit]
     else:
         found = history.runs(state.root, args.host, args.program, limit)
     if args.json:
-        emit(history.SCHEMA, Outcome.OK, {"runs": found})
+        emit(history.SCHEMA, Outcome.OK, {"runs": [run.to_value() for run in found]})
     elif found:
         print("\n".join(table(found, who=args.host is not None and not args.local)))
     return 0
 
 
-def host_runs(config: Config, state: StateDir, host: str, programs: list[str | None]) -> list[dict[str, Any]]:
+def host_runs(config: Config, state: StateDir, host: str, programs: list[str | None]) -> list[HostRun]:
     """The runs *host*'s record holds for *programs*, newest first (read in one agent call)."""
     from ..record import view
 
@@ -99,7 +113,7 @@ def host_runs(config: Config, state: StateDir, host: str, programs: list[str | N
     signing, me = view.signer(config.signing), view.driver_id(state)
     rows = [_row(entry, view.verdict_now(entry, signing), host, program, me, view.confirms(config, host, program))
             for program in programs for entry in view.entries(state, host, program)]
-    return sorted(rows, key=lambda row: (str(row["finished_at"] or ""), row["entry"]), reverse=True)
+    return sorted(rows, key=lambda row: (row.finished_at or "", row.entry), reverse=True)
 
 
 class _Entry(NamedTuple):
@@ -128,13 +142,13 @@ def _said(statement: Statement | None, confirm: bool) -> _Entry:
     return _Entry(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
 
 
-def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: str, confirm: bool) -> dict[str, Any]:
+def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: str, confirm: bool) -> HostRun:
     """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now."""
     said = _said(entry.parsed(), confirm)
     who = "this driver" if said.driver == me else said.who
     who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
     who += f" ({said.why})" if said.why else ""
-    return {"finished_at": said.finished_at, "lane": "runtime" if program else "helper", "verb": said.verb,
-            "host": host, "program": program, "outcome": said.outcome, "expected_sha": said.sha, "tag": said.tag,
-            "entry": entry.name, "driver": said.driver, "by": said.by, "signer": verdict.principal,
-            "evidence": verdict.accepted and not said.why, "reason": verdict.reason or said.why, "who": who}
+    return HostRun(finished_at=said.finished_at, lane="runtime" if program else "helper", verb=said.verb, host=host,
+                   program=program, outcome=said.outcome, expected_sha=said.sha, tag=said.tag, entry=entry.name,
+                   driver=said.driver, by=said.by, signer=verdict.principal,
+                   evidence=verdict.accepted and not said.why, reason=verdict.reason or said.why, who=who)

@@ -12,14 +12,13 @@ scheduler could not be read completely (a provider must then prune nothing).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..config import authority
 from ..config import load_config
 from ..report.envelope import emit
 from ..report.outcome import Outcome
 from ..report.output import safe_text
-from ..launcher.references import SCHEMA, census
+from ..launcher.references import SCHEMA, Census, census
 from ..state.records import StateDir
 from ..ssh.transport import Session
 
@@ -28,17 +27,17 @@ from ..ssh.transport import Session
 PRUNED = "nothing references it: vq admin prune removes it unless it is among the --keep N most recent (default 3)"
 
 
-def _lines(doc: dict[str, Any]) -> list[str]:
-    cost = doc["cost"]
-    lines = [f"{doc['program']} on {doc['host']}: {len(doc['generations'])} generations, "
-             f"{doc['jobs_scanned']} queued or running jobs read at {doc['taken_at']} ({cost['scripts_read']} "
-             f"scripts read, {cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls, "
-             f"{doc['seconds']:.1f} s)"]
-    for row in doc["generations"]:
-        lines.append(f"  {row['sha']}  {row['launcher'] or '-'}")
-        lines.append(f"      keep: {', '.join(row['reasons'])}" if row["reasons"] else
+def _lines(doc: Census) -> list[str]:
+    cost = doc.cost
+    lines = [f"{doc.program} on {doc.host}: {len(doc.generations)} generations, "
+             f"{doc.jobs_scanned} queued or running jobs read at {doc.taken_at} ({cost.scripts_read} "
+             f"scripts read, {cost.scripts_cached} cached, {cost.scheduler_calls} scheduler calls, "
+             f"{doc.seconds:.1f} s)"]
+    for row in doc.generations:
+        lines.append(f"  {row.sha}  {row.launcher or '-'}")
+        lines.append(f"      keep: {', '.join(row.reasons)}" if row.reasons else
                      f"      prune: {PRUNED}")
-    lines += [f"  warning: {w}" for w in doc["warnings"]]
+    lines += [f"  warning: {w}" for w in doc.warnings]
     return [safe_text(line) for line in lines]
 
 
@@ -52,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
     with Session(config.ssh_config) as session:
         doc = census(StateDir(args.state_dir), session.for_host(host.transport, host.ssh), host.agent, host.name,
                      args.program)
-    doc["requested_host"] = args.host
     if args.json:
-        emit(SCHEMA, Outcome.OK, doc)
+        emit(SCHEMA, Outcome.OK, {**doc.to_value(), "requested_host": args.host})
     else:
         print("\n".join(_lines(doc)))
     return 0

@@ -7,6 +7,7 @@ import argparse
 from functools import partial
 
 from ..lanes.runner import run_lane
+from ..report.sections import Rollback
 from .arguments import check_name, full_sha
 
 
@@ -17,4 +18,4 @@ def run(args: argparse.Namespace) -> int:
     to = full_sha(args.to, "--to")
     return run_lane(args, ("runtime", host_name, program), to, None,
                     partial(build_lane, host_name=host_name, program=program, to=to),
-                    early={"rollback": {"from": None, "to": to, "via": None}})
+                    early={"rollback": Rollback(from_=None, to=to, via=None)})

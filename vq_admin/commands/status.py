@@ -14,98 +14,125 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from ..config import authority
 from ..config import load_config
+from ..document import Document
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_message
-from ..state.records import StateDir
+from ..state.records import LastRun, StateDir, Verified
 
 
-def collect(state: StateDir, host: str | None) -> dict[str, Any]:
-    hosts: dict[str, Any] = {}
+class LaneStatus(Document, frozen=True, kw_only=True):
+    """A lane's records: its last run, LAST OK and LAST GOOD (``None``: none recorded)."""
+
+    last: LastRun | None
+    last_ok: Verified | None
+    last_good: Verified | None
+
+
+class HostStatus(Document, frozen=True, kw_only=True):
+    helper: LaneStatus | None = None
+    runtimes: dict[str, LaneStatus] = {}
+
+
+class Status(Document, frozen=True, kw_only=True):
+    """``vq admin status [HOST]`` (schema ``vq-admin/status/1``)."""
+
+    state_dir: str
+    hosts: dict[str, HostStatus]
+
+
+def collect(state: StateDir, host: str | None) -> Status:
+    hosts: dict[str, HostStatus] = {}
     for name, lane, program in state.lanes():
         if host and name != host:
             continue
-        entry = {
-            "last": state.read_record(lane, name, program, "last"),
-            "last_ok": state.read_record(lane, name, program, "last-ok"),
-            "last_good": state.read_record(lane, name, program, "last-good"),
-        }
-        slot = hosts.setdefault(name, {"helper": None, "runtimes": {}})
+        entry = LaneStatus(last=state.last_run(lane, name, program), last_ok=state.verified(lane, name, program),
+                           last_good=state.verified(lane, name, program, "last-good"))
+        slot = hosts.get(name, HostStatus())
         if lane == "helper":
-            slot["helper"] = entry
+            hosts[name] = slot.replace(helper=entry)
         else:
-            slot["runtimes"][program] = entry
-    return {"state_dir": str(state.root), "hosts": hosts}
+            hosts[name] = slot.replace(runtimes={**slot.runtimes, str(program): entry})
+    return Status(state_dir=str(state.root), hosts=hosts)
 
 
-def _identity(record: dict[str, Any] | None) -> str:
+def _identity(record: Verified | None) -> str:
     if not record:
         return "-"
-    text = f"{record.get('sha')}"
-    if record.get("tag"):
-        text += f" ({record['tag']})"
-    if record.get("launcher"):
-        text += f" {record['launcher']}"
-    if record.get("verified_by"):  # another driver's signed entry of the host's record (CONTRACT section 12)
-        text += f" verified by {record['verified_by']} (signed by {record.get('signer')})"
-    return text + f" at {record.get('at')}"
+    text = f"{record.sha}"
+    if record.tag:
+        text += f" ({record.tag})"
+    if record.launcher:
+        text += f" {record.launcher}"
+    if record.verified_by:  # another driver's signed entry of the host's record (CONTRACT section 12)
+        text += f" verified by {record.verified_by} (signed by {record.signer or None})"
+    return text + f" at {record.at}"
 
 
-def _lines(status: dict[str, Any]) -> list[str]:
+def _lines(status: Status) -> list[str]:
     lines: list[str] = []
-    for host, slot in sorted(status["hosts"].items()):
+    for host, slot in sorted(status.hosts.items()):
         lines.append(f"{host}")
-        entries = ([("helper", slot["helper"])] if slot["helper"] else []) + sorted(slot["runtimes"].items())
+        entries = ([("helper", slot.helper)] if slot.helper else []) + sorted(slot.runtimes.items())
         for label, entry in entries:
-            last = entry["last"] or {}
-            lines.append(f"  {label}: last {last.get('outcome', '-')} at {last.get('at', '-')} "
-                         f"(sha {last.get('expected_sha')})")
-            lines.append(f"    LAST OK   {_identity(entry['last_ok'])}")
-            lines.append(f"    LAST GOOD {_identity(entry['last_good'])}")
+            last = entry.last
+            lines.append(f"  {label}: last {last.outcome if last else '-'} at {last.at if last else '-'} "
+                         f"(sha {last.expected_sha if last else None})")
+            lines.append(f"    LAST OK   {_identity(entry.last_ok)}")
+            lines.append(f"    LAST GOOD {_identity(entry.last_good)}")
     if not lines:
-        lines.append(f"no recorded runs in {status['state_dir']}")
+        lines.append(f"no recorded runs in {status.state_dir}")
     return [safe_message(line) for line in lines]
 
 
-def collect_all(state: StateDir) -> dict[str, Any]:
-    groups: dict[str, dict[str, Any]] = {}
+class LastOkRow(Document, frozen=True, kw_only=True):
+    """A host's LAST OK in ``status --all`` (schema ``vq-admin/status-all/1``), and its last run's outcome."""
+
+    sha: str | None
+    tag: str | None
+    at: str | None
+    last_outcome: str | None
+
+
+class StatusAll(Document, frozen=True, kw_only=True):
+    state_dir: str
+    last_ok: dict[str, dict[str, LastOkRow]]
+
+
+def collect_all(state: StateDir) -> StatusAll:
+    groups: dict[str, dict[str, LastOkRow]] = {}
     for host, lane, program in state.lanes():
         key = "helper" if lane == "helper" else f"runtime {program}"
-        last_ok = state.read_record(lane, host, program, "last-ok") or {}
-        last = state.read_record(lane, host, program, "last") or {}
-        groups.setdefault(key, {})[host] = {
-            "sha": last_ok.get("sha"),
-            "tag": last_ok.get("tag"),
-            "at": last_ok.get("at"),
-            "last_outcome": last.get("outcome"),
-        }
-    return {"state_dir": str(state.root), "last_ok": groups}
+        last_ok, last = state.verified(lane, host, program), state.last_run(lane, host, program)
+        groups.setdefault(key, {})[host] = LastOkRow(
+            sha=last_ok.sha if last_ok else None, tag=last_ok.tag or None if last_ok else None,
+            at=last_ok.at if last_ok else None, last_outcome=last.outcome if last else None)
+    return StatusAll(state_dir=str(state.root), last_ok=groups)
 
 
-def _agreement(hosts: dict[str, dict[str, Any]]) -> str:
+def _agreement(hosts: dict[str, LastOkRow]) -> str:
     """Whether the hosts' LAST OK agree, or how they drift."""
-    shas = {h["sha"] for h in hosts.values() if h["sha"]}
-    missing = sum(1 for h in hosts.values() if not h["sha"])
+    shas = {h.sha for h in hosts.values() if h.sha}
+    missing = sum(1 for h in hosts.values() if not h.sha)
     if len(shas) <= 1 and not missing:
         return "all hosts agree"
     return f"DRIFT: {len(shas)} distinct SHA(s)" + (f", {missing} host(s) without LAST OK" if missing else "")
 
 
-def _lines_all(status: dict[str, Any]) -> list[str]:
+def _lines_all(status: StatusAll) -> list[str]:
     out: list[str] = []
-    for key, hosts in sorted(status["last_ok"].items(), key=lambda kv: (kv[0] == "helper", kv[0])):
+    for key, hosts in sorted(status.last_ok.items(), key=lambda kv: (kv[0] == "helper", kv[0])):
         out.append(f"{key}: LAST OK on {len(hosts)} host(s), {_agreement(hosts)}")
         width = max(len(name) for name in hosts)
         for name, h in sorted(hosts.items()):
-            sha = (h["sha"] or "-")[:12]
-            out.append(f"  {name:<{width}}  {sha:<12}  {h['tag'] or '-':<12}  {h['at'] or '-':<20}  "
-                       f"last {h['last_outcome'] or '-'}")
+            sha = (h.sha or "-")[:12]
+            out.append(f"  {name:<{width}}  {sha:<12}  {h.tag or '-':<12}  {h.at or '-':<20}  "
+                       f"last {h.last_outcome or '-'}")
     if not out:
-        out.append(f"no recorded runs in {status['state_dir']}")
+        out.append(f"no recorded runs in {status.state_dir}")
     return [safe_message(line) for line in out]
 
 
@@ -116,7 +143,7 @@ def _run_all(args: argparse.Namespace, publishing: bool) -> int:
                          "or --textfile")
     side_by_side = collect_all(StateDir(args.state_dir))
     if args.json:
-        emit(SCHEMAS["status-all"], Outcome.OK, side_by_side)
+        emit(SCHEMAS["status-all"], Outcome.OK, side_by_side.to_value())
     else:
         print("\n".join(_lines_all(side_by_side)))
     return 0
@@ -136,16 +163,16 @@ def run(args: argparse.Namespace) -> int:
         from ..report import metrics
 
         path = metrics.check_textfile(textfile) if textfile else None
-        registry = metrics.registry_for(collect(state, args.host), state)
+        registry = metrics.registry_for(collect(state, args.host).to_value(), state)
         metrics.publish(registry, prometheus=prometheus, textfile=path)
         return 0
     status = collect(state, args.host)
     if args.json:
-        emit(SCHEMAS["status"], Outcome.OK, status)
+        emit(SCHEMAS["status"], Outcome.OK, status.to_value())
     elif sys.stdout.isatty():
         from ..report.status_table import render, use_color
 
-        print("\n".join(render(status, color=use_color(sys.stdout))))
+        print("\n".join(render(status.to_value(), color=use_color(sys.stdout))))
     else:
         print("\n".join(_lines(status)))
     return 0

@@ -8,12 +8,10 @@ falls back to a default.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
-from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from ..core import default_paths as paths
@@ -343,6 +341,8 @@ def _where(key: str, name: str) -> str:
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the known name closest to a mistyped *word* (``""`` when none is close)."""
+    import difflib  # only for a mistake: not on the cron no-op's way to its first ssh (docs/performance.md)
+
     close = difflib.get_close_matches(word, sorted(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -404,7 +404,7 @@ def _abs_path(table: Mapping[str, Any], name: str, key: str) -> str | None:
     where = _where(key, name)
     if not value.startswith("/"):
         raise ConfigError(where, f"must be an absolute path, not {value!r}")
-    if ".." in PurePosixPath(value).parts:
+    if ".." in value.split("/"):  # its parts, as PurePosixPath's (pathlib is not imported before the first ssh)
         raise ConfigError(where, "must not contain '..'")
     return os.path.normpath(value)
 

@@ -32,7 +32,7 @@ import json
 import os
 import stat
 import threading
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Mapping
 
 from . import checksum
 from .bounds import loads_json
@@ -65,7 +65,7 @@ class FrameWriter:
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.broken = True
 
-    def record(self, kind: str, payload: dict[str, Any]) -> None:
+    def record(self, kind: str, payload: Mapping[str, object]) -> None:
         if kind not in JSON_KINDS:
             raise ValueError(kind)
         line = f"{kind} {json.dumps(payload, sort_keys=True, ensure_ascii=True)}\n".encode("ascii")

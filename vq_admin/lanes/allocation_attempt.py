@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core import protocol
+from ..document import Document, DocumentError
 from ..report.outcome import READ_ONLY_RAN, Locked
 from ..state.records import dump_json, read_json, write_atomic
 from ..plan import execute_stream, settled
 from ..ssh.transport import Transport
-from .allocation_stream import StreamCall, stream_call
+from .allocation_stream import StreamCall, Summary, stream_call
 from .runtime_step import RuntimeStep
 
 RECORD = "attempt.json"
@@ -45,10 +46,21 @@ def _path(inputs: RuntimeStep) -> Path:
     return inputs.ctx.state.lane_dir("runtime", inputs.host.name, inputs.profile.program) / RECORD
 
 
+class AttemptRecord(Document, frozen=True, kw_only=True):
+    """The attempt an interrupted run may have left (``attempt.json``): ``kind`` and ``where`` are written only
+    for a detached build or a confirmation."""
+
+    attempt: str
+    attempt_dir: str | None = None
+    receipt: str | None = None
+    expected_sha: str | None = None
+    kind: str = "allocation"
+    where: str | None = None
+
+
 def record(inputs: RuntimeStep, attempt: str, directory: str, kind: str = "allocation",
            where: str | None = None) -> None:
-    data: dict[str, Any] = {"attempt": attempt, "attempt_dir": directory, "receipt": inputs.receipt.id,
-                            "expected_sha": inputs.sha}
+    data = {"attempt": attempt, "attempt_dir": directory, "receipt": inputs.receipt.id, "expected_sha": inputs.sha}
     if kind != "allocation":
         data.update(kind=kind, where=where)
     write_atomic(_path(inputs), dump_json(data))
@@ -66,22 +78,25 @@ def clear(inputs: RuntimeStep) -> None:
 PREVIOUS = "previous-attempt"
 
 
-def _previous(inputs: RuntimeStep) -> dict[str, Any] | None:
-    previous = read_json(_path(inputs))
-    return previous if previous is not None and isinstance(previous.get("attempt"), str) else None
+def _previous(inputs: RuntimeStep) -> AttemptRecord | None:
+    """The attempt record an interrupted run left; ``None`` when there is none (or it is not one)."""
+    try:
+        return AttemptRecord.from_value(read_json(_path(inputs)), str(_path(inputs)))
+    except DocumentError:
+        return None
 
 
-def _reconcile_place(inputs: RuntimeStep, previous: dict[str, Any]) -> tuple[Transport, list[str], str]:
+def _reconcile_place(inputs: RuntimeStep, previous: AttemptRecord) -> tuple[Transport, list[str], str]:
     """Where and how the end of *previous* is asked for (the agent never starts or submits anything)."""
-    detached = previous.get("kind") == "detached"
+    detached = previous.kind == "detached"
     login = inputs.build_transport() if detached else inputs.ctx.login(inputs.host)
-    if previous.get("kind") == "confirm":
+    if previous.kind == "confirm":
         return login, protocol.confirm_reconcile(inputs.host.agent, root=inputs.host.scratch_root or "",
-                                                 program=inputs.profile.program, attempt=previous["attempt"],
+                                                 program=inputs.profile.program, attempt=previous.attempt,
                                                  timeout="1"), \
             "read the verdict of the confirmation job an interrupted run left (never submits or reverts)"
     argv = protocol.reconcile(inputs.host.agent, detached=detached, root=inputs.host.scratch_root or "",
-                              program=inputs.profile.program, attempt=previous["attempt"], timeout="1")
+                              program=inputs.profile.program, attempt=previous.attempt, timeout="1")
     purpose = ("establish the end of the build an interrupted run left on the build host (never starts one)"
                if detached else "establish the end of the batch job an interrupted run left (never submits)")
     return login, argv, purpose
@@ -111,15 +126,14 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
         return
     login, argv, _purpose = _reconcile_place(inputs, previous)
     if not plan.has(PREVIOUS) or plan.get(PREVIOUS).planned_argv != argv or plan.get(PREVIOUS).where != login.where:
-        raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous['attempt']}) appeared "
+        raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous.attempt}) appeared "
                      "or changed after this run was planned: another run was cut off meanwhile; "
                      f"{READ_ONLY_RAN}: rerun")
     ctx = inputs.ctx
-    detached = previous.get("kind") == "detached"
-    confirm = previous.get("kind") == "confirm"
+    detached, confirm = previous.kind == "detached", previous.kind == "confirm"
     step = plan.get(PREVIOUS)
     ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
-                f"{previous.get('attempt_dir')}; reconciling its {'build' if detached else 'job'}")
+                f"{previous.attempt_dir}; reconciling its {'build' if detached else 'job'}")
     # The transcripts are settled on the login host; the driver keeps only this call's summary.
     sinks = {name: _Discard(name) for name in ("stdout", "stderr")}
 
@@ -128,12 +142,12 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
 
     call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
-    summary: dict[str, Any] = call.records.get("summary") or {}
-    found = inputs.receipt.previous_attempt = _found(previous, summary, call, login.where, detached)
-    ended = (summary.get("job_state") != "RUNNING" if detached or confirm
-             else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
+    summary = call.summary or Summary()
+    found = inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
+    ended = (summary.job_state != "RUNNING" if detached or confirm
+             else summary.established or summary.fenced or not summary.job_id)
     if confirm and call.complete and ended:
-        _record_verdict(inputs, previous, summary.get("confirm"), found)
+        _record_verdict(inputs, previous, call.records["summary"].get("confirm"), found)
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -142,50 +156,50 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     step.status = "interrupted" if call.interrupted else "failed"
     step.detail = call.describe()
     settled(step)
-    raise Locked(_still_going(previous, summary, call, login.where, previous.get("kind")))
+    raise Locked(_still_going(previous, summary, call, login.where))
 
 
-def _found(previous: dict[str, Any], summary: dict[str, Any], call: StreamCall, where: str,
-           detached: bool) -> dict[str, Any]:
-    """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt."""
+def _found(previous: AttemptRecord, call: StreamCall, where: str, detached: bool) -> dict[str, Any]:
+    """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt (the
+    agent's summary as it sent it)."""
+    summary = call.records.get("summary") or {}
     found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
                                                "fenced", "notes")}
-    found.update(attempt=previous["attempt"], attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
+    found.update(attempt=previous.attempt, attempt_dir=previous.attempt_dir, receipt=previous.receipt)
     if detached:  # the build's exit status and settled transcript are this run's evidence
         found.update(kind="detached", where=where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
                      settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
     return found
 
 
-def _record_verdict(inputs: RuntimeStep, previous: dict[str, Any], verdict: Any, found: dict[str, Any]) -> None:
+def _record_verdict(inputs: RuntimeStep, previous: AttemptRecord, verdict: Any, found: dict[str, Any]) -> None:
     """The verdict a confirmation's supervisor wrote with no driver left to read it: into the receipt and,
     when it is one, into the confirmation record."""
-    found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
-    if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
+    found.update(kind="confirm", expected_sha=previous.expected_sha, confirm=verdict)
+    if isinstance(verdict, dict) and previous.expected_sha is not None:
         from ..state import confirmation
 
         confirmation.record_verdict(inputs.ctx.state, inputs.host.name, inputs.profile.program,
-                                    previous["expected_sha"], verdict, previous.get("receipt"), None)
+                                    previous.expected_sha, verdict, previous.receipt, None)
 
 
-def _still_going(previous: dict[str, Any], summary: dict[str, Any], call: StreamCall, where: str,
-                 kind: object) -> str:
+def _still_going(previous: AttemptRecord, summary: Summary, call: StreamCall, where: str) -> str:
     """Why this run is refused (75): the interrupted run's job or build has not ended, or its end is not known."""
-    if kind == "confirm":
-        return (f"the confirmation job {summary.get('job_id') or '(id not yet recorded)'} of an interrupted "
-                f"run (attempt {previous.get('attempt_dir')}, receipt {previous.get('receipt')}) is still under "
-                f"way on {where} (state {summary.get('job_state') or 'unknown'}; it reverts by itself if "
+    if previous.kind == "confirm":
+        return (f"the confirmation job {summary.job_id or '(id not yet recorded)'} of an interrupted "
+                f"run (attempt {previous.attempt_dir}, receipt {previous.receipt}) is still under "
+                f"way on {where} (state {summary.job_state or 'unknown'}; it reverts by itself if "
                 f"it fails); {READ_ONLY_RAN}: wait for it to end, then rerun")
-    if kind == "detached":
-        pid = summary.get("pid") or f"recorded in {previous.get('attempt_dir')}/build"
+    if previous.kind == "detached":
+        pid = summary.pid or f"recorded in {previous.attempt_dir}/build"
         return (f"the build of an interrupted run keeps running on {where} under attempt "
-                f"{previous.get('attempt_dir')} (pid {pid}, receipt {previous.get('receipt')}); "
+                f"{previous.attempt_dir} (pid {pid}, receipt {previous.receipt}); "
                 + ("it has not ended" if call.complete else f"its end could not be read ({call.describe()})")
                 + f"; {READ_ONLY_RAN}: wait for it to end, then rerun")
-    job = summary.get("job_id") or "(id not read)"
-    state = summary.get("job_state") or "unknown"
-    return (f"the batch job {job} of an interrupted run (attempt {previous.get('attempt_dir')}, receipt "
-            f"{previous.get('receipt')}) has not ended (scheduler state: {state}; {call.describe()}); "
+    job = summary.job_id or "(id not read)"
+    state = summary.job_state or "unknown"
+    return (f"the batch job {job} of an interrupted run (attempt {previous.attempt_dir}, receipt "
+            f"{previous.receipt}) has not ended (scheduler state: {state}; {call.describe()}); "
             f"{READ_ONLY_RAN}: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
 
 

@@ -46,7 +46,7 @@ from ..report.outcome import Locked, Refused, VqAdminError
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
-from .allocation_stream import StreamCall, TranscriptSink, stream_call
+from .allocation_stream import Cancel, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
 from .runtime_step import RuntimeStep
 
 #: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
@@ -70,8 +70,9 @@ CANCEL_GRACE = 30.0
 RECONCILE_WAIT = 1.0
 RECONCILE_TRIES = 3
 #: Agent exit statuses that mean "refused before anything was submitted".
-REFUSED_BEFORE_SUBMIT = {2: "usage, or a missing dependency", 4: "an unsafe path was refused",
-                         75: "the lease's work lock is held by an earlier run's build or job"}
+REFUSED_BEFORE_SUBMIT = {exits.EXIT_USAGE: "usage, or a missing dependency",
+                         exits.EXIT_UNSAFE: "an unsafe path was refused",
+                         exits.EXIT_HELD: "the lease's work lock is held by an earlier run's build or job"}
 
 
 def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
@@ -112,20 +113,20 @@ def _discard(sinks: dict[str, TranscriptSink]) -> None:
 UNCHOSEN_STATES = ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
 
 
-def ended_without_choosing(summary: dict[str, Any]) -> str | None:
+def ended_without_choosing(summary: Summary) -> str | None:
     """Why the job's exit status is not the deployment's choice, or ``None``.
 
     A job cancelled, timed out, preempted, killed with its node or by a
     signal (``ExitCode`` ``N:SIG`` with SIG > 0) may have done anything up to
     that moment, including the switch of ``current``.
     """
-    state = str(summary.get("job_state") or "").split(" ")[0].rstrip("+")
+    state = (summary.job_state or "").split(" ")[0].rstrip("+")
     if state in UNCHOSEN_STATES:
-        return f"ended in state {summary.get('job_state')}"
-    raw = str(summary.get("job_exit_code") or "")
+        return f"ended in state {summary.job_state}"
+    raw = summary.job_exit_code or ""
     status, _, sig = raw.partition(":")
     if sig.isdigit() and int(sig) > 0:
-        return f"was ended by signal {sig} (ExitCode {raw}, state {summary.get('job_state')})"
+        return f"was ended by signal {sig} (ExitCode {raw}, state {summary.job_state})"
     return None
 
 
@@ -218,9 +219,8 @@ class AllocationDeploy(RuntimeStep):
         if not call.complete:
             call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
-        summary = call.records.get("summary") or {}
-        if summary.get("established") or summary.get("timed_out") or (summary.get("submitted") is False
-                                                                        and not detached):
+        summary = call.summary or Summary()
+        if summary.established or summary.timed_out or (summary.submitted is False and not detached):
             allocation_attempt.clear(self)  # the end is known: nothing for a later run to reconcile
         # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
         # and the attempt record is current (their ``step-after``)
@@ -315,30 +315,30 @@ class AllocationDeploy(RuntimeStep):
             self.ctx.narrate(f"deploy-reconcile: {call.describe()}")
         return call, sinks
 
-    def _record_end(self, summary: dict[str, Any], call: StreamCall, sinks: dict[str, TranscriptSink],
-                    keys: tuple[str, ...], unchosen: Any, not_established: str) -> None:
-        """Copy the agent's summary (*keys*) into the receipt's deploy record and settle the step that
-        delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
+    def _record_end(self, summary: Summary, call: StreamCall, sinks: dict[str, TranscriptSink],
+                    keys: tuple[str, ...], unchosen: object, not_established: str) -> None:
+        """Copy the agent's summary (*keys*, as it sent them) into the receipt's deploy record and settle the
+        step that delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
         (*unchosen* false), else ``interrupted`` with the summary's notes or *not_established*."""
-        deploy = self.receipt.deploy
+        deploy, sent = self.receipt.deploy, call.records["summary"]
         assert deploy is not None  # written by run_attempt()
         for key in keys:
-            if summary.get(key) is not None or key not in deploy:
-                deploy[key] = summary.get(key)
-        deploy["retention"] = summary.get("retention")
+            if sent.get(key) is not None or key not in deploy:
+                deploy[key] = sent.get(key)
+        deploy["retention"] = sent.get("retention")
         self._fill_output(summary, call, sinks)
         if call.complete:  # the step that delivered the report carries the deployment's exit status
             call.step.exit_code = deploy["exit_code"]
-            if summary.get("established") and not unchosen:
+            if summary.established and not unchosen:
                 call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
             else:
                 call.step.status = "interrupted"
-                call.step.detail = "; ".join(summary.get("notes") or []) or not_established
+                call.step.detail = "; ".join(summary.notes) or not_established
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,
                   sinks: dict[str, TranscriptSink]) -> RunResult:
         receipt, where = self.receipt, call.where
-        summary = call.records.get("summary")
+        summary = call.summary
         if summary is None:
             _discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
@@ -348,38 +348,36 @@ class AllocationDeploy(RuntimeStep):
                                                 "job_exit_code", "end_source", "established", "timed_out",
                                                 "cancel", "reconciled", "notes"),
                          signalled, signalled or "the job's end was not established")
-        if summary.get("submitted") is False:
+        if summary.submitted is False:
             self.reclaim(success=False)
-            raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.get('sbatch_exit_code')}): "
-                               f"{' '.join(summary.get('notes') or [])} "
-                               f"{(summary.get('sbatch_stderr') or '').strip()[-500:]}")
-        if summary.get("timed_out"):
-            cancel = summary.get("cancel") or {}
+            raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.sbatch_exit_code}): "
+                               f"{' '.join(summary.notes)} {summary.sbatch_stderr.strip()[-500:]}")
+        if summary.timed_out:
+            cancel = summary.cancel or Cancel()
             text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
                     f"({_seconds(self.profile.timeout_seconds)} s)")
             # The build may have activated before the cancel: only a read-back decides (never "failed").
             state = deploy.get("job_state") or "not reported by the scheduler"
-            how = ("vq-admin cancelled it (scancel exit 0)" if cancel.get("ok")
-                   else f"cancelling it failed: {cancel.get('message')}")
+            how = ("vq-admin cancelled it (scancel exit 0)" if cancel.ok
+                   else f"cancelling it failed: {cancel.message}")
             return RunResult(list(command.argv), where, None,
                              stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
                              .encode(), seconds=call.seconds, interrupted="job")
-        if not summary.get("established"):
-            return self._unknown(command, call,
-                                 "; ".join(summary.get("notes") or []) or "the job's end was not established")
-        if summary["exit_code"] == exits.JOB_TAMPERED:
+        if not summary.established:
+            return self._unknown(command, call, "; ".join(summary.notes) or "the job's end was not established")
+        if summary.exit_code == exits.JOB_TAMPERED:
             self.tampered(sinks, f"batch job {deploy['job_id']}")
-        if signalled and summary.get("never_started") is True:  # the scheduler never gave it a node
+        if signalled and summary.never_started is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
             self.reclaim(success=False)
             raise VqAdminError(f"deploy: allocation job {deploy['job_id']} {signalled}: the job was cancelled "
                                "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
-            return RunResult(list(command.argv), where, int(summary["exit_code"]),
-                             stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary['exit_code']}); "
+            return RunResult(list(command.argv), where, _status(summary),
+                             stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary.exit_code}); "
                                      f"transcripts in {deploy['log_dir']}").encode(),
                              seconds=call.seconds, interrupted="job")
-        return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+        return RunResult(list(command.argv), where, _status(summary), seconds=call.seconds)
 
     def tampered(self, sinks: dict[str, TranscriptSink], what: str) -> None:
         """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
@@ -410,18 +408,17 @@ class AllocationDeploy(RuntimeStep):
         return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
                          interrupted="transport")
 
-    def _fill_output(self, summary: dict[str, Any], call: StreamCall,
-                     sinks: dict[str, TranscriptSink]) -> None:
+    def _fill_output(self, summary: Summary, call: StreamCall, sinks: dict[str, TranscriptSink]) -> None:
         """command_output, metrics and the driver's transcript copy from what arrived."""
         receipt = self.receipt
-        settle = summary.get("settle") or {}
         transcript = self._store_transcripts(sinks)
-        sent = (call.records.get("end") or {}).get("sent") or {}
+        sent = call.sent if call.ended else {}
         problems = [f"{name}: {problem}" for name, sink in sinks.items()
-                    if (problem := _stream_problem(sent.get(name) if call.ended else None, sink, settle))]
-        if not summary.get("established") and not summary.get("timed_out"):
+                    if (problem := _stream_problem(sent.get(name), sink, summary.settle))]
+        if not summary.established and not summary.timed_out:
             problems.append("the job's end was not established: its transcript may still grow")
-        output = _output(settle, problems, sinks["stdout"], sinks["stderr"], transcript, receipt.deploy["log_dir"])
+        output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
+                         receipt.deploy["log_dir"])
         if not output["complete"]:
             self.ctx.narrate(f"deploy: {output['note']}")
         receipt.command_output = output
@@ -442,33 +439,40 @@ class AllocationDeploy(RuntimeStep):
         return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
 
 
-def _stream_problem(got: dict[str, Any] | None, sink: TranscriptSink, settle: dict[str, Any]) -> str | None:
+def _status(summary: Summary) -> int:
+    """The deployment's exit status from an established summary (the agent says one whenever it establishes the end)."""
+    if summary.exit_code is None:
+        raise VqAdminError("deploy: the helper established the end but gave no exit status")
+    return summary.exit_code
+
+
+def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> str | None:
     """What is wrong with one stream's copy against what the agent says it sent (it names its checksum:
     xxh3_64, or blake2b without xxhash); ``None`` when nothing is."""
     if got is None:
         return "the stream was cut before the end"
-    algorithm, digest = got.get("checksum"), got.get("digest")
-    if algorithm not in checksum.ALGORITHMS:
+    algorithm, digest = got.checksum, got.digest
+    if algorithm is None or algorithm not in checksum.ALGORITHMS:
         return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
-    if got.get("bytes") != sink.bytes or digest != sink.digest_as(algorithm):
-        return f"received {sink.bytes} bytes, the helper sent {got.get('bytes')}"
-    if settle.get("settled") and got.get("settled_digest") != digest:
+    if got.bytes != sink.bytes or digest != sink.digest_as(algorithm):
+        return f"received {sink.bytes} bytes, the helper sent {got.bytes}"
+    if settle.settled and got.settled_digest != digest:
         return "changed after it had settled"
     return None
 
 
-def _output(settle: dict[str, Any], problems: list[str], out: TranscriptSink, err: TranscriptSink,
+def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: TranscriptSink,
             transcript: str | None, log_dir: str) -> dict[str, Any]:
     """The receipt's ``command_output`` of an allocation deploy."""
-    complete = bool(settle.get("settled")) and not problems
+    complete = settle.settled and not problems
     cut = any("cut" in p or "received" in p for p in problems)
-    reason = None if complete else settle.get("reason") or ("unavailable" if cut else "unstable")
+    reason = None if complete else settle.reason or ("unavailable" if cut else "unstable")
     output: dict[str, Any] = {
         "complete": complete, "reason": reason, "log_dir": log_dir,
-        "observations": settle.get("observations", 0), "settle_seconds": settle.get("seconds"),
+        "observations": settle.observations, "settle_seconds": settle.seconds,
         "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
         "truncated": out.truncated or err.truncated, "transcript": transcript,
-        "checksum": settle.get("checksum") or out.algorithm,
+        "checksum": settle.checksum or out.algorithm,
     }
     if out.truncated or err.truncated:
         output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "

@@ -22,6 +22,7 @@ from ..ssh import process
 from ..core import checksum
 from ..core.failpoints import failpoint
 from ..core.frames import FrameError, read_frames
+from ..document import Count, Document, DocumentError
 from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
 from ..core import atomic
 from ..ssh.transport import Transport, describe_interruption
@@ -175,6 +176,54 @@ class TranscriptSink:
             pass
 
 
+class Settle(Document, frozen=True, kw_only=True):
+    """How the agent settled the transcripts (the ``settle`` of its summary; docs/allocation-transcripts.md)."""
+
+    settled: bool = False
+    reason: str | None = None
+    observations: Count = 0
+    seconds: float | None = None
+    checksum: str | None = None
+
+
+class Cancel(Document, frozen=True, kw_only=True):
+    """How the agent ended a job or build at its bound (``scancel``, or the build's process group)."""
+
+    ok: bool = False
+    message: str | None = None
+
+
+class Summary(Document, frozen=True, kw_only=True):
+    """The agent's ``summary`` record of ``alloc-run``/``alloc-reconcile``, ``detach-run``/``detach-reconcile``
+    and the confirmation job's calls (:func:`vq_admin.agent.allocation.base_summary` and what they add)."""
+
+    job_id: str | None = None
+    submitted: bool | None = None
+    sbatch_exit_code: int | None = None
+    sbatch_stderr: str = ""
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    pid: int | None = None
+    job_state: str | None = None
+    job_exit_code: str | None = None
+    never_started: bool | None = None
+    established: bool = False
+    timed_out: bool = False
+    cancel: Cancel | None = None
+    fenced: bool = False
+    notes: tuple[str, ...] = ()
+    settle: Settle = Settle()
+
+
+class Sent(Document, frozen=True, kw_only=True):
+    """What the agent says it streamed of one transcript (the ``end`` record's ``sent``)."""
+
+    bytes: Count = 0
+    checksum: str | None = None
+    digest: str | None = None
+    settled_digest: str | None = None
+
+
 @dataclass
 class StreamCall:
     """What one framed agent call delivered."""
@@ -189,6 +238,19 @@ class StreamCall:
     ended: bool = False
     frame_error: str | None = None
     step: Any = None  # the plan step this call was recorded in
+
+    @property
+    def summary(self) -> Summary | None:
+        """The agent's ``summary`` record (``None``: none arrived); one that is not one ends the stream."""
+        value = self.records.get("summary")
+        return None if value is None else Summary.from_value(value, f"the summary from {self.where}")
+
+    @property
+    def sent(self) -> dict[str, Sent]:
+        """What the agent says it sent of each transcript (empty: the ``end`` record did not arrive)."""
+        sent = self.records.get("end", {}).get("sent")
+        return {name: Sent.from_value(value, f"the end record from {self.where}")
+                for name, value in (sent if isinstance(sent, dict) else {}).items()}
 
     @property
     def complete(self) -> bool:
@@ -209,10 +271,15 @@ class StreamCall:
 def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict[str, Any],
                observer: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     call.records[kind] = value
+    try:  # a summary or end record that is not one is an unreadable answer
+        summary, _ = call.summary, call.sent
+    except DocumentError as exc:
+        del call.records[kind]  # never read again
+        raise FrameError(str(exc)) from None
     if observer is not None:
         observer(kind, value)
-    if kind == "summary":  # the agent names its checksum before the transcripts follow
-        algorithm = (value.get("settle") or {}).get("checksum")
+    if kind == "summary" and summary is not None:  # the agent names its checksum before the transcripts follow
+        algorithm = summary.settle.checksum
         if algorithm in checksum.ALGORITHMS:
             for sink in sinks.values():
                 sink.use_checksum(algorithm)

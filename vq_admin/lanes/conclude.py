@@ -11,6 +11,7 @@ from ..core import exits
 from ..report.outcome import Outcome
 from ..report.output import last_line
 from ..report.receipt import Receipt
+from ..report.sections import Readback, Record, Registry
 from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
 
@@ -50,9 +51,9 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if ctx.options.dry_run:
         return receipt
     if outcome is Outcome.LOCKED and receipt.readback is None:  # the line to run once the holder has ended
-        receipt.readback = {"read": "nothing: another run holds the lane, or a deployment is under way",
-                            "proven": False, "next_command": rerun_command(ctx, receipt),
-                            "advice": "rerun it once that has ended; it verifies read-only first"}
+        receipt.readback = Readback(read="nothing: another run holds the lane, or a deployment is under way",
+                                    proven=False, next_command=rerun_command(ctx, receipt),
+                                    advice="rerun it once that has ended; it verifies read-only first")
     receipt.plan.skip_unrun()
     receipt_id = receipt.id or ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     receipt.id = receipt_id
@@ -104,10 +105,10 @@ def _append_host_record(ctx: RunContext, receipt: Receipt, verified: dict[str, A
     proved = verified if verified is not None else recorded
     entry = append_run(ctx, receipt, proved) if proved is not None else None
     if entry is not None:
-        receipt.record = {**(receipt.record or {}), **entry}
+        receipt.record = Record(**entry) if receipt.record is None else receipt.record.replace(**entry)
     roots = append_roots(ctx, receipt, verified)
     if roots is not None:
-        receipt.record = {**(receipt.record or {}), "roots": roots}
+        receipt.record = Record(roots=roots) if receipt.record is None else receipt.record.replace(roots=roots)
 
 
 def _plan_registry(ctx: RunContext, receipt: Receipt,
@@ -119,9 +120,10 @@ def _plan_registry(ctx: RunContext, receipt: Receipt,
     from ..launcher import registry
 
     try:
-        receipt.registry, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program, verified)
+        planned, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program, verified)
+        receipt.registry = Registry.from_value(planned, "registry")
     except registry.RegistryError as exc:
-        receipt.registry = {"entry": None, "error": str(exc)}
+        receipt.registry = Registry(entry=None, error=str(exc))
         return None
     return apply
 
@@ -179,7 +181,7 @@ def _not_stored(ctx: RunContext, receipt: Receipt, exc: OSError) -> Receipt:
     """
     reason = _reason(exc)
     if receipt.registry:
-        receipt.registry = {"entry": None, "error": f"not recorded: the receipt could not be stored ({reason})"}
+        receipt.registry = Registry(entry=None, error=f"not recorded: the receipt could not be stored ({reason})")
     receipt.not_stored = ["the receipt", "the registry entry", "the lane records (last.json, LAST OK)",
                                    "the admin log line"]
     receipt.errors.append(f"could not store the receipt in {ctx.state.root}: {reason}; nothing naming it was "

@@ -77,29 +77,28 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
                   sinks: dict[str, TranscriptSink]) -> RunResult:
         deploy = self.receipt.deploy
         where = deploy["where"]
-        summary = call.records.get("summary")
+        summary = call.summary
         if summary is None:
             allocation_step._discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived",
                                  message=_still_running(deploy, "the helper's report never arrived"))
-        signal = summary.get("exit_signal")
+        signal = summary.exit_signal
         self._record_end(summary, call, sinks, ("pid", "exit_code", "exit_signal", "job_state", "established",
                                                 "timed_out", "cancel", "reconciled", "fenced", "notes"),
                          signal, "the build's end was not established")
-        if summary.get("timed_out"):  # the build may have activated before it was ended: only a read-back decides
-            cancel = summary.get("cancel") or {}
+        if summary.timed_out:  # the build may have activated before it was ended: only a read-back decides
             return RunResult(list(command.argv), where, None, seconds=call.seconds, interrupted="job", stderr=(
                 f"the build on {where} did not finish within timeout_seconds "
                 f"({allocation_step._seconds(self.profile.timeout_seconds)} s); vq-admin ended its process group "
-                f"({cancel.get('message')}); transcripts in {deploy['log_dir']}").encode())
-        if not summary.get("established"):
-            why = "; ".join(summary.get("notes") or []) or "the build's end was not established"
+                f"({summary.cancel.message if summary.cancel else None}); transcripts in {deploy['log_dir']}").encode())
+        if not summary.established:
+            why = "; ".join(summary.notes) or "the build's end was not established"
             return self._unknown(command, call, why, message=_still_running(deploy, why))
-        if summary["exit_code"] == exits.JOB_TAMPERED:
+        if summary.exit_code == exits.JOB_TAMPERED:
             self.tampered(sinks, f"the build on {where}")
         if signal:  # the build did not choose its exit status: read back before deciding
-            return RunResult(list(command.argv), where, 128 + int(signal), seconds=call.seconds, interrupted="job",
+            return RunResult(list(command.argv), where, 128 + signal, seconds=call.seconds, interrupted="job",
                              stderr=(f"the build on {where} was ended by signal {signal}; transcripts in "
                                      f"{deploy['log_dir']}").encode())
-        return RunResult(list(command.argv), where, int(summary["exit_code"]), seconds=call.seconds)
+        return RunResult(list(command.argv), where, allocation_step._status(summary), seconds=call.seconds)
 

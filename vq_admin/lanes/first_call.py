@@ -31,6 +31,7 @@ from ..document import Document
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
+from ..report.sections import Readback, Record
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, command_files as remote_paths
 from .conclude import rerun_command
@@ -150,11 +151,11 @@ def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
     its name not resolved, the connection refused, authentication failed): ``failed`` (1), naming
     what it leaves behind (nothing) and the next command (CONTRACT section 15)."""
     message = f"cannot take the host-side lease: {interrupted}; this run changed nothing"
-    receipt.readback = {
-        "read": "nothing (the run's first agent call was interrupted before it answered)",
-        "proven": False, "reason": message, "stage": "no source stage was created",
-        "build": "no build was started", "next_command": rerun_command(ctx, receipt),
-        "advice": "nothing was changed by this run; rerun when the login host is reachable"}
+    receipt.readback = Readback(
+        read="nothing (the run's first agent call was interrupted before it answered)",
+        proven=False, reason=message, stage="no source stage was created",
+        build="no build was started", next_command=rerun_command(ctx, receipt),
+        advice="nothing was changed by this run; rerun when the login host is reachable")
     raise LeaseUnreachable(message)
 
 
@@ -170,7 +171,7 @@ def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | Non
     """Import the entries the session answered (each judged once) into this driver's view."""
     from ..record import view
 
-    receipt.record = view.take(ctx.config, ctx.state, host, program, lease.host_record)
+    receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host, program, lease.host_record), "record")
 
 
 def lease_request(lease: Lease) -> LeaseRequest:

@@ -51,6 +51,7 @@ from ..context import RunContext
 from ..lease import AGENT_NOT_RUN, AgentMissing, Lease, OtherProtocol
 from ..report.outcome import READ_ONLY_RAN, Outcome, Refused, UsageError
 from ..plan import execute, filled, offer, record
+from ..report import sections
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
@@ -116,7 +117,7 @@ class HelperUpdate:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
-        self.receipt.source = self.source.to_receipt()
+        self.receipt.source = sections.Source.from_value(self.source.to_receipt(), "source")
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it
@@ -168,7 +169,7 @@ class HelperUpdate:
                               f"{READ_ONLY_RAN}") from None
             if pre is None:
                 pre = read_identity(self.ctx, self.host, self.receipt.plan.get("pre-identity"), self.sha, self.tree)
-            self.receipt.verify = {"pre": pre.to_dict()}
+            self.receipt.verify = sections.Verify(pre=pre.to_dict())
             if pre.identity is not None and pre.identity.record == "missing" and not self.ctx.options.cluster_install:
                 raise Refused(f"{self.not_installed(pre)}: no helper this lane installed is there yet; a first "
                               f"installation is {self.install_line}, with `agent` naming the entry "
@@ -252,12 +253,12 @@ class HelperUpdate:
         assert self.sha is not None  # make_plan resolved it
         found: Readback = readback(self.ctx, self.host, self.receipt.plan, self.receipt.plan.get("readback"),
                                    self.sha, self.tree)
-        self.receipt.verify["readback"] = found.to_dict()
+        self.receipt.verify = self.receipt.verify.replace(readback=found.to_dict())
         final = found.final
         if final.matched:
             if interrupted:
-                self.receipt.readback = {"read": "live helper identity on the login host", "proven": True,
-                                         "next_command": None}
+                self.receipt.readback = sections.Readback(read="live helper identity on the login host",
+                                                          proven=True, next_command=None)
             return self.activated(found)
         if interrupted or final.interrupted:
             why = final.error or "; ".join(final.mismatches) or "not proven"
@@ -287,7 +288,7 @@ class HelperUpdate:
             "read_on": self.ctx.login(self.host).where, "receipt": self.receipt.id, "at": utc_now(),
         }
         path = self.ctx.state.write_record("helper", self.host.name, None, ACTIVATION, activation)
-        self.receipt.activation = {"path": str(path), **activation}
+        self.receipt.activation = sections.Activation.from_value({"path": str(path), **activation}, "activation")
         self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 
@@ -298,15 +299,15 @@ class HelperUpdate:
                 "version": ident.version, "interpreter": ident.interpreter}
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        self.receipt.readback = {
-            "read": "live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
-            "proven": False, "reason": reason, "stage": self.staging.dir,
-            "next_command": rerun_command(self.ctx, self.receipt),
-            "advice": ("the helper command may have finished or may still be running; rerunning reads the live "
-                       "identity first and reports already-current if it completed. Do not install by hand."
-                       if changed else "nothing was staged or installed by this run; rerun when the login host is "
-                       "reachable"),
-        }
+        self.receipt.readback = sections.Readback(
+            read="live helper identity on the login host" if changed else "nothing (pre-identity interrupted)",
+            proven=False, reason=reason, stage=self.staging.dir,
+            next_command=rerun_command(self.ctx, self.receipt),
+            advice=("the helper command may have finished or may still be running; rerunning reads the live "
+                    "identity first and reports already-current if it completed. Do not install by hand."
+                    if changed else "nothing was staged or installed by this run; rerun when the login host is "
+                    "reachable"),
+        )
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
 

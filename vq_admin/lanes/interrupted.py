@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..report.receipt import Receipt
+from ..report.sections import Readback
 from .staging import left_stage
 
 
@@ -44,7 +45,7 @@ def known(deploy: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str,
-                         wait_lock: float | None = None) -> dict[str, Any]:
+                         wait_lock: float | None = None) -> Readback:
     """The ``readback`` of a run that vq-admin itself did not finish (a signal)."""
     facts = left_behind(receipt)
     running = None
@@ -52,13 +53,13 @@ def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str,
         running = f"batch job {facts.get('job_id') or '(its id is in the attempt record)'}"
     elif "attempt_dir" in facts:
         running = f"the build pid {facts.get('pid') or '(in the attempt record)'} on {receipt.deploy.get('where')}"
-    return {
-        "read": f"nothing after the signal ({signal_text}): vq-admin stopped at once and read nothing back",
-        "proven": False,
+    return Readback(
+        read=f"nothing after the signal ({signal_text}): vq-admin stopped at once and read nothing back",
+        proven=False,
         **facts,
-        "next_command": next_command,
-        "advice": rerun_advice(running, wait_lock, "the interrupted run"),
-    }
+        next_command=next_command,
+        advice=rerun_advice(running, wait_lock, "the interrupted run"),
+    )
 
 
 def rerun_advice(running: str | None, wait_lock: float | None, what: str) -> str:

@@ -28,6 +28,7 @@ from ..source.mirror import FeedUnknown
 from ..source.mirror_feed import Feed, Runner
 from ..report.outcome import Interrupted, VqAdminError
 from ..plan import SlotError, SlotValue, execute
+from ..report.sections import Interruption, Mirror, Readback
 from ..ssh.transport import RunResult, Transport, quote_argv
 from .conclude import rerun_command
 from .runtime_step import RuntimeStep
@@ -73,7 +74,7 @@ class MirrorFeed(RuntimeStep):
         if p.prepare_command is not None:
             steps.add("prepare", login.where, self.prepare_argv(feed.source_ref),
                       f"site preparer (preparer_reads = \"{p.preparer_reads}\"): reads {feed.source_ref}")
-        self.receipt.mirror = feed.to_receipt()
+        self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
 
     def run(self) -> None:
         """Feed the mirror, then run the preparer; both before the deploy step."""
@@ -85,23 +86,23 @@ class MirrorFeed(RuntimeStep):
             feed.feed()
         except FeedUnknown as exc:
             self._record(feed)
-            self.receipt.readback = {
-                "read": f"git ls-remote of the fed refs on {feed.mirror.url}",
-                "proven": False,
-                "reason": exc.message,
-                "stage": "no source stage was created",
-                "build": "no build was started",
-                "next_command": rerun_command(self.ctx, self.receipt),
-                "advice": "rerunning reads the mirror first: a feed that did apply shows as unchanged refs",
-            }
+            self.receipt.readback = Readback(
+                read=f"git ls-remote of the fed refs on {feed.mirror.url}",
+                proven=False,
+                reason=exc.message,
+                stage="no source stage was created",
+                build="no build was started",
+                next_command=rerun_command(self.ctx, self.receipt),
+                advice="rerunning reads the mirror first: a feed that did apply shows as unchanged refs",
+            )
             self.reclaim(success=False)
             raise
         except VqAdminError:
             self._record(feed)
             cut = [s for s in self.receipt.plan.steps if s.name.startswith("mirror-") and s.status == "interrupted"]
             if cut:  # e.g. mirror-probe or mirror-read cut off: failed is honest (nothing pushed), and said so
-                self.receipt.interruption = {"step": cut[-1].name, "transport": cut[-1].detail,
-                                             "installed": "nothing", "stage": "no source stage was created"}
+                self.receipt.interruption = Interruption(step=cut[-1].name, transport=cut[-1].detail,
+                                                         installed="nothing", stage="no source stage was created")
             self.reclaim(success=False)
             raise
         self._record(feed)
@@ -126,7 +127,7 @@ class MirrorFeed(RuntimeStep):
         return run_step
 
     def _record(self, feed: Feed) -> None:
-        self.receipt.mirror = feed.to_receipt()
+        self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
         if feed.notes:
             notes = self.receipt.notes
             for note in feed.notes:
@@ -140,16 +141,16 @@ class MirrorFeed(RuntimeStep):
         self.ctx.narrate(f"preparing on {step.where}: {quote_argv(step.planned_argv)}")
         result = execute(step, self.login(), timeout=self.profile.timeout_seconds)  # prepare_argv(feed.source_ref)
         if result.interrupted:
-            self.receipt.readback = {
-                "read": (f"the mirror feed was confirmed by read-back; the preparer's end could not be read "
-                         f"({result.describe()})"),
-                "proven": False,
-                "preparer": f"the site preparer may still be running on {step.where}",
-                "stage": "no source stage was created",
-                "build": "no build was started",
-                "next_command": rerun_command(self.ctx, self.receipt),
-                "advice": "rerun the update once the preparer has finished; the feed is already in place",
-            }
+            self.receipt.readback = Readback(
+                read=(f"the mirror feed was confirmed by read-back; the preparer's end could not be read "
+                      f"({result.describe()})"),
+                proven=False,
+                preparer=f"the site preparer may still be running on {step.where}",
+                stage="no source stage was created",
+                build="no build was started",
+                next_command=rerun_command(self.ctx, self.receipt),
+                advice="rerun the update once the preparer has finished; the feed is already in place",
+            )
             raise Interrupted(f"prepare: {result.describe()}; the preparer may still be running on {step.where}; "
                               f"nothing was staged or built; rerun the update once it has finished")
         if result.exit_code != 0:

@@ -55,7 +55,8 @@ from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
-from ..launcher.references import CensusError, census
+from ..report.sections import Readback, Verify
+from ..launcher.references import Census, CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
 from ..core.stamps import utc_now
 from ..ssh.transport import quote_argv
@@ -160,7 +161,7 @@ class RuntimePrune:
         self.make_plan()
         remote_paths.run_places(self.receipt.plan, self.host.agent, self.host.name, self.command_places())
         pre = self.verify(self.pre)
-        self.receipt.verify = {"pre": pre.to_dict()}
+        self.receipt.verify = Verify(pre=pre.to_dict())
         if not pre.proven:
             detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
@@ -179,13 +180,14 @@ class RuntimePrune:
         self.keep_used()
         self.add_roots()
         doc = self.take_census()
-        for row in doc["generations"]:
-            for job in row["jobs"]:
-                self.add(row["sha"], f"job {job['id']} ({job['state']})")
-        for sha, labels in doc.get("unregistered", {}).items():
+        for row in doc.generations:
+            for job in row.jobs:
+                self.add(row.sha, f"job {job.id} ({job.state})")
+        for sha, labels in doc.unregistered.items():
             for label in labels:
                 self.add(sha, label)
-        self.record["census"] = {k: doc[k] for k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
+        self.record["census"] = {k: v for k, v in doc.to_value().items()
+                                 if k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -218,11 +220,10 @@ class RuntimePrune:
         if self.keep_recent <= 0:
             return found
         for item in history.newest_first(self.ctx.state.root):
-            if (item.get("host"), item.get("program"), item.get("lane")) != (self.host.name, self.profile.program,
-                                                                            "runtime"):
+            if (item.host, item.program, item.lane) != (self.host.name, self.profile.program, "runtime"):
                 continue
-            sha = item.get("expected_sha")
-            if (item.get("outcome") in VERIFIED and item.get("verb") in ("update", "rollback")
+            sha = item.expected_sha
+            if (item.outcome in VERIFIED and item.verb in ("update", "rollback")
                     and isinstance(sha, str) and sha not in found):
                 found.append(sha)
                 if len(found) >= self.keep_recent:
@@ -245,7 +246,7 @@ class RuntimePrune:
                 ago = int((now - (parse_utc(usage.last[:19] + "Z") or now)) // 86400)
                 self.add(sha, f"used {usage.last[:10]} ({ago} d ago)")
 
-    def take_census(self) -> dict[str, Any]:
+    def take_census(self) -> Census:
         """The census: its one agent call is the planned step ``census``, whose detail says what it cost."""
         step, login = self.receipt.plan.get("census"), self.ctx.login(self.host)
         started = time.monotonic()
@@ -262,9 +263,9 @@ class RuntimePrune:
             raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
                           "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
         step.seconds = time.monotonic() - started
-        cost = doc["cost"]
-        step.detail = (f"{doc['jobs_scanned']} jobs read: {cost['scripts_read']} scripts read, "
-                       f"{cost['scripts_cached']} cached, {cost['scheduler_calls']} scheduler calls")
+        cost = doc.cost
+        step.detail = (f"{doc.jobs_scanned} jobs read: {cost.scripts_read} scripts read, "
+                       f"{cost.scripts_cached} cached, {cost.scheduler_calls} scheduler calls")
         return doc
 
     def candidates(self) -> list[str]:
@@ -295,10 +296,10 @@ class RuntimePrune:
         receipt.record_command(result, step.where)
         if result.interrupted:
             receipt.errors.append(f"prune: {result.describe()}")
-            receipt.readback = {"read": "nothing (the prune command's transport was interrupted)", "proven": False,
-                                "next_command": rerun_command(ctx, receipt),
-                                "advice": "what the provider removed is not known; rerunning prunes again with a "
-                                          "fresh census and reports what is gone"}
+            receipt.readback = Readback(read="nothing (the prune command's transport was interrupted)", proven=False,
+                                        next_command=rerun_command(ctx, receipt),
+                                        advice="what the provider removed is not known; rerunning prunes again "
+                                               "with a fresh census and reports what is gone")
             return conclude(ctx, receipt, Outcome.UNKNOWN)
         failures: list[str] = []
         report = None
@@ -317,7 +318,7 @@ class RuntimePrune:
             for sha in sorted(set(report.removed) & set(self.keep)):
                 failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
         post = self.verify(self.post)
-        receipt.verify["final"] = post.to_dict()
+        receipt.verify = receipt.verify.replace(final=post.to_dict())
         unread: list[str] = []
         if post.interrupted:
             unread.append(f"verify: {post.error}")
@@ -332,10 +333,11 @@ class RuntimePrune:
             return conclude(ctx, receipt, Outcome.FAILED)
         if unread:  # the prune ran; whether what must stay is intact could not be read back
             receipt.errors.extend(unread)
-            receipt.readback = {"read": "fresh read-only verify and kept-launcher read-back on the login host",
-                                "proven": False, "next_command": rerun_command(ctx, receipt),
-                                "advice": "the transport was interrupted while checking what was kept; rerunning "
-                                          "verifies the active generation and every kept launcher again"}
+            receipt.readback = Readback(read="fresh read-only verify and kept-launcher read-back on the login host",
+                                        proven=False, next_command=rerun_command(ctx, receipt),
+                                        advice="the transport was interrupted while checking what was kept; "
+                                               "rerunning verifies the active generation and every kept launcher "
+                                               "again")
             return conclude(ctx, receipt, Outcome.UNKNOWN)
         return conclude(ctx, receipt, Outcome.OK, recorded=self.proved)
 

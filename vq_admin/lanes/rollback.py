@@ -35,6 +35,7 @@ from ..context import RunContext
 from ..report.outcome import Outcome, Refused
 from ..plan import Step, execute
 from ..report.receipt import Receipt
+from ..report.sections import Rollback, Verify
 from ..state.records import StateDir, read_json
 from ..ssh.transport import quote_argv
 from . import allocation_attempt, command_files as remote_paths
@@ -100,8 +101,7 @@ class RuntimeRollback(RuntimeUpdate):
         super().__init__(ctx, host_name, program, self.entry["sha"], self.entry.get("tag"))
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
             self.profile.provider, self.request(archive=None, where=self.activate_place))
-        self.receipt.rollback = {"from": None, "to": self.sha,
-                                          "via": "activate" if self.activation else "update"}
+        self.receipt.rollback = Rollback(from_=None, to=self.sha, via="activate" if self.activation else "update")
         self.receipt.rerun = ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
 
     @property
@@ -139,7 +139,7 @@ class RuntimeRollback(RuntimeUpdate):
         found = super().verify(verify_step, readback_step, shared=shared)
         if verify_step.name == "pre-verify" and found.receipt is not None:
             assert self.receipt.rollback is not None  # make_plan recorded it
-            self.receipt.rollback["from"] = found.receipt.source_sha.lower()
+            self.receipt.rollback = self.receipt.rollback.replace(from_=found.receipt.source_sha.lower())
         return found
 
     def run(self) -> Receipt:
@@ -170,9 +170,9 @@ class RuntimeRollback(RuntimeUpdate):
             return self.unknown(PRE_VERIFY_CUT, changed=False)
         if pre.proven:
             self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
-            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
-        self.receipt.verify = {"pre": pre.to_dict()}
+        self.receipt.verify = Verify(pre=pre.to_dict())
         self.require_quiescent(pre)
         step = self.receipt.plan.get("activate")
         assert self.activation is not None

@@ -25,6 +25,7 @@ from ..state.locks import lane_lock
 from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
+from ..report.sections import Readback
 from ..state.records import StateDir
 from ..core.stamps import utc_now
 from ..state.tree import UnsafeState
@@ -114,7 +115,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         receipt.errors.append(f"{exc.message} during step {_current_step(receipt)}; the outcome is unknown")
         from .interrupted import interrupted_readback
 
-        if not (receipt.readback or {}).get("next_command"):  # a lane that said more keeps its own account
+        if not (receipt.readback and receipt.readback.next_command):  # a lane that said more keeps its own account
             receipt.readback = interrupted_readback(receipt, exc.message, rerun_command(ctx, receipt),
                                                     ctx.options.wait_lock)
         receipt = conclude(ctx, receipt, exc.outcome)
@@ -125,8 +126,8 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
         receipt.errors.append(f"internal error during step {_current_step(receipt)}: {type(exc).__name__}: {exc}; "
                               "the outcome is unknown (please report this with the receipt)")
         receipt.traceback = traceback.format_exc()
-        receipt.readback = {"read": "nothing (vq-admin failed internally)", "proven": False,
-                            "next_command": rerun_command(ctx, receipt)}
+        receipt.readback = Readback(read="nothing (vq-admin failed internally)", proven=False,
+                                    next_command=rerun_command(ctx, receipt))
         receipt = conclude(ctx, receipt, Outcome.UNKNOWN)
     finally:
         interrupts.hold()  # the outcome is decided and recorded: a signal now changes nothing

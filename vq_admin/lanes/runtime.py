@@ -39,6 +39,7 @@ from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError
 from ..plan import Step, execute, fill_command, filled, offer
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
+from ..report.sections import Readback, Reverted, Source, Verify
 from ..core.stamps import utc_now
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
@@ -117,7 +118,7 @@ class RuntimeUpdate:
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
         self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
-        self.receipt.source = self.source.to_receipt()
+        self.receipt.source = Source.from_value(self.source.to_receipt(), "source")
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
@@ -217,13 +218,13 @@ class RuntimeUpdate:
             return self.unknown(PRE_VERIFY_CUT, changed=False)
         self.previous = self.previous_generation(pre)
         if self.proves(pre, before=True) and self.confirmation is not None and self.reconfirm():
-            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
             return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
         if self.proves(pre, before=True) and not self.ctx.options.force:
             self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
-            self.receipt.verify = {"pre": pre.to_dict(), "final": pre.to_dict()}
+            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
-        self.receipt.verify = {"pre": pre.to_dict()}
+        self.receipt.verify = Verify(pre=pre.to_dict())
         self.require_quiescent(pre)
         if self.mirror is not None:
             self.mirror.run()
@@ -245,7 +246,7 @@ class RuntimeUpdate:
         it proves nothing, else ok with the verified identity; the stage, if any, is reclaimed as
         the run's failure or success."""
         post = self.verify(*self.post)
-        self.receipt.verify["final"] = post.to_dict()
+        self.receipt.verify = self.receipt.verify.replace(final=post.to_dict())
         if post.interrupted:
             return self.resolve_unknown(f"verify: {post.error}")
         if not self.proves(post):
@@ -322,10 +323,10 @@ class RuntimeUpdate:
         request = replace(self.request(archive=None), expected_sha=prev.sha, tag=prev.tag)
         steps = plan_verify(self.ctx, self.receipt.plan, "revert-verify", self.host, self.profile, request)
         proof = run_verify(self.ctx, self.host, self.profile, request, *steps)
-        self.receipt.verify["revert"] = proof.to_dict()
+        self.receipt.verify = self.receipt.verify.replace(revert=proof.to_dict())
         revert = result.get("revert") or {}
-        self.receipt.reverted = {"from": self.sha, "to": prev.sha, "proven": proof.proven,
-                                 "activate_exit_code": revert.get("exit_code")}
+        self.receipt.reverted = Reverted(from_=self.sha, to=prev.sha, proven=proof.proven,
+                                         activate_exit_code=revert.get("exit_code"))
         if proof.proven:
             self.ctx.narrate(f"reverted {self.profile.program} on {self.host.name} to {prev.sha} (proven)")
             return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=dict(self.verified_identity(proof),
@@ -379,12 +380,12 @@ class RuntimeUpdate:
         """An interrupted transport: only a fresh read-only verify decides."""
         self.receipt.errors.append(what)
         found = self.verify(*readback_verify_steps(self.receipt.plan))  # planned for this, slots and all
-        self.receipt.verify["readback"] = found.to_dict()
+        self.receipt.verify = self.receipt.verify.replace(readback=found.to_dict())
         if self.proves(found):
             self.ctx.narrate("the interrupted run is resolved by read-back: the requested identity is active and "
                              "verified")
-            self.receipt.readback = {"read": "fresh read-only verify on the login host", "proven": True,
-                                     "next_command": None}
+            self.receipt.readback = Readback(read="fresh read-only verify on the login host", proven=True,
+                                             next_command=None)
             if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
                 allocation_attempt.clear(self.inputs)
             self.staging.reclaim(success=True)
@@ -393,30 +394,31 @@ class RuntimeUpdate:
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
-        self.receipt.readback = {
-            "read": "fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
-            "proven": False,
-            "reason": reason,
-            "stage": self.staging.dir,
-            "next_command": rerun_command(self.ctx, self.receipt),
-            "advice": (
+        deploy = self.receipt.deploy
+        readback = Readback(
+            read="fresh read-only verify on the login host" if changed else "nothing (pre-verify interrupted)",
+            proven=False,
+            reason=reason,
+            stage=self.staging.dir,
+            next_command=rerun_command(self.ctx, self.receipt),
+            advice=(
                 "the build may have finished or may still be running on the build host; rerunning first verifies "
                 "read-only and reports already-current if it completed. Do not start a build by hand."
                 if changed else "nothing was deployed or activated by this run; rerun when the login host is reachable"
             ),
-        }
-        deploy = self.receipt.deploy
-        # an allocation build: the batch job, its final scheduler state and its retained transcripts
-        self.receipt.readback.update(known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"))
+            # an allocation build: the batch job, its final scheduler state and its retained transcripts
+            **known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"),
+        )
         if deploy.get("detached") and not deploy.get("established") and not deploy.get("timed_out"):
             from . import detached_step
 
-            self.receipt.readback.update(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
-                                         build=detached_step.left_running(deploy))
+            readback = readback.replace(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
+                                        build=detached_step.left_running(deploy))
             if not deploy.get("fenced"):
                 pid = deploy.get("pid") or "(in the attempt record)"
-                self.receipt.readback["advice"] = rerun_advice(f"the build pid {pid} on {deploy.get('where')}",
-                                                               self.ctx.options.wait_lock, "the build")
+                readback = readback.replace(advice=rerun_advice(f"the build pid {pid} on {deploy.get('where')}",
+                                                                self.ctx.options.wait_lock, "the build"))
+        self.receipt.readback = readback
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)
 
     def verify_errors(self, found: Verification) -> list[str]:

@@ -24,6 +24,7 @@ from ..core import exits, protocol
 from ..report.outcome import Refused, VqAdminError
 from ..plan import Plan, execute, fill, mark_local
 from ..report.receipt import Receipt
+from ..report.sections import Interruption, Source, Stage
 from ..ssh.transport import RunResult, Transport
 
 KEEP_FAILED = 3
@@ -84,7 +85,7 @@ class SourceStage:
             mark_local(step, False, started, exc.message, argv)
             raise
         mark_local(step, True, started, argv=argv)
-        self.receipt.source = self.ident.to_receipt()
+        self.receipt.source = Source.from_value(self.ident.to_receipt(), "source")
         return self.ident
 
     def digests(self) -> dict[str, str]:
@@ -104,7 +105,7 @@ class SourceStage:
         except protocol.ProtocolError:
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory") from None
         self.dir = path
-        self.receipt.stage = {"where": self.transport.where, "dir": path}
+        self.receipt.stage = Stage(where=self.transport.where, dir=path)
         receive, verify = self.plan.get("stage-receive"), self.plan.get("stage-verify")
         received = execute(receive, self.transport, timeout=self.timeout, stdin=self.ident.archive_path, stage=path)
         self.require(received, receive.name)
@@ -127,12 +128,13 @@ class SourceStage:
         if result.ok:
             return
         if result.interrupted:  # nothing was installed, so failed is honest; say what may be left
-            interruption = self.receipt.interruption = {"step": what, "transport": result.describe(),
-                                                        "installed": "nothing", "stage": left_stage(self.receipt)}
+            interruption = self.receipt.interruption = Interruption(
+                step=what, transport=result.describe(), installed="nothing", stage=left_stage(self.receipt))
             self.reclaim(success=False)
-            interruption["reclaimed_now"] = self.plan.get("stage-reclaim").status == "ok"
+            self.receipt.interruption = interruption.replace(
+                reclaimed_now=self.plan.get("stage-reclaim").status == "ok")
             raise VqAdminError(f"{what}: the transport was interrupted ({result.describe()}); nothing was "
-                               f"installed; {interruption['stage']}")
+                               f"installed; {interruption.stage}")
         self.reclaim(success=False)
         if result.exit_code == exits.EXIT_UNSAFE:
             raise Refused(f"{what} on {self.transport.where}: {result.error_text()[-500:]} (nothing was installed)")
@@ -162,7 +164,7 @@ def _verdict(result: RunResult) -> protocol.StageVerdict:
 
 def left_stage(receipt: Receipt) -> str:
     """What this run knows it left of its source stage (an interrupted run's receipt says it)."""
-    stage = (receipt.stage or {}).get("dir")
+    stage = receipt.stage.dir if receipt.stage else None
     if stage:
         return f"the source stage {stage} may be left behind; the next run of this lane reclaims it"
     steps = {s.name: s for s in receipt.plan.steps}

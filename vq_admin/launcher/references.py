@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Annotated, Any, Callable, Iterable, Sequence
+from typing import Annotated, Callable, Iterable, Sequence
 
 import msgspec
 
 from . import registry
 from ..core import protocol
 from ..core.bounds import InputError
-from ..core.identifiers import JOB_ID_RE, SHA_IN_TEXT_RE, SHA_RE
+from ..core.identifiers import JOB_ID_RE, SHA_IN_TEXT_RE
 from ..document import Count, Document
 from ..report.outcome import VqAdminError
 from ..state.records import StateDir
@@ -120,20 +120,56 @@ class CensusError(VqAdminError):
         self.cost = cost
 
 
-def generations(state: StateDir, host: str, program: str) -> list[dict[str, Any]]:
+class JobMatch(Document, frozen=True, kw_only=True):
+    """A job that names a generation: by its launcher, or only by its SHA."""
+
+    id: str
+    display: str
+    state: str
+    user: str
+    match: str  #: ``launcher`` or ``sha``
+
+
+class Generation(Document, frozen=True, kw_only=True):
+    """One generation the driver knows of and the reasons to keep it."""
+
+    sha: str
+    launcher: str | None
+    registered: bool  #: a registry entry (else only LAST OK or LAST GOOD names it)
+    receipt: str | None
+    reasons: tuple[str, ...] = ()
+    jobs: tuple[JobMatch, ...] = ()
+    referenced: bool = False
+
+
+class Census(Document, frozen=True, kw_only=True):
+    """The references census (schema ``vq-admin/references/1``) of one program on one host."""
+
+    host: str
+    program: str
+    where: str
+    taken_at: str
+    complete: bool
+    jobs_scanned: Count | None
+    seconds: float
+    cost: CensusCost
+    generations: tuple[Generation, ...]
+    warnings: tuple[str, ...]
+    unregistered: dict[str, tuple[str, ...]]  #: full SHAs jobs name that no verification here knows of
+
+
+def generations(state: StateDir, host: str, program: str) -> list[Generation]:
     """Registry entries plus LAST OK / LAST GOOD, one row per SHA, with the static reasons."""
-    rows: dict[str, dict[str, Any]] = {}
-    for entry in registry.entries(state.root, host, program):
-        rows[entry["sha"]] = {"sha": entry["sha"], "launcher": entry["launcher"], "registered": True,
-                              "receipt": entry["receipt"], "reasons": [], "jobs": []}
-    for which, reason in (("last-ok", "last-ok"), ("last-good", "last-good")):  # prune's words
-        record = state.read_record("runtime", host, program, which) or {}
-        sha = record.get("sha")
-        if isinstance(sha, str) and SHA_RE.match(sha):
-            row = rows.setdefault(sha, {"sha": sha, "launcher": record.get("launcher"), "registered": False,
-                                        "receipt": record.get("receipt"), "reasons": [], "jobs": []})
-            row["reasons"].append(reason)
-    return sorted(rows.values(), key=lambda r: r["sha"])
+    rows = {entry["sha"]: Generation(sha=entry["sha"], launcher=entry["launcher"], registered=True,
+                                     receipt=entry["receipt"])
+            for entry in registry.entries(state.root, host, program)}
+    for which in ("last-ok", "last-good"):  # prune's words
+        record = state.verified("runtime", host, program, which)
+        if record is not None:
+            row = rows.get(record.sha) or Generation(sha=record.sha, launcher=record.launcher or None,
+                                                     registered=False, receipt=record.receipt)
+            rows[record.sha] = row.replace(reasons=(*row.reasons, which))
+    return sorted(rows.values(), key=lambda r: r.sha)
 
 
 def scan(transport: Transport, agent: Sequence[str], run: Runner | None = None) -> CensusScan:
@@ -167,35 +203,34 @@ def _stable_links(launcher: object) -> list[str]:
 
 
 def census(state: StateDir, transport: Transport, agent: Sequence[str], host: str, program: str,
-           run: Runner | None = None) -> dict[str, Any]:
-    """The census document (schema ``vq-admin/references/1``) of *program* on *host*; *agent* and *run*
-    as for :func:`scan`."""
+           run: Runner | None = None) -> Census:
+    """The census of *program* on *host*; *agent* and *run* as for :func:`scan`."""
     started = time.monotonic()
     rows = generations(state, host, program)
     found = scan(transport, agent, run)
     warnings: list[str] = []
-    links = sorted({link for row in rows for link in _stable_links(row["launcher"])})
-    known = {row["sha"] for row in rows}
-    unregistered: dict[str, list[str]] = {}  # full SHAs a job names that no verification here knows of
+    links = sorted({link for row in rows for link in _stable_links(row.launcher)})
+    known = {row.sha for row in rows}
+    unregistered: dict[str, tuple[str, ...]] = {}
     named = sorted(((job, group.words) for group in found.groups or () for job in group.jobs),
                    key=lambda p: int(p[0].id))
     for job, words in named:
         label = f"job {job.id} ({job.state})"
-        for row in rows:
-            if _names(words, row["sha"]):
-                row["reasons"].append(label)
-                match = "launcher" if row["launcher"] and _names(words, row["launcher"]) else "sha"
-                row["jobs"].append({"id": job.id, "display": job.display, "state": job.state, "user": job.user,
-                                    "match": match})
+        rows = [_referenced(row, job, words, label) if _names(words, row.sha) else row for row in rows]
         for link in links:
             if any(re.search(re.escape(link) + r"(?![^/\s'\"])", word) for word in words):
                 warnings.append(f"{label} names {link}, a mutable path: it runs whatever current is at dispatch, "
                                 "not a verified generation; resubmit it with the launcher vq admin launcher prints")
         for sha in sorted({sha for word in words for sha in SHA_IN_TEXT_RE.findall(word)} - known):
-            unregistered.setdefault(sha, []).append(label)
-    for row in rows:
-        row["referenced"] = bool(row["reasons"])
-    return {"host": host, "program": program, "where": transport.where, "taken_at": utc_now(),
-            "complete": True, "jobs_scanned": found.jobs_scanned,
-            "seconds": round(time.monotonic() - started, 3),
-            "cost": found.cost.to_value(), "generations": rows, "warnings": warnings, "unregistered": unregistered}
+            unregistered[sha] = (*unregistered.get(sha, ()), label)
+    return Census(host=host, program=program, where=transport.where, taken_at=utc_now(), complete=True,
+                  jobs_scanned=found.jobs_scanned, seconds=round(time.monotonic() - started, 3), cost=found.cost,
+                  generations=tuple(row.replace(referenced=bool(row.reasons)) for row in rows),
+                  warnings=tuple(warnings), unregistered=unregistered)
+
+
+def _referenced(row: Generation, job: QueuedJob, words: Sequence[str], label: str) -> Generation:
+    """*row*, which *job* (its *words*) names: its label a reason to keep it, and the job listed."""
+    match = "launcher" if row.launcher and _names(words, row.launcher) else "sha"
+    return row.replace(reasons=(*row.reasons, label), jobs=(*row.jobs, JobMatch(
+        id=job.id, display=job.display, state=job.state, user=job.user, match=match)))

@@ -27,7 +27,6 @@ from ..core import protocol
 from ..core.bounds import loads_json
 from ..document import Document, DocumentError, FullSha, Sha256
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SUMMARY = "https://slsa.dev/verification_summary/v1"
 ROOTS = "urn:vq-admin:record:roots:v1"
 FORGET = "urn:vq-admin:record:forget-driver:v1"

@@ -34,7 +34,7 @@ from ..core import protocol
 from ..core.bounds import InputError
 from ..document import Document, DocumentError, Sha256
 from ..report.outcome import Refused
-from ..state.records import StateDir
+from ..state.records import StateDir, Verified
 from .signing import Signer, Verdict
 from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Quarantine, Root, Roots, Run,
                         Statement, Subject, Summary, Verifier, policy_of)
@@ -307,11 +307,11 @@ def _why_not_lifted(entry: Imported, lift: Quarantine, host: str, later: bool, s
 FROM_RECORD = "record:"
 
 
-def evidence_of(entry: Imported, run: Run) -> dict[str, Any]:
+def evidence_of(entry: Imported, run: Run) -> Verified:
     """The verified identity an accepted entry of another driver stands for (LAST OK's and the registry's)."""
-    return {"sha": run.sha, "tag": run.tag, "launcher": run.launcher, "launcher_sha256": run.launcher_sha256,
-            "receipt": FROM_RECORD + entry.name, "at": run.finished_at, "verified_by": run.by,
-            "driver": run.driver, "signer": entry.verdict.principal}
+    return Verified(sha=run.sha, tag=run.tag, launcher=run.launcher, launcher_sha256=run.launcher_sha256,
+                    receipt=FROM_RECORD + entry.name, at=run.finished_at, verified_by=run.by, driver=run.driver,
+                    signer=entry.verdict.principal)
 
 
 def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], confirm: bool,
@@ -337,12 +337,12 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
             continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
         verified = evidence_of(entry, run)
         try:
-            _, apply = registry.plan_verified(state.root, host, program, verified)
+            _, apply = registry.plan_verified(state.root, host, program, verified.to_value())
             apply()
         except (registry.RegistryError, OSError, ValueError):
             continue  # not registrable (no launcher): never evidence
-        last_ok = state.read_record("runtime", host, program, "last-ok") or {}
-        if str(last_ok.get("at") or "") <= run.finished_at:
+        last_ok = state.verified("runtime", host, program)
+        if last_ok is None or (last_ok.at or "") <= run.finished_at:
             state.adopt_verified(host, program, verified)
         _adopt_confirmation(state, host, program, entry, run)
         adopted.append(entry.name)
@@ -422,21 +422,22 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
 
 def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
     """The run itself, as its entry records it (the summary's ``vqAdmin`` member)."""
-    source = receipt.source or {}
+    archive_sha256, tree_sha256 = (receipt.source.archive_sha256, receipt.source.tree_sha256) if receipt.source \
+        else (None, None)
+    confirmed = receipt.reverted.from_ if receipt.reverted else str(verified["sha"])
     return Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
                verb=receipt.rerun[2] if receipt.rerun else "update",
                outcome=receipt.outcome.value if receipt.outcome else "ok", host=receipt.host, program=receipt.program,
                sha=verified["sha"], tag=verified.get("tag"), launcher=verified.get("launcher") or verified.get("path"),
-               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=source.get("archive_sha256"),
-               tree_sha256=source.get("tree_sha256"), verifier_receipt_sha256=_shown_sha256(receipt),
+               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=archive_sha256,
+               tree_sha256=tree_sha256, verifier_receipt_sha256=_shown_sha256(receipt),
                started_at=receipt.started_at, finished_at=receipt.finished_at or "", driver=driver_id(ctx.state),
-               by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program,
-                                                     str((receipt.reverted or {}).get("from") or verified["sha"])))
+               by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program, confirmed))
 
 
 def _shown_sha256(receipt: Receipt) -> str | None:
     """The SHA-256 of the verify receipt the run's final verify showed (its JSON, keys sorted), or ``None``."""
-    final = (receipt.verify or {}).get("final") or {}
+    final = receipt.verify.final or {}
     shown = final.get("receipt") if isinstance(final, dict) else None
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest() if shown else None
 
@@ -473,13 +474,12 @@ def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> d
 
 def roots_now(state: StateDir, host: str, program: str, verified: dict[str, Any] | None) -> tuple[Root, ...]:
     """This driver's roots once the run's *verified* identity (if any) is LAST OK: LAST OK and LAST GOOD."""
-    last_ok = state.read_record("runtime", host, program, "last-ok") or {}
-    last_good = state.read_record("runtime", host, program, "last-good") or {}
-    if verified is not None and verified.get("sha") != last_ok.get("sha"):
-        last_ok, last_good = verified, (last_ok if last_ok.get("sha") else last_good)
-    return tuple(Root(kind=kind, sha=str(found["sha"]), launcher=found.get("launcher"),
-                      launcher_sha256=found.get("launcher_sha256"))
-                 for kind, found in (("last-ok", last_ok), ("last-good", last_good)) if found.get("sha"))
+    last_ok, last_good = state.verified("runtime", host, program), state.verified("runtime", host, program, "last-good")
+    if verified is not None and (last_ok is None or verified["sha"] != last_ok.sha):
+        last_ok, last_good = Verified.from_value(verified, "LAST OK"), last_ok or last_good
+    return tuple(Root(kind=kind, sha=found.sha, launcher=found.launcher or None,
+                      launcher_sha256=found.launcher_sha256 or None)
+                 for kind, found in (("last-ok", last_ok), ("last-good", last_good)) if found is not None)
 
 
 def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:

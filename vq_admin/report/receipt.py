@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
+from .sections import (Activation, Interruption, Mirror, Readback, Record, Registry, Reverted, Rollback, Source,
+                       Stage, Verify)
+from ..document import Document
 from ..plan import Plan
 
 if TYPE_CHECKING:
@@ -85,38 +88,38 @@ class Receipt:
     command_output: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     metrics_complete: bool = False
-    verify: dict[str, Any] = field(default_factory=dict)
-    mirror: dict[str, Any] | None = None
-    source: dict[str, Any] | None = None
+    verify: Verify = field(default_factory=Verify)
+    mirror: Mirror | None = None
+    source: Source | None = None
     errors: list[str] = field(default_factory=list)
-    readback: dict[str, Any] | None = None
+    readback: Readback | None = None
     # -- optional sections (SECTIONS) --
     #: the provider that ran the lane's operations, and where the build ran
     provider: str | None = None
     build_place: str | None = None
     #: the staged source directory on the build host
-    stage: dict[str, Any] | None = None
+    stage: Stage | None = None
     #: the host-side lease (CONTRACT section 9)
     lease: dict[str, Any] | None = None
     #: an earlier allocation attempt this run reconciled
     previous_attempt: dict[str, Any] | None = None
     #: which step a dropped transport cut, and what it left behind
-    interruption: dict[str, Any] | None = None
+    interruption: Interruption | None = None
     #: the helper activation record (helper lane)
-    activation: dict[str, Any] | None = None
-    #: ``{"from", "to", "via"}`` of a rollback (CONTRACT section 8)
-    rollback: dict[str, Any] | None = None
+    activation: Activation | None = None
+    #: a rollback's generations (CONTRACT section 8)
+    rollback: Rollback | None = None
     #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
     prune: dict[str, Any] | None = None
     #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
     install: dict[str, Any] | None = None
     #: the registry entry of the verified launcher (runtime lane)
-    registry: dict[str, Any] | None = None
+    registry: Registry | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
     confirm: dict[str, Any] | None = None
-    reverted: dict[str, Any] | None = None
+    reverted: Reverted | None = None
     #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
-    record: dict[str, Any] | None = None
+    record: Record | None = None
     notes: list[str] = field(default_factory=list)
     #: the argv that re-runs this verb (rollback and prune name their own)
     rerun: list[str] | None = None
@@ -150,7 +153,7 @@ class Receipt:
                 if value:
                     found[name] = list(value)
             elif value is not None:
-                found[name] = value
+                found[name] = value.to_value() if isinstance(value, Document) else value
         return found
 
     def record_command(self, result: RunResult, where: str) -> None:
@@ -210,10 +213,10 @@ class Receipt:
             "command_output": self.command_output,
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
-            "verify": self.verify,
-            "mirror": self.mirror,
-            "source": self.source,
-            "readback": self.readback,
+            "verify": self.verify.to_value(),
+            "mirror": None if self.mirror is None else self.mirror.to_value(),
+            "source": None if self.source is None else self.source.to_value(),
+            "readback": None if self.readback is None else self.readback.to_value(),
         }
         data.update(self.sections())
         return envelope.document(SCHEMA, self.outcome, data, self.errors)

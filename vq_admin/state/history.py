@@ -18,20 +18,40 @@ A line a crash left half-written is skipped on reading.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..core.bounds import json_object
+from ..core.bounds import InputError, json_object
 from ..core.stamps import parse_utc
+from ..document import Document
 from .tree import MAX_STATE_FILE, PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
 INDEX_NAME = "index.jsonl"
 BLOCK = 64 * 1024
-FIELDS = ("receipt", "lane", "verb", "host", "program", "outcome", "exit_code", "expected_sha", "tag",
-          "started_at", "finished_at", "seconds")
+
+
+class RunRow(Document, frozen=True, kw_only=True):
+    """What every row of ``vq admin history`` says of a run (the index's and the host's record's)."""
+
+    finished_at: str | None = None
+    lane: str | None = None
+    verb: str | None = None
+    host: str | None = None
+    program: str | None = None
+    outcome: str | None = None
+    expected_sha: str | None = None
+    tag: str | None = None
+
+
+class Run(RunRow, frozen=True, kw_only=True):
+    """One line of the index: a stored receipt's run."""
+
+    receipt: str | None = None
+    exit_code: int | None = None
+    started_at: str | None = None
+    seconds: float | None = None
 
 
 def index_path(state_root: str | os.PathLike[str]) -> Path:
@@ -43,21 +63,21 @@ def _seconds(started: object, finished: object) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def entry(receipt: dict[str, Any]) -> dict[str, Any]:
+def entry(receipt: dict[str, Any]) -> Run:
     """The index line of one stored receipt."""
     verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
             else "install" if "install" in receipt else "update")
-    line = {key: receipt.get(key) for key in FIELDS}
-    line.update(receipt=receipt.get("id"), verb=verb,
-                seconds=_seconds(receipt.get("started_at"), receipt.get("finished_at")))
-    return line
+    said = {key: receipt.get(key) for key in ("lane", "host", "program", "outcome", "exit_code", "expected_sha",
+                                              "tag", "started_at", "finished_at")}
+    return Run(**said, receipt=receipt.get("id"), verb=verb,
+               seconds=_seconds(receipt.get("started_at"), receipt.get("finished_at")))
 
 
-def _line(item: dict[str, Any]) -> bytes:
-    return (json.dumps(item, sort_keys=True, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+def _line(item: Run) -> bytes:
+    return (item.to_json() + "\n").encode("ascii")
 
 
-def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
+def _scan(tree: PrivateTree) -> list[Run]:
     """Every stored receipt's index line, oldest first (the one-time rebuild)."""
     found = []
     dfd = tree.open_dir(["receipts"], create=False)
@@ -76,7 +96,7 @@ def _scan(tree: PrivateTree) -> list[dict[str, Any]]:
             continue  # a receipt that cannot be trusted or read is not listed
         if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
             found.append(entry(doc))
-    return sorted(found, key=lambda e: (str(e["finished_at"]), str(e["receipt"])))
+    return sorted(found, key=lambda e: (str(e.finished_at), str(e.receipt)))
 
 
 def _add(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
@@ -117,7 +137,7 @@ def ensure(state_root: str | os.PathLike[str]) -> None:
     _add(tree, None)
 
 
-def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def newest_first(state_root: str | os.PathLike[str]) -> Iterator[Run]:
     """Index lines from the last to the first, reading the file backwards in blocks."""
     dfd = PrivateTree(state_root).open_dir(["receipts"], create=False)
     if dfd is None:
@@ -148,27 +168,31 @@ def newest_first(state_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
         os.close(fd)
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    return json_object(raw, limit=64 * 1024)  # None: a line a crash cut short, or not one of ours
+def _parse(raw: bytes) -> Run | None:
+    """One line; ``None`` for a line a crash cut short, or not one of ours."""
+    try:
+        return Run.from_json(raw, "a history line", limit=64 * 1024) if raw.strip() else None
+    except InputError:
+        return None
 
 
 def runs(state_root: str | os.PathLike[str], host: str | None = None, program: str | None = None,
-         limit: int | None = 20, *, lane: str | None = None) -> list[dict[str, Any]]:
+         limit: int | None = 20, *, lane: str | None = None) -> list[Run]:
     """Up to *limit* runs (None: all), newest first, of *host* (and *program*)."""
     ensure(state_root)
-    found: list[dict[str, Any]] = []
+    found: list[Run] = []
     seen: set[object] = set()
     for item in newest_first(state_root):
-        if item.get("receipt") in seen:  # a receipt stored while the index was being built is listed twice
+        if item.receipt in seen:  # a receipt stored while the index was being built is listed twice
             continue
-        seen.add(item.get("receipt"))
-        if host is not None and item.get("host") != host:
+        seen.add(item.receipt)
+        if host is not None and item.host != host:
             continue
-        if program is not None and item.get("program") != program:
+        if program is not None and item.program != program:
             continue
-        if lane is not None and item.get("lane") != lane:
+        if lane is not None and item.lane != lane:
             continue
-        found.append({k: item.get(k) for k in FIELDS})
+        found.append(item)
         if limit is not None and len(found) >= limit:
             break
     return found

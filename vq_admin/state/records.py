@@ -27,14 +27,55 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from msgspec import UNSET, UnsetType
 
 from ..core import default_paths as paths
 from ..core.procs import process_alive
 from ..core.stamps import NAME, utc_now
 from ..core.bounds import InputError, loads_json
+from ..document import Document, FullSha
 from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 
+
+class LastRun(Document, frozen=True, kw_only=True):
+    """``last.json``: the lane's last run, whatever its outcome."""
+
+    outcome: str
+    exit_code: int | None = None
+    expected_sha: str | None = None
+    tag: str | None = None
+    receipt: str | None = None
+    at: str | None = None
+    errors: tuple[str, ...] = ()
+
+
+class Verified(Document, frozen=True, kw_only=True):
+    """LAST OK and LAST GOOD: the identity a verified success proved active, the receipt that proved it and
+    when.  A runtime's has its label and launcher, a helper's its tree; a member a lane does not write is
+    absent (not null) in the file."""
+
+    sha: FullSha
+    receipt: str | None = None
+    at: str | None = None
+    tag: str | None | UnsetType = UNSET
+    launcher: str | None | UnsetType = UNSET
+    launcher_sha256: str | None | UnsetType = UNSET
+    #: Another driver's signed entry of the host's record (CONTRACT section 12): who ran it, which driver, the
+    #: principal that signed it.
+    verified_by: str | None | UnsetType = UNSET
+    driver: str | None | UnsetType = UNSET
+    signer: str | None | UnsetType = UNSET
+    #: The helper lane's: the live helper's identity.
+    tree_sha256: str | None | UnsetType = UNSET
+    record: str | None | UnsetType = UNSET
+    path: str | None | UnsetType = UNSET
+    version: str | None | UnsetType = UNSET
+    interpreter: str | None | UnsetType = UNSET
+
+
+_Record = TypeVar("_Record", LastRun, Verified)
 
 #: Free space the state directory must have before a run changes anything (receipts with
 #: transcripts are larger; this is the floor that keeps the records of one run writable).
@@ -221,28 +262,47 @@ class StateDir:
         parts = self.lane_parts(lane, host, program)
         return parse_record(self.tree.read(parts, f"{which}.json"), self.tree.path(*parts, f"{which}.json"))
 
+    def _read_typed(self, lane: str, host: str, program: str | None, name: str,
+                    kind: type[_Record]) -> _Record | None:
+        """The lane's record *name* as *kind*; ``None`` when absent, unreadable or not one."""
+        parts = self.lane_parts(lane, host, program)
+        data = self.tree.read(parts, name)
+        try:
+            return None if data is None else kind.from_json(data, self.tree.path(*parts, name), limit=MAX_STATE_FILE)
+        except InputError:
+            return None
+
+    def last_run(self, lane: str, host: str, program: str | None) -> LastRun | None:
+        """``last.json``: the lane's last run."""
+        return self._read_typed(lane, host, program, "last.json", LastRun)
+
+    def verified(self, lane: str, host: str, program: str | None, which: str = "last-ok") -> Verified | None:
+        """LAST OK (*which* ``last-ok``) or LAST GOOD (``last-good``) of the lane."""
+        return self._read_typed(lane, host, program, f"{which}.json", Verified)
+
     def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
         return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
 
     def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any],
                    verified: dict[str, Any] | None) -> None:
-        """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
-        parts = self.lane_parts(lane, host, program)
+        """Record a run's outcome; move LAST OK / LAST GOOD only for *verified* (checked: a
+        :class:`~vq_admin.document.DocumentError` for one that is not a :class:`Verified`)."""
         if verified is not None:
-            previous = self.read_record(lane, host, program, "last-ok")
-            if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
-                self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
-            self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
-        self.tree.write_atomic(parts, "last.json", dump_json(summary))
+            self._move_last_ok(lane, host, program, Verified.from_value(verified, "LAST OK"))
+        self.tree.write_atomic(self.lane_parts(lane, host, program), "last.json", dump_json(summary))
 
-    def adopt_verified(self, host: str, program: str, verified: dict[str, Any]) -> None:
+    def adopt_verified(self, host: str, program: str, verified: Verified) -> None:
         """LAST OK (and LAST GOOD) of a runtime moved by another driver's signed verification (CONTRACT
         section 12); this driver's last run (``last.json``) stays its own."""
-        parts = self.lane_parts("runtime", host, program)
-        previous = self.read_record("runtime", host, program, "last-ok")
-        if previous and previous.get("sha") and previous.get("sha") != verified.get("sha"):
-            self.tree.write_atomic(parts, "last-good.json", dump_json(previous))
-        self.tree.write_atomic(parts, "last-ok.json", dump_json(verified))
+        self._move_last_ok("runtime", host, program, verified)
+
+    def _move_last_ok(self, lane: str, host: str, program: str | None, verified: Verified) -> None:
+        """*verified* becomes LAST OK; the previous LAST OK becomes LAST GOOD when its SHA differs."""
+        parts = self.lane_parts(lane, host, program)
+        previous = self.verified(lane, host, program)
+        if previous is not None and previous.sha != verified.sha:
+            self.tree.write_atomic(parts, "last-good.json", dump_json(previous.to_value()))
+        self.tree.write_atomic(parts, "last-ok.json", dump_json(verified.to_value()))
 
     def lanes(self) -> list[tuple[str, str, str | None]]:
         """Every (host, lane, program) with recorded state, sorted."""

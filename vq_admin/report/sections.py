@@ -1,0 +1,148 @@
+"""The receipt's sections (CONTRACT section 6, docs/json.md's field tables): one frozen type each.
+
+A member whose default is ``UNSET`` is absent from the JSON until the run sets it; every other member is
+always written (``None`` as ``null``).  A section never takes a member it does not declare
+(``forbid_unknown_fields``): a new member is declared here and in docs/json.md
+(tests/test_receipt_sections.py checks both)."""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ..document import Document, JsonObject, JsonValue
+
+
+class Section(Document, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every receipt section."""
+
+
+class Stage(Section, frozen=True, kw_only=True):
+    """The staged source directory on the build host."""
+
+    where: str
+    dir: str
+
+
+class Rollback(Section, frozen=True, kw_only=True):
+    """A rollback (CONTRACT section 8): the generation it left, the one it made active, and how."""
+
+    from_: str | None = msgspec.field(name="from")
+    to: str | None
+    via: str | None
+
+
+class Reverted(Section, frozen=True, kw_only=True):
+    """A failed confirmation's re-activation of the previous generation, and whether a verify proved it."""
+
+    from_: str = msgspec.field(name="from")
+    to: str
+    proven: bool
+    activate_exit_code: int | None
+
+
+class Interruption(Section, frozen=True, kw_only=True):
+    """Which step a dropped transport cut, and what it left behind."""
+
+    step: str
+    transport: str | None
+    installed: str
+    stage: str
+    reclaimed_now: bool | UnsetType = UNSET
+
+
+class Verify(Section, frozen=True, kw_only=True):
+    """The verifications a run made, each a verification's document: before, after, of a revert, of a read-back."""
+
+    pre: JsonObject | UnsetType = UNSET
+    final: JsonObject | UnsetType = UNSET
+    revert: JsonObject | UnsetType = UNSET
+    readback: JsonObject | UnsetType = UNSET
+
+
+class Readback(Section, frozen=True, kw_only=True):
+    """What a run whose outcome was in doubt read, whether it proved it, and the command to run next."""
+
+    read: str
+    proven: bool | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+    dest_sha256: str | None | UnsetType = UNSET
+    stage: str | None | UnsetType = UNSET
+    build: str | UnsetType = UNSET
+    preparer: str | UnsetType = UNSET
+    job_id: JsonValue | UnsetType = UNSET
+    job_state: JsonValue | UnsetType = UNSET
+    attempt: JsonValue | UnsetType = UNSET
+    attempt_dir: JsonValue | UnsetType = UNSET
+    log_dir: JsonValue | UnsetType = UNSET
+    pid: JsonValue | UnsetType = UNSET
+    next_command: str | None | UnsetType = UNSET
+    advice: str | UnsetType = UNSET
+
+
+class Source(Section, frozen=True, kw_only=True):
+    """The source the run built: the commit, its tags, and the staged archive's identity."""
+
+    repo: str
+    sha: str
+    git_tree: str
+    tag: str | None
+    tags: list[str]
+    archive_sha256: str | None
+    tree_sha256: str | None
+    archive_bytes: int | None
+
+
+class Mirror(Section, frozen=True, kw_only=True):
+    """The push-fed source mirror: where it is, the refs fed and the push (:mod:`vq_admin.source.mirror_feed`)."""
+
+    mirror: str
+    where: str
+    url: str
+    preparer_reads: str
+    source_ref: str
+    lane: str
+    lane_branch: str
+    refs: list[JsonObject]
+    push: JsonObject
+
+
+class Registry(Section, frozen=True, kw_only=True):
+    """The registry entry of the verified launcher (runtime lane), or why none was written."""
+
+    entry: str | None
+    created: bool | UnsetType = UNSET
+    conflict: str | None | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class Activation(Section, frozen=True, kw_only=True):
+    """The helper lane's activation record, and where it is stored."""
+
+    path: str
+    schema: str
+    host: str
+    expected_sha: str | None
+    tree_sha256: str | None
+    archive_sha256: str | None
+    git_tree: str
+    identity: JsonObject
+    reads: int
+    agent: list[str]
+    read_on: str
+    receipt: str | None
+    at: str
+
+
+class Record(Section, frozen=True, kw_only=True):
+    """The host's record (CONTRACT section 12): what this run imported, and the entries it appended."""
+
+    imported: int | UnsetType = UNSET
+    quarantine: list[str] | UnsetType = UNSET
+    evidence: list[str] | UnsetType = UNSET
+    not_evidence: list[str] | UnsetType = UNSET
+    entry: str | None | UnsetType = UNSET
+    signed: bool | UnsetType = UNSET
+    unchanged: str | UnsetType = UNSET
+    roots: str | None | UnsetType = UNSET
+    error: str | UnsetType = UNSET
