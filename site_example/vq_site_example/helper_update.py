@@ -20,7 +20,7 @@ import stat
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from vq_admin_identifiers import FULL_SHA_RE, SHA256_RE
 
@@ -109,7 +109,7 @@ def tree_sha256(root: str, skip: str = RECORD_NAME) -> str:
     return hashlib.sha256(b"".join(lines)).hexdigest()
 
 
-def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
+def validate(python: str, release: str, sha: str, tree: str) -> None:
     """Run the helper in *release* itself: its identity must be bound to *sha* and *tree*."""
     argv = [python, "-I", "-B", "-c", BOOT, release, "identity", "--json"]
     try:
@@ -131,7 +131,6 @@ def validate(python: str, release: str, sha: str, tree: str) -> dict[str, Any]:
     wrong = {k: found.get(k) for k, v in want.items() if found.get(k) != v}
     if wrong:
         raise failed(f"the new helper in {release} does not report the requested identity: {wrong} (wanted {want})")
-    return found
 
 
 def _reuse(lyt: lay.Layout, sha: str, tree: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Any
+from typing import NamedTuple
 
 from ..core.bounds import InputError, loads_json
 from ..core.identifiers import SHA256_RE, SHA_RE
@@ -44,7 +44,14 @@ def zip_archive(pkg: str) -> str | None:
     return None
 
 
-def read_record(root: str) -> tuple[dict[str, Any] | None, str | None]:
+class InstallRecord(NamedTuple):
+    """What the install record binds: the source commit and the tree digest of the files it was written for."""
+
+    sha: str
+    tree_sha256: str
+
+
+def read_record(root: str) -> tuple[InstallRecord | None, str | None]:
     """``(record, problem)``: the install record below *root*, never followed
     through a symlink; ``(None, None)`` when there is none."""
     path = os.path.join(root, RECORD_NAME)
@@ -69,7 +76,7 @@ def read_record(root: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{path}: 'sha' is not a full lower-case commit SHA"
     if not isinstance(tree, str) or not SHA256_RE.match(tree):
         return None, f"{path}: 'tree_sha256' is not 64 lower-case hex digits"
-    return value, None
+    return InstallRecord(sha, tree), None
 
 
 def identity() -> dict[str, object]:
@@ -97,19 +104,19 @@ def identity() -> dict[str, object]:
         record = None
     if not present:
         state = "missing"
-    elif record is not None and record["tree_sha256"] == digest:
+    elif record is not None and record.tree_sha256 == digest:
         state = "bound"
     else:
         state = "stale"
         if record is not None:
             problems.append(f"the files changed since the record was written: record tree "
-                            f"{record['tree_sha256']}, files now {digest}")
+                            f"{record.tree_sha256}, files now {digest}")
     return {
         "version": __version__,
-        "source_sha": record["sha"] if record else None,
+        "source_sha": record.sha if record else None,
         "tree_sha256": digest,
         "record": state,
-        "record_tree_sha256": record["tree_sha256"] if record else None,
+        "record_tree_sha256": record.tree_sha256 if record else None,
         "scope": scope,
         "path": path,
         "package": pkg,

@@ -18,9 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
-
 from ..config import authority, load_config
+from ..document import Document
 from ..record import view
 from ..record.signing import NAMESPACE, Signer
 from ..record.statement import Statement
@@ -41,6 +40,23 @@ def chosen(known: list[view.Imported], signing: Signer | None, sha: str | None) 
         if signing is None or view.verdict_now(entry, signing).accepted:
             return entry
     return None
+
+
+class Attestation(Document, frozen=True, kw_only=True):
+    """``vq admin attest --json``'s data: an entry of the host's record, its statement and how to check it."""
+
+    program: str
+    host: str
+    entry: str
+    seq: int
+    signed: bool
+    principal: str | None
+    reason: str | None
+    statement: Statement
+    statement_text: str
+    signature: str | None
+    files: dict[str, str]
+    verify_command: str
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,14 +89,12 @@ def run(args: argparse.Namespace) -> int:
     verify = quote_argv(["ssh-keygen", "-Y", "verify", "-f", allowed, "-I", principal, "-n", NAMESPACE, "-s",
                          files.get("signature", "statement.json.sig")]) + " < " + quote_argv(
                              [files.get("statement", "statement.json")])
-    doc: dict[str, Any] = {"program": args.program, "host": host.name, "entry": entry.name, "seq": entry.seq,
-                           "signed": entry.sig is not None, "principal": verdict.principal,
-                           "reason": verdict.reason, "statement": Statement.parse(
-                               entry.statement, entry.name).to_value(),
-                           "statement_text": entry.statement, "signature": entry.sig, "files": files,
-                           "verify_command": verify}
+    doc = Attestation(program=args.program, host=host.name, entry=entry.name, seq=entry.seq,
+                      signed=entry.sig is not None, principal=verdict.principal, reason=verdict.reason,
+                      statement=Statement.parse(entry.statement, entry.name), statement_text=entry.statement,
+                      signature=entry.sig, files=files, verify_command=verify)
     if args.json:
-        emit(SCHEMAS["attest"], Outcome.OK, doc)
+        emit(SCHEMAS["attest"], Outcome.OK, doc.to_value())
     elif args.out:
         print(safe_text(f"{entry.name} of {host.name}: wrote {', '.join(files.values())}\ncheck it: {verify}"))
     else:

@@ -8,32 +8,43 @@ The configuration is read as by every verb: missing or invalid is exit 2.
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
 from ..config import load_config
+from ..document import Document
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome
 from ..plugins import BUILTIN, Providers, installed_providers
 
 
+class ProviderRow(Document, frozen=True, kw_only=True):
+    """One provider of ``vq admin providers --json`` (``hooks``: null when it was not loaded)."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    selected: bool
+    loaded: bool
+    hooks: list[str] | None
+
+
 def run(args: argparse.Namespace) -> int:
     selected = load_config(args.config).provider_names()
     loaded = Providers.load(selected)
-    rows: list[dict[str, Any]] = []
+    rows: list[ProviderRow] = []
     for name, info in sorted(loaded.info.items()):
-        rows.append({"name": name, "distribution": info.distribution, "version": info.version,
-                     "builtin": info.builtin, "selected": name in selected or not selected and name == BUILTIN,
-                     "loaded": True, "hooks": list(info.hooks)})
+        rows.append(ProviderRow(name=name, distribution=info.distribution, version=info.version,
+                                builtin=info.builtin, selected=name in selected or not selected and name == BUILTIN,
+                                loaded=True, hooks=list(info.hooks)))
     for name, offers in sorted(installed_providers().items()):
         if name in loaded.info:
             continue
         for offer in offers:
-            rows.append({"name": name, "distribution": offer.distribution, "version": offer.version,
-                         "builtin": False, "selected": False, "loaded": False, "hooks": None})
+            rows.append(ProviderRow(name=name, distribution=offer.distribution, version=offer.version,
+                                    builtin=False, selected=False, loaded=False, hooks=None))
     if args.json:
-        return emit(SCHEMAS["providers"], Outcome.OK, {"providers": rows})
+        return emit(SCHEMAS["providers"], Outcome.OK, {"providers": [row.to_value() for row in rows]})
     for row in rows:
-        mark = "*" if row["selected"] else " "
-        hooks = ", ".join(row["hooks"]) if row["hooks"] is not None else "(not loaded: not selected)"
-        print(f"{mark} {row['name']:<16} {row['distribution']} {row['version']}  {hooks}")
+        mark = "*" if row.selected else " "
+        hooks = ", ".join(row.hooks) if row.hooks is not None else "(not loaded: not selected)"
+        print(f"{mark} {row.name:<16} {row.distribution} {row.version}  {hooks}")
     return 0

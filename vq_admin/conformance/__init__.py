@@ -11,10 +11,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..document import Document, FullSha
 from ..evidence import Check
+
+if TYPE_CHECKING:
+    from .world import SchedulerCall
 
 SCHEMA = "vq-admin/conformance/1"
 
@@ -37,7 +40,7 @@ class Report:
     provider: str
     checks: list[Check] = field(default_factory=list)
     workdir: str | None = None
-    scheduler_calls: list[dict[str, Any]] = field(default_factory=list)
+    scheduler_calls: list[SchedulerCall] = field(default_factory=list)
     error: str | None = None
     source: SourceUnderTest | None = None
 
@@ -57,7 +60,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"provider": self.provider, "passed": self.passed, "error": self.error,
                 "checks": [c.to_dict() for c in self.checks], "workdir": self.workdir,
-                "scheduler_calls": self.scheduler_calls, "source": self.source.to_value() if self.source else None}
+                "scheduler_calls": [call.to_value() for call in self.scheduler_calls],
+                "source": self.source.to_value() if self.source else None}
 
     def text(self) -> str:
         verdict = "PASSED" if self.passed else "FAILED"

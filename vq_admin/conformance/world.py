@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any
 
 from vq_admin_hookspecs import ProviderCommand
 
 from ..ssh import process
 from .. import source
 from ..core import protocol
-from ..core.bounds import json_object
+from ..core.bounds import InputError
+from ..document import Document
 from ..ssh.transport import LocalTransport, RunResult
 
 SELFTEST = {
@@ -64,6 +64,13 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "vq conformance", "GIT_AUTHOR_EMAIL": "conformance
            "GIT_COMMITTER_NAME": "vq conformance", "GIT_COMMITTER_EMAIL": "conformance@vq.invalid",
            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
+
+
+class SchedulerCall(Document, frozen=True, kw_only=True):
+    """One call of a scheduler double (``sbatch``, ``squeue``, ...): its name and its arguments."""
+
+    program: str
+    argv: list[str]
 
 class World:
     """Repository, stages, disposable root and scheduler doubles below *base*; commits A, B and C of the
@@ -157,12 +164,19 @@ class World:
         env["PATH"] = self.doubles + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
         return LocalTransport().run(list(command.argv), timeout=timeout, env=env)
 
-    def scheduler_calls(self) -> list[dict[str, Any]]:
+    def scheduler_calls(self) -> list[SchedulerCall]:
+        """Each call of a scheduler double, as it logged it (a line that is not one is left out)."""
+        calls = []
         try:
             with open(self.log) as fh:
-                return [call for line in fh if (call := json_object(line, limit=1 << 20)) is not None]
+                for line in fh:
+                    try:
+                        calls.append(SchedulerCall.from_json(line, self.log))
+                    except InputError:
+                        continue
         except FileNotFoundError:
-            return []
+            pass
+        return calls
 
     def current(self) -> str | None:
         try:

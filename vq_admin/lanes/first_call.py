@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..core import exits, protocol
 from ..core.failpoints import failpoint
+from ..document import Document
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
@@ -44,6 +45,46 @@ if TYPE_CHECKING:
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
 
 
+class LeaseHolder(Document, frozen=True, kw_only=True):
+    """Who takes the lease: this run (its words of the lease argv)."""
+
+    driver_host: str | None
+    user: str | None
+    pid: int
+    since: str | None
+    run_id: str | None
+
+
+class LeaseRequest(Document, frozen=True, kw_only=True):
+    lane: str | None
+    host: str | None
+    program: str | None
+    holder: LeaseHolder
+
+
+class RecordRequest(Document, frozen=True, kw_only=True):
+    """The host's record after this driver's cursor (CONTRACT section 12)."""
+
+    program: str | None
+    after: int
+
+
+class VerifyCall(Document, frozen=True, kw_only=True):
+    argv: list[str]
+    env: dict[str, str]
+    timeout: float
+
+
+class SessionRequest(Document, frozen=True, kw_only=True, omit_defaults=True):
+    """What the run's first agent call (``vq-admin-agent session``) does besides taking the lease."""
+
+    lease: LeaseRequest
+    identity: bool = False  #: the helper lane: the live helper's identity
+    record: RecordRequest
+    check_paths: list[str] | None = None  #: the login host's check-commands words
+    verify: VerifyCall | None = None  #: the pre-verify, with its hash read-back
+
+
 def open_runtime(update: "RuntimeLane") -> Verification | None:
     """Take the lease, check the login host's command files and, when the profile builds on a
     fixed host, pre-verify, in one agent call.  Returns the pre-verify when it was done here,
@@ -55,11 +96,11 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     login = update.ctx.login(update.host)
     pre_verify, pre_readback = update.pre
     check_index, check_words = _login_check(update)
-    request: dict[str, Any] = {"lease": lease_request(lease),
-                               "record": record_request(update.ctx, update.host.name, update.profile.program)}
+    request = SessionRequest(lease=lease_request(lease),
+                             record=record_request(update.ctx, update.host.name, update.profile.program))
     if check_words is not None:  # the planned check-commands step's words, run by the session
         check_step = update.receipt.plan.get(remote_paths.step_name(check_index))
-        request["check_paths"] = protocol.command_words(check_step.planned_argv, update.host.agent)
+        request = request.replace(check_paths=protocol.command_words(check_step.planned_argv, update.host.agent))
     verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
@@ -67,10 +108,10 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     timeout = update.profile.verify_timeout_seconds
     if with_verify:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
-        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env), "timeout": timeout}
+        request = request.replace(verify=VerifyCall(argv=verify_argv, env=dict(pre_verify.env), timeout=timeout))
         failpoint("step-before", pre_verify.name)
     started = time.monotonic()
-    answer = lease.open_session(request, timeout if with_verify else None)
+    answer = lease.open_session(request.to_value(), timeout if with_verify else None)
     seconds = time.monotonic() - started
     interrupted = answer.get("interrupted")
     if interrupted is not None:
@@ -118,12 +159,12 @@ def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
     raise LeaseUnreachable(message)
 
 
-def record_request(ctx: RunContext, host: str, program: str | None) -> dict[str, Any]:
+def record_request(ctx: RunContext, host: str, program: str | None) -> RecordRequest:
     """The session's ``record`` member: the host's record after this driver's cursor (CONTRACT section 12)."""
     from ..record import view
 
     view.signer(ctx.config.signing)  # [signing]'s paths and ssh-keygen judged before anything runs (77)
-    return {"program": program, "after": view.cursor(ctx.state, host, program)}
+    return RecordRequest(program=program, after=view.cursor(ctx.state, host, program))
 
 
 def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | None, lease: Lease) -> None:
@@ -133,17 +174,16 @@ def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | Non
     receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host, program, lease.host_record), "record")
 
 
-def lease_request(lease: Lease) -> dict[str, Any]:
+def lease_request(lease: Lease) -> LeaseRequest:
     argv = lease.argv
 
     def value(option: str) -> str | None:
         return argv[argv.index(option) + 1] if option in argv else None
 
-    return {"lane": value(protocol.LANE), "host": value(protocol.HOST),
-            "program": value(protocol.PROGRAM),
-            "holder": {"driver_host": value(protocol.DRIVER_HOST), "user": value(protocol.USER),
-                       "pid": int(value(protocol.PID) or 0), "since": value(protocol.SINCE),
-                       "run_id": value(protocol.RUN_ID)}}
+    return LeaseRequest(lane=value(protocol.LANE), host=value(protocol.HOST), program=value(protocol.PROGRAM),
+                        holder=LeaseHolder(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
+                                           pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
+                                           run_id=value(protocol.RUN_ID)))
 
 
 def _login_check(update: "RuntimeLane") -> tuple[int, list[tuple[str, str]] | None]:
