@@ -146,3 +146,65 @@ class Record(Section, frozen=True, kw_only=True):
     unchanged: str | UnsetType = UNSET
     roots: str | None | UnsetType = UNSET
     error: str | UnsetType = UNSET
+
+
+# -- what a run's summary reads of a receipt document (vq_admin.report.output.receipt_summary) --
+
+
+class DeployView(Document, frozen=True, kw_only=True):
+    exit_code: int | None = None
+    job_id: JsonValue = None
+    where: str | None = None
+    log_dir: str | None = None
+
+
+class OutputView(Document, frozen=True, kw_only=True):
+    stdout: str | None = None
+    stderr: str | None = None
+    log_dir: str | None = None
+    transcript: str | None = None
+
+
+class PruneView(Document, frozen=True, kw_only=True):
+    keep: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    removed: list[str] = msgspec.field(default_factory=list)
+
+
+class AcceptedView(Document, frozen=True, kw_only=True):
+    reason: str | None = None
+    regressed: list[str] | None = None
+
+
+class ConfirmView(Document, frozen=True, kw_only=True):
+    job_id: JsonValue = None
+    state: str | None = None
+    exit_code: JsonValue = None
+    node: str | None = None
+    seconds: float | None = None
+    metrics: JsonObject | None = None
+    accepted: AcceptedView | None = None
+    passed: bool | None = None
+    output: OutputView = msgspec.field(default_factory=OutputView)
+    attempt_dir: str | None = None
+
+
+class ReceiptView(Document, frozen=True, kw_only=True):
+    """The members of a receipt document its summary shows."""
+
+    lane: str
+    host: str
+    program: str | None
+    outcome: str
+    exit_code: int
+    expected_sha: str | None = None
+    tag: str | None = None
+    deploy: DeployView = msgspec.field(default_factory=DeployView)
+    command_output: OutputView = msgspec.field(default_factory=OutputView)
+    verify: Verify = msgspec.field(default_factory=Verify)
+    rollback: Rollback | None = None
+    prune: PruneView | None = None
+    confirm: ConfirmView | None = None
+    reverted: Reverted | None = None
+    readback: Readback | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
