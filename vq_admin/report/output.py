@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-    from .sections import DeployView, OutputView, ReceiptView, Rollback, Verify
+    from .sections import ConfirmView, DeployView, OutputView, ReceiptView, Rollback, Verify
 
 #: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
 CONTINUATION = " " * 12
@@ -154,11 +154,7 @@ def _confirm_lines(view: ReceiptView) -> list[str]:
     confirm, reverted = view.confirm, view.reverted
     if not confirm:
         return []
-    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.metrics or {}).items()))
-    seconds = f" in {confirm.seconds:.1f} s" if confirm.seconds is not None else ""
-    node = f" on {confirm.node}" if confirm.node else ""
-    lines = [_field("confirm", f"job {confirm.job_id or '?'} {confirm.state or 'not ended'} exit "
-                               f"{confirm.exit_code}{node}{seconds}" + (f"; {metrics}" if metrics else ""))]
+    lines = [_field("confirm", _confirm_end(confirm))]
     if confirm.accepted:
         lines.append(_field("accepted", f"{confirm.accepted.reason}: " + "; ".join(confirm.accepted.regressed or [])))
     if reverted:
@@ -167,10 +163,18 @@ def _confirm_lines(view: ReceiptView) -> list[str]:
                                         f"({proven}); the queue keeps {reverted.to[:12]}"))
     if confirm.passed is False:
         tail = stderr_tail(confirm.output.stderr or "") or stderr_tail(confirm.output.stdout or "")
-        if tail:
-            lines.append(_field("job said", "\n".join(tail)))
+        lines += [_field("job said", "\n".join(tail))] if tail else []
         lines.append(_field("log dir", str(confirm.attempt_dir)))
     return lines
+
+
+def _confirm_end(confirm: ConfirmView) -> str:
+    """``job 42 COMPLETED exit 0 on node1 in 3.2 s; energy=-1.5``."""
+    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.metrics or {}).items()))
+    seconds = f" in {confirm.seconds:.1f} s" if confirm.seconds is not None else ""
+    node = f" on {confirm.node}" if confirm.node else ""
+    return (f"job {confirm.job_id or '?'} {confirm.state or 'not ended'} exit {confirm.exit_code}{node}{seconds}"
+            + (f"; {metrics}" if metrics else ""))
 
 
 def _transcript_lines(deploy: DeployView, output: OutputView) -> list[str]:
