@@ -94,7 +94,7 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
     from .sections import ReceiptView
 
     view = ReceiptView.from_value(receipt, "receipt")
-    first = f"vq-admin: {_lane(receipt)} on {view.host}: {view.outcome} (exit {view.exit_code})"
+    first = f"vq-admin: {_lane(view.lane, view.program)} on {view.host}: {view.outcome} (exit {view.exit_code})"
     succeeded = view.outcome in ("ok", "already-current")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
     lines += [_field(key, value) for key, value in (("sha", view.expected_sha), ("tag", view.tag)) if value]
@@ -206,7 +206,8 @@ def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run:
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:
-    lines = [f"vq-admin: dry run: {_lane(plan)} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
+    lane = _lane(plan["lane"], plan.get("program"))
+    lines = [f"vq-admin: dry run: {lane} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
     for i, step in enumerate(plan["steps"], 1):
         lines += _step_lines(f"{i:2d}.", step)
     needed = plan.get("when_needed") or []
@@ -217,9 +218,9 @@ def plan_summary(plan: dict[str, Any]) -> list[str]:
     return [safe_text(line) for line in lines]
 
 
-def _lane(receipt: dict[str, Any]) -> str:
+def _lane(lane: str, program: str | None) -> str:
     """``runtime vibeqc`` (the lane and its program), or ``helper`` (a lane without one)."""
-    return f"{receipt['lane']} {receipt['program']}" if receipt.get("program") else str(receipt["lane"])
+    return f"{lane} {program}" if program else lane
 
 
 def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:

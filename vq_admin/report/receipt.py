@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, Interruption, Mirror, Readback, Record, Registry, Reverted, Rollback, Source,
-                       Stage, Verify)
-from ..document import Document
+from .sections import (Activation, Interruption, Metrics, Mirror, Readback, Record, Registry, Reverted, Rollback,
+                       Section, Source, Stage, Verify)
+from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
 if TYPE_CHECKING:
@@ -41,13 +41,13 @@ def head_and_tail(head: bytes, tail: bytes, total: int) -> str:
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)
 
 
-def parse_metrics(*texts: str) -> dict[str, Any]:
+def parse_metrics(*texts: str) -> Metrics:
     """``VQ-DEPLOY-METRIC name=value`` lines; finite numbers become numbers, anything else stays text."""
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     for text in texts:
         for name, raw in METRIC_RE.findall(text):
             raw = raw.strip()
-            value: Any = raw
+            value: int | float | str = raw
             for convert in (int, float):
                 try:
                     value = convert(raw)
@@ -86,7 +86,7 @@ class Receipt:
     finished_at: str | None = None
     deploy: dict[str, Any] = field(default_factory=dict)
     command_output: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
     metrics_complete: bool = False
     verify: Verify = field(default_factory=Verify)
     mirror: Mirror | None = None
@@ -137,13 +137,13 @@ class Receipt:
             raise UndeclaredSection(f"receipt section {name!r} is not declared (declared: {', '.join(SECTIONS)})")
         setattr(self, name, value)
 
-    def set_sections(self, sections: dict[str, Any] | None) -> None:
+    def set_sections(self, sections: dict[str, Section | JsonValue] | None) -> None:
         for name, value in (sections or {}).items():
             self.set_section(name, value)
 
-    def sections(self) -> dict[str, Any]:
+    def sections(self) -> JsonObject:
         """The optional sections that are set, in declared order."""
-        found: dict[str, Any] = {}
+        found: JsonObject = {}
         for name in SECTIONS:
             value = getattr(self, name)
             if name == "stored":
@@ -196,7 +196,7 @@ class Receipt:
         self.finished_at = finished_at
         return self
 
-    def _identity(self) -> dict[str, Any]:
+    def _identity(self) -> JsonObject:
         """What the run maintains: its lane, host and program, and the identity it expects."""
         return {key: getattr(self, key) for key in ("lane", "host", "program", "expected_sha", "tag")}
 

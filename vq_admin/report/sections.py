@@ -13,6 +13,10 @@ from msgspec import UNSET, UnsetType
 from ..document import Document, JsonObject, JsonValue
 
 
+#: ``VQ-DEPLOY-METRIC name=value`` lines as the receipt keeps them: finite numbers as numbers, else the text.
+Metrics = dict[str, int | float | str]
+
+
 class Section(Document, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every receipt section."""
 
