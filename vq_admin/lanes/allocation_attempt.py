@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core import protocol
 from ..report.outcome import READ_ONLY_RAN, Locked
+from ..report.sections import PreviousAttempt
 from ..state.records import dump_json, read_json, write_atomic
 from ..plan import execute_stream, settled
 from ..ssh.transport import Transport
@@ -129,11 +130,11 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary: dict[str, Any] = call.records.get("summary") or {}
-    found = inputs.receipt.previous_attempt = _found(previous, summary, call, login.where, detached)
+    inputs.receipt.previous_attempt = _found(previous, summary, call, login.where, detached)
     ended = (summary.get("job_state") != "RUNNING" if detached or confirm
              else summary.get("established") or summary.get("fenced") or not summary.get("job_id"))
     if confirm and call.complete and ended:
-        _record_verdict(inputs, previous, summary.get("confirm"), found)
+        _record_verdict(inputs, previous, summary.get("confirm"))
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -146,21 +147,26 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
 
 
 def _found(previous: dict[str, Any], summary: dict[str, Any], call: StreamCall, where: str,
-           detached: bool) -> dict[str, Any]:
+           detached: bool) -> PreviousAttempt:
     """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt."""
-    found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
-                                               "fenced", "notes")}
-    found.update(attempt=previous["attempt"], attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
+    found = PreviousAttempt(job_id=summary.get("job_id"), job_state=summary.get("job_state"),
+                            job_exit_code=summary.get("job_exit_code"), exit_code=summary.get("exit_code"),
+                            established=summary.get("established"), fenced=summary.get("fenced"),
+                            notes=summary.get("notes"), attempt=previous["attempt"],
+                            attempt_dir=previous.get("attempt_dir"), receipt=previous.get("receipt"))
     if detached:  # the build's exit status and settled transcript are this run's evidence
-        found.update(kind="detached", where=where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
-                     settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
+        found = found.replace(kind="detached", where=where, pid=summary.get("pid"),
+                              exit_signal=summary.get("exit_signal"), settle=summary.get("settle"),
+                              transcript=(call.records.get("end") or {}).get("sent"))
     return found
 
 
-def _record_verdict(inputs: RuntimeStep, previous: dict[str, Any], verdict: Any, found: dict[str, Any]) -> None:
+def _record_verdict(inputs: RuntimeStep, previous: dict[str, Any], verdict: Any) -> None:
     """The verdict a confirmation's supervisor wrote with no driver left to read it: into the receipt and,
     when it is one, into the confirmation record."""
-    found.update(kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
+    assert inputs.receipt.previous_attempt is not None
+    inputs.receipt.previous_attempt = inputs.receipt.previous_attempt.replace(
+        kind="confirm", expected_sha=previous.get("expected_sha"), confirm=verdict)
     if isinstance(verdict, dict) and isinstance(previous.get("expected_sha"), str):
         from ..state import confirmation
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, Interruption, Metrics, Mirror, Readback, Record, Registry, Reverted, Rollback,
-                       Section, Source, Stage, Verify)
+from .sections import (Activation, Confirm, Interruption, Metrics, Mirror, PreviousAttempt, Readback, Record, Registry,
+                       Reverted, Rollback, Section, Source, Stage, Verify)
 from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
@@ -102,7 +102,7 @@ class Receipt:
     #: the host-side lease (CONTRACT section 9)
     lease: dict[str, Any] | None = None
     #: an earlier allocation attempt this run reconciled
-    previous_attempt: dict[str, Any] | None = None
+    previous_attempt: PreviousAttempt | None = None
     #: which step a dropped transport cut, and what it left behind
     interruption: Interruption | None = None
     #: the helper activation record (helper lane)
@@ -116,7 +116,7 @@ class Receipt:
     #: the registry entry of the verified launcher (runtime lane)
     registry: Registry | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
-    confirm: dict[str, Any] | None = None
+    confirm: Confirm | None = None
     reverted: Reverted | None = None
     #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
     record: Record | None = None

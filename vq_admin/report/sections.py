@@ -152,6 +152,69 @@ class Record(Section, frozen=True, kw_only=True):
     error: str | UnsetType = UNSET
 
 
+
+class ConfirmOutput(Section, frozen=True, kw_only=True):
+    """The confirmation job's output, bounded like a deploy's."""
+
+    stdout: str
+    stderr: str
+    complete: bool
+    log_dir: str
+    transcript: str | None
+
+
+class Accepted(Section, frozen=True, kw_only=True):
+    """A regression accepted with ``--accept-regression``: its reason, and what regressed."""
+
+    reason: str | None
+    regressed: list[str] | None
+
+
+class Confirm(Section, frozen=True, kw_only=True):
+    """The confirmation job (CONTRACT section 13): the agent's verdict, and its output."""
+
+    attempt_dir: str
+    job_id: JsonValue
+    state: JsonValue
+    output: ConfirmOutput | UnsetType = UNSET
+    passed: bool | None | UnsetType = UNSET
+    problems: list[str] | None | UnsetType = UNSET
+    exit_code: JsonValue | UnsetType = UNSET
+    job_exit_code: JsonValue | UnsetType = UNSET
+    node: JsonValue | UnsetType = UNSET
+    seconds: JsonValue | UnsetType = UNSET
+    metrics: JsonValue | UnsetType = UNSET
+    regressed: JsonValue | UnsetType = UNSET
+    timed_out: JsonValue | UnsetType = UNSET
+    cancel: JsonValue | UnsetType = UNSET
+    revert: JsonObject | None | UnsetType = UNSET
+    accepted: Accepted | UnsetType = UNSET
+
+
+
+class PreviousAttempt(Section, frozen=True, kw_only=True):
+    """What the reconcile of an earlier run's allocation, detached build or confirmation attempt found."""
+
+    attempt: JsonValue
+    attempt_dir: JsonValue
+    receipt: JsonValue
+    job_id: JsonValue
+    job_state: JsonValue
+    job_exit_code: JsonValue
+    exit_code: JsonValue
+    established: JsonValue
+    fenced: JsonValue
+    notes: JsonValue
+    kind: str | UnsetType = UNSET
+    where: str | UnsetType = UNSET
+    pid: JsonValue | UnsetType = UNSET
+    exit_signal: JsonValue | UnsetType = UNSET
+    settle: JsonValue | UnsetType = UNSET
+    transcript: JsonValue | UnsetType = UNSET
+    expected_sha: JsonValue | UnsetType = UNSET
+    confirm: JsonValue | UnsetType = UNSET
+
+
 # -- what a run's summary reads of a receipt document (vq_admin.report.output.receipt_summary) --
 
 
