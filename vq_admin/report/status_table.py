@@ -35,12 +35,14 @@ FINE = frozenset({"ok", "already-current"})
 
 
 class Seen(Document, frozen=True, kw_only=True):
-    """A LAST OK, LAST GOOD or last run as the table shows it (its other members are not shown)."""
+    """A LAST OK, LAST GOOD or last run as the table and the metrics show it (its other members are not shown)."""
 
     sha: JsonValue = None
     tag: JsonValue = None
     at: JsonValue = None
     outcome: JsonValue = None
+    exit_code: JsonValue = None
+    receipt: JsonValue = None
 
 
 class LaneStatus(Document, frozen=True, kw_only=True):
