@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, Confirm, Interruption, Metrics, Mirror, PreviousAttempt, Readback, Record, Registry,
-                       Reverted, Rollback, Section, Source, Stage, Verify)
+from .sections import (Activation, CommandOutput, Confirm, Interruption, Metrics, Mirror, PreviousAttempt, Readback,
+                       Record, Registry, Reverted, Rollback, Section, Source, Stage, Verify)
 from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
@@ -85,7 +85,7 @@ class Receipt:
     outcome: Outcome | None = None
     finished_at: str | None = None
     deploy: dict[str, Any] = field(default_factory=dict)
-    command_output: dict[str, Any] = field(default_factory=dict)
+    command_output: CommandOutput = field(default_factory=CommandOutput)
     metrics: Metrics = field(default_factory=dict)
     metrics_complete: bool = False
     verify: Verify = field(default_factory=Verify)
@@ -165,20 +165,20 @@ class Receipt:
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
         self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
-        self.command_output = {
-            "complete": complete,
-            "reason": None if complete else "unavailable",
-            "log_dir": None,
-            "observations": 0,
-            "stdout": _head_and_tail(result.stdout),
-            "stderr": _head_and_tail(result.stderr),
-        }
         self.transcript = {name: data for name, data in (("stdout", result.stdout), ("stderr", result.stderr))
                            if len(data) > OUTPUT_KEPT}
+        self.command_output = CommandOutput(
+            complete=complete,
+            reason=None if complete else "unavailable",
+            log_dir=None,
+            observations=0,
+            stdout=_head_and_tail(result.stdout),
+            stderr=_head_and_tail(result.stderr),
+        )
         if self.transcript:
-            self.command_output["truncated"] = True
-            self.command_output["kept"] = (f"the first and last {OUTPUT_KEPT // 2} bytes of "
-                                           f"{' and '.join(self.transcript)}; the whole output is in the transcript")
+            self.command_output = self.command_output.replace(
+                truncated=True, kept=(f"the first and last {OUTPUT_KEPT // 2} bytes of "
+                                      f"{' and '.join(self.transcript)}; the whole output is in the transcript"))
         self.metrics = parse_metrics(stdout, stderr)
         self.metrics_complete = complete
 
@@ -188,7 +188,7 @@ class Receipt:
         if self.transcript:
             for name, data in self.transcript.items():
                 write(name, data)
-            self.command_output["transcript"] = directory()
+            self.command_output = self.command_output.replace(transcript=directory())
             self.transcript = {}
 
     def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
@@ -210,7 +210,7 @@ class Receipt:
             "finished_at": self.finished_at,
             "steps": self.plan.to_list(),
             "deploy": self.deploy,
-            "command_output": self.command_output,
+            "command_output": self.command_output.to_value(),
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
             "verify": self.verify.to_value(),

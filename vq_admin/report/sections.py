@@ -215,6 +215,31 @@ class PreviousAttempt(Section, frozen=True, kw_only=True):
     confirm: JsonValue | UnsetType = UNSET
 
 
+
+class CommandOutput(Section, frozen=True, kw_only=True):
+    """The provider command's output as the receipt keeps it (CONTRACT section 6); empty before one ran."""
+
+    complete: bool | UnsetType = UNSET
+    reason: JsonValue | UnsetType = UNSET  # an allocation's: the agent's settle summary says it
+    log_dir: str | None | UnsetType = UNSET
+    observations: JsonValue | UnsetType = UNSET
+    settle_seconds: JsonValue | UnsetType = UNSET
+    stdout: str | UnsetType = UNSET
+    stderr: str | UnsetType = UNSET
+    stdout_bytes: int | UnsetType = UNSET
+    stderr_bytes: int | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    kept: str | UnsetType = UNSET
+    transcript: str | None | UnsetType = UNSET
+    checksum: JsonValue | UnsetType = UNSET
+    problems: list[str] | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+
+    def __bool__(self) -> bool:
+        """False while no command's output was recorded (the receipt's ``{}``)."""
+        return bool(self.to_value())
+
+
 # -- what a run's summary reads of a receipt document (vq_admin.report.output.receipt_summary) --
 
 
