@@ -264,7 +264,7 @@ def test_an_incomplete_transcript_says_so_and_keeps_the_exit_status(tmp_path, re
     call, sinks = _call(tmp_path, _summary(exit_code, False, reason, 10), out, b"")
     result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.exit_code == exit_code and result.interrupted is None
-    output = stub.receipt.command_output
+    output = stub.receipt.command_output.to_value()
     assert output["complete"] is False and output["reason"] == reason and output["observations"] == 10
     assert output["log_dir"] == stub.receipt.deploy["log_dir"] and output["stdout"] == out.decode()
     assert "not proof that no build work occurred" in output["note"]
@@ -278,7 +278,7 @@ def test_a_settled_transcript_is_complete(tmp_path):
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"VQ-DEPLOY-METRIC n=1\n", b"")
     result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.exit_code == 0
-    assert stub.receipt.command_output["complete"] is True and stub.receipt.metrics_complete is True
+    assert stub.receipt.command_output.complete is True and stub.receipt.metrics_complete is True
     assert call.step.exit_code == 0 and call.step.status == "ok"
 
 
@@ -286,7 +286,7 @@ def test_a_stream_cut_before_its_end_is_incomplete(tmp_path):
     stub, _ = _stub_update(tmp_path)
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"VQ-DEPLOY-METRIC n=1\n", b"", ended=False)
     stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
-    output = stub.receipt.command_output
+    output = stub.receipt.command_output.to_value()
     assert output["complete"] is False and output["reason"] == "unavailable"
     assert stub.receipt.metrics == {"n": 1} and stub.receipt.metrics_complete is False
 
@@ -296,7 +296,7 @@ def test_a_transcript_changed_after_it_settled_is_unstable(tmp_path):
     call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"abc\n", b"")
     call.records["end"]["sent"]["stdout"]["settled_digest"] = "0" * 16
     stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
-    assert stub.receipt.command_output["reason"] == "unstable"
+    assert stub.receipt.command_output.reason == "unstable"
 
 
 def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path):
@@ -307,7 +307,7 @@ def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path
     result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.interrupted == "transport" and result.exit_code is None
     assert "job 9" in result.error_text() and stub.receipt.deploy["log_dir"] in result.error_text()
-    assert stub.receipt.command_output["complete"] is False and stub.receipt.metrics_complete is False
+    assert stub.receipt.command_output.complete is False and stub.receipt.metrics_complete is False
 
 
 def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_path):
@@ -323,7 +323,7 @@ def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_
         digest = hashlib.blake2b(data, digest_size=8).hexdigest()
         call.records["end"]["sent"][name].update(checksum="blake2b", digest=digest, settled_digest=digest)
     stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
-    output = stub.receipt.command_output
+    output = stub.receipt.command_output.to_value()
     assert output["complete"] is True and output["checksum"] == "blake2b", output.get("problems")
     # a wrong blake2b digest is damage in transit, not a pass
     stub, _ = _stub_update(tmp_path / "again")
@@ -331,8 +331,8 @@ def test_a_blake2b_stream_from_an_agent_without_xxhash_is_checked_and_named(tmp_
     call.records["summary"]["settle"]["checksum"] = "blake2b"
     call.records["end"]["sent"]["stdout"].update(checksum="blake2b", digest="0" * 16, settled_digest="0" * 16)
     stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
-    assert stub.receipt.command_output["complete"] is False
-    assert any("received" in p for p in stub.receipt.command_output["problems"])
+    assert stub.receipt.command_output.complete is False
+    assert any("received" in p for p in stub.receipt.command_output.problems)
 
 
 @pytest.mark.parametrize("record, field", [

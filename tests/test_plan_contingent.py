@@ -199,5 +199,5 @@ def test_a_planned_previous_attempt_runs_its_planned_argv_and_clears_the_record(
         attempt, step = _planned_with_a_record(lane)
         allocation_attempt.reconcile_previous(lane.inputs)
         assert step.argv == step.planned_argv and step.status == "ok", (step.status, step.detail)
-        assert lane.receipt.previous_attempt["attempt"] == attempt
+        assert lane.receipt.previous_attempt.attempt == attempt
         assert not allocation_attempt._path(lane.inputs).exists(), "ended: the record is cleared"

@@ -45,19 +45,36 @@ def documented(name: str, text: str | None = None) -> set[str]:
     return names
 
 
+#: Names in a section's row that no type declares: the profile key that asks for it, and a member of a free-form
+#: object inside it (``revert``: the agent's own record of what ran).
+NOT_DECLARED = {"confirm": {"confirm_command", "argv"}}
+
+
 def declared(section: type[Section]) -> set[str]:
-    return {field.encode_name for field in msgspec.structs.fields(section)}
+    """The members *section* declares, with those of the sections it holds."""
+    names = set()
+    for field in msgspec.structs.fields(section):
+        names.add(field.encode_name)
+        names.update(*(declared(t) for t in nested(field.type)))
+    return names
+
+
+def nested(hint: object) -> list[type[Section]]:
+    if isinstance(hint, type) and issubclass(hint, Section):
+        return [hint]
+    return [t for arg in getattr(hint, "__args__", ()) for t in nested(arg)]
 
 
 def test_every_section_type_is_a_receipt_field() -> None:
     found = set(section_types().values())
+    found |= {inner for t in found for field in msgspec.structs.fields(t) for inner in nested(field.type)}
     types = {t for t in vars(sections).values() if isinstance(t, type) and issubclass(t, Section) and t is not Section}
-    assert found == types, f"section types no receipt field takes: {types - found}"
+    assert found == types, f"section types no receipt field holds: {types - found}"
 
 
 @pytest.mark.parametrize("name", sorted(section_types()))
 def test_each_member_of_a_section_is_documented_and_each_documented_member_declared(name: str) -> None:
-    members, shown = declared(section_types()[name]), documented(name)
+    members, shown = declared(section_types()[name]) | NOT_DECLARED.get(name, set()), documented(name)
     assert members - shown == set(), f"receipt {name}: declared but not in docs/json.md: {sorted(members - shown)}"
     assert shown - members == set(), f"receipt {name}: in docs/json.md but not declared: {sorted(shown - members)}"
 

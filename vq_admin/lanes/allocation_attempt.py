@@ -31,6 +31,7 @@ from typing import Any
 from ..core import protocol
 from ..document import Document, DocumentError
 from ..report.outcome import READ_ONLY_RAN, Locked
+from ..report.sections import PreviousAttempt
 from ..state.records import dump_json, read_json, write_atomic
 from ..plan import execute_stream, settled
 from ..ssh.transport import Transport
@@ -143,11 +144,11 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
     step.exit_code, step.seconds = call.exit_code, call.seconds
     summary = call.summary or Summary()
-    found = inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
+    inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
     ended = (summary.job_state != "RUNNING" if detached or confirm
              else summary.established or summary.fenced or not summary.job_id)
     if confirm and call.complete and ended:
-        _record_verdict(inputs, previous, call.records["summary"].get("confirm"), found)
+        _record_verdict(inputs, previous, call.records["summary"].get("confirm"))
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -159,23 +160,28 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     raise Locked(_still_going(previous, summary, call, login.where))
 
 
-def _found(previous: AttemptRecord, call: StreamCall, where: str, detached: bool) -> dict[str, Any]:
+def _found(previous: AttemptRecord, call: StreamCall, where: str, detached: bool) -> PreviousAttempt:
     """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt (the
     agent's summary as it sent it)."""
     summary = call.records.get("summary") or {}
-    found = {key: summary.get(key) for key in ("job_id", "job_state", "job_exit_code", "exit_code", "established",
-                                               "fenced", "notes")}
-    found.update(attempt=previous.attempt, attempt_dir=previous.attempt_dir, receipt=previous.receipt)
+    found = PreviousAttempt(job_id=summary.get("job_id"), job_state=summary.get("job_state"),
+                            job_exit_code=summary.get("job_exit_code"), exit_code=summary.get("exit_code"),
+                            established=summary.get("established"), fenced=summary.get("fenced"),
+                            notes=summary.get("notes"), attempt=previous.attempt,
+                            attempt_dir=previous.attempt_dir, receipt=previous.receipt)
     if detached:  # the build's exit status and settled transcript are this run's evidence
-        found.update(kind="detached", where=where, pid=summary.get("pid"), exit_signal=summary.get("exit_signal"),
-                     settle=summary.get("settle"), transcript=(call.records.get("end") or {}).get("sent"))
+        found = found.replace(kind="detached", where=where, pid=summary.get("pid"),
+                              exit_signal=summary.get("exit_signal"), settle=summary.get("settle"),
+                              transcript=(call.records.get("end") or {}).get("sent"))
     return found
 
 
-def _record_verdict(inputs: RuntimeStep, previous: AttemptRecord, verdict: Any, found: dict[str, Any]) -> None:
+def _record_verdict(inputs: RuntimeStep, previous: AttemptRecord, verdict: Any) -> None:
     """The verdict a confirmation's supervisor wrote with no driver left to read it: into the receipt and,
     when it is one, into the confirmation record."""
-    found.update(kind="confirm", expected_sha=previous.expected_sha, confirm=verdict)
+    assert inputs.receipt.previous_attempt is not None
+    inputs.receipt.previous_attempt = inputs.receipt.previous_attempt.replace(
+        kind="confirm", expected_sha=previous.expected_sha, confirm=verdict)
     if isinstance(verdict, dict) and previous.expected_sha is not None:
         from ..state import confirmation
 

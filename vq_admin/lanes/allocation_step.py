@@ -43,6 +43,7 @@ from ..report import progress
 from ..core import checksum, exits, protocol
 from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
+from ..report.sections import CommandOutput
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
@@ -399,9 +400,9 @@ class AllocationDeploy(RuntimeStep):
         deploy = self.receipt.deploy
         deploy["established"] = False
         if not self.receipt.command_output:
-            self.receipt.command_output = {"complete": False, "reason": "unavailable", "log_dir": deploy["log_dir"],
-                                           "observations": 0, "stdout": "", "stderr": "",
-                                           "note": "the transcript was not read; it is retained in log_dir"}
+            self.receipt.command_output = CommandOutput(
+                complete=False, reason="unavailable", log_dir=deploy["log_dir"], observations=0, stdout="", stderr="",
+                note="the transcript was not read; it is retained in log_dir")
             self.receipt.metrics, self.receipt.metrics_complete = {}, False
         message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
                               f"established ({why}); log directory {deploy['log_dir']}")
@@ -421,7 +422,7 @@ class AllocationDeploy(RuntimeStep):
                          receipt.deploy["log_dir"])
         if not output["complete"]:
             self.ctx.narrate(f"deploy: {output['note']}")
-        receipt.command_output = output
+        receipt.command_output = CommandOutput.from_value(output, "command_output")
         receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
         receipt.metrics_complete = output["complete"]
 

@@ -199,7 +199,7 @@ def provider_ended(ctx: RunContext, receipt: Receipt, what: str, exit_code: int 
     if exit_code == exits.PROVIDER_LOCKED:
         return provider_locked(ctx, receipt, what, reclaim)
     if exit_code != 0:
-        receipt.errors.append(exited(what, exit_code, receipt.command_output.get("stderr") or ""))
+        receipt.errors.append(exited(what, exit_code, receipt.command_output.stderr or ""))
         reclaim(success=False)
         return conclude(ctx, receipt, Outcome.FAILED)
     return None

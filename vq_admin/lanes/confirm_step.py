@@ -30,6 +30,7 @@ from ..document import Document, DocumentError
 from ..plan import SlotValue, execute_stream, settled
 from ..report import progress
 from ..report.outcome import READ_ONLY_RAN, Refused, VqAdminError
+from ..report.sections import Accepted, Confirm, ConfirmOutput
 from ..ssh.transport import quote_argv
 from ..state import confirmation
 from . import allocation_attempt
@@ -128,7 +129,7 @@ class Confirmation(RuntimeStep):
             self.profile.provider, replace(request, expected_sha=previous.sha, tag=previous.tag, where="login-host"))
         return list(command.argv) if command is not None else []
 
-    def run(self, launcher: str, previous: Previous | None, request: RuntimeRequest) -> dict[str, Any]:
+    def run(self, launcher: str, previous: Previous | None, request: RuntimeRequest) -> Confirm:
         """Run the planned step to its verdict: the receipt's ``confirm`` (``passed``, ``problems``, the
         job's id, state, exit status, node, seconds, metrics, output) and ``revert`` (what the host ran)."""
         ctx, receipt, c = self.ctx, self.receipt, self.profile.confirm
@@ -150,7 +151,7 @@ class Confirmation(RuntimeStep):
             del values["revert"]
         ctx.narrate(f"confirming {self.profile.program} {self.sha} by a batch job through {launcher}: "
                     f"{quote_argv(list(c.command))} (transcripts in {directory})")
-        receipt.confirm = {"attempt_dir": directory, "job_id": None, "state": None}
+        receipt.confirm = Confirm(attempt_dir=directory, job_id=None, state=None)
 
         def starting() -> None:
             confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
@@ -184,7 +185,7 @@ class Confirmation(RuntimeStep):
 
         def observe(kind: str, value: dict[str, Any]) -> None:
             if kind == "job" and value.get("job_id") and receipt.confirm is not None:
-                receipt.confirm["job_id"] = str(value["job_id"])
+                receipt.confirm = receipt.confirm.replace(job_id=str(value["job_id"]))
             if on_record is not None:
                 on_record(kind, value)
 
@@ -206,25 +207,29 @@ class Confirmation(RuntimeStep):
         settled(step)
         return call, sinks
 
-    def conclude(self, call: StreamCall, sinks: dict[str, TranscriptSink], directory: str) -> dict[str, Any]:
+    def conclude(self, call: StreamCall, sinks: dict[str, TranscriptSink], directory: str) -> Confirm:
         """The receipt's ``confirm`` from the agent's summary, the attempt record cleared once the verdict is in."""
         summary = call.records.get("summary") or {}
         verdict = summary.get("confirm")
         paths = [sink.commit() for sink in sinks.values()] if sinks else []
-        output = {"stdout": sinks["stdout"].text() if sinks else "", "stderr": sinks["stderr"].text() if sinks else "",
-                  "complete": call.complete, "log_dir": directory,
-                  "transcript": str(paths[0].parent) if paths and paths[0] is not None else None}
-        confirm = dict(self.receipt.confirm or {}, output=output)
+        output = ConfirmOutput(stdout=sinks["stdout"].text() if sinks else "",
+                               stderr=sinks["stderr"].text() if sinks else "", complete=call.complete,
+                               log_dir=directory,
+                               transcript=str(paths[0].parent) if paths and paths[0] is not None else None)
+        started = self.receipt.confirm or Confirm(attempt_dir=directory, job_id=None, state=None)
+        confirm = started.replace(output=output)
         if not isinstance(verdict, dict):
-            confirm.update(passed=None, problems=[f"the confirmation's verdict could not be read ({call.describe()}); "
-                                                  "it goes on on the login host: the next run reconciles it"])
+            confirm = confirm.replace(passed=None, problems=[
+                f"the confirmation's verdict could not be read ({call.describe()}); it goes on on the login host: "
+                "the next run reconciles it"])
             self.receipt.confirm = confirm
             return confirm
-        confirm.update({k: verdict.get(k) for k in ("job_id", "state", "exit_code", "job_exit_code", "node", "seconds",
-                                                    "metrics", "passed", "problems", "regressed", "timed_out",
-                                                    "cancel", "revert")})
+        confirm = confirm.replace(**{k: verdict.get(k) for k in (
+            "job_id", "state", "exit_code", "job_exit_code", "node", "seconds", "metrics", "passed", "problems",
+            "regressed", "timed_out", "cancel", "revert")})
         if verdict.get("accepted"):
-            confirm["accepted"] = {"reason": self.ctx.options.accept_regression, "regressed": verdict.get("regressed")}
+            confirm = confirm.replace(accepted=Accepted(reason=self.ctx.options.accept_regression,
+                                                        regressed=verdict.get("regressed")))
         self.receipt.confirm = confirm
         allocation_attempt.clear(self)
         confirmation.record_verdict(self.ctx.state, self.host.name, self.profile.program, self.sha, verdict,
@@ -267,8 +272,8 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     return HealthJob(problems=[f"the confirmation job gave no verdict ({why})"]), call.exit_code == exits.EXIT_HELD
 
 
-def ended_message(confirm: dict[str, Any]) -> str:
-    return "; ".join(confirm.get("problems") or []) or "not passed"
+def ended_message(confirm: Confirm) -> str:
+    return "; ".join(confirm.problems or []) or "not passed"
 
 
 __all__ = ["Confirmation", "Previous", "VqAdminError", "ended_message", "unconfirmed_refusal"]

@@ -25,7 +25,8 @@ from ..state.locks import lane_lock
 from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
-from ..report.sections import Readback
+from ..document import JsonValue
+from ..report.sections import Readback, Section
 from ..state.records import StateDir
 from ..core.stamps import utc_now
 from ..state.tree import UnsafeState
@@ -40,7 +41,7 @@ MAX_WAIT_LOCK = 7 * 24 * 3600
 
 
 def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: str | None, tag: str | None,
-             build: Callable[[RunContext], Lane], early: dict[str, Any] | None = None) -> int:
+             build: Callable[[RunContext], Lane], early: dict[str, Section | JsonValue] | None = None) -> int:
     """Both lanes: configuration, one ssh session, the lane built by *build* (authority,
     providers), then the lane run under its lock *key* = (lane, host, program).
 

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
@@ -304,13 +305,13 @@ class RuntimeUpdate:
 
         assert self.confirmation is not None and found.receipt is not None
         result = self.confirmation.run(found.receipt.active_path, self.previous, self.request(archive=None))
-        if result.get("passed"):
+        if result.passed:
             self.staging.reclaim(success=True)
-            if result.get("accepted"):
+            if result.accepted:
                 self.receipt.notes.append(f"accepted regression ({self.ctx.options.accept_regression}): "
-                                          + "; ".join(result["accepted"]["regressed"]))
+                                          + "; ".join(result.accepted.regressed or []))
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
-        if result.get("passed") is None:
+        if result.passed is None or result.passed is UNSET:
             return self.unknown(ended_message(result), changed=True)
         self.receipt.errors.append(f"confirm: {ended_message(result)}")
         self.staging.reclaim(success=False)
@@ -323,16 +324,16 @@ class RuntimeUpdate:
         steps = plan_verify(self.ctx, self.receipt.plan, "revert-verify", self.host, self.profile, request)
         proof = run_verify(self.ctx, self.host, self.profile, request, *steps)
         self.receipt.verify = self.receipt.verify.replace(revert=proof.to_dict())
-        revert = result.get("revert") or {}
+        exit_code = (result.revert or {}).get("exit_code")
         self.receipt.reverted = Reverted(from_=self.sha, to=prev.sha, proven=proof.proven,
-                                         activate_exit_code=revert.get("exit_code"))
+                                         activate_exit_code=exit_code if isinstance(exit_code, int) else None)
         if proof.proven:
             self.ctx.narrate(f"reverted {self.profile.program} on {self.host.name} to {prev.sha} (proven)")
             return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=dict(self.verified_identity(proof),
                                                                                   sha=prev.sha))
         detail = proof.error or "; ".join(self.verify_errors(proof))
         return self.unknown(f"the revert to {prev.sha} could not be proven ({detail}; activate_command exit "
-                            f"{revert.get('exit_code')}): run vq admin rollback {self.profile.program} "
+                            f"{exit_code}): run vq admin rollback {self.profile.program} "
                             f"{self.host.name} --to {prev.sha}", changed=True)
 
     def require_quiescent(self, pre: Verification) -> None:

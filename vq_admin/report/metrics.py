@@ -21,6 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .outcome import Refused, UsageError
+from .status_table import LaneStatus, Seen, StatusView
 from ..state.records import StateDir
 from ..core.stamps import parse_utc
 
@@ -30,12 +31,12 @@ if TYPE_CHECKING:
 LABELS = ("host", "program", "lane")
 
 
-def _lanes(status: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+def _lanes(status: StatusView) -> Iterator[tuple[str, str, str, LaneStatus]]:
     """(host, lane, program, entry) for every recorded lane of a :func:`commands.status.collect` document."""
-    for host, slot in sorted(status["hosts"].items()):
-        if slot.get("helper"):
-            yield host, "helper", "", slot["helper"]
-        for program, entry in sorted(slot.get("runtimes", {}).items()):
+    for host, slot in sorted((status.hosts or {}).items()):
+        if slot.helper:
+            yield host, "helper", "", slot.helper
+        for program, entry in sorted((slot.runtimes or {}).items()):
             yield host, "runtime", program, entry
 
 
@@ -53,8 +54,8 @@ _LANE_GAUGES = (
 )
 
 
-def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
-    """A fresh ``CollectorRegistry`` holding the metrics of *status*."""
+def registry_for(status: object, state: StateDir) -> CollectorRegistry:
+    """A fresh ``CollectorRegistry`` holding the metrics of the status document *status*."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry(auto_describe=True)
@@ -66,11 +67,11 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    for host, lane, program, entry in _lanes(status):
+    for host, lane, program, entry in _lanes(StatusView.from_value(status, "status")):
         labels = {"host": host, "program": program, "lane": lane}
-        last = entry.get("last") or {}
-        if last.get("outcome"):
-            outcome.labels(outcome=str(last["outcome"]), **labels).set(1)
+        last = entry.last or Seen()
+        if last.outcome:
+            outcome.labels(outcome=str(last.outcome), **labels).set(1)
         for key, value in _lane_values(entry, last, state).items():
             if value is not None:
                 gauges[key].labels(**labels).set(value)
@@ -85,15 +86,15 @@ def registry_for(status: dict[str, Any], state: StateDir) -> CollectorRegistry:
     return registry
 
 
-def _lane_values(entry: dict[str, Any], last: dict[str, Any], state: StateDir) -> dict[str, float | None]:
+def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, float | None]:
     """The value of each of :data:`_LANE_GAUGES` for one lane (``None``: not known, no series)."""
-    receipt = state.read_receipt(last.get("receipt")) or {}
+    receipt = state.read_receipt(last.receipt) or {}
     started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
     output = receipt.get("command_output") if (receipt.get("deploy") or {}).get("log_dir") else None  # allocation
     return {
-        "exit_code": last["exit_code"] if isinstance(last.get("exit_code"), int) else None,
-        "last_run": parse_utc(last.get("at")),
-        "last_ok": parse_utc((entry.get("last_ok") or {}).get("at")),
+        "exit_code": last.exit_code if isinstance(last.exit_code, int) else None,
+        "last_run": parse_utc(last.at),
+        "last_ok": parse_utc(entry.last_ok.at if entry.last_ok else None),
         "duration": finished - started if started is not None and finished is not None and finished >= started
         else None,
         "transcript": float(output.get("complete") is True) if isinstance(output, dict) else None,

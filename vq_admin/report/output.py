@@ -18,6 +18,8 @@ TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
+    from .sections import ConfirmView, DeployView, OutputView, ReceiptView, Rollback, Verify
+
 #: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
 CONTINUATION = " " * 12
 
@@ -88,101 +90,105 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
 
 
 def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
-    first = (f"vq-admin: {_lane(receipt)} on {receipt['host']}: {receipt['outcome']} "
-             f"(exit {receipt['exit_code']})")
-    succeeded = receipt["outcome"] in ("ok", "already-current")
-    rollback, prune = receipt.get("rollback"), receipt.get("prune")
+    """A receipt document as the operator reads it (:class:`vq_admin.report.sections.ReceiptView`)."""
+    from .sections import ReceiptView
+
+    view = ReceiptView.from_value(receipt, "receipt")
+    first = f"vq-admin: {_lane(view.lane, view.program)} on {view.host}: {view.outcome} (exit {view.exit_code})"
+    succeeded = view.outcome in ("ok", "already-current")
     lines = [first.replace("\n", "\n" + CONTINUATION)]
-    lines += [_field(key, receipt[k]) for key, k in (("sha", "expected_sha"), ("tag", "tag")) if receipt.get(k)]
-    lines += [] if receipt.get("reverted") else _proof_lines(receipt.get("verify") or {})
-    if rollback and succeeded:
-        lines.append(_field("rollback", _rollback_text(receipt, rollback)))
-    if prune and (prune.get("removed") or succeeded):  # what a prune did
-        lines += generation_lines(prune.get("keep") or {}, prune.get("removed") or [])
-    lines += _deploy_lines(receipt, receipt.get("deploy") or {}, succeeded)
-    return [safe_text(line) for line in lines + _closing_lines(receipt, receipt_path)]
+    lines += [_field(key, value) for key, value in (("sha", view.expected_sha), ("tag", view.tag)) if value]
+    lines += [] if view.reverted else _proof_lines(view.verify)
+    if view.rollback and succeeded:
+        lines.append(_field("rollback", _rollback_text(view, view.rollback)))
+    if view.prune and (view.prune.removed or succeeded):  # what a prune did
+        lines += generation_lines(view.prune.keep, view.prune.removed)
+    lines += _deploy_lines(view, succeeded)
+    return [safe_text(line) for line in lines + _closing_lines(view, receipt_path)]
 
 
-def _deploy_lines(receipt: dict[str, Any], deploy: dict[str, Any], succeeded: bool) -> list[str]:
+def _deploy_lines(view: ReceiptView, succeeded: bool) -> list[str]:
     """The provider command the run ran and its exit; where a failed run's transcript is."""
-    lines = []
-    if deploy.get("exit_code") is not None:
-        job = f", job {deploy['job_id']}" if deploy.get("job_id") else ""
-        via = (receipt.get("rollback") or {}).get("via")
-        command = "prune" if receipt.get("prune") else "activate" if via == "activate" else "deploy"
-        lines.append(_field(command, f"exit {deploy['exit_code']}{job}"))
-    if succeeded or receipt.get("confirm"):  # a failed confirmation says what it found in its own lines
+    lines, deploy = [], view.deploy
+    if deploy.exit_code is not None:
+        job = f", job {deploy.job_id}" if deploy.job_id else ""
+        via = view.rollback.via if view.rollback else None
+        command = "prune" if view.prune else "activate" if via == "activate" else "deploy"
+        lines.append(_field(command, f"exit {deploy.exit_code}{job}"))
+    if succeeded or view.confirm:  # a failed confirmation says what it found in its own lines
         return lines
-    return lines + _transcript_lines(deploy, receipt.get("command_output") or {})
+    return lines + _transcript_lines(deploy, view.command_output)
 
 
-def _closing_lines(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
+def _closing_lines(view: ReceiptView, receipt_path: str | None) -> list[str]:
     """Notes, errors, the next command a read-back asks for, and where the receipt is."""
-    lines = _confirm_lines(receipt) + [_field("note", note) for note in receipt.get("notes") or []]
-    lines += [_field("error", error) for error in receipt.get("errors") or []]
-    readback = receipt.get("readback") or {}
-    if readback.get("next_command"):
-        lines.append(_field("next", readback["next_command"]))
-        lines += [_field("", readback["advice"])] if readback.get("advice") else []
+    lines = _confirm_lines(view) + [_field("note", note) for note in view.notes]
+    lines += [_field("error", error) for error in view.errors]
+    readback = view.readback
+    if readback and readback.next_command:
+        lines.append(_field("next", readback.next_command))
+        lines += [_field("", readback.advice)] if readback.advice else []
     return lines + ([_field("receipt", receipt_path)] if receipt_path else [])
 
 
-def _proof_lines(verify: dict[str, Any]) -> list[str]:
+def _proof_lines(verify: Verify) -> list[str]:
     """The launcher and its SHA-256 the final verify (or the read-back) proved."""
-    final = verify.get("final") or verify.get("readback") or {}
-    vr = final.get("receipt") if isinstance(final, dict) else None
-    if not (vr and final.get("proven")):
+    final = verify.final or verify.readback or {}
+    vr = final.get("receipt")
+    if not (isinstance(vr, dict) and final.get("proven")):
         return []
     return [_field("launcher", vr["active_path"]), _field("sha256", vr["active_path_sha256"])]
 
 
-def _rollback_text(receipt: dict[str, Any], rollback: dict[str, Any]) -> str:
-    to = str(rollback.get("to"))[:12]
-    if receipt["outcome"] != "ok":
-        return f"{to} was already active on {receipt['host']}; nothing was changed"
-    via = "activation" if rollback.get("via") == "activate" else "rebuilt by the provider's update"
-    was = str(rollback["from"])[:12] if rollback.get("from") else "nothing active"
-    return f"rolled back {receipt['program']} on {receipt['host']} from {was} to {to} ({via})"
+def _rollback_text(view: ReceiptView, rollback: Rollback) -> str:
+    to = str(rollback.to)[:12]
+    if view.outcome != "ok":
+        return f"{to} was already active on {view.host}; nothing was changed"
+    via = "activation" if rollback.via == "activate" else "rebuilt by the provider's update"
+    was = rollback.from_[:12] if rollback.from_ else "nothing active"
+    return f"rolled back {view.program} on {view.host} from {was} to {to} ({via})"
 
 
-def _confirm_lines(receipt: dict[str, Any]) -> list[str]:
+def _confirm_lines(view: ReceiptView) -> list[str]:
     """The confirmation job (CONTRACT section 13): its end and metrics; a revert and whether it was proven."""
-    confirm, reverted = receipt.get("confirm"), receipt.get("reverted")
+    confirm, reverted = view.confirm, view.reverted
     if not confirm:
         return []
-    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.get("metrics") or {}).items()))
-    seconds = f" in {confirm['seconds']:.1f} s" if isinstance(confirm.get("seconds"), (int, float)) else ""
-    lines = [_field("confirm", f"job {confirm.get('job_id') or '?'} {confirm.get('state') or 'not ended'} exit "
-                               f"{confirm.get('exit_code')}{' on ' + confirm['node'] if confirm.get('node') else ''}"
-                               f"{seconds}" + (f"; {metrics}" if metrics else ""))]
-    if confirm.get("accepted"):
-        lines.append(_field("accepted", f"{confirm['accepted'].get('reason')}: "
-                                        + "; ".join(confirm["accepted"].get("regressed") or [])))
+    lines = [_field("confirm", _confirm_end(confirm))]
+    if confirm.accepted:
+        lines.append(_field("accepted", f"{confirm.accepted.reason}: " + "; ".join(confirm.accepted.regressed or [])))
     if reverted:
-        proven = "proven by a read-only verify" if reverted.get("proven") else "NOT proven"
-        lines.append(_field("reverted", f"{str(reverted.get('from'))[:12]} -> {str(reverted.get('to'))[:12]} "
-                                        f"({proven}); the queue keeps {str(reverted.get('to'))[:12]}"))
-    if confirm.get("passed") is False:
-        output = confirm.get("output") or {}
-        tail = stderr_tail(str(output.get("stderr") or "")) or stderr_tail(str(output.get("stdout") or ""))
-        if tail:
-            lines.append(_field("job said", "\n".join(tail)))
-        lines.append(_field("log dir", str(confirm.get("attempt_dir"))))
+        proven = "proven by a read-only verify" if reverted.proven else "NOT proven"
+        lines.append(_field("reverted", f"{reverted.from_[:12]} -> {reverted.to[:12]} "
+                                        f"({proven}); the queue keeps {reverted.to[:12]}"))
+    if confirm.passed is False:
+        tail = stderr_tail(confirm.output.stderr or "") or stderr_tail(confirm.output.stdout or "")
+        lines += [_field("job said", "\n".join(tail))] if tail else []
+        lines.append(_field("log dir", str(confirm.attempt_dir)))
     return lines
 
 
-def _transcript_lines(deploy: dict[str, Any], output: dict[str, Any]) -> list[str]:
+def _confirm_end(confirm: ConfirmView) -> str:
+    """``job 42 COMPLETED exit 0 on node1 in 3.2 s; energy=-1.5``."""
+    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.metrics or {}).items()))
+    seconds = f" in {confirm.seconds:.1f} s" if confirm.seconds is not None else ""
+    node = f" on {confirm.node}" if confirm.node else ""
+    return (f"job {confirm.job_id or '?'} {confirm.state or 'not ended'} exit {confirm.exit_code}{node}{seconds}"
+            + (f"; {metrics}" if metrics else ""))
+
+
+def _transcript_lines(deploy: DeployView, output: OutputView) -> list[str]:
     """A run that did not succeed: the provider command's last stderr lines, the directory that holds its
     whole transcript on the host (``log dir``) and the driver's copy of it (``log copy``)."""
     lines = []
-    tail = stderr_tail(str(output.get("stderr") or ""))
+    tail = stderr_tail(output.stderr or "")
     if tail:
         lines.append(_field("stderr", "\n".join(tail)))
-    log_dir = deploy.get("log_dir") or output.get("log_dir")
+    log_dir = deploy.log_dir or output.log_dir
     if log_dir:
-        lines.append(_field("log dir", f"{log_dir} on {deploy['where']}" if deploy.get("where") else log_dir))
-    if output.get("transcript"):
-        lines.append(_field("log copy", output["transcript"]))
+        lines.append(_field("log dir", f"{log_dir} on {deploy.where}" if deploy.where else log_dir))
+    if output.transcript:
+        lines.append(_field("log copy", output.transcript))
     return lines
 
 
@@ -200,7 +206,8 @@ def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run:
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:
-    lines = [f"vq-admin: dry run: {_lane(plan)} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
+    lane = _lane(plan["lane"], plan.get("program"))
+    lines = [f"vq-admin: dry run: {lane} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
     for i, step in enumerate(plan["steps"], 1):
         lines += _step_lines(f"{i:2d}.", step)
     needed = plan.get("when_needed") or []
@@ -211,9 +218,9 @@ def plan_summary(plan: dict[str, Any]) -> list[str]:
     return [safe_text(line) for line in lines]
 
 
-def _lane(receipt: dict[str, Any]) -> str:
+def _lane(lane: str, program: str | None) -> str:
     """``runtime vibeqc`` (the lane and its program), or ``helper`` (a lane without one)."""
-    return f"{receipt['lane']} {receipt['program']}" if receipt.get("program") else str(receipt["lane"])
+    return f"{lane} {program}" if program else lane
 
 
 def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:

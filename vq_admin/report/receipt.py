@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, Interruption, Mirror, Readback, Record, Registry, Reverted, Rollback, Source,
-                       Stage, Verify)
-from ..document import Document
+from .sections import (Activation, CommandOutput, Confirm, Interruption, Metrics, Mirror, PreviousAttempt, Readback,
+                       Record, Registry, Reverted, Rollback, Section, Source, Stage, Verify)
+from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
 if TYPE_CHECKING:
@@ -41,13 +41,13 @@ def head_and_tail(head: bytes, tail: bytes, total: int) -> str:
 METRIC_RE = re.compile(r"^VQ-DEPLOY-METRIC ([A-Za-z0-9_.-]{1,64})=(.*)$", re.MULTILINE)
 
 
-def parse_metrics(*texts: str) -> dict[str, Any]:
+def parse_metrics(*texts: str) -> Metrics:
     """``VQ-DEPLOY-METRIC name=value`` lines; finite numbers become numbers, anything else stays text."""
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     for text in texts:
         for name, raw in METRIC_RE.findall(text):
             raw = raw.strip()
-            value: Any = raw
+            value: int | float | str = raw
             for convert in (int, float):
                 try:
                     value = convert(raw)
@@ -85,8 +85,8 @@ class Receipt:
     outcome: Outcome | None = None
     finished_at: str | None = None
     deploy: dict[str, Any] = field(default_factory=dict)
-    command_output: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    command_output: CommandOutput = field(default_factory=CommandOutput)
+    metrics: Metrics = field(default_factory=dict)
     metrics_complete: bool = False
     verify: Verify = field(default_factory=Verify)
     mirror: Mirror | None = None
@@ -102,7 +102,7 @@ class Receipt:
     #: the host-side lease (CONTRACT section 9)
     lease: dict[str, Any] | None = None
     #: an earlier allocation attempt this run reconciled
-    previous_attempt: dict[str, Any] | None = None
+    previous_attempt: PreviousAttempt | None = None
     #: which step a dropped transport cut, and what it left behind
     interruption: Interruption | None = None
     #: the helper activation record (helper lane)
@@ -116,7 +116,7 @@ class Receipt:
     #: the registry entry of the verified launcher (runtime lane)
     registry: Registry | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
-    confirm: dict[str, Any] | None = None
+    confirm: Confirm | None = None
     reverted: Reverted | None = None
     #: the host's record: the entries this run imported, and the entry it appended (CONTRACT section 12)
     record: Record | None = None
@@ -137,13 +137,13 @@ class Receipt:
             raise UndeclaredSection(f"receipt section {name!r} is not declared (declared: {', '.join(SECTIONS)})")
         setattr(self, name, value)
 
-    def set_sections(self, sections: dict[str, Any] | None) -> None:
+    def set_sections(self, sections: dict[str, Section | JsonValue] | None) -> None:
         for name, value in (sections or {}).items():
             self.set_section(name, value)
 
-    def sections(self) -> dict[str, Any]:
+    def sections(self) -> JsonObject:
         """The optional sections that are set, in declared order."""
-        found: dict[str, Any] = {}
+        found: JsonObject = {}
         for name in SECTIONS:
             value = getattr(self, name)
             if name == "stored":
@@ -165,20 +165,20 @@ class Receipt:
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
         self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
-        self.command_output = {
-            "complete": complete,
-            "reason": None if complete else "unavailable",
-            "log_dir": None,
-            "observations": 0,
-            "stdout": _head_and_tail(result.stdout),
-            "stderr": _head_and_tail(result.stderr),
-        }
         self.transcript = {name: data for name, data in (("stdout", result.stdout), ("stderr", result.stderr))
                            if len(data) > OUTPUT_KEPT}
+        self.command_output = CommandOutput(
+            complete=complete,
+            reason=None if complete else "unavailable",
+            log_dir=None,
+            observations=0,
+            stdout=_head_and_tail(result.stdout),
+            stderr=_head_and_tail(result.stderr),
+        )
         if self.transcript:
-            self.command_output["truncated"] = True
-            self.command_output["kept"] = (f"the first and last {OUTPUT_KEPT // 2} bytes of "
-                                           f"{' and '.join(self.transcript)}; the whole output is in the transcript")
+            self.command_output = self.command_output.replace(
+                truncated=True, kept=(f"the first and last {OUTPUT_KEPT // 2} bytes of "
+                                      f"{' and '.join(self.transcript)}; the whole output is in the transcript"))
         self.metrics = parse_metrics(stdout, stderr)
         self.metrics_complete = complete
 
@@ -188,7 +188,7 @@ class Receipt:
         if self.transcript:
             for name, data in self.transcript.items():
                 write(name, data)
-            self.command_output["transcript"] = directory()
+            self.command_output = self.command_output.replace(transcript=directory())
             self.transcript = {}
 
     def finish(self, outcome: Outcome, finished_at: str) -> Receipt:
@@ -196,7 +196,7 @@ class Receipt:
         self.finished_at = finished_at
         return self
 
-    def _identity(self) -> dict[str, Any]:
+    def _identity(self) -> JsonObject:
         """What the run maintains: its lane, host and program, and the identity it expects."""
         return {key: getattr(self, key) for key in ("lane", "host", "program", "expected_sha", "tag")}
 
@@ -210,7 +210,7 @@ class Receipt:
             "finished_at": self.finished_at,
             "steps": self.plan.to_list(),
             "deploy": self.deploy,
-            "command_output": self.command_output,
+            "command_output": self.command_output.to_value(),
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
             "verify": self.verify.to_value(),

@@ -13,6 +13,10 @@ from msgspec import UNSET, UnsetType
 from ..document import Document, JsonObject, JsonValue
 
 
+#: ``VQ-DEPLOY-METRIC name=value`` lines as the receipt keeps them: finite numbers as numbers, else the text.
+Metrics = dict[str, int | float | str]
+
+
 class Section(Document, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every receipt section."""
 
@@ -146,3 +150,153 @@ class Record(Section, frozen=True, kw_only=True):
     unchanged: str | UnsetType = UNSET
     roots: str | None | UnsetType = UNSET
     error: str | UnsetType = UNSET
+
+
+
+class ConfirmOutput(Section, frozen=True, kw_only=True):
+    """The confirmation job's output, bounded like a deploy's."""
+
+    stdout: str
+    stderr: str
+    complete: bool
+    log_dir: str
+    transcript: str | None
+
+
+class Accepted(Section, frozen=True, kw_only=True):
+    """A regression accepted with ``--accept-regression``: its reason, and what regressed."""
+
+    reason: str | None
+    regressed: list[str] | None
+
+
+class Confirm(Section, frozen=True, kw_only=True):
+    """The confirmation job (CONTRACT section 13): the agent's verdict, and its output."""
+
+    attempt_dir: str
+    job_id: JsonValue
+    state: JsonValue
+    output: ConfirmOutput | UnsetType = UNSET
+    passed: bool | None | UnsetType = UNSET
+    problems: list[str] | None | UnsetType = UNSET
+    exit_code: JsonValue | UnsetType = UNSET
+    job_exit_code: JsonValue | UnsetType = UNSET
+    node: JsonValue | UnsetType = UNSET
+    seconds: JsonValue | UnsetType = UNSET
+    metrics: JsonValue | UnsetType = UNSET
+    regressed: JsonValue | UnsetType = UNSET
+    timed_out: JsonValue | UnsetType = UNSET
+    cancel: JsonValue | UnsetType = UNSET
+    revert: JsonObject | None | UnsetType = UNSET
+    accepted: Accepted | UnsetType = UNSET
+
+
+
+class PreviousAttempt(Section, frozen=True, kw_only=True):
+    """What the reconcile of an earlier run's allocation, detached build or confirmation attempt found."""
+
+    attempt: JsonValue
+    attempt_dir: JsonValue
+    receipt: JsonValue
+    job_id: JsonValue
+    job_state: JsonValue
+    job_exit_code: JsonValue
+    exit_code: JsonValue
+    established: JsonValue
+    fenced: JsonValue
+    notes: JsonValue
+    kind: str | UnsetType = UNSET
+    where: str | UnsetType = UNSET
+    pid: JsonValue | UnsetType = UNSET
+    exit_signal: JsonValue | UnsetType = UNSET
+    settle: JsonValue | UnsetType = UNSET
+    transcript: JsonValue | UnsetType = UNSET
+    expected_sha: JsonValue | UnsetType = UNSET
+    confirm: JsonValue | UnsetType = UNSET
+
+
+
+class CommandOutput(Section, frozen=True, kw_only=True):
+    """The provider command's output as the receipt keeps it (CONTRACT section 6); empty before one ran."""
+
+    complete: bool | UnsetType = UNSET
+    reason: JsonValue | UnsetType = UNSET  # an allocation's: the agent's settle summary says it
+    log_dir: str | None | UnsetType = UNSET
+    observations: JsonValue | UnsetType = UNSET
+    settle_seconds: JsonValue | UnsetType = UNSET
+    stdout: str | UnsetType = UNSET
+    stderr: str | UnsetType = UNSET
+    stdout_bytes: int | UnsetType = UNSET
+    stderr_bytes: int | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    kept: str | UnsetType = UNSET
+    transcript: str | None | UnsetType = UNSET
+    checksum: JsonValue | UnsetType = UNSET
+    problems: list[str] | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+
+    def __bool__(self) -> bool:
+        """False while no command's output was recorded (the receipt's ``{}``)."""
+        return bool(self.to_value())
+
+
+# -- what a run's summary reads of a receipt document (vq_admin.report.output.receipt_summary) --
+
+
+class DeployView(Document, frozen=True, kw_only=True):
+    exit_code: int | None = None
+    job_id: JsonValue = None
+    where: str | None = None
+    log_dir: str | None = None
+
+
+class OutputView(Document, frozen=True, kw_only=True):
+    stdout: str | None = None
+    stderr: str | None = None
+    log_dir: str | None = None
+    transcript: str | None = None
+
+
+class PruneView(Document, frozen=True, kw_only=True):
+    keep: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    removed: list[str] = msgspec.field(default_factory=list)
+
+
+class AcceptedView(Document, frozen=True, kw_only=True):
+    reason: str | None = None
+    regressed: list[str] | None = None
+
+
+class ConfirmView(Document, frozen=True, kw_only=True):
+    job_id: JsonValue = None
+    state: str | None = None
+    exit_code: JsonValue = None
+    node: str | None = None
+    seconds: float | None = None
+    metrics: JsonObject | None = None
+    accepted: AcceptedView | None = None
+    passed: bool | None = None
+    output: OutputView = msgspec.field(default_factory=OutputView)
+    attempt_dir: str | None = None
+
+
+class ReceiptView(Document, frozen=True, kw_only=True):
+    """The members of a receipt document its summary shows."""
+
+    lane: str
+    host: str
+    program: str | None
+    outcome: str
+    exit_code: int
+    expected_sha: str | None = None
+    tag: str | None = None
+    deploy: DeployView = msgspec.field(default_factory=DeployView)
+    command_output: OutputView = msgspec.field(default_factory=OutputView)
+    verify: Verify = msgspec.field(default_factory=Verify)
+    rollback: Rollback | None = None
+    prune: PruneView | None = None
+    confirm: ConfirmView | None = None
+    reverted: Reverted | None = None
+    readback: Readback | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterator, TextIO
+from typing import Iterator, TextIO
 
 from .output import safe_message, safe_text
 from ..core.stamps import parse_utc
+from ..document import Document, JsonValue
 
 SHORT_SHA = 12
 RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"
@@ -33,11 +34,40 @@ ALARM = frozenset({"failed", "unknown"})
 FINE = frozenset({"ok", "already-current"})
 
 
+class Seen(Document, frozen=True, kw_only=True):
+    """A LAST OK, LAST GOOD or last run as the table and the metrics show it (its other members are not shown)."""
+
+    sha: JsonValue = None
+    tag: JsonValue = None
+    at: JsonValue = None
+    outcome: JsonValue = None
+    exit_code: JsonValue = None
+    receipt: JsonValue = None
+
+
+class LaneStatus(Document, frozen=True, kw_only=True):
+    last: Seen | None = None
+    last_ok: Seen | None = None
+    last_good: Seen | None = None
+
+
+class HostStatus(Document, frozen=True, kw_only=True):
+    helper: LaneStatus | None = None
+    runtimes: dict[str, LaneStatus] | None = None
+
+
+class StatusView(Document, frozen=True, kw_only=True):
+    """What the table shows of a status document."""
+
+    state_dir: JsonValue = None
+    hosts: dict[str, HostStatus] | None = None
+
+
 def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
-def age(stamp: Any, now: float) -> str:
+def age(stamp: JsonValue, now: float) -> str:
     """``2026-11-30T10:00:00Z`` -> ``3h`` (how long before *now*); ``?`` when unreadable."""
     if not isinstance(stamp, str):
         return "-"
@@ -53,45 +83,46 @@ def age(stamp: Any, now: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _short(sha: Any) -> str:
+def _short(sha: JsonValue) -> str:
     return str(sha)[:SHORT_SHA] if sha else "-"
 
 
-def _identity(record: dict[str, Any] | None, now: float) -> tuple[str, str, str]:
-    if not record:
+def _identity(record: Seen | None, now: float) -> tuple[str, str, str]:
+    if record is None:
         return "-", "", ""
-    return _short(record.get("sha")), str(record.get("tag") or "-"), age(record.get("at"), now)
+    return _short(record.sha), str(record.tag or "-"), age(record.at, now)
 
 
-def _rows(slot: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    if slot.get("helper"):
-        yield "(helper)", slot["helper"]
-    yield from sorted((slot.get("runtimes") or {}).items())
+def _rows(slot: HostStatus) -> Iterator[tuple[str, LaneStatus]]:
+    if slot.helper:
+        yield "(helper)", slot.helper
+    yield from sorted((slot.runtimes or {}).items())
 
 
 HEADER = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
 
 
-def render(status: dict[str, Any], *, now: float | None = None, color: bool = False) -> list[str]:
-    """The table of every host in *status*, as lines (escape sequences only when *color*)."""
+def render(status: object, *, now: float | None = None, color: bool = False) -> list[str]:
+    """The table of every host in the status document *status*, as lines (escape sequences only when *color*)."""
     now = time.time() if now is None else now
-    hosts = status.get("hosts") or {}
+    view = StatusView.from_value(status, "status")
+    hosts = view.hosts or {}
     if not hosts:
-        return [safe_message(f"no recorded runs in {status.get('state_dir')}")]
+        return [safe_message(f"no recorded runs in {view.state_dir}")]
     lines: list[str] = []
     for host, slot in sorted(hosts.items()):
         lines += ([""] if lines else []) + [safe_text(host)] + _host_table(slot, now, color)
     return lines
 
 
-def _host_table(slot: dict[str, Any], now: float, color: bool) -> list[str]:
+def _host_table(slot: HostStatus, now: float, color: bool) -> list[str]:
     rows: list[tuple[str, ...]] = []
     outcomes = []
     for label, entry in _rows(slot):
-        last = entry.get("last") or {}
-        outcomes.append(str(last.get("outcome") or "-"))
-        rows.append((label, *_identity(entry.get("last_ok"), now), *_identity(entry.get("last_good"), now),
-                     outcomes[-1], age(last.get("at"), now)))
+        last = entry.last or Seen()
+        outcomes.append(str(last.outcome or "-"))
+        rows.append((label, *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
+                     outcomes[-1], age(last.at, now)))
     rows = [tuple(safe_text(cell) for cell in row) for row in rows]
     w = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
     for start in (1, 4):  # a header spans its identity's three cells (sha, tag, age)
