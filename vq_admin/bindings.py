@@ -145,8 +145,7 @@ def resolve_launcher(program: str, host: str, *, expected_sha: str | None = None
     if path is None and not check_on_host:
         plain = plain_resolve(root, host, program, sha)  # a few system calls; None: the full lookup decides
         if plain is not None:
-            found = registry.Entry.checked(plain[1], host, program, None, "the registry entry")
-            return _used(root, _binding(found, host, program, plain[0], False), job)
+            return _used(root, _binding(registry.Entry.of(plain[1]), host, program, plain[0], False), job)
     latest, entry = _resolve(root, host, program, sha)
     if latest is None:  # no evidence under this name: an alias, or nothing yet
         canonical = _canonical_host(root, program, host, config_path)

@@ -97,6 +97,11 @@ class Entry(PlainRecord):
         if problem is not None:
             raise RegistryError(f"{shown}: {problem}")
         assert isinstance(value, dict)
+        return cls.of(value)
+
+    @classmethod
+    def of(cls, value: dict[str, Any]) -> Entry:
+        """*value*, an entry :func:`~vq_admin.launcher.plain_lookup.entry_problem` already passed, as an entry."""
         return cls(**{name: value.get(name) for name in cls.FIELDS})
 
     def to_value(self) -> dict[str, Any]:
