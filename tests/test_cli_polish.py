@@ -15,7 +15,7 @@ import pytest
 from support import SCRIPTS, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin.cli import build_parser
 from vq_admin.entry import EXIT_CLOSED_PIPE
-from vq_admin.state.records import StateDir
+from vq_admin.state.records import LastRun, StateDir, Verified
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,8 +58,8 @@ def site(tmp_path):
                           + '\n[hosts.login2]\nfleet_role = "alias"\ncanonical_host = "cluster"\n')
     state = tmp_path / "state"
     StateDir(state).record_run("runtime", "cluster", "vibeqc",
-                               {"outcome": "ok", "exit_code": 0, "expected_sha": sha, "at": "2026-11-30T10:00:00Z"},
-                               {"sha": sha, "tag": None, "at": "2026-11-30T10:00:00Z"})
+                               LastRun(outcome="ok", exit_code=0, expected_sha=sha, at="2026-11-30T10:00:00Z"),
+                               Verified(sha=sha, tag=None, at="2026-11-30T10:00:00Z"))
     env = dict(os.environ, VQ_ADMIN_CONFIG=str(config), VQ_ADMIN_STATE_DIR=str(state))
     return tmp_path, config, state, sha, env
 

@@ -13,7 +13,7 @@ from vq_admin.context import RunContext
 from vq_admin.lanes.conclude import conclude
 from vq_admin.report.outcome import Outcome
 from vq_admin.report.receipt import Receipt
-from vq_admin.state.records import StateDir, utc_now
+from vq_admin.state.records import StateDir, Verified, utc_now
 
 SHA = "a" * 40
 
@@ -28,7 +28,7 @@ def test_a_refused_registry_write_is_reported_not_a_crash(tmp_path, monkeypatch)
     state = StateDir(tmp_path / "state")
     ctx = RunContext(None, state, None, None)  # type: ignore[arg-type]  # conclude reads options and state only
     receipt = Receipt("runtime", "cluster", "vibeqc", SHA, None, utc_now())
-    concluded = conclude(ctx, receipt, Outcome.OK, {"sha": SHA, "launcher": "/x", "launcher_sha256": "b" * 64})
+    concluded = conclude(ctx, receipt, Outcome.OK, Verified(sha=SHA, launcher="/x", launcher_sha256="b" * 64))
     assert concluded.not_stored == [
         "the registry entry of the verified launcher: registry/cluster is group-writable"]
     assert any("could not store the registry entry" in e and "group-writable" in e for e in concluded.errors)
@@ -42,7 +42,7 @@ def test_a_refused_lane_record_is_named_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.setattr(state, "record_run", record_run)
     ctx = RunContext(None, state, None, None)  # type: ignore[arg-type]  # conclude reads options and state only
     receipt = Receipt("helper", "cluster", None, SHA, None, utc_now())
-    concluded = conclude(ctx, receipt, Outcome.OK, {"sha": SHA})
+    concluded = conclude(ctx, receipt, Outcome.OK, Verified(sha=SHA))
     assert concluded.not_stored == ["the lane records (last.json, LAST OK, LAST GOOD): hosts/cluster is a symlink"]
     assert concluded.stored is not False
     assert any("could not store the lane records" in e and "was stored" in e for e in concluded.errors)

@@ -19,7 +19,7 @@ import textwrap
 from support import run_vq, write_config
 from vq_admin import bindings
 from vq_admin.launcher import registry
-from vq_admin.state.records import StateDir
+from vq_admin.state.records import LastRun, StateDir, Verified
 
 A, B = "a" * 40, "b" * 40
 
@@ -37,7 +37,7 @@ def crash_while(state, code: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         os.replace = os.link = die
         from vq_admin.launcher import registry
-        from vq_admin.state.records import StateDir
+        from vq_admin.state.records import LastRun, StateDir, Verified
         state = StateDir({str(state)!r})
         """) + code
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -54,11 +54,12 @@ def temporaries(root) -> list[str]:
 
 def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_temporary(tmp_path):
     state = StateDir(tmp_path / "state")
-    state.record_run("runtime", "cluster", "vibeqc", {"outcome": "ok", "expected_sha": A}, verified(A))
+    state.record_run("runtime", "cluster", "vibeqc", LastRun(outcome="ok", expected_sha=A), Verified(**verified(A)))
     registry.record_verified(state.root, "cluster", "vibeqc", verified(A))
     before = {p: p.read_bytes() for p in state.root.rglob("*") if p.is_file()}
 
-    crash_while(state.root, f"state.record_run('runtime', 'cluster', 'vibeqc', {{'outcome': 'ok'}}, {verified(B)!r})")
+    crash_while(state.root, "state.record_run('runtime', 'cluster', 'vibeqc', LastRun(outcome='ok'), "
+                            f"Verified(**{verified(B)!r}))")
     crash_while(state.root, f"registry.record_verified(state.root, 'cluster', 'vibeqc', {verified(B)!r})")
     crash_while(state.root, "state.store_receipt('r-bbbb', {'outcome': 'ok'})")
 
@@ -81,7 +82,7 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
 
 def test_half_written_temporaries_next_to_every_record_are_ignored(tmp_path):
     state = StateDir(tmp_path / "state")
-    state.record_run("runtime", "cluster", "vibeqc", {"outcome": "ok", "expected_sha": A}, verified(A))
+    state.record_run("runtime", "cluster", "vibeqc", LastRun(outcome="ok", expected_sha=A), Verified(**verified(A)))
     registry.record_verified(state.root, "cluster", "vibeqc", verified(A))
     lane = state.lane_dir("runtime", "cluster", "vibeqc")
     reg = tmp_path / "state" / "registry" / "cluster" / "vibeqc"

@@ -101,10 +101,10 @@ def named(tmp_path, *hosts: str):
 
 
 def test_helper_lane_has_an_empty_program_label(tmp_path):
-    from vq_admin.state.records import StateDir
+    from vq_admin.state.records import LastRun, StateDir
 
-    StateDir(tmp_path).record_run("helper", "login", None, {"outcome": "refused", "exit_code": 77,
-                                                              "at": "2026-11-30T10:00:00Z"}, None)
+    StateDir(tmp_path).record_run("helper", "login", None, LastRun(outcome="refused", exit_code=77,
+                                                                   at="2026-11-30T10:00:00Z"), None)
     families = samples(run_vq_inprocess("status", "--prometheus", state=tmp_path, config=named(tmp_path)).stdout)
     assert one(families, "vq_admin_last_outcome", host="login", lane="helper", program="", outcome="refused") == 1
 

@@ -168,8 +168,7 @@ def test_a_driver_with_confirm_command_adopts_only_entries_with_a_passed_confirm
     state, a, b = StateDir(str(tmp_path)), "a" * 40, "b" * 40
     _, bare = _summary_entry(a, "u@d/0000abcd")
     skipped: list[str] = []
-    assert adopt(state, "h", "toy", [bare], True, skipped) == [] and state.read_record(
-        "runtime", "h", "toy", "last-ok") is None
+    assert adopt(state, "h", "toy", [bare], True, skipped) == [] and state.verified("runtime", "h", "toy") is None
     assert skipped == [f"{bare.name}: unconfirmed: it carries no passed confirmation"]  # type: ignore[attr-defined]
     assert adopt(state, "h", "toy", [bare], False, []) == [bare.name]  # type: ignore[attr-defined]
     _, failed = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="unconfirmed", reason="FAILED"))
@@ -178,7 +177,7 @@ def test_a_driver_with_confirm_command_adopts_only_entries_with_a_passed_confirm
     metrics = {"seconds_per_step": 1.5}
     name, good = _summary_entry(b, "u@d/0000abcd", Confirmed(sha=b, status="passed", job_id="9", metrics=metrics))
     assert adopt(state, "h", "toy", [good], True, []) == [name]
-    assert state.read_record("runtime", "h", "toy", "last-ok")["sha"] == b  # type: ignore[index]
+    assert state.verified("runtime", "h", "toy").sha == b  # type: ignore[union-attr]
     # the imported confirmation is this driver's baseline, but never re-signed as this driver's own
     assert confirmation.baseline(state, "h", "toy", b) == {"seconds_per_step": "1.5"}
     assert confirmation.read(state, "h", "toy")[b].receipt == FROM_RECORD + name
@@ -307,10 +306,10 @@ def test_an_import_after_a_torn_last_line_keeps_every_new_entry_and_the_cursor(t
         return {"entries": [{"seq": n, "name": f"{n:010d}-{'0' * 16}.json", "statement": "x", "sig": None}
                             for n in seqs]}
 
-    assert take(config, state, "h", None, answer(1))["imported"] == 1  # type: ignore[arg-type]
+    assert take(config, state, "h", None, answer(1)).imported == 1  # type: ignore[arg-type]
     path = state.tree.path("record", "h", "_helper.jsonl")
     with open(path, "ab") as f:
         f.write(b'{"seq": 2, "name": "00000')  # a crash cut the next import short
     assert cursor(state, "h", None) == 1  # the torn entry is asked for again
-    assert take(config, state, "h", None, answer(2, 3))["imported"] == 2  # type: ignore[arg-type]
+    assert take(config, state, "h", None, answer(2, 3)).imported == 2  # type: ignore[arg-type]
     assert [e.seq for e in entries(state, "h", None)] == [1, 2, 3] and cursor(state, "h", None) == 3

@@ -15,7 +15,7 @@ import pytest
 
 from support import VQ_ADMIN, run_vq_inprocess, write_config
 from vq_admin.commands.status import collect
-from vq_admin.state.records import StateDir
+from vq_admin.state.records import LastRun, StateDir, Verified
 from vq_admin.report.status_table import age, render
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -54,19 +54,19 @@ def on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60.0) -> 
 def state(tmp_path):
     """Two hosts: a helper that failed, a runtime with LAST OK and LAST GOOD whose last run is unknown."""
     s = StateDir(tmp_path / "state")
-    s.record_run("helper", "cluster", None, {"outcome": "failed", "exit_code": 1, "expected_sha": B,
-                                             "at": "2026-11-30T11:00:00Z"}, None)
-    s.record_run("runtime", "cluster", "vibeqc-release", {"outcome": "ok", "exit_code": 0, "expected_sha": A,
-                                                          "at": "2026-11-28T11:00:00Z"},
-                 {"sha": A, "tag": "v1.2.3", "at": "2026-11-28T11:00:00Z"})
-    s.record_run("runtime", "cluster", "vibeqc-release", {"outcome": "ok", "exit_code": 0, "expected_sha": C,
-                                                          "at": "2026-11-29T11:00:00Z"},
-                 {"sha": C, "tag": "v1.2.4", "at": "2026-11-29T11:00:00Z"})
-    s.record_run("runtime", "cluster", "vibeqc-release", {"outcome": "unknown", "exit_code": 3, "expected_sha": B,
-                                                          "at": "2026-11-30T11:30:00Z"}, None)
-    s.record_run("runtime", "other", "hello", {"outcome": "already-current", "exit_code": 0, "expected_sha": A,
-                                               "at": "2026-11-30T12:00:00Z"},
-                 {"sha": A, "tag": None, "at": "2026-11-30T12:00:00Z"})
+    s.record_run("helper", "cluster", None, LastRun(outcome="failed", exit_code=1, expected_sha=B,
+                                                    at="2026-11-30T11:00:00Z"), None)
+    s.record_run("runtime", "cluster", "vibeqc-release", LastRun(outcome="ok", exit_code=0, expected_sha=A,
+                                                                 at="2026-11-28T11:00:00Z"),
+                 Verified(sha=A, tag="v1.2.3", at="2026-11-28T11:00:00Z"))
+    s.record_run("runtime", "cluster", "vibeqc-release", LastRun(outcome="ok", exit_code=0, expected_sha=C,
+                                                                 at="2026-11-29T11:00:00Z"),
+                 Verified(sha=C, tag="v1.2.4", at="2026-11-29T11:00:00Z"))
+    s.record_run("runtime", "cluster", "vibeqc-release", LastRun(outcome="unknown", exit_code=3, expected_sha=B,
+                                                                 at="2026-11-30T11:30:00Z"), None)
+    s.record_run("runtime", "other", "hello", LastRun(outcome="already-current", exit_code=0, expected_sha=A,
+                                                      at="2026-11-30T12:00:00Z"),
+                 Verified(sha=A, tag=None, at="2026-11-30T12:00:00Z"))
     return s
 
 

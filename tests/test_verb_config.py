@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from support import AGENT, GitRepo, run_vq_inprocess, write_config
-from vq_admin.state.records import StateDir
+from vq_admin.state.records import LastRun, StateDir
 
 SHA = "a" * 40
 #: Every verb that reads the configuration, with its operands naming host ``cluster`` (and program ``toyrt``).
@@ -53,8 +53,8 @@ def site(tmp_path):
         """)
     state = StateDir(tmp_path / "state")
     for program in ("toyrt", "typo"):
-        state.record_run("runtime", "cluster", program, {"outcome": "ok", "exit_code": 0, "expected_sha": SHA,
-                                                         "receipt": "r-earlier", "at": "2026-11-30T00:00:00Z"}, None)
+        state.record_run("runtime", "cluster", program, LastRun(outcome="ok", exit_code=0, expected_sha=SHA,
+                                                                receipt="r-earlier", at="2026-11-30T00:00:00Z"), None)
     return config, state
 
 

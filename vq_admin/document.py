@@ -20,7 +20,7 @@ of this (docs/bindings.md).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Self, Union
+from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar, Union
 
 import msgspec
 
@@ -50,6 +50,14 @@ def _text(value: object) -> str:
     if isinstance(value, str):
         return str.__str__(value)
     raise TypeError(f"a document cannot hold a {type(value).__name__}")
+
+
+_T = TypeVar("_T")
+
+
+def given(value: _T | msgspec.UnsetType) -> _T | None:
+    """An optional member as a value: one the document does not hold (``UNSET``) is ``None``."""
+    return None if value is msgspec.UNSET else value
 
 
 class DocumentError(InputError):

@@ -53,7 +53,7 @@ from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
-from .state.records import StateDir, dump_json
+from .state.records import LogLine, StateDir, dump_json
 from .state.tree import MAX_STATE_FILE
 from .core.stamps import NAME, utc_now
 
@@ -506,18 +506,10 @@ def store(state: StateDir, doc: FleetDocument) -> tuple[FleetDocument, str]:
     doc = doc.replace(id=f"{utc_now(fmt=NAME)}-fleet-{doc.program}-{secrets.token_hex(4)}")
     path = state.root / "fleet" / f"{doc.id}.json"
     state.tree.write_atomic(["fleet"], path.name, dump_json(doc.to_value()), exclusive=True)  # every level checked
-    state.append_log({
-        "at": doc.finished_at,
-        "lane": "fleet",
-        "host": None,
-        "program": doc.program,
-        "expected_sha": doc.expected_sha,
-        "outcome": doc.outcome,
-        "exit_code": doc.exit_code,
-        "receipt": str(path),
-        "hosts": {name: doc.hosts[name].outcome for name in doc.configuration_order},
-        "errors": [],
-    })
+    state.append_log(LogLine(at=doc.finished_at, lane="fleet", host=None, program=doc.program,
+                             expected_sha=doc.expected_sha, outcome=doc.outcome, exit_code=doc.exit_code,
+                             receipt=str(path), errors=(),
+                             hosts={name: doc.hosts[name].outcome for name in doc.configuration_order}))
     return doc, str(path)
 
 

@@ -48,7 +48,7 @@ from .report.output import safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
 from .report.sections import Readback
-from .state.records import StateDir
+from .state.records import LogLine, StateDir
 from .core.stamps import utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
 
@@ -183,11 +183,11 @@ def run(args: argparse.Namespace) -> int:
     receipt.id = state.new_receipt_id("provider", host.name, None)
     document = receipt.finish(outcome, utc_now()).to_dict()
     path = state.store_receipt(receipt.id, document)
-    state.append_log({"at": receipt.finished_at, "lane": "provider", "host": host.name, "dest": dest,
-                      "where": install["where"], "outcome": outcome.value, "exit_code": outcome.exit_code,
-                      "old_sha256": install.get("old_sha256"), "new_sha256": install.get("new_sha256"),
-                      "interpreter": install.get("interpreter"), "by": install["by"], "receipt": str(path),
-                      "errors": receipt.errors[:5]})
+    state.append_log(LogLine(at=receipt.finished_at, lane="provider", host=host.name, dest=dest,
+                             where=install["where"], outcome=outcome.value, exit_code=outcome.exit_code,
+                             old_sha256=install.get("old_sha256"), new_sha256=install.get("new_sha256"),
+                             interpreter=install.get("interpreter"), by=install["by"], receipt=str(path),
+                             errors=tuple(receipt.errors[:5])))
     _report(args, document, outcome.success, _summary(document, str(path)))
     return outcome.exit_code
 

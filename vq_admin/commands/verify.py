@@ -33,12 +33,13 @@ from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
 from ..context import RunContext
-from ..document import Document
+from ..document import Document, given
 from ..lanes.confirm_step import HealthJob
 from ..lanes.verify import VerifyFound
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
+from ..report.sections import Record
 from ..state.records import StateDir
 from ..ssh.transport import Session
 from .arguments import check_name, full_sha
@@ -85,7 +86,7 @@ class RuntimeCheck(Document, frozen=True, kw_only=True):
     active: Active | None = None
     steps: list[dict[str, Any]] = msgspec.field(default_factory=list)  #: the plan's steps (vq_admin.plan)
     verify: VerifyFound | None = None
-    record: dict[str, Any] | UnsetType = UNSET  #: what the host's record brought (vq_admin.record.view.take)
+    record: Record | UnsetType = UNSET  #: what the host's record brought (vq_admin.record.view.take)
     state: State = "unknown"
     detail: str = ""
     lease: Holder | UnsetType = UNSET
@@ -126,11 +127,13 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     from ..lanes.verify import plan_verify, run_verify
     from ..plan import Plan
 
-    last_ok = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
-    sha = sha or last_ok.get("sha")
-    same = bool(sha) and last_ok.get("sha") == sha
-    expected = Expected(sha=sha, source="last-ok" if same else "expected-sha",
-                        **{key: last_ok.get(key) for key in ("tag", "launcher", "launcher_sha256") if same})
+    last_ok = ctx.state.verified("runtime", host.name, profile.program)
+    sha = sha or (last_ok.sha if last_ok else None)
+    same = last_ok is not None and last_ok.sha == sha
+    expected = Expected(sha=sha, source="expected-sha")
+    if last_ok is not None and same:
+        expected = Expected(sha=sha, source="last-ok", tag=given(last_ok.tag), launcher=given(last_ok.launcher),
+                            launcher_sha256=given(last_ok.launcher_sha256))
     entry = RuntimeCheck(expected=expected)
     if not sha:
         return entry.replace(detail=f"no LAST OK for {profile.program} on {host.name} and no --expected-sha: "
@@ -145,8 +148,8 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         from ..record.view import take
 
         imported = take(ctx.config, ctx.state, host.name, profile.program, found.record)
-        moved = ctx.state.read_record("runtime", host.name, profile.program, "last-ok") or {}
-        if same and moved.get("sha") != last_ok.get("sha"):
+        moved = ctx.state.verified("runtime", host.name, profile.program)
+        if same and (moved.sha if moved else None) != sha:
             # another driver's signed verification moved LAST OK: judged against it, in one more verify (only then)
             return check_runtime(ctx, host, profile, None, job).replace(record=imported)
         entry = entry.replace(record=imported)

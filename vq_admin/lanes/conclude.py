@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..context import RunContext
 from ..core import exits
@@ -13,6 +13,7 @@ from ..report.output import last_line
 from ..report.receipt import Receipt
 from ..report.sections import Readback, Record, Registry
 from ..core.stamps import utc_now
+from ..state.records import LastRun, LogLine, Verified
 from ..ssh.transport import quote_argv
 
 
@@ -34,8 +35,8 @@ def rerun_command(ctx: RunContext, receipt: Receipt) -> str:
     return quote_argv(words)
 
 
-def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict[str, Any] | None = None,
-             *, lane_started: bool = True, recorded: dict[str, Any] | None = None) -> Receipt:
+def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: Verified | None = None,
+             *, lane_started: bool = True, recorded: Verified | None = None) -> Receipt:
     """Finish *receipt*; store it, the lane records and one admin-log line.
 
     A dry run stores nothing.  *verified* is given only for a verified success
@@ -61,7 +62,7 @@ def conclude(ctx: RunContext, receipt: Receipt, outcome: Outcome, verified: dict
     if ran:  # the host's record, on the lease, before the receipt is stored
         _append_host_record(ctx, receipt, verified, recorded)
     if verified is not None:
-        verified = dict(verified, receipt=receipt_id, at=receipt.finished_at)
+        verified = verified.replace(receipt=receipt_id, at=receipt.finished_at)
     apply_registry = _plan_registry(ctx, receipt, verified)
     # The receipt first: every record written after it (registry entry, latest.json, LAST OK,
     # last.json, the admin log) names it, so none may exist without it.
@@ -96,8 +97,8 @@ def _store_after(ctx: RunContext, receipt: Receipt, path: Path,
                        f"(the receipt {path} was stored)" for what, err in unstored]
 
 
-def _append_host_record(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | None,
-                        recorded: dict[str, Any] | None) -> None:
+def _append_host_record(ctx: RunContext, receipt: Receipt, verified: Verified | None,
+                        recorded: Verified | None) -> None:
     """The run's entry in the host's record (when it proved something), then its roots; both named in
     ``receipt.record``."""
     from ..record.view import append_roots, append_run
@@ -105,14 +106,13 @@ def _append_host_record(ctx: RunContext, receipt: Receipt, verified: dict[str, A
     proved = verified if verified is not None else recorded
     entry = append_run(ctx, receipt, proved) if proved is not None else None
     if entry is not None:
-        receipt.record = Record(**entry) if receipt.record is None else receipt.record.replace(**entry)
+        receipt.record = entry if receipt.record is None else receipt.record.replace(**entry.to_value())
     roots = append_roots(ctx, receipt, verified)
     if roots is not None:
         receipt.record = Record(roots=roots) if receipt.record is None else receipt.record.replace(roots=roots)
 
 
-def _plan_registry(ctx: RunContext, receipt: Receipt,
-                   verified: dict[str, Any] | None) -> Callable[[], None] | None:
+def _plan_registry(ctx: RunContext, receipt: Receipt, verified: Verified | None) -> Callable[[], None] | None:
     """A verified runtime's registry entry, planned into ``receipt.registry``: the write to apply once the
     receipt is stored, or ``None`` (nothing to write, or the plan was refused)."""
     if verified is None or receipt.lane != "runtime" or receipt.program is None:
@@ -120,7 +120,8 @@ def _plan_registry(ctx: RunContext, receipt: Receipt,
     from ..launcher import registry
 
     try:
-        planned, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program, verified)
+        planned, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program,
+                                                verified.to_value())
         receipt.registry = Registry.from_value(planned, "registry")
     except registry.RegistryError as exc:
         receipt.registry = Registry(entry=None, error=str(exc))
@@ -136,17 +137,17 @@ def _store_receipt(ctx: RunContext, receipt: Receipt, receipt_id: str) -> Path:
     return ctx.state.store_receipt(receipt_id, receipt.to_dict())
 
 
-def _summary(receipt: Receipt, outcome: Outcome) -> dict[str, Any]:
+def _summary(receipt: Receipt, outcome: Outcome) -> LastRun:
     """The lane's ``last.json``: the run's outcome, what it deployed, its receipt and first errors."""
-    return {"outcome": outcome.value, "exit_code": outcome.exit_code, "expected_sha": receipt.expected_sha,
-            "tag": receipt.tag, "receipt": receipt.id, "at": receipt.finished_at, "errors": receipt.errors[:5]}
+    return LastRun(outcome=outcome.value, exit_code=outcome.exit_code, expected_sha=receipt.expected_sha,
+                   tag=receipt.tag, receipt=receipt.id, at=receipt.finished_at, errors=tuple(receipt.errors[:5]))
 
 
-def _log_line(receipt: Receipt, outcome: Outcome, path: Path) -> dict[str, Any]:
+def _log_line(receipt: Receipt, outcome: Outcome, path: Path) -> LogLine:
     """The run's admin-log line."""
-    return {"at": receipt.finished_at, "lane": receipt.lane, "host": receipt.host, "program": receipt.program,
-            "expected_sha": receipt.expected_sha, "outcome": outcome.value, "exit_code": outcome.exit_code,
-            "receipt": str(path), "errors": receipt.errors[:5]}
+    return LogLine(at=receipt.finished_at, lane=receipt.lane, host=receipt.host, program=receipt.program,
+                   expected_sha=receipt.expected_sha, outcome=outcome.value, exit_code=outcome.exit_code,
+                   receipt=str(path), errors=tuple(receipt.errors[:5]))
 
 
 def unstored_warning(ctx: RunContext, receipt: Receipt) -> str | None:

@@ -54,6 +54,7 @@ from ..plan import execute, filled, offer, record
 from ..report import sections
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
+from ..state.records import Verified
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
 from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
@@ -292,11 +293,11 @@ class HelperUpdate:
         self.staging.reclaim(success=True)
         return conclude(self.ctx, self.receipt, Outcome.OK, self.verified(found.final))
 
-    def verified(self, read: IdentityRead) -> dict[str, Any]:
+    def verified(self, read: IdentityRead) -> Verified:
         ident = read.identity
-        assert ident is not None
-        return {"sha": self.sha, "tree_sha256": ident.tree_sha256, "record": ident.record, "path": ident.path,
-                "version": ident.version, "interpreter": ident.interpreter}
+        assert ident is not None and self.sha is not None
+        return Verified(sha=self.sha, tree_sha256=ident.tree_sha256, record=ident.record, path=ident.path,
+                        version=ident.version, interpreter=ident.interpreter)
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:
         self.receipt.readback = sections.Readback(

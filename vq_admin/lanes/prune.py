@@ -45,6 +45,7 @@ from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
 from ..state import history
+from ..state.records import Verified
 from ..launcher import registry
 from ..core import protocol
 from ..document import Document
@@ -166,8 +167,8 @@ class RuntimePrune:
                           f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
         assert pre.receipt is not None  # proven
         #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
-        self.proved = {"sha": self.sha, "tag": pre.receipt.tag, "launcher": pre.receipt.active_path,
-                       "launcher_sha256": pre.receipt.active_path_sha256}
+        self.proved = Verified(sha=self.sha, tag=pre.receipt.tag, launcher=pre.receipt.active_path,
+                               launcher_sha256=pre.receipt.active_path_sha256)
         self.add(self.sha, "active")
         self.add(self.sha, "last-ok")
         last_good = self.ctx.state.verified("runtime", self.host.name, self.profile.program, "last-good")
@@ -198,7 +199,8 @@ class RuntimePrune:
         host, program = self.host.name, self.profile.program
         forgotten = self.forget
         if forgotten is not None and not self.ctx.options.dry_run:
-            self.record["forgot"] = {"driver": forgotten, **view.forget_driver(self.ctx, self.receipt, forgotten)}
+            forgot = view.forget_driver(self.ctx, self.receipt, forgotten)
+            self.record["forgot"] = {"driver": forgotten, **forgot.to_value()}
         me = view.driver_id(self.ctx.state)
         found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
         for driver, roots in sorted(found.items()):

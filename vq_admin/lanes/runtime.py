@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from msgspec import UNSET
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
@@ -42,6 +42,7 @@ from ..report.progress import CommandView
 from ..report.receipt import Receipt
 from ..report.sections import Readback, Reverted, Source, Verify
 from ..core.stamps import utc_now
+from ..state.records import Verified
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt, first_call, command_files as remote_paths
 from .conclude import conclude, provider_ended, rerun_command
@@ -329,8 +330,8 @@ class RuntimeUpdate:
                                          activate_exit_code=exit_code if isinstance(exit_code, int) else None)
         if proof.proven:
             self.ctx.narrate(f"reverted {self.profile.program} on {self.host.name} to {prev.sha} (proven)")
-            return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=dict(self.verified_identity(proof),
-                                                                                  sha=prev.sha))
+            return conclude(self.ctx, self.receipt, Outcome.FAILED, recorded=self.verified_identity(proof).replace(
+                sha=prev.sha))
         detail = proof.error or "; ".join(self.verify_errors(proof))
         return self.unknown(f"the revert to {prev.sha} could not be proven ({detail}; activate_command exit "
                             f"{exit_code}): run vq admin rollback {self.profile.program} "
@@ -427,14 +428,14 @@ class RuntimeUpdate:
             errors.insert(0, f"verify: {found.error}")
         return errors or ["verify: not proven"]
 
-    def verified_identity(self, found: Verification) -> dict[str, Any]:
+    def verified_identity(self, found: Verification) -> Verified:
         assert found.receipt is not None
-        return {
-            "sha": self.sha,
-            "tag": found.receipt.tag,  # the label it reports: the requested one, or one a later tag left behind
-            "launcher": found.receipt.active_path,
-            "launcher_sha256": found.receipt.active_path_sha256,
-        }
+        return Verified(
+            sha=self.sha,
+            tag=found.receipt.tag,  # the label it reports: the requested one, or one a later tag left behind
+            launcher=found.receipt.active_path,
+            launcher_sha256=found.receipt.active_path_sha256,
+        )
 
 
 def _label_note(tags: tuple[str, ...], label: str | None, whose: str) -> str:

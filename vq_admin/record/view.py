@@ -28,12 +28,15 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from msgspec import UNSET
+
 from .. import __version__
 from ..config import Config, Signing
 from ..core import protocol
 from ..core.bounds import InputError
-from ..document import Document, DocumentError, Sha256
+from ..document import Document, DocumentError, Sha256, given
 from ..report.outcome import Refused
+from ..report.sections import Record
 from ..state.records import StateDir, Verified
 from .signing import Signer, Verdict
 from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Quarantine, Root, Roots, Run,
@@ -207,20 +210,19 @@ def _encoded(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
 
-def take(config: Config, state: StateDir, host: str, program: str | None, answer: object) -> dict[str, Any]:
+def take(config: Config, state: StateDir, host: str, program: str | None, answer: object) -> Record:
     """Import the entries of an agent answer's ``record`` member (those after this driver's cursor):
     each judged once and kept; what the receipt says of them (``imported``, ``not_evidence``)."""
     if not isinstance(answer, dict) or not isinstance(answer.get("entries"), list):
-        return {"imported": 0, "error": "the agent answered no record"}
+        return Record(imported=0, error="the agent answered no record")
     new = _judged(signer(config.signing), _after(answer["entries"], cursor(state, host, program)))
     rejected = [f"{entry.name}: {entry.verdict.reason}" for entry in new if not entry.verdict.accepted]
     recalled = _quarantines(config, state, host, program, new) if new and program else []  # before the cursor moves
     if new:
         state.tree.append(_parts(host), _file(program), b"".join(entry.to_json().encode() + b"\n" for entry in new))
     adopted = adopt(state, host, program, new, confirms(config, host, program), rejected) if new else []
-    said = {"quarantine": recalled, "evidence": adopted, "not_evidence": rejected[:20],
-            "error": str(answer.get("error") or "")}
-    return {"imported": len(new), **{key: value for key, value in said.items() if value}}
+    return Record(imported=len(new), quarantine=recalled or UNSET, evidence=adopted or UNSET,
+                  not_evidence=rejected[:20] or UNSET, error=str(answer.get("error") or "") or UNSET)
 
 
 def confirms(config: Config, host: str, program: str | None) -> bool:
@@ -405,7 +407,7 @@ def newest_summary(known: list[Imported]) -> Summary | None:
     return None
 
 
-def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Statement:
+def run_statement(ctx: RunContext, receipt: Receipt, verified: Verified) -> Statement:
     """The entry of a run that ended with *verified* (a verification summary of its launcher)."""
     host = ctx.config.hosts[receipt.host]
     profile = host.runtimes.get(receipt.program or "")
@@ -415,21 +417,21 @@ def run_statement(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -
     summary = Summary(verifier=Verifier(id=VERIFIER_ID, version={"vq-admin": __version__}),
                       time_verified=run.finished_at, resource_uri=f"git+file://{repo or ''}@{run.sha}",
                       policy=policy, vq_admin=run)
-    digest = verified.get("launcher_sha256") or verified.get("tree_sha256")
+    digest = given(verified.launcher_sha256) or given(verified.tree_sha256)
     subject = (Subject(name=str(run.launcher), digest={"sha256": digest}),) if run.launcher and digest else ()
     return Statement(subject=subject, predicate_type=SUMMARY, predicate=summary)
 
 
-def _run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> Run:
+def _run(ctx: RunContext, receipt: Receipt, verified: Verified) -> Run:
     """The run itself, as its entry records it (the summary's ``vqAdmin`` member)."""
     archive_sha256, tree_sha256 = (receipt.source.archive_sha256, receipt.source.tree_sha256) if receipt.source \
         else (None, None)
-    confirmed = receipt.reverted.from_ if receipt.reverted else str(verified["sha"])
+    confirmed = receipt.reverted.from_ if receipt.reverted else verified.sha
     return Run(run_id=receipt.id, lane="runtime" if receipt.program else "helper",
                verb=receipt.rerun[2] if receipt.rerun else "update",
                outcome=receipt.outcome.value if receipt.outcome else "ok", host=receipt.host, program=receipt.program,
-               sha=verified["sha"], tag=verified.get("tag"), launcher=verified.get("launcher") or verified.get("path"),
-               launcher_sha256=verified.get("launcher_sha256"), archive_sha256=archive_sha256,
+               sha=verified.sha, tag=given(verified.tag), launcher=given(verified.launcher) or given(verified.path),
+               launcher_sha256=given(verified.launcher_sha256), archive_sha256=archive_sha256,
                tree_sha256=tree_sha256, verifier_receipt_sha256=_shown_sha256(receipt),
                started_at=receipt.started_at, finished_at=receipt.finished_at or "", driver=driver_id(ctx.state),
                by=user_at_host(), confirm=confirm_of(ctx.state, receipt.host, receipt.program, confirmed))
@@ -455,7 +457,7 @@ def confirm_of(state: StateDir, host: str, program: str | None, sha: str) -> Con
                      accepted_regression=e.accepted_regression, reason=e.reason)
 
 
-def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> dict[str, Any] | None:
+def append_run(ctx: RunContext, receipt: Receipt, verified: Verified) -> Record | None:
     """Sign (under ``[signing]``) and append the entry of a verified run on the lease it holds; what the
     receipt's ``record`` section says of it.  An ``already-current`` run whose identity and tag the newest
     entry of the host already records appends nothing."""
@@ -466,17 +468,17 @@ def append_run(ctx: RunContext, receipt: Receipt, verified: dict[str, Any]) -> d
     newest = newest_summary(known)
     if (receipt.outcome is not None and receipt.outcome.value == "already-current" and newest is not None
             and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag, newest.vq_admin.confirm)
-            == (verified["sha"], verified.get("launcher_sha256"), verified.get("tag"),
-                confirm_of(ctx.state, receipt.host, receipt.program, verified["sha"]))):
-        return {"entry": None, "unchanged": known[-1].name}
+            == (verified.sha, given(verified.launcher_sha256), given(verified.tag),
+                confirm_of(ctx.state, receipt.host, receipt.program, verified.sha))):
+        return Record(entry=None, unchanged=known[-1].name)
     return _append(ctx, run_statement(ctx, receipt, verified))
 
 
-def roots_now(state: StateDir, host: str, program: str, verified: dict[str, Any] | None) -> tuple[Root, ...]:
+def roots_now(state: StateDir, host: str, program: str, verified: Verified | None) -> tuple[Root, ...]:
     """This driver's roots once the run's *verified* identity (if any) is LAST OK: LAST OK and LAST GOOD."""
     last_ok, last_good = state.verified("runtime", host, program), state.verified("runtime", host, program, "last-good")
-    if verified is not None and (last_ok is None or verified["sha"] != last_ok.sha):
-        last_ok, last_good = Verified.from_value(verified, "LAST OK"), last_ok or last_good
+    if verified is not None and (last_ok is None or verified.sha != last_ok.sha):
+        last_ok, last_good = verified, last_ok or last_good
     return tuple(Root(kind=kind, sha=found.sha, launcher=found.launcher or None,
                       launcher_sha256=found.launcher_sha256 or None)
                  for kind, found in (("last-ok", last_ok), ("last-good", last_good)) if found is not None)
@@ -508,7 +510,7 @@ def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
     return found
 
 
-def append_roots(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | None) -> str | None:
+def append_roots(ctx: RunContext, receipt: Receipt, verified: Verified | None) -> str | None:
     """At every contact: record this driver's roots on the host when they changed (CONTRACT section 12); the
     entry's name, or ``None`` when nothing was appended."""
     lease, program = ctx.held_lease, receipt.program
@@ -522,32 +524,33 @@ def append_roots(ctx: RunContext, receipt: Receipt, verified: dict[str, Any] | N
                       at=receipt.finished_at or "", roots=roots)
     subject = tuple(Subject(name=r.launcher, digest={"sha256": r.launcher_sha256}) for r in roots
                     if r.launcher and r.launcher_sha256)
-    return _append(ctx, Statement(subject=subject, predicate_type=ROOTS, predicate=predicate)).get("entry")
+    return given(_append(ctx, Statement(subject=subject, predicate_type=ROOTS, predicate=predicate)).entry)
 
 
-def forget_driver(ctx: RunContext, receipt: Receipt, forgotten: str) -> dict[str, Any]:
+def forget_driver(ctx: RunContext, receipt: Receipt, forgotten: str) -> Record:
     """Record that this driver drops the retired driver *forgotten*'s roots (``prune --forget-driver``)."""
     predicate = Forget(driver=driver_id(ctx.state), by=user_at_host(), host=receipt.host, program=receipt.program,
                        at=receipt.started_at, forgotten=forgotten)
     return _append(ctx, Statement(subject=(), predicate_type=FORGET, predicate=predicate))
 
 
-def _append(ctx: RunContext, statement: Statement) -> dict[str, Any]:
-    """Sign (under ``[signing]``) and append *statement* on the run's lease: ``{"entry", "signed"}`` or ``error``."""
+def _append(ctx: RunContext, statement: Statement) -> Record:
+    """Sign (under ``[signing]``) and append *statement* on the run's lease: its ``entry`` and ``signed``, or
+    ``error``."""
     lease = ctx.held_lease
     if lease is None or lease.host_record is None:
-        return {"entry": None, "error": "no host-side lease with the host's record is held"}
+        return Record(entry=None, error="no host-side lease with the host's record is held")
     data = statement.to_text()
     signing = signer(ctx.config.signing)
     try:
         sig = signing.sign(data) if signing is not None else None
     except Refused as exc:
-        return {"entry": None, "error": exc.message}
+        return Record(entry=None, error=exc.message)
     answer = lease.append(data, sig)
     appended = answer.get("appended")
     if not isinstance(appended, dict):
-        return {"entry": None, "error": str(answer.get("append_error") or "the agent did not answer the append")}
-    return {"entry": appended.get("name"), "signed": sig is not None}
+        return Record(entry=None, error=str(answer.get("append_error") or "the agent did not answer the append"))
+    return Record(entry=appended.get("name"), signed=sig is not None)
 
 
 def record_answer(line: str) -> dict[str, Any]:
@@ -563,7 +566,7 @@ def record_answer(line: str) -> dict[str, Any]:
 READ_TIMEOUT = 60.0
 
 
-def fetch(config: Config, state: StateDir, host_name: str, programs: list[str | None]) -> dict[str | None, Any]:
+def fetch(config: Config, state: StateDir, host_name: str, programs: list[str | None]) -> dict[str | None, Record]:
     """Read *host_name*'s record of each of *programs* after this driver's cursors in one agent call
     (``record-read``) and import it: what :func:`take` says of each; raises
     :class:`~vq_admin.report.outcome.VqAdminError` when the host did not answer."""

@@ -51,6 +51,28 @@ class LastRun(Document, frozen=True, kw_only=True):
     errors: tuple[str, ...] = ()
 
 
+class LogLine(Document, frozen=True, kw_only=True):
+    """One line of ``admin.log``: a run of a lane, a fleet run (its hosts' outcomes) or a provider install (where
+    it went, the provider file's digests before and after); a member another kind does not write is absent."""
+
+    at: str | None
+    lane: str
+    host: str | None
+    outcome: str
+    exit_code: int
+    receipt: str
+    errors: tuple[str, ...]
+    program: str | None | UnsetType = UNSET
+    expected_sha: str | None | UnsetType = UNSET
+    hosts: dict[str, str] | UnsetType = UNSET
+    dest: str | UnsetType = UNSET
+    where: str | UnsetType = UNSET
+    old_sha256: str | None | UnsetType = UNSET
+    new_sha256: str | None | UnsetType = UNSET
+    interpreter: str | None | UnsetType = UNSET
+    by: str | UnsetType = UNSET
+
+
 class Verified(Document, frozen=True, kw_only=True):
     """LAST OK and LAST GOOD: the identity a verified success proved active, the receipt that proved it and
     when.  A runtime's has its label and launcher, a helper's its tree; a member a lane does not write is
@@ -258,10 +280,6 @@ class StateDir:
     def lane_dir(self, lane: str, host: str, program: str | None) -> Path:
         return self.root.joinpath(*self.lane_parts(lane, host, program))
 
-    def read_record(self, lane: str, host: str, program: str | None, which: str) -> dict[str, Any] | None:
-        parts = self.lane_parts(lane, host, program)
-        return parse_record(self.tree.read(parts, f"{which}.json"), self.tree.path(*parts, f"{which}.json"))
-
     def _read_typed(self, lane: str, host: str, program: str | None, name: str,
                     kind: type[_Record]) -> _Record | None:
         """The lane's record *name* as *kind*; ``None`` when absent, unreadable or not one."""
@@ -283,13 +301,12 @@ class StateDir:
     def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
         return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
 
-    def record_run(self, lane: str, host: str, program: str | None, summary: dict[str, Any],
-                   verified: dict[str, Any] | None) -> None:
-        """Record a run's outcome; move LAST OK / LAST GOOD only for *verified* (checked: a
-        :class:`~vq_admin.document.DocumentError` for one that is not a :class:`Verified`)."""
+    def record_run(self, lane: str, host: str, program: str | None, summary: LastRun,
+                   verified: Verified | None) -> None:
+        """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
         if verified is not None:
-            self._move_last_ok(lane, host, program, Verified.from_value(verified, "LAST OK"))
-        self.tree.write_atomic(self.lane_parts(lane, host, program), "last.json", dump_json(summary))
+            self._move_last_ok(lane, host, program, verified)
+        self.tree.write_atomic(self.lane_parts(lane, host, program), "last.json", dump_json(summary.to_value()))
 
     def adopt_verified(self, host: str, program: str, verified: Verified) -> None:
         """LAST OK (and LAST GOOD) of a runtime moved by another driver's signed verification (CONTRACT
@@ -318,7 +335,7 @@ class StateDir:
 
     # -- admin log ------------------------------------------------------------------
 
-    def append_log(self, entry: dict[str, Any]) -> None:
+    def append_log(self, entry: LogLine) -> None:
         """Append one JSON line, under an exclusive lock, in one write."""
-        line = (json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+        line = (json.dumps(entry.to_value(), sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
         self.tree.append([], "admin.log", line)
