@@ -53,7 +53,8 @@ from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
 from .report.output import safe_text
-from .state.records import LogLine, StateDir, dump_json
+from .state.records import LogLine, StateDir
+from .state.tree import dump_json
 from .state.tree import MAX_STATE_FILE
 from .core.stamps import NAME, utc_now
 

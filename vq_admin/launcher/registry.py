@@ -45,7 +45,6 @@ it per job.
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
@@ -53,6 +52,7 @@ from ..core.bounds import InputError, loads_json
 from ..core.plainrecord import PlainRecord
 from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry_problem
 from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
+from ..state.tree import dump_json as encode
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from typing import Any, Callable, TypeVar
@@ -260,10 +260,6 @@ def make_entry(host: str, program: str, verified: dict[str, Any]) -> Entry:
     return Entry.checked({"schema": SCHEMA, "host": host, "program": program, **said,
                           "sha": str(verified.get("sha") or "").lower(), "verified_at": verified.get("at")},
                          host, program, None, "not registered")
-
-
-def encode(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, create: bool) -> int | None:

@@ -37,6 +37,7 @@ from ..core.stamps import NAME, utc_now
 from ..core.bounds import InputError, loads_json
 from ..document import Document, FullSha
 from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
+from .tree import dump_json as dump_json  # the one writer of state records, re-exported
 
 
 class LastRun(Document, frozen=True, kw_only=True):
@@ -132,10 +133,6 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
         write_atomic_at(dfd, Path(path).name, data, exclusive=exclusive)
     finally:
         os.close(dfd)
-
-
-def dump_json(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def parse_record(data: bytes | None, what: str) -> dict[str, Any] | None:

@@ -303,6 +303,13 @@ def write_synced(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
+def dump_json(value: object) -> bytes:
+    """A state record as written: indented, keys sorted, ASCII, one final newline."""
+    import json  # here: the per-job lookup imports this module and never writes
+
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+
+
 def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
     """:func:`vq_admin.core.atomic.write` of *name* in the directory *dfd* (0600)."""
     atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
