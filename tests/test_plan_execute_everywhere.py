@@ -136,7 +136,7 @@ def test_the_command_file_check_runs_its_planned_argv():
     for transport, name in ((login, "check-commands"), (build, "check-commands-2")):
         step = plan.get(name)
         assert transport.ran == [(planned_text(step), None)]
-        assert step.to_dict()["argv"] == planned_text(step) and step.status == "ok"
+        assert step.record().argv == planned_text(step) and step.status == "ok"
     assert plan.get("check-commands").argv == [*agent, "check-paths", "--", agent[0], "/site/verify"]
 
 
@@ -169,7 +169,7 @@ def test_the_identity_read_and_its_rereads_run_the_planned_argv():
     assert [s.name for s in plan.steps] == ["readback", "readback-reread-1"]
     planned = [*host.agent, "identity", "--json"]
     assert login.ran == [(planned, None), (planned, None)]
-    assert [s.to_dict()["argv"] for s in plan.steps] == [planned, planned]
+    assert [s.record().argv for s in plan.steps] == [planned, planned]
     assert [planned_text(s) for s in plan.steps] == [planned, planned]
 
 

@@ -160,7 +160,7 @@ def test_execute_runs_exactly_the_planned_argv_with_its_slots_filled():
     assert result.exit_code == 0
     argv = ["/agent", "stage-verify", "--stage", "/scratch/stage.1", "--tree-sha256", "f" * 64]
     assert transport.ran == [(argv, {"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"})]
-    record = step.to_dict()
+    record = step.record().to_value()
     assert record["argv"] == argv and record["status"] == "ok"
     assert record["env"] == {"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"}
     assert step.planned_argv == planned_text, "the plan itself is never rewritten"
@@ -174,7 +174,7 @@ def test_execute_keeps_the_planned_environment_so_a_step_can_run_again():
     execute(step, transport, timeout=5, stage="/scratch/stage.2", tree_sha256="e" * 64)
     assert [env for _argv, env in transport.ran] == [{"VQ_HELPER_STAGE": "/scratch/stage.1", "LANG": "C"},
                                                      {"VQ_HELPER_STAGE": "/scratch/stage.2", "LANG": "C"}]
-    assert step.to_dict()["env"] == {"VQ_HELPER_STAGE": "/scratch/stage.2", "LANG": "C"}, "the receipt: what ran"
+    assert step.record().env == {"VQ_HELPER_STAGE": "/scratch/stage.2", "LANG": "C"}, "the receipt: what ran"
 
 
 @pytest.mark.parametrize("values, message", [
@@ -204,7 +204,7 @@ def test_execute_fills_a_list_slot_with_a_list_and_refuses_the_wrong_kind_of_val
     step, transport = prune_step(), Recording()
     execute(step, transport, timeout=5, keep=["a" * 40, "b" * 40], stage="/s")
     argv = ["/prune", "--program", "p", "--keep", "a" * 40, "--keep", "b" * 40, "--root", "/s"]
-    assert transport.ran == [(argv, None)] and step.to_dict()["argv"] == argv
+    assert transport.ran == [(argv, None)] and step.record().argv == argv
     assert step.planned_argv[3] == "[--keep <kept sha>]..."
     empty = prune_step()
     execute(empty, transport, timeout=5, keep=(), stage="/s")

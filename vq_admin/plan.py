@@ -14,14 +14,31 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
+from typing import Callable, Mapping, Sequence, TypeVar, Union
 
+from msgspec import UNSET, UnsetType
 from vq_admin_hookspecs import ProviderCommand, Slot
 
 from .core.failpoints import failpoint
 from .core.securepath import command_problem
+from .document import Document, JsonObject
 from .report.outcome import Refused, VqAdminError
 from .ssh.transport import LocalTransport, RunResult, Transport
+
+
+class StepRecord(Document, frozen=True, kw_only=True):
+    """A step as a receipt, a dry run or a verify document lists it; a template (the dry run's
+    ``when_needed``) has no status, exit status or duration."""
+
+    name: str
+    where: str
+    purpose: str
+    status: str | UnsetType = UNSET
+    argv: list[str]
+    exit_code: int | None | UnsetType = UNSET
+    seconds: float | None | UnsetType = UNSET
+    env: dict[str, str] | UnsetType = UNSET
+    detail: str | UnsetType = UNSET
 
 
 @dataclass
@@ -39,22 +56,12 @@ class Step:
     seconds: float | None = None
     detail: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "name": self.name,
-            "where": self.where,
-            "purpose": self.purpose,
-            "status": self.status,
-            "argv": self.argv if self.argv is not None else self.planned_argv,
-            "exit_code": self.exit_code,
-            "seconds": None if self.seconds is None else round(self.seconds, 3),
-        }
+    def record(self) -> StepRecord:
         env = self.ran_env if self.ran_env is not None else self.env
-        if env:
-            data["env"] = dict(env)
-        if self.detail:
-            data["detail"] = self.detail
-        return data
+        return StepRecord(name=self.name, where=self.where, purpose=self.purpose, status=self.status,
+                          argv=self.argv if self.argv is not None else self.planned_argv, exit_code=self.exit_code,
+                          seconds=None if self.seconds is None else round(self.seconds, 3),
+                          env=dict(env) if env else UNSET, detail=self.detail or UNSET)
 
 
 @dataclass
@@ -111,8 +118,12 @@ class Plan:
     def has(self, name: str) -> bool:
         return any(s.name == name for s in self.steps)
 
-    def to_list(self) -> list[dict[str, Any]]:
-        return [s.to_dict() for s in self.steps]
+    def records(self) -> list[StepRecord]:
+        return [s.record() for s in self.steps]
+
+    def to_list(self) -> list[JsonObject]:
+        """The steps as the receipt lists them."""
+        return [s.record().to_value() for s in self.steps]
 
     def skip_unrun(self) -> None:
         """A run that ended: every step it never reached is ``skipped``."""
@@ -120,10 +131,9 @@ class Plan:
             if step.status == "planned":
                 step.status = "skipped"
 
-    def when_needed_list(self) -> list[dict[str, Any]]:
+    def when_needed_list(self) -> list[JsonObject]:
         """The templates, as the dry run shows them (name, where, purpose, planned argv and env)."""
-        return [{k: v for k, v in s.to_dict().items() if k not in ("status", "exit_code", "seconds")}
-                for s in self.when_needed]
+        return [s.record().replace(status=UNSET, exit_code=UNSET, seconds=UNSET).to_value() for s in self.when_needed]
 
 
 #: What fills a slot: a string for a one-word slot, a list (or tuple) of strings for a list slot.

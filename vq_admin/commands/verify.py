@@ -36,6 +36,7 @@ from ..context import RunContext
 from ..document import Document, given
 from ..lanes.confirm_step import HealthJob
 from ..lanes.verify import VerifyFound
+from ..plan import StepRecord
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -84,7 +85,7 @@ class RuntimeCheck(Document, frozen=True, kw_only=True):
 
     expected: Expected
     active: Active | None = None
-    steps: list[dict[str, Any]] = msgspec.field(default_factory=list)  #: the plan's steps (vq_admin.plan)
+    steps: list[StepRecord] = msgspec.field(default_factory=list)  #: the plan's steps
     verify: VerifyFound | None = None
     record: Record | UnsetType = UNSET  #: what the host's record brought (vq_admin.record.view.take)
     state: State = "unknown"
@@ -143,7 +144,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     plan = Plan()
     found = run_verify(ctx, host, profile, request, *plan_verify(ctx, plan, "verify", host, profile, request,
                                                                  peek_lease=True))
-    entry = entry.replace(steps=plan.to_list(), verify=found.document())
+    entry = entry.replace(steps=plan.records(), verify=found.document())
     if found.record is not None:  # the host's record rode on the verify: other drivers' evidence applied first
         from ..record.view import take
 
@@ -159,7 +160,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
         return _deploying(judged, found.lease)
     if job and judged.state == "current" and profile.confirm is not None:
-        return _job(ctx, host, profile, judged, plan).replace(steps=plan.to_list())
+        return _job(ctx, host, profile, judged, plan).replace(steps=plan.records())
     return judged
 
 

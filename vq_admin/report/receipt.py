@@ -226,7 +226,7 @@ class Receipt:
         data: dict[str, Any] = {
             "dry_run": True,
             **self._identity(),
-            "steps": [dict(s.to_dict(), status="planned") for s in self.plan.steps],
+            "steps": [s.record().replace(status="planned").to_value() for s in self.plan.steps],
         }
         if self.plan.when_needed:
             data["when_needed"] = self.plan.when_needed_list()
