@@ -18,7 +18,7 @@ not name, or a PROGRAM that host has no profile for, is exit 2).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ..config import authority
 from ..state import history
@@ -30,7 +30,6 @@ from ..state.records import StateDir
 
 if TYPE_CHECKING:
     from ..record.signing import Verdict
-    from ..record.statement import Statement
     from ..record.view import Imported
 
 DEFAULT_LIMIT = 20
@@ -116,39 +115,22 @@ def host_runs(config: Config, state: StateDir, host: str, programs: list[str | N
     return sorted(rows, key=lambda row: (row.finished_at or "", row.entry), reverse=True)
 
 
-class _Entry(NamedTuple):
-    """What an entry of the host's record says of a run (or, for another entry, the little it says)."""
-
-    finished_at: str | None = None
-    verb: str | None = None
-    outcome: str | None = None
-    sha: str | None = None
-    tag: str | None = None
-    driver: str | None = None
-    by: str | None = None
-    who: str = "unknown"  #: who ran it, unless this driver did
-    why: str | None = None  #: why a run is not evidence here though signed (its confirmation)
-
-
-def _said(statement: Statement | None, confirm: bool) -> _Entry:
-    """What *statement* says: a verification summary's run; any other entry its kind and driver."""
-    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
-    if run is not None:
-        return _Entry(run.finished_at, run.verb, run.outcome, run.sha, run.tag, run.driver, run.by, run.by,
-                      run.unconfirmed(confirm))
-    if statement is None:
-        return _Entry()
-    driver = getattr(statement.predicate, "driver", None)
-    return _Entry(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
-
-
 def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: str, confirm: bool) -> HostRun:
-    """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now."""
-    said = _said(entry.parsed(), confirm)
-    who = "this driver" if said.driver == me else said.who
+    """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now: a verification
+    summary's run (and why it is not evidence here though signed: its confirmation); of any other entry its kind
+    and driver."""
+    statement = entry.parsed()
+    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    row = HostRun(lane="runtime" if program else "helper", host=host, program=program, entry=entry.name,
+                  signer=verdict.principal)
+    why = run.unconfirmed(confirm) if run is not None else None
+    if run is not None:
+        row = row.replace(finished_at=run.finished_at, verb=run.verb, outcome=run.outcome, expected_sha=run.sha,
+                          tag=run.tag, driver=run.driver, by=run.by, who=run.by)
+    elif statement is not None:
+        driver = getattr(statement.predicate, "driver", None)
+        row = row.replace(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
+    who = "this driver" if row.driver == me else row.who
     who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
-    who += f" ({said.why})" if said.why else ""
-    return HostRun(finished_at=said.finished_at, lane="runtime" if program else "helper", verb=said.verb, host=host,
-                   program=program, outcome=said.outcome, expected_sha=said.sha, tag=said.tag, entry=entry.name,
-                   driver=said.driver, by=said.by, signer=verdict.principal,
-                   evidence=verdict.accepted and not said.why, reason=verdict.reason or said.why, who=who)
+    who += f" ({why})" if why else ""
+    return row.replace(who=who, evidence=verdict.accepted and not why, reason=verdict.reason or why)
