@@ -41,7 +41,9 @@ from .report.outcome import Refused, UsageError
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, NoReturn
+    from typing import NoReturn
+
+    from .document import JsonObject
 
 PIN_SCHEMA = "vq-admin/pin/1"
 SCHEMA_LAUNCHER = "vq-admin/launcher-binding/1"
@@ -59,7 +61,7 @@ class LauncherRefused(Refused):
     def __str__(self) -> str:
         return f"{self.reason} (remedy: {self.remedy})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "reason": self.reason, "remedy": self.remedy}
 
 
@@ -84,7 +86,7 @@ class Binding(PlainRecord):
     latest: bool
     checked_on_host: bool
 
-    def pin(self) -> dict[str, Any]:
+    def pin(self) -> dict[str, str]:
         """What the driver records with a job, for :func:`check_pin` at dispatch."""
         return {"schema": PIN_SCHEMA, "program": self.program, "host": self.host, "sha": self.sha,
                 "launcher": self.launcher, "launcher_sha256": self.launcher_sha256, "receipt": self.receipt}
@@ -236,7 +238,7 @@ def _binding(entry: registry.Entry, host: str, program: str, latest: str | None,
                    latest=entry.sha == latest, checked_on_host=checked_on_host)
 
 
-def _pin_document(pin: dict[str, Any] | str, program: str | None, host: str | None) -> dict[str, Any]:
+def _pin_document(pin: JsonObject | str, program: str | None, host: str | None) -> JsonObject:
     """The pin as an object; a bare SHA, or anything not a JSON object, is a ``legacy-pin``."""
     text = pin.strip() if isinstance(pin, str) else ""
     remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")
@@ -257,7 +259,7 @@ def _pin_document(pin: dict[str, Any] | str, program: str | None, host: str | No
     return loaded
 
 
-def _pin_target(pin: dict[str, Any], program: str | None, host: str | None, state_dir: str | os.PathLike[str] | None,
+def _pin_target(pin: JsonObject, program: str | None, host: str | None, state_dir: str | os.PathLike[str] | None,
                 config_path: str | os.PathLike[str] | None) -> tuple[str, str, str, str]:
     """``(program, host, full SHA, remedy)`` the pin names, checked against the dispatch's (*host* may be an
     alias of the pinned host)."""
@@ -276,7 +278,7 @@ def _pin_target(pin: dict[str, Any], program: str | None, host: str | None, stat
     return program, host, sha.lower(), remedy
 
 
-def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: str | None = None,
+def check_pin(pin: JsonObject | str, *, program: str | None = None, host: str | None = None,
               state_dir: str | os.PathLike[str] | None = None, config_path: str | os.PathLike[str] | None = None,
               check_on_host: bool = False, timeout: float = 60.0, job: str | None = None) -> Binding:
     """Validate a pin recorded at submission, at dispatch time; fail closed.
@@ -290,10 +292,9 @@ def check_pin(pin: dict[str, Any] | str, *, program: str | None = None, host: st
     pin = _pin_document(pin, program, host)
     program, host, sha, remedy = _pin_target(pin, program, host, state_dir, config_path)
     launcher = pin.get("launcher")
-    problem = launcher_problem(launcher, sha)
-    if problem is None and isinstance(launcher, str) and has_control(launcher):
-        problem = "launcher path holds a control character"
-    if problem is not None:
+    problem = launcher_problem(launcher, sha)  # anything but a string is one
+    if problem is not None or not isinstance(launcher, str) or has_control(launcher):
+        problem = problem or "launcher path holds a control character"
         code = "mutable-launcher" if pin.get("schema") == PIN_SCHEMA else "legacy-pin"
         raise LauncherRefused(code, f"the pin's launcher is not an immutable per-SHA launcher: {problem}", remedy)
     try:
@@ -379,7 +380,7 @@ def _legacy_remedy(program: str, host: str, sha: str) -> str:
             f"printed by vq admin launcher {program} {host} --expected-sha {sha}")
 
 
-def _pin_field(pin: dict[str, Any], key: str, given: str | None) -> str | None:
+def _pin_field(pin: JsonObject, key: str, given: str | None) -> str | None:
     value = pin.get(key)
     if value is not None and given is not None and value != given:
         raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",

@@ -27,7 +27,6 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
 
 
 def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str, str], *, together: bool = False
@@ -70,7 +69,7 @@ def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str,
 class LauncherArgs:
     """The parsed ``launcher`` verb: the attributes ``argparse`` would give it."""
 
-    def __init__(self, program: str, host: str, values: dict[str, Any]):
+    def __init__(self, program: str, host: str, values: dict[str, str | bool]):
         self.verb = self.func = "launcher"
         self.program, self.host = program, host
         self.expected_sha = _text(values, "expected_sha")
