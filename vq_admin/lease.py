@@ -523,7 +523,6 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     from .record import view
-    from .report.sections import Record
 
     after = view.cursor(ctx.state, host_name, program)
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
@@ -541,8 +540,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         else:
             lease.acquire()
             ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-            receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host_name, program, lease.host_record),
-                                               "record")
+            receipt.record = view.take(ctx.config, ctx.state, host_name, program, lease.host_record)
         yield lease
     finally:
         ctx.lease = ctx.held_lease = None

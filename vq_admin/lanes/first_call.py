@@ -31,7 +31,7 @@ from ..document import Document
 from ..lease import Lease, LeaseUnreachable
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
-from ..report.sections import Readback, Record
+from ..report.sections import Readback
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_attempt, command_files as remote_paths
 from .conclude import rerun_command
@@ -171,7 +171,7 @@ def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | Non
     """Import the entries the session answered (each judged once) into this driver's view."""
     from ..record import view
 
-    receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host, program, lease.host_record), "record")
+    receipt.record = view.take(ctx.config, ctx.state, host, program, lease.host_record)
 
 
 def lease_request(lease: Lease) -> LeaseRequest:

@@ -346,7 +346,7 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
             continue  # not registrable (no launcher): never evidence
         last_ok = state.verified("runtime", host, program)
         if last_ok is None or (last_ok.at or "") <= run.finished_at:
-            state.adopt_verified(host, program, verified)
+            state.move_last_ok("runtime", host, program, verified)
         _adopt_confirmation(state, host, program, entry, run)
         adopted.append(entry.name)
     return adopted

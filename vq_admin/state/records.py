@@ -302,16 +302,12 @@ class StateDir:
                    verified: Verified | None) -> None:
         """Record a run's outcome; move LAST OK / LAST GOOD only for *verified*."""
         if verified is not None:
-            self._move_last_ok(lane, host, program, verified)
+            self.move_last_ok(lane, host, program, verified)
         self.tree.write_atomic(self.lane_parts(lane, host, program), "last.json", dump_json(summary.to_value()))
 
-    def adopt_verified(self, host: str, program: str, verified: Verified) -> None:
-        """LAST OK (and LAST GOOD) of a runtime moved by another driver's signed verification (CONTRACT
-        section 12); this driver's last run (``last.json``) stays its own."""
-        self._move_last_ok("runtime", host, program, verified)
-
-    def _move_last_ok(self, lane: str, host: str, program: str | None, verified: Verified) -> None:
-        """*verified* becomes LAST OK; the previous LAST OK becomes LAST GOOD when its SHA differs."""
+    def move_last_ok(self, lane: str, host: str, program: str | None, verified: Verified) -> None:
+        """*verified* becomes LAST OK; the previous LAST OK becomes LAST GOOD when its SHA differs.  Also for
+        another driver's signed verification (CONTRACT section 12): this driver's ``last.json`` stays its own."""
         parts = self.lane_parts(lane, host, program)
         previous = self.verified(lane, host, program)
         if previous is not None and previous.sha != verified.sha:
