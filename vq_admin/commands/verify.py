@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -33,7 +33,7 @@ from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
 from ..context import RunContext
-from ..document import Document, given
+from ..document import Document, JsonObject, given
 from ..lanes.confirm_step import HealthJob
 from ..lanes.verify import VerifyFound
 from ..plan import StepRecord
@@ -77,7 +77,7 @@ class Holder(Document, frozen=True, kw_only=True):
     """A run's held host-side lease: its lock file and its holder's record (as the agent wrote it)."""
 
     lock: str | None
-    holder: dict[str, Any] | None
+    holder: JsonObject | None
 
 
 class RuntimeCheck(Document, frozen=True, kw_only=True):

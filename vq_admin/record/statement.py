@@ -126,34 +126,29 @@ class Root(Document, frozen=True, kw_only=True):
     launcher_sha256: Sha256 | None = None
 
 
-class Roots(Document, frozen=True, kw_only=True):
+class _Driver(Document, frozen=True, kw_only=True):
+    """What a driver's own entry says of itself: the driver, who ran it, the host and program, and when."""
+
     driver: DriverId
     by: str
     host: str
     program: str | None
     at: str
+
+
+class Roots(_Driver, frozen=True, kw_only=True):
     roots: tuple[Root, ...]
 
 
-class Forget(Document, frozen=True, kw_only=True):
+class Forget(_Driver, frozen=True, kw_only=True):
     """A retired driver's roots dropped (``prune --forget-driver``), by *driver*."""
 
-    driver: DriverId
-    by: str
-    host: str
-    program: str | None
-    at: str
     forgotten: DriverId
 
 
-class Quarantine(Document, frozen=True, kw_only=True):
+class Quarantine(_Driver, frozen=True, kw_only=True):
     """A generation quarantined (``action`` quarantine) or lifted (``lift``), by *driver*."""
 
-    driver: DriverId
-    by: str
-    host: str
-    program: str | None
-    at: str
     sha: FullSha
     action: Literal["quarantine", "lift"]
     reason: str | None = None
