@@ -26,6 +26,7 @@ import msgspec
 from ..core import protocol
 from ..core.bounds import loads_json
 from ..document import Document, DocumentError, FullSha, Sha256
+from ..state.confirmation import JobResult
 
 SUMMARY = "https://slsa.dev/verification_summary/v1"
 ROOTS = "urn:vq-admin:record:roots:v1"
@@ -58,19 +59,12 @@ class Policy(Document, frozen=True, kw_only=True):
     digest: dict[str, Sha256]
 
 
-class Confirmed(Document, frozen=True, kw_only=True):
+class Confirmed(JobResult, frozen=True, kw_only=True):
     """Generation *sha*'s confirmation job (CONTRACT section 13) as Slurm reported it for the job the run
     submitted: ``passed``, or ``unconfirmed`` with the *reason*."""
 
     sha: FullSha
     status: Literal["passed", "unconfirmed"]
-    job_id: str | None = None
-    state: str | None = None
-    exit_code: int | None = None
-    node: str | None = None
-    metrics: dict[str, str | int | float] = msgspec.field(default_factory=dict)
-    accepted_regression: str | None = None
-    reason: str | None = None
 
 
 class Run(Document, frozen=True, kw_only=True):

@@ -33,20 +33,25 @@ LIMIT = 1 << 20
 Metric = str | int | float
 
 
-class ConfirmEntry(Document, frozen=True, kw_only=True):
-    """One SHA's confirmation."""
+class JobResult(Document, frozen=True, kw_only=True):
+    """What Slurm reported of a confirmation job, as this driver keeps it and as the host's record carries it."""
 
-    status: Status
     job_id: str | None = None
     state: str | None = None  #: Slurm's JobState of the job's end
     exit_code: int | None = None
     node: str | None = None
     metrics: dict[str, Metric] = msgspec.field(default_factory=dict)
+    reason: str | None = None  #: why it did not pass (or why it is not known yet)
+    accepted_regression: str | None = None  #: the --accept-regression reason it passed with
+
+
+class ConfirmEntry(JobResult, frozen=True, kw_only=True):
+    """One SHA's confirmation."""
+
+    status: Status
     receipt: str | None = None
     attempt_dir: str | None = None
-    reason: str | None = None  #: why it did not pass (or why it is not known yet)
     metric_only: bool = False  #: its only fault was a metric out of tolerance (--accept-regression helps)
-    accepted_regression: str | None = None  #: the --accept-regression reason it passed with
     at: str | None = None
 
     def why_unconfirmed(self) -> str | None:
