@@ -105,11 +105,10 @@ def _append_host_record(ctx: RunContext, receipt: Receipt, verified: Verified | 
 
     proved = verified if verified is not None else recorded
     entry = append_run(ctx, receipt, proved) if proved is not None else None
-    if entry is not None:
-        receipt.record = entry if receipt.record is None else receipt.record.replace(**entry.to_value())
     roots = append_roots(ctx, receipt, verified)
-    if roots is not None:
-        receipt.record = Record(roots=roots) if receipt.record is None else receipt.record.replace(roots=roots)
+    for said in (entry, None if roots is None else Record(roots=roots)):
+        if said is not None:
+            receipt.record = said if receipt.record is None else receipt.record.replace(**said.to_value())
 
 
 def _plan_registry(ctx: RunContext, receipt: Receipt, verified: Verified | None) -> Callable[[], None] | None:

@@ -535,8 +535,7 @@ def forget_driver(ctx: RunContext, receipt: Receipt, forgotten: str) -> Record:
 
 
 def _append(ctx: RunContext, statement: Statement) -> Record:
-    """Sign (under ``[signing]``) and append *statement* on the run's lease: its ``entry`` and ``signed``, or
-    ``error``."""
+    """Sign (under ``[signing]``) and append *statement* on the run's lease: ``entry`` and ``signed``, or ``error``."""
     lease = ctx.held_lease
     if lease is None or lease.host_record is None:
         return Record(entry=None, error="no host-side lease with the host's record is held")
