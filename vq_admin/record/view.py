@@ -71,10 +71,6 @@ class Imported(Document, frozen=True, kw_only=True):
         except (DocumentError, InputError):
             return None
 
-    @property
-    def evidence(self) -> bool:
-        return self.verdict.accepted and self.parsed() is not None
-
 
 def user_at_host() -> str:
     try:
