@@ -41,14 +41,15 @@ LOOKUP_TARGET, START_TARGET = 1.5, 1.5
 def build(root: Path, count: int) -> list[str]:
     """A registry of *count* entries for (HOST, PROGRAM); returns their SHAs."""
     from vq_admin.launcher import registry
+    from vq_admin.state.records import Verified
 
     shas = [f"{i:040x}" for i in range(1, count + 1)]
     directory = Path(registry.lane_dir(root, HOST, PROGRAM))
     directory.mkdir(parents=True)
     for i, sha in enumerate(shas):
-        entry = registry.make_entry(HOST, PROGRAM, {
+        entry = registry.make_entry(HOST, PROGRAM, Verified(**{
             "sha": sha, "tag": None, "launcher": f"/apps/{PROGRAM}/releases/{sha}/source/.venv/bin/python",
-            "launcher_sha256": "e" * 64, "receipt": f"bench-{i}", "at": "2026-11-30T00:00:00Z"})
+            "launcher_sha256": "e" * 64, "receipt": f"bench-{i}", "at": "2026-11-30T00:00:00Z"}))
         with open(directory / f"{sha}.json", "xb") as fh:
             fh.write(registry.encode(entry.to_value()))
     pointer = {"schema": registry.POINTER_SCHEMA, "sha": shas[-1], "receipt": "bench",

@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             launcher = f"{tmp_path}/apps/releases/{SHA}/source/.venv/bin/python"
             state = tmp_path / "state"
             subprocess.run([str(venv / "bin" / "python"), "-c", "import sys\nfrom vq_admin.launcher import registry\n"
-                            "registry.record_verified(sys.argv[1], 'cluster', 'vibeqc', {'sha': sys.argv[2], "
-                            "'tag': None, 'launcher': sys.argv[3], 'launcher_sha256': 'e' * 64, 'receipt': 'r-1', "
-                            "'at': '2026-11-30T00:00:00Z'})", str(state), SHA, launcher], check=True)
+                            "from vq_admin.state.records import Verified\n"
+                            "registry.record_verified(sys.argv[1], 'cluster', 'vibeqc', Verified(sha=sys.argv[2], "
+                            "tag=None, launcher=sys.argv[3], launcher_sha256='e' * 64, receipt='r-1', "
+                            "at='2026-11-30T00:00:00Z'))", str(state), SHA, launcher], check=True)
             config = tmp_path / "admin.toml"
             config.write_text(f'ssh_config = "{sshd.ssh_config}"\n[hosts.cluster]\nfleet_role = "managed"\n'
                               f'ssh = "cluster"\nagent = "{venv}/bin/vq-admin-agent"\n'

@@ -21,6 +21,7 @@ import pytest
 from support import AGENT, GitRepo, run_vq, run_vq_inprocess, site_example_host, write_config
 from vq_admin import bindings
 from vq_admin.launcher import registry
+from vq_admin.state.records import Verified
 from vq_admin.bindings import Binding, LauncherRefused, check_pin, resolve_launcher
 
 SHA_A = "a" * 40
@@ -48,8 +49,8 @@ def make_launcher(root: Path, sha: str, body: bytes = b"#!/bin/sh\nexit 0\n") ->
 
 def register(state: Path, host: str, sha: str, launcher: str, sha256: str = "e" * 64, receipt: str = "r-1",
              at: str = "2026-11-30T00:00:00Z", program: str = "vibeqc") -> dict:
-    return registry.record_verified(state, host, program, {"sha": sha, "tag": None, "launcher": launcher,
-                                                          "launcher_sha256": sha256, "receipt": receipt, "at": at})
+    return registry.record_verified(state, host, program, Verified(sha=sha, tag=None, launcher=launcher,
+                                                                   launcher_sha256=sha256, receipt=receipt, at=at))
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from realhosts.procs import wait_until
 from support import VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from test_prune import Site
 from vq_admin.launcher import registry
+from vq_admin.state.records import Verified
 
 pytestmark = pytest.mark.real
 
@@ -69,9 +70,9 @@ def test_a_queue_of_500_jobs_is_read_once_and_then_from_the_cache(tmp_path, real
     launcher = {k: f"{tmp_path}/apps/releases/{s}/source/.venv/bin/python" for k, s in sha.items()}
     state = tmp_path / "state"
     for k in "AB":  # verified generations as the registry holds them (references deploys nothing)
-        registry.record_verified(state, "cluster", PROGRAM, {"sha": sha[k], "tag": None, "launcher": launcher[k],
-                                                             "launcher_sha256": "e" * 64, "receipt": f"r-{k}",
-                                                             "at": "2026-11-30T00:00:00Z"})
+        registry.record_verified(state, "cluster", PROGRAM, Verified(sha=sha[k], tag=None, launcher=launcher[k],
+                                                                     launcher_sha256="e" * 64, receipt=f"r-{k}",
+                                                                     at="2026-11-30T00:00:00Z"))
     repo = GitRepo(tmp_path / "repo")
     repo.commit("A")
     config = write_config(tmp_path / "admin.toml", f'ssh_config = "{real_cluster.ssh_config}"\n' + site_example_host(

@@ -11,7 +11,7 @@ from vq_admin.bindings import LauncherRefused, resolve_launcher
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.launcher import registry
 from vq_admin.state import confirmation
-from vq_admin.state.records import StateDir
+from vq_admin.state.records import StateDir, Verified
 
 CONFIRM = {"confirm_command": "/site/bin/smoke", "activate_command": "/site/bin/activate"}
 SHA = "b" * 40
@@ -84,18 +84,18 @@ def test_the_record_is_the_one_seam_and_the_launcher_refuses_an_unconfirmed_sha(
     assert "regressed: t 1.3" in confirmation.unconfirmed(state, "cluster", "prog", SHA)
     assert confirmation.read(state, "cluster", "prog")[SHA].metric_only is True
     assert confirmation.skip_as_revert_target(state, "cluster", "prog", SHA)
-    registry.record_verified(str(tmp_path), "cluster", "prog", {  # the previous generation's evidence
+    registry.record_verified(str(tmp_path), "cluster", "prog", Verified(**{  # the previous generation's evidence
         "sha": "a" * 40, "tag": None, "launcher": f"/apps/releases/{'a' * 40}/bin/prog-{'a' * 40}",
-        "launcher_sha256": "e" * 64, "receipt": "r1", "at": "2026-12-01T00:00:00Z"})
+        "launcher_sha256": "e" * 64, "receipt": "r1", "at": "2026-12-01T00:00:00Z"}))
     with pytest.raises(LauncherRefused) as caught:
         resolve_launcher("prog", "cluster", expected_sha=SHA, state_dir=str(tmp_path))
     assert caught.value.code == "unconfirmed" and "--retry-confirmation" in caught.value.remedy
 
 
 def _register(root, sha, receipt):
-    registry.record_verified(root, "cluster", "prog", {
+    registry.record_verified(root, "cluster", "prog", Verified(**{
         "sha": sha, "tag": None, "launcher": f"/apps/releases/{sha}/bin/prog-{sha}",
-        "launcher_sha256": "e" * 64, "receipt": receipt, "at": "2026-12-01T00:00:00Z"})
+        "launcher_sha256": "e" * 64, "receipt": receipt, "at": "2026-12-01T00:00:00Z"}))
 
 
 @pytest.mark.parametrize("pinned", [True, False])

@@ -55,12 +55,12 @@ def temporaries(root) -> list[str]:
 def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_temporary(tmp_path):
     state = StateDir(tmp_path / "state")
     state.record_run("runtime", "cluster", "vibeqc", LastRun(outcome="ok", expected_sha=A), Verified(**verified(A)))
-    registry.record_verified(state.root, "cluster", "vibeqc", verified(A))
+    registry.record_verified(state.root, "cluster", "vibeqc", Verified(**verified(A)))
     before = {p: p.read_bytes() for p in state.root.rglob("*") if p.is_file()}
 
     crash_while(state.root, "state.record_run('runtime', 'cluster', 'vibeqc', LastRun(outcome='ok'), "
                             f"Verified(**{verified(B)!r}))")
-    crash_while(state.root, f"registry.record_verified(state.root, 'cluster', 'vibeqc', {verified(B)!r})")
+    crash_while(state.root, f"registry.record_verified(state.root, 'cluster', 'vibeqc', Verified(**{verified(B)!r}))")
     crash_while(state.root, "state.store_receipt('r-bbbb', {'outcome': 'ok'})")
 
     assert temporaries(state.root) == [B, "last-good", "r-bbbb"]  # one per interrupted write
@@ -83,7 +83,7 @@ def test_a_crash_before_the_rename_keeps_the_old_record_and_nothing_reads_the_te
 def test_half_written_temporaries_next_to_every_record_are_ignored(tmp_path):
     state = StateDir(tmp_path / "state")
     state.record_run("runtime", "cluster", "vibeqc", LastRun(outcome="ok", expected_sha=A), Verified(**verified(A)))
-    registry.record_verified(state.root, "cluster", "vibeqc", verified(A))
+    registry.record_verified(state.root, "cluster", "vibeqc", Verified(**verified(A)))
     lane = state.lane_dir("runtime", "cluster", "vibeqc")
     reg = tmp_path / "state" / "registry" / "cluster" / "vibeqc"
     torn = '{"sha": "' + B + '", "launcher": "/apps/rel'

@@ -28,6 +28,7 @@ import pytest
 from support import AGENT, SITE_EXAMPLE, GitRepo, run_vq, site_example_host, write_config
 from vq_admin.core import protocol
 from vq_admin.launcher import registry
+from vq_admin.state.records import Verified
 
 SHA = "a" * 40
 #: What the launcher path may import of vq-admin itself.
@@ -87,9 +88,9 @@ def imported_by(code: str, *, env: dict[str, str] | None = None) -> tuple[set[st
 
 def registered_state(tmp_path: Path) -> Path:
     state = tmp_path / "state"
-    registry.record_verified(state, "cluster", "vibeqc", {
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**{
         "sha": SHA, "tag": None, "launcher": f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python",
-        "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"})
+        "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"}))
     return state
 
 

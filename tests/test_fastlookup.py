@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from vq_admin.launcher import plain_lookup as fastlookup, registry
 from vq_admin.bindings import LauncherRefused, resolve_launcher
 from vq_admin.entry import EXIT_CLOSED_PIPE
+from vq_admin.state.records import Verified
 
 SHA = "a" * 40
 OTHER = "b" * 40
@@ -88,9 +89,9 @@ def test_the_one_control_rule_covers_c0_and_del(name):
 
 
 def register(state: Path, sha: str = SHA, receipt: str = "r-1") -> None:
-    registry.record_verified(state, "cluster", "vibeqc", {
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**{
         "sha": sha, "tag": None, "launcher": f"/apps/vibeqc/releases/{sha}/source/.venv/bin/python",
-        "launcher_sha256": "e" * 64, "receipt": receipt, "at": "2026-11-30T00:00:00Z"})
+        "launcher_sha256": "e" * 64, "receipt": receipt, "at": "2026-11-30T00:00:00Z"}))
 
 
 def full(state: Path, sha: str | None) -> object:
@@ -115,9 +116,9 @@ def w_pruned(state: Path) -> None:
 
 
 def w_conflict(state: Path) -> None:
-    registry.record_verified(state, "cluster", "vibeqc", {
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**{
         "sha": SHA, "tag": None, "launcher": f"/other/vibeqc-{SHA}", "launcher_sha256": "f" * 64,
-        "receipt": "r-2", "at": "2026-11-30T02:00:00Z"})
+        "receipt": "r-2", "at": "2026-11-30T02:00:00Z"}))
 
 
 def w_loose_lane(state: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from installed_venv import ROOT, clean_env, installed_prefix
 from vq_admin.launcher import registry
+from vq_admin.state.records import Verified
 
 SHA = "a" * 40
 LAUNCHER = f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python"
@@ -36,9 +37,9 @@ def prefix(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def state(tmp_path) -> Path:
-    registry.record_verified(tmp_path / "state", "cluster", "vibeqc", {
+    registry.record_verified(tmp_path / "state", "cluster", "vibeqc", Verified(**{
         "sha": SHA, "tag": None, "launcher": LAUNCHER, "launcher_sha256": "e" * 64, "receipt": "r-1",
-        "at": "2026-11-30T00:00:00Z"})
+        "at": "2026-11-30T00:00:00Z"}))
     return tmp_path / "state"
 
 

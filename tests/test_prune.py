@@ -206,20 +206,21 @@ def test_a_profile_without_a_prune_operation_is_a_usage_error(tmp_path):
 
 def test_a_pruned_mark_refuses_the_launcher_until_the_sha_is_verified_again(tmp_path):
     from vq_admin.launcher import registry
+    from vq_admin.state.records import Verified
     from vq_admin.bindings import LauncherRefused, resolve_launcher
 
     state = tmp_path / "state"
     sha = "a" * 40
     verified = {"sha": sha, "tag": None, "launcher": f"/apps/v/releases/{sha}/source/.venv/bin/python",
                 "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"}
-    registry.record_verified(state, "cluster", "vibeqc", verified)
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**verified))
     registry.mark_pruned(state, "cluster", "vibeqc", sha, "r-2", "2026-11-30T01:00:00Z")
     with pytest.raises(registry.PrunedError):
         registry.lookup(state, "cluster", "vibeqc", sha)
     with pytest.raises(LauncherRefused) as refused:
         resolve_launcher("vibeqc", "cluster", expected_sha=sha, state_dir=state)
     assert refused.value.code == "pruned" and "r-2" in refused.value.reason
-    registry.record_verified(state, "cluster", "vibeqc", dict(verified, receipt="r-3"))  # deployed again
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**dict(verified, receipt="r-3")))  # deployed again
     assert registry.lookup(state, "cluster", "vibeqc", sha).launcher == verified["launcher"]
 
 

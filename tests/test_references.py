@@ -21,7 +21,7 @@ from vq_admin.agent import census as agent_census
 from vq_admin.core import protocol
 from vq_admin.launcher import registry
 from vq_admin.launcher.references import CensusError, census, scan
-from vq_admin.state.records import StateDir, dump_json, write_atomic
+from vq_admin.state.records import StateDir, Verified, dump_json, write_atomic
 from vq_admin.ssh.transport import RunResult, Transport
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "site_example"
@@ -97,9 +97,9 @@ def state(tmp_path):
     st = StateDir(tmp_path / "state")
     for i, k in enumerate("ABCD"):
         registry.record_verified(st.root, "cluster", "vibeqc",
-                                 {"sha": SHA[k], "tag": None, "launcher": launcher(SHA[k]),
+                                 Verified(**{"sha": SHA[k], "tag": None, "launcher": launcher(SHA[k]),
                                                                  "launcher_sha256": "e" * 64, "receipt": f"r-{k}",
-                                                                 "at": f"2026-11-30T0{i}:00:00Z"})
+                                                                 "at": f"2026-11-30T0{i}:00:00Z"}))
     lane = st.lane_dir("runtime", "cluster", "vibeqc")
     write_atomic(lane / "last-ok.json", dump_json({"sha": SHA["D"], "launcher": launcher(SHA["D"])}))
     write_atomic(lane / "last-good.json", dump_json({"sha": SHA["C"], "launcher": launcher(SHA["C"])}))

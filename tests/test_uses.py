@@ -190,10 +190,11 @@ def _last_document(capsys) -> str:
 def test_the_console_script_records_each_use_and_refuses_a_bad_reference(tmp_path, capsys):
     from vq_admin import entry
     from vq_admin.launcher import registry
+    from vq_admin.state.records import Verified
 
     state = tmp_path / "state"
-    registry.record_verified(state, HOST, PROGRAM, {"sha": SHA, "tag": None, "launcher": LAUNCHER, "receipt": "r",
-                                                    "launcher_sha256": "e" * 64, "at": "2026-11-30T00:00:00Z"})
+    registry.record_verified(state, HOST, PROGRAM, Verified(sha=SHA, tag=None, launcher=LAUNCHER, receipt="r",
+                                                            launcher_sha256="e" * 64, at="2026-11-30T00:00:00Z"))
     base = ["launcher", PROGRAM, HOST, "--state-dir", str(state)]
     assert entry.main([*base, "--job", "4711"]) == 0  # the plain path
     assert entry.main([*base, "--job", "4712", "--json"]) == 0  # the full command
@@ -217,6 +218,7 @@ def test_a_launcher_visible_here_that_is_missing_or_changed_is_refused(tmp_path,
 
     from vq_admin import entry
     from vq_admin.launcher import registry
+    from vq_admin.state.records import Verified
 
     state = tmp_path / "state"
     launcher = tmp_path / "apps" / "releases" / SHA / "bin" / f"tool-{SHA}"
@@ -225,8 +227,8 @@ def test_a_launcher_visible_here_that_is_missing_or_changed_is_refused(tmp_path,
     elsewhere = "c" * 40
     for sha, path, digest in ((SHA, str(launcher), hashlib.sha256(launcher.read_bytes()).hexdigest()),
                               (elsewhere, f"/nonexistent/releases/{elsewhere}/bin/tool-{elsewhere}", "e" * 64)):
-        registry.record_verified(state, HOST, PROGRAM, {"sha": sha, "tag": None, "launcher": path, "receipt": "r",
-                                                        "launcher_sha256": digest, "at": "2026-11-30T00:00:00Z"})
+        registry.record_verified(state, HOST, PROGRAM, Verified(sha=sha, tag=None, launcher=path, receipt="r",
+                                                                launcher_sha256=digest, at="2026-11-30T00:00:00Z"))
 
     def lookup(sha: str, *extra: str) -> int:
         capsys.readouterr()

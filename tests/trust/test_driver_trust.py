@@ -26,6 +26,7 @@ import pytest
 from support import AGENT, NOTHING_ACTIVE, VQ_ADMIN, GitRepo, run_vq, site_example_host, tree_digest, write_config
 from vq_admin import bindings
 from vq_admin.launcher import registry
+from vq_admin.state.records import Verified
 from vq_admin.config import ConfigError, parse_config
 from vq_admin.context import stderr_narrator
 from vq_admin.config.sbatch_args import sbatch_arg_problem
@@ -89,9 +90,9 @@ def local_config(path: Path, *, update: str = "/bin/true", verify: str = "/bin/t
 def private_state(base: Path) -> Path:
     """A state directory holding one verified registry entry (made the legitimate way)."""
     state = base / "private" / "state"
-    registry.record_verified(state, "cluster", "vibeqc", {
+    registry.record_verified(state, "cluster", "vibeqc", Verified(**{
         "sha": SHA, "tag": None, "launcher": f"/apps/vibeqc/releases/{SHA}/source/.venv/bin/python",
-        "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"})
+        "launcher_sha256": "e" * 64, "receipt": "r-1", "at": "2026-11-30T00:00:00Z"}))
     return state
 
 

@@ -339,11 +339,12 @@ def test_check_on_host_refuses_a_launcher_the_attacker_replaced(tmp_path, arena,
     launcher.chmod(0o755)
     digest = __import__("hashlib").sha256(launcher.read_bytes()).hexdigest()
     from vq_admin.launcher import registry
+    from vq_admin.state.records import Verified
 
     site.state.mkdir(mode=0o700)
-    registry.record_verified(site.state, "cluster", site.program, {
+    registry.record_verified(site.state, "cluster", site.program, Verified(**{
         "sha": site.sha, "tag": None, "launcher": str(launcher), "launcher_sha256": digest,
-        "receipt": "20260101T000000Z-runtime-cluster-trust2-00000000", "at": "2026-01-01T00:00:00Z"})
+        "receipt": "20260101T000000Z-runtime-cluster-trust2-00000000", "at": "2026-01-01T00:00:00Z"}))
     checked = site.vq("launcher", site.program, "cluster", "--expected-sha", site.sha, "--check-on-host")
     assert (checked.exit_code, checked.stdout) == (0, f"{launcher}\n"), checked.stderr
     shared(apps, attacker)

@@ -119,8 +119,7 @@ def _plan_registry(ctx: RunContext, receipt: Receipt, verified: Verified | None)
     from ..launcher import registry
 
     try:
-        planned, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program,
-                                                verified.to_value())
+        planned, apply = registry.plan_verified(ctx.state.root, receipt.host, receipt.program, verified)
         receipt.registry = Registry.from_value(planned, "registry")
     except registry.RegistryError as exc:
         receipt.registry = Registry(entry=None, error=str(exc))

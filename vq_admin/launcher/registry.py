@@ -57,6 +57,8 @@ TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per
 if TYPE_CHECKING:
     from typing import Any, Callable, TypeVar
 
+    from ..state.records import Verified
+
     _Mark = TypeVar("_Mark", "PrunedMark", "QuarantineMark")
 
 class RegistryError(ValueError):
@@ -253,12 +255,10 @@ def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: s
         os.close(sub)
 
 
-def make_entry(host: str, program: str, verified: dict[str, Any]) -> Entry:
-    """The registry entry for a verified identity (``sha``, ``tag``, ``launcher``,
-    ``launcher_sha256``, ``receipt``, ``at`` as ``conclude()`` builds it)."""
-    said = {key: verified.get(key) for key in ("tag", "launcher", "launcher_sha256", "receipt")}
-    return Entry.checked({"schema": SCHEMA, "host": host, "program": program, **said,
-                          "sha": str(verified.get("sha") or "").lower(), "verified_at": verified.get("at")},
+def make_entry(host: str, program: str, verified: Verified) -> Entry:
+    """The registry entry for a verified identity (with its ``receipt`` and ``at``, as ``conclude()`` has it)."""
+    return Entry.checked({**verified.to_value(), "schema": SCHEMA, "host": host, "program": program,
+                          "sha": verified.sha.lower(), "verified_at": verified.at},
                          host, program, None, "not registered")
 
 
@@ -299,7 +299,7 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
 
 
 def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
-                    verified: dict[str, Any]) -> dict[str, Any]:
+                    verified: Verified) -> dict[str, Any]:
     """Register the launcher a verified runtime deployment attested.
 
     Returns what happened, for the receipt: ``{"entry": path, "created": bool,
@@ -315,7 +315,7 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
 
 
 def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
-                  verified: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None]]:
+                  verified: Verified) -> tuple[dict[str, Any], Callable[[], None]]:
     """What :func:`record_verified` will do, decided before anything is written.
 
     Returns ``(result, apply)``: *result* is the receipt's ``registry``

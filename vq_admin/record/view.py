@@ -336,7 +336,7 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
             continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
         verified = evidence_of(entry, run)
         try:
-            _, apply = registry.plan_verified(state.root, host, program, verified.to_value())
+            _, apply = registry.plan_verified(state.root, host, program, verified)
             apply()
         except (registry.RegistryError, OSError, ValueError):
             continue  # not registrable (no launcher): never evidence
