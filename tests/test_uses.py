@@ -111,11 +111,11 @@ def test_an_unreadable_folded_record_is_never_overwritten(root, monkeypatch):
     assert len(segments) == 4  # every rotated segment kept: nothing counted was lost
     with pytest.raises(PermissionError):
         usage(root)  # never read as zero
-    from vq_admin.launcher.recall import last_uses
+    from vq_admin.launcher.recall import read_uses
     from vq_admin.report.outcome import VqAdminError
 
     with pytest.raises(VqAdminError, match="use record of vibeqc on cluster cannot be read"):
-        last_uses(os.readlink(f"/proc/self/fd/{root}"), HOST, PROGRAM)  # prune keeps nothing it cannot count
+        read_uses(os.readlink(f"/proc/self/fd/{root}"), HOST, PROGRAM)  # prune keeps nothing it cannot count
 
 
 def _killed_at(root: int, step: int) -> bool:

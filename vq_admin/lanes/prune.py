@@ -233,13 +233,13 @@ class RuntimePrune:
     def keep_used(self) -> None:
         """Keep every generation with a use recorded within ``--used-within`` days (``used DAY (N d ago)``);
         the receipt's ``prune.last_used`` names each generation's last recorded use."""
-        from ..launcher.recall import last_uses
+        from ..launcher.recall import read_uses
         from ..core.stamps import parse_utc
         from ..launcher.uses import stamp
 
         now = time.time()
         cutoff = stamp(now - self.used_within * 86400)
-        found = last_uses(self.ctx.state.root, self.host.name, self.profile.program)
+        found = read_uses(self.ctx.state.root, self.host.name, self.profile.program)
         self.record["last_used"] = {sha: usage.last for sha, usage in sorted(found.items()) if usage.last}
         for sha, usage in sorted(found.items()):
             if usage.last and usage.last >= cutoff:

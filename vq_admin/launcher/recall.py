@@ -2,8 +2,8 @@
 scheduler holds now that reference it (the census of :mod:`vq_admin.launcher.references`).
 
 ``vq admin jobs`` prints it (schema ``vq-admin/jobs/1``); ``vq admin prune`` keeps a generation used
-within ``--used-within`` days (:func:`last_uses`); ``vq admin status --prometheus`` publishes the
-counts (:func:`last_uses` too).
+within ``--used-within`` days (:func:`read_uses`); ``vq admin status --prometheus`` publishes the
+counts (:func:`read_uses` too).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def since_stamp(value: str | None) -> str | None:
 
 def read_uses(state_root: str | os.PathLike[str], host: str, program: str, shas: Iterable[str] | None = None,
               since: str | None = None) -> dict[str, uses.Usage]:
-    """:func:`uses.read` below the state directory *state_root* (every level checked)."""
+    """:func:`uses.read` below the state directory *state_root* (every level checked): every generation's
+    recorded uses without *shas* and *since* (for prune's ``--used-within`` and the Prometheus counts)."""
     fd = PrivateTree(state_root).open_dir([], create=False)
     if fd is None:
         return {}
@@ -70,11 +71,6 @@ def read_uses(state_root: str | os.PathLike[str], host: str, program: str, shas:
         raise VqAdminError(f"the use record of {program} on {host} cannot be read: {exc}") from None
     finally:
         os.close(fd)
-
-
-def last_uses(state_root: str | os.PathLike[str], host: str, program: str) -> dict[str, uses.Usage]:
-    """Every generation's recorded uses (for prune's ``--used-within`` and the Prometheus counts)."""
-    return read_uses(state_root, host, program)
 
 
 def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None, since: str | None,

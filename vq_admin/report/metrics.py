@@ -76,9 +76,9 @@ def registry_for(status: object, state: StateDir) -> CollectorRegistry:
             if value is not None:
                 gauges[key].labels(**labels).set(value)
         if lane == "runtime":
-            from ..launcher.recall import last_uses
+            from ..launcher.recall import read_uses
 
-            for sha, usage in last_uses(state.root, host, program).items():
+            for sha, usage in read_uses(state.root, host, program).items():
                 uses.labels(host=host, program=program, sha=sha).set(usage.count)
                 at = parse_utc(f"{usage.last[:19]}Z") if usage.last else None
                 if at is not None:
