@@ -36,6 +36,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from msgspec import UNSET
+
 from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
 
@@ -43,7 +45,7 @@ from ..report import progress
 from ..core import checksum, exits, protocol
 from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
-from ..report.sections import CommandOutput
+from ..report.sections import CommandOutput, Deploy
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
@@ -187,16 +189,15 @@ class AllocationDeploy(RuntimeStep):
         """Run the deploy step; the result's exit_code is the deployment's exit status."""
         login = self.ctx.login(self.host)
         assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-        return self.run_attempt(
-            command, login, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
-            {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
+        return self.run_attempt(command, login, f"as a batch job from {login.where}", Deploy(
+            build_place="allocation", where=login.where, job_id=None, exit_code=None,
+            sbatch_args=list(self.profile.update_allocation.sbatch_args)))
 
-    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, head: dict[str, Any],
-                    tail: dict[str, Any]) -> RunResult:
+    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, deploy: Deploy) -> RunResult:
         """The deploy step under a fresh attempt (an allocation's, or a detached build's on *transport*).
 
         Names the receipt (the transcript copy lives next to it) and the attempt, writes the receipt's
-        ``deploy`` record (*head*, the attempt and its directory, *tail*), records the attempt as the
+        ``deploy`` record (*deploy*, with the attempt and its directory), records the attempt as the
         call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
         (never running it again)."""
         ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
@@ -204,7 +205,7 @@ class AllocationDeploy(RuntimeStep):
             receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
-        receipt.deploy = {**head, "attempt": attempt, "attempt_dir": directory, "log_dir": directory, **tail}
+        receipt.deploy = deploy.replace(attempt=attempt, attempt_dir=directory, log_dir=directory)
         step = receipt.plan.get("deploy")
         deadline = time.monotonic() + self.profile.timeout_seconds
         view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
@@ -216,7 +217,8 @@ class AllocationDeploy(RuntimeStep):
                                      view.on_record if view else None, transport=transport,
                                      starting=lambda: allocation_attempt.record(self, attempt, directory, self.KIND,
                                                                                 transport.where))
-        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
+        receipt.deploy = receipt.deploy.replace(
+            interrupted=call.interrupted or ("unreadable answer" if call.frame_error else None))
         if not call.complete:
             call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
@@ -243,7 +245,7 @@ class AllocationDeploy(RuntimeStep):
             raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
                                         + ("starting the build" if detached else "submitting"), call.stderr)
         if detached:
-            self.receipt.deploy["interruption"] = call.describe()
+            self.receipt.deploy = self.receipt.deploy.replace(interruption=call.describe())
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                         "(it is never restarted)")
         else:
@@ -259,14 +261,13 @@ class AllocationDeploy(RuntimeStep):
         assert self.receipt.id is not None  # deploy() gave the receipt its id
         receipt_id = self.receipt.id
         sinks: dict[str, TranscriptSink] = {}
-        deploy = self.receipt.deploy
 
         def observe(kind: str, value: dict[str, Any]) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
                 if value.get("job_id"):
-                    deploy["job_id"] = str(value["job_id"])
+                    self.receipt.deploy = self.receipt.deploy.replace(job_id=str(value["job_id"]))
                 if isinstance(value.get("pid"), int):  # a detached fixed-host build
-                    deploy["pid"] = value["pid"]
+                    self.receipt.deploy = self.receipt.deploy.replace(pid=value["pid"])
             if on_record is not None:
                 on_record(kind, value)
 
@@ -322,16 +323,13 @@ class AllocationDeploy(RuntimeStep):
         step that delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
         (*unchosen* false), else ``interrupted`` with the summary's notes or *not_established*."""
         deploy, sent = self.receipt.deploy, call.records["summary"]
-        assert deploy is not None  # written by run_attempt()
-        for key in keys:
-            if sent.get(key) is not None or key not in deploy:
-                deploy[key] = sent.get(key)
-        deploy["retention"] = sent.get("retention")
+        ended = {key: sent.get(key) for key in keys if sent.get(key) is not None or getattr(deploy, key) is UNSET}
+        deploy = self.receipt.deploy = deploy.replace(**ended, retention=sent.get("retention"))
         self._fill_output(summary, call, sinks)
         if call.complete:  # the step that delivered the report carries the deployment's exit status
-            call.step.exit_code = deploy["exit_code"]
+            call.step.exit_code = deploy.exit_code if isinstance(deploy.exit_code, int) else None
             if summary.established and not unchosen:
-                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+                call.step.status = "ok" if deploy.exit_code == 0 else "failed"
             else:
                 call.step.status = "interrupted"
                 call.step.detail = "; ".join(summary.notes) or not_established
@@ -343,69 +341,69 @@ class AllocationDeploy(RuntimeStep):
         if summary is None:
             _discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
-        deploy = receipt.deploy
         signalled = ended_without_choosing(summary)
         self._record_end(summary, call, sinks, ("job_id", "exit_code", "sbatch_exit_code", "job_state",
                                                 "job_exit_code", "end_source", "established", "timed_out",
                                                 "cancel", "reconciled", "notes"),
                          signalled, signalled or "the job's end was not established")
+        deploy = receipt.deploy
         if summary.submitted is False:
             self.reclaim(success=False)
             raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.sbatch_exit_code}): "
                                f"{' '.join(summary.notes)} {summary.sbatch_stderr.strip()[-500:]}")
         if summary.timed_out:
             cancel = summary.cancel or Cancel()
-            text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
+            text = (f"allocation job {deploy.job_id} did not finish within timeout_seconds "
                     f"({_seconds(self.profile.timeout_seconds)} s)")
             # The build may have activated before the cancel: only a read-back decides (never "failed").
-            state = deploy.get("job_state") or "not reported by the scheduler"
+            state = deploy.job_state or "not reported by the scheduler"
             how = ("vq-admin cancelled it (scancel exit 0)" if cancel.ok
                    else f"cancelling it failed: {cancel.message}")
             return RunResult(list(command.argv), where, None,
-                             stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
+                             stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy.log_dir}"
                              .encode(), seconds=call.seconds, interrupted="job")
         if not summary.established:
             return self._unknown(command, call, "; ".join(summary.notes) or "the job's end was not established")
         if summary.exit_code == exits.JOB_TAMPERED:
-            self.tampered(sinks, f"batch job {deploy['job_id']}")
+            self.tampered(sinks, f"batch job {deploy.job_id}")
         if signalled and summary.never_started is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
             self.reclaim(success=False)
-            raise VqAdminError(f"deploy: allocation job {deploy['job_id']} {signalled}: the job was cancelled "
+            raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
                                "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, _status(summary),
-                             stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary.exit_code}); "
-                                     f"transcripts in {deploy['log_dir']}").encode(),
+                             stderr=(f"allocation job {deploy.job_id} {signalled} (exit {summary.exit_code}); "
+                                     f"transcripts in {deploy.log_dir}").encode(),
                              seconds=call.seconds, interrupted="job")
         return RunResult(list(command.argv), where, _status(summary), seconds=call.seconds)
 
     def tampered(self, sinks: dict[str, TranscriptSink], what: str) -> None:
         """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
-        receipt, deploy = self.receipt, self.receipt.deploy
+        receipt = self.receipt
         refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
         if refusal:  # the job found its argv or archive changed while it waited and ran nothing
-            deploy["tampered"] = refusal[-1]
+            receipt.deploy = receipt.deploy.replace(tampered=refusal[-1])
             receipt.errors.append(f"deploy: {what} did not run the provider: what it was "
                                   f"given was changed after the run prepared it (tampering): {refusal[-1]}")
         elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
-            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+            receipt.deploy = receipt.deploy.replace(
+                tampered="suspected: exit status 86 and no stderr in the attempt directory")
             receipt.errors.append(
                 f"deploy: {what} exited {exits.JOB_TAMPERED}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
-                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+                f"stderr is not in the attempt directory {receipt.deploy.log_dir}: check who can change that path")
 
     def _unknown(self, command: ProviderCommand, call: StreamCall, why: str,
                  message: str | None = None) -> RunResult:
-        deploy = self.receipt.deploy
-        deploy["established"] = False
+        deploy = self.receipt.deploy = self.receipt.deploy.replace(established=False)
         if not self.receipt.command_output:
             self.receipt.command_output = CommandOutput(
-                complete=False, reason="unavailable", log_dir=deploy["log_dir"], observations=0, stdout="", stderr="",
+                complete=False, reason="unavailable", log_dir=deploy.log_dir, observations=0, stdout="", stderr="",
                 note="the transcript was not read; it is retained in log_dir")
             self.receipt.metrics, self.receipt.metrics_complete = {}, False
-        message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
-                              f"established ({why}); log directory {deploy['log_dir']}")
+        message = message or (f"allocation job {deploy.job_id or '(id not recorded)'}: its end could not be "
+                              f"established ({why}); log directory {deploy.log_dir}")
         return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
                          interrupted="transport")
 
@@ -419,7 +417,7 @@ class AllocationDeploy(RuntimeStep):
         if not summary.established and not summary.timed_out:
             problems.append("the job's end was not established: its transcript may still grow")
         output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
-                         receipt.deploy["log_dir"])
+                         str(receipt.deploy.log_dir))
         if not output["complete"]:
             self.ctx.narrate(f"deploy: {output['note']}")
         receipt.command_output = CommandOutput.from_value(output, "command_output")
@@ -434,7 +432,7 @@ class AllocationDeploy(RuntimeStep):
         if failed:
             note = (f"the driver's copy of the deploy transcripts could not be stored in "
                     f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
-                    f"log directory {self.receipt.deploy['log_dir']} on the host the whole of them")
+                    f"log directory {self.receipt.deploy.log_dir} on the host the whole of them")
             self.receipt.notes.append(note)
             self.ctx.narrate(note)
         return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
