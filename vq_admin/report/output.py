@@ -16,10 +16,10 @@ import sys
 from ..core.escape import escape, message
 TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, TextIO
+    from typing import TextIO
 
     from ..document import JsonObject
-    from .sections import CommandOutput, Confirm, Deploy, ReceiptView, Rollback, Verify
+    from .sections import CommandOutput, Confirm, Deploy, PlannedStep, ReceiptView, Rollback, Verify
 
 #: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
 CONTINUATION = " " * 12
@@ -211,15 +211,18 @@ def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run:
             + [_field(gone, f"{sha}{used(sha)}") for sha in removed])
 
 
-def plan_summary(plan: dict[str, Any]) -> list[str]:
-    lane = _lane(plan["lane"], plan.get("program"))
-    lines = [f"vq-admin: dry run: {lane} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
-    for i, step in enumerate(plan["steps"], 1):
+def plan_summary(plan: JsonObject) -> list[str]:
+    """A plan document as the operator reads it (:class:`vq_admin.report.sections.PlanView`)."""
+    from .sections import PlanView
+
+    view = PlanView.from_value(plan, "plan")
+    lines = [f"vq-admin: dry run: {_lane(view.lane, view.program)} on {view.host}, {len(view.steps)} steps, "
+             "nothing is run"]
+    for i, step in enumerate(view.steps, 1):
         lines += _step_lines(f"{i:2d}.", step)
-    needed = plan.get("when_needed") or []
-    if needed:
+    if view.when_needed:
         lines.append("  only when needed:")
-    for step in needed:
+    for step in view.when_needed:
         lines += _step_lines("  -", step)
     return [safe_text(line) for line in lines]
 
@@ -229,12 +232,12 @@ def _lane(lane: str, program: str | None) -> str:
     return f"{lane} {program}" if program else lane
 
 
-def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
+def _step_lines(mark: str, step: PlannedStep) -> list[str]:
     from ..ssh.transport import quote_argv
 
-    env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
-    return [f"  {mark} {step['name']} [{step['where']}] {step['purpose']}",
-            f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}"]
+    env = " ".join(f"{k}={v}" for k, v in (step.env or {}).items())
+    return [f"  {mark} {step.name} [{step.where}] {step.purpose}",
+            f"      {env + ' ' if env else ''}{quote_argv(step.argv)}"]
 
 
 def report(document: JsonObject, lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:

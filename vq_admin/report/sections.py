@@ -367,3 +367,23 @@ class ReceiptView(Document, frozen=True, kw_only=True):
     readback: Readback | None = None
     notes: list[str] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)
+
+
+class PlannedStep(Document, frozen=True, kw_only=True):
+    """A step of a plan document as its summary shows it."""
+
+    name: str
+    where: str
+    purpose: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+class PlanView(Document, frozen=True, kw_only=True):
+    """What the summary of a plan document (``--dry-run``) shows (:func:`vq_admin.report.output.plan_summary`)."""
+
+    lane: str
+    host: str
+    program: str | None
+    steps: list[PlannedStep]
+    when_needed: list[PlannedStep] = msgspec.field(default_factory=list)
