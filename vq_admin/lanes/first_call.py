@@ -117,12 +117,12 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     if interrupted is not None:
         if answer.get("unreached") or not with_verify:
             unreached(update.ctx, update.receipt, str(interrupted))
-        pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
+        pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", str(interrupted)
         pre_verify.seconds = seconds
         pre_readback.status = "skipped"
         failpoint("step-after", pre_verify.name)
         return Verification(step=pre_verify.name, error=str(interrupted), interrupted=True)
-    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
+    update.ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
     take_record(update.ctx, update.receipt, update.host.name, update.profile.program, lease)
     if check_words is not None:
         _record_check(update, check_index, check_words, answer.get("check_paths"), login.where, seconds)

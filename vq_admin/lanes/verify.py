@@ -17,20 +17,11 @@ from ..document import Document, DocumentError
 from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
+from ..lease import LeaseReply
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
 from ..ssh.transport import RunResult, quote_argv
-
-
-class LeasePeek(Document, frozen=True, kw_only=True):
-    """Who holds the program's lease on the login host now (the agent's ``verify-readback --lease-of``)."""
-
-    held: bool = False
-    lock: str | None = None
-    holder: dict[str, Any] | None = None  #: the holder's record, as the agent wrote it
-    message: str | None = None
-    error: str | None = None
 
 
 class OutputExcerpt(Document, frozen=True, kw_only=True):
@@ -67,7 +58,7 @@ class Verification:
     #: receipt (naming the command and its exit status)
     broken: str | None = None
     #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
-    lease: LeasePeek | None = None
+    lease: LeaseReply | None = None
     #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease), unread:
     #: :func:`vq_admin.record.view.take` reads it
     record: object = None
@@ -230,10 +221,10 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
     return receipt
 
 
-def _lease(value: object) -> LeasePeek | None:
+def _lease(value: object) -> LeaseReply | None:
     """The lease the agent peeked at, or ``None`` when it said none (or nothing readable)."""
     try:
-        return None if value is None else LeasePeek.from_value(value, "the agent's lease")
+        return None if value is None else LeaseReply.from_value(value, "the agent's lease")
     except DocumentError:
         return None
 
