@@ -34,7 +34,7 @@ import os
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
@@ -43,11 +43,14 @@ from ..report import progress
 from ..core import checksum, exits, protocol
 from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
+from msgspec import UNSET
+
+from ..document import JsonObject
 from ..report.sections import CommandOutput
 from ..plan import SlotValue, Step, execute_stream, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
-from .allocation_stream import Cancel, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
+from .allocation_stream import Cancel, OnRecord, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
 from .runtime_step import RuntimeStep
 
 #: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
@@ -191,8 +194,8 @@ class AllocationDeploy(RuntimeStep):
             command, login, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
             {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
 
-    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, head: dict[str, Any],
-                    tail: dict[str, Any]) -> RunResult:
+    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, head: JsonObject,
+                    tail: JsonObject) -> RunResult:
         """The deploy step under a fresh attempt (an allocation's, or a detached build's on *transport*).
 
         Names the receipt (the transcript copy lives next to it) and the attempt, writes the receipt's
@@ -251,7 +254,7 @@ class AllocationDeploy(RuntimeStep):
         return self._reconcile(attempt, deadline, sinks, transport, wait_for=RECONCILE_WAIT if detached else None)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
-              on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
+              on_record: OnRecord | None, transport: Transport,
               starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
@@ -261,7 +264,7 @@ class AllocationDeploy(RuntimeStep):
         sinks: dict[str, TranscriptSink] = {}
         deploy = self.receipt.deploy
 
-        def observe(kind: str, value: dict[str, Any]) -> None:
+        def observe(kind: str, value: JsonObject) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
                 if value.get("job_id"):
                     deploy["job_id"] = str(value["job_id"])
@@ -420,11 +423,11 @@ class AllocationDeploy(RuntimeStep):
             problems.append("the job's end was not established: its transcript may still grow")
         output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
                          receipt.deploy["log_dir"])
-        if not output["complete"]:
-            self.ctx.narrate(f"deploy: {output['note']}")
-        receipt.command_output = CommandOutput.from_value(output, "command_output")
+        if output.note:
+            self.ctx.narrate(f"deploy: {output.note}")
+        receipt.command_output = output
         receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
-        receipt.metrics_complete = output["complete"]
+        receipt.metrics_complete = output.complete is True
 
     def _store_transcripts(self, sinks: dict[str, TranscriptSink]) -> str | None:
         """The directory of the driver's copy of the transcripts, or ``None`` (a note says why, when it failed:
@@ -463,24 +466,20 @@ def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> s
 
 
 def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: TranscriptSink,
-            transcript: str | None, log_dir: str) -> dict[str, Any]:
-    """The receipt's ``command_output`` of an allocation deploy."""
+            transcript: str | None, log_dir: str) -> CommandOutput:
+    """The receipt's ``command_output`` of an allocation deploy (``kept`` when a stream was cut to its head and
+    tail, ``problems`` and ``note`` when the transcript is incomplete)."""
     complete = settle.settled and not problems
     cut = any("cut" in p or "received" in p for p in problems)
     reason = None if complete else settle.reason or ("unavailable" if cut else "unstable")
-    output: dict[str, Any] = {
-        "complete": complete, "reason": reason, "log_dir": log_dir,
-        "observations": settle.observations, "settle_seconds": settle.seconds,
-        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-        "truncated": out.truncated or err.truncated, "transcript": transcript,
-        "checksum": settle.checksum or out.algorithm,
-    }
-    if out.truncated or err.truncated:
-        output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-                          f"{transcript or log_dir}")
-    if not complete:
-        output["problems"] = problems
-        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the "
-                          "job wrote; metrics are partial evidence, and an empty metrics object is not proof that "
-                          "no build work occurred")
-    return output
+    truncated = out.truncated or err.truncated
+    return CommandOutput(
+        complete=complete, reason=reason, log_dir=log_dir, observations=settle.observations,
+        settle_seconds=settle.seconds, stdout=out.text(), stderr=err.text(), stdout_bytes=out.bytes,
+        stderr_bytes=err.bytes, truncated=truncated, transcript=transcript, checksum=settle.checksum or out.algorithm,
+        kept=(f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
+              f"{transcript or log_dir}") if truncated else UNSET,
+        problems=UNSET if complete else problems,
+        note=UNSET if complete else (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds "
+                                     "what the job wrote; metrics are partial evidence, and an empty metrics object "
+                                     "is not proof that no build work occurred"))

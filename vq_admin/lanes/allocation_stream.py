@@ -22,11 +22,14 @@ from ..ssh import process
 from ..core import checksum
 from ..core.failpoints import failpoint
 from ..core.frames import FrameError, read_frames
-from ..document import Count, Document, DocumentError
+from ..document import Count, Document, DocumentError, JsonObject, JsonValue
 from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
+from ..report.sections import Metrics
 from ..core import atomic
 from ..ssh.transport import Transport, describe_interruption
 
+#: What is told of each record of the stream as it arrives: its kind and its value, as the agent sent it.
+OnRecord = Callable[[str, JsonObject], None]
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
 MAX_METRIC_LINE = 64 << 10
 
@@ -54,7 +57,7 @@ class TranscriptSink:
         self._tail_bytes = 0
         self._line = bytearray()
         self._line_dropped = False
-        self.metrics: dict[str, Any] = {}
+        self.metrics: Metrics = {}
         self.error: str | None = None
         self._tmp = ""  # atomic.temp_name: with our pid, a later run removes it if we are killed
         self._fh: IO[bytes] | None = None
@@ -234,7 +237,7 @@ class StreamCall:
     interrupted: str | None = None  # None | "transport" | "timeout"
     seconds: float = 0.0
     stderr: str = ""
-    records: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])
+    records: dict[str, JsonObject] = field(default_factory=dict)  #: the last record of each kind
     ended: bool = False
     frame_error: str | None = None
     step: Any = None  # the plan step this call was recorded in
@@ -244,6 +247,10 @@ class StreamCall:
         """The agent's ``summary`` record (``None``: none arrived); one that is not one ends the stream."""
         value = self.records.get("summary")
         return None if value is None else Summary.from_value(value, f"the summary from {self.where}")
+
+    def answered(self, name: str) -> JsonValue:
+        """The member *name* of the agent's summary as it sent it (``None``: absent, or no summary arrived)."""
+        return self.records.get("summary", {}).get(name)
 
     @property
     def sent(self) -> dict[str, Sent]:
@@ -268,8 +275,8 @@ class StreamCall:
         return f"exit status {self.exit_code} on {self.where}"
 
 
-def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict[str, Any],
-               observer: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: JsonObject,
+               observer: OnRecord | None = None) -> None:
     call.records[kind] = value
     try:  # a summary or end record that is not one is an unreadable answer
         summary, _ = call.summary, call.sent
@@ -287,7 +294,7 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
 
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
                 sinks: dict[str, TranscriptSink],
-                on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
+                on_record: OnRecord | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     It runs through :func:`vq_admin.ssh.process.run` in stream mode: the whole call is
