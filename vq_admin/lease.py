@@ -541,7 +541,8 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
         from .lanes.command_files_stat import check_agent_before_lease
 
-        check_agent_before_lease(lease, host_name, host.agent)
+        check_agent_before_lease(lease.transport, host_name, host.agent,
+                                 lambda checked: lease.update(agent_checked=checked))
     try:
         ctx.held_lease = lease
         if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):

@@ -39,12 +39,14 @@ T = TypeVar("T")
 
 
 class HolderRun(Document, frozen=True, kw_only=True):
-    """A run as a holder record names it: its id, and the user, machine and pid of its driver."""
+    """A run as a holder record names it: its id, and the user, machine and pid of its driver, and when it
+    started (also what a run asks the agent to record, :mod:`vq_admin.lanes.first_call`)."""
 
     run_id: str | None = None
     user: str | None = None
     driver_host: str | None = None
     pid: int | None = None
+    since: str | None = None
 
 
 class LockHolder(Document, frozen=True, kw_only=True):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from pathlib import Path
 from typing import Callable
 
 from vq_admin_hookspecs import ProviderCommand, Slot
@@ -47,10 +46,11 @@ from msgspec import UNSET
 
 from ..document import JsonObject
 from ..report.sections import CommandOutput
-from ..plan import SlotValue, Step, execute_stream, settled
+from ..plan import SlotValue, Step, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
-from .allocation_stream import Cancel, OnRecord, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
+from .allocation_stream import (Cancel, OnRecord, Sent, Settle, StreamCall, Summary, TranscriptSink, discard,
+                                framed_step)
 from .runtime_step import RuntimeStep
 
 #: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
@@ -102,15 +102,6 @@ def _placed(argv: list[str], command: ProviderCommand) -> list[str]:
             out[i] = find_slot(out[i], list(marks.values())) or out[i]
     return out
 
-
-def _discard(sinks: dict[str, TranscriptSink]) -> None:
-    for sink in sinks.values():
-        sink.discard()
-    for directory in {sink.directory for sink in sinks.values()}:
-        try:
-            directory.rmdir()  # only when nothing else is in it
-        except OSError:
-            pass
 
 
 #: Slurm end states in which the job did not choose its exit status.
@@ -239,7 +230,7 @@ class AllocationDeploy(RuntimeStep):
         asked for by the recorded job id or build (never run again)."""
         ctx, detached = self.ctx, self.KIND == "detached"
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-            _discard(sinks)
+            discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
             self.reclaim(success=False)
@@ -261,7 +252,6 @@ class AllocationDeploy(RuntimeStep):
         refused, just before the call (the attempt record)."""
         assert self.receipt.id is not None  # deploy() gave the receipt its id
         receipt_id = self.receipt.id
-        sinks: dict[str, TranscriptSink] = {}
         deploy = self.receipt.deploy
 
         def observe(kind: str, value: JsonObject) -> None:
@@ -273,35 +263,16 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        def stream(argv: list[str]) -> StreamCall:
-            # the attempt record, the transcript directory and the sinks' temporary files exist only once
-            # the step runs: a step refused, or killed, at its start leaves none of them behind
+        def record_attempt() -> None:
             if starting is not None:
                 try:
                     starting()
                 except OSError as exc:
                     raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
                                        f"{exc.strerror or exc}; no job was submitted") from None
-            try:
-                directory: Path | OSError = self.ctx.state.transcript_dir(receipt_id)
-            except OSError as exc:  # a full or failing state filesystem: the sinks say so, the deploy goes on
-                directory = exc
-            sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
-            return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
 
-        try:  # exactly the planned argv, its slots filled, streamed as it arrives; the caller settles it
-            call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
-        except BaseException:
-            _discard(sinks)
-            raise
-        call.step = step
-        step.exit_code, step.seconds = call.exit_code, call.seconds
-        if call.complete:
-            step.status = "ok"
-        else:
-            step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
-            step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
-        return call, sinks
+        return framed_step(step, transport, values, timeout, self.ctx.state, receipt_id, on_record=observe,
+                           starting=record_attempt)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
                    wait_for: float | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
@@ -309,7 +280,7 @@ class AllocationDeploy(RuntimeStep):
         times (copies of the planned ``deploy-reconcile``); *wait_for* (seconds) replaces the wait until
         the original bound."""
         for n in range(1, RECONCILE_TRIES + 1):
-            _discard(sinks)
+            discard(sinks)
             wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
             step = self.receipt.plan.again(RECONCILE, RECONCILE if n == 1 else f"{RECONCILE}-{n}")
             call, sinks = self._call(step, {ATTEMPT.name: attempt, WAIT.name: _seconds(round(wait))}, wait + MARGIN,
@@ -344,7 +315,7 @@ class AllocationDeploy(RuntimeStep):
         receipt, where = self.receipt, call.where
         summary = call.summary
         if summary is None:
-            _discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
         deploy = receipt.deploy
         signalled = ended_without_choosing(summary)

@@ -16,7 +16,7 @@ import collections
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Sequence
 
 from ..ssh import process
 from ..core import checksum
@@ -27,6 +27,10 @@ from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
 from ..report.sections import Metrics
 from ..core import atomic
 from ..ssh.transport import Transport, describe_interruption
+from ..plan import SlotValue, Step, execute_stream
+
+if TYPE_CHECKING:
+    from ..state.records import StateDir
 
 #: What is told of each record of the stream as it arrives: its kind and its value, as the agent sent it.
 OnRecord = Callable[[str, JsonObject], None]
@@ -290,6 +294,51 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
         if algorithm in checksum.ALGORITHMS:
             for sink in sinks.values():
                 sink.use_checksum(algorithm)
+
+
+def discard(sinks: dict[str, TranscriptSink]) -> None:
+    """Drop the transcript copies of a call that is not kept (and their directory, when nothing else is in it)."""
+    for sink in sinks.values():
+        sink.discard()
+    for directory in {sink.directory for sink in sinks.values()}:
+        try:
+            directory.rmdir()  # only when nothing else is in it
+        except OSError:
+            pass
+
+
+def framed_step(step: Step, transport: Transport, values: dict[str, SlotValue], timeout: float, state: StateDir,
+                receipt_id: str, *, prefix: str = "", on_record: OnRecord | None = None,
+                starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    """Run *step* (exactly its planned argv, slots filled from *values*) as one framed agent call on *transport*
+    into fresh transcript sinks (``PREFIXstdout``, ``PREFIXstderr`` in the receipt's transcript directory);
+    *starting* runs once the step has started and was not refused, just before the call.  The step gets the
+    call's exit status, time and status; the caller settles it."""
+    sinks: dict[str, TranscriptSink] = {}
+
+    def stream(argv: list[str]) -> StreamCall:
+        # the attempt record, the transcript directory and the sinks' temporary files exist only once
+        # the step runs: a step refused, or killed, at its start leaves none of them behind
+        if starting is not None:
+            starting()
+        try:
+            directory: Path | OSError = state.transcript_dir(receipt_id)
+        except OSError as exc:  # a full or failing state filesystem: the sinks say so, the call goes on
+            directory = exc
+        sinks.update((name, TranscriptSink(directory, prefix + name)) for name in ("stdout", "stderr"))
+        return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=on_record)
+
+    try:
+        call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
+    except BaseException:
+        discard(sinks)
+        raise
+    call.step = step
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    step.status = "ok" if call.complete else "interrupted" if call.interrupted or call.frame_error else "failed"
+    if not call.complete:
+        step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
+    return call, sinks
 
 
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,

@@ -31,7 +31,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
 from vq_admin_hookspecs import Slot
 
@@ -41,9 +41,6 @@ from ..report.sections import AgentChecked
 from ..plan import Plan, SlotError, SlotValue, Step, execute
 from ..ssh.transport import RunResult, Transport
 from .command_files import CHECK_TIMEOUT, PURPOSE, Place, gather, keys_of, step_name
-
-if TYPE_CHECKING:
-    from ..lease import Lease
 
 REALPATH = "/usr/bin/realpath"
 STAT = "/usr/bin/stat"
@@ -209,12 +206,13 @@ def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refu
                    f"{REALPATH} and {STAT}, GNU coreutils); no configured command was run")
 
 
-def check_agent_before_lease(lease: Lease, host_name: str, agent: Sequence[str]) -> None:
+def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequence[str],
+                             checked: Callable[[AgentChecked], None]) -> None:
     """The helper lane's lease runs the agent on the login host before the lane's own steps: judge
     the agent's words there first, so it never runs unjudged.  The two steps are planned and run as
     the lane's own check is, named ``lease-check-commands`` and ``lease-check-levels`` (their own
-    failpoints), and recorded in the *lease*'s record, not in the lane's steps."""
-    places = gather([(lease.transport, f"hosts.{host_name}.agent", agent)])
+    failpoints), and given to *checked* (for the lease's record), not to the lane's steps."""
+    places = gather([(transport, f"hosts.{host_name}.agent", agent)])
     if not places:  # not reached over ssh: the driver checks a local command itself, when it runs it
         return
     ((login, words),) = places
@@ -227,5 +225,4 @@ def check_agent_before_lease(lease: Lease, host_name: str, agent: Sequence[str])
         check_place(resolve, levels, login, words)
     finally:
         last = levels if levels.status != "planned" else resolve
-        lease.update(agent_checked=AgentChecked(argv=last.argv, status=last.status, detail=last.detail,
-                                                steps=steps.to_list()))
+        checked(AgentChecked(argv=last.argv, status=last.status, detail=last.detail, steps=steps.to_list()))

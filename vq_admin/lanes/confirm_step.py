@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from vq_admin_hookspecs import RuntimeRequest, Slot
@@ -27,7 +26,7 @@ from vq_admin_hookspecs import RuntimeRequest, Slot
 from ..agent.allocation import new_attempt_name
 from ..core import exits, protocol
 from ..document import Document, DocumentError, JsonObject
-from ..plan import SlotValue, Step, execute_stream, settled
+from ..plan import SlotValue, Step, settled
 from ..report import progress
 from ..report.outcome import READ_ONLY_RAN, Refused, VqAdminError
 from ..report.sections import Accepted, Confirm, ConfirmOutput
@@ -35,7 +34,7 @@ from ..ssh.transport import quote_argv
 from ..state import confirmation
 from . import allocation_attempt
 from .allocation_step import REFUSED_BEFORE_SUBMIT, refused_before_submit
-from .allocation_stream import OnRecord, StreamCall, TranscriptSink, stream_call
+from .allocation_stream import OnRecord, StreamCall, TranscriptSink, framed_step
 from .runtime_step import RuntimeStep
 
 if TYPE_CHECKING:
@@ -180,7 +179,6 @@ class Confirmation(RuntimeStep):
               starting: Callable[[], None] | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         receipt, login = self.receipt, self.ctx.login(self.host)
         assert receipt.id is not None
-        sinks: dict[str, TranscriptSink] = {}
 
         def observe(kind: str, value: JsonObject) -> None:
             if kind == "job" and value.get("job_id") and receipt.confirm is not None:
@@ -188,21 +186,8 @@ class Confirmation(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        def stream(argv: list[str]) -> StreamCall:
-            if starting is not None:
-                starting()
-            try:
-                directory: Path | OSError = self.ctx.state.transcript_dir(receipt.id or "")
-            except OSError as exc:
-                directory = exc
-            sinks.update((name, TranscriptSink(directory, f"confirm-{name}")) for name in ("stdout", "stderr"))
-            return stream_call(login, argv, timeout=timeout, sinks=sinks, on_record=observe)
-
-        call = execute_stream(step, login, stream, values=values, settled_by_caller=True)
-        step.exit_code, step.seconds = call.exit_code, call.seconds
-        step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
-        if not call.complete:
-            step.detail = call.describe()
+        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, receipt.id, prefix="confirm-",
+                                  on_record=observe, starting=starting)
         settled(step)
         return call, sinks
 

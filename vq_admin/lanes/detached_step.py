@@ -27,7 +27,7 @@ from vq_admin_hookspecs import ProviderCommand
 from ..core import exits
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_step
-from .allocation_stream import StreamCall, TranscriptSink
+from .allocation_stream import StreamCall, TranscriptSink, discard
 from .runtime_step import RuntimeStep
 
 def applies(step: RuntimeStep) -> bool:
@@ -79,7 +79,7 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
         where = deploy["where"]
         summary = call.summary
         if summary is None:
-            allocation_step._discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived",
                                  message=_still_running(deploy, "the helper's report never arrived"))
         signal = summary.exit_signal

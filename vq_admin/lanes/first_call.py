@@ -29,6 +29,7 @@ from ..core import exits, protocol
 from ..core.failpoints import failpoint
 from ..document import Document
 from ..lease import Lease, LeaseUnreachable
+from ..lockwait import HolderRun
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
 from ..report.sections import Readback, Record
@@ -45,21 +46,11 @@ if TYPE_CHECKING:
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
 
 
-class LeaseHolder(Document, frozen=True, kw_only=True):
-    """Who takes the lease: this run (its words of the lease argv)."""
-
-    driver_host: str | None
-    user: str | None
-    pid: int
-    since: str | None
-    run_id: str | None
-
-
 class LeaseRequest(Document, frozen=True, kw_only=True):
     lane: str | None
     host: str | None
     program: str | None
-    holder: LeaseHolder
+    holder: HolderRun  #: this run, in the words of its lease argv
 
 
 class RecordRequest(Document, frozen=True, kw_only=True):
@@ -181,9 +172,9 @@ def lease_request(lease: Lease) -> LeaseRequest:
         return argv[argv.index(option) + 1] if option in argv else None
 
     return LeaseRequest(lane=value(protocol.LANE), host=value(protocol.HOST), program=value(protocol.PROGRAM),
-                        holder=LeaseHolder(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
-                                           pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
-                                           run_id=value(protocol.RUN_ID)))
+                        holder=HolderRun(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
+                                         pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
+                                         run_id=value(protocol.RUN_ID)))
 
 
 def _login_check(update: "RuntimeLane") -> tuple[int, list[tuple[str, str]] | None]:
