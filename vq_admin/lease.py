@@ -86,7 +86,7 @@ class LeaseReply(Document, frozen=True, kw_only=True):
 
     def who(self) -> Holder:
         """What holds the lease, as :attr:`holder` says (nothing, when it says nothing readable)."""
-        return _as(Holder, self.holder)
+        return member_as(Holder, self.holder)
 
 
 class ShellReply(Document, frozen=True, kw_only=True):
@@ -100,7 +100,7 @@ class ShellReply(Document, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def _as(kind: type[_D], value: object) -> _D:
+def member_as(kind: type[_D], value: object) -> _D:
     """*value* (a member of the agent's answer) as *kind*; one that is not one says nothing (an empty
     *kind*: the exit status and stderr then say why)."""
     try:
@@ -215,7 +215,7 @@ class Lease:
         line = self._read_line(timeout)
         self.update(seconds=round(time.monotonic() - started, 3))
         answer = _parse(protocol.LEASE, line)
-        reply = _as(LeaseReply, answer)
+        reply = member_as(LeaseReply, answer)
         if reply.held:
             self._held(reply)
             self.host_record = answer.get("record")
@@ -248,7 +248,7 @@ class Lease:
         """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
         return self._waited(lambda: self._open_session(request, verify_timeout))
 
-    def _open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
+    def _open_session(self, request: JsonObject, verify_timeout: float | None = None) -> JsonObject:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -275,8 +275,8 @@ class Lease:
         started = time.monotonic()
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
-        reply, ours = _as(LeaseReply, first.get(protocol.LEASE)), first.get("protocol") == protocol.SESSION_PROTOCOL
-        if ours and reply.held and fault is None:
+        reply = member_as(LeaseReply, first.get(protocol.LEASE))
+        if first.get("protocol") == protocol.SESSION_PROTOCOL and reply.held and fault is None:
             self._held(reply)
             if ssh is not None:
                 ssh.shell_checked = True
@@ -363,13 +363,13 @@ class Lease:
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         if ssh is not None and first.get("shell") is not None:
-            shell = _as(ShellReply, first.get("shell"))
+            shell = member_as(ShellReply, first.get("shell"))
             if not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
         if ssh is not None:
             ssh.shell_checked = True
-        reply = _as(LeaseReply, first.get(protocol.LEASE))
+        reply = member_as(LeaseReply, first.get(protocol.LEASE))
         self._refuse(reply, code if reply.exit is None else reply.exit,
                      (reply.error or error).replace("vq-admin-agent: ", ""))
 

@@ -49,12 +49,6 @@ class HolderRun(Document, frozen=True, kw_only=True):
     since: str | None = None
 
 
-class LockHolder(Document, frozen=True, kw_only=True):
-    """A process that holds a lock whose holder record is missing (from ``/proc/locks``)."""
-
-    pid: int | None = None
-
-
 class Holder(HolderRun, frozen=True, kw_only=True):
     """What holds a lease (the agent's holder record, :mod:`vq_admin.agent.lease`): a run's session, or the
     build or job an earlier run left (``kind``, with the ``session`` that started it); ``lock_holders`` when
@@ -63,7 +57,7 @@ class Holder(HolderRun, frozen=True, kw_only=True):
     kind: str | None = None
     job_id: str | None = None
     session: HolderRun | None = None
-    lock_holders: tuple[LockHolder, ...] | None = None
+    lock_holders: tuple[HolderRun, ...] | None = None  #: from ``/proc/locks``: each a pid alone
 
 
 def sibling(holder: Holder | None) -> int | None:

@@ -13,11 +13,11 @@ from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..core import protocol
 from ..core.failpoints import failpoint
-from ..document import Document, DocumentError
+from ..document import Document
 from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
-from ..lease import LeaseReply
+from ..lease import LeaseReply, member_as
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
@@ -163,7 +163,7 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.error = answer
         readback_step.status = "skipped"
         return found
-    found.lease = _lease(answer.data.get("lease"))
+    found.lease = None if answer.data.get("lease") is None else member_as(LeaseReply, answer.data["lease"])
     found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
     code = answer.verify["exit_code"]
     verify_step.exit_code = code
@@ -219,14 +219,6 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
         readback_step.status = "skipped"
         return None
     return receipt
-
-
-def _lease(value: object) -> LeaseReply | None:
-    """The lease the agent peeked at, or ``None`` when it said none (or nothing readable)."""
-    try:
-        return None if value is None else LeaseReply.from_value(value, "the agent's lease")
-    except DocumentError:
-        return None
 
 
 def _parse_answer(result: RunResult) -> protocol.VerifyReadback | str:
