@@ -47,7 +47,7 @@ from .core.failpoints import failpoint
 from .document import Document, DocumentError, JsonObject, JsonValue
 from .lockwait import Holder, LockWait
 from .report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, VqAdminError
-from .report.sections import LeaseRecord
+from .report.sections import LeaseRecord, Record
 from .ssh import process
 from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
@@ -83,10 +83,6 @@ class LeaseReply(Document, frozen=True, kw_only=True):
     message: str | None = None
     exit: int | None = None
     error: str | None = None
-
-    def who(self) -> Holder:
-        """What holds the lease, as :attr:`holder` says (nothing, when it says nothing readable)."""
-        return member_as(Holder, self.holder)
 
 
 class ShellReply(Document, frozen=True, kw_only=True):
@@ -176,8 +172,6 @@ class Lease:
         #: the host's record after this driver's cursor, as the agent answered it with the lease (CONTRACT
         #: section 12); ``None`` until then, or from an agent that keeps no record
         self.host_record: JsonValue = None
-        #: what holds the lease, when the agent found it held
-        self.holder: Holder | None = None
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
@@ -193,7 +187,7 @@ class Lease:
 
     def _waited(self, attempt: Callable[[], _T]) -> _T:
         try:
-            return self.waiter.run(attempt, lambda: self.holder)
+            return self.waiter.run(attempt, lambda: member_as(Holder, self.record.holder))  # the last one found
         finally:
             waited = self.waiter.record()
             if waited is not None:
@@ -230,7 +224,6 @@ class Lease:
     def _refuse(self, reply: LeaseReply, code: int | None, error: str) -> NoReturn:
         """Raise what a lease not held (*reply*) means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
         self.update(exit_code=code, holder=reply.holder)
-        self.holder = reply.who()
         if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", reply))
         if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
@@ -312,6 +305,13 @@ class Lease:
 
         return record_answer(self._read_line(self.lease_wait))
 
+    def take_record(self, ctx: RunContext, receipt: Receipt, host: str, program: str | None) -> None:
+        """Import the entries of the host's record the agent answered with the lease (each judged once) into
+        this driver's view: the receipt's ``record``."""
+        from .record import view
+
+        receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host, program, self.host_record), "record")
+
     @property
     def lease_wait(self) -> float:
         """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
@@ -392,7 +392,7 @@ class Lease:
         return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
     def _other_protocol(self, theirs: JsonValue) -> NoReturn:
-        host = self.argv[self.argv.index(protocol.HOST) + 1]
+        host = self.option(protocol.HOST)
         raise OtherProtocol(f"the agent on {self.where} ({self.argv[0]}) speaks session protocol "
                             f"{theirs if theirs is not None else 'none (an older helper)'}, this vq-admin "
                             f"{protocol.SESSION_PROTOCOL}; update the helper first (vq admin update {host} "
@@ -408,11 +408,13 @@ class Lease:
 
     # -- internals ------------------------------------------------------------------
 
+    def option(self, name: str) -> str | None:
+        """The value of the lease argv's option *name* (``protocol.HOST``...), ``None`` without it."""
+        return self.argv[self.argv.index(name) + 1] if name in self.argv else None
+
     def _what(self) -> str:
-        i = self.argv.index(protocol.LANE)
-        lane, host = self.argv[i + 1], self.argv[i + 3]
-        program = self.argv[self.argv.index(protocol.PROGRAM) + 1] if protocol.PROGRAM in self.argv else None
-        return f"{lane} {host}" + (f" {program}" if program else "")
+        program = self.option(protocol.PROGRAM)
+        return f"{self.option(protocol.LANE)} {self.option(protocol.HOST)}" + (f" {program}" if program else "")
 
     def _read_line(self, timeout: float) -> str:
         """The agent's next answer line, waiting at most *timeout* seconds ("" when none came)."""
@@ -476,7 +478,7 @@ class Lease:
 def held_message(lease: str, answer: LeaseReply) -> str:
     """Why *lease* was not taken: one short line (who holds it; only read-only checks ran), then the agent's
     details, what a rerun does now and how to wait for it."""
-    holder = answer.who()
+    holder = member_as(Holder, answer.holder)
     details = answer.message or "holder not recorded"
     if holder.kind == "job":
         who = f"the allocation job {holder.job_id or '(id not yet recorded)'} an earlier run submitted"
@@ -531,7 +533,6 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     if receipt.id is None:
         receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
     from .record import view
-    from .report.sections import Record
 
     after = view.cursor(ctx.state, host_name, program)
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
@@ -550,8 +551,7 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
         else:
             lease.acquire()
             ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
-            receipt.record = Record.from_value(view.take(ctx.config, ctx.state, host_name, program, lease.host_record),
-                                               "record")
+            lease.take_record(ctx, receipt, host_name, program)
         yield lease
     finally:
         ctx.lease = ctx.held_lease = None

@@ -46,9 +46,9 @@ def _path(inputs: RuntimeStep) -> Path:
     return inputs.ctx.state.lane_dir("runtime", inputs.host.name, inputs.profile.program) / RECORD
 
 
-class AttemptRecord(Document, frozen=True, kw_only=True):
+class AttemptRecord(Document, frozen=True, kw_only=True, omit_defaults=True):
     """The attempt an interrupted run may have left (``attempt.json``): ``kind`` and ``where`` are written only
-    for a detached build or a confirmation."""
+    for a detached build or a confirmation (a member at its default is not written)."""
 
     attempt: str
     attempt_dir: str | None = None
@@ -60,10 +60,9 @@ class AttemptRecord(Document, frozen=True, kw_only=True):
 
 def record(inputs: RuntimeStep, attempt: str, directory: str, kind: str = "allocation",
            where: str | None = None) -> None:
-    data = {"attempt": attempt, "attempt_dir": directory, "receipt": inputs.receipt.id, "expected_sha": inputs.sha}
-    if kind != "allocation":
-        data.update(kind=kind, where=where)
-    write_atomic(_path(inputs), dump_json(data))
+    write_atomic(_path(inputs), dump_json(AttemptRecord(
+        attempt=attempt, attempt_dir=directory, receipt=inputs.receipt.id, expected_sha=inputs.sha, kind=kind,
+        where=where).to_value()))
 
 
 def clear(inputs: RuntimeStep) -> None:

@@ -251,7 +251,6 @@ class AllocationDeploy(RuntimeStep):
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
         refused, just before the call (the attempt record)."""
         assert self.receipt.id is not None  # deploy() gave the receipt its id
-        receipt_id = self.receipt.id
         deploy = self.receipt.deploy
 
         def observe(kind: str, value: JsonObject) -> None:
@@ -263,16 +262,8 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        def record_attempt() -> None:
-            if starting is not None:
-                try:
-                    starting()
-                except OSError as exc:
-                    raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
-                                       f"{exc.strerror or exc}; no job was submitted") from None
-
-        return framed_step(step, transport, values, timeout, self.ctx.state, receipt_id, on_record=observe,
-                           starting=record_attempt)
+        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt.id, on_record=observe,
+                           starting=starting)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
                    wait_for: float | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:

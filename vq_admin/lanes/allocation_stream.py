@@ -26,6 +26,7 @@ from ..document import Count, Document, DocumentError, JsonObject, JsonValue
 from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
 from ..report.sections import Metrics
 from ..core import atomic
+from ..report.outcome import VqAdminError
 from ..ssh.transport import Transport, describe_interruption
 from ..plan import SlotValue, Step, execute_stream
 
@@ -312,15 +313,19 @@ def framed_step(step: Step, transport: Transport, values: dict[str, SlotValue], 
                 starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
     """Run *step* (exactly its planned argv, slots filled from *values*) as one framed agent call on *transport*
     into fresh transcript sinks (``PREFIXstdout``, ``PREFIXstderr`` in the receipt's transcript directory);
-    *starting* runs once the step has started and was not refused, just before the call.  The step gets the
-    call's exit status, time and status; the caller settles it."""
+    *starting* (the attempt record) runs once the step has started and was not refused, just before the call.
+    The step gets the call's exit status, time and status; the caller settles it."""
     sinks: dict[str, TranscriptSink] = {}
 
     def stream(argv: list[str]) -> StreamCall:
         # the attempt record, the transcript directory and the sinks' temporary files exist only once
         # the step runs: a step refused, or killed, at its start leaves none of them behind
-        if starting is not None:
-            starting()
+        try:
+            if starting is not None:
+                starting()
+        except OSError as exc:
+            raise VqAdminError(f"cannot record the attempt in the state directory {state.root}: "
+                               f"{exc.strerror or exc}; no job was submitted") from None
         try:
             directory: Path | OSError = state.transcript_dir(receipt_id)
         except OSError as exc:  # a full or failing state filesystem: the sinks say so, the call goes on

@@ -351,7 +351,7 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
         failpoint("step-after", step.name)
         return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
     update.ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
-    first_call.take_record(update.ctx, update.receipt, update.host.name, None, lease)
+    lease.take_record(update.ctx, update.receipt, update.host.name, None)
     step.purpose += first_call.PURPOSE
     if "identity" in answer:
         result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)

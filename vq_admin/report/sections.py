@@ -153,8 +153,7 @@ class Record(Section, frozen=True, kw_only=True):
 
 
 class Sibling(Document, frozen=True, kw_only=True):
-    """A run of this run's own fleet rollout whose lease it waited for (:mod:`vq_admin.lockwait`); a member of
-    :class:`Waited`'s list, not a section of its own."""
+    """A run of this run's own fleet rollout whose lease it waited for: one of :class:`Waited`'s."""
 
     run_id: str | None
     pid: int
