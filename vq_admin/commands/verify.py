@@ -48,7 +48,8 @@ STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 State = Literal["current", "drifted", "unhealthy", "broken", "unknown", "deploying"]
 
 if TYPE_CHECKING:
-    from ..lanes.verify import LeasePeek, Verification
+    from ..lanes.verify import Verification
+    from ..lease import LeaseReply
     from ..plan import Plan
 
 
@@ -160,7 +161,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     return judged
 
 
-def _deploying(judged: RuntimeCheck, lease: LeasePeek) -> RuntimeCheck:
+def _deploying(judged: RuntimeCheck, lease: LeaseReply) -> RuntimeCheck:
     """A runtime a run's held lease is deploying: what it reads meanwhile goes in the detail."""
     return judged.replace(state="deploying", lease=Holder(lock=lease.lock, holder=lease.holder),
                           detail=f"a run holds its host-side lease: {lease.message} (meanwhile the runtime reads "

@@ -33,8 +33,7 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from msgspec import UNSET
 
@@ -45,11 +44,13 @@ from ..report import progress
 from ..core import checksum, exits, protocol
 from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
+from ..document import JsonObject
 from ..report.sections import CommandOutput, Deploy
-from ..plan import SlotValue, Step, execute_stream, settled
+from ..plan import SlotValue, Step, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
-from .allocation_stream import Cancel, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
+from .allocation_stream import (Cancel, OnRecord, Sent, Settle, StreamCall, Summary, TranscriptSink, discard,
+                                framed_step)
 from .runtime_step import RuntimeStep
 
 #: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
@@ -101,15 +102,6 @@ def _placed(argv: list[str], command: ProviderCommand) -> list[str]:
             out[i] = find_slot(out[i], list(marks.values())) or out[i]
     return out
 
-
-def _discard(sinks: dict[str, TranscriptSink]) -> None:
-    for sink in sinks.values():
-        sink.discard()
-    for directory in {sink.directory for sink in sinks.values()}:
-        try:
-            directory.rmdir()  # only when nothing else is in it
-        except OSError:
-            pass
 
 
 #: Slurm end states in which the job did not choose its exit status.
@@ -238,7 +230,7 @@ class AllocationDeploy(RuntimeStep):
         asked for by the recorded job id or build (never run again)."""
         ctx, detached = self.ctx, self.KIND == "detached"
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-            _discard(sinks)
+            discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
             self.reclaim(success=False)
@@ -253,16 +245,14 @@ class AllocationDeploy(RuntimeStep):
         return self._reconcile(attempt, deadline, sinks, transport, wait_for=RECONCILE_WAIT if detached else None)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
-              on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
+              on_record: OnRecord | None, transport: Transport,
               starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
         refused, just before the call (the attempt record)."""
         assert self.receipt.id is not None  # deploy() gave the receipt its id
-        receipt_id = self.receipt.id
-        sinks: dict[str, TranscriptSink] = {}
 
-        def observe(kind: str, value: dict[str, Any]) -> None:
+        def observe(kind: str, value: JsonObject) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
                 if value.get("job_id"):
                     self.receipt.deploy = self.receipt.deploy.replace(job_id=str(value["job_id"]))
@@ -271,35 +261,8 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        def stream(argv: list[str]) -> StreamCall:
-            # the attempt record, the transcript directory and the sinks' temporary files exist only once
-            # the step runs: a step refused, or killed, at its start leaves none of them behind
-            if starting is not None:
-                try:
-                    starting()
-                except OSError as exc:
-                    raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
-                                       f"{exc.strerror or exc}; no job was submitted") from None
-            try:
-                directory: Path | OSError = self.ctx.state.transcript_dir(receipt_id)
-            except OSError as exc:  # a full or failing state filesystem: the sinks say so, the deploy goes on
-                directory = exc
-            sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
-            return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
-
-        try:  # exactly the planned argv, its slots filled, streamed as it arrives; the caller settles it
-            call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
-        except BaseException:
-            _discard(sinks)
-            raise
-        call.step = step
-        step.exit_code, step.seconds = call.exit_code, call.seconds
-        if call.complete:
-            step.status = "ok"
-        else:
-            step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
-            step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
-        return call, sinks
+        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt.id, on_record=observe,
+                           starting=starting)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
                    wait_for: float | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
@@ -307,7 +270,7 @@ class AllocationDeploy(RuntimeStep):
         times (copies of the planned ``deploy-reconcile``); *wait_for* (seconds) replaces the wait until
         the original bound."""
         for n in range(1, RECONCILE_TRIES + 1):
-            _discard(sinks)
+            discard(sinks)
             wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
             step = self.receipt.plan.again(RECONCILE, RECONCILE if n == 1 else f"{RECONCILE}-{n}")
             call, sinks = self._call(step, {ATTEMPT.name: attempt, WAIT.name: _seconds(round(wait))}, wait + MARGIN,
@@ -339,7 +302,7 @@ class AllocationDeploy(RuntimeStep):
         receipt, where = self.receipt, call.where
         summary = call.summary
         if summary is None:
-            _discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
         signalled = ended_without_choosing(summary)
         self._record_end(summary, call, sinks, ("job_id", "exit_code", "sbatch_exit_code", "job_state",
@@ -418,11 +381,11 @@ class AllocationDeploy(RuntimeStep):
             problems.append("the job's end was not established: its transcript may still grow")
         output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
                          str(receipt.deploy.log_dir))
-        if not output["complete"]:
-            self.ctx.narrate(f"deploy: {output['note']}")
-        receipt.command_output = CommandOutput.from_value(output, "command_output")
+        if output.note:
+            self.ctx.narrate(f"deploy: {output.note}")
+        receipt.command_output = output
         receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
-        receipt.metrics_complete = output["complete"]
+        receipt.metrics_complete = output.complete is True
 
     def _store_transcripts(self, sinks: dict[str, TranscriptSink]) -> str | None:
         """The directory of the driver's copy of the transcripts, or ``None`` (a note says why, when it failed:
@@ -461,24 +424,20 @@ def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> s
 
 
 def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: TranscriptSink,
-            transcript: str | None, log_dir: str) -> dict[str, Any]:
-    """The receipt's ``command_output`` of an allocation deploy."""
+            transcript: str | None, log_dir: str) -> CommandOutput:
+    """The receipt's ``command_output`` of an allocation deploy (``kept`` when a stream was cut to its head and
+    tail, ``problems`` and ``note`` when the transcript is incomplete)."""
     complete = settle.settled and not problems
     cut = any("cut" in p or "received" in p for p in problems)
     reason = None if complete else settle.reason or ("unavailable" if cut else "unstable")
-    output: dict[str, Any] = {
-        "complete": complete, "reason": reason, "log_dir": log_dir,
-        "observations": settle.observations, "settle_seconds": settle.seconds,
-        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-        "truncated": out.truncated or err.truncated, "transcript": transcript,
-        "checksum": settle.checksum or out.algorithm,
-    }
-    if out.truncated or err.truncated:
-        output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-                          f"{transcript or log_dir}")
-    if not complete:
-        output["problems"] = problems
-        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the "
-                          "job wrote; metrics are partial evidence, and an empty metrics object is not proof that "
-                          "no build work occurred")
-    return output
+    truncated = out.truncated or err.truncated
+    return CommandOutput(
+        complete=complete, reason=reason, log_dir=log_dir, observations=settle.observations,
+        settle_seconds=settle.seconds, stdout=out.text(), stderr=err.text(), stdout_bytes=out.bytes,
+        stderr_bytes=err.bytes, truncated=truncated, transcript=transcript, checksum=settle.checksum or out.algorithm,
+        kept=(f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
+              f"{transcript or log_dir}") if truncated else UNSET,
+        problems=UNSET if complete else problems,
+        note=UNSET if complete else (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds "
+                                     "what the job wrote; metrics are partial evidence, and an empty metrics object "
+                                     "is not proof that no build work occurred"))

@@ -26,7 +26,7 @@ from ..core import exits
 from ..report.sections import Deploy
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_step
-from .allocation_stream import StreamCall, TranscriptSink
+from .allocation_stream import StreamCall, TranscriptSink, discard
 from .runtime_step import RuntimeStep
 
 def applies(step: RuntimeStep) -> bool:
@@ -75,7 +75,7 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
                   sinks: dict[str, TranscriptSink]) -> RunResult:
         where, summary = call.where, call.summary
         if summary is None:
-            allocation_step._discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived",
                                  message=_still_running(self.receipt.deploy, "the helper's report never arrived"))
         signal = summary.exit_signal

@@ -13,24 +13,15 @@ from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..core import protocol
 from ..core.failpoints import failpoint
-from ..document import Document, DocumentError
+from ..document import Document
 from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
+from ..lease import LeaseReply, member_as
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
 from ..ssh.transport import RunResult, quote_argv
-
-
-class LeasePeek(Document, frozen=True, kw_only=True):
-    """Who holds the program's lease on the login host now (the agent's ``verify-readback --lease-of``)."""
-
-    held: bool = False
-    lock: str | None = None
-    holder: dict[str, Any] | None = None  #: the holder's record, as the agent wrote it
-    message: str | None = None
-    error: str | None = None
 
 
 class OutputExcerpt(Document, frozen=True, kw_only=True):
@@ -67,7 +58,7 @@ class Verification:
     #: receipt (naming the command and its exit status)
     broken: str | None = None
     #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
-    lease: LeasePeek | None = None
+    lease: LeaseReply | None = None
     #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease), unread:
     #: :func:`vq_admin.record.view.take` reads it
     record: object = None
@@ -172,7 +163,7 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.error = answer
         readback_step.status = "skipped"
         return found
-    found.lease = _lease(answer.data.get("lease"))
+    found.lease = None if answer.data.get("lease") is None else member_as(LeaseReply, answer.data["lease"])
     found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
     code = answer.verify["exit_code"]
     verify_step.exit_code = code
@@ -228,14 +219,6 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
         readback_step.status = "skipped"
         return None
     return receipt
-
-
-def _lease(value: object) -> LeasePeek | None:
-    """The lease the agent peeked at, or ``None`` when it said none (or nothing readable)."""
-    try:
-        return None if value is None else LeasePeek.from_value(value, "the agent's lease")
-    except DocumentError:
-        return None
 
 
 def _parse_answer(result: RunResult) -> protocol.VerifyReadback | str:

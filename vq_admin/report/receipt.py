@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, CommandOutput, Confirm, Deploy, Install, Interruption, Metrics, Mirror,
-                       PreviousAttempt, Prune, Readback, Record, Registry, Reverted, Rollback, Section, Source, Stage,
-                       Verify)
+from .sections import (Activation, CommandOutput, Confirm, Deploy, Install, Interruption, LeaseRecord, Metrics,
+                       Mirror, PreviousAttempt, Prune, Readback, Record, Registry, Reverted, Rollback, Section, Source,
+                       Stage, Verify)
 from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
@@ -101,7 +101,7 @@ class Receipt:
     #: the staged source directory on the build host
     stage: Stage | None = None
     #: the host-side lease (CONTRACT section 9)
-    lease: dict[str, Any] | None = None
+    lease: LeaseRecord | None = None
     #: an earlier allocation attempt this run reconciled
     previous_attempt: PreviousAttempt | None = None
     #: which step a dropped transport cut, and what it left behind

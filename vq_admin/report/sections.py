@@ -152,6 +152,47 @@ class Record(Section, frozen=True, kw_only=True):
     error: str | UnsetType = UNSET
 
 
+class Sibling(Document, frozen=True, kw_only=True):
+    """A run of this run's own fleet rollout whose lease it waited for: one of :class:`Waited`'s."""
+
+    run_id: str | None
+    pid: int
+
+
+class Waited(Section, frozen=True, kw_only=True):
+    """How long a run waited for a held lane lock or lease, as ``--wait-lock`` allowed."""
+
+    seconds: float
+    wait_lock: float | None
+    siblings: list[Sibling]
+
+
+class AgentChecked(Section, frozen=True, kw_only=True):
+    """The helper lane's check of the agent's words before its lease runs them (the last step of it)."""
+
+    argv: list[str] | None
+    status: str
+    detail: str | None
+    steps: list[JsonObject]  #: the check's plan steps (vq_admin.plan)
+
+
+class LeaseRecord(Section, frozen=True, kw_only=True):
+    """The host-side lease (CONTRACT section 9): where, the agent's words, and what came of taking it."""
+
+    where: str
+    argv: list[str]
+    held: bool | UnsetType = UNSET
+    status: str | UnsetType = UNSET  #: ``planned``: a dry run's
+    seconds: float | UnsetType = UNSET
+    lock: str | None | UnsetType = UNSET
+    holder: JsonObject | None | UnsetType = UNSET  #: the holder's record, as the agent wrote it
+    acquired_at: str | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    waited: Waited | UnsetType = UNSET
+    agent_checked: AgentChecked | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+
+
 
 class ConfirmOutput(Section, frozen=True, kw_only=True):
     """The confirmation job's output, bounded like a deploy's."""
