@@ -484,7 +484,7 @@ def _parse(verb: str, line: str) -> dict[str, Any]:
     """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
     not one (the exit status and stderr then say why)."""
     try:
-        return protocol.PARSERS[verb](line).data if line else {}
+        return dict(protocol.PARSERS[verb](line)) if line else {}
     except protocol.ProtocolError:
         return {}
 

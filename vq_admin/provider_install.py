@@ -197,7 +197,7 @@ def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport
     install = receipt.install if receipt.install is not None else {}
     if result.ok:
         try:
-            answer: dict[str, Any] | None = protocol.parse_install_file(result.stdout).data
+            answer: protocol.Installed | None = protocol.parse_install_file(result.stdout)
         except protocol.ProtocolError:
             answer = None
         if answer is None:
@@ -236,7 +236,7 @@ def _hash_back(plan: Plan, transport: Transport) -> str | None:
     """Run the planned ``install-readback`` step; the SHA-256 the destination holds, if it answered one."""
     result = execute(plan.get(READBACK), transport, timeout=READBACK_TIMEOUT)
     try:
-        return protocol.parse_hash_file(result.stdout).sha256
+        return protocol.parse_hash_file(result.stdout).get("sha256")
     except protocol.ProtocolError:
         return None
 
