@@ -177,6 +177,30 @@ if TYPE_CHECKING:  # annotations only: each document of the protocol, one TypedD
         program: Optional[str]
         holder: Holder
 
+    class ShellProbe(TypedDict, total=False):
+        argv: bool
+        expected: str
+
+    class RecordRequest(TypedDict, total=False):
+        program: Optional[str]
+        after: int
+
+    class VerifyRequest(TypedDict, total=False):
+        argv: List[str]
+        env: Dict[str, str]
+        timeout: float
+
+    class SessionRequest(TypedDict, total=False):
+        """The ``session`` request line (:mod:`vq_admin.agent.session`); the agent checks each part it reads."""
+
+        protocol: int
+        shell_probe: ShellProbe
+        lease: LeaseRequest
+        check_paths: List[str]
+        identity: bool
+        record: RecordRequest
+        verify: VerifyRequest
+
     class LeaseAnswer(TypedDict, total=False):
         """``lease`` (and the ``session`` member ``lease``, and ``verify-readback --lease-of``'s ``lease``):
         held, or what holds it and why (``exit``: the status the ``lease`` verb ends with)."""
