@@ -373,14 +373,9 @@ def main_lease(args: Namespace) -> int:
 
         answer["record"] = read_after(args.program, max(0, args.record_after))
     print(protocol.encode(answer), end="", flush=True)
-    try:
-        for line in sys.stdin.buffer:  # each line: a record entry of the run, appended under the lease
-            if line.strip():
-                from .record import serve_line
+    from .session import Held  # each line on stdin: a record entry of the run, appended under the lease
 
-                print(protocol.encode(serve_line(line, args.program)), end="", flush=True)
-    except (OSError, ValueError):
-        pass
-    finally:
-        release(fd, answer["lock"])
+    held = Held(fd, answer["lock"], sys.stdin.buffer, sys.stdout, args.program)
+    held.answered.set()
+    held.watcher.join()  # stdin closed: the lease is released
     return 0
