@@ -91,7 +91,7 @@ if TYPE_CHECKING:  # annotations only: each document of the protocol, one TypedD
         stage: str
         verified: bool
         mismatches: List[str]
-        computed: Dict[str, Optional[str]]
+        computed: Dict[str, str]
 
     class StageReclaimed(TypedDict):
         removed: List[str]
