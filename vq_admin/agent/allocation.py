@@ -41,7 +41,7 @@ from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
 
 if TYPE_CHECKING:
-    from .confirm import Verdict
+    from ..core.protocol import Verdict
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0

@@ -25,13 +25,16 @@ import os
 import re
 import signal
 import time
-from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, cast
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
 
 from . import allocation, detached, lease, slurmjob, spawn
 from ..core import procs, protocol
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
 from .progress import Reporter
+
+if TYPE_CHECKING:
+    from ..core.protocol import Revert, Verdict
 
 #: The verdict the supervisor writes, and the spec it reads, inside the attempt.
 VERDICT_FILE = "confirm"
@@ -46,38 +49,6 @@ BETTER = ("lower", "higher", "equal")
 END_WAIT = 10.0
 JOB_NAME = "vq-confirm-{}"
 
-
-class Revert(TypedDict, total=False):
-    """The revert run when the job did not pass (``error`` when it could not run or end)."""
-
-    argv: List[str]
-    exit_code: Optional[int]
-    error: str
-    stdout: str
-    stderr: str
-
-
-class Verdict(TypedDict, total=False):
-    """The ``confirm`` file the supervisor writes (and the ``summary`` record's ``confirm``): Slurm's word on
-    the job's end, the metrics judged against the baseline, and the revert."""
-
-    job_id: Optional[str]
-    state: Optional[str]
-    exit_code: Optional[int]
-    job_exit_code: Optional[str]
-    node: Optional[str]
-    seconds: float
-    timed_out: bool
-    cancel: Optional[Dict[str, object]]
-    submitted: bool
-    sbatch_stderr: str
-    metrics: Dict[str, str]
-    regressed: List[str]
-    accepted: bool
-    problems: List[str]
-    passed: bool
-    revert: Optional[Revert]
-    ended: str
 
 
 def metric_spec(text: str) -> Tuple[str, str, float]:

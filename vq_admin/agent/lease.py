@@ -59,11 +59,13 @@ from ..core.names import is_name
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import Namespace
-    from typing import Optional, Tuple
+    from typing import BinaryIO, Optional, TextIO, Tuple
 
     from ..core.protocol import Holder, LeaseAnswer, LeaseRequest
 
 LANES = ("runtime", "helper")
+#: Largest line read on a held lease's stdin (a record entry: its statement and signature, as JSON text).
+LINE_LIMIT = 1 << 20
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
@@ -358,6 +360,50 @@ def release(fd: int, path: str) -> None:
     os.close(fd)
 
 
+class Held:
+    """The lease a session (or the ``lease`` verb) holds until *stdin* closes (the driver closed it, died,
+    or the connection dropped), watched in a thread from the start, so the lease ends then whatever the
+    session is doing (a verify still running keeps running, read-only, but no longer holds the lease: the
+    lock's descriptor is close-on-exec, so no child shares it); released once, then or when the session
+    fails.  Each line read meanwhile is a record entry of the run, appended under the lease and answered
+    on *out* (:func:`.record.serve_line`) once :attr:`answered` is set."""
+
+    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
+                 program: Optional[str] = None) -> None:
+        import threading
+
+        self.fd, self.path, self.out, self.program = fd, path, out, program
+        self.answered = threading.Event()  # the session's own answer is out: append answers may follow
+        self.released = False
+        self._once = threading.Lock()
+        self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
+        self.watcher.start()
+
+    def _watch(self, stdin: BinaryIO) -> None:
+        try:
+            while True:
+                line = stdin.readline(LINE_LIMIT + 1)
+                if not line:
+                    break
+                if self.out is not None and line.strip():  # a record entry of the run, under its lease
+                    from .record import serve_line
+
+                    answer = serve_line(line, self.program)
+                    self.answered.wait()
+                    self.out.write(protocol.encode(answer))
+                    self.out.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        with self._once:
+            if not self.released:
+                self.released = True
+                release(self.fd, self.path)
+
+
 def main_lease(args: Namespace) -> int:
     holder: Holder = {"host": args.host, "driver_host": args.driver_host, "user": args.user, "pid": args.pid,
               "since": args.since, "run_id": args.run_id}
@@ -373,8 +419,6 @@ def main_lease(args: Namespace) -> int:
 
         answer["record"] = read_after(args.program, max(0, args.record_after))
     print(protocol.encode(answer), end="", flush=True)
-    from .session import Held  # each line on stdin: a record entry of the run, appended under the lease
-
     held = Held(fd, answer["lock"], sys.stdin.buffer, sys.stdout, args.program)
     held.answered.set()
     held.watcher.join()  # stdin closed: the lease is released

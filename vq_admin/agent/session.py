@@ -175,50 +175,6 @@ def _verify(argv: object, env: object, timeout: object) -> VerifyReadback:
     return {"error": "bad verify request"}
 
 
-class Held:
-    """The lease this session holds until *stdin* closes (the driver closed it, died, or the connection
-    dropped), watched in a thread from the start, so the lease ends then whatever the session is doing (a
-    verify still running keeps running, read-only, but no longer holds the lease: the lock's descriptor is
-    close-on-exec, so no child shares it); released once, then or when the session fails."""
-
-    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
-                 program: Optional[str] = None) -> None:
-        import threading
-
-        self.fd, self.path, self.out, self.program = fd, path, out, program
-        self.answered = threading.Event()  # the session's own answer is out: append answers may follow
-        self.released = False
-        self._once = threading.Lock()
-        self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
-        self.watcher.start()
-
-    def _watch(self, stdin: BinaryIO) -> None:
-        try:
-            while True:
-                line = stdin.readline(REQUEST_LIMIT + 1)
-                if not line:
-                    break
-                if self.out is not None and line.strip():  # a record entry of the run, under its lease
-                    from .record import serve_line
-
-                    answer = serve_line(line, self.program)
-                    self.answered.wait()
-                    self.out.write(protocol.encode(answer))
-                    self.out.flush()
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        with self._once:
-            if not self.released:
-                self.released = True
-                from .lease import release
-
-                release(self.fd, self.path)
-
-
 def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] = None) -> int:
     line = stdin.readline(REQUEST_LIMIT + 1)
     if not line:  # stdin closed before any request (the run ended before sending it): nothing asked
@@ -241,6 +197,8 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         out.flush()
         return 0
     wanted = request.get("lease")
+    from .lease import Held
+
     held = Held(fd, answer["lease"]["lock"], stdin, out, wanted.get("program") if isinstance(wanted, dict) else None)
     try:
         rest = second_part(request)

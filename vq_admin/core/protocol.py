@@ -295,6 +295,37 @@ if TYPE_CHECKING:  # annotations only: each document of the protocol, one TypedD
         append_error: str
         record: RecordRead
 
+    class Revert(TypedDict, total=False):
+        """The revert run when the job did not pass (``error`` when it could not run or end)."""
+
+        argv: List[str]
+        exit_code: Optional[int]
+        error: str
+        stdout: str
+        stderr: str
+
+    class Verdict(TypedDict, total=False):
+        """The ``confirm`` file the supervisor writes (and the ``summary`` record's ``confirm``): Slurm's word on
+        the job's end, the metrics judged against the baseline, and the revert."""
+
+        job_id: Optional[str]
+        state: Optional[str]
+        exit_code: Optional[int]
+        job_exit_code: Optional[str]
+        node: Optional[str]
+        seconds: float
+        timed_out: bool
+        cancel: Optional[Dict[str, object]]
+        submitted: bool
+        sbatch_stderr: str
+        metrics: Dict[str, str]
+        regressed: List[str]
+        accepted: bool
+        problems: List[str]
+        passed: bool
+        revert: Optional[Revert]
+        ended: str
+
 # -- verbs ------------------------------------------------------------------------------
 
 HASH_FILE = "hash-file"
