@@ -196,10 +196,9 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         out.write(protocol.encode(second_part(request)))
         out.flush()
         return 0
-    wanted = request.get("lease")
-    from .lease import Held
+    from .lease import Held  # held: the request's lease was a LeaseRequest object (lease.take checked it)
 
-    held = Held(fd, answer["lease"]["lock"], stdin, out, wanted.get("program") if isinstance(wanted, dict) else None)
+    held = Held(fd, answer["lease"]["lock"], stdin, out, request["lease"].get("program"))
     try:
         rest = second_part(request)
         if held.released:
