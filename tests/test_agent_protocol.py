@@ -559,6 +559,7 @@ def test_a_malformed_answer_is_one_protocol_error_naming_the_verb(verb, stdout):
     (protocol.CENSUS, {"complete": True, "error": None}, "cost"),
     (protocol.RECORD_QUARANTINE, {"appended": "yes"}, "appended"),
     (protocol.SESSION, {"protocol": 1, "lease": {"held": "yes"}}, "held"),
+    (protocol.VERIFY_READBACK, {"verify": {"exit_code": 0, "stdout": ""}, "readback_exit": "0"}, "readback_exit"),
 ])
 def test_a_member_of_another_type_is_a_protocol_error_naming_it(verb, answer, member):
     with pytest.raises(protocol.ProtocolError, match=f"has no valid '{member}'"):

@@ -677,7 +677,8 @@ def _object(verb: str, stdout: Output) -> Any:
 SHAPES: Dict[str, Tuple[Tuple[str, type, bool], ...]] = {
     HASH_FILE: (("path", str, False), ("exists", bool, False), ("sha256", str, False), ("error", str, False)),
     CHECK_PATHS: (("checked", list, True), ("refused", list, True)),
-    VERIFY_READBACK: (("readback", dict, False), ("lease", dict, False), ("record", dict, False)),
+    VERIFY_READBACK: (("readback", dict, False), ("readback_exit", int, False), ("readback_seconds", float, False),
+                      ("lease", dict, False), ("record", dict, False)),
     STAGE_RECEIVE: (("stage", str, True), ("bytes", int, True)),
     STAGE_VERIFY: (("stage", str, False), ("verified", bool, False), ("mismatches", list, False)),
     STAGE_RECLAIM: (("removed", list, True), ("abandoned", list, True)),
