@@ -38,7 +38,7 @@ import socket
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar, cast
 
 from .agent import TOO_OLD
 from .core import exits, protocol
@@ -498,8 +498,8 @@ def held_message(lease: str, answer: LeaseReply) -> str:
 def _parse(verb: str, line: str) -> JsonObject:
     """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
     not one (the exit status and stderr then say why)."""
-    try:
-        return protocol.PARSERS[verb](line).data if line else {}
+    try:  # the parser read it as JSON (bounded) and checked its members' types: a JSON object
+        return cast(JsonObject, dict(protocol.PARSERS[verb](line))) if line else {}
     except protocol.ProtocolError:
         return {}
 

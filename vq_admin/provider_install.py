@@ -192,7 +192,7 @@ def _judge(receipt: Receipt, install: Install, step: Step, result: RunResult, tr
     """The outcome of the install, and the receipt's ``install`` section with what the host answered."""
     if result.ok:
         try:
-            answer = protocol.parse_install_file(result.stdout).data
+            answer: protocol.Installed | None = protocol.parse_install_file(result.stdout)
         except protocol.ProtocolError:
             answer = None
         if answer is None:
@@ -231,7 +231,7 @@ def _hash_back(plan: Plan, transport: Transport) -> str | None:
     """Run the planned ``install-readback`` step; the SHA-256 the destination holds, if it answered one."""
     result = execute(plan.get(READBACK), transport, timeout=READBACK_TIMEOUT)
     try:
-        return protocol.parse_hash_file(result.stdout).sha256
+        return protocol.parse_hash_file(result.stdout).get("sha256")
     except protocol.ProtocolError:
         return None
 

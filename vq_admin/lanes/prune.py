@@ -360,11 +360,11 @@ class RuntimePrune:
                 checked[sha] = KeptLauncher(launcher=entry.launcher, ok=None, detail=result.describe())
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
                 continue
-            if answer is not None and answer.data.get("exists") is False:
+            if answer is not None and answer.get("exists") is False:
                 problem = f"its launcher {entry.launcher} no longer exists"
-            elif answer is None or answer.sha256 != entry.launcher_sha256:
-                problem = (f"its launcher {entry.launcher} now hashes to "
-                           f"{answer and (answer.sha256 or answer.error)}, attested {entry.launcher_sha256}")
+            elif answer is None or answer.get("sha256") != entry.launcher_sha256:
+                now = answer and (answer.get("sha256") or answer.get("error"))
+                problem = f"its launcher {entry.launcher} now hashes to {now}, attested {entry.launcher_sha256}"
             else:
                 problem = None
             checked[sha] = KeptLauncher(launcher=entry.launcher, ok=problem is None, detail=problem)
@@ -393,7 +393,7 @@ def place_keep(provider: str, command: ProviderCommand) -> ProviderCommand:
     return ProviderCommand(argv=argv, env=env)
 
 
-def _hash_answer(stdout: bytes) -> protocol.HashAnswer | None:
+def _hash_answer(stdout: bytes) -> protocol.Hashed | None:
     """The agent's ``hash-file`` answer; ``None`` when unreadable (the launcher is then not proven)."""
     try:
         return protocol.parse_hash_file(stdout)

@@ -163,25 +163,25 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.error = answer
         readback_step.status = "skipped"
         return found
-    found.lease = None if answer.data.get("lease") is None else member_as(LeaseReply, answer.data["lease"])
-    found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
-    code = answer.verify["exit_code"]
+    found.lease = None if answer.get("lease") is None else member_as(LeaseReply, answer.get("lease"))
+    found.record = answer.get("record")
+    code = answer["verify"]["exit_code"]
     verify_step.exit_code = code
-    receipt = _judge_receipt(found, verify_step, readback_step, request, answer.stdout_bytes, code,
-                             answer.verify.get("stderr", ""))
+    receipt = _judge_receipt(found, verify_step, readback_step, request, protocol.verify_output(answer), code,
+                             answer["verify"].get("stderr", ""))
     if receipt is None:
         return found
     failpoint("step-before", readback_step.name)
-    hashed = answer.readback
+    hashed = answer.get("readback")
     readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
-    seconds = answer.data.get("readback_seconds")
+    seconds = answer.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
     if hashed is None or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
     else:
-        data, read_error = hashed, None
-        readback_step.exit_code = answer.data.get("readback_exit")
+        data, read_error = dict(hashed), None
+        readback_step.exit_code = answer.get("readback_exit")
         if readback_step.exit_code != 0:
             read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
     readback_step.status = "ok" if read_error is None else "failed"
