@@ -19,6 +19,7 @@ from vq_admin.config import ConfigError, parse_config
 from vq_admin.lanes import allocation_step
 from vq_admin.lanes.allocation_stream import StreamCall, TranscriptSink
 from vq_admin.report.receipt import Receipt
+from vq_admin.report.sections import Deploy
 
 FAKE_SBATCH = """#!{python}
 import os, sys
@@ -222,8 +223,8 @@ def test_sink_finds_metrics_across_chunk_boundaries_and_keeps_the_head_and_tail(
 
 def _stub_update(tmp_path):
     receipt = Receipt("runtime", "cluster", "prog", "a" * 40, None, "now")
-    receipt.deploy = {"log_dir": "/scratch/.vq-admin/runtime-deploy/prog/deploy.20260101T000000Z.0a0b0c0d",
-                      "job_id": None, "exit_code": None}
+    receipt.deploy = Deploy(log_dir="/scratch/.vq-admin/runtime-deploy/prog/deploy.20260101T000000Z.0a0b0c0d",
+                            job_id=None, exit_code=None)
     said = []
     stub = allocation_step.AllocationDeploy(  # the step, built from its inputs (doubles here)
         SimpleNamespace(narrate=said.append), SimpleNamespace(name="cluster"),
@@ -266,11 +267,11 @@ def test_an_incomplete_transcript_says_so_and_keeps_the_exit_status(tmp_path, re
     assert result.exit_code == exit_code and result.interrupted is None
     output = stub.receipt.command_output.to_value()
     assert output["complete"] is False and output["reason"] == reason and output["observations"] == 10
-    assert output["log_dir"] == stub.receipt.deploy["log_dir"] and output["stdout"] == out.decode()
+    assert output["log_dir"] == stub.receipt.deploy.log_dir and output["stdout"] == out.decode()
     assert "not proof that no build work occurred" in output["note"]
     assert stub.receipt.metrics_complete is False
     assert stub.receipt.metrics == ({"partial": 1} if out else {})
-    assert stub.receipt.deploy["exit_code"] == exit_code
+    assert stub.receipt.deploy.exit_code == exit_code
 
 
 def test_a_settled_transcript_is_complete(tmp_path):
@@ -306,7 +307,7 @@ def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path
     call, sinks = _call(tmp_path, summary, b"VQ-DEPLOY-METRIC n=1\n", b"")
     result = stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
     assert result.interrupted == "transport" and result.exit_code is None
-    assert "job 9" in result.error_text() and stub.receipt.deploy["log_dir"] in result.error_text()
+    assert "job 9" in result.error_text() and stub.receipt.deploy.log_dir in result.error_text()
     assert stub.receipt.command_output.complete is False and stub.receipt.metrics_complete is False
 
 

@@ -28,7 +28,7 @@ from vq_admin.state.locks import lock_path
 from vq_admin.report.outcome import Outcome, UsageError
 from vq_admin.report.output import CONTINUATION, print_json, receipt_summary
 from vq_admin.report.receipt import Receipt, parse_metrics
-from vq_admin.report.sections import CommandOutput, Readback
+from vq_admin.report.sections import CommandOutput, Deploy, Readback
 from vq_admin.source import check_tag_name
 from vq_admin.state.records import StateDir
 
@@ -191,7 +191,7 @@ def test_transcripts_never_reach_a_terminal_raw_and_receipts_stay_json(stdout, s
     out, err = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")  # as the lanes decode
     receipt.command_output = CommandOutput(complete=True, stdout=out, stderr=err)
     receipt.metrics = parse_metrics(out, err)
-    receipt.deploy = {"exit_code": 1}
+    receipt.deploy = Deploy(exit_code=1)
     receipt.errors = [f"deploy: the provider exited 1: {err[-300:]}", error]
     receipt.notes = [note]
     receipt.readback = Readback(read="nothing", advice=advice,

@@ -74,7 +74,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "test_fleet.py::test_a_failing_canary_starts_nothing_else"),
     ("vq_admin/fleet.py", "dry_run_lines", "nothing is run", 1,
      T + "test_fleet.py::test_dry_run_prints_hosts_in_order_with_their_plans"),
-    ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._call.stream", "no job was submitted", 1,
+    ("vq_admin/lanes/allocation_stream.py", "framed_step.stream", "no job was submitted", 1,
      T + "test_chaos.py::test_a_full_state_filesystem_refuses_before_any_mutation"),
     ("vq_admin/lanes/allocation_step.py", "AllocationDeploy._conclude", "nothing ran", 1,
      T + "test_chaos.py::test_scancel_of_a_pending_job_is_failed_nothing_ran"),

@@ -384,8 +384,8 @@ def test_prune_asks_its_hook_once_and_fills_the_keep_set_slot(world, monkeypatch
     prunes = provider.hooks("runtime_prune")
     assert len(prunes) == 1, "asked once per run, when the plan is made"
     assert is_list_slot(prunes[0].keep) and prunes[0].keep == "[<kept sha>]..."
-    keep = sorted(done.prune["keep"])
-    assert shas[2] in keep and shas[0] not in keep and done.prune["removed"] == [shas[0]]
+    keep = sorted(done.prune.keep)
+    assert shas[2] in keep and shas[0] not in keep and done.prune.removed == [shas[0]]
     ran = done.plan.to_list()
     step = next(s for s in ran if s["name"] == "prune")
     assert step["argv"][-2 * len(keep):] == [w for sha in keep for w in ("--keep", sha)], "the filled words"

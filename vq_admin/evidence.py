@@ -7,7 +7,7 @@ provider's word for the hash is compared, never trusted.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, VerifyReceipt
@@ -21,9 +21,6 @@ class Check:
     name: str
     ok: bool
     detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def receipt_checks(receipt: VerifyReceipt, program: str, sha: str, tag: str | None) -> list[Check]:

@@ -52,6 +52,7 @@ from .document import Document
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
+from .report.sections import LeaseRecord
 from .report.output import safe_text
 from .state.records import LogLine, StateDir
 from .state.tree import dump_json
@@ -66,18 +67,6 @@ INTERRUPT_GRACE = 60.0
 _OUTCOME_BY_CODE = {o.exit_code: o for o in Outcome if o is not Outcome.ALREADY_CURRENT}
 
 
-class Sibling(Document, frozen=True, kw_only=True):
-    pid: int | None = None
-
-
-class Waited(Document, frozen=True, kw_only=True):
-    siblings: list[Sibling] = msgspec.field(default_factory=list)
-
-
-class WorkerLease(Document, frozen=True, kw_only=True):
-    waited: Waited | None = None
-
-
 class WorkerAnswer(Document, frozen=True, kw_only=True):
     """What the rollout reads of the document a worker printed: its receipt, its plan or its error."""
 
@@ -87,7 +76,7 @@ class WorkerAnswer(Document, frozen=True, kw_only=True):
     dry_run: bool = False
     errors: list[str] = msgspec.field(default_factory=list)
     not_stored: list[str] | None = None
-    lease: WorkerLease | None = None
+    lease: LeaseRecord | None = None  #: the receipt's: whom it waited for
 
 
 class FleetHost(Document, frozen=True, kw_only=True, omit_defaults=True):

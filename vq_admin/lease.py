@@ -38,15 +38,16 @@ import socket
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar, cast
 
 from .agent import TOO_OLD
 from .core import exits, protocol
 from .core.agentjudge import SAID_WHAT_RAN
 from .core.failpoints import failpoint
-from .document import Document, DocumentError
+from .document import Document, DocumentError, JsonObject, JsonValue
 from .lockwait import Holder, LockWait
 from .report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, VqAdminError
+from .report.sections import LeaseRecord
 from .ssh import process
 from .core.stamps import utc_now
 from .ssh.early_session import session_command, take
@@ -72,12 +73,13 @@ _D = TypeVar("_D", bound=Document)
 
 
 class LeaseReply(Document, frozen=True, kw_only=True):
-    """The agent's answer to ``lease`` (or a session's ``lease`` member): held, or what holds it and why not
-    (``exit``: 75 held, 4 unsafe, 2 a bad request, 1 any other reason, with ``error``)."""
+    """The agent's answer to ``lease`` (or a session's ``lease`` member, or what ``verify-readback
+    --lease-of`` peeked at): held, or what holds it and why not (``exit``: 75 held, 4 unsafe, 2 a bad
+    request, 1 any other reason, with ``error``)."""
 
     held: bool = False
     lock: str | None = None
-    holder: Holder | None = None
+    holder: JsonObject | None = None  #: the holder's record, as the agent wrote it (receipts keep it so)
     message: str | None = None
     exit: int | None = None
     error: str | None = None
@@ -94,7 +96,7 @@ class ShellReply(Document, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def _as(kind: type[_D], value: object) -> _D:
+def member_as(kind: type[_D], value: object) -> _D:
     """*value* (a member of the agent's answer) as *kind*; one that is not one says nothing (an empty
     *kind*: the exit status and stderr then say why)."""
     try:
@@ -161,15 +163,15 @@ class Lease:
         self.argv = argv
         self.where = transport.where
         self.proc: LongLived | None = None
-        self.record: dict[str, Any] = {"where": self.where, "argv": argv, "held": False}
+        #: the receipt's ``lease`` section (:attr:`receipt` shows each change of it)
+        self.record = LeaseRecord(where=self.where, argv=argv, held=False)
+        self.receipt: Receipt | None = None
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self._buffer = b""
         self._waited_out = False
         #: the host's record after this driver's cursor, as the agent answered it with the lease (CONTRACT
         #: section 12); ``None`` until then, or from an agent that keeps no record
-        self.host_record: dict[str, Any] | None = None
-        #: what holds the lease, when the agent found it held
-        self.holder: Holder | None = None
+        self.host_record: JsonValue = None
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
@@ -177,13 +179,19 @@ class Lease:
         """Take the lease (``vq-admin-agent lease``); a held one is waited for as :attr:`waiter` allows."""
         self._waited(lambda: self._acquire(timeout))
 
+    def update(self, **changes: Any) -> None:
+        """Change :attr:`record`, and the receipt's ``lease`` section with it."""
+        self.record = self.record.replace(**changes)
+        if self.receipt is not None:
+            self.receipt.lease = self.record
+
     def _waited(self, attempt: Callable[[], _T]) -> _T:
         try:
-            return self.waiter.run(attempt, lambda: self.holder)
+            return self.waiter.run(attempt, lambda: member_as(Holder, self.record.holder))  # the last one found
         finally:
             waited = self.waiter.record()
             if waited is not None:
-                self.record["waited"] = waited
+                self.update(waited=waited)
 
     def _acquire(self, timeout: float) -> None:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
@@ -199,23 +207,23 @@ class Lease:
         except OSError as exc:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
         line = self._read_line(timeout)
-        self.record["seconds"] = round(time.monotonic() - started, 3)
+        self.update(seconds=round(time.monotonic() - started, 3))
         answer = _parse(protocol.LEASE, line)
-        reply = _as(LeaseReply, answer)
+        reply = member_as(LeaseReply, answer)
         if reply.held:
-            self.record.update(held=True, lock=reply.lock, holder=answer.get("holder"), acquired_at=utc_now())
-            self.host_record = _member(answer, "record") or None
+            self._held(reply)
+            self.host_record = answer.get("record")
             return
         code = self._end(RELEASE_TIMEOUT)
         self.proc = None
-        self._refuse(answer, code, self._error_text())
+        self._refuse(reply, code, self._error_text())
 
-    def _refuse(self, answer: dict[str, Any], code: int | None, error: str) -> NoReturn:
-        """Raise what a lease not held (*answer*, as the agent sent it) means: 75 held, 77 unsafe or not
-        takeable, 3 unreachable."""
-        self.record.update(exit_code=code, holder=answer.get("holder"))
-        reply = _as(LeaseReply, answer)
-        self.holder = reply.holder
+    def _held(self, reply: LeaseReply) -> None:
+        self.update(held=True, lock=reply.lock, holder=reply.holder, acquired_at=utc_now())
+
+    def _refuse(self, reply: LeaseReply, code: int | None, error: str) -> NoReturn:
+        """Raise what a lease not held (*reply*) means: 75 held, 77 unsafe or not takeable, 3 unreachable."""
+        self.update(exit_code=code, holder=reply.holder)
         if code == exits.EXIT_HELD:
             raise Locked(held_message(f"the host-side lease of {self._what()} on {self.where}", reply))
         if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
@@ -229,11 +237,11 @@ class Lease:
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}{_nothing_ran(error)}")
 
-    def open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
+    def open_session(self, request: JsonObject, verify_timeout: float | None = None) -> JsonObject:
         """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
         return self._waited(lambda: self._open_session(request, verify_timeout))
 
-    def _open_session(self, request: dict[str, Any], verify_timeout: float | None = None) -> dict[str, Any]:
+    def _open_session(self, request: JsonObject, verify_timeout: float | None = None) -> JsonObject:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -253,23 +261,22 @@ class Lease:
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
         request = dict(request, protocol=protocol.SESSION_PROTOCOL)
         full = self._session_argv(ssh, request)
-        fault = failpoint("call", self.where, *self.record["argv"])
+        fault = failpoint("call", self.where, *self.record.argv)
         if fault == "drop-before":
             return dict(self._interrupted(SSH_TRANSPORT_EXIT, "vq-admin test fault: connection dropped before the "
                                                               "command ran"), unreached=True)
         started = time.monotonic()
         self._start_session(ssh, full, request)
         first = _parse(protocol.SESSION, self._read_line(self.lease_wait))
-        held = _member(first, protocol.LEASE)
-        reply, ours = _as(LeaseReply, held), first.get("protocol") == protocol.SESSION_PROTOCOL
-        if ours and reply.held and fault is None:
-            self.record.update(held=True, lock=reply.lock, holder=held.get("holder"), acquired_at=utc_now())
+        reply = member_as(LeaseReply, first.get(protocol.LEASE))
+        if first.get("protocol") == protocol.SESSION_PROTOCOL and reply.held and fault is None:
+            self._held(reply)
             if ssh is not None:
                 ssh.shell_checked = True
             rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
-            self.record["seconds"] = round(time.monotonic() - started, 3)
+            self.update(seconds=round(time.monotonic() - started, 3))
             answer = dict(first, **_parse(protocol.SESSION, rest))
-            self.host_record = _member(answer, "record") or None
+            self.host_record = answer.get("record")
             if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
                 bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
                 answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
@@ -279,14 +286,14 @@ class Lease:
                 answer.update(self._interrupted(self.proc.poll(), "the connection ended after the lease was taken, "
                                                 "before the rest of the answer"))
             return answer
-        self.record["seconds"] = round(time.monotonic() - started, 3)
+        self.update(seconds=round(time.monotonic() - started, 3))
         return self._not_held(ssh, first, fault)
 
     def append(self, statement: bytes, sig: bytes | None) -> dict[str, Any]:
         """Append the run's entry to the host's record through the held lease (one line on the agent's
         stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``), ``{}`` when none
         came within :data:`LEASE_WAIT` seconds."""
-        if self.proc is None or self.proc.stdin is None or not self.record.get("held"):
+        if self.proc is None or self.proc.stdin is None or not self.record.held:
             return {"append_error": "the host-side lease is not held"}
         line = {"append": {"statement": statement.decode(), "sig": None if sig is None else sig.decode()}}
         try:
@@ -298,15 +305,22 @@ class Lease:
 
         return record_answer(self._read_line(self.lease_wait))
 
+    def take_record(self, ctx: RunContext, receipt: Receipt, host: str, program: str | None) -> None:
+        """Import the entries of the host's record the agent answered with the lease (each judged once) into
+        this driver's view: the receipt's ``record``."""
+        from .record import view
+
+        receipt.record = view.take(ctx.config, ctx.state, host, program, self.host_record)
+
     @property
     def lease_wait(self) -> float:
         """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
         return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
 
-    def _session_argv(self, ssh: SshTransport | None, request: dict[str, Any]) -> list[str]:
+    def _session_argv(self, ssh: SshTransport | None, request: JsonObject) -> list[str]:
         """The ``session`` command line (with the login-shell probe's words on first contact)."""
         argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
-        self.record["argv"] = argv
+        self.update(argv=argv)
         if ssh is None:
             return self.transport.wrap(argv, {})
         if not ssh.shell_checked:
@@ -314,7 +328,7 @@ class Lease:
             return session_command(ssh, argv)
         return ssh.master_wrap(argv)
 
-    def _start_session(self, ssh: SshTransport | None, full: list[str], request: dict[str, Any]) -> None:
+    def _start_session(self, ssh: SshTransport | None, full: list[str], request: JsonObject) -> None:
         """Start the session (or adopt the one started early, :mod:`vq_admin.ssh.early_session`) and send *request*."""
         early = take(ssh, full[-1]) if ssh is not None else None
         try:
@@ -333,10 +347,10 @@ class Lease:
                 _agent_cannot_run(127, exc.strerror or "", self.where, full[0])
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
 
-    def _interrupted(self, code: int | None, why: str) -> dict[str, Any]:
+    def _interrupted(self, code: int | None, why: str) -> JsonObject:
         return {"interrupted": f"{describe_interruption(self.where, code)}: {why}"}
 
-    def _not_held(self, ssh: SshTransport | None, first: dict[str, Any], fault: str | None) -> dict[str, Any]:
+    def _not_held(self, ssh: SshTransport | None, first: JsonObject, fault: str | None) -> JsonObject:
         """The session ended without holding the lease: say why (an interruption is returned, the rest raised)."""
         waited_out = self._waited_out
         code = self._end(RELEASE_TIMEOUT)
@@ -349,18 +363,17 @@ class Lease:
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         if ssh is not None and first.get("shell") is not None:
-            shell = _as(ShellReply, first.get("shell"))
+            shell = member_as(ShellReply, first.get("shell"))
             if not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
         if ssh is not None:
             ssh.shell_checked = True
-        held = _member(first, protocol.LEASE)
-        reply = _as(LeaseReply, held)
-        self._refuse(held, code if reply.exit is None else reply.exit,
+        reply = member_as(LeaseReply, first.get(protocol.LEASE))
+        self._refuse(reply, code if reply.exit is None else reply.exit,
                      (reply.error or error).replace("vq-admin-agent: ", ""))
 
-    def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> dict[str, Any]:
+    def _no_answer(self, ssh: SshTransport | None, code: int | None, error: str, waited_out: bool) -> JsonObject:
         """Not a word from the agent: an interruption when the host was not reached (or the session ended
         before the agent began, so nothing ran there), else raised: why the agent did not run its verb."""
         if waited_out:
@@ -378,8 +391,8 @@ class Lease:
                           f"{code}: {error or 'no answer'}{_nothing_ran(error)}")
         return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
 
-    def _other_protocol(self, theirs: Any) -> NoReturn:
-        host = self.argv[self.argv.index(protocol.HOST) + 1]
+    def _other_protocol(self, theirs: JsonValue) -> NoReturn:
+        host = self.option(protocol.HOST)
         raise OtherProtocol(f"the agent on {self.where} ({self.argv[0]}) speaks session protocol "
                             f"{theirs if theirs is not None else 'none (an older helper)'}, this vq-admin "
                             f"{protocol.SESSION_PROTOCOL}; update the helper first (vq admin update {host} "
@@ -395,11 +408,13 @@ class Lease:
 
     # -- internals ------------------------------------------------------------------
 
+    def option(self, name: str) -> str | None:
+        """The value of the lease argv's option *name* (``protocol.HOST``...), ``None`` without it."""
+        return self.argv[self.argv.index(name) + 1] if name in self.argv else None
+
     def _what(self) -> str:
-        i = self.argv.index(protocol.LANE)
-        lane, host = self.argv[i + 1], self.argv[i + 3]
-        program = self.argv[self.argv.index(protocol.PROGRAM) + 1] if protocol.PROGRAM in self.argv else None
-        return f"{lane} {host}" + (f" {program}" if program else "")
+        program = self.option(protocol.PROGRAM)
+        return f"{self.option(protocol.LANE)} {self.option(protocol.HOST)}" + (f" {program}" if program else "")
 
     def _read_line(self, timeout: float) -> str:
         """The agent's next answer line, waiting at most *timeout* seconds ("" when none came)."""
@@ -463,7 +478,7 @@ class Lease:
 def held_message(lease: str, answer: LeaseReply) -> str:
     """Why *lease* was not taken: one short line (who holds it; only read-only checks ran), then the agent's
     details, what a rerun does now and how to wait for it."""
-    holder = answer.holder or Holder()
+    holder = member_as(Holder, answer.holder)
     details = answer.message or "holder not recorded"
     if holder.kind == "job":
         who = f"the allocation job {holder.job_id or '(id not yet recorded)'} an earlier run submitted"
@@ -480,18 +495,13 @@ def held_message(lease: str, answer: LeaseReply) -> str:
     return f"{lease} is held by {who}; {READ_ONLY_RAN}\n{details}; {rerun}"
 
 
-def _parse(verb: str, line: str) -> dict[str, Any]:
+def _parse(verb: str, line: str) -> JsonObject:
     """The agent's answer line to *verb* (``lease`` or ``session``); empty when there is none or it is
     not one (the exit status and stderr then say why)."""
-    try:
-        return protocol.PARSERS[verb](line).data if line else {}
+    try:  # the parser read it as JSON (bounded) and checked its members' types: a JSON object
+        return cast(JsonObject, dict(protocol.PARSERS[verb](line))) if line else {}
     except protocol.ProtocolError:
         return {}
-
-
-def _member(answer: dict[str, Any], name: str) -> dict[str, Any]:
-    value = answer.get(name)
-    return value if isinstance(value, dict) else {}
 
 
 def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, program: str | None) -> None:
@@ -499,7 +509,7 @@ def plan_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     host = ctx.config.hosts.get(host_name)
     if host is not None:
         argv = lease_argv(host.agent, lane, host_name, program, "<run id>", receipt.started_at)
-        receipt.lease = {"where": ctx.login(host).where, "argv": argv, "status": "planned"}
+        receipt.lease = LeaseRecord(where=ctx.login(host).where, argv=argv, status="planned")
 
 
 @contextmanager
@@ -528,19 +538,20 @@ def host_lease(ctx: RunContext, receipt: Receipt, lane: str, host_name: str, pro
     argv = lease_argv(host.agent, lane, host_name, program, receipt.id, receipt.started_at, after)
     lease = Lease(ctx.login(host), argv)
     lease.waiter = waiter or lease.waiter
-    receipt.lease = lease.record
+    lease.receipt, receipt.lease = receipt, lease.record
     if lane == "helper":  # the agent is what that lane replaces: judged from stat before it runs at all
         from .lanes.command_files_stat import check_agent_before_lease
 
-        check_agent_before_lease(lease.transport, host_name, host.agent, lease.record)
+        check_agent_before_lease(lease.transport, host_name, host.agent,
+                                 lambda checked: lease.update(agent_checked=checked))
     try:
         ctx.held_lease = lease
         if deferred and (not isinstance(lease.transport, SshTransport) or literal_words(host.agent)):
             ctx.lease = lease
         else:
             lease.acquire()
-            ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-            receipt.record = view.take(ctx.config, ctx.state, host_name, program, lease.host_record)
+            ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
+            lease.take_record(ctx, receipt, host_name, program)
         yield lease
     finally:
         ctx.lease = ctx.held_lease = None

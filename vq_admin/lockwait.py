@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from .core import procs
 from .document import Document
 from .report import progress
 from .report.outcome import READ_ONLY_RAN, Locked
+from .report.sections import Sibling, Waited
 
 #: The environment variable a fleet rollout sets in each of its workers: its own pid.
 FLEET = "VQ_ADMIN_FLEET"
@@ -38,18 +39,14 @@ T = TypeVar("T")
 
 
 class HolderRun(Document, frozen=True, kw_only=True):
-    """A run as a holder record names it: its id, and the user, machine and pid of its driver."""
+    """A run as a holder record names it: its id, and the user, machine and pid of its driver, and when it
+    started (also what a run asks the agent to record, :mod:`vq_admin.lanes.first_call`)."""
 
     run_id: str | None = None
     user: str | None = None
     driver_host: str | None = None
     pid: int | None = None
-
-
-class LockHolder(Document, frozen=True, kw_only=True):
-    """A process that holds a lock whose holder record is missing (from ``/proc/locks``)."""
-
-    pid: int | None = None
+    since: str | None = None
 
 
 class Holder(HolderRun, frozen=True, kw_only=True):
@@ -60,7 +57,7 @@ class Holder(HolderRun, frozen=True, kw_only=True):
     kind: str | None = None
     job_id: str | None = None
     session: HolderRun | None = None
-    lock_holders: tuple[LockHolder, ...] | None = None
+    lock_holders: tuple[HolderRun, ...] | None = None  #: from ``/proc/locks``: each a pid alone
 
 
 def sibling(holder: Holder | None) -> int | None:
@@ -90,15 +87,15 @@ class LockWait:
         self.narrate = narrate
         self.started = time.monotonic()
         self.waited = 0.0
-        self.siblings: list[dict[str, Any]] = []  # the sibling runs waited for: run id and driver pid
+        self.siblings: list[Sibling] = []  # the sibling runs waited for: run id and driver pid
         self.holding = ""  # what holds the lock, as the progress line names it
         self._line: progress.LiveLine | None = None
 
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> Waited | None:
         """What the receipt's ``lease.waited`` says, when this run waited at all."""
         if not self.waited:
             return None
-        return {"seconds": round(self.waited, 3), "wait_lock": self.seconds, "siblings": self.siblings}
+        return Waited(seconds=round(self.waited, 3), wait_lock=self.seconds, siblings=self.siblings)
 
     def run(self, attempt: Callable[[], T], holder: Callable[[], Holder | None]) -> T:
         """``attempt()`` until it does not raise :class:`Locked`, waiting in between as this run may
@@ -138,10 +135,10 @@ class LockWait:
 
     def _wait_sibling(self, pid: int, holder: Holder) -> None:
         run = holder.session or holder
-        if not any(s["pid"] == pid for s in self.siblings):
+        if not any(s.pid == pid for s in self.siblings):
             self.narrate(f"the lease is held by this rollout's own run {run.run_id} (pid {pid}): the hosts "
                          "share one home; waiting for it to end")
-            self.siblings.append({"run_id": run.run_id, "pid": pid})
+            self.siblings.append(Sibling(run_id=run.run_id, pid=pid))
         deadline = time.monotonic() + SIBLING_RECHECK_SECONDS
         while time.monotonic() < deadline and sibling(holder) == pid:
             self._sleep(SIBLING_POLL_SECONDS)

@@ -34,20 +34,17 @@ import getpass
 import hashlib
 import os
 import socket
-import sys
-from typing import Any
 
 from .config import authority
 from .core import exits, protocol
 from .agent.install_file import PRODUCT_MARKERS
 from .core.securepath import ancestors, opened_problem
 from .config import Config, HostConfig, load_config
-from .report.envelope import write
 from .report.outcome import Outcome, Refused, UsageError
-from .report.output import safe_message
+from .report.output import report, safe_message
 from .plan import Plan, Step, execute
 from .report.receipt import Receipt
-from .report.sections import Readback
+from .report.sections import Install, InstalledBy, Installer, Readback
 from .state.records import LogLine, StateDir
 from .core.stamps import utc_now
 from .ssh.transport import RunResult, Session, Transport, quote_argv
@@ -158,111 +155,96 @@ def run(args: argparse.Namespace) -> int:
     argv = protocol.install_file(host.agent, dest=dest, mode=args.mode)
     receipt = Receipt(lane="provider", host=host.name, program=None, expected_sha=None, tag=None,
                       started_at=utc_now())
-    install: dict[str, Any] = {
-        "src": os.path.abspath(args.src), "src_sha256": hashlib.sha256(data).hexdigest(), "dest": dest,
-        "mode": args.mode, "by": {"user": getpass.getuser(), "uid": os.geteuid(), "driver": socket.gethostname()},
-        "config": config.path, "config_edited": False,
-    }
-    receipt.install = install
     with Session(config.ssh_config) as session:
         transport = session.ssh(args.on) if args.on else session.for_host(host.transport, host.ssh)
-        install["where"] = transport.where
+        install = receipt.install = Install(
+            src=os.path.abspath(args.src), src_sha256=hashlib.sha256(data).hexdigest(), dest=dest, mode=args.mode,
+            by=Installer(user=getpass.getuser(), uid=os.geteuid(), driver=socket.gethostname()), config=config.path,
+            config_edited=False, where=transport.where)
         step = receipt.plan.add("install-file", transport.where, argv,
-                                f"install {install['src']} as {dest} (temp file, fsync, rename)")
+                                f"install {install.src} as {dest} (temp file, fsync, rename)")
         receipt.plan.add(READBACK, transport.where, protocol.hash_file(host.agent, dest),
                          f"only when install-file did not end ok: the SHA-256 {dest} holds, read back")
         if args.dry_run:
-            install["transport_argv"] = transport.describe_argv(argv)
-            _report(args, receipt.plan_dict(), True,
-                    [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
-                     f"  {quote_argv(argv)} < {args.src}"])
+            receipt.install = install.replace(transport_argv=transport.describe_argv(argv))
+            report(receipt.plan_dict(), [f"vq-admin: dry run: would install {args.src} as {dest} on {transport.where}",
+                                         f"  {quote_argv(argv)} < {args.src}"],
+                   as_json=args.json, success=True, verbose=True)
             return 0
         result = execute(step, transport, timeout=INSTALL_TIMEOUT, stdin=data)
-        outcome = _judge(receipt, step, result, transport, host, dest)
+        outcome, receipt.install = _judge(receipt, install, step, result, transport, host)
     receipt.plan.skip_unrun()
     receipt.id = state.new_receipt_id("provider", host.name, None)
     document = receipt.finish(outcome, utc_now()).to_dict()
     path = state.store_receipt(receipt.id, document)
-    state.append_log(LogLine(at=receipt.finished_at, lane="provider", host=host.name, dest=dest,
-                             where=install["where"], outcome=outcome.value, exit_code=outcome.exit_code,
-                             old_sha256=install.get("old_sha256"), new_sha256=install.get("new_sha256"),
-                             interpreter=install.get("interpreter"), by=install["by"], receipt=str(path),
-                             errors=tuple(receipt.errors[:5])))
-    _report(args, document, outcome.success, _summary(document, str(path)))
+    install = receipt.install
+    state.append_log(LogLine(at=receipt.finished_at, lane="provider", host=host.name, dest=dest, where=install.where,
+                             outcome=outcome.value, exit_code=outcome.exit_code, old_sha256=install.old_sha256 or None,
+                             new_sha256=install.new_sha256 or None, interpreter=install.interpreter or None,
+                             by=install.by.to_value(), receipt=str(path), errors=tuple(receipt.errors[:5])))
+    report(document, _summary(receipt, install, str(path)), as_json=args.json, success=outcome.success, verbose=False)
     return outcome.exit_code
 
 
-def _judge(receipt: Receipt, step: Step, result: RunResult, transport: Transport, host: HostConfig,
-           dest: str) -> Outcome:
-    install = receipt.install if receipt.install is not None else {}
+def _judge(receipt: Receipt, install: Install, step: Step, result: RunResult, transport: Transport,
+           host: HostConfig) -> tuple[Outcome, Install]:
+    """The outcome of the install, and the receipt's ``install`` section with what the host answered."""
     if result.ok:
         try:
-            answer: dict[str, Any] | None = protocol.parse_install_file(result.stdout).data
+            answer: protocol.Installed | None = protocol.parse_install_file(result.stdout)
         except protocol.ProtocolError:
             answer = None
         if answer is None:
             receipt.errors.append("install-file printed no JSON object")
-            return Outcome.FAILED
-        install.update({k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed", "interpreter",
-                                                   "old_interpreter", "user", "uid", "hostname", "at")})
-        install["installed_by"] = {"user": answer.get("user"), "uid": answer.get("uid"), "host": answer.get("hostname")}
-        if answer.get("new_sha256") != install["src_sha256"]:
-            receipt.errors.append(f"the host reports {answer.get('new_sha256')}, SRC is {install['src_sha256']}")
-            return Outcome.FAILED
-        return Outcome.OK
+            return Outcome.FAILED, install
+        install = install.replace(installed_by=InstalledBy(user=answer.get("user"), uid=answer.get("uid"),
+                                                           host=answer.get("hostname")),
+                                  **{k: answer.get(k) for k in ("old_sha256", "new_sha256", "old_mode", "changed",
+                                                                "interpreter", "old_interpreter", "user", "uid",
+                                                                "hostname", "at")})
+        if answer.get("new_sha256") != install.src_sha256:
+            receipt.errors.append(f"the host reports {answer.get('new_sha256')}, SRC is {install.src_sha256}")
+            return Outcome.FAILED, install
+        return Outcome.OK, install
     # the agent's own words, at length (the plan's record keeps the last three lines)
     step.detail = (f"{result.describe()}: " if result.interrupted else "") + result.error_text()[-2000:]
     held = _hash_back(receipt.plan, transport)
-    receipt.readback = Readback(read=f"{protocol.HASH_FILE} {dest} on {transport.where}", dest_sha256=held)
+    receipt.readback = Readback(read=f"{protocol.HASH_FILE} {install.dest} on {transport.where}", dest_sha256=held)
     if result.interrupted:
         receipt.errors.append(f"install-file: {result.describe()}")
-        if held == install["src_sha256"]:
-            install["new_sha256"] = held
-            return Outcome.OK
+        if held == install.src_sha256:
+            return Outcome.OK, install.replace(new_sha256=held)
         if result.where == "local" and result.exit_code is not None and result.exit_code < 0 and held is not None:
             # A local install-file killed by a signal is dead (it was our child): the read-back shows what
             # it left, and the rename it did not reach will never happen.
-            install["old_sha256"] = held
-            return Outcome.FAILED
+            return Outcome.FAILED, install.replace(old_sha256=held)
         receipt.readback = receipt.readback.replace(next_command=quote_argv(
-            ["vq", "admin", "provider", "install", install["src"], "--host", host.name, "--dest", dest]))
-        return Outcome.UNKNOWN
+            ["vq", "admin", "provider", "install", install.src, "--host", host.name, "--dest", install.dest]))
+        return Outcome.UNKNOWN, install
     receipt.errors.append(f"install-file: {result.describe()}: {result.error_text()[-300:]}")
-    install["old_sha256"] = held
-    return Outcome.REFUSED if result.exit_code == exits.EXIT_UNSAFE else Outcome.FAILED
+    return (Outcome.REFUSED if result.exit_code == exits.EXIT_UNSAFE else Outcome.FAILED,
+            install.replace(old_sha256=held))
 
 
 def _hash_back(plan: Plan, transport: Transport) -> str | None:
     """Run the planned ``install-readback`` step; the SHA-256 the destination holds, if it answered one."""
     result = execute(plan.get(READBACK), transport, timeout=READBACK_TIMEOUT)
     try:
-        return protocol.parse_hash_file(result.stdout).sha256
+        return protocol.parse_hash_file(result.stdout).get("sha256")
     except protocol.ProtocolError:
         return None
 
 
-def _summary(receipt: dict[str, Any], path: str) -> list[str]:
-    install = receipt["install"]
-    interp = install.get("interpreter") or {}
+def _summary(receipt: Receipt, install: Install, path: str) -> list[str]:
+    assert receipt.outcome is not None  # finished
+    interp = install.interpreter if isinstance(install.interpreter, dict) else {}
     resolved = interp.get("command_resolved") or interp.get("program_resolved")
-    lines = [(f"vq-admin: provider install {install['dest']} on {install['where']}: {receipt['outcome']} "
-              f"(exit {receipt['exit_code']})"),
-             f"  old sha256  {install.get('old_sha256') or '-'}",
-             f"  new sha256  {install.get('new_sha256') or '-'}"]
+    lines = [(f"vq-admin: provider install {install.dest} on {install.where}: {receipt.outcome.value} "
+              f"(exit {receipt.outcome.exit_code})"),
+             f"  old sha256  {install.old_sha256 or '-'}",
+             f"  new sha256  {install.new_sha256 or '-'}"]
     if interp:
         lines.append(f"  interpreter {interp.get('shebang') or interp.get('kind')} -> {resolved or '?'}")
-    lines += [f"  error       {e}" for e in receipt["errors"]]
+    lines += [f"  error       {e}" for e in receipt.errors]
     lines.append(f"  receipt     {path}")
     return [safe_message(line) for line in lines]
-
-
-def _report(args: argparse.Namespace, document: dict[str, Any], success: bool, lines: list[str]) -> None:
-    """``--json``: the receipt (or the plan of a dry run); else the summary (on success only on a
-    terminal or for a dry run, for cron)."""
-    if args.json:
-        write(document)
-    elif success:
-        if sys.stdout.isatty() or document.get("dry_run"):
-            print("\n".join(lines))
-    else:
-        print("\n".join(lines), file=sys.stderr)

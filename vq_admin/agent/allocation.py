@@ -29,7 +29,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TypedDict
 
 from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
@@ -39,6 +39,9 @@ from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE, SHA256_RE
 from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
+
+if TYPE_CHECKING:
+    from ..core.protocol import Verdict
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
@@ -188,7 +191,7 @@ class Summary(TypedDict, total=False):
     exit_signal: int | None
     started: str | None
     ended: str | None
-    confirm: dict[str, Any] | None  # the confirmation's verdict (:mod:`.confirm`)
+    confirm: Verdict | None  # the confirmation's verdict (:mod:`.confirm`)
 
 
 class SettleOptions(TypedDict, total=False):

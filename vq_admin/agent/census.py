@@ -50,7 +50,9 @@ from . import spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional, Tuple
+    from typing import Callable, Dict, List, Optional, Tuple
+
+    from ..core.protocol import CensusAnswer, CensusCost, CensusJob
 
     Runner = Callable[[List[str]], Tuple[int, bytes, bytes]]
 
@@ -235,7 +237,7 @@ def _script_words(run: "Runner", job: str) -> "Optional[List[str]]":
     return words(out.decode("utf-8", "replace"))
 
 
-def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster: str, cost: "Dict[str, Any]",
+def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster: str, cost: "CensusCost",
                  kept: "Dict[str, Tuple[str, List[str]]]") -> "Optional[List[str]]":
     """The words of *job*'s batch script: the cache's when it holds this very submission, else read (counted in
     *cost*); *kept* for the cache when the job is this cluster's.  ``None`` when the job has left the queue."""
@@ -254,13 +256,13 @@ def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster:
     return script
 
 
-def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Dict[str, Any]":
+def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "CensusAnswer":
     """The census answer (``complete`` true), or :class:`CensusFailed` whose ``args`` are the message and
     the cost so far; *run* runs one scheduler argv (default: :func:`spawn.run_captured`), *cache* opens
     the cache of a cluster."""
     run = run or _run
     started = time.monotonic()
-    cost: "Dict[str, Any]" = {"jobs_listed": 0, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0,
+    cost: "CensusCost" = {"jobs_listed": 0, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0,
                               "cache_problem": None, "scheduler_calls": 1}
     token = "@vq" + secrets.token_hex(8)
     opened: "Optional[Cache]" = None
@@ -273,8 +275,8 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
         cost["jobs_listed"] = len(records)
         if records:  # an empty listing names no cluster: its cache stays as it is
             opened = cache(records[0][6])
-            cost.update(cache_rejected=opened.rejected, cache_problem=opened.problem)
-        groups: "Dict[Tuple[str, ...], List[Dict[str, str]]]" = {}
+            cost.update({"cache_rejected": opened.rejected, "cache_problem": opened.problem})
+        groups: "Dict[Tuple[str, ...], List[CensusJob]]" = {}
         scanned = 0
         for job, display, state, user, submit, batch, cluster, *text in records:
             if state in TERMINAL_STATES:
@@ -305,7 +307,7 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
             opened.close()
 
 
-def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[Dict[str, Any], int]":
+def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
     """The ``census`` verb's answer and exit status: 0 complete, 1 failed (``complete`` false, ``error``)."""
     try:
         return take(run, cache), 0

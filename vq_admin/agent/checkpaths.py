@@ -15,13 +15,15 @@ from ..core import securepath
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Tuple
+    from typing import List, Tuple
+
+    from ..core.protocol import Refused
 
 
-def check(paths: List[str]) -> Tuple[List[str], List[Dict[str, str]]]:
+def check(paths: List[str]) -> Tuple[List[str], List[Refused]]:
     """``(checked, refused)``: the absolute words checked, and ``{"path", "problem"}`` for each refused."""
     checked: List[str] = []
-    refused: List[Dict[str, str]] = []
+    refused: List[Refused] = []
     for path in paths:
         if not path.startswith("/"):
             continue

@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from .. import __version__
 from . import allocation, checkpaths, confirm, detached, identity, install_file, lease, stage, verify_readback
@@ -28,8 +28,11 @@ from ..core.identifiers import ENV_NAME_RE
 from ..core.exits import EXIT_FAILED, EXIT_HELD, EXIT_MISMATCH, EXIT_UNSAFE, EXIT_USAGE
 from .spawn import TimeoutExpired, run_captured
 
+if TYPE_CHECKING:
+    from ..core.protocol import RecordRead, Sinfo, VersionAnswer
 
-def _emit(obj: dict[str, Any]) -> None:
+
+def _emit(obj: Mapping[str, object]) -> None:
     sys.stdout.write(protocol.encode(obj))
     sys.stdout.flush()
 
@@ -87,7 +90,7 @@ def cmd_identity(args: argparse.Namespace) -> int:
 
 def cmd_version(args: argparse.Namespace) -> int:
     """Cheap liveness answer (``vq admin check --connect``): no tree digest; a ``stat`` walk per ``--root``."""
-    found: dict[str, Any] = {
+    found: VersionAnswer = {
         "version": __version__,
         "python_version": ".".join(map(str, sys.version_info[:3])),
         "interpreter": sys.executable,
@@ -104,7 +107,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 SINFO_TIMEOUT = 20.0
 
 
-def _sinfo() -> dict[str, Any]:
+def _sinfo() -> Sinfo:
     """``sinfo -h -o %t`` on this host: node states and counts, or why it failed."""
     argv = ["sinfo", "-h", "-o", "%t"]
     try:
@@ -428,7 +431,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     """The host's record of each ``NAME=N`` word's program (``_helper``: the helper lane) after entry N."""
     from . import record
 
-    records: dict[str, Any] = {}
+    records: dict[str, RecordRead] = {}
     for word in args.cursors:
         name, _, after = word.partition("=")
         try:

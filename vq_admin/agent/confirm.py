@@ -25,13 +25,16 @@ import os
 import re
 import signal
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
 
 from . import allocation, detached, lease, slurmjob, spawn
 from ..core import procs, protocol
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
 from .progress import Reporter
+
+if TYPE_CHECKING:
+    from ..core.protocol import Revert, Verdict
 
 #: The verdict the supervisor writes, and the spec it reads, inside the attempt.
 VERDICT_FILE = "confirm"
@@ -45,6 +48,7 @@ BETTER = ("lower", "higher", "equal")
 #: Seconds the job's end state is looked for once sbatch has returned (its record may have aged out).
 END_WAIT = 10.0
 JOB_NAME = "vq-confirm-{}"
+
 
 
 def metric_spec(text: str) -> Tuple[str, str, float]:
@@ -94,20 +98,21 @@ def _metrics(attempt: allocation.Attempt) -> Dict[str, str]:
     return {name: value.strip() for name, value in METRIC_RE.findall(text)}
 
 
-def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Dict[str, Any]:
+def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Verdict:
     """What Slurm reports of the job's end: state, raw ExitCode, exit status, node."""
-    out: Dict[str, Any] = {"job_id": job_id, "state": None, "exit_code": sub.sbatch_exit_code, "job_exit_code": None,
+    out: Verdict = {"job_id": job_id, "state": None, "exit_code": sub.sbatch_exit_code, "job_exit_code": None,
                            "node": None}
     if job_id is None:
         return out
     how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)
     if how == "known" and fields.get("JobState") in slurmjob.TERMINAL_STATES:
-        out.update(state=fields.get("JobState"), job_exit_code=fields.get("ExitCode"),
-                   node=fields.get("BatchHost") or fields.get("NodeList") or None)
+        out.update({"state": fields.get("JobState"), "job_exit_code": fields.get("ExitCode"),
+                    "node": fields.get("BatchHost") or fields.get("NodeList") or None})
     else:
         search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), END_WAIT, poll=1.0)
         if search.end is not None:
-            out.update(state=search.end.state, job_exit_code=search.end.raw_exit, exit_code=search.end.exit_code)
+            out.update({"state": search.end.state, "job_exit_code": search.end.raw_exit,
+                        "exit_code": search.end.exit_code})
     raw = str(out["job_exit_code"] or "")
     if raw:
         status, _, sig = raw.partition(":")
@@ -115,7 +120,7 @@ def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Dict[
     return out
 
 
-def _revert(argv: Sequence[str]) -> Dict[str, Any]:
+def _revert(argv: Sequence[str]) -> Revert:
     try:
         code, out, err = spawn.run_captured(argv, timeout=REVERT_TIMEOUT)
     except OSError as exc:
@@ -139,8 +144,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         os.close(null)
         spec = protocol.decode((attempt.read(SPEC_FILE, 1 << 20) or b"{}").decode("utf-8"))
         started = time.monotonic()
-        record = {"supervisor_pid": os.getpid(), "supervisor_start_time": procs.proc_start_time(os.getpid()),
-                  "started": utc_now()}
+        record: detached.BuildRecord = {"supervisor_pid": os.getpid(), "started": utc_now(),
+                                        "supervisor_start_time": procs.proc_start_time(os.getpid())}
         attempt.write_file(detached.BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
@@ -162,8 +167,9 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
         argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
         sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
         verdict = _end(sub.job_id, sub, attempt.program)
-        verdict.update(seconds=round(time.monotonic() - started, 3), timed_out=sub.timed_out, cancel=sub.cancel,
-                       submitted=sub.submitted, sbatch_stderr=sub.stderr[-2000:], metrics=_metrics(attempt))
+        verdict.update({"seconds": round(time.monotonic() - started, 3), "timed_out": sub.timed_out,
+                        "cancel": sub.cancel, "submitted": sub.submitted, "sbatch_stderr": sub.stderr[-2000:],
+                        "metrics": _metrics(attempt)})
         problems = []
         if not sub.submitted:
             problems.append(f"sbatch did not submit the job (exit {sub.sbatch_exit_code}): {sub.stderr.strip()[-300:]}")
@@ -176,8 +182,8 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                             f"{verdict['job_exit_code'] or verdict['exit_code']}")
         regressed = judge(verdict["metrics"], [metric_spec(s) for s in spec["metrics"]], spec["baseline"])
         accepted = bool(regressed) and not problems and spec.get("accept_regression")
-        verdict.update(regressed=regressed, accepted=bool(accepted),
-                       problems=problems + ([] if accepted else regressed))
+        verdict.update({"regressed": regressed, "accepted": bool(accepted),
+                        "problems": problems + ([] if accepted else regressed)})
         verdict["passed"] = not verdict["problems"]
         verdict["revert"] = _revert(spec["revert"]) if not verdict["passed"] and spec.get("revert") else None
         verdict["ended"] = utc_now()
@@ -189,7 +195,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
 
 
 def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord], timeout: float, frames: FrameWriter,
-            reporter: Optional[Reporter]) -> Optional[Dict[str, Any]]:
+            reporter: Optional[Reporter]) -> Optional[Verdict]:
     """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known."""
     deadline = time.monotonic() + timeout
     job_id = None
@@ -200,7 +206,7 @@ def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord],
                 frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
                 if reporter is not None:
                     reporter.start(job_id)
-        verdict = detached.read_record(attempt, VERDICT_FILE)
+        verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
         alive = record is not None and detached.process_alive(record.get("supervisor_pid"),
                                                               record.get("supervisor_start_time"))
         if verdict is not None or not alive or time.monotonic() >= deadline:
@@ -208,7 +214,7 @@ def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord],
         time.sleep(detached.POLL)
 
 
-def _summary(attempt: allocation.Attempt, verdict: Optional[Dict[str, Any]], record: Optional[detached.BuildRecord],
+def _summary(attempt: allocation.Attempt, verdict: Optional[Verdict], record: Optional[detached.BuildRecord],
              ) -> allocation.Summary:
     summary = allocation.base_summary(attempt)
     summary.update({"confirm": verdict, "established": verdict is not None, "submitted": True if record else None})

@@ -15,11 +15,14 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.bounds import InputError, loads_json
 from ..core.identifiers import SHA256_RE, SHA_RE
 from ..core.treeid import directory_tree_sha256, file_sha256
+
+if TYPE_CHECKING:
+    from ..core.protocol import Identity
 
 RECORD_NAME = ".vq-admin-source.json"
 RECORD_LIMIT = 64 * 1024
@@ -79,7 +82,7 @@ def read_record(root: str) -> tuple[InstallRecord | None, str | None]:
     return InstallRecord(sha, tree), None
 
 
-def identity() -> dict[str, object]:
+def identity() -> Identity:
     """The helper identity (hookspecs ``HelperIdentity`` fields plus evidence)."""
     from .. import __version__
 
@@ -126,11 +129,9 @@ def identity() -> dict[str, object]:
     }
 
 
-def human(ident: dict[str, object]) -> str:
+def human(ident: Identity) -> str:
     """The identity as ``key: value`` lines (without ``--json``)."""
     keys = ("version", "source_sha", "tree_sha256", "record", "scope", "path", "interpreter")
     lines = [f"{k}: {ident.get(k)}" for k in keys]
-    problems = ident.get("problems")
-    if isinstance(problems, list):
-        lines += [f"problem: {p}" for p in problems]
+    lines += [f"problem: {p}" for p in ident["problems"]]
     return "\n".join(lines)

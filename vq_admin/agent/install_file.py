@@ -28,13 +28,16 @@ import pwd
 import shutil
 import socket
 import stat
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..core.failpoints import failpoint
 from ..core.safedirs import UnsafePath
 from ..core import atomic
 from ..core.stamps import utc_now
 from ..core.securepath import ancestors, path_problem
+
+if TYPE_CHECKING:
+    from ..core.protocol import Installed
 
 MAX_BYTES = 16 << 20
 SHEBANG_LIMIT = 512
@@ -131,7 +134,7 @@ def product_tree_problem(directory: str) -> str | None:
     return None
 
 
-def install(dest: str, mode: int, stream: BinaryIO) -> dict[str, object]:
+def install(dest: str, mode: int, stream: BinaryIO) -> Installed:
     """Install the bytes of *stream* at *dest* with *mode*; return the evidence."""
     if not os.path.isabs(dest) or os.path.normpath(dest) != dest or dest.endswith("/"):
         raise UnsafePath(f"--dest {dest!r} must be an absolute, normalised file path")

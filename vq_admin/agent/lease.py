@@ -58,9 +58,14 @@ from ..core.names import is_name
 # stays near a bare interpreter start, so typing is not imported at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional, Tuple
+    from argparse import Namespace
+    from typing import BinaryIO, Optional, TextIO, Tuple
+
+    from ..core.protocol import Holder, LeaseAnswer, LeaseRequest
 
 LANES = ("runtime", "helper")
+#: Largest line read on a held lease's stdin (a record entry: its statement and signature, as JSON text).
+LINE_LIMIT = 1 << 20
 WORK = ".work"
 #: How long a contender waits for the holder record of a lock it just found held.
 HOLDER_SETTLE_SECONDS = 1.0
@@ -92,17 +97,17 @@ def lock_name(lane: str, program: Optional[str]) -> str:
     return f"{lane}.{program}.lock" if program else f"{lane}.lock"
 
 
-def read_holder(path: str) -> Optional[Dict[str, Any]]:
+def read_holder(path: str) -> Optional[Holder]:
     try:
         with open(path + ".holder", "rb") as fh:
-            value = protocol.decode(fh.read(65536).decode())
+            holder: Optional[Holder] = protocol.decode(fh.read(65536).decode())
     except (OSError, ValueError):
         return None
-    return value if isinstance(value, dict) else None
+    return holder if isinstance(holder, dict) else None
 
 
 def current_holder(path: str, key: str = "agent_pid", settle: float = HOLDER_SETTLE_SECONDS,
-                   ) -> Optional[Dict[str, Any]]:
+                   ) -> Optional[Holder]:
     """The holder record of a held lock, once it names a live process under *key* (bounded wait).
 
     Between a holder's ``flock`` and its record's rename there is a short
@@ -118,7 +123,7 @@ def current_holder(path: str, key: str = "agent_pid", settle: float = HOLDER_SET
         time.sleep(0.05)
 
 
-def contended(fd: int, path: str, key: str = "agent_pid", stale_ok: bool = False) -> Optional[Dict[str, Any]]:
+def contended(fd: int, path: str, key: str = "agent_pid", stale_ok: bool = False) -> Optional[Holder]:
     """What holds the lock of *path* that *fd* could not take: its record (naming a live process under
     *key*; with *stale_ok*, its last record too); a missing record is waited for, and the lock asked
     for again, up to :data:`MISSING_SETTLE_SECONDS`; then ``{"lock_holders": [...]}``, the processes
@@ -135,7 +140,7 @@ def contended(fd: int, path: str, key: str = "agent_pid", stale_ok: bool = False
         time.sleep(0.1)
 
 
-def _missing(holder: Dict[str, Any]) -> str:
+def _missing(holder: Holder) -> str:
     """A held lock without its record: the processes that hold it, as ``/proc/locks`` shows them."""
     found = ", ".join(f"pid {h.get('pid')} ({h.get('command') or 'command unknown'}, started "
                       f"{h.get('started') or 'at an unknown time'})" for h in holder.get("lock_holders") or ())
@@ -145,7 +150,7 @@ def _missing(holder: Dict[str, Any]) -> str:
             + (f": asked again for {settled:g} s)" if isinstance(settled, (int, float)) else ")"))
 
 
-def peek(program: str) -> Dict[str, Any]:
+def peek(program: str) -> LeaseAnswer:
     """Who holds the runtime lease of *program* now, read without taking any lock (``vq admin verify``
     takes none): the lease, else its work lock, held when ``/proc/locks`` shows a ``flock`` on it (without
     ``/proc/locks``: when its holder record names a live process).  ``{"held": false}`` otherwise, and
@@ -159,19 +164,19 @@ def peek(program: str) -> Dict[str, Any]:
         found = current_holder(lock, key, settle=0.0)
         if holders == [] or (holders is None and not found):
             continue
-        holder = found or read_holder(lock) or {"lock_holders": holders}
+        holder: Holder = found or read_holder(lock) or {"lock_holders": holders or []}
         return {"held": True, "lock": lock, "holder": holder, "message": say(holder)}
     return {"held": False}
 
 
-def _ago(since: Any) -> str:
+def _ago(since: Optional[str]) -> str:
     from ..core.stamps import parse_utc  # contention only
 
     at = parse_utc(since)
     return "" if at is None else f" ({time.time() - at:.0f} s ago)"
 
 
-def _connection(holder: Dict[str, Any]) -> str:
+def _connection(holder: Holder) -> str:
     """How the session agent's connection stands, judged from its ancestors (the shell and sshd that ran
     it, or the local driver): one of them stopped is a frozen connection."""
     pid, found = holder.get("agent_ppid"), None
@@ -185,13 +190,13 @@ def _connection(holder: Dict[str, Any]) -> str:
         return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
                 f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
                 f"{pid} is continued or ended (kill {pid}), not by itself")
-    if procs.process_state(holder.get("agent_ppid")) is None:  # type: ignore[arg-type]
+    if procs.process_state(holder.get("agent_ppid", 0)) is None:
         return (f"; the connection that started it is gone: the lease ends when the agent "
                 f"(pid {holder.get('agent_pid')}) exits")
     return "; its run is under way: the lease ends when that run ends or its connection drops"
 
 
-def describe(holder: Optional[Dict[str, Any]]) -> str:
+def describe(holder: Optional[Holder]) -> str:
     if not holder:
         return "holder not recorded"
     if "lock_holders" in holder:
@@ -201,13 +206,13 @@ def describe(holder: Optional[Dict[str, Any]]) -> str:
             f"since {holder.get('since')}{_ago(holder.get('since'))}" + _connection(holder))
 
 
-def describe_work(work: Optional[Dict[str, Any]]) -> str:
+def describe_work(work: Optional[Holder]) -> str:
     """What holds the work lock: a detached build or an allocation job an earlier run left running."""
     if not work:
         return "held by a build or job whose record is missing"
     if "lock_holders" in work:
         return _missing(work)
-    run = work.get("session") or {}
+    run: Holder = work.get("session") or {}
     started = (f"run {run.get('run_id')} of {run.get('user')}@{run.get('driver_host')} pid {run.get('pid')}"
                if run else "a run")
     session = run.get("agent_pid")
@@ -268,7 +273,7 @@ def try_lock(fd: int, path: str) -> bool:
         raise LeaseError(f"cannot take flock on {path}: {exc.strerror or exc}; {FLOCK_HINT}") from None
 
 
-def work_holder(path: str) -> Optional[Dict[str, Any]]:
+def work_holder(path: str) -> Optional[Holder]:
     """``None`` when nothing holds the work lock of the lease *path*, else its record (``{}``: none yet)."""
     fd = open_lock(path + WORK)
     try:
@@ -293,9 +298,9 @@ def hold_work(program: str) -> Tuple[int, str]:
     return fd, path
 
 
-def record_work(path: str, record: Dict[str, Any]) -> None:
+def record_work(path: str, record: Holder) -> None:
     """Record what holds the work lock of the lease *path* (with the session that started it)."""
-    record = dict(record, session=read_holder(path) or {}, host=os.uname().nodename)
+    record = {**record, "session": read_holder(path) or {}, "host": os.uname().nodename}
     _write_atomic(path + WORK + ".holder", protocol.encode(record).encode())
 
 
@@ -305,7 +310,7 @@ def end_work(fd: int, path: str) -> None:
     release(fd, path + WORK)
 
 
-def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
+def take(request: LeaseRequest) -> Tuple[LeaseAnswer, Optional[int]]:
     """Take the lease a ``lease`` or ``session`` request names: ``(answer, fd holding it or None)``;
     the answer's ``exit`` is 75 held (by a session, or by work an earlier run left running), 4 an
     unsafe directory, 2 a bad request, 1 any other reason."""
@@ -323,12 +328,14 @@ def take(request: Dict[str, Any]) -> "Tuple[Dict[str, Any], Optional[int]]":
         prepare_dir(directory)
         fd = open_lock(path)
         found = None if try_lock(fd, path) else contended(fd, path)
+        answer: LeaseAnswer
         if found is not None:
             answer = {"held": False, "exit": EXIT_HELD, "lock": path, "holder": found, "message": describe(found)}
         else:
             work = work_holder(path)
             if work is None:
-                record = dict(holder, agent_pid=os.getpid(), agent_ppid=os.getppid(), agent_host=os.uname().nodename)
+                record: Holder = {**holder, "agent_pid": os.getpid(), "agent_ppid": os.getppid(),
+                                  "agent_host": os.uname().nodename}
                 _write_atomic(path + ".holder", protocol.encode(record).encode())
                 return {"held": True, "lock": path, "holder": record}, fd
             answer = {"held": False, "exit": EXIT_HELD, "lock": path + WORK, "holder": work,
@@ -353,8 +360,52 @@ def release(fd: int, path: str) -> None:
     os.close(fd)
 
 
-def main_lease(args: Any) -> int:
-    holder = {"host": args.host, "driver_host": args.driver_host, "user": args.user, "pid": args.pid,
+class Held:
+    """The lease a session (or the ``lease`` verb) holds until *stdin* closes (the driver closed it, died,
+    or the connection dropped), watched in a thread from the start, so the lease ends then whatever the
+    session is doing (a verify still running keeps running, read-only, but no longer holds the lease: the
+    lock's descriptor is close-on-exec, so no child shares it); released once, then or when the session
+    fails.  Each line read meanwhile is a record entry of the run, appended under the lease and answered
+    on *out* (:func:`.record.serve_line`) once :attr:`answered` is set."""
+
+    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
+                 program: Optional[str] = None) -> None:
+        import threading
+
+        self.fd, self.path, self.out, self.program = fd, path, out, program
+        self.answered = threading.Event()  # the session's own answer is out: append answers may follow
+        self.released = False
+        self._once = threading.Lock()
+        self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
+        self.watcher.start()
+
+    def _watch(self, stdin: BinaryIO) -> None:
+        try:
+            while True:
+                line = stdin.readline(LINE_LIMIT + 1)
+                if not line:
+                    break
+                if self.out is not None and line.strip():  # a record entry of the run, under its lease
+                    from .record import serve_line
+
+                    answer = serve_line(line, self.program)
+                    self.answered.wait()
+                    self.out.write(protocol.encode(answer))
+                    self.out.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        with self._once:
+            if not self.released:
+                self.released = True
+                release(self.fd, self.path)
+
+
+def main_lease(args: Namespace) -> int:
+    holder: Holder = {"host": args.host, "driver_host": args.driver_host, "user": args.user, "pid": args.pid,
               "since": args.since, "run_id": args.run_id}
     answer, fd = take({"lane": args.lane, "program": args.program, "holder": holder})
     if fd is None:
@@ -368,14 +419,7 @@ def main_lease(args: Any) -> int:
 
         answer["record"] = read_after(args.program, max(0, args.record_after))
     print(protocol.encode(answer), end="", flush=True)
-    try:
-        for line in sys.stdin.buffer:  # each line: a record entry of the run, appended under the lease
-            if line.strip():
-                from .record import serve_line
-
-                print(protocol.encode(serve_line(line, args.program)), end="", flush=True)
-    except (OSError, ValueError):
-        pass
-    finally:
-        release(fd, answer["lock"])
+    held = Held(fd, answer["lock"], sys.stdin.buffer, sys.stdout, args.program)
+    held.answered.set()
+    held.watcher.join()  # stdin closed: the lease is released
     return 0

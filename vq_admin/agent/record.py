@@ -38,7 +38,9 @@ from ..core.names import is_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import List, Optional, Tuple
+
+    from ..core.protocol import Appended, AppendAnswer, RecordEntry, RecordRead
 
 HELPER = protocol.HELPER_RECORD
 LOCK = ".lock"
@@ -83,7 +85,7 @@ def _open_dir(path: str, create: bool) -> Optional[int]:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Dict[str, Any]:
+def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Appended:
     """Append one entry (*sig* ``None``: unsigned) under the record lock: ``{"seq", "name", "dir"}``.
     Raises ``ValueError`` for an entry too large or empty, :class:`~.securepath.Untrusted`, ``OSError``."""
     if not statement or len(statement) > MAX_ENTRY or (sig is not None and (not sig or len(sig) > MAX_ENTRY)):
@@ -122,7 +124,7 @@ def _read(dir_fd: int, name: str) -> Optional[bytes]:
         os.close(fd)
 
 
-def read_after(program: Optional[str], cursor: int) -> Dict[str, Any]:
+def read_after(program: Optional[str], cursor: int) -> RecordRead:
     """The entries numbered above *cursor*, oldest first, at most :data:`MAX_ANSWER` (``more`` when there
     are others): each ``{"seq", "name", "statement": text, "sig": text or None}`` (``error`` instead of
     text that is not UTF-8 or too large); ``last`` is the largest number answered (or *cursor*).  A
@@ -136,14 +138,11 @@ def read_after(program: Optional[str], cursor: int) -> Dict[str, Any]:
     try:
         names = sorted((parsed[0], name) for name, parsed in ((n, parse_name(n)) for n in os.listdir(dir_fd))
                        if parsed and not parsed[1] and parsed[0] > cursor)
-        entries: List[Dict[str, Any]] = []
+        entries: List[RecordEntry] = []
         for seq, name in names[:MAX_ANSWER]:
-            entry: Dict[str, Any] = {"seq": seq, "name": name}
-            for key, data in (("statement", _read(dir_fd, name)), ("sig", _read(dir_fd, name + SIG))):
-                try:
-                    entry[key] = None if data is None else data.decode("utf-8")
-                except UnicodeDecodeError:
-                    entry[key], entry["error"] = None, f"{key} is not UTF-8 text"
+            entry: RecordEntry = {"seq": seq, "name": name}
+            entry["statement"] = _text(entry, "statement", _read(dir_fd, name))
+            entry["sig"] = _text(entry, "sig", _read(dir_fd, name + SIG))
             if entry["statement"] is None and "error" not in entry:
                 entry["error"] = "statement unreadable or larger than 64 KiB"
             entries.append(entry)
@@ -152,7 +151,16 @@ def read_after(program: Optional[str], cursor: int) -> Dict[str, Any]:
     return {"entries": entries, "last": entries[-1]["seq"] if entries else cursor, "more": len(names) > MAX_ANSWER}
 
 
-def request_program(request: Any) -> Tuple[Optional[str], int]:
+def _text(entry: RecordEntry, key: str, data: Optional[bytes]) -> Optional[str]:
+    """*data* as text (``None`` for none); not UTF-8: ``None``, and *entry*'s ``error`` says which."""
+    try:
+        return None if data is None else data.decode("utf-8")
+    except UnicodeDecodeError:
+        entry["error"] = f"{key} is not UTF-8 text"
+        return None
+
+
+def request_program(request: object) -> Tuple[Optional[str], int]:
     """``(program, cursor)`` of a ``record`` request member ``{"program": P or null, "after": N}``."""
     if not isinstance(request, dict):
         raise ValueError("bad record request")
@@ -172,7 +180,7 @@ def check_quarantine(program: Optional[str], statement: str) -> None:
         raise ValueError(f"not a quarantine or lift statement of {program}")
 
 
-def serve_line(line: bytes, program: Optional[str], quarantine: bool = False) -> Dict[str, Any]:
+def serve_line(line: bytes, program: Optional[str], quarantine: bool = False) -> AppendAnswer:
     """One line a run sends on a held lease's stdin (or ``record-quarantine``'s, *quarantine*: only a
     quarantine or lift statement of *program*): ``{"append": {"statement": TEXT, "sig": TEXT or null}}``,
     appended to the record of *program*; the answer line's object."""

@@ -83,13 +83,15 @@ from ..core import exits, protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing is not imported at run time (a bare start)
-    from typing import Any, BinaryIO, Dict, List, Optional, TextIO
+    from typing import BinaryIO, List, Optional, TextIO, Tuple
+
+    from ..core.protocol import SessionAnswer, SessionRequest, ShellAnswer, VerifyReadback
 
 #: Largest request line (verify argv, environment, command words).
 REQUEST_LIMIT = 1 << 20
 
 
-def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
+def probe_words(words: Optional[List[str]], expected: object) -> ShellAnswer:
     """Judge the probe words that reached this session's argv through the login shell."""
     import pwd
 
@@ -97,7 +99,7 @@ def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
         shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
     except KeyError:
         shell = "/bin/sh"
-    answer: Dict[str, Any] = {"shell": shell, "posix": False, "via": "the session's command line"}
+    answer: ShellAnswer = {"shell": shell, "posix": False, "via": "the session's command line"}
     if not isinstance(expected, str):
         answer["error"] = "bad shell_probe request"
         return answer
@@ -105,15 +107,15 @@ def probe_words(words: Optional[List[str]], expected: Any) -> Dict[str, Any]:
         answer["error"] = "no probe words reached the agent's command line"
         return answer
     got = "".join(word + "|" for word in words)
-    answer.update(exit_code=0, stdout=got, stderr="", posix=got == expected)
+    answer.update({"exit_code": 0, "stdout": got, "stderr": "", "posix": got == expected})
     return answer
 
 
-def first_part(request: Dict[str, Any], probe: Optional[List[str]]) -> "tuple[Dict[str, Any], Optional[int]]":
+def first_part(request: SessionRequest, probe: Optional[List[str]]) -> Tuple[SessionAnswer, Optional[int]]:
     """The first answer line (protocol, shell probe, lease) and the lease's descriptor when it is held
     (-1: no lease was asked; ``None``: nothing else is done); *probe* is the probe words of the command
     line (``session --probe WORD...``), if any."""
-    answer: Dict[str, Any] = {"protocol": protocol.SESSION_PROTOCOL}
+    answer: SessionAnswer = {"protocol": protocol.SESSION_PROTOCOL}
     if request.get("protocol") != protocol.SESSION_PROTOCOL:
         return answer, None
     asked = request.get("shell_probe")
@@ -130,9 +132,9 @@ def first_part(request: Dict[str, Any], probe: Optional[List[str]]) -> "tuple[Di
     return answer, fd
 
 
-def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
+def second_part(request: SessionRequest) -> SessionAnswer:
     """The second answer line: the command-file check, the identity and the bounded verify."""
-    answer: Dict[str, Any] = {}
+    answer: SessionAnswer = {}
     words = request.get("check_paths")
     if words is not None:
         from . import checkpaths
@@ -162,7 +164,7 @@ def second_part(request: Dict[str, Any]) -> Dict[str, Any]:
     return answer
 
 
-def _verify(argv: Any, env: Any, timeout: Any) -> Dict[str, Any]:
+def _verify(argv: object, env: object, timeout: object) -> VerifyReadback:
     """The bounded verify and its read-back, when the request's words are an argv, an environment and a bound."""
     from .verify_readback import verify_readback
 
@@ -173,54 +175,11 @@ def _verify(argv: Any, env: Any, timeout: Any) -> Dict[str, Any]:
     return {"error": "bad verify request"}
 
 
-class Held:
-    """The lease this session holds until *stdin* closes (the driver closed it, died, or the connection
-    dropped), watched in a thread from the start, so the lease ends then whatever the session is doing (a
-    verify still running keeps running, read-only, but no longer holds the lease: the lock's descriptor is
-    close-on-exec, so no child shares it); released once, then or when the session fails."""
-
-    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
-                 program: Optional[str] = None) -> None:
-        import threading
-
-        self.fd, self.path, self.out, self.program = fd, path, out, program
-        self.answered = threading.Event()  # the session's own answer is out: append answers may follow
-        self.released = False
-        self._once = threading.Lock()
-        self.watcher = threading.Thread(target=self._watch, args=(stdin,), daemon=True)
-        self.watcher.start()
-
-    def _watch(self, stdin: BinaryIO) -> None:
-        try:
-            while True:
-                line = stdin.readline(REQUEST_LIMIT + 1)
-                if not line:
-                    break
-                if self.out is not None and line.strip():  # a record entry of the run, under its lease
-                    from .record import serve_line
-
-                    answer = serve_line(line, self.program)
-                    self.answered.wait()
-                    self.out.write(protocol.encode(answer))
-                    self.out.flush()
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        with self._once:
-            if not self.released:
-                self.released = True
-                from .lease import release
-
-                release(self.fd, self.path)
-
-
 def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] = None) -> int:
     line = stdin.readline(REQUEST_LIMIT + 1)
     if not line:  # stdin closed before any request (the run ended before sending it): nothing asked
         return 0
+    request: Optional[SessionRequest]
     try:
         request = protocol.decode(line.decode("utf-8")) if line.endswith(b"\n") else None
     except (UnicodeDecodeError, ValueError):
@@ -237,8 +196,9 @@ def serve(stdin: BinaryIO, out: TextIO, err: TextIO, probe: Optional[List[str]] 
         out.write(protocol.encode(second_part(request)))
         out.flush()
         return 0
-    wanted = request.get("lease")
-    held = Held(fd, answer["lease"]["lock"], stdin, out, wanted.get("program") if isinstance(wanted, dict) else None)
+    from .lease import Held  # held: the request's lease was a LeaseRequest object (lease.take checked it)
+
+    held = Held(fd, answer["lease"]["lock"], stdin, out, request["lease"].get("program"))
     try:
         rest = second_part(request)
         if held.released:

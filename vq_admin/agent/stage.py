@@ -27,6 +27,10 @@ from ..core import safedirs, securepath
 from ..core.atomic import TEMP_FLAGS
 from ..core.protocol import encode
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..core.protocol import StageCreated, StageReceived, StageReclaimed, StageVerdict
+
 STAGE_NAME_RE = re.compile(r"\Astage\.\d{8}T\d{6}Z\.[0-9a-f]{8}\Z")
 KINDS = ("runtime", "helper")
 IDENTITY_FILES = ("SOURCE-SHA", "ARCHIVE-SHA256", "SOURCE-TREE-SHA256", "GIT-TREE")
@@ -40,7 +44,7 @@ def stage_parts(kind: str, name: str) -> list[str]:
     return [".vq-admin", "stage", kind, name]
 
 
-def create(root: str, kind: str, name: str, identity: dict[str, str]) -> dict[str, str]:
+def create(root: str, kind: str, name: str, identity: dict[str, str]) -> StageCreated:
     """Create a fresh stage holding the identity files; return its path."""
     with safedirs.opened(safedirs.open_chain(root, stage_parts(kind, name))) as parent:
         stage_name = safedirs.create_fresh(parent, "stage")
@@ -69,7 +73,7 @@ def _open_stage(stage: str) -> int:
     return fd
 
 
-def receive(stage: str, stream: io.RawIOBase | io.BufferedIOBase) -> dict[str, object]:
+def receive(stage: str, stream: io.RawIOBase | io.BufferedIOBase) -> StageReceived:
     """Write the archive from *stream* into the stage (must not exist yet), through one 1 MiB buffer.
 
     No fsync: ``stage-verify``, the next step, rehashes the archive before any provider reads it,
@@ -105,7 +109,7 @@ def _read_identity_file(fd: int, name: str) -> str | None:
         return fh.read(4096).decode("utf-8", "replace").strip()
 
 
-def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
+def verify(stage: str, expected: dict[str, str]) -> StageVerdict:
     """Recompute the archive's identity and compare it with files and *expected*.
 
     *expected* maps identity file names to the driver's values.
@@ -136,7 +140,7 @@ def verify(stage: str, expected: dict[str, str]) -> dict[str, object]:
     return {"stage": stage, "verified": not mismatches, "mismatches": mismatches, "computed": computed}
 
 
-def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_failed: int) -> dict[str, object]:
+def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_failed: int) -> StageReclaimed:
     """Remove a succeeded stage, or mark a failed one and cap the failed ones."""
     removed: list[str] = []
     abandoned: list[str] = []

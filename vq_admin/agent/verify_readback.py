@@ -34,7 +34,7 @@ from ..core import protocol
 from ..core.exits import EXIT_FAILED, EXIT_USAGE, REFUSED as EXIT_UNSAFE
 TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typing
 if TYPE_CHECKING:
-    from typing import Any
+    from ..core.protocol import Hashed, VerifyReadback, VerifyRun
 
 CHUNK = 1 << 20
 #: Largest verify stdout passed back (a verify receipt is a few hundred bytes).
@@ -54,7 +54,7 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def hash_answer(path: str) -> tuple[dict[str, Any], int]:
+def hash_answer(path: str) -> tuple[Hashed, int]:
     """The ``hash-file`` answer for *path* (following symlinks) and its exit status: 77 (``untrusted``
     names the offender and the fix, no hash) when another user could replace the launcher (the
     secure-path rule, CONTRACT section 10)."""
@@ -103,7 +103,7 @@ def active_path_of(stdout: bytes) -> str | None:
 
 
 def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None,
-                    ) -> dict[str, Any]:
+                    ) -> VerifyReadback:
     """Run the verify *argv* (with *env* added to this environment; at most *timeout* seconds: then its
     process group is ended and ``verify.timed_out`` names the bound), then hash the launcher its receipt names."""
     from . import spawn
@@ -117,11 +117,12 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout:
         out, err = b"", f"{argv[0]}: {exc.strerror}\n".encode()
     except spawn.TimeoutExpired as exc:
         code, out, err, timed_out = None, exc.output or b"", exc.stderr or b"", timeout
-    verify = {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]), "stdout_truncated": len(out) > STDOUT_LIMIT,
-              "stderr": _text(err[-STDERR_TAIL:]), "seconds": round(time.monotonic() - started, 6)}
+    verify: VerifyRun = {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
+                         "stdout_truncated": len(out) > STDOUT_LIMIT, "stderr": _text(err[-STDERR_TAIL:]),
+                         "seconds": round(time.monotonic() - started, 6)}
     if timed_out is not None:
         verify["timed_out"] = timed_out
-    answer: dict[str, Any] = {"verify": verify, "readback": None, "readback_exit": None, "readback_seconds": None}
+    answer: VerifyReadback = {"verify": verify, "readback": None, "readback_exit": None, "readback_seconds": None}
     path = active_path_of(out) if timed_out is None and len(out) <= STDOUT_LIMIT else None
     if path is not None:
         started = time.monotonic()

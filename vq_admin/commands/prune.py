@@ -8,6 +8,7 @@ from functools import partial
 
 from ..lanes.runner import run_lane
 from ..report.outcome import UsageError
+from ..report.sections import Prune
 from ..record.statement import DRIVER_ID_RE
 from .arguments import check_name
 
@@ -27,5 +28,5 @@ def run(args: argparse.Namespace) -> int:
     return run_lane(args, ("runtime", host_name, program), None, None,
                     partial(build_lane, host_name=host_name, program=program, keep=args.keep, forget=forget,
                             used_within=args.used_within),
-                    early={"prune": {"keep": {}, "removed": [], "keep_recent": args.keep,
-                                     "used_within_days": args.used_within}})
+                    early={"prune": Prune(keep={}, removed=[], keep_recent=args.keep,
+                                          used_within_days=args.used_within)})

@@ -50,7 +50,8 @@ STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 State = Literal["current", "drifted", "unhealthy", "broken", "unknown", "deploying"]
 
 if TYPE_CHECKING:
-    from ..lanes.verify import LeasePeek, Verification
+    from ..lanes.verify import Verification
+    from ..lease import LeaseReply
     from ..plan import Plan
 
 
@@ -164,7 +165,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     return judged
 
 
-def _deploying(judged: RuntimeCheck, lease: LeasePeek) -> RuntimeCheck:
+def _deploying(judged: RuntimeCheck, lease: LeaseReply) -> RuntimeCheck:
     """A runtime a run's held lease is deploying: what it reads meanwhile goes in the detail."""
     return judged.replace(state="deploying", lease=Holder(lock=lease.lock, holder=lease.holder),
                           detail=f"a run holds its host-side lease: {lease.message} (meanwhile the runtime reads "
@@ -278,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     if prometheus or textfile:
         from ..report.metrics import drift_registry, publish
 
-        publish(drift_registry(doc.to_value()["hosts"], STATES), prometheus=prometheus, textfile=textfile)
+        publish(drift_registry(doc.hosts, STATES), prometheus=prometheus, textfile=textfile)
     elif args.json:
         emit(SCHEMAS["verify"], outcome, doc.to_value(), errors)
     elif errors or args.verbose or sys.stdout.isatty():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..document import Document, FullSha
@@ -59,7 +59,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {"provider": self.provider, "passed": self.passed, "error": self.error,
-                "checks": [c.to_dict() for c in self.checks], "workdir": self.workdir,
+                "checks": [asdict(c) for c in self.checks], "workdir": self.workdir,
                 "scheduler_calls": [call.to_value() for call in self.scheduler_calls],
                 "source": self.source.to_value() if self.source else None}
 

@@ -149,7 +149,7 @@ class World:
                                                **words), timeout=120)
         if not made.ok:
             raise RuntimeError(f"stage-create failed: {made.error_text()}")
-        stage = protocol.parse_stage_create(made.stdout).stage
+        stage = protocol.parse_stage_create(made.stdout)["stage"]
         for argv, stdin in ((protocol.stage_receive(self.agent(), stage=stage), ident.archive_path),
                             (protocol.stage_verify(self.agent(), stage=stage, **words), None)):
             done = local.run(argv, timeout=600, stdin=stdin)

@@ -24,7 +24,9 @@ import signal
 # annotations only: typing is never imported on the session verb's per-run path (the lease imports this)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, List, Optional
+
+    from .protocol import LockHolder
 
 #: Seconds a process group gets after SIGTERM before SIGKILL (and after SIGKILL to be seen gone).
 TERM_GRACE = 5.0
@@ -98,7 +100,7 @@ def _signal_zero(pid: int) -> bool:
     return True
 
 
-def flock_holders(path: str) -> "List[Dict[str, Any]]":
+def flock_holders(path: str) -> "List[LockHolder]":
     """The processes of this host that hold a ``flock(2)`` lock on *path*, from ``/proc/locks``:
     each one's ``pid``, ``command`` (its argv, bounded) and ``started`` (UTC), as far as known;
     ``[]`` when none is found or the system has no ``/proc/locks``."""
@@ -109,7 +111,7 @@ def flock_holders(path: str) -> "List[Dict[str, Any]]":
     except OSError:
         return []
     inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    found = []
+    found: List[LockHolder] = []
     for line in table.splitlines():
         words = line.split()
         if len(words) > 5 and words[1] == "FLOCK" and words[5] == inode and words[4].isdigit():

@@ -3,16 +3,18 @@
 Both sides read this one module, so they cannot drift: the agent's argparse
 tree (:mod:`.cli`) takes its verb and flag names from here, and the driver
 builds every agent argv with the builders below and reads every answer with
-the parsers below.  No module of the driver spells an agent verb or flag
-itself (``tests/test_agent_protocol.py`` scans for one and round-trips every
-verb of :data:`VERBS` against the real agent).
+the parsers below; each answer and request is one ``TypedDict`` declared here
+(annotations only), which the agent builds and the driver's parser returns.
+No module of the driver spells an agent verb or flag itself
+(``tests/test_agent_protocol.py`` scans for one and round-trips every verb of
+:data:`VERBS` against the real agent).
 
 A builder takes the agent's words (the configured ``hosts.<name>.agent``, as
 the driver invokes it) and typed keyword arguments, and returns the argv; a
 placeholder such as ``<stage>`` may stand for a value the plan fills in at
-run time.  A parser takes the agent's stdout and returns a small record
-(the typed members the driver reads, plus ``data``: the whole JSON object),
-or raises :class:`ProtocolError`, whose message names the verb.
+run time.  A parser takes the agent's stdout and returns its JSON object once
+the members the driver relies on have their types (:data:`SHAPES`), or raises
+:class:`ProtocolError`, whose message names the verb.
 
 ``alloc-run``, ``alloc-reconcile``, ``detach-run`` and ``detach-reconcile``
 answer with framed records (:mod:`.frames`), read as a stream by the driver.
@@ -29,12 +31,300 @@ agent's fast verbs by the names below.
 from __future__ import annotations
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only
-    from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
+if TYPE_CHECKING:  # annotations only: each document of the protocol, one TypedDict (both sides read these)
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
     Words = Sequence[str]
     Output = Union[bytes, str]
-    AnswerT = TypeVar("AnswerT", bound="Answer")
+
+    class Hashed(TypedDict, total=False):
+        """``hash-file`` (and ``verify-readback``'s ``readback``): ``sha256`` only of a trusted regular file."""
+
+        path: str
+        exists: bool
+        regular: bool
+        untrusted: str
+        error: Optional[str]
+        is_symlink: bool
+        realpath: str
+        size: int
+        executable: bool
+        sha256: str
+
+    class Refused(TypedDict):
+        path: str
+        problem: str
+
+    class CheckedPaths(TypedDict):
+        checked: List[str]
+        refused: List[Refused]
+
+    class VerifyRun(TypedDict, total=False):
+        """The verify's end (``exit_code`` null when it ran into ``timed_out``, its bound) and output."""
+
+        exit_code: Optional[int]
+        stdout: str
+        stdout_truncated: bool
+        stderr: str
+        seconds: float
+        timed_out: float
+
+    class VerifyReadback(TypedDict, total=False):
+        """``verify-readback`` (and the ``session`` member ``verify``; only ``error`` for a bad request)."""
+
+        verify: VerifyRun
+        readback: Optional[Hashed]
+        readback_exit: Optional[int]
+        readback_seconds: Optional[float]
+        lease: LeaseAnswer
+        record: RecordRead
+        error: str
+
+    class StageCreated(TypedDict):
+        stage: str
+
+    class StageReceived(TypedDict):
+        stage: str
+        bytes: int
+
+    class StageVerdict(TypedDict, total=False):
+        stage: str
+        verified: bool
+        mismatches: List[str]
+        computed: Dict[str, str]
+
+    class StageReclaimed(TypedDict):
+        removed: List[str]
+        abandoned: List[str]
+
+    class Identity(TypedDict):
+        version: str
+        source_sha: Optional[str]
+        tree_sha256: str
+        record: str
+        record_tree_sha256: Optional[str]
+        scope: str
+        path: str
+        package: str
+        interpreter: str
+        python_version: str
+        problems: List[str]
+
+    class Sinfo(TypedDict, total=False):
+        argv: List[str]
+        exit_code: Optional[int]
+        states: Dict[str, int]
+        error: Optional[str]
+
+    class VersionAnswer(TypedDict, total=False):
+        """``version``: ``sinfo`` only when asked, ``scratch`` for each ``--root``."""
+
+        version: str
+        python_version: str
+        interpreter: str
+        checksum: str
+        sinfo: Sinfo
+        scratch: List[Dict[str, Optional[str]]]  # each --root: {"root", "problem"}
+
+    class Installed(TypedDict, total=False):
+        """``install-file``: the file installed, its old and new SHA-256 and mode, who installed it."""
+
+        dest: str
+        changed: bool
+        old_sha256: Optional[str]
+        new_sha256: str
+        old_mode: Optional[str]
+        mode: str
+        bytes: int
+        interpreter: Optional[Dict[str, object]]
+        old_interpreter: Optional[Dict[str, object]]
+        user: str
+        uid: int
+        hostname: str
+        at: str
+
+    class LockHolder(TypedDict, total=False):
+        pid: int
+        command: Optional[str]
+        started: Optional[str]
+
+    class Holder(TypedDict, total=False):
+        """What holds a lease, as its ``.holder`` record says: a session (the driver's words, then
+        ``agent_*``: the agent's own), or what holds its work lock (``kind`` ``build``, ``job`` or
+        ``confirm``, with the ``session`` that started it); a record that is missing is
+        ``lock_holders`` (``/proc/locks``) and ``settled``."""
+
+        host: str
+        driver_host: str
+        user: str
+        pid: int
+        since: str
+        run_id: str
+        agent_pid: int
+        agent_ppid: int
+        agent_host: str
+        kind: str
+        job_id: Optional[str]
+        attempt: str
+        supervisor_pid: int
+        session: Holder
+        lock_holders: List[LockHolder]
+        settled: float
+
+    class LeaseRequest(TypedDict, total=False):
+        lane: str
+        host: str
+        program: Optional[str]
+        holder: Holder
+
+    class ShellProbe(TypedDict, total=False):
+        argv: bool
+        expected: str
+
+    class RecordRequest(TypedDict, total=False):
+        program: Optional[str]
+        after: int
+
+    class VerifyRequest(TypedDict, total=False):
+        argv: List[str]
+        env: Dict[str, str]
+        timeout: float
+
+    class SessionRequest(TypedDict, total=False):
+        """The ``session`` request line (:mod:`vq_admin.agent.session`); the agent checks each part it reads."""
+
+        protocol: int
+        shell_probe: ShellProbe
+        lease: LeaseRequest
+        check_paths: List[str]
+        identity: bool
+        record: RecordRequest
+        verify: VerifyRequest
+
+    class LeaseAnswer(TypedDict, total=False):
+        """``lease`` (and the ``session`` member ``lease``, and ``verify-readback --lease-of``'s ``lease``):
+        held, or what holds it and why (``exit``: the status the ``lease`` verb ends with)."""
+
+        held: bool
+        exit: int
+        lock: str
+        holder: Holder
+        message: str
+        error: str
+        record: RecordRead
+
+    class ShellAnswer(TypedDict, total=False):
+        """The ``session`` member ``shell``: the login shell's probe words, judged."""
+
+        shell: str
+        posix: bool
+        via: str
+        error: str
+        exit_code: int
+        stdout: str
+        stderr: str
+
+    class SessionAnswer(TypedDict, total=False):
+        protocol: int
+        shell: ShellAnswer
+        lease: LeaseAnswer
+        check_paths: CheckedPaths
+        identity: Identity
+        identity_error: str
+        verify: VerifyReadback
+        record: RecordRead
+        released: str
+
+    class CensusCost(TypedDict, total=False):
+        jobs_listed: int
+        scripts_read: int
+        scripts_cached: int
+        cache_rejected: int
+        cache_problem: Optional[str]
+        scheduler_calls: int
+        seconds: float
+
+    class CensusJob(TypedDict):
+        id: str
+        display: str
+        state: str
+        user: str
+
+    class CensusGroup(TypedDict):
+        words: List[str]
+        jobs: List[CensusJob]
+
+    class CensusAnswer(TypedDict):
+        """``census``: ``jobs_scanned`` and ``groups`` null (and ``error``) when it failed."""
+
+        complete: bool
+        error: Optional[str]
+        jobs_scanned: Optional[int]
+        cost: CensusCost
+        groups: Optional[List[CensusGroup]]
+
+    class RecordEntry(TypedDict, total=False):
+        """One entry of the host's record: ``error`` instead of text that is not UTF-8 or too large."""
+
+        seq: int
+        name: str
+        statement: Optional[str]
+        sig: Optional[str]
+        error: str
+
+    class RecordRead(TypedDict, total=False):
+        entries: List[RecordEntry]
+        last: int
+        more: bool
+        error: str
+
+    class Records(TypedDict):
+        """``record-read``: each program's :class:`RecordRead` (:data:`HELPER_RECORD`: the helper lane)."""
+
+        records: Dict[str, RecordRead]
+
+    class Appended(TypedDict):
+        seq: int
+        name: str
+        dir: str
+
+    class AppendAnswer(TypedDict, total=False):
+        """The answer to one ``{"append": ...}`` line, and ``record-quarantine``'s (with ``record``)."""
+
+        appended: Appended
+        append_error: str
+        record: RecordRead
+
+    class Revert(TypedDict, total=False):
+        """The revert run when the job did not pass (``error`` when it could not run or end)."""
+
+        argv: List[str]
+        exit_code: Optional[int]
+        error: str
+        stdout: str
+        stderr: str
+
+    class Verdict(TypedDict, total=False):
+        """The ``confirm`` file the supervisor writes (and the ``summary`` record's ``confirm``): Slurm's word on
+        the job's end, the metrics judged against the baseline, and the revert."""
+
+        job_id: Optional[str]
+        state: Optional[str]
+        exit_code: Optional[int]
+        job_exit_code: Optional[str]
+        node: Optional[str]
+        seconds: float
+        timed_out: bool
+        cancel: Optional[Dict[str, object]]
+        submitted: bool
+        sbatch_stderr: str
+        metrics: Dict[str, str]
+        regressed: List[str]
+        accepted: bool
+        problems: List[str]
+        passed: bool
+        revert: Optional[Revert]
+        ended: str
 
 # -- verbs ------------------------------------------------------------------------------
 
@@ -146,7 +436,7 @@ def decode(text: str) -> Any:
     return loads_json(text, "the answer", limit=DECODE_LIMIT, nan=True)
 
 
-def encode(answer: Dict[str, Any]) -> str:
+def encode(answer: Mapping[str, object]) -> str:
     """One answer (or record) as the agent prints it: one JSON object line, keys sorted
     (``json.dumps(answer, sort_keys=True)`` and a newline)."""
     import json
@@ -154,7 +444,7 @@ def encode(answer: Dict[str, Any]) -> str:
     return json.dumps(answer, sort_keys=True) + "\n"
 
 
-def encode_request(request: Dict[str, Any]) -> bytes:
+def encode_request(request: Mapping[str, object]) -> bytes:
     """A ``session`` request as the driver writes it on the agent's stdin: one JSON object line."""
     return encode(request).encode()
 
@@ -370,7 +660,7 @@ def agent_words(argv: Sequence[str], verb: str) -> List[str]:
 
 # -- parsers (the driver's side) --------------------------------------------------------
 
-def _object(verb: str, stdout: Output) -> Dict[str, Any]:
+def _object(verb: str, stdout: Output) -> Any:
     try:
         text = stdout.decode("utf-8") if isinstance(stdout, bytes) else stdout
         value = decode(text)
@@ -381,280 +671,140 @@ def _object(verb: str, stdout: Output) -> Dict[str, Any]:
     return value
 
 
-def _loose(data: Dict[str, Any], key: str, kind: Any, default: Any = None) -> Any:
-    """*key*'s value when it is a *kind*, else *default* (the caller judges what is missing)."""
-    value = data.get(key)
-    return value if isinstance(value, kind) else default
+#: The members of each verb's answer the driver relies on, ``(member, type, required)``: a required member
+#: missing, or any of them present (not null) with another type, is a :class:`ProtocolError`, so the
+#: answer a parser returns holds what its type says.
+SHAPES: Dict[str, Tuple[Tuple[str, type, bool], ...]] = {
+    HASH_FILE: (("path", str, False), ("exists", bool, False), ("sha256", str, False), ("error", str, False)),
+    CHECK_PATHS: (("checked", list, True), ("refused", list, True)),
+    VERIFY_READBACK: (("readback", dict, False), ("readback_exit", int, False), ("readback_seconds", float, False),
+                      ("lease", dict, False), ("record", dict, False)),
+    STAGE_RECEIVE: (("stage", str, True), ("bytes", int, True)),
+    STAGE_VERIFY: (("stage", str, False), ("verified", bool, False), ("mismatches", list, False)),
+    STAGE_RECLAIM: (("removed", list, True), ("abandoned", list, True)),
+    IDENTITY: (("version", str, True), ("tree_sha256", str, False)),
+    VERSION: (("version", str, True), ("sinfo", dict, False)),
+    INSTALL_FILE: (("dest", str, False), ("changed", bool, False), ("new_sha256", str, False),
+                   ("old_sha256", str, False)),
+    LEASE: (("held", bool, False), ("lock", str, False), ("holder", dict, False), ("record", dict, False)),
+    SESSION: (("lease", dict, False), ("check_paths", dict, False), ("verify", dict, False),
+              ("record", dict, False)),
+    CENSUS: (("complete", bool, False), ("error", str, False), ("cost", dict, True)),
+    RECORD: (("records", dict, True),),
+    RECORD_QUARANTINE: (("appended", dict, False), ("append_error", str, False), ("record", dict, False)),
+}
 
 
-def _member(verb: str, data: Dict[str, Any], key: str, kind: Any, optional: bool = False) -> Any:
-    value = data.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(verb, f"has no valid {key!r}")
-    return value
+def _checked(verb: str, data: Any) -> Any:
+    """*data* once each member of :data:`SHAPES` is what its verb answers (else :class:`ProtocolError`)."""
+    for key, kind, required in SHAPES.get(verb, ()):
+        value = data.get(key)
+        if value is None and not required:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ProtocolError(verb, f"has no valid {key!r}")
+    return data
 
 
-class Answer:
-    """An agent answer: ``data`` is the whole JSON object, the rest its typed members."""
-
-    verb = ""
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        self.data = data
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and isinstance(other, Answer) and other.data == self.data
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, encode(self.data)))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.data!r})"
-
-    @classmethod
-    def parse(cls: Type[AnswerT], stdout: Output) -> AnswerT:
-        """The answer *stdout* holds (one JSON object), or :class:`ProtocolError`."""
-        return cls(_object(cls.verb, stdout))
+def _parse(verb: str, stdout: Output) -> Any:
+    return _checked(verb, _object(verb, stdout))
 
 
-class HashAnswer(Answer):
-    """``hash-file``: ``sha256`` is ``None`` when the file could not be read (``error`` says why)."""
-
-    verb = HASH_FILE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        # lenient: the driver's read-back check judges each member (evidence.readback_check)
-        self.path: Optional[str] = _loose(data, "path", str)
-        self.exists: bool = data.get("exists") is True
-        self.sha256: Optional[str] = _loose(data, "sha256", str)
-        self.error: Optional[str] = _loose(data, "error", str)
+def parse_hash_file(stdout: Output) -> Hashed:
+    return _parse(HASH_FILE, stdout)  # type: ignore[no-any-return]
 
 
-class CheckedPaths(Answer):
-    """``check-paths``: the paths checked and each refused one (``{"path", "problem"}``)."""
-
-    verb = CHECK_PATHS
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.checked: List[str] = _loose(data, "checked", list, [])
-        self.refused: List[Dict[str, Any]] = _loose(data, "refused", list, [])
+def parse_check_paths(stdout: Output) -> CheckedPaths:
+    return _parse(CHECK_PATHS, stdout)  # type: ignore[no-any-return]
 
 
-class VerifyReadback(Answer):
-    """``verify-readback``: the verify's exit status and output, and the launcher's ``hash-file`` answer."""
-
-    verb = VERIFY_READBACK
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        verify = data.get("verify")
-        if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
-                and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
-            raise ProtocolError(self.verb, "is not a verify-readback object")
-        try:  # the verify's own bytes, as the agent passed them (surrogateescape)
-            stdout_bytes = verify["stdout"].encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raise ProtocolError(self.verb, "holds text that is not the verify's output") from None
-        self.verify: Dict[str, Any] = verify
-        self.stdout_bytes: bytes = stdout_bytes
-        self.readback: Optional[Dict[str, Any]] = _loose(data, "readback", dict)
+def parse_verify_readback(stdout: Output) -> VerifyReadback:
+    """``verify-readback``: the verify's exit status and output (the verify's own bytes:
+    :func:`verify_output`), and the launcher's ``hash-file`` answer."""
+    answer = _parse(VERIFY_READBACK, stdout)
+    verify = answer.get("verify")
+    if not (isinstance(verify, dict) and isinstance(verify.get("exit_code"), int)
+            and isinstance(verify.get("stdout"), str) and isinstance(verify.get("stderr", ""), str)):
+        raise ProtocolError(VERIFY_READBACK, "is not a verify-readback object")
+    try:
+        verify_output(answer)
+    except UnicodeEncodeError:
+        raise ProtocolError(VERIFY_READBACK, "holds text that is not the verify's output") from None
+    return answer  # type: ignore[no-any-return]
 
 
-class StageCreated(Answer):
+def verify_output(answer: VerifyReadback) -> bytes:
+    """The verify's own stdout bytes, as the agent passed them (``surrogateescape``)."""
+    return answer["verify"]["stdout"].encode("utf-8", "surrogateescape")
+
+
+def parse_stage_create(stdout: Output) -> StageCreated:
     """``stage-create``: the new stage's absolute path."""
-
-    verb = STAGE_CREATE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        stage = data.get("stage")
-        if not isinstance(stage, str) or not stage.startswith("/"):
-            raise ProtocolError(self.verb, "names no stage directory")
-        self.stage: str = stage
+    answer = _parse(STAGE_CREATE, stdout)
+    if not isinstance(answer.get("stage"), str) or not answer["stage"].startswith("/"):
+        raise ProtocolError(STAGE_CREATE, "names no stage directory")
+    return answer  # type: ignore[no-any-return]
 
 
-class StageReceived(Answer):
-    """``stage-receive``: the stage and the archive's size in bytes."""
-
-    verb = STAGE_RECEIVE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.stage: str = _member(self.verb, data, "stage", str)
-        self.size: int = _member(self.verb, data, "bytes", int)
+def parse_stage_receive(stdout: Output) -> StageReceived:
+    return _parse(STAGE_RECEIVE, stdout)  # type: ignore[no-any-return]
 
 
-class StageVerdict(Answer):
-    """``stage-verify``: ``verified`` only when nothing mismatched (exit 3 otherwise)."""
-
-    verb = STAGE_VERIFY
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        mismatches = data.get("mismatches")
-        self.stage: Optional[str] = _loose(data, "stage", str)
-        self.verified: bool = data.get("verified") is True
-        self.mismatches: List[Any] = (mismatches if isinstance(mismatches, list)
-                                      else [mismatches] if mismatches else [])
+def parse_stage_verify(stdout: Output) -> StageVerdict:
+    return _parse(STAGE_VERIFY, stdout)  # type: ignore[no-any-return]
 
 
-class StageReclaimed(Answer):
-    """``stage-reclaim``: the stages removed and those abandoned (could not be removed)."""
-
-    verb = STAGE_RECLAIM
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.removed: List[Any] = _member(self.verb, data, "removed", list)
-        self.abandoned: List[Any] = _member(self.verb, data, "abandoned", list)
+def parse_stage_reclaim(stdout: Output) -> StageReclaimed:
+    return _parse(STAGE_RECLAIM, stdout)  # type: ignore[no-any-return]
 
 
-class IdentityAnswer(Answer):
-    """``identity --json``: version, source SHA, tree digest, record state, path and interpreter."""
-
-    verb = IDENTITY
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.version: str = _member(self.verb, data, "version", str)
-        self.tree_sha256: Optional[str] = _member(self.verb, data, "tree_sha256", str, optional=True)
+def parse_identity(stdout: Output) -> Identity:
+    return _parse(IDENTITY, stdout)  # type: ignore[no-any-return]
 
 
-#: The members of a ``version`` answer (``sinfo`` only when asked).
-VERSION_KEYS = ("version", "python_version", "interpreter", "checksum")
+def parse_version(stdout: Output) -> VersionAnswer:
+    return _parse(VERSION, stdout)  # type: ignore[no-any-return]
 
 
-class VersionAnswer(Answer):
-    """``version``: the helper's version, Python, interpreter and checksum (and ``sinfo`` when asked)."""
-
-    verb = VERSION
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.version: str = _member(self.verb, data, "version", str)
-        self.sinfo: Optional[Dict[str, Any]] = _loose(data, "sinfo", dict)
-
-    def facts(self) -> Dict[str, Any]:
-        """The members of :data:`VERSION_KEYS`."""
-        return {k: self.data.get(k) for k in VERSION_KEYS}
-
-
-class Installed(Answer):
-    """``install-file``: the file installed, its old and new SHA-256 and whether it changed."""
-
-    verb = INSTALL_FILE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.dest: Optional[str] = _loose(data, "dest", str)
-        self.changed: bool = data.get("changed") is True
-        self.new_sha256: Optional[str] = _loose(data, "new_sha256", str)
-        self.old_sha256: Optional[str] = _loose(data, "old_sha256", str)
-
-
-parse_hash_file = HashAnswer.parse
-parse_check_paths = CheckedPaths.parse
-parse_verify_readback = VerifyReadback.parse
-parse_stage_create = StageCreated.parse
-parse_stage_receive = StageReceived.parse
-parse_stage_verify = StageVerdict.parse
-parse_stage_reclaim = StageReclaimed.parse
-parse_identity = IdentityAnswer.parse
-parse_version = VersionAnswer.parse
-parse_install_file = Installed.parse
-
-
-class LeaseAnswer(Answer):
-    """``lease`` (and the ``lease`` member of a ``session`` answer): held, or who holds it."""
-
-    verb = LEASE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.held: bool = data.get("held") is True
-        self.lock: Optional[str] = _loose(data, "lock", str)
-        self.holder: Optional[Dict[str, Any]] = _loose(data, "holder", dict)
+def parse_install_file(stdout: Output) -> Installed:
+    return _parse(INSTALL_FILE, stdout)  # type: ignore[no-any-return]
 
 
 def parse_lease(stdout: Output) -> LeaseAnswer:
-    """The first line of a ``lease`` answer (the agent then holds the lease until stdin closes)."""
+    """The first line of a ``lease`` answer (the agent then holds the lease until stdin closes): held, or
+    who holds it."""
     text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
-    return LeaseAnswer(_object(LEASE, text.split("\n", 1)[0]))
-
-
-class SessionAnswer(Answer):
-    """``session``: its ``protocol`` and one member per part done (``shell``, ``lease``, ``check_paths``,
-    ``identity``, ``verify``); ``lease`` is ``None`` when no lease was asked or answered."""
-
-    verb = SESSION
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        lease = _loose(data, "lease", dict)
-        self.lease: Optional[LeaseAnswer] = None if lease is None else LeaseAnswer(lease)
+    return _parse(LEASE, text.split("\n", 1)[0])  # type: ignore[no-any-return]
 
 
 def parse_session(stdout: Output) -> SessionAnswer:
-    """The session's answer lines (the lease's, then the later parts') as one answer."""
+    """The session's answer lines (the lease's, then the later parts') as one answer: its ``protocol`` and one
+    member per part done (``shell``, ``lease``, ``check_paths``, ``identity``, ``verify``, ``record``)."""
     text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
     first, _, rest = text.partition("\n")
     data = _object(SESSION, first)
     if rest.strip():
         data.update(_object(SESSION, rest.split("\n", 1)[0]))
-    return SessionAnswer(data)
+    lease = _checked(SESSION, data).get("lease")
+    if lease is not None:
+        _checked(LEASE, lease)
+    return data  # type: ignore[no-any-return]
 
 
-class CensusAnswer(Answer):
-    """``census``: ``complete`` (false with ``error`` when the queue could not be read completely) and
-    ``cost``; the driver reads the whole answer as a document (:mod:`vq_admin.launcher.references`)."""
-
-    verb = CENSUS
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.complete: bool = data.get("complete") is True
-        self.error: Optional[str] = _loose(data, "error", str)
-        self.cost: Dict[str, Any] = _member(self.verb, data, "cost", dict)
+def parse_census(stdout: Output) -> CensusAnswer:
+    return _parse(CENSUS, stdout)  # type: ignore[no-any-return]
 
 
-parse_census = CensusAnswer.parse
+def parse_record(stdout: Output) -> Records:
+    return _parse(RECORD, stdout)  # type: ignore[no-any-return]
 
 
-class RecordAnswer(Answer):
-    """``record-read``: ``records``, by program (``_helper``: the helper lane), each ``entries`` (each
-    ``seq``, ``name``, ``statement``, ``sig``), ``last`` and ``more``; the driver reads the entries as
-    documents (:mod:`vq_admin.record`)."""
+def parse_record_quarantine(stdout: Output) -> AppendAnswer:
+    return _parse(RECORD_QUARANTINE, stdout)  # type: ignore[no-any-return]
 
-    verb = RECORD
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.records: Dict[str, Any] = _member(self.verb, data, "records", dict)
-
-
-parse_record = RecordAnswer.parse
-
-
-class RecordQuarantineAnswer(Answer):
-    """``record-quarantine``: ``appended`` (``seq``, ``name``, ``dir``) or ``append_error``, and ``record``."""
-
-    verb = RECORD_QUARANTINE
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        super().__init__(data)
-        self.appended: Optional[Dict[str, Any]] = _loose(data, "appended", dict)
-        self.error: Optional[str] = _loose(data, "append_error", str)
-        self.record: Optional[Dict[str, Any]] = _loose(data, "record", dict)
-
-
-parse_record_quarantine = RecordQuarantineAnswer.parse
 
 #: Each verb's parser (the round-trip test reads this table).
-PARSERS = {
+PARSERS: Dict[str, Callable[[Output], Mapping[str, object]]] = {
     HASH_FILE: parse_hash_file, CHECK_PATHS: parse_check_paths, VERIFY_READBACK: parse_verify_readback,
     STAGE_CREATE: parse_stage_create, STAGE_RECEIVE: parse_stage_receive, STAGE_VERIFY: parse_stage_verify,
     STAGE_RECLAIM: parse_stage_reclaim, IDENTITY: parse_identity, VERSION: parse_version,

@@ -26,14 +26,13 @@ build host).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..core import protocol
-from ..document import Document, DocumentError
+from ..document import Document, DocumentError, JsonValue
 from ..report.outcome import READ_ONLY_RAN, Locked
 from ..report.sections import PreviousAttempt
 from ..state.records import dump_json, read_json, write_atomic
-from ..plan import execute_stream, settled
+from ..plan import Step, execute_stream, settled
 from ..ssh.transport import Transport
 from .allocation_stream import StreamCall, Summary, stream_call
 from .runtime_step import RuntimeStep
@@ -47,9 +46,9 @@ def _path(inputs: RuntimeStep) -> Path:
     return inputs.ctx.state.lane_dir("runtime", inputs.host.name, inputs.profile.program) / RECORD
 
 
-class AttemptRecord(Document, frozen=True, kw_only=True):
+class AttemptRecord(Document, frozen=True, kw_only=True, omit_defaults=True):
     """The attempt an interrupted run may have left (``attempt.json``): ``kind`` and ``where`` are written only
-    for a detached build or a confirmation."""
+    for a detached build or a confirmation (a member at its default is not written)."""
 
     attempt: str
     attempt_dir: str | None = None
@@ -61,10 +60,9 @@ class AttemptRecord(Document, frozen=True, kw_only=True):
 
 def record(inputs: RuntimeStep, attempt: str, directory: str, kind: str = "allocation",
            where: str | None = None) -> None:
-    data = {"attempt": attempt, "attempt_dir": directory, "receipt": inputs.receipt.id, "expected_sha": inputs.sha}
-    if kind != "allocation":
-        data.update(kind=kind, where=where)
-    write_atomic(_path(inputs), dump_json(data))
+    write_atomic(_path(inputs), dump_json(AttemptRecord(
+        attempt=attempt, attempt_dir=directory, receipt=inputs.receipt.id, expected_sha=inputs.sha, kind=kind,
+        where=where).to_value()))
 
 
 def clear(inputs: RuntimeStep) -> None:
@@ -135,20 +133,13 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     step = plan.get(PREVIOUS)
     ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
                 f"{previous.attempt_dir}; reconciling its {'build' if detached else 'job'}")
-    # The transcripts are settled on the login host; the driver keeps only this call's summary.
-    sinks = {name: _Discard(name) for name in ("stdout", "stderr")}
-
-    def stream(words: list[str]) -> StreamCall:
-        return stream_call(login, words, timeout=RECONCILE_CALL_TIMEOUT, sinks=sinks)  # type: ignore[arg-type]
-
-    call = execute_stream(step, login, stream, settled_by_caller=True)  # exactly the planned argv
-    step.exit_code, step.seconds = call.exit_code, call.seconds
+    call = read_only_call(step, login, RECONCILE_CALL_TIMEOUT)
     summary = call.summary or Summary()
     inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
     ended = (summary.job_state != "RUNNING" if detached or confirm
              else summary.established or summary.fenced or not summary.job_id)
     if confirm and call.complete and ended:
-        _record_verdict(inputs, previous, call.records["summary"].get("confirm"))
+        _record_verdict(inputs, previous, call.answered("confirm"))
     if call.complete and ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
@@ -163,20 +154,18 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
 def _found(previous: AttemptRecord, call: StreamCall, where: str, detached: bool) -> PreviousAttempt:
     """The receipt's ``previous_attempt``: what the reconcile found of the interrupted run's attempt (the
     agent's summary as it sent it)."""
-    summary = call.records.get("summary") or {}
-    found = PreviousAttempt(job_id=summary.get("job_id"), job_state=summary.get("job_state"),
-                            job_exit_code=summary.get("job_exit_code"), exit_code=summary.get("exit_code"),
-                            established=summary.get("established"), fenced=summary.get("fenced"),
-                            notes=summary.get("notes"), attempt=previous.attempt,
-                            attempt_dir=previous.attempt_dir, receipt=previous.receipt)
+    sent = call.answered
+    found = PreviousAttempt(job_id=sent("job_id"), job_state=sent("job_state"), job_exit_code=sent("job_exit_code"),
+                            exit_code=sent("exit_code"), established=sent("established"), fenced=sent("fenced"),
+                            notes=sent("notes"), attempt=previous.attempt, attempt_dir=previous.attempt_dir,
+                            receipt=previous.receipt)
     if detached:  # the build's exit status and settled transcript are this run's evidence
-        found = found.replace(kind="detached", where=where, pid=summary.get("pid"),
-                              exit_signal=summary.get("exit_signal"), settle=summary.get("settle"),
-                              transcript=(call.records.get("end") or {}).get("sent"))
+        found = found.replace(kind="detached", where=where, pid=sent("pid"), exit_signal=sent("exit_signal"),
+                              settle=sent("settle"), transcript=call.records.get("end", {}).get("sent"))
     return found
 
 
-def _record_verdict(inputs: RuntimeStep, previous: AttemptRecord, verdict: Any) -> None:
+def _record_verdict(inputs: RuntimeStep, previous: AttemptRecord, verdict: JsonValue) -> None:
     """The verdict a confirmation's supervisor wrote with no driver left to read it: into the receipt and,
     when it is one, into the confirmation record."""
     assert inputs.receipt.previous_attempt is not None
@@ -207,6 +196,19 @@ def _still_going(previous: AttemptRecord, summary: Summary, call: StreamCall, wh
     return (f"the batch job {job} of an interrupted run (attempt {previous.attempt_dir}, receipt "
             f"{previous.receipt}) has not ended (scheduler state: {state}; {call.describe()}); "
             f"{READ_ONLY_RAN}: wait for it (squeue -j {job}) or cancel it (scancel {job}), then rerun")
+
+
+def read_only_call(step: Step, transport: Transport, timeout: float) -> StreamCall:
+    """Run *step* (exactly its planned argv) as one framed agent call whose transcripts stay on the host (the
+    driver keeps only its summary); its exit status and time go in the step, which the caller settles."""
+    sinks = {name: _Discard(name) for name in ("stdout", "stderr")}
+
+    def stream(words: list[str]) -> StreamCall:
+        return stream_call(transport, words, timeout=timeout, sinks=sinks)  # type: ignore[arg-type]
+
+    call = execute_stream(step, transport, stream, settled_by_caller=True)
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    return call
 
 
 class _Discard:

@@ -33,8 +33,9 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from msgspec import UNSET
 
 from vq_admin_hookspecs import ProviderCommand, Slot
 from vq_admin_hookspecs.slots import find_slot
@@ -43,11 +44,13 @@ from ..report import progress
 from ..core import checksum, exits, protocol
 from ..agent.allocation import JOB_TAMPERED_MARK, new_attempt_name
 from ..report.outcome import Locked, Refused, VqAdminError
-from ..report.sections import CommandOutput
-from ..plan import SlotValue, Step, execute_stream, settled
+from ..document import JsonObject
+from ..report.sections import CommandOutput, Deploy
+from ..plan import SlotValue, Step, settled
 from ..ssh.transport import RunResult, Transport, quote_argv
 from . import allocation_attempt
-from .allocation_stream import Cancel, Sent, Settle, StreamCall, Summary, TranscriptSink, stream_call
+from .allocation_stream import (Cancel, OnRecord, Sent, Settle, StreamCall, Summary, TranscriptSink, discard,
+                                framed_step)
 from .runtime_step import RuntimeStep
 
 #: The attempt the run names (``deploy.<UTC>.<hex>``), chosen when the deploy starts.
@@ -99,15 +102,6 @@ def _placed(argv: list[str], command: ProviderCommand) -> list[str]:
             out[i] = find_slot(out[i], list(marks.values())) or out[i]
     return out
 
-
-def _discard(sinks: dict[str, TranscriptSink]) -> None:
-    for sink in sinks.values():
-        sink.discard()
-    for directory in {sink.directory for sink in sinks.values()}:
-        try:
-            directory.rmdir()  # only when nothing else is in it
-        except OSError:
-            pass
 
 
 #: Slurm end states in which the job did not choose its exit status.
@@ -187,16 +181,15 @@ class AllocationDeploy(RuntimeStep):
         """Run the deploy step; the result's exit_code is the deployment's exit status."""
         login = self.ctx.login(self.host)
         assert self.profile.update_allocation is not None  # deploy() runs only for an allocation profile
-        return self.run_attempt(
-            command, login, f"as a batch job from {login.where}", {"build_place": "allocation", "where": login.where},
-            {"job_id": None, "exit_code": None, "sbatch_args": list(self.profile.update_allocation.sbatch_args)})
+        return self.run_attempt(command, login, f"as a batch job from {login.where}", Deploy(
+            build_place="allocation", where=login.where, job_id=None, exit_code=None,
+            sbatch_args=list(self.profile.update_allocation.sbatch_args)))
 
-    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, head: dict[str, Any],
-                    tail: dict[str, Any]) -> RunResult:
+    def run_attempt(self, command: ProviderCommand, transport: Transport, how: str, deploy: Deploy) -> RunResult:
         """The deploy step under a fresh attempt (an allocation's, or a detached build's on *transport*).
 
         Names the receipt (the transcript copy lives next to it) and the attempt, writes the receipt's
-        ``deploy`` record (*head*, the attempt and its directory, *tail*), records the attempt as the
+        ``deploy`` record (*deploy*, with the attempt and its directory), records the attempt as the
         call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
         (never running it again)."""
         ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
@@ -204,7 +197,7 @@ class AllocationDeploy(RuntimeStep):
             receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
-        receipt.deploy = {**head, "attempt": attempt, "attempt_dir": directory, "log_dir": directory, **tail}
+        receipt.deploy = deploy.replace(attempt=attempt, attempt_dir=directory, log_dir=directory)
         step = receipt.plan.get("deploy")
         deadline = time.monotonic() + self.profile.timeout_seconds
         view = progress.AllocationView(self.profile.program) if progress.enabled(ctx.options.json) else None
@@ -216,7 +209,8 @@ class AllocationDeploy(RuntimeStep):
                                      view.on_record if view else None, transport=transport,
                                      starting=lambda: allocation_attempt.record(self, attempt, directory, self.KIND,
                                                                                 transport.where))
-        receipt.deploy["interrupted"] = call.interrupted or ("unreadable answer" if call.frame_error else None)
+        receipt.deploy = receipt.deploy.replace(
+            interrupted=call.interrupted or ("unreadable answer" if call.frame_error else None))
         if not call.complete:
             call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
@@ -236,14 +230,14 @@ class AllocationDeploy(RuntimeStep):
         asked for by the recorded job id or build (never run again)."""
         ctx, detached = self.ctx, self.KIND == "detached"
         if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
-            _discard(sinks)
+            discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
             self.reclaim(success=False)
             raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
                                         + ("starting the build" if detached else "submitting"), call.stderr)
         if detached:
-            self.receipt.deploy["interruption"] = call.describe()
+            self.receipt.deploy = self.receipt.deploy.replace(interruption=call.describe())
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
                         "(it is never restarted)")
         else:
@@ -251,54 +245,24 @@ class AllocationDeploy(RuntimeStep):
         return self._reconcile(attempt, deadline, sinks, transport, wait_for=RECONCILE_WAIT if detached else None)
 
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float,
-              on_record: Callable[[str, dict[str, Any]], None] | None, transport: Transport,
+              on_record: OnRecord | None, transport: Transport,
               starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
         refused, just before the call (the attempt record)."""
         assert self.receipt.id is not None  # deploy() gave the receipt its id
-        receipt_id = self.receipt.id
-        sinks: dict[str, TranscriptSink] = {}
-        deploy = self.receipt.deploy
 
-        def observe(kind: str, value: dict[str, Any]) -> None:
+        def observe(kind: str, value: JsonObject) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
                 if value.get("job_id"):
-                    deploy["job_id"] = str(value["job_id"])
+                    self.receipt.deploy = self.receipt.deploy.replace(job_id=str(value["job_id"]))
                 if isinstance(value.get("pid"), int):  # a detached fixed-host build
-                    deploy["pid"] = value["pid"]
+                    self.receipt.deploy = self.receipt.deploy.replace(pid=value["pid"])
             if on_record is not None:
                 on_record(kind, value)
 
-        def stream(argv: list[str]) -> StreamCall:
-            # the attempt record, the transcript directory and the sinks' temporary files exist only once
-            # the step runs: a step refused, or killed, at its start leaves none of them behind
-            if starting is not None:
-                try:
-                    starting()
-                except OSError as exc:
-                    raise VqAdminError(f"cannot record the attempt in the state directory {self.ctx.state.root}: "
-                                       f"{exc.strerror or exc}; no job was submitted") from None
-            try:
-                directory: Path | OSError = self.ctx.state.transcript_dir(receipt_id)
-            except OSError as exc:  # a full or failing state filesystem: the sinks say so, the deploy goes on
-                directory = exc
-            sinks.update((name, TranscriptSink(directory, name)) for name in ("stdout", "stderr"))
-            return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=observe)
-
-        try:  # exactly the planned argv, its slots filled, streamed as it arrives; the caller settles it
-            call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
-        except BaseException:
-            _discard(sinks)
-            raise
-        call.step = step
-        step.exit_code, step.seconds = call.exit_code, call.seconds
-        if call.complete:
-            step.status = "ok"
-        else:
-            step.status = "interrupted" if call.interrupted or call.frame_error else "failed"
-            step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
-        return call, sinks
+        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt.id, on_record=observe,
+                           starting=starting)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
                    wait_for: float | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
@@ -306,7 +270,7 @@ class AllocationDeploy(RuntimeStep):
         times (copies of the planned ``deploy-reconcile``); *wait_for* (seconds) replaces the wait until
         the original bound."""
         for n in range(1, RECONCILE_TRIES + 1):
-            _discard(sinks)
+            discard(sinks)
             wait = max(0.0, deadline - time.monotonic()) + CANCEL_GRACE if wait_for is None else wait_for
             step = self.receipt.plan.again(RECONCILE, RECONCILE if n == 1 else f"{RECONCILE}-{n}")
             call, sinks = self._call(step, {ATTEMPT.name: attempt, WAIT.name: _seconds(round(wait))}, wait + MARGIN,
@@ -322,16 +286,13 @@ class AllocationDeploy(RuntimeStep):
         step that delivered it: its exit status, ``ok``/``failed`` when the end was established and chosen
         (*unchosen* false), else ``interrupted`` with the summary's notes or *not_established*."""
         deploy, sent = self.receipt.deploy, call.records["summary"]
-        assert deploy is not None  # written by run_attempt()
-        for key in keys:
-            if sent.get(key) is not None or key not in deploy:
-                deploy[key] = sent.get(key)
-        deploy["retention"] = sent.get("retention")
+        ended = {key: sent.get(key) for key in keys if sent.get(key) is not None or getattr(deploy, key) is UNSET}
+        deploy = self.receipt.deploy = deploy.replace(**ended, retention=sent.get("retention"))
         self._fill_output(summary, call, sinks)
         if call.complete:  # the step that delivered the report carries the deployment's exit status
-            call.step.exit_code = deploy["exit_code"]
+            call.step.exit_code = deploy.exit_code if isinstance(deploy.exit_code, int) else None
             if summary.established and not unchosen:
-                call.step.status = "ok" if deploy["exit_code"] == 0 else "failed"
+                call.step.status = "ok" if deploy.exit_code == 0 else "failed"
             else:
                 call.step.status = "interrupted"
                 call.step.detail = "; ".join(summary.notes) or not_established
@@ -341,71 +302,71 @@ class AllocationDeploy(RuntimeStep):
         receipt, where = self.receipt, call.where
         summary = call.summary
         if summary is None:
-            _discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived")
-        deploy = receipt.deploy
         signalled = ended_without_choosing(summary)
         self._record_end(summary, call, sinks, ("job_id", "exit_code", "sbatch_exit_code", "job_state",
                                                 "job_exit_code", "end_source", "established", "timed_out",
                                                 "cancel", "reconciled", "notes"),
                          signalled, signalled or "the job's end was not established")
+        deploy = receipt.deploy
         if summary.submitted is False:
             self.reclaim(success=False)
             raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.sbatch_exit_code}): "
                                f"{' '.join(summary.notes)} {summary.sbatch_stderr.strip()[-500:]}")
         if summary.timed_out:
             cancel = summary.cancel or Cancel()
-            text = (f"allocation job {deploy['job_id']} did not finish within timeout_seconds "
+            text = (f"allocation job {deploy.job_id} did not finish within timeout_seconds "
                     f"({_seconds(self.profile.timeout_seconds)} s)")
             # The build may have activated before the cancel: only a read-back decides (never "failed").
-            state = deploy.get("job_state") or "not reported by the scheduler"
+            state = deploy.job_state or "not reported by the scheduler"
             how = ("vq-admin cancelled it (scancel exit 0)" if cancel.ok
                    else f"cancelling it failed: {cancel.message}")
             return RunResult(list(command.argv), where, None,
-                             stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy['log_dir']}"
+                             stderr=f"{text}; {how}; final scheduler state: {state}; transcripts in {deploy.log_dir}"
                              .encode(), seconds=call.seconds, interrupted="job")
         if not summary.established:
             return self._unknown(command, call, "; ".join(summary.notes) or "the job's end was not established")
         if summary.exit_code == exits.JOB_TAMPERED:
-            self.tampered(sinks, f"batch job {deploy['job_id']}")
+            self.tampered(sinks, f"batch job {deploy.job_id}")
         if signalled and summary.never_started is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
             self.reclaim(success=False)
-            raise VqAdminError(f"deploy: allocation job {deploy['job_id']} {signalled}: the job was cancelled "
+            raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
                                "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, _status(summary),
-                             stderr=(f"allocation job {deploy['job_id']} {signalled} (exit {summary.exit_code}); "
-                                     f"transcripts in {deploy['log_dir']}").encode(),
+                             stderr=(f"allocation job {deploy.job_id} {signalled} (exit {summary.exit_code}); "
+                                     f"transcripts in {deploy.log_dir}").encode(),
                              seconds=call.seconds, interrupted="job")
         return RunResult(list(command.argv), where, _status(summary), seconds=call.seconds)
 
     def tampered(self, sinks: dict[str, TranscriptSink], what: str) -> None:
         """The job (or detached build) exited 86: say whether it refused a changed argv or archive."""
-        receipt, deploy = self.receipt, self.receipt.deploy
+        receipt = self.receipt
         refusal = [line for line in sinks["stderr"].text().splitlines() if line.startswith(JOB_TAMPERED_MARK)]
         if refusal:  # the job found its argv or archive changed while it waited and ran nothing
-            deploy["tampered"] = refusal[-1]
+            receipt.deploy = receipt.deploy.replace(tampered=refusal[-1])
             receipt.errors.append(f"deploy: {what} did not run the provider: what it was "
                                   f"given was changed after the run prepared it (tampering): {refusal[-1]}")
         elif not sinks["stderr"].bytes:  # no stderr where it should be: the attempt directory may have been replaced
-            deploy["tampered"] = "suspected: exit status 86 and no stderr in the attempt directory"
+            receipt.deploy = receipt.deploy.replace(
+                tampered="suspected: exit status 86 and no stderr in the attempt directory")
             receipt.errors.append(
                 f"deploy: {what} exited {exits.JOB_TAMPERED}, the status the job uses when "
                 f"its argv or source archive changed after the run prepared it (tampering suspected), and its "
-                f"stderr is not in the attempt directory {deploy['log_dir']}: check who can change that path")
+                f"stderr is not in the attempt directory {receipt.deploy.log_dir}: check who can change that path")
 
     def _unknown(self, command: ProviderCommand, call: StreamCall, why: str,
                  message: str | None = None) -> RunResult:
-        deploy = self.receipt.deploy
-        deploy["established"] = False
+        deploy = self.receipt.deploy = self.receipt.deploy.replace(established=False)
         if not self.receipt.command_output:
             self.receipt.command_output = CommandOutput(
-                complete=False, reason="unavailable", log_dir=deploy["log_dir"], observations=0, stdout="", stderr="",
+                complete=False, reason="unavailable", log_dir=deploy.log_dir, observations=0, stdout="", stderr="",
                 note="the transcript was not read; it is retained in log_dir")
             self.receipt.metrics, self.receipt.metrics_complete = {}, False
-        message = message or (f"allocation job {deploy.get('job_id') or '(id not recorded)'}: its end could not be "
-                              f"established ({why}); log directory {deploy['log_dir']}")
+        message = message or (f"allocation job {deploy.job_id or '(id not recorded)'}: its end could not be "
+                              f"established ({why}); log directory {deploy.log_dir}")
         return RunResult(list(command.argv), call.where, None, stderr=message.encode(), seconds=call.seconds,
                          interrupted="transport")
 
@@ -419,12 +380,12 @@ class AllocationDeploy(RuntimeStep):
         if not summary.established and not summary.timed_out:
             problems.append("the job's end was not established: its transcript may still grow")
         output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
-                         receipt.deploy["log_dir"])
-        if not output["complete"]:
-            self.ctx.narrate(f"deploy: {output['note']}")
-        receipt.command_output = CommandOutput.from_value(output, "command_output")
+                         str(receipt.deploy.log_dir))
+        if output.note:
+            self.ctx.narrate(f"deploy: {output.note}")
+        receipt.command_output = output
         receipt.metrics = {**sinks["stdout"].metrics, **sinks["stderr"].metrics}
-        receipt.metrics_complete = output["complete"]
+        receipt.metrics_complete = output.complete is True
 
     def _store_transcripts(self, sinks: dict[str, TranscriptSink]) -> str | None:
         """The directory of the driver's copy of the transcripts, or ``None`` (a note says why, when it failed:
@@ -434,7 +395,7 @@ class AllocationDeploy(RuntimeStep):
         if failed:
             note = (f"the driver's copy of the deploy transcripts could not be stored in "
                     f"{sinks['stdout'].directory} ({'; '.join(failed)}); this receipt keeps their tail and the "
-                    f"log directory {self.receipt.deploy['log_dir']} on the host the whole of them")
+                    f"log directory {self.receipt.deploy.log_dir} on the host the whole of them")
             self.receipt.notes.append(note)
             self.ctx.narrate(note)
         return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
@@ -463,24 +424,20 @@ def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> s
 
 
 def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: TranscriptSink,
-            transcript: str | None, log_dir: str) -> dict[str, Any]:
-    """The receipt's ``command_output`` of an allocation deploy."""
+            transcript: str | None, log_dir: str) -> CommandOutput:
+    """The receipt's ``command_output`` of an allocation deploy (``kept`` when a stream was cut to its head and
+    tail, ``problems`` and ``note`` when the transcript is incomplete)."""
     complete = settle.settled and not problems
     cut = any("cut" in p or "received" in p for p in problems)
     reason = None if complete else settle.reason or ("unavailable" if cut else "unstable")
-    output: dict[str, Any] = {
-        "complete": complete, "reason": reason, "log_dir": log_dir,
-        "observations": settle.observations, "settle_seconds": settle.seconds,
-        "stdout": out.text(), "stderr": err.text(), "stdout_bytes": out.bytes, "stderr_bytes": err.bytes,
-        "truncated": out.truncated or err.truncated, "transcript": transcript,
-        "checksum": settle.checksum or out.algorithm,
-    }
-    if out.truncated or err.truncated:
-        output["kept"] = (f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-                          f"{transcript or log_dir}")
-    if not complete:
-        output["problems"] = problems
-        output["note"] = (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the "
-                          "job wrote; metrics are partial evidence, and an empty metrics object is not proof that "
-                          "no build work occurred")
-    return output
+    truncated = out.truncated or err.truncated
+    return CommandOutput(
+        complete=complete, reason=reason, log_dir=log_dir, observations=settle.observations,
+        settle_seconds=settle.seconds, stdout=out.text(), stderr=err.text(), stdout_bytes=out.bytes,
+        stderr_bytes=err.bytes, truncated=truncated, transcript=transcript, checksum=settle.checksum or out.algorithm,
+        kept=(f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
+              f"{transcript or log_dir}") if truncated else UNSET,
+        problems=UNSET if complete else problems,
+        note=UNSET if complete else (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds "
+                                     "what the job wrote; metrics are partial evidence, and an empty metrics object "
+                                     "is not proof that no build work occurred"))

@@ -16,17 +16,25 @@ import collections
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Sequence
 
 from ..ssh import process
 from ..core import checksum
 from ..core.failpoints import failpoint
 from ..core.frames import FrameError, read_frames
-from ..document import Count, Document, DocumentError
+from ..document import Count, Document, DocumentError, JsonObject, JsonValue
 from ..report.receipt import OUTPUT_KEPT, head_and_tail, parse_metrics
+from ..report.sections import Metrics
 from ..core import atomic
+from ..report.outcome import VqAdminError
 from ..ssh.transport import Transport, describe_interruption
+from ..plan import SlotValue, Step, execute_stream
 
+if TYPE_CHECKING:
+    from ..state.records import StateDir
+
+#: What is told of each record of the stream as it arrives: its kind and its value, as the agent sent it.
+OnRecord = Callable[[str, JsonObject], None]
 METRIC_PREFIX = b"VQ-DEPLOY-METRIC "
 MAX_METRIC_LINE = 64 << 10
 
@@ -54,7 +62,7 @@ class TranscriptSink:
         self._tail_bytes = 0
         self._line = bytearray()
         self._line_dropped = False
-        self.metrics: dict[str, Any] = {}
+        self.metrics: Metrics = {}
         self.error: str | None = None
         self._tmp = ""  # atomic.temp_name: with our pid, a later run removes it if we are killed
         self._fh: IO[bytes] | None = None
@@ -234,7 +242,7 @@ class StreamCall:
     interrupted: str | None = None  # None | "transport" | "timeout"
     seconds: float = 0.0
     stderr: str = ""
-    records: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])
+    records: dict[str, JsonObject] = field(default_factory=dict)  #: the last record of each kind
     ended: bool = False
     frame_error: str | None = None
     step: Any = None  # the plan step this call was recorded in
@@ -244,6 +252,10 @@ class StreamCall:
         """The agent's ``summary`` record (``None``: none arrived); one that is not one ends the stream."""
         value = self.records.get("summary")
         return None if value is None else Summary.from_value(value, f"the summary from {self.where}")
+
+    def answered(self, name: str) -> JsonValue:
+        """The member *name* of the agent's summary as it sent it (``None``: absent, or no summary arrived)."""
+        return self.records.get("summary", {}).get(name)
 
     @property
     def sent(self) -> dict[str, Sent]:
@@ -268,8 +280,8 @@ class StreamCall:
         return f"exit status {self.exit_code} on {self.where}"
 
 
-def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: dict[str, Any],
-               observer: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, value: JsonObject,
+               observer: OnRecord | None = None) -> None:
     call.records[kind] = value
     try:  # a summary or end record that is not one is an unreadable answer
         summary, _ = call.summary, call.sent
@@ -285,9 +297,58 @@ def _on_record(call: StreamCall, sinks: dict[str, TranscriptSink], kind: str, va
                 sink.use_checksum(algorithm)
 
 
+def discard(sinks: dict[str, TranscriptSink]) -> None:
+    """Drop the transcript copies of a call that is not kept (and their directory, when nothing else is in it)."""
+    for sink in sinks.values():
+        sink.discard()
+    for directory in {sink.directory for sink in sinks.values()}:
+        try:
+            directory.rmdir()  # only when nothing else is in it
+        except OSError:
+            pass
+
+
+def framed_step(step: Step, transport: Transport, values: dict[str, SlotValue], timeout: float, state: StateDir,
+                receipt_id: str, *, prefix: str = "", on_record: OnRecord | None = None,
+                starting: Callable[[], None] | None = None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
+    """Run *step* (exactly its planned argv, slots filled from *values*) as one framed agent call on *transport*
+    into fresh transcript sinks (``PREFIXstdout``, ``PREFIXstderr`` in the receipt's transcript directory);
+    *starting* (the attempt record) runs once the step has started and was not refused, just before the call.
+    The step gets the call's exit status, time and status; the caller settles it."""
+    sinks: dict[str, TranscriptSink] = {}
+
+    def stream(argv: list[str]) -> StreamCall:
+        # the attempt record, the transcript directory and the sinks' temporary files exist only once
+        # the step runs: a step refused, or killed, at its start leaves none of them behind
+        try:
+            if starting is not None:
+                starting()
+        except OSError as exc:
+            raise VqAdminError(f"cannot record the attempt in the state directory {state.root}: "
+                               f"{exc.strerror or exc}; no job was submitted") from None
+        try:
+            directory: Path | OSError = state.transcript_dir(receipt_id)
+        except OSError as exc:  # a full or failing state filesystem: the sinks say so, the call goes on
+            directory = exc
+        sinks.update((name, TranscriptSink(directory, prefix + name)) for name in ("stdout", "stderr"))
+        return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=on_record)
+
+    try:
+        call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
+    except BaseException:
+        discard(sinks)
+        raise
+    call.step = step
+    step.exit_code, step.seconds = call.exit_code, call.seconds
+    step.status = "ok" if call.complete else "interrupted" if call.interrupted or call.frame_error else "failed"
+    if not call.complete:
+        step.detail = call.describe() + (f": {call.stderr.strip()[-300:]}" if call.stderr.strip() else "")
+    return call, sinks
+
+
 def stream_call(transport: Transport, argv: Sequence[str], *, timeout: float,
                 sinks: dict[str, TranscriptSink],
-                on_record: Callable[[str, dict[str, Any]], None] | None = None) -> StreamCall:
+                on_record: OnRecord | None = None) -> StreamCall:
     """Run *argv* through *transport*, feeding records and transcript chunks as they arrive.
 
     It runs through :func:`vq_admin.ssh.process.run` in stream mode: the whole call is

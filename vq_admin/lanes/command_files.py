@@ -159,7 +159,7 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
                                "run changed nothing")
         if result.exit_code == exits.EXIT_UNSAFE:
             try:
-                refused = protocol.parse_check_paths(result.stdout).refused
+                refused = protocol.parse_check_paths(result.stdout)["refused"]
             except protocol.ProtocolError:
                 refused = []
             refuse(transport.where, words, refused, result.error_text()[-500:])

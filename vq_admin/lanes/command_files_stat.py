@@ -31,12 +31,13 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
 from vq_admin_hookspecs import Slot
 
 from ..core import securepath
 from ..report.outcome import Refused, VqAdminError
+from ..report.sections import AgentChecked
 from ..plan import Plan, SlotError, SlotValue, Step, execute
 from ..ssh.transport import RunResult, Transport
 from .command_files import CHECK_TIMEOUT, PURPOSE, Place, gather, keys_of, step_name
@@ -206,11 +207,11 @@ def _unreadable(step: Step, where: str, result: RunResult, program: str) -> Refu
 
 
 def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequence[str],
-                             record: dict[str, Any]) -> None:
+                             checked: Callable[[AgentChecked], None]) -> None:
     """The helper lane's lease runs the agent on the login host before the lane's own steps: judge
     the agent's words there first, so it never runs unjudged.  The two steps are planned and run as
     the lane's own check is, named ``lease-check-commands`` and ``lease-check-levels`` (their own
-    failpoints), and recorded in the lease *record*, not in the lane's steps."""
+    failpoints), and given to *checked* (for the lease's record), not to the lane's steps."""
     places = gather([(transport, f"hosts.{host_name}.agent", agent)])
     if not places:  # not reached over ssh: the driver checks a local command itself, when it runs it
         return
@@ -224,5 +225,4 @@ def check_agent_before_lease(transport: Transport, host_name: str, agent: Sequen
         check_place(resolve, levels, login, words)
     finally:
         last = levels if levels.status != "planned" else resolve
-        record["agent_checked"] = {"argv": last.argv, "status": last.status, "detail": last.detail,
-                                   "steps": steps.to_list()}
+        checked(AgentChecked(argv=last.argv, status=last.status, detail=last.detail, steps=steps.to_list()))

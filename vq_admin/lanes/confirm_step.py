@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from vq_admin_hookspecs import RuntimeRequest, Slot
 
 from ..agent.allocation import new_attempt_name
 from ..core import exits, protocol
-from ..document import Document, DocumentError
-from ..plan import SlotValue, execute_stream, settled
+from ..document import Document, DocumentError, JsonObject
+from ..plan import SlotValue, Step, settled
 from ..report import progress
 from ..report.outcome import READ_ONLY_RAN, Refused, VqAdminError
 from ..report.sections import Accepted, Confirm, ConfirmOutput
@@ -35,7 +34,7 @@ from ..ssh.transport import quote_argv
 from ..state import confirmation
 from . import allocation_attempt
 from .allocation_step import REFUSED_BEFORE_SUBMIT, refused_before_submit
-from .allocation_stream import StreamCall, TranscriptSink, stream_call
+from .allocation_stream import OnRecord, StreamCall, TranscriptSink, framed_step
 from .runtime_step import RuntimeStep
 
 if TYPE_CHECKING:
@@ -176,41 +175,25 @@ class Confirmation(RuntimeStep):
                                      None)
         return self.conclude(call, sinks, directory)
 
-    def _call(self, step: Any, values: dict[str, SlotValue], timeout: float,
-              on_record: Callable[[str, dict[str, Any]], None] | None,
+    def _call(self, step: Step, values: dict[str, SlotValue], timeout: float, on_record: OnRecord | None,
               starting: Callable[[], None] | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         receipt, login = self.receipt, self.ctx.login(self.host)
         assert receipt.id is not None
-        sinks: dict[str, TranscriptSink] = {}
 
-        def observe(kind: str, value: dict[str, Any]) -> None:
+        def observe(kind: str, value: JsonObject) -> None:
             if kind == "job" and value.get("job_id") and receipt.confirm is not None:
                 receipt.confirm = receipt.confirm.replace(job_id=str(value["job_id"]))
             if on_record is not None:
                 on_record(kind, value)
 
-        def stream(argv: list[str]) -> StreamCall:
-            if starting is not None:
-                starting()
-            try:
-                directory: Path | OSError = self.ctx.state.transcript_dir(receipt.id or "")
-            except OSError as exc:
-                directory = exc
-            sinks.update((name, TranscriptSink(directory, f"confirm-{name}")) for name in ("stdout", "stderr"))
-            return stream_call(login, argv, timeout=timeout, sinks=sinks, on_record=observe)
-
-        call = execute_stream(step, login, stream, values=values, settled_by_caller=True)
-        step.exit_code, step.seconds = call.exit_code, call.seconds
-        step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
-        if not call.complete:
-            step.detail = call.describe()
+        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, receipt.id, prefix="confirm-",
+                                  on_record=observe, starting=starting)
         settled(step)
         return call, sinks
 
     def conclude(self, call: StreamCall, sinks: dict[str, TranscriptSink], directory: str) -> Confirm:
         """The receipt's ``confirm`` from the agent's summary, the attempt record cleared once the verdict is in."""
-        summary = call.records.get("summary") or {}
-        verdict = summary.get("confirm")
+        verdict = call.answered("confirm")
         paths = [sink.commit() for sink in sinks.values()] if sinks else []
         output = ConfirmOutput(stdout=sinks["stdout"].text() if sinks else "",
                                stderr=sinks["stderr"].text() if sinks else "", complete=call.complete,
@@ -227,9 +210,10 @@ class Confirmation(RuntimeStep):
         confirm = confirm.replace(**{k: verdict.get(k) for k in (
             "job_id", "state", "exit_code", "job_exit_code", "node", "seconds", "metrics", "passed", "problems",
             "regressed", "timed_out", "cancel", "revert")})
-        if verdict.get("accepted"):
-            confirm = confirm.replace(accepted=Accepted(reason=self.ctx.options.accept_regression,
-                                                        regressed=verdict.get("regressed")))
+        regressed = verdict.get("regressed")
+        if verdict.get("accepted"):  # the agent's list of metric names, as it sent it
+            confirm = confirm.replace(accepted=Accepted(reason=self.ctx.options.accept_regression, regressed=[
+                str(name) for name in regressed] if isinstance(regressed, list) else None))
         self.receipt.confirm = confirm
         allocation_attempt.clear(self)
         confirmation.record_verdict(self.ctx.state, self.host.name, self.profile.program, self.sha, verdict,
@@ -255,16 +239,10 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     login = ctx.login(host)
     step = plan.add("confirm-job", login.where, argv, "the confirmation job against the active generation "
                     "(read-only: nothing activated or reverted)")
-    sinks = {name: allocation_attempt._Discard(name) for name in ("stdout", "stderr")}
-
-    def stream(words: list[str]) -> StreamCall:
-        return stream_call(login, words, timeout=c.timeout_seconds + MARGIN, sinks=sinks)  # type: ignore[arg-type]
-
-    call = execute_stream(step, login, stream, settled_by_caller=True)
-    step.exit_code, step.seconds = call.exit_code, call.seconds
+    call = allocation_attempt.read_only_call(step, login, c.timeout_seconds + MARGIN)
     step.status = "ok" if call.complete else ("interrupted" if call.interrupted else "failed")
     settled(step)
-    verdict = (call.records.get("summary") or {}).get("confirm")
+    verdict = call.answered("confirm")
     try:
         return HealthJob.from_value(verdict, "the confirmation job's verdict"), False
     except DocumentError as exc:

@@ -20,14 +20,13 @@ provider attached (:func:`applies`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from vq_admin_hookspecs import ProviderCommand
 
 from ..core import exits
+from ..report.sections import Deploy
 from ..ssh.transport import RunResult, SshTransport
 from . import allocation_step
-from .allocation_stream import StreamCall, TranscriptSink
+from .allocation_stream import StreamCall, TranscriptSink, discard
 from .runtime_step import RuntimeStep
 
 def applies(step: RuntimeStep) -> bool:
@@ -36,18 +35,18 @@ def applies(step: RuntimeStep) -> bool:
             and isinstance(step.build_transport(), SshTransport))
 
 
-def left_running(deploy: dict[str, Any]) -> str:
+def left_running(deploy: Deploy) -> str:
     """What an interrupted run leaves behind on the build host (said in its receipt)."""
-    if deploy.get("fenced"):
-        return (f"no build was started on {deploy.get('where')}: the connection dropped before the agent started, "
-                f"and the attempt {deploy.get('attempt_dir')} is now fenced so that none can start under it")
-    pid = deploy.get("pid") or f"recorded in {deploy.get('attempt_dir')}/build"
-    return (f"the build keeps running on {deploy.get('where')} under attempt {deploy.get('attempt_dir')} "
+    if deploy.fenced:
+        return (f"no build was started on {deploy.where}: the connection dropped before the agent started, "
+                f"and the attempt {deploy.attempt_dir} is now fenced so that none can start under it")
+    pid = deploy.pid or f"recorded in {deploy.attempt_dir}/build"
+    return (f"the build keeps running on {deploy.where} under attempt {deploy.attempt_dir} "
             f"(pid {pid}); the next run reconciles it")
 
 
-def _still_running(deploy: dict[str, Any], why: str) -> str:
-    first = f"{deploy['interruption']}; " if deploy.get("interruption") else ""
+def _still_running(deploy: Deploy, why: str) -> str:
+    first = f"{deploy.interruption}; " if deploy.interruption else ""
     return f"{first}the build's end is not known yet ({why}): {left_running(deploy)}"
 
 
@@ -69,19 +68,16 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
     def deploy(self, command: ProviderCommand) -> RunResult:
         """Run the deploy step; the result's exit_code is the build's exit status."""
         transport = self.build_transport()
-        return self.run_attempt(command, transport, f"on {transport.where}, detached",
-                                {"build_place": self.profile.build_place, "detached": True, "where": transport.where},
-                                {"pid": None, "exit_code": None})
+        return self.run_attempt(command, transport, f"on {transport.where}, detached", Deploy(
+            build_place=self.profile.build_place, detached=True, where=transport.where, pid=None, exit_code=None))
 
     def _conclude(self, command: ProviderCommand, call: StreamCall,
                   sinks: dict[str, TranscriptSink]) -> RunResult:
-        deploy = self.receipt.deploy
-        where = deploy["where"]
-        summary = call.summary
+        where, summary = call.where, call.summary
         if summary is None:
-            allocation_step._discard(sinks)
+            discard(sinks)
             return self._unknown(command, call, "the helper's report never arrived",
-                                 message=_still_running(deploy, "the helper's report never arrived"))
+                                 message=_still_running(self.receipt.deploy, "the helper's report never arrived"))
         signal = summary.exit_signal
         self._record_end(summary, call, sinks, ("pid", "exit_code", "exit_signal", "job_state", "established",
                                                 "timed_out", "cancel", "reconciled", "fenced", "notes"),
@@ -90,15 +86,16 @@ class DetachedDeploy(allocation_step.AllocationDeploy):
             return RunResult(list(command.argv), where, None, seconds=call.seconds, interrupted="job", stderr=(
                 f"the build on {where} did not finish within timeout_seconds "
                 f"({allocation_step._seconds(self.profile.timeout_seconds)} s); vq-admin ended its process group "
-                f"({summary.cancel.message if summary.cancel else None}); transcripts in {deploy['log_dir']}").encode())
+                f"({summary.cancel.message if summary.cancel else None}); transcripts in "
+                f"{self.receipt.deploy.log_dir}").encode())
         if not summary.established:
             why = "; ".join(summary.notes) or "the build's end was not established"
-            return self._unknown(command, call, why, message=_still_running(deploy, why))
+            return self._unknown(command, call, why, message=_still_running(self.receipt.deploy, why))
         if summary.exit_code == exits.JOB_TAMPERED:
             self.tampered(sinks, f"the build on {where}")
         if signal:  # the build did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, 128 + signal, seconds=call.seconds, interrupted="job",
                              stderr=(f"the build on {where} was ended by signal {signal}; transcripts in "
-                                     f"{deploy['log_dir']}").encode())
+                                     f"{self.receipt.deploy.log_dir}").encode())
         return RunResult(list(command.argv), where, allocation_step._status(summary), seconds=call.seconds)
 

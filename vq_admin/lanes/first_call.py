@@ -29,6 +29,7 @@ from ..core import exits, protocol
 from ..core.failpoints import failpoint
 from ..document import Document
 from ..lease import Lease, LeaseUnreachable
+from ..lockwait import HolderRun
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
 from ..report.sections import Readback
@@ -45,21 +46,11 @@ if TYPE_CHECKING:
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
 
 
-class LeaseHolder(Document, frozen=True, kw_only=True):
-    """Who takes the lease: this run (its words of the lease argv)."""
-
-    driver_host: str | None
-    user: str | None
-    pid: int
-    since: str | None
-    run_id: str | None
-
-
 class LeaseRequest(Document, frozen=True, kw_only=True):
     lane: str | None
     host: str | None
     program: str | None
-    holder: LeaseHolder
+    holder: HolderRun  #: this run, in the words of its lease argv
 
 
 class RecordRequest(Document, frozen=True, kw_only=True):
@@ -117,13 +108,13 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     if interrupted is not None:
         if answer.get("unreached") or not with_verify:
             unreached(update.ctx, update.receipt, str(interrupted))
-        pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", interrupted
+        pre_verify.argv, pre_verify.status, pre_verify.detail = pre_verify.planned_argv, "interrupted", str(interrupted)
         pre_verify.seconds = seconds
         pre_readback.status = "skipped"
         failpoint("step-after", pre_verify.name)
         return Verification(step=pre_verify.name, error=str(interrupted), interrupted=True)
-    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-    take_record(update.ctx, update.receipt, update.host.name, update.profile.program, lease)
+    update.ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
+    lease.take_record(update.ctx, update.receipt, update.host.name, update.profile.program)
     if check_words is not None:
         _record_check(update, check_index, check_words, answer.get("check_paths"), login.where, seconds)
     remote_paths.run(update, done=login.where)  # the build host's own check, when it is another host
@@ -167,23 +158,12 @@ def record_request(ctx: RunContext, host: str, program: str | None) -> RecordReq
     return RecordRequest(program=program, after=view.cursor(ctx.state, host, program))
 
 
-def take_record(ctx: RunContext, receipt: Receipt, host: str, program: str | None, lease: Lease) -> None:
-    """Import the entries the session answered (each judged once) into this driver's view."""
-    from ..record import view
-
-    receipt.record = view.take(ctx.config, ctx.state, host, program, lease.host_record)
-
-
 def lease_request(lease: Lease) -> LeaseRequest:
-    argv = lease.argv
-
-    def value(option: str) -> str | None:
-        return argv[argv.index(option) + 1] if option in argv else None
-
+    value = lease.option
     return LeaseRequest(lane=value(protocol.LANE), host=value(protocol.HOST), program=value(protocol.PROGRAM),
-                        holder=LeaseHolder(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
-                                           pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
-                                           run_id=value(protocol.RUN_ID)))
+                        holder=HolderRun(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
+                                         pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
+                                         run_id=value(protocol.RUN_ID)))
 
 
 def _login_check(update: "RuntimeLane") -> tuple[int, list[tuple[str, str]] | None]:

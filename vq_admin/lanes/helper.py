@@ -338,7 +338,7 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
             record=first_call.record_request(update.ctx, update.host.name, None)).to_value())
     except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
         note = exc.message.replace(f"; {READ_ONLY_RAN}", "; this helper update runs without a lease")
-        lease.record["note"] = note
+        lease.update(note=note)
         update.receipt.notes.append(note)
         update.ctx.narrate(note)
         return None
@@ -351,8 +351,8 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
             first_call.unreached(update.ctx, update.receipt, str(interrupted))
         failpoint("step-after", step.name)
         return IdentityRead(step=step.name, interrupted=True, error=str(interrupted))
-    update.ctx.narrate(f"holding the host-side lease {lease.record.get('lock')} on {lease.where}")
-    first_call.take_record(update.ctx, update.receipt, update.host.name, None, lease)
+    update.ctx.narrate(f"holding the host-side lease {lease.record.lock} on {lease.where}")
+    lease.take_record(update.ctx, update.receipt, update.host.name, None)
     step.purpose += first_call.PURPOSE
     if "identity" in answer:
         result = RunResult(step.planned_argv, lease.where, 0, json.dumps(answer["identity"]).encode(), b"", seconds)

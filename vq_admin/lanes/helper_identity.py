@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from vq_admin_hookspecs import EvidenceError, HelperIdentity
 
 from ..core.failpoints import failpoint
 from ..config import HostConfig
 from ..context import RunContext
+from ..document import JsonObject
 from ..plan import Plan, Step, execute
 from ..ssh.transport import RunResult
 
@@ -62,7 +63,7 @@ class IdentityRead:
     def matched(self) -> bool:
         return self.identity is not None and not self.mismatches and not self.interrupted
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "step": self.step,
             "identity": self.identity.to_dict() if self.identity else None,
@@ -122,7 +123,7 @@ class Readback:
     def final(self) -> IdentityRead:
         return self.attempts[-1]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"reads": len(self.attempts), "max_rereads": self.rereads, "interval_seconds": self.interval,
                 "matched": self.final.matched, "attempts": [a.to_dict() for a in self.attempts]}
 

@@ -4,62 +4,59 @@ lane reconciles it (:mod:`.allocation_attempt`) and reclaims the source stage.""
 
 from __future__ import annotations
 
-from typing import Any
+from msgspec import UNSET
 
+from ..document import JsonValue
 from ..report.receipt import Receipt
-from ..report.sections import Readback
+from ..report.sections import Deploy, Readback
 from .staging import left_stage
 
 
-def left_behind(receipt: Receipt) -> dict[str, Any]:
-    """The facts of what an interrupted run may have left running or on disk."""
-    facts: dict[str, Any] = {"stage": left_stage(receipt)}
-    deploy = receipt.deploy or {}
+def left_behind(receipt: Receipt, readback: Readback) -> Readback:
+    """*readback* with the facts of what an interrupted run may have left running or on disk."""
+    deploy, facts = receipt.deploy, {}
     steps = {s.name: s for s in receipt.plan.steps}
     started = steps.get("deploy") is not None and steps["deploy"].argv is not None
-    if deploy.get("build_place") == "allocation" and started:
-        facts.update(known(deploy, "job_id", "job_state", "attempt", "attempt_dir", "log_dir"))
-        job = (deploy.get("job_id")
-               or f"the job whose id is recorded in {deploy.get('attempt_dir')}/job (if it was submitted)")
-        facts["build"] = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
-                          "the next run of this lane reconciles it from the attempt record before building")
-    elif deploy.get("detached") and started and not deploy.get("established") and not deploy.get("timed_out"):
+    if deploy.build_place == "allocation" and started:
+        facts = known(deploy, "job_id", "job_state", "attempt", "attempt_dir", "log_dir")
+        job = deploy.job_id or f"the job whose id is recorded in {deploy.attempt_dir}/job (if it was submitted)"
+        build = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
+                 "the next run of this lane reconciles it from the attempt record before building")
+    elif deploy.detached and started and not deploy.established and not deploy.timed_out:
         from .detached_step import left_running
 
-        facts.update(known(deploy, "attempt", "attempt_dir", "log_dir", "pid"))
-        facts["build"] = left_running(deploy)
+        facts = known(deploy, "attempt", "attempt_dir", "log_dir", "pid")
+        build = left_running(deploy)
     elif started and steps["deploy"].status not in ("ok", "failed"):
-        facts["build"] = f"the provider's deploy may still be running on {steps['deploy'].where}"
+        build = f"the provider's deploy may still be running on {steps['deploy'].where}"
     elif started:
-        facts["build"] = f"the deploy on {steps['deploy'].where} had ended ({steps['deploy'].status})"
+        build = f"the deploy on {steps['deploy'].where} had ended ({steps['deploy'].status})"
     else:
-        facts["build"] = "no build was started"
+        build = "no build was started"
     prepare = steps.get("prepare")
-    if prepare is not None and prepare.argv is not None and prepare.status == "interrupted":
-        facts["preparer"] = f"the site preparer may still be running on {prepare.where}"
-    return facts
+    preparer = (f"the site preparer may still be running on {prepare.where}"
+                if prepare is not None and prepare.argv is not None and prepare.status == "interrupted" else UNSET)
+    return readback.replace(stage=left_stage(receipt), build=build, preparer=preparer, **facts)
 
 
-def known(deploy: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: deploy[key] for key in keys if deploy.get(key) is not None}
+def known(deploy: Deploy, *keys: str) -> dict[str, JsonValue]:
+    """The members *keys* of *deploy* that are set and not null."""
+    values = {key: getattr(deploy, key) for key in keys}
+    return {key: value for key, value in values.items() if value is not None and value is not UNSET}
 
 
 def interrupted_readback(receipt: Receipt, signal_text: str, next_command: str,
                          wait_lock: float | None = None) -> Readback:
     """The ``readback`` of a run that vq-admin itself did not finish (a signal)."""
-    facts = left_behind(receipt)
-    running = None
-    if "job_id" in facts or ("attempt_dir" in facts and (receipt.deploy or {}).get("build_place") == "allocation"):
-        running = f"batch job {facts.get('job_id') or '(its id is in the attempt record)'}"
-    elif "attempt_dir" in facts:
-        running = f"the build pid {facts.get('pid') or '(in the attempt record)'} on {receipt.deploy.get('where')}"
-    return Readback(
+    readback = left_behind(receipt, Readback(
         read=f"nothing after the signal ({signal_text}): vq-admin stopped at once and read nothing back",
-        proven=False,
-        **facts,
-        next_command=next_command,
-        advice=rerun_advice(running, wait_lock, "the interrupted run"),
-    )
+        proven=False, next_command=next_command))
+    running = None
+    if readback.job_id or (readback.attempt_dir and receipt.deploy.build_place == "allocation"):
+        running = f"batch job {readback.job_id or '(its id is in the attempt record)'}"
+    elif readback.attempt_dir:
+        running = f"the build pid {readback.pid or '(in the attempt record)'} on {receipt.deploy.where}"
+    return readback.replace(advice=rerun_advice(running, wait_lock, "the interrupted run"))
 
 
 def rerun_advice(running: str | None, wait_lock: float | None, what: str) -> str:

@@ -48,14 +48,13 @@ from ..state import history
 from ..state.records import Verified
 from ..launcher import registry
 from ..core import protocol
-from ..document import Document
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
-from ..report.sections import Readback, Verify
+from ..report.sections import KeptLauncher, Prune, PruneCensus, Readback, Verify
 from ..launcher.references import Census, CensusError, census
 from ..launcher.references import TIMEOUT as CENSUS_TIMEOUT
 from ..core.stamps import utc_now
@@ -70,14 +69,6 @@ KEPT_LAUNCHER = Slot("launcher", label="each kept launcher")
 #: The keep set in the prune request: a list slot (one word per kept SHA, behind the provider's
 #: ``each`` words), filled with the census's keep set when the prune runs.
 KEEP = Slot("keep", label="kept sha", many=True)
-
-
-class KeptLauncher(Document, frozen=True, kw_only=True):
-    """A kept launcher read back after the prune (``prune.kept_launchers.SHA``): ``ok`` None when unread."""
-
-    launcher: str
-    ok: bool | None
-    detail: str | None
 
 
 class RuntimePrune:
@@ -107,12 +98,15 @@ class RuntimePrune:
         self.sha, self.tag = last_ok.sha, last_ok.tag or None
         self.receipt = Receipt("runtime", self.host.name, program, self.sha, self.tag, utc_now())
         self.keep: dict[str, list[str]] = {}
-        #: The receipt's ``prune`` section.
-        self.record: dict[str, Any] = {"keep": self.keep, "removed": [], "keep_recent": keep_recent,
-                                       "used_within_days": used_within}
-        self.receipt.prune = self.record
+        self.receipt.prune = Prune(keep=self.keep, removed=[], keep_recent=keep_recent, used_within_days=used_within)
         self.receipt.rerun = ["vq", "admin", "prune", program, host_name, "--keep", str(keep_recent),
                               *(["--used-within", f"{used_within:g}"] if used_within != 14 else [])]
+
+    def note(self, **members: Any) -> Prune:
+        """The receipt's ``prune`` section, with *members* added."""
+        assert self.receipt.prune is not None  # set by __init__
+        self.receipt.prune = self.receipt.prune.replace(**members)
+        return self.receipt.prune
 
     def request(self) -> RuntimeRequest:
         return RuntimeRequest(program=self.profile.program, host=self.host.name, expected_sha=self.sha, tag=self.tag,
@@ -185,8 +179,8 @@ class RuntimePrune:
         for sha, labels in doc.unregistered.items():
             for label in labels:
                 self.add(sha, label)
-        self.record["census"] = {k: v for k, v in doc.to_value().items()
-                                 if k in ("taken_at", "jobs_scanned", "warnings", "where", "cost")}
+        self.note(census=PruneCensus(where=doc.where, cost=doc.cost.to_value(), taken_at=doc.taken_at,
+                                     jobs_scanned=doc.jobs_scanned, warnings=list(doc.warnings)))
         if self.ctx.options.dry_run:
             return self.dry_run()
         return self.prune()
@@ -200,7 +194,7 @@ class RuntimePrune:
         forgotten = self.forget
         if forgotten is not None and not self.ctx.options.dry_run:
             forgot = view.forget_driver(self.ctx, self.receipt, forgotten)
-            self.record["forgot"] = {"driver": forgotten, **forgot.to_value()}
+            self.note(forgot={"driver": forgotten, **forgot.to_value()})
         me = view.driver_id(self.ctx.state)
         found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
         for driver, roots in sorted(found.items()):
@@ -240,7 +234,7 @@ class RuntimePrune:
         now = time.time()
         cutoff = stamp(now - self.used_within * 86400)
         found = read_uses(self.ctx.state.root, self.host.name, self.profile.program)
-        self.record["last_used"] = {sha: usage.last for sha, usage in sorted(found.items()) if usage.last}
+        self.note(last_used={sha: usage.last for sha, usage in sorted(found.items()) if usage.last})
         for sha, usage in sorted(found.items()):
             if usage.last and usage.last >= cutoff:
                 ago = int((now - (parse_utc(usage.last[:19] + "Z") or now)) // 86400)
@@ -259,7 +253,7 @@ class RuntimePrune:
                 step.status, step.exit_code = "failed", step.exit_code or 1
             step.detail = exc.message
             if exc.cost is not None:
-                self.record["census"] = {"where": login.where, "cost": exc.cost.to_value()}
+                self.note(census=PruneCensus(where=login.where, cost=exc.cost.to_value()))
             raise Refused(f"census: {exc.message}; the jobs that still need a generation are not known, so nothing "
                           "was pruned (under-keeping breaks running jobs); rerun when the scheduler answers") from None
         step.seconds = time.monotonic() - started
@@ -276,10 +270,10 @@ class RuntimePrune:
 
     def dry_run(self) -> Receipt:
         would = self.candidates()
-        self.record["would_remove"] = would  # the plan's prune step keeps its keep-set slot
+        last_used = self.note(would_remove=would).last_used  # the plan's prune step keeps its keep-set slot
         if not self.ctx.options.json:
-            print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would,
-                                        self.record.get("last_used") or {})), flush=True)
+            print("\n".join(keep_lines(self.profile.program, self.host.name, self.keep, would, last_used or {})),
+                  flush=True)
         return conclude(self.ctx, self.receipt, Outcome.OK)
 
     def prune(self) -> Receipt:
@@ -310,8 +304,7 @@ class RuntimePrune:
         if result.exit_code != 0:
             failures.insert(0, exited("prune: the provider", result.exit_code, result.error_text()))
         if report is not None:
-            self.record["removed"] = list(report.removed)
-            self.record["kept"] = list(report.kept)
+            self.note(removed=list(report.removed), kept=list(report.kept))
             for sha in report.removed:
                 receipt.id = receipt.id or ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
                 registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha, receipt.id, utc_now())
@@ -369,11 +362,11 @@ class RuntimePrune:
                 checked[sha] = KeptLauncher(launcher=entry.launcher, ok=None, detail=result.describe())
                 unread.append(f"kept {sha}: could not be read back: {result.describe()}")
                 continue
-            if answer is not None and answer.data.get("exists") is False:
+            if answer is not None and answer.get("exists") is False:
                 problem = f"its launcher {entry.launcher} no longer exists"
-            elif answer is None or answer.sha256 != entry.launcher_sha256:
-                problem = (f"its launcher {entry.launcher} now hashes to "
-                           f"{answer and (answer.sha256 or answer.error)}, attested {entry.launcher_sha256}")
+            elif answer is None or answer.get("sha256") != entry.launcher_sha256:
+                now = answer and (answer.get("sha256") or answer.get("error"))
+                problem = f"its launcher {entry.launcher} now hashes to {now}, attested {entry.launcher_sha256}"
             else:
                 problem = None
             checked[sha] = KeptLauncher(launcher=entry.launcher, ok=problem is None, detail=problem)
@@ -381,7 +374,7 @@ class RuntimePrune:
                 failures.append(f"kept {sha} ({', '.join(self.keep[sha])}): {problem}")
         if self.receipt.plan.has("kept-readback"):
             self.receipt.plan.steps.remove(self.receipt.plan.get("kept-readback"))
-        self.record["kept_launchers"] = {sha: kept.to_value() for sha, kept in checked.items()}
+        self.note(kept_launchers=checked)
         return failures, unread
 
 
@@ -402,7 +395,7 @@ def place_keep(provider: str, command: ProviderCommand) -> ProviderCommand:
     return ProviderCommand(argv=argv, env=env)
 
 
-def _hash_answer(stdout: bytes) -> protocol.HashAnswer | None:
+def _hash_answer(stdout: bytes) -> protocol.Hashed | None:
     """The agent's ``hash-file`` answer; ``None`` when unreadable (the launcher is then not proven)."""
     try:
         return protocol.parse_hash_file(stdout)

@@ -12,7 +12,7 @@ import argparse
 import sys
 import traceback
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import interrupts
 from ..config import authority
@@ -25,7 +25,7 @@ from ..state.locks import lane_lock
 from ..report.outcome import Interrupted, Outcome, UsageError, VqAdminError
 from ..report.output import plan_summary, receipt_summary, report, safe_text
 from ..report.receipt import Receipt
-from ..document import JsonValue
+from ..document import JsonObject, JsonValue
 from ..report.sections import Readback, Section
 from ..state.records import StateDir
 from ..core.stamps import utc_now
@@ -159,7 +159,7 @@ def emit(ctx: RunContext, receipt: Receipt) -> int:
     return outcome.exit_code
 
 
-def error_document(args: argparse.Namespace, error: VqAdminError) -> dict[str, Any]:
+def error_document(args: argparse.Namespace, error: VqAdminError) -> JsonObject:
     """The receipt of a run that ended before its lane began."""
     targets = getattr(args, "targets", None) or [getattr(args, k, None) for k in ("program", "host")
                                                   if getattr(args, k, None)]  # rollback, prune

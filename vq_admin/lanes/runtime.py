@@ -387,7 +387,7 @@ class RuntimeUpdate:
                              "verified")
             self.receipt.readback = Readback(read="fresh read-only verify on the login host", proven=True,
                                              next_command=None)
-            if self.receipt.deploy.get("detached"):  # proven: nothing is left for the next run to reconcile
+            if self.receipt.deploy.detached:  # proven: nothing is left for the next run to reconcile
                 allocation_attempt.clear(self.inputs)
             self.staging.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
@@ -407,17 +407,15 @@ class RuntimeUpdate:
                 "read-only and reports already-current if it completed. Do not start a build by hand."
                 if changed else "nothing was deployed or activated by this run; rerun when the login host is reachable"
             ),
-            # an allocation build: the batch job, its final scheduler state and its retained transcripts
-            **known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"),
-        )
-        if deploy.get("detached") and not deploy.get("established") and not deploy.get("timed_out"):
-            from . import detached_step
+        )  # an allocation build: the batch job, its final scheduler state and its retained transcripts
+        readback = readback.replace(**known(deploy, "job_id", "job_state", "attempt_dir", "log_dir"))
+        if deploy.detached and not deploy.established and not deploy.timed_out:
+            from .detached_step import left_running
 
-            readback = readback.replace(attempt=deploy.get("attempt"), pid=deploy.get("pid"),
-                                        build=detached_step.left_running(deploy))
-            if not deploy.get("fenced"):
-                pid = deploy.get("pid") or "(in the attempt record)"
-                readback = readback.replace(advice=rerun_advice(f"the build pid {pid} on {deploy.get('where')}",
+            readback = readback.replace(attempt=deploy.attempt, pid=deploy.pid, build=left_running(deploy))
+            if not deploy.fenced:
+                pid = deploy.pid or "(in the attempt record)"
+                readback = readback.replace(advice=rerun_advice(f"the build pid {pid} on {deploy.where}",
                                                                 self.ctx.options.wait_lock, "the build"))
         self.receipt.readback = readback
         return conclude(self.ctx, self.receipt, Outcome.UNKNOWN)

@@ -101,7 +101,7 @@ class SourceStage:
         created = execute(create, self.transport, timeout=STAGE_TIMEOUT, values=self.digests())
         self.require(created, create.name)
         try:
-            path = protocol.parse_stage_create(created.stdout).stage
+            path = protocol.parse_stage_create(created.stdout)["stage"]
         except protocol.ProtocolError:
             raise VqAdminError(f"stage-create on {self.transport.where} did not name a stage directory") from None
         self.dir = path
@@ -111,13 +111,13 @@ class SourceStage:
         self.require(received, receive.name)
         checked = execute(verify, self.transport, timeout=self.timeout, stage=path, values=self.digests())
         if checked.exit_code == exits.EXIT_MISMATCH and not checked.interrupted:
-            mismatches = _verdict(checked).mismatches or ["identity mismatch"]
+            mismatches = _verdict(checked).get("mismatches") or ["identity mismatch"]
             self.reclaim(success=False)
             raise Refused(f"the staged archive on {self.transport.where} does not match {self.ident.sha}: "
                           + "; ".join(map(str, mismatches)))
         self.require(checked, verify.name)
         verdict = _verdict(checked)  # exit 0 alone proves nothing: the agent's verdict must say so
-        if not verdict.verified or verdict.stage != path or verdict.mismatches:
+        if not verdict.get("verified") or verdict.get("stage") != path or verdict.get("mismatches"):
             self.reclaim(success=False)
             raise VqAdminError(f"stage-verify on {self.transport.where} exited 0 without a verdict proving the "
                                f"stage {path} (answer: {checked.text()[:300]!r}); nothing was installed")
@@ -159,7 +159,7 @@ def _verdict(result: RunResult) -> protocol.StageVerdict:
     try:
         return protocol.parse_stage_verify(result.stdout)
     except protocol.ProtocolError:
-        return protocol.StageVerdict({})
+        return {}
 
 
 def left_stage(receipt: Receipt) -> str:

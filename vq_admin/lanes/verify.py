@@ -13,24 +13,15 @@ from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..core import protocol
 from ..core.failpoints import failpoint
-from ..document import Document, DocumentError
+from ..document import Document
 from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
+from ..lease import LeaseReply, member_as
 from ..evidence import Check, all_ok, parse_receipt, readback_check, receipt_checks
 from ..report.output import last_line
 from ..plan import Plan, Step, execute, fill, refuse_unsafe_command
 from ..ssh.transport import RunResult, quote_argv
-
-
-class LeasePeek(Document, frozen=True, kw_only=True):
-    """Who holds the program's lease on the login host now (the agent's ``verify-readback --lease-of``)."""
-
-    held: bool = False
-    lock: str | None = None
-    holder: dict[str, Any] | None = None  #: the holder's record, as the agent wrote it
-    message: str | None = None
-    error: str | None = None
 
 
 class OutputExcerpt(Document, frozen=True, kw_only=True):
@@ -67,7 +58,7 @@ class Verification:
     #: receipt (naming the command and its exit status)
     broken: str | None = None
     #: who holds the lane's lease on the login host now (asked by ``vq admin verify``, which takes none)
-    lease: LeasePeek | None = None
+    lease: LeaseReply | None = None
     #: the host's record after this driver's cursor (asked by ``vq admin verify`` with the lease), unread:
     #: :func:`vq_admin.record.view.take` reads it
     record: object = None
@@ -172,25 +163,25 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
         found.error = answer
         readback_step.status = "skipped"
         return found
-    found.lease = _lease(answer.data.get("lease"))
-    found.record = answer.data["record"] if isinstance(answer.data.get("record"), dict) else None
-    code = answer.verify["exit_code"]
+    found.lease = None if answer.get("lease") is None else member_as(LeaseReply, answer.get("lease"))
+    found.record = answer.get("record")
+    code = answer["verify"]["exit_code"]
     verify_step.exit_code = code
-    receipt = _judge_receipt(found, verify_step, readback_step, request, answer.stdout_bytes, code,
-                             answer.verify.get("stderr", ""))
+    receipt = _judge_receipt(found, verify_step, readback_step, request, protocol.verify_output(answer), code,
+                             answer["verify"].get("stderr", ""))
     if receipt is None:
         return found
     failpoint("step-before", readback_step.name)
-    hashed = answer.readback
+    hashed = answer.get("readback")
     readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
-    seconds = answer.data.get("readback_seconds")
+    seconds = answer.get("readback_seconds")
     readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
     if hashed is None or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
     else:
-        data, read_error = hashed, None
-        readback_step.exit_code = answer.data.get("readback_exit")
+        data, read_error = dict(hashed), None
+        readback_step.exit_code = answer.get("readback_exit")
         if readback_step.exit_code != 0:
             read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
     readback_step.status = "ok" if read_error is None else "failed"
@@ -228,14 +219,6 @@ def _judge_receipt(found: Verification, verify_step: Step, readback_step: Step, 
         readback_step.status = "skipped"
         return None
     return receipt
-
-
-def _lease(value: object) -> LeasePeek | None:
-    """The lease the agent peeked at, or ``None`` when it said none (or nothing readable)."""
-    try:
-        return None if value is None else LeasePeek.from_value(value, "the agent's lease")
-    except DocumentError:
-        return None
 
 
 def _parse_answer(result: RunResult) -> protocol.VerifyReadback | str:

@@ -91,11 +91,11 @@ def record_on_host(config: Config, state: StateDir, transport: Transport, host: 
         answer = protocol.parse_record_quarantine(done.stdout)
     except protocol.ProtocolError as exc:
         return None, done.describe() if done.interrupted or not done.stdout else str(exc), True
-    if answer.record is not None:
-        view.take(config, state, host.name, program, answer.record)
-    if answer.appended is None:
-        return None, answer.error or "the agent did not append the entry", False
-    return f"{answer.appended.get('dir')}/{answer.appended.get('name')}", None, False
+    if "record" in answer:
+        view.take(config, state, host.name, program, answer["record"])
+    if "appended" not in answer:
+        return None, answer.get("append_error") or "the agent did not append the entry", False
+    return f"{answer['appended']['dir']}/{answer['appended']['name']}", None, False
 
 
 def hold(transport: Transport, jobs: Sequence[QueuedJob]) -> tuple[list[str], dict[str, str]]:

@@ -575,7 +575,7 @@ def fetch(config: Config, state: StateDir, host_name: str, programs: list[str | 
         argv = protocol.record(host.agent, {program: cursor(state, host_name, program) for program in programs})
         done = transport.run(argv, timeout=READ_TIMEOUT)
     try:
-        records = protocol.parse_record(done.stdout).records
+        records = protocol.parse_record(done.stdout)["records"]
     except protocol.ProtocolError as exc:
         raise VqAdminError(f"cannot read the record of {host_name}: {done.describe() if done.exit_code else exc}") \
             from None

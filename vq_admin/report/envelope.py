@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any, TextIO
 
+    from ..document import JsonObject
+
 #: The keys that open every document, in this order.
 HEAD = ("schema", "outcome", "exit_code")
 #: The key that closes every document.
@@ -64,7 +66,7 @@ def _outcome(outcome: Outcome | str) -> Outcome:
 
 
 def document(schema: str, outcome: Outcome | str, data: Mapping[str, Any] | None = None,
-             errors: Iterable[str] = ()) -> dict[str, Any]:
+             errors: Iterable[str] = ()) -> JsonObject:
     """The envelope: ``schema``, ``outcome``, ``exit_code``, then *data* in its order, then ``errors``
     (checked: :func:`check`)."""
     data = data or {}
@@ -75,7 +77,7 @@ def document(schema: str, outcome: Outcome | str, data: Mapping[str, Any] | None
     return check({"schema": schema, "outcome": found.value, "exit_code": found.exit_code, **data, TAIL: list(errors)})
 
 
-def check(doc: object) -> dict[str, Any]:
+def check(doc: object) -> JsonObject:
     """*doc* itself when it is a well-formed envelope; else :class:`EnvelopeError` saying why."""
     if not isinstance(doc, dict):
         raise EnvelopeError(f"a JSON document must be an object, not {type(doc).__name__}")
@@ -100,7 +102,7 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-def ordered(doc: Mapping[str, Any]) -> dict[str, Any]:
+def ordered(doc: Mapping[str, Any]) -> JsonObject:
     """*doc* in envelope order: the head keys present, the rest sorted, ``errors`` last; nested keys sorted."""
     out = {k: doc[k] for k in HEAD if k in doc}
     out.update((k, _sorted(doc[k])) for k in sorted(doc) if k not in RESERVED)

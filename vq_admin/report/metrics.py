@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .outcome import Refused, UsageError
 from .status_table import LaneStatus, Seen, StatusView
@@ -27,6 +27,8 @@ from ..core.stamps import parse_utc
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from ..commands.verify import RuntimeCheck
 
 LABELS = ("host", "program", "lane")
 
@@ -101,7 +103,7 @@ def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, fl
     }
 
 
-def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]], states: tuple[str, ...]) -> CollectorRegistry:
+def drift_registry(hosts: dict[str, dict[str, RuntimeCheck]], states: tuple[str, ...]) -> CollectorRegistry:
     """``vq admin verify``'s gauges: ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``,
     else 1; and the state set ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*,
     1 for the one found and 0 for the others.  A change of state changes values, never the series (a label
@@ -115,9 +117,9 @@ def drift_registry(hosts: dict[str, dict[str, dict[str, Any]]], states: tuple[st
                   f"other ({', '.join(states)})", ("host", "program", "state"), registry=registry)
     for host, programs in sorted(hosts.items()):
         for program, entry in sorted(programs.items()):
-            drift.labels(host=host, program=program).set(entry["state"] != "current")
+            drift.labels(host=host, program=program).set(entry.state != "current")
             for name in states:
-                state.labels(host=host, program=program, state=name).set(entry["state"] == name)
+                state.labels(host=host, program=program, state=name).set(entry.state == name)
     return registry
 
 

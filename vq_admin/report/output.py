@@ -16,9 +16,10 @@ import sys
 from ..core.escape import escape, message
 TYPE_CHECKING = False  # not typing's: vq admin launcher (per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, TextIO
+    from typing import TextIO
 
-    from .sections import ConfirmView, DeployView, OutputView, ReceiptView, Rollback, Verify
+    from ..document import JsonObject
+    from .sections import CommandOutput, Confirm, Deploy, PlannedStep, ReceiptView, Rollback, Verify
 
 #: Continuation lines of a multi-line value start here, so text from a host cannot pose as a field.
 CONTINUATION = " " * 12
@@ -77,7 +78,7 @@ def _field(name: str, value: object) -> str:
     return f"  {name:<9} " + str(value).replace("\n", "\n" + CONTINUATION)
 
 
-def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
+def print_json(document: JsonObject, stream: TextIO | None = None) -> None:
     """Print *document* in envelope order (:func:`vq_admin.report.envelope.ordered`), unchecked.
 
     Verbs print through :mod:`vq_admin.report.envelope` (``emit``/``write``), which also checks the
@@ -89,7 +90,7 @@ def print_json(document: dict[str, Any], stream: TextIO | None = None) -> None:
     stream.flush()
 
 
-def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[str]:
+def receipt_summary(receipt: JsonObject, receipt_path: str | None) -> list[str]:
     """A receipt document as the operator reads it (:class:`vq_admin.report.sections.ReceiptView`)."""
     from .sections import ReceiptView
 
@@ -110,7 +111,7 @@ def receipt_summary(receipt: dict[str, Any], receipt_path: str | None) -> list[s
 def _deploy_lines(view: ReceiptView, succeeded: bool) -> list[str]:
     """The provider command the run ran and its exit; where a failed run's transcript is."""
     lines, deploy = [], view.deploy
-    if deploy.exit_code is not None:
+    if isinstance(deploy.exit_code, int):
         job = f", job {deploy.job_id}" if deploy.job_id else ""
         via = view.rollback.via if view.rollback else None
         command = "prune" if view.prune else "activate" if via == "activate" else "deploy"
@@ -162,22 +163,27 @@ def _confirm_lines(view: ReceiptView) -> list[str]:
         lines.append(_field("reverted", f"{reverted.from_[:12]} -> {reverted.to[:12]} "
                                         f"({proven}); the queue keeps {reverted.to[:12]}"))
     if confirm.passed is False:
-        tail = stderr_tail(confirm.output.stderr or "") or stderr_tail(confirm.output.stdout or "")
+        output = confirm.output or None
+        tail = output and (stderr_tail(output.stderr) or stderr_tail(output.stdout))
         lines += [_field("job said", "\n".join(tail))] if tail else []
         lines.append(_field("log dir", str(confirm.attempt_dir)))
     return lines
 
 
-def _confirm_end(confirm: ConfirmView) -> str:
+def _confirm_end(confirm: Confirm) -> str:
     """``job 42 COMPLETED exit 0 on node1 in 3.2 s; energy=-1.5``."""
-    metrics = " ".join(f"{k}={v}" for k, v in sorted((confirm.metrics or {}).items()))
-    seconds = f" in {confirm.seconds:.1f} s" if confirm.seconds is not None else ""
+    from msgspec import UNSET
+
+    exit_code = None if confirm.exit_code is UNSET else confirm.exit_code
+    found = confirm.metrics if isinstance(confirm.metrics, dict) else {}
+    metrics = " ".join(f"{k}={v}" for k, v in sorted(found.items()))
+    seconds = f" in {confirm.seconds:.1f} s" if isinstance(confirm.seconds, (int, float)) else ""
     node = f" on {confirm.node}" if confirm.node else ""
-    return (f"job {confirm.job_id or '?'} {confirm.state or 'not ended'} exit {confirm.exit_code}{node}{seconds}"
+    return (f"job {confirm.job_id or '?'} {confirm.state or 'not ended'} exit {exit_code}{node}{seconds}"
             + (f"; {metrics}" if metrics else ""))
 
 
-def _transcript_lines(deploy: DeployView, output: OutputView) -> list[str]:
+def _transcript_lines(deploy: Deploy, output: CommandOutput) -> list[str]:
     """A run that did not succeed: the provider command's last stderr lines, the directory that holds its
     whole transcript on the host (``log dir``) and the driver's copy of it (``log copy``)."""
     lines = []
@@ -205,15 +211,18 @@ def generation_lines(keep: dict[str, list[str]], removed: list[str], *, dry_run:
             + [_field(gone, f"{sha}{used(sha)}") for sha in removed])
 
 
-def plan_summary(plan: dict[str, Any]) -> list[str]:
-    lane = _lane(plan["lane"], plan.get("program"))
-    lines = [f"vq-admin: dry run: {lane} on {plan['host']}, {len(plan['steps'])} steps, nothing is run"]
-    for i, step in enumerate(plan["steps"], 1):
+def plan_summary(plan: JsonObject) -> list[str]:
+    """A plan document as the operator reads it (:class:`vq_admin.report.sections.PlanView`)."""
+    from .sections import PlanView
+
+    view = PlanView.from_value(plan, "plan")
+    lines = [f"vq-admin: dry run: {_lane(view.lane, view.program)} on {view.host}, {len(view.steps)} steps, "
+             "nothing is run"]
+    for i, step in enumerate(view.steps, 1):
         lines += _step_lines(f"{i:2d}.", step)
-    needed = plan.get("when_needed") or []
-    if needed:
+    if view.when_needed:
         lines.append("  only when needed:")
-    for step in needed:
+    for step in view.when_needed:
         lines += _step_lines("  -", step)
     return [safe_text(line) for line in lines]
 
@@ -223,15 +232,15 @@ def _lane(lane: str, program: str | None) -> str:
     return f"{lane} {program}" if program else lane
 
 
-def _step_lines(mark: str, step: dict[str, Any]) -> list[str]:
+def _step_lines(mark: str, step: PlannedStep) -> list[str]:
     from ..ssh.transport import quote_argv
 
-    env = " ".join(f"{k}={v}" for k, v in (step.get("env") or {}).items())
-    return [f"  {mark} {step['name']} [{step['where']}] {step['purpose']}",
-            f"      {env + ' ' if env else ''}{quote_argv(step['argv'])}"]
+    env = " ".join(f"{k}={v}" for k, v in (step.env or {}).items())
+    return [f"  {mark} {step.name} [{step.where}] {step.purpose}",
+            f"      {env + ' ' if env else ''}{quote_argv(step.argv)}"]
 
 
-def report(document: dict[str, Any], lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
+def report(document: JsonObject, lines: list[str], *, as_json: bool, success: bool, verbose: bool) -> None:
     from .envelope import hold_interrupts
 
     hold_interrupts()

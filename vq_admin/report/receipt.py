@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import envelope
 from .outcome import Outcome
-from .sections import (Activation, CommandOutput, Confirm, Interruption, Metrics, Mirror, PreviousAttempt, Readback,
-                       Record, Registry, Reverted, Rollback, Section, Source, Stage, Verify)
+from .sections import (Activation, CommandOutput, Confirm, Deploy, Install, Interruption, LeaseRecord, Metrics,
+                       Mirror, PreviousAttempt, Prune, Readback, Record, Registry, Reverted, Rollback, Section, Source,
+                       Stage, Verify)
 from ..document import Document, JsonObject, JsonValue
 from ..plan import Plan
 
@@ -84,7 +85,7 @@ class Receipt:
     id: str | None = None
     outcome: Outcome | None = None
     finished_at: str | None = None
-    deploy: dict[str, Any] = field(default_factory=dict)
+    deploy: Deploy = field(default_factory=Deploy)
     command_output: CommandOutput = field(default_factory=CommandOutput)
     metrics: Metrics = field(default_factory=dict)
     metrics_complete: bool = False
@@ -100,7 +101,7 @@ class Receipt:
     #: the staged source directory on the build host
     stage: Stage | None = None
     #: the host-side lease (CONTRACT section 9)
-    lease: dict[str, Any] | None = None
+    lease: LeaseRecord | None = None
     #: an earlier allocation attempt this run reconciled
     previous_attempt: PreviousAttempt | None = None
     #: which step a dropped transport cut, and what it left behind
@@ -109,10 +110,10 @@ class Receipt:
     activation: Activation | None = None
     #: a rollback's generations (CONTRACT section 8)
     rollback: Rollback | None = None
-    #: ``{"keep", "removed", ...}`` of a prune (CONTRACT section 8)
-    prune: dict[str, Any] | None = None
+    #: a prune's keep set and what it removed (CONTRACT section 8)
+    prune: Prune | None = None
     #: what ``provider install`` installed: source, destination, old and new SHA-256, interpreter
-    install: dict[str, Any] | None = None
+    install: Install | None = None
     #: the registry entry of the verified launcher (runtime lane)
     registry: Registry | None = None
     #: the confirmation job of the new generation, and the revert a failed one caused (CONTRACT section 13)
@@ -164,7 +165,7 @@ class Receipt:
         receipt is stored (:attr:`transcript`), and the receipt says so."""
         stdout, stderr = result.text(), result.stderr.decode("utf-8", "replace")
         complete = result.interrupted is None and not result.stdout_truncated
-        self.deploy = {"exit_code": result.exit_code, "where": where, "interrupted": result.interrupted}
+        self.deploy = Deploy(exit_code=result.exit_code, where=where, interrupted=result.interrupted)
         self.transcript = {name: data for name, data in (("stdout", result.stdout), ("stderr", result.stderr))
                            if len(data) > OUTPUT_KEPT}
         self.command_output = CommandOutput(
@@ -200,16 +201,16 @@ class Receipt:
         """What the run maintains: its lane, host and program, and the identity it expects."""
         return {key: getattr(self, key) for key in ("lane", "host", "program", "expected_sha", "tag")}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The receipt (CONTRACT section 6) in its envelope (:mod:`vq_admin.report.envelope`)."""
         assert self.outcome is not None
-        data: dict[str, Any] = {
+        data = {
             "id": self.id,
             **self._identity(),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "steps": self.plan.to_list(),
-            "deploy": self.deploy,
+            "deploy": self.deploy.to_value(),
             "command_output": self.command_output.to_value(),
             "metrics": self.metrics,
             "metrics_complete": self.metrics_complete,
@@ -221,9 +222,9 @@ class Receipt:
         data.update(self.sections())
         return envelope.document(SCHEMA, self.outcome, data, self.errors)
 
-    def plan_dict(self) -> dict[str, Any]:
+    def plan_dict(self) -> JsonObject:
         """What ``--dry-run`` prints: the plan, nothing executed (outcome ``ok``: nothing was refused)."""
-        data: dict[str, Any] = {
+        data = {
             "dry_run": True,
             **self._identity(),
             "steps": [s.record().replace(status="planned").to_value() for s in self.plan.steps],

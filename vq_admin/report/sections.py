@@ -152,6 +152,47 @@ class Record(Section, frozen=True, kw_only=True):
     error: str | UnsetType = UNSET
 
 
+class Sibling(Document, frozen=True, kw_only=True):
+    """A run of this run's own fleet rollout whose lease it waited for: one of :class:`Waited`'s."""
+
+    run_id: str | None
+    pid: int
+
+
+class Waited(Section, frozen=True, kw_only=True):
+    """How long a run waited for a held lane lock or lease, as ``--wait-lock`` allowed."""
+
+    seconds: float
+    wait_lock: float | None
+    siblings: list[Sibling]
+
+
+class AgentChecked(Section, frozen=True, kw_only=True):
+    """The helper lane's check of the agent's words before its lease runs them (the last step of it)."""
+
+    argv: list[str] | None
+    status: str
+    detail: str | None
+    steps: list[JsonObject]  #: the check's plan steps (vq_admin.plan)
+
+
+class LeaseRecord(Section, frozen=True, kw_only=True):
+    """The host-side lease (CONTRACT section 9): where, the agent's words, and what came of taking it."""
+
+    where: str
+    argv: list[str]
+    held: bool | UnsetType = UNSET
+    status: str | UnsetType = UNSET  #: ``planned``: a dry run's
+    seconds: float | UnsetType = UNSET
+    lock: str | None | UnsetType = UNSET
+    holder: JsonObject | None | UnsetType = UNSET  #: the holder's record, as the agent wrote it
+    acquired_at: str | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    waited: Waited | UnsetType = UNSET
+    agent_checked: AgentChecked | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+
+
 
 class ConfirmOutput(Section, frozen=True, kw_only=True):
     """The confirmation job's output, bounded like a deploy's."""
@@ -240,48 +281,115 @@ class CommandOutput(Section, frozen=True, kw_only=True):
         return bool(self.to_value())
 
 
-# -- what a run's summary reads of a receipt document (vq_admin.report.output.receipt_summary) --
+class Deploy(Section, frozen=True, kw_only=True):
+    """The provider's deploy command: where it ran and its exit; an allocation's or a detached build's attempt,
+    and what the agent reported of its end (:mod:`vq_admin.lanes.allocation_step`).  Empty before one ran."""
+
+    build_place: str | UnsetType = UNSET
+    detached: bool | UnsetType = UNSET
+    where: str | UnsetType = UNSET
+    attempt: str | UnsetType = UNSET
+    attempt_dir: str | UnsetType = UNSET
+    log_dir: str | UnsetType = UNSET
+    job_id: JsonValue | UnsetType = UNSET
+    pid: JsonValue | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    sbatch_args: list[str] | UnsetType = UNSET
+    interrupted: str | None | UnsetType = UNSET
+    interruption: str | UnsetType = UNSET
+    # as the agent's summary sent them
+    sbatch_exit_code: JsonValue | UnsetType = UNSET
+    exit_signal: JsonValue | UnsetType = UNSET
+    job_state: JsonValue | UnsetType = UNSET
+    job_exit_code: JsonValue | UnsetType = UNSET
+    end_source: JsonValue | UnsetType = UNSET
+    established: JsonValue | UnsetType = UNSET
+    timed_out: JsonValue | UnsetType = UNSET
+    cancel: JsonValue | UnsetType = UNSET
+    reconciled: JsonValue | UnsetType = UNSET
+    fenced: JsonValue | UnsetType = UNSET
+    notes: JsonValue | UnsetType = UNSET
+    retention: JsonValue | UnsetType = UNSET
+    tampered: str | UnsetType = UNSET
 
 
-class DeployView(Document, frozen=True, kw_only=True):
-    exit_code: int | None = None
-    job_id: JsonValue = None
-    where: str | None = None
-    log_dir: str | None = None
+class KeptLauncher(Section, frozen=True, kw_only=True):
+    """A kept launcher read back after a prune (``prune.kept_launchers.SHA``): ``ok`` None when unread."""
+
+    launcher: str
+    ok: bool | None
+    detail: str | None
 
 
-class OutputView(Document, frozen=True, kw_only=True):
-    stdout: str | None = None
-    stderr: str | None = None
-    log_dir: str | None = None
-    transcript: str | None = None
+class PruneCensus(Section, frozen=True, kw_only=True):
+    """What a prune's census found and cost; only ``where`` and ``cost`` when it failed after the agent answered."""
+
+    where: str
+    cost: JsonObject
+    taken_at: str | UnsetType = UNSET
+    jobs_scanned: int | None | UnsetType = UNSET
+    warnings: list[str] | UnsetType = UNSET
 
 
-class PruneView(Document, frozen=True, kw_only=True):
-    keep: dict[str, list[str]] = msgspec.field(default_factory=dict)
-    removed: list[str] = msgspec.field(default_factory=list)
+class Prune(Section, frozen=True, kw_only=True):
+    """A prune (CONTRACT section 8): each kept SHA with its reasons, what the provider removed, and why."""
+
+    keep: dict[str, list[str]]
+    removed: list[str]
+    keep_recent: int
+    used_within_days: float
+    last_used: dict[str, str] | UnsetType = UNSET
+    forgot: JsonObject | UnsetType = UNSET
+    census: PruneCensus | UnsetType = UNSET
+    would_remove: list[str] | UnsetType = UNSET
+    kept: list[str] | UnsetType = UNSET
+    kept_launchers: dict[str, KeptLauncher] | UnsetType = UNSET
 
 
-class AcceptedView(Document, frozen=True, kw_only=True):
-    reason: str | None = None
-    regressed: list[str] | None = None
+class Installer(Section, frozen=True, kw_only=True):
+    """Who ran ``provider install``, on which driver."""
+
+    user: str
+    uid: int
+    driver: str
 
 
-class ConfirmView(Document, frozen=True, kw_only=True):
-    job_id: JsonValue = None
-    state: str | None = None
-    exit_code: JsonValue = None
-    node: str | None = None
-    seconds: float | None = None
-    metrics: JsonObject | None = None
-    accepted: AcceptedView | None = None
-    passed: bool | None = None
-    output: OutputView = msgspec.field(default_factory=OutputView)
-    attempt_dir: str | None = None
+class InstalledBy(Section, frozen=True, kw_only=True):
+    """Who the agent on the host ran as."""
+
+    user: JsonValue
+    uid: JsonValue
+    host: JsonValue
+
+
+class Install(Section, frozen=True, kw_only=True):
+    """What ``provider install`` installed: source, destination, old and new SHA-256, interpreter (the agent's
+    ``install-file`` answer)."""
+
+    src: str
+    src_sha256: str
+    dest: str
+    mode: str
+    by: Installer
+    config: str | None
+    config_edited: bool
+    where: str
+    transport_argv: list[str] | UnsetType = UNSET
+    old_sha256: JsonValue | UnsetType = UNSET
+    new_sha256: JsonValue | UnsetType = UNSET
+    old_mode: JsonValue | UnsetType = UNSET
+    changed: JsonValue | UnsetType = UNSET
+    interpreter: JsonValue | UnsetType = UNSET
+    old_interpreter: JsonValue | UnsetType = UNSET
+    user: JsonValue | UnsetType = UNSET
+    uid: JsonValue | UnsetType = UNSET
+    hostname: JsonValue | UnsetType = UNSET
+    at: JsonValue | UnsetType = UNSET
+    installed_by: InstalledBy | UnsetType = UNSET
 
 
 class ReceiptView(Document, frozen=True, kw_only=True):
-    """The members of a receipt document its summary shows."""
+    """The members of a receipt document its summary shows (:func:`vq_admin.report.output.receipt_summary`)."""
 
     lane: str
     host: str
@@ -290,13 +398,33 @@ class ReceiptView(Document, frozen=True, kw_only=True):
     exit_code: int
     expected_sha: str | None = None
     tag: str | None = None
-    deploy: DeployView = msgspec.field(default_factory=DeployView)
-    command_output: OutputView = msgspec.field(default_factory=OutputView)
+    deploy: Deploy = msgspec.field(default_factory=Deploy)
+    command_output: CommandOutput = msgspec.field(default_factory=CommandOutput)
     verify: Verify = msgspec.field(default_factory=Verify)
     rollback: Rollback | None = None
-    prune: PruneView | None = None
-    confirm: ConfirmView | None = None
+    prune: Prune | None = None
+    confirm: Confirm | None = None
     reverted: Reverted | None = None
     readback: Readback | None = None
     notes: list[str] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)
+
+
+class PlannedStep(Document, frozen=True, kw_only=True):
+    """A step of a plan document as its summary shows it."""
+
+    name: str
+    where: str
+    purpose: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+class PlanView(Document, frozen=True, kw_only=True):
+    """What the summary of a plan document (``--dry-run``) shows (:func:`vq_admin.report.output.plan_summary`)."""
+
+    lane: str
+    host: str
+    program: str | None
+    steps: list[PlannedStep]
+    when_needed: list[PlannedStep] = msgspec.field(default_factory=list)

@@ -69,7 +69,7 @@ class VersionFacts(Document, frozen=True, kw_only=True):
 
 
 class AgentFacts(Document, frozen=True, kw_only=True):
-    """A probe's ``agent``: the members of :data:`vq_admin.core.protocol.VERSION_KEYS`."""
+    """A probe's ``agent``: the members of the agent's ``version`` answer (``protocol.VersionAnswer``)."""
 
     version: str
     python_version: str | None
@@ -156,7 +156,7 @@ def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
         return (f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}" if result.exit_code == 127
                 else f"agent exited {result.exit_code}: {_last_line(err)}")
     try:
-        answer = VersionFacts.from_value(protocol.parse_version(out).data, "the agent's version answer")
+        answer = VersionFacts.from_value(protocol.parse_version(out), "the agent's version answer")
     except protocol.ProtocolError:
         return ("the answer is not vq-admin-agent's version object (an older agent without the "
                 f"'version' verb, or another program): {_last_line(out or err)}")

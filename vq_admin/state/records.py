@@ -35,7 +35,7 @@ from ..core import default_paths as paths
 from ..core.procs import process_alive
 from ..core.stamps import NAME, utc_now
 from ..core.bounds import InputError, loads_json
-from ..document import Document, FullSha
+from ..document import Document, FullSha, JsonObject, JsonValue
 from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 from .tree import dump_json as dump_json  # the one writer of state records, re-exported
 
@@ -68,10 +68,10 @@ class LogLine(Document, frozen=True, kw_only=True):
     hosts: dict[str, str] | UnsetType = UNSET
     dest: str | UnsetType = UNSET
     where: str | UnsetType = UNSET
-    old_sha256: str | None | UnsetType = UNSET
-    new_sha256: str | None | UnsetType = UNSET
-    interpreter: str | None | UnsetType = UNSET
-    by: str | UnsetType = UNSET
+    old_sha256: JsonValue | UnsetType = UNSET  #: as the agent reported them
+    new_sha256: JsonValue | UnsetType = UNSET
+    interpreter: JsonValue | UnsetType = UNSET
+    by: JsonObject | UnsetType = UNSET
 
 
 class Verified(Document, frozen=True, kw_only=True):
