@@ -193,8 +193,7 @@ class RuntimePrune:
         host, program = self.host.name, self.profile.program
         forgotten = self.forget
         if forgotten is not None and not self.ctx.options.dry_run:
-            forgot = view.forget_driver(self.ctx, self.receipt, forgotten)
-            self.note(forgot={"driver": forgotten, **forgot.to_value()})
+            self.note(forgot={"driver": forgotten, **view.forget_driver(self.ctx, self.receipt, forgotten).to_value()})
         me = view.driver_id(self.ctx.state)
         found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
         for driver, roots in sorted(found.items()):

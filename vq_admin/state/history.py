@@ -99,9 +99,9 @@ def _scan(tree: PrivateTree) -> list[Run]:
     return sorted(found, key=lambda e: (str(e.finished_at), str(e.receipt)))
 
 
-def _add(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
-    """Under the index's lock (created 0600, never through a symlink): a new (empty) index gets every
-    stored receipt, this one included; else *receipt*'s line is appended."""
+def append(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
+    """Append the line of *receipt* (already stored in the state directory *tree*), under the index's lock
+    (created 0600, never through a symlink); a new (empty) index gets every stored receipt, this one included."""
     fd = tree.open_lock(["receipts"], INDEX_NAME)
     try:
         os.set_blocking(fd, True)
@@ -113,11 +113,6 @@ def _add(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
             write_synced(fd, _line(entry(receipt)))
     finally:
         os.close(fd)
-
-
-def append(state_root: str | os.PathLike[str], receipt: dict[str, Any]) -> None:
-    """Append the line of *receipt* (already stored); build the index first when it is new."""
-    _add(PrivateTree(state_root), receipt)
 
 
 def ensure(state_root: str | os.PathLike[str]) -> None:
@@ -134,7 +129,7 @@ def ensure(state_root: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(dfd)
-    _add(tree, None)
+    append(tree, None)
 
 
 def newest_first(state_root: str | os.PathLike[str]) -> Iterator[Run]:

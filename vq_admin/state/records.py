@@ -265,7 +265,7 @@ class StateDir:
         self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
         from . import history
 
-        history.append(self.root, receipt)  # one line in receipts/index.jsonl, for vq admin history
+        history.append(self.tree, receipt)  # one line in receipts/index.jsonl, for vq admin history
         return self.receipt_path(receipt_id)
 
     # -- per-lane records -----------------------------------------------------------
