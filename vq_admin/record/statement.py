@@ -181,7 +181,8 @@ class Statement(Document, frozen=True, kw_only=True, rename={"type_": "_type", "
             raise DocumentError(f"{what}: not an in-toto statement of a predicate type vq-admin writes")
         predicate = kind.from_value(value.get("predicate"), f"{what} (predicate)")
         try:
-            return msgspec.convert({**value, "predicate": {}}, _Head, strict=True).with_predicate(predicate)
+            head = msgspec.convert({**value, "predicate": {}}, _Head, strict=True)
+            return Statement(subject=head.subject, predicate_type=head.predicate_type, predicate=predicate)
         except (msgspec.ValidationError, ValueError) as exc:
             raise DocumentError(f"{what}: {exc}") from None
 
@@ -191,9 +192,6 @@ class _Head(Document, frozen=True, kw_only=True, rename={"type_": "_type", "pred
     subject: tuple[Subject, ...]
     predicate_type: str
     predicate: dict[str, object]
-
-    def with_predicate(self, predicate: Predicate) -> Statement:
-        return Statement(subject=self.subject, predicate_type=self.predicate_type, predicate=predicate)
 
 
 def policy_of(argv: tuple[str, ...] | list[str]) -> Policy:

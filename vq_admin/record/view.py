@@ -306,13 +306,6 @@ def _why_not_lifted(entry: Imported, lift: Quarantine, host: str, later: bool, s
 FROM_RECORD = "record:"
 
 
-def evidence_of(entry: Imported, run: Run) -> Verified:
-    """The verified identity an accepted entry of another driver stands for (LAST OK's and the registry's)."""
-    return Verified(sha=run.sha, tag=run.tag, launcher=run.launcher, launcher_sha256=run.launcher_sha256,
-                    receipt=FROM_RECORD + entry.name, at=run.finished_at, verified_by=run.by, driver=run.driver,
-                    signer=entry.verdict.principal)
-
-
 def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], confirm: bool,
           skipped: list[str]) -> list[str]:
     """Make the accepted verification summaries among *new* entries of other drivers this driver's evidence
@@ -334,7 +327,9 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
             continue
         if registry.pruned(state.root, host, program, run.sha) is not None:
             continue  # pruned here: only a verification of this driver makes it evidence again (never a replay)
-        verified = evidence_of(entry, run)
+        verified = Verified(sha=run.sha, tag=run.tag, launcher=run.launcher, launcher_sha256=run.launcher_sha256,
+                            receipt=FROM_RECORD + entry.name, at=run.finished_at, verified_by=run.by,
+                            driver=run.driver, signer=entry.verdict.principal)  # what it stands for here
         try:
             _, apply = registry.plan_verified(state.root, host, program, verified)
             apply()
