@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .outcome import Refused, UsageError
 from .status_table import LaneStatus, Seen, StatusView
@@ -27,8 +27,6 @@ from ..core.stamps import parse_utc
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-
-    from ..commands.verify import RuntimeCheck
 
 LABELS = ("host", "program", "lane")
 
@@ -103,11 +101,12 @@ def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, fl
     }
 
 
-def drift_registry(hosts: dict[str, dict[str, RuntimeCheck]], states: tuple[str, ...]) -> CollectorRegistry:
-    """``vq admin verify``'s gauges: ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``,
-    else 1; and the state set ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*,
-    1 for the one found and 0 for the others.  A change of state changes values, never the series (a label
-    that took the state's value would start a new series at each change)."""
+def drift_registry(found: Iterable[tuple[str, str, str]], states: tuple[str, ...]) -> CollectorRegistry:
+    """``vq admin verify``'s gauges from its *found* (host, program, state) triples:
+    ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``, else 1; and the state set
+    ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*, 1 for the one found and 0
+    for the others.  A change of state changes values, never the series (a label that took the state's value
+    would start a new series at each change)."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry(auto_describe=True)
@@ -115,11 +114,10 @@ def drift_registry(hosts: dict[str, dict[str, RuntimeCheck]], states: tuple[str,
                   "verified, else 1 (vq_admin_runtime_state says which state)", ("host", "program"), registry=registry)
     state = Gauge("vq_admin_runtime_state", "1 for the state vq admin verify found the runtime in, 0 for every "
                   f"other ({', '.join(states)})", ("host", "program", "state"), registry=registry)
-    for host, programs in sorted(hosts.items()):
-        for program, entry in sorted(programs.items()):
-            drift.labels(host=host, program=program).set(entry.state != "current")
-            for name in states:
-                state.labels(host=host, program=program, state=name).set(entry.state == name)
+    for host, program, found_state in sorted(found):
+        drift.labels(host=host, program=program).set(found_state != "current")
+        for name in states:
+            state.labels(host=host, program=program, state=name).set(found_state == name)
     return registry
 
 
