@@ -140,53 +140,38 @@ def _step_after(settings: Settings, args: tuple[str, ...]) -> str | None:
     return _boundary(settings, args, "after")
 
 
-@_point("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH")
-def _mirror_before_push(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Between the mirror feed's read and its push: returns the executable
+def _declare(name: str, variable: str, doc: str, *, crash: str | None = None) -> None:
+    """Declare the point *name*, configured by *variable* alone and documented by *doc*: with *crash*, it
+    SIGKILLs this process when *variable* is *crash*; else it returns *variable*'s value as given."""
+    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
+        value = settings.values.get(variable)
+        if crash is None:
+            return value
+        if value == crash:
+            _sigkill()
+        return None
+
+    handler.__doc__ = doc
+    _point(name, variable)(handler)
+
+
+_declare("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH",
+         """Between the mirror feed's read and its push: returns the executable
     named by ``VQ_ADMIN_TEST_HOOK_BEFORE_PUSH``, which the feed runs as
-    ``HOOK MIRROR_PATH`` (a test moves the mirror under the feed)."""
-    return settings.values.get("VQ_ADMIN_TEST_HOOK_BEFORE_PUSH") or None
-
-
-@_point("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH")
-def _install_before_rename(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """In the agent's ``install-file``, between the write of the temporary
-    file and the rename: ``VQ_ADMIN_AGENT_CRASH=before-rename`` SIGKILLs the
-    agent there (the old file must survive whole)."""
-    if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "before-rename":
-        _sigkill()
-    return None
-
-
-@_point("record-before-statement", "VQ_ADMIN_AGENT_CRASH")
-def _record_before_statement(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """In the agent's record append, between the signature's write and the statement's:
-    ``VQ_ADMIN_AGENT_CRASH=record-before-statement`` SIGKILLs the agent there (every reader must
-    still accept the record, and the next append must not be refused)."""
-    if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "record-before-statement":
-        _sigkill()
-    return None
-
-
-@_point("helper-rereads", "VQ_ADMIN_HELPER_REREADS")
-def _helper_rereads(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The helper read-back's count of re-reads: returns
-    ``VQ_ADMIN_HELPER_REREADS`` as given (the caller parses and clamps it to 0-50)."""
-    return settings.values.get("VQ_ADMIN_HELPER_REREADS")
-
-
-@_point("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL")
-def _helper_reread_interval(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The seconds between two helper read-backs: returns
-    ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60)."""
-    return settings.values.get("VQ_ADMIN_HELPER_REREAD_INTERVAL")
-
-
-@_point("lease-wait", "VQ_ADMIN_LEASE_WAIT")
-def _lease_wait(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The seconds the driver waits for the lease's answer line: returns ``VQ_ADMIN_LEASE_WAIT`` as given
-    (the caller parses and clamps it to 1-60); the session's verify keeps verify_timeout_seconds."""
-    return settings.values.get("VQ_ADMIN_LEASE_WAIT")
+    ``HOOK MIRROR_PATH`` (a test moves the mirror under the feed).""")
+_declare("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH", crash="before-rename", doc="""In the agent's
+    ``install-file``, between the write of the temporary file and the rename: ``VQ_ADMIN_AGENT_CRASH=before-rename``
+    SIGKILLs the agent there (the old file must survive whole).""")
+_declare("record-before-statement", "VQ_ADMIN_AGENT_CRASH", crash="record-before-statement", doc="""In the agent's
+    record append, between the signature's write and the statement's: ``VQ_ADMIN_AGENT_CRASH=record-before-statement``
+    SIGKILLs the agent there (every reader must still accept the record, and the next append must not be refused).""")
+_declare("helper-rereads", "VQ_ADMIN_HELPER_REREADS", """The helper read-back's count of re-reads: returns
+    ``VQ_ADMIN_HELPER_REREADS`` as given (the caller parses and clamps it to 0-50).""")
+_declare("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL", """The seconds between two helper
+    read-backs: returns ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60).""")
+_declare("lease-wait", "VQ_ADMIN_LEASE_WAIT", """The seconds the driver waits for the lease's answer line: returns
+    ``VQ_ADMIN_LEASE_WAIT`` as given (the caller parses and clamps it to 1-60); the session's verify keeps
+    verify_timeout_seconds.""")
 
 
 def variables() -> tuple[str, ...]:
