@@ -37,10 +37,11 @@ class ArchiveIdentity:
     files: int
 
 
-def _git_mode(member: tarfile.TarInfo) -> bytes:
-    if member.issym():
+def _git_mode(is_link: bool, mode: int) -> bytes:
+    """git's mode of a symlink, an executable or another regular file (a tar member's mode, or ``st_mode``)."""
+    if is_link:
         return b"120000"
-    return b"100755" if member.mode & 0o100 else b"100644"
+    return b"100755" if mode & 0o100 else b"100644"
 
 
 class _Tree:
@@ -101,8 +102,6 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
     archive_sha = file_sha256(path)
     root = _Tree()
     lines: list[bytes] = []
-    commit = None
-    count = 0
     with tarfile.open(path, mode="r:") as tar:
         commit = tar.pax_headers.get("comment")
         for member in tar:
@@ -114,7 +113,7 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
                 continue
             if not (member.isfile() or member.issym()):
                 raise ValueError(f"archive member {member.name!r} is not a file, directory or symlink")
-            mode = _git_mode(member)
+            mode = _git_mode(member.issym(), member.mode)
             blob = hashlib.new(hash_algo)
             content = hashlib.sha256()
             if member.issym():
@@ -132,13 +131,12 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
                 tree = tree.subtree(part)
             tree.entries[parts[-1]] = (mode, blob.digest())
             lines.append(mode + b" " + content.hexdigest().encode() + b" " + b"/".join(parts) + b"\n")
-            count += 1
     return ArchiveIdentity(
         archive_sha256=archive_sha,
         git_tree=root.object_id(hash_algo).hex(),
         tree_sha256=_digest_lines(lines),
         commit=commit,
-        files=count,
+        files=len(lines),
     )
 
 
@@ -171,12 +169,11 @@ def directory_tree_sha256(root: str, skip: frozenset[str] = frozenset()) -> str:
     for rel, full in _walk_files(root, skip):
         st = os.lstat(full)
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(full).encode("utf-8", "surrogateescape")
-            mode, digest = b"120000", hashlib.sha256(target).hexdigest()
+            digest = hashlib.sha256(os.readlink(full).encode("utf-8", "surrogateescape")).hexdigest()
         elif stat.S_ISREG(st.st_mode):
-            mode = b"100755" if st.st_mode & 0o100 else b"100644"
             digest = file_sha256(full)
         else:
             continue
+        mode = _git_mode(stat.S_ISLNK(st.st_mode), st.st_mode)
         lines.append(mode + b" " + digest.encode() + b" " + rel.encode("utf-8", "surrogateescape") + b"\n")
     return _digest_lines(lines)

@@ -128,9 +128,8 @@ def hold_interrupts() -> None:
 def write(doc: Mapping[str, Any], stream: TextIO | None = None) -> int:
     """Print *doc*, which must be an envelope (:func:`check`); return its exit code."""
     hold_interrupts()
-    out = check(ordered(doc))
     stream = stream or sys.stdout
-    stream.write(json.dumps(out, indent=2, ensure_ascii=True) + "\n")
+    stream.write(dumps(check(ordered(doc))))  # dumps orders it again: ordered twice is ordered once
     stream.flush()
     return int(doc["exit_code"])
 
