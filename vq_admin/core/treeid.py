@@ -149,9 +149,9 @@ def _digest_lines(lines: list[bytes]) -> str:
 
 def _walk_files(root: str, skip: frozenset[str]) -> Iterator[tuple[str, str]]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not os.path.islink(os.path.join(dirpath, d)))
-        linked_dirs = [d for d in os.listdir(dirpath)
-                       if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]
+        # os.walk lists a symlink to a directory among the directories: it is digested as a link, never entered
+        linked_dirs = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and d not in linked_dirs)
         for name in list(filenames) + linked_dirs:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if rel in skip or name.endswith(".pyc"):

@@ -183,7 +183,7 @@ class Feed:
                 + f"); it is left exactly as it is because the preparer reads {self.source_ref}")
         offending = [r for r in self.refs if r.action == "refuse"]
         if offending:
-            self._nothing_changed(LANE_NOT_FED, "not pushed: refused before the push")
+            self._nothing_changed("not pushed: refused before the push")
             raise Refused(refusal_text(self.mirror, offending, program=self.program, host=self.host))
         if self.lane_branch == "planned":
             self.lane_branch = LANE_FED
@@ -225,7 +225,7 @@ class Feed:
                               f"reported ({result.describe()}: {result.error_text()[-300:]}); read-back shows "
                               "nothing applied yet, but the mirror's receive may still be running and apply the "
                               f"push. Re-check with: {quote_argv(self.read_command())}")
-        self._nothing_changed(LANE_NOT_FED, f"failed: git exited {result.exit_code}; nothing changed")
+        self._nothing_changed(f"failed: git exited {result.exit_code}; nothing changed")
         raise VqAdminError(f"mirror-feed: git push to {self.mirror.url} failed ({result.describe()}: "
                            f"{result.error_text()[-300:]}); read-back shows nothing changed")
 
@@ -250,11 +250,11 @@ class Feed:
         result = self.run(step, self.local, self.read_command(), self.git_env, 600.0, **self.git_values)
         return parse_ls_remote(result.text(), [r.ref for r in self.refs]) if result.ok else None
 
-    def _nothing_changed(self, lane_branch: str, outcome: str) -> None:
+    def _nothing_changed(self, outcome: str) -> None:
         for ref in self.refs:
             ref.new = ref.old
         if self.lane_branch != LANE_LEFT:
-            self.lane_branch = lane_branch
+            self.lane_branch = LANE_NOT_FED
         self.push["outcome"] = outcome
 
     def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> None:
