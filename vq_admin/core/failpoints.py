@@ -112,32 +112,29 @@ def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     return mode
 
 
-def _boundary(settings: Settings, args: tuple[str, ...], when: str) -> str | None:
-    name = args[0] if args else ""
-    settings.log({"step": name, "when": when})
-    if (name, when) in settings.steps:
-        _sigkill()
-    return None
+def _step_point(when: str, doc: str) -> None:
+    """Declare ``step-<when>`` (documented by *doc*): it logs the boundary and SIGKILLs vq-admin where a rule says."""
+    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
+        name = args[0] if args else ""
+        settings.log({"step": name, "when": when})
+        if (name, when) in settings.steps:
+            _sigkill()
+        return None
+
+    handler.__doc__ = doc
+    _point(f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")(handler)
 
 
-@_point("step-before", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_before(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right before a step starts (``args``: the step's name).
+_step_point("before", """Right before a step starts (``args``: the step's name).
 
     ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
     ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).
-    """
-    return _boundary(settings, args, "before")
-
-
-@_point("step-after", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_after(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right after a step's result was recorded (``args``: the step's name).
+    """)
+_step_point("after", """Right after a step's result was recorded (``args``: the step's name).
 
     ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
     there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.
-    """
-    return _boundary(settings, args, "after")
+    """)
 
 
 def _declare(name: str, variable: str, doc: str, *, crash: str | None = None) -> None:
@@ -176,10 +173,7 @@ _declare("lease-wait", "VQ_ADMIN_LEASE_WAIT", """The seconds the driver waits fo
 
 def variables() -> tuple[str, ...]:
     """Every environment variable a failpoint reads, the switch first."""
-    names = [TESTING]
-    for point in POINTS.values():
-        names.extend(v for v in point.variables if v not in names)
-    return tuple(names)
+    return tuple(dict.fromkeys([TESTING, *(v for point in POINTS.values() for v in point.variables)]))
 
 
 def load(environ: Mapping[str, str]) -> Settings | None:

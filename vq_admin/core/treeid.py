@@ -19,6 +19,7 @@ Standard library only: this module runs inside ``vq-admin-agent``.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -116,16 +117,12 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
             mode = _git_mode(member.issym(), member.mode)
             blob = hashlib.new(hash_algo)
             content = hashlib.sha256()
-            if member.issym():
-                target = member.linkname.encode("utf-8", "surrogateescape")
-                blob.update(b"blob %d\0" % len(target))
-                blob.update(target)
-                content.update(target)
-            else:
-                blob.update(b"blob %d\0" % member.size)
-                fh = tar.extractfile(member)
-                assert fh is not None
-                _stream(fh, member.size, blob, content)
+            target = member.linkname.encode("utf-8", "surrogateescape") if member.issym() else None
+            size = member.size if target is None else len(target)  # a symlink's blob is its target
+            blob.update(b"blob %d\0" % size)
+            fh = tar.extractfile(member) if target is None else io.BytesIO(target)
+            assert fh is not None
+            _stream(fh, size, blob, content)
             tree = root
             for part in parts[:-1]:
                 tree = tree.subtree(part)
