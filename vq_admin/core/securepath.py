@@ -68,8 +68,8 @@ def level_problem(path: str, st: os.stat_result, *, is_dir: bool, me: int | None
                 f"(mode {mode:04o})")
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     if writable and not (is_dir and st.st_mode & stat.S_ISVTX):
-        who = "group- and other-writable" if (st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH) else (
-            "group-writable" if st.st_mode & stat.S_IWGRP else "other-writable")
+        who = {stat.S_IWGRP: "group-writable", stat.S_IWOTH: "other-writable"}.get(writable,
+                                                                                  "group- and other-writable")
         sticky = " without the sticky bit" if is_dir else ""
         return f"{kind} {path} is {who}{sticky} (owner {name(st.st_uid)}, mode {mode:04o})"
     return None
