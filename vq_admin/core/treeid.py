@@ -138,10 +138,8 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
 
 
 def _digest_lines(lines: list[bytes]) -> str:
-    h = hashlib.sha256()
-    for line in sorted(lines, key=lambda ln: ln.split(b" ", 2)[2]):
-        h.update(line)
-    return h.hexdigest()
+    by_path: list[bytes] = sorted(lines, key=lambda ln: ln.split(b" ", 2)[2])
+    return hashlib.sha256(b"".join(by_path)).hexdigest()
 
 
 def _walk_files(root: str, skip: frozenset[str]) -> Iterator[tuple[str, str]]:
