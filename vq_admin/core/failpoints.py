@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -63,37 +63,30 @@ class Settings:
                 fh.write(json.dumps(entry) + "\n")
 
 
-class Failpoint:
-    """One declared point: its name, the variables that configure it, its handler."""
+class Failpoint(NamedTuple):
+    """One declared point: its name, the variables that configure it, its handler and what it does."""
 
-    __slots__ = ("doc", "handler", "name", "variables")
-
-    def __init__(self, name: str, variables: tuple[str, ...], handler: Handler) -> None:
-        self.name = name
-        self.variables = variables
-        self.handler = handler
-        self.doc = (handler.__doc__ or "").strip()
+    name: str
+    variables: tuple[str, ...]
+    handler: Handler
+    doc: str
 
 
 #: Every point, by name.
 POINTS: dict[str, Failpoint] = {}
 
 
-def _point(name: str, *variables: str) -> Callable[[Handler], Handler]:
-    def declare(handler: Handler) -> Handler:
-        if name in POINTS:
-            raise ValueError(f"failpoint {name!r} declared twice")
-        POINTS[name] = Failpoint(name, variables, handler)
-        return handler
-
-    return declare
+def _point(handler: Handler, name: str, *variables: str) -> None:
+    """Declare the point *name*, configured by *variables*, answered by *handler* (its docstring says how)."""
+    if name in POINTS:
+        raise ValueError(f"failpoint {name!r} declared twice")
+    POINTS[name] = Failpoint(name, variables, handler, (handler.__doc__ or "").strip())
 
 
 def _sigkill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@_point("call", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
 def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     """Every external command vq-admin runs (``args``: where, then the argv), counted from 1 in this process.
 
@@ -112,6 +105,9 @@ def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     return mode
 
 
+_point(_call, "call", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
+
+
 def _step_point(when: str, doc: str) -> None:
     """Declare ``step-<when>`` (documented by *doc*): it logs the boundary and SIGKILLs vq-admin where a rule says."""
     def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
@@ -122,7 +118,7 @@ def _step_point(when: str, doc: str) -> None:
         return None
 
     handler.__doc__ = doc
-    _point(f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")(handler)
+    _point(handler, f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
 
 
 _step_point("before", """Right before a step starts (``args``: the step's name).
@@ -149,7 +145,7 @@ def _declare(name: str, variable: str, doc: str, *, crash: str | None = None) ->
         return None
 
     handler.__doc__ = doc
-    _point(name, variable)(handler)
+    _point(handler, name, variable)
 
 
 _declare("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH",
