@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable
 
 from .outcome import Refused, UsageError
-from .status_table import LaneStatus, Seen, StatusView
+from .status_table import LaneStatus, Seen, StatusView, lanes
 from ..state.records import StateDir
 from ..core.stamps import parse_utc
 
@@ -29,15 +29,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 LABELS = ("host", "program", "lane")
-
-
-def _lanes(status: StatusView) -> Iterator[tuple[str, str, str, LaneStatus]]:
-    """(host, lane, program, entry) for every recorded lane of a :func:`commands.status.collect` document."""
-    for host, slot in sorted((status.hosts or {}).items()):
-        if slot.helper:
-            yield host, "helper", "", slot.helper
-        for program, entry in sorted((slot.runtimes or {}).items()):
-            yield host, "runtime", program, entry
 
 
 #: The gauges of each recorded lane, labelled host, program and lane: (what :func:`_lane_values` calls it, name, help).
@@ -67,7 +58,8 @@ def registry_for(status: object, state: StateDir) -> CollectorRegistry:
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    for host, lane, program, entry in _lanes(StatusView.from_value(status, "status")):
+    hosts = StatusView.from_value(status, "status").hosts or {}
+    for host, lane, program, entry in ((h, *row) for h, slot in sorted(hosts.items()) for row in lanes(slot)):
         labels = {"host": host, "program": program, "lane": lane}
         last = entry.last or Seen()
         if last.outcome:
