@@ -11,6 +11,7 @@ from __future__ import annotations
 import configparser
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ PLAIN = {"vq_admin", "__future__", "vq_admin.entry", "vq_admin.core", "vq_admin.
          "vq_admin.launcher.plain_lookup", "vq_admin.core.default_paths", "vq_admin.core.names",
          "vq_admin.launcher.uses", "vq_admin.launcher.present", "vq_admin.core.stamps", "vq_admin.core.escape",
          "fcntl", "pwd",  # the use record and the visible-launcher check: two C modules of the standard library
-         "gc"}  # built in: the script's gc.freeze() once the run is over (docs/performance.md)
+         "atexit"}  # built in: the script's last exit handler, which ends the process (docs/performance.md)
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +99,21 @@ def test_the_installed_scripts_still_refuse_and_run_every_other_verb(prefix, sta
     importable = subprocess.run([str(prefix / "bin" / "python"), "-c", "from vq_admin.entry import main; print(main)"],
                                 capture_output=True, text=True, timeout=120, env=env, cwd=os.sep)
     assert importable.returncode == 0, importable.stderr
+
+
+@pytest.mark.parametrize("name", ["vq", "vq-admin"])
+def test_the_scripts_end_after_every_exit_handler_with_mains_status_and_output(tmp_path, name):
+    """bin/vq ends the process from the interpreter's last exit handler (no teardown): a handler the
+    run registered has run, buffered output is out, and the status is main()'s."""
+    marker = tmp_path / "handler-ran"
+    code = ("import atexit, runpy, sys\nimport vq_admin.entry as entry\n"
+            "def main():\n"
+            f"    atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+            "    sys.stdout.write('buffered, no newline')\n"
+            "    return 3\n"
+            f"entry.main = main\nsys.argv = [{name!r}]\n"
+            f"runpy.run_path({str(ROOT / 'bin' / name)!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONUNBUFFERED=""))
+    assert (done.returncode, done.stdout, done.stderr) == (3, "buffered, no newline", "")
+    assert marker.read_text() == "ran"

@@ -154,3 +154,32 @@ def test_an_ssh_config_over_the_bound_is_refused_not_read_as_empty(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo, 0o600)
     assert text_problem(str(fifo)) == f"ssh_config {fifo} is not a regular file of at most 1 MiB"
+
+
+def test_a_destination_judged_in_a_thread_gets_the_answer_judged_in_place(tmp_path, monkeypatch):
+    """The cron no-op starts a destination's judgement (its ssh -G) early, in a thread
+    (vq_admin.ssh.effective.start): the run's own check then gets that answer, the same one."""
+    from vq_admin.ssh import effective
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host cluster\n  HostName 127.0.0.1\n  PKCS11Provider {script(shared / 'p11.so')}\n")
+    in_place = effective.problem(str(config), "cluster")
+    assert in_place is not None and "p11.so" in in_place
+    effective.start(str(config), "cluster")
+    assert effective.problem(str(config), "cluster") == in_place
+    assert not effective._started
+
+    calls = []
+
+    def judge(*args):  # the thread's judgement fails: the run's own call judges again, and its outcome counts
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError("in the thread")
+        return "judged in place"
+
+    monkeypatch.setattr(effective, "_judge", judge)
+    effective.start(str(config), "other")
+    assert effective.problem(str(config), "other") == "judged in place" and len(calls) == 2

@@ -549,6 +549,33 @@ def test_plugin_verify_argv_and_options():
                            "--program", "vibeqc-release", "--expected-sha", SHA40)
 
 
+_VERIFY_WORDS = ["verify", "--root", "/apps/x/", "--program", "vibeqc", "--expected-sha", SHA40.upper()]
+
+
+@pytest.mark.parametrize("words, plain", [
+    (_VERIFY_WORDS, True),
+    (_VERIFY_WORDS + ["--tag", "v1.2"], True),
+    (["verify", "--expected-sha", SHA40, "--tag", "v1", "--program", "p", "--root", "/r"], True),
+    (_VERIFY_WORDS[:5], False),  # --expected-sha missing: the full parser's usage error
+    (_VERIFY_WORDS + ["--program", "other"], False),  # twice
+    (_VERIFY_WORDS + ["--tag"], False),
+    (_VERIFY_WORDS[:6] + [SHA40[:12]], False),  # an abbreviated SHA
+    (_VERIFY_WORDS[:2] + ["apps/x"] + _VERIFY_WORDS[3:], False),  # a relative root
+    (_VERIFY_WORDS + ["--tag", "a..b"], False),
+    (_VERIFY_WORDS[:3] + ["--prog", "vibeqc"] + _VERIFY_WORDS[5:], False),  # abbreviations: the parser refuses
+    (["deploy"] + _VERIFY_WORDS[1:], False),
+    (_VERIFY_WORDS + ["--help"], False),
+])
+def test_verify_words_read_without_the_parser_as_the_parser_reads_them(words, plain):
+    """verify, on every update, skips building the grammar for the words vq-admin builds: the same namespace,
+    and anything else is the full parser's to read or refuse."""
+    got = cli.plain_verify(words)
+    assert (got is not None) is plain
+    if plain:
+        full = vars(cli.build_parser().parse_args(words))
+        assert vars(got) == {k: v for k, v in full.items() if not k.startswith("_seen_")}
+
+
 @pytest.mark.parametrize("options", [{"root": "apps/vibeqc"}, {}, {"root": ""}, None])
 def test_plugin_rejects_missing_or_relative_root(options):
     settings = {} if options is None else {"provider_options": options}

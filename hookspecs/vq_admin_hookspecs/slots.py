@@ -117,10 +117,7 @@ class Slot(str):
             raise TypeError(f"slot {self.name!r} stands for one word: it is filled with one string (fill)")
         if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
             raise TypeError(f"list slot {self.name!r} is filled with a list of strings, not {type(values).__name__}")
-        words: list[str] = []
-        for value in values:
-            words += [*self.before, f"{self.prefix}{value}{self.suffix}"]
-        return words
+        return [word for value in values for word in (*self.before, f"{self.prefix}{value}{self.suffix}")]
 
     def each(self, *before: str, prefix: str = "", suffix: str = "") -> "Slot":
         """This list slot with *before* in front of each value, and *prefix*/*suffix* around each

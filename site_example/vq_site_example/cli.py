@@ -25,12 +25,14 @@ import os
 import re
 import signal
 import sys
-import traceback
-from typing import Callable, NoReturn, Sequence
 
 from vq_admin_identifiers import FULL_SHA_RE, NAME_RE, TAG_RE
 
 from .errors import EXIT_FAILED, SiteError, failed, usage
+
+TYPE_CHECKING = False  # not typing's: verify, on every update, imports no more than it needs
+if TYPE_CHECKING:
+    from typing import Callable, NoReturn, Sequence
 
 #: ``--note`` text: one printable line.
 NOTE_RE = re.compile(r"\A[^\x00-\x1f\x7f]{1,200}\Z")
@@ -136,6 +138,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: ``verify``'s options, each value's attribute and check (the parser's own, above).
+_VERIFY = {"--root": ("root", abs_path), "--program": ("program", program_name),
+           "--expected-sha": ("expected_sha", full_sha), "--tag": ("tag", tag_name)}
+
+
+def plain_verify(words: list[str]) -> argparse.Namespace | None:
+    """``verify`` *words* as vq-admin builds them on every update, without building the whole grammar
+    (about 10 ms: docs/performance.md): each option once, with a well-formed value, ``--tag``
+    optional; ``None`` for anything else, which the full parser then reads and reports."""
+    if words[:1] != ["verify"] or len(words) % 2 == 0:
+        return None
+    values: dict[str, str | None] = {"verb": "verify", "tag": None}
+    seen: set[str] = set()
+    for option, value in zip(words[1::2], words[2::2], strict=True):
+        if option not in _VERIFY or option in seen:
+            return None
+        seen.add(option)
+        dest, check = _VERIFY[option]
+        try:
+            values[dest] = check(value)
+        except argparse.ArgumentTypeError:
+            return None
+    return argparse.Namespace(**values) if len(seen - {"--tag"}) == 3 else None
+
+
 def terminate(signum: int, _frame: object) -> None:
     """SIGTERM/SIGHUP (Slurm time limit, lost session) become a failure, so cleanup runs: this
     run's partial directory and pid file are removed and ``current`` is left as it was."""
@@ -145,7 +172,8 @@ def terminate(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one verb; returns (and, as the command, exits with) its code."""
     try:
-        ns = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        words = sys.argv[1:] if argv is None else list(argv)
+        ns = plain_verify(words) or build_parser().parse_args(words)
         if ns.verb == "confirm":  # inside the confirmation job: read-only
             from . import confirm
 
@@ -170,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vq-site-example: error: interrupted", file=sys.stderr)
         return EXIT_FAILED
     except Exception:  # an unforeseen failure is a failed step, with its evidence
+        import traceback
+
         traceback.print_exc()
         return EXIT_FAILED
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import sys
-import tempfile
 
 #: Largest metadata file (SOURCE-SHA, TAG, ...) read back, in bytes.
 SMALL_FILE_LIMIT = 64 * 1024
@@ -42,6 +40,8 @@ def atomic_write(directory: str, name: str, data: bytes | str, mode: int = 0o644
     """Write *data* (text is UTF-8) to ``directory/name`` atomically: a fresh temporary file in
     the same directory, flushed, given *mode*, then renamed over the target.  Returns the path."""
     final = os.path.join(directory, name)
+    import tempfile  # (verify, on every update, writes nothing)
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -109,6 +109,8 @@ def remove_own_tree(path: str) -> None:
     if os.path.lexists(path):
         if not is_real_dir(path):
             raise OSError(f"{path} is not a directory; refusing to remove it")
+        import shutil  # (verify, on every update, removes nothing)
+
         if sys.version_info >= (3, 12):
             shutil.rmtree(path, onexc=_retry)
         else:

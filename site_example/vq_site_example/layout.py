@@ -26,13 +26,15 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
-from typing import Iterator
 
 from vq_admin_identifiers import FULL_SHA_RE
 
 from . import fsutil
 from .errors import EXIT_LOCKED, SiteError, failed, usage
+
+TYPE_CHECKING = False  # not typing's (verify imports this module)
+if TYPE_CHECKING:
+    from typing import Iterator
 
 LOCK_NAME = ".deploy.lock"
 PID_NAME = ".updater.pid"
@@ -164,6 +166,8 @@ def new_release(layout: Layout, sha: str) -> Iterator[str]:
     replaces a release: the caller checked under the deploy lock that there is none); when
     anything fails, this partial directory, and only it, is removed.
     """
+    import tempfile  # (verify, on every update, builds nothing)
+
     partial = tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{sha}.", dir=layout.releases)
     try:
         os.chmod(partial, 0o755)

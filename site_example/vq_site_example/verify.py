@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import TypedDict
 
 from . import build, fsutil
 from .layout import Layout, probe_quiescent, release_named
@@ -19,21 +18,24 @@ from .layout import Layout, probe_quiescent, release_named
 #: Seconds the health command (one start of the launcher) may take.
 HEALTH_TIMEOUT = 60
 
+TYPE_CHECKING = False  # not typing's: this command runs on every update and loads no more than it needs
+if TYPE_CHECKING:
+    from typing import TypedDict
 
-class Receipt(TypedDict):
-    """The verify receipt as :class:`vq_admin_hookspecs.VerifyReceipt` reads it (CONTRACT section 4); this host
-    command does not import that package, which loads pluggy."""
+    class Receipt(TypedDict):
+        """The verify receipt as :class:`vq_admin_hookspecs.VerifyReceipt` reads it (CONTRACT section 4); this host
+        command does not import that package, which loads pluggy."""
 
-    program: str
-    source_sha: str
-    tag: str | None
-    healthy: bool
-    activation: str
-    quiescent: bool
-    updater_pid: int | None
-    active_path: str
-    active_path_sha256: str
-    health_detail: str
+        program: str
+        source_sha: str
+        tag: str | None
+        healthy: bool
+        activation: str
+        quiescent: bool
+        updater_pid: int | None
+        active_path: str
+        active_path_sha256: str
+        health_detail: str
 
 
 def _meta(release: str, name: str, problems: list[str]) -> str | None:

@@ -279,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     if prometheus or textfile:
         from ..report.metrics import drift_registry, publish
 
-        publish(drift_registry(doc.hosts, STATES), prometheus=prometheus, textfile=textfile)
+        found = [(host, program, entry.state) for host, program, entry in doc.checks()]
+        publish(drift_registry(found, STATES), prometheus=prometheus, textfile=textfile)
     elif args.json:
         emit(SCHEMAS["verify"], outcome, doc.to_value(), errors)
     elif errors or args.verbose or sys.stdout.isatty():

@@ -191,8 +191,12 @@ def judge(argv: "List[str]") -> "NoReturn":
     script, lead, args = _what_runs(script, words[1:])
     standalone = script is not None and b"PK\x03\x04" in _head(script)  # vq-admin-agent.pyz: no site-packages
     if not standalone:
+        entered: "set[str]" = set()
         for directory in _import_path(interp):
             _judged(directory, "a directory on the agent's import path", missing_ok=True)
+            if os.path.realpath(directory) in entered:  # a venv's lib64 -> lib: the same entries, judged once
+                continue
+            entered.add(os.path.realpath(directory))
             problem = _entries_problem(directory)
             if problem:
                 _fail(REFUSED, f"{problem} (on the agent's import path); another user could change what the "

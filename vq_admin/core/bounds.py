@@ -15,7 +15,7 @@ import json
 
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.
@@ -126,22 +126,30 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH, nan: bool = False) -> object:
-    """Parse one JSON document of at most *limit* bytes and *max_depth* nesting (the one ``json.loads``
-    of both sides; *nan* lets ``NaN``/``Infinity`` through, as the agent's codec writes them).
-
-    Raises :class:`InputError` ("<what> ...: reason") for anything else."""
+def _bounded_text(data: bytes | str, what: str, limit: int, not_utf8: str, depth: Callable[[str, int], int],
+                  max_depth: int) -> str:
+    """*data* as text when it holds at most *limit* bytes (characters, given as text), is UTF-8 (else
+    "<what> <not_utf8> (...)") and nests at most *max_depth* levels deep by *depth*; else :class:`InputError`."""
     if isinstance(data, bytes):
         if len(data) > limit:
             raise InputError(f"{what} is larger than {limit} bytes")
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+            raise InputError(f"{what} {not_utf8} ({exc.reason} at byte {exc.start})") from None
     elif len(data) > limit:
         raise InputError(f"{what} is larger than {limit} characters")
-    if json_depth(data, max_depth) > max_depth:
+    if depth(data, max_depth) > max_depth:
         raise InputError(f"{what} is nested more than {max_depth} levels deep")
+    return data
+
+
+def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH, nan: bool = False) -> object:
+    """Parse one JSON document of at most *limit* bytes and *max_depth* nesting (the one ``json.loads``
+    of both sides; *nan* lets ``NaN``/``Infinity`` through, as the agent's codec writes them).
+
+    Raises :class:`InputError` ("<what> ...: reason") for anything else."""
+    data = _bounded_text(data, what, limit, "is not UTF-8", json_depth, max_depth)
     try:
         return json.loads(data, parse_int=_parse_int, parse_constant=None if nan else _no_constant,
                           object_pairs_hook=_unique_keys)
@@ -167,14 +175,7 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
     Python 3.11's, and the agent reads no TOML)."""
     import tomllib
 
-    if len(data) > limit:
-        raise InputError(f"{what} is larger than {limit} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{what} is not valid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if toml_depth(text, max_depth) > max_depth:
-        raise InputError(f"{what} is nested more than {max_depth} levels deep")
+    text = _bounded_text(data, what, limit, "is not valid TOML: not UTF-8", toml_depth, max_depth)
     try:
         return tomllib.loads(text)
     except RecursionError:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -63,37 +63,30 @@ class Settings:
                 fh.write(json.dumps(entry) + "\n")
 
 
-class Failpoint:
-    """One declared point: its name, the variables that configure it, its handler."""
+class Failpoint(NamedTuple):
+    """One declared point: its name, the variables that configure it, its handler and what it does."""
 
-    __slots__ = ("doc", "handler", "name", "variables")
-
-    def __init__(self, name: str, variables: tuple[str, ...], handler: Handler) -> None:
-        self.name = name
-        self.variables = variables
-        self.handler = handler
-        self.doc = (handler.__doc__ or "").strip()
+    name: str
+    variables: tuple[str, ...]
+    handler: Handler
+    doc: str
 
 
 #: Every point, by name.
 POINTS: dict[str, Failpoint] = {}
 
 
-def _point(name: str, *variables: str) -> Callable[[Handler], Handler]:
-    def declare(handler: Handler) -> Handler:
-        if name in POINTS:
-            raise ValueError(f"failpoint {name!r} declared twice")
-        POINTS[name] = Failpoint(name, variables, handler)
-        return handler
-
-    return declare
+def _point(handler: Handler, name: str, *variables: str) -> None:
+    """Declare the point *name*, configured by *variables*, answered by *handler* (its docstring says how)."""
+    if name in POINTS:
+        raise ValueError(f"failpoint {name!r} declared twice")
+    POINTS[name] = Failpoint(name, variables, handler, (handler.__doc__ or "").strip())
 
 
 def _sigkill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@_point("call", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
 def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     """Every external command vq-admin runs (``args``: where, then the argv), counted from 1 in this process.
 
@@ -112,89 +105,71 @@ def _call(settings: Settings, args: tuple[str, ...]) -> str | None:
     return mode
 
 
-def _boundary(settings: Settings, args: tuple[str, ...], when: str) -> str | None:
-    name = args[0] if args else ""
-    settings.log({"step": name, "when": when})
-    if (name, when) in settings.steps:
-        _sigkill()
-    return None
+_point(_call, "call", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
 
 
-@_point("step-before", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_before(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right before a step starts (``args``: the step's name).
+def _step_point(when: str, doc: str) -> None:
+    """Declare ``step-<when>`` (documented by *doc*): it logs the boundary and SIGKILLs vq-admin where a rule says."""
+    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
+        name = args[0] if args else ""
+        settings.log({"step": name, "when": when})
+        if (name, when) in settings.steps:
+            _sigkill()
+        return None
+
+    handler.__doc__ = doc
+    _point(handler, f"step-{when}", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
+
+
+_step_point("before", """Right before a step starts (``args``: the step's name).
 
     ``VQ_ADMIN_FAULT=step:NAME:sigkill`` SIGKILLs vq-admin itself there;
     ``VQ_ADMIN_FAULT_LOG`` records the boundary (``step``, ``when``).
-    """
-    return _boundary(settings, args, "before")
-
-
-@_point("step-after", "VQ_ADMIN_FAULT", "VQ_ADMIN_FAULT_LOG")
-def _step_after(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Right after a step's result was recorded (``args``: the step's name).
+    """)
+_step_point("after", """Right after a step's result was recorded (``args``: the step's name).
 
     ``VQ_ADMIN_FAULT=step:NAME:sigkill-after`` SIGKILLs vq-admin itself
     there; ``VQ_ADMIN_FAULT_LOG`` records the boundary.
-    """
-    return _boundary(settings, args, "after")
+    """)
 
 
-@_point("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH")
-def _mirror_before_push(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """Between the mirror feed's read and its push: returns the executable
+def _declare(name: str, variable: str, doc: str, *, crash: str | None = None) -> None:
+    """Declare the point *name*, configured by *variable* alone and documented by *doc*: with *crash*, it
+    SIGKILLs this process when *variable* is *crash*; else it returns *variable*'s value as given."""
+    def handler(settings: Settings, args: tuple[str, ...]) -> str | None:
+        value = settings.values.get(variable)
+        if crash is None:
+            return value
+        if value == crash:
+            _sigkill()
+        return None
+
+    handler.__doc__ = doc
+    _point(handler, name, variable)
+
+
+_declare("mirror-before-push", "VQ_ADMIN_TEST_HOOK_BEFORE_PUSH",
+         """Between the mirror feed's read and its push: returns the executable
     named by ``VQ_ADMIN_TEST_HOOK_BEFORE_PUSH``, which the feed runs as
-    ``HOOK MIRROR_PATH`` (a test moves the mirror under the feed)."""
-    return settings.values.get("VQ_ADMIN_TEST_HOOK_BEFORE_PUSH") or None
-
-
-@_point("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH")
-def _install_before_rename(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """In the agent's ``install-file``, between the write of the temporary
-    file and the rename: ``VQ_ADMIN_AGENT_CRASH=before-rename`` SIGKILLs the
-    agent there (the old file must survive whole)."""
-    if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "before-rename":
-        _sigkill()
-    return None
-
-
-@_point("record-before-statement", "VQ_ADMIN_AGENT_CRASH")
-def _record_before_statement(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """In the agent's record append, between the signature's write and the statement's:
-    ``VQ_ADMIN_AGENT_CRASH=record-before-statement`` SIGKILLs the agent there (every reader must
-    still accept the record, and the next append must not be refused)."""
-    if settings.values.get("VQ_ADMIN_AGENT_CRASH") == "record-before-statement":
-        _sigkill()
-    return None
-
-
-@_point("helper-rereads", "VQ_ADMIN_HELPER_REREADS")
-def _helper_rereads(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The helper read-back's count of re-reads: returns
-    ``VQ_ADMIN_HELPER_REREADS`` as given (the caller parses and clamps it to 0-50)."""
-    return settings.values.get("VQ_ADMIN_HELPER_REREADS")
-
-
-@_point("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL")
-def _helper_reread_interval(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The seconds between two helper read-backs: returns
-    ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60)."""
-    return settings.values.get("VQ_ADMIN_HELPER_REREAD_INTERVAL")
-
-
-@_point("lease-wait", "VQ_ADMIN_LEASE_WAIT")
-def _lease_wait(settings: Settings, args: tuple[str, ...]) -> str | None:
-    """The seconds the driver waits for the lease's answer line: returns ``VQ_ADMIN_LEASE_WAIT`` as given
-    (the caller parses and clamps it to 1-60); the session's verify keeps verify_timeout_seconds."""
-    return settings.values.get("VQ_ADMIN_LEASE_WAIT")
+    ``HOOK MIRROR_PATH`` (a test moves the mirror under the feed).""")
+_declare("install-file-before-rename", "VQ_ADMIN_AGENT_CRASH", crash="before-rename", doc="""In the agent's
+    ``install-file``, between the write of the temporary file and the rename: ``VQ_ADMIN_AGENT_CRASH=before-rename``
+    SIGKILLs the agent there (the old file must survive whole).""")
+_declare("record-before-statement", "VQ_ADMIN_AGENT_CRASH", crash="record-before-statement", doc="""In the agent's
+    record append, between the signature's write and the statement's: ``VQ_ADMIN_AGENT_CRASH=record-before-statement``
+    SIGKILLs the agent there (every reader must still accept the record, and the next append must not be refused).""")
+_declare("helper-rereads", "VQ_ADMIN_HELPER_REREADS", """The helper read-back's count of re-reads: returns
+    ``VQ_ADMIN_HELPER_REREADS`` as given (the caller parses and clamps it to 0-50).""")
+_declare("helper-reread-interval", "VQ_ADMIN_HELPER_REREAD_INTERVAL", """The seconds between two helper
+    read-backs: returns ``VQ_ADMIN_HELPER_REREAD_INTERVAL`` as given (the caller parses and clamps it to 0-60).""")
+_declare("lease-wait", "VQ_ADMIN_LEASE_WAIT", """The seconds the driver waits for the lease's answer line: returns
+    ``VQ_ADMIN_LEASE_WAIT`` as given (the caller parses and clamps it to 1-60); the session's verify keeps
+    verify_timeout_seconds.""")
 
 
 def variables() -> tuple[str, ...]:
     """Every environment variable a failpoint reads, the switch first."""
-    names = [TESTING]
-    for point in POINTS.values():
-        names.extend(v for v in point.variables if v not in names)
-    return tuple(names)
+    return tuple(dict.fromkeys([TESTING, *(v for point in POINTS.values() for v in point.variables)]))
 
 
 def load(environ: Mapping[str, str]) -> Settings | None:

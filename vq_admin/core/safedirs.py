@@ -17,7 +17,7 @@ import sys
 from contextlib import contextmanager
 
 from . import securepath
-from .atomic import TEMP_FLAGS
+from . import atomic
 from .exits import EXIT_FAILED, EXIT_UNSAFE
 from .stamps import NAME, utc_now
 
@@ -167,12 +167,9 @@ def create_fresh(parent_fd: int, prefix: str) -> str:
 
 
 def write_new_file(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
-    """Write a file that must not exist yet (``O_EXCL | O_NOFOLLOW``)."""
-    fd = os.open(name, TEMP_FLAGS, mode, dir_fd=dir_fd)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Write a file that must not exist yet: :func:`vq_admin.core.atomic.write`, linked in place only when
+    *name* is still free (``FileExistsError`` otherwise)."""
+    atomic.write(name, data, dir_fd=dir_fd, mode=mode, exclusive=True)
 
 
 @contextmanager

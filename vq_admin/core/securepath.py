@@ -68,8 +68,8 @@ def level_problem(path: str, st: os.stat_result, *, is_dir: bool, me: int | None
                 f"(mode {mode:04o})")
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     if writable and not (is_dir and st.st_mode & stat.S_ISVTX):
-        who = "group- and other-writable" if (st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH) else (
-            "group-writable" if st.st_mode & stat.S_IWGRP else "other-writable")
+        who = {stat.S_IWGRP: "group-writable", stat.S_IWOTH: "other-writable"}.get(writable,
+                                                                                  "group- and other-writable")
         sticky = " without the sticky bit" if is_dir else ""
         return f"{kind} {path} is {who}{sticky} (owner {name(st.st_uid)}, mode {mode:04o})"
     return None
@@ -77,13 +77,8 @@ def level_problem(path: str, st: os.stat_result, *, is_dir: bool, me: int | None
 
 def ancestors(path: str) -> list[str]:
     """``/a/b/c`` -> ``['/a/b', '/a', '/']`` (lexically, no filesystem access)."""
-    found: list[str] = []
-    current = os.path.dirname(os.path.normpath(path))
-    while True:
-        found.append(current)
-        if current == "/":
-            return found
-        current = os.path.dirname(current)
+    parts = os.path.normpath(path).split("/")
+    return ["/".join(parts[:end]) or "/" for end in range(len(parts) - 1, 0, -1)]
 
 
 def path_problem(path: str, *, what: str, missing_ok: bool = False) -> str | None:
@@ -215,14 +210,7 @@ def makedirs_private(path: str) -> None:
     :func:`check`); a level that is a symlink is refused with ``OSError``.
     """
     path = os.path.normpath(path)
-    missing: list[str] = []
-    current = path
-    while not os.path.lexists(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
+    missing = [level for level in (path, *ancestors(path)) if not os.path.lexists(level)]
     for level in reversed(missing):
         try:
             os.mkdir(level, 0o700)

@@ -19,6 +19,7 @@ Standard library only: this module runs inside ``vq-admin-agent``.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -37,10 +38,11 @@ class ArchiveIdentity:
     files: int
 
 
-def _git_mode(member: tarfile.TarInfo) -> bytes:
-    if member.issym():
+def _git_mode(is_link: bool, mode: int) -> bytes:
+    """git's mode of a symlink, an executable or another regular file (a tar member's mode, or ``st_mode``)."""
+    if is_link:
         return b"120000"
-    return b"100755" if member.mode & 0o100 else b"100644"
+    return b"100755" if mode & 0o100 else b"100644"
 
 
 class _Tree:
@@ -101,8 +103,6 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
     archive_sha = file_sha256(path)
     root = _Tree()
     lines: list[bytes] = []
-    commit = None
-    count = 0
     with tarfile.open(path, mode="r:") as tar:
         commit = tar.pax_headers.get("comment")
         for member in tar:
@@ -114,46 +114,39 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
                 continue
             if not (member.isfile() or member.issym()):
                 raise ValueError(f"archive member {member.name!r} is not a file, directory or symlink")
-            mode = _git_mode(member)
+            mode = _git_mode(member.issym(), member.mode)
             blob = hashlib.new(hash_algo)
             content = hashlib.sha256()
-            if member.issym():
-                target = member.linkname.encode("utf-8", "surrogateescape")
-                blob.update(b"blob %d\0" % len(target))
-                blob.update(target)
-                content.update(target)
-            else:
-                blob.update(b"blob %d\0" % member.size)
-                fh = tar.extractfile(member)
-                assert fh is not None
-                _stream(fh, member.size, blob, content)
+            target = member.linkname.encode("utf-8", "surrogateescape") if member.issym() else None
+            size = member.size if target is None else len(target)  # a symlink's blob is its target
+            blob.update(b"blob %d\0" % size)
+            fh = tar.extractfile(member) if target is None else io.BytesIO(target)
+            assert fh is not None
+            _stream(fh, size, blob, content)
             tree = root
             for part in parts[:-1]:
                 tree = tree.subtree(part)
             tree.entries[parts[-1]] = (mode, blob.digest())
             lines.append(mode + b" " + content.hexdigest().encode() + b" " + b"/".join(parts) + b"\n")
-            count += 1
     return ArchiveIdentity(
         archive_sha256=archive_sha,
         git_tree=root.object_id(hash_algo).hex(),
         tree_sha256=_digest_lines(lines),
         commit=commit,
-        files=count,
+        files=len(lines),
     )
 
 
 def _digest_lines(lines: list[bytes]) -> str:
-    h = hashlib.sha256()
-    for line in sorted(lines, key=lambda ln: ln.split(b" ", 2)[2]):
-        h.update(line)
-    return h.hexdigest()
+    by_path: list[bytes] = sorted(lines, key=lambda ln: ln.split(b" ", 2)[2])
+    return hashlib.sha256(b"".join(by_path)).hexdigest()
 
 
 def _walk_files(root: str, skip: frozenset[str]) -> Iterator[tuple[str, str]]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not os.path.islink(os.path.join(dirpath, d)))
-        linked_dirs = [d for d in os.listdir(dirpath)
-                       if os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d))]
+        # os.walk lists a symlink to a directory among the directories: it is digested as a link, never entered
+        linked_dirs = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and d not in linked_dirs)
         for name in list(filenames) + linked_dirs:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if rel in skip or name.endswith(".pyc"):
@@ -171,12 +164,11 @@ def directory_tree_sha256(root: str, skip: frozenset[str] = frozenset()) -> str:
     for rel, full in _walk_files(root, skip):
         st = os.lstat(full)
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(full).encode("utf-8", "surrogateescape")
-            mode, digest = b"120000", hashlib.sha256(target).hexdigest()
+            digest = hashlib.sha256(os.readlink(full).encode("utf-8", "surrogateescape")).hexdigest()
         elif stat.S_ISREG(st.st_mode):
-            mode = b"100755" if st.st_mode & 0o100 else b"100644"
             digest = file_sha256(full)
         else:
             continue
+        mode = _git_mode(stat.S_ISLNK(st.st_mode), st.st_mode)
         lines.append(mode + b" " + digest.encode() + b" " + rel.encode("utf-8", "surrogateescape") + b"\n")
     return _digest_lines(lines)

@@ -82,7 +82,7 @@ def check(doc: object) -> JsonObject:
     if not isinstance(doc, dict):
         raise EnvelopeError(f"a JSON document must be an object, not {type(doc).__name__}")
     keys = list(doc)
-    if tuple(keys[:3]) != HEAD or not keys or keys[-1] != TAIL:
+    if tuple(keys[:3]) != HEAD or keys[-1] != TAIL:  # no keys: no HEAD either
         raise EnvelopeError(f"keys {keys[:3]} ... {keys[-1:]} do not open with {list(HEAD)} and close with {TAIL!r}")
     if not isinstance(doc["schema"], str) or not SCHEMA_RE.match(doc["schema"]):
         raise EnvelopeError(f"schema {doc['schema']!r} does not match {SCHEMA_RE.pattern}")
@@ -128,9 +128,8 @@ def hold_interrupts() -> None:
 def write(doc: Mapping[str, Any], stream: TextIO | None = None) -> int:
     """Print *doc*, which must be an envelope (:func:`check`); return its exit code."""
     hold_interrupts()
-    out = check(ordered(doc))
     stream = stream or sys.stdout
-    stream.write(json.dumps(out, indent=2, ensure_ascii=True) + "\n")
+    stream.write(dumps(check(ordered(doc))))  # dumps orders it again: ordered twice is ordered once
     stream.flush()
     return int(doc["exit_code"])
 

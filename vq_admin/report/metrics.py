@@ -18,28 +18,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable
 
 from .outcome import Refused, UsageError
-from .status_table import LaneStatus, Seen, StatusView
+from .status_table import LaneStatus, Seen, StatusView, lanes
 from ..state.records import StateDir
 from ..core.stamps import parse_utc
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ..commands.verify import RuntimeCheck
-
 LABELS = ("host", "program", "lane")
-
-
-def _lanes(status: StatusView) -> Iterator[tuple[str, str, str, LaneStatus]]:
-    """(host, lane, program, entry) for every recorded lane of a :func:`commands.status.collect` document."""
-    for host, slot in sorted((status.hosts or {}).items()):
-        if slot.helper:
-            yield host, "helper", "", slot.helper
-        for program, entry in sorted((slot.runtimes or {}).items()):
-            yield host, "runtime", program, entry
 
 
 #: The gauges of each recorded lane, labelled host, program and lane: (what :func:`_lane_values` calls it, name, help).
@@ -69,7 +58,8 @@ def registry_for(status: object, state: StateDir) -> CollectorRegistry:
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    for host, lane, program, entry in _lanes(StatusView.from_value(status, "status")):
+    hosts = StatusView.from_value(status, "status").hosts or {}
+    for host, lane, program, entry in ((h, *row) for h, slot in sorted(hosts.items()) for row in lanes(slot)):
         labels = {"host": host, "program": program, "lane": lane}
         last = entry.last or Seen()
         if last.outcome:
@@ -103,11 +93,12 @@ def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, fl
     }
 
 
-def drift_registry(hosts: dict[str, dict[str, RuntimeCheck]], states: tuple[str, ...]) -> CollectorRegistry:
-    """``vq admin verify``'s gauges: ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``,
-    else 1; and the state set ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*,
-    1 for the one found and 0 for the others.  A change of state changes values, never the series (a label
-    that took the state's value would start a new series at each change)."""
+def drift_registry(found: Iterable[tuple[str, str, str]], states: tuple[str, ...]) -> CollectorRegistry:
+    """``vq admin verify``'s gauges from its *found* (host, program, state) triples:
+    ``vq_admin_runtime_drift{host,program}``, 0 when the runtime is ``current``, else 1; and the state set
+    ``vq_admin_runtime_state{host,program,state}``, one series for each of *states*, 1 for the one found and 0
+    for the others.  A change of state changes values, never the series (a label that took the state's value
+    would start a new series at each change)."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry(auto_describe=True)
@@ -115,11 +106,10 @@ def drift_registry(hosts: dict[str, dict[str, RuntimeCheck]], states: tuple[str,
                   "verified, else 1 (vq_admin_runtime_state says which state)", ("host", "program"), registry=registry)
     state = Gauge("vq_admin_runtime_state", "1 for the state vq admin verify found the runtime in, 0 for every "
                   f"other ({', '.join(states)})", ("host", "program", "state"), registry=registry)
-    for host, programs in sorted(hosts.items()):
-        for program, entry in sorted(programs.items()):
-            drift.labels(host=host, program=program).set(entry.state != "current")
-            for name in states:
-                state.labels(host=host, program=program, state=name).set(entry.state == name)
+    for host, program, found_state in sorted(found):
+        drift.labels(host=host, program=program).set(found_state != "current")
+        for name in states:
+            state.labels(host=host, program=program, state=name).set(found_state == name)
     return registry
 
 

@@ -58,8 +58,7 @@ def bounded(line: str, limit: int = LAST_LINE) -> str:
 
 def last_line(text: str) -> str:
     """*text*'s last non-empty line, escaped and bounded (what a one-line error quotes of a command's stderr)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return bounded(lines[-1]) if lines else "(no message on stderr)"
+    return (stderr_tail(text, 1) or ["(no message on stderr)"])[0]
 
 
 def stderr_tail(text: str, count: int = STDERR_LINES) -> list[str]:

@@ -93,10 +93,12 @@ def _identity(record: Seen | None, now: float) -> tuple[str, str, str]:
     return _short(record.sha), str(record.tag or "-"), age(record.at, now)
 
 
-def _rows(slot: HostStatus) -> Iterator[tuple[str, LaneStatus]]:
+def lanes(slot: HostStatus) -> Iterator[tuple[str, str, LaneStatus]]:
+    """(lane, program, entry) of each recorded lane of a host: the helper's first (no program), then each runtime."""
     if slot.helper:
-        yield "(helper)", slot.helper
-    yield from sorted((slot.runtimes or {}).items())
+        yield "helper", "", slot.helper
+    for program, entry in sorted((slot.runtimes or {}).items()):
+        yield "runtime", program, entry
 
 
 HEADER = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
@@ -118,10 +120,10 @@ def render(status: object, *, now: float | None = None, color: bool = False) -> 
 def _host_table(slot: HostStatus, now: float, color: bool) -> list[str]:
     rows: list[tuple[str, ...]] = []
     outcomes = []
-    for label, entry in _rows(slot):
+    for _, program, entry in lanes(slot):
         last = entry.last or Seen()
         outcomes.append(str(last.outcome or "-"))
-        rows.append((label, *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
+        rows.append((program or "(helper)", *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
                      outcomes[-1], age(last.at, now)))
     rows = [tuple(safe_text(cell) for cell in row) for row in rows]
     w = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]

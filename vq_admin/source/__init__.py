@@ -172,16 +172,22 @@ def resolve(repo: str, sha: str, tag: str | None, *, with_tags: bool = True, inf
     by step for the precise refusal.
     """
     check_repository(repo, "source repository")
-    tree = _commit_tree(repo, sha)
-    if tree is None:
-        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags, infer=infer)
+    tree = _commit_tree(repo, sha) or _tree_stepwise(repo, sha)
     if not with_tags:
         return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
     tags = _tags_at(repo, sha)
-    if (tag is not None and tag not in tags) or any(not TAG_RE.match(t) for t in tags):
-        return _resolve_stepwise(repo, sha, tag, with_tags=with_tags, infer=infer)  # the precise refusal
-    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tags=tags,
-                          tag=check_tag_name(tag) if tag else expected_tag(sha, tags) if infer else None)
+    bad = [t for t in tags if not TAG_RE.match(t)]
+    if bad:  # the same rule as --tag: no inferred value may pose as an option (a tag named "--help")
+        raise Refused(f"tag {bad[0]!r} points at {sha} in {repo} but is not a valid tag name (the rule --tag "
+                      "follows: a letter, digit or '_' first, then letters, digits and ._/+-); vq-admin never "
+                      "passes it to a provider or feeds it to a mirror; delete or rename it there, then rerun")
+    if tag is not None:
+        check_tag_name(tag)
+        if tag not in tags:
+            _check_tag_at(repo, sha, tag)  # the precise refusal
+    elif infer:
+        tag = expected_tag(sha, tags)
+    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
 
 
 def expected_tag(sha: str, tags: tuple[str, ...]) -> str | None:
@@ -218,9 +224,8 @@ def _tags_at(repo: str, sha: str) -> tuple[str, ...]:
     return tuple(sorted(t for t in listed.text().split() if t))
 
 
-def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool = True,
-                      infer: bool = True) -> SourceIdentity:
-    """:func:`resolve` one question per git call, for the precise refusal."""
+def _tree_stepwise(repo: str, sha: str) -> str:
+    """The tree of commit *sha*, one question per git call, for the precise refusal."""
     fmt = git(repo, "rev-parse", "--show-object-format")
     if not fmt.ok:
         if _answered(fmt, 128):  # git's own answer; a timeout or a killed git proves nothing
@@ -234,28 +239,19 @@ def _resolve_stepwise(repo: str, sha: str, tag: str | None, *, with_tags: bool =
         _checked(found, f"commit {sha}", repo)
     if not found.ok or _one_line(found) != sha:
         raise Refused(f"commit {sha} is not in the source repository {repo} (fetch it there first)")
-    tree = _checked(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"),
+    return _checked(git(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}"),
                     f"the tree of {sha}", repo)
-    if not with_tags:
-        return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=None, tags=())
-    tags = _tags_at(repo, sha)
-    bad = [t for t in tags if not TAG_RE.match(t)]
-    if bad:  # the same rule as --tag: no inferred value may pose as an option (a tag named "--help")
-        raise Refused(f"tag {bad[0]!r} points at {sha} in {repo} but is not a valid tag name (the rule --tag "
-                      "follows: a letter, digit or '_' first, then letters, digits and ._/+-); vq-admin never "
-                      "passes it to a provider or feeds it to a mirror; delete or rename it there, then rerun")
-    if tag is not None:
-        check_tag_name(tag)
-        at = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/tags/{tag}^{{commit}}")
-        if not at.ok and not _answered(at, 1):
-            _checked(at, f"tag {tag}", repo)
-        if not at.ok:
-            raise Refused(f"tag {tag} does not exist in {repo}")
-        if _one_line(at) != sha:
-            raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
-    if tag is None and infer:
-        tag = expected_tag(sha, tags)
-    return SourceIdentity(repo=repo, sha=sha, git_tree=tree, tag=tag, tags=tags)
+
+
+def _check_tag_at(repo: str, sha: str, tag: str) -> None:
+    """Refuse (77) unless the tag *tag* of *repo* names commit *sha*."""
+    at = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/tags/{tag}^{{commit}}")
+    if not at.ok and not _answered(at, 1):
+        _checked(at, f"tag {tag}", repo)
+    if not at.ok:
+        raise Refused(f"tag {tag} does not exist in {repo}")
+    if _one_line(at) != sha:
+        raise Refused(f"tag {tag} points at {_one_line(at)} in {repo}, not at the requested {sha}")
 
 
 ARCHIVE_NAME = "source.tar"

@@ -44,7 +44,7 @@ from ..core.failpoints import failpoint
 from ..core.identifiers import SHA_RE
 from ..config import ConfigError
 from ..report.outcome import Outcome, VqAdminError
-from . import GIT_ENV, RECEIVE_PACK, git, run_git
+from . import GIT_ENV, RECEIVE_PACK, _answered, git, run_git
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv, run_local_argv
 
 PIN_PREFIX = "refs/vq/pins/"
@@ -345,7 +345,7 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
 def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
     kind = git(repo, "cat-file", "-t", "--end-of-options", old, timeout=LOCAL_GIT_TIMEOUT)
     if not kind.ok:
-        if kind.interrupted is None and kind.exit_code == 128:  # git: no such object here
+        if _answered(kind, 128):  # git: no such object here
             return "refuse", UNSEEN
         raise VqAdminError(f"git cat-file -t {old} failed in {repo} ({kind.describe()}): {kind.error_text()[-300:]}")
     if kind.text().strip() != "commit":

@@ -66,13 +66,12 @@ def lost_mid_push(result: RunResult, lines: dict[str, tuple[str, str]], pushed: 
 
 
 class Feed:
-    """Feed *sha* of the driver checkout *repo* into the bare mirror *path* on the login host."""
+    """Feed *sha* of the driver checkout *repo* into the bare mirror *path* on the login host (*preparer_reads*:
+    ``lane`` or ``pin``, as the configuration checked it)."""
 
     def __init__(self, *, login: Transport, path: str, repo: str, sha: str, lane: str, preparer_reads: str,
                  program: str, host: str, timeout: float = 3600.0, run: Runner = plain_runner,
                  before_push: Callable[[Mirror], None] | None = None, ssh_key: str = "ssh"):
-        if preparer_reads not in ("lane", "pin"):
-            raise ValueError(f"preparer_reads must be 'lane' or 'pin', not {preparer_reads!r}")
         self.login, self.local = login, LocalTransport()
         self.mirror = mirror_for(login, path, ssh_key)
         self.repo, self.sha, self.lane, self.preparer_reads = repo, sha, lane, preparer_reads
@@ -93,13 +92,9 @@ class Feed:
 
     @property
     def git_env(self) -> dict[str, str]:
-        """The environment of every git command on the driver, as planned (its slots: :attr:`git_values`)."""
+        """The environment of every git command on the driver, as planned (its slots' values: the mirror's
+        ``git_values``, the run's ssh control directory)."""
         return dict(self.mirror.git_env)
-
-    @property
-    def git_values(self) -> dict[str, str]:
-        """The values that fill :attr:`git_env` when a git command runs (the run's ssh control directory)."""
-        return dict(self.mirror.git_values)
 
     def probe_command(self) -> tuple[list[str], dict[str, str]]:
         return probe_argv(self.mirror.path), probe_env(self.mirror.path)
@@ -123,7 +118,7 @@ class Feed:
         left drifted), and the run's ssh control directory."""
         if any(not r.pushed and r.action != "planned" for r in self.refs if r.kind != "branch"):
             raise VqAdminError("mirror-feed: a pin or tag ref that is not fed reached the push; nothing was pushed")
-        return {**self.git_values, LANE_PAIR.name: lane_pair_refspecs(self.refs)}
+        return {**self.mirror.git_values, LANE_PAIR.name: lane_pair_refspecs(self.refs)}
 
     # -- the feed ---------------------------------------------------------------------
 
@@ -183,7 +178,7 @@ class Feed:
                 + f"); it is left exactly as it is because the preparer reads {self.source_ref}")
         offending = [r for r in self.refs if r.action == "refuse"]
         if offending:
-            self._nothing_changed(LANE_NOT_FED, "not pushed: refused before the push")
+            self._nothing_changed("not pushed: refused before the push")
             raise Refused(refusal_text(self.mirror, offending, program=self.program, host=self.host))
         if self.lane_branch == "planned":
             self.lane_branch = LANE_FED
@@ -225,7 +220,7 @@ class Feed:
                               f"reported ({result.describe()}: {result.error_text()[-300:]}); read-back shows "
                               "nothing applied yet, but the mirror's receive may still be running and apply the "
                               f"push. Re-check with: {quote_argv(self.read_command())}")
-        self._nothing_changed(LANE_NOT_FED, f"failed: git exited {result.exit_code}; nothing changed")
+        self._nothing_changed(f"failed: git exited {result.exit_code}; nothing changed")
         raise VqAdminError(f"mirror-feed: git push to {self.mirror.url} failed ({result.describe()}: "
                            f"{result.error_text()[-300:]}); read-back shows nothing changed")
 
@@ -247,14 +242,14 @@ class Feed:
     # -- helpers ------------------------------------------------------------------------
 
     def _read(self, step: str) -> dict[str, str] | None:
-        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0, **self.git_values)
+        result = self.run(step, self.local, self.read_command(), self.git_env, 600.0, **self.mirror.git_values)
         return parse_ls_remote(result.text(), [r.ref for r in self.refs]) if result.ok else None
 
-    def _nothing_changed(self, lane_branch: str, outcome: str) -> None:
+    def _nothing_changed(self, outcome: str) -> None:
         for ref in self.refs:
             ref.new = ref.old
         if self.lane_branch != LANE_LEFT:
-            self.lane_branch = lane_branch
+            self.lane_branch = LANE_NOT_FED
         self.push["outcome"] = outcome
 
     def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> None:

@@ -80,13 +80,20 @@ def _start(words: list[str]) -> EarlyStart | None:
     if "tag" in values and not TAG_RE.match(values["tag"]):
         return None
     from ..config import authority, load_config
-    from . import early_session
-    from .transport import Session, SshTransport, literal_words
+    from .argv import literal_words
 
     config = load_config(values.get("config"))
     host = authority.runtime_host(config, values["host"])
     if values["program"] not in host.runtimes or host.transport != "ssh" or not literal_words(host.agent):
         return None  # (before the session: its ssh -G judgement is the full path's then)
+    from . import effective
+
+    effective.start(config.ssh_config, host.ssh)  # its ssh -G runs while this goes on; Session.ssh waits for it
+    from ..core.agentjudge import blob
+    from . import early_session
+    from .transport import Session, SshTransport
+
+    blob()  # the agent judge's program, which the session's command carries
     session = Session(config.ssh_config)
     try:
         login = session.ssh(host.ssh)
