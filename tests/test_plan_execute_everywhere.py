@@ -114,11 +114,19 @@ def streams_outside_a_step() -> list[str]:
 
 def test_every_streamed_call_runs_as_a_planned_step():
     """The allocation and detached deploys, their reconciles and previous-attempt stream their
-    answer, and run their planned step all the same (``execute_stream``)."""
-    callers = [f"{p.relative_to(ROOT)}" for p in (ROOT / "vq_admin").rglob("*.py") if "stream_call(" in p.read_text()
-               and p.name != "allocation_stream.py"]
-    assert sorted(callers) == ["vq_admin/lanes/allocation_attempt.py", "vq_admin/lanes/allocation_step.py",
-                               "vq_admin/lanes/confirm_step.py"]
+    answer, and run their planned step all the same (``execute_stream``): through ``framed_step``, or
+    ``allocation_attempt.read_only_call``'s own ``execute_stream``."""
+    def callers(name: str) -> list[str]:
+        return sorted(f"{p.relative_to(ROOT)}" for p in (ROOT / "vq_admin").rglob("*.py")
+                      if f"{name}(" in p.read_text() and p.name != "allocation_stream.py")
+
+    assert callers("stream_call") == ["vq_admin/lanes/allocation_attempt.py"]
+    assert callers("framed_step") == ["vq_admin/lanes/allocation_step.py", "vq_admin/lanes/confirm_step.py"]
+    stream = (ROOT / "vq_admin/lanes/allocation_stream.py").read_text()
+    framed = stream[stream.index("def framed_step("):stream.index("def stream_call(")]
+    assert "execute_stream(step," in framed
+    attempt = (ROOT / "vq_admin/lanes/allocation_attempt.py").read_text()
+    assert "execute_stream(step," in attempt[attempt.index("def read_only_call("):]
     assert streams_outside_a_step() == []
 
 
