@@ -8,10 +8,10 @@ provider's word for the hash is compared, never trusted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, VerifyReceipt
 
+from .core import protocol
 from .core.identifiers import SHA256_RE
 from .launcher.immutable import launcher_problem
 
@@ -51,7 +51,7 @@ def receipt_checks(receipt: VerifyReceipt, program: str, sha: str, tag: str | No
 LAUNCHER_TRUST = "launcher_trust"
 
 
-def readback_check(receipt: VerifyReceipt, hashed: dict[str, Any] | None, error: str | None) -> Check:
+def readback_check(receipt: VerifyReceipt, hashed: protocol.Hashed | None, error: str | None) -> Check:
     """Compare the receipt's launcher hash with what the login host read (a launcher another user
     could replace fails :data:`LAUNCHER_TRUST`, whatever its hash)."""
     if hashed is not None and isinstance(hashed.get("untrusted"), str):

@@ -237,11 +237,11 @@ class Lease:
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}{_nothing_ran(error)}")
 
-    def open_session(self, request: JsonObject, verify_timeout: float | None = None) -> JsonObject:
+    def open_session(self, request: protocol.SessionRequest, verify_timeout: float | None = None) -> JsonObject:
         """:meth:`_open_session`; a held lease is waited for as :attr:`waiter` allows (a new session each time)."""
         return self._waited(lambda: self._open_session(request, verify_timeout))
 
-    def _open_session(self, request: JsonObject, verify_timeout: float | None = None) -> JsonObject:
+    def _open_session(self, request: protocol.SessionRequest, verify_timeout: float | None = None) -> JsonObject:
         """Take the lease and do *request*'s other parts in one agent start (``vq-admin-agent session``).
 
         Over ssh this process is the run's connection master (``ControlMaster=yes``, no
@@ -259,7 +259,7 @@ class Lease:
         of another version, and :class:`Refused` for a login shell that is not POSIX.
         """
         ssh = self.transport if isinstance(self.transport, SshTransport) else None
-        request = dict(request, protocol=protocol.SESSION_PROTOCOL)
+        request = {**request, "protocol": protocol.SESSION_PROTOCOL}
         full = self._session_argv(ssh, request)
         fault = failpoint("call", self.where, *self.record.argv)
         if fault == "drop-before":
@@ -317,7 +317,7 @@ class Lease:
         """:data:`LEASE_WAIT`, or a test's shorter one (failpoint ``lease-wait``)."""
         return max(1.0, min(60.0, float(failpoint("lease-wait") or LEASE_WAIT)))
 
-    def _session_argv(self, ssh: SshTransport | None, request: JsonObject) -> list[str]:
+    def _session_argv(self, ssh: SshTransport | None, request: protocol.SessionRequest) -> list[str]:
         """The ``session`` command line (with the login-shell probe's words on first contact)."""
         argv = protocol.session(protocol.agent_words(self.argv, protocol.LEASE))
         self.update(argv=argv)
@@ -328,7 +328,7 @@ class Lease:
             return session_command(ssh, argv)
         return ssh.master_wrap(argv)
 
-    def _start_session(self, ssh: SshTransport | None, full: list[str], request: JsonObject) -> None:
+    def _start_session(self, ssh: SshTransport | None, full: list[str], request: protocol.SessionRequest) -> None:
         """Start the session (or adopt the one started early, :mod:`vq_admin.ssh.early_session`) and send *request*."""
         early = take(ssh, full[-1]) if ssh is not None else None
         try:

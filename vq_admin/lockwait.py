@@ -38,26 +38,20 @@ SIBLING_RECHECK_SECONDS = 30.0
 T = TypeVar("T")
 
 
-class HolderRun(Document, frozen=True, kw_only=True):
-    """A run as a holder record names it: its id, and the user, machine and pid of its driver, and when it
-    started (also what a run asks the agent to record, :mod:`vq_admin.lanes.first_call`)."""
+class Holder(Document, frozen=True, kw_only=True):
+    """What holds a lease (the agent's holder record, :mod:`vq_admin.agent.lease`): a run's session (its id,
+    and the user, machine and pid of its driver, and when it started), or the build or job an earlier run
+    left (``kind``, with the ``session`` that started it); ``lock_holders`` when the holder record is missing."""
 
     run_id: str | None = None
     user: str | None = None
     driver_host: str | None = None
     pid: int | None = None
     since: str | None = None
-
-
-class Holder(HolderRun, frozen=True, kw_only=True):
-    """What holds a lease (the agent's holder record, :mod:`vq_admin.agent.lease`): a run's session, or the
-    build or job an earlier run left (``kind``, with the ``session`` that started it); ``lock_holders`` when
-    the holder record is missing."""
-
     kind: str | None = None
     job_id: str | None = None
-    session: HolderRun | None = None
-    lock_holders: tuple[HolderRun, ...] | None = None  #: from ``/proc/locks``: each a pid alone
+    session: Holder | None = None
+    lock_holders: tuple[Holder, ...] | None = None  #: from ``/proc/locks``: each a pid alone
 
 
 def sibling(holder: Holder | None) -> int | None:

@@ -27,9 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..core import exits, protocol
 from ..core.failpoints import failpoint
-from ..document import Document
 from ..lease import Lease, LeaseUnreachable
-from ..lockwait import HolderRun
 from ..report.outcome import READ_ONLY_RAN, VqAdminError
 from ..plan import refuse_unsafe_command
 from ..report.sections import Readback
@@ -46,36 +44,6 @@ if TYPE_CHECKING:
 PURPOSE = " (in the run's first agent call, vq-admin-agent session)"
 
 
-class LeaseRequest(Document, frozen=True, kw_only=True):
-    lane: str | None
-    host: str | None
-    program: str | None
-    holder: HolderRun  #: this run, in the words of its lease argv
-
-
-class RecordRequest(Document, frozen=True, kw_only=True):
-    """The host's record after this driver's cursor (CONTRACT section 12)."""
-
-    program: str | None
-    after: int
-
-
-class VerifyCall(Document, frozen=True, kw_only=True):
-    argv: list[str]
-    env: dict[str, str]
-    timeout: float
-
-
-class SessionRequest(Document, frozen=True, kw_only=True, omit_defaults=True):
-    """What the run's first agent call (``vq-admin-agent session``) does besides taking the lease."""
-
-    lease: LeaseRequest
-    identity: bool = False  #: the helper lane: the live helper's identity
-    record: RecordRequest
-    check_paths: list[str] | None = None  #: the login host's check-commands words
-    verify: VerifyCall | None = None  #: the pre-verify, with its hash read-back
-
-
 def open_runtime(update: "RuntimeLane") -> Verification | None:
     """Take the lease, check the login host's command files and, when the profile builds on a
     fixed host, pre-verify, in one agent call.  Returns the pre-verify when it was done here,
@@ -87,11 +55,11 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     login = update.ctx.login(update.host)
     pre_verify, pre_readback = update.pre
     check_index, check_words = _login_check(update)
-    request = SessionRequest(lease=lease_request(lease),
-                             record=record_request(update.ctx, update.host.name, update.profile.program))
+    request: protocol.SessionRequest = {
+        "lease": lease_request(lease), "record": record_request(update.ctx, update.host.name, update.profile.program)}
     if check_words is not None:  # the planned check-commands step's words, run by the session
         check_step = update.receipt.plan.get(remote_paths.step_name(check_index))
-        request = request.replace(check_paths=protocol.command_words(check_step.planned_argv, update.host.agent))
+        request["check_paths"] = protocol.command_words(check_step.planned_argv, update.host.agent)
     verify_argv = protocol.command_words(pre_verify.planned_argv, update.host.agent)
     # An attempt an interrupted run left is reconciled before any pre-verify (the build may still run).
     with_verify = (update.profile.update_allocation is None and bool(verify_argv)
@@ -99,10 +67,10 @@ def open_runtime(update: "RuntimeLane") -> Verification | None:
     timeout = update.profile.verify_timeout_seconds
     if with_verify:
         refuse_unsafe_command(pre_verify, login, verify_argv)  # a local verify: checked by the driver first
-        request = request.replace(verify=VerifyCall(argv=verify_argv, env=dict(pre_verify.env), timeout=timeout))
+        request["verify"] = {"argv": verify_argv, "env": dict(pre_verify.env), "timeout": timeout}
         failpoint("step-before", pre_verify.name)
     started = time.monotonic()
-    answer = lease.open_session(request.to_value(), timeout if with_verify else None)
+    answer = lease.open_session(request, timeout if with_verify else None)
     seconds = time.monotonic() - started
     interrupted = answer.get("interrupted")
     if interrupted is not None:
@@ -150,20 +118,23 @@ def unreached(ctx: RunContext, receipt: Receipt, interrupted: str) -> NoReturn:
     raise LeaseUnreachable(message)
 
 
-def record_request(ctx: RunContext, host: str, program: str | None) -> RecordRequest:
+def record_request(ctx: RunContext, host: str, program: str | None) -> protocol.RecordRequest:
     """The session's ``record`` member: the host's record after this driver's cursor (CONTRACT section 12)."""
     from ..record import view
 
     view.signer(ctx.config.signing)  # [signing]'s paths and ssh-keygen judged before anything runs (77)
-    return RecordRequest(program=program, after=view.cursor(ctx.state, host, program))
+    return {"program": program, "after": view.cursor(ctx.state, host, program)}
 
 
-def lease_request(lease: Lease) -> LeaseRequest:
-    value = lease.option
-    return LeaseRequest(lane=value(protocol.LANE), host=value(protocol.HOST), program=value(protocol.PROGRAM),
-                        holder=HolderRun(driver_host=value(protocol.DRIVER_HOST), user=value(protocol.USER),
-                                         pid=int(value(protocol.PID) or 0), since=value(protocol.SINCE),
-                                         run_id=value(protocol.RUN_ID)))
+def lease_request(lease: Lease) -> protocol.LeaseRequest:
+    """The session's ``lease`` member: this run, in the words of its lease argv (:func:`vq_admin.lease.lease_argv`
+    always gives each but the program)."""
+    def word(name: str) -> str:
+        return lease.argv[lease.argv.index(name) + 1]
+
+    return {"lane": word(protocol.LANE), "host": word(protocol.HOST), "program": lease.option(protocol.PROGRAM),
+            "holder": {"driver_host": word(protocol.DRIVER_HOST), "user": word(protocol.USER),
+                       "pid": int(word(protocol.PID)), "since": word(protocol.SINCE), "run_id": word(protocol.RUN_ID)}}
 
 
 def _login_check(update: "RuntimeLane") -> tuple[int, list[tuple[str, str]] | None]:

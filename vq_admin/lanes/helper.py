@@ -333,9 +333,8 @@ def open_helper(update: HelperUpdate) -> IdentityRead | None:
     failpoint("step-before", step.name)
     started = time.monotonic()
     try:
-        answer = lease.open_session(first_call.SessionRequest(
-            lease=first_call.lease_request(lease), identity=True,
-            record=first_call.record_request(update.ctx, update.host.name, None)).to_value())
+        answer = lease.open_session({"lease": first_call.lease_request(lease), "identity": True,
+                                     "record": first_call.record_request(update.ctx, update.host.name, None)})
     except OtherProtocol as exc:  # the helper lane is how that agent gets updated: without a lease, and says so
         note = exc.message.replace(f"; {READ_ONLY_RAN}", "; this helper update runs without a lease")
         lease.update(note=note)

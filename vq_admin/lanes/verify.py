@@ -7,13 +7,12 @@ as the read-back that resolves an interrupted transport.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from vq_admin_hookspecs import RuntimeRequest, Slot, VerifyReceipt
 
 from ..core import protocol
 from ..core.failpoints import failpoint
-from ..document import Document
+from ..document import Document, JsonObject
 from msgspec import UNSET, UnsetType
 from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
@@ -80,7 +79,7 @@ class Verification:
         return VerifyFound(step=self.step, proven=self.proven, receipt=self.receipt, checks=self.checks,
                            error=self.error, interrupted=self.interrupted, output=self.not_receipt or UNSET)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return self.document().to_value()
 
 
@@ -174,13 +173,12 @@ def judge_verify(request: RuntimeRequest, verify_step: Step, readback_step: Step
     failpoint("step-before", readback_step.name)
     hashed = answer.get("readback")
     readback_step.argv = fill(readback_step.planned_argv, {"active_path": receipt.active_path})
-    seconds = answer.get("readback_seconds")
-    readback_step.seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
+    readback_step.seconds = answer.get("readback_seconds") or 0.0  # a float: the parser checked it
     if hashed is None or hashed.get("path") != receipt.active_path:
         data, read_error = None, "the agent read back no launcher for this receipt"
         readback_step.exit_code = None
     else:
-        data, read_error = dict(hashed), None
+        data, read_error = hashed, None
         readback_step.exit_code = answer.get("readback_exit")
         if readback_step.exit_code != 0:
             read_error = hashed.get("error") or f"hash-file exited {readback_step.exit_code}"
