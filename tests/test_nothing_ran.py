@@ -255,7 +255,6 @@ NOT_CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/conformance/kit.py", "Kit.check_argv_shape", "unchanged", 1,
      "a failure: the provider does not pass the words unchanged"),
     ("vq_admin/lanes/mirror_step.py", "MirrorFeed.run", "unchanged", 1, "advice: how a rerun shows an applied feed"),
-    ("vq_admin/record/view.py", "append_run", "unchanged", 1, "a key of a returned value"),
     ("vq_admin/source/mirror.py", "FeedRef.pushed", "unchanged", 1, "a ref's planned action"),
     ("vq_admin/source/mirror.py", "decide", "unchanged", 1, "a ref's planned action"),
     ("vq_admin/source/mirror_feed.py", "Feed.push_refs", "untouched", 1,
