@@ -20,7 +20,7 @@ of this (docs/bindings.md).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
 
 import msgspec
 
@@ -33,14 +33,13 @@ FullSha = Annotated[str, msgspec.Meta(pattern=SHA_RE.pattern)]  # \A...\Z: "$" w
 Sha256 = Annotated[str, msgspec.Meta(pattern=SHA256_RE.pattern)]
 #: A count, a size or a number of seconds that cannot be negative.
 Count = Annotated[int, msgspec.Meta(ge=0)]
+#: JsonValue: where a document's shape is free-form (a provider's metrics, a nested document another module
+#: types): the bounded parser's alias; msgspec cannot check a recursive alias, so it checks nothing there.
 if TYPE_CHECKING:
-    #: Any JSON value: what a document holds where its shape is free-form (a provider's metrics, a nested
-    #: document another module types).  msgspec cannot check a recursive alias, so it checks nothing there.
-    JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
+    from .core.bounds import JsonObject as JsonObject, JsonValue as JsonValue
 else:
     JsonValue = Any
-#: A JSON object.
-JsonObject = dict[str, JsonValue]
+    JsonObject = dict[str, JsonValue]
 #: The largest document :meth:`Document.from_json` reads unless told otherwise.
 DEFAULT_LIMIT = 1 << 20
 

@@ -15,7 +15,10 @@ import json
 
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Callable, Dict, List, Union
+
+    JsonValue = Union[None, bool, int, float, str, List["JsonValue"], Dict[str, "JsonValue"]]  #: any JSON value
+    JsonObject = Dict[str, JsonValue]  #: a JSON object (the one JSON alias: vq_admin.document re-exports both)
 
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.
@@ -117,7 +120,7 @@ def _no_constant(name: str) -> object:
     raise InputError(f"holds {name}, which is not JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
     found = dict(pairs)
     if len(found) != len(pairs):
         seen: set[str] = set()
@@ -144,15 +147,16 @@ def _bounded_text(data: bytes | str, what: str, limit: int, not_utf8: str, depth
     return data
 
 
-def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH, nan: bool = False) -> object:
+def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX_DEPTH, nan: bool = False) -> JsonValue:
     """Parse one JSON document of at most *limit* bytes and *max_depth* nesting (the one ``json.loads``
     of both sides; *nan* lets ``NaN``/``Infinity`` through, as the agent's codec writes them).
 
     Raises :class:`InputError` ("<what> ...: reason") for anything else."""
     data = _bounded_text(data, what, limit, "is not UTF-8", json_depth, max_depth)
     try:
-        return json.loads(data, parse_int=_parse_int, parse_constant=None if nan else _no_constant,
-                          object_pairs_hook=_unique_keys)
+        value: JsonValue = json.loads(data, parse_int=_parse_int, parse_constant=None if nan else _no_constant,
+                                      object_pairs_hook=_unique_keys)
+        return value
     except InputError as exc:
         raise InputError(f"{what} {exc}") from None
     except RecursionError:
@@ -161,7 +165,7 @@ def loads_json(data: bytes | str, what: str, *, limit: int, max_depth: int = MAX
         raise InputError(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
 
 
-def json_object(data: bytes | str | None, *, limit: int) -> dict[str, Any] | None:
+def json_object(data: bytes | str | None, *, limit: int) -> JsonObject | None:
     """The JSON object in *data* (bounded as :func:`loads_json`), or ``None``: absent, unreadable or not an object."""
     try:
         value = None if data is None else loads_json(data, "the record", limit=limit)
@@ -170,7 +174,7 @@ def json_object(data: bytes | str | None, *, limit: int) -> dict[str, Any] | Non
     return value if isinstance(value, dict) else None
 
 
-def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> JsonObject:
     """Parse a TOML document with the same bounds as :func:`loads_json` (the driver's only: ``tomllib`` is
     Python 3.11's, and the agent reads no TOML)."""
     import tomllib
@@ -184,7 +188,7 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
         raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
 
 
-def read_config(path: str) -> dict[str, Any]:
+def read_config(path: str) -> JsonObject:
     """The configuration file *path* (the one reader: ``vq_admin.config`` and the launcher's lookup): a
     trusted regular file of bounded size and nesting, parsed as TOML; every fault is one :class:`InputError`
     naming the file."""
