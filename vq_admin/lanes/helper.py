@@ -55,6 +55,7 @@ from ..report import sections
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
 from ..state.records import Verified
+from ..document import JsonObject
 from ..ssh.transport import RunResult, SshTransport, Transport, quote_argv
 from . import command_files as remote_paths, command_files_stat as stat_paths
 from . import first_call
@@ -282,7 +283,7 @@ class HelperUpdate:
         ident = found.final.identity
         assert ident is not None and self.source is not None
         self.receipt.id = self.ctx.state.new_receipt_id("helper", self.host.name, None)
-        activation = {
+        activation: JsonObject = {
             "schema": "vq-admin/helper-activation/1", "host": self.host.name, "expected_sha": self.sha,
             "tree_sha256": self.tree, "archive_sha256": self.source.archive_sha256, "git_tree": self.source.git_tree,
             "identity": ident.to_dict(), "reads": len(found.attempts), "agent": list(self.host.agent),

@@ -82,7 +82,8 @@ def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, fl
     """The value of each of :data:`_LANE_GAUGES` for one lane (``None``: not known, no series)."""
     receipt = state.read_receipt(last.receipt) or {}
     started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
-    output = receipt.get("command_output") if (receipt.get("deploy") or {}).get("log_dir") else None  # allocation
+    deploy = receipt.get("deploy")
+    output = receipt.get("command_output") if isinstance(deploy, dict) and deploy.get("log_dir") else None  # allocation
     return {
         "exit_code": last.exit_code if isinstance(last.exit_code, int) else None,
         "last_run": parse_utc(last.at),

@@ -20,11 +20,11 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from ..core.bounds import InputError, json_object
 from ..core.stamps import parse_utc
-from ..document import Document
+from ..document import Document, JsonObject
 from .tree import MAX_STATE_FILE, PrivateTree, UnsafeState, write_synced, open_private_file
 
 SCHEMA = "vq-admin/history/1"
@@ -63,14 +63,14 @@ def _seconds(started: object, finished: object) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def entry(receipt: dict[str, Any]) -> Run:
-    """The index line of one stored receipt."""
+def entry(receipt: JsonObject) -> Run:
+    """The index line of one stored receipt (:class:`~vq_admin.document.DocumentError` if a member's type is not)."""
     verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
             else "install" if "install" in receipt else "update")
     said = {key: receipt.get(key) for key in ("lane", "host", "program", "outcome", "exit_code", "expected_sha",
                                               "tag", "started_at", "finished_at")}
-    return Run(**said, receipt=receipt.get("id"), verb=verb,
-               seconds=_seconds(receipt.get("started_at"), receipt.get("finished_at")))
+    return Run.from_value({**said, "receipt": receipt.get("id"), "verb": verb,
+                           "seconds": _seconds(receipt.get("started_at"), receipt.get("finished_at"))}, "the receipt")
 
 
 def _line(item: Run) -> bytes:
@@ -92,14 +92,14 @@ def _scan(tree: PrivateTree) -> list[Run]:
             continue
         try:
             doc = json_object(tree.read(["receipts"], name), limit=MAX_STATE_FILE)
-        except UnsafeState:
-            continue  # a receipt that cannot be trusted or read is not listed
-        if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
-            found.append(entry(doc))
+            if isinstance(doc, dict) and doc.get("schema") == "vq-admin/receipt/1":
+                found.append(entry(doc))
+        except (UnsafeState, InputError):
+            continue  # a receipt that cannot be trusted, read or typed is not listed
     return sorted(found, key=lambda e: (str(e.finished_at), str(e.receipt)))
 
 
-def append(tree: PrivateTree, receipt: dict[str, Any] | None) -> None:
+def append(tree: PrivateTree, receipt: JsonObject | None) -> None:
     """Append the line of *receipt* (already stored in the state directory *tree*), under the index's lock
     (created 0600, never through a symlink); a new (empty) index gets every stored receipt, this one included."""
     fd = tree.open_lock(["receipts"], INDEX_NAME)

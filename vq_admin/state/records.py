@@ -27,7 +27,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from msgspec import UNSET, UnsetType
 
@@ -135,7 +135,7 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
         os.close(dfd)
 
 
-def parse_record(data: bytes | None, what: str) -> dict[str, Any] | None:
+def parse_record(data: bytes | None, what: str) -> JsonObject | None:
     """A state record's JSON object; ``None`` when absent or not one bounded JSON object."""
     if data is None:
         return None
@@ -146,7 +146,7 @@ def parse_record(data: bytes | None, what: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> JsonObject | None:
     """A JSON object from any *path* (bounded, never blocking); ``None`` when absent or malformed."""
     from ..core.bounds import read_regular_file
 
@@ -250,7 +250,7 @@ class StateDir:
     def receipt_path(self, receipt_id: str) -> Path:
         return self.root / "receipts" / f"{receipt_id}.json"
 
-    def read_receipt(self, receipt_id: object) -> dict[str, Any] | None:
+    def read_receipt(self, receipt_id: object) -> JsonObject | None:
         """A stored receipt (every level checked, never through a symlink); ``None`` when absent or malformed."""
         if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
             return None
@@ -261,7 +261,7 @@ class StateDir:
         """The transcript directory of a receipt, created (0700, every level checked)."""
         return Path(self.tree.ensure_dir(["receipts", f"{receipt_id}.transcript"]))
 
-    def store_receipt(self, receipt_id: str, receipt: dict[str, Any]) -> Path:
+    def store_receipt(self, receipt_id: str, receipt: JsonObject) -> Path:
         self.tree.write_atomic(["receipts"], f"{receipt_id}.json", dump_json(receipt), exclusive=True)
         from . import history
 
@@ -295,7 +295,7 @@ class StateDir:
         """LAST OK (*which* ``last-ok``) or LAST GOOD (``last-good``) of the lane."""
         return self._read_typed(lane, host, program, f"{which}.json", Verified)
 
-    def write_record(self, lane: str, host: str, program: str | None, name: str, record: dict[str, Any]) -> Path:
+    def write_record(self, lane: str, host: str, program: str | None, name: str, record: JsonObject) -> Path:
         return Path(self.tree.write_atomic(self.lane_parts(lane, host, program), name, dump_json(record)))
 
     def record_run(self, lane: str, host: str, program: str | None, summary: LastRun,
