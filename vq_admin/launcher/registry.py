@@ -55,8 +55,9 @@ from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atom
 from ..state.tree import dump_json as encode
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
-    from typing import Any, Callable, TypeVar
+    from typing import Callable, TypeVar
 
+    from ..core.bounds import JsonObject
     from ..state.records import Verified
 
     _Mark = TypeVar("_Mark", "PrunedMark", "QuarantineMark")
@@ -102,11 +103,11 @@ class Entry(PlainRecord):
         return cls.of(value)
 
     @classmethod
-    def of(cls, value: dict[str, Any]) -> Entry:
+    def of(cls, value: dict[str, str | None]) -> Entry:
         """*value*, an entry :func:`~vq_admin.launcher.plain_lookup.entry_problem` already passed, as an entry."""
         return cls(**{name: value.get(name) for name in cls.FIELDS})
 
-    def to_value(self) -> dict[str, Any]:
+    def to_value(self) -> JsonObject:
         """The entry as written (with its ``schema``)."""
         return {"schema": SCHEMA, **self.to_dict()}
 
@@ -188,7 +189,7 @@ def _mark(state_root: str | os.PathLike[str], host: str, program: str, sha: str,
 def _mark_at(dfd: int, kind: type[_Mark], directory: str, sha: str, entry: str) -> _Mark:
     """The mark of *sha* in *directory* of the lane *dfd* (checked read); an unreadable mark still counts,
     naming nothing it cannot prove."""
-    found: dict[str, object] = {}
+    found: JsonObject = {}
     try:
         sub = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
         try:
@@ -299,7 +300,7 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
 
 
 def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
-                    verified: Verified) -> dict[str, Any]:
+                    verified: Verified) -> JsonObject:
     """Register the launcher a verified runtime deployment attested.
 
     Returns what happened, for the receipt: ``{"entry": path, "created": bool,
@@ -315,7 +316,7 @@ def record_verified(state_root: str | os.PathLike[str], host: str, program: str,
 
 
 def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
-                  verified: Verified) -> tuple[dict[str, Any], Callable[[], None]]:
+                  verified: Verified) -> tuple[JsonObject, Callable[[], None]]:
     """What :func:`record_verified` will do, decided before anything is written.
 
     Returns ``(result, apply)``: *result* is the receipt's ``registry``
@@ -345,7 +346,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     return {"entry": path, "created": created, "conflict": conflict}, apply
 
 
-def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
+def _read_at(dfd: int, name: str, shown: str) -> JsonObject | None:
     """The JSON object in *name* below *dfd* (checked read, *shown* in messages); ``None`` when absent."""
     try:
         data = read_private_file(dfd, name, shown, limit=MAX_ENTRY_BYTES)
@@ -361,7 +362,7 @@ def _read_at(dfd: int, name: str, shown: str) -> dict[str, Any] | None:
     return value
 
 
-def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> dict[str, Any] | None:
+def _read_in_lane(state_root: str | os.PathLike[str], host: str, program: str, name: str) -> JsonObject | None:
     """``registry/<host>/<program>/<name>``, every level checked; ``None`` when absent."""
     dfd = _lane_fd(state_root, host, program, create=False)
     if dfd is None:
