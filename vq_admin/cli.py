@@ -17,10 +17,11 @@ from .report.outcome import UsageError, VqAdminError
 from .report.output import safe_message
 
 if TYPE_CHECKING:
+    from .document import JsonObject
     from .ssh.early_start import EarlyStart
 
 
-def error_document(args: argparse.Namespace | None, error: VqAdminError) -> dict[str, Any]:
+def error_document(args: argparse.Namespace | None, error: VqAdminError) -> JsonObject:
     """The one JSON document of a run that ended with an error before any verb printed its own: a lane
     verb's receipt (:func:`vq_admin.lanes.runner.error_document`), else the envelope's error document."""
     if args is not None and getattr(args, "verb", None) in ("update", "rollback", "prune"):

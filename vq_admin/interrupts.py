@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Any, Callable
 
+    from .document import JsonObject
+
     Handler = Callable[[int, FrameType | None], None]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -107,7 +109,7 @@ def early_error(exc: BaseException) -> InterruptedEarly:
     return InterruptedEarly(f"vq-admin received {name_of(exc)} before the run started; {READ_ONLY_RAN}; rerun it")
 
 
-def finish_early(prog: str, error: InterruptedEarly, document: dict[str, Any] | None) -> int:
+def finish_early(prog: str, error: InterruptedEarly, document: JsonObject | None) -> int:
     """*document* (under ``--json``) and one line on stderr; 130."""
     if document is not None:
         from .report.envelope import write

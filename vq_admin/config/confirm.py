@@ -5,7 +5,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..document import JsonObject
 
 KEYS = {"confirm_command", "confirm_sbatch_args", "confirm_timeout_seconds", "confirm_metrics"}
 BETTER = ("lower", "higher", "equal")
@@ -33,7 +36,7 @@ class Confirm:
     timeout_seconds: float = 900.0
     metrics: tuple[Metric, ...] = ()
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         return {"command": list(self.command), "sbatch_args": list(self.sbatch_args),
                 "timeout_seconds": self.timeout_seconds,
                 "metrics": {m.name: {"better": m.better, "tolerance": m.tolerance} for m in self.metrics}}
