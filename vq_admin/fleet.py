@@ -41,14 +41,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
 
 import msgspec
 
 from . import interrupts, lockwait
 from .core import exits, procs
 from .core.bounds import InputError, json_object
-from .document import Document
+from .document import Document, JsonObject
 from .report import envelope
 from .config import Config, load_config
 from .report.outcome import Outcome, UsageError
@@ -115,7 +114,7 @@ class FleetDocument(Document, frozen=True, kw_only=True, omit_defaults=True):
     configuration_order: list[str]
     order: list[str]
     dry_run: bool = False
-    plans: dict[str, dict[str, Any]] | None = None  #: each host's plan document, as its worker printed it
+    plans: dict[str, JsonObject] | None = None  #: each host's plan document, as its worker printed it
     errors: list[str]
 
 
@@ -133,7 +132,7 @@ class HostRun:
     finished_at: str | None = None
     seconds: float | None = None
     answer: WorkerAnswer | None = None
-    plan: dict[str, Any] | None = None  #: the worker's document as it printed it (a dry run's plan)
+    plan: JsonObject | None = None  #: the worker's document as it printed it (a dry run's plan)
     shares_lease_with: list[str] = field(default_factory=list)
     _t0: float = 0.0
     _out: str = ""  # the worker's stdout and stderr files
@@ -485,7 +484,8 @@ def dry_run_lines(doc: FleetDocument) -> list[str]:
         if plan.get("steps") is not None:
             lines.extend("   " + line for line in plan_summary(plan))
         else:
-            lines.append(f"   {plan.get('outcome', 'no plan')}: {'; '.join(plan.get('errors') or [])}")
+            said = WorkerAnswer.from_value(plan, name)  # what _read_answer already checked the plan holds
+            lines.append(f"   {said.outcome or 'no plan'}: {'; '.join(said.errors)}")
     lines.extend(f"-  {name}: skipped ({doc.hosts[name].reason})" for name in doc.configuration_order
                  if doc.hosts[name].outcome == "skipped")
     return [safe_text(line) for line in lines]
@@ -548,7 +548,7 @@ def _preload(config: Config, program: str) -> None:
         pass
 
 
-def _read_answer(path: str) -> tuple[dict[str, Any] | None, WorkerAnswer | None]:
+def _read_answer(path: str) -> tuple[JsonObject | None, WorkerAnswer | None]:
     """The document a worker printed (bounded), and what the rollout reads of it; ``None`` when it printed none."""
     try:
         with open(path, "rb") as fh:
