@@ -289,7 +289,7 @@ class Lease:
         self.update(seconds=round(time.monotonic() - started, 3))
         return self._not_held(ssh, first, fault)
 
-    def append(self, statement: bytes, sig: bytes | None) -> dict[str, Any]:
+    def append(self, statement: bytes, sig: bytes | None) -> protocol.AppendAnswer:
         """Append the run's entry to the host's record through the held lease (one line on the agent's
         stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``), ``{}`` when none
         came within :data:`LEASE_WAIT` seconds."""

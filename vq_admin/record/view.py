@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import socket
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from msgspec import UNSET
 
@@ -543,13 +543,12 @@ def _append(ctx: RunContext, statement: Statement) -> Record:
     return Record(entry=appended.get("name"), signed=sig is not None)
 
 
-def record_answer(line: str) -> dict[str, Any]:
-    """An append's answer line (``appended`` or ``append_error``), empty when it is not one."""
+def record_answer(line: str) -> protocol.AppendAnswer:
+    """An append's answer line, checked as ``record-quarantine``'s (``appended`` or ``append_error``); else empty."""
     try:
-        value = protocol.decode(line) if line else None
-    except ValueError:
+        return protocol.parse_record_quarantine(line)
+    except protocol.ProtocolError:
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 #: Bound on one ``record-read`` call (``history HOST``, ``attest``).
