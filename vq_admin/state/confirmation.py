@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..document import Document, FullSha
+from ..document import Document, FullSha, JsonObject
 
 if TYPE_CHECKING:
     from .records import StateDir
@@ -86,11 +86,12 @@ def record(state: StateDir, host: str, program: str, sha: str, entry: ConfirmEnt
     state.tree.write_atomic(_parts(host, program), NAME, ConfirmRecord(generations=generations).to_json().encode())
 
 
-def record_verdict(state: StateDir, host: str, program: str, sha: str, verdict: dict[str, Any], receipt: str | None,
+def record_verdict(state: StateDir, host: str, program: str, sha: str, verdict: JsonObject, receipt: str | None,
                    accepted: str | None) -> ConfirmEntry:
     """*sha*'s entry from the agent's confirmation *verdict* (a run's own, or one a later run reconciled)."""
     passed = bool(verdict.get("passed"))
-    problems = [str(p) for p in verdict.get("problems") or []]
+    said = verdict.get("problems")
+    problems = [str(p) for p in said] if isinstance(said, list) else []
     found = verdict.get("metrics")
     metrics: dict[Any, Any] = found if isinstance(found, dict) else {}
     entry = ConfirmEntry.from_value({
