@@ -32,10 +32,13 @@ import json
 import os
 import stat
 import threading
-from typing import IO, Any, Callable, Mapping
+from typing import IO, TYPE_CHECKING, Callable, Mapping
 
 from . import checksum
 from .bounds import loads_json
+
+if TYPE_CHECKING:
+    from .bounds import JsonObject
 
 CHUNK = 1 << 20
 DATA_KINDS = {"out": "stdout", "err": "stderr"}
@@ -111,7 +114,7 @@ class FrameWriter:
             os.close(fd)
 
 
-def read_frames(stream: IO[bytes], on_record: Callable[[str, dict[str, Any]], None],
+def read_frames(stream: IO[bytes], on_record: Callable[[str, JsonObject], None],
                 on_data: Callable[[str, bytes], None]) -> bool:
     """Read records from *stream* until EOF; True when the ``end`` record arrived.
 

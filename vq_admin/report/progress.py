@@ -26,9 +26,12 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from .output import safe_text
+
+if TYPE_CHECKING:
+    from ..document import JsonObject
 
 #: How often the agent polls the scheduler for us (the issue's bound: at most every 10 s).
 POLL_SECONDS = 10
@@ -127,15 +130,15 @@ class AllocationView:
         self.state: str | None = None
         self.reason: str | None = None
         self.line: str | None = None
-        self.settle: dict[str, Any] | None = None
+        self.settle: JsonObject | None = None
 
-    def on_record(self, kind: str, value: dict[str, Any]) -> None:
+    def on_record(self, kind: str, value: JsonObject) -> None:
         if kind == "job" and value.get("job_id"):
             self.job_id = str(value["job_id"])
         elif kind == "progress":
             if value.get("phase") == "wait":
                 self.job_id = str(value.get("job_id") or self.job_id or "") or None
-                self.state, self.reason = value.get("state"), value.get("reason")
+                self.state, self.reason = (str(value.get(k) or "") or None for k in ("state", "reason"))
                 if value.get("last_line"):
                     self.line = str(value["last_line"])
             elif value.get("phase") == "settle":
