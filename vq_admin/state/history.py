@@ -67,9 +67,7 @@ def entry(receipt: JsonObject) -> Run:
     """The index line of one stored receipt (:class:`~vq_admin.document.DocumentError` if a member's type is not)."""
     verb = ("rollback" if "rollback" in receipt else "prune" if "prune" in receipt
             else "install" if "install" in receipt else "update")
-    said = {key: receipt.get(key) for key in ("lane", "host", "program", "outcome", "exit_code", "expected_sha",
-                                              "tag", "started_at", "finished_at")}
-    return Run.from_value({**said, "receipt": receipt.get("id"), "verb": verb,
+    return Run.from_value({**receipt, "receipt": receipt.get("id"), "verb": verb,
                            "seconds": _seconds(receipt.get("started_at"), receipt.get("finished_at"))}, "the receipt")
 
 

@@ -34,7 +34,7 @@ from msgspec import UNSET, UnsetType
 from ..core import default_paths as paths
 from ..core.procs import process_alive
 from ..core.stamps import NAME, utc_now
-from ..core.bounds import InputError, loads_json
+from ..core.bounds import InputError, json_object
 from ..document import Document, FullSha, JsonObject, JsonValue
 from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
 from .tree import dump_json as dump_json  # the one writer of state records, re-exported
@@ -135,17 +135,6 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
         os.close(dfd)
 
 
-def parse_record(data: bytes | None, what: str) -> JsonObject | None:
-    """A state record's JSON object; ``None`` when absent or not one bounded JSON object."""
-    if data is None:
-        return None
-    try:
-        value = loads_json(data, what, limit=MAX_STATE_FILE)
-    except InputError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def read_json(path: Path) -> JsonObject | None:
     """A JSON object from any *path* (bounded, never blocking); ``None`` when absent or malformed."""
     from ..core.bounds import read_regular_file
@@ -154,7 +143,7 @@ def read_json(path: Path) -> JsonObject | None:
         data = read_regular_file(str(path), "state file", limit=MAX_STATE_FILE)
     except (OSError, InputError):
         return None
-    return parse_record(data, str(path))
+    return json_object(data, limit=MAX_STATE_FILE)
 
 
 class StateDir:
@@ -255,7 +244,7 @@ class StateDir:
         if not isinstance(receipt_id, str) or not receipt_id or "/" in receipt_id or receipt_id.startswith("."):
             return None
         name = f"{receipt_id}.json"
-        return parse_record(self.tree.read(["receipts"], name), self.tree.path("receipts", name))
+        return json_object(self.tree.read(["receipts"], name), limit=MAX_STATE_FILE)
 
     def transcript_dir(self, receipt_id: str) -> Path:
         """The transcript directory of a receipt, created (0700, every level checked)."""
