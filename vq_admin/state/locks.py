@@ -18,7 +18,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..report.outcome import READ_ONLY_RAN, Locked
 from .records import StateDir
@@ -57,7 +57,7 @@ def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> It
 
 def _holder(tree: PrivateTree, path: Path) -> str:
     try:
-        info: Any = json_object(tree.read(["locks"], path.name + ".holder", limit=4096), limit=4096)
+        info = json_object(tree.read(["locks"], path.name + ".holder", limit=4096), limit=4096) or {}
         return f"held by pid {info['pid']} on {info['host']} since {info['since']}"
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "holder unknown"
