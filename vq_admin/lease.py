@@ -291,8 +291,8 @@ class Lease:
 
     def append(self, statement: bytes, sig: bytes | None) -> protocol.AppendAnswer:
         """Append the run's entry to the host's record through the held lease (one line on the agent's
-        stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``), ``{}`` when none
-        came within :data:`LEASE_WAIT` seconds."""
+        stdin, CONTRACT section 12): the agent's answer (``appended`` or ``append_error``, checked as
+        ``record-quarantine``'s), ``{}`` when none (or none of that shape) came within :data:`LEASE_WAIT` seconds."""
         if self.proc is None or self.proc.stdin is None or not self.record.held:
             return {"append_error": "the host-side lease is not held"}
         line = {"append": {"statement": statement.decode(), "sig": None if sig is None else sig.decode()}}
@@ -301,9 +301,10 @@ class Lease:
             self.proc.stdin.flush()
         except OSError as exc:
             return {"append_error": f"the session ended before the entry was sent: {exc.strerror or exc}"}
-        from .record.view import record_answer
-
-        return record_answer(self._read_line(self.lease_wait))
+        try:
+            return protocol.parse_record_quarantine(self._read_line(self.lease_wait))
+        except protocol.ProtocolError:
+            return {}
 
     def take_record(self, ctx: RunContext, receipt: Receipt, host: str, program: str | None) -> None:
         """Import the entries of the host's record the agent answered with the lease (each judged once) into

@@ -543,14 +543,6 @@ def _append(ctx: RunContext, statement: Statement) -> Record:
     return Record(entry=appended.get("name"), signed=sig is not None)
 
 
-def record_answer(line: str) -> protocol.AppendAnswer:
-    """An append's answer line, checked as ``record-quarantine``'s (``appended`` or ``append_error``); else empty."""
-    try:
-        return protocol.parse_record_quarantine(line)
-    except protocol.ProtocolError:
-        return {}
-
-
 #: Bound on one ``record-read`` call (``history HOST``, ``attest``).
 READ_TIMEOUT = 60.0
 
