@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core import default_paths as paths
 from ..core.bounds import json_object
 from ..core.identifiers import DESTINATION_RE
 
 if TYPE_CHECKING:
+    from ..core.bounds import JsonObject
     from .registry import Entry
 
-_cache: dict[tuple[str, int, int, int, int] | None, dict[str, Any]] = {}
+_cache: dict[tuple[str, int, int, int, int] | None, JsonObject] = {}
 
 
 class ConfigUnavailable(Exception):
@@ -48,7 +49,7 @@ def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
     return os.fspath(config_path) if config_path else paths.config_path()
 
 
-def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+def load(config_path: str | os.PathLike[str] | None) -> JsonObject:
     """The parsed TOML document, cached per (path, inode, size, mtime).
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
@@ -72,7 +73,7 @@ def load(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
     return _cache[key]
 
 
-def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[JsonObject, JsonObject]:
     """``(hosts.<host> table, whole document)``; :class:`ConfigUnavailable` when absent."""
     data = load(config_path)
     hosts = data.get("hosts")
@@ -84,7 +85,7 @@ def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[d
     return table, data
 
 
-def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: str) -> list[str]:
+def hash_argv(table: JsonObject, data: JsonObject, host: str, launcher: str) -> list[str]:
     """The argv that reads the launcher's SHA-256 on *host*'s login host."""
     agent = table.get("agent", "vq-admin-agent")
     words = shlex.split(agent) if isinstance(agent, str) else []
@@ -109,7 +110,7 @@ def hash_argv(table: dict[str, Any], data: dict[str, Any], host: str, launcher: 
 
     from ..ssh import effective
 
-    ssh_config = data.get("ssh_config") if isinstance(data.get("ssh_config"), str) else None
+    ssh_config = found if isinstance(found := data.get("ssh_config"), str) else None
     problem = effective.problem(ssh_config, destination)
     if problem:
         raise ConfigUnavailable(f"{problem}; refusing it")
