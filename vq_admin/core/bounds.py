@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
     JsonValue = Union[None, bool, int, float, str, List["JsonValue"], Dict[str, "JsonValue"]]  #: any JSON value
     JsonObject = Dict[str, JsonValue]  #: a JSON object (the one JSON alias: vq_admin.document re-exports both)
+    from datetime import date, datetime, time
+
+    #: any TOML value: JSON's, less null, plus dates and times
+    TomlValue = Union[bool, int, float, str, datetime, date, time, List["TomlValue"], Dict[str, "TomlValue"]]
+    TomlTable = Dict[str, TomlValue]  #: a TOML table
 
 
 #: Deepest nesting of arrays/objects/tables accepted in any document.
@@ -174,7 +179,7 @@ def json_object(data: bytes | str | None, *, limit: int) -> JsonObject | None:
     return value if isinstance(value, dict) else None
 
 
-def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> JsonObject:
+def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH) -> TomlTable:
     """Parse a TOML document with the same bounds as :func:`loads_json` (the driver's only: ``tomllib`` is
     Python 3.11's, and the agent reads no TOML)."""
     import tomllib
@@ -188,7 +193,7 @@ def loads_toml(data: bytes, what: str, *, limit: int, max_depth: int = MAX_DEPTH
         raise InputError(f"{what} is not valid TOML: {str(exc).splitlines()[0][:200]}") from None
 
 
-def read_config(path: str) -> JsonObject:
+def read_config(path: str) -> TomlTable:
     """The configuration file *path* (the one reader: ``vq_admin.config`` and the launcher's lookup): a
     trusted regular file of bounded size and nesting, parsed as TOML; every fault is one :class:`InputError`
     naming the file."""

@@ -26,10 +26,10 @@ from ..core.bounds import json_object
 from ..core.identifiers import DESTINATION_RE
 
 if TYPE_CHECKING:
-    from ..core.bounds import JsonObject
+    from ..core.bounds import TomlTable
     from .registry import Entry
 
-_cache: dict[tuple[str, int, int, int, int] | None, JsonObject] = {}
+_cache: dict[tuple[str, int, int, int, int] | None, TomlTable] = {}
 
 
 class ConfigUnavailable(Exception):
@@ -49,7 +49,7 @@ def config_path_of(config_path: str | os.PathLike[str] | None) -> str:
     return os.fspath(config_path) if config_path else paths.config_path()
 
 
-def load(config_path: str | os.PathLike[str] | None) -> JsonObject:
+def load(config_path: str | os.PathLike[str] | None) -> TomlTable:
     """The parsed TOML document, cached per (path, inode, size, mtime).
 
     The file must pass the secure-path rule, be a regular file (a FIFO never
@@ -73,7 +73,7 @@ def load(config_path: str | os.PathLike[str] | None) -> JsonObject:
     return _cache[key]
 
 
-def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[JsonObject, JsonObject]:
+def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[TomlTable, TomlTable]:
     """``(hosts.<host> table, whole document)``; :class:`ConfigUnavailable` when absent."""
     data = load(config_path)
     hosts = data.get("hosts")
@@ -85,7 +85,7 @@ def host_table(config_path: str | os.PathLike[str] | None, host: str) -> tuple[J
     return table, data
 
 
-def hash_argv(table: JsonObject, data: JsonObject, host: str, launcher: str) -> list[str]:
+def hash_argv(table: TomlTable, data: TomlTable, host: str, launcher: str) -> list[str]:
     """The argv that reads the launcher's SHA-256 on *host*'s login host."""
     agent = table.get("agent", "vq-admin-agent")
     words = shlex.split(agent) if isinstance(agent, str) else []
