@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Whether the console script's run handles the signals (from :func:`install` to :func:`finish`).
 _active = [False]
+#: Interruptions Python could only print (:func:`_unraisable`), for :func:`checkpoint` to raise.
+_lost: list[str] = []
 
 
 class Interruption(KeyboardInterrupt):
@@ -53,6 +55,31 @@ def install() -> None:
     _active[0] = True
     for sig in SIGNALS:
         signal.signal(sig, _raise)
+    if sys.unraisablehook is not _unraisable:
+        _previous_hook[:] = [sys.unraisablehook]
+        sys.unraisablehook = _unraisable
+
+
+_previous_hook: list[Callable[[Any], object]] = []
+
+
+def _unraisable(unraisable: Any) -> None:
+    """A signal that lands while Python runs a weakref callback or a finaliser (an import's module lock
+    being freed, say) raises :class:`Interruption` where Python can only print it and go on: it is kept
+    for the next :func:`checkpoint` and the handlers are armed again, so the run still ends interrupted."""
+    if _active[0] and isinstance(unraisable.exc_value, Interruption):
+        _lost.append(name_of(unraisable.exc_value))
+        for sig in SIGNALS:
+            signal.signal(sig, _raise)
+    else:
+        (_previous_hook or [sys.__unraisablehook__])[0](unraisable)
+
+
+def checkpoint() -> None:
+    """Raise the :class:`Interruption` a signal caused where Python could not raise it (:func:`_unraisable`)."""
+    if _lost:
+        hold()
+        raise Interruption(_lost.pop())
 
 
 def hold() -> None:

@@ -92,6 +92,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
     SIGINT, SIGTERM and SIGHUP end the run as ``unknown`` (exit 3) with a
     receipt: a step may have been under way on a host.
     """
+    interrupts.checkpoint()  # a signal Python could not raise before the lane: 130, as any before it
     try:
         with interrupts.handled_by(None):  # the three signals raise Interruption (vq_admin.interrupts)
             try:
@@ -108,6 +109,7 @@ def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],
                         held.enter_context(host_lease(ctx, receipt, *lock_key, deferred=deferred_lease, waiter=waiter))
                         ctx.state.sweep_leftovers()  # temp files of killed runs (issue 14)
                         receipt = body()
+                interrupts.checkpoint()  # one Python could not raise during the body: unknown, as any other
             except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP
                 raise Interrupted(f"vq-admin received {interrupts.name_of(exc)}") from None
     except UnsafeState:
