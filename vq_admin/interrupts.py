@@ -36,6 +36,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _active = [False]
 #: Interruptions Python could only print (:func:`_unraisable`), for :func:`checkpoint` to raise.
 _lost: list[str] = []
+#: The unraisable hook :func:`install` replaced, for every other unraisable exception.
+_previous_hook: list[Callable[[Any], object]] = []
 
 
 class Interruption(KeyboardInterrupt):
@@ -58,9 +60,6 @@ def install() -> None:
     if sys.unraisablehook is not _unraisable:
         _previous_hook[:] = [sys.unraisablehook]
         sys.unraisablehook = _unraisable
-
-
-_previous_hook: list[Callable[[Any], object]] = []
 
 
 def _unraisable(unraisable: Any) -> None:
