@@ -27,9 +27,7 @@ def test_every_module_resolves_the_same_defaults(monkeypatch, tmp_path, xdg, ove
     expected_state = override or f"{state_home}/vq-admin"
     expected_config = override or f"{config_home}/vq/admin.toml"
     assert paths.state_dir() == bindings.state_root(None) == expected_state
-    assert paths.default_state_dir() == f"{state_home}/vq-admin"
     assert paths.config_path() == readback.config_path_of(None) == expected_config
-    assert paths.default_config_path() == f"{config_home}/vq/admin.toml"
     assert paths.agent_lock_dir() == f"{state_home}/vq-admin-agent/locks"
     assert bindings.state_root("/given") == "/given" and readback.config_path_of("/given.toml") == "/given.toml"
 

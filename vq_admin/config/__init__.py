@@ -213,21 +213,21 @@ HOST_KEYS = {f.name for f in fields(HostConfig)} - {"name", "runtimes"} | {"sche
 PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"} | CONFIRM_KEYS
 
 
-def _check_profiles_fit(table: dict[str, Any], key: str, name: str, runtimes: dict[str, RuntimeProfile]) -> None:
+def _check_profiles_fit(host: HostConfig, key: str) -> None:
     """What the host's profiles ask of the host: an ssh destination git can use for a fed mirror, a
     ``scratch_root`` Slurm can write transcripts below for an allocation."""
-    fed = sorted(p for p, profile in runtimes.items() if profile.feed_source_mirror is not None)
-    ssh_dest = table.get("ssh", name)
-    if (fed and table.get("transport", "ssh") == "ssh" and isinstance(ssh_dest, str)
-            and (":" in ssh_dest or "/" in ssh_dest)):
-        raise ConfigError(f"{key}.ssh", f"{ssh_dest!r} contains ':' or '/', which git cannot use in the url of the "
+    profiles = [host.runtimes[p] for p in sorted(host.runtimes)]
+    fed = [p.program for p in profiles if p.feed_source_mirror is not None]
+    if fed and host.transport == "ssh" and (":" in host.ssh or "/" in host.ssh):
+        raise ConfigError(f"{key}.ssh", f"{host.ssh!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = sorted(p for p, profile in runtimes.items()
-                       if profile.update_allocation is not None or profile.confirm is not None)
-    if allocated and "scratch_root" not in table:
+    allocated = [p.program for p in profiles if p.update_allocation is not None or p.confirm is not None]
+    if not allocated:
+        return
+    if host.scratch_root is None:
         raise ConfigError(f"{key}.scratch_root", f"is required: profile {allocated[0]} sets update_allocation or "
                                                  "confirm_command, whose transcripts live below scratch_root")
-    if allocated and any(c in str(table["scratch_root"]) for c in "%\\"):
+    if "%" in host.scratch_root or "\\" in host.scratch_root:
         raise ConfigError(f"{key}.scratch_root", "must not contain '%' or '\\' with update_allocation "
                                                  "(Slurm expands them in --output/--error file names)")
 
@@ -251,9 +251,8 @@ def _parse_host(name: str, table: Any) -> HostConfig:
     runtimes = {p: _parse_profile(p, t, f"{key}.scheduler_runtime_deployments.{p}") for p, t in profiles_raw.items()}
     if "helper_update_host" in table and "helper_update_command" not in table:
         raise ConfigError(f"{key}.helper_update_host", "is set but helper_update_command is not")
-    _check_profiles_fit(table, key, name, runtimes)
     _choice(table, "scheduler", key, SCHEDULERS, "slurm")  # an old file may say so; another scheduler is refused
-    return HostConfig(
+    host = HostConfig(
         name=name,
         fleet_role=role,
         transport=_choice(table, "transport", key, TRANSPORTS, "ssh"),
@@ -269,6 +268,8 @@ def _parse_host(name: str, table: Any) -> HostConfig:
         helper_timeout_seconds=_timeout(table, "helper_timeout_seconds", key, 7200.0),
         runtimes=runtimes,
     )
+    _check_profiles_fit(host, key)
+    return host
 
 
 def _provider_options(table: Mapping[str, Any], key: str, provider: str) -> dict[str, str]:

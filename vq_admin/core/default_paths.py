@@ -23,27 +23,19 @@ def state_home() -> str:
     return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
+def state_dir() -> str:
+    """The driver's state directory when none is given: ``$VQ_ADMIN_STATE_DIR`` or the XDG default."""
+    return os.environ.get("VQ_ADMIN_STATE_DIR") or os.path.join(state_home(), "vq-admin")
+
+
 def config_home() -> str:
     """``$XDG_CONFIG_HOME``, else ``~/.config``."""
     return os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
 
 
-def default_state_dir() -> str:
-    return os.path.join(state_home(), "vq-admin")
-
-
-def default_config_path() -> str:
-    return os.path.join(config_home(), "vq", "admin.toml")
-
-
-def state_dir() -> str:
-    """The driver's state directory when none is given: ``$VQ_ADMIN_STATE_DIR`` or the XDG default."""
-    return os.environ.get("VQ_ADMIN_STATE_DIR") or default_state_dir()
-
-
 def config_path() -> str:
     """The configuration file when none is given: ``$VQ_ADMIN_CONFIG`` or the XDG default."""
-    return os.environ.get("VQ_ADMIN_CONFIG") or default_config_path()
+    return os.environ.get("VQ_ADMIN_CONFIG") or os.path.join(config_home(), "vq", "admin.toml")
 
 
 def agent_lock_dir() -> str:
