@@ -413,7 +413,6 @@ KEEP_FAILED_DEFAULT = 3
 MODE_DEFAULT = "0755"
 
 
-
 class ProtocolError(ValueError):
     """An agent answer that is not what its verb answers; the message names the verb."""
 
@@ -710,12 +709,26 @@ def _parse(verb: str, stdout: Output) -> Any:
     return _checked(verb, _object(verb, stdout))
 
 
-def parse_hash_file(stdout: Output) -> Hashed:
-    return _parse(HASH_FILE, stdout)  # type: ignore[no-any-return]
+def _parser(verb: str) -> Callable[[Output], Any]:
+    """The parser of an answer that holds what :data:`SHAPES` says of *verb* and nothing more to check."""
+    def parse(stdout: Output) -> Any:
+        return _parse(verb, stdout)
+
+    return parse
 
 
-def parse_check_paths(stdout: Output) -> CheckedPaths:
-    return _parse(CHECK_PATHS, stdout)  # type: ignore[no-any-return]
+#: The parsers of the answers :data:`SHAPES` checks whole.
+parse_hash_file: Callable[[Output], Hashed] = _parser(HASH_FILE)
+parse_check_paths: Callable[[Output], CheckedPaths] = _parser(CHECK_PATHS)
+parse_stage_receive: Callable[[Output], StageReceived] = _parser(STAGE_RECEIVE)
+parse_stage_verify: Callable[[Output], StageVerdict] = _parser(STAGE_VERIFY)
+parse_stage_reclaim: Callable[[Output], StageReclaimed] = _parser(STAGE_RECLAIM)
+parse_identity: Callable[[Output], Identity] = _parser(IDENTITY)
+parse_version: Callable[[Output], VersionAnswer] = _parser(VERSION)
+parse_install_file: Callable[[Output], Installed] = _parser(INSTALL_FILE)
+parse_census: Callable[[Output], CensusAnswer] = _parser(CENSUS)
+parse_record: Callable[[Output], Records] = _parser(RECORD)
+parse_record_quarantine: Callable[[Output], AppendAnswer] = _parser(RECORD_QUARANTINE)
 
 
 def parse_verify_readback(stdout: Output) -> VerifyReadback:
@@ -746,30 +759,6 @@ def parse_stage_create(stdout: Output) -> StageCreated:
     return answer  # type: ignore[no-any-return]
 
 
-def parse_stage_receive(stdout: Output) -> StageReceived:
-    return _parse(STAGE_RECEIVE, stdout)  # type: ignore[no-any-return]
-
-
-def parse_stage_verify(stdout: Output) -> StageVerdict:
-    return _parse(STAGE_VERIFY, stdout)  # type: ignore[no-any-return]
-
-
-def parse_stage_reclaim(stdout: Output) -> StageReclaimed:
-    return _parse(STAGE_RECLAIM, stdout)  # type: ignore[no-any-return]
-
-
-def parse_identity(stdout: Output) -> Identity:
-    return _parse(IDENTITY, stdout)  # type: ignore[no-any-return]
-
-
-def parse_version(stdout: Output) -> VersionAnswer:
-    return _parse(VERSION, stdout)  # type: ignore[no-any-return]
-
-
-def parse_install_file(stdout: Output) -> Installed:
-    return _parse(INSTALL_FILE, stdout)  # type: ignore[no-any-return]
-
-
 def parse_lease(stdout: Output) -> LeaseAnswer:
     """The first line of a ``lease`` answer (the agent then holds the lease until stdin closes): held, or
     who holds it."""
@@ -789,18 +778,6 @@ def parse_session(stdout: Output) -> SessionAnswer:
     if lease is not None:
         _checked(LEASE, lease)
     return data  # type: ignore[no-any-return]
-
-
-def parse_census(stdout: Output) -> CensusAnswer:
-    return _parse(CENSUS, stdout)  # type: ignore[no-any-return]
-
-
-def parse_record(stdout: Output) -> Records:
-    return _parse(RECORD, stdout)  # type: ignore[no-any-return]
-
-
-def parse_record_quarantine(stdout: Output) -> AppendAnswer:
-    return _parse(RECORD_QUARANTINE, stdout)  # type: ignore[no-any-return]
 
 
 #: Each verb's parser (the round-trip test reads this table).
