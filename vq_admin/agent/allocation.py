@@ -23,7 +23,6 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 import time
@@ -214,7 +213,7 @@ def program_parts(program: str) -> list[str]:
 
 
 def new_attempt_name() -> str:
-    return f"deploy.{safedirs.utc_stamp()}.{secrets.token_hex(4)}"
+    return safedirs.fresh_name("deploy")
 
 
 def check_root(root: str) -> None:

@@ -150,14 +150,15 @@ def open_chain(root: str, parts: Sequence[str], create: bool = True) -> int:
         raise
 
 
-def utc_stamp() -> str:
-    return utc_now(fmt=NAME)
+def fresh_name(prefix: str) -> str:
+    """``<prefix>.<UTC>.<random>``: the name of a new stage or attempt directory."""
+    return f"{prefix}.{utc_now(fmt=NAME)}.{os.urandom(4).hex()}"
 
 
 def create_fresh(parent_fd: int, prefix: str) -> str:
-    """Create a new directory ``<prefix>.<UTC>.<random>`` (0700) below *parent_fd*."""
+    """Create a new directory :func:`fresh_name` (0700) below *parent_fd*."""
     for _ in range(20):
-        name = f"{prefix}.{utc_stamp()}.{os.urandom(4).hex()}"
+        name = fresh_name(prefix)
         try:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
             return name
