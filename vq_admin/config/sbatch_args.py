@@ -44,7 +44,7 @@ ALLOWED_HINT = ("allowed: resource, time, partition, account and placement optio
 
 def sbatch_arg_problem(arg: str) -> str | None:
     """``None`` when *arg* is one allowed sbatch option with its value attached."""
-    if not isinstance(arg, str) or not arg.startswith("-") or arg in ("-", "--") or any(c in arg for c in "\n\r\0"):
+    if not arg.startswith("-") or arg in ("-", "--") or any(c in arg for c in "\n\r\0"):
         return f"{arg!r} is not an sbatch option (each entry starts with '-', e.g. \"--time=04:00:00\")"
     return _long_problem(arg) if arg.startswith("--") else _short_problem(arg)
 
