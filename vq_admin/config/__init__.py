@@ -134,12 +134,8 @@ class Config:
 
     def provider_names(self) -> list[str]:
         """Every provider a profile or helper selects, in first-use order."""
-        names: list[str] = []
-        for host in self.hosts.values():
-            for name in [host.helper_provider] + [p.provider for p in host.runtimes.values()]:
-                if name not in names:
-                    names.append(name)
-        return names
+        return list(dict.fromkeys(name for host in self.hosts.values()
+                                  for name in [host.helper_provider, *(p.provider for p in host.runtimes.values())]))
 
 
 # -- reading ----------------------------------------------------------------------
