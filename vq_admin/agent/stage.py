@@ -23,7 +23,7 @@ import re
 import stat
 import sys
 
-from ..core import safedirs, securepath
+from ..core import atomic, safedirs, securepath
 from ..core.atomic import TEMP_FLAGS
 from ..core.protocol import encode
 
@@ -51,7 +51,7 @@ def create(root: str, kind: str, name: str, identity: dict[str, str]) -> StageCr
         fd = os.open(stage_name, safedirs.DIR_FLAGS, dir_fd=parent)
         with safedirs.opened(fd):
             for fname in IDENTITY_FILES:
-                safedirs.write_new_file(fd, fname, (identity[fname] + "\n").encode())
+                atomic.write(fname, (identity[fname] + "\n").encode(), dir_fd=fd, exclusive=True)
     path = os.path.join(root, *stage_parts(kind, name), stage_name)
     return {"stage": path}
 
@@ -176,7 +176,7 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
 def _mark_failed(parent: int, name: str, text: bytes) -> None:
     with safedirs.opened(os.open(name, safedirs.DIR_FLAGS, dir_fd=parent)) as sfd:
         try:
-            safedirs.write_new_file(sfd, FAILED_MARK, text)
+            atomic.write(FAILED_MARK, text, dir_fd=sfd, exclusive=True)
         except FileExistsError:
             pass
 

@@ -17,7 +17,6 @@ import sys
 from contextlib import contextmanager
 
 from . import securepath
-from . import atomic
 from .exits import EXIT_FAILED, EXIT_UNSAFE
 from .stamps import NAME, utc_now
 
@@ -165,12 +164,6 @@ def create_fresh(parent_fd: int, prefix: str) -> str:
         except FileExistsError:
             continue
     raise UnsafePath("could not create a fresh directory name")
-
-
-def write_new_file(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
-    """Write a file that must not exist yet: :func:`vq_admin.core.atomic.write`, linked in place only when
-    *name* is still free (``FileExistsError`` otherwise)."""
-    atomic.write(name, data, dir_fd=dir_fd, mode=mode, exclusive=True)
 
 
 @contextmanager
