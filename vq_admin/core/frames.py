@@ -73,14 +73,12 @@ class FrameWriter:
         with self._lock:
             self._write(line)
 
-    def stream_file(self, kind: str, dir_fd: int, name: str, limit: int | None,
-                    algorithm: str | None = None) -> dict[str, object]:
+    def stream_file(self, kind: str, dir_fd: int, name: str, limit: int | None, algorithm: str) -> dict[str, object]:
         """Send file *name* below *dir_fd* (at most *limit* bytes) as ``kind`` records.
 
         Returns ``{"bytes", "checksum", "digest", "error"}`` for what was sent
-        (``checksum`` names the algorithm of ``digest``).
+        (``checksum`` names the *algorithm* of ``digest``, :mod:`.checksum`'s).
         """
-        algorithm = algorithm or checksum.default_algorithm()
         h = checksum.new(algorithm)
 
         def result(error: str | None) -> dict[str, object]:
