@@ -448,14 +448,12 @@ def encode_request(request: Mapping[str, object]) -> bytes:
     return encode(request).encode()
 
 
-def lacks_verb(verb: str, exit_code: Optional[int], stdout: Output, stderr: Output) -> bool:
+def lacks_verb(verb: str, exit_code: Optional[int], stdout: bytes, stderr: Output) -> bool:
     """True when an older agent's verb table refused *verb* (argparse's usage error, nothing answered)."""
     from .exits import EXIT_USAGE
 
-    out = stdout.encode("utf-8", "replace") if isinstance(stdout, str) else stdout
     err = stderr.encode("utf-8", "replace") if isinstance(stderr, str) else stderr
-    return (exit_code == EXIT_USAGE and not out.strip() and b"invalid choice" in err
-            and verb.encode() in err)
+    return exit_code == EXIT_USAGE and not stdout.strip() and b"invalid choice" in err and verb.encode() in err
 
 
 # -- builders (the driver's side) -------------------------------------------------------
