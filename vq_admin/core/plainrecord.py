@@ -27,7 +27,7 @@ class PlainRecord:
     __delattr__ = __setattr__  # type: ignore[assignment]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PlainRecord) and type(other) is type(self) and self.to_dict() == other.to_dict()
+        return type(other) is type(self) and self.to_dict() == other.to_dict()
 
     def __hash__(self) -> int:
         return hash(tuple(getattr(self, n) for n in self.FIELDS))
