@@ -12,7 +12,7 @@ import math
 import os
 import shlex
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from ..core import default_paths as paths
 from ..core.identifiers import BRANCH_RE, DESTINATION_RE, ENV_NAME_RE, NAME_RE, NAME_RULE
@@ -430,10 +430,14 @@ def parse_command(table: Mapping[str, Any], name: str, key: str) -> tuple[str, .
     return tuple(words)
 
 
+def _finite(value: object) -> TypeGuard[float]:
+    """*value* is a finite TOML number (an integer or a float; a boolean is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _timeout(table: Mapping[str, Any], name: str, key: str, default: float) -> float:
     value = table.get(name, default)
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0 or value > MAX_TIMEOUT):
+    if not _finite(value) or not 0 < value <= MAX_TIMEOUT:
         raise ConfigError(f"{key}.{name}",
                           f"must be a finite positive number of seconds (at most {int(MAX_TIMEOUT)}), not {value!r}")
     return float(value)
@@ -468,7 +472,7 @@ def _metric(name: str, spec: object, where: str) -> Metric:
     if not isinstance(spec, dict) or set(spec) - {"better", "tolerance"} or spec.get("better") not in BETTER:
         raise ConfigError(where, "must be { better = \"lower\"|\"higher\"|\"equal\", tolerance = 0.10 }")
     tol = spec.get("tolerance", 0.0)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 <= tol < 1:
+    if not _finite(tol) or not 0 <= tol < 1:
         raise ConfigError(f"{where}.tolerance", f"must be a relative tolerance from 0 to below 1, not {tol!r}")
     return Metric(name, spec["better"], float(tol))
 
