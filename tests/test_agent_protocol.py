@@ -58,6 +58,35 @@ def test_the_agent_verb_table_is_the_protocol_verb_table():
     assert set(protocol.PARSERS) == set(protocol.VERBS) - set(protocol.FRAMED_VERBS)
 
 
+def test_the_shapes_say_what_the_answers_typed_dicts_say():
+    """:data:`protocol.SHAPES` (checked at run time) and each answer's ``TypedDict`` (annotations only: the
+    agent's start never imports ``typing``) both name a checked member and its type: they must agree."""
+    tree = ast.parse(Path(protocol.__file__).read_text())
+    members = {node.name: {item.target.id: ast.unparse(item.annotation) for item in node.body
+                           if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+               for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef) and [ast.unparse(b) for b in node.bases] == ["TypedDict"]}
+    answers: dict[str, str] = {}  # each parser's answer type, by the parser's name
+    parsers: dict[str, str] = {}  # each verb's parser's name
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("parse_"):
+            answers[node.name] = ast.unparse(node.returns)
+        elif isinstance(node, ast.AnnAssign) and node.target.id.startswith("parse_"):
+            answers[node.target.id] = ast.unparse(node.annotation.slice.elts[-1])
+        elif isinstance(node, ast.AnnAssign) and node.target.id == "PARSERS":
+            parsers = {getattr(protocol, k.id): v.id for k, v in zip(node.value.keys, node.value.values, strict=True)}
+    runtime = {"str": str, "bool": bool, "int": int, "float": float, "List": list, "Dict": dict,
+               **dict.fromkeys(members, dict)}
+    assert set(parsers) == set(protocol.PARSERS) and set(protocol.SHAPES) <= set(parsers)
+    for verb, shape in protocol.SHAPES.items():
+        declared = members[answers[parsers[verb]]]
+        for key, kind, _required in shape:
+            assert key in declared, (verb, key)
+            optional = declared[key].startswith("Optional[")
+            annotation = declared[key][len("Optional["):-1] if optional else declared[key]
+            assert runtime[annotation.split("[")[0]] is kind, (verb, key, declared[key], kind)
+
+
 def test_every_agent_option_is_a_protocol_flag():
     assert agent_options() == set(protocol.FLAGS)
 

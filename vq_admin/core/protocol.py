@@ -670,7 +670,9 @@ def _object(verb: str, stdout: Output) -> Any:
 
 #: The members of each verb's answer the driver relies on, ``(member, type, required)``: a required member
 #: missing, or any of them present (not null) with another type, is a :class:`ProtocolError`, so the
-#: answer a parser returns holds what its type says.
+#: answer a parser returns holds what its type says.  The answer's ``TypedDict`` states each member's type
+#: too, but exists only for the type checker (the agent's start imports no ``typing``);
+#: ``tests/test_agent_protocol.py`` checks that the two say the same.
 SHAPES: Dict[str, Tuple[Tuple[str, type, bool], ...]] = {
     HASH_FILE: (("path", str, False), ("exists", bool, False), ("sha256", str, False), ("error", str, False)),
     CHECK_PATHS: (("checked", list, True), ("refused", list, True)),
