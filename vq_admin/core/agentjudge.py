@@ -54,7 +54,7 @@ def _fail(code: int, text: str) -> "NoReturn":
 
 def _which(name: str) -> "Optional[str]":
     for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
-        path = os.path.join(directory or ".", name)
+        path = os.path.join(directory, name)
         if directory.startswith("/") and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
