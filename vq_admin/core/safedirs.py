@@ -89,9 +89,7 @@ def scratch_problem(root: str) -> str | None:
     """
     try:
         check_scratch(root)
-        with opened(open_chain(root, [TOP], create=False) if os.path.lexists(os.path.join(root, TOP))
-                    else open_root(root)):
-            pass
+        os.close(open_chain(root, [TOP], create=False) if os.path.lexists(os.path.join(root, TOP)) else open_root(root))
     except UnsafePath as exc:
         return str(exc)
     if not os.path.lexists(os.path.join(root, TOP)) and not os.access(root, os.W_OK | os.X_OK):
