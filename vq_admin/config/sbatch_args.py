@@ -58,7 +58,7 @@ def _long_problem(arg: str) -> str | None:
         if own:
             return f"{arg!r} abbreviates {own[0]}, which is set by vq-admin itself"
         return f"{arg!r} is not an sbatch option vq-admin passes ({ALLOWED_HINT})"
-    if LONG[name] is True and (not eq or not value):
+    if LONG[name] is True and not value:  # no "=" leaves the value empty too
         return f"{arg!r} needs its value attached (--{name}=VALUE)"
     return f"{arg!r}: --{name} takes no value" if LONG[name] is False and eq else None
 
