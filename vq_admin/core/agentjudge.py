@@ -225,8 +225,7 @@ def _interpreter(first: str) -> "Tuple[str, Optional[str]]":
     head = _head(first)
     if head.startswith(b"#!"):
         shebang = head[2:].split(b"\n")[0].decode("utf-8", "replace").split()
-        named = _which(shebang[1]) if shebang and os.path.basename(shebang[0]) == "env" and shebang[1:] else \
-            (shebang or [""])[0]
+        named = _which(shebang[1]) if shebang[1:] and os.path.basename(shebang[0]) == "env" else (shebang or [""])[0]
         if not named:
             _fail(127, f"{first}: its interpreter ({' '.join(shebang)}) was not found; nothing was run")
         _judged(named, "the agent's interpreter")
