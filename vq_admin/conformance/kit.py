@@ -102,11 +102,16 @@ class Kit:
         return command
 
     def deploy(self, label: str, hook: str = "runtime_update") -> tuple[int | None, list[str | None], str]:
-        cmd = self.command(hook, self.request(label, self.world.archive[label], self.script_args))
+        return self.watched(self.command(hook, self.request(label, self.world.archive[label], self.script_args)),
+                            DEPLOY_TIMEOUT)
+
+    def watched(self, command: ProviderCommand, timeout: float) -> tuple[int | None, list[str | None], str]:
+        """Run *command* while ``current`` is sampled: its exit status (``None`` when interrupted), the
+        link targets seen, and its output's last three lines."""
         with LinkWatcher(self.world) as watcher:
-            result = self.world.run(cmd, DEPLOY_TIMEOUT)
-        tail = (result.error_text() or result.text()).splitlines()[-3:]
-        return (None if result.interrupted else result.exit_code), watcher.seen, " | ".join(tail)
+            result = self.world.run(command, timeout)
+        tail = " | ".join((result.error_text() or result.text()).splitlines()[-3:])
+        return (None if result.interrupted else result.exit_code), watcher.seen, tail
 
     def verify(self, label: str) -> tuple[VerifyReceipt | None, list[Check]]:
         """Verify as the runtime lane would, with the launcher hashed here."""
