@@ -130,12 +130,11 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     from ..plan import Plan
 
     last_ok = ctx.state.verified("runtime", host.name, profile.program)
-    sha = sha or (last_ok.sha if last_ok else None)
-    same = last_ok is not None and last_ok.sha == sha
     expected = Expected(sha=sha, source="expected-sha")
-    if last_ok is not None and same:
-        expected = Expected(sha=sha, source="last-ok", tag=given(last_ok.tag), launcher=given(last_ok.launcher),
-                            launcher_sha256=given(last_ok.launcher_sha256))
+    if last_ok is not None and last_ok.sha == (sha or last_ok.sha):  # no --expected-sha, or LAST OK's
+        expected = Expected(sha=last_ok.sha, source="last-ok", tag=given(last_ok.tag),
+                            launcher=given(last_ok.launcher), launcher_sha256=given(last_ok.launcher_sha256))
+    sha, same = expected.sha, expected.source == "last-ok"
     entry = RuntimeCheck(expected=expected)
     if not sha:
         return entry.replace(detail=f"no LAST OK for {profile.program} on {host.name} and no --expected-sha: "
@@ -208,7 +207,7 @@ def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> Ru
         return entry.replace(state="unhealthy", detail=f"no verify receipt: {found.error}")
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     hashed = read is not None and read.ok  # the verify read the launcher's bytes
-    active_sha = (receipt.source_sha or "").lower() or None
+    active_sha = receipt.source_sha.lower() or None
     entry = entry.replace(active=Active(sha=active_sha, tag=receipt.tag, launcher=receipt.active_path,
                                         launcher_sha256=receipt.active_path_sha256 if hashed else None))
     attested = entry.expected.launcher_sha256
