@@ -23,9 +23,9 @@ PROBE_SHA = "0" * 40
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
+    if not args.connect and args.timeout is not None:
         raise UsageError("--timeout applies only with --connect")
-    if getattr(args, "hosts", None) and not getattr(args, "connect", False):
+    if not args.connect and args.hosts:
         raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
     config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
     if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             providers.runtime_update(profile.provider, request)
             profiles[program] = {"provider": profile.provider, "build_place": profile.build_place}
         hosts[name] = {"fleet_role": host.fleet_role, "transport": host.transport, "runtimes": profiles}
-    if getattr(args, "connect", False):
+    if args.connect:
         return _connect(args, config)
     document = {"config": config.path, "valid": True, "providers": sorted(providers.info), "hosts": hosts}
     if args.json:

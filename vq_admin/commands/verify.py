@@ -252,20 +252,20 @@ def _check_all(config: Config, args: argparse.Namespace, chosen: list[tuple[Host
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
-        job = getattr(args, "job", False)
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, args.job)
     return VerifyDocument(expected_sha=sha, hosts=hosts)
 
 
 def run(args: argparse.Namespace) -> int:
     prometheus, textfile = args.prometheus, args.textfile
-    if args.json and (prometheus or textfile):
+    publishing = bool(prometheus or textfile)
+    if args.json and publishing:
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     sha = full_sha(args.expected_sha)
     config = load_config(args.config)
-    chosen = targets(config, args)
-    if sha is not None and args.all and len({profile.program for _, profile in chosen}) > 1:
+    chosen = targets(config, args)  # one runtime without --all
+    if sha is not None and len({profile.program for _, profile in chosen}) > 1:
         raise UsageError("verify --all --expected-sha needs PROGRAM (one SHA names one program's commit)")
     if textfile:
         from ..report.metrics import check_textfile
@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = outcome_of(doc)
     errors = [f"{host} {program}: {entry.state}: {entry.detail}" for host, program, entry in doc.checks()
               if entry.state != "current"]
-    if prometheus or textfile:
+    if publishing:
         from ..report.metrics import drift_registry, publish
 
         found = [(host, program, entry.state) for host, program, entry in doc.checks()]
