@@ -185,10 +185,11 @@ class Kit:
                    f"deploying C (its selftest fails) exited {code}: {tail}")
         c_sha = self.world.sha["C"]
         moved = [s for s in seen if s is not None and c_sha in s]
-        self.check("current-unchanged-until-validated", not moved and self.world.current() == link_before,
-                   f"current was {link_before!r}; during the failed deploy it took {seen!r}; now "
-                   f"{self.world.current()!r}" if moved or self.world.current() != link_before
-                   else f"current stayed {link_before!r} while C failed validation")
+        now = self.world.current()
+        unchanged = not moved and now == link_before
+        self.check("current-unchanged-until-validated", unchanged,
+                   f"current stayed {link_before!r} while C failed validation" if unchanged else
+                   f"current was {link_before!r}; during the failed deploy it took {seen!r}; now {now!r}")
         receipt, _ = self.verify("C")
         active = receipt.source_sha if receipt else None
         self.check("verify-truthful", active == b.source_sha,
