@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
-from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
+from vq_admin_hookspecs import RuntimeRequest
 
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
@@ -156,7 +156,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         entry = entry.replace(record=imported)
     if found.interrupted:
         return entry.replace(detail=f"{host.name} could not be reached: {found.error}")
-    judged = _judge(entry, found, sha, same)
+    judged = _judge(entry, found)
     if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
         return _deploying(judged, found.lease)
     if job and judged.state == "current" and profile.confirm is not None:
@@ -171,15 +171,15 @@ def _deploying(judged: RuntimeCheck, lease: LeaseReply) -> RuntimeCheck:
                                  f"{judged.state}: {judged.detail})")
 
 
-def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
-           attested: str | None) -> str | None:
-    """How the active runtime differs from what is expected (another SHA; a launcher whose bytes, *read*
-    by the verify, are not the ones LAST OK attested), or ``None``."""
-    if active_sha != sha:
-        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
-        return f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}"
-    if read is not None and read.active_path_sha256 != attested:
-        return f"launcher {read.active_path} has SHA-256 {read.active_path_sha256}; LAST OK attested {attested}"
+def _drift(active: Active, expected: Expected) -> str | None:
+    """How the *active* runtime differs from the *expected* one (another SHA; a launcher whose bytes, read by
+    the verify, are not the ones LAST OK attested), or ``None``."""
+    if active.sha != expected.sha:
+        now = f"active SHA {active.sha}" if active.sha else "nothing is active"
+        return f"{now}; {'LAST OK' if expected.source == 'last-ok' else '--expected-sha'} names {expected.sha}"
+    attested = expected.launcher_sha256
+    if attested and active.launcher_sha256 is not None and active.launcher_sha256 != attested:
+        return f"launcher {active.launcher} has SHA-256 {active.launcher_sha256}; LAST OK attested {attested}"
     return None
 
 
@@ -198,7 +198,7 @@ def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: Run
                           f"{verdict.state} with exit code {verdict.exit_code}: " + "; ".join(verdict.problems or []))
 
 
-def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> RuntimeCheck:
+def _judge(entry: RuntimeCheck, found: Verification) -> RuntimeCheck:
     """The state the verify *found* shows: current, drifted, unhealthy or broken (module docstring)."""
     if found.broken is not None:  # a verifier problem, not a runtime one
         return entry.replace(state="broken", detail=f"the verifier is broken: {found.broken}")
@@ -207,17 +207,18 @@ def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> Ru
         return entry.replace(state="unhealthy", detail=f"no verify receipt: {found.error}")
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     hashed = read is not None and read.ok  # the verify read the launcher's bytes
-    active_sha = receipt.source_sha.lower() or None
-    entry = entry.replace(active=Active(sha=active_sha, tag=receipt.tag, launcher=receipt.active_path,
-                                        launcher_sha256=receipt.active_path_sha256 if hashed else None))
-    attested = entry.expected.launcher_sha256
-    drift = _drift(active_sha, sha, same, receipt if hashed and attested else None, attested)
+    active = Active(sha=receipt.source_sha.lower() or None, tag=receipt.tag, launcher=receipt.active_path,
+                    launcher_sha256=receipt.active_path_sha256 if hashed else None)
+    expected = entry.expected
+    entry = entry.replace(active=active)
+    drift = _drift(active, expected)
     if drift:
         return entry.replace(state="drifted", detail=drift)
-    failed = _failed(found, entry.expected.tag)
+    failed = _failed(found, expected.tag)
     if failed:
         return entry.replace(state="unhealthy", detail="; ".join(failed))
-    return entry.replace(state="current", detail=f"{sha} active and verified" +
+    attested = expected.launcher_sha256
+    return entry.replace(state="current", detail=f"{expected.sha} active and verified" +
                          (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
 
 
