@@ -23,10 +23,11 @@ PROBE_SHA = "0" * 40
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.connect and args.timeout is not None:
-        raise UsageError("--timeout applies only with --connect")
-    if not args.connect and args.hosts:
-        raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
+    if not args.connect:
+        if args.timeout is not None:
+            raise UsageError("--timeout applies only with --connect")
+        if args.hosts:
+            raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
     config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
     if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
         raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
