@@ -125,7 +125,7 @@ class HelperRequest:
 
     def __post_init__(self) -> None:
         _settle_request(self)
-        if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256 or ""):
+        if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256):
             raise EvidenceError("HelperRequest.expected_tree_sha256 must be 64 lower-case hex digits")
 
 

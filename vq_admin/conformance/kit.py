@@ -129,7 +129,7 @@ class Kit:
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
                             f"{receipt.active_path} must exist below the disposable root {self.world.root}"))
-        if not FULL_SHA_RE.match(receipt.source_sha or ""):
+        if not FULL_SHA_RE.match(receipt.source_sha):  # a str (VerifyReceipt.parse reads null as "")
             checks.append(Check("full_sha", False, f"source_sha {receipt.source_sha!r} is not a full commit SHA"))
         return receipt, checks
 
