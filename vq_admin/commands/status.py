@@ -79,8 +79,8 @@ def _lines(status: Status) -> list[str]:
         entries = ([("helper", slot.helper)] if slot.helper else []) + sorted(slot.runtimes.items())
         for label, entry in entries:
             last = entry.last
-            lines.append(f"  {label}: last {last.outcome if last else '-'} at {last.at if last else '-'} "
-                         f"(sha {last.expected_sha if last else None})")
+            lines.append(f"  {label}: last {last.outcome} at {last.at} (sha {last.expected_sha})" if last else
+                         f"  {label}: last - at - (sha None)")
             lines.append(f"    LAST OK   {_identity(entry.last_ok)}")
             lines.append(f"    LAST GOOD {_identity(entry.last_good)}")
     if not lines:
