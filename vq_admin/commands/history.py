@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         host = authority.lookup(config, check_name(args.host, "HOST"))
         if args.program is not None:
             authority.profile_of(host, check_name(args.program, "PROGRAM"))
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit {args.limit}: give a positive number of runs")
-    limit = args.limit if args.limit is not None else DEFAULT_LIMIT
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit
+    if limit < 1:
+        raise UsageError(f"--limit {limit}: give a positive number of runs")
     state = StateDir(args.state_dir)
     found: list[history.Run] | list[HostRun]
     if host is not None and not args.local:
