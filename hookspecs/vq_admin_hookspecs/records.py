@@ -125,7 +125,7 @@ class HelperRequest:
 
     def __post_init__(self) -> None:
         _settle_request(self)
-        if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256 or ""):
+        if not is_slot(self.expected_tree_sha256) and not SHA256_RE.match(self.expected_tree_sha256):
             raise EvidenceError("HelperRequest.expected_tree_sha256 must be 64 lower-case hex digits")
 
 
@@ -210,9 +210,6 @@ class PruneReport:
         if both:
             raise EvidenceError(f"{cls.WHAT} lists {both[0]} as both removed and kept")
         return report
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"removed": list(self.removed), "kept": list(self.kept)}
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -316,10 +313,7 @@ class VerifyReceipt:
 
     @classmethod
     def parse(cls, text: str | bytes) -> "VerifyReceipt":
-        return cls.from_mapping(parse_single_json_object(text, cls.WHAT))
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "VerifyReceipt":
+        data = parse_single_json_object(text, cls.WHAT)
         w = cls.WHAT
         healthy = _field(data, "healthy", (bool,), w)
         nothing: tuple[type, ...] = (str,) if healthy else (str, type(None))  # nothing active: null or ""

@@ -95,7 +95,7 @@ class DeployLock:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.fd: int | None = None
+        self.fd = -1  #: the lock file, open from __enter__ to __exit__
 
     def __enter__(self) -> "DeployLock":
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -122,10 +122,8 @@ class DeployLock:
             os.unlink(self.layout.pid_path)
         except FileNotFoundError:
             pass
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 def read_updater_pid(layout: Layout) -> int | None:

@@ -34,20 +34,18 @@ OPTIONS = ("root", "command")
 
 
 def _options(settings: Mapping[str, Any]) -> tuple[str, str]:
-    """``(command, root)`` from ``settings["provider_options"]``; ValueError when invalid."""
-    options: Mapping[str, Any] = settings.get("provider_options") or {}
-    if not isinstance(options, Mapping):
-        raise ValueError("provider_options must be a table; provider_options.root (absolute path "
-                         "of the runtime root) is required for provider site_example")
+    """``(command, root)`` from ``settings["provider_options"]`` (a table of strings: vq-admin's configuration
+    checks that); ValueError when invalid."""
+    options: Mapping[str, str] = settings.get("provider_options") or {}
     for key in options:
         if key not in OPTIONS:
             raise ValueError(f"provider_options.{key}: unknown key; site_example takes {', '.join(OPTIONS)}")
     root = options.get("root")
-    if not isinstance(root, str) or not root.startswith("/") or "\0" in root or "\n" in root:
+    if root is None or not root.startswith("/") or "\0" in root or "\n" in root:
         raise ValueError(f"provider_options.root must be the absolute path of the runtime root "
                          f"on the target host (got {root!r})")
     command = options.get("command", DEFAULT_COMMAND)
-    if not isinstance(command, str) or not command.strip() or command != command.strip():
+    if not command or command != command.strip():
         raise ValueError(f"provider_options.command must be a non-empty path without surrounding "
                          f"whitespace (got {command!r})")
     return command, root

@@ -23,10 +23,11 @@ PROBE_SHA = "0" * 40
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "timeout", None) is not None and not getattr(args, "connect", False):
-        raise UsageError("--timeout applies only with --connect")
-    if getattr(args, "hosts", None) and not getattr(args, "connect", False):
-        raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
+    if not args.connect:
+        if args.timeout is not None:
+            raise UsageError("--timeout applies only with --connect")
+        if args.hosts:
+            raise UsageError("HOST applies only with --connect (without it, the whole configuration is checked)")
     config = load_config(args.config)  # an ssh_config that is missing, not a file or not trusted is refused there
     if config.ssh_config and not os.access(config.ssh_config, os.R_OK):
         raise UsageError(f"ssh_config: {config.ssh_config} is not readable by this user")
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             providers.runtime_update(profile.provider, request)
             profiles[program] = {"provider": profile.provider, "build_place": profile.build_place}
         hosts[name] = {"fleet_role": host.fleet_role, "transport": host.transport, "runtimes": profiles}
-    if getattr(args, "connect", False):
+    if args.connect:
         return _connect(args, config)
     document = {"config": config.path, "valid": True, "providers": sorted(providers.info), "hosts": hosts}
     if args.json:

@@ -62,19 +62,17 @@ def table(runs: list[history.Run] | list[HostRun], who: bool = False) -> list[st
     """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
     who ran it, a host record's entry)."""
     header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
-    rows = [header, *(_cells(run, who) for run in runs)]
+    rows = [header, *(_cells(run) for run in runs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
 
 
-def _cells(run: history.Run | HostRun, who: bool) -> tuple[str, ...]:
-    """One run's row of the table ("-" for what it does not say)."""
+def _cells(run: history.Run | HostRun) -> tuple[str, ...]:
+    """One run's row of the table ("-" for what it does not say): a host record's run says who ran it, a stored
+    receipt's how long it took."""
     lane = (run.lane or "-") + (f"/{run.verb}" if run.verb and run.verb != "update" else "")
     sha = (run.expected_sha or "-")[:12] + (f" ({run.tag})" if run.tag else "")
-    if isinstance(run, HostRun):
-        last = run.who if who else "-"
-    else:
-        last = "-" if who else _duration(run.seconds)
+    last = run.who if isinstance(run, HostRun) else _duration(run.seconds)
     return (run.finished_at or "-", lane, run.host or "-", run.program or "-", run.outcome or "-", sha, last)
 
 
@@ -87,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         host = authority.lookup(config, check_name(args.host, "HOST"))
         if args.program is not None:
             authority.profile_of(host, check_name(args.program, "PROGRAM"))
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit {args.limit}: give a positive number of runs")
-    limit = args.limit if args.limit is not None else DEFAULT_LIMIT
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit
+    if limit < 1:
+        raise UsageError(f"--limit {limit}: give a positive number of runs")
     state = StateDir(args.state_dir)
     found: list[history.Run] | list[HostRun]
     if host is not None and not args.local:
@@ -123,8 +121,9 @@ def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: 
     run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
     row = HostRun(lane="runtime" if program else "helper", host=host, program=program, entry=entry.name,
                   signer=verdict.principal)
-    why = run.unconfirmed(confirm) if run is not None else None
+    why = None
     if run is not None:
+        why = run.unconfirmed(confirm)
         row = row.replace(finished_at=run.finished_at, verb=run.verb, outcome=run.outcome, expected_sha=run.sha,
                           tag=run.tag, driver=run.driver, by=run.by, who=run.by)
     elif statement is not None:

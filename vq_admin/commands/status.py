@@ -79,8 +79,8 @@ def _lines(status: Status) -> list[str]:
         entries = ([("helper", slot.helper)] if slot.helper else []) + sorted(slot.runtimes.items())
         for label, entry in entries:
             last = entry.last
-            lines.append(f"  {label}: last {last.outcome if last else '-'} at {last.at if last else '-'} "
-                         f"(sha {last.expected_sha if last else None})")
+            lines.append(f"  {label}: last {last.outcome} at {last.at} (sha {last.expected_sha})" if last else
+                         f"  {label}: last - at - (sha None)")
             lines.append(f"    LAST OK   {_identity(entry.last_ok)}")
             lines.append(f"    LAST GOOD {_identity(entry.last_good)}")
     if not lines:
@@ -107,9 +107,10 @@ def collect_all(state: StateDir) -> StatusAll:
     for host, lane, program in state.lanes():
         key = "helper" if lane == "helper" else f"runtime {program}"
         last_ok, last = state.verified(lane, host, program), state.last_run(lane, host, program)
-        groups.setdefault(key, {})[host] = LastOkRow(
-            sha=last_ok.sha if last_ok else None, tag=last_ok.tag or None if last_ok else None,
-            at=last_ok.at if last_ok else None, last_outcome=last.outcome if last else None)
+        row = LastOkRow(sha=None, tag=None, at=None, last_outcome=last.outcome if last else None)
+        if last_ok:
+            row = row.replace(sha=last_ok.sha, tag=last_ok.tag or None, at=last_ok.at)
+        groups.setdefault(key, {})[host] = row
     return StatusAll(state_dir=str(state.root), last_ok=groups)
 
 
@@ -153,18 +154,18 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.host:
         authority.lookup(config, args.host)
-    prometheus, textfile = getattr(args, "prometheus", False), getattr(args, "textfile", None)
-    if getattr(args, "all", False):
-        return _run_all(args, bool(prometheus or textfile))
-    if args.json and (prometheus or textfile):
+    publishing = bool(args.prometheus or args.textfile)
+    if args.all:
+        return _run_all(args, publishing)
+    if args.json and publishing:
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     state = StateDir(args.state_dir)
-    if prometheus or textfile:
+    if publishing:
         from ..report import metrics
 
-        path = metrics.check_textfile(textfile) if textfile else None
+        path = metrics.check_textfile(args.textfile) if args.textfile else None
         registry = metrics.registry_for(collect(state, args.host).to_value(), state)
-        metrics.publish(registry, prometheus=prometheus, textfile=path)
+        metrics.publish(registry, prometheus=args.prometheus, textfile=path)
         return 0
     status = collect(state, args.host)
     if args.json:

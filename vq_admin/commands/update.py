@@ -17,10 +17,10 @@ from .arguments import check_name, full_sha
 
 
 def run(args: argparse.Namespace) -> int:
-    targets, fleet = args.targets, getattr(args, "all", False)
+    targets, fleet = args.targets, args.all
     if not fleet:
         for option in ("canary", "parallel", "max_failed"):
-            if getattr(args, option, None) is not None:
+            if getattr(args, option) is not None:
                 raise UsageError(f"--{option.replace('_', '-')} belongs to a fleet rollout (update PROGRAM --all)")
         if len(targets) > 2:
             raise UsageError("update takes HOST (helper lane) or PROGRAM HOST (runtime lane)")

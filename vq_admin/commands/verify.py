@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
-from vq_admin_hookspecs import RuntimeRequest, VerifyReceipt
+from vq_admin_hookspecs import RuntimeRequest
 
 from ..config import authority
 from ..config import Config, HostConfig, RuntimeProfile, load_config
@@ -130,12 +130,11 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     from ..plan import Plan
 
     last_ok = ctx.state.verified("runtime", host.name, profile.program)
-    sha = sha or (last_ok.sha if last_ok else None)
-    same = last_ok is not None and last_ok.sha == sha
     expected = Expected(sha=sha, source="expected-sha")
-    if last_ok is not None and same:
-        expected = Expected(sha=sha, source="last-ok", tag=given(last_ok.tag), launcher=given(last_ok.launcher),
-                            launcher_sha256=given(last_ok.launcher_sha256))
+    if last_ok is not None and last_ok.sha == (sha or last_ok.sha):  # no --expected-sha, or LAST OK's
+        expected = Expected(sha=last_ok.sha, source="last-ok", tag=given(last_ok.tag),
+                            launcher=given(last_ok.launcher), launcher_sha256=given(last_ok.launcher_sha256))
+    sha, same = expected.sha, expected.source == "last-ok"
     entry = RuntimeCheck(expected=expected)
     if not sha:
         return entry.replace(detail=f"no LAST OK for {profile.program} on {host.name} and no --expected-sha: "
@@ -157,7 +156,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
         entry = entry.replace(record=imported)
     if found.interrupted:
         return entry.replace(detail=f"{host.name} could not be reached: {found.error}")
-    judged = _judge(entry, found, sha, same)
+    judged = _judge(entry, found)
     if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
         return _deploying(judged, found.lease)
     if job and judged.state == "current" and profile.confirm is not None:
@@ -172,15 +171,15 @@ def _deploying(judged: RuntimeCheck, lease: LeaseReply) -> RuntimeCheck:
                                  f"{judged.state}: {judged.detail})")
 
 
-def _drift(active_sha: str | None, sha: str, same: bool, read: VerifyReceipt | None,
-           attested: str | None) -> str | None:
-    """How the active runtime differs from what is expected (another SHA; a launcher whose bytes, *read*
-    by the verify, are not the ones LAST OK attested), or ``None``."""
-    if active_sha != sha:
-        active = f"active SHA {active_sha}" if active_sha else "nothing is active"
-        return f"{active}; {'LAST OK' if same else '--expected-sha'} names {sha}"
-    if read is not None and read.active_path_sha256 != attested:
-        return f"launcher {read.active_path} has SHA-256 {read.active_path_sha256}; LAST OK attested {attested}"
+def _drift(active: Active, expected: Expected) -> str | None:
+    """How the *active* runtime differs from the *expected* one (another SHA; a launcher whose bytes, read by
+    the verify, are not the ones LAST OK attested), or ``None``."""
+    if active.sha != expected.sha:
+        now = f"active SHA {active.sha}" if active.sha else "nothing is active"
+        return f"{now}; {'LAST OK' if expected.source == 'last-ok' else '--expected-sha'} names {expected.sha}"
+    attested = expected.launcher_sha256
+    if attested and active.launcher_sha256 is not None and active.launcher_sha256 != attested:
+        return f"launcher {active.launcher} has SHA-256 {active.launcher_sha256}; LAST OK attested {attested}"
     return None
 
 
@@ -199,7 +198,7 @@ def _job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, judged: Run
                           f"{verdict.state} with exit code {verdict.exit_code}: " + "; ".join(verdict.problems or []))
 
 
-def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> RuntimeCheck:
+def _judge(entry: RuntimeCheck, found: Verification) -> RuntimeCheck:
     """The state the verify *found* shows: current, drifted, unhealthy or broken (module docstring)."""
     if found.broken is not None:  # a verifier problem, not a runtime one
         return entry.replace(state="broken", detail=f"the verifier is broken: {found.broken}")
@@ -208,17 +207,18 @@ def _judge(entry: RuntimeCheck, found: Verification, sha: str, same: bool) -> Ru
         return entry.replace(state="unhealthy", detail=f"no verify receipt: {found.error}")
     read = {c.name: c for c in found.checks}.get("active_path_sha256")
     hashed = read is not None and read.ok  # the verify read the launcher's bytes
-    active_sha = (receipt.source_sha or "").lower() or None
-    entry = entry.replace(active=Active(sha=active_sha, tag=receipt.tag, launcher=receipt.active_path,
-                                        launcher_sha256=receipt.active_path_sha256 if hashed else None))
-    attested = entry.expected.launcher_sha256
-    drift = _drift(active_sha, sha, same, receipt if hashed and attested else None, attested)
+    active = Active(sha=receipt.source_sha.lower() or None, tag=receipt.tag, launcher=receipt.active_path,
+                    launcher_sha256=receipt.active_path_sha256 if hashed else None)
+    expected = entry.expected
+    entry = entry.replace(active=active)
+    drift = _drift(active, expected)
     if drift:
         return entry.replace(state="drifted", detail=drift)
-    failed = _failed(found, entry.expected.tag)
+    failed = _failed(found, expected.tag)
     if failed:
         return entry.replace(state="unhealthy", detail="; ".join(failed))
-    return entry.replace(state="current", detail=f"{sha} active and verified" +
+    attested = expected.launcher_sha256
+    return entry.replace(state="current", detail=f"{expected.sha} active and verified" +
                          (f", launcher SHA-256 {attested} as LAST OK attested" if attested else ""))
 
 
@@ -253,20 +253,20 @@ def _check_all(config: Config, args: argparse.Namespace, chosen: list[tuple[Host
     with Session(config.ssh_config) as session:
         ctx = RunContext(config, StateDir(args.state_dir), session,
                          Providers.load({profile.provider for _, profile in chosen}))
-        job = getattr(args, "job", False)
         for host, profile in chosen:
-            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, job)
+            hosts.setdefault(host.name, {})[profile.program] = check_runtime(ctx, host, profile, sha, args.job)
     return VerifyDocument(expected_sha=sha, hosts=hosts)
 
 
 def run(args: argparse.Namespace) -> int:
     prometheus, textfile = args.prometheus, args.textfile
-    if args.json and (prometheus or textfile):
+    publishing = bool(prometheus or textfile)
+    if args.json and publishing:
         raise UsageError("--json and --prometheus/--textfile are different outputs; give one")
     sha = full_sha(args.expected_sha)
     config = load_config(args.config)
-    chosen = targets(config, args)
-    if sha is not None and args.all and len({profile.program for _, profile in chosen}) > 1:
+    chosen = targets(config, args)  # one runtime without --all
+    if sha is not None and len({profile.program for _, profile in chosen}) > 1:
         raise UsageError("verify --all --expected-sha needs PROGRAM (one SHA names one program's commit)")
     if textfile:
         from ..report.metrics import check_textfile
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = outcome_of(doc)
     errors = [f"{host} {program}: {entry.state}: {entry.detail}" for host, program, entry in doc.checks()
               if entry.state != "current"]
-    if prometheus or textfile:
+    if publishing:
         from ..report.metrics import drift_registry, publish
 
         found = [(host, program, entry.state) for host, program, entry in doc.checks()]

@@ -15,7 +15,7 @@ from vq_admin_hookspecs import EvidenceError, PruneReport, PruneRequest
 
 from ..report.outcome import UsageError
 from ..plugins import ProviderError
-from .world import LinkWatcher, snapshot
+from .world import snapshot
 
 if TYPE_CHECKING:
     from .kit import Kit
@@ -38,10 +38,7 @@ def _activate(kit: "Kit", label: str) -> tuple[int | None, list[str | None], str
         return None, [], exc.message
     if command is None:
         return None, [], "the provider answered None"
-    with LinkWatcher(kit.world) as watcher:
-        result = kit.world.run(command, TIMEOUT)
-    tail = " | ".join((result.error_text() or result.text()).splitlines()[-3:])
-    return (None if result.interrupted else result.exit_code), watcher.seen, tail
+    return kit.watched(command, TIMEOUT)
 
 
 def activation(kit: "Kit", dirs: dict[str, str]) -> None:

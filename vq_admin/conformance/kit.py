@@ -102,11 +102,16 @@ class Kit:
         return command
 
     def deploy(self, label: str, hook: str = "runtime_update") -> tuple[int | None, list[str | None], str]:
-        cmd = self.command(hook, self.request(label, self.world.archive[label], self.script_args))
+        return self.watched(self.command(hook, self.request(label, self.world.archive[label], self.script_args)),
+                            DEPLOY_TIMEOUT)
+
+    def watched(self, command: ProviderCommand, timeout: float) -> tuple[int | None, list[str | None], str]:
+        """Run *command* while ``current`` is sampled: its exit status (``None`` when interrupted), the
+        link targets seen, and its output's last three lines."""
         with LinkWatcher(self.world) as watcher:
-            result = self.world.run(cmd, DEPLOY_TIMEOUT)
-        tail = (result.error_text() or result.text()).splitlines()[-3:]
-        return (None if result.interrupted else result.exit_code), watcher.seen, " | ".join(tail)
+            result = self.world.run(command, timeout)
+        tail = " | ".join((result.error_text() or result.text()).splitlines()[-3:])
+        return (None if result.interrupted else result.exit_code), watcher.seen, tail
 
     def verify(self, label: str) -> tuple[VerifyReceipt | None, list[Check]]:
         """Verify as the runtime lane would, with the launcher hashed here."""
@@ -124,7 +129,7 @@ class Kit:
         inside = os.path.lexists(path) and any(path.startswith(r + os.sep) for r in roots)
         checks.append(Check("active_path_below_root", inside,
                             f"{receipt.active_path} must exist below the disposable root {self.world.root}"))
-        if not FULL_SHA_RE.match(receipt.source_sha or ""):
+        if not FULL_SHA_RE.match(receipt.source_sha):  # a str (VerifyReceipt.parse reads null as "")
             checks.append(Check("full_sha", False, f"source_sha {receipt.source_sha!r} is not a full commit SHA"))
         return receipt, checks
 
@@ -180,10 +185,11 @@ class Kit:
                    f"deploying C (its selftest fails) exited {code}: {tail}")
         c_sha = self.world.sha["C"]
         moved = [s for s in seen if s is not None and c_sha in s]
-        self.check("current-unchanged-until-validated", not moved and self.world.current() == link_before,
-                   f"current was {link_before!r}; during the failed deploy it took {seen!r}; now "
-                   f"{self.world.current()!r}" if moved or self.world.current() != link_before
-                   else f"current stayed {link_before!r} while C failed validation")
+        now = self.world.current()
+        unchanged = not moved and now == link_before
+        self.check("current-unchanged-until-validated", unchanged,
+                   f"current stayed {link_before!r} while C failed validation" if unchanged else
+                   f"current was {link_before!r}; during the failed deploy it took {seen!r}; now {now!r}")
         receipt, _ = self.verify("C")
         active = receipt.source_sha if receipt else None
         self.check("verify-truthful", active == b.source_sha,
