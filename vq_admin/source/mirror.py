@@ -194,7 +194,7 @@ def tags_at(repo: str, sha: str) -> list[FeedRef]:
     tags = []
     for line in listed.text().splitlines():
         words = line.split(" ")
-        if len(words) != 4 or not words[3].startswith("refs/tags/"):
+        if len(words) != 4:  # (the pattern refs/tags/ lists tags only)
             continue
         obj, kind, target, name = words
         if (kind == "commit" and obj == sha) or (kind == "tag" and target == sha):
@@ -245,10 +245,13 @@ def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
             *(r.ref for r in refs)]
 
 
+#: A full ref name of one word that a refspec can carry (no ``:``, no whitespace anywhere).
+PLAIN_REF_RE = re.compile(r"\Arefs/[^:\s]*\Z")
+
+
 def refspec(obj: str, ref: str) -> str:
     """``OBJECT:REF`` for a full object name and a full ref name of one word (never ``+``); else :class:`ValueError`."""
-    if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
-            or ref != ref.strip():
+    if not SHA_RE.match(obj) or not PLAIN_REF_RE.match(ref):
         raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
     return f"{obj}:{ref}"
 
@@ -276,10 +279,8 @@ def push_template(repo: str, url: str, refs: Sequence[FeedRef]) -> list[str]:
     """The planned push: the pin's and the tags' refspecs (a push happens only when every one of them
     is fed) and, right after the pin's, :data:`LANE_PAIR` for the lane's branch pair; filled, the
     words are :func:`push_argv`'s for the refs :func:`feed_refspecs` names, in the same order."""
-    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]
-    tags = [(r.requested, r.ref) for r in refs if r.kind not in ("pin", "branch")]
-    if len(pins) != 1:
-        raise ValueError("a feed pushes exactly one pin ref")
+    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]  # exactly one: ref_set's first
+    tags = [(r.requested, r.ref) for r in refs if r.kind == "tag"]
     argv = push_argv(repo, url, pins + tags)
     at = argv.index("--") + 3  # after the url and the pin's refspec
     return [*argv[:at], LANE_PAIR, *argv[at:]]
