@@ -31,7 +31,7 @@ import shlex
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from . import effective, process
@@ -40,8 +40,8 @@ from ..core.failpoints import failpoint
 from ..core.identifiers import DESTINATION_RE
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
-from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, SSH_OPTIONS, literal_words,
-                   master_argv)
+from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, literal_words, master_argv,
+                   ssh_words)
 
 __all__ = ["CAPTURE_LIMIT", "SHELL_PROBE", "SHELL_PROBE_EXPECTED", "SSH_TRANSPORT_EXIT", "classify_exit",
            "describe_interruption", "literal_words"]
@@ -148,8 +148,7 @@ class SshTransport(Transport):
         if not self.shell_checked:
             failed = self.check_login_shell()
             if failed is not None:
-                return RunResult([str(a) for a in argv], self.where, failed.exit_code, failed.stdout,
-                                 failed.stderr, failed.seconds, failed.interrupted)
+                return replace(failed, argv=[str(a) for a in argv])
         return super().run(argv, timeout=timeout, env=env, stdin=stdin, watch=watch)
 
     def check_login_shell(self) -> RunResult | None:
@@ -199,10 +198,7 @@ class SshTransport(Transport):
         return master_argv(self.ssh_config, self.control_dir, not held, self.destination, judged(argv))
 
     def ssh_base(self) -> list[str]:
-        base = ["ssh"]
-        if self.ssh_config:
-            base += ["-F", self.ssh_config]
-        base += list(SSH_OPTIONS)
+        base = ssh_words(self.ssh_config)
         if self.control_dir:
             base += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=120"]
         return base
@@ -261,9 +257,8 @@ def _apply_fault(result: RunResult, fault: str) -> RunResult:
     if fault not in process.FAULT_OUTCOMES:
         return result
     code, interrupted = process.FAULT_OUTCOMES[fault]
-    return RunResult(result.argv, result.where, code, result.stdout,
-                     result.stderr + f"vq-admin test fault: {fault}\n".encode(),
-                     result.seconds, interrupted, result.stdout_truncated)
+    return replace(result, exit_code=code, stderr=result.stderr + f"vq-admin test fault: {fault}\n".encode(),
+                   interrupted=interrupted)
 
 
 def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
