@@ -30,10 +30,10 @@ from typing import Sequence
 from msgspec import UNSET, UnsetType
 
 from ..core import protocol
-from ..config import Config, HostConfig
+from ..config import Config
 from ..document import Document, DocumentError
 from ..report.output import safe_text
-from .transport import SSH_TRANSPORT_EXIT, Session, Transport
+from .transport import Session, Transport
 
 DEFAULT_TIMEOUT = 30.0
 MAX_THREADS = 16
@@ -126,19 +126,14 @@ class Probe:
                              scratch=self.scratch, used_by=self.used_by)
 
 
-def wants_sinfo(host: HostConfig) -> bool:
-    return any(p.update_allocation is not None for p in host.runtimes.values())
-
-
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no message)"
 
 
-def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
+def probe(found: Probe, transport: Transport, timeout: float) -> None:
     found.reason = _problem(found, transport, timeout)
     found.status = "ok" if found.reason is None else found.status
-    return found
 
 
 def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
@@ -149,8 +144,7 @@ def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
     out, err = result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
     if result.interrupted == "timeout":
         return f"no answer within {timeout:g} s"
-    if result.interrupted == "transport" or (transport.transport_exit is not None
-                                             and result.exit_code == SSH_TRANSPORT_EXIT):
+    if result.interrupted == "transport":  # (ssh's own exit 255 is one: Transport.run classifies it)
         return f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
     if result.exit_code != 0:
         return (f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}" if result.exit_code == 127
@@ -203,9 +197,10 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
         managed = host.runtimes if host.fleet_role == "managed" else {}
         mirrors = [f"feed_source_mirror of {program}" for program, p in managed.items() if p.feed_source_mirror]
         scratch = [host.scratch_root] if host.scratch_root else []
-        rows.append((Probe(host.name, host.fleet_role, host.ssh,
-                           protocol.version(host.agent, sinfo=wants_sinfo(host), roots=scratch),
-                           used_by=mirrors), session.for_host(host.transport, host.ssh)))
+        sinfo = any(p.update_allocation is not None for p in host.runtimes.values())
+        argv = protocol.version(host.agent, sinfo=sinfo, roots=scratch)
+        rows.append((Probe(host.name, host.fleet_role, host.ssh, argv, used_by=mirrors),
+                     session.for_host(host.transport, host.ssh)))
         uses = [(host.helper_update_host, f"helper_update_host of {host.name}")]
         uses += [(p.update_host, f"update_host of {host.name}/{program}") for program, p in managed.items()]
         for destination, use in uses:
@@ -255,7 +250,7 @@ def table(probes: list[Probe]) -> list[str]:
             sinfo = "failed"
         else:
             sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.states or {}).items()))
-        detail = p.reason if p.status != "ok" and p.reason else ", ".join(p.used_by) or "-"
+        detail = p.reason or ", ".join(p.used_by) or "-"  # (a probe is ok exactly when it has no reason)
         rows.append((p.host, p.fleet_role, p.where, p.status, p.agent.version if p.agent else "-",
                      (p.agent.python_version if p.agent else None) or "-", sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-", detail))
