@@ -147,10 +147,9 @@ def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
         return quote_argv(words), {}
     if not CONTROL_DIR_RE.match(control):
         raise VqAdminError(f"the ssh control directory {control!r} cannot be quoted into GIT_SSH_COMMAND")
-    at = words.index(f"ControlPath={control}/%C")
+    at = words.index(f"ControlPath={control}/%C")  # followed by its ControlPersist option
     before, after = quote_argv(words[:at]), quote_argv(words[at + 1:])
-    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=",
-                   suffix=f"/%C'{' ' + after if after else ''}")
+    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=", suffix=f"/%C' {after}")
     return command, {CONTROL_DIR: control}
 
 

@@ -164,6 +164,7 @@ class Feed:
             raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); "
                                "nothing was pushed")
         decide(self.repo, self.refs, held)
+        self.lane_branch = LANE_FED  # unless left drifted below, or a refusal stops the feed (_not_fed)
         branches = [r for r in self.refs if r.kind == "branch"]
         drifted = [r for r in branches if r.action == "refuse"]
         if drifted and self.preparer_reads == "pin":
@@ -178,8 +179,6 @@ class Feed:
         if offending:
             self._nothing_changed("not pushed: refused before the push")
             raise Refused(refusal_text(self.mirror, offending, program=self.program, host=self.host))
-        if self.lane_branch == "planned":
-            self.lane_branch = LANE_FED
 
     def push_refs(self) -> None:
         """The one atomic, unforced push; git's own refusal is the same refusal."""
