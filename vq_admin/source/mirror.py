@@ -70,6 +70,8 @@ UNSEEN = "the branch holds a commit the driver's checkout has never seen"
 NOT_A_COMMIT = "the ref holds a {type} object, not a commit"
 TAG_ELSEWHERE = "the tag exists at another object; tags are never moved"
 PIN_ELSEWHERE = "the pin ref exists at another commit; pin refs are never moved"
+#: The kinds of ref a feed never moves once they exist, and the reason a moved one gives.
+NEVER_MOVED = {"tag": TAG_ELSEWHERE, "pin": PIN_ELSEWHERE}
 RACED = "git refused the push ({why}): the mirror changed after vq-admin read it"
 
 #: A ref of the set that is a symbolic ref on the mirror (one line per such ref fills ``{refs}``).
@@ -334,10 +336,8 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
             continue
         if ref.old == ref.requested:
             ref.action = "unchanged"
-        elif ref.kind == "tag":
-            ref.action, ref.reason = "refuse", TAG_ELSEWHERE
-        elif ref.kind == "pin":
-            ref.action, ref.reason = "refuse", PIN_ELSEWHERE
+        elif ref.kind in NEVER_MOVED:
+            ref.action, ref.reason = "refuse", NEVER_MOVED[ref.kind]
         else:
             ref.action, ref.reason = _branch(repo, ref.old, ref.requested)
 

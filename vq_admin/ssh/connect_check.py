@@ -170,8 +170,9 @@ def _answer_problem(found: Probe, answer: VersionFacts) -> str | None:
         if [check.root for check in found.scratch] != asked:
             return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
                     "an older agent? update the helper (vq admin update HOST)")
-        if any(check.problem for check in found.scratch):
-            return "; ".join(check.problem for check in found.scratch if check.problem)
+        problems = [check.problem for check in found.scratch if check.problem]
+        if problems:
+            return "; ".join(problems)
     if protocol.SINFO in argv:
         found.sinfo = answer.sinfo or Sinfo(error="not reported")
         if found.sinfo.error:
@@ -208,8 +209,8 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
                                                               list(host.agent)), session.ssh(destination)))
                 found[0].used_by.append(use)
-                roots.setdefault(destination, [])
-                roots[destination] += [root for root in scratch if root not in roots[destination]]
+                known = roots.setdefault(destination, [])
+                known += [root for root in scratch if root not in known]
     for destination, (build, _) in builds.items():  # the agent of the first host naming it, every root
         build.argv = protocol.version(build.argv, roots=roots[destination])
     return rows + list(builds.values())
