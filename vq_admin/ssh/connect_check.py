@@ -56,25 +56,21 @@ class Sinfo(Document, frozen=True, kw_only=True):
     error: str | None = None
 
 
-class VersionFacts(Document, frozen=True, kw_only=True):
-    """The agent's ``version`` answer (the connect-check answer): its version, Python, interpreter and
-    checksum, and, when asked, ``sinfo`` and each scratch root as a run would find it."""
+class AgentFacts(Document, frozen=True, kw_only=True):
+    """A probe's ``agent``: the members of the agent's ``version`` answer (``protocol.VersionAnswer``)."""
 
     version: str
     python_version: str | None = None
     interpreter: str | None = None
     checksum: str | None = None
+
+
+class VersionFacts(AgentFacts, frozen=True, kw_only=True):
+    """The agent's ``version`` answer (the connect-check answer): :class:`AgentFacts` and, when asked,
+    ``sinfo`` and each scratch root as a run would find it."""
+
     sinfo: Sinfo | UnsetType = UNSET
     scratch: list[ScratchCheck] | UnsetType = UNSET
-
-
-class AgentFacts(Document, frozen=True, kw_only=True):
-    """A probe's ``agent``: the members of the agent's ``version`` answer (``protocol.VersionAnswer``)."""
-
-    version: str
-    python_version: str | None
-    interpreter: str | None
-    checksum: str | None
 
 
 class ProbeDocument(Document, frozen=True, kw_only=True):
