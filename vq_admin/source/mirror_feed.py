@@ -191,11 +191,9 @@ class Feed:
         pushed = [r for r in self.refs if r.pushed]
         rejected = {ref: summary for ref, (flag, summary) in lines.items()
                     if flag == "!" and "atomic push failed" not in summary}
-        # --atomic: when git itself reports every ref rejected or up to date, nothing was applied.
-        all_refused = (result.exit_code == 1 and bool(rejected)
-                       and all(lines.get(r.ref, ("?",))[0] in "!=" for r in pushed))
         held = self._read("mirror-confirm")
-        if all_refused:
+        # --atomic: when git itself reports every ref rejected or up to date, nothing was applied.
+        if result.exit_code == 1 and rejected and all(lines.get(r.ref, ("?",))[0] in "!=" for r in pushed):
             self._refused_by_git(rejected, held)
         if held is not None:
             if all(held.get(r.ref) == r.requested for r in pushed):
@@ -254,7 +252,7 @@ class Feed:
             self.lane_branch = LANE_NOT_FED
         self.push["outcome"] = outcome
 
-    def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> None:
+    def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> NoReturn:
         """git refused the atomic push, so nothing changed; a moved mirror is the same refusal as before the push."""
         moved = [ref for ref, summary in rejected.items() if any(w in summary for w in MOVED_REASONS)]
         for ref in self.refs:  # (unread: ``new`` stays None)
