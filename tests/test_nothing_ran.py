@@ -187,8 +187,6 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
      T + "trust/test_host_trust.py::test_a_symbolic_ref_in_the_set_refuses_the_feed"),
     ("vq_admin/source/mirror_feed.py", "Feed.probe", "nothing was pushed", 1,
      T + "test_mirror_feed.py::test_a_mirror_that_is_not_a_bare_repository_is_refused_with_the_creation_command"),
-    ("vq_admin/source/mirror_feed.py", "Feed.push_values", "nothing was pushed", 1,
-     T + "test_mirror_feed.py::test_refs_outside_the_set_stay_byte_identical"),
     ("vq_admin/source/mirror_feed.py", "Feed.read", "nothing was pushed", 1,
      T + "test_chaos_ssh.py::test_ssh_client_of_a_mirror_read_killed_before_the_push"),
     ("vq_admin/ssh/effective.py", "check", "nothing was run", 1,

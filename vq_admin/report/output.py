@@ -171,9 +171,9 @@ def _confirm_lines(view: ReceiptView) -> list[str]:
 
 def _confirm_end(confirm: Confirm) -> str:
     """``job 42 COMPLETED exit 0 on node1 in 3.2 s; energy=-1.5``."""
-    from msgspec import UNSET
+    from ..document import given
 
-    exit_code = None if confirm.exit_code is UNSET else confirm.exit_code
+    exit_code = given(confirm.exit_code)
     found = confirm.metrics if isinstance(confirm.metrics, dict) else {}
     metrics = " ".join(f"{k}={v}" for k, v in sorted(found.items()))
     seconds = f" in {confirm.seconds:.1f} s" if isinstance(confirm.seconds, (int, float)) else ""

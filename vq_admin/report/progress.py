@@ -137,7 +137,8 @@ class AllocationView:
             self.job_id = str(value["job_id"])
         elif kind == "progress":
             if value.get("phase") == "wait":
-                self.job_id = str(value.get("job_id") or self.job_id or "") or None
+                if value.get("job_id"):
+                    self.job_id = str(value["job_id"])
                 self.state, self.reason = (str(value.get(k) or "") or None for k in ("state", "reason"))
                 if value.get("last_line"):
                     self.line = str(value["last_line"])

@@ -193,7 +193,6 @@ class LeaseRecord(Section, frozen=True, kw_only=True):
     note: str | UnsetType = UNSET
 
 
-
 class ConfirmOutput(Section, frozen=True, kw_only=True):
     """The confirmation job's output, bounded like a deploy's."""
 
@@ -232,7 +231,6 @@ class Confirm(Section, frozen=True, kw_only=True):
     accepted: Accepted | UnsetType = UNSET
 
 
-
 class PreviousAttempt(Section, frozen=True, kw_only=True):
     """What the reconcile of an earlier run's allocation, detached build or confirmation attempt found."""
 
@@ -254,7 +252,6 @@ class PreviousAttempt(Section, frozen=True, kw_only=True):
     transcript: JsonValue | UnsetType = UNSET
     expected_sha: JsonValue | UnsetType = UNSET
     confirm: JsonValue | UnsetType = UNSET
-
 
 
 class CommandOutput(Section, frozen=True, kw_only=True):

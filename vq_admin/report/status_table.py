@@ -83,14 +83,10 @@ def age(stamp: JsonValue, now: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _short(sha: JsonValue) -> str:
-    return str(sha)[:SHORT_SHA] if sha else "-"
-
-
 def _identity(record: Seen | None, now: float) -> tuple[str, str, str]:
     if record is None:
         return "-", "", ""
-    return _short(record.sha), str(record.tag or "-"), age(record.at, now)
+    return str(record.sha)[:SHORT_SHA] if record.sha else "-", str(record.tag or "-"), age(record.at, now)
 
 
 def lanes(slot: HostStatus) -> Iterator[tuple[str, str, LaneStatus]]:
@@ -119,24 +115,23 @@ def render(status: object, *, now: float | None = None, color: bool = False) -> 
 
 def _host_table(slot: HostStatus, now: float, color: bool) -> list[str]:
     rows: list[tuple[str, ...]] = []
-    outcomes = []
     for _, program, entry in lanes(slot):
         last = entry.last or Seen()
-        outcomes.append(str(last.outcome or "-"))
-        rows.append((program or "(helper)", *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
-                     outcomes[-1], age(last.at, now)))
-    rows = [tuple(safe_text(cell) for cell in row) for row in rows]
+        raw = (program or "(helper)", *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
+               str(last.outcome or "-"), age(last.at, now))
+        rows.append(tuple(safe_text(cell) for cell in raw))
     w = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
     for start in (1, 4):  # a header spans its identity's three cells (sha, tag, age)
         w[start] += max(0, len(HEADER[start]) - (w[start] + w[start + 1] + w[start + 2] + 4))
     head = [HEADER[0].ljust(w[0]), HEADER[1].ljust(w[1] + w[2] + w[3] + 4), HEADER[4].ljust(w[4] + w[5] + w[6] + 4),
             HEADER[7]]
     lines = ["  " + "  ".join(head).rstrip()]
-    for row, outcome in zip(rows, outcomes, strict=True):
+    for row in rows:
         identities = (f"{row[i].ljust(w[i])}  {row[i + 1].ljust(w[i + 1])}  {row[i + 2].rjust(w[i + 2])}"
                       for i in (1, 4))
         cells = [row[0].ljust(w[0]), *identities, f"{row[7].ljust(w[7])}  {row[8].rjust(w[8])}"]
         line = "  " + "  ".join(cells).rstrip()
+        outcome = row[7]  # escaped: an outcome with control characters is in neither set either way
         paint = RED_BOLD if outcome in ALARM else "" if outcome in FINE else YELLOW
         lines.append(f"{paint}{line}{RESET}" if color and paint else line)
     return lines

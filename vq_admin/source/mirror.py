@@ -70,6 +70,8 @@ UNSEEN = "the branch holds a commit the driver's checkout has never seen"
 NOT_A_COMMIT = "the ref holds a {type} object, not a commit"
 TAG_ELSEWHERE = "the tag exists at another object; tags are never moved"
 PIN_ELSEWHERE = "the pin ref exists at another commit; pin refs are never moved"
+#: The kinds of ref a feed never moves once they exist, and the reason a moved one gives.
+NEVER_MOVED = {"tag": TAG_ELSEWHERE, "pin": PIN_ELSEWHERE}
 RACED = "git refused the push ({why}): the mirror changed after vq-admin read it"
 
 #: A ref of the set that is a symbolic ref on the mirror (one line per such ref fills ``{refs}``).
@@ -147,10 +149,9 @@ def git_ssh_command(transport: SshTransport) -> tuple[str, dict[str, str]]:
         return quote_argv(words), {}
     if not CONTROL_DIR_RE.match(control):
         raise VqAdminError(f"the ssh control directory {control!r} cannot be quoted into GIT_SSH_COMMAND")
-    at = words.index(f"ControlPath={control}/%C")
+    at = words.index(f"ControlPath={control}/%C")  # followed by its ControlPersist option
     before, after = quote_argv(words[:at]), quote_argv(words[at + 1:])
-    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=",
-                   suffix=f"/%C'{' ' + after if after else ''}")
+    command = Slot(CONTROL_DIR, label="ssh control dir", prefix=f"{before} 'ControlPath=", suffix=f"/%C' {after}")
     return command, {CONTROL_DIR: control}
 
 
@@ -194,7 +195,7 @@ def tags_at(repo: str, sha: str) -> list[FeedRef]:
     tags = []
     for line in listed.text().splitlines():
         words = line.split(" ")
-        if len(words) != 4 or not words[3].startswith("refs/tags/"):
+        if len(words) != 4:  # (the pattern refs/tags/ lists tags only)
             continue
         obj, kind, target, name = words
         if (kind == "commit" and obj == sha) or (kind == "tag" and target == sha):
@@ -245,10 +246,13 @@ def read_argv(repo: str, mirror: Mirror, refs: Sequence[FeedRef]) -> list[str]:
             *(r.ref for r in refs)]
 
 
+#: A full ref name of one word that a refspec can carry (no ``:``, no whitespace anywhere).
+PLAIN_REF_RE = re.compile(r"\Arefs/[^:\s]*\Z")
+
+
 def refspec(obj: str, ref: str) -> str:
     """``OBJECT:REF`` for a full object name and a full ref name of one word (never ``+``); else :class:`ValueError`."""
-    if not SHA_RE.match(obj) or not ref.startswith("refs/") or ":" in ref or len(ref.split()) != 1 \
-            or ref != ref.strip():
+    if not SHA_RE.match(obj) or not PLAIN_REF_RE.match(ref):
         raise ValueError(f"not a plain OBJECT:REF refspec: {obj!r}:{ref!r}")
     return f"{obj}:{ref}"
 
@@ -276,10 +280,8 @@ def push_template(repo: str, url: str, refs: Sequence[FeedRef]) -> list[str]:
     """The planned push: the pin's and the tags' refspecs (a push happens only when every one of them
     is fed) and, right after the pin's, :data:`LANE_PAIR` for the lane's branch pair; filled, the
     words are :func:`push_argv`'s for the refs :func:`feed_refspecs` names, in the same order."""
-    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]
-    tags = [(r.requested, r.ref) for r in refs if r.kind not in ("pin", "branch")]
-    if len(pins) != 1:
-        raise ValueError("a feed pushes exactly one pin ref")
+    pins = [(r.requested, r.ref) for r in refs if r.kind == "pin"]  # exactly one: ref_set's first
+    tags = [(r.requested, r.ref) for r in refs if r.kind == "tag"]
     argv = push_argv(repo, url, pins + tags)
     at = argv.index("--") + 3  # after the url and the pin's refspec
     return [*argv[:at], LANE_PAIR, *argv[at:]]
@@ -334,10 +336,8 @@ def decide(repo: str, refs: Sequence[FeedRef], held: Mapping[str, str]) -> None:
             continue
         if ref.old == ref.requested:
             ref.action = "unchanged"
-        elif ref.kind == "tag":
-            ref.action, ref.reason = "refuse", TAG_ELSEWHERE
-        elif ref.kind == "pin":
-            ref.action, ref.reason = "refuse", PIN_ELSEWHERE
+        elif ref.kind in NEVER_MOVED:
+            ref.action, ref.reason = "refuse", NEVER_MOVED[ref.kind]
         else:
             ref.action, ref.reason = _branch(repo, ref.old, ref.requested)
 
@@ -356,7 +356,7 @@ def _branch(repo: str, old: str, new: str) -> tuple[str, str | None]:
     if forward.exit_code != 1:
         raise VqAdminError(f"git merge-base --is-ancestor {old} {new} failed in {repo}: {forward.error_text()}")
     behind = git(repo, "merge-base", "--is-ancestor", new, old, timeout=LOCAL_GIT_TIMEOUT)
-    if behind.interrupted or behind.exit_code not in (0, 1):
+    if behind.exit_code not in (0, 1):  # (an interrupted local git has no status, or a signal's: never 0 or 1)
         raise VqAdminError(f"git merge-base --is-ancestor {new} {old} failed in {repo}: {behind.describe()}")
     return "refuse", ADVANCED if behind.exit_code == 0 else DIVERGED
 

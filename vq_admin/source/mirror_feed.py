@@ -115,9 +115,8 @@ class Feed:
 
     def push_values(self) -> dict[str, SlotValue]:
         """The values the push runs with: the branch pair's refspecs when it is fed (none when it is
-        left drifted), and the run's ssh control directory."""
-        if any(not r.pushed and r.action != "planned" for r in self.refs if r.kind != "branch"):
-            raise VqAdminError("mirror-feed: a pin or tag ref that is not fed reached the push; nothing was pushed")
+        left drifted), and the run's ssh control directory.  The pin and every tag are fed: :meth:`read`
+        refused the feed otherwise."""
         return {**self.mirror.git_values, LANE_PAIR.name: lane_pair_refspecs(self.refs)}
 
     # -- the feed ---------------------------------------------------------------------
@@ -154,8 +153,7 @@ class Feed:
             if result.exit_code == 0:
                 found.append(f"{ref.ref} is a symbolic ref to {result.text().strip() or '(unknown)'}")
         if found:
-            self.push["outcome"] = "not pushed: a ref of the set is a symbolic ref on the mirror"
-            self.lane_branch = LANE_NOT_FED
+            self._not_fed("not pushed: a ref of the set is a symbolic ref on the mirror")
             raise Refused(SYMREF_REFUSAL.format(mirror=self.mirror.path, where=self.mirror.where,
                                                 refs="; ".join(found), quoted=shlex.quote(self.mirror.path)))
 
@@ -166,6 +164,7 @@ class Feed:
             raise VqAdminError(f"cannot read the mirror {self.mirror.url} (see the mirror-read step); "
                                "nothing was pushed")
         decide(self.repo, self.refs, held)
+        self.lane_branch = LANE_FED  # unless left drifted below, or a refusal stops the feed (_not_fed)
         branches = [r for r in self.refs if r.kind == "branch"]
         drifted = [r for r in branches if r.action == "refuse"]
         if drifted and self.preparer_reads == "pin":
@@ -180,8 +179,6 @@ class Feed:
         if offending:
             self._nothing_changed("not pushed: refused before the push")
             raise Refused(refusal_text(self.mirror, offending, program=self.program, host=self.host))
-        if self.lane_branch == "planned":
-            self.lane_branch = LANE_FED
 
     def push_refs(self) -> None:
         """The one atomic, unforced push; git's own refusal is the same refusal."""
@@ -194,18 +191,17 @@ class Feed:
         pushed = [r for r in self.refs if r.pushed]
         rejected = {ref: summary for ref, (flag, summary) in lines.items()
                     if flag == "!" and "atomic push failed" not in summary}
-        # --atomic: when git itself reports every ref rejected or up to date, nothing was applied.
-        all_refused = (result.exit_code == 1 and bool(rejected)
-                       and all(lines.get(r.ref, ("?",))[0] in "!=" for r in pushed))
         held = self._read("mirror-confirm")
-        if all_refused:
+        # --atomic: when git itself reports every ref rejected or up to date, nothing was applied.
+        if result.exit_code == 1 and rejected and all(lines.get(r.ref, ("?",))[0] in "!=" for r in pushed):
             self._refused_by_git(rejected, held)
-        if held is not None and all(held.get(r.ref) == r.requested for r in pushed):
-            self.push["outcome"] = f"pushed (git exited {result.exit_code}; read-back shows every ref fed)"
-            self._read_back = held
-            return
-        if held is not None and all(held.get(r.ref) == r.old for r in pushed):
-            self._untouched(result, lost_mid_push(result, lines, pushed))
+        if held is not None:
+            if all(held.get(r.ref) == r.requested for r in pushed):
+                self.push["outcome"] = f"pushed (git exited {result.exit_code}; read-back shows every ref fed)"
+                self._read_back = held
+                return
+            if all(held.get(r.ref) == r.old for r in pushed):
+                self._untouched(result, lost_mid_push(result, lines, pushed))
         self.push["outcome"] = f"unknown: git exited {result.exit_code} and read-back could not tell what applied"
         raise FeedUnknown(f"mirror-feed: git push to {self.mirror.url} ended with {result.describe()} and the "
                           "mirror's refs could not be shown to be either fed or untouched")
@@ -248,20 +244,21 @@ class Feed:
     def _nothing_changed(self, outcome: str) -> None:
         for ref in self.refs:
             ref.new = ref.old
+        self._not_fed(outcome)
+
+    def _not_fed(self, outcome: str) -> None:
+        """Nothing was pushed, or git applied nothing: the lane's pair is not fed (unless left drifted)."""
         if self.lane_branch != LANE_LEFT:
             self.lane_branch = LANE_NOT_FED
         self.push["outcome"] = outcome
 
-    def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> None:
+    def _refused_by_git(self, rejected: dict[str, str], held: dict[str, str] | None) -> NoReturn:
         """git refused the atomic push, so nothing changed; a moved mirror is the same refusal as before the push."""
         moved = [ref for ref, summary in rejected.items() if any(w in summary for w in MOVED_REASONS)]
-        if held is not None:
-            for ref in self.refs:
-                ref.new = held.get(ref.ref)
-        if self.lane_branch != LANE_LEFT:
-            self.lane_branch = LANE_NOT_FED
+        for ref in self.refs:  # (unread: ``new`` stays None)
+            ref.new = (held or {}).get(ref.ref)
         if not moved:
-            self.push["outcome"] = "rejected by the mirror; nothing changed (atomic)"
+            self._not_fed("rejected by the mirror; nothing changed (atomic)")
             raise VqAdminError(f"mirror-feed: the mirror {self.mirror.url} rejected the push: "
                                + "; ".join(f"{ref} {summary}" for ref, summary in rejected.items())
                                + "; nothing changed (the push is atomic)")
@@ -271,7 +268,7 @@ class Feed:
                 ref.action, ref.reason = "refuse", RACED.format(why=git_reason(rejected[ref.ref]))
                 now = held.get(ref.ref) if held is not None else "(not readable after the push)"
                 offending.append(replace(ref, old=now))  # the message names what the mirror holds now
-        self.push["outcome"] = "rejected by git: the mirror moved after the read; nothing changed (atomic)"
+        self._not_fed("rejected by git: the mirror moved after the read; nothing changed (atomic)")
         raise Refused(refusal_text(self.mirror, offending, program=self.program, host=self.host))
 
     def to_receipt(self) -> dict[str, object]:

@@ -62,13 +62,18 @@ def literal_words(words: Iterable[str]) -> bool:  # the configured agent's words
     return all(literal_word(w) for w in words)
 
 
+def ssh_words(ssh_config: str | None) -> list[str]:
+    """``ssh``, the ``-F`` file when there is one, and :data:`SSH_OPTIONS`: how every ssh command line starts."""
+    return ["ssh"] + (["-F", ssh_config] if ssh_config else []) + list(SSH_OPTIONS)
+
+
 def master_argv(ssh_config: str | None, control_dir: str | None, master: bool, destination: str,
                 words: Sequence[str]) -> list[str]:
     """*words* (literal words) on *destination* as the run's connection master when *master*
     (``ControlMaster=yes`` on the run's ControlPath, without ControlPersist, so the master is this
     ssh process and ends with its own session), else riding on the master already up; a plain
     connection without a control directory (connection sharing off)."""
-    base = ["ssh"] + (["-F", ssh_config] if ssh_config else []) + list(SSH_OPTIONS)
+    base = ssh_words(ssh_config)
     if control_dir and master:
         base += ["-o", "ControlMaster=yes", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=no"]
     elif control_dir:

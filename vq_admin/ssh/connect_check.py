@@ -30,10 +30,10 @@ from typing import Sequence
 from msgspec import UNSET, UnsetType
 
 from ..core import protocol
-from ..config import Config, HostConfig
+from ..config import Config
 from ..document import Document, DocumentError
 from ..report.output import safe_text
-from .transport import SSH_TRANSPORT_EXIT, Session, Transport
+from .transport import Session, Transport
 
 DEFAULT_TIMEOUT = 30.0
 MAX_THREADS = 16
@@ -56,25 +56,21 @@ class Sinfo(Document, frozen=True, kw_only=True):
     error: str | None = None
 
 
-class VersionFacts(Document, frozen=True, kw_only=True):
-    """The agent's ``version`` answer (the connect-check answer): its version, Python, interpreter and
-    checksum, and, when asked, ``sinfo`` and each scratch root as a run would find it."""
+class AgentFacts(Document, frozen=True, kw_only=True):
+    """A probe's ``agent``: the members of the agent's ``version`` answer (``protocol.VersionAnswer``)."""
 
     version: str
     python_version: str | None = None
     interpreter: str | None = None
     checksum: str | None = None
+
+
+class VersionFacts(AgentFacts, frozen=True, kw_only=True):
+    """The agent's ``version`` answer (the connect-check answer): :class:`AgentFacts` and, when asked,
+    ``sinfo`` and each scratch root as a run would find it."""
+
     sinfo: Sinfo | UnsetType = UNSET
     scratch: list[ScratchCheck] | UnsetType = UNSET
-
-
-class AgentFacts(Document, frozen=True, kw_only=True):
-    """A probe's ``agent``: the members of the agent's ``version`` answer (``protocol.VersionAnswer``)."""
-
-    version: str
-    python_version: str | None
-    interpreter: str | None
-    checksum: str | None
 
 
 class ProbeDocument(Document, frozen=True, kw_only=True):
@@ -126,19 +122,14 @@ class Probe:
                              scratch=self.scratch, used_by=self.used_by)
 
 
-def wants_sinfo(host: HostConfig) -> bool:
-    return any(p.update_allocation is not None for p in host.runtimes.values())
-
-
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no message)"
 
 
-def probe(found: Probe, transport: Transport, timeout: float) -> Probe:
+def probe(found: Probe, transport: Transport, timeout: float) -> None:
     found.reason = _problem(found, transport, timeout)
     found.status = "ok" if found.reason is None else found.status
-    return found
 
 
 def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
@@ -149,8 +140,7 @@ def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
     out, err = result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
     if result.interrupted == "timeout":
         return f"no answer within {timeout:g} s"
-    if result.interrupted == "transport" or (transport.transport_exit is not None
-                                             and result.exit_code == SSH_TRANSPORT_EXIT):
+    if result.interrupted == "transport":  # (ssh's own exit 255 is one: Transport.run classifies it)
         return f"ssh to {transport.where} failed (exit 255): {_last_line(err)}"
     if result.exit_code != 0:
         return (f"agent {argv[0]} not found on {transport.where}: {_last_line(err)}" if result.exit_code == 127
@@ -176,8 +166,9 @@ def _answer_problem(found: Probe, answer: VersionFacts) -> str | None:
         if [check.root for check in found.scratch] != asked:
             return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
                     "an older agent? update the helper (vq admin update HOST)")
-        if any(check.problem for check in found.scratch):
-            return "; ".join(check.problem for check in found.scratch if check.problem)
+        problems = [check.problem for check in found.scratch if check.problem]
+        if problems:
+            return "; ".join(problems)
     if protocol.SINFO in argv:
         found.sinfo = answer.sinfo or Sinfo(error="not reported")
         if found.sinfo.error:
@@ -203,9 +194,10 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
         managed = host.runtimes if host.fleet_role == "managed" else {}
         mirrors = [f"feed_source_mirror of {program}" for program, p in managed.items() if p.feed_source_mirror]
         scratch = [host.scratch_root] if host.scratch_root else []
-        rows.append((Probe(host.name, host.fleet_role, host.ssh,
-                           protocol.version(host.agent, sinfo=wants_sinfo(host), roots=scratch),
-                           used_by=mirrors), session.for_host(host.transport, host.ssh)))
+        sinfo = any(p.update_allocation is not None for p in host.runtimes.values())
+        argv = protocol.version(host.agent, sinfo=sinfo, roots=scratch)
+        rows.append((Probe(host.name, host.fleet_role, host.ssh, argv, used_by=mirrors),
+                     session.for_host(host.transport, host.ssh)))
         uses = [(host.helper_update_host, f"helper_update_host of {host.name}")]
         uses += [(p.update_host, f"update_host of {host.name}/{program}") for program, p in managed.items()]
         for destination, use in uses:
@@ -213,8 +205,8 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
                                                               list(host.agent)), session.ssh(destination)))
                 found[0].used_by.append(use)
-                roots.setdefault(destination, [])
-                roots[destination] += [root for root in scratch if root not in roots[destination]]
+                known = roots.setdefault(destination, [])
+                known += [root for root in scratch if root not in known]
     for destination, (build, _) in builds.items():  # the agent of the first host naming it, every root
         build.argv = protocol.version(build.argv, roots=roots[destination])
     return rows + list(builds.values())
@@ -255,7 +247,7 @@ def table(probes: list[Probe]) -> list[str]:
             sinfo = "failed"
         else:
             sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.states or {}).items()))
-        detail = p.reason if p.status != "ok" and p.reason else ", ".join(p.used_by) or "-"
+        detail = p.reason or ", ".join(p.used_by) or "-"  # (a probe is ok exactly when it has no reason)
         rows.append((p.host, p.fleet_role, p.where, p.status, p.agent.version if p.agent else "-",
                      (p.agent.python_version if p.agent else None) or "-", sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-", detail))

@@ -91,14 +91,12 @@ def _start(words: list[str]) -> EarlyStart | None:
     effective.start(config.ssh_config, host.ssh)  # its ssh -G runs while this goes on; Session.ssh waits for it
     from ..core.agentjudge import blob
     from . import early_session
-    from .transport import Session, SshTransport
+    from .transport import Session
 
     blob()  # the agent judge's program, which the session's command carries
     session = Session(config.ssh_config)
     try:
-        login = session.ssh(host.ssh)
-        assert isinstance(login, SshTransport)
-        early_session.start(login, host.agent)
+        early_session.start(session.ssh(host.ssh), host.agent)
     except BaseException:
         session.close()
         raise

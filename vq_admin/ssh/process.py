@@ -79,7 +79,7 @@ class Completed:
 
     __slots__ = ("argv", "returncode", "stdout", "stderr", "seconds", "ended", "stdout_truncated")
 
-    def __init__(self, argv: list[str], returncode: int | None, stdout: bytes, stderr: bytes, seconds: float,
+    def __init__(self, argv: list[str], returncode: int, stdout: bytes, stderr: bytes, seconds: float,
                  ended: str, stdout_truncated: bool = False) -> None:
         self.argv = argv
         self.returncode = returncode
@@ -102,9 +102,7 @@ class Completed:
         """``"timeout"``, ``"transport"`` or ``None``: see :func:`classify_exit`."""
         if self.ended == TIMED_OUT:
             return "timeout"
-        if self.ended == NOT_STARTED:
-            return None
-        return classify_exit(self.returncode, transport_exit)
+        return classify_exit(self.returncode, transport_exit)  # (not started: 127 or 126, the command's own)
 
     def __repr__(self) -> str:
         return f"Completed({self.argv[:1]!r}, {self.returncode!r}, ended={self.ended!r}, seconds={self.seconds:.3f})"
@@ -211,13 +209,13 @@ def run(
             else:
                 timed_out = _capture(proc, stdin if isinstance(stdin, bytes) else None, timeout, watch, out, err)
             seconds = time.monotonic() - started
-            code = proc.returncode
+            code = proc.returncode  # reaped by _stream or _capture: never None
             stdout, truncated = (b"", False) if read_stdout is not None else _read_capped(out)
             stderr, _ = _read_capped(err, tail=stderr_tail)
     finally:
         if stdin_file is not None:
             stdin_file.close()
-    ended = TIMED_OUT if timed_out else SIGNALLED if code is not None and code < 0 else EXITED
+    ended = TIMED_OUT if timed_out else SIGNALLED if code < 0 else EXITED
     return Completed(argv, code, stdout, stderr, seconds, ended, truncated)
 
 
@@ -276,8 +274,7 @@ def output(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None
     the demo's and the conformance kit's git); else :class:`subprocess.CalledProcessError`."""
     done = run(argv, timeout=timeout, env=env)
     if not done.ok:
-        raise subprocess.CalledProcessError(-1 if done.returncode is None else done.returncode, done.argv,
-                                            done.stdout, done.stderr)
+        raise subprocess.CalledProcessError(done.returncode, done.argv, done.stdout, done.stderr)
     return done.stdout.decode("utf-8", "replace").strip()
 
 
@@ -342,16 +339,12 @@ def terminate(proc: LongLived, grace: float | None = None) -> None:
 
 def kill_group(proc: LongLived, *, wait: bool = True) -> None:
     """SIGKILL to *proc*'s process group (its session: see :func:`run`), then reap it."""
-    _signal_group(proc, signal.SIGKILL)
-    if wait:
-        proc.wait()
-
-
-def _signal_group(proc: LongLived, sig: int) -> None:
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    if wait:
+        proc.wait()
 
 
 def _read_capped(fh: IO[bytes], *, tail: bool = False) -> tuple[bytes, bool]:

@@ -27,11 +27,12 @@ The local process (the ssh client, or the command itself) is run by
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from . import effective, process
@@ -40,8 +41,8 @@ from ..core.failpoints import failpoint
 from ..core.identifiers import DESTINATION_RE
 from .process import CAPTURE_LIMIT, SSH_TRANSPORT_EXIT, classify_exit, describe_interruption
 # the ssh words (vq_admin.ssh.argv, shared with the early start); the probe and the literal-word rule re-exported
-from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, SSH_OPTIONS, literal_words,
-                   master_argv)
+from .argv import (CONTROL_PARENT, CONTROL_PREFIX, SHELL_PROBE, SHELL_PROBE_EXPECTED, literal_words, master_argv,
+                   ssh_words)
 
 __all__ = ["CAPTURE_LIMIT", "SHELL_PROBE", "SHELL_PROBE_EXPECTED", "SSH_TRANSPORT_EXIT", "classify_exit",
            "describe_interruption", "literal_words"]
@@ -148,8 +149,7 @@ class SshTransport(Transport):
         if not self.shell_checked:
             failed = self.check_login_shell()
             if failed is not None:
-                return RunResult([str(a) for a in argv], self.where, failed.exit_code, failed.stdout,
-                                 failed.stderr, failed.seconds, failed.interrupted)
+                return replace(failed, argv=[str(a) for a in argv])
         return super().run(argv, timeout=timeout, env=env, stdin=stdin, watch=watch)
 
     def check_login_shell(self) -> RunResult | None:
@@ -195,14 +195,11 @@ class SshTransport(Transport):
         connection master: ``ControlMaster=yes`` on the run's ControlPath, without ControlPersist,
         so the master is this ssh process and ends with its own session (no ``-O exit``).  Without
         a control directory (connection sharing off) it is a plain connection."""
-        held = bool(self.control_dir) and _holds_anything(self.control_dir or "")  # a master is already up: ride on it
+        held = _holds_anything(self.control_dir)  # a master is already up: ride on it
         return master_argv(self.ssh_config, self.control_dir, not held, self.destination, judged(argv))
 
     def ssh_base(self) -> list[str]:
-        base = ["ssh"]
-        if self.ssh_config:
-            base += ["-F", self.ssh_config]
-        base += list(SSH_OPTIONS)
+        base = ssh_words(self.ssh_config)
         if self.control_dir:
             base += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=120"]
         return base
@@ -216,7 +213,7 @@ class SshTransport(Transport):
         For a run's first call, which may be its only one (an already-current
         update): one ssh process, no master to start, nothing to close.  Once a
         master is up (an earlier call of the run started one), the call uses it."""
-        if self.control_dir and _holds_anything(self.control_dir):
+        if _holds_anything(self.control_dir):
             return self
         return SshTransport(self.destination, self.ssh_config, None)
 
@@ -261,9 +258,12 @@ def _apply_fault(result: RunResult, fault: str) -> RunResult:
     if fault not in process.FAULT_OUTCOMES:
         return result
     code, interrupted = process.FAULT_OUTCOMES[fault]
-    return RunResult(result.argv, result.where, code, result.stdout,
-                     result.stderr + f"vq-admin test fault: {fault}\n".encode(),
-                     result.seconds, interrupted, result.stdout_truncated)
+    return replace(result, exit_code=code, stderr=result.stderr + f"vq-admin test fault: {fault}\n".encode(),
+                   interrupted=interrupted)
+
+
+#: A run's control directory, ``vqssh-<pid>-*``: the pid of the run that made it.
+RUN_DIR_RE = re.compile(rf"\A{re.escape(CONTROL_PREFIX)}(\d+)-")
 
 
 def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
@@ -277,20 +277,19 @@ def sweep_control_dirs(parent: str = CONTROL_PARENT) -> list[str]:
 
     removed: list[str] = []
     try:
-        names = [n for n in os.listdir(parent) if n.startswith(CONTROL_PREFIX)]
+        names = os.listdir(parent)
     except OSError:
         return removed
     for name in names:
+        owner = RUN_DIR_RE.match(name)
+        if owner is None or int(owner[1]) == os.getpid():
+            continue
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            continue
-        owner = name[len(CONTROL_PREFIX):].split("-", 1)[0]
-        another_run = owner.isdigit() and "-" in name[len(CONTROL_PREFIX):] and int(owner) != os.getpid()
-        if another_run and not process_alive(int(owner)):
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not process_alive(int(owner[1])):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
@@ -325,7 +324,7 @@ class Session:
         for t in self._ssh.values():  # an early first call never given its request: stdin closes, nothing asked
             while t.on_session_close:
                 t.on_session_close.pop(0)()
-        if self._control_dir and _holds_anything(self._control_dir):
+        if _holds_anything(self._control_dir):
             for t in self._ssh.values():
                 t.close()
         self._ssh.clear()
@@ -345,7 +344,10 @@ def _with_env(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     return ["env", "--", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
 
 
-def _holds_anything(directory: str) -> bool:
+def _holds_anything(directory: str | None) -> bool:
+    """True when the control directory *directory* (None: connection sharing off) holds anything (a master's socket)."""
+    if not directory:
+        return False
     try:
         return bool(os.listdir(directory))
     except OSError:
