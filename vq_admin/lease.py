@@ -281,19 +281,20 @@ class Lease:
             self._held(reply)
             if ssh is not None:
                 ssh.shell_checked = True
-            rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
+            wait = self.lease_wait + (verify_timeout or 0.0)
+            rest = self._read_line(wait)
             self.update(seconds=round(time.monotonic() - started, 3))
             answer = dict(first, **_parse(protocol.SESSION, rest))
             self.host_record = answer.get("record")
-            if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
+            if rest:
+                return answer
+            if self._waited_out:  # the lease was taken, the rest of the answer never came
                 bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
-                answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
-                                         f"within {self.lease_wait + (verify_timeout or 0.0):g} s{bound}")
-            elif not rest:
-                assert self.proc is not None
-                answer.update(self._interrupted(self.proc.poll(), "the connection ended after the lease was taken, "
-                                                "before the rest of the answer"))
-            return answer
+                return dict(answer, interrupted=f"the agent on {self.where} took the lease but its answer did not "
+                                                f"arrive within {wait:g} s{bound}")
+            assert self.proc is not None
+            return dict(answer, **self._interrupted(self.proc.poll(), "the connection ended after the lease was "
+                                                    "taken, before the rest of the answer"))
         self.update(seconds=round(time.monotonic() - started, 3))
         return self._not_held(ssh, first, fault)
 
