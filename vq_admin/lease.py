@@ -372,12 +372,11 @@ class Lease:
             return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
-        if ssh is not None and first.get("shell") is not None:
+        if ssh is not None:
             shell = member_as(ShellReply, first.get("shell"))
-            if not shell.posix:
+            if first.get("shell") is not None and not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
-        if ssh is not None:
             ssh.shell_checked = True
         reply = member_as(LeaseReply, first.get(protocol.LEASE))
         self._refuse(reply, code if reply.exit is None else reply.exit,
