@@ -132,6 +132,7 @@ class HostRun:
     t0: float = 0.0
     out: str = ""  # the worker's stdout and stderr files
     err: str = ""
+    pidfd: int = -1  # the running worker's (os.pidfd_open), waited on by Rollout.wait_one
 
     @property
     def succeeded(self) -> bool:
@@ -186,7 +187,6 @@ class Rollout:
         self.parallel: int = DEFAULT_PARALLEL if args.parallel is None else args.parallel
         self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
         self._grace_deadline = 0.0
-        self._pidfds: dict[int, int] = {}
         self.order_names: list[str] = []
         self.hosts = select_hosts(config, program)
         self.by_name = {h.name: h for h in self.hosts}
@@ -276,13 +276,13 @@ class Rollout:
                 os._exit(code)
         self.running[pid] = host
         self.workers[pid] = host.name
-        self._pidfds[pid] = os.pidfd_open(pid)
+        host.pidfd = os.pidfd_open(pid)
 
     def reap(self, pid: int) -> None:
         """Wait for the worker *pid* (one of :attr:`running`) and record what its host ended with."""
         host = self.running.pop(pid)  # before it is waited for: on_signal never signals a reaped pid
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        os.close(self._pidfds.pop(pid))
+        os.close(host.pidfd)
         host.set(seconds=round(time.monotonic() - host.t0, 3), finished_at=utc_now())
         raw, answer = _read_answer(host.out)
         if answer is not None and (answer.outcome is not None or answer.dry_run):
@@ -313,8 +313,8 @@ class Rollout:
         """Reap at least one worker.  Wakes twice a second to notice an interruption;
         after one, running workers get :data:`INTERRUPT_GRACE` seconds, then are killed."""
         while self.running:
-            ready, _, _ = select.select(list(self._pidfds.values()), [], [], 0.5)
-            done = [pid for pid, fd in self._pidfds.items() if fd in ready]
+            ready, _, _ = select.select([h.pidfd for h in self.running.values()], [], [], 0.5)
+            done = [pid for pid, h in self.running.items() if h.pidfd in ready]
             if not done and self.interrupted and time.monotonic() >= self._grace_deadline:
                 done = list(self.running)
                 for pid in done:
