@@ -29,7 +29,6 @@ and for ``check_on_host``; ``subprocess`` is imported only for
 from __future__ import annotations
 
 import os
-from contextlib import suppress
 
 from .core.escape import has_control
 from .core.plainrecord import PlainRecord
@@ -428,8 +427,10 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
         canonical = table.get("canonical_host")
         target = None
         if isinstance(canonical, str) and NAME_RE.match(canonical):
-            with suppress(ConfigUnavailable):
+            try:
                 target, _ = host_table(config_path, canonical)
+            except ConfigUnavailable:
+                pass  # target stays None: refused below, as not resolving to a managed host
             if target is not None and target.get("fleet_role") == "managed":
                 return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
