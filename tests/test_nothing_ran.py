@@ -70,7 +70,7 @@ CLAIMS: list[tuple[str, str, str, int, str]] = [
     ("vq_admin/conformance/__init__.py", "Report.text", "not run", 1,
      T + "test_conformance_command.py::test_provider_test_deploys_the_sites_own_source_with_source_repo_and_sha"),
     # -- the driver --
-    ("vq_admin/fleet.py", "Rollout.run", "not started", 2,
+    ("vq_admin/fleet.py", "Rollout.not_started", "not started", 2,
      T + "test_fleet.py::test_a_failing_canary_starts_nothing_else"),
     ("vq_admin/fleet.py", "dry_run_lines", "nothing is run", 1,
      T + "test_fleet.py::test_dry_run_prints_hosts_in_order_with_their_plans"),

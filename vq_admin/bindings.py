@@ -240,19 +240,21 @@ def _binding(entry: registry.Entry, host: str, program: str, latest: str | None,
 
 def _pin_document(pin: JsonObject | str, program: str | None, host: str | None) -> JsonObject:
     """The pin as an object; a bare SHA, or anything not a JSON object, is a ``legacy-pin``."""
-    text = pin.strip() if isinstance(pin, str) else ""
     remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")
-    if isinstance(pin, str) and not text.startswith("{"):
-        bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
-        raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the job "
-                              "would run whatever its script names (a stable launcher follows current)",
-                              _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
-    from .core.bounds import InputError, loads_json
+    loaded: object = pin
+    if isinstance(pin, str):
+        text = pin.strip()
+        if not text.startswith("{"):
+            bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
+            raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the "
+                                  "job would run whatever its script names (a stable launcher follows current)",
+                                  _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
+        from .core.bounds import InputError, loads_json
 
-    try:
-        loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS) if isinstance(pin, str) else pin
-    except InputError as exc:
-        raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised", remedy) from None
+        try:
+            loaded = loads_json(text, "the pin", limit=MAX_PIN_CHARS)
+        except InputError as exc:
+            raise LauncherRefused("legacy-pin", f"{exc}; it is not recognised", remedy) from None
     if not isinstance(loaded, dict):
         raise LauncherRefused("legacy-pin", "the pin is neither a bare SHA nor a JSON object; it is not recognised",
                               remedy)
@@ -428,9 +430,9 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
             try:
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:
-                target = None
-        if target is not None and isinstance(canonical, str) and target.get("fleet_role") == "managed":
-            return _profiled(target, canonical, program)
+                pass  # target stays None: refused below, as not resolving to a managed host
+            if target is not None and target.get("fleet_role") == "managed":
+                return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
                               f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
                               "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")

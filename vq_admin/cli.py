@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .report.outcome import UsageError, VqAdminError
-from .report.output import safe_message
 
 if TYPE_CHECKING:
     from .document import JsonObject
@@ -304,17 +303,11 @@ def run(prog: str, argv: list[str], early: EarlyStart | None = None) -> int:
         args.early_start = early
         code: int = import_module(f".{args.func}", __package__).run(args)  # the verb's module
         return code
-    except VqAdminError as exc:
-        if "--json" in argv:
-            from .report.envelope import write
-
-            write(error_document(args, exc))
-        print(f"{prog}: {exc.outcome.value}: {safe_message(exc.message)}", file=sys.stderr)
-        return exc.outcome.exit_code
-    except KeyboardInterrupt as exc:  # before a lane started (a lane makes it a receipt): 130, nothing changed
+    except (VqAdminError, KeyboardInterrupt) as exc:
         from . import interrupts
 
-        error = interrupts.early_error(exc)
+        # an interruption before a lane started (a lane makes it a receipt) is 130: nothing changed
+        error = exc if isinstance(exc, VqAdminError) else interrupts.early_error(exc)
         return interrupts.finish_early(prog, error, error_document(args, error) if "--json" in argv else None)
 
 

@@ -88,15 +88,11 @@ def _annotate(parser: Parser) -> None:
     """Give every HOST / PROGRAM / PATH / DIR argument of the tree its completer (shtab's ``.complete``)."""
     import shtab
 
+    completers: dict[object, object] = {"PATH": shtab.FILE, "SRC": shtab.FILE, "DIR": shtab.DIRECTORY}
+    completers.update((metavar, {"bash": name, "zsh": name}) for metavar, name in _NAME_COMPLETERS.items())
     for action in (action for member in parser.family for action in member.arguments):
-        metavar = action.metavar if isinstance(action.metavar, str) else None
-        if metavar in _NAME_COMPLETERS:
-            name = _NAME_COMPLETERS[metavar]
-            action.complete = {"bash": name, "zsh": name}  # type: ignore[attr-defined]
-        elif metavar in ("PATH", "SRC"):
-            action.complete = shtab.FILE  # type: ignore[attr-defined]
-        elif metavar == "DIR":
-            action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+        if action.metavar in completers:
+            action.complete = completers[action.metavar]  # type: ignore[attr-defined]
 
 
 def parser_for(command: str) -> argparse.ArgumentParser:

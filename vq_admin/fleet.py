@@ -39,8 +39,9 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import msgspec
 
@@ -49,7 +50,7 @@ from .core import exits, procs
 from .core.bounds import InputError, json_object
 from .document import Document, JsonObject
 from .report import envelope
-from .config import Config, load_config
+from .config import Config, HostConfig, load_config
 from .report.outcome import Outcome, UsageError
 from .report.sections import LeaseRecord
 from .report.output import safe_text
@@ -120,48 +121,46 @@ class FleetDocument(Document, frozen=True, kw_only=True, omit_defaults=True):
 
 @dataclass
 class HostRun:
+    """A configured host as the rollout runs it: its entry of the fleet document (:attr:`doc`, replaced as
+    the run goes) and what its worker printed."""
+
     name: str
-    role: str
     in_rollout: bool
-    outcome: str = "pending"  # pending | running | <outcome> | skipped
-    exit_code: int | None = None
-    receipt: str | None = None
-    reason: str | None = None
-    errors: list[str] = field(default_factory=list)
-    started_at: str | None = None
-    finished_at: str | None = None
-    seconds: float | None = None
+    doc: FleetHost
     answer: WorkerAnswer | None = None
     plan: JsonObject | None = None  #: the worker's document as it printed it (a dry run's plan)
-    shares_lease_with: list[str] = field(default_factory=list)
-    _t0: float = 0.0
-    _out: str = ""  # the worker's stdout and stderr files
-    _err: str = ""
+    t0: float = 0.0
+    out: str = ""  # the worker's stdout and stderr files
+    err: str = ""
+    pidfd: int = -1  # the running worker's (os.pidfd_open), waited on by Rollout.wait_one
 
     @property
     def succeeded(self) -> bool:
-        return self.outcome in ("ok", "already-current", "planned")
+        return self.doc.outcome in ("ok", "already-current", "planned")
 
-    def entry(self) -> FleetHost:
-        return FleetHost(outcome=self.outcome, exit_code=self.exit_code, receipt=self.receipt, role=self.role,
-                         reason=self.reason, started_at=self.started_at, finished_at=self.finished_at,
-                         seconds=self.seconds, shares_lease_with=self.shares_lease_with, errors=self.errors[:3])
+    def set(self, **changes: Any) -> None:
+        self.doc = self.doc.replace(**changes)
+
+
+def _not_in_rollout(host: HostConfig, program: str) -> str | None:
+    """Why *host* is left out of a rollout of *program* (``None``: it is in it)."""
+    if host.fleet_role == "alias":
+        return f"fleet_role alias (of {host.canonical_host}): never touched"
+    if host.fleet_role != "managed":
+        return f"fleet_role {host.fleet_role}: no runtime authority, never touched"
+    if program not in host.runtimes:
+        return f"no scheduler_runtime_deployments.{program} profile"
+    return None
 
 
 def select_hosts(config: Config, program: str) -> list[HostRun]:
     """Every configured host in order; ``in_rollout`` for managed hosts with the profile."""
     runs = []
     for name, host in config.hosts.items():
-        run = HostRun(name, host.fleet_role, host.fleet_role == "managed" and program in host.runtimes)
-        if not run.in_rollout:
-            run.outcome = "skipped"
-            if host.fleet_role == "managed":
-                run.reason = f"no scheduler_runtime_deployments.{program} profile"
-            elif host.fleet_role == "alias":
-                run.reason = f"fleet_role alias (of {host.canonical_host}): never touched"
-            else:
-                run.reason = f"fleet_role {host.fleet_role}: no runtime authority, never touched"
-        runs.append(run)
+        reason = _not_in_rollout(host, program)
+        runs.append(HostRun(name, reason is None, FleetHost(outcome="pending" if reason is None else "skipped",
+                                                            exit_code=None, receipt=None, role=host.fleet_role,
+                                                            reason=reason)))
     return runs
 
 
@@ -188,7 +187,6 @@ class Rollout:
         self.parallel: int = DEFAULT_PARALLEL if args.parallel is None else args.parallel
         self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
         self._grace_deadline = 0.0
-        self._pidfds: dict[int, int] = {}
         self.order_names: list[str] = []
         self.hosts = select_hosts(config, program)
         self.by_name = {h.name: h for h in self.hosts}
@@ -200,6 +198,7 @@ class Rollout:
         self.tmp = ""  # the workers' output files; created by run()
         self.started_at = utc_now()
         self.dry_run = bool(args.dry_run)
+        self.canary: HostRun | None = None  # the host run alone first (never in a dry run, which plans every host)
 
     # -- order --------------------------------------------------------------------------
 
@@ -217,7 +216,7 @@ class Rollout:
         if canary is not None:
             host = self.by_name.get(canary)
             if host is None or not host.in_rollout:
-                why = "is not in the configuration" if host is None else f"is not in this rollout ({host.reason})"
+                why = "is not in the configuration" if host is None else f"is not in this rollout ({host.doc.reason})"
                 raise UsageError(f"--canary {canary}: the host {why}")
             rollout.remove(host)
             rollout.insert(0, host)
@@ -245,12 +244,13 @@ class Rollout:
         return argv
 
     def start(self, host: HostRun) -> None:
-        host._out = os.path.join(self.tmp, f"{host.name}.out")
-        host._err = os.path.join(self.tmp, f"{host.name}.err")
+        host.out = os.path.join(self.tmp, f"{host.name}.out")
+        host.err = os.path.join(self.tmp, f"{host.name}.err")
         argv = self.worker_argv(host.name)
         sys.stdout.flush()
         sys.stderr.flush()
-        host.started_at, host._t0, host.outcome = utc_now(), time.monotonic(), "running"
+        host.t0 = time.monotonic()
+        host.set(started_at=utc_now(), outcome="running")
         pid = os.fork()
         if pid == 0:  # the worker: a normal single-host update in a session of its own
             code = 70
@@ -259,8 +259,8 @@ class Rollout:
                 os.environ[lockwait.FLEET] = str(os.getppid())  # hosts sharing a lease wait for each other
                 interrupts.defaults()
                 for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
-                                        (1, host._out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                                        (2, host._err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                                        (1, host.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                        (2, host.err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
                     new = os.open(path, flags | os.O_CLOEXEC, 0o600)
                     os.dup2(new, fd)
                     os.close(new)
@@ -276,34 +276,28 @@ class Rollout:
                 os._exit(code)
         self.running[pid] = host
         self.workers[pid] = host.name
-        self._pidfds[pid] = os.pidfd_open(pid)
+        host.pidfd = os.pidfd_open(pid)
 
-    def reap(self, pid: int, status: int) -> None:
-        host = self.running.pop(pid, None)
-        fd = self._pidfds.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
-        if host is None:
-            return
-        code = os.waitstatus_to_exitcode(status)
-        host.seconds = round(time.monotonic() - host._t0, 3)
-        host.finished_at = utc_now()
-        raw, answer = _read_answer(host._out)
+    def reap(self, pid: int) -> None:
+        """Wait for the worker *pid* (one of :attr:`running`) and record what its host ended with."""
+        host = self.running.pop(pid)  # before it is waited for: on_signal never signals a reaped pid
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        os.close(host.pidfd)
+        host.set(seconds=round(time.monotonic() - host.t0, 3), finished_at=utc_now())
+        raw, answer = _read_answer(host.out)
         if answer is not None and (answer.outcome is not None or answer.dry_run):
             host.answer, host.plan = answer, raw
-            host.outcome = "planned" if answer.dry_run else str(answer.outcome)
-            host.exit_code = code if answer.exit_code is None else answer.exit_code
-            host.receipt = answer.id
-            host.errors = answer.errors
-            host.shares_lease_with = self.waited_for(answer)
+            host.set(outcome="planned" if answer.dry_run else str(answer.outcome), receipt=answer.id,
+                     exit_code=code if answer.exit_code is None else answer.exit_code, errors=answer.errors,
+                     shares_lease_with=self.waited_for(answer))
         else:
             outcome = _OUTCOME_BY_CODE.get(code)
             if outcome is None or self.interrupted:
                 outcome = Outcome.UNKNOWN
-            host.outcome, host.exit_code = outcome.value, outcome.exit_code
-            tail = _tail(host._err)
-            host.errors = [f"the update of {host.name} ended with status {code} and no receipt"
-                           + (f": {tail}" if tail else "")]
+            tail = _tail(host.err)
+            host.set(outcome=outcome.value, exit_code=outcome.exit_code,
+                     errors=[f"the update of {host.name} ended with status {code} and no receipt"
+                             + (f": {tail}" if tail else "")])
         if not host.succeeded:
             self.failed += 1
         self.announce(host)
@@ -319,22 +313,15 @@ class Rollout:
         """Reap at least one worker.  Wakes twice a second to notice an interruption;
         after one, running workers get :data:`INTERRUPT_GRACE` seconds, then are killed."""
         while self.running:
-            ready, _, _ = select.select(list(self._pidfds.values()), [], [], 0.5)
-            reaped = False
-            for pid, fd in list(self._pidfds.items()):
-                if fd in ready:
-                    _, status = os.waitpid(pid, 0)
-                    self.reap(pid, status)
-                    reaped = True
-            if reaped:
-                return
-            if self.interrupted and time.monotonic() >= self._grace_deadline:
-                for pid, host in list(self.running.items()):
-                    host.errors.append(f"killed after {INTERRUPT_GRACE:.0f} s without a receipt")
+            ready, _, _ = select.select([h.pidfd for h in self.running.values()], [], [], 0.5)
+            done = [pid for pid, h in self.running.items() if h.pidfd in ready]
+            if not done and self.interrupted and time.monotonic() >= self._grace_deadline:
+                done = list(self.running)
+                for pid in done:
                     procs.end_group(pid, lambda _grace: False, 0.0)  # its grace was INTERRUPT_GRACE
-                for pid in list(self.running):
-                    _, status = os.waitpid(pid, 0)
-                    self.reap(pid, status)
+            for pid in done:
+                self.reap(pid)
+            if done:
                 return
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -342,114 +329,107 @@ class Rollout:
             return
         self.interrupted = signal.Signals(signum).name
         self._grace_deadline = time.monotonic() + INTERRUPT_GRACE
-        for pid in list(self.running):
-            try:
-                os.kill(pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        for pid in self.running:  # each not yet reaped, so still ours to signal
+            os.kill(pid, signal.SIGINT)
 
     # -- the run --------------------------------------------------------------------------
 
     def run(self) -> FleetDocument:
-        order = self.order()
-        self.order_names = [h.name for h in order]
+        queue = self.order()
+        self.order_names = [h.name for h in queue]
+        if self.args.canary is not None and not self.dry_run:
+            self.canary = queue[0]
         _preload(self.config, self.program)
         self.tmp = tempfile.mkdtemp(prefix="vq-admin-fleet-")
         try:
             with interrupts.handled_by(self.on_signal):  # it tells the workers
-                queue = list(order)
-                if self.args.canary is not None and not self.dry_run:
-                    canary = queue.pop(0)
-                    self.start(canary)
-                    while self.running:
-                        self.wait_one()
-                    if not canary.succeeded:
-                        for host in queue:
-                            self.skip(host, f"the canary {canary.name} ended {canary.outcome}")
-                        queue = []
-                while queue or self.running:
-                    while queue and len(self.running) < self.parallel and not self.stopping():
+                while queue and self.not_started() is None:
+                    if len(self.running) < self.limit():
                         self.start(queue.pop(0))
-                    if not self.running:
-                        break
+                    else:
+                        self.wait_one()
+                while self.running:
                     self.wait_one()
                 for host in queue:
-                    if self.interrupted:
-                        self.skip(host, f"not started: vq-admin received {self.interrupted}")
-                    else:
-                        self.skip(host, f"not started: {self.failed} host(s) ended other than ok/already-current "
-                                        f"(--max-failed {self.max_failed})")
+                    self.skip(host, self.not_started())
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return self.document()
 
+    def limit(self) -> int:
+        """How many workers may run at once: the canary runs alone."""
+        return 1 if self.canary is not None and self.canary.doc.outcome == "running" else self.parallel
+
+    def not_started(self) -> str | None:
+        """Why the hosts left are not started (``None``: the next one may start)."""
+        canary = self.canary
+        if canary is not None and canary.doc.finished_at is not None and not canary.succeeded:
+            return f"the canary {canary.name} ended {canary.doc.outcome}"
+        if self.interrupted:
+            return f"not started: vq-admin received {self.interrupted}"
+        if not self.dry_run and self.failed > self.max_failed:  # a dry run plans every host
+            return (f"not started: {self.failed} host(s) ended other than ok/already-current "
+                    f"(--max-failed {self.max_failed})")
+        return None
+
     def unstored(self) -> list[str]:
         """One warning per host whose run could not store its receipt or records (its own document says
         what, and the rerun that records it)."""
-        return [f"vq-admin: warning: fleet: {h.name}: {h.outcome}, but not recorded: "
+        return [f"vq-admin: warning: fleet: {h.name}: {h.doc.outcome}, but not recorded: "
                 f"{', '.join(h.answer.not_stored)}; rerun this rollout (it verifies read-only first "
                 "and records it)" for h in self.hosts if h.answer and h.answer.not_stored]
 
-    def stopping(self) -> bool:
-        if self.dry_run:  # a dry run plans every host
-            return bool(self.interrupted)
-        return bool(self.interrupted) or self.failed > self.max_failed
-
-    def skip(self, host: HostRun, reason: str) -> None:
-        host.outcome, host.reason = "skipped", reason
+    def skip(self, host: HostRun, reason: str | None) -> None:
+        host.set(outcome="skipped", reason=reason)
         self.announce(host)
 
     # -- results --------------------------------------------------------------------------
 
-    def exit_code(self) -> int:
-        rollout = [h for h in self.hosts if h.in_rollout]
+    def outcome(self, rollout: list[HostRun]) -> Outcome:
+        """ok (already-current when every host was) only when every host of *rollout* succeeded; else the
+        outcome of the most severe host code (``exits.SEVERITY``; an interrupted rollout is at least unknown)."""
         if all(h.succeeded for h in rollout):
-            return 0
-        codes = {h.exit_code for h in rollout if h.exit_code not in (None, 0)}
+            return Outcome.ALREADY_CURRENT if all(h.doc.outcome == "already-current" for h in rollout) else Outcome.OK
+        codes = {h.doc.exit_code for h in rollout if h.doc.exit_code}
         if self.interrupted:
             codes.add(Outcome.UNKNOWN.exit_code)
-        for code in exits.SEVERITY:
-            if code in codes:
-                return code
-        return Outcome.FAILED.exit_code if not codes else sorted(codes)[0]
+        code = next((code for code in exits.SEVERITY if code in codes), min(codes, default=Outcome.FAILED.exit_code))
+        return _OUTCOME_BY_CODE.get(code, Outcome.FAILED)
 
     def document(self) -> FleetDocument:
-        code = self.exit_code()
         rollout = [h for h in self.hosts if h.in_rollout]
-        if code == 0:
-            outcome = Outcome.ALREADY_CURRENT if all(h.outcome == "already-current" for h in rollout) else Outcome.OK
-        else:
-            outcome = _OUTCOME_BY_CODE.get(code, Outcome.FAILED)
-        errors = [f"{h.name}: {h.outcome}" + (f": {h.errors[-1]}" if h.errors else f" ({h.reason})" if h.reason else "")
-                  for h in self.hosts if h.in_rollout and not h.succeeded]
+        outcome = self.outcome(rollout)
+        errors = [f"{h.name}: {h.doc.outcome}" + (f": {h.doc.errors[-1]}" if h.doc.errors else
+                                                  f" ({h.doc.reason})" if h.doc.reason else "")
+                  for h in rollout if not h.succeeded]
         return FleetDocument(
             schema=SCHEMA, outcome=outcome.value, exit_code=outcome.exit_code, id=None, program=self.program,
             expected_sha=self.sha, tag=self.tag, canary=self.args.canary, parallel=self.parallel,
             max_failed=self.max_failed, started_at=self.started_at, finished_at=utc_now(), interrupted=self.interrupted,
-            hosts={h.name: h.entry() for h in self.hosts}, configuration_order=[h.name for h in self.hosts],
-            order=self.order_names, dry_run=self.dry_run,
+            hosts={h.name: h.doc.replace(errors=h.doc.errors[:3]) for h in self.hosts},
+            configuration_order=[h.name for h in self.hosts], order=self.order_names, dry_run=self.dry_run,
             plans={h.name: h.plan for h in self.hosts if h.plan is not None} if self.dry_run else None, errors=errors)
 
     def announce(self, host: HostRun) -> None:
         if self.dry_run:
             return
-        line = _host_line(host)
+        line = _host_line(host.name, host.doc)
         if self.terminal:
             print(line, flush=True)
         elif self.args.json and sys.stderr.isatty():
             print(line, file=sys.stderr, flush=True)
 
 
-def _host_line(host: HostRun) -> str:
+def _host_line(name: str, host: FleetHost) -> str:
     code = "-" if host.exit_code is None else str(host.exit_code)
-    text = f"vq-admin: fleet: {host.name}: {host.outcome} (exit {code})"
+    text = f"vq-admin: fleet: {name}: {host.outcome} (exit {code})"
     if host.seconds is not None:
         text += f" in {host.seconds:.1f} s"
     if host.receipt:
         text += f", receipt {host.receipt}"
     if host.reason:
         text += f" ({host.reason})"
-    elif host.errors and not host.succeeded:
+    elif host.errors and host.outcome not in ("ok", "already-current", "planned"):
         text += f": {host.errors[-1]}"
     return safe_text(text)
 

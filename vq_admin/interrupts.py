@@ -135,8 +135,9 @@ def early_error(exc: BaseException) -> InterruptedEarly:
     return InterruptedEarly(f"vq-admin received {name_of(exc)} before the run started; {READ_ONLY_RAN}; rerun it")
 
 
-def finish_early(prog: str, error: InterruptedEarly, document: JsonObject | None) -> int:
-    """*document* (under ``--json``) and one line on stderr; 130."""
+def finish_early(prog: str, error: VqAdminError, document: JsonObject | None) -> int:
+    """A run that ended with *error* before any verb printed its own document (interrupted: 130): *document*
+    (under ``--json``) and one line on stderr; its exit status."""
     if document is not None:
         from .report.envelope import write
 

@@ -37,7 +37,7 @@ import select
 import socket
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar, cast
 
 from .agent import TOO_OLD
@@ -130,6 +130,15 @@ def _nothing_ran(error: str) -> str:
     return "" if any(said in error for said in SAID_WHAT_RAN) else f"; {READ_ONLY_RAN}"
 
 
+def _transport_lost(code: int | None) -> bool:
+    """*code* is the transport's (ssh's 255, a signal, or no status at all), not the agent's."""
+    return code is None or code < 0 or code == SSH_TRANSPORT_EXIT
+
+
+def _last_line(error: str) -> str:
+    return error.splitlines()[-1] if error else "no message"
+
+
 def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> None:
     """Raise what an agent that never ran its verb means: an interpreter older than 3.8 (the
     agent's one line, :data:`vq_admin.agent.TOO_OLD`) or no agent at all."""
@@ -137,8 +146,8 @@ def _agent_cannot_run(code: int | None, error: str, where: str, agent: str) -> N
     if code == exits.REFUSED and too_old is not None:
         raise Refused(too_old)
     if code == 127:
-        tail = error.splitlines()[-1] if error else "no message"
-        raise AgentMissing(f"the agent {agent} cannot be run on {where} (exit 127: {tail}); {AGENT_NOT_RUN}")
+        raise AgentMissing(f"the agent {agent} cannot be run on {where} (exit 127: {_last_line(error)}); "
+                           f"{AGENT_NOT_RUN}")
 
 
 def lease_argv(agent: tuple[str, ...] | list[str], lane: str, host: str, program: str | None, run_id: str,
@@ -229,10 +238,9 @@ class Lease:
         if code in (exits.EXIT_UNSAFE, exits.EXIT_FAILED):
             raise Refused(f"cannot take the host-side lease on {self.where}: {error or f'agent exit {code}'}"
                           f"{_nothing_ran(error)}")
-        if code == SSH_TRANSPORT_EXIT or code is None or code < 0:
+        if _transport_lost(code):
             raise LeaseUnreachable(f"cannot take the host-side lease: ssh to {self.where} failed "
-                                   f"(exit {code}): {error.splitlines()[-1] if error else 'no message'}; "
-                                   "this run changed nothing")
+                                   f"(exit {code}): {_last_line(error)}; this run changed nothing")
         _agent_cannot_run(code, error, self.where, self.argv[0])
         raise Refused(f"cannot take the host-side lease on {self.where}: the agent exited {code}: "
                       f"{error or 'no message'}{_nothing_ran(error)}")
@@ -273,19 +281,20 @@ class Lease:
             self._held(reply)
             if ssh is not None:
                 ssh.shell_checked = True
-            rest = self._read_line(self.lease_wait + (verify_timeout or 0.0))
+            wait = self.lease_wait + (verify_timeout or 0.0)
+            rest = self._read_line(wait)
             self.update(seconds=round(time.monotonic() - started, 3))
             answer = dict(first, **_parse(protocol.SESSION, rest))
             self.host_record = answer.get("record")
-            if not rest and self._waited_out:  # the lease was taken, the rest of the answer never came
+            if rest:
+                return answer
+            if self._waited_out:  # the lease was taken, the rest of the answer never came
                 bound = f" (its verify is bounded at {verify_timeout:g} s)" if verify_timeout else ""
-                answer["interrupted"] = (f"the agent on {self.where} took the lease but its answer did not arrive "
-                                         f"within {self.lease_wait + (verify_timeout or 0.0):g} s{bound}")
-            elif not rest:
-                assert self.proc is not None
-                answer.update(self._interrupted(self.proc.poll(), "the connection ended after the lease was taken, "
-                                                "before the rest of the answer"))
-            return answer
+                return dict(answer, interrupted=f"the agent on {self.where} took the lease but its answer did not "
+                                                f"arrive within {wait:g} s{bound}")
+            assert self.proc is not None
+            return dict(answer, **self._interrupted(self.proc.poll(), "the connection ended after the lease was "
+                                                    "taken, before the rest of the answer"))
         self.update(seconds=round(time.monotonic() - started, 3))
         return self._not_held(ssh, first, fault)
 
@@ -363,12 +372,11 @@ class Lease:
             return self._no_answer(ssh, code, error, waited_out)
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
-        if ssh is not None and first.get("shell") is not None:
+        if ssh is not None:
             shell = member_as(ShellReply, first.get("shell"))
-            if not shell.posix:
+            if first.get("shell") is not None and not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
-        if ssh is not None:
             ssh.shell_checked = True
         reply = member_as(LeaseReply, first.get(protocol.LEASE))
         self._refuse(reply, code if reply.exit is None else reply.exit,
@@ -382,7 +390,7 @@ class Lease:
                                    "while taking the host-side lease"}
         if protocol.lacks_verb(protocol.SESSION, code, b"", error):
             self._other_protocol(None)
-        if code is not None and code != SSH_TRANSPORT_EXIT and code >= 0:
+        if not _transport_lost(code):
             if ssh is not None and not ssh.shell_checked:
                 # No answer at all (the login shell could not even run the agent's words?): the
                 # separate probe tells a login shell that is not POSIX (77) from a broken agent.
@@ -390,7 +398,7 @@ class Lease:
             _agent_cannot_run(code, error, self.where, self.argv[0])
             raise Refused(f"cannot take the host-side lease on {self.where}: the agent's session exited "
                           f"{code}: {error or 'no answer'}{_nothing_ran(error)}")
-        return dict(self._interrupted(code, error.splitlines()[-1] if error else "no message"), unreached=True)
+        return dict(self._interrupted(code, _last_line(error)), unreached=True)
 
     def _other_protocol(self, theirs: JsonValue) -> NoReturn:
         host = self.option(protocol.HOST)
@@ -419,21 +427,25 @@ class Lease:
 
     def _read_line(self, timeout: float) -> str:
         """The agent's next answer line, waiting at most *timeout* seconds ("" when none came)."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            ready = select.select([fd], [], [], left)[0] if left > 0 else []
-            if not ready:
+            chunk = self._chunk(deadline)
+            if chunk is None:
                 self._waited_out = True
-                break
-            chunk = os.read(fd, 65536)
             if not chunk:
                 break
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace")
+
+    def _chunk(self, deadline: float) -> bytes | None:
+        """What the agent's stdout has (``b""`` at its end), or ``None`` when nothing came by *deadline*."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        return os.read(fd, 65536)
 
     def _end(self, timeout: float, linger: float | None = None) -> int | None:
         """Close the agent's stdin and wait for the process (ssh or the agent) to end, at most
@@ -442,30 +454,21 @@ class Lease:
         process, which as the run's connection master may still carry channels of interrupted
         ssh clients; it is ended then, as after *timeout*."""
         proc = self.proc
-        assert proc is not None
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                if stream is not None:
-                    if stream is proc.stdout and linger is not None:
-                        self._drain(timeout)
-                    stream.close()
-            except OSError:
-                pass
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None  # process.spawn's pipes
+        with suppress(OSError):
+            proc.stdin.close()
+        with suppress(OSError):
+            if linger is not None:
+                self._drain(timeout)
+            proc.stdout.close()
         return process.end(proc, timeout if linger is None else linger)
 
     def _drain(self, timeout: float) -> None:
         """Read the agent's stdout until it closes, at most *timeout* seconds (not line by line: a login
         shell's logout files may print an empty line after the agent's last)."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready or not os.read(fd, 65536):
-                return
+        while self._chunk(deadline):
+            pass
 
     def _error_text(self) -> str:
         try:

@@ -111,11 +111,11 @@ class LockWait:
         if pid is not None and holder is not None:
             self._wait_sibling(pid, holder)
             return
-        left = (self.seconds or 0.0) - (time.monotonic() - self.started)
-        if self.seconds is None or left <= 0:
-            if self.seconds is not None:
-                raise Locked(f"{error.message}\n(waited {self.waited:.0f} s: --wait-lock {self.seconds:g})")
+        if self.seconds is None:
             raise error
+        left = self.seconds - (time.monotonic() - self.started)
+        if left <= 0:
+            raise Locked(f"{error.message}\n(waited {self.waited:.0f} s: --wait-lock {self.seconds:g})")
         self.holding = error.message.splitlines()[0].replace(f"; {READ_ONLY_RAN}", "")
         if not self.waited:
             self.narrate(f"waiting up to {self.seconds:g} s (--wait-lock): {self.holding}")

@@ -99,15 +99,11 @@ class Plan:
         slots and all, are the template's."""
         if self.has(name):
             raise ValueError(f"the plan already has a step {name!r}")
-        step = self.copy(template, name, purpose)
-        self.steps.insert(self.steps.index(after) + 1 if after is not None else len(self.steps), step)
-        return step
-
-    def copy(self, template: str | Step, name: str, purpose: str | None = None) -> Step:
-        """A fresh copy of *template*, as :meth:`again` makes it, that is not added to the steps."""
         if isinstance(template, str):
             template = next((s for s in self.when_needed if s.name == template), None) or self.get(template)
-        return Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))
+        step = Step(name, template.where, list(template.planned_argv), purpose or template.purpose, dict(template.env))
+        self.steps.insert(self.steps.index(after) + 1 if after is not None else len(self.steps), step)
+        return step
 
     def get(self, name: str) -> Step:
         for step in self.steps:

@@ -110,9 +110,8 @@ def _host(config: Config, name: str) -> HostConfig:
 
 
 def _destinations(host: HostConfig) -> list[str]:
-    found = [host.ssh] + [d for d in [host.helper_update_host] if d]
-    found += [p.update_host for p in host.runtimes.values() if p.update_host]
-    return list(dict.fromkeys(found))
+    found = [host.ssh, host.helper_update_host, *(p.update_host for p in host.runtimes.values())]
+    return list(dict.fromkeys(d for d in found if d))  # ssh is never empty (the host's name by default)
 
 
 def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]:
@@ -190,11 +189,9 @@ def _judge(receipt: Receipt, install: Install, step: Step, result: RunResult, tr
            host: HostConfig) -> tuple[Outcome, Install]:
     """The outcome of the install, and the receipt's ``install`` section with what the host answered."""
     if result.ok:
-        try:
-            answer: protocol.Installed | None = protocol.parse_install_file(result.stdout)
+        try:  # a JSON object whose members have their types, or ProtocolError
+            answer = protocol.parse_install_file(result.stdout)
         except protocol.ProtocolError:
-            answer = None
-        if answer is None:
             receipt.errors.append("install-file printed no JSON object")
             return Outcome.FAILED, install
         install = install.replace(installed_by=InstalledBy(user=answer.get("user"), uid=answer.get("uid"),
