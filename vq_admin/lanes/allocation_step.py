@@ -220,7 +220,7 @@ class AllocationDeploy(RuntimeStep):
         # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
         # and the attempt record is current (their ``step-after``)
         settled(step)
-        if call.step is not None and call.step is not step:
+        if call.step is not step:  # framed_step gave every call its step
             settled(call.step)
         return result
 
@@ -398,7 +398,7 @@ class AllocationDeploy(RuntimeStep):
                     f"log directory {self.receipt.deploy.log_dir} on the host the whole of them")
             self.receipt.notes.append(note)
             self.ctx.narrate(note)
-        return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
+        return str(paths[0].parent) if not failed and paths[0] is not None else None
 
 
 def _status(summary: Summary) -> int:

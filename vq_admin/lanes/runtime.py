@@ -219,14 +219,16 @@ class RuntimeUpdate:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown(PRE_VERIFY_CUT, changed=False)
         self.previous = self.previous_generation(pre)
-        if self.proves(pre, before=True) and self.confirmation is not None and self.reconfirm():
-            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
-            return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
-        if self.proves(pre, before=True) and not self.ctx.options.force:
-            self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
-            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
-            return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = Verify(pre=pre.to_dict())
+        if self.proves(pre, before=True):
+            if self.confirmation is not None and self.reconfirm():
+                self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
+                return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
+            if not self.ctx.options.force:
+                self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on "
+                                 f"{self.host.name}")
+                self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
+                return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.require_quiescent(pre)
         if self.mirror is not None:
             self.mirror.run()
@@ -268,18 +270,15 @@ class RuntimeUpdate:
         from ..state.confirmation import skip_as_revert_target
         from .confirm_step import Previous
 
-        found = pre.receipt
-        previous: Previous | None = None
+        found, host, program = pre.receipt, self.host.name, self.profile.program
         if found is not None and found.source_sha and found.source_sha.lower() != self.sha:
-            previous = Previous(found.source_sha.lower(), found.tag)
+            previous: Previous | None = Previous(found.source_sha.lower(), found.tag)
         else:
-            last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+            last = self.ctx.state.verified("runtime", host, program)
             previous = Previous(last.sha, last.tag or None) if last is not None and last.sha != self.sha else None
-        host, program = self.host.name, self.profile.program
         if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
             return previous
-        from ..launcher import registry  # else the newest verified generation that may be gone back to
-
+        # else the newest verified generation that may be gone back to
         for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
             sha = entry.sha
             if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
