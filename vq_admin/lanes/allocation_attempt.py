@@ -117,7 +117,8 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     the plan was made (another run was cut off in between) is refused (75, nothing run: rerun); a
     record cleared in between leaves the step skipped."""
     previous = _previous(inputs)
-    step = next((s for s in inputs.receipt.plan.steps if s.name == PREVIOUS), None)
+    plan = inputs.receipt.plan
+    step = plan.get(PREVIOUS) if plan.has(PREVIOUS) else None
     if previous is None:
         if step is not None:
             step.status, step.detail = "skipped", "the attempt record was cleared after this run was planned"

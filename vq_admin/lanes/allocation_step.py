@@ -193,8 +193,7 @@ class AllocationDeploy(RuntimeStep):
         call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
         (never running it again)."""
         ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
-        if receipt.id is None:  # the transcript copy lives next to the receipt
-            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        self.receipt_id()  # the transcript copy lives next to the receipt
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
         receipt.deploy = deploy.replace(attempt=attempt, attempt_dir=directory, log_dir=directory)
@@ -250,7 +249,6 @@ class AllocationDeploy(RuntimeStep):
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
         refused, just before the call (the attempt record)."""
-        assert self.receipt.id is not None  # deploy() gave the receipt its id
 
         def observe(kind: str, value: JsonObject) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
@@ -261,7 +259,7 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt.id, on_record=observe,
+        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt_id(), on_record=observe,
                            starting=starting)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,

@@ -137,8 +137,7 @@ class Confirmation(RuntimeStep):
         job's id, state, exit status, node, seconds, metrics, output) and ``revert`` (what the host ran)."""
         ctx, receipt, c = self.ctx, self.receipt, self.profile.confirm
         assert c is not None
-        if receipt.id is None:
-            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        self.receipt_id()  # the transcript copy lives next to the receipt
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
         base = confirmation.baseline(ctx.state, self.host.name, self.profile.program,
@@ -180,7 +179,6 @@ class Confirmation(RuntimeStep):
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float, on_record: OnRecord | None,
               starting: Callable[[], None] | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         receipt, login = self.receipt, self.ctx.login(self.host)
-        assert receipt.id is not None
 
         def observe(kind: str, value: JsonObject) -> None:
             if kind == "job" and value.get("job_id") and receipt.confirm is not None:
@@ -188,7 +186,7 @@ class Confirmation(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, receipt.id, prefix="confirm-",
+        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, self.receipt_id(), prefix="confirm-",
                                   on_record=observe, starting=starting)
         settled(step)
         return call, sinks

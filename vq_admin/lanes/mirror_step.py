@@ -128,12 +128,10 @@ class MirrorFeed(RuntimeStep):
 
     def _record(self, feed: Feed) -> None:
         self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
-        if feed.notes:
-            notes = self.receipt.notes
-            for note in feed.notes:
-                if note not in notes:
-                    notes.append(note)
-                    self.ctx.narrate(note)
+        for note in feed.notes:
+            if note not in self.receipt.notes:
+                self.receipt.notes.append(note)
+                self.ctx.narrate(note)
 
     def _prepare(self, feed: Feed) -> None:
         """The site preparer, on the login host, reading exactly ``feed.source_ref``."""

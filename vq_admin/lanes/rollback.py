@@ -98,13 +98,10 @@ class RuntimeRollback(RuntimeUpdate):
                           f"{self.entry.sha} --retry-confirmation")
         super().__init__(ctx, host_name, program, self.entry.sha, self.entry.tag)
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
-            self.profile.provider, self.request(archive=None, where=self.activate_place))
+            self.profile.provider,
+            self.request(archive=None, where="build-host" if self.profile.update_host else "login-host"))
         self.receipt.rollback = Rollback(from_=None, to=self.sha, via="activate" if self.activation else "update")
         self.receipt.rerun = ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
-
-    @property
-    def activate_place(self) -> str:
-        return "build-host" if self.profile.update_host else "login-host"
 
     def make_plan(self) -> None:
         if self.activation is None:

@@ -32,7 +32,6 @@ from ..config import authority
 from ..core.identifiers import TAG_RE
 from ..report import progress
 from .. import source
-from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..launcher import registry
 from ..context import RunContext
@@ -69,8 +68,6 @@ class RuntimeUpdate:
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, sha: str, tag: str | None):
         self.ctx = ctx
-        self.host: HostConfig
-        self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         if ctx.options.cluster_install and not self.profile.has_install:
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "

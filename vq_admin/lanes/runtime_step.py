@@ -49,6 +49,12 @@ class RuntimeStep:
         """The archived source (``None`` until it is archived, e.g. while planning)."""
         return self.stage.ident
 
+    def receipt_id(self) -> str:
+        """The receipt's id, given it now when it has none (a step's transcript copies live next to it)."""
+        if self.receipt.id is None:
+            self.receipt.id = self.ctx.state.new_receipt_id(self.receipt.lane, self.receipt.host, self.receipt.program)
+        return self.receipt.id
+
     def reclaim(self, success: bool) -> None:
         self.stage.reclaim(success)
 

@@ -97,12 +97,11 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    lease_of = profile.program if peek_lease else None
-    after = None
+    lease_of, after = None, None
     if peek_lease:
         from ..record.view import cursor
 
-        after = cursor(ctx.state, host.name, profile.program)
+        lease_of, after = profile.program, cursor(ctx.state, host.name, profile.program)
     verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of, after),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
