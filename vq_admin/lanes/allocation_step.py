@@ -30,7 +30,6 @@ usage error) are never taken for it.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
 from typing import Callable
@@ -130,10 +129,6 @@ class AllocationDeploy(RuntimeStep):
 
     #: The kind of attempt it runs under (:mod:`.allocation_attempt`).
     KIND = "allocation"
-
-    def log_dir(self, attempt: str) -> str:
-        root = self.host.scratch_root or ""
-        return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
     def planned_argv(self, command: ProviderCommand) -> list[str]:
         """The agent argv of the deploy step (``alloc-run``, or ``detach-run`` for a detached build), with
@@ -412,7 +407,7 @@ def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> s
     if got is None:
         return "the stream was cut before the end"
     algorithm, digest = got.checksum, got.digest
-    if algorithm is None or algorithm not in checksum.ALGORITHMS:
+    if algorithm not in checksum.ALGORITHMS:
         return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
     if got.bytes != sink.bytes or digest != sink.digest_as(algorithm):
         return f"received {sink.bytes} bytes, the helper sent {got.bytes}"

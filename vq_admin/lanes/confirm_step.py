@@ -107,9 +107,6 @@ def confirm_argv(host: HostConfig, profile: RuntimeProfile, sha: str, launcher: 
 class Confirmation(RuntimeStep):
     """The ``confirm`` step, built from the lane's inputs."""
 
-    def log_dir(self, attempt: str) -> str:
-        return f"{self.host.scratch_root}/.vq-admin/runtime-deploy/{self.profile.program}/{attempt}"
-
     def planned_argv(self) -> list[str]:
         argv = confirm_argv(self.host, self.profile, self.sha, LAUNCHER, ATTEMPT, [],
                             accept_regression=bool(self.ctx.options.accept_regression), progress_words=[PROGRESS])
@@ -162,8 +159,7 @@ class Confirmation(RuntimeStep):
         with progress.live(ctx, view):
             call, sinks = self._call(step, values, c.timeout_seconds + MARGIN, view.on_record if view else None,
                                      starting)
-        if not call.complete and call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT \
-                and "job" not in call.records:
+        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
             allocation_attempt.clear(self)
             confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
                 status=confirmation.UNCONFIRMED, reason="the job was not submitted"))

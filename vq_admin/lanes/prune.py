@@ -153,9 +153,8 @@ class RuntimePrune:
         pre = self.verify(self.pre)
         self.receipt.verify = Verify(pre=pre.to_dict())
         if not pre.proven:
-            detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
-                          f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+                          f"proven to be LAST OK {self.sha} ({pre.why()}); nothing was pruned")
         assert pre.receipt is not None  # proven
         #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
         self.proved = Verified(sha=self.sha, tag=pre.receipt.tag, launcher=pre.receipt.active_path,
@@ -310,8 +309,8 @@ class RuntimePrune:
         if post.interrupted:
             unread.append(f"verify: {post.error}")
         elif not post.proven:
-            detail = post.error or "; ".join(post.failed_checks()) or "not proven"
-            failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: {detail}")
+            failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: "
+                            f"{post.why()}")
         kept_failures, kept_unread = self.check_kept()
         failures += kept_failures
         unread += kept_unread

@@ -24,7 +24,6 @@ import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from msgspec import UNSET
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
@@ -308,7 +307,7 @@ class RuntimeUpdate:
                 self.receipt.notes.append(f"accepted regression ({self.ctx.options.accept_regression}): "
                                           + "; ".join(result.accepted.regressed or []))
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
-        if result.passed is None or result.passed is UNSET:
+        if result.passed is not False:  # None or UNSET: the verdict could not be read
             return self.unknown(ended_message(result), changed=True)
         self.receipt.errors.append(f"confirm: {ended_message(result)}")
         self.staging.reclaim(success=False)
@@ -387,7 +386,7 @@ class RuntimeUpdate:
                 allocation_attempt.clear(self.inputs)
             self.staging.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
-        detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
+        detail = found.error or "; ".join(self.verify_errors(found))
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:

@@ -3,6 +3,7 @@ never the lane object; each step owns whatever state it keeps between its plan a
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only: this module imports nothing of the lanes at run time
@@ -48,6 +49,10 @@ class RuntimeStep:
     def source(self) -> SourceIdentity | None:
         """The archived source (``None`` until it is archived, e.g. while planning)."""
         return self.stage.ident
+
+    def log_dir(self, attempt: str) -> str:
+        """Where *attempt* (a deploy's or a confirmation's) keeps its transcripts on the host."""
+        return os.path.join(self.host.scratch_root or "", ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
     def receipt_id(self) -> str:
         """The receipt's id, given it now when it has none (a step's transcript copies live next to it)."""

@@ -75,6 +75,10 @@ class Verification:
     def failed_checks(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
 
+    def why(self) -> str:
+        """Why it proves nothing: the error, else each failed check."""
+        return self.error or "; ".join(self.failed_checks()) or "not proven"
+
     def document(self) -> VerifyFound:
         return VerifyFound(step=self.step, proven=self.proven, receipt=self.receipt, checks=self.checks,
                            error=self.error, interrupted=self.interrupted, output=self.not_receipt or UNSET)
