@@ -169,8 +169,7 @@ class RuntimeRollback(RuntimeUpdate):
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = Verify(pre=pre.to_dict())
         self.require_quiescent(pre)
-        step = self.receipt.plan.get("activate")
-        assert self.activation is not None
+        step = self.receipt.plan.get("activate")  # planned by make_plan, as run() found an activation
         self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
                          f"{quote_argv(step.planned_argv)}")
         result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds)
