@@ -150,10 +150,11 @@ class AllocationDeploy(RuntimeStep):
         the job's state every 10 s for the live line."""
         values: dict[str, SlotValue] = {
             "attempt": attempt, "progress": protocol.progress_option(str(progress.POLL_SECONDS) if live else None)}
-        if self.stage_dir is not None:
-            values["stage"] = self.stage_dir
-        if self.source is not None and self.source.archive_sha256:
-            values["archive_sha256"] = self.source.archive_sha256
+        stage, source = self.stage.dir, self.stage.ident  # None while planning: nothing staged or archived yet
+        if stage is not None:
+            values["stage"] = stage
+        if source is not None and source.archive_sha256:
+            values["archive_sha256"] = source.archive_sha256
         return values  # a value missing here is refused by plan.filled before anything runs
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
@@ -227,7 +228,7 @@ class AllocationDeploy(RuntimeStep):
             discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
                                         + ("starting the build" if detached else "submitting"), call.stderr)
         if detached:
@@ -304,7 +305,7 @@ class AllocationDeploy(RuntimeStep):
                          signalled, signalled or "the job's end was not established")
         deploy = receipt.deploy
         if summary.submitted is False:
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.sbatch_exit_code}): "
                                f"{' '.join(summary.notes)} {summary.sbatch_stderr.strip()[-500:]}")
         if summary.timed_out:
@@ -324,7 +325,7 @@ class AllocationDeploy(RuntimeStep):
             self.tampered(sinks, f"batch job {deploy.job_id}")
         if signalled and summary.never_started is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
                                "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding

@@ -10,7 +10,6 @@ if TYPE_CHECKING:  # annotations only: this module imports nothing of the lanes 
     from ..config import HostConfig, RuntimeProfile
     from ..context import RunContext
     from ..report.receipt import Receipt
-    from ..source import SourceIdentity
     from ..ssh.transport import Transport
     from .staging import SourceStage
 
@@ -34,21 +33,9 @@ class RuntimeStep:
         """A step of this kind built from the same inputs as *other*."""
         return cls(other.ctx, other.host, other.profile, other.receipt, other.sha, other.stage)
 
-    def login(self) -> Transport:
-        return self.ctx.login(self.host)
-
     def build_transport(self) -> Transport:
         """Where the profile builds (``update_host``, else the login host)."""
         return self.ctx.remote(self.host, self.profile.update_host)
-
-    @property
-    def stage_dir(self) -> str | None:
-        return self.stage.dir
-
-    @property
-    def source(self) -> SourceIdentity | None:
-        """The archived source (``None`` until it is archived, e.g. while planning)."""
-        return self.stage.ident
 
     def log_dir(self, attempt: str) -> str:
         """Where *attempt* (a deploy's or a confirmation's) keeps its transcripts on the host."""
@@ -59,7 +46,4 @@ class RuntimeStep:
         if self.receipt.id is None:
             self.receipt.id = self.ctx.state.new_receipt_id(self.receipt.lane, self.receipt.host, self.receipt.program)
         return self.receipt.id
-
-    def reclaim(self, success: bool) -> None:
-        self.stage.reclaim(success)
 
