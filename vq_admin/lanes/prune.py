@@ -193,7 +193,7 @@ class RuntimePrune:
         me = view.driver_id(self.ctx.state)
         found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
         for driver, roots in sorted(found.items()):
-            if driver == me or driver == forgotten:
+            if driver in (me, forgotten):
                 continue
             for root in roots.roots:
                 self.add(root.sha, f"root of {driver} ({root.kind})")

@@ -62,15 +62,18 @@ class Verification:
     #: :func:`vq_admin.record.view.take` reads it
     record: object = None
 
+    def _judged(self) -> bool:
+        """The verify answered with a receipt, and its checks were judged."""
+        return not self.interrupted and self.error is None and self.receipt is not None
+
     @property
     def proven(self) -> bool:
-        return not self.interrupted and self.error is None and self.receipt is not None and all_ok(self.checks)
+        return self._judged() and all_ok(self.checks)
 
     def proven_but_label(self) -> bool:
         """Every check passed but the tag's: the requested SHA is active and verified under another
         label (CONTRACT section 15: the SHA is the identity, a tag a label)."""
-        return (not self.interrupted and self.error is None and self.receipt is not None and bool(self.checks)
-                and all(c.ok for c in self.checks if c.name != "tag"))
+        return self._judged() and bool(self.checks) and all(c.ok for c in self.checks if c.name != "tag")
 
     def failed_checks(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
