@@ -118,29 +118,27 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     record cleared in between leaves the step skipped."""
     previous = _previous(inputs)
     plan = inputs.receipt.plan
+    step = plan.get(PREVIOUS) if plan.has(PREVIOUS) else None
     if previous is None:
-        if plan.has(PREVIOUS):
-            step = plan.get(PREVIOUS)
+        if step is not None:
             step.status, step.detail = "skipped", "the attempt record was cleared after this run was planned"
         return
     login, argv, _purpose = _reconcile_place(inputs, previous)
-    if not plan.has(PREVIOUS) or plan.get(PREVIOUS).planned_argv != argv or plan.get(PREVIOUS).where != login.where:
+    if step is None or step.planned_argv != argv or step.where != login.where:
         raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous.attempt}) appeared "
                      "or changed after this run was planned: another run was cut off meanwhile; "
                      f"{READ_ONLY_RAN}: rerun")
-    ctx = inputs.ctx
     detached, confirm = previous.kind == "detached", previous.kind == "confirm"
-    step = plan.get(PREVIOUS)
-    ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
-                f"{previous.attempt_dir}; reconciling its {'build' if detached else 'job'}")
+    inputs.ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
+                       f"{previous.attempt_dir}; reconciling its {'build' if detached else 'job'}")
     call = read_only_call(step, login, RECONCILE_CALL_TIMEOUT)
     summary = call.summary or Summary()
     inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
-    ended = (summary.job_state != "RUNNING" if detached or confirm
-             else summary.established or summary.fenced or not summary.job_id)
-    if confirm and call.complete and ended:
+    ended = call.complete and (summary.job_state != "RUNNING" if detached or confirm
+                               else summary.established or summary.fenced or not summary.job_id)
+    if confirm and ended:
         _record_verdict(inputs, previous, call.answered("confirm"))
-    if call.complete and ended:
+    if ended:
         step.status = "ok"
         clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
         settled(step)

@@ -30,7 +30,6 @@ usage error) are never taken for it.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
 from typing import Callable
@@ -131,10 +130,6 @@ class AllocationDeploy(RuntimeStep):
     #: The kind of attempt it runs under (:mod:`.allocation_attempt`).
     KIND = "allocation"
 
-    def log_dir(self, attempt: str) -> str:
-        root = self.host.scratch_root or ""
-        return os.path.join(root, ".vq-admin", "runtime-deploy", self.profile.program, attempt)
-
     def planned_argv(self, command: ProviderCommand) -> list[str]:
         """The agent argv of the deploy step (``alloc-run``, or ``detach-run`` for a detached build), with
         its slots (:data:`ATTEMPT`, :data:`ARCHIVE`, :data:`ARCHIVE_SHA256`, :data:`PROGRESS`); *command* is
@@ -155,10 +150,11 @@ class AllocationDeploy(RuntimeStep):
         the job's state every 10 s for the live line."""
         values: dict[str, SlotValue] = {
             "attempt": attempt, "progress": protocol.progress_option(str(progress.POLL_SECONDS) if live else None)}
-        if self.stage_dir is not None:
-            values["stage"] = self.stage_dir
-        if self.source is not None and self.source.archive_sha256:
-            values["archive_sha256"] = self.source.archive_sha256
+        stage, source = self.stage.dir, self.stage.ident  # None while planning: nothing staged or archived yet
+        if stage is not None:
+            values["stage"] = stage
+        if source is not None and source.archive_sha256:
+            values["archive_sha256"] = source.archive_sha256
         return values  # a value missing here is refused by plan.filled before anything runs
 
     def plan(self, command: ProviderCommand, purpose: str) -> None:
@@ -193,8 +189,7 @@ class AllocationDeploy(RuntimeStep):
         call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
         (never running it again)."""
         ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
-        if receipt.id is None:  # the transcript copy lives next to the receipt
-            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        self.receipt_id()  # the transcript copy lives next to the receipt
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
         receipt.deploy = deploy.replace(attempt=attempt, attempt_dir=directory, log_dir=directory)
@@ -220,7 +215,7 @@ class AllocationDeploy(RuntimeStep):
         # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
         # and the attempt record is current (their ``step-after``)
         settled(step)
-        if call.step is not None and call.step is not step:
+        if call.step is not step:  # framed_step gave every call its step
             settled(call.step)
         return result
 
@@ -233,7 +228,7 @@ class AllocationDeploy(RuntimeStep):
             discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
                                         + ("starting the build" if detached else "submitting"), call.stderr)
         if detached:
@@ -250,7 +245,6 @@ class AllocationDeploy(RuntimeStep):
         """Run *step* (its planned argv, slots filled from *values*) as one framed agent call on
         *transport* into fresh transcript sinks; *starting* runs once the step has started and was not
         refused, just before the call (the attempt record)."""
-        assert self.receipt.id is not None  # deploy() gave the receipt its id
 
         def observe(kind: str, value: JsonObject) -> None:
             if kind == "job":  # known the moment it arrives, even if vq-admin is interrupted later in the call
@@ -261,7 +255,7 @@ class AllocationDeploy(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt.id, on_record=observe,
+        return framed_step(step, transport, values, timeout, self.ctx.state, self.receipt_id(), on_record=observe,
                            starting=starting)
 
     def _reconcile(self, attempt: str, deadline: float, sinks: dict[str, TranscriptSink], transport: Transport,
@@ -311,7 +305,7 @@ class AllocationDeploy(RuntimeStep):
                          signalled, signalled or "the job's end was not established")
         deploy = receipt.deploy
         if summary.submitted is False:
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise VqAdminError(f"deploy: sbatch did not submit the job (exit {summary.sbatch_exit_code}): "
                                f"{' '.join(summary.notes)} {summary.sbatch_stderr.strip()[-500:]}")
         if summary.timed_out:
@@ -331,7 +325,7 @@ class AllocationDeploy(RuntimeStep):
             self.tampered(sinks, f"batch job {deploy.job_id}")
         if signalled and summary.never_started is True:  # the scheduler never gave it a node
             allocation_attempt.clear(self)
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
                                "before it started; nothing ran")
         if signalled:  # the job did not choose its exit status: read back before deciding
@@ -398,7 +392,7 @@ class AllocationDeploy(RuntimeStep):
                     f"log directory {self.receipt.deploy.log_dir} on the host the whole of them")
             self.receipt.notes.append(note)
             self.ctx.narrate(note)
-        return str(paths[0].parent) if paths and not failed and paths[0] is not None else None
+        return str(paths[0].parent) if not failed and paths[0] is not None else None
 
 
 def _status(summary: Summary) -> int:
@@ -414,7 +408,7 @@ def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> s
     if got is None:
         return "the stream was cut before the end"
     algorithm, digest = got.checksum, got.digest
-    if algorithm is None or algorithm not in checksum.ALGORITHMS:
+    if algorithm not in checksum.ALGORITHMS:
         return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
     if got.bytes != sink.bytes or digest != sink.digest_as(algorithm):
         return f"received {sink.bytes} bytes, the helper sent {got.bytes}"

@@ -171,7 +171,7 @@ def run_places(steps: Plan, agent: Sequence[str], host_name: str, places: list[P
 def refuse(where: str, words: list[tuple[str, str]], refused: list[Any], fallback: str) -> NoReturn:
     """Refuse (77) naming each refused path's configuration keys and its problem."""
     lines = [f"{', '.join(keys_of(words, item.get('path')))}: {item.get('problem')}"
-             for item in (refused if isinstance(refused, list) else []) if isinstance(item, dict)]
+             for item in refused if isinstance(item, dict)]
     detail = "; ".join(lines) or fallback
     raise Refused(f"refused on {where}: {detail}; no configured command was run there")
 

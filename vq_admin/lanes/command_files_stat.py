@@ -91,10 +91,7 @@ def parse_realpaths(result: RunResult, count: int) -> list[str] | None:
     parts = result.stdout.split(b"\0")
     if len(parts) != count + 1 or parts[-1] != b"":
         return None
-    try:
-        reals = [os.fsdecode(p) for p in parts[:-1]]
-    except UnicodeDecodeError:
-        return None
+    reals = [os.fsdecode(p) for p in parts[:-1]]
     return reals if all(r.startswith("/") and os.path.normpath(r) == r for r in reals) else None
 
 

@@ -89,32 +89,33 @@ def unconfirmed_refusal(step: RuntimeStep) -> None:
                   + (" (or --accept-regression REASON: its only fault was a metric)" if metric_only else ""))
 
 
-def confirm_words(words: Sequence[str], program: str, sha: str, launcher: str) -> list[str]:
-    """The confirmation command's argv: ``<confirm_command words> --program P --expected-sha SHA --launcher L``."""
-    return [*words, "--program", program, "--expected-sha", sha, "--launcher", launcher]
+def confirm_argv(host: HostConfig, profile: RuntimeProfile, sha: str, launcher: str, attempt: str,
+                 baseline: list[tuple[str, str]], *, accept_regression: bool,
+                 progress_words: Sequence[str] = ()) -> list[str]:
+    """The agent's ``confirm-run`` argv of *profile*'s confirmation job, whose command is
+    ``<confirm_command words> --program P --expected-sha SHA --launcher L``."""
+    c = profile.confirm
+    assert c is not None and host.scratch_root
+    command = [*c.command, "--program", profile.program, "--expected-sha", sha, "--launcher", launcher]
+    return protocol.confirm_run(
+        host.agent, root=host.scratch_root, program=profile.program, attempt=attempt,
+        timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
+        baseline=baseline, accept_regression=accept_regression, revert=[], command=command,
+        progress_words=progress_words)
 
 
 class Confirmation(RuntimeStep):
     """The ``confirm`` step, built from the lane's inputs."""
 
-    def log_dir(self, attempt: str) -> str:
-        return f"{self.host.scratch_root}/.vq-admin/runtime-deploy/{self.profile.program}/{attempt}"
-
-    def planned_argv(self, *, revert: bool = True) -> list[str]:
-        c = self.profile.confirm
-        assert c is not None and self.host.scratch_root
-        command = confirm_words(c.command, self.profile.program, self.sha, LAUNCHER)
-        argv = protocol.confirm_run(
-            self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
-            timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
-            baseline=[], accept_regression=bool(self.ctx.options.accept_regression), revert=[],
-            command=command, progress_words=[PROGRESS])
+    def planned_argv(self) -> list[str]:
+        argv = confirm_argv(self.host, self.profile, self.sha, LAUNCHER, ATTEMPT, [],
+                            accept_regression=bool(self.ctx.options.accept_regression), progress_words=[PROGRESS])
         end = argv.index(protocol.END)
-        return [*argv[:end], BASELINE, *([REVERT] if revert else []), *argv[end:]]
+        return [*argv[:end], BASELINE, REVERT, *argv[end:]]
 
-    def plan(self, *, revert: bool = True) -> None:
+    def plan(self) -> None:
         where = self.ctx.login(self.host).where
-        self.receipt.plan.add(STEP, where, self.planned_argv(revert=revert),
+        self.receipt.plan.add(STEP, where, self.planned_argv(),
                               "prove the new generation by a Slurm batch job through its launcher; a failed job "
                               "reverts to the previous generation on the login host (it outlives this run)")
         self.receipt.plan.add_when_needed(RECONCILE, where, protocol.confirm_reconcile(
@@ -133,8 +134,7 @@ class Confirmation(RuntimeStep):
         job's id, state, exit status, node, seconds, metrics, output) and ``revert`` (what the host ran)."""
         ctx, receipt, c = self.ctx, self.receipt, self.profile.confirm
         assert c is not None
-        if receipt.id is None:
-            receipt.id = ctx.state.new_receipt_id(receipt.lane, receipt.host, receipt.program)
+        self.receipt_id()  # the transcript copy lives next to the receipt
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
         base = confirmation.baseline(ctx.state, self.host.name, self.profile.program,
@@ -146,8 +146,6 @@ class Confirmation(RuntimeStep):
             "revert": self.revert_argv(previous, request),
             "progress": protocol.progress_option(str(progress.POLL_SECONDS) if view else None)}
         step = receipt.plan.get(STEP)
-        if not any(w == REVERT for w in step.planned_argv):
-            del values["revert"]
         ctx.narrate(f"confirming {self.profile.program} {self.sha} by a batch job through {launcher}: "
                     f"{quote_argv(list(c.command))} (transcripts in {directory})")
         receipt.confirm = Confirm(attempt_dir=directory, job_id=None, state=None)
@@ -161,8 +159,7 @@ class Confirmation(RuntimeStep):
         with progress.live(ctx, view):
             call, sinks = self._call(step, values, c.timeout_seconds + MARGIN, view.on_record if view else None,
                                      starting)
-        if not call.complete and call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT \
-                and "job" not in call.records:
+        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
             allocation_attempt.clear(self)
             confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
                 status=confirmation.UNCONFIRMED, reason="the job was not submitted"))
@@ -178,7 +175,6 @@ class Confirmation(RuntimeStep):
     def _call(self, step: Step, values: dict[str, SlotValue], timeout: float, on_record: OnRecord | None,
               starting: Callable[[], None] | None) -> tuple[StreamCall, dict[str, TranscriptSink]]:
         receipt, login = self.receipt, self.ctx.login(self.host)
-        assert receipt.id is not None
 
         def observe(kind: str, value: JsonObject) -> None:
             if kind == "job" and value.get("job_id") and receipt.confirm is not None:
@@ -186,21 +182,21 @@ class Confirmation(RuntimeStep):
             if on_record is not None:
                 on_record(kind, value)
 
-        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, receipt.id, prefix="confirm-",
+        call, sinks = framed_step(step, login, values, timeout, self.ctx.state, self.receipt_id(), prefix="confirm-",
                                   on_record=observe, starting=starting)
         settled(step)
         return call, sinks
 
     def conclude(self, call: StreamCall, sinks: dict[str, TranscriptSink], directory: str) -> Confirm:
-        """The receipt's ``confirm`` from the agent's summary, the attempt record cleared once the verdict is in."""
+        """The receipt's ``confirm`` (as :meth:`run` started it) from the agent's summary, the attempt record
+        cleared once the verdict is in; *sinks* are the call's (:func:`framed_step` always fills them)."""
         verdict = call.answered("confirm")
-        paths = [sink.commit() for sink in sinks.values()] if sinks else []
-        output = ConfirmOutput(stdout=sinks["stdout"].text() if sinks else "",
-                               stderr=sinks["stderr"].text() if sinks else "", complete=call.complete,
-                               log_dir=directory,
-                               transcript=str(paths[0].parent) if paths and paths[0] is not None else None)
-        started = self.receipt.confirm or Confirm(attempt_dir=directory, job_id=None, state=None)
-        confirm = started.replace(output=output)
+        stored = sinks["stdout"].commit()
+        sinks["stderr"].commit()
+        output = ConfirmOutput(stdout=sinks["stdout"].text(), stderr=sinks["stderr"].text(), complete=call.complete,
+                               log_dir=directory, transcript=str(stored.parent) if stored is not None else None)
+        assert self.receipt.confirm is not None  # run() started it
+        confirm = self.receipt.confirm.replace(output=output)
         if not isinstance(verdict, dict):
             confirm = confirm.replace(passed=None, problems=[
                 f"the confirmation's verdict could not be read ({call.describe()}); it goes on on the login host: "
@@ -228,14 +224,9 @@ def health_job(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sha: 
     against that generation's own passed confirmation.  Returns the agent's verdict (``passed`` None when
     there is none) and whether a run's work holds the lease."""
     c = profile.confirm
-    assert c is not None and host.scratch_root
+    assert c is not None
     base = confirmation.baseline(ctx.state, host.name, profile.program, sha)
-    command = confirm_words(c.command, profile.program, sha, launcher)
-    argv = protocol.confirm_run(
-        host.agent, root=host.scratch_root, program=profile.program, attempt=new_attempt_name(),
-        timeout=f"{c.timeout_seconds:g}", sbatch_args=c.sbatch_args, metrics=[m.word() for m in c.metrics],
-        baseline=sorted(base.items()), accept_regression=False, revert=[],
-        command=command)
+    argv = confirm_argv(host, profile, sha, launcher, new_attempt_name(), sorted(base.items()), accept_regression=False)
     login = ctx.login(host)
     step = plan.add("confirm-job", login.where, argv, "the confirmation job against the active generation "
                     "(read-only: nothing activated or reverted)")

@@ -155,7 +155,7 @@ def _record_check(update: "RuntimeLane", index: int, words: list[tuple[str, str]
     step.argv, step.seconds = step.planned_argv, seconds
     step.purpose += PURPOSE
     refused = answer.get("refused") if isinstance(answer, dict) else None
-    if not isinstance(answer, dict) or not isinstance(refused, list):
+    if not isinstance(refused, list):  # also when the answer is no object at all
         step.status, step.exit_code = "failed", None
         step.detail = "the agent's session answered no check-paths result"
         raise VqAdminError(f"{step.name}: {step.detail}; no configured command was run")

@@ -130,7 +130,8 @@ class HelperUpdate:
         cmd = self.command()
         verb = "install" if self.ctx.options.cluster_install else "update"
         plan.add("helper", build, cmd.argv, f"helper provider {self.host.helper_provider}: {verb}",
-                 self.helper_env(cmd))
+                 {**dict(cmd.env), "VQ_HELPER_STAGE": STAGE, "VQ_HELPER_EXPECTED_SHA": str(self.sha),
+                  "VQ_HELPER_EXPECTED_TREE_SHA256": TREE_SHA256})  # the slots filled when it runs
         plan.add("readback", login, identity,
                  "read the live helper's identity on the login host (re-read while a shared filesystem lags)")
         self.staging.plan_reclaim()
@@ -146,13 +147,6 @@ class HelperUpdate:
         return remote_paths.gather([(self.ctx.login(h), f"{prefix}.agent", h.agent),
                                     (stage, f"{prefix}.agent", h.agent),
                                     (stage, f"{prefix}.{key}", words)])
-
-    def helper_env(self, cmd: ProviderCommand) -> dict[str, str]:
-        """The helper command's planned environment (its slots filled when it runs)."""
-        env = dict(cmd.env)
-        env.update(VQ_HELPER_STAGE=STAGE, VQ_HELPER_EXPECTED_SHA=str(self.sha),
-                   VQ_HELPER_EXPECTED_TREE_SHA256=TREE_SHA256)
-        return env
 
     def run(self) -> Receipt:
         self.make_plan()

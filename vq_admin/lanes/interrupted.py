@@ -16,26 +16,26 @@ def left_behind(receipt: Receipt, readback: Readback) -> Readback:
     """*readback* with the facts of what an interrupted run may have left running or on disk."""
     deploy, facts = receipt.deploy, {}
     steps = {s.name: s for s in receipt.plan.steps}
-    started = steps.get("deploy") is not None and steps["deploy"].argv is not None
-    if deploy.build_place == "allocation" and started:
+    step, prepare = steps.get("deploy"), steps.get("prepare")
+    if step is None or step.argv is None:
+        build = "no build was started"
+    elif deploy.build_place == "allocation":
         facts = known(deploy, "job_id", "job_state", "attempt", "attempt_dir", "log_dir")
         job = deploy.job_id or f"the job whose id is recorded in {deploy.attempt_dir}/job (if it was submitted)"
         build = (f"batch job {job} was not cancelled: it keeps running, or waiting in the queue, to its end; "
                  "the next run of this lane reconciles it from the attempt record before building")
-    elif deploy.detached and started and not deploy.established and not deploy.timed_out:
+    elif deploy.detached and not deploy.established and not deploy.timed_out:
         from .detached_step import left_running
 
         facts = known(deploy, "attempt", "attempt_dir", "log_dir", "pid")
         build = left_running(deploy)
-    elif started and steps["deploy"].status not in ("ok", "failed"):
-        build = f"the provider's deploy may still be running on {steps['deploy'].where}"
-    elif started:
-        build = f"the deploy on {steps['deploy'].where} had ended ({steps['deploy'].status})"
+    elif step.status in ("ok", "failed"):
+        build = f"the deploy on {step.where} had ended ({step.status})"
     else:
-        build = "no build was started"
-    prepare = steps.get("prepare")
+        build = f"the provider's deploy may still be running on {step.where}"
+    # interrupted: execute() started it (its argv recorded), and its end was never read
     preparer = (f"the site preparer may still be running on {prepare.where}"
-                if prepare is not None and prepare.argv is not None and prepare.status == "interrupted" else UNSET)
+                if prepare is not None and prepare.status == "interrupted" else UNSET)
     return readback.replace(stage=left_stage(receipt), build=build, preparer=preparer, **facts)
 
 

@@ -50,7 +50,7 @@ class MirrorFeed(RuntimeStep):
         """Add the mirror steps (and the preparer) to the plan when the profile feeds a mirror."""
         p = self.profile
         assert p.feed_source_mirror is not None and p.source_repo is not None  # planned only for a fed mirror
-        login = self.login()
+        login = self.ctx.login(self.host)
         feed = Feed(login=login, path=p.feed_source_mirror, repo=p.source_repo, sha=self.sha, lane=p.lane,
                     preparer_reads=p.preparer_reads, program=p.program, host=self.host.name,
                     timeout=p.timeout_seconds, run=self._recorder(), ssh_key=f"hosts.{self.host.name}.ssh")
@@ -95,7 +95,7 @@ class MirrorFeed(RuntimeStep):
                 next_command=rerun_command(self.ctx, self.receipt),
                 advice="rerunning reads the mirror first: a feed that did apply shows as unchanged refs",
             )
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise
         except VqAdminError:
             self._record(feed)
@@ -103,7 +103,7 @@ class MirrorFeed(RuntimeStep):
             if cut:  # e.g. mirror-probe or mirror-read cut off: failed is honest (nothing pushed), and said so
                 self.receipt.interruption = Interruption(step=cut[-1].name, transport=cut[-1].detail,
                                                          installed="nothing", stage="no source stage was created")
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             raise
         self._record(feed)
         changed = [r.ref for r in feed.refs if r.action in ("create", "fast-forward")]
@@ -128,18 +128,17 @@ class MirrorFeed(RuntimeStep):
 
     def _record(self, feed: Feed) -> None:
         self.receipt.mirror = Mirror.from_value(feed.to_receipt(), "mirror")
-        if feed.notes:
-            notes = self.receipt.notes
-            for note in feed.notes:
-                if note not in notes:
-                    notes.append(note)
-                    self.ctx.narrate(note)
+        for note in feed.notes:
+            if note not in self.receipt.notes:
+                self.receipt.notes.append(note)
+                self.ctx.narrate(note)
 
     def _prepare(self, feed: Feed) -> None:
         """The site preparer, on the login host, reading exactly ``feed.source_ref``."""
         step = self.receipt.plan.get("prepare")
         self.ctx.narrate(f"preparing on {step.where}: {quote_argv(step.planned_argv)}")
-        result = execute(step, self.login(), timeout=self.profile.timeout_seconds)  # prepare_argv(feed.source_ref)
+        # the planned prepare_argv(feed.source_ref)
+        result = execute(step, self.ctx.login(self.host), timeout=self.profile.timeout_seconds)
         if result.interrupted:
             self.receipt.readback = Readback(
                 read=(f"the mirror feed was confirmed by read-back; the preparer's end could not be read "
@@ -154,7 +153,7 @@ class MirrorFeed(RuntimeStep):
             raise Interrupted(f"prepare: {result.describe()}; the preparer may still be running on {step.where}; "
                               f"nothing was staged or built; rerun the update once it has finished")
         if result.exit_code != 0:
-            self.reclaim(success=False)
+            self.stage.reclaim(success=False)
             tail = " | ".join(result.error_text().splitlines()[-3:])
             raise VqAdminError(f"prepare: the preparer exited {result.exit_code} on {step.where}"
                                + (f": {tail}" if tail else ""))

@@ -48,7 +48,6 @@ from ..state import history
 from ..state.records import Verified
 from ..launcher import registry
 from ..core import protocol
-from ..config import HostConfig, RuntimeProfile
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused, UsageError
 from ..plan import Step, execute, filled
@@ -80,8 +79,6 @@ class RuntimePrune:
         self.used_within = used_within
         #: ``--forget-driver ID``: a retired driver whose roots this prune drops, recorded on the host
         self.forget = forget
-        self.host: HostConfig
-        self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         self.keep_recent = keep_recent
         where = f"hosts.{host_name}.scheduler_runtime_deployments.{program}"
@@ -156,9 +153,8 @@ class RuntimePrune:
         pre = self.verify(self.pre)
         self.receipt.verify = Verify(pre=pre.to_dict())
         if not pre.proven:
-            detail = pre.error or "; ".join(pre.failed_checks()) or "not proven"
             raise Refused(f"verify-active: the active generation of {self.profile.program} on {self.host.name} is not "
-                          f"proven to be LAST OK {self.sha} ({detail}); nothing was pruned")
+                          f"proven to be LAST OK {self.sha} ({pre.why()}); nothing was pruned")
         assert pre.receipt is not None  # proven
         #: what the host's record gets of this prune: the active generation it proved (LAST OK stays as it is)
         self.proved = Verified(sha=self.sha, tag=pre.receipt.tag, launcher=pre.receipt.active_path,
@@ -197,7 +193,7 @@ class RuntimePrune:
         me = view.driver_id(self.ctx.state)
         found = view.newest_roots(view.entries(self.ctx.state, host, program), self.ctx.config.signing is not None)
         for driver, roots in sorted(found.items()):
-            if driver == me or driver == forgotten:
+            if driver in (me, forgotten):
                 continue
             for root in roots.roots:
                 self.add(root.sha, f"root of {driver} ({root.kind})")
@@ -294,29 +290,27 @@ class RuntimePrune:
                                         advice="what the provider removed is not known; rerunning prunes again "
                                                "with a fresh census and reports what is gone")
             return conclude(ctx, receipt, Outcome.UNKNOWN)
-        failures: list[str] = []
-        report = None
+        failures = ([exited("prune: the provider", result.exit_code, result.error_text())]
+                    if result.exit_code != 0 else [])
         try:
             report = PruneReport.parse(result.stdout)
         except EvidenceError as exc:
             failures.append(f"prune: {exc}")
-        if result.exit_code != 0:
-            failures.insert(0, exited("prune: the provider", result.exit_code, result.error_text()))
-        if report is not None:
+        else:
             self.note(removed=list(report.removed), kept=list(report.kept))
             for sha in report.removed:
                 receipt.id = receipt.id or ctx.state.new_receipt_id("runtime", self.host.name, self.profile.program)
                 registry.mark_pruned(ctx.state.root, self.host.name, self.profile.program, sha, receipt.id, utc_now())
-            for sha in sorted(set(report.removed) & set(self.keep)):
-                failures.append(f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})")
+            failures += [f"prune: the provider removed {sha}, which was kept ({', '.join(self.keep[sha])})"
+                         for sha in sorted(set(report.removed) & set(self.keep))]
         post = self.verify(self.post)
         receipt.verify = receipt.verify.replace(final=post.to_dict())
         unread: list[str] = []
         if post.interrupted:
             unread.append(f"verify: {post.error}")
         elif not post.proven:
-            detail = post.error or "; ".join(post.failed_checks()) or "not proven"
-            failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: {detail}")
+            failures.append(f"verify: the active generation {self.sha} is no longer proven after the prune: "
+                            f"{post.why()}")
         kept_failures, kept_unread = self.check_kept()
         failures += kept_failures
         unread += kept_unread

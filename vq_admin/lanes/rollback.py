@@ -98,13 +98,10 @@ class RuntimeRollback(RuntimeUpdate):
                           f"{self.entry.sha} --retry-confirmation")
         super().__init__(ctx, host_name, program, self.entry.sha, self.entry.tag)
         self.activation: ProviderCommand | None = ctx.providers.runtime_activate(
-            self.profile.provider, self.request(archive=None, where=self.activate_place))
+            self.profile.provider,
+            self.request(archive=None, where="build-host" if self.profile.update_host else "login-host"))
         self.receipt.rollback = Rollback(from_=None, to=self.sha, via="activate" if self.activation else "update")
         self.receipt.rerun = ["vq", "admin", "rollback", self.profile.program, self.host.name, "--to", self.sha]
-
-    @property
-    def activate_place(self) -> str:
-        return "build-host" if self.profile.update_host else "login-host"
 
     def make_plan(self) -> None:
         if self.activation is None:
@@ -172,8 +169,7 @@ class RuntimeRollback(RuntimeUpdate):
             return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = Verify(pre=pre.to_dict())
         self.require_quiescent(pre)
-        step = self.receipt.plan.get("activate")
-        assert self.activation is not None
+        step = self.receipt.plan.get("activate")  # planned by make_plan, as run() found an activation
         self.ctx.narrate(f"activating {self.profile.program} {self.sha} on {step.where}: "
                          f"{quote_argv(step.planned_argv)}")
         result = execute(step, self.build_transport(), timeout=self.profile.timeout_seconds)

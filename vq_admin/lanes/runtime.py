@@ -24,7 +24,6 @@ import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from msgspec import UNSET
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
 from vq_admin_hookspecs.slots import place, place_env
 
@@ -32,7 +31,6 @@ from ..config import authority
 from ..core.identifiers import TAG_RE
 from ..report import progress
 from .. import source
-from ..config import HostConfig, RuntimeProfile
 from ..evidence import LAUNCHER_TRUST
 from ..launcher import registry
 from ..context import RunContext
@@ -69,8 +67,6 @@ class RuntimeUpdate:
 
     def __init__(self, ctx: RunContext, host_name: str, program: str, sha: str, tag: str | None):
         self.ctx = ctx
-        self.host: HostConfig
-        self.profile: RuntimeProfile
         self.host, self.profile = authority.runtime_profile(ctx.config, host_name, program)
         if ctx.options.cluster_install and not self.profile.has_install:
             raise UsageError(f"--cluster-install: profile {program} on {host_name} has no install operation "
@@ -219,14 +215,16 @@ class RuntimeUpdate:
             self.receipt.errors.append(f"pre-verify: {pre.error}")
             return self.unknown(PRE_VERIFY_CUT, changed=False)
         self.previous = self.previous_generation(pre)
-        if self.proves(pre, before=True) and self.confirmation is not None and self.reconfirm():
-            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
-            return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
-        if self.proves(pre, before=True) and not self.ctx.options.force:
-            self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on {self.host.name}")
-            self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
-            return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.receipt.verify = Verify(pre=pre.to_dict())
+        if self.proves(pre, before=True):
+            if self.confirmation is not None and self.reconfirm():
+                self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
+                return self.confirm(pre)  # the SHA is active already: only its confirmation runs again
+            if not self.ctx.options.force:
+                self.ctx.narrate(f"{self.profile.program} {self.sha} is already active and verified on "
+                                 f"{self.host.name}")
+                self.receipt.verify = Verify(pre=pre.to_dict(), final=pre.to_dict())
+                return conclude(self.ctx, self.receipt, Outcome.ALREADY_CURRENT, self.verified_identity(pre))
         self.require_quiescent(pre)
         if self.mirror is not None:
             self.mirror.run()
@@ -268,18 +266,15 @@ class RuntimeUpdate:
         from ..state.confirmation import skip_as_revert_target
         from .confirm_step import Previous
 
-        found = pre.receipt
-        previous: Previous | None = None
+        found, host, program = pre.receipt, self.host.name, self.profile.program
         if found is not None and found.source_sha and found.source_sha.lower() != self.sha:
-            previous = Previous(found.source_sha.lower(), found.tag)
+            previous: Previous | None = Previous(found.source_sha.lower(), found.tag)
         else:
-            last = self.ctx.state.verified("runtime", self.host.name, self.profile.program)
+            last = self.ctx.state.verified("runtime", host, program)
             previous = Previous(last.sha, last.tag or None) if last is not None and last.sha != self.sha else None
-        host, program = self.host.name, self.profile.program
         if previous is None or not skip_as_revert_target(self.ctx.state, host, program, previous.sha):
             return previous
-        from ..launcher import registry  # else the newest verified generation that may be gone back to
-
+        # else the newest verified generation that may be gone back to
         for entry in reversed(registry.entries(self.ctx.state.root, host, program)):
             sha = entry.sha
             if (sha != self.sha and registry.pruned(self.ctx.state.root, host, program, sha) is None
@@ -312,7 +307,7 @@ class RuntimeUpdate:
                 self.receipt.notes.append(f"accepted regression ({self.ctx.options.accept_regression}): "
                                           + "; ".join(result.accepted.regressed or []))
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
-        if result.passed is None or result.passed is UNSET:
+        if result.passed is not False:  # None or UNSET: the verdict could not be read
             return self.unknown(ended_message(result), changed=True)
         self.receipt.errors.append(f"confirm: {ended_message(result)}")
         self.staging.reclaim(success=False)
@@ -391,7 +386,7 @@ class RuntimeUpdate:
                 allocation_attempt.clear(self.inputs)
             self.staging.reclaim(success=True)
             return conclude(self.ctx, self.receipt, Outcome.OK, self.verified_identity(found))
-        detail = found.error or "; ".join(self.verify_errors(found)) or "not proven"
+        detail = found.error or "; ".join(self.verify_errors(found))
         return self.unknown(f"read-back could not prove {self.sha} active: {detail}", changed=True)
 
     def unknown(self, reason: str, *, changed: bool) -> Receipt:

@@ -3,13 +3,13 @@ never the lane object; each step owns whatever state it keeps between its plan a
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only: this module imports nothing of the lanes at run time
     from ..config import HostConfig, RuntimeProfile
     from ..context import RunContext
     from ..report.receipt import Receipt
-    from ..source import SourceIdentity
     from ..ssh.transport import Transport
     from .staging import SourceStage
 
@@ -33,22 +33,17 @@ class RuntimeStep:
         """A step of this kind built from the same inputs as *other*."""
         return cls(other.ctx, other.host, other.profile, other.receipt, other.sha, other.stage)
 
-    def login(self) -> Transport:
-        return self.ctx.login(self.host)
-
     def build_transport(self) -> Transport:
         """Where the profile builds (``update_host``, else the login host)."""
         return self.ctx.remote(self.host, self.profile.update_host)
 
-    @property
-    def stage_dir(self) -> str | None:
-        return self.stage.dir
+    def log_dir(self, attempt: str) -> str:
+        """Where *attempt* (a deploy's or a confirmation's) keeps its transcripts on the host."""
+        return os.path.join(self.host.scratch_root or "", ".vq-admin", "runtime-deploy", self.profile.program, attempt)
 
-    @property
-    def source(self) -> SourceIdentity | None:
-        """The archived source (``None`` until it is archived, e.g. while planning)."""
-        return self.stage.ident
-
-    def reclaim(self, success: bool) -> None:
-        self.stage.reclaim(success)
+    def receipt_id(self) -> str:
+        """The receipt's id, given it now when it has none (a step's transcript copies live next to it)."""
+        if self.receipt.id is None:
+            self.receipt.id = self.ctx.state.new_receipt_id(self.receipt.lane, self.receipt.host, self.receipt.program)
+        return self.receipt.id
 

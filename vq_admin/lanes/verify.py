@@ -62,18 +62,25 @@ class Verification:
     #: :func:`vq_admin.record.view.take` reads it
     record: object = None
 
+    def _judged(self) -> bool:
+        """The verify answered with a receipt, and its checks were judged."""
+        return not self.interrupted and self.error is None and self.receipt is not None
+
     @property
     def proven(self) -> bool:
-        return not self.interrupted and self.error is None and self.receipt is not None and all_ok(self.checks)
+        return self._judged() and all_ok(self.checks)
 
     def proven_but_label(self) -> bool:
         """Every check passed but the tag's: the requested SHA is active and verified under another
         label (CONTRACT section 15: the SHA is the identity, a tag a label)."""
-        return (not self.interrupted and self.error is None and self.receipt is not None and bool(self.checks)
-                and all(c.ok for c in self.checks if c.name != "tag"))
+        return self._judged() and bool(self.checks) and all(c.ok for c in self.checks if c.name != "tag")
 
     def failed_checks(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
+
+    def why(self) -> str:
+        """Why it proves nothing: the error, else each failed check."""
+        return self.error or "; ".join(self.failed_checks()) or "not proven"
 
     def document(self) -> VerifyFound:
         return VerifyFound(step=self.step, proven=self.proven, receipt=self.receipt, checks=self.checks,
@@ -97,12 +104,11 @@ def plan_verify(ctx: RunContext, plan: Plan, name: str, host: HostConfig, profil
     """
     command = ctx.providers.runtime_verify(profile.provider, request)
     where = ctx.login(host).where
-    lease_of = profile.program if peek_lease else None
-    after = None
+    lease_of, after = None, None
     if peek_lease:
         from ..record.view import cursor
 
-        after = cursor(ctx.state, host.name, profile.program)
+        lease_of, after = profile.program, cursor(ctx.state, host.name, profile.program)
     verify = plan.add(name, where, protocol.verify_readback(host.agent, command.argv, lease_of, after),
                       "read-only verify receipt on the login host (the agent runs the provider's verify)",
                       dict(command.env))
