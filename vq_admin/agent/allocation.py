@@ -497,8 +497,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     sub: slurmjob.Submission | None = None
     try:
         summary = base_summary(attempt)
-        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
-                    if progress else None)
+        reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
 
         def on_job_id(job_id: str, sbatch_pid: int) -> None:
             try:
@@ -508,15 +507,11 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-            if reporter is not None:
-                reporter.start(job_id)
+            reporter.start(job_id)
 
-        try:
+        with reporter:
             sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id,
                                            pass_fds=(work_fd,))
-        finally:
-            if reporter is not None:
-                reporter.stop()
         summary.update({"job_id": sub.job_id, "submitted": sub.submitted, "sbatch_exit_code": sub.sbatch_exit_code,
                         "timed_out": sub.timed_out, "cancel": sub.cancel, "sbatch_stderr": sub.stderr})
         if sub.error:

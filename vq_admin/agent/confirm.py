@@ -136,22 +136,11 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
     """The supervisor (own session; holds the lease's work lock until the verdict is written): never returns."""
     code = 70
     try:
-        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_IGN)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.close(null)
+        detached.quiet(signal.SIG_IGN)
         spec = protocol.decode((attempt.read(SPEC_FILE, 1 << 20) or b"{}").decode("utf-8"))
         started = time.monotonic()
         record: detached.BuildRecord = {"supervisor_pid": os.getpid(), "started": utc_now(),
                                         "supervisor_start_time": procs.proc_start_time(os.getpid())}
-        attempt.write_file(detached.BUILD_FILE, json.dumps(record, sort_keys=True).encode())
-        try:
-            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
-            os.close(report_fd)
-        except OSError:
-            pass
 
         def on_job_id(job_id: str | None, sbatch_pid: int = 0) -> None:
             if job_id is not None:
@@ -163,6 +152,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                 pass
 
         on_job_id(None)
+        detached.announce(attempt, report_fd, record)
 
         argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
         sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
@@ -207,9 +197,7 @@ def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord],
                 if reporter is not None:
                     reporter.start(job_id)
         verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
-        alive = record is not None and detached.process_alive(record.get("supervisor_pid"),
-                                                              record.get("supervisor_start_time"))
-        if verdict is not None or not alive or time.monotonic() >= deadline:
+        if verdict is not None or not detached.supervisor_alive(record) or time.monotonic() >= deadline:
             return verdict
         time.sleep(detached.POLL)
 
@@ -221,8 +209,7 @@ def _summary(attempt: allocation.Attempt, verdict: Optional[Verdict], record: Op
     if verdict is not None:
         summary.update({"job_id": verdict.get("job_id"), "job_state": verdict.get("state"),
                         "exit_code": verdict.get("exit_code"), "job_exit_code": verdict.get("job_exit_code")})
-    elif record is not None and detached.process_alive(record.get("supervisor_pid"),
-                                                       record.get("supervisor_start_time")):
+    elif record is not None and detached.supervisor_alive(record):
         summary["job_id"] = attempt.read_job_id()
         summary["job_state"] = "RUNNING"
         summary["notes"].append(f"the confirmation (supervisor pid {record.get('supervisor_pid')}) is still under way")
@@ -246,13 +233,9 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
         record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
         os.close(work_fd)
         work_fd = -1
-        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
-                    if progress else None)
-        try:  # the supervisor bounds the job; this bound only covers a wedged scheduler
+        # the supervisor bounds the job; this bound only covers a wedged scheduler
+        with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
             verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
-        finally:
-            if reporter is not None:
-                reporter.stop()
         return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
                                  settle_kw=detached._one_look(None), progress=bool(progress))
     finally:
@@ -269,11 +252,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         if fenced:
             return allocation.end_fenced(frames, allocation.base_summary(attempt), "submit")
-        record = detached.read_build(attempt)
-        deadline = time.monotonic() + min(timeout, detached.START_WAIT)
-        while record is None and alive and time.monotonic() < deadline:
-            time.sleep(detached.POLL)
-            record = detached.read_build(attempt)
+        record = detached.await_build(attempt, alive, min(timeout, detached.START_WAIT))
         verdict = _follow(attempt, record, timeout, frames, None)
         summary = _summary(attempt, verdict, record)
         summary["reconciled"] = True

@@ -81,6 +81,11 @@ def process_alive(pid: int | None, start_time: str | None) -> bool:
     return isinstance(pid, int) and pid > 1 and procs.process_alive(pid, start_time)
 
 
+def supervisor_alive(record: BuildRecord | None) -> bool:
+    """The supervisor that wrote *record* still runs."""
+    return record is not None and process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))
+
+
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
     """The JSON object in *name* inside the attempt (never through a symlink), or ``None``."""
     return json_object(attempt.read(name, RECORD_LIMIT + 1), limit=RECORD_LIMIT)
@@ -91,9 +96,42 @@ def read_build(attempt: allocation.Attempt) -> BuildRecord | None:
     return cast("BuildRecord | None", read_record(attempt, BUILD_FILE))
 
 
+def await_build(attempt: allocation.Attempt, alive: bool, wait: float) -> BuildRecord | None:
+    """The ``build`` record, waiting up to *wait* seconds for it while the original agent is *alive* (it
+    may still start the supervisor)."""
+    deadline = time.monotonic() + wait
+    record = read_build(attempt)
+    while record is None and alive and time.monotonic() < deadline:
+        time.sleep(POLL)
+        record = read_build(attempt)
+    return record
+
+
 def read_exit(attempt: allocation.Attempt) -> ExitRecord | None:
     """The ``exit`` record (this agent's supervisor wrote it, atomically), or ``None``."""
     return cast("ExitRecord | None", read_record(attempt, EXIT_FILE))
+
+
+def quiet(sigpipe: int) -> None:
+    """The start of a supervisor: SIGHUP and SIGINT ignored, SIGPIPE set to *sigpipe*, and nothing of the
+    ssh session kept open (0, 1 and 2 on ``/dev/null``)."""
+    for sig, how in ((signal.SIGHUP, signal.SIG_IGN), (signal.SIGINT, signal.SIG_IGN), (signal.SIGPIPE, sigpipe)):
+        signal.signal(sig, how)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def announce(attempt: allocation.Attempt, report_fd: int, record: BuildRecord) -> None:
+    """Write the ``build`` record atomically, then hand it to the agent waiting in :func:`start`."""
+    line = json.dumps(record, sort_keys=True)
+    attempt.write_file(BUILD_FILE, line.encode())
+    try:
+        os.write(report_fd, (line + "\n").encode())
+        os.close(report_fd)
+    except OSError:
+        pass  # the agent is gone: the supervisor goes on regardless
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -102,13 +140,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
     inherited from the agent, until it ends): never returns."""
     code = 70
     try:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):  # nothing of the ssh session stays open here
-            os.dup2(null, fd)
-        os.close(null)
+        quiet(signal.SIG_DFL)
         out, err = (os.open(name, TEMP_FLAGS, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
@@ -119,17 +151,12 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                              supervisor_start_time=procs.proc_start_time(os.getpid()),
                              argv_sha256=binding.argv_sha256, archive_sha256=binding.archive_sha256,
                              started=utc_now())
-        attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
                                            "attempt": attempt.path, "since": record["started"]})
         except OSError:
             pass  # the lock is held all the same; only its record is missing
-        try:
-            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
-            os.close(report_fd)
-        except OSError:
-            pass  # the agent is gone: the build runs on regardless
+        announce(attempt, report_fd, record)
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = ExitRecord(exit_code=status if status >= 0 else None, signal=-status if status < 0 else None,
@@ -175,8 +202,7 @@ def _state(record: BuildRecord) -> tuple[str | None, str | None]:
 
 def _running(record: BuildRecord) -> bool:
     """The recorded build or its supervisor still runs."""
-    return (process_alive(record.get("pid"), record.get("start_time"))
-            or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time")))
+    return process_alive(record.get("pid"), record.get("start_time")) or supervisor_alive(record)
 
 
 def _stop_build(attempt: allocation.Attempt, record: BuildRecord) -> Cancel:
@@ -252,16 +278,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
         work_fd = -1
         summary = _summary(attempt, record)
         frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
-        reporter = None
-        if progress:
-            reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
-                                state=lambda _: _state(record))
+        with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
+                      state=lambda _: _state(record)) as reporter:
             reporter.start(f"pid {record.get('pid')}")
-        try:
             end = _wait_for_exit(attempt, record, timeout)
-        finally:
-            if reporter is not None:
-                reporter.stop()
         if end is None and process_alive(record.get("pid"), record.get("start_time")):
             cancel = _stop_build(attempt, record)
             summary.update({"timed_out": True, "cancel": cancel})
@@ -290,11 +310,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         if fenced:
             return allocation.end_fenced(frames, summary, "start a build")
         deadline = time.monotonic() + timeout
-        record = read_build(attempt)
-        start_deadline = min(deadline, time.monotonic() + START_WAIT)
-        while record is None and alive and time.monotonic() < start_deadline:
-            time.sleep(POLL)  # the original agent is alive and may still start the build
-            record = read_build(attempt)
+        record = await_build(attempt, alive, min(timeout, START_WAIT))
         if record is None:
             summary["notes"].append("no build was recorded in the attempt: it never started")
             summary["submitted"] = False if not alive else None

@@ -102,19 +102,21 @@ class SettleRecord(TypedDict):
 
 
 class Reporter:
-    """Sends ``wait`` records every *interval* seconds from :meth:`start` until :meth:`stop`."""
+    """Sends ``wait`` records every *interval* seconds from :meth:`start` until the ``with`` block ends
+    (none at all without an *interval*: ``--progress`` was not given)."""
 
-    def __init__(self, emit: Callable[[WaitRecord], None], attempt_fd: int, interval: float,
+    def __init__(self, emit: Callable[[WaitRecord], None], attempt_fd: int, interval: Optional[float],
                  state: Callable[[str], Tuple[Optional[str], Optional[str]]] = queue_state):
         self.emit, self.attempt_fd = emit, attempt_fd
-        self.interval = max(MIN_INTERVAL, interval)
+        self.interval = max(MIN_INTERVAL, interval) if interval else None
         self.state = state
         self._stop = threading.Event()
         self._worker: Optional[threading.Thread] = None
 
     def start(self, job_id: str) -> None:
-        self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
-        self._worker.start()
+        if self.interval is not None:
+            self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
+            self._worker.start()
 
     def _loop(self, job_id: str) -> None:
         while not self._stop.is_set():
@@ -127,7 +129,10 @@ class Reporter:
             if self._stop.wait(self.interval):
                 return
 
-    def stop(self) -> None:
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._worker is not None:
             self._worker.join(timeout=SQUEUE_TIMEOUT + 5)
