@@ -100,9 +100,7 @@ class Cache:
             return
         directory = cache_dir()
         try:  # as the lease's directory; then opened level by level below the state home, never through a link
-            securepath.check(directory, what="census cache directory", missing_ok=True)
-            securepath.makedirs_private(directory)
-            securepath.check(directory, what="census cache directory")
+            securepath.make_private_dir(directory, what="census cache directory")
             self.fd = safedirs.open_chain(default_paths.state_home(), ["vq-admin-agent", "census"], create=False)
             self.key = self._key()
         except (OSError, securepath.Untrusted, safedirs.UnsafePath) as exc:

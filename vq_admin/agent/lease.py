@@ -245,13 +245,6 @@ def _write_atomic(path: str, data: bytes) -> None:
     atomic.write(path, data, sync=False)
 
 
-def prepare_dir(directory: str) -> None:
-    """Create the lease directory owner-only; refuse it unless it passes the secure-path rule."""
-    securepath.check(directory, what="lease directory", missing_ok=True)
-    securepath.makedirs_private(directory)
-    securepath.check(directory, what="lease directory")
-
-
 def open_lock(path: str) -> int:
     """Open (or create) the lock file without following a symlink."""
     try:
@@ -288,7 +281,7 @@ def hold_work(program: str) -> Tuple[int, str]:
     """Take the work lock of *program*'s runtime lease for a build or job about to start: ``(fd, lease
     path)``; the holder keeps *fd* open until the work has ended.  Raises :class:`WorkHeld`."""
     directory = paths.agent_lock_dir()
-    prepare_dir(directory)
+    securepath.make_private_dir(directory, what="lease directory")
     path = os.path.join(directory, lock_name("runtime", program))
     fd = open_lock(path + WORK)
     if not try_lock(fd, path + WORK):
@@ -325,7 +318,7 @@ def take(request: LeaseRequest) -> Tuple[LeaseAnswer, Optional[int]]:
     path = os.path.join(directory, name)
     fd = -1
     try:
-        prepare_dir(directory)
+        securepath.make_private_dir(directory, what="lease directory")
         fd = open_lock(path)
         found = None if try_lock(fd, path) else contended(fd, path)
         answer: LeaseAnswer

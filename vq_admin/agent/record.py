@@ -74,15 +74,8 @@ def parse_name(name: str) -> Optional[Tuple[int, bool]]:
     return None
 
 
-def _open_dir(path: str, create: bool) -> Optional[int]:
-    """The record directory, checked (secure-path rule) and opened; ``None`` when missing and not *create*."""
-    if create:
-        securepath.check(path, what="record directory", missing_ok=True)
-        securepath.makedirs_private(path)
-    elif not os.path.lexists(path):
-        return None
-    securepath.check(path, what="record directory")
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+#: How the record directory is opened, once it passed the secure-path rule.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Appended:
@@ -91,8 +84,8 @@ def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Ap
     if not statement or len(statement) > MAX_ENTRY or (sig is not None and (not sig or len(sig) > MAX_ENTRY)):
         raise ValueError(f"a record entry must be 1 to {MAX_ENTRY} bytes, its signature too")
     path = directory(program)
-    dir_fd = _open_dir(path, create=True)
-    assert dir_fd is not None
+    securepath.make_private_dir(path, what="record directory")
+    dir_fd = os.open(path, DIR_FLAGS)
     try:
         lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         try:
@@ -130,11 +123,13 @@ def read_after(program: Optional[str], cursor: int) -> RecordRead:
     text that is not UTF-8 or too large); ``last`` is the largest number answered (or *cursor*).  A
     record directory that fails the secure-path rule answers ``error`` and no entry."""
     try:
-        dir_fd = _open_dir(directory(program), create=False)
+        path = directory(program)
+        if not os.path.lexists(path):
+            return {"entries": [], "last": cursor}
+        securepath.check(path, what="record directory")
+        dir_fd = os.open(path, DIR_FLAGS)
     except (ValueError, securepath.Untrusted) as exc:
         return {"entries": [], "last": cursor, "error": str(exc)}
-    if dir_fd is None:
-        return {"entries": [], "last": cursor}
     try:
         names = sorted((parsed[0], name) for name, parsed in ((n, parse_name(n)) for n in os.listdir(dir_fd))
                        if parsed and not parsed[1] and parsed[0] > cursor)
