@@ -517,7 +517,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         if sub.error:
             summary["notes"].append(sub.error)
         job_id = sub.job_id  # not None exactly when sub.submitted
-        if job_id is not None and not sub.timed_out and sub.sbatch_exit_code is not None:
+        if job_id is not None and not sub.timed_out:  # then sbatch's exit code is known
             summary.update({"exit_code": sub.sbatch_exit_code, "established": True, "end_source": "sbatch"})
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
@@ -529,8 +529,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                     summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
-                                    + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
-                                       else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+                                    + sub.cancelled("vq-admin cancelled it"))
             if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
                 search = slurmjob.wait_for_end(sub.job_id, f"vq-deploy-{program}", CANCEL_STATE_WAIT, poll=1.0)
                 summary["job_state"] = search.end.state if search.end else search.last_state

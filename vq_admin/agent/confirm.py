@@ -165,8 +165,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
             problems.append(f"sbatch did not submit the job (exit {sub.sbatch_exit_code}): {sub.stderr.strip()[-300:]}")
         elif sub.timed_out:
             problems.append(f"the job did not end within confirm_timeout_seconds ({spec['timeout']:g} s); "
-                            + ("it was cancelled" if (sub.cancel or {}).get("ok") else
-                               f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+                            + sub.cancelled("it was cancelled"))
         elif verdict["state"] != "COMPLETED" or verdict["exit_code"] != 0:
             problems.append(f"job {sub.job_id} ended {verdict['state'] or 'in an unknown state'} with exit code "
                             f"{verdict['job_exit_code'] or verdict['exit_code']}")

@@ -218,13 +218,12 @@ def describe_work(work: Optional[Holder]) -> str:
     session = run.get("agent_pid")
     driver = ("whose session on this host (agent pid {}) is still open".format(session)
               if procs.process_alive(session) else "whose driver has ended (its session here is gone)")
+    job = work.get("job_id") or "(id not yet recorded)"
     if work.get("kind") == "confirm":
-        job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the confirmation job {job} (attempt {work.get('attempt')}, supervisor pid {work.get('pid')} "
                 f"on {work.get('host')}) that {started} submitted, {driver}; it ends when the job has ended and, "
                 f"if it failed, the previous generation is re-activated (squeue -j {job})")
     if work.get("kind") == "job":
-        job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the allocation job {job} (attempt {work.get('attempt')}, sbatch --wait pid "
                 f"{work.get('pid')} on {work.get('host')}) that {started} submitted, {driver}; it ends when the "
                 f"job ends (squeue -j {job}; scancel {job} to end it)")

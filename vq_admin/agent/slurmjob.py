@@ -233,6 +233,11 @@ class Submission:
     def submitted(self) -> bool:
         return self.job_id is not None
 
+    def cancelled(self, done: str) -> str:
+        """*done* when the job was cancelled at the bound, else why cancelling it failed."""
+        cancel = self.cancel or {}
+        return done if cancel.get("ok") else f"cancelling it failed: {cancel.get('message')}"
+
 
 def cancel(job_id: str) -> dict[str, object]:
     code, out, err = query(["scancel", job_id])
