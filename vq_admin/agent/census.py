@@ -114,7 +114,7 @@ class Cache:
         if found is not None and re.match(rb"\A[0-9a-f]{64}\Z", found.strip()):
             return bytes.fromhex(found.strip().decode())
         key = secrets.token_hex(32)  # missing or not trusted: a new key (every older seal then fails)
-        self._replace("key", key.encode())
+        atomic.write("key", key.encode(), dir_fd=self.fd, sync=False)
         return bytes.fromhex(key)
 
     def seal(self, job: str, submit: str, found: "List[str]") -> str:
@@ -168,13 +168,10 @@ class Cache:
             total += size
             jobs[job] = {"submit": submit, "words": found, "mac": self.seal(job, submit, found)}
         try:
-            self._replace(self.name, protocol.encode({"schema": CACHE_SCHEMA, "cluster": self.cluster,
-                                                      "jobs": jobs}).encode())
+            atomic.write(self.name, protocol.encode({"schema": CACHE_SCHEMA, "cluster": self.cluster,
+                                                     "jobs": jobs}).encode(), dir_fd=self.fd, sync=False)
         except OSError as exc:
             self.problem = f"the cache could not be written: {exc}"
-
-    def _replace(self, name: str, data: bytes) -> None:
-        atomic.write(name, data, dir_fd=self.fd, sync=False)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -254,11 +251,10 @@ def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster:
     return script
 
 
-def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "CensusAnswer":
+def take(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "CensusAnswer":
     """The census answer (``complete`` true), or :class:`CensusFailed` whose ``args`` are the message and
     the cost so far; *run* runs one scheduler argv (default: :func:`spawn.run_captured`), *cache* opens
     the cache of a cluster."""
-    run = run or _run
     started = time.monotonic()
     cost: "CensusCost" = {"jobs_listed": 0, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0,
                               "cache_problem": None, "scheduler_calls": 1}
@@ -305,7 +301,7 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
             opened.close()
 
 
-def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
+def answer(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
     """The ``census`` verb's answer and exit status: 0 complete, 1 failed (``complete`` false, ``error``)."""
     try:
         return take(run, cache), 0

@@ -117,10 +117,12 @@ def _sinfo() -> Sinfo:
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
     states = dict(Counter(out.decode("utf-8", "replace").split()))
-    error = err.decode("utf-8", "replace").strip()[-300:] or None
-    if code == 0 and not states:
+    error = None
+    if code:
+        error = err.decode("utf-8", "replace").strip()[-300:] or None
+    elif not states:
         error = "sinfo listed no nodes"
-    return {"argv": argv, "exit_code": code, "states": states, "error": error if (code or not states) else None}
+    return {"argv": argv, "exit_code": code, "states": states, "error": error}
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:

@@ -91,10 +91,10 @@ def identity() -> Identity:
     archive = zip_archive(pkg)
     present = archive is None and os.path.lexists(os.path.join(root, RECORD_NAME))
     problems: list[str] = []
+    record = None
     if archive is not None:  # a single-file zipapp: its bytes are its identity
         scope, path = "zipapp", archive
         digest = file_sha256(archive)
-        record = None
     elif present:
         scope, path = "release", root
         digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
@@ -104,7 +104,6 @@ def identity() -> Identity:
     else:
         scope, path = "package", os.path.realpath(pkg)
         digest = directory_tree_sha256(path)
-        record = None
     if not present:
         state = "missing"
     elif record is not None and record.tree_sha256 == digest:

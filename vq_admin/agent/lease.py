@@ -232,8 +232,9 @@ def describe_work(work: Optional[Holder]) -> str:
             f"that {started} started, {driver}; it ends when the build ends")
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Replace the holder record *path* with *data*, atomically (a temporary file renamed over it).
+def write_holder(path: str, record: Holder) -> None:
+    """Replace the holder record of the lock *path* (:func:`read_holder`'s), atomically (a temporary file
+    renamed over it).
 
     Not ``fsync``-ed: the record means something only while the process it names runs (a reader
     checks that, :func:`current_holder`), and a crash of the host ends that process and frees its
@@ -241,7 +242,7 @@ def _write_atomic(path: str, data: bytes) -> None:
     holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
     disk flush (several ms on a local disk, more on a shared scratch filesystem).
     """
-    atomic.write(path, data, sync=False)
+    atomic.write(path + ".holder", protocol.encode(record).encode(), sync=False)
 
 
 def open_lock(path: str) -> int:
@@ -293,7 +294,7 @@ def hold_work(program: str) -> Tuple[int, str]:
 def record_work(path: str, record: Holder) -> None:
     """Record what holds the work lock of the lease *path* (with the session that started it)."""
     record = {**record, "session": read_holder(path) or {}, "host": os.uname().nodename}
-    _write_atomic(path + WORK + ".holder", protocol.encode(record).encode())
+    write_holder(path + WORK, record)
 
 
 def end_work(fd: int, path: str) -> None:
@@ -328,7 +329,7 @@ def take(request: LeaseRequest) -> Tuple[LeaseAnswer, Optional[int]]:
             if work is None:
                 record: Holder = {**holder, "agent_pid": os.getpid(), "agent_ppid": os.getppid(),
                                   "agent_host": os.uname().nodename}
-                _write_atomic(path + ".holder", protocol.encode(record).encode())
+                write_holder(path, record)
                 return {"held": True, "lock": path, "holder": record}, fd
             answer = {"held": False, "exit": EXIT_HELD, "lock": path + WORK, "holder": work,
                       "message": describe_work(work)}
