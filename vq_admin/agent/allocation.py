@@ -428,7 +428,7 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: Summary, *, settle_kw
         kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, most))
     # through the attempt this agent created and holds open, never its path (which another user may
     # have redirected while the job waited)
-    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm, dir_fd=attempt.fd), **kw)
+    result: SettleResult = settle(DirectoryObserver(attempt.fd, algorithm), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
         summary["retention"] = retention.prune(attempt.program_fd, attempt.name)
