@@ -334,9 +334,9 @@ def open_attempt(root: str, program: str, name: str) -> tuple[Attempt, bool, boo
     return Attempt(root, program, name, pfd, fd, live), fenced, alive
 
 
-def job_script(python: str | None = None) -> bytes:
+def job_script() -> bytes:
     """The batch script: a fixed Python program (only the interpreter line varies)."""
-    python = python or sys.executable
+    python = sys.executable
     if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
         python = "/usr/bin/env python3"
     else:
@@ -555,8 +555,7 @@ def end_fenced(frames: FrameWriter, summary: Summary, start: str) -> Summary:
     return summary
 
 
-def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: SettleOptions | None = None, poll: float = 2.0) -> Summary:
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter) -> Summary:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:
@@ -577,14 +576,13 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         else:
             summary["submitted"] = True
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-            search = slurmjob.wait_for_end(job_id, f"vq-deploy-{program}", max(0.0, deadline - time.monotonic()),
-                                           poll=poll)
+            search = slurmjob.wait_for_end(job_id, f"vq-deploy-{program}", max(0.0, deadline - time.monotonic()))
             summary["notes"].extend(search.notes)
             summary["job_state"] = search.last_state
             if search.end is not None:
                 end = search.end
                 summary.update({"job_state": end.state, "job_exit_code": end.raw_exit, "exit_code": end.exit_code,
                                 "end_source": end.source, "established": True})
-        return finish(attempt, frames, summary, settle_kw=settle_kw)
+        return finish(attempt, frames, summary)
     finally:
         attempt.close()

@@ -236,7 +236,7 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
         with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
             verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
         return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
-                                 settle_kw=detached._one_look(None), progress=bool(progress))
+                                 settle_kw=detached.ONE_LOOK, progress=bool(progress))
     finally:
         if work_fd >= 0:
             os.close(work_fd)
@@ -255,6 +255,6 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         verdict = _follow(attempt, record, timeout, frames, None)
         summary = _summary(attempt, verdict, record)
         summary["reconciled"] = True
-        return allocation.finish(attempt, frames, summary, settle_kw=detached._one_look(None))
+        return allocation.finish(attempt, frames, summary, settle_kw=detached.ONE_LOOK)
     finally:
         attempt.close()

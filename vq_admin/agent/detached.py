@@ -255,16 +255,14 @@ def _establish(summary: allocation.Summary, end: ExitRecord | None, record: Buil
                                 "(the supervisor was killed?)")
 
 
-def _one_look(settle_kw: allocation.SettleOptions | None) -> allocation.SettleOptions:
-    """A fixed-host build's transcripts are files on this host, written by a build whose end is
-    recorded (or that still runs: then they are incomplete however long they are watched): one
-    observation, no settle.  The settle is for a batch job's files seen through a shared filesystem."""
-    return {**(settle_kw or {}), "max_observations": 1, "required": 1}
+#: A fixed-host build's transcripts are files on this host, written by a build whose end is
+#: recorded (or that still runs: then they are incomplete however long they are watched): one
+#: observation, no settle.  The settle is for a batch job's files seen through a shared filesystem.
+ONE_LOOK: allocation.SettleOptions = {"max_observations": 1, "required": 1}
 
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
-        attempt_name: str | None = None, *, settle_kw: allocation.SettleOptions | None = None,
-        archive: str | None = None, archive_sha256: str | None = None,
+        attempt_name: str | None = None, *, archive: str | None = None, archive_sha256: str | None = None,
         progress: float | None = None) -> allocation.Summary:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
     # the supervisor keeps the lease's work lock until the build has ended
@@ -290,15 +288,15 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
                 summary.update({"exit_code": end.get("exit_code"), "exit_signal": end.get("signal")})
         else:
             _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
+        return allocation.finish(attempt, frames, summary, settle_kw=ONE_LOOK, progress=bool(progress))
     finally:
         if work_fd >= 0:
             os.close(work_fd)
         attempt.close()
 
 
-def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: allocation.SettleOptions | None = None) -> allocation.Summary:
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter,
+              ) -> allocation.Summary:
     """Establish the end of the attempt's detached build (never starts one), then :func:`allocation.finish`."""
     attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
     try:
@@ -318,6 +316,6 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
             frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
         _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw))
+        return allocation.finish(attempt, frames, summary, settle_kw=ONE_LOOK)
     finally:
         attempt.close()
