@@ -140,7 +140,7 @@ class Cache:
                 sealed = hmac.compare_digest(str(mac), self.seal(job, submit, found))
             except (TypeError, KeyError, ValueError):
                 sealed = False
-            if sealed and isinstance(found, list) and all(isinstance(w, str) for w in found):
+            if sealed:  # the seal is this account's key's: the entry is what a census wrote (a list of words)
                 self.entries[job] = (submit, found)
             else:
                 self.rejected += 1
@@ -182,15 +182,14 @@ class Cache:
 def _listing(out: bytes, token: str) -> "List[List[str]]":
     """The records of the listing *out* (each the :data:`FIELDS`' values), or :class:`CensusFailed`."""
     text = out.decode("utf-8", "replace")  # paths are bytes to Slurm; SHAs are ASCII
-    parts = text.split(token)
+    parts = ("\n" + text).split(token)  # each record on a line of its own: the first too
     if parts[-1].strip() or (len(parts) - 1) % len(FIELDS):
         raise CensusFailed(f"the squeue listing does not parse (its last line: {text[-200:]!r})")
     records = [parts[i:i + len(FIELDS)] for i in range(0, len(parts) - 1, len(FIELDS))]
-    for i, record in enumerate(records):
-        if i:
-            if not record[0].startswith("\n"):
-                raise CensusFailed(f"the squeue listing does not parse at job {record[0][:40]!r}")
-            record[0] = record[0][1:]
+    for record in records:
+        if not record[0].startswith("\n"):
+            raise CensusFailed(f"the squeue listing does not parse at job {record[0][:40]!r}")
+        record[0] = record[0][1:]
         job, _, state, user, submit, batch = record[:6]
         if not (JOB_ID_RE.match(job) and re.match(r"\A[A-Z_]+\Z", state) and user and batch in ("0", "1")):
             raise CensusFailed(f"the squeue listing holds a record that is not a job: {record[:6]!r}")

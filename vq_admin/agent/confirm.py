@@ -98,10 +98,11 @@ def _metrics(attempt: allocation.Attempt) -> Dict[str, str]:
     return {name: value.strip() for name, value in METRIC_RE.findall(text)}
 
 
-def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Verdict:
+def _end(sub: slurmjob.Submission, program: str) -> Verdict:
     """What Slurm reports of the job's end: state, raw ExitCode, exit status, node."""
+    job_id = sub.job_id
     out: Verdict = {"job_id": job_id, "state": None, "exit_code": sub.sbatch_exit_code, "job_exit_code": None,
-                           "node": None}
+                    "node": None}
     if job_id is None:
         return out
     how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)
@@ -113,10 +114,10 @@ def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Verdi
         if search.end is not None:
             out.update({"state": search.end.state, "job_exit_code": search.end.raw_exit,
                         "exit_code": search.end.exit_code})
-    raw = str(out["job_exit_code"] or "")
-    if raw:
+    raw = out["job_exit_code"]
+    if raw:  # STATUS:SIGNAL, both digits (slurmjob.parse_fields and sacct_end read only that form)
         status, _, sig = raw.partition(":")
-        out["exit_code"] = int(status) if status.isdigit() and sig in ("", "0") else 128 + int(sig or 0)
+        out["exit_code"] = int(status) if sig == "0" else 128 + int(sig)
     return out
 
 
@@ -156,7 +157,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
 
         argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
         sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
-        verdict = _end(sub.job_id, sub, attempt.program)
+        verdict = _end(sub, attempt.program)
         verdict.update({"seconds": round(time.monotonic() - started, 3), "timed_out": sub.timed_out,
                         "cancel": sub.cancel, "submitted": sub.submitted, "sbatch_stderr": sub.stderr[-2000:],
                         "metrics": _metrics(attempt)})

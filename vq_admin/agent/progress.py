@@ -48,31 +48,31 @@ def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[
     return None, None
 
 
-def _tail(dir_fd: int, name: str) -> Tuple[Optional[float], bytes]:
-    """``(mtime, last bytes)`` of *name* below *dir_fd*, never through a symlink."""
+def _tail(dir_fd: int, name: str) -> Tuple[float, bytes]:
+    """``(mtime, last bytes)`` of *name* below *dir_fd*, never through a symlink (no bytes: none readable)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
-        return None, b""
+        return 0.0, b""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return None, b""
+            return 0.0, b""
         start = max(0, st.st_size - TAIL_BYTES)
         return st.st_mtime, os.pread(fd, TAIL_BYTES, start)
     except OSError:
-        return None, b""
+        return 0.0, b""
     finally:
         os.close(fd)
 
 
-def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple[Optional[str], Optional[str]]:
+def last_line(dir_fd: int) -> Tuple[Optional[str], Optional[str]]:
     """The last non-empty line of the transcript written most recently: ``(line, file name)``."""
     best = None
-    for name in names:
+    for name in ("stdout", "stderr"):
         mtime, data = _tail(dir_fd, name)
         lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
-        if mtime is not None and lines and (best is None or mtime >= best[0]):
+        if lines and (best is None or mtime >= best[0]):
             best = (mtime, lines[-1], name)
     if best is None:
         return None, None
