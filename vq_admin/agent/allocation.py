@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
+#: The batch job's name (the confirmation job's is :data:`.confirm.JOB_NAME`).
+JOB_NAME = "vq-deploy-{}"
 #: The first words of the job's stderr line in that case (the driver looks for it).
 JOB_TAMPERED_MARK = "vq-admin job: refused:"
 #: Largest argv.json the job reads.
@@ -403,10 +405,9 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding,
-                job_name: str | None = None) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding, job_name: str) -> list[str]:
     path = attempt.path
-    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name or 'vq-deploy-' + attempt.program}", *sbatch_args,
+    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]
@@ -466,7 +467,7 @@ def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], f
     spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
     binding = bind(spec, archive, archive_sha256)
     work_fd, lease_path = lease.hold_work(program)
-    try:
+    with safedirs.closed_on_error(work_fd):
         attempt = create_attempt(root, program, attempt_name)
         try:
             frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
@@ -475,9 +476,6 @@ def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], f
         except BaseException:
             attempt.close()
             raise
-    except BaseException:
-        os.close(work_fd)
-        raise
     return attempt, binding, work_fd, lease_path
 
 
@@ -495,6 +493,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     attempt, binding, work_fd, lease_path = prepare(root, program, argv, env, frames, attempt_name, archive,
                                                   archive_sha256)
     sub: slurmjob.Submission | None = None
+    name = JOB_NAME.format(program)
     try:
         summary = base_summary(attempt)
         reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
@@ -510,7 +509,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             reporter.start(job_id)
 
         with reporter:
-            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id,
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding, name), timeout, on_job_id,
                                            pass_fds=(work_fd,))
         summary.update({"job_id": sub.job_id, "submitted": sub.submitted, "sbatch_exit_code": sub.sbatch_exit_code,
                         "timed_out": sub.timed_out, "cancel": sub.cancel, "sbatch_stderr": sub.stderr})
@@ -524,14 +523,14 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 summary.update({"job_state": fields.get("JobState"), "job_exit_code": fields.get("ExitCode"),
                                 "never_started": slurmjob.never_started(fields)})
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
-                end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
+                end, _, _ = slurmjob.find_end(job_id, name)
                 if end is not None:
                     summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
                                     + sub.cancelled("vq-admin cancelled it"))
             if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
-                search = slurmjob.wait_for_end(sub.job_id, f"vq-deploy-{program}", CANCEL_STATE_WAIT, poll=1.0)
+                search = slurmjob.wait_for_end(sub.job_id, name, CANCEL_STATE_WAIT, poll=1.0)
                 summary["job_state"] = search.end.state if search.end else search.last_state
                 if search.end is not None:
                     summary["job_exit_code"] = search.end.raw_exit
@@ -576,7 +575,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         else:
             summary["submitted"] = True
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-            search = slurmjob.wait_for_end(job_id, f"vq-deploy-{program}", max(0.0, deadline - time.monotonic()))
+            search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), max(0.0, deadline - time.monotonic()))
             summary["notes"].extend(search.notes)
             summary["job_state"] = search.last_state
             if search.end is not None:

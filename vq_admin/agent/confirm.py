@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
 
 from . import allocation, detached, lease, slurmjob, spawn
-from ..core import procs, protocol
+from ..core import procs, protocol, safedirs
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
 from .progress import Reporter
@@ -227,20 +227,18 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
     attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, {}, frames, attempt_name,
                                                              None, None)
     try:
-        attempt.write_file(SPEC_FILE, json.dumps({
-            "sbatch_args": list(sbatch_args), "timeout": timeout, "metrics": list(metrics), "baseline": baseline,
-            "accept_regression": accept_regression, "revert": list(revert)}, sort_keys=True).encode())
-        record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
+        with safedirs.closed_on_error(work_fd):
+            attempt.write_file(SPEC_FILE, json.dumps({
+                "sbatch_args": list(sbatch_args), "timeout": timeout, "metrics": list(metrics), "baseline": baseline,
+                "accept_regression": accept_regression, "revert": list(revert)}, sort_keys=True).encode())
+            record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
         os.close(work_fd)
-        work_fd = -1
         # the supervisor bounds the job; this bound only covers a wedged scheduler
         with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
             verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
         return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
                                  settle_kw=detached.ONE_LOOK, progress=bool(progress))
     finally:
-        if work_fd >= 0:
-            os.close(work_fd)
         attempt.close()
 
 

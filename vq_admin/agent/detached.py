@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any, Callable, List, TypedDict, cast
 
 from . import allocation, lease, spawn
-from ..core import procs
+from ..core import procs, safedirs
 from ..core.atomic import TEMP_FLAGS
 from ..core.bounds import json_object
 from ..core.frames import FrameWriter
@@ -269,9 +269,9 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
     attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, env, frames, attempt_name,
                                                              archive, archive_sha256)
     try:
-        record = start(attempt, binding, (work_fd, lease_path))
+        with safedirs.closed_on_error(work_fd):
+            record = start(attempt, binding, (work_fd, lease_path))
         os.close(work_fd)
-        work_fd = -1
         summary = _summary(attempt, record)
         frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
@@ -290,8 +290,6 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
             _establish(summary, end, record)
         return allocation.finish(attempt, frames, summary, settle_kw=ONE_LOOK, progress=bool(progress))
     finally:
-        if work_fd >= 0:
-            os.close(work_fd)
         attempt.close()
 
 

@@ -111,7 +111,7 @@ def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_
     """Start *argv* with stdout on *out_w* and stderr on *err_w* (leading a process group of its own when
     *group*) and return its pid, or -1 where ``os.posix_spawn`` cannot plainly run it (see the module)."""
     inherited = inherited_fds() if hasattr(os, "posix_spawn") and spawn_reports_exec_errors() else None
-    if inherited is None or not argv or min(out_w, err_w) <= 2:
+    if inherited is None or min(out_w, err_w) <= 2:  # argv is never empty: every caller names a command
         return -1
     import signal
 
