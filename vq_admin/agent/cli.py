@@ -141,7 +141,7 @@ def cmd_install_file(args: argparse.Namespace) -> int:
 
 def _positive(text: str) -> float:
     value = float(text)
-    if not value > 0 or value == float("inf"):
+    if not 0 < value < float("inf"):  # NaN too
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite positive number of seconds")
     return value
 

@@ -21,6 +21,7 @@ Standard library only; Python 3.8 and later.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -65,7 +66,7 @@ def _number(value: str) -> Optional[float]:
         number = float(value)
     except ValueError:
         return None
-    return number if number == number and abs(number) != float("inf") else None
+    return number if math.isfinite(number) else None
 
 
 def judge(found: Dict[str, str], specs: Sequence[Tuple[str, str, float]], baseline: Dict[str, str]) -> List[str]:

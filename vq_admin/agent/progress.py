@@ -44,7 +44,7 @@ def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[
     for line in out.splitlines():
         state, _, reason = line.strip().partition("|")
         if state:
-            return state, (reason if reason and reason != "None" else None)
+            return state, (reason if reason not in ("", "None") else None)
     return None, None
 
 

@@ -29,13 +29,8 @@ LIVE_LOCK = ".live"
 
 
 def newest_first(names: Iterable[str]) -> list[str]:
-    """Attempt names, newest first (by the UTC stamp, then by name)."""
-    def key(name: str) -> tuple[str, str]:
-        m = ATTEMPT_RE.match(name)
-        assert m is not None
-        return m.group(1), name
-
-    return sorted(names, key=key, reverse=True)
+    """Attempt names (each matches :data:`ATTEMPT_RE`), newest first (by the UTC stamp, then by name)."""
+    return sorted(names, key=lambda name: (name.split(".")[1], name), reverse=True)
 
 
 def choose_removals(current: str, others: Iterable[str], size: Callable[[str], int],

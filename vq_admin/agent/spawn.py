@@ -163,24 +163,20 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         chunks: "Dict[int, List[bytes]]" = {out_r: [], err_r: []}
         live = {out_r, err_r}
         code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
-        timed_out = code is None
-        if code is None:
+        if code is None:  # the bound passed: its process group is ended here, and it is reaped below
+            import subprocess
+
             from ..core.procs import end_group  # a timeout only: not on the fast verbs' path
 
             end_group(pid, lambda grace: _read(chunks, live, time.monotonic() + grace) and False)
-            code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
         pid = -1
-        out, err = b"".join(chunks[out_r]), b"".join(chunks[err_r])
-        if timed_out:
-            import subprocess
-
-            raise subprocess.TimeoutExpired(argv, timeout or 0.0, out, err)
-        return code, out, err
+        return code, b"".join(chunks[out_r]), b"".join(chunks[err_r])
     finally:
         for fd in (out_r, out_w, err_r, err_w):
             if fd >= 0:
                 os.close(fd)
-        if pid >= 0:  # interrupted while reading (or reaping): end the command, as subprocess.run does
+        if pid >= 0:  # timed out, or interrupted while reading (or reaping): end the command, as subprocess.run does
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
