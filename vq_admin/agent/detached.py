@@ -78,7 +78,7 @@ class Cancel(TypedDict):
 
 def process_alive(pid: int | None, start_time: str | None) -> bool:
     """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
-    return isinstance(pid, int) and pid > 1 and procs.process_alive(pid, start_time)
+    return pid != 1 and procs.process_alive(pid, start_time)  # which refuses anything but a positive int
 
 
 def supervisor_alive(record: BuildRecord | None) -> bool:

@@ -39,8 +39,8 @@ def zip_archive(pkg: str) -> str | None:
     """The zipapp file *pkg* lives in (``vq-admin-agent.pyz``), or None for a directory."""
     if os.path.isdir(pkg):
         return None
-    head = pkg
-    while head and head != os.path.dirname(head):
+    head = pkg  # absolute: the loop ends at /
+    while head != os.path.dirname(head):
         head = os.path.dirname(head)
         if os.path.isfile(head):
             return os.path.realpath(head)

@@ -141,7 +141,8 @@ def settle(
     sleep: Callable[[float], None] = time.sleep,
     on_observation: Optional[Callable[[int, Sequence[Observation]], None]] = None,
 ) -> SettleResult:
-    """Observe until settled or *max_observations* were made.
+    """Observe until settled or *max_observations* were made (it and *required* are at least 1: the
+    settle's own defaults, or one look for a fixed-host build).
 
     Observation *k* (from 0) starts at ``start + k * interval``; when an
     observation itself takes longer than the interval the next one starts
@@ -150,8 +151,6 @@ def settle(
     *on_observation* (progress on a terminal) is called with the count and
     the history after each observation.
     """
-    if max_observations < 1 or required < 1:
-        raise ValueError("max_observations and required must be positive")
     name = getattr(observe, "algorithm", None) or checksum.default_algorithm()  # reported with the result
     start = clock()
     history: list[Observation] = []

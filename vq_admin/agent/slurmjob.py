@@ -210,7 +210,7 @@ def wait_for_end(job_id: str, job_name: str | None, timeout: float, *, poll: flo
             search.end, search.last_state = end, end.state
             return search
         search.last_state = state or search.last_state
-        if note and (not search.notes or search.notes[-1] != note):
+        if note and search.notes[-1:] != [note]:  # each note once, unless another came between
             search.notes.append(note)
         remaining = deadline - clock()
         if remaining <= 0:
