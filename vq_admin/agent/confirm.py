@@ -186,21 +186,22 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
 
 
 def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord], timeout: float, frames: FrameWriter,
-            reporter: Optional[Reporter]) -> Optional[Verdict]:
-    """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known."""
+            progress: Optional[float]) -> Optional[Verdict]:
+    """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known
+    (and ``progress`` records every *progress* seconds from then on)."""
     deadline = time.monotonic() + timeout
     job_id = None
-    while True:
-        if job_id is None:
-            job_id = attempt.read_job_id()
-            if job_id is not None:
-                frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-                if reporter is not None:
+    with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
+        while True:
+            if job_id is None:
+                job_id = attempt.read_job_id()
+                if job_id is not None:
+                    frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
                     reporter.start(job_id)
-        verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
-        if verdict is not None or not detached.supervisor_alive(record) or time.monotonic() >= deadline:
-            return verdict
-        time.sleep(detached.POLL)
+            verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
+            if verdict is not None or not detached.supervisor_alive(record) or time.monotonic() >= deadline:
+                return verdict
+            time.sleep(detached.POLL)
 
 
 def _summary(attempt: allocation.Attempt, verdict: Optional[Verdict], record: Optional[detached.BuildRecord],
@@ -235,8 +236,7 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
             record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
         os.close(work_fd)
         # the supervisor bounds the job; this bound only covers a wedged scheduler
-        with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
-            verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
+        verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, progress)
         return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
                                  settle_kw=detached.ONE_LOOK, progress=bool(progress))
     finally:

@@ -361,8 +361,7 @@ class Held:
     fails.  Each line read meanwhile is a record entry of the run, appended under the lease and answered
     on *out* (:func:`.record.serve_line`) once :attr:`answered` is set."""
 
-    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
-                 program: Optional[str] = None) -> None:
+    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: TextIO, program: Optional[str]) -> None:
         import threading
 
         self.fd, self.path, self.out, self.program = fd, path, out, program
@@ -378,7 +377,7 @@ class Held:
                 line = stdin.readline(LINE_LIMIT + 1)
                 if not line:
                     break
-                if self.out is not None and line.strip():  # a record entry of the run, under its lease
+                if line.strip():  # a record entry of the run, under its lease
                     from .record import serve_line
 
                     answer = serve_line(line, self.program)
