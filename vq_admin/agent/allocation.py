@@ -531,9 +531,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                                     + sub.cancelled("vq-admin cancelled it"))
             if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
                 search = slurmjob.wait_for_end(sub.job_id, name, CANCEL_STATE_WAIT, poll=1.0)
-                summary["job_state"] = search.end.state if search.end else search.last_state
                 if search.end is not None:
-                    summary["job_exit_code"] = search.end.raw_exit
+                    summary.update({"job_state": search.end.state, "job_exit_code": search.end.raw_exit})
+                else:
+                    summary["job_state"] = search.last_state
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
         if sub is not None:  # sbatch has ended (or was ended at the bound): so has the job's hold

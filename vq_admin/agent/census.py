@@ -88,13 +88,16 @@ def cache_dir() -> str:
 
 
 class Cache:
-    """The sealed script words of one cluster's jobs (see the module docstring); never raises."""
+    """The sealed script words of one cluster's jobs (see the module docstring); never raises.  Without a
+    *cluster* (no listing has named one yet) it holds nothing, says nothing and writes nothing."""
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: "Optional[str]") -> None:
         self.cluster, self.key, self.fd = cluster, b"", -1
         self.entries: "Dict[str, Tuple[str, List[str]]]" = {}
         self.problem: "Optional[str]" = None
         self.rejected = 0
+        if cluster is None:
+            return
         if not is_name(cluster):
             self.problem = f"the cluster name {cluster!r} is not a plain name: no cache"
             return
@@ -258,7 +261,7 @@ def take(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Cens
     cost: "CensusCost" = {"jobs_listed": 0, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0,
                               "cache_problem": None, "scheduler_calls": 1}
     token = "@vq" + secrets.token_hex(8)
-    opened: "Optional[Cache]" = None
+    opened = Cache(None)  # until the listing names the cluster
     kept: "Dict[str, Tuple[str, List[str]]]" = {}
     try:
         code, out, err = run(["squeue", "-h", "--all", "-t", "all", "-O", ",".join(f"{f}:0{token}" for f in FIELDS)])
@@ -268,14 +271,14 @@ def take(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Cens
         cost["jobs_listed"] = len(records)
         if records:  # an empty listing names no cluster: its cache stays as it is
             opened = cache(records[0][6])
-            cost.update({"cache_rejected": opened.rejected, "cache_problem": opened.problem})
+        cost.update({"cache_rejected": opened.rejected, "cache_problem": opened.problem})
         groups: "Dict[Tuple[str, ...], List[CensusJob]]" = {}
         scanned = 0
         for job, display, state, user, submit, batch, cluster, *text in records:
             if state in TERMINAL_STATES:
                 continue
             found = words("\n".join(text))
-            if batch == "1" and opened is not None:
+            if batch == "1":
                 script = _batch_words(run, opened, job, submit, cluster, cost, kept)
                 if script is None:
                     continue  # it ended between the listing and now
@@ -284,20 +287,17 @@ def take(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Cens
             if found:
                 groups.setdefault(tuple(found), []).append({"id": job, "display": display, "state": state,
                                                             "user": user})
-        if opened is not None:
-            opened.save(kept)  # the jobs listed now: those that left the queue are dropped
-            cost["cache_problem"] = opened.problem
+        opened.save(kept)  # the jobs listed now: those that left the queue are dropped
+        cost["cache_problem"] = opened.problem
         cost["seconds"] = round(time.monotonic() - started, 3)
         return {"complete": True, "error": None, "jobs_scanned": scanned, "cost": cost,
                 "groups": [{"words": list(w), "jobs": jobs} for w, jobs in sorted(groups.items())]}
     except CensusFailed as exc:
-        if opened is not None:
-            opened.save(dict(opened.entries, **kept))  # what was read is right: the next census need not again
+        opened.save(dict(opened.entries, **kept))  # what was read is right: the next census need not again
         cost["seconds"] = round(time.monotonic() - started, 3)
         raise CensusFailed(str(exc), cost) from None
     finally:
-        if opened is not None:
-            opened.close()
+        opened.close()
 
 
 def answer(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
