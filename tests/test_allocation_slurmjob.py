@@ -49,7 +49,6 @@ def test_jobcomp_takes_the_record_of_this_job_and_name(tmp_path):
     log.write_text(JOBCOMP)
     end = slurmjob.jobcomp_end("8", "vq-deploy-prog", str(log))
     assert (end.state, end.exit_code, end.raw_exit, end.source) == ("FAILED", 5, "5:0", "jobcomp")
-    assert slurmjob.jobcomp_end("8", None, str(log)).exit_code == 5  # the last record wins
     assert slurmjob.jobcomp_end("80", "vq-deploy-prog", str(log)).exit_code == 1  # cancelled is never 0
     assert slurmjob.jobcomp_end("9", "vq-deploy-prog", str(log)) is None
     assert slurmjob.jobcomp_end("8", "vq-deploy-prog", str(tmp_path / "missing")) is None

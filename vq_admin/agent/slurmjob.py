@@ -130,8 +130,8 @@ def jobcomp_path() -> str | None:
     return conf["JobCompLoc"]
 
 
-def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd | None:
-    """The last completion record of *job_id* (and *job_name*, when given) in the log at *path*."""
+def jobcomp_end(job_id: str, job_name: str, path: str | None) -> JobEnd | None:
+    """The last completion record of *job_id* and *job_name* in the log at *path*."""
     if not path:
         return None
     needle = f"JobId={job_id} "
@@ -142,7 +142,7 @@ def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd |
                 if not line.startswith(needle):
                     continue
                 fields = parse_fields(line)
-                if job_name is None or fields.get("Name") == job_name:
+                if fields.get("Name") == job_name:
                     found = fields
     except OSError:
         return None
@@ -172,7 +172,7 @@ class EndSearch:
     notes: list[str] = field(default_factory=list)
 
 
-def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None = None
+def find_end(job_id: str, job_name: str, jobcomp: list[str | None] | None = None
              ) -> tuple[JobEnd | None, str | None, str | None]:
     """One look: ``(end, last seen state, note)``.
 
@@ -197,7 +197,7 @@ def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None
                         f"(job completion log: {jobcomp[0] or 'not jobcomp/filetxt'}; sacct: no record)")
 
 
-def wait_for_end(job_id: str, job_name: str | None, timeout: float, *, poll: float = 2.0,
+def wait_for_end(job_id: str, job_name: str, timeout: float, *, poll: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> EndSearch:
     """Look for the job's end until it is found or *timeout* seconds pass."""
