@@ -70,13 +70,13 @@ def fake_bin(tmp_path, monkeypatch):
 
 def test_a_running_job_is_not_an_end(fake_bin):
     fake_bin("scontrol", "echo 'JobId=12 JobName=vq-deploy-prog JobState=RUNNING Reason=None ExitCode=0:0'\n")
-    end, state, note = slurmjob.find_end("12", "vq-deploy-prog")
+    end, state, note = slurmjob.find_end("12", "vq-deploy-prog", [])
     assert end is None and state == "RUNNING" and note is None
 
 
 def test_scontrol_record_gives_the_end(fake_bin):
     fake_bin("scontrol", "echo 'JobId=12 JobName=vq-deploy-prog JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0'\n")
-    end, _state, _note = slurmjob.find_end("12", "vq-deploy-prog")
+    end, _state, _note = slurmjob.find_end("12", "vq-deploy-prog", [])
     assert (end.exit_code, end.source) == (3, "scontrol")
 
 

@@ -35,7 +35,8 @@ from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
 from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
-from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE, SHA256_RE
+from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE
+from ..core.names import is_sha256
 from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
@@ -396,7 +397,7 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     """The binding for one submission; the archive must already hold what the driver staged."""
     if archive is None:
         return Binding(hashlib.sha256(argv_json).hexdigest())
-    if archive_sha256 is None or not SHA256_RE.match(archive_sha256):
+    if not is_sha256(archive_sha256):
         raise ValueError("--archive needs --archive-sha256 (64 lower-case hex digits)")
     found = archive_digest(archive)
     if found != archive_sha256:
@@ -523,7 +524,7 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 summary.update({"job_state": fields.get("JobState"), "job_exit_code": fields.get("ExitCode"),
                                 "never_started": slurmjob.never_started(fields)})
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
-                end, _, _ = slurmjob.find_end(job_id, name)
+                end, _, _ = slurmjob.find_end(job_id, name, [])
                 if end is not None:
                     summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
         elif sub.timed_out:

@@ -172,8 +172,7 @@ class EndSearch:
     notes: list[str] = field(default_factory=list)
 
 
-def find_end(job_id: str, job_name: str, jobcomp: list[str | None] | None = None
-             ) -> tuple[JobEnd | None, str | None, str | None]:
+def find_end(job_id: str, job_name: str, jobcomp: list[str | None]) -> tuple[JobEnd | None, str | None, str | None]:
     """One look: ``(end, last seen state, note)``.
 
     ``scontrol`` first; once the record has aged out of it, the job
@@ -186,8 +185,6 @@ def find_end(job_id: str, job_name: str, jobcomp: list[str | None] | None = None
         return _end_from(fields, job_id, "scontrol"), fields.get("JobState"), None
     if how == "unreachable":
         return None, None, f"scontrol: {fields.get('error') or 'no answer'}"
-    if jobcomp is None:
-        jobcomp = []
     if not jobcomp:
         jobcomp.append(jobcomp_path())
     end = jobcomp_end(job_id, job_name, jobcomp[0]) or sacct_end(job_id)
