@@ -247,12 +247,13 @@ def _establish(summary: allocation.Summary, end: ExitRecord | None, record: Buil
                         "established": True, "end_source": "supervisor"})
         if end.get("signal"):
             summary["notes"].append(f"the build was ended by signal {end['signal']}")
-    elif record is not None and _running(record):
-        summary["job_state"] = "RUNNING"
-        summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
     elif record is not None:
-        summary["notes"].append("the build and its supervisor are gone and no exit status was recorded "
-                                "(the supervisor was killed?)")
+        if _running(record):
+            summary["job_state"] = "RUNNING"
+            summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
+        else:
+            summary["notes"].append("the build and its supervisor are gone and no exit status was recorded "
+                                    "(the supervisor was killed?)")
 
 
 #: A fixed-host build's transcripts are files on this host, written by a build whose end is

@@ -95,8 +95,8 @@ def remove_unless_live(program_fd: int, name: str) -> bool:
 def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
     """Apply the retention rule below the open program directory *program_fd*; a failure to remove
     one attempt is reported in ``errors`` and does not stop the others."""
-    attempts = [entry.name for entry in os.scandir(program_fd)
-                if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
+    attempts = [entry.name for entry in os.scandir(program_fd)  # current among them: choose_removals skips it
+                if ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
     live_skipped: list[str] = []
 
     def live(name: str) -> bool:
