@@ -179,17 +179,16 @@ def _ago(since: Optional[str]) -> str:
 def _connection(holder: Holder) -> str:
     """How the session agent's connection stands, judged from its ancestors (the shell and sshd that ran
     it, or the local driver): one of them stopped is a frozen connection."""
-    pid, found = holder.get("agent_ppid"), None
+    pid = holder.get("agent_ppid")
     for _ in range(4):
         state = procs.process_state(pid) if isinstance(pid, int) and pid > 1 else None
-        if state is None or state[0] in "Tt":
-            found = state
+        if state is None:
             break
+        if state[0] in "Tt":
+            return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
+                    f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
+                    f"{pid} is continued or ended (kill {pid}), not by itself")
         pid = state[1]
-    if found is not None:
-        return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
-                f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
-                f"{pid} is continued or ended (kill {pid}), not by itself")
     if procs.process_state(holder.get("agent_ppid", 0)) is None:
         return (f"; the connection that started it is gone: the lease ends when the agent "
                 f"(pid {holder.get('agent_pid')}) exits")
