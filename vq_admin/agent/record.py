@@ -65,12 +65,11 @@ def entry_name(seq: int, statement: bytes) -> str:
 
 def parse_name(name: str) -> Optional[Tuple[int, bool]]:
     """``(seq, is_signature)`` of an entry's file name, ``None`` for any other name (temporary files)."""
-    sig = name.endswith(SUFFIX + SIG)
-    stem = name[:-len(SUFFIX + SIG)] if sig else name[:-len(SUFFIX)] if name.endswith(SUFFIX) else ""
+    stem, dot, rest = name.partition(".")  # an entry's stem holds no dot
     seq, dash, digest = stem.partition("-")
-    if (dash and len(seq) == SEQ_DIGITS and seq.isdigit() and len(digest) == HEX_DIGITS
-            and all(c in "0123456789abcdef" for c in digest)):
-        return int(seq), sig
+    if (dot + rest in (SUFFIX, SUFFIX + SIG) and dash and len(seq) == SEQ_DIGITS and seq.isdigit()
+            and len(digest) == HEX_DIGITS and all(c in "0123456789abcdef" for c in digest)):
+        return int(seq), rest.endswith(SIG)
     return None
 
 
