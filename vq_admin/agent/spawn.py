@@ -120,19 +120,14 @@ def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
     extra: "Dict[str, Any]" = {"setpgroup": 0} if group else {}
     environ = os.environ if env is None else env
-    first: "Optional[OSError]" = None
-    last: "Optional[OSError]" = None
-    for path in _candidates(argv[0], environ):
+    errors: "List[OSError]" = []
+    for path in _candidates(argv[0], environ):  # never none: a bare word has at least one PATH entry
         try:
             return os.posix_spawn(path, argv, environ, file_actions=actions,
                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ), **extra)
         except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
-            last = exc
-            if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                first = exc
-    error = first or last
-    assert error is not None
-    raise error
+            errors.append(exc)
+    raise next((exc for exc in errors if exc.errno not in (errno.ENOENT, errno.ENOTDIR)), errors[-1])
 
 
 def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
