@@ -55,11 +55,12 @@ from vq_admin.lanes.allocation_stream import TranscriptSink
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 CHILD_SETTLE = """
-import resource, sys
+import os, resource, sys
 from vq_admin.agent import settle
 from vq_admin.core import frames
 import xxhash
-result = settle.settle(settle.DirectoryObserver(sys.argv[1]), sleep=lambda s: None)
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+result = settle.settle(settle.DirectoryObserver(fd), sleep=lambda s: None)
 assert result.settled, result
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -107,9 +108,13 @@ def bench_settle_latency() -> dict:
     with tempfile.TemporaryDirectory(prefix="vq-bench-settle-") as tmp:
         (Path(tmp) / "stdout").write_bytes(b"VQ-DEPLOY-METRIC built=1\n" * 1000)
         (Path(tmp) / "stderr").write_bytes(b"warning\n" * 100)
-        started = time.monotonic()
-        result = settle.settle(settle.DirectoryObserver(tmp))
-        figure = time.monotonic() - started
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            started = time.monotonic()
+            result = settle.settle(settle.DirectoryObserver(fd))
+            figure = time.monotonic() - started
+        finally:
+            os.close(fd)
         assert result.settled and result.observations == 3
         fixed = (settle.FileState(1, "a"), settle.FileState(1, "b"))
         started = time.monotonic()

@@ -176,7 +176,9 @@ class Settle(unittest.TestCase):
                 with open(os.path.join(tmp, name), "wb") as fh:
                     fh.write(data)
             now = [0.0]
-            result = settle.settle(settle.DirectoryObserver(tmp, algorithm="blake2b"),
+            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+            self.addCleanup(os.close, fd)
+            result = settle.settle(settle.DirectoryObserver(fd, algorithm="blake2b"),
                                    clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
             self.assertTrue(result.settled)
             self.assertEqual(result.observations, 3)
@@ -189,10 +191,12 @@ class Settle(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             now = [0.0]
             kw = dict(clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
-            self.assertEqual(settle.settle(settle.DirectoryObserver(tmp), **kw).reason, "unavailable")
+            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+            self.addCleanup(os.close, fd)
+            self.assertEqual(settle.settle(settle.DirectoryObserver(fd), **kw).reason, "unavailable")
             for name in ("stdout", "stderr"):
                 open(os.path.join(tmp, name), "wb").close()
-            self.assertEqual(settle.settle(settle.DirectoryObserver(tmp), **kw).reason, "empty")
+            self.assertEqual(settle.settle(settle.DirectoryObserver(fd), **kw).reason, "empty")
 
 
 class Frames(unittest.TestCase):

@@ -84,11 +84,28 @@ class Script:
         return {"clock": self.clock, "sleep": self.sleep}
 
 
+def observer(directory: Path) -> settle.DirectoryObserver:
+    """The observer of *directory*, held open as the agent holds its attempt (closed at exit)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    OPEN.append(fd)
+    return settle.DirectoryObserver(fd)
+
+
+OPEN: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_observed() -> object:
+    yield
+    while OPEN:
+        os.close(OPEN.pop())
+
+
 def run_settle(directory: Path, writer: Writer, steps: dict[int, list[tuple[str, ...]]]):
     script = Script(writer, steps)
     for command in steps.get(1, []):
         writer.do(*command)
-    return settle.settle(settle.DirectoryObserver(str(directory)), **script.kw()), script
+    return settle.settle(observer(directory), **script.kw()), script
 
 
 def paths(directory: Path) -> tuple[str, str]:
@@ -138,11 +155,16 @@ def test_empty_files_are_empty(tmp_path, writer):
     assert result.observations == 10 and script.now == pytest.approx(9.0)
 
 
-def test_missing_directory_is_unavailable(tmp_path, writer):
-    result, _ = run_settle(tmp_path / "never-created", writer, {})
+def test_a_removed_directory_is_unavailable(tmp_path):
+    """The attempt is observed through the directory held open: removed meanwhile, its files are missing."""
+    gone = tmp_path / "attempt"
+    gone.mkdir()
+    observe = observer(gone)
+    gone.rmdir()
+    result = settle.settle(observe, **Script(None, {}).kw())
     assert not result.settled and result.reason == "unavailable"
     assert result.observations == 10
-    assert all(state.error == "directory missing" for state in result.last)
+    assert all(state.error == "missing" for state in result.last)
 
 
 def test_one_missing_file_is_unavailable_even_when_the_other_is_stable(tmp_path, writer):
@@ -155,7 +177,7 @@ def test_unreadable_file_is_unavailable(tmp_path):
     (tmp_path / "stdout").write_text("x\n")
     (tmp_path / "stderr").mkdir()  # not a regular file
     script = Script(None, {})
-    result = settle.settle(settle.DirectoryObserver(str(tmp_path)), **script.kw())
+    result = settle.settle(observer(tmp_path), **script.kw())
     assert result.reason == "unavailable" and result.last[1].error == "not a regular file"
 
 
@@ -167,7 +189,7 @@ def test_symlinked_transcript_is_not_followed(tmp_path):
     os.symlink(secret, attempt / "stdout")
     (attempt / "stderr").write_text("e\n")
     script = Script(None, {})
-    result = settle.settle(settle.DirectoryObserver(str(attempt)), **script.kw())
+    result = settle.settle(observer(attempt), **script.kw())
     assert result.reason == "unavailable" and result.last[0].size is None
 
 
@@ -177,7 +199,7 @@ def test_checksums_are_streamed_xxh3_64(tmp_path):
     data = os.urandom(3 * settle.CHUNK + 17)
     (tmp_path / "stdout").write_bytes(data)
     (tmp_path / "stderr").write_bytes(b"")
-    state = settle.DirectoryObserver(str(tmp_path))()[0]
+    state = observer(tmp_path)()[0]
     assert state.size == len(data) and state.digest == xxhash.xxh3_64(data).hexdigest()
 
 

@@ -49,7 +49,6 @@ def test_jobcomp_takes_the_record_of_this_job_and_name(tmp_path):
     log.write_text(JOBCOMP)
     end = slurmjob.jobcomp_end("8", "vq-deploy-prog", str(log))
     assert (end.state, end.exit_code, end.raw_exit, end.source) == ("FAILED", 5, "5:0", "jobcomp")
-    assert slurmjob.jobcomp_end("8", None, str(log)).exit_code == 5  # the last record wins
     assert slurmjob.jobcomp_end("80", "vq-deploy-prog", str(log)).exit_code == 1  # cancelled is never 0
     assert slurmjob.jobcomp_end("9", "vq-deploy-prog", str(log)) is None
     assert slurmjob.jobcomp_end("8", "vq-deploy-prog", str(tmp_path / "missing")) is None
@@ -71,13 +70,13 @@ def fake_bin(tmp_path, monkeypatch):
 
 def test_a_running_job_is_not_an_end(fake_bin):
     fake_bin("scontrol", "echo 'JobId=12 JobName=vq-deploy-prog JobState=RUNNING Reason=None ExitCode=0:0'\n")
-    end, state, note = slurmjob.find_end("12", "vq-deploy-prog")
+    end, state, note = slurmjob.find_end("12", "vq-deploy-prog", [])
     assert end is None and state == "RUNNING" and note is None
 
 
 def test_scontrol_record_gives_the_end(fake_bin):
     fake_bin("scontrol", "echo 'JobId=12 JobName=vq-deploy-prog JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0'\n")
-    end, _state, _note = slurmjob.find_end("12", "vq-deploy-prog")
+    end, _state, _note = slurmjob.find_end("12", "vq-deploy-prog", [])
     assert (end.exit_code, end.source) == (3, "scontrol")
 
 

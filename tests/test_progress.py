@@ -255,10 +255,9 @@ def test_the_agent_reports_queue_state_and_the_newest_last_line(tmp_path):
     try:
         assert agent_progress.last_line(fd) == ("step 3 of 9", "stdout")
         sent = []
-        reporter = agent_progress.Reporter(sent.append, fd, 1.0, state=lambda job: ("PENDING", "Priority"))
-        reporter.start("7")
-        assert wait_until(lambda: len(sent) >= 2, 10)
-        reporter.stop()
+        with agent_progress.Reporter(sent.append, fd, 1.0, state=lambda job: ("PENDING", "Priority")) as reporter:
+            reporter.start("7")
+            assert wait_until(lambda: len(sent) >= 2, 10)
     finally:
         os.close(fd)
     assert sent[0] == {"phase": "wait", "job_id": "7", "state": "PENDING", "reason": "Priority",

@@ -34,7 +34,8 @@ from ..core import atomic, checksum, safedirs, securepath
 from . import lease, retention, slurmjob
 from ..core.exits import JOB_TAMPERED
 from ..core.frames import FrameWriter
-from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE, SHA256_RE
+from ..core.identifiers import ENV_NAME_RE, JOB_ID_RE, NAME_RE
+from ..core.names import is_sha256
 from ..core.stamps import utc_now
 from .progress import Reporter, settle_record
 from .settle import MAX_OBSERVATIONS, DirectoryObserver, SettleResult, settle
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 LOCK_WAIT = 120.0
 JOB_ID_WAIT = 120.0
+#: The batch job's name (the confirmation job's is :data:`.confirm.JOB_NAME`).
+JOB_NAME = "vq-deploy-{}"
 #: The first words of the job's stderr line in that case (the driver looks for it).
 JOB_TAMPERED_MARK = "vq-admin job: refused:"
 #: Largest argv.json the job reads.
@@ -333,9 +336,9 @@ def open_attempt(root: str, program: str, name: str) -> tuple[Attempt, bool, boo
     return Attempt(root, program, name, pfd, fd, live), fenced, alive
 
 
-def job_script(python: str | None = None) -> bytes:
+def job_script() -> bytes:
     """The batch script: a fixed Python program (only the interpreter line varies)."""
-    python = python or sys.executable
+    python = sys.executable
     if not python.startswith("/") or any(c.isspace() for c in python) or len(python) > 120:
         python = "/usr/bin/env python3"
     else:
@@ -393,7 +396,7 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     """The binding for one submission; the archive must already hold what the driver staged."""
     if archive is None:
         return Binding(hashlib.sha256(argv_json).hexdigest())
-    if archive_sha256 is None or not SHA256_RE.match(archive_sha256):
+    if not is_sha256(archive_sha256):
         raise ValueError("--archive needs --archive-sha256 (64 lower-case hex digits)")
     found = archive_digest(archive)
     if found != archive_sha256:
@@ -402,10 +405,9 @@ def bind(argv_json: bytes, archive: str | None, archive_sha256: str | None) -> B
     return Binding(hashlib.sha256(argv_json).hexdigest(), archive, archive_sha256)
 
 
-def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding,
-                job_name: str | None = None) -> list[str]:
+def sbatch_argv(attempt: Attempt, sbatch_args: Sequence[str], binding: Binding, job_name: str) -> list[str]:
     path = attempt.path
-    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name or 'vq-deploy-' + attempt.program}", *sbatch_args,
+    return ["sbatch", "--parsable", "--wait", f"--job-name={job_name}", *sbatch_args,
             # Slurm opens these by path when the job starts, perhaps hours later: never a path below
             # the attempt (it could be another user's by then); the job opens its transcripts itself.
             "--output=/dev/null", "--error=/dev/null", f"{path}/job.py", *binding.job_args(path)]
@@ -427,7 +429,7 @@ def finish(attempt: Attempt, frames: FrameWriter, summary: Summary, *, settle_kw
         kw["on_observation"] = lambda k, history: frames.record("progress", settle_record(k, history, most))
     # through the attempt this agent created and holds open, never its path (which another user may
     # have redirected while the job waited)
-    result: SettleResult = settle(DirectoryObserver(attempt.path, algorithm=algorithm, dir_fd=attempt.fd), **kw)
+    result: SettleResult = settle(DirectoryObserver(attempt.fd, algorithm), **kw)
     summary["settle"] = result.to_dict()
     with program_lock(attempt.program_fd):
         summary["retention"] = retention.prune(attempt.program_fd, attempt.name)
@@ -465,7 +467,7 @@ def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], f
     spec = json.dumps({"argv": list(argv), "env": env}, sort_keys=True).encode()
     binding = bind(spec, archive, archive_sha256)
     work_fd, lease_path = lease.hold_work(program)
-    try:
+    with safedirs.closed_on_error(work_fd):
         attempt = create_attempt(root, program, attempt_name)
         try:
             frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
@@ -474,9 +476,6 @@ def prepare(root: str, program: str, argv: Sequence[str], env: dict[str, str], f
         except BaseException:
             attempt.close()
             raise
-    except BaseException:
-        os.close(work_fd)
-        raise
     return attempt, binding, work_fd, lease_path
 
 
@@ -494,10 +493,10 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
     attempt, binding, work_fd, lease_path = prepare(root, program, argv, env, frames, attempt_name, archive,
                                                   archive_sha256)
     sub: slurmjob.Submission | None = None
+    name = JOB_NAME.format(program)
     try:
         summary = base_summary(attempt)
-        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
-                    if progress else None)
+        reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
 
         def on_job_id(job_id: str, sbatch_pid: int) -> None:
             try:
@@ -507,39 +506,35 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
             except OSError as exc:
                 summary["notes"].append(f"could not write the job file: {exc.strerror or exc}")
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-            if reporter is not None:
-                reporter.start(job_id)
+            reporter.start(job_id)
 
-        try:
-            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding), timeout, on_job_id,
+        with reporter:
+            sub = slurmjob.submit_and_wait(sbatch_argv(attempt, sbatch_args, binding, name), timeout, on_job_id,
                                            pass_fds=(work_fd,))
-        finally:
-            if reporter is not None:
-                reporter.stop()
         summary.update({"job_id": sub.job_id, "submitted": sub.submitted, "sbatch_exit_code": sub.sbatch_exit_code,
                         "timed_out": sub.timed_out, "cancel": sub.cancel, "sbatch_stderr": sub.stderr})
         if sub.error:
             summary["notes"].append(sub.error)
         job_id = sub.job_id  # not None exactly when sub.submitted
-        if job_id is not None and not sub.timed_out and sub.sbatch_exit_code is not None:
+        if job_id is not None and not sub.timed_out:  # then sbatch's exit code is known
             summary.update({"exit_code": sub.sbatch_exit_code, "established": True, "end_source": "sbatch"})
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
                 summary.update({"job_state": fields.get("JobState"), "job_exit_code": fields.get("ExitCode"),
                                 "never_started": slurmjob.never_started(fields)})
             elif sub.sbatch_exit_code != 0:  # cancelled or killed? the driver reads back before deciding
-                end, _, _ = slurmjob.find_end(job_id, f"vq-deploy-{program}")
+                end, _, _ = slurmjob.find_end(job_id, name, [])
                 if end is not None:
                     summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
         elif sub.timed_out:
             summary["notes"].append(f"the job did not finish within {timeout:g} s; "
-                                    + ("vq-admin cancelled it" if (sub.cancel or {}).get("ok")
-                                       else f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+                                    + sub.cancelled("vq-admin cancelled it"))
             if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
-                search = slurmjob.wait_for_end(sub.job_id, f"vq-deploy-{program}", CANCEL_STATE_WAIT, poll=1.0)
-                summary["job_state"] = search.end.state if search.end else search.last_state
+                search = slurmjob.wait_for_end(sub.job_id, name, CANCEL_STATE_WAIT, poll=1.0)
                 if search.end is not None:
-                    summary["job_exit_code"] = search.end.raw_exit
+                    summary.update({"job_state": search.end.state, "job_exit_code": search.end.raw_exit})
+                else:
+                    summary["job_state"] = search.last_state
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
         if sub is not None:  # sbatch has ended (or was ended at the bound): so has the job's hold
@@ -560,8 +555,7 @@ def end_fenced(frames: FrameWriter, summary: Summary, start: str) -> Summary:
     return summary
 
 
-def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: SettleOptions | None = None, poll: float = 2.0) -> Summary:
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter) -> Summary:
     """Establish the end of the attempt's recorded job without resubmitting, then :func:`finish`."""
     attempt, fenced, alive = open_attempt(root, program, attempt_name)
     try:
@@ -582,14 +576,13 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         else:
             summary["submitted"] = True
             frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-            search = slurmjob.wait_for_end(job_id, f"vq-deploy-{program}", max(0.0, deadline - time.monotonic()),
-                                           poll=poll)
+            search = slurmjob.wait_for_end(job_id, JOB_NAME.format(program), max(0.0, deadline - time.monotonic()))
             summary["notes"].extend(search.notes)
             summary["job_state"] = search.last_state
             if search.end is not None:
                 end = search.end
                 summary.update({"job_state": end.state, "job_exit_code": end.raw_exit, "exit_code": end.exit_code,
                                 "end_source": end.source, "established": True})
-        return finish(attempt, frames, summary, settle_kw=settle_kw)
+        return finish(attempt, frames, summary)
     finally:
         attempt.close()

@@ -88,21 +88,22 @@ def cache_dir() -> str:
 
 
 class Cache:
-    """The sealed script words of one cluster's jobs (see the module docstring); never raises."""
+    """The sealed script words of one cluster's jobs (see the module docstring); never raises.  Without a
+    *cluster* (no listing has named one yet) it holds nothing, says nothing and writes nothing."""
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: "Optional[str]") -> None:
         self.cluster, self.key, self.fd = cluster, b"", -1
         self.entries: "Dict[str, Tuple[str, List[str]]]" = {}
         self.problem: "Optional[str]" = None
         self.rejected = 0
+        if cluster is None:
+            return
         if not is_name(cluster):
             self.problem = f"the cluster name {cluster!r} is not a plain name: no cache"
             return
         directory = cache_dir()
         try:  # as the lease's directory; then opened level by level below the state home, never through a link
-            securepath.check(directory, what="census cache directory", missing_ok=True)
-            securepath.makedirs_private(directory)
-            securepath.check(directory, what="census cache directory")
+            securepath.make_private_dir(directory, what="census cache directory")
             self.fd = safedirs.open_chain(default_paths.state_home(), ["vq-admin-agent", "census"], create=False)
             self.key = self._key()
         except (OSError, securepath.Untrusted, safedirs.UnsafePath) as exc:
@@ -116,7 +117,7 @@ class Cache:
         if found is not None and re.match(rb"\A[0-9a-f]{64}\Z", found.strip()):
             return bytes.fromhex(found.strip().decode())
         key = secrets.token_hex(32)  # missing or not trusted: a new key (every older seal then fails)
-        self._replace("key", key.encode())
+        atomic.write("key", key.encode(), dir_fd=self.fd, sync=False)
         return bytes.fromhex(key)
 
     def seal(self, job: str, submit: str, found: "List[str]") -> str:
@@ -142,7 +143,7 @@ class Cache:
                 sealed = hmac.compare_digest(str(mac), self.seal(job, submit, found))
             except (TypeError, KeyError, ValueError):
                 sealed = False
-            if sealed and isinstance(found, list) and all(isinstance(w, str) for w in found):
+            if sealed:  # the seal is this account's key's: the entry is what a census wrote (a list of words)
                 self.entries[job] = (submit, found)
             else:
                 self.rejected += 1
@@ -170,13 +171,10 @@ class Cache:
             total += size
             jobs[job] = {"submit": submit, "words": found, "mac": self.seal(job, submit, found)}
         try:
-            self._replace(self.name, protocol.encode({"schema": CACHE_SCHEMA, "cluster": self.cluster,
-                                                      "jobs": jobs}).encode())
+            atomic.write(self.name, protocol.encode({"schema": CACHE_SCHEMA, "cluster": self.cluster,
+                                                     "jobs": jobs}).encode(), dir_fd=self.fd, sync=False)
         except OSError as exc:
             self.problem = f"the cache could not be written: {exc}"
-
-    def _replace(self, name: str, data: bytes) -> None:
-        atomic.write(name, data, dir_fd=self.fd, sync=False)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -187,15 +185,14 @@ class Cache:
 def _listing(out: bytes, token: str) -> "List[List[str]]":
     """The records of the listing *out* (each the :data:`FIELDS`' values), or :class:`CensusFailed`."""
     text = out.decode("utf-8", "replace")  # paths are bytes to Slurm; SHAs are ASCII
-    parts = text.split(token)
+    parts = ("\n" + text).split(token)  # each record on a line of its own: the first too
     if parts[-1].strip() or (len(parts) - 1) % len(FIELDS):
         raise CensusFailed(f"the squeue listing does not parse (its last line: {text[-200:]!r})")
     records = [parts[i:i + len(FIELDS)] for i in range(0, len(parts) - 1, len(FIELDS))]
-    for i, record in enumerate(records):
-        if i:
-            if not record[0].startswith("\n"):
-                raise CensusFailed(f"the squeue listing does not parse at job {record[0][:40]!r}")
-            record[0] = record[0][1:]
+    for record in records:
+        if not record[0].startswith("\n"):
+            raise CensusFailed(f"the squeue listing does not parse at job {record[0][:40]!r}")
+        record[0] = record[0][1:]
         job, _, state, user, submit, batch = record[:6]
         if not (JOB_ID_RE.match(job) and re.match(r"\A[A-Z_]+\Z", state) and user and batch in ("0", "1")):
             raise CensusFailed(f"the squeue listing holds a record that is not a job: {record[:6]!r}")
@@ -256,16 +253,15 @@ def _batch_words(run: "Runner", opened: "Cache", job: str, submit: str, cluster:
     return script
 
 
-def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "CensusAnswer":
+def take(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "CensusAnswer":
     """The census answer (``complete`` true), or :class:`CensusFailed` whose ``args`` are the message and
     the cost so far; *run* runs one scheduler argv (default: :func:`spawn.run_captured`), *cache* opens
     the cache of a cluster."""
-    run = run or _run
     started = time.monotonic()
     cost: "CensusCost" = {"jobs_listed": 0, "scripts_read": 0, "scripts_cached": 0, "cache_rejected": 0,
                               "cache_problem": None, "scheduler_calls": 1}
     token = "@vq" + secrets.token_hex(8)
-    opened: "Optional[Cache]" = None
+    opened = Cache(None)  # until the listing names the cluster
     kept: "Dict[str, Tuple[str, List[str]]]" = {}
     try:
         code, out, err = run(["squeue", "-h", "--all", "-t", "all", "-O", ",".join(f"{f}:0{token}" for f in FIELDS)])
@@ -275,14 +271,14 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
         cost["jobs_listed"] = len(records)
         if records:  # an empty listing names no cluster: its cache stays as it is
             opened = cache(records[0][6])
-            cost.update({"cache_rejected": opened.rejected, "cache_problem": opened.problem})
+        cost.update({"cache_rejected": opened.rejected, "cache_problem": opened.problem})
         groups: "Dict[Tuple[str, ...], List[CensusJob]]" = {}
         scanned = 0
         for job, display, state, user, submit, batch, cluster, *text in records:
             if state in TERMINAL_STATES:
                 continue
             found = words("\n".join(text))
-            if batch == "1" and opened is not None:
+            if batch == "1":
                 script = _batch_words(run, opened, job, submit, cluster, cost, kept)
                 if script is None:
                     continue  # it ended between the listing and now
@@ -291,23 +287,20 @@ def take(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache
             if found:
                 groups.setdefault(tuple(found), []).append({"id": job, "display": display, "state": state,
                                                             "user": user})
-        if opened is not None:
-            opened.save(kept)  # the jobs listed now: those that left the queue are dropped
-            cost["cache_problem"] = opened.problem
+        opened.save(kept)  # the jobs listed now: those that left the queue are dropped
+        cost["cache_problem"] = opened.problem
         cost["seconds"] = round(time.monotonic() - started, 3)
         return {"complete": True, "error": None, "jobs_scanned": scanned, "cost": cost,
                 "groups": [{"words": list(w), "jobs": jobs} for w, jobs in sorted(groups.items())]}
     except CensusFailed as exc:
-        if opened is not None:
-            opened.save(dict(opened.entries, **kept))  # what was read is right: the next census need not again
+        opened.save(dict(opened.entries, **kept))  # what was read is right: the next census need not again
         cost["seconds"] = round(time.monotonic() - started, 3)
         raise CensusFailed(str(exc), cost) from None
     finally:
-        if opened is not None:
-            opened.close()
+        opened.close()
 
 
-def answer(run: "Optional[Runner]" = None, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
+def answer(run: "Runner" = _run, cache: "Callable[[str], Cache]" = Cache) -> "Tuple[CensusAnswer, int]":
     """The ``census`` verb's answer and exit status: 0 complete, 1 failed (``complete`` false, ``error``)."""
     try:
         return take(run, cache), 0

@@ -117,10 +117,12 @@ def _sinfo() -> Sinfo:
     except OSError as exc:
         return {"argv": argv, "exit_code": 127, "error": f"sinfo: {exc.strerror or exc}"}
     states = dict(Counter(out.decode("utf-8", "replace").split()))
-    error = err.decode("utf-8", "replace").strip()[-300:] or None
-    if code == 0 and not states:
+    error = None
+    if code:
+        error = err.decode("utf-8", "replace").strip()[-300:] or None
+    elif not states:
         error = "sinfo listed no nodes"
-    return {"argv": argv, "exit_code": code, "states": states, "error": error if (code or not states) else None}
+    return {"argv": argv, "exit_code": code, "states": states, "error": error}
 
 
 def cmd_install_file(args: argparse.Namespace) -> int:
@@ -139,7 +141,7 @@ def cmd_install_file(args: argparse.Namespace) -> int:
 
 def _positive(text: str) -> float:
     value = float(text)
-    if not value > 0 or value == float("inf"):
+    if not 0 < value < float("inf"):  # NaN too
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite positive number of seconds")
     return value
 
@@ -182,8 +184,9 @@ def cmd_alloc_run(args: argparse.Namespace) -> int:
         archive=args.archive, archive_sha256=args.archive_sha256, progress=args.progress))
 
 
-def cmd_alloc_reconcile(args: argparse.Namespace) -> int:
-    return _alloc_verb(lambda frames: allocation.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    """``alloc-reconcile``, ``detach-reconcile`` or ``confirm-reconcile``: *args.reconcile* is its module's."""
+    return _alloc_verb(lambda frames: args.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
 def cmd_detach_run(args: argparse.Namespace) -> int:
@@ -192,19 +195,11 @@ def cmd_detach_run(args: argparse.Namespace) -> int:
         archive=args.archive, archive_sha256=args.archive_sha256, progress=args.progress))
 
 
-def cmd_detach_reconcile(args: argparse.Namespace) -> int:
-    return _alloc_verb(lambda frames: detached.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
-
-
 def cmd_confirm_run(args: argparse.Namespace) -> int:
     return _alloc_verb(lambda frames: confirm.run(
         args.root, args.program, args.command, args.sbatch_arg, args.timeout, frames, args.attempt,
         metrics=args.metric, baseline=dict(args.baseline), accept_regression=args.accept_regression,
         revert=args.revert, progress=args.progress))
-
-
-def cmd_confirm_reconcile(args: argparse.Namespace) -> int:
-    return _alloc_verb(lambda frames: confirm.reconcile(args.root, args.program, args.attempt, args.timeout, frames))
 
 
 def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, progress: str,
@@ -226,12 +221,15 @@ def _attempt_run_options(p: argparse.ArgumentParser, what: str, *, bound: str, p
     p.add_argument("command", nargs="+", help="the provider argv, after --")
 
 
-def _attempt_reconcile_options(p: argparse.ArgumentParser, what: str) -> None:
-    """The options of ``alloc-reconcile`` (*what* "job") and ``detach-reconcile`` (*what* "build")."""
+def _attempt_reconcile_options(p: argparse.ArgumentParser, what: str,
+                               reconcile: Callable[..., allocation.Summary]) -> None:
+    """The options of ``alloc-reconcile`` (*what* "job"), ``detach-reconcile`` ("build") and
+    ``confirm-reconcile`` ("confirmation"), whose *reconcile* :func:`cmd_reconcile` calls."""
     p.add_argument(protocol.ROOT, required=True)
     p.add_argument(protocol.PROGRAM, required=True)
     p.add_argument(protocol.ATTEMPT, required=True)
     p.add_argument(protocol.TIMEOUT, type=_positive, required=True, help=f"how long to wait for the {what}'s end")
+    p.set_defaults(func=cmd_reconcile, reconcile=reconcile)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -320,8 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_alloc_run)
 
     p = sub.add_parser(protocol.ALLOC_RECONCILE, help="establish the end of an attempt's recorded job (never submits)")
-    _attempt_reconcile_options(p, "job")
-    p.set_defaults(func=cmd_alloc_reconcile)
+    _attempt_reconcile_options(p, "job", allocation.reconcile)
 
     p = sub.add_parser(protocol.DETACH_RUN, help="run a provider argv on this host, detached from the connection, in a "
                        "fresh attempt directory",
@@ -338,8 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(protocol.DETACH_RECONCILE,
                        help="establish the end of an attempt's detached build (never starts one)")
-    _attempt_reconcile_options(p, "build")
-    p.set_defaults(func=cmd_detach_reconcile)
+    _attempt_reconcile_options(p, "build", detached.reconcile)
 
     p = sub.add_parser(protocol.CONFIRM_RUN, help="prove a generation by a Slurm batch job; revert when it fails",
                        description="Create an attempt, submit the confirmation argv as a batch job under a supervisor "
@@ -359,8 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(protocol.CONFIRM_RECONCILE,
                        help="the verdict of an attempt's confirmation (never submits or reverts)")
-    _attempt_reconcile_options(p, "confirmation")
-    p.set_defaults(func=cmd_confirm_reconcile)
+    _attempt_reconcile_options(p, "confirmation", confirm.reconcile)
 
     p = sub.add_parser(protocol.LEASE, help="hold the host-side lease of one lane until stdin closes (75 when held)",
                        description="Take an exclusive flock on $XDG_STATE_HOME/vq-admin-agent/locks/"

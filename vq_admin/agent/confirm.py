@@ -21,6 +21,7 @@ Standard library only; Python 3.8 and later.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -28,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
 
 from . import allocation, detached, lease, slurmjob, spawn
-from ..core import procs, protocol
+from ..core import procs, protocol, safedirs
 from ..core.frames import FrameWriter
 from ..core.stamps import utc_now
 from .progress import Reporter
@@ -65,7 +66,7 @@ def _number(value: str) -> Optional[float]:
         number = float(value)
     except ValueError:
         return None
-    return number if number == number and abs(number) != float("inf") else None
+    return number if math.isfinite(number) else None
 
 
 def judge(found: Dict[str, str], specs: Sequence[Tuple[str, str, float]], baseline: Dict[str, str]) -> List[str]:
@@ -98,10 +99,11 @@ def _metrics(attempt: allocation.Attempt) -> Dict[str, str]:
     return {name: value.strip() for name, value in METRIC_RE.findall(text)}
 
 
-def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Verdict:
+def _end(sub: slurmjob.Submission, program: str) -> Verdict:
     """What Slurm reports of the job's end: state, raw ExitCode, exit status, node."""
+    job_id = sub.job_id
     out: Verdict = {"job_id": job_id, "state": None, "exit_code": sub.sbatch_exit_code, "job_exit_code": None,
-                           "node": None}
+                    "node": None}
     if job_id is None:
         return out
     how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)
@@ -113,10 +115,10 @@ def _end(job_id: Optional[str], sub: slurmjob.Submission, program: str) -> Verdi
         if search.end is not None:
             out.update({"state": search.end.state, "job_exit_code": search.end.raw_exit,
                         "exit_code": search.end.exit_code})
-    raw = str(out["job_exit_code"] or "")
-    if raw:
+    raw = out["job_exit_code"]
+    if raw:  # STATUS:SIGNAL, both digits (slurmjob.parse_fields and sacct_end read only that form)
         status, _, sig = raw.partition(":")
-        out["exit_code"] = int(status) if status.isdigit() and sig in ("", "0") else 128 + int(sig or 0)
+        out["exit_code"] = int(status) if sig == "0" else 128 + int(sig)
     return out
 
 
@@ -136,22 +138,11 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
     """The supervisor (own session; holds the lease's work lock until the verdict is written): never returns."""
     code = 70
     try:
-        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_IGN)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.close(null)
+        detached.quiet(signal.SIG_IGN)
         spec = protocol.decode((attempt.read(SPEC_FILE, 1 << 20) or b"{}").decode("utf-8"))
         started = time.monotonic()
         record: detached.BuildRecord = {"supervisor_pid": os.getpid(), "started": utc_now(),
                                         "supervisor_start_time": procs.proc_start_time(os.getpid())}
-        attempt.write_file(detached.BUILD_FILE, json.dumps(record, sort_keys=True).encode())
-        try:
-            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
-            os.close(report_fd)
-        except OSError:
-            pass
 
         def on_job_id(job_id: str | None, sbatch_pid: int = 0) -> None:
             if job_id is not None:
@@ -163,10 +154,11 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                 pass
 
         on_job_id(None)
+        detached.announce(attempt, report_fd, record)
 
         argv = allocation.sbatch_argv(attempt, spec["sbatch_args"], binding, JOB_NAME.format(attempt.program))
         sub = slurmjob.submit_and_wait(argv, float(spec["timeout"]), on_job_id)
-        verdict = _end(sub.job_id, sub, attempt.program)
+        verdict = _end(sub, attempt.program)
         verdict.update({"seconds": round(time.monotonic() - started, 3), "timed_out": sub.timed_out,
                         "cancel": sub.cancel, "submitted": sub.submitted, "sbatch_stderr": sub.stderr[-2000:],
                         "metrics": _metrics(attempt)})
@@ -175,8 +167,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
             problems.append(f"sbatch did not submit the job (exit {sub.sbatch_exit_code}): {sub.stderr.strip()[-300:]}")
         elif sub.timed_out:
             problems.append(f"the job did not end within confirm_timeout_seconds ({spec['timeout']:g} s); "
-                            + ("it was cancelled" if (sub.cancel or {}).get("ok") else
-                               f"cancelling it failed: {(sub.cancel or {}).get('message')}"))
+                            + sub.cancelled("it was cancelled"))
         elif verdict["state"] != "COMPLETED" or verdict["exit_code"] != 0:
             problems.append(f"job {sub.job_id} ended {verdict['state'] or 'in an unknown state'} with exit code "
                             f"{verdict['job_exit_code'] or verdict['exit_code']}")
@@ -195,23 +186,22 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
 
 
 def _follow(attempt: allocation.Attempt, record: Optional[detached.BuildRecord], timeout: float, frames: FrameWriter,
-            reporter: Optional[Reporter]) -> Optional[Verdict]:
-    """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known."""
+            progress: Optional[float]) -> Optional[Verdict]:
+    """The verdict, waiting up to *timeout* while the supervisor lives; the ``job`` record once the id is known
+    (and ``progress`` records every *progress* seconds from then on)."""
     deadline = time.monotonic() + timeout
     job_id = None
-    while True:
-        if job_id is None:
-            job_id = attempt.read_job_id()
-            if job_id is not None:
-                frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
-                if reporter is not None:
+    with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress) as reporter:
+        while True:
+            if job_id is None:
+                job_id = attempt.read_job_id()
+                if job_id is not None:
+                    frames.record("job", {"job_id": job_id, "attempt_dir": attempt.path})
                     reporter.start(job_id)
-        verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
-        alive = record is not None and detached.process_alive(record.get("supervisor_pid"),
-                                                              record.get("supervisor_start_time"))
-        if verdict is not None or not alive or time.monotonic() >= deadline:
-            return verdict
-        time.sleep(detached.POLL)
+            verdict = cast("Optional[Verdict]", detached.read_record(attempt, VERDICT_FILE))
+            if verdict is not None or not detached.supervisor_alive(record) or time.monotonic() >= deadline:
+                return verdict
+            time.sleep(detached.POLL)
 
 
 def _summary(attempt: allocation.Attempt, verdict: Optional[Verdict], record: Optional[detached.BuildRecord],
@@ -221,8 +211,7 @@ def _summary(attempt: allocation.Attempt, verdict: Optional[Verdict], record: Op
     if verdict is not None:
         summary.update({"job_id": verdict.get("job_id"), "job_state": verdict.get("state"),
                         "exit_code": verdict.get("exit_code"), "job_exit_code": verdict.get("job_exit_code")})
-    elif record is not None and detached.process_alive(record.get("supervisor_pid"),
-                                                       record.get("supervisor_start_time")):
+    elif record is not None and detached.supervisor_alive(record):
         summary["job_id"] = attempt.read_job_id()
         summary["job_state"] = "RUNNING"
         summary["notes"].append(f"the confirmation (supervisor pid {record.get('supervisor_pid')}) is still under way")
@@ -240,24 +229,17 @@ def run(root: str, program: str, argv: Sequence[str], sbatch_args: Sequence[str]
     attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, {}, frames, attempt_name,
                                                              None, None)
     try:
-        attempt.write_file(SPEC_FILE, json.dumps({
-            "sbatch_args": list(sbatch_args), "timeout": timeout, "metrics": list(metrics), "baseline": baseline,
-            "accept_regression": accept_regression, "revert": list(revert)}, sort_keys=True).encode())
-        record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
+        with safedirs.closed_on_error(work_fd):
+            attempt.write_file(SPEC_FILE, json.dumps({
+                "sbatch_args": list(sbatch_args), "timeout": timeout, "metrics": list(metrics), "baseline": baseline,
+                "accept_regression": accept_regression, "revert": list(revert)}, sort_keys=True).encode())
+            record = detached.start(attempt, binding, (work_fd, lease_path), supervise=_supervise)
         os.close(work_fd)
-        work_fd = -1
-        reporter = (Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress)
-                    if progress else None)
-        try:  # the supervisor bounds the job; this bound only covers a wedged scheduler
-            verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, reporter)
-        finally:
-            if reporter is not None:
-                reporter.stop()
+        # the supervisor bounds the job; this bound only covers a wedged scheduler
+        verdict = _follow(attempt, record, timeout + REVERT_TIMEOUT + 120.0, frames, progress)
         return allocation.finish(attempt, frames, _summary(attempt, verdict, record),
-                                 settle_kw=detached._one_look(None), progress=bool(progress))
+                                 settle_kw=detached.ONE_LOOK, progress=bool(progress))
     finally:
-        if work_fd >= 0:
-            os.close(work_fd)
         attempt.close()
 
 
@@ -269,14 +251,10 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         frames.record("attempt", {"attempt": attempt.name, "attempt_dir": attempt.path})
         if fenced:
             return allocation.end_fenced(frames, allocation.base_summary(attempt), "submit")
-        record = detached.read_build(attempt)
-        deadline = time.monotonic() + min(timeout, detached.START_WAIT)
-        while record is None and alive and time.monotonic() < deadline:
-            time.sleep(detached.POLL)
-            record = detached.read_build(attempt)
+        record = detached.await_build(attempt, alive, min(timeout, detached.START_WAIT))
         verdict = _follow(attempt, record, timeout, frames, None)
         summary = _summary(attempt, verdict, record)
         summary["reconciled"] = True
-        return allocation.finish(attempt, frames, summary, settle_kw=detached._one_look(None))
+        return allocation.finish(attempt, frames, summary, settle_kw=detached.ONE_LOOK)
     finally:
         attempt.close()

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any, Callable, List, TypedDict, cast
 
 from . import allocation, lease, spawn
-from ..core import procs
+from ..core import procs, safedirs
 from ..core.atomic import TEMP_FLAGS
 from ..core.bounds import json_object
 from ..core.frames import FrameWriter
@@ -78,7 +78,12 @@ class Cancel(TypedDict):
 
 def process_alive(pid: int | None, start_time: str | None) -> bool:
     """True while *pid* runs and is still the process that started at *start_time* (not a zombie)."""
-    return isinstance(pid, int) and pid > 1 and procs.process_alive(pid, start_time)
+    return pid != 1 and procs.process_alive(pid, start_time)  # which refuses anything but a positive int
+
+
+def supervisor_alive(record: BuildRecord | None) -> bool:
+    """The supervisor that wrote *record* still runs."""
+    return record is not None and process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time"))
 
 
 def read_record(attempt: allocation.Attempt, name: str) -> dict[str, Any] | None:
@@ -91,9 +96,42 @@ def read_build(attempt: allocation.Attempt) -> BuildRecord | None:
     return cast("BuildRecord | None", read_record(attempt, BUILD_FILE))
 
 
+def await_build(attempt: allocation.Attempt, alive: bool, wait: float) -> BuildRecord | None:
+    """The ``build`` record, waiting up to *wait* seconds for it while the original agent is *alive* (it
+    may still start the supervisor)."""
+    deadline = time.monotonic() + wait
+    record = read_build(attempt)
+    while record is None and alive and time.monotonic() < deadline:
+        time.sleep(POLL)
+        record = read_build(attempt)
+    return record
+
+
 def read_exit(attempt: allocation.Attempt) -> ExitRecord | None:
     """The ``exit`` record (this agent's supervisor wrote it, atomically), or ``None``."""
     return cast("ExitRecord | None", read_record(attempt, EXIT_FILE))
+
+
+def quiet(sigpipe: int) -> None:
+    """The start of a supervisor: SIGHUP and SIGINT ignored, SIGPIPE set to *sigpipe*, and nothing of the
+    ssh session kept open (0, 1 and 2 on ``/dev/null``)."""
+    for sig, how in ((signal.SIGHUP, signal.SIG_IGN), (signal.SIGINT, signal.SIG_IGN), (signal.SIGPIPE, sigpipe)):
+        signal.signal(sig, how)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def announce(attempt: allocation.Attempt, report_fd: int, record: BuildRecord) -> None:
+    """Write the ``build`` record atomically, then hand it to the agent waiting in :func:`start`."""
+    line = json.dumps(record, sort_keys=True)
+    attempt.write_file(BUILD_FILE, line.encode())
+    try:
+        os.write(report_fd, (line + "\n").encode())
+        os.close(report_fd)
+    except OSError:
+        pass  # the agent is gone: the supervisor goes on regardless
 
 
 def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_fd: int,
@@ -102,13 +140,7 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
     inherited from the agent, until it ends): never returns."""
     code = 70
     try:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):  # nothing of the ssh session stays open here
-            os.dup2(null, fd)
-        os.close(null)
+        quiet(signal.SIG_DFL)
         out, err = (os.open(name, TEMP_FLAGS, 0o600, dir_fd=attempt.fd) for name in ("stdout", "stderr"))
         path = attempt.path
         argv = [os.path.join(path, "job.py"), *binding.job_args(path)]
@@ -119,17 +151,12 @@ def _supervise(attempt: allocation.Attempt, binding: allocation.Binding, report_
                              supervisor_start_time=procs.proc_start_time(os.getpid()),
                              argv_sha256=binding.argv_sha256, archive_sha256=binding.archive_sha256,
                              started=utc_now())
-        attempt.write_file(BUILD_FILE, json.dumps(record, sort_keys=True).encode())
         try:
             lease.record_work(work[1], {"kind": "build", "pid": proc.pid, "supervisor_pid": os.getpid(),
                                            "attempt": attempt.path, "since": record["started"]})
         except OSError:
             pass  # the lock is held all the same; only its record is missing
-        try:
-            os.write(report_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
-            os.close(report_fd)
-        except OSError:
-            pass  # the agent is gone: the build runs on regardless
+        announce(attempt, report_fd, record)
         status = proc.wait()
         lease.end_work(*work)  # before the exit record: whoever reads that finds the lease free
         end = ExitRecord(exit_code=status if status >= 0 else None, signal=-status if status < 0 else None,
@@ -175,15 +202,12 @@ def _state(record: BuildRecord) -> tuple[str | None, str | None]:
 
 def _running(record: BuildRecord) -> bool:
     """The recorded build or its supervisor still runs."""
-    return (process_alive(record.get("pid"), record.get("start_time"))
-            or process_alive(record.get("supervisor_pid"), record.get("supervisor_start_time")))
+    return process_alive(record.get("pid"), record.get("start_time")) or supervisor_alive(record)
 
 
 def _stop_build(attempt: allocation.Attempt, record: BuildRecord) -> Cancel:
     """End the build's process group (it leads its own session) at the bound: :func:`procs.end_group`."""
-    pid, start_time = record.get("pid"), record.get("start_time")
-    if not isinstance(pid, int):
-        return Cancel(ok=False, signals=[], message="no build pid was recorded")
+    pid, start_time = record["pid"], record.get("start_time")  # the supervisor's record names it
 
     def gone(grace: float) -> bool:
         deadline = time.monotonic() + grace
@@ -223,45 +247,38 @@ def _establish(summary: allocation.Summary, end: ExitRecord | None, record: Buil
                         "established": True, "end_source": "supervisor"})
         if end.get("signal"):
             summary["notes"].append(f"the build was ended by signal {end['signal']}")
-    elif record is not None and _running(record):
-        summary["job_state"] = "RUNNING"
-        summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
     elif record is not None:
-        summary["notes"].append("the build and its supervisor are gone and no exit status was recorded "
-                                "(the supervisor was killed?)")
+        if _running(record):
+            summary["job_state"] = "RUNNING"
+            summary["notes"].append(f"the build (pid {record.get('pid')}) is still running")
+        else:
+            summary["notes"].append("the build and its supervisor are gone and no exit status was recorded "
+                                    "(the supervisor was killed?)")
 
 
-def _one_look(settle_kw: allocation.SettleOptions | None) -> allocation.SettleOptions:
-    """A fixed-host build's transcripts are files on this host, written by a build whose end is
-    recorded (or that still runs: then they are incomplete however long they are watched): one
-    observation, no settle.  The settle is for a batch job's files seen through a shared filesystem."""
-    return {**(settle_kw or {}), "max_observations": 1, "required": 1}
+#: A fixed-host build's transcripts are files on this host, written by a build whose end is
+#: recorded (or that still runs: then they are incomplete however long they are watched): one
+#: observation, no settle.  The settle is for a batch job's files seen through a shared filesystem.
+ONE_LOOK: allocation.SettleOptions = {"max_observations": 1, "required": 1}
 
 
 def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeout: float, frames: FrameWriter,
-        attempt_name: str | None = None, *, settle_kw: allocation.SettleOptions | None = None,
-        archive: str | None = None, archive_sha256: str | None = None,
+        attempt_name: str | None = None, *, archive: str | None = None, archive_sha256: str | None = None,
         progress: float | None = None) -> allocation.Summary:
     """Create the attempt, start the detached build, follow it (bounded), then :func:`allocation.finish`."""
     # the supervisor keeps the lease's work lock until the build has ended
     attempt, binding, work_fd, lease_path = allocation.prepare(root, program, argv, env, frames, attempt_name,
                                                              archive, archive_sha256)
     try:
-        record = start(attempt, binding, (work_fd, lease_path))
+        with safedirs.closed_on_error(work_fd):
+            record = start(attempt, binding, (work_fd, lease_path))
         os.close(work_fd)
-        work_fd = -1
         summary = _summary(attempt, record)
         frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
-        reporter = None
-        if progress:
-            reporter = Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
-                                state=lambda _: _state(record))
+        with Reporter(lambda payload: frames.record("progress", payload), attempt.fd, progress,
+                      state=lambda _: _state(record)) as reporter:
             reporter.start(f"pid {record.get('pid')}")
-        try:
             end = _wait_for_exit(attempt, record, timeout)
-        finally:
-            if reporter is not None:
-                reporter.stop()
         if end is None and process_alive(record.get("pid"), record.get("start_time")):
             cancel = _stop_build(attempt, record)
             summary.update({"timed_out": True, "cancel": cancel})
@@ -272,15 +289,13 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], timeo
                 summary.update({"exit_code": end.get("exit_code"), "exit_signal": end.get("signal")})
         else:
             _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw), progress=bool(progress))
+        return allocation.finish(attempt, frames, summary, settle_kw=ONE_LOOK, progress=bool(progress))
     finally:
-        if work_fd >= 0:
-            os.close(work_fd)
         attempt.close()
 
 
-def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter, *,
-              settle_kw: allocation.SettleOptions | None = None) -> allocation.Summary:
+def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames: FrameWriter,
+              ) -> allocation.Summary:
     """Establish the end of the attempt's detached build (never starts one), then :func:`allocation.finish`."""
     attempt, fenced, alive = allocation.open_attempt(root, program, attempt_name)
     try:
@@ -290,11 +305,7 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
         if fenced:
             return allocation.end_fenced(frames, summary, "start a build")
         deadline = time.monotonic() + timeout
-        record = read_build(attempt)
-        start_deadline = min(deadline, time.monotonic() + START_WAIT)
-        while record is None and alive and time.monotonic() < start_deadline:
-            time.sleep(POLL)  # the original agent is alive and may still start the build
-            record = read_build(attempt)
+        record = await_build(attempt, alive, min(timeout, START_WAIT))
         if record is None:
             summary["notes"].append("no build was recorded in the attempt: it never started")
             summary["submitted"] = False if not alive else None
@@ -304,6 +315,6 @@ def reconcile(root: str, program: str, attempt_name: str, timeout: float, frames
             frames.record("job", {"pid": record.get("pid"), "attempt_dir": attempt.path})
         end = _wait_for_exit(attempt, record, max(0.0, deadline - time.monotonic()))
         _establish(summary, end, record)
-        return allocation.finish(attempt, frames, summary, settle_kw=_one_look(settle_kw))
+        return allocation.finish(attempt, frames, summary, settle_kw=ONE_LOOK)
     finally:
         attempt.close()

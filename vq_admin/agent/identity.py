@@ -39,8 +39,8 @@ def zip_archive(pkg: str) -> str | None:
     """The zipapp file *pkg* lives in (``vq-admin-agent.pyz``), or None for a directory."""
     if os.path.isdir(pkg):
         return None
-    head = pkg
-    while head and head != os.path.dirname(head):
+    head = pkg  # absolute: the loop ends at /
+    while head != os.path.dirname(head):
         head = os.path.dirname(head)
         if os.path.isfile(head):
             return os.path.realpath(head)
@@ -91,10 +91,10 @@ def identity() -> Identity:
     archive = zip_archive(pkg)
     present = archive is None and os.path.lexists(os.path.join(root, RECORD_NAME))
     problems: list[str] = []
+    record = None
     if archive is not None:  # a single-file zipapp: its bytes are its identity
         scope, path = "zipapp", archive
         digest = file_sha256(archive)
-        record = None
     elif present:
         scope, path = "release", root
         digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
@@ -104,7 +104,6 @@ def identity() -> Identity:
     else:
         scope, path = "package", os.path.realpath(pkg)
         digest = directory_tree_sha256(path)
-        record = None
     if not present:
         state = "missing"
     elif record is not None and record.tree_sha256 == digest:

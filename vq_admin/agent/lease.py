@@ -179,17 +179,16 @@ def _ago(since: Optional[str]) -> str:
 def _connection(holder: Holder) -> str:
     """How the session agent's connection stands, judged from its ancestors (the shell and sshd that ran
     it, or the local driver): one of them stopped is a frozen connection."""
-    pid, found = holder.get("agent_ppid"), None
+    pid = holder.get("agent_ppid")
     for _ in range(4):
         state = procs.process_state(pid) if isinstance(pid, int) and pid > 1 else None
-        if state is None or state[0] in "Tt":
-            found = state
+        if state is None:
             break
+        if state[0] in "Tt":
+            return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
+                    f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
+                    f"{pid} is continued or ended (kill {pid}), not by itself")
         pid = state[1]
-    if found is not None:
-        return (f"; its connection is frozen (pid {pid}, which serves it, is stopped), so the driver that "
-                f"started it has given up on it (ssh's ServerAlive ends that side): the lease ends when pid "
-                f"{pid} is continued or ended (kill {pid}), not by itself")
     if procs.process_state(holder.get("agent_ppid", 0)) is None:
         return (f"; the connection that started it is gone: the lease ends when the agent "
                 f"(pid {holder.get('agent_pid')}) exits")
@@ -218,13 +217,12 @@ def describe_work(work: Optional[Holder]) -> str:
     session = run.get("agent_pid")
     driver = ("whose session on this host (agent pid {}) is still open".format(session)
               if procs.process_alive(session) else "whose driver has ended (its session here is gone)")
+    job = work.get("job_id") or "(id not yet recorded)"
     if work.get("kind") == "confirm":
-        job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the confirmation job {job} (attempt {work.get('attempt')}, supervisor pid {work.get('pid')} "
                 f"on {work.get('host')}) that {started} submitted, {driver}; it ends when the job has ended and, "
                 f"if it failed, the previous generation is re-activated (squeue -j {job})")
     if work.get("kind") == "job":
-        job = work.get("job_id") or "(id not yet recorded)"
         return (f"held by the allocation job {job} (attempt {work.get('attempt')}, sbatch --wait pid "
                 f"{work.get('pid')} on {work.get('host')}) that {started} submitted, {driver}; it ends when the "
                 f"job ends (squeue -j {job}; scancel {job} to end it)")
@@ -233,8 +231,9 @@ def describe_work(work: Optional[Holder]) -> str:
             f"that {started} started, {driver}; it ends when the build ends")
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Replace the holder record *path* with *data*, atomically (a temporary file renamed over it).
+def write_holder(path: str, record: Holder) -> None:
+    """Replace the holder record of the lock *path* (:func:`read_holder`'s), atomically (a temporary file
+    renamed over it).
 
     Not ``fsync``-ed: the record means something only while the process it names runs (a reader
     checks that, :func:`current_holder`), and a crash of the host ends that process and frees its
@@ -242,14 +241,7 @@ def _write_atomic(path: str, data: bytes) -> None:
     holds.  Other processes see it as soon as it is renamed; an fsync would cost every run a
     disk flush (several ms on a local disk, more on a shared scratch filesystem).
     """
-    atomic.write(path, data, sync=False)
-
-
-def prepare_dir(directory: str) -> None:
-    """Create the lease directory owner-only; refuse it unless it passes the secure-path rule."""
-    securepath.check(directory, what="lease directory", missing_ok=True)
-    securepath.makedirs_private(directory)
-    securepath.check(directory, what="lease directory")
+    atomic.write(path + ".holder", protocol.encode(record).encode(), sync=False)
 
 
 def open_lock(path: str) -> int:
@@ -288,7 +280,7 @@ def hold_work(program: str) -> Tuple[int, str]:
     """Take the work lock of *program*'s runtime lease for a build or job about to start: ``(fd, lease
     path)``; the holder keeps *fd* open until the work has ended.  Raises :class:`WorkHeld`."""
     directory = paths.agent_lock_dir()
-    prepare_dir(directory)
+    securepath.make_private_dir(directory, what="lease directory")
     path = os.path.join(directory, lock_name("runtime", program))
     fd = open_lock(path + WORK)
     if not try_lock(fd, path + WORK):
@@ -301,7 +293,7 @@ def hold_work(program: str) -> Tuple[int, str]:
 def record_work(path: str, record: Holder) -> None:
     """Record what holds the work lock of the lease *path* (with the session that started it)."""
     record = {**record, "session": read_holder(path) or {}, "host": os.uname().nodename}
-    _write_atomic(path + WORK + ".holder", protocol.encode(record).encode())
+    write_holder(path + WORK, record)
 
 
 def end_work(fd: int, path: str) -> None:
@@ -325,7 +317,7 @@ def take(request: LeaseRequest) -> Tuple[LeaseAnswer, Optional[int]]:
     path = os.path.join(directory, name)
     fd = -1
     try:
-        prepare_dir(directory)
+        securepath.make_private_dir(directory, what="lease directory")
         fd = open_lock(path)
         found = None if try_lock(fd, path) else contended(fd, path)
         answer: LeaseAnswer
@@ -336,7 +328,7 @@ def take(request: LeaseRequest) -> Tuple[LeaseAnswer, Optional[int]]:
             if work is None:
                 record: Holder = {**holder, "agent_pid": os.getpid(), "agent_ppid": os.getppid(),
                                   "agent_host": os.uname().nodename}
-                _write_atomic(path + ".holder", protocol.encode(record).encode())
+                write_holder(path, record)
                 return {"held": True, "lock": path, "holder": record}, fd
             answer = {"held": False, "exit": EXIT_HELD, "lock": path + WORK, "holder": work,
                       "message": describe_work(work)}
@@ -368,8 +360,7 @@ class Held:
     fails.  Each line read meanwhile is a record entry of the run, appended under the lease and answered
     on *out* (:func:`.record.serve_line`) once :attr:`answered` is set."""
 
-    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: Optional[TextIO] = None,
-                 program: Optional[str] = None) -> None:
+    def __init__(self, fd: int, path: str, stdin: BinaryIO, out: TextIO, program: Optional[str]) -> None:
         import threading
 
         self.fd, self.path, self.out, self.program = fd, path, out, program
@@ -385,7 +376,7 @@ class Held:
                 line = stdin.readline(LINE_LIMIT + 1)
                 if not line:
                     break
-                if self.out is not None and line.strip():  # a record entry of the run, under its lease
+                if line.strip():  # a record entry of the run, under its lease
                     from .record import serve_line
 
                     answer = serve_line(line, self.program)

@@ -44,35 +44,35 @@ def queue_state(job_id: str, timeout: float = SQUEUE_TIMEOUT) -> Tuple[Optional[
     for line in out.splitlines():
         state, _, reason = line.strip().partition("|")
         if state:
-            return state, (reason if reason and reason != "None" else None)
+            return state, (reason if reason not in ("", "None") else None)
     return None, None
 
 
-def _tail(dir_fd: int, name: str) -> Tuple[Optional[float], bytes]:
-    """``(mtime, last bytes)`` of *name* below *dir_fd*, never through a symlink."""
+def _tail(dir_fd: int, name: str) -> Tuple[float, bytes]:
+    """``(mtime, last bytes)`` of *name* below *dir_fd*, never through a symlink (no bytes: none readable)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
-        return None, b""
+        return 0.0, b""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return None, b""
+            return 0.0, b""
         start = max(0, st.st_size - TAIL_BYTES)
         return st.st_mtime, os.pread(fd, TAIL_BYTES, start)
     except OSError:
-        return None, b""
+        return 0.0, b""
     finally:
         os.close(fd)
 
 
-def last_line(dir_fd: int, names: Sequence[str] = ("stdout", "stderr")) -> Tuple[Optional[str], Optional[str]]:
+def last_line(dir_fd: int) -> Tuple[Optional[str], Optional[str]]:
     """The last non-empty line of the transcript written most recently: ``(line, file name)``."""
     best = None
-    for name in names:
+    for name in ("stdout", "stderr"):
         mtime, data = _tail(dir_fd, name)
         lines = [ln for ln in data.replace(b"\r", b"\n").split(b"\n") if ln.strip()]
-        if mtime is not None and lines and (best is None or mtime >= best[0]):
+        if lines and (best is None or mtime >= best[0]):
             best = (mtime, lines[-1], name)
     if best is None:
         return None, None
@@ -102,19 +102,21 @@ class SettleRecord(TypedDict):
 
 
 class Reporter:
-    """Sends ``wait`` records every *interval* seconds from :meth:`start` until :meth:`stop`."""
+    """Sends ``wait`` records every *interval* seconds from :meth:`start` until the ``with`` block ends
+    (none at all without an *interval*: ``--progress`` was not given)."""
 
-    def __init__(self, emit: Callable[[WaitRecord], None], attempt_fd: int, interval: float,
+    def __init__(self, emit: Callable[[WaitRecord], None], attempt_fd: int, interval: Optional[float],
                  state: Callable[[str], Tuple[Optional[str], Optional[str]]] = queue_state):
         self.emit, self.attempt_fd = emit, attempt_fd
-        self.interval = max(MIN_INTERVAL, interval)
+        self.interval = max(MIN_INTERVAL, interval) if interval else None
         self.state = state
         self._stop = threading.Event()
         self._worker: Optional[threading.Thread] = None
 
     def start(self, job_id: str) -> None:
-        self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
-        self._worker.start()
+        if self.interval is not None:
+            self._worker = threading.Thread(target=self._loop, args=(job_id,), name="vq-progress", daemon=True)
+            self._worker.start()
 
     def _loop(self, job_id: str) -> None:
         while not self._stop.is_set():
@@ -127,7 +129,10 @@ class Reporter:
             if self._stop.wait(self.interval):
                 return
 
-    def stop(self) -> None:
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._worker is not None:
             self._worker.join(timeout=SQUEUE_TIMEOUT + 5)

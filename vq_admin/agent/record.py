@@ -65,24 +65,16 @@ def entry_name(seq: int, statement: bytes) -> str:
 
 def parse_name(name: str) -> Optional[Tuple[int, bool]]:
     """``(seq, is_signature)`` of an entry's file name, ``None`` for any other name (temporary files)."""
-    sig = name.endswith(SUFFIX + SIG)
-    stem = name[:-len(SUFFIX + SIG)] if sig else name[:-len(SUFFIX)] if name.endswith(SUFFIX) else ""
+    stem, dot, rest = name.partition(".")  # an entry's stem holds no dot
     seq, dash, digest = stem.partition("-")
-    if (dash and len(seq) == SEQ_DIGITS and seq.isdigit() and len(digest) == HEX_DIGITS
-            and all(c in "0123456789abcdef" for c in digest)):
-        return int(seq), sig
+    if (dot + rest in (SUFFIX, SUFFIX + SIG) and dash and len(seq) == SEQ_DIGITS and seq.isdigit()
+            and len(digest) == HEX_DIGITS and all(c in "0123456789abcdef" for c in digest)):
+        return int(seq), rest.endswith(SIG)
     return None
 
 
-def _open_dir(path: str, create: bool) -> Optional[int]:
-    """The record directory, checked (secure-path rule) and opened; ``None`` when missing and not *create*."""
-    if create:
-        securepath.check(path, what="record directory", missing_ok=True)
-        securepath.makedirs_private(path)
-    elif not os.path.lexists(path):
-        return None
-    securepath.check(path, what="record directory")
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+#: How the record directory is opened, once it passed the secure-path rule.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Appended:
@@ -91,8 +83,8 @@ def append(program: Optional[str], statement: bytes, sig: Optional[bytes]) -> Ap
     if not statement or len(statement) > MAX_ENTRY or (sig is not None and (not sig or len(sig) > MAX_ENTRY)):
         raise ValueError(f"a record entry must be 1 to {MAX_ENTRY} bytes, its signature too")
     path = directory(program)
-    dir_fd = _open_dir(path, create=True)
-    assert dir_fd is not None
+    securepath.make_private_dir(path, what="record directory")
+    dir_fd = os.open(path, DIR_FLAGS)
     try:
         lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         try:
@@ -130,11 +122,13 @@ def read_after(program: Optional[str], cursor: int) -> RecordRead:
     text that is not UTF-8 or too large); ``last`` is the largest number answered (or *cursor*).  A
     record directory that fails the secure-path rule answers ``error`` and no entry."""
     try:
-        dir_fd = _open_dir(directory(program), create=False)
+        path = directory(program)
+        if not os.path.lexists(path):
+            return {"entries": [], "last": cursor}
+        securepath.check(path, what="record directory")
+        dir_fd = os.open(path, DIR_FLAGS)
     except (ValueError, securepath.Untrusted) as exc:
         return {"entries": [], "last": cursor, "error": str(exc)}
-    if dir_fd is None:
-        return {"entries": [], "last": cursor}
     try:
         names = sorted((parsed[0], name) for name, parsed in ((n, parse_name(n)) for n in os.listdir(dir_fd))
                        if parsed and not parsed[1] and parsed[0] > cursor)

@@ -29,13 +29,8 @@ LIVE_LOCK = ".live"
 
 
 def newest_first(names: Iterable[str]) -> list[str]:
-    """Attempt names, newest first (by the UTC stamp, then by name)."""
-    def key(name: str) -> tuple[str, str]:
-        m = ATTEMPT_RE.match(name)
-        assert m is not None
-        return m.group(1), name
-
-    return sorted(names, key=key, reverse=True)
+    """Attempt names (each matches :data:`ATTEMPT_RE`), newest first (by the UTC stamp, then by name)."""
+    return sorted(names, key=lambda name: (name.split(".")[1], name), reverse=True)
 
 
 def choose_removals(current: str, others: Iterable[str], size: Callable[[str], int],
@@ -100,8 +95,8 @@ def remove_unless_live(program_fd: int, name: str) -> bool:
 def prune(program_fd: int, current: str, cap: int = CAP_BYTES) -> dict[str, object]:
     """Apply the retention rule below the open program directory *program_fd*; a failure to remove
     one attempt is reported in ``errors`` and does not stop the others."""
-    attempts = [entry.name for entry in os.scandir(program_fd)
-                if entry.name != current and ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
+    attempts = [entry.name for entry in os.scandir(program_fd)  # current among them: choose_removals skips it
+                if ATTEMPT_RE.match(entry.name) and entry.is_dir(follow_symlinks=False)]
     live_skipped: list[str] = []
 
     def live(name: str) -> bool:

@@ -79,31 +79,15 @@ def file_state(dir_fd: int, name: str, algorithm: str | None = None) -> FileStat
 
 
 class DirectoryObserver:
-    """Observe ``stdout`` and ``stderr`` in *directory*, opening everything afresh each time.
+    """Observe ``stdout`` and ``stderr`` in the open directory *dir_fd*, opening each file afresh every
+    time: the directory is the one the caller holds open (its path may lead elsewhere by now)."""
 
-    A missing or unopenable directory makes every file ``unavailable``; the
-    directory itself is opened with ``O_NOFOLLOW``.  With *dir_fd* the files
-    are opened relative to that open directory instead of by path.
-    """
-
-    def __init__(self, directory: str, algorithm: str | None = None, dir_fd: int | None = None):
-        self.directory = directory
-        self.algorithm = algorithm or checksum.default_algorithm()
+    def __init__(self, dir_fd: int, algorithm: str | None = None):
         self.dir_fd = dir_fd
+        self.algorithm = algorithm or checksum.default_algorithm()
 
     def __call__(self) -> Observation:
-        if self.dir_fd is not None:  # the directory the caller holds open: its path may lead elsewhere by now
-            return tuple(file_state(self.dir_fd, name, self.algorithm) for name in FILES)
-        try:
-            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return tuple(FileState(error="directory missing") for _ in FILES)
-        except OSError as exc:
-            return tuple(FileState(error=f"directory: {exc.strerror or exc}") for _ in FILES)
-        try:
-            return tuple(file_state(dfd, name, self.algorithm) for name in FILES)
-        finally:
-            os.close(dfd)
+        return tuple(file_state(self.dir_fd, name, self.algorithm) for name in FILES)
 
 
 @dataclass(frozen=True)
@@ -157,7 +141,8 @@ def settle(
     sleep: Callable[[float], None] = time.sleep,
     on_observation: Optional[Callable[[int, Sequence[Observation]], None]] = None,
 ) -> SettleResult:
-    """Observe until settled or *max_observations* were made.
+    """Observe until settled or *max_observations* were made (it and *required* are at least 1: the
+    settle's own defaults, or one look for a fixed-host build).
 
     Observation *k* (from 0) starts at ``start + k * interval``; when an
     observation itself takes longer than the interval the next one starts
@@ -166,8 +151,6 @@ def settle(
     *on_observation* (progress on a terminal) is called with the count and
     the history after each observation.
     """
-    if max_observations < 1 or required < 1:
-        raise ValueError("max_observations and required must be positive")
     name = getattr(observe, "algorithm", None) or checksum.default_algorithm()  # reported with the result
     start = clock()
     history: list[Observation] = []

@@ -130,8 +130,8 @@ def jobcomp_path() -> str | None:
     return conf["JobCompLoc"]
 
 
-def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd | None:
-    """The last completion record of *job_id* (and *job_name*, when given) in the log at *path*."""
+def jobcomp_end(job_id: str, job_name: str, path: str | None) -> JobEnd | None:
+    """The last completion record of *job_id* and *job_name* in the log at *path*."""
     if not path:
         return None
     needle = f"JobId={job_id} "
@@ -142,7 +142,7 @@ def jobcomp_end(job_id: str, job_name: str | None, path: str | None) -> JobEnd |
                 if not line.startswith(needle):
                     continue
                 fields = parse_fields(line)
-                if job_name is None or fields.get("Name") == job_name:
+                if fields.get("Name") == job_name:
                     found = fields
     except OSError:
         return None
@@ -172,8 +172,7 @@ class EndSearch:
     notes: list[str] = field(default_factory=list)
 
 
-def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None = None
-             ) -> tuple[JobEnd | None, str | None, str | None]:
+def find_end(job_id: str, job_name: str, jobcomp: list[str | None]) -> tuple[JobEnd | None, str | None, str | None]:
     """One look: ``(end, last seen state, note)``.
 
     ``scontrol`` first; once the record has aged out of it, the job
@@ -186,8 +185,6 @@ def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None
         return _end_from(fields, job_id, "scontrol"), fields.get("JobState"), None
     if how == "unreachable":
         return None, None, f"scontrol: {fields.get('error') or 'no answer'}"
-    if jobcomp is None:
-        jobcomp = []
     if not jobcomp:
         jobcomp.append(jobcomp_path())
     end = jobcomp_end(job_id, job_name, jobcomp[0]) or sacct_end(job_id)
@@ -197,7 +194,7 @@ def find_end(job_id: str, job_name: str | None, jobcomp: list[str | None] | None
                         f"(job completion log: {jobcomp[0] or 'not jobcomp/filetxt'}; sacct: no record)")
 
 
-def wait_for_end(job_id: str, job_name: str | None, timeout: float, *, poll: float = 2.0,
+def wait_for_end(job_id: str, job_name: str, timeout: float, *, poll: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> EndSearch:
     """Look for the job's end until it is found or *timeout* seconds pass."""
@@ -210,7 +207,7 @@ def wait_for_end(job_id: str, job_name: str | None, timeout: float, *, poll: flo
             search.end, search.last_state = end, end.state
             return search
         search.last_state = state or search.last_state
-        if note and (not search.notes or search.notes[-1] != note):
+        if note and search.notes[-1:] != [note]:  # each note once, unless another came between
             search.notes.append(note)
         remaining = deadline - clock()
         if remaining <= 0:
@@ -232,6 +229,11 @@ class Submission:
     @property
     def submitted(self) -> bool:
         return self.job_id is not None
+
+    def cancelled(self, done: str) -> str:
+        """*done* when the job was cancelled at the bound, else why cancelling it failed."""
+        cancel = self.cancel or {}
+        return done if cancel.get("ok") else f"cancelling it failed: {cancel.get('message')}"
 
 
 def cancel(job_id: str) -> dict[str, object]:

@@ -111,7 +111,7 @@ def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_
     """Start *argv* with stdout on *out_w* and stderr on *err_w* (leading a process group of its own when
     *group*) and return its pid, or -1 where ``os.posix_spawn`` cannot plainly run it (see the module)."""
     inherited = inherited_fds() if hasattr(os, "posix_spawn") and spawn_reports_exec_errors() else None
-    if inherited is None or not argv or min(out_w, err_w) <= 2:
+    if inherited is None or min(out_w, err_w) <= 2:  # argv is never empty: every caller names a command
         return -1
     import signal
 
@@ -120,19 +120,14 @@ def _spawn(argv: "List[str]", env: "Optional[Dict[str, str]]", group: bool, out_
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
     extra: "Dict[str, Any]" = {"setpgroup": 0} if group else {}
     environ = os.environ if env is None else env
-    first: "Optional[OSError]" = None
-    last: "Optional[OSError]" = None
-    for path in _candidates(argv[0], environ):
+    errors: "List[OSError]" = []
+    for path in _candidates(argv[0], environ):  # never none: a bare word has at least one PATH entry
         try:
             return os.posix_spawn(path, argv, environ, file_actions=actions,
                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ), **extra)
         except OSError as exc:  # as subprocess: go on past "not found"; the first other error, else the last
-            last = exc
-            if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                first = exc
-    error = first or last
-    assert error is not None
-    raise error
+            errors.append(exc)
+    raise next((exc for exc in errors if exc.errno not in (errno.ENOENT, errno.ENOTDIR)), errors[-1])
 
 
 def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
@@ -163,24 +158,20 @@ def run_captured(argv: "Sequence[str]", env: "Optional[Dict[str, str]]" = None,
         chunks: "Dict[int, List[bytes]]" = {out_r: [], err_r: []}
         live = {out_r, err_r}
         code = _wait(pid, proc, deadline) if _read(chunks, live, deadline) else None
-        timed_out = code is None
-        if code is None:
+        if code is None:  # the bound passed: its process group is ended here, and it is reaped below
+            import subprocess
+
             from ..core.procs import end_group  # a timeout only: not on the fast verbs' path
 
             end_group(pid, lambda grace: _read(chunks, live, time.monotonic() + grace) and False)
-            code = proc.wait() if proc is not None else _exit_code(os.waitpid(pid, 0)[1])
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
         pid = -1
-        out, err = b"".join(chunks[out_r]), b"".join(chunks[err_r])
-        if timed_out:
-            import subprocess
-
-            raise subprocess.TimeoutExpired(argv, timeout or 0.0, out, err)
-        return code, out, err
+        return code, b"".join(chunks[out_r]), b"".join(chunks[err_r])
     finally:
         for fd in (out_r, out_w, err_r, err_w):
             if fd >= 0:
                 os.close(fd)
-        if pid >= 0:  # interrupted while reading (or reaping): end the command, as subprocess.run does
+        if pid >= 0:  # timed out, or interrupted while reading (or reaping): end the command, as subprocess.run does
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -160,8 +160,8 @@ def reclaim(root: str, kind: str, name: str, stage: str, succeeded: bool, keep_f
             try:
                 os.stat(f"{entry.name}/{FAILED_MARK}", dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
-                if entry.name == own or _stamp(entry.name) >= _stamp(own):
-                    continue  # this run's, or a later run's: never touched
+                if _stamp(entry.name) >= _stamp(own):
+                    continue  # this run's (its own stamp), or a later run's: never touched
                 # an unmarked stage older than this run's: its run was interrupted before its reclaim
                 _mark_failed(parent, entry.name, b"abandoned by an interrupted run\n")
                 abandoned.append(entry.name)

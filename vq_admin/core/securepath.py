@@ -225,6 +225,13 @@ def makedirs_private(path: str) -> None:
             os.close(fd)
 
 
+def make_private_dir(path: str, *, what: str) -> None:
+    """Create *path* owner-only (:func:`makedirs_private`) where the secure-path rule allows it, and
+    raise :class:`Untrusted` unless it then passes that rule (the agent's state directories)."""
+    check(path, what=what, missing_ok=True)
+    makedirs_private(path)
+    check(path, what=what)
+
 
 def command_problem(words: "Iterable[object]", *, what: str = "command") -> str | None:
     """``None`` when every absolute path among *words* (interpreter and script
