@@ -414,7 +414,7 @@ def _framed(w: World, argv: list[str]) -> Framed:
 def _job(w: World, run_verb: str) -> tuple[str, Framed]:
     attempt = new_attempt_name()
     common: dict[str, Any] = dict(root=str(w.scratch), program="prog", attempt=attempt, timeout="120",
-                                  progress=None, archive=w.archive, archive_sha256=w.archive_sha256,
+                                  archive=w.archive, archive_sha256=w.archive_sha256,
                                   env=[("VQ_RT", "yes")],
                                   command=[sys.executable, "-c", "import os; print('built', os.environ['VQ_RT'])"])
     if run_verb == protocol.ALLOC_RUN:

@@ -177,7 +177,7 @@ def test_a_slot_the_provider_placed_in_its_env_stays_a_slot_inside_the_agents_en
     command = ProviderCommand(argv=("/site/deploy", "--source-archive", archive),
                               env=(("SITE_ARCHIVE", "file=" + archive), ("ARCHIVE", archive), ("LANG", "C")))
     argv = allocation_step._placed(protocol.detach_run(
-        ["/agent"], root="/scratch", program="p", attempt=allocation_step.ATTEMPT, timeout="60", progress=None,
+        ["/agent"], root="/scratch", program="p", attempt=allocation_step.ATTEMPT, timeout="60",
         progress_words=[allocation_step.PROGRESS], archive=allocation_step.ARCHIVE,
         archive_sha256=allocation_step.ARCHIVE_SHA256, env=command.env, command=command.argv), command)
     step = Plan().add("deploy", "h", argv, "deploy")

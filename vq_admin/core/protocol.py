@@ -553,26 +553,24 @@ def progress_option(seconds: Optional[str]) -> List[str]:
     return [] if seconds is None else [PROGRESS, seconds]
 
 
-def alloc_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, progress: Optional[str],
+def alloc_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str,
               sbatch_args: Sequence[str], archive: str, archive_sha256: str, env: Sequence[Tuple[str, str]],
               command: Sequence[str], progress_words: Sequence[str] = ()) -> List[str]:
     """``alloc-run``: the provider *command* as a Slurm batch job in a fresh attempt directory (framed answer).
 
-    *progress_words* go where :func:`progress_option` goes, as they are (the driver's plan puts
-    one word there that stands for them)."""
-    argv = [*agent, ALLOC_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
-            *progress_words]
+    *progress_words* are :func:`progress_option`'s words, or the one word of the driver's plan
+    that stands for them."""
+    argv = [*agent, ALLOC_RUN, *_job_words(root, program, attempt, timeout), *progress_words]
     argv += [f"{SBATCH_ARG}={arg}" for arg in sbatch_args]
     return argv + _archive_env_command(archive, archive_sha256, env, command)
 
 
-def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str, progress: Optional[str],
+def detach_run(agent: Words, *, root: str, program: str, attempt: str, timeout: str,
                archive: str, archive_sha256: str, env: Sequence[Tuple[str, str]],
                command: Sequence[str], progress_words: Sequence[str] = ()) -> List[str]:
     """``detach-run``: the provider *command* on this host, detached from the connection (framed answer);
     *progress_words* as for :func:`alloc_run`."""
-    argv = [*agent, DETACH_RUN, *_job_words(root, program, attempt, timeout), *progress_option(progress),
-            *progress_words]
+    argv = [*agent, DETACH_RUN, *_job_words(root, program, attempt, timeout), *progress_words]
     return argv + _archive_env_command(archive, archive_sha256, env, command)
 
 

@@ -141,7 +141,7 @@ class AllocationDeploy(RuntimeStep):
         # the job (or build) runs only the archive that was staged and verified (by content, not by path)
         return _placed(start(
             self.host.agent, root=self.host.scratch_root, program=self.profile.program, attempt=ATTEMPT,
-            timeout=_seconds(self.profile.timeout_seconds), progress=None, progress_words=[PROGRESS],
+            timeout=_seconds(self.profile.timeout_seconds), progress_words=[PROGRESS],
             archive=ARCHIVE, archive_sha256=ARCHIVE_SHA256, env=command.env, command=command.argv), command)
 
     def run_values(self, attempt: str, live: bool) -> dict[str, SlotValue]:
