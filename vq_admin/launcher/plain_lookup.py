@@ -280,9 +280,12 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
         return f"its confirmation record {path} cannot be read"
     if generations is None or (entry is not None and not isinstance(entry, dict)):
         return f"its confirmation record {path} cannot be read"
-    if entry is None:
-        return None
-    if entry.get("status") == "pending":
-        return f"its confirmation job {entry.get('job_id') or '(id not recorded)'} is still under way"
-    return f"its confirmation failed: {entry.get('reason') or 'not passed'}" if entry.get("status") == "unconfirmed" \
-        else None
+    return None if entry is None else why_unconfirmed(entry.get("status"), entry.get("job_id"), entry.get("reason"))
+
+
+def why_unconfirmed(status: object, job_id: object, reason: object) -> str | None:
+    """Why a generation whose confirmation has *status* may not be used (``None``: nothing against it): the one
+    wording of this lookup and of :meth:`vq_admin.state.confirmation.ConfirmEntry.why_unconfirmed`."""
+    if status == "pending":
+        return f"its confirmation job {job_id or '(id not recorded)'} is still under way"
+    return f"its confirmation failed: {reason or 'not passed'}" if status == "unconfirmed" else None
