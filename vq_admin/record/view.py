@@ -87,15 +87,14 @@ def user_at_host() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def driver_id(state: StateDir) -> str:
+    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
+    return _driver_id(str(state.root))
+
+
 @functools.cache
 def _driver_id(root: str) -> str:
-    return driver_id(StateDir(root), cached=False)
-
-
-def driver_id(state: StateDir, *, cached: bool = True) -> str:
-    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
-    if cached:
-        return _driver_id(str(state.root))
+    state = StateDir(root)
     found = state.tree.read([], DRIVER_ID, limit=64)
     if found is None:
         try:
