@@ -420,8 +420,7 @@ def _run(ctx: RunContext, receipt: Receipt, verified: Verified) -> Run:
 
 def _shown_sha256(receipt: Receipt) -> str | None:
     """The SHA-256 of the verify receipt the run's final verify showed (its JSON, keys sorted), or ``None``."""
-    final = receipt.verify.final or {}
-    shown = final.get("receipt") if isinstance(final, dict) else None
+    shown = (receipt.verify.final or {}).get("receipt")  # a JSON object, or unset
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest() if shown else None
 
 
