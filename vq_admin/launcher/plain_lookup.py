@@ -210,9 +210,7 @@ def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir:
     found = plain_resolve(root, host, program, expected_sha)
     if found is None:
         return None
-    launcher, sha = found[1]["launcher"], found[1]["sha"]
-    if not isinstance(launcher, str) or not isinstance(sha, str):
-        return None
+    launcher, sha = str(found[1]["launcher"]), str(found[1]["sha"])  # strings: entry_problem passed the entry
     return launcher if record_use(root, host, program, sha, launcher, job) else None
 
 
@@ -256,11 +254,12 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
     the standard library only; the one rule both the plain and the full lookup apply."""
     lane = os.path.join(os.path.normpath(os.path.abspath(root)), "hosts", host, "runtime", program)
     path = os.path.join(lane, "confirmation.json")
-    dfd = open_trusted_dir(lane)
-    try:
-        data = None if dfd is None else read_trusted_file(dfd, "confirmation.json", 1 << 20)
-    finally:
-        if dfd is not None:
+    unreadable = f"its confirmation record {path} cannot be read"
+    dfd, data = open_trusted_dir(lane), None
+    if dfd is not None:
+        try:
+            data = read_trusted_file(dfd, "confirmation.json", 1 << 20)
+        finally:
             os.close(dfd)
     if data is None:
         try:
@@ -269,7 +268,7 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
             return None
         except OSError:
             pass
-        return f"its confirmation record {path} cannot be read"
+        return unreadable
     from ..core.bounds import InputError, loads_json
 
     try:
@@ -277,9 +276,9 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
         generations = document.get("generations", {}) if isinstance(document, dict) else None
         entry = generations.get(sha) if isinstance(generations, dict) else None
     except InputError:
-        return f"its confirmation record {path} cannot be read"
+        return unreadable
     if generations is None or (entry is not None and not isinstance(entry, dict)):
-        return f"its confirmation record {path} cannot be read"
+        return unreadable
     return None if entry is None else why_unconfirmed(entry.get("status"), entry.get("job_id"), entry.get("reason"))
 
 

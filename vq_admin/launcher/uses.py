@@ -157,8 +157,7 @@ def rotate(dfd: int) -> None:
         done = set(folded.get("segments", ()))
         for name in done & set(os.listdir(dfd)):  # folded, then a crash before its removal
             os.unlink(name, dir_fd=dfd)
-        old = _segments(dfd, done)[:-KEEP_SEGMENTS or None]
-        for name in old:
+        for name in _segments(dfd, done)[:-KEEP_SEGMENTS]:  # KEEP_SEGMENTS > 0
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # writers that opened it before the rename finish first
