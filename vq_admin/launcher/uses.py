@@ -212,9 +212,9 @@ def _read_folded(dfd: int) -> dict[str, Any]:
 def _write_folded(dfd: int, folded: dict[str, Any]) -> None:
     import json
 
-    from ..state.tree import write_atomic_at
+    from ..core import atomic
 
-    write_atomic_at(dfd, FOLDED, json.dumps(folded, sort_keys=True).encode(), exclusive=False)
+    atomic.write(FOLDED, json.dumps(folded, sort_keys=True).encode(), dir_fd=dfd)
 
 
 class Usage:

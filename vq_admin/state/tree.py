@@ -177,7 +177,7 @@ class PrivateTree:
         dfd = self.open_dir(parts, create=True)
         assert dfd is not None
         try:
-            write_atomic_at(dfd, name, data, exclusive=exclusive)
+            atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
         finally:
             os.close(dfd)
         return self.path(*parts, name)
@@ -308,11 +308,6 @@ def dump_json(value: object) -> bytes:
     import json  # here: the per-job lookup imports this module and never writes
 
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
-
-
-def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    """:func:`vq_admin.core.atomic.write` of *name* in the directory *dfd* (0600)."""
-    atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
 
 
 def _plain(name: str) -> None:
