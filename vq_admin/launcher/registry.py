@@ -257,13 +257,6 @@ def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: s
         os.close(sub)
 
 
-def make_entry(host: str, program: str, verified: Verified) -> Entry:
-    """The registry entry for a verified identity (with its ``receipt`` and ``at``, as ``conclude()`` has it)."""
-    return Entry.checked({**verified.to_value(), "schema": SCHEMA, "host": host, "program": program,
-                          "sha": verified.sha.lower(), "verified_at": verified.at},
-                         host, program, None, "not registered")
-
-
 def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, create: bool) -> int | None:
     """An fd of ``registry/<host>/<program>`` with every level checked; ``None`` when missing."""
     lane_dir(state_root, host, program)  # validates the names
@@ -325,7 +318,10 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     The caller stores the receipt first, so no record ever names a receipt
     that does not exist (the lane lock keeps the decision valid until then).
     """
-    entry = make_entry(host, program, verified)
+    # the identity's entry, with its receipt and at as conclude() has them
+    entry = Entry.checked({**verified.to_value(), "schema": SCHEMA, "host": host, "program": program,
+                           "sha": verified.sha.lower(), "verified_at": verified.at}, host, program, None,
+                          "not registered")
     path = entry_path(state_root, host, program, entry.sha)
     first = _read_in_lane(state_root, host, program, os.path.basename(path))
     created = first is None
