@@ -36,7 +36,7 @@ import stat
 import time
 
 from ..core.names import is_full_sha, is_name
-from ..core.securepath import level_problem, read_bounded
+from ..core.securepath import level_problem, read_bounded, read_trusted_file
 from ..core.stamps import utc_now
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
@@ -192,8 +192,6 @@ def _lines(data: bytes) -> list[tuple[bytes, bytes]]:
 
 
 def _read_folded(dfd: int) -> dict[str, Any]:
-    from ..core.securepath import read_trusted_file
-
     data = read_trusted_file(dfd, FOLDED, 16 << 20)
     if data is None:
         try:

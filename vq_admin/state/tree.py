@@ -117,7 +117,10 @@ class PrivateTree:
                         created = True
                     except FileExistsError:
                         pass
-                    child = self._open_child_dir(fd, name, path)
+                    try:
+                        child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    except OSError as exc:
+                        raise self._not_a_dir(fd, name, path, exc) from None
                 except OSError as exc:
                     raise self._not_a_dir(fd, name, path, exc) from None
                 os.close(fd)
@@ -134,12 +137,6 @@ class PrivateTree:
         finally:
             if fd >= 0:
                 os.close(fd)
-
-    def _open_child_dir(self, fd: int, name: str, path: str) -> int:
-        try:
-            return os.open(name, DIR_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            raise self._not_a_dir(fd, name, path, exc) from None
 
     @staticmethod
     def _not_a_dir(fd: int, name: str, path: str, exc: OSError) -> UnsafeState:
