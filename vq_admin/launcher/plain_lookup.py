@@ -182,7 +182,7 @@ def _latest(dfd: int) -> str | None:
     """The latest verified SHA the lane's ``latest.json`` names, or ``None``."""
     pointer = _read(dfd, "latest.json")
     latest = pointer.get("sha") if pointer is not None and pointer.get("schema") == POINTER_SCHEMA else None
-    return latest if latest is not None and is_full_sha(latest) else None
+    return latest if is_full_sha(latest) else None
 
 
 def _plain_entry(root: str, dfd: int, host: str, program: str, wanted: str) -> dict[str, str | None] | None:

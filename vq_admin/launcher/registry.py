@@ -257,6 +257,13 @@ def _clear_pruned_mark(state_root: str | os.PathLike[str], host: str, program: s
         os.close(sub)
 
 
+def make_entry(host: str, program: str, verified: Verified) -> Entry:
+    """The registry entry for a verified identity (with its ``receipt`` and ``at``, as ``conclude()`` has it)."""
+    return Entry.checked({**verified.to_value(), "schema": SCHEMA, "host": host, "program": program,
+                          "sha": verified.sha.lower(), "verified_at": verified.at},
+                         host, program, None, "not registered")
+
+
 def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, create: bool) -> int | None:
     """An fd of ``registry/<host>/<program>`` with every level checked; ``None`` when missing."""
     lane_dir(state_root, host, program)  # validates the names
@@ -269,9 +276,9 @@ def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, cre
 def _split(state_root: str | os.PathLike[str], path: str) -> tuple[list[str], str]:
     """``path`` (below *state_root*) as (directory parts, file name)."""
     rel = os.path.relpath(path, os.path.abspath(os.fspath(state_root)))
-    parts = rel.split(os.sep)
-    if rel.startswith("..") or not parts:
+    if rel.startswith(".."):
         raise RegistryError(f"{path} is not below the state directory {state_root}")
+    parts = rel.split(os.sep)  # never empty
     return parts[:-1], parts[-1]
 
 
@@ -318,10 +325,7 @@ def plan_verified(state_root: str | os.PathLike[str], host: str, program: str,
     The caller stores the receipt first, so no record ever names a receipt
     that does not exist (the lane lock keeps the decision valid until then).
     """
-    # the identity's entry, with its receipt and at as conclude() has them
-    entry = Entry.checked({**verified.to_value(), "schema": SCHEMA, "host": host, "program": program,
-                           "sha": verified.sha.lower(), "verified_at": verified.at}, host, program, None,
-                          "not registered")
+    entry = make_entry(host, program, verified)
     path = entry_path(state_root, host, program, entry.sha)
     first = _read_in_lane(state_root, host, program, os.path.basename(path))
     created = first is None
