@@ -208,10 +208,8 @@ class StateDir:
         is housekeeping, never a reason to fail a run).
         """
         removed: list[str] = []
-        if not self.root.is_dir():
-            return removed
         now = time.time()
-        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):
+        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):  # none when it is no directory
             for name in filenames:
                 if not (name.startswith(".tmp.") or ".holder." in name):
                     continue
