@@ -13,7 +13,7 @@ import argparse
 
 from ..config import authority, load_config
 from ..launcher.recall import SCHEMA, lines, report, since_stamp
-from ..launcher.references import CensusError, scan
+from ..launcher.references import CensusError, CensusScan, scan
 from ..report.envelope import emit
 from ..report.outcome import Outcome
 from ..ssh.transport import Session
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     sha, since = full_sha(args.sha, "--sha"), since_stamp(args.since)
     config = load_config(args.config)
     host, _ = authority.runtime_profile(config, args.host, args.program, canonical=True)  # 77 or 2
-    census: object
+    census: CensusScan | CensusError
     with Session(config.ssh_config) as session:
         try:
             census = scan(session.for_host(host.transport, host.ssh), host.agent)

@@ -38,9 +38,7 @@ def launcher_problem(path: object, sha: str) -> str | None:
     through = STABLE_LINK_NAMES.intersection(parts)
     if through:
         return f"launcher {path} goes through the stable link {sorted(through)[0]!r}, which moves on activation"
-    if parts[-5:] == [sha, "source", ".venv", "bin", "python"] and len(parts) >= 6 and parts[-6] == "releases":
-        return None
-    if sha in parts[-1]:
+    if parts[-6:] == ["releases", sha, "source", ".venv", "bin", "python"] or sha in parts[-1]:
         return None
     return (
         f"launcher {path} is not an immutable per-SHA launcher for {sha} "

@@ -182,7 +182,7 @@ def _latest(dfd: int) -> str | None:
     """The latest verified SHA the lane's ``latest.json`` names, or ``None``."""
     pointer = _read(dfd, "latest.json")
     latest = pointer.get("sha") if pointer is not None and pointer.get("schema") == POINTER_SCHEMA else None
-    return latest if latest is not None and is_full_sha(latest) else None
+    return latest if is_full_sha(latest) else None
 
 
 def _plain_entry(root: str, dfd: int, host: str, program: str, wanted: str) -> dict[str, str | None] | None:
@@ -210,9 +210,7 @@ def plain_launcher(program: str, host: str, expected_sha: str | None, state_dir:
     found = plain_resolve(root, host, program, expected_sha)
     if found is None:
         return None
-    launcher, sha = found[1]["launcher"], found[1]["sha"]
-    if not isinstance(launcher, str) or not isinstance(sha, str):
-        return None
+    launcher, sha = str(found[1]["launcher"]), str(found[1]["sha"])  # strings: entry_problem passed the entry
     return launcher if record_use(root, host, program, sha, launcher, job) else None
 
 
@@ -256,11 +254,12 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
     the standard library only; the one rule both the plain and the full lookup apply."""
     lane = os.path.join(os.path.normpath(os.path.abspath(root)), "hosts", host, "runtime", program)
     path = os.path.join(lane, "confirmation.json")
-    dfd = open_trusted_dir(lane)
-    try:
-        data = None if dfd is None else read_trusted_file(dfd, "confirmation.json", 1 << 20)
-    finally:
-        if dfd is not None:
+    unreadable = f"its confirmation record {path} cannot be read"
+    dfd, data = open_trusted_dir(lane), None
+    if dfd is not None:
+        try:
+            data = read_trusted_file(dfd, "confirmation.json", 1 << 20)
+        finally:
             os.close(dfd)
     if data is None:
         try:
@@ -269,7 +268,7 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
             return None
         except OSError:
             pass
-        return f"its confirmation record {path} cannot be read"
+        return unreadable
     from ..core.bounds import InputError, loads_json
 
     try:
@@ -277,12 +276,15 @@ def unconfirmed_reason(root: str, host: str, program: str, sha: str) -> str | No
         generations = document.get("generations", {}) if isinstance(document, dict) else None
         entry = generations.get(sha) if isinstance(generations, dict) else None
     except InputError:
-        return f"its confirmation record {path} cannot be read"
+        return unreadable
     if generations is None or (entry is not None and not isinstance(entry, dict)):
-        return f"its confirmation record {path} cannot be read"
-    if entry is None:
-        return None
-    if entry.get("status") == "pending":
-        return f"its confirmation job {entry.get('job_id') or '(id not recorded)'} is still under way"
-    return f"its confirmation failed: {entry.get('reason') or 'not passed'}" if entry.get("status") == "unconfirmed" \
-        else None
+        return unreadable
+    return None if entry is None else why_unconfirmed(entry.get("status"), entry.get("job_id"), entry.get("reason"))
+
+
+def why_unconfirmed(status: object, job_id: object, reason: object) -> str | None:
+    """Why a generation whose confirmation has *status* may not be used (``None``: nothing against it): the one
+    wording of this lookup and of :meth:`vq_admin.state.confirmation.ConfirmEntry.why_unconfirmed`."""
+    if status == "pending":
+        return f"its confirmation job {job_id or '(id not recorded)'} is still under way"
+    return f"its confirmation failed: {reason or 'not passed'}" if status == "unconfirmed" else None

@@ -75,7 +75,7 @@ def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256
         os.close(fd)
     if digest != launcher_sha256:
         return f"changed: {launcher} now hashes to {digest}, attested {launcher_sha256}"
-    from ..state.tree import write_atomic_at
+    from ..core import atomic
 
     try:
         os.mkdir(SEEN, 0o700, dir_fd=lane_fd)
@@ -86,7 +86,7 @@ def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256
     try:
         sub = os.open(SEEN, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=lane_fd)
         try:
-            write_atomic_at(sub, sha, key.encode(), exclusive=False)
+            atomic.write(sha, key.encode(), dir_fd=sub)
         finally:
             os.close(sub)
     except OSError:

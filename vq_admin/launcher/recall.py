@@ -16,7 +16,7 @@ from . import registry, uses
 from ..document import Count, Document, FullSha
 from ..report.outcome import UsageError, VqAdminError
 from ..state.tree import PrivateTree
-from .references import QueuedJob
+from .references import CensusError, CensusScan, QueuedJob
 
 SCHEMA = "vq-admin/jobs/1"
 _SINCE_RE = re.compile(r"\A(\d{4}-\d{2}-\d{2})(?:T(\d{2}:\d{2}:\d{2})Z)?\Z")
@@ -74,15 +74,15 @@ def read_uses(state_root: str | os.PathLike[str], host: str, program: str, shas:
 
 
 def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str | None, since: str | None,
-           census: object) -> JobsReport:
-    """The ``jobs`` document; *census* is the :class:`~vq_admin.launcher.references.CensusScan` or the
-    :class:`~vq_admin.launcher.references.CensusError` of the host's queue."""
-    from .references import CensusError, CensusScan
-
+           census: CensusScan | CensusError) -> JobsReport:
+    """The ``jobs`` document; *census* is the scan of the host's queue, or why it could not be read."""
     launchers = {e.sha: e.launcher for e in registry.entries(state_root, host, program)}
     found = read_uses(state_root, host, program, [sha] if sha else None, since)
     shas = [sha] if sha else sorted(set(launchers) | set(found))
-    naming = census.jobs_naming(shas) if isinstance(census, CensusScan) else {}
+    if isinstance(census, CensusError):
+        naming, scanned, error = {}, 0, census.message
+    else:
+        naming, scanned, error = census.jobs_naming(shas), census.jobs_scanned or 0, None
     rows = []
     for each in shas:
         used = found.get(each) or uses.Usage(each)
@@ -90,9 +90,8 @@ def report(state_root: str | os.PathLike[str], host: str, program: str, sha: str
             sha=each, launcher=launchers.get(each), jobs=tuple(naming.get(each, ())),
             uses=Uses(count=used.count, first=used.first, last=used.last, references=tuple(sorted(used.refs)),
                       folded=used.folded)))
-    return JobsReport(host=host, program=program, since=since, generations=tuple(rows),
-                      jobs_scanned=(census.jobs_scanned or 0) if isinstance(census, CensusScan) else 0,
-                      census_error=census.message if isinstance(census, CensusError) else None)
+    return JobsReport(host=host, program=program, since=since, generations=tuple(rows), jobs_scanned=scanned,
+                      census_error=error)
 
 
 def lines(doc: JobsReport, limit: int = 20) -> list[str]:

@@ -194,13 +194,6 @@ def scan(transport: Transport, agent: Sequence[str], run: Runner | None = None) 
     return found
 
 
-def _stable_links(launcher: object) -> list[str]:
-    """``<root>/current`` for a ``<root>/releases/<sha>/...`` launcher."""
-    if isinstance(launcher, str) and "/releases/" in launcher:
-        return [launcher.split("/releases/", 1)[0] + "/current"]
-    return []
-
-
 def census(state: StateDir, transport: Transport, agent: Sequence[str], host: str, program: str,
            run: Runner | None = None) -> Census:
     """The census of *program* on *host*; *agent* and *run* as for :func:`scan`."""
@@ -208,7 +201,8 @@ def census(state: StateDir, transport: Transport, agent: Sequence[str], host: st
     rows = generations(state, host, program)
     found = scan(transport, agent, run)
     warnings: list[str] = []
-    links = sorted({link for row in rows for link in _stable_links(row.launcher)})
+    links = sorted({row.launcher.split("/releases/", 1)[0] + "/current"  # <root>/current of <root>/releases/<sha>/...
+                    for row in rows if row.launcher and "/releases/" in row.launcher})
     known = {row.sha for row in rows}
     unregistered: dict[str, tuple[str, ...]] = {}
     named = sorted(((job, group.words) for group in found.groups or () for job in group.jobs),

@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import os
 
+from ..core import atomic
 from ..core.identifiers import NAME_RE, NAME_RULE, SHA256_RE, SHA_RE  # noqa: F401  (SHA256_RE: re-exported, the registry's rule)
 from ..core.bounds import InputError, loads_json
 from ..core.plainrecord import PlainRecord
 from .plain_lookup import MAX_ENTRY_BYTES, POINTER_SCHEMA, SCHEMA, absent, entry_problem
-from ..state.tree import PrivateTree, UnsafeState, read_private_file, write_atomic_at
+from ..state.tree import PrivateTree, UnsafeState, read_private_file
 from ..state.tree import dump_json as encode
 TYPE_CHECKING = False  # not typing's: the launcher path (vq admin launcher, per job) never imports typing
 if TYPE_CHECKING:
@@ -275,9 +276,9 @@ def _lane_fd(state_root: str | os.PathLike[str], host: str, program: str, *, cre
 def _split(state_root: str | os.PathLike[str], path: str) -> tuple[list[str], str]:
     """``path`` (below *state_root*) as (directory parts, file name)."""
     rel = os.path.relpath(path, os.path.abspath(os.fspath(state_root)))
-    parts = rel.split(os.sep)
-    if rel.startswith("..") or not parts:
+    if rel.startswith(".."):
         raise RegistryError(f"{path} is not below the state directory {state_root}")
+    parts = rel.split(os.sep)  # never empty
     return parts[:-1], parts[-1]
 
 
@@ -291,7 +292,7 @@ def _write(state_root: str | os.PathLike[str], path: str, data: bytes, *, exclus
         raise RegistryError(str(exc)) from None
     assert dfd is not None
     try:
-        write_atomic_at(dfd, name, data, exclusive=exclusive)
+        atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
     except FileExistsError:
         return False
     finally:

@@ -36,7 +36,7 @@ import stat
 import time
 
 from ..core.names import is_full_sha, is_name
-from ..core.securepath import level_problem, read_bounded
+from ..core.securepath import level_problem, read_bounded, read_trusted_file
 from ..core.stamps import utc_now
 
 TYPE_CHECKING = False  # not typing's: the per-job launcher path imports this module
@@ -157,8 +157,7 @@ def rotate(dfd: int) -> None:
         done = set(folded.get("segments", ()))
         for name in done & set(os.listdir(dfd)):  # folded, then a crash before its removal
             os.unlink(name, dir_fd=dfd)
-        old = _segments(dfd, done)[:-KEEP_SEGMENTS or None]
-        for name in old:
+        for name in _segments(dfd, done)[:-KEEP_SEGMENTS]:  # KEEP_SEGMENTS > 0
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # writers that opened it before the rename finish first
@@ -193,8 +192,6 @@ def _lines(data: bytes) -> list[tuple[bytes, bytes]]:
 
 
 def _read_folded(dfd: int) -> dict[str, Any]:
-    from ..core.securepath import read_trusted_file
-
     data = read_trusted_file(dfd, FOLDED, 16 << 20)
     if data is None:
         try:
@@ -213,9 +210,9 @@ def _read_folded(dfd: int) -> dict[str, Any]:
 def _write_folded(dfd: int, folded: dict[str, Any]) -> None:
     import json
 
-    from ..state.tree import write_atomic_at
+    from ..core import atomic
 
-    write_atomic_at(dfd, FOLDED, json.dumps(folded, sort_keys=True).encode(), exclusive=False)
+    atomic.write(FOLDED, json.dumps(folded, sort_keys=True).encode(), dir_fd=dfd)
 
 
 class Usage:

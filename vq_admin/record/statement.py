@@ -176,8 +176,7 @@ class Statement(Document, frozen=True, kw_only=True, rename={"type_": "_type", "
     def parse(cls, data: bytes | str, what: str) -> Statement:
         """Read an entry's statement: the predicate's type chosen by ``predicateType``."""
         value = loads_json(data, what, limit=MAX_STATEMENT)
-        kind = PREDICATES.get(str(value.get("predicateType"))) if isinstance(value, dict) else None
-        if kind is None or not isinstance(value, dict):
+        if not isinstance(value, dict) or (kind := PREDICATES.get(str(value.get("predicateType")))) is None:
             raise DocumentError(f"{what}: not an in-toto statement of a predicate type vq-admin writes")
         predicate = kind.from_value(value.get("predicate"), f"{what} (predicate)")
         try:

@@ -39,8 +39,8 @@ from ..report.outcome import Refused
 from ..report.sections import Record
 from ..state.records import StateDir, Verified
 from .signing import Signer, Verdict
-from .statement import (FORGET, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Quarantine, Root, Roots, Run,
-                        Statement, Subject, Summary, Verifier, policy_of)
+from .statement import (FORGET, QUARANTINE, ROOTS, SUMMARY, VERIFIER_ID, Confirmed, Forget, Quarantine, Root, Roots,
+                        Run, Statement, Subject, Summary, Verifier, policy_of)
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -62,14 +62,21 @@ class Imported(Document, frozen=True, kw_only=True):
     sig: str | None
     verdict: Verdict
 
-    def parsed(self) -> Statement | None:
-        """The statement, or ``None`` when it is not one vq-admin reads."""
-        if self.statement is None:
+    def parsed(self, kind: str | None = None) -> Statement | None:
+        """The statement, or ``None`` when it is not one vq-admin reads; with *kind* (a predicate type), also
+        ``None``, unparsed, when its text does not name it (most entries are verification summaries)."""
+        if not self.statement or (kind is not None and kind not in self.statement):
             return None
         try:
             return Statement.parse(self.statement, f"record entry {self.name}")
         except (DocumentError, InputError):
             return None
+
+    def run(self, kind: str | None = None) -> Run | None:
+        """The run a verification summary records (:meth:`parsed` with *kind*), or ``None``."""
+        statement = self.parsed(kind)
+        summary = statement.summary if statement is not None else None
+        return summary.vq_admin if summary is not None else None
 
 
 def user_at_host() -> str:
@@ -80,15 +87,14 @@ def user_at_host() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def driver_id(state: StateDir) -> str:
+    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
+    return _driver_id(str(state.root))
+
+
 @functools.cache
 def _driver_id(root: str) -> str:
-    return driver_id(StateDir(root), cached=False)
-
-
-def driver_id(state: StateDir, *, cached: bool = True) -> str:
-    """This state directory's driver id, its hex created once (CONTRACT section 12)."""
-    if cached:
-        return _driver_id(str(state.root))
+    state = StateDir(root)
     found = state.tree.read([], DRIVER_ID, limit=64)
     if found is None:
         try:
@@ -212,13 +218,15 @@ def take(config: Config, state: StateDir, host: str, program: str | None, answer
     if not isinstance(answer, dict) or not isinstance(answer.get("entries"), list):
         return Record(imported=0, error="the agent answered no record")
     new = _judged(signer(config.signing), _after(answer["entries"], cursor(state, host, program)))
+    error = str(answer.get("error") or "") or UNSET
+    if not new:
+        return Record(imported=0, error=error)
     rejected = [f"{entry.name}: {entry.verdict.reason}" for entry in new if not entry.verdict.accepted]
-    recalled = _quarantines(config, state, host, program, new) if new and program else []  # before the cursor moves
-    if new:
-        state.tree.append(_parts(host), _file(program), b"".join(entry.to_json().encode() + b"\n" for entry in new))
-    adopted = adopt(state, host, program, new, confirms(config, host, program), rejected) if new else []
+    recalled = _quarantines(config, state, host, program, new) if program else []  # before the cursor moves
+    state.tree.append(_parts(host), _file(program), b"".join(entry.to_json().encode() + b"\n" for entry in new))
+    adopted = adopt(state, host, program, new, confirms(config, host, program), rejected)
     return Record(imported=len(new), quarantine=recalled or UNSET, evidence=adopted or UNSET,
-                  not_evidence=rejected[:20] or UNSET, error=str(answer.get("error") or "") or UNSET)
+                  not_evidence=rejected[:20] or UNSET, error=error)
 
 
 def confirms(config: Config, host: str, program: str | None) -> bool:
@@ -251,45 +259,28 @@ def apply_record(state: StateDir, host: str, program: str, new: list[Imported], 
         mark = registry.quarantined(state.root, host, program, found.sha)
         later = mark is None or found.at > mark.at  # than the quarantine it would replace or end
         if found.action == "quarantine":
-            done.append(_quarantine_here(state, host, program, entry, found, later))
+            if later:  # else a later mark is there (an older lift could end that)
+                reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
+                registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
+            done.append(f"quarantined {found.sha} ({entry.name}, by {found.by})")
+            continue
+        why_not = _why_not_lifted(entry, found, host, later, signing)
+        if why_not is not None:
+            done.append(f"not lifted {found.sha} ({entry.name}: {why_not})")
         else:
-            done.append(_lift_here(state, host, program, entry, found, later, signing))
+            registry.lift_quarantine(state.root, host, program, found.sha)
+            done.append(f"lifted {found.sha} ({entry.name}, by {found.by})")
     return done
-
-
-def _quarantine_here(state: StateDir, host: str, program: str, entry: Imported, found: Quarantine,
-                     later: bool) -> str:
-    """A quarantine entry marks its SHA here unless a later mark is there (an older lift could end that)."""
-    from ..launcher import registry
-
-    if later:
-        reason = found.reason if found.reason and found.reason.isprintable() else "?"  # printed by refusals
-        registry.mark_quarantined(state.root, host, program, found.sha, reason, found.at, found.by)
-    return f"quarantined {found.sha} ({entry.name}, by {found.by})"
-
-
-def _lift_here(state: StateDir, host: str, program: str, entry: Imported, lift: Quarantine, later: bool,
-               signing: bool) -> str:
-    """A lift entry ends the quarantine here when it may (:func:`_why_not_lifted`)."""
-    from ..launcher import registry
-
-    why_not = _why_not_lifted(entry, lift, host, later, signing)
-    if why_not is not None:
-        return f"not lifted {lift.sha} ({entry.name}: {why_not})"
-    registry.lift_quarantine(state.root, host, program, lift.sha)
-    return f"lifted {lift.sha} ({entry.name}, by {lift.by})"
 
 
 def _quarantine_entries(new: list[Imported], program: str) -> list[tuple[Imported, Quarantine]]:
     """The quarantine and lift entries of *program* among *new* entries, with their predicates."""
-    from .statement import QUARANTINE
-
     found = []
     for entry in new:
-        statement = entry.parsed() if entry.statement and QUARANTINE in entry.statement else None
-        if statement is not None and isinstance(statement.predicate, Quarantine) \
-                and statement.predicate.program == program:
-            found.append((entry, statement.predicate))
+        statement = entry.parsed(QUARANTINE)
+        pred = statement.predicate if statement is not None else None
+        if isinstance(pred, Quarantine) and pred.program == program:
+            found.append((entry, pred))
     return found
 
 
@@ -346,8 +337,7 @@ def adopt(state: StateDir, host: str, program: str | None, new: list[Imported], 
 def _others_run(entry: Imported, me: str, host: str, program: str | None) -> Run | None:
     """The runtime run of *program* on *host* an accepted entry of another driver verified, or ``None`` (an
     entry copied from another host's record is not this host's evidence)."""
-    statement = entry.parsed() if entry.verdict.accepted else None
-    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    run = entry.run() if entry.verdict.accepted else None
     if run is None or run.driver == me or (run.lane, run.host, run.program) != ("runtime", host, program):
         return None
     return run
@@ -372,8 +362,7 @@ def record_problem(state: StateDir, host: str, program: str, entry: Entry, signi
     found = next((e for e in entries(state, host, program) if e.name == name), None)
     if found is None or not verdict_now(found, signer(signing)).accepted:
         return f"the registry names the host's record entry {name}, which is not evidence here"
-    statement = found.parsed()
-    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    run = found.run()
     if run is None or (run.sha, run.launcher, run.launcher_sha256) != (entry.sha, entry.launcher,
                                                                        entry.launcher_sha256):
         return f"the host's record entry {name} does not verify that launcher"
@@ -390,11 +379,12 @@ def verdict_now(entry: Imported, signing: Signer | None) -> Verdict:
     return judge(signing, entry.name, _encoded(entry.statement), _encoded(entry.sig))
 
 
-def newest_summary(known: list[Imported]) -> Summary | None:
+def newest_run(known: list[Imported]) -> Run | None:
+    """The run the newest verification summary of *known* entries records."""
     for entry in reversed(known):
-        found = entry.parsed() if entry.statement and SUMMARY in entry.statement else None
-        if found is not None and found.summary is not None:
-            return found.summary
+        run = entry.run(SUMMARY)
+        if run is not None:
+            return run
     return None
 
 
@@ -430,8 +420,7 @@ def _run(ctx: RunContext, receipt: Receipt, verified: Verified) -> Run:
 
 def _shown_sha256(receipt: Receipt) -> str | None:
     """The SHA-256 of the verify receipt the run's final verify showed (its JSON, keys sorted), or ``None``."""
-    final = receipt.verify.final or {}
-    shown = final.get("receipt") if isinstance(final, dict) else None
+    shown = (receipt.verify.final or {}).get("receipt")  # a JSON object, or unset
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest() if shown else None
 
 
@@ -456,9 +445,9 @@ def append_run(ctx: RunContext, receipt: Receipt, verified: Verified) -> Record 
     if lease is None or lease.host_record is None:  # no lease held, or an agent without the record
         return None
     known = entries(ctx.state, receipt.host, receipt.program)
-    newest = newest_summary(known)
+    newest = newest_run(known)
     if (receipt.outcome is not None and receipt.outcome.value == "already-current" and newest is not None
-            and (newest.vq_admin.sha, newest.vq_admin.launcher_sha256, newest.vq_admin.tag, newest.vq_admin.confirm)
+            and (newest.sha, newest.launcher_sha256, newest.tag, newest.confirm)
             == (verified.sha, given(verified.launcher_sha256), given(verified.tag),
                 confirm_of(ctx.state, receipt.host, receipt.program, verified.sha))):
         return Record(entry=None, unchanged=known[-1].name)
@@ -483,9 +472,7 @@ def newest_roots(known: list[Imported], signing: bool) -> dict[str, Roots]:
     found: dict[str, Roots] = {}  # the newest in the record's order (under [signing]: of the unaccepted ones)
     signed: dict[str, Roots] = {}
     for entry in known:
-        if not entry.statement or (ROOTS not in entry.statement and FORGET not in entry.statement):
-            continue  # a verification summary (most entries): not parsed here
-        statement = entry.parsed()
+        statement = entry.parsed(ROOTS) or entry.parsed(FORGET)  # a verification summary (most entries): unparsed
         pred = statement.predicate if statement is not None else None
         if isinstance(pred, Roots) and signing and entry.verdict.accepted:
             if pred.driver not in signed or signed[pred.driver].at <= pred.at:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..document import Document, FullSha, JsonObject
+from ..launcher.plain_lookup import why_unconfirmed
 
 if TYPE_CHECKING:
     from .records import StateDir
@@ -56,9 +57,7 @@ class ConfirmEntry(JobResult, frozen=True, kw_only=True):
 
     def why_unconfirmed(self) -> str | None:
         """Why this SHA may not be used (``None``: nothing against it)."""
-        if self.status == PENDING:
-            return f"its confirmation job {self.job_id or '(id not recorded)'} is still under way"
-        return f"its confirmation failed: {self.reason or 'not passed'}" if self.status == UNCONFIRMED else None
+        return why_unconfirmed(self.status, self.job_id, self.reason)
 
 
 class ConfirmRecord(Document, frozen=True, kw_only=True):

@@ -147,16 +147,12 @@ def newest_first(state_root: str | os.PathLike[str]) -> Iterator[Run]:
         while position > 0:
             size = min(BLOCK, position)
             position -= size
-            chunk = os.pread(fd, size, position) + tail
-            lines = chunk.split(b"\n")
-            tail = lines[0]  # possibly partial: completed by the next (earlier) block
-            for raw in reversed(lines[1:]):
+            lines = (os.pread(fd, size, position) + tail).split(b"\n")
+            tail = lines.pop(0) if position else b""  # possibly partial: completed by the next (earlier) block
+            for raw in reversed(lines):
                 item = _parse(raw)
                 if item is not None:
                     yield item
-        item = _parse(tail)
-        if item is not None:
-            yield item
     finally:
         os.close(fd)
 

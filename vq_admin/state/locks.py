@@ -18,15 +18,12 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from ..report.outcome import READ_ONLY_RAN, Locked
-from .records import StateDir
+from .tree import PrivateTree
 from ..core.bounds import json_object
 from ..core.stamps import utc_now
-
-if TYPE_CHECKING:
-    from .tree import PrivateTree
 
 
 def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Path:
@@ -37,7 +34,7 @@ def lock_path(state_root: Path, lane: str, host: str, program: str | None) -> Pa
 @contextmanager
 def lane_lock(state_root: Path, lane: str, host: str, program: str | None) -> Iterator[Path]:
     path = lock_path(state_root, lane, host, program)
-    tree = StateDir(state_root).tree
+    tree = PrivateTree(state_root)
     fd = tree.open_lock(["locks"], path.name)
     try:
         try:

@@ -36,7 +36,8 @@ from ..core.procs import process_alive
 from ..core.stamps import NAME, utc_now
 from ..core.bounds import InputError, json_object
 from ..document import Document, FullSha, JsonObject, JsonValue
-from .tree import MAX_STATE_FILE, PrivateTree, write_atomic_at
+from ..core import atomic
+from .tree import MAX_STATE_FILE, PrivateTree
 from .tree import dump_json as dump_json  # the one writer of state records, re-exported
 
 
@@ -130,7 +131,7 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
     makedirs_private(str(Path(path).parent))
     dfd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        write_atomic_at(dfd, Path(path).name, data, exclusive=exclusive)
+        atomic.write(Path(path).name, data, dir_fd=dfd, exclusive=exclusive)
     finally:
         os.close(dfd)
 
@@ -207,10 +208,8 @@ class StateDir:
         is housekeeping, never a reason to fail a run).
         """
         removed: list[str] = []
-        if not self.root.is_dir():
-            return removed
         now = time.time()
-        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):
+        for dirpath, _dirnames, filenames in os.walk(self.root, followlinks=False):  # none when it is no directory
             for name in filenames:
                 if not (name.startswith(".tmp.") or ".holder." in name):
                     continue

@@ -117,7 +117,10 @@ class PrivateTree:
                         created = True
                     except FileExistsError:
                         pass
-                    child = self._open_child_dir(fd, name, path)
+                    try:
+                        child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    except OSError as exc:
+                        raise self._not_a_dir(fd, name, path, exc) from None
                 except OSError as exc:
                     raise self._not_a_dir(fd, name, path, exc) from None
                 os.close(fd)
@@ -134,12 +137,6 @@ class PrivateTree:
         finally:
             if fd >= 0:
                 os.close(fd)
-
-    def _open_child_dir(self, fd: int, name: str, path: str) -> int:
-        try:
-            return os.open(name, DIR_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            raise self._not_a_dir(fd, name, path, exc) from None
 
     @staticmethod
     def _not_a_dir(fd: int, name: str, path: str, exc: OSError) -> UnsafeState:
@@ -177,7 +174,7 @@ class PrivateTree:
         dfd = self.open_dir(parts, create=True)
         assert dfd is not None
         try:
-            write_atomic_at(dfd, name, data, exclusive=exclusive)
+            atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
         finally:
             os.close(dfd)
         return self.path(*parts, name)
@@ -308,11 +305,6 @@ def dump_json(value: object) -> bytes:
     import json  # here: the per-job lookup imports this module and never writes
 
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
-
-
-def write_atomic_at(dfd: int, name: str, data: bytes, *, exclusive: bool) -> None:
-    """:func:`vq_admin.core.atomic.write` of *name* in the directory *dfd* (0600)."""
-    atomic.write(name, data, dir_fd=dfd, exclusive=exclusive)
 
 
 def _plain(name: str) -> None:
