@@ -404,14 +404,3 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
              f"{len(would)}; nothing is called",
              *generation_lines(keep, would, dry_run=True, last_used=last_used or {})]
     return [safe_text(line) for line in lines]
-
-
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None,
-               used_within: float = 14) -> RuntimePrune:
-    """The lane of ``vq admin prune``: authority, then the profile's
-    provider loaded."""
-    from ..plugins import Providers
-
-    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
-    ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep, forget, used_within)
