@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence, TypeVar, Union
 
 from msgspec import UNSET, UnsetType
 from vq_admin_hookspecs import ProviderCommand, Slot
+from vq_admin_hookspecs.slots import place, place_env
 
 from .core.failpoints import failpoint
 from .core.securepath import command_problem
@@ -199,6 +200,13 @@ def filled(step: Step, **values: SlotValue) -> tuple[list[str], dict[str, str]]:
     argv = fill(step.planned_argv, values)
     env = {name: fill_env(name, value, values) for name, value in step.env.items()}
     return argv, env
+
+
+def place_command(command: ProviderCommand, *offered: Slot) -> ProviderCommand:
+    """A provider's answer with each *offered* slot it holds placed, in its argv and its environment
+    (the planned command, which :func:`fill_command` fills)."""
+    return ProviderCommand(argv=tuple(place(command.argv, offered)),
+                           env=tuple(place_env(dict(command.env), offered).items()))
 
 
 def fill_command(command: ProviderCommand, **values: SlotValue) -> ProviderCommand:

@@ -25,7 +25,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
-from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
 from ..core.identifiers import TAG_RE
@@ -35,7 +34,7 @@ from ..evidence import LAUNCHER_TRUST
 from ..launcher import registry
 from ..context import RunContext
 from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError, VqAdminError
-from ..plan import Step, execute, fill_command, filled, offer
+from ..plan import Step, execute, fill_command, filled, offer, place_command
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
 from ..report.sections import Readback, Reverted, Source, Verify
@@ -194,9 +193,7 @@ class RuntimeUpdate:
         if self._deploy is None:
             providers, request = self.ctx.providers, self.request(archive=ARCHIVE)
             hook = providers.runtime_install if self.ctx.options.cluster_install else providers.runtime_update
-            command = hook(self.profile.provider, request)
-            self._deploy = ProviderCommand(argv=tuple(place(command.argv, [ARCHIVE])),
-                                           env=tuple(place_env(dict(command.env), [ARCHIVE]).items()))
+            self._deploy = place_command(hook(self.profile.provider, request), ARCHIVE)
         return self._deploy
 
     def run(self) -> Receipt:
