@@ -115,7 +115,7 @@ class HelperUpdate:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
-        self.receipt.source = sections.Source.from_value(self.source.to_receipt(), "source")
+        self.receipt.source = self.source.to_receipt()
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it

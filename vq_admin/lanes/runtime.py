@@ -37,7 +37,7 @@ from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError
 from ..plan import Step, execute, fill_command, filled, offer, place_command
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
-from ..report.sections import Readback, Reverted, Source, Verify
+from ..report.sections import Readback, Reverted, Verify
 from ..core.stamps import utc_now
 from ..state.records import Verified
 from ..ssh.transport import RunResult, Transport, quote_argv
@@ -115,7 +115,7 @@ class RuntimeUpdate:
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
         self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
-        self.receipt.source = Source.from_value(self.source.to_receipt(), "source")
+        self.receipt.source = self.source.to_receipt()
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs

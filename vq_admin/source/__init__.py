@@ -9,12 +9,13 @@ repository that lies, is refused before anything is staged.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from vq_admin_hookspecs import Slot
 
 from ..core.identifiers import SHA_RE, TAG_RE, object_format
 from ..report.outcome import READ_ONLY_RAN, Refused, UsageError, VqAdminError
+from ..report.sections import Source
 from ..ssh.transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
@@ -41,11 +42,10 @@ class SourceIdentity:
             "GIT-TREE": self.git_tree,
         }
 
-    def to_receipt(self) -> dict[str, object]:
-        data = asdict(self)
-        data.pop("archive_path")
-        data["tags"] = list(self.tags)
-        return data
+    def to_receipt(self) -> Source:
+        return Source(repo=self.repo, sha=self.sha, git_tree=self.git_tree, tag=self.tag, tags=list(self.tags),
+                      archive_sha256=self.archive_sha256, tree_sha256=self.tree_sha256,
+                      archive_bytes=self.archive_bytes)
 
 
 #: How vq-admin runs git, on the driver and on the login host (one home, CONTRACT section 10): no
