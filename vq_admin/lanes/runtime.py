@@ -440,11 +440,10 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
     profile's provider loaded."""
     from ..plugins import Providers
 
-    host = authority.runtime_host(ctx.config, host_name)
-    profile = host.runtimes.get(program)
-    if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
+    host, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
+    if not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
         from ..ssh.early_session import start_for
 
         start_for(ctx, host)
-    ctx.providers = Providers.load([profile.provider] if profile else [])
+    ctx.providers = Providers.load([profile.provider])
     return RuntimeUpdate(ctx, host_name, program, sha, tag)
