@@ -84,9 +84,9 @@ def test_execute_stream_runs_the_planned_argv_filled_and_the_caller_settles_it(m
 
     assert execute_stream(step, Double(), stream, values={"attempt": "deploy.1", "progress": []}) == "answer"
     assert streamed == [["/agent", "alloc-run", "--attempt", "deploy.1", "--", "/site/deploy"]]
-    assert step.argv == streamed[0] and points == [("step-before", "deploy"), ("step-after", "deploy")]
+    assert step.argv == streamed[0] and points == [("step-before", "deploy")], "the caller settles the step"
     points.clear()
-    execute_stream(step, Double(), stream, settled_by_caller=True, attempt="deploy.2", progress=["--progress", "10"])
+    execute_stream(step, Double(), stream, attempt="deploy.2", progress=["--progress", "10"])
     assert streamed[-1][3:6] == ["deploy.2", "--progress", "10"] and points == [("step-before", "deploy")]
     with pytest.raises(SlotError, match="no value for its slot 'attempt'"):
         execute_stream(step, Double(), stream, progress=[])

@@ -16,7 +16,7 @@ import pytest
 from support import VQ_ADMIN, run_vq_inprocess, write_config
 from vq_admin.commands.status import collect
 from vq_admin.state.records import LastRun, StateDir, Verified
-from vq_admin.report.status_table import age, render
+from vq_admin.report.status_table import Status, age, render
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 A, B, C = "a" * 40, "b" * 40, "c" * 64
@@ -146,8 +146,8 @@ def test_ages():
 
 
 def test_text_from_the_state_directory_cannot_reach_the_terminal_raw():
-    status = {"state_dir": "/s", "hosts": {"h": {"helper": None, "runtimes": {"p": {
-        "last": {"outcome": "ok\x1b]0;pwned\x07", "at": None}, "last_ok": {"sha": "x", "tag": "t\x1b[2J"},
-        "last_good": None}}}}}
+    status = Status.from_value({"state_dir": "/s", "hosts": {"h": {"helper": None, "runtimes": {"p": {
+        "last": {"outcome": "ok\x1b]0;pwned\x07", "at": None}, "last_ok": {"sha": A, "tag": "t\x1b[2J"},
+        "last_good": None}}}}}, "status")
     text = "\n".join(render(status, color=False))
     assert "\x1b" not in text and "\\x1b" in text

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence, TypeVar, Union
 
 from msgspec import UNSET, UnsetType
 from vq_admin_hookspecs import ProviderCommand, Slot
+from vq_admin_hookspecs.slots import place, place_env
 
 from .core.failpoints import failpoint
 from .core.securepath import command_problem
@@ -201,6 +202,13 @@ def filled(step: Step, **values: SlotValue) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
+def place_command(command: ProviderCommand, *offered: Slot) -> ProviderCommand:
+    """A provider's answer with each *offered* slot it holds placed, in its argv and its environment
+    (the planned command, which :func:`fill_command` fills)."""
+    return ProviderCommand(argv=tuple(place(command.argv, offered)),
+                           env=tuple(place_env(dict(command.env), offered).items()))
+
+
 def fill_command(command: ProviderCommand, **values: SlotValue) -> ProviderCommand:
     """A planned provider command with its slots filled (for what is said of it: the narration and
     the result of the allocation and detached deploys, whose step fills its own planned argv)."""
@@ -234,23 +242,19 @@ Streamed = TypeVar("Streamed")
 
 
 def execute_stream(step: Step, transport: Transport, call: Callable[[list[str]], Streamed], *,
-                   values: Mapping[str, SlotValue] | None = None, settled_by_caller: bool = False,
-                   **slot_values: SlotValue) -> Streamed:
+                   values: Mapping[str, SlotValue] | None = None, **slot_values: SlotValue) -> Streamed:
     """Run *step*'s planned argv, slots filled as :func:`execute` fills them, through *call* (which
     streams the answer as it arrives and records the step's result itself: the allocation and
     detached deploys and their reconciles, :mod:`vq_admin.lanes.allocation_stream`).  The step's
     start (its failpoint, the filled argv in the receipt, the driver's check of a local command) is
-    :func:`execute`'s; its end is too, unless *settled_by_caller*: then the caller, which still has
-    the streamed answer to settle (transcripts to rename into place), calls :func:`settled` once it
-    has.  A streamed step carries its environment inside the agent's argv, never in the step's own."""
+    :func:`execute`'s; its end is the caller's, which still has the streamed answer to settle
+    (transcripts to rename into place) and calls :func:`settled` once it has.  A streamed step
+    carries its environment inside the agent's argv, never in the step's own."""
     argv, env = filled(step, **{**(values or {}), **slot_values})
     if env:
         raise SlotError(f"{step.name}: a streamed step has no environment of its own; the step was not run")
     _start(step, transport, argv, None)
-    result = call(step.argv or [])
-    if not settled_by_caller:
-        settled(step)
-    return result
+    return call(step.argv or [])
 
 
 def settled(step: Step) -> None:

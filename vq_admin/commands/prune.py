@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from ..lanes.runner import run_lane
+from ..lanes.runner import provider_lane, run_lane
 from ..report.outcome import UsageError
 from ..report.sections import Prune
 from ..record.statement import DRIVER_ID_RE
@@ -14,7 +14,7 @@ from .arguments import check_name
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lanes.prune import build_lane
+    from ..lanes.prune import RuntimePrune
 
     program, host_name = check_name(args.program, "PROGRAM"), check_name(args.host, "HOST")
     if args.keep < 0:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--forget-driver {forget!r}: give a driver id, USER@HOST/<8 hex> (vq admin history HOST "
                          "names each driver)")
     return run_lane(args, ("runtime", host_name, program), None, None,
-                    partial(build_lane, host_name=host_name, program=program, keep=args.keep, forget=forget,
-                            used_within=args.used_within),
+                    partial(provider_lane, RuntimePrune, host_name=host_name, program=program,
+                            keep_recent=args.keep, forget=forget, used_within=args.used_within),
                     early={"prune": Prune(keep={}, removed=[], keep_recent=args.keep,
                                           used_within_days=args.used_within)})

@@ -21,27 +21,8 @@ from ..document import Document
 from ..report.envelope import SCHEMAS, emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_message
-from ..state.records import LastRun, StateDir, Verified
-
-
-class LaneStatus(Document, frozen=True, kw_only=True):
-    """A lane's records: its last run, LAST OK and LAST GOOD (``None``: none recorded)."""
-
-    last: LastRun | None
-    last_ok: Verified | None
-    last_good: Verified | None
-
-
-class HostStatus(Document, frozen=True, kw_only=True):
-    helper: LaneStatus | None = None
-    runtimes: dict[str, LaneStatus] = {}
-
-
-class Status(Document, frozen=True, kw_only=True):
-    """``vq admin status [HOST]`` (schema ``vq-admin/status/1``)."""
-
-    state_dir: str
-    hosts: dict[str, HostStatus]
+from ..report.status_table import HostStatus, LaneStatus, Status, lanes, render, use_color
+from ..state.records import StateDir, Verified
 
 
 def collect(state: StateDir, host: str | None) -> Status:
@@ -76,9 +57,8 @@ def _lines(status: Status) -> list[str]:
     lines: list[str] = []
     for host, slot in sorted(status.hosts.items()):
         lines.append(f"{host}")
-        entries = ([("helper", slot.helper)] if slot.helper else []) + sorted(slot.runtimes.items())
-        for label, entry in entries:
-            last = entry.last
+        for _, program, entry in lanes(slot):
+            label, last = program or "helper", entry.last
             lines.append(f"  {label}: last {last.outcome} at {last.at} (sha {last.expected_sha})" if last else
                          f"  {label}: last - at - (sha None)")
             lines.append(f"    LAST OK   {_identity(entry.last_ok)}")
@@ -164,16 +144,14 @@ def run(args: argparse.Namespace) -> int:
         from ..report import metrics
 
         path = metrics.check_textfile(args.textfile) if args.textfile else None
-        registry = metrics.registry_for(collect(state, args.host).to_value(), state)
+        registry = metrics.registry_for(collect(state, args.host), state)
         metrics.publish(registry, prometheus=args.prometheus, textfile=path)
         return 0
     status = collect(state, args.host)
     if args.json:
         emit(SCHEMAS["status"], Outcome.OK, status.to_value())
     elif sys.stdout.isatty():
-        from ..report.status_table import render, use_color
-
-        print("\n".join(render(status.to_value(), color=use_color(sys.stdout))))
+        print("\n".join(render(status, color=use_color(sys.stdout))))
     else:
         print("\n".join(_lines(status)))
     return 0

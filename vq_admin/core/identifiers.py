@@ -47,3 +47,8 @@ DESTINATION_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.@:+%-]{0,254}\Z")
 
 #: The schema of a JSON document vq-admin prints: ``vq-admin/<name>/<version>``.
 SCHEMA_RE = re.compile(r"\Avq-admin/[a-z][a-z0-9-]{0,63}/[1-9][0-9]{0,3}\Z")
+
+
+def object_format(sha: str) -> str:
+    """The object format (hash algorithm) of the repository a full git object name *sha* is from."""
+    return "sha256" if len(sha) == 64 else "sha1"

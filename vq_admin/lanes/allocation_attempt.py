@@ -204,7 +204,7 @@ def read_only_call(step: Step, transport: Transport, timeout: float) -> StreamCa
     def stream(words: list[str]) -> StreamCall:
         return stream_call(transport, words, timeout=timeout, sinks=sinks)  # type: ignore[arg-type]
 
-    call = execute_stream(step, transport, stream, settled_by_caller=True)
+    call = execute_stream(step, transport, stream)
     step.exit_code, step.seconds = call.exit_code, call.seconds
     return call
 

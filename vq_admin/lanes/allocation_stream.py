@@ -334,7 +334,7 @@ def framed_step(step: Step, transport: Transport, values: dict[str, SlotValue], 
         return stream_call(transport, argv, timeout=timeout, sinks=sinks, on_record=on_record)
 
     try:
-        call = execute_stream(step, transport, stream, values=values, settled_by_caller=True)
+        call = execute_stream(step, transport, stream, values=values)
     except BaseException:
         discard(sinks)
         raise

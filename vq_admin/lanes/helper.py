@@ -40,7 +40,6 @@ import time
 from typing import Any
 
 from vq_admin_hookspecs import HelperRequest, ProviderCommand
-from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
 from .. import source
@@ -50,7 +49,7 @@ from ..core.failpoints import failpoint
 from ..context import RunContext
 from ..lease import AGENT_NOT_RUN, AgentMissing, Lease, OtherProtocol
 from ..report.outcome import READ_ONLY_RAN, Outcome, Refused, UsageError
-from ..plan import execute, filled, offer, record
+from ..plan import execute, filled, offer, place_command, record
 from ..report import sections
 from ..report.receipt import Receipt
 from ..core.stamps import utc_now
@@ -103,10 +102,7 @@ class HelperUpdate:
                                     settings=self.settings())
             providers = self.ctx.providers
             hook = providers.helper_install if self.ctx.options.cluster_install else providers.helper_update
-            cmd = hook(self.host.helper_provider, request)
-            offered = [STAGE, TREE_SHA256]
-            self._command = ProviderCommand(argv=tuple(place(cmd.argv, offered)),
-                                            env=tuple(place_env(dict(cmd.env), offered).items()))
+            self._command = place_command(hook(self.host.helper_provider, request), STAGE, TREE_SHA256)
         return self._command
 
     def stage_transport(self) -> Transport:
@@ -119,7 +115,7 @@ class HelperUpdate:
             self.sha = source.head_commit(repo)
             self.receipt.expected_sha = self.sha
         self.source = source.resolve(repo, self.sha, None, with_tags=False)
-        self.receipt.source = sections.Source.from_value(self.source.to_receipt(), "source")
+        self.receipt.source = self.source.to_receipt()
         self.receipt.provider = self.host.helper_provider
         login, build = self.ctx.login(self.host).where, self.stage_transport().where
         identity = protocol.identity(self.host.agent)  # the agent exactly as the driver invokes it

@@ -41,7 +41,6 @@ import time
 from typing import Any
 
 from vq_admin_hookspecs import EvidenceError, ProviderCommand, PruneReport, PruneRequest, RuntimeRequest, Slot
-from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
 from ..state import history
@@ -50,7 +49,7 @@ from ..launcher import registry
 from ..core import protocol
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused, UsageError
-from ..plan import Step, execute, filled
+from ..plan import Step, execute, filled, place_command
 from ..plugins import ProviderError
 from ..report.receipt import Receipt
 from ..report.sections import KeptLauncher, Prune, PruneCensus, Readback, Verify
@@ -376,16 +375,15 @@ def place_keep(provider: str, command: ProviderCommand) -> ProviderCommand:
     keep set's list slot found again; it must place that slot exactly once, as a whole argv word
     (:class:`UsageError`, exit 2, otherwise: a prune that does not carry the keep set never runs)."""
     try:
-        argv = tuple(place(command.argv, [KEEP]))
-        env = tuple(place_env(dict(command.env), [KEEP]).items())
+        keeping = place_command(command, KEEP)
     except ValueError as exc:
         raise UsageError(f"provider {provider!r}: vq_admin_runtime_prune: {exc}") from None
-    placed = [w for w in argv if isinstance(w, Slot) and w.many and w.name == KEEP.name]
+    placed = [w for w in keeping.argv if isinstance(w, Slot) and w.many and w.name == KEEP.name]
     if len(placed) != 1:
         raise UsageError(f"provider {provider!r}: the command of vq_admin_runtime_prune places the keep set "
                          f"{len(placed)} times (it must carry it exactly once, e.g. request.keep_words('--keep')): "
                          f"{quote_argv(list(command.argv))}")
-    return ProviderCommand(argv=argv, env=env)
+    return keeping
 
 
 def _hash_answer(stdout: bytes) -> protocol.Hashed | None:
@@ -404,14 +402,3 @@ def keep_lines(program: str, host: str, keep: dict[str, list[str]], would: list[
              f"{len(would)}; nothing is called",
              *generation_lines(keep, would, dry_run=True, last_used=last_used or {})]
     return [safe_text(line) for line in lines]
-
-
-def build_lane(ctx: RunContext, *, host_name: str, program: str, keep: int, forget: str | None = None,
-               used_within: float = 14) -> RuntimePrune:
-    """The lane of ``vq admin prune``: authority, then the profile's
-    provider loaded."""
-    from ..plugins import Providers
-
-    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
-    ctx.providers = Providers.load([profile.provider])
-    return RuntimePrune(ctx, host_name, program, keep, forget, used_within)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from vq_admin_hookspecs import ProviderCommand
 
-from ..config import Signing, authority
+from ..config import Signing
 from ..launcher import registry
 from ..context import RunContext
 from ..report.outcome import Outcome, Refused
@@ -181,13 +181,3 @@ class RuntimeRollback(RuntimeUpdate):
         if ended is not None:
             return ended
         return self.conclude_final()
-
-
-def build_lane(ctx: RunContext, *, host_name: str, program: str, to: str | None) -> RuntimeRollback:
-    """The lane of ``vq admin rollback``: authority, then the profile's
-    provider loaded."""
-    from ..plugins import Providers
-
-    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
-    ctx.providers = Providers.load([profile.provider])
-    return RuntimeRollback(ctx, host_name, program, to)

@@ -12,7 +12,7 @@ import argparse
 import sys
 import traceback
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .. import interrupts
 from ..config import authority
@@ -35,6 +35,8 @@ from .conclude import conclude, rerun_command, unstored_warning
 
 if TYPE_CHECKING:
     from .lane import Lane
+
+Built = TypeVar("Built")
 
 #: The longest ``--wait-lock``: a week (a build may take a day; nothing sane waits longer).
 MAX_WAIT_LOCK = 7 * 24 * 3600
@@ -81,6 +83,17 @@ def run_lane(args: argparse.Namespace, key: tuple[str, str, str | None], sha: st
             receipt.errors.append(exc.message)
             return emit(ctx, conclude(ctx, receipt, exc.outcome, lane_started=False))
         return execute_lane(ctx, lane.receipt, lane.run, key, deferred_lease=getattr(lane, "opens_lease", False))
+
+
+def provider_lane(lane: Callable[..., Built], ctx: RunContext, *, host_name: str, program: str,
+                  **options: object) -> Built:
+    """The builder of a runtime lane that needs only its profile's provider (``prune``, ``rollback``):
+    authority, then that provider loaded, then ``lane(ctx, host_name, program, **options)``."""
+    from ..plugins import Providers
+
+    _, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
+    ctx.providers = Providers.load([profile.provider])
+    return lane(ctx, host_name, program, **options)
 
 
 def execute_lane(ctx: RunContext, receipt: Receipt, body: Callable[[], Receipt],

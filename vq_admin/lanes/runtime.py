@@ -25,7 +25,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vq_admin_hookspecs import ProviderCommand, RuntimeRequest, Slot
-from vq_admin_hookspecs.slots import place, place_env
 
 from ..config import authority
 from ..core.identifiers import TAG_RE
@@ -35,10 +34,10 @@ from ..evidence import LAUNCHER_TRUST
 from ..launcher import registry
 from ..context import RunContext
 from ..report.outcome import READ_ONLY_RAN, Locked, Outcome, Refused, UsageError, VqAdminError
-from ..plan import Step, execute, fill_command, filled, offer
+from ..plan import Step, execute, fill_command, filled, offer, place_command
 from ..report.progress import CommandView
 from ..report.receipt import Receipt
-from ..report.sections import Readback, Reverted, Source, Verify
+from ..report.sections import Readback, Reverted, Verify
 from ..core.stamps import utc_now
 from ..state.records import Verified
 from ..ssh.transport import RunResult, Transport, quote_argv
@@ -116,7 +115,7 @@ class RuntimeUpdate:
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
         self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
-        self.receipt.source = Source.from_value(self.source.to_receipt(), "source")
+        self.receipt.source = self.source.to_receipt()
         self.receipt.provider = p.provider
         self.receipt.build_place = p.build_place
         remote_paths.plan(self)  # configured command files on each ssh host, before any of them runs
@@ -194,9 +193,7 @@ class RuntimeUpdate:
         if self._deploy is None:
             providers, request = self.ctx.providers, self.request(archive=ARCHIVE)
             hook = providers.runtime_install if self.ctx.options.cluster_install else providers.runtime_update
-            command = hook(self.profile.provider, request)
-            self._deploy = ProviderCommand(argv=tuple(place(command.argv, [ARCHIVE])),
-                                           env=tuple(place_env(dict(command.env), [ARCHIVE]).items()))
+            self._deploy = place_command(hook(self.profile.provider, request), ARCHIVE)
         return self._deploy
 
     def run(self) -> Receipt:
@@ -443,11 +440,10 @@ def build_lane(ctx: RunContext, *, host_name: str, program: str, sha: str, tag: 
     profile's provider loaded."""
     from ..plugins import Providers
 
-    host = authority.runtime_host(ctx.config, host_name)
-    profile = host.runtimes.get(program)
-    if profile is not None and not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
+    host, profile = authority.runtime_profile(ctx.config, host_name, program)  # no such profile: 2, naming them
+    if not ctx.options.dry_run:  # the first call's ssh handshake goes on meanwhile
         from ..ssh.early_session import start_for
 
         start_for(ctx, host)
-    ctx.providers = Providers.load([profile.provider] if profile else [])
+    ctx.providers = Providers.load([profile.provider])
     return RuntimeUpdate(ctx, host_name, program, sha, tag)

@@ -24,7 +24,7 @@ from ..core import exits, protocol
 from ..report.outcome import Refused, VqAdminError
 from ..plan import Plan, execute, fill, mark_local
 from ..report.receipt import Receipt
-from ..report.sections import Interruption, Source, Stage
+from ..report.sections import Interruption, Stage
 from ..ssh.transport import RunResult, Transport
 
 KEEP_FAILED = 3
@@ -85,7 +85,7 @@ class SourceStage:
             mark_local(step, False, started, exc.message, argv)
             raise
         mark_local(step, True, started, argv=argv)
-        self.receipt.source = Source.from_value(self.ident.to_receipt(), "source")
+        self.receipt.source = self.ident.to_receipt()
         return self.ident
 
     def digests(self) -> dict[str, str]:

@@ -21,8 +21,8 @@ import sys
 from typing import TYPE_CHECKING, Iterable
 
 from .outcome import Refused, UsageError
-from .status_table import LaneStatus, Seen, StatusView, lanes
-from ..state.records import StateDir
+from .status_table import LaneStatus, Status, lanes
+from ..state.records import LastRun, StateDir
 from ..core.stamps import parse_utc
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ _LANE_GAUGES = (
 )
 
 
-def registry_for(status: object, state: StateDir) -> CollectorRegistry:
+def registry_for(status: Status, state: StateDir) -> CollectorRegistry:
     """A fresh ``CollectorRegistry`` holding the metrics of the status document *status*."""
     from prometheus_client import CollectorRegistry, Gauge
 
@@ -58,12 +58,11 @@ def registry_for(status: object, state: StateDir) -> CollectorRegistry:
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    hosts = StatusView.from_value(status, "status").hosts or {}
-    for host, lane, program, entry in ((h, *row) for h, slot in sorted(hosts.items()) for row in lanes(slot)):
+    for host, lane, program, entry in ((h, *row) for h, slot in sorted(status.hosts.items()) for row in lanes(slot)):
         labels = {"host": host, "program": program, "lane": lane}
-        last = entry.last or Seen()
+        last = entry.last or LastRun(outcome="")
         if last.outcome:
-            outcome.labels(outcome=str(last.outcome), **labels).set(1)
+            outcome.labels(outcome=last.outcome, **labels).set(1)
         for key, value in _lane_values(entry, last, state).items():
             if value is not None:
                 gauges[key].labels(**labels).set(value)
@@ -78,14 +77,14 @@ def registry_for(status: object, state: StateDir) -> CollectorRegistry:
     return registry
 
 
-def _lane_values(entry: LaneStatus, last: Seen, state: StateDir) -> dict[str, float | None]:
+def _lane_values(entry: LaneStatus, last: LastRun, state: StateDir) -> dict[str, float | None]:
     """The value of each of :data:`_LANE_GAUGES` for one lane (``None``: not known, no series)."""
     receipt = state.read_receipt(last.receipt) or {}
     started, finished = parse_utc(receipt.get("started_at")), parse_utc(receipt.get("finished_at"))
     deploy = receipt.get("deploy")
     output = receipt.get("command_output") if isinstance(deploy, dict) and deploy.get("log_dir") else None  # allocation
     return {
-        "exit_code": last.exit_code if isinstance(last.exit_code, int) else None,
+        "exit_code": last.exit_code,
         "last_run": parse_utc(last.at),
         "last_ok": parse_utc(entry.last_ok.at if entry.last_ok else None),
         "duration": finished - started if started is not None and finished is not None and finished >= started

@@ -1,7 +1,8 @@
 """``vq admin status`` at a glance, on a terminal: one table per host.
 
-Rendering only: it takes the document :func:`vq_admin.commands.status.collect`
-builds (the same one ``--json`` prints) and lays it out::
+It takes the document :func:`vq_admin.commands.status.collect` builds (the
+same one ``--json`` prints; its types are here, where the table and
+:mod:`vq_admin.report.metrics` read them too) and lays it out::
 
     cluster
       PROGRAM         LAST OK                      LAST GOOD                    LAST RUN
@@ -24,7 +25,8 @@ from typing import Iterator, TextIO
 
 from .output import safe_message, safe_text
 from ..core.stamps import parse_utc
-from ..document import Document, JsonValue
+from ..document import Document
+from ..state.records import LastRun, Verified
 
 SHORT_SHA = 12
 RED_BOLD, YELLOW, RESET = "\x1b[1;31m", "\x1b[33m", "\x1b[0m"
@@ -34,40 +36,31 @@ ALARM = frozenset({"failed", "unknown"})
 FINE = frozenset({"ok", "already-current"})
 
 
-class Seen(Document, frozen=True, kw_only=True):
-    """A LAST OK, LAST GOOD or last run as the table and the metrics show it (its other members are not shown)."""
-
-    sha: JsonValue = None
-    tag: JsonValue = None
-    at: JsonValue = None
-    outcome: JsonValue = None
-    exit_code: JsonValue = None
-    receipt: JsonValue = None
-
-
 class LaneStatus(Document, frozen=True, kw_only=True):
-    last: Seen | None = None
-    last_ok: Seen | None = None
-    last_good: Seen | None = None
+    """A lane's records: its last run, LAST OK and LAST GOOD (``None``: none recorded)."""
+
+    last: LastRun | None
+    last_ok: Verified | None
+    last_good: Verified | None
 
 
 class HostStatus(Document, frozen=True, kw_only=True):
     helper: LaneStatus | None = None
-    runtimes: dict[str, LaneStatus] | None = None
+    runtimes: dict[str, LaneStatus] = {}
 
 
-class StatusView(Document, frozen=True, kw_only=True):
-    """What the table shows of a status document."""
+class Status(Document, frozen=True, kw_only=True):
+    """``vq admin status [HOST]`` (schema ``vq-admin/status/1``)."""
 
-    state_dir: JsonValue = None
-    hosts: dict[str, HostStatus] | None = None
+    state_dir: str
+    hosts: dict[str, HostStatus]
 
 
 def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
-def age(stamp: JsonValue, now: float) -> str:
+def age(stamp: str | None, now: float) -> str:
     """``2026-11-30T10:00:00Z`` -> ``3h`` (how long before *now*); ``?`` when unreadable."""
     if not isinstance(stamp, str):
         return "-"
@@ -83,32 +76,30 @@ def age(stamp: JsonValue, now: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _identity(record: Seen | None, now: float) -> tuple[str, str, str]:
+def _identity(record: Verified | None, now: float) -> tuple[str, str, str]:
     if record is None:
         return "-", "", ""
-    return str(record.sha)[:SHORT_SHA] if record.sha else "-", str(record.tag or "-"), age(record.at, now)
+    return record.sha[:SHORT_SHA], record.tag or "-", age(record.at, now)
 
 
 def lanes(slot: HostStatus) -> Iterator[tuple[str, str, LaneStatus]]:
     """(lane, program, entry) of each recorded lane of a host: the helper's first (no program), then each runtime."""
     if slot.helper:
         yield "helper", "", slot.helper
-    for program, entry in sorted((slot.runtimes or {}).items()):
+    for program, entry in sorted(slot.runtimes.items()):
         yield "runtime", program, entry
 
 
 HEADER = ("PROGRAM", "LAST OK", "", "", "LAST GOOD", "", "", "LAST RUN", "")
 
 
-def render(status: object, *, now: float | None = None, color: bool = False) -> list[str]:
+def render(status: Status, *, now: float | None = None, color: bool = False) -> list[str]:
     """The table of every host in the status document *status*, as lines (escape sequences only when *color*)."""
     now = time.time() if now is None else now
-    view = StatusView.from_value(status, "status")
-    hosts = view.hosts or {}
-    if not hosts:
-        return [safe_message(f"no recorded runs in {view.state_dir}")]
+    if not status.hosts:
+        return [safe_message(f"no recorded runs in {status.state_dir}")]
     lines: list[str] = []
-    for host, slot in sorted(hosts.items()):
+    for host, slot in sorted(status.hosts.items()):
         lines += ([""] if lines else []) + [safe_text(host)] + _host_table(slot, now, color)
     return lines
 
@@ -116,9 +107,9 @@ def render(status: object, *, now: float | None = None, color: bool = False) -> 
 def _host_table(slot: HostStatus, now: float, color: bool) -> list[str]:
     rows: list[tuple[str, ...]] = []
     for _, program, entry in lanes(slot):
-        last = entry.last or Seen()
+        last = entry.last or LastRun(outcome="")
         raw = (program or "(helper)", *_identity(entry.last_ok, now), *_identity(entry.last_good, now),
-               str(last.outcome or "-"), age(last.at, now))
+               last.outcome or "-", age(last.at, now))
         rows.append(tuple(safe_text(cell) for cell in raw))
     w = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
     for start in (1, 4):  # a header spans its identity's three cells (sha, tag, age)

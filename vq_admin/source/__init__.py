@@ -9,12 +9,13 @@ repository that lies, is refused before anything is staged.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from vq_admin_hookspecs import Slot
 
-from ..core.identifiers import SHA_RE, TAG_RE
+from ..core.identifiers import SHA_RE, TAG_RE, object_format
 from ..report.outcome import READ_ONLY_RAN, Refused, UsageError, VqAdminError
+from ..report.sections import Source
 from ..ssh.transport import RunResult, run_local_argv
 
 GIT_TIMEOUT = 600.0
@@ -41,11 +42,10 @@ class SourceIdentity:
             "GIT-TREE": self.git_tree,
         }
 
-    def to_receipt(self) -> dict[str, object]:
-        data = asdict(self)
-        data.pop("archive_path")
-        data["tags"] = list(self.tags)
-        return data
+    def to_receipt(self) -> Source:
+        return Source(repo=self.repo, sha=self.sha, git_tree=self.git_tree, tag=self.tag, tags=list(self.tags),
+                      archive_sha256=self.archive_sha256, tree_sha256=self.tree_sha256,
+                      archive_bytes=self.archive_bytes)
 
 
 #: How vq-admin runs git, on the driver and on the login host (one home, CONTRACT section 10): no
@@ -290,7 +290,7 @@ def make_archive(ident: SourceIdentity, workdir: str, argv: list[str] | None = N
     bare = os.path.join(workdir, OBJECTS_ONLY)
     for level in (bare, f"{bare}/objects", f"{bare}/objects/info", f"{bare}/refs"):
         os.mkdir(level, 0o700)
-    fmt = "sha256" if len(ident.sha) == 64 else "sha1"
+    fmt = object_format(ident.sha)
     files = {"HEAD": "ref: refs/heads/main\n",
              "config": f"[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = {fmt}\n",
              "objects/info/alternates": os.path.join(os.path.abspath(git_dir_of(ident.repo)), "objects") + "\n"}
@@ -310,8 +310,7 @@ def prove_archive(ident: SourceIdentity, path: str, made: RunResult) -> SourceId
         raise Refused(f"git archive {ident.sha} failed in {ident.repo}: {made.error_text()}")
     from ..core.treeid import archive_identity  # tarfile: only when an archive is made
 
-    algo = "sha256" if len(ident.sha) == 64 else "sha1"
-    computed = archive_identity(path, algo)
+    computed = archive_identity(path, object_format(ident.sha))
     if computed.git_tree != ident.git_tree:
         raise Refused(
             f"the archive of {ident.sha} holds tree {computed.git_tree}, not the commit's tree {ident.git_tree} "
