@@ -52,6 +52,8 @@ class _Tree:
         self.entries: dict[bytes, tuple[bytes, object]] = {}
 
     def subtree(self, name: bytes) -> "_Tree":
+        """The tree *name*, made on the way to an entry below it: so no tree is ever empty, as git
+        never stores an empty tree inside a tree."""
         mode, value = self.entries.get(name, (b"40000", None))
         if not isinstance(value, _Tree):
             value = _Tree()
@@ -65,9 +67,7 @@ class _Tree:
 
         body = bytearray()
         for name, (mode, value) in sorted(self.entries.items(), key=sort_key):
-            oid = value.object_id(algo) if isinstance(value, _Tree) else value
-            if isinstance(value, _Tree) and not value.entries:
-                continue  # git never stores an empty tree inside a tree
+            oid = value.object_id(algo) if isinstance(value, _Tree) else value  # never empty: see subtree
             body += mode + b" " + name + b"\0" + oid  # type: ignore[operator]
         h = hashlib.new(algo)
         h.update(b"tree %d\0" % len(body))
