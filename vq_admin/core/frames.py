@@ -65,7 +65,7 @@ class FrameWriter:
         try:
             while view:
                 view = view[os.write(self.fd, view):]
-        except (BrokenPipeError, ConnectionResetError, OSError):
+        except OSError:  # the reader has gone (BrokenPipeError, ConnectionResetError among them)
             self.broken = True
 
     def record(self, kind: str, payload: Mapping[str, object]) -> None:
