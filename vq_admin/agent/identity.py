@@ -99,13 +99,14 @@ def identity() -> Identity:
         digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
         record, problem = read_record(root)
         state = "stale"
-        if problem:
+        if record is not None:
+            if record.tree_sha256 == digest:
+                state = "bound"
+            else:
+                problems.append(f"the files changed since the record was written: record tree "
+                                f"{record.tree_sha256}, files now {digest}")
+        elif problem:  # read_record gives a problem only without a record
             problems.append(problem)
-        if record is not None and record.tree_sha256 == digest:
-            state = "bound"
-        elif record is not None:
-            problems.append(f"the files changed since the record was written: record tree "
-                            f"{record.tree_sha256}, files now {digest}")
     else:
         scope, path = "package", os.path.realpath(pkg)
         digest = directory_tree_sha256(path)
