@@ -516,7 +516,16 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
         if sub.error:
             summary["notes"].append(sub.error)
         job_id = sub.job_id  # not None exactly when sub.submitted
-        if job_id is not None and not sub.timed_out:  # then sbatch's exit code is known
+        if sub.timed_out:
+            summary["notes"].append(f"the job did not finish within {timeout:g} s; "
+                                    + sub.cancelled("vq-admin cancelled it"))
+            if job_id:  # its final state, for the receipt (bounded: a few seconds)
+                search = slurmjob.wait_for_end(job_id, name, CANCEL_STATE_WAIT, poll=1.0)
+                if search.end is not None:
+                    summary.update({"job_state": search.end.state, "job_exit_code": search.end.raw_exit})
+                else:
+                    summary["job_state"] = search.last_state
+        elif job_id is not None:  # then sbatch's exit code is known
             summary.update({"exit_code": sub.sbatch_exit_code, "established": True, "end_source": "sbatch"})
             how, fields = slurmjob.scontrol_state(job_id, timeout=20.0)  # evidence only; never waited on long
             if how == "known":
@@ -526,15 +535,6 @@ def run(root: str, program: str, argv: Sequence[str], env: dict[str, str], sbatc
                 end, _, _ = slurmjob.find_end(job_id, name, [])
                 if end is not None:
                     summary.update({"job_state": end.state, "job_exit_code": end.raw_exit})
-        elif sub.timed_out:
-            summary["notes"].append(f"the job did not finish within {timeout:g} s; "
-                                    + sub.cancelled("vq-admin cancelled it"))
-            if sub.job_id:  # its final state, for the receipt (bounded: a few seconds)
-                search = slurmjob.wait_for_end(sub.job_id, name, CANCEL_STATE_WAIT, poll=1.0)
-                if search.end is not None:
-                    summary.update({"job_state": search.end.state, "job_exit_code": search.end.raw_exit})
-                else:
-                    summary["job_state"] = search.last_state
         return finish(attempt, frames, summary, settle_kw=settle_kw, progress=bool(progress))
     finally:
         if sub is not None:  # sbatch has ended (or was ended at the bound): so has the job's hold

@@ -89,30 +89,27 @@ def identity() -> Identity:
     pkg = package_dir()
     root = os.path.realpath(os.path.dirname(pkg))
     archive = zip_archive(pkg)
-    present = archive is None and os.path.lexists(os.path.join(root, RECORD_NAME))
     problems: list[str] = []
-    record = None
+    record, state = None, "missing"
     if archive is not None:  # a single-file zipapp: its bytes are its identity
         scope, path = "zipapp", archive
         digest = file_sha256(archive)
-    elif present:
+    elif os.path.lexists(os.path.join(root, RECORD_NAME)):
         scope, path = "release", root
         digest = directory_tree_sha256(root, skip=frozenset({RECORD_NAME}))
         record, problem = read_record(root)
-        if problem:
+        state = "stale"
+        if record is not None:
+            if record.tree_sha256 == digest:
+                state = "bound"
+            else:
+                problems.append(f"the files changed since the record was written: record tree "
+                                f"{record.tree_sha256}, files now {digest}")
+        elif problem:  # read_record gives a problem only without a record
             problems.append(problem)
     else:
         scope, path = "package", os.path.realpath(pkg)
         digest = directory_tree_sha256(path)
-    if not present:
-        state = "missing"
-    elif record is not None and record.tree_sha256 == digest:
-        state = "bound"
-    else:
-        state = "stale"
-        if record is not None:
-            problems.append(f"the files changed since the record was written: record tree "
-                            f"{record.tree_sha256}, files now {digest}")
     return {
         "version": __version__,
         "source_sha": record.sha if record else None,

@@ -192,12 +192,14 @@ def _wait(pid: int, proc: "Optional[subprocess.Popen[bytes]]", deadline: "Option
             return proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             return None
+    if deadline is None:
+        return _exit_code(os.waitpid(pid, 0)[1])
     pause = 0.0005  # a command that closed its output is exiting: look again soon, then every 10 ms
     while True:
-        done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return _exit_code(status)
-        if deadline is not None and time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             return None
         time.sleep(pause)
         pause = min(pause * 2, 0.01)

@@ -120,14 +120,15 @@ def verify_readback(argv: list[str], env: dict[str, str] | None = None, timeout:
     verify: VerifyRun = {"exit_code": code, "stdout": _text(out[:STDOUT_LIMIT]),
                          "stdout_truncated": len(out) > STDOUT_LIMIT, "stderr": _text(err[-STDERR_TAIL:]),
                          "seconds": round(time.monotonic() - started, 6)}
+    answer: VerifyReadback = {"verify": verify, "readback": None, "readback_exit": None, "readback_seconds": None}
     if timed_out is not None:
         verify["timed_out"] = timed_out
-    answer: VerifyReadback = {"verify": verify, "readback": None, "readback_exit": None, "readback_seconds": None}
-    path = active_path_of(out) if timed_out is None and len(out) <= STDOUT_LIMIT else None
-    if path is not None:
-        started = time.monotonic()
-        answer["readback"], answer["readback_exit"] = hash_answer(path)
-        answer["readback_seconds"] = round(time.monotonic() - started, 6)
+    elif len(out) <= STDOUT_LIMIT:  # a receipt read whole
+        path = active_path_of(out)
+        if path is not None:
+            started = time.monotonic()
+            answer["readback"], answer["readback_exit"] = hash_answer(path)
+            answer["readback_seconds"] = round(time.monotonic() - started, 6)
     return answer
 
 
@@ -140,8 +141,8 @@ def main(argv: list[str]) -> int:
     program, after = None, None
     if argv[:1] == [protocol.LEASE_OF] and len(argv) > 1:  # the fast path's: the verb table's is the same
         program, argv = argv[1], argv[2:]
-    if program is not None and argv[:1] == [protocol.RECORD_AFTER] and len(argv) > 1 and argv[1].isdigit():
-        after, argv = int(argv[1]), argv[2:]
+        if argv[:1] == [protocol.RECORD_AFTER] and len(argv) > 1 and argv[1].isdigit():
+            after, argv = int(argv[1]), argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or argv[0].startswith("-"):

@@ -43,13 +43,12 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
     if text.count("[") + text.count("{") <= limit:  # cannot be deeper (C-speed fast path)
         return 0
     depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
+    in_string = False
+    chars = iter(text)
+    for ch in chars:
         if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
+            if ch == "\\":
+                next(chars, "")  # the escaped character: never the string's end
             elif ch == '"':
                 in_string = False
         elif ch == '"':

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 
 #: The one switch: every failpoint is inert unless this is exactly "1".
 TESTING = "VQ_ADMIN_TESTING"
-#: ``VQ_ADMIN_FAULT``'s ``call:N:MODE`` modes, and its ``step:NAME:MODE`` modes.
+#: ``VQ_ADMIN_FAULT``'s ``call:N:MODE`` modes, and its ``step:NAME:MODE`` modes (each: when the step is killed).
 MODES = ("drop-before", "drop-after", "timeout", "kill")
-STEP_MODES = ("sigkill", "sigkill-after")
+STEP_MODES = {"sigkill": "before", "sigkill-after": "after"}
 
 
 class Settings:
@@ -185,7 +185,7 @@ def load(environ: Mapping[str, str]) -> Settings | None:
         if kind == "call" and target.isdigit() and mode in MODES:
             calls[int(target)] = mode
         elif kind == "step" and target and mode in STEP_MODES:
-            steps.add((target, "before" if mode == "sigkill" else "after"))
+            steps.add((target, STEP_MODES[mode]))
         else:
             raise ValueError(f"VQ_ADMIN_FAULT: bad rule {rule!r}")
     return Settings(values, calls, steps)

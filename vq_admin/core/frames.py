@@ -65,7 +65,7 @@ class FrameWriter:
         try:
             while view:
                 view = view[os.write(self.fd, view):]
-        except (BrokenPipeError, ConnectionResetError, OSError):
+        except OSError:  # the reader has gone (BrokenPipeError, ConnectionResetError among them)
             self.broken = True
 
     def record(self, kind: str, payload: Mapping[str, object]) -> None:
@@ -145,6 +145,6 @@ def read_frames(stream: IO[bytes], on_record: Callable[[str, JsonObject], None],
             if not isinstance(value, dict):
                 raise FrameError(f"{kind} record is not an object")
             on_record(kind, value)
-            ended = ended or kind == "end"
+            ended = kind == "end"  # not ended before: data after the end record raised above
         else:
             raise FrameError(f"unknown record {kind[:40]!r}")

@@ -36,32 +36,28 @@ def plain_words(words: list[str], valued: Mapping[str, str], flags: Mapping[str,
     operands: list[str] = []
     values: dict[str, str] = {}
     given: set[str] = set()
-    last = None  # the index of the last operand
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
+    cut = False  # with *together*: an option came after the first operand
+    rest = iter(words)
+    for word in rest:
         if not word.startswith("-"):
-            if together and last is not None and last != i - 2:
+            if cut:
                 return None
             operands.append(word)
-            last = i - 1
+            continue
+        cut = together and bool(operands)
+        if word in flags:  # a flag's name holds no "="
+            given.add(flags[word])
             continue
         name, eq, value = word.partition("=")
-        if name in flags and not eq:
-            given.add(flags[name])
-            continue
         key = valued.get(name)
         if key is None or key in values:
             return None
-        if eq:
-            if not value or value == "--":
+        if not eq:
+            value = next(rest, "-")  # no word left: as a missing value
+            if value.startswith("-"):
                 return None
-        else:
-            if i >= len(words) or words[i].startswith("-"):
-                return None
-            value = words[i]
-            i += 1
+        elif value in ("", "--"):
+            return None
         values[key] = value
     return operands, values, given
 

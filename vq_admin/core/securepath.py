@@ -275,23 +275,17 @@ def open_trusted_dir(path: str) -> int | None:
     """
     if not path.startswith("/") or "\0" in path or os.path.normpath(path) != path:
         return None
+    names = [name for name in path.split("/") if name]
+    fd = -1
     try:
         fd = os.open("/", _LEVEL_FLAGS)
-    except OSError:
-        return None
-    try:
-        names = [name for name in path.split("/") if name]
-        level = ""
-        while True:
-            st = os.fstat(fd)
-            if not stat.S_ISDIR(st.st_mode) or level_problem(level or "/", st, is_dir=True) is not None:
+        while True:  # O_DIRECTORY: each level opened is a directory; only whether it passes the rule is used
+            if level_problem(path, os.fstat(fd), is_dir=True) is not None:
                 return None
             if not names:
                 result, fd = fd, -1
                 return result
-            name = names.pop(0)
-            level += "/" + name
-            child = os.open(name, _LEVEL_FLAGS, dir_fd=fd)
+            child = os.open(names.pop(0), _LEVEL_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
     except OSError:

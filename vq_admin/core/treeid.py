@@ -52,6 +52,8 @@ class _Tree:
         self.entries: dict[bytes, tuple[bytes, object]] = {}
 
     def subtree(self, name: bytes) -> "_Tree":
+        """The tree *name*, made on the way to an entry below it: so no tree is ever empty, as git
+        never stores an empty tree inside a tree."""
         mode, value = self.entries.get(name, (b"40000", None))
         if not isinstance(value, _Tree):
             value = _Tree()
@@ -65,9 +67,7 @@ class _Tree:
 
         body = bytearray()
         for name, (mode, value) in sorted(self.entries.items(), key=sort_key):
-            oid = value.object_id(algo) if isinstance(value, _Tree) else value
-            if isinstance(value, _Tree) and not value.entries:
-                continue  # git never stores an empty tree inside a tree
+            oid = value.object_id(algo) if isinstance(value, _Tree) else value  # never empty: see subtree
             body += mode + b" " + name + b"\0" + oid  # type: ignore[operator]
         h = hashlib.new(algo)
         h.update(b"tree %d\0" % len(body))
@@ -112,16 +112,19 @@ def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:
                 raise ValueError(f"archive member {member.name!r} escapes the tree")
             if member.isdir():
                 continue
-            if not (member.isfile() or member.issym()):
+            fh: IO[bytes] | None
+            if member.issym():  # a symlink's blob is its target
+                target = member.linkname.encode("utf-8", "surrogateescape")
+                size, fh = len(target), io.BytesIO(target)
+            elif member.isfile():
+                size, fh = member.size, tar.extractfile(member)
+            else:
                 raise ValueError(f"archive member {member.name!r} is not a file, directory or symlink")
+            assert fh is not None
             mode = _git_mode(member.issym(), member.mode)
             blob = hashlib.new(hash_algo)
             content = hashlib.sha256()
-            target = member.linkname.encode("utf-8", "surrogateescape") if member.issym() else None
-            size = member.size if target is None else len(target)  # a symlink's blob is its target
             blob.update(b"blob %d\0" % size)
-            fh = tar.extractfile(member) if target is None else io.BytesIO(target)
-            assert fh is not None
             _stream(fh, size, blob, content)
             tree = root
             for part in parts[:-1]:
