@@ -67,14 +67,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 CHILD_RECEIVE = """
 import os, resource, sys, threading
 from pathlib import Path
-from vq_admin.core import frames
+from vq_admin.core import checksum, frames
 from vq_admin.lanes.allocation_stream import TranscriptSink
 src = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 r, w = os.pipe()
 writer = frames.FrameWriter(w)
 def send():
     for kind, name in (("out", "stdout"), ("err", "stderr")):
-        writer.stream_file(kind, src, name, None)
+        writer.stream_file(kind, src, name, None, checksum.default_algorithm())
     writer.record("end", {"sent": {}})
     os.close(w)
 threading.Thread(target=send, daemon=True).start()

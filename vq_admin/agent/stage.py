@@ -25,6 +25,7 @@ import sys
 
 from ..core import atomic, safedirs, securepath
 from ..core.atomic import TEMP_FLAGS
+from ..core.identifiers import object_format
 from ..core.protocol import encode
 
 TYPE_CHECKING = False
@@ -121,11 +122,9 @@ def verify(stage: str, expected: dict[str, str]) -> StageVerdict:
             raise safedirs.UnsafePath(f"{stage}/{ARCHIVE} is not a regular file")
     from ..core.treeid import archive_identity  # tarfile and hashing: not for stage-receive's early start
 
-    sha = expected["SOURCE-SHA"]
-    algo = "sha256" if len(sha) == 64 else "sha1"
     mismatches: list[str] = []
     try:
-        ident = archive_identity(os.path.join(stage, ARCHIVE), algo)
+        ident = archive_identity(os.path.join(stage, ARCHIVE), object_format(expected["SOURCE-SHA"]))
         values = (ident.commit or "", ident.archive_sha256, ident.tree_sha256, ident.git_tree)
         computed = dict(zip(IDENTITY_FILES, values))
     except (ValueError, OSError, EOFError) as exc:
