@@ -135,8 +135,7 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     call = read_only_call(step, login, RECONCILE_CALL_TIMEOUT)
     summary = call.summary or Summary()
     inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
-    # a build or a confirmation job has ended once it no longer runs; a batch job once its end is established,
-    # or its attempt was fenced or never submitted
+    # ended: a build or confirmation job no longer runs; a batch job is established, fenced or never submitted
     ended = call.complete and (summary.job_state != "RUNNING" if previous.kind != "allocation"
                                else summary.established or summary.fenced or not summary.job_id)
     if not ended:
