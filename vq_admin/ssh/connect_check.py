@@ -181,7 +181,7 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
     (running the agent of the host naming it)."""
     rows: list[tuple[Probe, Transport | None]] = []
     builds: dict[str, tuple[Probe, Transport]] = {}
-    roots: dict[str, list[str]] = {}  # each build destination's scratch roots (of the login hosts naming it)
+    roots: dict[str, dict[str, None]] = {}  # each build destination's scratch roots (of the login hosts naming it)
     for host in config.hosts.values():
         if only and host.name not in only:
             continue
@@ -204,10 +204,9 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
                                                               list(host.agent)), session.ssh(destination)))
                 found[0].used_by.append(use)
-                known = roots.setdefault(destination, [])
-                known += [root for root in scratch if root not in known]
+                roots.setdefault(destination, {}).update(dict.fromkeys(scratch))  # each root once, in order
     for destination, (build, _) in builds.items():  # the agent of the first host naming it, every root
-        build.argv = protocol.version(build.argv, roots=roots[destination])
+        build.argv = protocol.version(build.argv, roots=list(roots[destination]))
     return rows + list(builds.values())
 
 
