@@ -78,11 +78,14 @@ REFUSED_BEFORE_SUBMIT = {exits.EXIT_USAGE: "usage, or a missing dependency",
                          exits.EXIT_HELD: "the lease's work lock is held by an earlier run's build or job"}
 
 
-def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
-    """The error of an agent that refused before it started anything: 77 for an unsafe path, 75 for a
-    held work lock, else 1."""
+def refused_before_submit(call: StreamCall, what: str) -> VqAdminError | None:
+    """The error of a *call* whose agent refused before it started anything (one of its statuses, no job):
+    77 for an unsafe path, 75 for a held work lock, else 1; ``None`` when it did not refuse."""
+    code = call.exit_code
+    if call.interrupted is not None or code not in REFUSED_BEFORE_SUBMIT or "job" in call.records:
+        return None
     error = Refused if code == exits.EXIT_UNSAFE else Locked if code == exits.EXIT_HELD else VqAdminError
-    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {stderr.strip()[-500:]}")
+    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {call.stderr.strip()[-500:]}")
 
 
 def _seconds(value: float) -> str:
@@ -224,13 +227,14 @@ class AllocationDeploy(RuntimeStep):
         """A call cut before its report: refused before anything started (raised), else the attempt's end,
         asked for by the recorded job id or build (never run again)."""
         ctx, detached = self.ctx, self.KIND == "detached"
-        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+        refused = refused_before_submit(call, f"deploy: the helper on {transport.where} refused before "
+                                        + ("starting the build" if detached else "submitting"))
+        if refused is not None:
             discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
             self.stage.reclaim(success=False)
-            raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
-                                        + ("starting the build" if detached else "submitting"), call.stderr)
+            raise refused
         if detached:
             self.receipt.deploy = self.receipt.deploy.replace(interruption=call.describe())
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
