@@ -197,8 +197,7 @@ def run(
             try:
                 proc = subprocess.Popen([program, *argv[1:]], stdin=stdin_arg,
                                         stdout=subprocess.PIPE if read_stdout is not None else out,
-                                        stderr=err, env=env,
-                                        start_new_session=True)
+                                        stderr=err, env=env, start_new_session=True)
             except OSError as exc:
                 code = 127 if isinstance(exc, FileNotFoundError) else 126
                 return Completed(argv, code, b"", f"{argv[0]}: {exc.strerror}\n".encode(),
