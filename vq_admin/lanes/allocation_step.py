@@ -81,11 +81,10 @@ REFUSED_BEFORE_SUBMIT = {exits.EXIT_USAGE: "usage, or a missing dependency",
 def refused_before_submit(call: StreamCall, what: str) -> VqAdminError | None:
     """The error of a *call* whose agent refused before it started anything (one of its statuses, no job):
     77 for an unsafe path, 75 for a held work lock, else 1; ``None`` when it did not refuse."""
-    code = call.exit_code
-    if call.interrupted is not None or code not in REFUSED_BEFORE_SUBMIT or "job" in call.records:
+    if call.interrupted is not None or call.exit_code not in REFUSED_BEFORE_SUBMIT or "job" in call.records:
         return None
-    error = Refused if code == exits.EXIT_UNSAFE else Locked if code == exits.EXIT_HELD else VqAdminError
-    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {call.stderr.strip()[-500:]}")
+    error = {exits.EXIT_UNSAFE: Refused, exits.EXIT_HELD: Locked}.get(call.exit_code, VqAdminError)
+    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
 
 
 def _seconds(value: float) -> str:
@@ -327,13 +326,12 @@ class AllocationDeploy(RuntimeStep):
             return self._unknown(command, call, "; ".join(summary.notes) or "the job's end was not established")
         if summary.exit_code == exits.JOB_TAMPERED:
             self.tampered(sinks, f"batch job {deploy.job_id}")
-        if signalled:
+        if signalled:  # the job did not choose its exit status: read back before deciding (unless it never ran)
             if summary.never_started is True:  # the scheduler never gave it a node
                 allocation_attempt.clear(self)
                 self.stage.reclaim(success=False)
                 raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
                                    "before it started; nothing ran")
-            # the job did not choose its exit status: read back before deciding
             return RunResult(list(command.argv), where, _status(summary),
                              stderr=(f"allocation job {deploy.job_id} {signalled} (exit {summary.exit_code}); "
                                      f"transcripts in {deploy.log_dir}").encode(),
