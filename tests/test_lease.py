@@ -28,6 +28,7 @@ from vq_admin.agent import cli as agent_cli
 from vq_admin.agent import lease as agent_lease
 from vq_admin.core import procs, securepath
 from vq_admin.lanes import allocation_step
+from vq_admin.lanes.allocation_stream import StreamCall
 from vq_admin.report.outcome import Locked, Refused, VqAdminError
 from vq_admin.report.outcome import READ_ONLY_RAN
 
@@ -427,11 +428,18 @@ def test_a_build_verb_that_cannot_take_the_work_lock_says_why_in_its_exit(raised
 
 
 def test_the_driver_reads_a_held_work_lock_as_locked_and_an_unsafe_path_as_refused():
-    held = allocation_step.refused_before_submit(75, "deploy: the helper on h refused before submitting", "held\n")
+    def refused(code, stderr, **more):
+        call = StreamCall(["agent"], "h", exit_code=code, stderr=stderr, **more)
+        return allocation_step.refused_before_submit(call, "deploy: the helper on h refused before submitting")
+
+    held = refused(75, "held\n")
     assert isinstance(held, Locked) and "work lock is held" in str(held) and str(held).endswith(": held")
-    assert isinstance(allocation_step.refused_before_submit(4, "deploy", "unsafe"), Refused)
-    other = allocation_step.refused_before_submit(2, "deploy", "usage")
+    assert isinstance(refused(4, "unsafe"), Refused)
+    other = refused(2, "usage")
     assert not isinstance(other, (Locked, Refused)) and isinstance(other, VqAdminError)
+    assert refused(1, "failed") is None, "not a refusal before anything started"
+    assert refused(75, "", records={"job": {"job_id": "7"}}) is None, "a job was submitted: not refused before"
+    assert refused(75, "", interrupted="transport") is None, "cut: its end is asked for, not refused"
 
 
 def test_the_end_of_a_session_reads_to_the_close_past_an_empty_line_a_logout_file_prints():

@@ -128,25 +128,26 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
         raise Locked(f"an interrupted run's attempt record ({_path(inputs)}, attempt {previous.attempt}) appeared "
                      "or changed after this run was planned: another run was cut off meanwhile; "
                      f"{READ_ONLY_RAN}: rerun")
-    detached, confirm = previous.kind == "detached", previous.kind == "confirm"
-    inputs.ctx.narrate(f"an interrupted run left the {'build' if detached else 'allocation'} attempt "
-                       f"{previous.attempt_dir}; reconciling its {'build' if detached else 'job'}")
+    detached = previous.kind == "detached"
+    attempt_of, reconciled = ("build", "build") if detached else ("allocation", "job")
+    inputs.ctx.narrate(f"an interrupted run left the {attempt_of} attempt {previous.attempt_dir}; "
+                       f"reconciling its {reconciled}")
     call = read_only_call(step, login, RECONCILE_CALL_TIMEOUT)
     summary = call.summary or Summary()
     inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
-    ended = call.complete and (summary.job_state != "RUNNING" if detached or confirm
+    # ended: a build or confirmation job no longer runs; a batch job is established, fenced or never submitted
+    ended = call.complete and (summary.job_state != "RUNNING" if previous.kind != "allocation"
                                else summary.established or summary.fenced or not summary.job_id)
-    if confirm and ended:
-        _record_verdict(inputs, previous, call.answered("confirm"))
-    if ended:
-        step.status = "ok"
-        clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
+    if not ended:
+        step.status = "interrupted" if call.interrupted else "failed"
+        step.detail = call.describe()
         settled(step)
-        return
-    step.status = "interrupted" if call.interrupted else "failed"
-    step.detail = call.describe()
+        raise Locked(_still_going(previous, summary, call, login.where))
+    if previous.kind == "confirm":
+        _record_verdict(inputs, previous, call.answered("confirm"))
+    step.status = "ok"
+    clear(inputs)  # ended (or never submitted): the pre-verify decides what it did
     settled(step)
-    raise Locked(_still_going(previous, summary, call, login.where))
 
 
 def _found(previous: AttemptRecord, call: StreamCall, where: str, detached: bool) -> PreviousAttempt:

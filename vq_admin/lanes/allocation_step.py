@@ -78,11 +78,13 @@ REFUSED_BEFORE_SUBMIT = {exits.EXIT_USAGE: "usage, or a missing dependency",
                          exits.EXIT_HELD: "the lease's work lock is held by an earlier run's build or job"}
 
 
-def refused_before_submit(code: int, what: str, stderr: str) -> VqAdminError:
-    """The error of an agent that refused before it started anything: 77 for an unsafe path, 75 for a
-    held work lock, else 1."""
-    error = Refused if code == exits.EXIT_UNSAFE else Locked if code == exits.EXIT_HELD else VqAdminError
-    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[code]}): {stderr.strip()[-500:]}")
+def refused_before_submit(call: StreamCall, what: str) -> VqAdminError | None:
+    """The error of a *call* whose agent refused before it started anything (one of its statuses, no job):
+    77 for an unsafe path, 75 for a held work lock, else 1; ``None`` when it did not refuse."""
+    if call.interrupted is not None or call.exit_code not in REFUSED_BEFORE_SUBMIT or "job" in call.records:
+        return None
+    error = {exits.EXIT_UNSAFE: Refused, exits.EXIT_HELD: Locked}.get(call.exit_code, VqAdminError)
+    return error(f"{what} ({REFUSED_BEFORE_SUBMIT[call.exit_code]}): {call.stderr.strip()[-500:]}")
 
 
 def _seconds(value: float) -> str:
@@ -188,7 +190,7 @@ class AllocationDeploy(RuntimeStep):
         ``deploy`` record (*deploy*, with the attempt and its directory), records the attempt as the
         call starts (a later run reconciles it) and, when the call is cut, asks for the attempt's end
         (never running it again)."""
-        ctx, receipt, detached = self.ctx, self.receipt, self.KIND == "detached"
+        ctx, receipt = self.ctx, self.receipt
         self.receipt_id()  # the transcript copy lives next to the receipt
         attempt = new_attempt_name()
         directory = self.log_dir(attempt)
@@ -209,8 +211,8 @@ class AllocationDeploy(RuntimeStep):
         if not call.complete:
             call, sinks = self._cut(call, sinks, attempt, deadline, transport)
         result = self._conclude(command, call, sinks)
-        summary = call.summary or Summary()
-        if summary.established or summary.timed_out or (summary.submitted is False and not detached):
+        summary = call.summary or Summary()  # (a job sbatch did not submit was refused by _conclude)
+        if summary.established or summary.timed_out:
             allocation_attempt.clear(self)  # the end is known: nothing for a later run to reconcile
         # the deploy step, and the reconcile that delivered its report, end once the transcripts are in place
         # and the attempt record is current (their ``step-after``)
@@ -224,13 +226,14 @@ class AllocationDeploy(RuntimeStep):
         """A call cut before its report: refused before anything started (raised), else the attempt's end,
         asked for by the recorded job id or build (never run again)."""
         ctx, detached = self.ctx, self.KIND == "detached"
-        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+        refused = refused_before_submit(call, f"deploy: the helper on {transport.where} refused before "
+                                        + ("starting the build" if detached else "submitting"))
+        if refused is not None:
             discard(sinks)
             if detached:
                 allocation_attempt.clear(self)
             self.stage.reclaim(success=False)
-            raise refused_before_submit(call.exit_code, f"deploy: the helper on {transport.where} refused before "
-                                        + ("starting the build" if detached else "submitting"), call.stderr)
+            raise refused
         if detached:
             self.receipt.deploy = self.receipt.deploy.replace(interruption=call.describe())
             ctx.narrate(f"deploy: {call.describe()}; asking {transport.where} for the detached build's end "
@@ -323,12 +326,12 @@ class AllocationDeploy(RuntimeStep):
             return self._unknown(command, call, "; ".join(summary.notes) or "the job's end was not established")
         if summary.exit_code == exits.JOB_TAMPERED:
             self.tampered(sinks, f"batch job {deploy.job_id}")
-        if signalled and summary.never_started is True:  # the scheduler never gave it a node
-            allocation_attempt.clear(self)
-            self.stage.reclaim(success=False)
-            raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
-                               "before it started; nothing ran")
-        if signalled:  # the job did not choose its exit status: read back before deciding
+        if signalled:  # the job did not choose its exit status: read back before deciding (unless it never ran)
+            if summary.never_started is True:  # the scheduler never gave it a node
+                allocation_attempt.clear(self)
+                self.stage.reclaim(success=False)
+                raise VqAdminError(f"deploy: allocation job {deploy.job_id} {signalled}: the job was cancelled "
+                                   "before it started; nothing ran")
             return RunResult(list(command.argv), where, _status(summary),
                              stderr=(f"allocation job {deploy.job_id} {signalled} (exit {summary.exit_code}); "
                                      f"transcripts in {deploy.log_dir}").encode(),
@@ -421,17 +424,17 @@ def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: Trans
             transcript: str | None, log_dir: str) -> CommandOutput:
     """The receipt's ``command_output`` of an allocation deploy (``kept`` when a stream was cut to its head and
     tail, ``problems`` and ``note`` when the transcript is incomplete)."""
-    complete = settle.settled and not problems
-    cut = any("cut" in p or "received" in p for p in problems)
-    reason = None if complete else settle.reason or ("unavailable" if cut else "unstable")
     truncated = out.truncated or err.truncated
-    return CommandOutput(
-        complete=complete, reason=reason, log_dir=log_dir, observations=settle.observations,
+    output = CommandOutput(
+        complete=settle.settled and not problems, reason=None, log_dir=log_dir, observations=settle.observations,
         settle_seconds=settle.seconds, stdout=out.text(), stderr=err.text(), stdout_bytes=out.bytes,
         stderr_bytes=err.bytes, truncated=truncated, transcript=transcript, checksum=settle.checksum or out.algorithm,
         kept=(f"the first and last {out.keep // 2} bytes of each stream; the whole transcript is in "
-              f"{transcript or log_dir}") if truncated else UNSET,
-        problems=UNSET if complete else problems,
-        note=UNSET if complete else (f"incomplete transcript ({reason}): the retained log directory {log_dir} holds "
-                                     "what the job wrote; metrics are partial evidence, and an empty metrics object "
-                                     "is not proof that no build work occurred"))
+              f"{transcript or log_dir}") if truncated else UNSET)
+    if output.complete:
+        return output
+    cut = any("cut" in p or "received" in p for p in problems)
+    reason = settle.reason or ("unavailable" if cut else "unstable")
+    return output.replace(reason=reason, problems=problems, note=(
+        f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the job wrote; metrics "
+        "are partial evidence, and an empty metrics object is not proof that no build work occurred"))

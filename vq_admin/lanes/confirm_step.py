@@ -33,7 +33,7 @@ from ..report.sections import Accepted, Confirm, ConfirmOutput
 from ..ssh.transport import quote_argv
 from ..state import confirmation
 from . import allocation_attempt
-from .allocation_step import REFUSED_BEFORE_SUBMIT, refused_before_submit
+from .allocation_step import refused_before_submit
 from .allocation_stream import OnRecord, StreamCall, TranscriptSink, framed_step
 from .runtime_step import RuntimeStep
 
@@ -159,11 +159,12 @@ class Confirmation(RuntimeStep):
         with progress.live(ctx, view):
             call, sinks = self._call(step, values, c.timeout_seconds + MARGIN, view.on_record if view else None,
                                      starting)
-        if call.interrupted is None and call.exit_code in REFUSED_BEFORE_SUBMIT and "job" not in call.records:
+        refused = refused_before_submit(call, "confirm: the helper refused before submitting")
+        if refused is not None:
             allocation_attempt.clear(self)
             confirmation.record(ctx.state, self.host.name, self.profile.program, self.sha, confirmation.ConfirmEntry(
                 status=confirmation.UNCONFIRMED, reason="the job was not submitted"))
-            raise refused_before_submit(call.exit_code, "confirm: the helper refused before submitting", call.stderr)
+            raise refused
         if not call.complete:
             ctx.narrate(f"confirm: {call.describe()}; reading its verdict from the login host (never resubmitted)")
             wait = max(0.0, deadline - time.monotonic()) + 60.0

@@ -58,22 +58,23 @@ def registry_for(status: Status, state: StateDir) -> CollectorRegistry:
                  registry=registry)
     last_use = Gauge("vq_admin_runtime_last_use_timestamp_seconds", "When vq admin launcher last handed out this "
                      "generation, seconds since the epoch", ("host", "program", "sha"), registry=registry)
-    for host, lane, program, entry in ((h, *row) for h, slot in sorted(status.hosts.items()) for row in lanes(slot)):
-        labels = {"host": host, "program": program, "lane": lane}
-        last = entry.last or LastRun(outcome="")
-        if last.outcome:
-            outcome.labels(outcome=last.outcome, **labels).set(1)
-        for key, value in _lane_values(entry, last, state).items():
-            if value is not None:
-                gauges[key].labels(**labels).set(value)
-        if lane == "runtime":
-            from ..launcher.recall import read_uses
+    for host, slot in sorted(status.hosts.items()):
+        for lane, program, entry in lanes(slot):
+            labels = {"host": host, "program": program, "lane": lane}
+            last = entry.last or LastRun(outcome="")
+            if last.outcome:
+                outcome.labels(outcome=last.outcome, **labels).set(1)
+            for key, value in _lane_values(entry, last, state).items():
+                if value is not None:
+                    gauges[key].labels(**labels).set(value)
+            if lane == "runtime":
+                from ..launcher.recall import read_uses
 
-            for sha, usage in read_uses(state.root, host, program).items():
-                uses.labels(host=host, program=program, sha=sha).set(usage.count)
-                at = parse_utc(f"{usage.last[:19]}Z") if usage.last else None
-                if at is not None:
-                    last_use.labels(host=host, program=program, sha=sha).set(at)
+                for sha, usage in read_uses(state.root, host, program).items():
+                    uses.labels(host=host, program=program, sha=sha).set(usage.count)
+                    at = parse_utc(f"{usage.last[:19]}Z") if usage.last else None
+                    if at is not None:
+                        last_use.labels(host=host, program=program, sha=sha).set(at)
     return registry
 
 

@@ -162,8 +162,8 @@ def _confirm_lines(view: ReceiptView) -> list[str]:
         lines.append(_field("reverted", f"{reverted.from_[:12]} -> {reverted.to[:12]} "
                                         f"({proven}); the queue keeps {reverted.to[:12]}"))
     if confirm.passed is False:
-        output = confirm.output or None
-        tail = output and (stderr_tail(output.stderr) or stderr_tail(output.stdout))
+        output = confirm.output
+        tail = (stderr_tail(output.stderr) or stderr_tail(output.stdout)) if output else []
         lines += [_field("job said", "\n".join(tail))] if tail else []
         lines.append(_field("log dir", str(confirm.attempt_dir)))
     return lines

@@ -139,7 +139,7 @@ class AllocationView:
             if value.get("phase") == "wait":
                 if value.get("job_id"):
                     self.job_id = str(value["job_id"])
-                self.state, self.reason = (str(value.get(k) or "") or None for k in ("state", "reason"))
+                self.state, self.reason = (str(value[k]) if value.get(k) else None for k in ("state", "reason"))
                 if value.get("last_line"):
                     self.line = str(value["last_line"])
             elif value.get("phase") == "settle":

@@ -160,15 +160,14 @@ def _problem(found: Probe, transport: Transport, timeout: float) -> str | None:
 def _answer_problem(found: Probe, answer: VersionFacts) -> str | None:
     """What the agent's version answer says is wrong: a scratch root, or ``sinfo`` (when asked)."""
     argv = found.argv
-    if protocol.ROOT in argv:
-        found.scratch = answer.scratch or []
-        asked = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == protocol.ROOT]
-        if [check.root for check in found.scratch] != asked:
-            return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
-                    "an older agent? update the helper (vq admin update HOST)")
-        problems = [check.problem for check in found.scratch if check.problem]
-        if problems:
-            return "; ".join(problems)
+    found.scratch = answer.scratch or []  # (no --root given: the agent checks none, and none are asked)
+    asked = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == protocol.ROOT]
+    if [check.root for check in found.scratch] != asked:
+        return (f"the agent did not check the scratch roots it was given ({', '.join(asked)}): "
+                "an older agent? update the helper (vq admin update HOST)")
+    problems = [check.problem for check in found.scratch if check.problem]
+    if problems:
+        return "; ".join(problems)
     if protocol.SINFO in argv:
         found.sinfo = answer.sinfo or Sinfo(error="not reported")
         if found.sinfo.error:
@@ -182,7 +181,7 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
     (running the agent of the host naming it)."""
     rows: list[tuple[Probe, Transport | None]] = []
     builds: dict[str, tuple[Probe, Transport]] = {}
-    roots: dict[str, list[str]] = {}  # each build destination's scratch roots (of the login hosts naming it)
+    roots: dict[str, dict[str, None]] = {}  # each build destination's scratch roots (of the login hosts naming it)
     for host in config.hosts.values():
         if only and host.name not in only:
             continue
@@ -205,10 +204,9 @@ def probes(config: Config, session: Session, only: Sequence[str] = ()) -> list[t
                 found = builds.setdefault(destination, (Probe(destination, "build", destination,
                                                               list(host.agent)), session.ssh(destination)))
                 found[0].used_by.append(use)
-                known = roots.setdefault(destination, [])
-                known += [root for root in scratch if root not in known]
+                roots.setdefault(destination, {}).update(dict.fromkeys(scratch))  # each root once, in order
     for destination, (build, _) in builds.items():  # the agent of the first host naming it, every root
-        build.argv = protocol.version(build.argv, roots=roots[destination])
+        build.argv = protocol.version(build.argv, roots=list(roots[destination]))
     return rows + list(builds.values())
 
 
@@ -248,8 +246,8 @@ def table(probes: list[Probe]) -> list[str]:
         else:
             sinfo = ",".join(f"{n} {s}" for s, n in sorted((p.sinfo.states or {}).items()))
         detail = p.reason or ", ".join(p.used_by) or "-"  # (a probe is ok exactly when it has no reason)
-        rows.append((p.host, p.fleet_role, p.where, p.status, p.agent.version if p.agent else "-",
-                     (p.agent.python_version if p.agent else None) or "-", sinfo,
+        agent = p.agent or AgentFacts(version="-")
+        rows.append((p.host, p.fleet_role, p.where, p.status, agent.version, agent.python_version or "-", sinfo,
                      f"{p.seconds:.1f}" if p.status != "skipped" else "-", detail))
     widths = [max(len(safe_text(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     return [("  ".join(safe_text(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + safe_text(r[-1]))

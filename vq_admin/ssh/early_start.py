@@ -74,11 +74,9 @@ def _start(words: list[str]) -> EarlyStart | None:
         return None
     from ..core.identifiers import FULL_SHA_RE, NAME_RE, TAG_RE
 
-    if not (FULL_SHA_RE.match(values["expected_sha"]) and NAME_RE.match(values["program"])
-            and NAME_RE.match(values["host"])):
-        return None
-    if "tag" in values and not TAG_RE.match(values["tag"]):
-        return None
+    for key, rule in (("expected_sha", FULL_SHA_RE), ("program", NAME_RE), ("host", NAME_RE), ("tag", TAG_RE)):
+        if key in values and not rule.match(values[key]):  # (all but the tag are always there: parse_update)
+            return None
     from ..config import authority, load_config
     from .argv import literal_words
 

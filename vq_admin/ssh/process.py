@@ -161,7 +161,6 @@ def run(
     timeout: float,
     stdin: bytes | str | None = None,
     env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
     watch: Callable[..., None] | None = None,
     read_stdout: Callable[[IO[bytes]], bool | None] | None = None,
     stderr_tail: bool = False,
@@ -198,8 +197,7 @@ def run(
             try:
                 proc = subprocess.Popen([program, *argv[1:]], stdin=stdin_arg,
                                         stdout=subprocess.PIPE if read_stdout is not None else out,
-                                        stderr=err, env=None if env is None else dict(env), cwd=cwd,
-                                        start_new_session=True)
+                                        stderr=err, env=env, start_new_session=True)
             except OSError as exc:
                 code = 127 if isinstance(exc, FileNotFoundError) else 126
                 return Completed(argv, code, b"", f"{argv[0]}: {exc.strerror}\n".encode(),
@@ -210,7 +208,7 @@ def run(
                 timed_out = _capture(proc, stdin if isinstance(stdin, bytes) else None, timeout, watch, out, err)
             seconds = time.monotonic() - started
             code = proc.returncode  # reaped by _stream or _capture: never None
-            stdout, truncated = (b"", False) if read_stdout is not None else _read_capped(out)
+            stdout, truncated = _read_capped(out)  # in stream mode nothing was written there: empty
             stderr, _ = _read_capped(err, tail=stderr_tail)
     finally:
         if stdin_file is not None:
