@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vq_admin.agent import verify_readback
-from vq_admin.core import protocol
+from vq_admin.core import filehash, protocol
 from vq_admin.core.identifiers import NAME_RE, SHA256_RE, SHA_RE
 from vq_admin.core.names import is_full_sha, is_name, is_sha256
 
@@ -80,7 +80,7 @@ def test_the_verify_answer_carries_the_verify_and_the_launcher_s_digest(tmp_path
 def test_file_sha256_at_every_size(tmp_path: Path, size: int) -> None:
     path = tmp_path / "f"
     path.write_bytes(os.urandom(size))
-    assert verify_readback.file_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert filehash.file_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert verify_readback.hash_answer(str(path))[0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 

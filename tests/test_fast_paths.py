@@ -61,13 +61,14 @@ PLAIN_OWN = {"vq_admin", "vq_admin.entry", "vq_admin.core", "vq_admin.core.plain
 AGENT_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.agent.verify_readback",
              "vq_admin.core", "vq_admin.core.protocol", "vq_admin.agent.spawn",
              "vq_admin.core.securepath",  # the launcher's path is checked before it is hashed
+             "vq_admin.core.filehash",  # ... by the one SHA-256-of-a-file rule
              "vq_admin.core.exits", "vq_admin.core.bounds"}  # the one table of exit statuses, the one JSON reader
 #: The agent's own modules its ``session`` (an already-current run's one agent start) imports.
 SESSION_OWN = {"vq_admin", "vq_admin.agent", "vq_admin.agent.entry", "vq_admin.core", "vq_admin.core.protocol",
                "vq_admin.agent.session", "vq_admin.agent.lease", "vq_admin.core.default_paths", "vq_admin.core.procs",
                "vq_admin.core.securepath", "vq_admin.core.names", "vq_admin.agent.checkpaths",
                "vq_admin.agent.verify_readback", "vq_admin.agent.spawn", "vq_admin.core.exits", "vq_admin.core.bounds",
-               "vq_admin.core.atomic"}
+               "vq_admin.core.atomic", "vq_admin.core.filehash"}
 NEVER = ("argparse", "typing", "shutil", "dataclasses", "pathlib", "tomllib", "importlib.metadata", "pluggy",
          "plumbum", "filelock", "vq_admin_hookspecs", "vq_admin.config", "vq_admin.cli", "tarfile", "email",
          "vq_admin.core.failpoints")

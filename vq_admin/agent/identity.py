@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.bounds import InputError, loads_json
 from ..core.identifiers import SHA256_RE, SHA_RE
-from ..core.treeid import directory_tree_sha256, file_sha256
+from ..core.filehash import file_sha256
+from ..core.treeid import directory_tree_sha256
 
 if TYPE_CHECKING:
     from ..core.protocol import Identity

@@ -36,22 +36,10 @@ TYPE_CHECKING = False  # not typing's: the agent's fast path never imports typin
 if TYPE_CHECKING:
     from ..core.protocol import Hashed, VerifyReadback, VerifyRun
 
-CHUNK = 1 << 20
 #: Largest verify stdout passed back (a verify receipt is a few hundred bytes).
 STDOUT_LIMIT = 4 << 20
 #: The tail of the verify's stderr passed back.
 STDERR_TAIL = 64 << 10
-
-
-def file_sha256(path: str) -> str:
-    """The SHA-256 of *path*'s bytes."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def hash_answer(path: str) -> tuple[Hashed, int]:
@@ -66,6 +54,7 @@ def hash_answer(path: str) -> tuple[Hashed, int]:
         return {"path": path, "exists": False, "error": exc.strerror}, EXIT_FAILED
     if not stat.S_ISREG(st.st_mode):
         return {"path": path, "exists": True, "regular": False, "error": "not a regular file"}, EXIT_FAILED
+    from ..core.filehash import file_sha256
     from ..core.securepath import path_problem
 
     untrusted = path_problem(path, what="launcher")  # it, its real path and every directory above both

@@ -26,7 +26,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Iterator
 
-CHUNK = 1 << 20
+from .filehash import CHUNK, file_sha256
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,6 @@ def _stream(fh: IO[bytes], size: int, *hashers: "hashlib._Hash") -> None:
         remaining -= len(chunk)
         for h in hashers:
             h.update(chunk)
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def archive_identity(path: str, hash_algo: str = "sha1") -> ArchiveIdentity:

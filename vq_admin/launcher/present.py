@@ -38,15 +38,6 @@ def _cached(lane_fd: int, sha: str) -> str | None:
         os.close(sub)
 
 
-def _fd_sha256(fd: int) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    while chunk := os.read(fd, 1 << 20):
-        h.update(chunk)
-    return h.hexdigest()
-
-
 def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256: str) -> str | None:
     """``None`` when *launcher* is not visible on this machine, or is there with its attested bytes;
     else why not (``missing``, ``changed``).  *lane_fd*: the registry lane (``registry/<host>/<program>``)."""
@@ -68,7 +59,9 @@ def launcher_problem_here(lane_fd: int, sha: str, launcher: str, launcher_sha256
         key = _key(st)
         if _cached(lane_fd, sha) == key:
             return None
-        digest = _fd_sha256(fd)
+        from ..core.filehash import fd_sha256  # only when the bytes are hashed: not on the cached lookup
+
+        digest = fd_sha256(fd)
     except OSError:
         return None  # there but not readable by this account: not judged here (--check-on-host is)
     finally:
