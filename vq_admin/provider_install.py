@@ -125,7 +125,7 @@ def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]
         mode = int(args.mode, 8)
     except ValueError:
         raise UsageError(f"--mode {args.mode!r} is not an octal mode such as 0755") from None
-    if mode < 0 or mode & ~0o777:
+    if mode & ~0o777:  # a negative mode has every bit above 0o777 set
         raise UsageError(f"--mode {args.mode}: setuid, setgid and sticky bits are refused on a site command "
                          "(it runs as the administrator); use a mode such as 0755")
     if mode & 0o022:
