@@ -212,12 +212,12 @@ PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"}
 def _check_profiles_fit(host: HostConfig, key: str) -> None:
     """What the host's profiles ask of the host: an ssh destination git can use for a fed mirror, a
     ``scratch_root`` Slurm can write transcripts below for an allocation."""
-    profiles = [host.runtimes[p] for p in sorted(host.runtimes)]
-    fed = [p.program for p in profiles if p.feed_source_mirror is not None]
+    profiles = host.runtimes.values()  # each named in messages by the first of their programs, sorted
+    fed = sorted(p.program for p in profiles if p.feed_source_mirror is not None)
     if fed and host.transport == "ssh" and (":" in host.ssh or "/" in host.ssh):
         raise ConfigError(f"{key}.ssh", f"{host.ssh!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = [p.program for p in profiles if p.update_allocation is not None or p.confirm is not None]
+    allocated = sorted(p.program for p in profiles if p.update_allocation is not None or p.confirm is not None)
     if not allocated:
         return
     if host.scratch_root is None:
