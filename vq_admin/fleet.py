@@ -186,7 +186,7 @@ class Rollout:
         self.tag: str | None = args.tag
         self.parallel: int = DEFAULT_PARALLEL if args.parallel is None else args.parallel
         self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
-        self._grace_deadline = 0.0
+        self._grace_deadline = float("inf")  # until interrupted: then INTERRUPT_GRACE seconds from the signal
         self.order_names: list[str] = []
         self.hosts = select_hosts(config, program)
         self.by_name = {h.name: h for h in self.hosts}
@@ -215,9 +215,10 @@ class Rollout:
         canary = self.args.canary
         if canary is not None:
             host = self.by_name.get(canary)
-            if host is None or not host.in_rollout:
-                why = "is not in the configuration" if host is None else f"is not in this rollout ({host.doc.reason})"
-                raise UsageError(f"--canary {canary}: the host {why}")
+            if host is None:
+                raise UsageError(f"--canary {canary}: the host is not in the configuration")
+            if not host.in_rollout:
+                raise UsageError(f"--canary {canary}: the host is not in this rollout ({host.doc.reason})")
             rollout.remove(host)
             rollout.insert(0, host)
         return rollout
@@ -315,7 +316,7 @@ class Rollout:
         while self.running:
             ready, _, _ = select.select([h.pidfd for h in self.running.values()], [], [], 0.5)
             done = [pid for pid, h in self.running.items() if h.pidfd in ready]
-            if not done and self.interrupted and time.monotonic() >= self._grace_deadline:
+            if not done and time.monotonic() >= self._grace_deadline:
                 done = list(self.running)
                 for pid in done:
                     procs.end_group(pid, lambda _grace: False, 0.0)  # its grace was INTERRUPT_GRACE
