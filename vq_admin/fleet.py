@@ -292,9 +292,7 @@ class Rollout:
                      exit_code=code if answer.exit_code is None else answer.exit_code, errors=answer.errors,
                      shares_lease_with=self.waited_for(answer))
         else:
-            outcome = _OUTCOME_BY_CODE.get(code)
-            if outcome is None or self.interrupted:
-                outcome = Outcome.UNKNOWN
+            outcome = Outcome.UNKNOWN if self.interrupted else _OUTCOME_BY_CODE.get(code, Outcome.UNKNOWN)
             tail = _tail(host.err)
             host.set(outcome=outcome.value, exit_code=outcome.exit_code,
                      errors=[f"the update of {host.name} ended with status {code} and no receipt"
