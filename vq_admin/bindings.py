@@ -378,8 +378,7 @@ def _use_printed(program: str, host: str, sha: str | None) -> str:
 
 
 def _legacy_remedy(program: str | None = None, host: str | None = None, sha: object = None) -> str:
-    """Re-verify and resubmit; ``PROGRAM``, ``HOST`` and ``SHA`` stand for what neither the pin nor the dispatch
-    names (a SHA that is not a string included)."""
+    """Re-verify and resubmit; ``PROGRAM``, ``HOST``, ``SHA`` stand for what is unnamed (a non-string SHA too)."""
     program, host = program or "PROGRAM", host or "HOST"
     sha = sha if isinstance(sha, str) else "SHA"
     return (f"re-verify: vq admin update {program} {host} --expected-sha {sha}, then resubmit with the launcher "
@@ -431,16 +430,16 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
         return _profiled(table, host, program)
     if role == "alias":
         canonical = table.get("canonical_host")
-        target = None
+        target: Mapping[str, object] = {}  # none found: no fleet_role, refused below
         if isinstance(canonical, str) and NAME_RE.match(canonical):
             try:
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:
-                pass  # target stays None: refused below, as not resolving to a managed host
-            if target is not None and target.get("fleet_role") == "managed":
+                pass
+            if target.get("fleet_role") == "managed":
                 return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
-                              f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
+                              f"managed host (fleet_role {target.get('fleet_role')!r})",
                               "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")
     raise LauncherRefused("unmanaged-host", f"{host} has fleet_role {role!r}, which has no runtime maintenance "
                           "authority, so no runtime evidence can exist for it",
