@@ -444,8 +444,8 @@ def table(doc: FleetDocument) -> list[str]:
         if h.errors and h.outcome not in ("ok", "already-current", "skipped"):
             detail += f"  {h.errors[-1]}"
         rows.append((name, h.role, h.outcome, code, seconds, detail))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5] for r in rows]
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]  # rstripped below
     head = (f"vq-admin: fleet {doc.program} {doc.expected_sha}: {doc.outcome} (exit {doc.exit_code})"
             + (f", interrupted by {doc.interrupted}" if doc.interrupted else ""))
     return [safe_text(line.rstrip()) for line in [head, *lines]]
