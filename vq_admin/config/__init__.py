@@ -214,7 +214,7 @@ def _check_profiles_fit(host: HostConfig, key: str) -> None:
     ``scratch_root`` Slurm can write transcripts below for an allocation."""
     profiles = host.runtimes.values()  # each named in messages by the first of their programs, sorted
     fed = sorted(p.program for p in profiles if p.feed_source_mirror is not None)
-    if fed and host.transport == "ssh" and (":" in host.ssh or "/" in host.ssh):
+    if fed and host.transport == "ssh" and ":" in host.ssh:  # DESTINATION_RE (and NAME_RE) admit no '/'
         raise ConfigError(f"{key}.ssh", f"{host.ssh!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
     allocated = sorted(p.program for p in profiles if p.update_allocation is not None or p.confirm is not None)
