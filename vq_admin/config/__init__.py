@@ -178,7 +178,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     _only_keys(data, "", {"ssh_config", "hosts", "signing"})
-    ssh_config = _abs_path(data, "ssh_config", "") if "ssh_config" in data else None
+    ssh_config = _abs_path(data, "ssh_config", "")
     signing = None
     if "signing" in data:
         table = data["signing"]
