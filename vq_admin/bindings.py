@@ -240,15 +240,15 @@ def _binding(entry: registry.Entry, host: str, program: str, latest: str | None,
 
 def _pin_document(pin: JsonObject | str, program: str | None, host: str | None) -> JsonObject:
     """The pin as an object; a bare SHA, or anything not a JSON object, is a ``legacy-pin``."""
-    remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", "SHA")
+    remedy = _legacy_remedy(program, host)
     loaded: object = pin
     if isinstance(pin, str):
         text = pin.strip()
         if not text.startswith("{"):
-            bare = text.lower() if FULL_SHA_RE.match(text) else "SHA"
+            bare = text.lower() if FULL_SHA_RE.match(text) else None
             raise LauncherRefused("legacy-pin", f"the pin {text[:80]!r} is a bare SHA: it names no launcher, so the "
                                   "job would run whatever its script names (a stable launcher follows current)",
-                                  _legacy_remedy(program or "PROGRAM", host or "HOST", bare))
+                                  _legacy_remedy(program, host, bare))
         from .core.bounds import InputError, loads_json
 
         try:
@@ -272,7 +272,7 @@ def _pin_target(pin: JsonObject, program: str | None, host: str | None, state_di
         host = pin["host"]  # dispatched through an alias of the pinned host
     host = _pin_field(pin, "host", host)
     sha = pin.get("sha", pin.get("expected_sha"))
-    remedy = _legacy_remedy(program or "PROGRAM", host or "HOST", sha if isinstance(sha, str) else "SHA")
+    remedy = _legacy_remedy(program, host, sha)
     if not program or not host:
         raise LauncherRefused("legacy-pin", "the pin names no program and host", remedy)
     if not isinstance(sha, str) or not FULL_SHA_RE.match(sha):
@@ -377,20 +377,25 @@ def _use_printed(program: str, host: str, sha: str | None) -> str:
             "(never a path through current, a stable wrapper or a bare interpreter)")
 
 
-def _legacy_remedy(program: str, host: str, sha: str) -> str:
+def _legacy_remedy(program: str | None = None, host: str | None = None, sha: object = None) -> str:
+    """Re-verify and resubmit; ``PROGRAM``, ``HOST``, ``SHA`` stand for what is unnamed (a non-string SHA too)."""
+    program, host = program or "PROGRAM", host or "HOST"
+    sha = sha if isinstance(sha, str) else "SHA"
     return (f"re-verify: vq admin update {program} {host} --expected-sha {sha}, then resubmit with the launcher "
             f"printed by vq admin launcher {program} {host} --expected-sha {sha}")
 
 
 def _pin_field(pin: JsonObject, key: str, given: str | None) -> str | None:
     value = pin.get(key)
-    if value is not None and given is not None and value != given:
+    if value is None:
+        return given
+    if given is not None and value != given:
         raise LauncherRefused("pin-mismatch", f"the pin names {key} {value!r}, the dispatch asks for {given!r}",
                               "dispatch the job against the program and host it was pinned to")
-    if value is not None and not isinstance(value, str):
+    if not isinstance(value, str):
         raise LauncherRefused("legacy-pin", f"the pin's {key} is not a string",
-                              _legacy_remedy("PROGRAM", "HOST", "SHA"))
-    return value if value is not None else given
+                              _legacy_remedy())
+    return value
 
 
 def _job(job: str | None) -> None:
@@ -425,16 +430,16 @@ def _canonical_host(root: str, program: str, host: str, config_path: str | os.Pa
         return _profiled(table, host, program)
     if role == "alias":
         canonical = table.get("canonical_host")
-        target = None
+        target: Mapping[str, object] = {}  # none found: no fleet_role, refused below
         if isinstance(canonical, str) and NAME_RE.match(canonical):
             try:
                 target, _ = host_table(config_path, canonical)
             except ConfigUnavailable:
-                pass  # target stays None: refused below, as not resolving to a managed host
-            if target is not None and target.get("fleet_role") == "managed":
+                pass
+            if target.get("fleet_role") == "managed":
                 return _profiled(target, canonical, program)
         raise LauncherRefused("unmanaged-host", f"{host} is an alias of {canonical!r}, which does not resolve to a "
-                              f"managed host (fleet_role {None if target is None else target.get('fleet_role')!r})",
+                              f"managed host (fleet_role {target.get('fleet_role')!r})",
                               "name a managed host, or fix hosts." + host + ".canonical_host in the configuration")
     raise LauncherRefused("unmanaged-host", f"{host} has fleet_role {role!r}, which has no runtime maintenance "
                           "authority, so no runtime evidence can exist for it",

@@ -186,7 +186,7 @@ class Rollout:
         self.tag: str | None = args.tag
         self.parallel: int = DEFAULT_PARALLEL if args.parallel is None else args.parallel
         self.max_failed: int = DEFAULT_MAX_FAILED if args.max_failed is None else args.max_failed
-        self._grace_deadline = 0.0
+        self._grace_deadline = float("inf")  # until interrupted: then INTERRUPT_GRACE seconds from the signal
         self.order_names: list[str] = []
         self.hosts = select_hosts(config, program)
         self.by_name = {h.name: h for h in self.hosts}
@@ -215,9 +215,10 @@ class Rollout:
         canary = self.args.canary
         if canary is not None:
             host = self.by_name.get(canary)
-            if host is None or not host.in_rollout:
-                why = "is not in the configuration" if host is None else f"is not in this rollout ({host.doc.reason})"
-                raise UsageError(f"--canary {canary}: the host {why}")
+            if host is None:
+                raise UsageError(f"--canary {canary}: the host is not in the configuration")
+            if not host.in_rollout:
+                raise UsageError(f"--canary {canary}: the host is not in this rollout ({host.doc.reason})")
             rollout.remove(host)
             rollout.insert(0, host)
         return rollout
@@ -291,9 +292,7 @@ class Rollout:
                      exit_code=code if answer.exit_code is None else answer.exit_code, errors=answer.errors,
                      shares_lease_with=self.waited_for(answer))
         else:
-            outcome = _OUTCOME_BY_CODE.get(code)
-            if outcome is None or self.interrupted:
-                outcome = Outcome.UNKNOWN
+            outcome = Outcome.UNKNOWN if self.interrupted else _OUTCOME_BY_CODE.get(code, Outcome.UNKNOWN)
             tail = _tail(host.err)
             host.set(outcome=outcome.value, exit_code=outcome.exit_code,
                      errors=[f"the update of {host.name} ended with status {code} and no receipt"
@@ -315,7 +314,7 @@ class Rollout:
         while self.running:
             ready, _, _ = select.select([h.pidfd for h in self.running.values()], [], [], 0.5)
             done = [pid for pid, h in self.running.items() if h.pidfd in ready]
-            if not done and self.interrupted and time.monotonic() >= self._grace_deadline:
+            if not done and time.monotonic() >= self._grace_deadline:
                 done = list(self.running)
                 for pid in done:
                     procs.end_group(pid, lambda _grace: False, 0.0)  # its grace was INTERRUPT_GRACE
@@ -445,8 +444,8 @@ def table(doc: FleetDocument) -> list[str]:
         if h.errors and h.outcome not in ("ok", "already-current", "skipped"):
             detail += f"  {h.errors[-1]}"
         rows.append((name, h.role, h.outcome, code, seconds, detail))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5] for r in rows]
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]  # rstripped below
     head = (f"vq-admin: fleet {doc.program} {doc.expected_sha}: {doc.outcome} (exit {doc.exit_code})"
             + (f", interrupted by {doc.interrupted}" if doc.interrupted else ""))
     return [safe_text(line.rstrip()) for line in [head, *lines]]

@@ -54,14 +54,14 @@ class Holder(Document, frozen=True, kw_only=True):
     lock_holders: tuple[Holder, ...] | None = None  #: from ``/proc/locks``: each a pid alone
 
 
-def sibling(holder: Holder | None) -> int | None:
+def sibling(holder: Holder) -> int | None:
     """The pid of the worker of this run's own fleet rollout that holds the lease, or ``None``.
 
     *holder* is the lease's holder record (a session) or its work lock's (whose ``session`` is
     the run that started the work); a sibling is a live process on this machine whose parent is
     the rollout named by :data:`FLEET`, and this process is one of its workers too."""
     fleet = os.environ.get(FLEET, "")
-    if not fleet.isdigit() or os.getppid() != int(fleet) or holder is None:
+    if not fleet.isdigit() or os.getppid() != int(fleet):
         return None
     run = holder.session or holder
     pid = run.pid
@@ -107,10 +107,11 @@ class LockWait:
 
     def pause(self, error: Locked, holder: Holder | None) -> None:
         """Return when the held lock is worth asking for again; raise *error* when it is not waited for."""
-        pid = sibling(holder)
-        if pid is not None and holder is not None:
-            self._wait_sibling(pid, holder)
-            return
+        if holder is not None:  # a lease held by another worker of this rollout is waited for as long as it runs
+            pid = sibling(holder)
+            if pid is not None:
+                self._wait_sibling(pid, holder)
+                return
         if self.seconds is None:
             raise error
         left = self.seconds - (time.monotonic() - self.started)

@@ -84,7 +84,7 @@ class Providers:
         pm, info = _with_builtin()
         installed: dict[str, list[InstalledProvider]] | None = None  # read only for a plugin provider
         for name in names:
-            if name == BUILTIN or name in info:
+            if name in info:  # the built-in provider, or one loaded already
                 continue
             if installed is None:
                 installed = installed_providers()

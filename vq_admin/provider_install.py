@@ -125,7 +125,7 @@ def _check_args(args: argparse.Namespace, host: HostConfig) -> tuple[str, bytes]
         mode = int(args.mode, 8)
     except ValueError:
         raise UsageError(f"--mode {args.mode!r} is not an octal mode such as 0755") from None
-    if mode < 0 or mode & ~0o777:
+    if mode & ~0o777:  # a negative mode has every bit above 0o777 set
         raise UsageError(f"--mode {args.mode}: setuid, setgid and sticky bits are refused on a site command "
                          "(it runs as the administrator); use a mode such as 0755")
     if mode & 0o022:
@@ -181,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
                              outcome=outcome.value, exit_code=outcome.exit_code, old_sha256=install.old_sha256 or None,
                              new_sha256=install.new_sha256 or None, interpreter=install.interpreter or None,
                              by=install.by.to_value(), receipt=str(path), errors=tuple(receipt.errors[:5])))
-    report(document, _summary(receipt, install, str(path)), as_json=args.json, success=outcome.success, verbose=False)
+    report(document, _summary(outcome, receipt, install, str(path)), as_json=args.json, success=outcome.success,
+           verbose=False)
     return outcome.exit_code
 
 
@@ -232,12 +233,11 @@ def _hash_back(plan: Plan, transport: Transport) -> str | None:
         return None
 
 
-def _summary(receipt: Receipt, install: Install, path: str) -> list[str]:
-    assert receipt.outcome is not None  # finished
+def _summary(outcome: Outcome, receipt: Receipt, install: Install, path: str) -> list[str]:
     interp = install.interpreter if isinstance(install.interpreter, dict) else {}
     resolved = interp.get("command_resolved") or interp.get("program_resolved")
-    lines = [(f"vq-admin: provider install {install.dest} on {install.where}: {receipt.outcome.value} "
-              f"(exit {receipt.outcome.exit_code})"),
+    lines = [(f"vq-admin: provider install {install.dest} on {install.where}: {outcome.value} "
+              f"(exit {outcome.exit_code})"),
              f"  old sha256  {install.old_sha256 or '-'}",
              f"  new sha256  {install.new_sha256 or '-'}"]
     if interp:

@@ -178,7 +178,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 def parse_config(data: Mapping[str, Any], path: str | None = None) -> Config:
     _only_keys(data, "", {"ssh_config", "hosts", "signing"})
-    ssh_config = _abs_path(data, "ssh_config", "") if "ssh_config" in data else None
+    ssh_config = _abs_path(data, "ssh_config", "")
     signing = None
     if "signing" in data:
         table = data["signing"]
@@ -212,12 +212,12 @@ PROFILE_KEYS = {f.name for f in fields(RuntimeProfile)} - {"program", "confirm"}
 def _check_profiles_fit(host: HostConfig, key: str) -> None:
     """What the host's profiles ask of the host: an ssh destination git can use for a fed mirror, a
     ``scratch_root`` Slurm can write transcripts below for an allocation."""
-    profiles = [host.runtimes[p] for p in sorted(host.runtimes)]
-    fed = [p.program for p in profiles if p.feed_source_mirror is not None]
-    if fed and host.transport == "ssh" and (":" in host.ssh or "/" in host.ssh):
+    profiles = host.runtimes.values()  # each named in messages by the first of their programs, sorted
+    fed = sorted(p.program for p in profiles if p.feed_source_mirror is not None)
+    if fed and host.transport == "ssh" and ":" in host.ssh:  # DESTINATION_RE (and NAME_RE) admit no '/'
         raise ConfigError(f"{key}.ssh", f"{host.ssh!r} contains ':' or '/', which git cannot use in the url of the "
                                         f"mirror profile {fed[0]} feeds; use a Host alias in ssh_config")
-    allocated = [p.program for p in profiles if p.update_allocation is not None or p.confirm is not None]
+    allocated = sorted(p.program for p in profiles if p.update_allocation is not None or p.confirm is not None)
     if not allocated:
         return
     if host.scratch_root is None:
@@ -230,17 +230,13 @@ def _check_profiles_fit(host: HostConfig, key: str) -> None:
 
 def _parse_host(name: str, table: Any) -> HostConfig:
     key = f"hosts.{name}"
-    _check_name(name, key, "host name")
-    if not isinstance(table, dict):
-        raise ConfigError(key, "must be a table")
-    _only_keys(table, key, HOST_KEYS)
+    _named_table(name, table, key, "host name", HOST_KEYS)
     if "fleet_role" not in table:
         raise ConfigError(f"{key}.fleet_role", f"is required (one of {', '.join(ROLES)}); there is no default")
     role = _choice(table, "fleet_role", key, ROLES)
-    if role == "alias" and "canonical_host" not in table:
-        raise ConfigError(f"{key}.canonical_host", "is required when fleet_role is \"alias\"")
-    if role != "alias" and "canonical_host" in table:
-        raise ConfigError(f"{key}.canonical_host", "is only allowed when fleet_role is \"alias\"")
+    if (role == "alias") != ("canonical_host" in table):  # an alias names its canonical host, nothing else does
+        raise ConfigError(f"{key}.canonical_host", "is required when fleet_role is \"alias\"" if role == "alias"
+                          else "is only allowed when fleet_role is \"alias\"")
     profiles_raw = table.get("scheduler_runtime_deployments", {})
     if not isinstance(profiles_raw, dict):
         raise ConfigError(f"{key}.scheduler_runtime_deployments", "must be a table of program tables")
@@ -288,10 +284,7 @@ def _provider_options(table: Mapping[str, Any], key: str, provider: str) -> dict
 
 
 def _parse_profile(program: str, table: Any, key: str) -> RuntimeProfile:
-    _check_name(program, key, "program name")
-    if not isinstance(table, dict):
-        raise ConfigError(key, "must be a table")
-    _only_keys(table, key, PROFILE_KEYS)
+    _named_table(program, table, key, "program name", PROFILE_KEYS)
     if "update_host" in table and "update_allocation" in table:
         raise ConfigError(f"{key}.update_allocation",
                           "update_host and update_allocation are mutually exclusive; set one")
@@ -350,9 +343,13 @@ def _only_keys(table: Mapping[str, Any], key: str, allowed: set[str]) -> None:
             raise ConfigError(_where(key, k), "unknown key" + did_you_mean(k, allowed))
 
 
-def _check_name(name: str, key: str, what: str) -> None:
+def _named_table(name: str, table: object, key: str, what: str, allowed: set[str]) -> None:
+    """*table* (the host or profile *name*, at *key*) is a table of *allowed* keys; *name* a name."""
     if not NAME_RE.match(name):
         raise ConfigError(key, f"{what} {name!r} must match {NAME_RULE}")
+    if not isinstance(table, dict):
+        raise ConfigError(key, "must be a table")
+    _only_keys(table, key, allowed)
 
 
 def _str(table: Mapping[str, Any], name: str, key: str) -> str | None:
