@@ -148,27 +148,20 @@ class Kit:
         first = "runtime_install" if self.offers_install else "runtime_update"
         if first == "runtime_update":
             os.makedirs(self.world.root, exist_ok=True)
-        code, _, tail = self.deploy("A", first)
-        if not self.check("deploy-A", code == 0, f"{first} of A exited {code}" + (f": {tail}" if code else "")):
-            return self.checks
-        a = self.evidence("evidence-A", "A")
+        a = self.proven("A", first, f"{first} of A")
         if a is None:
             return self.checks
-        a_dir = release_dir(a.active_path, a.source_sha)
-        a_kept = (a_dir, snapshot(a_dir), a.active_path, _digest(a.active_path))
-        code, _, tail = self.deploy("B")
-        if not self.check("deploy-B", code == 0, f"update to B exited {code}" + (f": {tail}" if code else "")):
-            return self.checks
-        b = self.evidence("evidence-B", "B")
+        b = self.proven("B", "runtime_update", "update to B")
         if b is None:
             return self.checks
-        b_dir = release_dir(b.active_path, b.source_sha)
+        (_, a_kept), (b_receipt, b_kept) = a, b
+        a_dir, b_dir = a_kept[0], b_kept[0]
         nested = a_dir == b_dir or a_dir.startswith(b_dir + os.sep) or b_dir.startswith(a_dir + os.sep)
         self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
         self.check_kept("older-kept-after-B", a_kept)
-        b_kept, link_before = (b_dir, snapshot(b_dir), b.active_path, _digest(b.active_path)), self.world.current()
+        link_before = self.world.current()
         if self.world.fails_on_purpose:  # the site's own source cannot be made to fail validation
-            self.failed_validation(b, b_kept, a_kept, link_before)
+            self.failed_validation(b_receipt, b_kept, a_kept, link_before)
         code, _, tail = self.deploy("A")
         ok = code == 0 and self.evidence_ok("A")
         self.check("redeploy-A", ok,
@@ -177,6 +170,18 @@ class Kit:
         if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
             self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
+
+    def proven(self, label: str, hook: str, what: str) -> tuple[VerifyReceipt, Kept] | None:
+        """Deploy *label* with *hook* (``deploy-LABEL``), then ``evidence-LABEL``: its verify receipt and its
+        release as kept (directory, snapshot, launcher, launcher hash), or ``None`` when either failed."""
+        code, _, tail = self.deploy(label, hook)
+        if not self.check(f"deploy-{label}", code == 0, f"{what} exited {code}" + (f": {tail}" if code else "")):
+            return None
+        receipt = self.evidence(f"evidence-{label}", label)
+        if receipt is None:
+            return None
+        where = release_dir(receipt.active_path, receipt.source_sha)
+        return receipt, (where, snapshot(where), receipt.active_path, _digest(receipt.active_path))
 
     def failed_validation(self, b: VerifyReceipt, b_kept: Kept, a_kept: Kept, link_before: str | None) -> None:
         """Deploy C, whose selftest fails: nothing may change, and verify must still report B."""
