@@ -117,18 +117,20 @@ def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: 
     """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now: a verification
     summary's run (and why it is not evidence here though signed: its confirmation); of any other entry its kind
     and driver."""
+    from ..record.statement import Summary
+
     statement = entry.parsed()
-    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    kind, predicate = (statement.predicate_type, statement.predicate) if statement is not None else ("", None)
     row = HostRun(lane="runtime" if program else "helper", host=host, program=program, entry=entry.name,
                   signer=verdict.principal)
     why = None
-    if run is not None:
+    if isinstance(predicate, Summary):
+        run = predicate.vq_admin
         why = run.unconfirmed(confirm)
         row = row.replace(finished_at=run.finished_at, verb=run.verb, outcome=run.outcome, expected_sha=run.sha,
                           tag=run.tag, driver=run.driver, by=run.by, who=run.by)
-    elif statement is not None:
-        driver = getattr(statement.predicate, "driver", None)
-        row = row.replace(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
+    elif predicate is not None:  # roots, forget or quarantine: a driver's entry, its driver id never empty
+        row = row.replace(verb=kind.rsplit(":", 2)[-2], driver=predicate.driver, who=predicate.driver)
     who = "this driver" if row.driver == me else row.who
     who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
     who += f" ({why})" if why else ""
