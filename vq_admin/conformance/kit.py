@@ -67,7 +67,7 @@ class Kit:
         self.checks: list[Check] = []
         #: The releases A and B once the update sequence passed (what the generations' checks work on).
         self.releases: dict[str, str] | None = None
-        self.hooks = providers.info[name].hooks if name in providers.info else ()
+        self.hooks = providers.info[name].hooks  # run_conformance loaded exactly this provider
 
     def offers(self, hook: str, command_key: str) -> bool:
         """The provider implements *hook* and, for command lines given to the kit, *command_key* was given."""
