@@ -131,7 +131,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
 
     last_ok = ctx.state.verified("runtime", host.name, profile.program)
     expected = Expected(sha=sha, source="expected-sha")
-    if last_ok is not None and last_ok.sha == (sha or last_ok.sha):  # no --expected-sha, or LAST OK's
+    if last_ok is not None and sha in (None, last_ok.sha):  # no --expected-sha, or LAST OK's
         expected = Expected(sha=last_ok.sha, source="last-ok", tag=given(last_ok.tag),
                             launcher=given(last_ok.launcher), launcher_sha256=given(last_ok.launcher_sha256))
     sha, same = expected.sha, expected.source == "last-ok"
