@@ -145,8 +145,10 @@ class Kit:
     def run(self) -> list[Check]:
         if not self.check_hooks() or not self.check_argv_shape():
             return self.checks
-        first = "runtime_install" if self.offers_install else "runtime_update"
-        if first == "runtime_update":
+        if self.offers_install:
+            first = "runtime_install"
+        else:
+            first = "runtime_update"
             os.makedirs(self.world.root, exist_ok=True)
         a = self.proven("A", first, f"{first} of A")
         if a is None:
