@@ -157,10 +157,12 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     if found.interrupted:
         return entry.replace(detail=f"{host.name} could not be reached: {found.error}")
     judged = _judge(entry, found)
-    if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
+    if judged.state == "current":
+        if job and profile.confirm is not None:
+            return _job(ctx, host, profile, judged, plan).replace(steps=plan.records())
+        return judged
+    if found.lease is not None and found.lease.held:  # mid-deploy: not a fault
         return _deploying(judged, found.lease)
-    if job and judged.state == "current" and profile.confirm is not None:
-        return _job(ctx, host, profile, judged, plan).replace(steps=plan.records())
     return judged
 
 
