@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -46,8 +46,8 @@ from ..ssh.transport import Session
 from .arguments import check_name, full_sha
 
 #: Every state a checked runtime can be in (the module docstring says what each means).
-STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 State = Literal["current", "drifted", "unhealthy", "broken", "unknown", "deploying"]
+STATES: tuple[str, ...] = get_args(State)
 
 if TYPE_CHECKING:
     from ..lanes.verify import Verification
