@@ -58,10 +58,11 @@ class HostRun(history.RunRow, frozen=True, kw_only=True):
     who: str = "unknown"  #: who ran it, and whose signature it carries
 
 
-def table(runs: list[history.Run] | list[HostRun], who: bool = False) -> list[str]:
-    """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
-    who ran it, a host record's entry)."""
-    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
+def table(runs: list[history.Run] | list[HostRun]) -> list[str]:
+    """The human table of *runs* (at least one): time, lane (and verb), host, program, outcome, SHA short + tag,
+    duration (a host record's runs: who ran it)."""
+    last = "WHO" if isinstance(runs[0], HostRun) else "DURATION"
+    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", last)
     rows = [header, *(_cells(run) for run in runs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(history.SCHEMA, Outcome.OK, {"runs": [run.to_value() for run in found]})
     elif found:
-        print("\n".join(table(found, who=args.host is not None and not args.local)))
+        print("\n".join(table(found)))
     return 0
 
 
