@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..config import authority
 from ..state import history
 from ..config import Config, load_config
+from ..record.statement import Summary
 from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -118,8 +119,6 @@ def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: 
     """One row of the history: *entry* of *host*'s record of *program* under its *verdict* now: a verification
     summary's run (and why it is not evidence here though signed: its confirmation); of any other entry its kind
     and driver."""
-    from ..record.statement import Summary
-
     statement = entry.parsed()
     kind, predicate = (statement.predicate_type, statement.predicate) if statement is not None else ("", None)
     row = HostRun(lane="runtime" if program else "helper", host=host, program=program, entry=entry.name,
