@@ -213,9 +213,8 @@ class Kit:
 
     def check_argv_shape(self) -> bool:
         problems: list[str] = []
-        hooks = ["runtime_update"] + (["runtime_install"] if self.offers_install else [])
-        for hook in hooks:
-            request = self.request("B", self.world.archive["B"], PROBE_ARGS)
+        request = self.request("B", self.world.archive["B"], PROBE_ARGS)  # one request, asked of each hook
+        for hook in ["runtime_update"] + (["runtime_install"] if self.offers_install else []):
             try:
                 argv, again = self.command(hook, request).argv, self.command(hook, request).argv
             except ProviderError as exc:
