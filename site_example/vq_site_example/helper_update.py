@@ -88,10 +88,8 @@ def tree_sha256(root: str, skip: str = RECORD_NAME) -> str:
     archive: if the two ever disagree, installation fails closed.
     """
     lines: list[bytes] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        names = list(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        for name in names:
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):  # never into a symlinked directory
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root)
             if rel == skip:

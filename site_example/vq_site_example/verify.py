@@ -110,8 +110,11 @@ def _read_release(lyt: Layout, sha: str, receipt: Receipt, notes: list[str], pro
         problems.append(f"cannot hash the launcher {launcher}: {exc.strerror or exc}")
         return
     ok, detail, output = build.check(launcher, os.path.join(release, "source"), HEALTH_TIMEOUT)
+    if ok:
+        notes.append(detail)
+        return
     lines = output.strip().splitlines()
-    (notes if ok else problems).append(detail + (f": {' / '.join(lines[-3:])[-300:]}" if lines and not ok else ""))
+    problems.append(detail + (f": {' / '.join(lines[-3:])[-300:]}" if lines else ""))
 
 
 def run(ns: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..config import authority
 from ..state import history
 from ..config import Config, load_config
+from ..record.statement import Summary
 from ..report.envelope import emit
 from ..report.outcome import Outcome, UsageError
 from ..report.output import safe_text
@@ -58,10 +59,11 @@ class HostRun(history.RunRow, frozen=True, kw_only=True):
     who: str = "unknown"  #: who ran it, and whose signature it carries
 
 
-def table(runs: list[history.Run] | list[HostRun], who: bool = False) -> list[str]:
-    """The human table: time, lane (and verb), host, program, outcome, SHA short + tag, duration (with *who*:
-    who ran it, a host record's entry)."""
-    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", "WHO" if who else "DURATION")
+def table(runs: list[history.Run] | list[HostRun]) -> list[str]:
+    """The human table of *runs* (at least one): time, lane (and verb), host, program, outcome, SHA short + tag,
+    duration (a host record's runs: who ran it)."""
+    last = "WHO" if isinstance(runs[0], HostRun) else "DURATION"
+    header = ("TIME", "LANE", "HOST", "PROGRAM", "OUTCOME", "SHA", last)
     rows = [header, *(_cells(run) for run in runs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return [safe_text("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()) for r in rows]
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(history.SCHEMA, Outcome.OK, {"runs": [run.to_value() for run in found]})
     elif found:
-        print("\n".join(table(found, who=args.host is not None and not args.local)))
+        print("\n".join(table(found)))
     return 0
 
 
@@ -118,17 +120,17 @@ def _row(entry: Imported, verdict: Verdict, host: str, program: str | None, me: 
     summary's run (and why it is not evidence here though signed: its confirmation); of any other entry its kind
     and driver."""
     statement = entry.parsed()
-    run = statement.summary.vq_admin if statement is not None and statement.summary is not None else None
+    kind, predicate = (statement.predicate_type, statement.predicate) if statement is not None else ("", None)
     row = HostRun(lane="runtime" if program else "helper", host=host, program=program, entry=entry.name,
                   signer=verdict.principal)
     why = None
-    if run is not None:
+    if isinstance(predicate, Summary):
+        run = predicate.vq_admin
         why = run.unconfirmed(confirm)
         row = row.replace(finished_at=run.finished_at, verb=run.verb, outcome=run.outcome, expected_sha=run.sha,
                           tag=run.tag, driver=run.driver, by=run.by, who=run.by)
-    elif statement is not None:
-        driver = getattr(statement.predicate, "driver", None)
-        row = row.replace(verb=statement.predicate_type.rsplit(":", 2)[-2], driver=driver, who=str(driver or "unknown"))
+    elif predicate is not None:  # roots, forget or quarantine: a driver's entry, its driver id never empty
+        row = row.replace(verb=kind.rsplit(":", 2)[-2], driver=predicate.driver, who=predicate.driver)
     who = "this driver" if row.driver == me else row.who
     who += f" (signed by {verdict.principal})" if verdict.accepted else f" (not evidence: {verdict.reason})"
     who += f" ({why})" if why else ""

@@ -30,17 +30,12 @@ class ProviderRow(Document, frozen=True, kw_only=True):
 def run(args: argparse.Namespace) -> int:
     selected = load_config(args.config).provider_names()
     loaded = Providers.load(selected)
-    rows: list[ProviderRow] = []
-    for name, info in sorted(loaded.info.items()):
-        rows.append(ProviderRow(name=name, distribution=info.distribution, version=info.version,
-                                builtin=info.builtin, selected=name in selected or not selected and name == BUILTIN,
-                                loaded=True, hooks=list(info.hooks)))
-    for name, offers in sorted(installed_providers().items()):
-        if name in loaded.info:
-            continue
-        for offer in offers:
-            rows.append(ProviderRow(name=name, distribution=offer.distribution, version=offer.version,
-                                    builtin=False, selected=False, loaded=False, hooks=None))
+    rows = [ProviderRow(name=name, distribution=info.distribution, version=info.version, builtin=info.builtin,
+                        selected=name in selected or not selected and name == BUILTIN, loaded=True,
+                        hooks=list(info.hooks)) for name, info in sorted(loaded.info.items())]
+    rows += [ProviderRow(name=name, distribution=offer.distribution, version=offer.version, builtin=False,
+                         selected=False, loaded=False, hooks=None)
+             for name, offers in sorted(installed_providers().items()) if name not in loaded.info for offer in offers]
     if args.json:
         return emit(SCHEMAS["providers"], Outcome.OK, {"providers": [row.to_value() for row in rows]})
     for row in rows:

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
     at = utc_now()
     entry = _registry_entry(state.root, host.name, program, sha)
+    launcher, launcher_sha256 = (entry.launcher, entry.launcher_sha256) if entry is not None else (None, None)
     local = _mark_here(state.root, host.name, program, sha, args.lift, reason, at)
     verified = state.verified("runtime", host.name, program)
     last_ok = verified.sha if verified is not None else None
@@ -43,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     with Session(config.ssh_config) as session:
         transport = session.for_host(host.transport, host.ssh)
         where, problem, unknown = record_on_host(config, state, transport, host, program, statement(
-            state, host.name, program, sha, action, reason, at, entry.launcher if entry else None,
-            entry.launcher_sha256 if entry else None))
+            state, host.name, program, sha, action, reason, at, launcher, launcher_sha256))
         jobs, scanned, census_error = _jobs_naming(transport, host.agent, sha)
         held, failed = hold(transport, jobs) if args.hold_jobs and not args.lift else ([], {})
     doc = QuarantineReport(host=host.name, program=program, sha=sha, action=action, reason=reason,

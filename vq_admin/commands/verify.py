@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -46,8 +46,8 @@ from ..ssh.transport import Session
 from .arguments import check_name, full_sha
 
 #: Every state a checked runtime can be in (the module docstring says what each means).
-STATES = ("current", "drifted", "unhealthy", "broken", "unknown", "deploying")
 State = Literal["current", "drifted", "unhealthy", "broken", "unknown", "deploying"]
+STATES: tuple[str, ...] = get_args(State)
 
 if TYPE_CHECKING:
     from ..lanes.verify import Verification
@@ -131,7 +131,7 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
 
     last_ok = ctx.state.verified("runtime", host.name, profile.program)
     expected = Expected(sha=sha, source="expected-sha")
-    if last_ok is not None and last_ok.sha == (sha or last_ok.sha):  # no --expected-sha, or LAST OK's
+    if last_ok is not None and sha in (None, last_ok.sha):  # no --expected-sha, or LAST OK's
         expected = Expected(sha=last_ok.sha, source="last-ok", tag=given(last_ok.tag),
                             launcher=given(last_ok.launcher), launcher_sha256=given(last_ok.launcher_sha256))
     sha, same = expected.sha, expected.source == "last-ok"
@@ -157,10 +157,12 @@ def check_runtime(ctx: RunContext, host: HostConfig, profile: RuntimeProfile, sh
     if found.interrupted:
         return entry.replace(detail=f"{host.name} could not be reached: {found.error}")
     judged = _judge(entry, found)
-    if judged.state != "current" and found.lease is not None and found.lease.held:  # mid-deploy: not a fault
+    if judged.state == "current":
+        if job and profile.confirm is not None:
+            return _job(ctx, host, profile, judged, plan).replace(steps=plan.records())
+        return judged
+    if found.lease is not None and found.lease.held:  # mid-deploy: not a fault
         return _deploying(judged, found.lease)
-    if job and judged.state == "current" and profile.confirm is not None:
-        return _job(ctx, host, profile, judged, plan).replace(steps=plan.records())
     return judged
 
 

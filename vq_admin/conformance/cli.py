@@ -48,8 +48,8 @@ def _commands(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
     for key in ("update_command", "verify_command"):
         if key not in given:
             raise UsageError(f"provider test command needs {COMMAND_OPTIONS[key]} (the site script's command line)")
-    return {key: parse_command({flag: given[key]}, flag, "") or () for key, flag in COMMAND_OPTIONS.items()
-            if key in given}
+    return {key: parse_command({COMMAND_OPTIONS[key]: line}, COMMAND_OPTIONS[key], "") or ()
+            for key, line in given.items()}
 
 
 def _source(args: argparse.Namespace) -> tuple[str, str] | None:

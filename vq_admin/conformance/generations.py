@@ -46,13 +46,10 @@ def activation(kit: "Kit", dirs: dict[str, str]) -> None:
     code, seen, tail = _activate(kit, "B")
     proven = code == 0 and kit.evidence_ok("B")
     untouched = all(snapshot(path) == before[label] for label, path in dirs.items())
-    problems = []
-    if not proven:
-        problems.append(f"activating B exited {code} ({tail}) or B's verify is not proven")
-    if None in seen:
-        problems.append(f"current was absent while it switched ({seen!r})")
-    if not untouched:
-        problems.append("a release changed during activation")
+    problems = [problem for problem, wrong in (
+        (f"activating B exited {code} ({tail}) or B's verify is not proven", not proven),
+        (f"current was absent while it switched ({seen!r})", None in seen),
+        ("a release changed during activation", not untouched)) if wrong]
     kit.check("activate-B", not problems, "; ".join(problems) or "current switched to B atomically; nothing rebuilt")
     link = kit.world.current()
     code, _, tail = _activate(kit, "C")

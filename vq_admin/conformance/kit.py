@@ -67,7 +67,7 @@ class Kit:
         self.checks: list[Check] = []
         #: The releases A and B once the update sequence passed (what the generations' checks work on).
         self.releases: dict[str, str] | None = None
-        self.hooks = providers.info[name].hooks if name in providers.info else ()
+        self.hooks = providers.info[name].hooks  # run_conformance loaded exactly this provider
 
     def offers(self, hook: str, command_key: str) -> bool:
         """The provider implements *hook* and, for command lines given to the kit, *command_key* was given."""
@@ -136,7 +136,7 @@ class Kit:
     def evidence(self, name: str, label: str) -> VerifyReceipt | None:
         receipt, checks = self.verify(label)
         bad = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
-        self.check(name, receipt is not None and not bad,
+        self.check(name, not bad,  # no receipt is a failed check of its own (verify)
                    "; ".join(bad) if bad else f"verify receipt for {label} passes every check")
         return receipt if not bad else None
 
@@ -145,30 +145,25 @@ class Kit:
     def run(self) -> list[Check]:
         if not self.check_hooks() or not self.check_argv_shape():
             return self.checks
-        first = "runtime_install" if self.offers_install else "runtime_update"
-        if first == "runtime_update":
+        if self.offers_install:
+            first = "runtime_install"
+        else:
+            first = "runtime_update"
             os.makedirs(self.world.root, exist_ok=True)
-        code, _, tail = self.deploy("A", first)
-        if not self.check("deploy-A", code == 0, f"{first} of A exited {code}" + (f": {tail}" if code else "")):
-            return self.checks
-        a = self.evidence("evidence-A", "A")
+        a = self.proven("A", first, f"{first} of A")
         if a is None:
             return self.checks
-        a_dir = release_dir(a.active_path, a.source_sha)
-        a_kept = (a_dir, snapshot(a_dir), a.active_path, _digest(a.active_path))
-        code, _, tail = self.deploy("B")
-        if not self.check("deploy-B", code == 0, f"update to B exited {code}" + (f": {tail}" if code else "")):
-            return self.checks
-        b = self.evidence("evidence-B", "B")
+        b = self.proven("B", "runtime_update", "update to B")
         if b is None:
             return self.checks
-        b_dir = release_dir(b.active_path, b.source_sha)
+        (_, a_kept), (b_receipt, b_kept) = a, b
+        a_dir, b_dir = a_kept[0], b_kept[0]
         nested = a_dir == b_dir or a_dir.startswith(b_dir + os.sep) or b_dir.startswith(a_dir + os.sep)
         self.check("separate-runtime", not nested, f"A lives in {a_dir}, B in {b_dir}")
         self.check_kept("older-kept-after-B", a_kept)
-        b_kept, link_before = (b_dir, snapshot(b_dir), b.active_path, _digest(b.active_path)), self.world.current()
+        link_before = self.world.current()
         if self.world.fails_on_purpose:  # the site's own source cannot be made to fail validation
-            self.failed_validation(b, b_kept, a_kept, link_before)
+            self.failed_validation(b_receipt, b_kept, a_kept, link_before)
         code, _, tail = self.deploy("A")
         ok = code == 0 and self.evidence_ok("A")
         self.check("redeploy-A", ok,
@@ -177,6 +172,18 @@ class Kit:
         if ok:  # activation and prune come next (vq_admin.conformance.generations), on these releases
             self.releases = {"A": a_dir, "B": b_dir}
         return self.checks
+
+    def proven(self, label: str, hook: str, what: str) -> tuple[VerifyReceipt, Kept] | None:
+        """Deploy *label* with *hook* (``deploy-LABEL``), then ``evidence-LABEL``: its verify receipt and its
+        release as kept (directory, snapshot, launcher, launcher hash), or ``None`` when either failed."""
+        code, _, tail = self.deploy(label, hook)
+        if not self.check(f"deploy-{label}", code == 0, f"{what} exited {code}" + (f": {tail}" if code else "")):
+            return None
+        receipt = self.evidence(f"evidence-{label}", label)
+        if receipt is None:
+            return None
+        where = release_dir(receipt.active_path, receipt.source_sha)
+        return receipt, (where, snapshot(where), receipt.active_path, _digest(receipt.active_path))
 
     def failed_validation(self, b: VerifyReceipt, b_kept: Kept, a_kept: Kept, link_before: str | None) -> None:
         """Deploy C, whose selftest fails: nothing may change, and verify must still report B."""
@@ -197,8 +204,8 @@ class Kit:
         self.check_kept("releases-kept-after-failure", a_kept, b_kept)
 
     def evidence_ok(self, label: str) -> bool:
-        receipt, checks = self.verify(label)
-        return receipt is not None and all(c.ok for c in checks)
+        _, checks = self.verify(label)
+        return all(c.ok for c in checks)  # no receipt is a failed check of its own (verify)
 
     def check_hooks(self) -> bool:
         missing = [h for h in ("vq_admin_runtime_update", "vq_admin_runtime_verify") if h not in self.hooks]
@@ -206,9 +213,8 @@ class Kit:
 
     def check_argv_shape(self) -> bool:
         problems: list[str] = []
-        hooks = ["runtime_update"] + (["runtime_install"] if self.offers_install else [])
-        for hook in hooks:
-            request = self.request("B", self.world.archive["B"], PROBE_ARGS)
+        request = self.request("B", self.world.archive["B"], PROBE_ARGS)  # one request, asked of each hook
+        for hook in ["runtime_update"] + (["runtime_install"] if self.offers_install else []):
             try:
                 argv, again = self.command(hook, request).argv, self.command(hook, request).argv
             except ProviderError as exc:
