@@ -82,13 +82,13 @@ class Slot(str):
         if not SLOT_LABEL_RE.match(label):
             raise ValueError(f"slot label {label!r} is not a plain label")
         for part in (prefix, suffix):
-            if "\0" in part or "\n" in part or "<" + label + ">" in part:
+            if not isinstance(part, str) or "\0" in part or "\n" in part or "<" + label + ">" in part:
                 raise ValueError(f"slot {name!r}: its affix {part!r} holds a NUL, a newline or the marker")
         before = tuple(before)
         if before and not many:
             raise ValueError(f"slot {name!r}: words before each value belong to a list slot (many=True)")
         for word in before:
-            if not EACH_WORD_RE.match(word):
+            if not isinstance(word, str) or not EACH_WORD_RE.match(word):
                 raise ValueError(f"slot {name!r}: {word!r} cannot stand before each value "
                                  "(one word without spaces, brackets or angle brackets)")
         if many and any(c in prefix + suffix for c in " \t[]"):
