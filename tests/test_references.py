@@ -398,3 +398,10 @@ def test_prune_needs_a_census(root):
     done = prune("--root", str(root), "--program", "vibeqc")
     assert done.returncode == 2
     assert all((root / "releases" / SHA[k]).is_dir() for k in "ABCD")
+
+
+def test_prune_refuses_an_empty_census_name(root):
+    """``--referenced-file ""`` names no census: it is refused as unreadable, never read as 'nothing referenced'."""
+    done = prune("--root", str(root), "--program", "vibeqc", "--referenced-file", "")
+    assert done.returncode == 2 and "not a readable census" in done.stderr and "nothing removed" in done.stderr
+    assert all((root / "releases" / SHA[k]).is_dir() for k in "ABCD")

@@ -102,7 +102,7 @@ def run(ns: argparse.Namespace) -> int:
     if ns.referenced_file is None and not ns.keep:
         raise usage("give the keep set (--keep SHA ..., as vq admin prune does) or --referenced-file CENSUS; "
                     "nothing removed")
-    referenced = read_census(ns.referenced_file, ns.program, ns.max_age) if ns.referenced_file else {}
+    referenced = read_census(ns.referenced_file, ns.program, ns.max_age) if ns.referenced_file is not None else {}
     for sha in ns.keep:
         referenced.setdefault(sha, []).append("--keep")
     lyt = Layout(ns.root)
