@@ -373,8 +373,9 @@ class Lease:
         if first.get("protocol") != protocol.SESSION_PROTOCOL:
             self._other_protocol(first.get("protocol"))
         if ssh is not None:
-            shell = member_as(ShellReply, first.get("shell"))
-            if first.get("shell") is not None and not shell.posix:
+            judged = first.get("shell")  # absent: the agent had no login shell to judge
+            shell = member_as(ShellReply, judged) if judged is not None else None
+            if shell is not None and not shell.posix:
                 ssh.refuse_shell(shell.stdout.encode("utf-8", "surrogateescape"), shell.exit_code,
                                  f"login shell {shell.shell}: {shell.stderr or shell.error or ''}")
             ssh.shell_checked = True
