@@ -151,6 +151,16 @@ class Fleet:
                 found.append(doc)
         return found
 
+    def explain(self, state: Path | str) -> str:
+        """For a failure message: each host's newest receipt's outcome, errors and read-back (a
+        CliResult's repr is cut short by pytest; this is what says why a host ended as it did)."""
+        lines = []
+        for name in self.hosts:
+            for doc in self.receipts(state, name)[-1:]:
+                lines.append(f"{name} {doc['id']}: {doc['outcome']}; errors {doc['errors']}; "
+                             f"readback {doc.get('readback')}")
+        return "\n".join(lines)
+
 
 def wait_for(predicate, what: str, timeout: float = 90.0):
     found = wait_until(predicate, timeout, interval=0.05)

@@ -81,7 +81,7 @@ def test_rollout_changes_only_managed_hosts_then_is_already_current(tmp_path, ss
 
     before = {name: tree_digest(f.root(name)) for name in ("alpha", "beta", "gamma")}
     again = fleet_run(f, state, f.a, "--json")
-    assert again.exit_code == 0, again.stdout + again.stderr
+    assert again.exit_code == 0, again.stdout + again.stderr + f.explain(state)
     doc = again.json()
     assert doc["outcome"] == "already-current"
     assert {n: h["outcome"] for n, h in doc["hosts"].items()} == {
@@ -91,7 +91,7 @@ def test_rollout_changes_only_managed_hosts_then_is_already_current(tmp_path, ss
 
     # quiet off a terminal on success; status --all shows every host's LAST OK side by side
     quiet = fleet_run(f, state, f.a)
-    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
+    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stderr + f.explain(state)
     status = run_vq("status", "--all", config=f.config, state=state)
     assert status.exit_code == 0, status.stderr
     rows = [line.split() for line in status.stdout.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])]
