@@ -74,8 +74,7 @@ def product_roots(config: Config) -> list[tuple[str, str]]:
             roots.append((host.helper_source_repo, f"hosts.{host.name}.helper_source_repo"))
         for program, profile in host.runtimes.items():
             key = f"hosts.{host.name}.scheduler_runtime_deployments.{program}"
-            if profile.source_repo:
-                roots.append((profile.source_repo, f"{key}.source_repo"))
+            roots.append((profile.source_repo, f"{key}.source_repo"))
             if profile.feed_source_mirror:
                 roots.append((profile.feed_source_mirror, f"{key}.feed_source_mirror"))
     return [(os.path.realpath(p), what) for p, what in roots]

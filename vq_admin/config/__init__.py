@@ -45,7 +45,7 @@ class Allocation:
     sbatch_args: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RuntimeProfile:
     """One ``[hosts.H.scheduler_runtime_deployments.P]`` table."""
 
@@ -58,7 +58,7 @@ class RuntimeProfile:
     update_allocation: Allocation | None = None
     timeout_seconds: float = 14400.0
     verify_timeout_seconds: float = 600.0
-    source_repo: str | None = None
+    source_repo: str  # required: the driver-side checkout the exact commit is staged from
     feed_source_mirror: str | None = None
     lane: str = "main"
     prepare_command: tuple[str, ...] | None = None

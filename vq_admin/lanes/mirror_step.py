@@ -49,7 +49,7 @@ class MirrorFeed(RuntimeStep):
     def plan(self) -> None:
         """Add the mirror steps (and the preparer) to the plan when the profile feeds a mirror."""
         p = self.profile
-        assert p.feed_source_mirror is not None and p.source_repo is not None  # planned only for a fed mirror
+        assert p.feed_source_mirror is not None  # planned only for a fed mirror
         login = self.ctx.login(self.host)
         feed = Feed(login=login, path=p.feed_source_mirror, repo=p.source_repo, sha=self.sha, lane=p.lane,
                     preparer_reads=p.preparer_reads, program=p.program, host=self.host.name,

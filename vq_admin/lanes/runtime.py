@@ -111,7 +111,6 @@ class RuntimeUpdate:
 
     def make_plan(self) -> None:
         ctx, plan, p = self.ctx, self.receipt.plan, self.profile
-        assert p.source_repo is not None  # required by the configuration
         self.source = source.resolve(p.source_repo, self.sha, self.requested_tag, infer=False)
         self.source = replace(self.source, tag=self.expected_tag(self.source.tags))
         self.receipt.tag = self.source.tag
