@@ -300,6 +300,16 @@ def test_a_transcript_changed_after_it_settled_is_unstable(tmp_path):
     assert stub.receipt.command_output.reason == "unstable"
 
 
+def test_an_unknown_checksum_is_unstable_whatever_its_name_says(tmp_path):
+    # the reason is decided from what was found, not read back from the problem's words (the name is the agent's)
+    stub, _ = _stub_update(tmp_path)
+    call, sinks = _call(tmp_path, _summary(0, True, None, 3), b"abc\n", b"")
+    call.records["end"]["sent"]["stdout"]["checksum"] = "received-cut"
+    stub._conclude(SimpleNamespace(argv=("deploy",)), call, sinks)
+    output = stub.receipt.command_output.to_value()
+    assert output["reason"] == "unstable" and "unknown checksum 'received-cut'" in output["problems"][0]
+
+
 def test_an_unestablished_end_is_an_interrupted_transport_not_a_failure(tmp_path):
     stub, _ = _stub_update(tmp_path)
     summary = _summary(None, True, None, 3, established=False, reconciled=True,

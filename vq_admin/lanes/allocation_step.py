@@ -372,11 +372,13 @@ class AllocationDeploy(RuntimeStep):
         receipt = self.receipt
         transcript = self._store_transcripts(sinks)
         sent = call.sent if call.ended else {}
-        problems = [f"{name}: {problem}" for name, sink in sinks.items()
-                    if (problem := _stream_problem(sent.get(name), sink, summary.settle))]
+        found = {name: problem for name, sink in sinks.items()
+                 if (problem := _stream_problem(sent.get(name), sink, summary.settle))}
+        problems = [f"{name}: {text}" for name, (text, _) in found.items()]
         if not summary.established and not summary.timed_out:
             problems.append("the job's end was not established: its transcript may still grow")
-        output = _output(summary.settle, problems, sinks["stdout"], sinks["stderr"], transcript,
+        cut = any(short for _, short in found.values())
+        output = _output(summary.settle, problems, cut, sinks["stdout"], sinks["stderr"], transcript,
                          str(receipt.deploy.log_dir))
         if output.note:
             self.ctx.narrate(f"deploy: {output.note}")
@@ -405,25 +407,27 @@ def _status(summary: Summary) -> int:
     return summary.exit_code
 
 
-def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> str | None:
+def _stream_problem(got: Sent | None, sink: TranscriptSink, settle: Settle) -> tuple[str, bool] | None:
     """What is wrong with one stream's copy against what the agent says it sent (it names its checksum:
-    xxh3_64, or blake2b without xxhash); ``None`` when nothing is."""
+    xxh3_64, or blake2b without xxhash), and whether the copy is short of it (cut, or not the bytes sent:
+    the transcript is ``unavailable``, else ``unstable``); ``None`` when nothing is wrong."""
     if got is None:
-        return "the stream was cut before the end"
+        return "the stream was cut before the end", True
     algorithm, digest = got.checksum, got.digest
     if algorithm not in checksum.ALGORITHMS:
-        return f"the helper used an unknown checksum {str(algorithm)[:40]!r}"
+        return f"the helper used an unknown checksum {str(algorithm)[:40]!r}", False
     if got.bytes != sink.bytes or digest != sink.digest_as(algorithm):
-        return f"received {sink.bytes} bytes, the helper sent {got.bytes}"
+        return f"received {sink.bytes} bytes, the helper sent {got.bytes}", True
     if settle.settled and got.settled_digest != digest:
-        return "changed after it had settled"
+        return "changed after it had settled", False
     return None
 
 
-def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: TranscriptSink,
+def _output(settle: Settle, problems: list[str], cut: bool, out: TranscriptSink, err: TranscriptSink,
             transcript: str | None, log_dir: str) -> CommandOutput:
     """The receipt's ``command_output`` of an allocation deploy (``kept`` when a stream was cut to its head and
-    tail, ``problems`` and ``note`` when the transcript is incomplete)."""
+    tail, ``problems`` and ``note`` when the transcript is incomplete: ``unavailable`` when *cut*, a stream's
+    copy short of what was sent)."""
     truncated = out.truncated or err.truncated
     output = CommandOutput(
         complete=settle.settled and not problems, reason=None, log_dir=log_dir, observations=settle.observations,
@@ -433,7 +437,6 @@ def _output(settle: Settle, problems: list[str], out: TranscriptSink, err: Trans
               f"{transcript or log_dir}") if truncated else UNSET)
     if output.complete:
         return output
-    cut = any("cut" in p or "received" in p for p in problems)
     reason = settle.reason or ("unavailable" if cut else "unstable")
     return output.replace(reason=reason, problems=problems, note=(
         f"incomplete transcript ({reason}): the retained log directory {log_dir} holds what the job wrote; metrics "
