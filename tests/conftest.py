@@ -27,7 +27,6 @@ SLOW_FIRST = (
     "tests/test_site_example_verify.py::test_the_plain_name_checks_equal_the_regular_expressions",
     "tests/test_demo.py",
     "tests/test_ansible.py::test_playbooks_roll_out_stop_check_and_retry_a_lock",
-    "tests/test_bindings.py::test_bench_bindings_ratios",
     "tests/test_prune.py::test_prune_keeps_what_a_held_job_needs_and_the_job_then_runs",
     "tests/test_completion.py",  # builds the installed venv that test_install_man and test_launcher_script share
     "tests/test_rollback.py",
