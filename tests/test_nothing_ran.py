@@ -408,7 +408,7 @@ def test_a_lease_whose_command_cannot_start_runs_nothing(tmp_path, monkeypatch):
     lease._stderr = None
     with pytest.raises(LeaseUnreachable, match="cannot start .*missing-ssh: No such file or directory; nothing was run"
                        ):
-        lease._acquire(1.0)
+        lease._acquire()
     assert len(started) == 1 and lease.proc is None and not list(tmp_path.iterdir())
     # the session's start (over ssh: no local agent to call missing instead)
     ssh = object.__new__(lease_module.SshTransport)

@@ -184,9 +184,10 @@ class Lease:
         #: how a held lease is waited for (:mod:`vq_admin.lockwait`): by default only a sibling's
         self.waiter = LockWait(None)
 
-    def acquire(self, timeout: float = LEASE_WAIT) -> None:
-        """Take the lease (``vq-admin-agent lease``); a held one is waited for as :attr:`waiter` allows."""
-        self._waited(lambda: self._acquire(timeout))
+    def acquire(self) -> None:
+        """Take the lease (``vq-admin-agent lease``, its answer waited for :attr:`lease_wait` seconds, as the
+        session's); a held one is waited for as :attr:`waiter` allows."""
+        self._waited(self._acquire)
 
     def update(self, **changes: Any) -> None:
         """Change :attr:`record`, and the receipt's ``lease`` section with it."""
@@ -202,7 +203,7 @@ class Lease:
             if waited is not None:
                 self.update(waited=waited)
 
-    def _acquire(self, timeout: float) -> None:
+    def _acquire(self) -> None:
         # The first contact with an ssh host proves its login shell parses our quoting (77 otherwise).
         if isinstance(self.transport, SshTransport) and not self.transport.shell_checked:
             failed = self.transport.check_login_shell()
@@ -215,7 +216,7 @@ class Lease:
             self.proc = process.spawn(full, stderr=self._stderr)
         except OSError as exc:
             raise LeaseUnreachable(f"lease: cannot start {full[0]}: {exc.strerror}; nothing was run") from None
-        line = self._read_line(timeout)
+        line = self._read_line(self.lease_wait)
         self.update(seconds=round(time.monotonic() - started, 3))
         answer = _parse(protocol.LEASE, line)
         reply = member_as(LeaseReply, answer)
