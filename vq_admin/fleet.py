@@ -94,6 +94,10 @@ class FleetHost(Document, frozen=True, kw_only=True, omit_defaults=True):
     shares_lease_with: list[str] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)  #: the first three
 
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome in ("ok", "already-current", "planned")
+
 
 class FleetDocument(Document, frozen=True, kw_only=True, omit_defaults=True):
     """The fleet document (``vq-admin/fleet/1``), envelope included."""
@@ -136,7 +140,7 @@ class HostRun:
 
     @property
     def succeeded(self) -> bool:
-        return self.doc.outcome in ("ok", "already-current", "planned")
+        return self.doc.succeeded
 
     def set(self, **changes: Any) -> None:
         self.doc = self.doc.replace(**changes)
@@ -428,7 +432,7 @@ def _host_line(name: str, host: FleetHost) -> str:
         text += f", receipt {host.receipt}"
     if host.reason:
         text += f" ({host.reason})"
-    elif host.errors and host.outcome not in ("ok", "already-current", "planned"):
+    elif host.errors and not host.succeeded:
         text += f": {host.errors[-1]}"
     return safe_text(text)
 
