@@ -136,7 +136,7 @@ def reconcile_previous(inputs: RuntimeStep) -> None:
     summary = call.summary or Summary()
     inputs.receipt.previous_attempt = _found(previous, call, login.where, detached)
     # ended: a build or confirmation job no longer runs; a batch job is established, fenced or never submitted
-    ended = call.complete and (summary.job_state != "RUNNING" if previous.kind != "allocation"
+    ended = call.complete and (summary.job_state != "RUNNING" if previous.kind in ("detached", "confirm")
                                else summary.established or summary.fenced or not summary.job_id)
     if not ended:
         step.status = "interrupted" if call.interrupted else "failed"
