@@ -86,3 +86,16 @@ def test_fuzzed_receipts_parse_or_raise_evidence_errors(raw):
 ])
 def test_the_immutable_launcher_rule(path, ok):
     assert (launcher_problem(path, SHA) is None) is ok
+
+
+def test_the_contract_packages_public_helpers_stay():
+    # vq-admin-hookspecs is installed alone by provider authors: its public members are its API, whether
+    # or not this tree calls them (removing one needs a major version, docs/providers.md)
+    from vq_admin_hookspecs import PruneReport, Slot
+
+    assert VerifyReceipt.from_mapping(GOOD) == VerifyReceipt.parse(json.dumps(GOOD))
+    with pytest.raises(EvidenceError):
+        VerifyReceipt.from_mapping({**GOOD, "healthy": "yes"})
+    report = PruneReport.parse(json.dumps({"removed": [SHA], "kept": ["cd" * 20]}))
+    assert report.to_dict() == {"removed": [SHA], "kept": ["cd" * 20]}
+    assert Slot("stage", prefix="--stage=").marker == "<stage>"

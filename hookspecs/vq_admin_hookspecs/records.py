@@ -211,6 +211,9 @@ class PruneReport:
             raise EvidenceError(f"{cls.WHAT} lists {both[0]} as both removed and kept")
         return report
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "kept": list(self.kept)}
+
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -313,7 +316,10 @@ class VerifyReceipt:
 
     @classmethod
     def parse(cls, text: str | bytes) -> "VerifyReceipt":
-        data = parse_single_json_object(text, cls.WHAT)
+        return cls.from_mapping(parse_single_json_object(text, cls.WHAT))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "VerifyReceipt":
         w = cls.WHAT
         healthy = _field(data, "healthy", (bool,), w)
         nothing: tuple[type, ...] = (str,) if healthy else (str, type(None))  # nothing active: null or ""

@@ -99,6 +99,11 @@ class Slot(str):
         self.many, self.before = bool(many), before
         return self
 
+    @property
+    def marker(self) -> str:
+        """``<label>``, the part of the word a value replaces."""
+        return f"<{self.label}>"
+
     def fill(self, value: str) -> str:
         """The word with *value* in place of the marker (a one-word slot)."""
         if self.many:
