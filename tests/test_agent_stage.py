@@ -119,7 +119,8 @@ def test_stage_receive_is_answered_before_the_verb_table(tmp_path, case, code, s
     stderr = done.stderr.decode()
     assert done.returncode == code and said in stderr, stderr
     found = set(ast.literal_eval([ln for ln in stderr.splitlines() if ln.startswith("MODULES ")][-1][8:]))
-    assert not found & {"argparse", "tarfile", "vq_admin.agent.cli", "vq_admin.core.treeid"}, sorted(found)
+    assert not found & {"argparse", "tarfile", "vq_admin.agent.cli", "vq_admin.core.treeid",
+                        "vq_admin.core.identifiers"}, sorted(found)
     if case == "fresh":
         assert json.loads(done.stdout) == {"stage": created, "bytes": len(data)}
         assert Path(created, stage.ARCHIVE).read_bytes() == data

@@ -25,7 +25,6 @@ import sys
 
 from ..core import atomic, safedirs, securepath
 from ..core.atomic import TEMP_FLAGS
-from ..core.identifiers import object_format
 from ..core.protocol import encode
 
 TYPE_CHECKING = False
@@ -121,6 +120,7 @@ def verify(stage: str, expected: dict[str, str]) -> StageVerdict:
         if not stat.S_ISREG(st.st_mode):
             raise safedirs.UnsafePath(f"{stage}/{ARCHIVE} is not a regular file")
     from ..core.treeid import archive_identity  # tarfile and hashing: not for stage-receive's early start
+    from ..core.identifiers import object_format  # its regular expressions: not for stage-receive either
 
     mismatches: list[str] = []
     try:
