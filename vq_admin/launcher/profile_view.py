@@ -106,16 +106,14 @@ def hash_argv(table: TomlTable, data: TomlTable, host: str, launcher: str) -> li
     destination = table.get("ssh", host)
     if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
         raise ConfigUnavailable(f"hosts.{host}.ssh {destination!r} is not an ssh destination")
-    from ..ssh.argv import SSH_OPTIONS  # the one set of ssh options
-
     from ..ssh import effective
+    from ..ssh.argv import ssh_words  # how every ssh command line starts
 
     ssh_config = found if isinstance(found := data.get("ssh_config"), str) else None
     problem = effective.problem(ssh_config, destination)
     if problem:
         raise ConfigUnavailable(f"{problem}; refusing it")
-    ssh = ["ssh", *(["-F", ssh_config] if ssh_config else [])]
-    return [*ssh, *SSH_OPTIONS, "--", destination, " ".join(shlex.quote(w) for w in remote)]
+    return [*ssh_words(ssh_config), "--", destination, " ".join(shlex.quote(w) for w in remote)]
 
 
 def check_launcher_on_host(entry: Entry, config_path: str | os.PathLike[str] | None, timeout: float) -> None:
