@@ -108,7 +108,7 @@ class Completed:
         return f"Completed({self.argv[:1]!r}, {self.returncode!r}, ended={self.ended!r}, seconds={self.seconds:.3f})"
 
 
-def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
+def classify_exit(code: int, transport_exit: int | None) -> str | None:
     """``"transport"`` when *code* is not the command's own exit status, else ``None``.
 
     Over ssh: exit 255 (ssh's own failures) and any end of the ssh client by a
@@ -117,7 +117,7 @@ def classify_exit(code: int | None, transport_exit: int | None) -> str | None:
     command did not choose that status, so only a read-back can tell what it
     did.  Everything else is the command's own exit status.
     """
-    if code is not None and (code < 0 or code == transport_exit):
+    if code < 0 or code == transport_exit:
         return "transport"
     return None
 
